@@ -1,0 +1,125 @@
+/*
+ * proto.h — the pure pieces of protocol v1's codec, shared by cbd and
+ * libcbclient: error codes, member validation with messages that name the
+ * member, the ctx keys (a table), policy resolution, and snapshots to and
+ * from JSON. No I/O and no clock reads: `now` always comes from the caller.
+ */
+#ifndef CBD_PROTO_H
+#define CBD_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "breaker.h"
+
+#define PROTO_VERSION 1
+/* Default and bounds of max_line_bytes (spec: default 65536). */
+#define PROTO_MAX_LINE_DEFAULT 65536
+/* Room for an error message; longer ones are cut. */
+#define PROTO_MESSAGE_SIZE 256
+
+/* The spec's error codes, in its order. */
+typedef enum proto_code {
+	PROTO_OK = 0,
+	PROTO_PARSE_ERROR,
+	PROTO_LINE_TOO_LONG,
+	PROTO_UNKNOWN_OP,
+	PROTO_BAD_REQUEST,
+	PROTO_FORBIDDEN,
+	PROTO_CAPACITY,
+	PROTO_SHUTTING_DOWN,
+	PROTO_INTERNAL,
+} proto_code;
+
+#define PROTO_CODE_COUNT 9
+
+/* An error as a value: a code and a message a person can act on. */
+typedef struct proto_error {
+	proto_code code;
+	char message[PROTO_MESSAGE_SIZE];
+} proto_error;
+
+/* Wire name of a code ("bad_request"); parse one back (false if unknown). */
+const char *proto_code_name(proto_code code);
+bool proto_code_parse(const char *text, proto_code *out);
+
+/* Fill err with code and a printf-style message; returns false so callers
+ * can `return proto_fail(...)`. */
+bool proto_fail(proto_error *err, proto_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The ctx members, one row each in proto.c's table. */
+typedef enum proto_ctx_key {
+	PROTO_CTX_FAILURE_THRESHOLD = 0,
+	PROTO_CTX_SUCCESS_THRESHOLD,
+	PROTO_CTX_BREAK_MS,
+	PROTO_CTX_HALF_OPEN_MAX,
+	PROTO_CTX_SLOT_TTL_MS,
+	PROTO_CTX_MAX_GAP_MS,
+	PROTO_CTX_NOW,
+} proto_ctx_key;
+
+#define PROTO_CTX_KEY_COUNT 7
+
+/* A row of the ctx table: the member's name and its bounds. */
+typedef struct proto_ctx_def {
+	const char *name;
+	int64_t min;
+	int64_t max;
+} proto_ctx_def;
+
+/* A partial policy: the members given (bit 1 << key in `present`). Used for
+ * a request's ctx and for each layer of the config file. */
+typedef struct proto_ctx {
+	uint32_t present;
+	int64_t value[PROTO_CTX_KEY_COUNT];
+} proto_ctx;
+
+/* The row of key k; the key of a member name (false when not a ctx key). */
+const proto_ctx_def *proto_ctx_def_get(proto_ctx_key key);
+bool proto_ctx_key_parse(const char *name, proto_ctx_key *out);
+
+/* Validate v for key k (bounds of its row); message names `field`. */
+bool proto_ctx_check(proto_ctx_key key, int64_t v, const char *field, proto_error *err);
+
+/* Set / test a member of a partial policy. */
+void proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v);
+bool proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key);
+
+/* Resolve a policy from layers, most specific first (request ctx, circuit
+ * section, [defaults]); NULL layers are skipped. A member comes from the
+ * first layer that has it, else the built-in default; slot_ttl_ms
+ * defaults to the resolved break_ms. */
+void proto_policy_resolve(const proto_ctx *const *layers, size_t n, cb_policy *out);
+
+/* Read the "ctx" member of a request (absent or null: empty). */
+bool proto_ctx_from_json(const json_t *request, proto_ctx *out, proto_error *err);
+/* Add every present member of ctx to obj["ctx"]; false when out of memory. */
+bool proto_ctx_to_json(const proto_ctx *ctx, json_t *obj);
+
+/* Member readers. A member set to null reads as absent. Each fills *err
+ * (bad_request, naming the member) and returns false when the member is
+ * invalid, or missing while required. *present (may be NULL) says whether
+ * an optional member was given. */
+bool proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max,
+    bool required, int64_t *out, bool *present, proto_error *err);
+bool proto_get_string(const json_t *obj, const char *key, bool required,
+    const char **out, size_t *len, proto_error *err);
+bool proto_get_name(const json_t *obj, const char *key, const char **out, proto_error *err);
+bool proto_get_state(const json_t *obj, const char *key, bool required,
+    cb_state *out, bool *present, proto_error *err);
+
+/* Is text (len bytes) a valid circuit name: 1..256 bytes of UTF-8 with no
+ * control characters? On false, *why says what is wrong. */
+bool proto_name_valid(const char *text, size_t len, const char **why);
+
+/* A snapshot as the spec's JSON object (name, ..., retry_after_ms). */
+json_t *proto_snapshot_to_json(const char *name, const cb_snapshot *snap, int64_t retry_after_ms);
+/* Read a snapshot object back (client side); retry_after_ms may be NULL. */
+bool proto_snapshot_from_json(const json_t *obj, cb_snapshot *out,
+    int64_t *retry_after_ms, proto_error *err);
+
+#endif

@@ -1,0 +1,1 @@
+# systemd/local.mk — build rules for systemd/ (included by the top Makefile.am).
