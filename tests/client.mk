@@ -1,0 +1,1 @@
+# tests/client.mk — libcbclient tests (included by Makefile.am).
