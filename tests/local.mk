@@ -24,3 +24,11 @@ check_PROGRAMS += tests/check_circuit_table
 tests_check_circuit_table_SOURCES = tests/check_circuit_table.c
 tests_check_circuit_table_CFLAGS = $(TEST_CFLAGS)
 tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
+
+# Shell tests: the unit files, cbctl against a real cbd, make install.
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' $(SHELL)
+# (added to TESTS once cbd is built here) tests/systemd-units.sh
+EXTRA_DIST += tests/systemd-units.sh
+# The unit files must exist before their test runs.
+tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
