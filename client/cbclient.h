@@ -166,17 +166,32 @@ typedef struct cbc_op_stats {
 
 #define CBC_STATS_OPS_MAX 32
 
+/* Errors of one code ("bad_request", ...), from the stats reply. */
+typedef struct cbc_code_stats {
+	char code[CBC_CODE_SIZE];
+	int64_t count;
+} cbc_code_stats;
+
+#define CBC_STATS_CODES_MAX 16
+
 /* The daemon's counters. A member the daemon did not send reads as -1.
  * For everything else, cbc_conn_last_reply() has the reply's JSON text. */
 typedef struct cbc_stats {
 	int64_t uptime_ms;
+	int64_t started_at;        /* ms since the epoch */
 	int64_t connections;       /* open now */
 	int64_t connections_total; /* accepted since start */
 	int64_t circuits;          /* stored now */
+	int64_t slots;             /* held now */
 	int64_t requests;          /* all ops */
-	int64_t errors;            /* all ops */
+	int64_t errors;            /* all error replies (sum over codes) */
+	int64_t transitions;       /* state changes */
+	int64_t reloads;
+	int64_t reload_failures;
 	size_t op_count;
 	cbc_op_stats ops[CBC_STATS_OPS_MAX];
+	size_t code_count;
+	cbc_code_stats codes[CBC_STATS_CODES_MAX];
 } cbc_stats;
 
 /* ------------------------------------------------------------------ */

@@ -482,81 +482,67 @@ cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size
 	return op_done(reply, st, err);
 }
 
-/* The first integer member among keys of obj, or -1. */
+/* An integer member of obj, or -1. */
 static int64_t
-stats_int(const json_t *obj, const char *const *keys)
+stats_int(const json_t *obj, const char *key)
 {
-	for (; *keys != NULL; keys++) {
-		const json_t *v = json_object_get(obj, *keys);
+	const json_t *v = json_object_get(obj, key);
 
-		if (json_is_integer(v))
-			return json_integer_value(v);
-		if (json_is_real(v))
-			return (int64_t)json_real_value(v);
-	}
-	return -1;
+	return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
-/* Read per-op counters from an object {op: {requests, errors}} or
- * {op: count}; requests_or_errors picks the member filled. */
+/* ops: {"get": {"requests": N, "errors": N}, ...} */
 static void
-stats_ops(cbc_stats *out, const json_t *obj, bool errors)
+stats_ops(cbc_stats *out, const json_t *ops)
 {
 	const char *op;
-	const json_t *v;
+	json_t *v;
 
-	if (!json_is_object(obj))
-		return;
-	json_object_foreach((json_t *)obj, op, v) {
-		size_t i;
-		int64_t req = -1, errs = -1;
+	json_object_foreach((json_t *)ops, op, v) {
+		cbc_op_stats *row;
 
-		if (json_is_integer(v)) {
-			if (errors)
-				errs = json_integer_value(v);
-			else
-				req = json_integer_value(v);
-		} else if (json_is_object(v)) {
-			static const char *const rk[] = { "requests", "count", "total", NULL };
-			static const char *const ek[] = { "errors", "failed", NULL };
-
-			req = stats_int(v, rk);
-			errs = stats_int(v, ek);
-		} else {
+		if (!json_is_object(v) || out->op_count == CBC_STATS_OPS_MAX)
 			continue;
-		}
-		for (i = 0; i < out->op_count; i++)
-			if (strcmp(out->ops[i].op, op) == 0)
-				break;
-		if (i == out->op_count) {
-			if (out->op_count == CBC_STATS_OPS_MAX)
-				continue;
-			out->op_count++;
-			snprintf(out->ops[i].op, sizeof out->ops[i].op, "%s", op);
-			out->ops[i].requests = -1;
-			out->ops[i].errors = -1;
-		}
-		if (req >= 0)
-			out->ops[i].requests = req;
-		if (errs >= 0)
-			out->ops[i].errors = errs;
+		row = &out->ops[out->op_count++];
+		snprintf(row->op, sizeof row->op, "%s", op);
+		row->requests = stats_int(v, "requests");
+		row->errors = stats_int(v, "errors");
+	}
+}
+
+/* errors: {"parse_error": N, ...}; also sums them into out->errors. */
+static void
+stats_codes(cbc_stats *out, const json_t *errors)
+{
+	const char *code;
+	json_t *v;
+
+	if (json_is_integer(errors)) {
+		out->errors = json_integer_value(errors);
+		return;
+	}
+	if (!json_is_object(errors))
+		return;
+	out->errors = 0;
+	json_object_foreach((json_t *)errors, code, v) {
+		cbc_code_stats *row;
+
+		if (!json_is_integer(v))
+			continue;
+		out->errors += json_integer_value(v);
+		if (out->code_count == CBC_STATS_CODES_MAX)
+			continue;
+		row = &out->codes[out->code_count++];
+		snprintf(row->code, sizeof row->code, "%s", code);
+		row->count = json_integer_value(v);
 	}
 }
 
 cbc_status
 cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err)
 {
-	static const char *const k_uptime_ms[] = { "uptime_ms", NULL };
-	static const char *const k_uptime_s[] = { "uptime", "uptime_s", "uptime_seconds", NULL };
-	static const char *const k_conns[] = { "connections", "connections_open",
-		"connections_current", NULL };
-	static const char *const k_conns_total[] = { "connections_total",
-		"connections_accepted", "accepted", NULL };
-	static const char *const k_circuits[] = { "circuits", NULL };
-	static const char *const k_requests[] = { "requests", "requests_total", NULL };
-	static const char *const k_errors[] = { "errors", "errors_total", NULL };
 	json_t *req, *reply;
-	const json_t *root, *v;
+	const json_t *conns;
 	cbc_stats s;
 	cbc_status st;
 
@@ -567,58 +553,26 @@ cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err)
 	if (st != CBC_OK)
 		return st;
 	memset(&s, 0, sizeof s);
-	/* The counters may sit at the top level or under "stats". */
-	root = json_is_object(json_object_get(reply, "stats")) ? json_object_get(reply, "stats")
-							       : reply;
-	s.uptime_ms = stats_int(root, k_uptime_ms);
-	if (s.uptime_ms < 0 && (s.uptime_ms = stats_int(root, k_uptime_s)) >= 0)
-		s.uptime_ms *= 1000;
-	s.connections = stats_int(root, k_conns);
-	s.connections_total = stats_int(root, k_conns_total);
-	v = json_object_get(root, "connections");
-	if (json_is_object(v)) {
-		static const char *const open_k[] = { "open", "current", "active", NULL };
-		static const char *const total_k[] = { "total", "accepted", NULL };
-
-		s.connections = stats_int(v, open_k);
-		s.connections_total = stats_int(v, total_k);
+	s.uptime_ms = stats_int(reply, "uptime_ms");
+	s.started_at = stats_int(reply, "started_at");
+	conns = json_object_get(reply, "connections");
+	if (json_is_object(conns)) {
+		s.connections = stats_int(conns, "current");
+		s.connections_total = stats_int(conns, "total");
+	} else {
+		s.connections = stats_int(reply, "connections");
+		s.connections_total = -1;
 	}
-	s.circuits = stats_int(root, k_circuits);
-	v = json_object_get(root, "circuits");
-	if (json_is_object(v)) {
-		static const char *const c_k[] = { "stored", "count", "total", NULL };
-
-		s.circuits = stats_int(v, c_k);
-	}
-	s.requests = stats_int(root, k_requests);
-	s.errors = stats_int(root, k_errors);
-	v = json_object_get(root, "requests");
-	if (json_is_object(v)) {
-		static const char *const t_k[] = { "total", NULL };
-		const json_t *by_op = json_object_get(v, "by_op");
-
-		s.requests = stats_int(v, t_k);
-		stats_ops(&s, json_is_object(by_op) ? by_op : v, false);
-	}
-	v = json_object_get(root, "errors");
-	if (json_is_object(v)) {
-		static const char *const t_k[] = { "total", NULL };
-		const json_t *by_op = json_object_get(v, "by_op");
-
-		s.errors = stats_int(v, t_k);
-		stats_ops(&s, json_is_object(by_op) ? by_op : v, true);
-	}
-	v = json_object_get(root, "ops");
-	if (json_is_object(v))
-		stats_ops(&s, v, false);
-	/* "total" is a sum, not an op. */
-	for (size_t i = 0; i < s.op_count; i++) {
-		if (strcmp(s.ops[i].op, "total") == 0 || strcmp(s.ops[i].op, "by_op") == 0) {
-			s.ops[i] = s.ops[s.op_count - 1];
-			s.op_count--;
-			i--;
-		}
-	}
+	s.circuits = stats_int(reply, "circuits");
+	s.slots = stats_int(reply, "slots");
+	s.requests = stats_int(reply, "requests");
+	s.errors = -1;
+	s.transitions = stats_int(reply, "transitions");
+	s.reloads = stats_int(reply, "reloads");
+	s.reload_failures = stats_int(reply, "reload_failures");
+	if (json_is_object(json_object_get(reply, "ops")))
+		stats_ops(&s, json_object_get(reply, "ops"));
+	stats_codes(&s, json_object_get(reply, "errors"));
 	if (out != NULL)
 		*out = s;
 	return op_done(reply, CBC_OK, err);

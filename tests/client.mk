@@ -1,1 +1,13 @@
 # tests/client.mk — libcbclient tests (included by Makefile.am).
+# check_client_local needs no daemon; check_client_remote runs real cbd
+# processes (see tests/cbd-harness.h).
+
+CLIENT_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) -pthread
+CLIENT_TEST_LIBS = client/libcbclient.la tests/libcontract.la src/libcbcore.la \
+	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
+
+check_PROGRAMS += tests/check_client_local
+tests_check_client_local_SOURCES = tests/check_client_local.c \
+	tests/client-test.c tests/client-test.h
+tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
