@@ -9,3 +9,26 @@ src_libcbcore_la_SOURCES = \
 	src/proto.c src/proto.h
 src_libcbcore_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 src_libcbcore_la_LIBADD = $(JANSSON_LIBS)
+
+# The daemon. Its modules (all but main) form a convenience library so the
+# unit tests link the same code.
+noinst_LTLIBRARIES += src/libcbdaemon.la
+src_libcbdaemon_la_SOURCES = \
+	src/conf.c src/conf.h \
+	src/log.c src/log.h \
+	src/stats.c src/stats.h \
+	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
+	src/server.c src/server.h \
+	src/server-client.c src/server-client.h
+src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
+	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS)
+src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS)
+if HAVE_SYSTEMD
+src_libcbdaemon_la_LIBADD += $(SYSTEMD_LIBS)
+endif
+
+sbin_PROGRAMS += src/cbd
+src_cbd_SOURCES = src/cbd.c
+src_cbd_CPPFLAGS = $(AM_CPPFLAGS) -DSYSCONFDIR='"$(sysconfdir)"'
+src_cbd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
+src_cbd_LDADD = src/libcbdaemon.la

@@ -379,3 +379,137 @@ proto_snapshot_from_json(const json_t *obj, cb_snapshot *out, int64_t *retry_aft
 		*retry_after_ms = retry;
 	return true;
 }
+
+/* The member whose value ends near byte pos of line: the last `"key":`
+ * before it. False when the text does not show one (e.g. in an array). */
+static bool
+member_before(const char *line, size_t len, size_t pos, char *out, size_t size)
+{
+	size_t i = pos < len ? pos : len;
+	size_t end, start;
+
+	/* Back over the number itself. */
+	while (i > 0 && line[i - 1] != '\0' && strchr("0123456789+-.eE", line[i - 1]) != NULL)
+		i--;
+	while (i > 0 && line[i - 1] != '\0' && strchr(" \t\r\n", line[i - 1]) != NULL)
+		i--;
+	if (i == 0 || line[i - 1] != ':')
+		return false;
+	i--;
+	while (i > 0 && line[i - 1] != '\0' && strchr(" \t\r\n", line[i - 1]) != NULL)
+		i--;
+	if (i == 0 || line[i - 1] != '"')
+		return false;
+	end = --i;
+	while (i > 0 && !(line[i - 1] == '"' && (i < 2 || line[i - 2] != '\\')))
+		i--;
+	if (i == 0)
+		return false;
+	start = i;
+	if (end - start + 1 > size)
+		return false;
+	memcpy(out, line + start, end - start);
+	out[end - start] = '\0';
+	return true;
+}
+
+json_t *
+proto_request_decode(const char *line, size_t len, proto_error *err)
+{
+	json_error_t jerr;
+	json_t *request;
+	char key[64];
+
+	request = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	if (request == NULL) {
+		/* jansson holds integers in int64 and refuses larger ones as a
+		 * syntax error; the spec calls an out-of-range integer bad_request. */
+		if (strstr(jerr.text, "too big") != NULL) {
+			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
+				proto_fail(err, PROTO_BAD_REQUEST,
+				    "%s is an integer out of range", key);
+			else
+				proto_fail(err, PROTO_BAD_REQUEST,
+				    "an integer is out of range (near byte %d)", jerr.position);
+			return NULL;
+		}
+		proto_fail(err, PROTO_PARSE_ERROR, "not JSON: %s (near byte %d)", jerr.text,
+		    jerr.position);
+		return NULL;
+	}
+	if (!json_is_object(request)) {
+		json_decref(request);
+		proto_fail(err, PROTO_PARSE_ERROR, "a request must be a JSON object");
+		return NULL;
+	}
+	return request;
+}
+
+bool
+proto_request_id(const json_t *request, const json_t **id, proto_error *err)
+{
+	const json_t *v = member(request, "id");
+
+	*id = NULL;
+	if (v == NULL)
+		return true;
+	if (!json_is_integer(v) && !json_is_string(v))
+		return proto_fail(err, PROTO_BAD_REQUEST, "id must be an integer or a string");
+	*id = v;
+	return true;
+}
+
+bool
+proto_get_text(const json_t *obj, const char *key, bool required,
+    const char **out, size_t *len, proto_error *err)
+{
+	size_t n;
+
+	if (!proto_get_string(obj, key, required, out, &n, err))
+		return false;
+	if (*out != NULL && strlen(*out) != n)
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must not contain NUL bytes", key);
+	if (len != NULL)
+		*len = *out != NULL ? n : 0;
+	return true;
+}
+
+json_t *
+proto_reply_ok(const json_t *id)
+{
+	json_t *reply = json_object();
+
+	if (reply == NULL)
+		return NULL;
+	if ((id != NULL && json_object_set(reply, "id", (json_t *)id) != 0) ||
+	    json_object_set_new(reply, "ok", json_true()) != 0) {
+		json_decref(reply);
+		return NULL;
+	}
+	return reply;
+}
+
+json_t *
+proto_reply_error(const json_t *id, const proto_error *err)
+{
+	json_t *reply = json_object();
+
+	if (reply == NULL)
+		return NULL;
+	size_t len = strlen(err->message);
+	json_t *message = json_stringn(err->message, len);
+
+	/* A message cut to PROTO_MESSAGE_SIZE may end inside a UTF-8
+	 * sequence: shorten it until it is valid. */
+	while (message == NULL && len > 0)
+		message = json_stringn(err->message, --len);
+	if ((id != NULL && json_object_set(reply, "id", (json_t *)id) != 0) ||
+	    json_object_set_new(reply, "ok", json_false()) != 0 ||
+	    json_object_set_new(reply, "error",
+		json_pack("{s:s, s:o}", "code", proto_code_name(err->code), "message",
+		    message)) != 0) {
+		json_decref(reply);
+		return NULL;
+	}
+	return reply;
+}

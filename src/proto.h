@@ -122,4 +122,25 @@ json_t *proto_snapshot_to_json(const char *name, const cb_snapshot *snap, int64_
 bool proto_snapshot_from_json(const json_t *obj, cb_snapshot *out,
     int64_t *retry_after_ms, proto_error *err);
 
+/* Decode one request line (no LF) with JSON_REJECT_DUPLICATES and
+ * JSON_ALLOW_NUL (member readers reject NUL where it matters). NULL with
+ * err filled when the line is not a JSON object (parse_error) or holds an
+ * integer jansson cannot represent (bad_request naming the member when the
+ * text shows it). Pure: the caller frames the line. */
+json_t *proto_request_decode(const char *line, size_t len, proto_error *err);
+
+/* The request's id for echoing: an integer or a string; *id NULL when
+ * absent or null. False (bad_request) for any other type. */
+bool proto_request_id(const json_t *request, const json_t **id, proto_error *err);
+
+/* Like proto_get_string, and false (bad_request) when the string holds a
+ * NUL byte. */
+bool proto_get_text(const json_t *obj, const char *key, bool required,
+    const char **out, size_t *len, proto_error *err);
+
+/* {"id": id (when not NULL), "ok": true}; NULL when out of memory. */
+json_t *proto_reply_ok(const json_t *id);
+/* {"id": id (when not NULL), "ok": false, "error": {"code", "message"}}. */
+json_t *proto_reply_error(const json_t *id, const proto_error *err);
+
 #endif

@@ -1,0 +1,104 @@
+/*
+ * cbd.c — main: command line, configuration, then the server's loop.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "conf.h"
+#include "log.h"
+#include "server.h"
+
+/* Read when -c is not given and the file exists. */
+#define CBD_DEFAULT_CONFIG SYSCONFDIR "/cbd/cbd.conf"
+
+static void
+usage(FILE *out)
+{
+	fprintf(out,
+	    "usage: cbd [-c FILE] [-s SOCKET] [-t] [-v] [-h] [-V]\n"
+	    "  -c FILE    configuration file (default %s when it exists)\n"
+	    "  -s SOCKET  Unix socket to listen on (overrides the file; default %s)\n"
+	    "  -t         check the configuration and exit (0: valid, 1: not)\n"
+	    "  -v         verbose: log at debug level\n"
+	    "  -h         this help\n"
+	    "  -V         print the version\n"
+	    "cbd runs in the foreground and logs to stderr. SIGHUP reloads the\n"
+	    "configuration; SIGTERM or SIGINT stops it.\n",
+	    CBD_DEFAULT_CONFIG, CONF_DEFAULT_SOCKET);
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *config_path = NULL, *socket_path = NULL;
+	char err[CONF_ERROR_SIZE];
+	bool check = false, verbose = false;
+	int opt, rc;
+
+	while ((opt = getopt(argc, argv, "c:s:tvhV")) != -1) {
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			break;
+		case 's':
+			socket_path = optarg;
+			break;
+		case 't':
+			check = true;
+			break;
+		case 'v':
+			verbose = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("cbd %s (protocol %d)\n", PACKAGE_VERSION, PROTO_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "cbd: unexpected argument \"%s\"\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (config_path == NULL && access(CBD_DEFAULT_CONFIG, F_OK) == 0)
+		config_path = CBD_DEFAULT_CONFIG;
+	if (config_path != NULL) {
+		if (!conf_load(config_path, &srv.conf, err, sizeof err)) {
+			fprintf(stderr, "cbd: %s\n", err);
+			return 1;
+		}
+	} else if (!conf_init_defaults(&srv.conf)) {
+		fprintf(stderr, "cbd: out of memory\n");
+		return 1;
+	}
+	if (check) {
+		printf("cbd: configuration %s is valid\n",
+		    config_path != NULL ? config_path : "(built-in defaults)");
+		conf_free(&srv.conf);
+		return 0;
+	}
+	srv.conf_path = config_path;
+	srv.socket_override = socket_path;
+	srv.verbose = verbose;
+	log_set_level(verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
+	if (!server_start()) {
+		server_free();
+		libevent_global_shutdown();
+		return 1;
+	}
+	rc = server_loop();
+	server_free();
+	libevent_global_shutdown();
+	return rc;
+}

@@ -1,0 +1,576 @@
+/*
+ * conf.c — the configuration key table and the INI loader (libinih):
+ * every key is a row with type, bounds, default and SIGHUP reloadability;
+ * errors name the file, the line and the key.
+ */
+
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ini.h>
+#include <uthash.h>
+
+#include "circuit-table.h"
+#include "conf.h"
+#include "log.h"
+
+struct conf_circuit {
+	UT_hash_handle hh;
+	proto_ctx ctx;
+	char name[];
+};
+
+/* Bounds of the [cbd] keys. */
+#define CONF_LINE_MIN 256
+#define CONF_LINE_MAX (INT64_C(64) << 20)
+#define CONF_CIRCUITS_MAX INT64_C(1000000000)
+#define CONF_CONNECTIONS_MAX INT64_C(1000000)
+#define CONF_OUTPUT_MIN (INT64_C(64) << 10)
+#define CONF_OUTPUT_MAX (INT64_C(1) << 30)
+#define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
+
+#define CBD_KEY(n, t, lo, hi, def, reload, help) \
+	{ CONF_SCOPE_CBD, #n, t, lo, hi, def, reload, offsetof(cbd_conf, n), -1, help }
+#define POLICY_KEY(n, k, lo, hi, def, help) \
+	{ CONF_SCOPE_POLICY, n, CONF_INT, lo, hi, def, true, 0, k, help }
+
+/* The key table: conf/cbd.conf and proto/PROTOCOL.md document every row
+ * (tests/cbd-config-test.c checks). */
+static const conf_key keys[] = {
+	CBD_KEY(socket, CONF_STRING, 0, 0, CONF_DEFAULT_SOCKET, false,
+	    "path of the Unix socket cbd listens on"),
+	CBD_KEY(socket_mode, CONF_OCTAL, 0, 0777, "0660", false,
+	    "permissions of the socket file (octal)"),
+	CBD_KEY(socket_group, CONF_STRING, 0, 0, "", false,
+	    "group owning the socket file (empty: cbd's group)"),
+	CBD_KEY(max_line_bytes, CONF_INT, CONF_LINE_MIN, CONF_LINE_MAX, "65536", true,
+	    "longest request line; longer ones get line_too_long"),
+	CBD_KEY(max_circuits, CONF_INT, 1, CONF_CIRCUITS_MAX, "1000000", true,
+	    "most circuits stored; past it new circuits get capacity"),
+	CBD_KEY(max_connections, CONF_INT, 1, CONF_CONNECTIONS_MAX, "1024", true,
+	    "most simultaneous client connections; extra ones are refused"),
+	CBD_KEY(max_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_OUTPUT_MAX, "8388608", true,
+	    "replies queued for a client that does not read before it is dropped"),
+	CBD_KEY(admin_users, CONF_USERS, 0, 0, "", true,
+	    "users (names or uids) allowed the admin ops set_state and delete"),
+	CBD_KEY(admin_groups, CONF_GROUPS, 0, 0, "", true,
+	    "groups (names or gids) whose members are admins"),
+	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true,
+	    "error, warning, info or debug"),
+	CBD_KEY(open_warning_interval, CONF_INT, 0, CONF_WARNING_INTERVAL_MAX, "60", true,
+	    "seconds between warnings listing open circuits (0: off)"),
+	POLICY_KEY("failure_threshold", PROTO_CTX_FAILURE_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
+	    "5", "failures in a chain that open a closed circuit"),
+	POLICY_KEY("success_threshold", PROTO_CTX_SUCCESS_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
+	    "2", "trial successes that close a half_open circuit"),
+	POLICY_KEY("break_ms", PROTO_CTX_BREAK_MS, CB_DURATION_MIN, CB_DURATION_MAX,
+	    "30000", "how long a circuit stays open before trial calls"),
+	POLICY_KEY("half_open_max", PROTO_CTX_HALF_OPEN_MAX, CB_COUNT_MIN, CB_COUNT_MAX,
+	    "1", "trial calls (slots) at once"),
+	POLICY_KEY("slot_ttl_ms", PROTO_CTX_SLOT_TTL_MS, CB_DURATION_MIN, CB_DURATION_MAX,
+	    "break_ms", "lifetime of a slot or permit"),
+	POLICY_KEY("max_gap_ms", PROTO_CTX_MAX_GAP_MS, CB_DURATION_MIN, CB_DURATION_MAX,
+	    "unset", "a failure later than this after the previous one starts a new chain"),
+};
+
+#define KEY_COUNT (sizeof keys / sizeof keys[0])
+
+size_t
+conf_key_count(void)
+{
+	return KEY_COUNT;
+}
+
+const conf_key *
+conf_key_at(size_t i)
+{
+	return i < KEY_COUNT ? &keys[i] : NULL;
+}
+
+const conf_key *
+conf_key_find(conf_scope scope, const char *name)
+{
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		if (keys[i].scope == scope && strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	}
+	return NULL;
+}
+
+/* The state of one load, handed to inih's callbacks. */
+typedef struct conf_loader {
+	cbd_conf *cfg;
+	const char *path;
+	FILE *file;
+	int line;               /* number of the line being handled */
+	bool at_line_start;
+	int error_line;         /* first error found by the handler, 0: none */
+	char error[CONF_ERROR_SIZE];
+	int users_line, groups_line; /* where admin_users / admin_groups were set */
+} conf_loader;
+
+/* Parse a whole decimal (or octal) integer. */
+static bool
+parse_int(const char *text, int base, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	while (isspace((unsigned char)*text))
+		text++;
+	if (*text == '\0')
+		return false;
+	errno = 0;
+	v = strtoll(text, &end, base);
+	if (errno != 0 || end == text)
+		return false;
+	while (isspace((unsigned char)*end))
+		end++;
+	if (*end != '\0')
+		return false;
+	*out = v;
+	return true;
+}
+
+/* Set a [cbd] key from text; on error fill why. */
+static bool
+set_cbd_key(cbd_conf *cfg, const conf_key *key, const char *value, char *why, size_t why_size)
+{
+	char *base = (char *)cfg + key->offset;
+	int64_t v;
+	log_level level;
+
+	switch (key->type) {
+	case CONF_INT:
+	case CONF_OCTAL:
+		if (!parse_int(value, key->type == CONF_OCTAL ? 8 : 10, &v) || v < key->min ||
+		    v > key->max) {
+			if (key->type == CONF_OCTAL)
+				snprintf(why, why_size, "must be an octal mode from 0 to 0%llo (got \"%s\")",
+				    (unsigned long long)key->max, value);
+			else
+				snprintf(why, why_size, "must be an integer from %lld to %lld (got \"%s\")",
+				    (long long)key->min, (long long)key->max, value);
+			return false;
+		}
+		*(int64_t *)(void *)base = v;
+		return true;
+	case CONF_LEVEL:
+		if (!log_level_parse(value, &level)) {
+			snprintf(why, why_size,
+			    "must be error, warning, info or debug (got \"%s\")", value);
+			return false;
+		}
+		*(int64_t *)(void *)base = level;
+		return true;
+	case CONF_STRING:
+	case CONF_USERS:
+	case CONF_GROUPS: {
+		char *copy = strdup(value);
+
+		if (copy == NULL) {
+			snprintf(why, why_size, "out of memory");
+			return false;
+		}
+		free(*(char **)(void *)base);
+		*(char **)(void *)base = copy;
+		return true;
+	}
+	}
+	snprintf(why, why_size, "unknown type");
+	return false;
+}
+
+/* Set a policy key of layer ctx from text. */
+static bool
+set_policy_key(proto_ctx *ctx, const conf_key *key, const char *value, char *why, size_t why_size)
+{
+	int64_t v;
+
+	if (!parse_int(value, 10, &v) || v < key->min || v > key->max) {
+		snprintf(why, why_size, "must be an integer from %lld to %lld (got \"%s\")",
+		    (long long)key->min, (long long)key->max, value);
+		return false;
+	}
+	proto_ctx_set(ctx, (proto_ctx_key)key->ctx_key, v);
+	return true;
+}
+
+/* The circuit section `name`, created on first use. */
+static conf_circuit *
+circuit_section(cbd_conf *cfg, const char *name)
+{
+	conf_circuit *c;
+	size_t len = strlen(name);
+
+	HASH_FIND(hh, cfg->circuits, name, len, c);
+	if (c != NULL)
+		return c;
+	c = calloc(1, sizeof *c + len + 1);
+	if (c == NULL)
+		return NULL;
+	memcpy(c->name, name, len + 1);
+	HASH_ADD_KEYPTR(hh, cfg->circuits, c->name, len, c);
+	return c;
+}
+
+/* Record the first error of a load; returns 0 for inih. */
+static int __attribute__((format(printf, 3, 4)))
+loader_fail(conf_loader *ld, const char *key, const char *fmt, ...)
+{
+	char why[CONF_ERROR_SIZE / 2];
+	va_list ap;
+	int n;
+
+	if (ld->error_line != 0)
+		return 0;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	ld->error_line = ld->line;
+	n = snprintf(ld->error, sizeof ld->error, "%s:%d: %s: %s", ld->path, ld->line, key, why);
+	if (n < 0 || (size_t)n >= sizeof ld->error)
+		ld->error[sizeof ld->error - 1] = '\0'; /* cut; still names file and line */
+	return 0;
+}
+
+/* Parse `circuit "NAME"` into name; false when the section is not one. */
+static bool
+circuit_section_name(const char *section, char *name, size_t size, const char **why)
+{
+	const char *open, *close;
+	size_t len;
+
+	*why = "section must be [cbd], [defaults] or [circuit \"NAME\"]";
+	if (strncmp(section, "circuit", 7) != 0)
+		return false;
+	open = strchr(section + 7, '"');
+	close = strrchr(section, '"');
+	if (open == NULL || close == NULL || close == open)
+		return false;
+	for (const char *p = section + 7; p < open; p++) {
+		if (!isspace((unsigned char)*p))
+			return false;
+	}
+	if (close[1] != '\0')
+		return false;
+	len = (size_t)(close - open - 1);
+	if (!proto_name_valid(open + 1, len, why) || len >= size)
+		return false;
+	memcpy(name, open + 1, len);
+	name[len] = '\0';
+	return true;
+}
+
+/* inih's handler: one name = value pair. */
+static int
+loader_handler(void *user, const char *section, const char *name, const char *value)
+{
+	conf_loader *ld = user;
+	cbd_conf *cfg = ld->cfg;
+	char why[CONF_ERROR_SIZE];
+	char circuit[CT_NAME_MAX + 1];
+	const conf_key *key;
+	proto_ctx *layer;
+	const char *bad;
+
+	if (ld->error_line != 0)
+		return 1; /* only the first error is reported */
+	if (strcmp(section, "cbd") == 0) {
+		key = conf_key_find(CONF_SCOPE_CBD, name);
+		if (key == NULL)
+			return loader_fail(ld, name, "unknown key in [cbd]");
+		if (!set_cbd_key(cfg, key, value, why, sizeof why))
+			return loader_fail(ld, name, "%s", why);
+		if (strcmp(name, "admin_users") == 0)
+			ld->users_line = ld->line;
+		else if (strcmp(name, "admin_groups") == 0)
+			ld->groups_line = ld->line;
+		return 1;
+	}
+	if (strcmp(section, "defaults") == 0) {
+		layer = &cfg->defaults;
+	} else if (circuit_section_name(section, circuit, sizeof circuit, &bad)) {
+		conf_circuit *c = circuit_section(cfg, circuit);
+
+		if (c == NULL)
+			return loader_fail(ld, name, "out of memory");
+		layer = &c->ctx;
+	} else {
+		return loader_fail(ld, name, "in [%s]: %s", section, bad);
+	}
+	key = conf_key_find(CONF_SCOPE_POLICY, name);
+	if (key == NULL)
+		return loader_fail(ld, name, "unknown key in [%s]", section);
+	if (!set_policy_key(layer, key, value, why, sizeof why))
+		return loader_fail(ld, name, "%s", why);
+	return 1;
+}
+
+/* inih's reader: fgets that counts lines. */
+static char *
+loader_reader(char *str, int num, void *stream)
+{
+	conf_loader *ld = stream;
+	char *line = fgets(str, num, ld->file);
+	size_t len;
+
+	if (line == NULL)
+		return NULL;
+	if (ld->at_line_start)
+		ld->line++;
+	len = strlen(line);
+	ld->at_line_start = len > 0 && line[len - 1] == '\n';
+	return line;
+}
+
+/* Append v to a growing array of ids. */
+static bool
+ids_append(void **array, size_t *count, size_t size, const void *v)
+{
+	char *grown = realloc(*array, (*count + 1) * size);
+
+	if (grown == NULL)
+		return false;
+	memcpy(grown + *count * size, v, size);
+	*array = grown;
+	(*count)++;
+	return true;
+}
+
+/* Split a list on commas and spaces, calling fn on each word. */
+static bool
+list_each(const char *list, bool (*fn)(conf_loader *, const char *), conf_loader *ld)
+{
+	char word[256];
+	const char *p = list;
+
+	while (*p != '\0') {
+		size_t n = 0;
+
+		while (*p == ',' || isspace((unsigned char)*p))
+			p++;
+		while (*p != '\0' && *p != ',' && !isspace((unsigned char)*p)) {
+			if (n + 1 < sizeof word)
+				word[n++] = *p;
+			p++;
+		}
+		if (n == 0)
+			continue;
+		word[n] = '\0';
+		if (!fn(ld, word))
+			return false;
+	}
+	return true;
+}
+
+/* Resolve one admin user (a name or a uid). */
+static bool
+admin_user_add(conf_loader *ld, const char *word)
+{
+	cbd_conf *cfg = ld->cfg;
+	struct passwd *pw = getpwnam(word);
+	int64_t id;
+	uid_t uid;
+
+	if (pw != NULL)
+		uid = pw->pw_uid;
+	else if (parse_int(word, 10, &id) && id >= 0 && id < INT64_C(4294967295))
+		uid = (uid_t)id;
+	else {
+		ld->line = ld->users_line;
+		loader_fail(ld, "admin_users", "no such user \"%s\"", word);
+		return false;
+	}
+	return ids_append((void **)&cfg->admin_uids, &cfg->admin_uid_count, sizeof uid, &uid);
+}
+
+/* Resolve one admin group (a name or a gid) and its listed members. */
+static bool
+admin_group_add(conf_loader *ld, const char *word)
+{
+	cbd_conf *cfg = ld->cfg;
+	struct group *gr = getgrnam(word);
+	int64_t id;
+	gid_t gid;
+
+	if (gr == NULL && parse_int(word, 10, &id) && id >= 0 && id < INT64_C(4294967295))
+		gr = getgrgid((gid_t)id);
+	if (gr == NULL) {
+		if (!parse_int(word, 10, &id) || id < 0 || id >= INT64_C(4294967295)) {
+			ld->line = ld->groups_line;
+			loader_fail(ld, "admin_groups", "no such group \"%s\"", word);
+			return false;
+		}
+		gid = (gid_t)id;
+		return ids_append((void **)&cfg->admin_gids, &cfg->admin_gid_count, sizeof gid, &gid);
+	}
+	gid = gr->gr_gid;
+	if (!ids_append((void **)&cfg->admin_gids, &cfg->admin_gid_count, sizeof gid, &gid))
+		return false;
+	for (char **m = gr->gr_mem; *m != NULL; m++) {
+		struct passwd *pw = getpwnam(*m);
+
+		if (pw != NULL && !ids_append((void **)&cfg->admin_uids, &cfg->admin_uid_count,
+		    sizeof pw->pw_uid, &pw->pw_uid))
+			return false;
+	}
+	return true;
+}
+
+bool
+conf_init_defaults(cbd_conf *cfg)
+{
+	char why[CONF_ERROR_SIZE];
+
+	memset(cfg, 0, sizeof *cfg);
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		if (keys[i].scope == CONF_SCOPE_CBD &&
+		    !set_cbd_key(cfg, &keys[i], keys[i].default_text, why, sizeof why)) {
+			conf_free(cfg);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool
+conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
+{
+	conf_loader ld = { .cfg = cfg, .path = path, .at_line_start = true };
+	int rc;
+
+	if (!conf_init_defaults(cfg)) {
+		snprintf(err, err_size, "%s: out of memory", path);
+		return false;
+	}
+	cfg->path = strdup(path);
+	ld.file = fopen(path, "r");
+	if (cfg->path == NULL || ld.file == NULL) {
+		snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+		conf_free(cfg);
+		return false;
+	}
+	rc = ini_parse_stream(loader_reader, &ld, loader_handler, &ld);
+	fclose(ld.file);
+	if (rc > 0 && (ld.error_line == 0 || rc < ld.error_line)) {
+		snprintf(err, err_size, "%s:%d: syntax error (expected [section] or key = value)",
+		    path, rc);
+		conf_free(cfg);
+		return false;
+	}
+	if (rc < 0) {
+		snprintf(err, err_size, "%s: cannot read: %s", path,
+		    rc == -2 ? "out of memory" : "I/O error");
+		conf_free(cfg);
+		return false;
+	}
+	if (ld.error_line == 0 && (!list_each(cfg->admin_users, admin_user_add, &ld) ||
+	    !list_each(cfg->admin_groups, admin_group_add, &ld)) && ld.error_line == 0)
+		loader_fail(&ld, "admin", "out of memory");
+	if (ld.error_line != 0) {
+		snprintf(err, err_size, "%s", ld.error);
+		conf_free(cfg);
+		return false;
+	}
+	return true;
+}
+
+void
+conf_free(cbd_conf *cfg)
+{
+	conf_circuit *c, *tmp;
+
+	free(cfg->path);
+	free(cfg->socket);
+	free(cfg->socket_group);
+	free(cfg->admin_users);
+	free(cfg->admin_groups);
+	free(cfg->admin_uids);
+	free(cfg->admin_gids);
+	HASH_ITER(hh, cfg->circuits, c, tmp) {
+		HASH_DEL(cfg->circuits, c);
+		free(c);
+	}
+	memset(cfg, 0, sizeof *cfg);
+}
+
+void
+conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *request, cb_policy *out)
+{
+	const proto_ctx *layers[3];
+	conf_circuit *c = NULL;
+
+	if (cfg->circuits != NULL)
+		HASH_FIND(hh, cfg->circuits, name, strlen(name), c);
+	layers[0] = request;
+	layers[1] = c != NULL ? &c->ctx : NULL;
+	layers[2] = &cfg->defaults;
+	proto_policy_resolve(layers, 3, out);
+}
+
+bool
+conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid)
+{
+	if (uid == 0 || uid == geteuid())
+		return true;
+	for (size_t i = 0; i < cfg->admin_uid_count; i++) {
+		if (cfg->admin_uids[i] == uid)
+			return true;
+	}
+	for (size_t i = 0; i < cfg->admin_gid_count; i++) {
+		if (cfg->admin_gids[i] == gid)
+			return true;
+	}
+	return false;
+}
+
+void
+conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
+{
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		const conf_key *key = &keys[i];
+		char *to = (char *)fresh + key->offset;
+		const char *from = (const char *)old + key->offset;
+
+		if (key->scope != CONF_SCOPE_CBD || key->reloadable)
+			continue;
+		switch (key->type) {
+		case CONF_INT:
+		case CONF_OCTAL:
+		case CONF_LEVEL:
+			if (*(int64_t *)(void *)to != *(const int64_t *)(const void *)from) {
+				log_warning("reload: %s cannot change without a restart; keeping %lld",
+				    key->name, (long long)*(const int64_t *)(const void *)from);
+				*(int64_t *)(void *)to = *(const int64_t *)(const void *)from;
+			}
+			break;
+		case CONF_STRING:
+		case CONF_USERS:
+		case CONF_GROUPS: {
+			char **t = (char **)(void *)to;
+			char *const *f = (char *const *)(const void *)from;
+			char *copy;
+
+			if (strcmp(*t, *f) == 0)
+				break;
+			log_warning("reload: %s cannot change without a restart; keeping \"%s\"",
+			    key->name, *f);
+			copy = strdup(*f);
+			if (copy == NULL)
+				fatal("out of memory");
+			free(*t);
+			*t = copy;
+			break;
+		}
+		}
+	}
+}

@@ -1,0 +1,101 @@
+/*
+ * conf.h — cbd's configuration: the key table, loading an INI file
+ * (libinih) into a cbd_conf, and the policy layers it adds to a ctx.
+ */
+#ifndef CBD_CONF_H
+#define CBD_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "breaker.h"
+#include "proto.h"
+
+/* The packaged default socket. */
+#define CONF_DEFAULT_SOCKET "/run/cbd/cbd.sock"
+/* Room for an error message naming file, line and key. */
+#define CONF_ERROR_SIZE 512
+
+typedef enum conf_type {
+	CONF_INT = 0, /* decimal integer within [min, max] */
+	CONF_OCTAL,   /* file mode, octal, within [min, max] */
+	CONF_STRING,  /* any text */
+	CONF_USERS,   /* comma- or space-separated user names or uids */
+	CONF_GROUPS,  /* comma- or space-separated group names or gids */
+	CONF_LEVEL,   /* a log level name */
+} conf_type;
+
+/* Where a key may appear. */
+typedef enum conf_scope {
+	CONF_SCOPE_CBD = 0, /* [cbd] */
+	CONF_SCOPE_POLICY,  /* [defaults] and [circuit "NAME"] */
+} conf_scope;
+
+/* One row of the key table. */
+typedef struct conf_key {
+	conf_scope scope;
+	const char *name;
+	conf_type type;
+	int64_t min;
+	int64_t max;
+	const char *default_text; /* as documented and as parsed when absent */
+	bool reloadable;          /* may SIGHUP change it? */
+	size_t offset;            /* CONF_SCOPE_CBD: member of cbd_conf */
+	int ctx_key;              /* CONF_SCOPE_POLICY: its proto_ctx_key */
+	const char *help;         /* one line for docs */
+} conf_key;
+
+/* A [circuit "NAME"] section. */
+typedef struct conf_circuit conf_circuit;
+
+typedef struct cbd_conf {
+	char *path; /* the file read, or NULL for built-in defaults */
+	char *socket;
+	int64_t socket_mode;
+	char *socket_group;
+	int64_t max_line_bytes;
+	int64_t max_circuits;
+	int64_t max_connections;
+	int64_t max_output_bytes;
+	char *admin_users;
+	char *admin_groups;
+	int64_t log_level;
+	int64_t open_warning_interval;
+	/* Resolved from admin_users, and from the members of admin_groups. */
+	uid_t *admin_uids;
+	size_t admin_uid_count;
+	gid_t *admin_gids;
+	size_t admin_gid_count;
+	proto_ctx defaults; /* [defaults] */
+	conf_circuit *circuits;
+} cbd_conf;
+
+/* The key table. */
+size_t conf_key_count(void);
+const conf_key *conf_key_at(size_t i);
+const conf_key *conf_key_find(conf_scope scope, const char *name);
+
+/* Built-in defaults only. False only when out of memory. */
+bool conf_init_defaults(cbd_conf *cfg);
+
+/* Load path into cfg (defaults for absent keys). On error, err holds
+ * "FILE:LINE: key: what is wrong" and cfg is left freed. */
+bool conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size);
+
+void conf_free(cbd_conf *cfg);
+
+/* Policy for a call on `name`: request ctx, then the circuit's section,
+ * then [defaults], then built-in defaults. */
+void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *request,
+    cb_policy *out);
+
+/* Keys SIGHUP may not change: keep old's value in fresh, warning when
+ * the file asked for another one. */
+void conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old);
+
+/* Is a peer with this uid/gid an admin (uid 0 and cbd's own uid included)? */
+bool conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid);
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * log.c — one line per event on stderr, level first; under systemd each
+ * line also carries the journal's <N> priority prefix.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static log_level current_level = LOG_LEVEL_INFO;
+
+/* Level names, and the syslog priorities journald reads from "<N>". */
+static const struct {
+	const char *name;
+	int priority;
+} levels[LOG_LEVEL_COUNT] = {
+	[LOG_LEVEL_ERROR] = { "error", 3 },
+	[LOG_LEVEL_WARNING] = { "warning", 4 },
+	[LOG_LEVEL_INFO] = { "info", 6 },
+	[LOG_LEVEL_DEBUG] = { "debug", 7 },
+};
+
+void
+log_set_level(log_level level)
+{
+	current_level = level;
+}
+
+log_level
+log_get_level(void)
+{
+	return current_level;
+}
+
+bool
+log_enabled(log_level level)
+{
+	return level <= current_level;
+}
+
+const char *
+log_level_name(log_level level)
+{
+	if ((unsigned)level >= LOG_LEVEL_COUNT)
+		return "unknown";
+	return levels[level].name;
+}
+
+bool
+log_level_parse(const char *text, log_level *out)
+{
+	for (int i = 0; i < LOG_LEVEL_COUNT; i++) {
+		if (strcmp(levels[i].name, text) == 0) {
+			*out = (log_level)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Format and write one line; shared by log_msg and fatal. */
+static void __attribute__((format(printf, 2, 0)))
+log_vwrite(log_level level, const char *fmt, va_list ap)
+{
+	char line[LOG_LINE_MAX];
+	size_t len = 0;
+	int n;
+
+	if (getenv("JOURNAL_STREAM") != NULL)
+		len = (size_t)snprintf(line, sizeof line, "<%d>", levels[level].priority);
+	n = snprintf(line + len, sizeof line - len, "%s: ", levels[level].name);
+	len += (size_t)n;
+	n = vsnprintf(line + len, sizeof line - len, fmt, ap);
+	if (n < 0)
+		n = 0;
+	len += (size_t)n;
+	if (len > sizeof line - 2)
+		len = sizeof line - 2;
+	/* One event, one line: no newline may split it. */
+	for (size_t i = 0; i < len; i++) {
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = ' ';
+	}
+	line[len++] = '\n';
+	/* Best effort: a log line that cannot be written is lost. */
+	if (write(STDERR_FILENO, line, len) < 0)
+		return;
+}
+
+void
+log_msg(log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!log_enabled(level))
+		return;
+	va_start(ap, fmt);
+	log_vwrite(level, fmt, ap);
+	va_end(ap);
+}
+
+void
+fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vwrite(LOG_LEVEL_ERROR, fmt, ap);
+	va_end(ap);
+	abort();
+}
+
+const char *
+log_quote(const char *name, char *buf, size_t size)
+{
+	size_t o = 0;
+
+	if (size < 3) {
+		if (size > 0)
+			buf[0] = '\0';
+		return buf;
+	}
+	buf[o++] = '"';
+	for (const char *p = name; *p != '\0' && o + 3 < size; p++) {
+		if (*p == '"' || *p == '\\')
+			buf[o++] = '\\';
+		buf[o++] = *p;
+	}
+	buf[o++] = '"';
+	buf[o] = '\0';
+	return buf;
+}

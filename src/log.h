@@ -1,0 +1,47 @@
+/*
+ * log.h — cbd's logging: one line per event on stderr, level first.
+ */
+#ifndef CBD_LOG_H
+#define CBD_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "circuit-table.h"
+
+typedef enum log_level {
+	LOG_LEVEL_ERROR = 0,
+	LOG_LEVEL_WARNING,
+	LOG_LEVEL_INFO,
+	LOG_LEVEL_DEBUG,
+} log_level;
+
+#define LOG_LEVEL_COUNT 4
+/* Longest log line; longer ones are cut. */
+#define LOG_LINE_MAX 4096
+/* Room for a quoted circuit name: every byte escaped, two quotes, NUL. */
+#define LOG_QUOTE_SIZE (2 * CT_NAME_MAX + 3)
+
+void log_set_level(log_level level);
+log_level log_get_level(void);
+bool log_enabled(log_level level);
+
+/* Wire/config name of a level ("info"); parse one back. */
+const char *log_level_name(log_level level);
+bool log_level_parse(const char *text, log_level *out);
+
+/* Write "LEVEL: message" as one line to stderr (one write). */
+void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warning(...) log_msg(LOG_LEVEL_WARNING, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
+
+/* A broken invariant: log it and abort. */
+void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* name in double quotes with '"' and '\\' escaped, into buf. Returns buf. */
+const char *log_quote(const char *name, char *buf, size_t size);
+
+#endif

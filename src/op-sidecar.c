@@ -1,0 +1,92 @@
+/*
+ * op-sidecar.c — the sidecar ops of protocol v1: allow ("may I call?")
+ * and record ("how did it go?", giving back allow's permit).
+ */
+#include <string.h>
+
+#include "op.h"
+#include "server.h"
+
+bool
+op_allow(op_call *call)
+{
+	ct_allow allow;
+	ct_change change;
+	json_t *r = call->reply;
+
+	if (!op_status(call, circuit_table_allow(srv.table, call->name, &call->policy, call->now,
+	        &call->client->owner, &allow, &change)))
+		return false;
+	op_log_change(call->name, &change);
+	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
+	    json_object_set_new(r, "state", json_string(breaker_state_name(allow.state))) != 0 ||
+	    (allow.has_permit &&
+	        (json_object_set_new(r, "permit", json_string(allow.permit.token)) != 0 ||
+	            json_object_set_new(r, "expires_at", json_integer(allow.permit.expires_at)) != 0)) ||
+	    (!allow.allowed &&
+	        json_object_set_new(r, "retry_after_ms", json_integer(allow.retry_after_ms)) != 0))
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+/* The outcomes of record. */
+typedef enum record_outcome {
+	RECORD_SUCCESS,
+	RECORD_FAILURE,
+	RECORD_IGNORE,
+} record_outcome;
+
+static const char *const outcome_names[] = {
+	[RECORD_SUCCESS] = "success",
+	[RECORD_FAILURE] = "failure",
+	[RECORD_IGNORE] = "ignore",
+};
+
+bool
+op_record(op_call *call)
+{
+	const char *outcome, *permit;
+	size_t len;
+	int which = -1;
+	cb_snapshot snap;
+	ct_change change = { .reason = CB_REASON_NONE };
+	ct_status status = CT_OK;
+	json_t *obj;
+
+	if (!proto_get_text(call->request, "outcome", true, &outcome, &len, &call->err) ||
+	    !proto_get_text(call->request, "permit", false, &permit, NULL, &call->err))
+		return false;
+	for (int i = 0; i < (int)(sizeof outcome_names / sizeof outcome_names[0]); i++) {
+		if (strcmp(outcome, outcome_names[i]) == 0)
+			which = i;
+	}
+	if (which < 0)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST,
+		    "outcome must be \"success\", \"failure\" or \"ignore\"");
+	switch ((record_outcome)which) {
+	case RECORD_SUCCESS:
+		status = circuit_table_record_success(srv.table, call->name, &call->policy,
+		    call->now, &snap, &change);
+		break;
+	case RECORD_FAILURE:
+		status = circuit_table_record_failure(srv.table, call->name, &call->policy,
+		    call->now, &snap, &change);
+		break;
+	case RECORD_IGNORE:
+		circuit_table_get(srv.table, call->name, &snap);
+		break;
+	}
+	op_log_change(call->name, &change);
+	/* The permit goes back whatever became of the outcome. */
+	if (permit != NULL)
+		circuit_table_release_slot(srv.table, call->name, permit, call->now);
+	if (!op_status(call, status))
+		return false;
+	if (permit != NULL)
+		circuit_table_get(srv.table, call->name, &snap);
+	obj = proto_snapshot_to_json(call->name, &snap,
+	    breaker_retry_after_ms(&snap, &call->policy, call->now));
+	if (obj == NULL || json_object_set_new(call->reply, "snapshot", obj) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}

@@ -1,0 +1,80 @@
+/*
+ * op.h — the op table of protocol v1 and the dispatcher: one request line
+ * in, one reply appended to the connection's output.
+ */
+#ifndef CBD_OP_H
+#define CBD_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "breaker.h"
+#include "circuit-table.h"
+#include "proto.h"
+#include "server-client.h"
+
+/* Op flags. */
+#define OP_ADMIN 0x1u /* only for admin peers */
+#define OP_WRITE 0x2u /* may store state, so may answer capacity */
+#define OP_NAME 0x4u  /* needs a valid "name" */
+#define OP_CTX 0x8u   /* reads ctx: policy and now resolved before the handler */
+
+/* One request being answered; filled by generic validation. */
+typedef struct op_call {
+	server_client *client;
+	const json_t *request;
+	const char *name; /* OP_NAME */
+	proto_ctx ctx;    /* OP_CTX: the request's ctx */
+	cb_policy policy; /* OP_CTX: resolved for name */
+	int64_t now;      /* OP_CTX: ctx.now or the clock */
+	json_t *reply;    /* the ok reply; handlers add their result members */
+	proto_error err;  /* set when a handler returns false */
+} op_call;
+
+typedef bool (*op_fn)(op_call *call);
+
+/* A row of the op table. */
+typedef struct op_entry {
+	const char *name;
+	op_fn handler;
+	unsigned flags;
+	const char *const *required; /* members that must be present, NULL-ended */
+} op_entry;
+
+/* The table, for stats and docs. */
+size_t op_count(void);
+const op_entry *op_at(size_t i);
+const char *const *op_names(void);
+
+/* Answer one request line (no LF, no CR) from c. */
+void op_dispatch(server_client *c, const char *line, size_t len);
+
+/* Answer an error that has no request (line_too_long, refusal). */
+void op_reply_error(server_client *c, proto_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Log a transition at info: circuit, old -> new, why; counts it. */
+void op_log_change(const char *name, const ct_change *change);
+
+/* Map a table status to an error; true when CT_OK. */
+bool op_status(op_call *call, ct_status status);
+
+/* Handlers (op-store.c, op-sidecar.c, op-admin.c). */
+bool op_hello(op_call *call);
+bool op_get(op_call *call);
+bool op_record_success(op_call *call);
+bool op_record_failure(op_call *call);
+bool op_cas(op_call *call);
+bool op_set_state(op_call *call);
+bool op_acquire_slot(op_call *call);
+bool op_release_slot(op_call *call);
+bool op_delete(op_call *call);
+bool op_allow(op_call *call);
+bool op_record(op_call *call);
+bool op_list(op_call *call);
+bool op_stats(op_call *call);
+
+#endif

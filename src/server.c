@@ -1,0 +1,621 @@
+/*
+ * server.c — the server: the listening Unix socket (or one inherited from
+ * systemd), accept with peer credentials and max_connections, the
+ * connection lists, signals (SIGTERM/SIGINT stop, SIGHUP reloads), the
+ * open-circuits warning and sd_notify.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "log.h"
+#include "op.h"
+#include "server.h"
+#include "stats.h"
+
+/* Spare descriptors beyond max_connections (listener, logs, libevent). */
+#define SERVER_SPARE_FDS 32
+/* Pending connections the kernel may queue for accept. */
+#define SERVER_BACKLOG 1024
+
+server srv = { .listen_fd = -1 };
+
+static const char *const state_names[] = {
+	[SERVER_STARTING] = "starting",
+	[SERVER_RUNNING] = "running",
+	[SERVER_RELOADING] = "reloading",
+	[SERVER_STOPPING] = "stopping",
+};
+
+void
+server_set_state(server_state state)
+{
+	if (srv.state == state)
+		return;
+	log_debug("server: %s -> %s", state_names[srv.state], state_names[state]);
+	srv.state = state;
+}
+
+void
+server_notify(const char *state)
+{
+#ifdef HAVE_SYSTEMD
+	sd_notify(0, state);
+#else
+	(void)state;
+#endif
+}
+
+bool
+server_client_is_admin(const server_client *c)
+{
+	return conf_is_admin(&srv.conf, c->uid, c->gid);
+}
+
+/* Unlink c from the list at *head. */
+static void
+list_remove(server_client **head, server_client *c)
+{
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		*head = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+}
+
+/* Push c on the list at *head. */
+static void
+list_push(server_client **head, server_client *c)
+{
+	c->prev = NULL;
+	c->next = *head;
+	if (*head != NULL)
+		(*head)->prev = c;
+	*head = c;
+}
+
+void
+server_add_client(server_client *c)
+{
+	c->id = ++srv.next_client_id;
+	list_push(&srv.clients, c);
+	stats.connections_current++;
+	stats.connections_total++;
+}
+
+void
+server_client_dead(server_client *c)
+{
+	list_remove(&srv.clients, c);
+	list_push(&srv.dead, c);
+	stats.connections_current--;
+	event_active(srv.reap_ev, EV_TIMEOUT, 0);
+}
+
+/* Free closed connections, outside their own callbacks. */
+static void
+server_reap(evutil_socket_t fd, short what, void *arg)
+{
+	while (srv.dead != NULL) {
+		server_client *c = srv.dead;
+
+		list_remove(&srv.dead, c);
+		server_client_free(c);
+	}
+	if (srv.state == SERVER_STOPPING && srv.clients == NULL)
+		event_base_loopexit(srv.base, NULL);
+}
+
+/* Refuse a connection past max_connections: one error line, then close. */
+static void
+server_refuse(int fd)
+{
+	proto_error err;
+	json_t *reply;
+	char *text;
+
+	stats_limit_hit(STATS_LIMIT_CONNECTIONS);
+	stats.errors[PROTO_CAPACITY]++;
+	proto_fail(&err, PROTO_CAPACITY, "max_connections (%lld) reached: connection refused",
+	    (long long)srv.conf.max_connections);
+	reply = proto_reply_error(NULL, &err);
+	text = reply != NULL ? json_dumps(reply, JSON_COMPACT) : NULL;
+	if (text != NULL) {
+		size_t len = strlen(text);
+
+		text[len] = '\n'; /* replaces the NUL; written by length */
+		if (write(fd, text, len + 1) < 0)
+			log_debug("refused connection: %s", strerror(errno));
+	}
+	free(text);
+	json_decref(reply);
+	close(fd);
+	log_debug("connection refused: max_connections (%lld) reached",
+	    (long long)srv.conf.max_connections);
+}
+
+static void
+server_accept(evutil_socket_t lfd, short what, void *arg)
+{
+	for (int i = 0; i < SERVER_ACCEPT_BATCH; i++) {
+		struct ucred cred;
+		socklen_t len = sizeof cred;
+		server_client *c;
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			log_warning("accept: %s; pausing for %d ms", strerror(errno),
+			    SERVER_ACCEPT_PAUSE_MS);
+			event_del(srv.listen_ev);
+			struct timeval tv = { 0, SERVER_ACCEPT_PAUSE_MS * 1000 };
+			evtimer_add(srv.accept_pause_ev, &tv);
+			return;
+		}
+		if (stats.connections_current >= (uint64_t)srv.conf.max_connections) {
+			server_refuse(fd);
+			continue;
+		}
+		c = server_client_new(fd);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+			c->pid = cred.pid;
+			c->uid = cred.uid;
+			c->gid = cred.gid;
+		} else {
+			/* Unknown peer: never an admin. */
+			c->uid = (uid_t)-1;
+			c->gid = (gid_t)-1;
+		}
+		server_add_client(c);
+		log_debug("connection %llu: accepted (pid %ld, uid %ld, gid %ld)",
+		    (unsigned long long)c->id, (long)c->pid, (long)c->uid, (long)c->gid);
+	}
+}
+
+/* Accept again after a pause for lack of descriptors. */
+static void
+server_accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+	if (srv.listen_fd >= 0)
+		event_add(srv.listen_ev, NULL);
+}
+
+/* Is something listening on path? Removes a stale socket file. */
+static bool
+socket_path_free(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st) != 0) {
+		if (errno == ENOENT)
+			return true;
+		log_error("cannot use socket %s: %s", path, strerror(errno));
+		return false;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		log_error("%s exists and is not a socket; refusing to replace it", path);
+		return false;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_error("socket: %s", strerror(errno));
+		return false;
+	}
+	memcpy(sa.sun_path, path, strlen(path));
+	rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+	close(fd);
+	if (rc == 0 || errno == EAGAIN) {
+		log_error("another cbd is already listening on %s; refusing to start "
+		          "(stop it first, or use another socket with -s)", path);
+		return false;
+	}
+	if (errno != ECONNREFUSED && errno != ENOENT) {
+		log_error("cannot check socket %s: %s", path, strerror(errno));
+		return false;
+	}
+	if (unlink(path) != 0 && errno != ENOENT) {
+		log_error("cannot remove stale socket %s: %s", path, strerror(errno));
+		return false;
+	}
+	log_info("removed stale socket %s", path);
+	return true;
+}
+
+/* Bind and listen on srv.socket_path with the configured mode and group. */
+static bool
+socket_listen(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = srv.socket_path;
+	mode_t old_mask;
+	int fd, rc;
+
+	if (strlen(path) >= sizeof sa.sun_path) {
+		log_error("socket path %s is too long (at most %zu bytes)", path,
+		    sizeof sa.sun_path - 1);
+		return false;
+	}
+	if (!socket_path_free(path))
+		return false;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_error("socket: %s", strerror(errno));
+		return false;
+	}
+	/* Nobody may connect before the mode below is set. */
+	old_mask = umask(0177);
+	rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+	umask(old_mask);
+	if (rc != 0) {
+		log_error("cannot bind %s: %s%s", path, strerror(errno),
+		    errno == ENOENT ? " (does its directory exist? use -s PATH)" : "");
+		close(fd);
+		return false;
+	}
+	srv.socket_created = true;
+	if (chmod(path, (mode_t)srv.conf.socket_mode) != 0) {
+		log_error("cannot chmod %s: %s", path, strerror(errno));
+		close(fd);
+		return false;
+	}
+	if (srv.conf.socket_group[0] != '\0') {
+		struct group *gr = getgrnam(srv.conf.socket_group);
+		char *end;
+		long gid;
+
+		if (gr != NULL)
+			gid = (long)gr->gr_gid;
+		else {
+			gid = strtol(srv.conf.socket_group, &end, 10);
+			if (*end != '\0' || gid < 0) {
+				log_error("socket_group: no such group \"%s\"", srv.conf.socket_group);
+				close(fd);
+				return false;
+			}
+		}
+		if (chown(path, (uid_t)-1, (gid_t)gid) != 0) {
+			log_error("cannot give %s to group %s: %s", path, srv.conf.socket_group,
+			    strerror(errno));
+			close(fd);
+			return false;
+		}
+	}
+	if (listen(fd, SERVER_BACKLOG) != 0) {
+		log_error("listen on %s: %s", path, strerror(errno));
+		close(fd);
+		return false;
+	}
+	srv.listen_fd = fd;
+	return true;
+}
+
+/* Use a socket passed by systemd; true with listen_fd set when there is
+ * one, true with listen_fd -1 when there is none. */
+static bool
+socket_inherit(void)
+{
+#ifdef HAVE_SYSTEMD
+	int n = sd_listen_fds(1);
+
+	if (n < 0) {
+		log_error("socket activation: %s", strerror(-n));
+		return false;
+	}
+	if (n == 0)
+		return true;
+	if (n > 1) {
+		log_error("socket activation passed %d sockets; cbd takes exactly one", n);
+		return false;
+	}
+	if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0) {
+		log_error("socket activation: the inherited socket is not a listening Unix "
+		          "stream socket");
+		return false;
+	}
+	srv.listen_fd = SD_LISTEN_FDS_START;
+	srv.socket_inherited = true;
+	fcntl(srv.listen_fd, F_SETFL, fcntl(srv.listen_fd, F_GETFL) | O_NONBLOCK);
+	fcntl(srv.listen_fd, F_SETFD, FD_CLOEXEC);
+	struct sockaddr_un sa;
+	socklen_t len = sizeof sa;
+
+	if (getsockname(srv.listen_fd, (struct sockaddr *)&sa, &len) == 0 &&
+	    len > offsetof(struct sockaddr_un, sun_path) && sa.sun_path[0] != '\0') {
+		free(srv.socket_path);
+		srv.socket_path = strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
+		if (srv.socket_path == NULL)
+			fatal("out of memory");
+	}
+#endif
+	return true;
+}
+
+/* Make room for max_connections descriptors if the hard limit allows. */
+static void
+raise_fd_limit(void)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)srv.conf.max_connections + SERVER_SPARE_FDS;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
+		log_warning("max_connections %lld exceeds the descriptor limit %llu",
+		    (long long)srv.conf.max_connections, (unsigned long long)rl.rlim_cur);
+}
+
+/* What the open-circuits warning collects. */
+typedef struct open_walk {
+	char text[LOG_LINE_MAX / 2];
+	size_t len;
+	uint64_t count;
+} open_walk;
+
+static void
+open_visit(const char *name, const cb_snapshot *snap, void *arg)
+{
+	open_walk *w = arg;
+	char quoted[LOG_QUOTE_SIZE];
+
+	if (snap->state != CB_STATE_OPEN)
+		return;
+	if (w->count++ < SERVER_WARN_NAMES_MAX) {
+		int n = snprintf(w->text + w->len, sizeof w->text - w->len, "%s%s",
+		    w->len > 0 ? ", " : "", log_quote(name, quoted, sizeof quoted));
+
+		if (n > 0 && (size_t)n < sizeof w->text - w->len)
+			w->len += (size_t)n;
+	}
+}
+
+/* Every open_warning_interval seconds: which circuits are still open. */
+static void
+server_warn_open(evutil_socket_t fd, short what, void *arg)
+{
+	open_walk w = { .len = 0 };
+
+	circuit_table_foreach(srv.table, open_visit, &w);
+	if (w.count == 0)
+		return;
+	if (w.count > SERVER_WARN_NAMES_MAX)
+		log_warning("%llu circuits still open: %s and %llu more",
+		    (unsigned long long)w.count, w.text,
+		    (unsigned long long)(w.count - SERVER_WARN_NAMES_MAX));
+	else
+		log_warning("%llu circuit%s still open: %s", (unsigned long long)w.count,
+		    w.count == 1 ? "" : "s", w.text);
+}
+
+/* (Re)start the open-circuits warning timer from the config. */
+static void
+warn_schedule(void)
+{
+	struct timeval tv = { (time_t)srv.conf.open_warning_interval, 0 };
+
+	event_del(srv.warn_ev);
+	if (srv.conf.open_warning_interval > 0 && srv.state != SERVER_STOPPING)
+		event_add(srv.warn_ev, &tv);
+}
+
+/* Apply what the config controls at run time. */
+static void
+conf_apply(void)
+{
+	circuit_table_set_max_circuits(srv.table, (uint64_t)srv.conf.max_circuits);
+	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
+	warn_schedule();
+}
+
+/* SIGHUP: re-read the config; a bad one is reported and the old kept. */
+static void
+server_reload(void)
+{
+	char err[CONF_ERROR_SIZE], msg[64];
+	struct timespec ts;
+	cbd_conf fresh;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	snprintf(msg, sizeof msg, "RELOADING=1\nMONOTONIC_USEC=%llu",
+	    (unsigned long long)ts.tv_sec * 1000000 + (unsigned long long)ts.tv_nsec / 1000);
+	server_notify(msg);
+	server_set_state(SERVER_RELOADING);
+	if (srv.conf_path == NULL) {
+		log_info("reload: no configuration file (built-in defaults); nothing to do");
+	} else if (!conf_load(srv.conf_path, &fresh, err, sizeof err)) {
+		stats.reload_failures++;
+		log_error("reload failed, keeping the old configuration: %s", err);
+	} else {
+		conf_keep_fixed(&fresh, &srv.conf);
+		conf_free(&srv.conf);
+		srv.conf = fresh;
+		conf_apply();
+		stats.reloads++;
+		log_info("configuration reloaded from %s", srv.conf_path);
+	}
+	server_set_state(SERVER_RUNNING);
+	server_notify("READY=1");
+}
+
+/* Close every connection still flushing when the drain time is up. */
+static void
+server_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+	while (srv.clients != NULL)
+		server_client_close(srv.clients, "shutdown: replies not read in time");
+}
+
+/* SIGTERM/SIGINT: stop accepting, flush replies, remove the socket. */
+static void
+server_shutdown(const char *why)
+{
+	struct timeval tv = { SERVER_DRAIN_MS / 1000, (SERVER_DRAIN_MS % 1000) * 1000 };
+	server_client *c, *next;
+
+	if (srv.state == SERVER_STOPPING)
+		return;
+	server_set_state(SERVER_STOPPING);
+	server_notify("STOPPING=1");
+	log_info("stopping (%s)", why);
+	event_del(srv.listen_ev);
+	event_del(srv.accept_pause_ev);
+	event_del(srv.warn_ev);
+	if (srv.listen_fd >= 0)
+		close(srv.listen_fd);
+	srv.listen_fd = -1;
+	if (srv.socket_created && unlink(srv.socket_path) != 0)
+		log_warning("cannot remove %s: %s", srv.socket_path, strerror(errno));
+	for (c = srv.clients; c != NULL; c = next) {
+		next = c->next;
+		server_client_drain(c);
+	}
+	evtimer_add(srv.drain_ev, &tv);
+	event_active(srv.reap_ev, EV_TIMEOUT, 0);
+}
+
+static void
+server_signal(evutil_socket_t sig, short what, void *arg)
+{
+	switch (sig) {
+	case SIGHUP:
+		if (srv.state == SERVER_RUNNING)
+			server_reload();
+		break;
+	case SIGTERM:
+		server_shutdown("SIGTERM");
+		break;
+	case SIGINT:
+		server_shutdown("SIGINT");
+		break;
+	}
+}
+
+/* A random 64-bit id so slot tokens differ across restarts. */
+static uint64_t
+random_instance_id(void)
+{
+	uint64_t id;
+
+	if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+		fatal("getrandom: %s", strerror(errno));
+	return id;
+}
+
+bool
+server_start(void)
+{
+	static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
+
+	stats_init();
+	signal(SIGPIPE, SIG_IGN);
+	srv.base = event_base_new();
+	if (srv.base == NULL || event_base_priority_init(srv.base, 2) != 0)
+		fatal("cannot create the event loop");
+	srv.table = circuit_table_new((uint64_t)srv.conf.max_circuits, random_instance_id());
+	if (srv.table == NULL)
+		fatal("out of memory");
+	srv.socket_path = strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
+	if (srv.socket_path == NULL)
+		fatal("out of memory");
+	raise_fd_limit();
+	/* Signals first, at the higher priority: a SIGTERM seen together with
+	 * input is handled before the input (which then gets shutting_down). */
+	for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+		srv.signal_ev[i] = evsignal_new(srv.base, signals[i], server_signal, NULL);
+		if (srv.signal_ev[i] == NULL || event_priority_set(srv.signal_ev[i], 0) != 0 ||
+		    event_add(srv.signal_ev[i], NULL) != 0)
+			fatal("cannot handle signal %d", signals[i]);
+	}
+	srv.reap_ev = event_new(srv.base, -1, 0, server_reap, NULL);
+	srv.warn_ev = event_new(srv.base, -1, EV_PERSIST, server_warn_open, NULL);
+	srv.drain_ev = evtimer_new(srv.base, server_drain_timeout, NULL);
+	srv.accept_pause_ev = evtimer_new(srv.base, server_accept_resume, NULL);
+	if (srv.reap_ev == NULL || srv.warn_ev == NULL || srv.drain_ev == NULL ||
+	    srv.accept_pause_ev == NULL)
+		fatal("out of memory");
+	if (!socket_inherit())
+		return false;
+	if (!srv.socket_inherited && !socket_listen())
+		return false;
+	srv.listen_ev = event_new(srv.base, srv.listen_fd, EV_READ | EV_PERSIST, server_accept, NULL);
+	if (srv.listen_ev == NULL || event_add(srv.listen_ev, NULL) != 0)
+		fatal("cannot watch the listening socket");
+	server_set_state(SERVER_RUNNING);
+	conf_apply();
+	log_info("cbd %s listening on %s%s (max_circuits %lld, max_connections %lld)",
+	    PACKAGE_VERSION, srv.socket_path, srv.socket_inherited ? " (socket activation)" : "",
+	    (long long)srv.conf.max_circuits, (long long)srv.conf.max_connections);
+	server_notify("READY=1");
+	return true;
+}
+
+int
+server_loop(void)
+{
+	event_base_dispatch(srv.base);
+	log_info("stopped");
+	return srv.exit_code;
+}
+
+void
+server_free(void)
+{
+	while (srv.clients != NULL)
+		server_client_close(srv.clients, "exit");
+	while (srv.dead != NULL) {
+		server_client *c = srv.dead;
+
+		list_remove(&srv.dead, c);
+		server_client_free(c);
+	}
+	if (srv.listen_fd >= 0) {
+		close(srv.listen_fd);
+		if (srv.socket_created)
+			unlink(srv.socket_path);
+	}
+	for (size_t i = 0; i < sizeof srv.signal_ev / sizeof srv.signal_ev[0]; i++) {
+		if (srv.signal_ev[i] != NULL)
+			event_free(srv.signal_ev[i]);
+	}
+	if (srv.listen_ev != NULL)
+		event_free(srv.listen_ev);
+	if (srv.accept_pause_ev != NULL)
+		event_free(srv.accept_pause_ev);
+	if (srv.reap_ev != NULL)
+		event_free(srv.reap_ev);
+	if (srv.warn_ev != NULL)
+		event_free(srv.warn_ev);
+	if (srv.drain_ev != NULL)
+		event_free(srv.drain_ev);
+	if (srv.base != NULL)
+		event_base_free(srv.base);
+	circuit_table_free(srv.table);
+	conf_free(&srv.conf);
+	free(srv.socket_path);
+	srv = (server){ .listen_fd = -1 };
+}

@@ -1,0 +1,80 @@
+/*
+ * server.h — the server: listening socket (or an inherited one), accept,
+ * peer credentials, the connection list, signals, reload and shutdown.
+ */
+#ifndef CBD_SERVER_H
+#define CBD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "circuit-table.h"
+#include "conf.h"
+#include "server-client.h"
+
+/* Wait for clients to read their last replies at shutdown, at most. */
+#define SERVER_DRAIN_MS 5000
+/* Connections accepted per wakeup of the listener. */
+#define SERVER_ACCEPT_BATCH 64
+/* Pause accepting this long when out of file descriptors. */
+#define SERVER_ACCEPT_PAUSE_MS 100
+/* Most circuit names listed in one open-circuits warning. */
+#define SERVER_WARN_NAMES_MAX 20
+
+/* The server's life, changed only by server_set_state(). */
+typedef enum server_state {
+	SERVER_STARTING = 0,
+	SERVER_RUNNING,
+	SERVER_RELOADING,
+	SERVER_STOPPING,
+} server_state;
+
+typedef struct server {
+	server_state state;
+	struct event_base *base;
+	cbd_conf conf;
+	const char *conf_path;     /* NULL: built-in defaults */
+	const char *socket_override; /* -s */
+	bool verbose;                /* -v: log_level debug whatever the file says */
+	circuit_table *table;
+	int listen_fd;
+	bool socket_created;         /* we bound the path, so we unlink it */
+	bool socket_inherited;       /* socket activation */
+	char *socket_path;
+	struct event *listen_ev;
+	struct event *accept_pause_ev;
+	struct event *signal_ev[3];
+	struct event *reap_ev;
+	struct event *warn_ev;
+	struct event *drain_ev;
+	server_client *clients; /* live connections */
+	server_client *dead;    /* closed, waiting to be freed */
+	uint64_t next_client_id;
+	int exit_code;
+} server;
+
+/* The one server of this process (cbd is single-threaded). */
+extern server srv;
+
+/* Set up everything up to listening; false (logged) on failure. */
+bool server_start(void);
+/* Run the event loop until shutdown; returns the exit code. */
+int server_loop(void);
+/* Free everything. */
+void server_free(void);
+
+void server_set_state(server_state state);
+
+/* Admin by SO_PEERCRED and the config. */
+bool server_client_is_admin(const server_client *c);
+
+/* Link / unlink a connection; mark one dead (reaped later). */
+void server_add_client(server_client *c);
+void server_client_dead(server_client *c);
+
+/* Tell systemd (when built with it and NOTIFY_SOCKET is set). */
+void server_notify(const char *state);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * stats.c — cbd's counters and their JSON form for the stats op.
+ */
+#include <time.h>
+
+#include "stats.h"
+
+cbd_stats stats;
+
+static const char *const limit_names[STATS_LIMIT_COUNT] = {
+	[STATS_LIMIT_LINE] = "max_line_bytes",
+	[STATS_LIMIT_CONNECTIONS] = "max_connections",
+	[STATS_LIMIT_OUTPUT] = "max_output_bytes",
+	[STATS_LIMIT_LIST] = "list_truncated",
+};
+
+int64_t
+stats_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t
+stats_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void
+stats_init(void)
+{
+	stats = (cbd_stats){ 0 };
+	stats.started_at = stats_now_ms();
+	stats.started_mono = stats_mono_ms();
+}
+
+void
+stats_limit_hit(stats_limit limit)
+{
+	stats.limits[limit]++;
+}
+
+/* obj[key] = v; false when out of memory. */
+static bool
+set_uint(json_t *obj, const char *key, uint64_t v)
+{
+	return json_object_set_new(obj, key, json_integer((json_int_t)v)) == 0;
+}
+
+bool
+stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
+    const circuit_table *table)
+{
+	json_t *conns = json_object(), *ops = json_object(), *errors = json_object();
+	json_t *limits = json_object();
+	ct_stats ct;
+	bool ok = conns != NULL && ops != NULL && errors != NULL && limits != NULL;
+
+	circuit_table_stats(table, &ct);
+	ok = ok && set_uint(conns, "current", stats.connections_current) &&
+	    set_uint(conns, "total", stats.connections_total);
+	for (size_t i = 0; ok && i < op_count; i++) {
+		json_t *op = json_pack("{s:I, s:I}", "requests", (json_int_t)stats.op_requests[i],
+		    "errors", (json_int_t)stats.op_errors[i]);
+
+		ok = op != NULL && json_object_set_new(ops, op_names[i], op) == 0;
+	}
+	for (int c = PROTO_PARSE_ERROR; ok && c < PROTO_CODE_COUNT; c++)
+		ok = set_uint(errors, proto_code_name((proto_code)c), stats.errors[c]);
+	for (int l = 0; ok && l < STATS_LIMIT_COUNT; l++)
+		ok = set_uint(limits, limit_names[l], stats.limits[l]);
+	ok = ok && set_uint(limits, "max_circuits", ct.capacity_refusals);
+	if (!ok) {
+		json_decref(conns);
+		json_decref(ops);
+		json_decref(errors);
+		json_decref(limits);
+		return false;
+	}
+	return json_object_set_new(reply, "uptime_ms",
+	           json_integer(stats_mono_ms() - stats.started_mono)) == 0 &&
+	    json_object_set_new(reply, "started_at", json_integer(stats.started_at)) == 0 &&
+	    json_object_set_new(reply, "connections", conns) == 0 &&
+	    set_uint(reply, "circuits", ct.circuits) &&
+	    set_uint(reply, "slots", ct.slots) &&
+	    set_uint(reply, "slots_expired", ct.slots_expired) &&
+	    set_uint(reply, "requests", stats.requests) &&
+	    set_uint(reply, "transitions", stats.transitions) &&
+	    set_uint(reply, "reloads", stats.reloads) &&
+	    set_uint(reply, "reload_failures", stats.reload_failures) &&
+	    json_object_set_new(reply, "ops", ops) == 0 &&
+	    json_object_set_new(reply, "errors", errors) == 0 &&
+	    json_object_set_new(reply, "limits", limits) == 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * stats.h — cbd's counters: connections, requests and errors by op and
+ * by code, and one counter per limit hit. Reported by the stats op.
+ */
+#ifndef CBD_STATS_H
+#define CBD_STATS_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "circuit-table.h"
+#include "proto.h"
+
+/* Most ops the table may hold (checked when the table is built). */
+#define STATS_OP_MAX 32
+
+/* The named limits; each hit counts once. */
+typedef enum stats_limit {
+	STATS_LIMIT_LINE = 0,    /* max_line_bytes: line_too_long */
+	STATS_LIMIT_CONNECTIONS, /* max_connections: a client refused */
+	STATS_LIMIT_OUTPUT,      /* max_output_bytes: a client dropped */
+	STATS_LIMIT_LIST,        /* a list reply cut to fit max_output_bytes */
+	STATS_LIMIT_COUNT,
+} stats_limit;
+
+typedef struct cbd_stats {
+	int64_t started_at;   /* ms since the epoch */
+	int64_t started_mono; /* ms, monotonic */
+	uint64_t connections_total;
+	uint64_t connections_current;
+	uint64_t requests;
+	uint64_t op_requests[STATS_OP_MAX];
+	uint64_t op_errors[STATS_OP_MAX];
+	uint64_t errors[PROTO_CODE_COUNT];
+	uint64_t limits[STATS_LIMIT_COUNT];
+	uint64_t transitions;
+	uint64_t reloads;
+	uint64_t reload_failures;
+} cbd_stats;
+
+/* The daemon's counters (cbd is single-threaded). */
+extern cbd_stats stats;
+
+/* Start counting: uptime is measured from now. */
+void stats_init(void);
+
+/* Count a limit hit. */
+void stats_limit_hit(stats_limit limit);
+
+/* Wall clock and monotonic clock in ms. */
+int64_t stats_now_ms(void);
+int64_t stats_mono_ms(void);
+
+/* The stats op's result members, added to reply. op_names has op_count rows;
+ * table adds circuits, slots and max_circuits refusals. */
+bool stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
+    const circuit_table *table);
+
+#endif
