@@ -11,3 +11,12 @@ tests_check_client_local_SOURCES = tests/check_client_local.c \
 	tests/client-test.c tests/client-test.h
 tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
+
+# Against real cbd processes. Until tests/cbd-harness.c (daemon branch) is
+# merged, client-harness-shim.c provides its API.
+check_PROGRAMS += tests/check_client_remote
+tests_check_client_remote_SOURCES = tests/check_client_remote.c \
+	tests/client-test.c tests/client-test.h \
+	tests/client-harness-shim.c tests/client-harness-shim.h
+tests_check_client_remote_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_remote_LDADD = $(CLIENT_TEST_LIBS)
