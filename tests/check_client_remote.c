@@ -614,6 +614,17 @@ START_TEST(cbd_killed_then_restarted)
 	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_CLOSED);
 	s = cbd_snapshot(h, "killed");
 	ck_assert_int_eq(s.failure_count, 1);
+	/* Killed and restarted between two calls: the idle connection is
+	 * dead, and the next call must notice and reach the new cbd. */
+	ck_assert_int_eq(cbc_breaker_force_open(r.b, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	cbd_kill(h);
+	cbd_restart(h);
+	calls = 0;
+	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	s = cbd_snapshot(h, "killed");
+	ck_assert_int_eq(s.failure_count, 1);
 	rig_close(&r);
 	cbd_stop(h);
 }
