@@ -307,7 +307,8 @@ conn_recv_line_locked(cbc_conn *conn, size_t *line_len, int64_t deadline, cbc_er
 	size_t scanned = 0;
 
 	for (;;) {
-		char *nl = memchr(conn->buf + scanned, '\n', conn->buf_len - scanned);
+		char *nl = conn->buf_len > scanned
+		    ? memchr(conn->buf + scanned, '\n', conn->buf_len - scanned) : NULL;
 		ssize_t n;
 
 		if (nl != NULL) {
