@@ -26,3 +26,6 @@ client_libcbclient_la_LDFLAGS = $(AM_LDFLAGS) -version-info $(CBCLIENT_LT_VERSIO
 noinst_PROGRAMS += client/examples/flaky
 client_examples_flaky_SOURCES = client/examples/flaky.c
 client_examples_flaky_LDADD = client/libcbclient.la
+
+# The README section on libcbclient (merged into README.md by the lead).
+EXTRA_DIST += client/README-section.md
