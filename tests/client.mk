@@ -20,3 +20,10 @@ tests_check_client_remote_SOURCES = tests/check_client_remote.c \
 	tests/client-harness-shim.c tests/client-harness-shim.h
 tests_check_client_remote_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_remote_LDADD = $(CLIENT_TEST_LIBS)
+
+# Latency measurements (built, not run by make check): see its header.
+noinst_PROGRAMS += tests/bench_client
+tests_bench_client_SOURCES = tests/bench_client.c \
+	tests/client-harness-shim.c tests/client-harness-shim.h
+tests_bench_client_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
