@@ -782,13 +782,68 @@ START_TEST(test_utf8_names)
 }
 END_TEST
 
-/* Golden examples: the .txt files of proto/examples hold "> request" and "< reply"
- * lines; replies are compared as JSON, "<any>" matching any value. */
+/* Golden examples: the .txt files of proto/examples hold "> request" and
+ * "< reply" lines; replies are compared as JSON, "<any>" matching any
+ * value and "<$NAME>" capturing a string that later requests use as $NAME. */
+#define GOLDEN_VARS 16
+static char var_name[GOLDEN_VARS][32];
+static char var_value[GOLDEN_VARS][256];
+
+/* Remember a captured value ("<$NAME>" in an expected reply). */
+static void
+var_set(const char *name, size_t len, const char *value)
+{
+	for (int i = 0; i < GOLDEN_VARS; i++) {
+		if (var_name[i][0] == '\0' || (strlen(var_name[i]) == len &&
+		    strncmp(var_name[i], name, len) == 0)) {
+			snprintf(var_name[i], sizeof var_name[i], "%.*s", (int)len, name);
+			snprintf(var_value[i], sizeof var_value[i], "%s", value);
+			return;
+		}
+	}
+}
+
+/* Copy in to out, replacing $NAME by captured values. */
+static void
+var_expand(const char *in, char *out, size_t size)
+{
+	size_t o = 0;
+
+	while (*in != '\0' && o + 1 < size) {
+		if (*in == '$') {
+			size_t n = 1;
+
+			while (in[n] == '_' || (in[n] >= 'A' && in[n] <= 'Z'))
+				n++;
+			for (int i = 0; n > 1 && i < GOLDEN_VARS; i++) {
+				if (strlen(var_name[i]) == n - 1 && strncmp(var_name[i], in + 1, n - 1) == 0) {
+					o += (size_t)snprintf(out + o, size - o, "%s", var_value[i]);
+					in += n;
+					n = 0;
+					break;
+				}
+			}
+			if (n == 0)
+				continue;
+		}
+		out[o++] = *in++;
+	}
+	out[o < size ? o : size - 1] = '\0';
+}
+
 static bool
 json_match(const json_t *want, const json_t *got)
 {
 	if (json_is_string(want) && strcmp(json_string_value(want), "<any>") == 0)
 		return got != NULL;
+	if (json_is_string(want) && strncmp(json_string_value(want), "<$", 2) == 0) {
+		const char *w = json_string_value(want);
+
+		if (!json_is_string(got))
+			return false;
+		var_set(w + 2, strlen(w) - 3, json_string_value(got));
+		return true;
+	}
 	if (json_is_object(want)) {
 		const char *key;
 		json_t *v;
@@ -816,7 +871,7 @@ json_match(const json_t *want, const json_t *got)
 static void
 golden_replay(const char *path)
 {
-	static char line[65536], reply[UTIL_REPLY_SIZE];
+	static char line[65536], expanded[65536], reply[UTIL_REPLY_SIZE];
 	FILE *f = fopen(path, "r");
 	int conn = -1, lineno = 0, pairs = 0;
 	bool pending = false;
@@ -832,7 +887,8 @@ golden_replay(const char *path)
 			ck_assert_msg(!pending, "%s:%d: two requests in a row", path, lineno);
 			if (conn < 0)
 				conn = harness_connect(&h);
-			ck_assert_msg(harness_request(conn, line + 2, reply, sizeof reply),
+			var_expand(line + 2, expanded, sizeof expanded);
+			ck_assert_msg(harness_request(conn, expanded, reply, sizeof reply),
 			    "%s:%d: no reply", path, lineno);
 			pending = true;
 		} else if (strncmp(line, "< ", 2) == 0) {

@@ -11,3 +11,10 @@ check_PROGRAMS += tests/cbd-ops-test
 tests_cbd_ops_test_SOURCES = tests/cbd-ops-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_ops_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_ops_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# The config loader and key table (unit level), `cbd -t`, and the check
+# that conf/cbd.conf and proto/PROTOCOL.md document every key.
+check_PROGRAMS += tests/cbd-config-test
+tests_cbd_config_test_SOURCES = tests/cbd-config-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_config_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_config_test_LDADD = src/libcbdaemon.la $(DAEMON_TEST_LIBS)
