@@ -203,14 +203,19 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 		h->dir[0] = '\0';
 		return false;
 	}
-	snprintf(h->socket_path, sizeof h->socket_path, "%s/cbd.sock", h->dir);
+	if (opts->socket != NULL)
+		snprintf(h->socket_path, sizeof h->socket_path, "%s", opts->socket);
+	else
+		snprintf(h->socket_path, sizeof h->socket_path, "%s/cbd.sock", h->dir);
 	snprintf(h->config_path, sizeof h->config_path, "%s/cbd.conf", h->dir);
 	if (!write_file(h->config_path, config_text)) {
 		remove_dir(h->dir);
 		return false;
 	}
-	for (const char *const *p = opts->prefix; p != NULL && *p != NULL; p++)
-		argv[argc++] = *p;
+	for (const char *const *p = opts->prefix; p != NULL && *p != NULL; p++) {
+		if (argc + 8 < HARNESS_ARGV_MAX)
+			argv[argc++] = strcmp(*p, "@SOCKET@") == 0 ? h->socket_path : *p;
+	}
 	argv[argc++] = binary;
 	argv[argc++] = "-c";
 	argv[argc++] = h->config_path;
@@ -220,7 +225,7 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 	}
 	for (const char *const *p = opts->args; p != NULL && *p != NULL; p++) {
 		if (argc + 1 < HARNESS_ARGV_MAX)
-			argv[argc++] = *p;
+			argv[argc++] = strcmp(*p, "@SOCKET@") == 0 ? h->socket_path : *p;
 	}
 	argv[argc] = NULL;
 	for (char **e = environ; *e != NULL && envc + 1 < HARNESS_ENV_MAX; e++)

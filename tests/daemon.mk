@@ -18,3 +18,9 @@ check_PROGRAMS += tests/cbd-config-test
 tests_cbd_config_test_SOURCES = tests/cbd-config-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_config_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_config_test_LDADD = src/libcbdaemon.la $(DAEMON_TEST_LIBS)
+
+# Signals, reload, shutdown, sockets, logs, sd_notify, socket activation.
+check_PROGRAMS += tests/cbd-lifecycle-test
+tests_cbd_lifecycle_test_SOURCES = tests/cbd-lifecycle-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_lifecycle_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_lifecycle_test_LDADD = $(DAEMON_TEST_LIBS)
