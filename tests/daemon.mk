@@ -24,3 +24,9 @@ check_PROGRAMS += tests/cbd-lifecycle-test
 tests_cbd_lifecycle_test_SOURCES = tests/cbd-lifecycle-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_lifecycle_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_lifecycle_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# 16 concurrent clients: exact counts, one cas winner, one permit.
+check_PROGRAMS += tests/cbd-concurrency-test
+tests_cbd_concurrency_test_SOURCES = tests/cbd-concurrency-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_concurrency_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_concurrency_test_LDADD = $(DAEMON_TEST_LIBS)
