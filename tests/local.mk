@@ -1,2 +1,41 @@
-# tests/local.mk — test suites (filled in by the foundation work).
+# tests/local.mk — unit suites (check) for the pure core and the store
+# contract suite run against each store.
+
 TESTS += $(check_PROGRAMS)
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+TEST_CORE_LIBS = src/libcbcore.la $(CHECK_LIBS) $(JANSSON_LIBS)
+
+# The store contract suite, linked into every test that runs it.
+check_LTLIBRARIES += tests/libcontract.la
+tests_libcontract_la_SOURCES = tests/store-contract.c tests/store-contract.h
+tests_libcontract_la_CFLAGS = $(TEST_CFLAGS)
+
+check_PROGRAMS += tests/check_breaker
+tests_check_breaker_SOURCES = tests/check_breaker.c
+tests_check_breaker_CFLAGS = $(TEST_CFLAGS)
+tests_check_breaker_LDADD = $(TEST_CORE_LIBS)
+
+check_PROGRAMS += tests/check_proto
+tests_check_proto_SOURCES = tests/check_proto.c
+tests_check_proto_CFLAGS = $(TEST_CFLAGS)
+tests_check_proto_LDADD = $(TEST_CORE_LIBS)
+
+check_PROGRAMS += tests/check_circuit_table
+tests_check_circuit_table_SOURCES = tests/check_circuit_table.c
+tests_check_circuit_table_CFLAGS = $(TEST_CFLAGS)
+tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
+
+# Shell tests: the unit files, cbctl against a real cbd, make install.
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' $(SHELL)
+# (added to TESTS once cbd is built here) tests/systemd-units.sh
+EXTRA_DIST += tests/systemd-units.sh
+# The unit files must exist before their test runs.
+tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
+
+# The benchmark: prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd tests/bench [-c 1,8,50] [-d SECONDS]
+noinst_PROGRAMS += tests/bench
+tests_bench_SOURCES = tests/bench.c
+tests_bench_CFLAGS = $(AM_CFLAGS) -pthread
+tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread

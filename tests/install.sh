@@ -1,0 +1,74 @@
+#!/bin/sh
+# install.sh — `make install DESTDIR=...` lays out what an operator and a C
+# developer need, and the examples build against the installed tree with
+# pkg-config alone. Run by make check from the build tree.
+set -u
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok: $1"; }
+fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
+
+builddir=${BUILDDIR:?}
+srcdir=${CBD_SRCDIR:?}
+dest=$(mktemp -d /tmp/cbd-install.XXXXXX)
+trap 'rm -rf "$dest"' EXIT INT TERM
+prefix=/opt/cbd-test
+
+if ! make -C "$builddir" install DESTDIR="$dest" prefix="$prefix" \
+	sysconfdir="$prefix/etc" >"$dest.log" 2>&1; then
+	fail "make install: $(tail -n 20 "$dest.log")"
+	rm -f "$dest.log"
+	echo "install: $passed passed, $failed failed"
+	exit 1
+fi
+rm -f "$dest.log"
+pass "make install DESTDIR=... prefix=$prefix"
+
+root="$dest$prefix"
+for f in sbin/cbd bin/cbctl include/cbclient.h lib/pkgconfig/cbclient.pc \
+	lib/libcbclient.so lib/libcbclient.a lib/systemd/system/cbd.service \
+	lib/systemd/system/cbd.socket lib/sysusers.d/cbd.conf etc/cbd/cbd.conf \
+	share/man/man8/cbd.8 share/man/man5/cbd.conf.5 share/man/man1/cbctl.1; do
+	if [ -e "$root/$f" ]; then pass "installed $f"; else fail "missing $f"; fi
+done
+for f in sbin/cbd bin/cbctl; do
+	[ -x "$root/$f" ] && pass "$f is executable" || fail "$f is not executable"
+done
+if grep -q "^ExecStart=$prefix/sbin/cbd -c $prefix/etc/cbd/cbd.conf" \
+	"$root/lib/systemd/system/cbd.service"; then
+	pass "unit names the installed cbd and config"
+else
+	fail "unit ExecStart: $(grep ExecStart "$root/lib/systemd/system/cbd.service")"
+fi
+if "$root/sbin/cbd" -t -c "$root/etc/cbd/cbd.conf" >/dev/null 2>&1; then
+	pass "installed example config passes cbd -t"
+else
+	fail "cbd -t on the installed config: $("$root/sbin/cbd" -t -c "$root/etc/cbd/cbd.conf" 2>&1)"
+fi
+
+# Build every example against the installed tree, pkg-config only.
+export PKG_CONFIG_PATH="$root/lib/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$dest"
+flags=$(pkg-config --cflags --libs cbclient 2>&1)
+[ $? -eq 0 ] && pass "pkg-config --cflags --libs cbclient" || fail "pkg-config: $flags"
+n=0
+for example in "$srcdir"/client/examples/*.c; do
+	[ -f "$example" ] || continue
+	n=$((n + 1))
+	out="$dest/$(basename "$example" .c)"
+	# shellcheck disable=SC2086
+	if ${CC:-cc} -o "$out" "$example" $flags 2>"$dest/cc.log"; then
+		pass "$(basename "$example") builds against the installed library"
+	else
+		fail "$(basename "$example"): $(cat "$dest/cc.log")"
+	fi
+	if LD_LIBRARY_PATH="$root/lib" "$out" --help >/dev/null 2>&1; then
+		pass "$(basename "$example" .c) runs with the installed library"
+	else
+		fail "$(basename "$example" .c) --help failed"
+	fi
+done
+[ "$n" -gt 0 ] && pass "$n example(s) found" || fail "no examples in client/examples"
+
+echo "install: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
