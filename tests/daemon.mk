@@ -30,3 +30,10 @@ check_PROGRAMS += tests/cbd-concurrency-test
 tests_cbd_concurrency_test_SOURCES = tests/cbd-concurrency-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_concurrency_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_concurrency_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# The store contract suite against cbd through its socket.
+check_PROGRAMS += tests/cbd-contract-test
+tests_cbd_contract_test_SOURCES = tests/cbd-contract-test.c tests/cbd-harness.c \
+	tests/cbd-harness.h
+tests_cbd_contract_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_contract_test_LDADD = tests/libcontract.la src/libcbcore.la $(DAEMON_TEST_LIBS)
