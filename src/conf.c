@@ -263,8 +263,11 @@ circuit_section_name(const char *section, char *name, size_t size, const char **
 	if (close[1] != '\0')
 		return false;
 	len = (size_t)(close - open - 1);
-	if (!proto_name_valid(open + 1, len, why) || len >= size)
+	if (!proto_name_valid(open + 1, len, why) || len >= size) {
+		*why = "circuit section names must be 1 to 256 bytes of UTF-8 without "
+		       "control characters";
 		return false;
+	}
 	memcpy(name, open + 1, len);
 	name[len] = '\0';
 	return true;

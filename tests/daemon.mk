@@ -1,1 +1,39 @@
 # tests/daemon.mk — integration tests against a real cbd (included by Makefile.am).
+
+# Shared by every cbd integration test (and by libcbclient's remote-store
+# tests, which need only cbd-harness.c).
+DAEMON_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+DAEMON_TEST_LIBS = $(CHECK_LIBS) $(JANSSON_LIBS)
+DAEMON_TEST_COMMON = tests/cbd-harness.c tests/cbd-harness.h \
+	tests/daemon-util.c tests/daemon-util.h
+
+check_PROGRAMS += tests/cbd-ops-test
+tests_cbd_ops_test_SOURCES = tests/cbd-ops-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_ops_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_ops_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# The config loader and key table (unit level), `cbd -t`, and the check
+# that conf/cbd.conf and proto/PROTOCOL.md document every key.
+check_PROGRAMS += tests/cbd-config-test
+tests_cbd_config_test_SOURCES = tests/cbd-config-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_config_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_config_test_LDADD = src/libcbdaemon.la $(DAEMON_TEST_LIBS)
+
+# Signals, reload, shutdown, sockets, logs, sd_notify, socket activation.
+check_PROGRAMS += tests/cbd-lifecycle-test
+tests_cbd_lifecycle_test_SOURCES = tests/cbd-lifecycle-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_lifecycle_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_lifecycle_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# 16 concurrent clients: exact counts, one cas winner, one permit.
+check_PROGRAMS += tests/cbd-concurrency-test
+tests_cbd_concurrency_test_SOURCES = tests/cbd-concurrency-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_concurrency_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_concurrency_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# The store contract suite against cbd through its socket.
+check_PROGRAMS += tests/cbd-contract-test
+tests_cbd_contract_test_SOURCES = tests/cbd-contract-test.c tests/cbd-harness.c \
+	tests/cbd-harness.h
+tests_cbd_contract_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_contract_test_LDADD = tests/libcontract.la src/libcbcore.la $(DAEMON_TEST_LIBS)

@@ -32,3 +32,10 @@ SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' $(SHELL)
 EXTRA_DIST += tests/systemd-units.sh
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
+
+# The benchmark: prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd tests/bench [-c 1,8,50] [-d SECONDS]
+noinst_PROGRAMS += tests/bench
+tests_bench_SOURCES = tests/bench.c
+tests_bench_CFLAGS = $(AM_CFLAGS) -pthread
+tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread

@@ -1,0 +1,361 @@
+/*
+ * cbd-config-test.c — cbd's configuration: the loader (good files, every
+ * kind of error naming file, line and key), policy layering, `cbd -t`,
+ * and a check that conf/cbd.conf and proto/PROTOCOL.md document every key
+ * of the key table.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "conf.h"
+#include "daemon-util.h"
+#include "log.h"
+
+static char dir[64];
+static char path[128];
+
+static void
+setup(void)
+{
+	snprintf(dir, sizeof dir, "/tmp/cbd-conf-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/test.conf", dir);
+	log_set_level(LOG_LEVEL_ERROR);
+}
+
+static void
+teardown(void)
+{
+	unlink(path);
+	rmdir(dir);
+}
+
+static void
+write_conf(const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Load text; it must fail with an error holding "path:line: key:". */
+static void
+expect_error(const char *text, int line, const char *key, const char *also)
+{
+	char err[CONF_ERROR_SIZE], want[256];
+	cbd_conf cfg;
+
+	write_conf(text);
+	ck_assert_msg(!conf_load(path, &cfg, err, sizeof err), "loaded: %s", text);
+	snprintf(want, sizeof want, "%s:%d: %s", path, line, key);
+	ck_assert_msg(strstr(err, want) != NULL, "error \"%s\" lacks \"%s\"", err, want);
+	if (also != NULL)
+		ck_assert_msg(strstr(err, also) != NULL, "error \"%s\" lacks \"%s\"", err, also);
+}
+
+START_TEST(test_defaults)
+{
+	cbd_conf cfg;
+	cb_policy p;
+
+	ck_assert(conf_init_defaults(&cfg));
+	ck_assert_str_eq(cfg.socket, "/run/cbd/cbd.sock");
+	ck_assert_int_eq(cfg.socket_mode, 0660);
+	ck_assert_int_eq(cfg.max_line_bytes, 65536);
+	ck_assert_int_eq(cfg.max_circuits, 1000000);
+	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_INFO);
+	ck_assert_int_eq(cfg.open_warning_interval, 60);
+	conf_policy(&cfg, "x", NULL, &p);
+	ck_assert_int_eq(p.failure_threshold, 5);
+	ck_assert_int_eq(p.success_threshold, 2);
+	ck_assert_int_eq(p.break_ms, 30000);
+	ck_assert_int_eq(p.half_open_max, 1);
+	ck_assert_int_eq(p.slot_ttl_ms, 30000);
+	ck_assert_int_eq(p.max_gap_ms, 0);
+	conf_free(&cfg);
+}
+END_TEST
+
+START_TEST(test_full_file_and_layers)
+{
+	char err[CONF_ERROR_SIZE];
+	proto_ctx req = { 0 };
+	cbd_conf cfg;
+	cb_policy p;
+
+	write_conf("# comment\n"
+	           "[cbd]\n"
+	           "socket = /tmp/x.sock\n"
+	           "socket_mode = 0600\n"
+	           "max_line_bytes = 1024 ; inline comment\n"
+	           "max_circuits = 10\n"
+	           "max_connections = 5\n"
+	           "max_output_bytes = 100000\n"
+	           "admin_users = root, 65534\n"
+	           "admin_groups = 0\n"
+	           "log_level = debug\n"
+	           "open_warning_interval = 0\n"
+	           "[defaults]\n"
+	           "failure_threshold = 7\n"
+	           "break_ms = 1000\n"
+	           "[circuit \"pay ments\"]\n"
+	           "failure_threshold = 2\n"
+	           "max_gap_ms = 50\n");
+	ck_assert_msg(conf_load(path, &cfg, err, sizeof err), "%s", err);
+	ck_assert_str_eq(cfg.socket, "/tmp/x.sock");
+	ck_assert_int_eq(cfg.socket_mode, 0600);
+	ck_assert_int_eq(cfg.max_line_bytes, 1024);
+	ck_assert_int_eq(cfg.max_circuits, 10);
+	ck_assert_int_eq(cfg.max_connections, 5);
+	ck_assert_int_eq(cfg.max_output_bytes, 100000);
+	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_DEBUG);
+	ck_assert_int_eq(cfg.open_warning_interval, 0);
+	ck_assert(conf_is_admin(&cfg, 65534, 65534));
+	ck_assert(conf_is_admin(&cfg, 1234, 0));
+	ck_assert(!conf_is_admin(&cfg, 1234, 1234) || geteuid() == 1234);
+	conf_policy(&cfg, "other", NULL, &p);
+	ck_assert_int_eq(p.failure_threshold, 7);
+	ck_assert_int_eq(p.slot_ttl_ms, 1000);
+	conf_policy(&cfg, "pay ments", NULL, &p);
+	ck_assert_int_eq(p.failure_threshold, 2);
+	ck_assert_int_eq(p.break_ms, 1000);
+	ck_assert_int_eq(p.max_gap_ms, 50);
+	proto_ctx_set(&req, PROTO_CTX_FAILURE_THRESHOLD, 9);
+	conf_policy(&cfg, "pay ments", &req, &p);
+	ck_assert_int_eq(p.failure_threshold, 9);
+	conf_free(&cfg);
+}
+END_TEST
+
+START_TEST(test_errors_name_file_line_key)
+{
+	expect_error("[cbd]\nbogus = 1\n", 2, "bogus", "unknown key");
+	expect_error("[cbd]\n\nmax_line_bytes = 12\n", 3, "max_line_bytes", "256");
+	expect_error("[cbd]\nmax_circuits = 0\n", 2, "max_circuits", NULL);
+	expect_error("[cbd]\nmax_circuits = ten\n", 2, "max_circuits", "ten");
+	expect_error("[cbd]\nmax_circuits = 99999999999999999999999\n", 2, "max_circuits", NULL);
+	expect_error("[cbd]\nsocket_mode = 0999\n", 2, "socket_mode", "octal");
+	expect_error("[cbd]\nlog_level = loud\n", 2, "log_level", "loud");
+	expect_error("[cbd]\nopen_warning_interval = -1\n", 2, "open_warning_interval", NULL);
+	expect_error("[defaults]\nfailure_threshold = 0\n", 2, "failure_threshold", NULL);
+	expect_error("[defaults]\nbreak_ms = 1.5\n", 2, "break_ms", NULL);
+	expect_error("[defaults]\nnow = 5\n", 2, "now", "unknown key");
+	expect_error("[defaults]\nsocket = /x\n", 2, "socket", "unknown key");
+	expect_error("[cbd]\nsocket = /x\n[circuit \"a\"]\nhalf_open_max = 0\n", 4, "half_open_max", NULL);
+	expect_error("[circuits \"a\"]\nbreak_ms = 5\n", 2, "break_ms", "section");
+	expect_error("[circuit \"\"]\nbreak_ms = 5\n", 2, "break_ms", "circuit section names");
+	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
+	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users", "no-such-user-here");
+	expect_error("[cbd]\nlog_level = info\nadmin_groups = no-such-group-here\n", 3, "admin_groups", NULL);
+}
+END_TEST
+
+START_TEST(test_syntax_error_and_missing_file)
+{
+	char err[CONF_ERROR_SIZE], want[200];
+	cbd_conf cfg;
+
+	write_conf("[cbd]\nmax_circuits = 5\nthis line has no equals sign\n");
+	ck_assert(!conf_load(path, &cfg, err, sizeof err));
+	snprintf(want, sizeof want, "%s:3: syntax error", path);
+	ck_assert_msg(strstr(err, want) != NULL, "got %s", err);
+	ck_assert(!conf_load("/nonexistent/cbd.conf", &cfg, err, sizeof err));
+	ck_assert_msg(strstr(err, "/nonexistent/cbd.conf") != NULL, "got %s", err);
+}
+END_TEST
+
+START_TEST(test_keep_fixed_on_reload)
+{
+	char err[CONF_ERROR_SIZE];
+	cbd_conf old, fresh;
+
+	write_conf("[cbd]\nsocket = /tmp/a.sock\nmax_circuits = 5\n");
+	ck_assert(conf_load(path, &old, err, sizeof err));
+	write_conf("[cbd]\nsocket = /tmp/b.sock\nsocket_mode = 0600\nmax_circuits = 6\n");
+	ck_assert(conf_load(path, &fresh, err, sizeof err));
+	conf_keep_fixed(&fresh, &old);
+	ck_assert_str_eq(fresh.socket, "/tmp/a.sock");
+	ck_assert_int_eq(fresh.socket_mode, 0660);
+	ck_assert_int_eq(fresh.max_circuits, 6);
+	conf_free(&old);
+	conf_free(&fresh);
+}
+END_TEST
+
+/* The whole text of srcdir/rel. */
+static char *
+read_source(const char *rel)
+{
+	const char *srcdir = getenv("CBD_SRCDIR");
+	char p[1024];
+	char *buf;
+	long n;
+	FILE *f;
+
+	ck_assert_msg(srcdir != NULL, "CBD_SRCDIR is not set");
+	snprintf(p, sizeof p, "%s/%s", srcdir, rel);
+	f = fopen(p, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", p);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+/* Does text hold a line "[#]key = value" (value NULL: any)? */
+static bool
+has_key_line(const char *text, const char *key, const char *value)
+{
+	const char *line = text;
+
+	while (line != NULL && *line != '\0') {
+		const char *p = line, *end = strchr(line, '\n');
+		size_t klen = strlen(key);
+
+		if (*p == '#' || *p == ';')
+			p++;
+		if (strncmp(p, key, klen) == 0) {
+			p += klen;
+			while (*p == ' ')
+				p++;
+			if (*p == '=') {
+				size_t vlen = end != NULL ? (size_t)(end - p - 1) : strlen(p + 1);
+
+				p++;
+				while (*p == ' ' && vlen > 0) {
+					p++;
+					vlen--;
+				}
+				if (value == NULL || (strlen(value) == vlen && strncmp(p, value, vlen) == 0))
+					return true;
+			}
+		}
+		line = end != NULL ? end + 1 : NULL;
+	}
+	return false;
+}
+
+START_TEST(test_every_key_documented)
+{
+	char *conf = read_source("conf/cbd.conf");
+	char *doc = read_source("proto/PROTOCOL.md");
+
+	for (size_t i = 0; i < conf_key_count(); i++) {
+		const conf_key *k = conf_key_at(i);
+		const char *def = k->default_text;
+		/* Defaults that are words ("break_ms", "unset") are explained in
+		 * prose; the others must be the value of the example line. */
+		bool literal = strcmp(def, "break_ms") != 0 && strcmp(def, "unset") != 0;
+		char quoted[128];
+
+		ck_assert_msg(has_key_line(conf, k->name, literal ? def : NULL),
+		    "conf/cbd.conf does not document \"%s = %s\"", k->name, def);
+		snprintf(quoted, sizeof quoted, "`%s`", k->name);
+		ck_assert_msg(strstr(doc, quoted) != NULL, "proto/PROTOCOL.md does not document %s",
+		    quoted);
+	}
+	/* And the example itself is valid. */
+	{
+		char err[CONF_ERROR_SIZE], p[1024];
+		cbd_conf cfg;
+
+		snprintf(p, sizeof p, "%s/conf/cbd.conf", getenv("CBD_SRCDIR"));
+		ck_assert_msg(conf_load(p, &cfg, err, sizeof err), "%s", err);
+		conf_free(&cfg);
+	}
+	free(conf);
+	free(doc);
+}
+END_TEST
+
+START_TEST(test_check_option)
+{
+	const char *binary = getenv("CBD_BINARY");
+	char out[4096], want[256];
+	int rc;
+
+	ck_assert_msg(binary != NULL, "CBD_BINARY is not set");
+	write_conf("[cbd]\nmax_circuits = 10\n");
+	{
+		const char *argv[] = { binary, "-t", "-c", path, NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+		ck_assert_msg(strstr(out, "valid") != NULL, "got %s", out);
+	}
+	write_conf("[cbd]\nmax_circuits = 10\nmax_connections = 0\n");
+	{
+		const char *argv[] = { binary, "-t", "-c", path, NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+		snprintf(want, sizeof want, "%s:3: max_connections", path);
+		ck_assert_msg(strstr(out, want) != NULL, "got %s", out);
+	}
+	{
+		const char *argv[] = { binary, "-t", "-c", "/nonexistent.conf", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+	}
+	{
+		const char *argv[] = { binary, "-x", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 2, "exit %d: %s", rc, out);
+		ck_assert_msg(strstr(out, "usage") != NULL, "got %s", out);
+	}
+	{
+		const char *argv[] = { binary, "-V", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 0 && strstr(out, "cbd ") != NULL, "exit %d: %s", rc, out);
+	}
+	{
+		const char *argv[] = { binary, "-h", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 0 && strstr(out, "-t") != NULL, "exit %d: %s", rc, out);
+	}
+}
+END_TEST
+
+static Suite *
+config_suite(void)
+{
+	Suite *s = suite_create("cbd-config");
+	TCase *tc = tcase_create("config");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_full_file_and_layers);
+	tcase_add_test(tc, test_errors_name_file_line_key);
+	tcase_add_test(tc, test_syntax_error_and_missing_file);
+	tcase_add_test(tc, test_keep_fixed_on_reload);
+	tcase_add_test(tc, test_every_key_documented);
+	tcase_add_test(tc, test_check_option);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

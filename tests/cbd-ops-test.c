@@ -1,0 +1,995 @@
+/*
+ * cbd-ops-test.c — every op and every error code of protocol v1 against a
+ * real cbd over its socket, plus framing, limits and hostile input.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "cbd-harness.h"
+#include "daemon-util.h"
+
+/* The daemon of the fixture, and a connection to it. */
+static cbd_harness h;
+static int fd = -1;
+
+static const char *const fixture_config =
+    "[cbd]\n"
+    "socket_mode = 0666\n"
+    "max_circuits = 100\n"
+    "[defaults]\n"
+    "failure_threshold = 3\n"
+    "[circuit \"configured\"]\n"
+    "failure_threshold = 1\n";
+
+static void
+setup(void)
+{
+	ck_assert_msg(harness_start(&h, fixture_config), "cbd did not start");
+	fd = harness_connect(&h);
+	ck_assert_int_ge(fd, 0);
+}
+
+static void
+teardown(void)
+{
+	if (fd >= 0)
+		close(fd);
+	fd = -1;
+	harness_stop(&h);
+}
+
+/* A reply that must be ok. */
+#define CALL_OK(...) call_ok(__LINE__, __VA_ARGS__)
+static json_t *__attribute__((format(printf, 2, 3)))
+call_ok(int line, const char *fmt, ...)
+{
+	static char req[1 << 18];
+	va_list ap;
+	json_t *r;
+
+	va_start(ap, fmt);
+	vsnprintf(req, sizeof req, fmt, ap);
+	va_end(ap);
+	r = util_call(fd, "%s", req);
+	ck_assert_msg(r != NULL, "line %d: no reply to %.200s", line, req);
+	ck_assert_msg(util_code(r) == NULL, "line %d: %.200s failed: %s", line, req,
+	    util_str(r, "error.message"));
+	return r;
+}
+
+/* The error code of a request that must fail; its message must say
+ * `mention` when not NULL. */
+static void
+expect_error(const char *req, const char *code, const char *mention)
+{
+	json_t *r = util_call(fd, "%s", req);
+	const char *msg;
+
+	ck_assert_msg(r != NULL, "no reply to %s", req);
+	ck_assert_msg(util_code(r) != NULL, "%s succeeded", req);
+	ck_assert_msg(strcmp(util_code(r), code) == 0, "%s: got %s, want %s (%s)", req,
+	    util_code(r), code, util_str(r, "error.message"));
+	msg = util_str(r, "error.message");
+	ck_assert_msg(msg != NULL && msg[0] != '\0', "%s: no message", req);
+	if (mention != NULL)
+		ck_assert_msg(strstr(msg, mention) != NULL, "%s: message \"%s\" does not name %s",
+		    req, msg, mention);
+	json_decref(r);
+}
+
+START_TEST(test_hello)
+{
+	json_t *r = CALL_OK("{\"id\":7,\"op\":\"hello\",\"client\":\"test\"}");
+
+	ck_assert_int_eq(util_int(r, "id"), 7);
+	ck_assert_str_eq(util_str(r, "server"), "cbd");
+	ck_assert_int_eq(util_int(r, "protocol"), 1);
+	ck_assert_ptr_nonnull(util_str(r, "version"));
+	json_decref(r);
+	r = CALL_OK("{\"id\":\"abc\",\"op\":\"hello\"}");
+	ck_assert_str_eq(util_str(r, "id"), "abc");
+	json_decref(r);
+	/* null reads as absent: no id in the reply. */
+	r = CALL_OK("{\"id\":null,\"op\":\"hello\",\"unknown_member\":[1,2]}");
+	ck_assert_ptr_null(json_object_get(r, "id"));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_get_unknown_is_initial_and_not_created)
+{
+	json_t *r = CALL_OK("{\"op\":\"get\",\"name\":\"nobody-here\",\"ctx\":{\"now\":5}}");
+
+	ck_assert_str_eq(util_str(r, "snapshot.name"), "nobody-here");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 0);
+	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 0);
+	ck_assert(json_is_null(util_get(r, "snapshot.last_failure_at")));
+	ck_assert(json_is_null(util_get(r, "snapshot.opened_at")));
+	ck_assert_int_eq(util_int(r, "snapshot.retry_after_ms"), 0);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 0);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_record_failure_opens_with_layered_policy)
+{
+	json_t *r;
+
+	/* [defaults] failure_threshold = 3 */
+	for (int i = 1; i <= 3; i++) {
+		r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"svc\",\"ctx\":{\"now\":%d}}",
+		    1000 + i);
+		ck_assert_int_eq(util_int(r, "snapshot.failure_count"), i);
+		ck_assert_int_eq(util_int(r, "snapshot.last_failure_at"), 1000 + i);
+		ck_assert_str_eq(util_str(r, "snapshot.state"), i < 3 ? "closed" : "open");
+		json_decref(r);
+	}
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"svc\",\"ctx\":{\"now\":2003,\"break_ms\":5000}}");
+	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 1003);
+	ck_assert_int_eq(util_int(r, "snapshot.retry_after_ms"), 4000);
+	json_decref(r);
+	/* [circuit "configured"] failure_threshold = 1 */
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\",\"ctx\":{\"now\":1}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	/* ctx wins over the circuit's section. */
+	r = CALL_OK("{\"op\":\"set_state\",\"name\":\"configured\",\"state\":\"closed\"}");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\","
+	            "\"ctx\":{\"now\":2,\"failure_threshold\":2}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "transitions"), 3);
+	ck_assert_int_eq(util_int(r, "ops.record_failure.requests"), 5);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_max_gap_starts_new_chain)
+{
+	json_t *r;
+
+	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":100,\"max_gap_ms\":10}}"));
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":200,\"max_gap_ms\":10}}");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":205,\"max_gap_ms\":10}}");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 2);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_record_success_and_half_open)
+{
+	json_t *r;
+
+	/* A success on a fresh name stores nothing. */
+	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"s\",\"ctx\":{\"now\":1}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 0);
+	json_decref(r);
+	/* A success resets the failure count when closed. */
+	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"s\",\"ctx\":{\"now\":2}}"));
+	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"s\",\"ctx\":{\"now\":3}}");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 0);
+	json_decref(r);
+	/* half_open: success_threshold (2) successes close. */
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"s\",\"state\":\"half_open\",\"ctx\":{\"now\":4}}"));
+	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"s\",\"ctx\":{\"now\":5}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 1);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"s\",\"ctx\":{\"now\":6}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 0);
+	ck_assert(json_is_null(util_get(r, "snapshot.opened_at")));
+	json_decref(r);
+	/* half_open: a failure reopens. */
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"s\",\"state\":\"half_open\",\"ctx\":{\"now\":7}}"));
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"s\",\"ctx\":{\"now\":8}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 8);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_cas)
+{
+	json_t *r;
+
+	/* A failed cas on an unknown name creates nothing. */
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"closed\",\"ctx\":{\"now\":1}}");
+	ck_assert(!util_bool(r, "applied"));
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 0);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"open\",\"ctx\":{\"now\":10}}");
+	ck_assert(util_bool(r, "applied"));
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 10);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"half_open\",\"ctx\":{\"now\":11}}");
+	ck_assert(!util_bool(r, "applied"));
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_set_state_and_delete)
+{
+	json_t *r;
+
+	r = CALL_OK("{\"op\":\"set_state\",\"name\":\"d\",\"state\":\"open\",\"ctx\":{\"now\":50}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 50);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"delete\",\"name\":\"d\"}");
+	ck_assert(util_bool(r, "existed"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"delete\",\"name\":\"d\"}");
+	ck_assert(!util_bool(r, "existed"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"d\",\"ctx\":{\"now\":51}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_slots)
+{
+	char token[128];
+	json_t *r;
+
+	for (int i = 0; i < 2; i++) {
+		r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":100,\"half_open_max\":2,\"slot_ttl_ms\":50}}");
+		ck_assert(util_bool(r, "acquired"));
+		ck_assert_int_eq(util_int(r, "expires_at"), 150);
+		if (i == 0)
+			snprintf(token, sizeof token, "%s", util_str(r, "token"));
+		else
+			ck_assert_str_ne(token, util_str(r, "token"));
+		json_decref(r);
+	}
+	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":101,\"half_open_max\":2}}");
+	ck_assert(!util_bool(r, "acquired"));
+	ck_assert_ptr_null(json_object_get(r, "token"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"%s\",\"ctx\":{\"now\":102}}", token);
+	ck_assert(util_bool(r, "released"));
+	json_decref(r);
+	/* Releasing again, or an unknown token, is a no-op. */
+	r = CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"%s\",\"ctx\":{\"now\":102}}", token);
+	ck_assert(!util_bool(r, "released"));
+	json_decref(r);
+	json_decref(CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"nope\"}"));
+	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":103,\"half_open_max\":2}}");
+	ck_assert(util_bool(r, "acquired"));
+	json_decref(r);
+	/* At expires_at the slot counts as expired. */
+	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":150,\"half_open_max\":1}}");
+	ck_assert(!util_bool(r, "acquired"));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_allow_and_record)
+{
+	char permit[128];
+	json_t *r;
+
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":1}}");
+	ck_assert(util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "closed");
+	json_decref(r);
+	for (int i = 0; i < 3; i++)
+		json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"failure\",\"ctx\":{\"now\":10}}"));
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":1010,\"break_ms\":5000}}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "open");
+	ck_assert_int_eq(util_int(r, "retry_after_ms"), 4000);
+	json_decref(r);
+	/* Break elapsed: half_open with a permit. */
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":5010,\"break_ms\":5000,\"slot_ttl_ms\":700}}");
+	ck_assert(util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "half_open");
+	ck_assert_int_eq(util_int(r, "expires_at"), 5710);
+	snprintf(permit, sizeof permit, "%s", util_str(r, "permit"));
+	json_decref(r);
+	/* No free slot: refused with the time until the held one expires. */
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":5110}}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "half_open");
+	ck_assert_int_eq(util_int(r, "retry_after_ms"), 600);
+	json_decref(r);
+	/* record with the permit releases it. */
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"success\",\"permit\":\"%s\",\"ctx\":{\"now\":5200}}", permit);
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 1);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":5300}}");
+	ck_assert(util_bool(r, "allowed"));
+	snprintf(permit, sizeof permit, "%s", util_str(r, "permit"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"success\",\"permit\":\"%s\",\"ctx\":{\"now\":5400}}", permit);
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "slots"), 0);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_record_ignore)
+{
+	char permit[128];
+	json_t *r;
+
+	/* ignore never creates a circuit. */
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"i\",\"outcome\":\"ignore\",\"ctx\":{\"now\":1}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 0);
+	json_decref(r);
+	/* ignore gives the permit back and changes nothing else. */
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"i\",\"state\":\"half_open\",\"ctx\":{\"now\":2}}"));
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"i\",\"ctx\":{\"now\":3}}");
+	snprintf(permit, sizeof permit, "%s", util_str(r, "permit"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"i\",\"outcome\":\"ignore\",\"permit\":\"%s\",\"ctx\":{\"now\":4}}", permit);
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 0);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"i\",\"ctx\":{\"now\":5}}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_list)
+{
+	json_t *r;
+
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"l1\",\"state\":\"open\",\"ctx\":{\"now\":1}}"));
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"l2\",\"state\":\"half_open\",\"ctx\":{\"now\":1}}"));
+	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"l3\",\"ctx\":{\"now\":1}}"));
+	r = CALL_OK("{\"op\":\"list\"}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 3);
+	ck_assert(!util_bool(r, "truncated"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"list\",\"state\":\"open\",\"ctx\":{\"now\":11,\"break_ms\":100}}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
+	ck_assert_str_eq(util_str(json_array_get(json_object_get(r, "circuits"), 0), "name"), "l1");
+	ck_assert_int_eq(util_int(json_array_get(json_object_get(r, "circuits"), 0), "retry_after_ms"), 90);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"list\",\"state\":null}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 3);
+	json_decref(r);
+	expect_error("{\"op\":\"list\",\"state\":\"bogus\"}", "bad_request", "state");
+}
+END_TEST
+
+START_TEST(test_stats_counts)
+{
+	json_t *r;
+
+	json_decref(CALL_OK("{\"op\":\"hello\"}"));
+	expect_error("{\"op\":\"get\"}", "bad_request", "name");
+	expect_error("nope", "parse_error", NULL);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "requests"), 4);
+	ck_assert_int_eq(util_int(r, "ops.hello.requests"), 1);
+	ck_assert_int_eq(util_int(r, "ops.get.requests"), 1);
+	ck_assert_int_eq(util_int(r, "ops.get.errors"), 1);
+	ck_assert_int_eq(util_int(r, "errors.bad_request"), 1);
+	ck_assert_int_eq(util_int(r, "errors.parse_error"), 1);
+	ck_assert_int_eq(util_int(r, "connections.current"), 1);
+	ck_assert_int_ge(util_int(r, "connections.total"), 1);
+	ck_assert_int_ge(util_int(r, "uptime_ms"), 0);
+	ck_assert_int_eq(util_int(r, "limits.max_line_bytes"), 0);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_error_codes)
+{
+	expect_error("this is not json", "parse_error", NULL);
+	expect_error("[1,2,3]", "parse_error", "object");
+	expect_error("{\"op\":\"get\",\"op\":\"hello\"}", "parse_error", NULL);
+	expect_error("{\"op\":\"fly\"}", "unknown_op", "fly");
+	expect_error("{\"name\":\"x\"}", "bad_request", "op");
+	expect_error("{\"op\":null}", "bad_request", "op");
+	expect_error("{\"op\":42}", "bad_request", "op");
+	expect_error("{\"op\":\"get\"}", "bad_request", "name");
+	expect_error("{\"op\":\"get\",\"name\":null}", "bad_request", "name");
+	expect_error("{\"op\":\"get\",\"name\":\"\"}", "bad_request", "name");
+	expect_error("{\"op\":\"get\",\"name\":7}", "bad_request", "name");
+	expect_error("{\"op\":\"get\",\"name\":\"a\\u0001b\"}", "bad_request", "name");
+	expect_error("{\"op\":\"get\",\"name\":\"a\\u0000b\"}", "bad_request", "name");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":[]}", "bad_request", "ctx");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"failure_threshold\":1.5}}", "bad_request", "ctx.failure_threshold");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"failure_threshold\":0}}", "bad_request", "ctx.failure_threshold");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"break_ms\":-1}}", "bad_request", "ctx.break_ms");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"half_open_max\":\"2\"}}", "bad_request", "ctx.half_open_max");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"success_threshold\":1000000001}}", "bad_request", "ctx.success_threshold");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":9007199254740993}}", "bad_request", "ctx.now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":123456789012345678901234567890}}", "bad_request", "now");
+	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"closed\"}", "bad_request", "to");
+	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"shut\",\"to\":\"open\"}", "bad_request", "from");
+	expect_error("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"OPEN\"}", "bad_request", "state");
+	expect_error("{\"op\":\"release_slot\",\"name\":\"x\"}", "bad_request", "token");
+	expect_error("{\"op\":\"release_slot\",\"name\":\"x\",\"token\":5}", "bad_request", "token");
+	expect_error("{\"op\":\"record\",\"name\":\"x\",\"outcome\":\"meh\"}", "bad_request", "outcome");
+	expect_error("{\"op\":\"record\",\"name\":\"x\"}", "bad_request", "outcome");
+	expect_error("{\"op\":\"record\",\"name\":\"x\",\"outcome\":\"success\",\"permit\":1}", "bad_request", "permit");
+	expect_error("{\"op\":\"hello\",\"id\":{\"a\":1}}", "bad_request", "id");
+	expect_error("{\"op\":\"hello\",\"id\":1.5}", "bad_request", "id");
+	{
+		/* A 257-byte name. */
+		char req[512], name[258];
+
+		memset(name, 'n', 257);
+		name[257] = '\0';
+		snprintf(req, sizeof req, "{\"op\":\"get\",\"name\":\"%s\"}", name);
+		expect_error(req, "bad_request", "name");
+		name[256] = '\0';
+		snprintf(req, sizeof req, "{\"op\":\"get\",\"name\":\"%s\"}", name);
+		json_decref(CALL_OK("%s", req));
+	}
+	/* The id is echoed in errors too. */
+	{
+		json_t *r = util_call(fd, "{\"id\":99,\"op\":\"get\"}");
+
+		ck_assert_int_eq(util_int(r, "id"), 99);
+		ck_assert_str_eq(util_code(r), "bad_request");
+		json_decref(r);
+	}
+	/* forbidden, capacity, line_too_long and shutting_down have tests of
+	 * their own; the connection still works after all of the above. */
+	json_decref(CALL_OK("{\"op\":\"hello\"}"));
+}
+END_TEST
+
+/* A connection as uid/gid `nobody`, into the fixture's socket. */
+static bool
+request_as_nobody(const char *line, char *reply, size_t size)
+{
+	chmod(h.dir, 0755);
+	return util_request_as(&h, 65534, 65534, line, reply, size);
+}
+
+START_TEST(test_forbidden_for_non_admin)
+{
+	char reply[4096];
+
+	ck_assert(request_as_nobody("{\"id\":1,\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}",
+	    reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"forbidden\"") != NULL, "got %s", reply);
+	ck_assert_msg(strstr(reply, "\"id\":1") != NULL, "got %s", reply);
+	ck_assert(request_as_nobody("{\"op\":\"delete\",\"name\":\"x\"}", reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"forbidden\"") != NULL, "got %s", reply);
+	/* Everyone may read and record. */
+	ck_assert(request_as_nobody("{\"op\":\"record_failure\",\"name\":\"x\"}", reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"ok\":true") != NULL, "got %s", reply);
+	json_t *r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "errors.forbidden"), 2);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_admin_users_allows_nobody)
+{
+	char reply[4096];
+
+	harness_stop(&h);
+	close(fd);
+	fd = -1;
+	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0666\nadmin_users = root, nobody\n"));
+	ck_assert(request_as_nobody("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}",
+	    reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"ok\":true") != NULL, "got %s", reply);
+}
+END_TEST
+
+START_TEST(test_capacity)
+{
+	json_t *r;
+
+	harness_stop(&h);
+	close(fd);
+	ck_assert(harness_start(&h, "[cbd]\nmax_circuits = 2\n"));
+	fd = harness_connect(&h);
+	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"c1\"}"));
+	json_decref(CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"c2\"}"));
+	expect_error("{\"op\":\"record_failure\",\"name\":\"c3\"}", "capacity", "max_circuits");
+	expect_error("{\"op\":\"acquire_slot\",\"name\":\"c3\"}", "capacity", "max_circuits");
+	expect_error("{\"op\":\"set_state\",\"name\":\"c3\",\"state\":\"open\"}", "capacity", NULL);
+	expect_error("{\"op\":\"cas\",\"name\":\"c3\",\"from\":\"closed\",\"to\":\"open\"}", "capacity", NULL);
+	/* Requests that store nothing still work, and so do existing circuits. */
+	json_decref(CALL_OK("{\"op\":\"get\",\"name\":\"c3\"}"));
+	json_decref(CALL_OK("{\"op\":\"record_success\",\"name\":\"c3\"}"));
+	json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"c3\",\"outcome\":\"ignore\"}"));
+	json_decref(CALL_OK("{\"op\":\"allow\",\"name\":\"c3\"}"));
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c3\",\"from\":\"open\",\"to\":\"closed\"}");
+	ck_assert(!util_bool(r, "applied"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"c1\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 2);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "limits.max_circuits"), 4);
+	ck_assert_int_eq(util_int(r, "errors.capacity"), 4);
+	ck_assert_int_eq(util_int(r, "circuits"), 2);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_line_too_long_then_usable)
+{
+	size_t big = 65536 + 1000;
+	char *line = malloc(big + 2);
+	char reply[4096];
+	json_t *r;
+
+	/* A complete overlong line. */
+	memset(line, ' ', big);
+	memcpy(line, "{\"op\":\"hello\",\"pad\":\"", 21);
+	memcpy(line + big - 2, "\"}", 2);
+	line[big] = '\n';
+	line[big + 1] = '\0';
+	ck_assert(harness_request(fd, line, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"line_too_long\"") != NULL, "got %s", reply);
+	json_decref(CALL_OK("{\"id\":1,\"op\":\"hello\"}"));
+	/* An overlong line sent in pieces: one error, the rest discarded. */
+	ck_assert(util_write_all(fd, line, big - 100));
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"line_too_long\"") != NULL, "got %s", reply);
+	ck_assert(util_write_all(fd, line, 5000));
+	ck_assert(util_write_all(fd, "\"}\n", 3)); /* the end of the overlong line */
+	r = CALL_OK("{\"id\":2,\"op\":\"hello\"}");
+	ck_assert_int_eq(util_int(r, "id"), 2);
+	json_decref(r);
+	/* Exactly max_line_bytes is fine, with or without a CR. */
+	memset(line, ' ', 65536);
+	memcpy(line, "{\"op\":\"hello\",\"id\":3", 20);
+	line[65535] = '}';
+	line[65536] = '\0';
+	r = CALL_OK("%s", line);
+	ck_assert_int_eq(util_int(r, "id"), 3);
+	json_decref(r);
+	line[65536] = '\r';
+	line[65537] = '\n';
+	ck_assert(util_write_all(fd, line, 65538));
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"id\":3") != NULL, "got %s", reply);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "limits.max_line_bytes"), 2);
+	ck_assert_int_eq(util_int(r, "errors.line_too_long"), 2);
+	json_decref(r);
+	free(line);
+}
+END_TEST
+
+START_TEST(test_framing_crlf_and_empty_lines)
+{
+	const char *input = "\n\r\n{\"id\":1,\"op\":\"hello\"}\r\n\n\n{\"id\":2,\"op\":\"hello\"}\n";
+	char reply[4096];
+
+	ck_assert(util_write_all(fd, input, strlen(input)));
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"id\":1,") != NULL, "got %s", reply);
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"id\":2,") != NULL, "got %s", reply);
+	json_t *r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "requests"), 3);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_pipelining_thousands)
+{
+	enum { N = 5000 };
+	size_t cap = (size_t)N * 128, len = 0;
+	char *buf = malloc(cap);
+	char reply[4096];
+	json_t *r;
+
+	for (int i = 0; i < N; i++)
+		len += (size_t)snprintf(buf + len, cap - len,
+		    "{\"id\":%d,\"op\":\"record_failure\",\"name\":\"p\",\"ctx\":{\"failure_threshold\":1000000}}\n", i);
+	ck_assert(util_write_all(fd, buf, len));
+	for (int i = 0; i < N; i++) {
+		char want[64];
+
+		ck_assert(util_read_line(fd, reply, sizeof reply));
+		snprintf(want, sizeof want, "{\"id\":%d,\"ok\":true", i);
+		ck_assert_msg(strncmp(reply, want, strlen(want)) == 0, "reply %d: %s", i, reply);
+	}
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"p\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), N);
+	json_decref(r);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_half_sent_line_does_not_delay_others)
+{
+	int other = harness_connect(&h);
+	char reply[4096];
+	json_t *r;
+
+	ck_assert(util_write_all(fd, "{\"id\":1,\"op\":\"hel", 17));
+	r = util_call(other, "{\"id\":2,\"op\":\"hello\"}");
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(util_int(r, "id"), 2);
+	json_decref(r);
+	ck_assert(util_write_all(fd, "lo\"}\n", 5));
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"id\":1,") != NULL, "got %s", reply);
+	/* A client that vanishes mid-line harms nobody. */
+	ck_assert(util_write_all(other, "{\"op\":\"record_fail", 19));
+	close(other);
+	json_decref(CALL_OK("{\"op\":\"hello\"}"));
+}
+END_TEST
+
+/* Poll stats until member `path` equals want (bounded). */
+static bool
+stats_reach(int conn, const char *path, int64_t want)
+{
+	for (int i = 0; i < 2000; i++) {
+		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
+		int64_t v = util_int(r, path);
+
+		json_decref(r);
+		if (v == want)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+START_TEST(test_slot_release_on_disconnect)
+{
+	int holder = harness_connect(&h);
+	json_t *r;
+
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"rel\",\"state\":\"half_open\"}"));
+	r = util_call(holder, "{\"op\":\"allow\",\"name\":\"rel\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call(holder, "{\"op\":\"acquire_slot\",\"name\":\"rel2\",\"ctx\":{\"half_open_max\":1}}");
+	ck_assert(util_bool(r, "acquired"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"rel\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "slots"), 2);
+	json_decref(r);
+	close(holder);
+	ck_assert(stats_reach(fd, "slots", 0));
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"rel\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	/* rel2 held nothing but the slot: it is gone from the table. */
+	r = CALL_OK("{\"op\":\"list\"}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_connection_limit)
+{
+	char reply[4096];
+	int conns[2];
+	json_t *r;
+
+	close(fd);
+	harness_stop(&h);
+	ck_assert(harness_start(&h, "[cbd]\nmax_connections = 2\n"));
+	for (int i = 0; i < 2; i++) {
+		conns[i] = harness_connect(&h);
+		r = util_call(conns[i], "{\"op\":\"hello\"}");
+		ck_assert(util_code(r) == NULL);
+		json_decref(r);
+	}
+	fd = harness_connect(&h);
+	ck_assert_int_ge(fd, 0);
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"capacity\"") != NULL && strstr(reply, "max_connections"),
+	    "got %s", reply);
+	ck_assert(util_wait_eof(fd));
+	close(fd);
+	r = util_call(conns[0], "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "limits.max_connections"), 1);
+	ck_assert_int_eq(util_int(r, "connections.current"), 2);
+	json_decref(r);
+	/* Room again once a client leaves. */
+	close(conns[1]);
+	ck_assert(stats_reach(conns[0], "connections.current", 1));
+	fd = harness_connect(&h);
+	r = CALL_OK("{\"op\":\"hello\"}");
+	json_decref(r);
+	close(conns[0]);
+}
+END_TEST
+
+START_TEST(test_slow_reader_dropped)
+{
+	enum { N = 4000 };
+	const char *req = "{\"op\":\"stats\"}\n";
+	int slow;
+	json_t *r;
+
+	close(fd);
+	harness_stop(&h);
+	ck_assert(harness_start(&h, "[cbd]\nmax_output_bytes = 65536\n"));
+	fd = harness_connect(&h);
+	slow = harness_connect(&h);
+	fcntl(slow, F_SETFL, O_NONBLOCK);
+	/* Never read: ~4 MB of replies cannot all fit in socket buffers. */
+	for (int i = 0; i < N; i++) {
+		if (send(slow, req, strlen(req), MSG_NOSIGNAL) < 0 && errno != EAGAIN)
+			break;
+	}
+	ck_assert(stats_reach(fd, "limits.max_output_bytes", 1));
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "connections.current"), 1);
+	json_decref(r);
+	close(slow);
+}
+END_TEST
+
+START_TEST(test_unknown_members_ignored)
+{
+	json_t *r = CALL_OK("{\"op\":\"get\",\"name\":\"u\",\"future\":{\"x\":[1,2,3]},\"ctx\":{\"now\":1,\"future_key\":\"z\"}}");
+
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_utf8_names)
+{
+	json_t *r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"caf\xc3\xa9 \\\"quoted\\\" \xe2\x9c\x93\"}");
+
+	ck_assert_str_eq(util_str(r, "snapshot.name"), "caf\xc3\xa9 \"quoted\" \xe2\x9c\x93");
+	json_decref(r);
+	/* Invalid UTF-8 is not JSON. */
+	expect_error("{\"op\":\"get\",\"name\":\"\xff\"}", "parse_error", NULL);
+	/* C1 control characters are refused. */
+	expect_error("{\"op\":\"get\",\"name\":\"a\\u0085\"}", "bad_request", "name");
+}
+END_TEST
+
+/* Golden examples: the .txt files of proto/examples hold "> request" and
+ * "< reply" lines; replies are compared as JSON, "<any>" matching any
+ * value and "<$NAME>" capturing a string that later requests use as $NAME. */
+#define GOLDEN_VARS 16
+static char var_name[GOLDEN_VARS][32];
+static char var_value[GOLDEN_VARS][256];
+
+/* Remember a captured value ("<$NAME>" in an expected reply). */
+static void
+var_set(const char *name, size_t len, const char *value)
+{
+	for (int i = 0; i < GOLDEN_VARS; i++) {
+		if (var_name[i][0] == '\0' || (strlen(var_name[i]) == len &&
+		    strncmp(var_name[i], name, len) == 0)) {
+			snprintf(var_name[i], sizeof var_name[i], "%.*s", (int)len, name);
+			snprintf(var_value[i], sizeof var_value[i], "%s", value);
+			return;
+		}
+	}
+}
+
+/* Copy in to out, replacing $NAME by captured values. */
+static void
+var_expand(const char *in, char *out, size_t size)
+{
+	size_t o = 0;
+
+	while (*in != '\0' && o + 1 < size) {
+		if (*in == '$') {
+			size_t n = 1;
+
+			while (in[n] == '_' || (in[n] >= 'A' && in[n] <= 'Z'))
+				n++;
+			for (int i = 0; n > 1 && i < GOLDEN_VARS; i++) {
+				if (strlen(var_name[i]) == n - 1 && strncmp(var_name[i], in + 1, n - 1) == 0) {
+					o += (size_t)snprintf(out + o, size - o, "%s", var_value[i]);
+					in += n;
+					n = 0;
+					break;
+				}
+			}
+			if (n == 0)
+				continue;
+		}
+		out[o++] = *in++;
+	}
+	out[o < size ? o : size - 1] = '\0';
+}
+
+static bool
+json_match(const json_t *want, const json_t *got)
+{
+	if (json_is_string(want) && strcmp(json_string_value(want), "<any>") == 0)
+		return got != NULL;
+	if (json_is_string(want) && strncmp(json_string_value(want), "<$", 2) == 0) {
+		const char *w = json_string_value(want);
+
+		if (!json_is_string(got))
+			return false;
+		var_set(w + 2, strlen(w) - 3, json_string_value(got));
+		return true;
+	}
+	if (json_is_object(want)) {
+		const char *key;
+		json_t *v;
+
+		if (!json_is_object(got) || json_object_size(want) != json_object_size(got))
+			return false;
+		json_object_foreach((json_t *)want, key, v) {
+			if (!json_match(v, json_object_get(got, key)))
+				return false;
+		}
+		return true;
+	}
+	if (json_is_array(want)) {
+		if (!json_is_array(got) || json_array_size(want) != json_array_size(got))
+			return false;
+		for (size_t i = 0; i < json_array_size(want); i++) {
+			if (!json_match(json_array_get(want, i), json_array_get(got, i)))
+				return false;
+		}
+		return true;
+	}
+	return json_equal((json_t *)want, (json_t *)got);
+}
+
+static void
+golden_replay(const char *path)
+{
+	static char line[65536], expanded[65536], reply[UTIL_REPLY_SIZE];
+	FILE *f = fopen(path, "r");
+	int conn = -1, lineno = 0, pairs = 0;
+	bool pending = false;
+
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	while (fgets(line, sizeof line, f) != NULL) {
+		size_t len = strlen(line);
+
+		lineno++;
+		if (len > 0 && line[len - 1] == '\n')
+			line[--len] = '\0';
+		if (strncmp(line, "> ", 2) == 0) {
+			ck_assert_msg(!pending, "%s:%d: two requests in a row", path, lineno);
+			if (conn < 0)
+				conn = harness_connect(&h);
+			var_expand(line + 2, expanded, sizeof expanded);
+			ck_assert_msg(harness_request(conn, expanded, reply, sizeof reply),
+			    "%s:%d: no reply", path, lineno);
+			pending = true;
+		} else if (strncmp(line, "< ", 2) == 0) {
+			json_error_t err;
+			json_t *want = json_loads(line + 2, 0, &err);
+			json_t *got = json_loads(reply, 0, &err);
+
+			ck_assert_msg(pending, "%s:%d: a reply without a request", path, lineno);
+			ck_assert_msg(want != NULL, "%s:%d: bad expected reply", path, lineno);
+			ck_assert_msg(got != NULL && json_match(want, got),
+			    "%s:%d: expected %s, got %s", path, lineno, line + 2, reply);
+			json_decref(want);
+			json_decref(got);
+			pending = false;
+			pairs++;
+		}
+	}
+	fclose(f);
+	if (conn >= 0)
+		close(conn);
+	ck_assert_msg(!pending, "%s: last request has no expected reply", path);
+	ck_assert_msg(pairs > 0, "%s: no examples", path);
+}
+
+START_TEST(test_golden_examples)
+{
+	const char *srcdir = getenv("CBD_SRCDIR");
+	char dirpath[1024], path[1400];
+	struct dirent *e;
+	int files = 0;
+	DIR *d;
+
+	ck_assert_msg(srcdir != NULL, "CBD_SRCDIR is not set");
+	snprintf(dirpath, sizeof dirpath, "%s/proto/examples", srcdir);
+	d = opendir(dirpath);
+	ck_assert_msg(d != NULL, "cannot open %s", dirpath);
+	while ((e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+
+		if (n < 5 || strcmp(e->d_name + n - 4, ".txt") != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dirpath, e->d_name);
+		/* Each file starts from an empty daemon. */
+		close(fd);
+		harness_stop(&h);
+		ck_assert(harness_start(&h, NULL));
+		fd = harness_connect(&h);
+		golden_replay(path);
+		files++;
+	}
+	closedir(d);
+	ck_assert_int_gt(files, 0);
+}
+END_TEST
+
+static Suite *
+ops_suite(void)
+{
+	Suite *s = suite_create("cbd-ops");
+	TCase *tc = tcase_create("ops");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_hello);
+	tcase_add_test(tc, test_get_unknown_is_initial_and_not_created);
+	tcase_add_test(tc, test_record_failure_opens_with_layered_policy);
+	tcase_add_test(tc, test_max_gap_starts_new_chain);
+	tcase_add_test(tc, test_record_success_and_half_open);
+	tcase_add_test(tc, test_cas);
+	tcase_add_test(tc, test_set_state_and_delete);
+	tcase_add_test(tc, test_slots);
+	tcase_add_test(tc, test_allow_and_record);
+	tcase_add_test(tc, test_record_ignore);
+	tcase_add_test(tc, test_list);
+	tcase_add_test(tc, test_stats_counts);
+	tcase_add_test(tc, test_error_codes);
+	tcase_add_test(tc, test_forbidden_for_non_admin);
+	tcase_add_test(tc, test_admin_users_allows_nobody);
+	tcase_add_test(tc, test_capacity);
+	tcase_add_test(tc, test_line_too_long_then_usable);
+	tcase_add_test(tc, test_framing_crlf_and_empty_lines);
+	tcase_add_test(tc, test_pipelining_thousands);
+	tcase_add_test(tc, test_half_sent_line_does_not_delay_others);
+	tcase_add_test(tc, test_slot_release_on_disconnect);
+	tcase_add_test(tc, test_connection_limit);
+	tcase_add_test(tc, test_slow_reader_dropped);
+	tcase_add_test(tc, test_unknown_members_ignored);
+	tcase_add_test(tc, test_utf8_names);
+	tcase_add_test(tc, test_golden_examples);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(ops_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,282 @@
+/*
+ * daemon-util.c — helpers for cbd's integration tests (see daemon-util.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon-util.h"
+
+static long long
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+json_t *
+util_call(int fd, const char *fmt, ...)
+{
+	static char reply[UTIL_REPLY_SIZE];
+	static char line[1 << 18];
+	json_error_t err;
+	va_list ap;
+	json_t *v;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (!harness_request(fd, line, reply, sizeof reply)) {
+		fprintf(stderr, "util_call: no reply to %.200s\n", line);
+		return NULL;
+	}
+	v = json_loads(reply, 0, &err);
+	if (v == NULL)
+		fprintf(stderr, "util_call: bad reply %.200s: %s\n", reply, err.text);
+	return v;
+}
+
+const json_t *
+util_get(const json_t *obj, const char *path)
+{
+	char key[128];
+
+	while (obj != NULL && *path != '\0') {
+		const char *dot = strchr(path, '.');
+		size_t n = dot != NULL ? (size_t)(dot - path) : strlen(path);
+
+		snprintf(key, sizeof key, "%.*s", (int)n, path);
+		obj = json_object_get(obj, key);
+		path += n;
+		if (*path == '.')
+			path++;
+	}
+	return obj;
+}
+
+const char *
+util_code(const json_t *reply)
+{
+	if (json_is_true(json_object_get(reply, "ok")))
+		return NULL;
+	return util_str(reply, "error.code");
+}
+
+int64_t
+util_int(const json_t *obj, const char *path)
+{
+	const json_t *v = util_get(obj, path);
+
+	return json_is_integer(v) ? json_integer_value(v) : INT64_MIN;
+}
+
+bool
+util_bool(const json_t *obj, const char *path)
+{
+	return json_is_true(util_get(obj, path));
+}
+
+const char *
+util_str(const json_t *obj, const char *path)
+{
+	const json_t *v = util_get(obj, path);
+
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+bool
+util_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+bool
+util_read_line(int fd, char *buf, size_t size)
+{
+	long long deadline = mono_ms() + harness_timeout_ms();
+	size_t got = 0;
+
+	while (got + 1 < size) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = deadline - mono_ms();
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return false;
+		n = read(fd, buf + got, 1);
+		if (n <= 0)
+			return false;
+		if (buf[got] == '\n') {
+			buf[got] = '\0';
+			return true;
+		}
+		got++;
+	}
+	return false;
+}
+
+bool
+util_wait_eof(int fd)
+{
+	long long deadline = mono_ms() + harness_timeout_ms();
+	char buf[4096];
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = deadline - mono_ms();
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return false;
+		n = read(fd, buf, sizeof buf);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return true;
+		if (n < 0)
+			return false;
+	}
+}
+
+int
+util_run(const char *const *argv, char *out, size_t size)
+{
+	long long deadline = mono_ms() + harness_timeout_ms();
+	size_t got = 0;
+	int pipefd[2], status;
+	pid_t pid;
+
+	if (pipe(pipefd) != 0)
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(pipefd[1], STDOUT_FILENO);
+		dup2(pipefd[1], STDERR_FILENO);
+		close(pipefd[0]);
+		close(pipefd[1]);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	for (;;) {
+		struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
+		long long left = deadline - mono_ms();
+		char sink[256];
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			break;
+		if (got + 1 < size)
+			n = read(pipefd[0], out + got, size - 1 - got);
+		else
+			n = read(pipefd[0], sink, sizeof sink);
+		if (n <= 0)
+			break;
+		if (got + 1 < size)
+			got += (size_t)n;
+	}
+	if (size > 0)
+		out[got] = '\0';
+	close(pipefd[0]);
+	while (mono_ms() < deadline) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		struct timespec ts = { 0, 5000000 };
+		nanosleep(&ts, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
+bool
+util_wait_file(const char *path, const char *text)
+{
+	long long deadline = mono_ms() + harness_timeout_ms();
+	static char buf[1 << 20];
+
+	while (mono_ms() < deadline) {
+		FILE *f = fopen(path, "r");
+
+		if (f != NULL) {
+			size_t n = fread(buf, 1, sizeof buf - 1, f);
+
+			fclose(f);
+			buf[n] = '\0';
+			if (strstr(buf, text) != NULL)
+				return true;
+		}
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+	return false;
+}
+
+bool
+util_request_as(const cbd_harness *h, unsigned uid, unsigned gid, const char *line,
+    char *reply, size_t size)
+{
+	int pipefd[2], status;
+	size_t got = 0;
+	pid_t pid;
+
+	if (pipe(pipefd) != 0)
+		return false;
+	pid = fork();
+	if (pid < 0)
+		return false;
+	if (pid == 0) {
+		char buf[4096];
+		int fd;
+
+		close(pipefd[0]);
+		if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+			_exit(2);
+		fd = harness_connect(h);
+		if (fd < 0 || !harness_request(fd, line, buf, sizeof buf))
+			_exit(3);
+		if (write(pipefd[1], buf, strlen(buf)) < 0)
+			_exit(4);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	for (;;) {
+		ssize_t n = read(pipefd[0], reply + got, size - 1 - got);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (got + 1 >= size)
+			break;
+	}
+	reply[got] = '\0';
+	close(pipefd[0]);
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}

@@ -1,0 +1,49 @@
+/*
+ * daemon-util.h — helpers shared by cbd's integration tests: JSON calls
+ * over a harness connection, bounded reads, running programs, logs.
+ */
+#ifndef CBD_DAEMON_UTIL_H
+#define CBD_DAEMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "cbd-harness.h"
+
+/* Room for one reply line in the tests. */
+#define UTIL_REPLY_SIZE (1 << 20)
+
+/* Send a printf-formatted request line, parse the reply; NULL on failure. */
+json_t *util_call(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The error code of a reply, or NULL when it is ok. */
+const char *util_code(const json_t *reply);
+
+/* An integer / bool / string at a dotted path ("snapshot.failure_count"). */
+int64_t util_int(const json_t *obj, const char *path);
+bool util_bool(const json_t *obj, const char *path);
+const char *util_str(const json_t *obj, const char *path);
+const json_t *util_get(const json_t *obj, const char *path);
+
+bool util_write_all(int fd, const void *buf, size_t len);
+/* Read one line (bounded wait); false on EOF, error or timeout. */
+bool util_read_line(int fd, char *buf, size_t size);
+/* Is the peer's side closed (EOF within the bounded wait)? */
+bool util_wait_eof(int fd);
+
+/* Run argv (NULL-ended) with stdout+stderr captured into out; returns the
+ * exit code, or -1 when it did not exit within the bounded wait. */
+int util_run(const char *const *argv, char *out, size_t size);
+
+/* Wait (bounded) until the file at path contains text. */
+bool util_wait_file(const char *path, const char *text);
+
+/* Connect as uid/gid (a forked child setuid()s), send line, read one
+ * reply into reply. False when anything failed. */
+bool util_request_as(const cbd_harness *h, unsigned uid, unsigned gid, const char *line,
+    char *reply, size_t size);
+
+#endif
