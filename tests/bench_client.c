@@ -17,11 +17,7 @@
 #include <unistd.h>
 
 #include "cbclient.h"
-#if __has_include("cbd-harness.h")
 #include "cbd-harness.h"
-#else
-#include "client-harness-shim.h"
-#endif
 
 #define SAMPLES_MAX 20000
 

@@ -6,15 +6,13 @@
  *
  * Every cbd started here is registered and killed at exit, also when an
  * assertion ends the test early; the daemons also die with the test
- * process (PR_SET_PDEATHSIG in the restart helper and the shim harness).
+ * process (PR_SET_PDEATHSIG in the restart helper and in the harness).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,11 +21,7 @@
 
 #include "cbclient.h"
 #include "client-test.h"
-#if __has_include("cbd-harness.h")
 #include "cbd-harness.h"
-#else
-#include "client-harness-shim.h"
-#endif
 
 /* A long break so an open circuit stays open for the whole test. */
 #define LONG_BREAK_MS 600000
@@ -119,41 +113,25 @@ cbd_kill(cbd_harness *h)
 {
 	ck_assert_int_gt(h->pid, 0);
 	kill(h->pid, SIGKILL);
-	waitpid(h->pid, NULL, 0);
-	h->pid = -1;
+	ck_assert_int_ne(harness_wait(h), -1);
 }
 
-/* Start cbd again on the same socket and config (after cbd_kill). */
-static void
-cbd_restart(cbd_harness *h)
+/* A new cbd on the socket of `old` (killed): empty state, same path. Stop
+ * it before `old`, whose temp dir holds the socket. */
+static cbd_harness *
+cbd_restart(const cbd_harness *old)
 {
-	const char *bin = getenv("CBD_BINARY");
-	pid_t pid;
+	cbd_harness *h = calloc(1, sizeof *h);
+	harness_opts opts;
 
-	ck_assert_ptr_nonnull(bin);
-	unlink(h->socket_path);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (null >= 0)
-			dup2(null, 2);
-		execl(bin, bin, "-c", h->config_path, "-s", h->socket_path, (char *)NULL);
-		_exit(127);
-	}
-	h->pid = pid;
-	for (int i = 0; i < 500; i++) {
-		int fd = harness_connect(h);
-
-		if (fd >= 0) {
-			close(fd);
-			return;
-		}
-		usleep(10000);
-	}
-	ck_abort_msg("cbd did not come back on %s", h->socket_path);
+	ck_assert_ptr_nonnull(h);
+	memset(&opts, 0, sizeof opts);
+	opts.socket = old->socket_path;
+	unlink(old->socket_path);
+	ck_assert_msg(harness_start_opts(h, "", &opts), "cbd did not come back on %s",
+	    old->socket_path);
+	live_add(h);
+	return h;
 }
 
 /* ---------- the store contract on remote and resilient(remote) ---------- */
@@ -569,7 +547,7 @@ static const cbc_store_policy policies[] = { CBC_POLICY_LOCAL, CBC_POLICY_ALLOW,
 START_TEST(cbd_killed_then_restarted)
 {
 	cbc_store_policy policy = policies[_i];
-	cbd_harness *h = cbd_start("");
+	cbd_harness *h = cbd_start(""), *h2, *h3;
 	cbc_exec_result res;
 	cbc_snapshot s;
 	cbc_error err;
@@ -607,25 +585,27 @@ START_TEST(cbd_killed_then_restarted)
 	ck_assert_int_gt(r.rec.store_errors, 0);
 	/* Restarted (empty, so the circuit is closed there): the next call
 	 * goes to cbd and cbd records it. */
-	cbd_restart(h);
+	h2 = cbd_restart(h);
 	calls = 0;
 	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
 	ck_assert_int_eq(calls, 1);
 	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_CLOSED);
-	s = cbd_snapshot(h, "killed");
+	s = cbd_snapshot(h2, "killed");
 	ck_assert_int_eq(s.failure_count, 1);
 	/* Killed and restarted between two calls: the idle connection is
 	 * dead, and the next call must notice and reach the new cbd. */
 	ck_assert_int_eq(cbc_breaker_force_open(r.b, &err), CBC_OK);
 	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
-	cbd_kill(h);
-	cbd_restart(h);
+	cbd_kill(h2);
+	h3 = cbd_restart(h);
 	calls = 0;
 	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
 	ck_assert_int_eq(calls, 1);
-	s = cbd_snapshot(h, "killed");
+	s = cbd_snapshot(h3, "killed");
 	ck_assert_int_eq(s.failure_count, 1);
 	rig_close(&r);
+	cbd_stop(h3);
+	cbd_stop(h2);
 	cbd_stop(h);
 }
 END_TEST

@@ -12,18 +12,17 @@ tests_check_client_local_SOURCES = tests/check_client_local.c \
 tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
 
-# Against real cbd processes. Until tests/cbd-harness.c (daemon branch) is
-# merged, client-harness-shim.c provides its API.
+# Against real cbd processes, started with the daemon's test harness.
 check_PROGRAMS += tests/check_client_remote
 tests_check_client_remote_SOURCES = tests/check_client_remote.c \
 	tests/client-test.c tests/client-test.h \
-	tests/client-harness-shim.c tests/client-harness-shim.h
+	tests/cbd-harness.c tests/cbd-harness.h
 tests_check_client_remote_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_remote_LDADD = $(CLIENT_TEST_LIBS)
 
 # Latency measurements (built, not run by make check): see its header.
 noinst_PROGRAMS += tests/bench_client
 tests_bench_client_SOURCES = tests/bench_client.c \
-	tests/client-harness-shim.c tests/client-harness-shim.h
+	tests/cbd-harness.c tests/cbd-harness.h
 tests_bench_client_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
