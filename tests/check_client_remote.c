@@ -9,6 +9,7 @@
  * process (PR_SET_PDEATHSIG in the restart helper and in the harness).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -662,6 +663,69 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 }
 END_TEST
 
+/* ---------- threads sharing one connection and one breaker ---------- */
+
+#define THREADS 4
+#define THREAD_CALLS 50
+
+typedef struct thread_arg {
+	cbc_breaker *b;
+	int failed_calls;
+	int bad_status;
+} thread_arg;
+
+static void *
+thread_hammer(void *p)
+{
+	thread_arg *t = p;
+	cbc_exec_result res;
+
+	for (int i = 0; i < THREAD_CALLS; i++) {
+		if (cbc_breaker_execute(t->b, call_fail, NULL, &res, NULL) != CBC_OK || !res.called)
+			t->bad_status++;
+		else
+			t->failed_calls++;
+	}
+	return NULL;
+}
+
+START_TEST(threads_share_a_connection_and_a_breaker)
+{
+	cbd_harness *h = cbd_start("");
+	pthread_t th[THREADS];
+	thread_arg args[THREADS];
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_snapshot s;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	rig_open(&r, h, "threads", CBC_POLICY_REJECT, 0);
+	cbc_breaker_options_init(&o);
+	o.name = "threads";
+	o.failure_threshold = 1000000; /* never trips: every call is counted */
+	o.store = r.store;
+	o.store_policy = CBC_POLICY_REJECT;
+	b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(b);
+	memset(args, 0, sizeof args);
+	for (int i = 0; i < THREADS; i++) {
+		args[i].b = b;
+		ck_assert_int_eq(pthread_create(&th[i], NULL, thread_hammer, &args[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(args[i].bad_status, 0);
+		ck_assert_int_eq(args[i].failed_calls, THREAD_CALLS);
+	}
+	s = cbd_snapshot(h, "threads");
+	ck_assert_int_eq(s.failure_count, THREADS * THREAD_CALLS);
+	cbc_breaker_free(b);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
 static Suite *
 remote_suite(void)
 {
@@ -677,6 +741,7 @@ remote_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, two_processes_one_trips_the_other_fails_fast);
 	tcase_add_test(tc, half_open_max_across_processes);
+	tcase_add_test(tc, threads_share_a_connection_and_a_breaker);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");
