@@ -33,6 +33,11 @@
  *     concurrently when the breaker is shared.
  *   - cbc_conn_last_reply() returns the last reply of the connection, which
  *     another thread sharing the connection may have replaced.
+ *   - After fork(), a child must not use a connection opened by its parent
+ *     (they would share one socket): open a new one.
+ *   - cbd releases the slots a connection holds when it closes; a request
+ *     that times out or breaks closes the connection, so a trial slot held
+ *     through the same connection ends early (its trial still reports).
  */
 #ifndef CBCLIENT_H
 #define CBCLIENT_H
@@ -267,6 +272,10 @@ cbc_status cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error
  * *out is an array of *count snapshots to free with cbc_free(). */
 cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter,
     cbc_snapshot **out, size_t *count, cbc_error *err);
+/* cbc_list, also saying whether cbd cut the list to fit its output limit
+ * (truncated may be NULL; false when cbd does not say). */
+cbc_status cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter,
+    cbc_snapshot **out, size_t *count, bool *truncated, cbc_error *err);
 cbc_status cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err);
 
 /* ------------------------------------------------------------------ */

@@ -433,6 +433,13 @@ cbc_status
 cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size_t *count,
     cbc_error *err)
 {
+	return cbc_list_ex(conn, state_filter, out, count, NULL, err);
+}
+
+cbc_status
+cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
+    size_t *count, bool *truncated, cbc_error *err)
+{
 	json_t *req = NULL, *reply;
 	const json_t *circuits;
 	cbc_snapshot *snaps = NULL;
@@ -479,6 +486,8 @@ cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size
 	}
 	*out = snaps;
 	*count = n;
+	if (truncated != NULL)
+		*truncated = json_is_true(json_object_get(reply, "truncated"));
 	return op_done(reply, st, err);
 }
 

@@ -339,7 +339,7 @@ START_TEST(every_op_against_cbd)
 	cbc_state filter;
 	cbc_error err;
 	size_t n;
-	bool applied, existed;
+	bool applied, existed, truncated;
 	char *raw;
 
 	ck_assert_ptr_nonnull(h);
@@ -386,7 +386,9 @@ START_TEST(every_op_against_cbd)
 	ck_assert_int_eq((int)n, 3); /* a (last_failure_at set), b, c */
 	cbc_free(list);
 	filter = CBC_STATE_OPEN;
-	ck_assert_int_eq(cbc_list(c, &filter, &list, &n, &err), CBC_OK);
+	truncated = true;
+	ck_assert_int_eq(cbc_list_ex(c, &filter, &list, &n, &truncated, &err), CBC_OK);
+	ck_assert(!truncated);
 	ck_assert_int_eq((int)n, 1);
 	ck_assert_str_eq(list[0].name, "b");
 	cbc_free(list);
