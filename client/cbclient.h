@@ -341,7 +341,9 @@ typedef enum cbc_store_policy {
 	/* Degrade to a private local store seeded with the last snapshot seen
 	 * for the circuit: an open circuit stays open. (default) */
 	CBC_POLICY_LOCAL = 0,
-	/* Answer as if the circuit were closed: calls flow. */
+	/* Answer as if the circuit were closed: calls flow. (A breaker does
+	 * not take these answers as observed states: cbc_breaker_state()
+	 * keeps the last state the store itself reported.) */
 	CBC_POLICY_ALLOW,
 	/* Return the store's error from get, cas, set_state and acquire_slot
 	 * (the calls made before the protected operation). Bookkeeping after
@@ -414,7 +416,9 @@ typedef bool (*cbc_error_filter_fn)(int result, void *user);
  * becomes the result. */
 typedef int (*cbc_fallback_fn)(void *arg, int64_t retry_after_ms, void *user);
 /* A transition the breaker observed. error points at the protected call's
- * result when that call's failure caused it, else NULL. */
+ * result when that call's failure caused it, else NULL. A new breaker
+ * assumes closed: if the store already holds another state, the first
+ * call (or refresh) that sees it fires closed -> that state. */
 typedef void (*cbc_state_change_fn)(cbc_state prev, cbc_state next,
     const int *error, void *user);
 /* A clock in ms since the epoch (tests use virtual time); when set, the

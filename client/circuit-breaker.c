@@ -31,6 +31,22 @@ struct cbc_breaker {
 	char name[CBC_NAME_MAX + 1];
 };
 
+/* Set by the breaker's store-error hook during a store call on this
+ * thread: the answer came from the policy, not from the store. */
+static _Thread_local bool store_degraded;
+
+/* The resilient store's on_store_error: note the degradation, then tell
+ * the caller's callback. */
+static void
+breaker_store_error(const cbc_error *error, cbc_store_op op, void *user)
+{
+	cbc_breaker *b = user;
+
+	if (b->opts.on_store_error != NULL)
+		b->opts.on_store_error(error, op, b->opts.user);
+	store_degraded = true; /* after the callback, which may use breakers too */
+}
+
 void
 cbc_breaker_options_init(cbc_breaker_options *opts)
 {
@@ -102,8 +118,8 @@ cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err)
 
 		cbc_resilient_options_init(&ro);
 		ro.policy = opts->store_policy;
-		ro.on_store_error = opts->on_store_error;
-		ro.user = opts->user;
+		ro.on_store_error = breaker_store_error;
+		ro.user = b;
 		if (opts->timeout_backoff_ms >= 0)
 			ro.timeout_backoff_ms = opts->timeout_backoff_ms;
 		b->store = cbc_store_new_resilient(opts->store, &ro, err);
@@ -144,12 +160,16 @@ breaker_call_ctx(cbc_breaker *b, cbc_ctx *ctx)
 	}
 }
 
-/* Note a state seen in the store; fire on_state_change if it moved. */
+/* Note a state seen in the store; fire on_state_change if it moved. Under
+ * ALLOW a degraded answer is "as if closed", not a state anyone is in, so
+ * it is not observed. */
 static void
 breaker_observed(cbc_breaker *b, cbc_state state, const int *error)
 {
 	cbc_state prev;
 
+	if (store_degraded && b->opts.store != NULL && b->opts.store_policy == CBC_POLICY_ALLOW)
+		return;
 	pthread_mutex_lock(&b->lock);
 	prev = b->observed;
 	b->observed = state;
@@ -201,9 +221,10 @@ acquire_trial(cbc_breaker *b, const cbc_ctx *ctx, cbc_permit *p, cbc_error *err)
 	int64_t hint;
 
 	st = cbc_store_acquire_slot(b->store, b->name, ctx, &slot, err);
-	if (st != CBC_OK)
+	if (st != CBC_OK && st != CBC_ECAPACITY)
 		return st;
-	if (!slot.acquired) {
+	/* capacity: the circuit vanished (deleted) and cbd is full; no trial. */
+	if (st == CBC_ECAPACITY || !slot.acquired) {
 		hint = b->policy.slot_ttl_ms < BREAKER_TRIAL_RETRY_HINT_MS ? b->policy.slot_ttl_ms
 									     : BREAKER_TRIAL_RETRY_HINT_MS;
 		return permit_refuse(b, p, CBC_STATE_HALF_OPEN, hint, err);
@@ -223,6 +244,7 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 
 	memset(p, 0, sizeof *p);
 	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	if (st != CBC_OK)
 		return st;
@@ -239,6 +261,7 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 		return permit_refuse(b, p, CBC_STATE_OPEN, snap.retry_after_ms, err);
 	/* The break elapsed: move to half_open; losing the race is fine, the
 	 * winner's state is in snap. */
+	store_degraded = false;
 	st = cbc_store_cas(b->store, b->name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, &ctx,
 	    &applied, &snap, err);
 	if (st != CBC_OK)
@@ -266,6 +289,7 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, const int *er
 	cbc_ctx ctx;
 
 	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
 	if (outcome == CBC_OUTCOME_SUCCESS)
 		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
 	else if (outcome == CBC_OUTCOME_FAILURE)
@@ -344,6 +368,7 @@ cbc_breaker_refresh(cbc_breaker *b, cbc_state *state, cbc_error *err)
 	cbc_ctx ctx;
 
 	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	if (st != CBC_OK)
 		return st;
@@ -362,6 +387,7 @@ breaker_set_state(cbc_breaker *b, cbc_state state, cbc_error *err)
 	cbc_ctx ctx;
 
 	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
 	st = cbc_store_set_state(b->store, b->name, state, &ctx, &snap, err);
 	if (st != CBC_OK)
 		return st;

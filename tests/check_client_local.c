@@ -810,11 +810,15 @@ START_TEST(allow_policy_lets_calls_flow)
 	b = breaker_new_ok(&o);
 	ck_assert_int_eq(cbc_breaker_force_open(b, NULL), CBC_OK);
 	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(rec.count, 1);
 	rig.f.fail = CBC_ECONNECT;
 	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_OK);
 	ck_assert(res.called);
 	ck_assert_int_eq(calls, 1);
 	ck_assert_int_gt(rec.store_errors, 0);
+	/* "As if closed" is not a state the circuit is in: nothing observed. */
+	ck_assert_int_eq(rec.count, 1);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
 	/* The store ops themselves. */
 	ck_assert_int_eq(cbc_store_get(rig.res, "al", NULL, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
