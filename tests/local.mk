@@ -28,7 +28,8 @@ tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 # Shell tests: the unit files, cbctl against a real cbd, make install.
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' $(SHELL)
-# (added to TESTS once cbd is built here) tests/systemd-units.sh
+TESTS += tests/systemd-units.sh tests/socket-activation.sh
+EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh
 EXTRA_DIST += tests/systemd-units.sh
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
@@ -39,3 +40,6 @@ noinst_PROGRAMS += tests/bench
 tests_bench_SOURCES = tests/bench.c
 tests_bench_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread
+# Socket activation needs the daemon built first.
+tests/socket-activation.log: src/cbd$(EXEEXT)
+tests/systemd-units.log: src/cbd$(EXEEXT)
