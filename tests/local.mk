@@ -5,20 +5,21 @@ TESTS += $(check_PROGRAMS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 TEST_CORE_LIBS = src/libcbcore.la $(CHECK_LIBS) $(JANSSON_LIBS)
 
-# The store contract suite, linked into every test that runs it.
+# The store contract suite and check_run(), linked into the unit tests.
 check_LTLIBRARIES += tests/libcontract.la
-tests_libcontract_la_SOURCES = tests/store-contract.c tests/store-contract.h
+tests_libcontract_la_SOURCES = tests/store-contract.c tests/store-contract.h \
+	tests/check-run.c tests/check-run.h
 tests_libcontract_la_CFLAGS = $(TEST_CFLAGS)
 
 check_PROGRAMS += tests/check_breaker
 tests_check_breaker_SOURCES = tests/check_breaker.c
 tests_check_breaker_CFLAGS = $(TEST_CFLAGS)
-tests_check_breaker_LDADD = $(TEST_CORE_LIBS)
+tests_check_breaker_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
 check_PROGRAMS += tests/check_proto
 tests_check_proto_SOURCES = tests/check_proto.c
 tests_check_proto_CFLAGS = $(TEST_CFLAGS)
-tests_check_proto_LDADD = $(TEST_CORE_LIBS)
+tests_check_proto_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
 check_PROGRAMS += tests/check_circuit_table
 tests_check_circuit_table_SOURCES = tests/check_circuit_table.c
