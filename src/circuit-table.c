@@ -235,6 +235,35 @@ change_set(ct_change *change, cb_state from, cb_state to, cb_reason reason)
 	change->reason = reason;
 }
 
+/* The stored snapshot of c, or the initial one when c is not stored. */
+static void
+circuit_snapshot(const circuit *c, cb_snapshot *out)
+{
+	if (c != NULL)
+		*out = c->snap;
+	else
+		breaker_snapshot_init(out);
+}
+
+/* Store `next` (moved from state `from` for `reason`) as name's snapshot
+ * and report it. When it cannot be stored nothing changes: `out` is the
+ * current snapshot and the change is NONE. */
+static ct_status
+commit(circuit_table *table, const char *name, circuit *c, cb_state from,
+    const cb_snapshot *next, cb_reason reason, cb_snapshot *out, ct_change *change)
+{
+	ct_status status = circuit_store(table, name, c, next);
+
+	if (status != CT_OK) {
+		circuit_table_get(table, name, out);
+		change_set(change, from, from, CB_REASON_NONE);
+		return status;
+	}
+	*out = *next;
+	change_set(change, from, next->state, reason);
+	return CT_OK;
+}
+
 /* Shared body of record_success and record_failure. */
 static ct_status
 record_outcome(circuit_table *table, const char *name, const cb_policy *policy,
@@ -243,26 +272,14 @@ record_outcome(circuit_table *table, const char *name, const cb_policy *policy,
 	circuit *c = circuit_find(table, name);
 	cb_snapshot next;
 	cb_reason reason;
-	ct_status status;
 
-	if (c != NULL)
-		next = c->snap;
-	else
-		breaker_snapshot_init(&next);
+	circuit_snapshot(c, &next);
 	cb_state from = next.state;
 	if (success)
 		reason = breaker_on_success(&next, policy, now);
 	else
 		reason = breaker_on_failure(&next, policy, now);
-	status = circuit_store(table, name, c, &next);
-	if (status != CT_OK) {
-		circuit_table_get(table, name, out);
-		change_set(change, from, from, CB_REASON_NONE);
-		return status;
-	}
-	*out = next;
-	change_set(change, from, next.state, reason);
-	return CT_OK;
+	return commit(table, name, c, from, &next, reason, out, change);
 }
 
 ct_status
@@ -285,23 +302,12 @@ force_state(circuit_table *table, const char *name, circuit *c, cb_state state,
     int64_t now, cb_reason why, cb_snapshot *out, ct_change *change)
 {
 	cb_snapshot next;
-	ct_status status;
 
-	if (c != NULL)
-		next = c->snap;
-	else
-		breaker_snapshot_init(&next);
+	circuit_snapshot(c, &next);
 	cb_state from = next.state;
 	breaker_force(&next, state, now);
-	status = circuit_store(table, name, c, &next);
-	if (status != CT_OK) {
-		circuit_table_get(table, name, out);
-		change_set(change, from, from, CB_REASON_NONE);
-		return status;
-	}
-	*out = next;
-	change_set(change, from, state, from == state ? CB_REASON_NONE : why);
-	return CT_OK;
+	return commit(table, name, c, from, &next, from == state ? CB_REASON_NONE : why,
+	    out, change);
 }
 
 ct_status

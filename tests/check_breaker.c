@@ -7,6 +7,8 @@
 
 #include <check.h>
 
+#include "check-run.h"
+
 #include "breaker.h"
 
 static cb_policy
@@ -280,8 +282,6 @@ main(void)
 {
 	Suite *suite = suite_create("breaker");
 	TCase *tc = tcase_create("rules");
-	SRunner *runner;
-	int failed;
 
 	tcase_add_test(tc, defaults_match_spec);
 	tcase_add_test(tc, initial_snapshot);
@@ -299,9 +299,5 @@ main(void)
 	tcase_add_test(tc, state_names_round_trip);
 	tcase_add_test(tc, every_reason_has_text);
 	suite_add_tcase(suite, tc);
-	runner = srunner_create(suite);
-	srunner_run_all(runner, CK_NORMAL);
-	failed = srunner_ntests_failed(runner);
-	srunner_free(runner);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(suite, NULL);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "check-run.h"
 #include "circuit-table.h"
 #include "store-contract.h"
 
@@ -373,12 +374,5 @@ table_suite(void)
 int
 main(void)
 {
-	SRunner *runner = srunner_create(contract_suite(&memory_impl));
-	int failed;
-
-	srunner_add_suite(runner, table_suite());
-	srunner_run_all(runner, CK_NORMAL);
-	failed = srunner_ntests_failed(runner);
-	srunner_free(runner);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(contract_suite(&memory_impl), table_suite(), NULL);
 }

@@ -8,6 +8,8 @@
 
 #include <check.h>
 
+#include "check-run.h"
+
 #include "circuit-table.h"
 #include "proto.h"
 
@@ -288,8 +290,6 @@ main(void)
 {
 	Suite *suite = suite_create("proto");
 	TCase *tc = tcase_create("codec");
-	SRunner *runner;
-	int failed;
 
 	tcase_add_test(tc, int_member_rules);
 	tcase_add_test(tc, name_rules);
@@ -302,9 +302,5 @@ main(void)
 	tcase_add_test(tc, snapshot_json_round_trip);
 	tcase_add_test(tc, error_codes_round_trip);
 	suite_add_tcase(suite, tc);
-	runner = srunner_create(suite);
-	srunner_run_all(runner, CK_NORMAL);
-	failed = srunner_ntests_failed(runner);
-	srunner_free(runner);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(suite, NULL);
 }

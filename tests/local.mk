@@ -5,20 +5,21 @@ TESTS += $(check_PROGRAMS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 TEST_CORE_LIBS = src/libcbcore.la $(CHECK_LIBS) $(JANSSON_LIBS)
 
-# The store contract suite, linked into every test that runs it.
+# The store contract suite and check_run(), linked into the unit tests.
 check_LTLIBRARIES += tests/libcontract.la
-tests_libcontract_la_SOURCES = tests/store-contract.c tests/store-contract.h
+tests_libcontract_la_SOURCES = tests/store-contract.c tests/store-contract.h \
+	tests/check-run.c tests/check-run.h
 tests_libcontract_la_CFLAGS = $(TEST_CFLAGS)
 
 check_PROGRAMS += tests/check_breaker
 tests_check_breaker_SOURCES = tests/check_breaker.c
 tests_check_breaker_CFLAGS = $(TEST_CFLAGS)
-tests_check_breaker_LDADD = $(TEST_CORE_LIBS)
+tests_check_breaker_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
 check_PROGRAMS += tests/check_proto
 tests_check_proto_SOURCES = tests/check_proto.c
 tests_check_proto_CFLAGS = $(TEST_CFLAGS)
-tests_check_proto_LDADD = $(TEST_CORE_LIBS)
+tests_check_proto_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
 check_PROGRAMS += tests/check_circuit_table
 tests_check_circuit_table_SOURCES = tests/check_circuit_table.c
@@ -28,7 +29,8 @@ tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 # Shell tests: the unit files, cbctl against a real cbd, make install.
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' $(SHELL)
-# (added to TESTS once cbd is built here) tests/systemd-units.sh
+TESTS += tests/systemd-units.sh tests/socket-activation.sh
+EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh
 EXTRA_DIST += tests/systemd-units.sh
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
@@ -39,3 +41,6 @@ noinst_PROGRAMS += tests/bench
 tests_bench_SOURCES = tests/bench.c
 tests_bench_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread
+# Socket activation needs the daemon built first.
+tests/socket-activation.log: src/cbd$(EXEEXT)
+tests/systemd-units.log: src/cbd$(EXEEXT)

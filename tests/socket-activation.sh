@@ -31,7 +31,8 @@ socat -u UNIX-RECV:"$notify" OPEN:"$tmp/notify.log",creat,append 2>"$tmp/socat.l
 recv_pid=$!
 # The daemon's config names another socket: the inherited one must win.
 printf '[cbd]\nsocket = %s/unused.sock\n' "$tmp" > "$tmp/cbd.conf"
-NOTIFY_SOCKET="$notify" systemd-socket-activate -l "$sock" \
+# systemd-socket-activate passes only the variables named with -E.
+systemd-socket-activate -l "$sock" -E NOTIFY_SOCKET="$notify" \
 	"$CBD_BINARY" -c "$tmp/cbd.conf" 2>"$tmp/cbd.log" &
 act_pid=$!
 i=0
