@@ -433,6 +433,8 @@ START_TEST(test_error_codes)
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"success_threshold\":1000000001}}", "bad_request", "ctx.success_threshold");
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":9007199254740993}}", "bad_request", "ctx.now");
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":123456789012345678901234567890}}", "bad_request", "now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":1e400}}", "bad_request", "now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"pad\":[-99999999999999999999999]}", "bad_request", "out of range");
 	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"closed\"}", "bad_request", "to");
 	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"shut\",\"to\":\"open\"}", "bad_request", "from");
 	expect_error("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"OPEN\"}", "bad_request", "state");
