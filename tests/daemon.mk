@@ -42,3 +42,9 @@ tests_cbd_contract_test_LDADD = tests/libcontract.la src/libcbcore.la $(DAEMON_T
 # memory error or leak (skipped without valgrind and in sanitizer builds).
 TESTS += tests/cbd-valgrind.sh
 EXTRA_DIST += tests/cbd-valgrind.sh
+
+# Unit tests of the request codec cbd added to proto.c.
+check_PROGRAMS += tests/cbd-codec-test
+tests_cbd_codec_test_SOURCES = tests/cbd-codec-test.c
+tests_cbd_codec_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_codec_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
