@@ -14,15 +14,12 @@
 #include "log.h"
 #include "server.h"
 
-/* Read when -c is not given and the file exists. */
-#define CBD_DEFAULT_CONFIG SYSCONFDIR "/cbd/cbd.conf"
-
 static void
 usage(FILE *out)
 {
 	fprintf(out,
 	    "usage: cbd [-c FILE] [-s SOCKET] [-t] [-v] [-h] [-V]\n"
-	    "  -c FILE    configuration file (default %s when it exists)\n"
+	    "  -c FILE    configuration file (default: none, built-in defaults)\n"
 	    "  -s SOCKET  Unix socket to listen on (overrides the file; default %s)\n"
 	    "  -t         check the configuration and exit (0: valid, 1: not)\n"
 	    "  -v         verbose: log at debug level\n"
@@ -30,7 +27,7 @@ usage(FILE *out)
 	    "  -V         print the version\n"
 	    "cbd runs in the foreground and logs to stderr. SIGHUP reloads the\n"
 	    "configuration; SIGTERM or SIGINT stops it.\n",
-	    CBD_DEFAULT_CONFIG, CONF_DEFAULT_SOCKET);
+	    CONF_DEFAULT_SOCKET);
 }
 
 int
@@ -71,8 +68,6 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (config_path == NULL && access(CBD_DEFAULT_CONFIG, F_OK) == 0)
-		config_path = CBD_DEFAULT_CONFIG;
 	if (config_path != NULL) {
 		if (!conf_load(config_path, &srv.conf, err, sizeof err)) {
 			fprintf(stderr, "cbd: %s\n", err);

@@ -29,6 +29,5 @@ endif
 
 sbin_PROGRAMS += src/cbd
 src_cbd_SOURCES = src/cbd.c
-src_cbd_CPPFLAGS = $(AM_CPPFLAGS) -DSYSCONFDIR='"$(sysconfdir)"'
 src_cbd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 src_cbd_LDADD = src/libcbdaemon.la

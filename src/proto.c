@@ -422,8 +422,9 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 
 	request = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	if (request == NULL) {
-		/* jansson holds integers in int64 and refuses larger ones as a
-		 * syntax error; the spec calls an out-of-range integer bad_request. */
+		/* jansson holds integers in int64 and reals in doubles and refuses
+		 * larger ones as a syntax error; the spec calls an out-of-range
+		 * number bad_request. */
 		if (strstr(jerr.text, "too big") != NULL) {
 			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
 				proto_fail(err, PROTO_BAD_REQUEST,
@@ -431,6 +432,14 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 			else
 				proto_fail(err, PROTO_BAD_REQUEST,
 				    "an integer is out of range (near byte %d)", jerr.position);
+			return NULL;
+		}
+		if (strstr(jerr.text, "overflow") != NULL) {
+			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
+				proto_fail(err, PROTO_BAD_REQUEST, "%s is a number out of range", key);
+			else
+				proto_fail(err, PROTO_BAD_REQUEST,
+				    "a number is out of range (near byte %d)", jerr.position);
 			return NULL;
 		}
 		proto_fail(err, PROTO_PARSE_ERROR, "not JSON: %s (near byte %d)", jerr.text,

@@ -425,7 +425,7 @@ warn_schedule(void)
 
 /* Apply what the config controls at run time. */
 static void
-conf_apply(void)
+server_conf_apply(void)
 {
 	circuit_table_set_max_circuits(srv.table, (uint64_t)srv.conf.max_circuits);
 	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
@@ -454,7 +454,7 @@ server_reload(void)
 		conf_keep_fixed(&fresh, &srv.conf);
 		conf_free(&srv.conf);
 		srv.conf = fresh;
-		conf_apply();
+		server_conf_apply();
 		stats.reloads++;
 		log_info("configuration reloaded from %s", srv.conf_path);
 	}
@@ -566,7 +566,7 @@ server_start(void)
 	if (srv.listen_ev == NULL || event_add(srv.listen_ev, NULL) != 0)
 		fatal("cannot watch the listening socket");
 	server_set_state(SERVER_RUNNING);
-	conf_apply();
+	server_conf_apply();
 	log_info("cbd %s listening on %s%s (max_circuits %lld, max_connections %lld)",
 	    PACKAGE_VERSION, srv.socket_path, srv.socket_inherited ? " (socket activation)" : "",
 	    (long long)srv.conf.max_circuits, (long long)srv.conf.max_connections);

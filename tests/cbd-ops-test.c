@@ -433,6 +433,8 @@ START_TEST(test_error_codes)
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"success_threshold\":1000000001}}", "bad_request", "ctx.success_threshold");
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":9007199254740993}}", "bad_request", "ctx.now");
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":123456789012345678901234567890}}", "bad_request", "now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":1e400}}", "bad_request", "now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"pad\":[-99999999999999999999999]}", "bad_request", "out of range");
 	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"closed\"}", "bad_request", "to");
 	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"shut\",\"to\":\"open\"}", "bad_request", "from");
 	expect_error("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"OPEN\"}", "bad_request", "state");
@@ -736,7 +738,7 @@ END_TEST
 
 START_TEST(test_slow_reader_dropped)
 {
-	enum { N = 4000 };
+	enum { N = 40000 };
 	const char *req = "{\"op\":\"stats\"}\n";
 	int slow;
 	json_t *r;
@@ -746,10 +748,11 @@ START_TEST(test_slow_reader_dropped)
 	ck_assert(harness_start(&h, "[cbd]\nmax_output_bytes = 65536\n"));
 	fd = harness_connect(&h);
 	slow = harness_connect(&h);
-	fcntl(slow, F_SETFL, O_NONBLOCK);
-	/* Never read: ~4 MB of replies cannot all fit in socket buffers. */
+	/* Never read: megabytes of replies cannot all fit in socket buffers.
+	 * cbd keeps reading while it queues, so these writes never block for
+	 * good; they fail once cbd has dropped the connection. */
 	for (int i = 0; i < N; i++) {
-		if (send(slow, req, strlen(req), MSG_NOSIGNAL) < 0 && errno != EAGAIN)
+		if (send(slow, req, strlen(req), MSG_NOSIGNAL) < 0)
 			break;
 	}
 	ck_assert(stats_reach(fd, "limits.max_output_bytes", 1));
@@ -757,6 +760,53 @@ START_TEST(test_slow_reader_dropped)
 	ck_assert_int_eq(util_int(r, "connections.current"), 1);
 	json_decref(r);
 	close(slow);
+}
+END_TEST
+
+START_TEST(test_list_truncated_to_fit_output)
+{
+	enum { N = 400 };
+	size_t cap = (size_t)N * 128, len = 0;
+	char *buf = malloc(cap), reply[4096];
+	json_t *r;
+
+	close(fd);
+	harness_stop(&h);
+	/* A list reply may take half of max_output_bytes: 32 KiB, fewer than
+	 * N snapshots. */
+	ck_assert(harness_start(&h, "[cbd]\nmax_output_bytes = 65536\n"));
+	fd = harness_connect(&h);
+	for (int i = 0; i < N; i++)
+		len += (size_t)snprintf(buf + len, cap - len,
+		    "{\"op\":\"record_failure\",\"name\":\"circuit-%04d\"}\n", i);
+	ck_assert(util_write_all(fd, buf, len));
+	for (int i = 0; i < N; i++)
+		ck_assert(util_read_line(fd, reply, sizeof reply));
+	r = CALL_OK("{\"op\":\"list\"}");
+	ck_assert(util_bool(r, "truncated"));
+	ck_assert_int_gt(json_array_size(json_object_get(r, "circuits")), 0);
+	ck_assert_int_lt(json_array_size(json_object_get(r, "circuits")), N);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "limits.list_truncated"), 1);
+	ck_assert_int_eq(util_int(r, "circuits"), N);
+	json_decref(r);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_client_vanishing_mid_reply)
+{
+	enum { N = 2000 };
+	const char *req = "{\"op\":\"stats\"}\n";
+	int gone = harness_connect(&h);
+
+	/* Megabytes of replies queued, then the client is gone. */
+	for (int i = 0; i < N; i++)
+		ck_assert(util_write_all(gone, req, strlen(req)));
+	close(gone);
+	ck_assert(stats_reach(fd, "connections.current", 1));
+	json_decref(CALL_OK("{\"op\":\"hello\"}"));
 }
 END_TEST
 
@@ -975,6 +1025,8 @@ ops_suite(void)
 	tcase_add_test(tc, test_slot_release_on_disconnect);
 	tcase_add_test(tc, test_connection_limit);
 	tcase_add_test(tc, test_slow_reader_dropped);
+	tcase_add_test(tc, test_list_truncated_to_fit_output);
+	tcase_add_test(tc, test_client_vanishing_mid_reply);
 	tcase_add_test(tc, test_unknown_members_ignored);
 	tcase_add_test(tc, test_utf8_names);
 	tcase_add_test(tc, test_golden_examples);

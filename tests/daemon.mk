@@ -37,3 +37,14 @@ tests_cbd_contract_test_SOURCES = tests/cbd-contract-test.c tests/cbd-harness.c 
 	tests/cbd-harness.h
 tests_cbd_contract_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_contract_test_LDADD = tests/libcontract.la src/libcbcore.la $(DAEMON_TEST_LIBS)
+
+# The ops and lifecycle tests again with cbd under valgrind: fails on any
+# memory error or leak (skipped without valgrind and in sanitizer builds).
+TESTS += tests/cbd-valgrind.sh
+EXTRA_DIST += tests/cbd-valgrind.sh
+
+# Unit tests of the request codec cbd added to proto.c.
+check_PROGRAMS += tests/cbd-codec-test
+tests_cbd_codec_test_SOURCES = tests/cbd-codec-test.c
+tests_cbd_codec_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_codec_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)

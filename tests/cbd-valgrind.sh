@@ -1,0 +1,43 @@
+#!/bin/sh
+# tests/cbd-valgrind.sh — run cbd's integration tests with every cbd they
+# start under valgrind (memcheck); fail on any memory error or leak.
+# Skipped (77) without valgrind or in a sanitizer build.
+set -u
+
+: "${CBD_BINARY:?CBD_BINARY must name the cbd to test}"
+builddir=${BUILDDIR:-.}
+command -v valgrind >/dev/null 2>&1 || { echo "valgrind not installed"; exit 77; }
+if grep -q 'fsanitize' "$builddir/Makefile" 2>/dev/null; then
+	echo "sanitizer build: valgrind cannot run it"
+	exit 77
+fi
+
+work=$(mktemp -d /tmp/cbd-valgrind-XXXXXX)
+trap 'rm -rf "$work"' EXIT INT TERM
+cat >"$work/cbd" <<WRAPPER
+#!/bin/sh
+exec valgrind -q --leak-check=full --show-leak-kinds=all \
+	--errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
+	--log-file="$work/vg.%p.log" "$CBD_BINARY" "\$@"
+WRAPPER
+chmod +x "$work/cbd"
+
+status=0
+for t in cbd-ops-test cbd-lifecycle-test; do
+	echo "== $t with cbd under valgrind"
+	CBD_BINARY="$work/cbd" CBD_HARNESS_TIMEOUT_MS=60000 CK_DEFAULT_TIMEOUT=300 \
+		"$builddir/tests/$t" >"$work/$t.out" 2>&1 || {
+		status=1
+		grep -v '^\(info\|debug\|warning\): ' "$work/$t.out" | tail -n 20
+	}
+	grep -E '^[0-9]+%: Checks' "$work/$t.out"
+done
+# With -q, valgrind writes a log only when it has something to say.
+for log in "$work"/vg.*.log; do
+	[ -s "$log" ] || continue
+	echo "== $log"
+	cat "$log"
+	status=1
+done
+[ $status -eq 0 ] && echo "valgrind: no errors, no leaks"
+exit $status
