@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "cbclient.h"
+#include "check-run.h"
 #include "client-test.h"
 
 /* ---------- helpers ---------- */
@@ -1277,9 +1278,6 @@ main(void)
 {
 	static contract_impl local_impl = { .name = "contract: local store" };
 	static contract_impl resilient_impl = { .name = "contract: resilient(local) store" };
-	SRunner *sr;
-	int failed;
-
 	signal(SIGPIPE, SIG_IGN);
 	client_contract_ops(&local_impl);
 	local_impl.create = local_create;
@@ -1287,12 +1285,6 @@ main(void)
 	client_contract_ops(&resilient_impl);
 	resilient_impl.create = resilient_local_create;
 	resilient_impl.teardown = box_teardown;
-
-	sr = srunner_create(client_suite());
-	srunner_add_suite(sr, contract_suite(&local_impl));
-	srunner_add_suite(sr, contract_suite(&resilient_impl));
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(client_suite(), contract_suite(&local_impl),
+	    contract_suite(&resilient_impl), NULL);
 }

@@ -21,6 +21,7 @@
 #include <check.h>
 
 #include "cbclient.h"
+#include "check-run.h"
 #include "client-test.h"
 #include "cbd-harness.h"
 
@@ -759,8 +760,7 @@ main(void)
 {
 	static contract_impl remote_impl = { .name = "contract: remote store (cbd)" };
 	static contract_impl resilient_impl = { .name = "contract: resilient(remote) store" };
-	SRunner *sr;
-	int failed;
+	int status;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("CBD_BINARY") == NULL) {
@@ -773,13 +773,8 @@ main(void)
 	client_contract_ops(&resilient_impl);
 	resilient_impl.create = resilient_remote_create;
 	resilient_impl.teardown = remote_teardown;
-
-	sr = srunner_create(remote_suite());
-	srunner_add_suite(sr, contract_suite(&remote_impl));
-	srunner_add_suite(sr, contract_suite(&resilient_impl));
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	status = check_run(remote_suite(), contract_suite(&remote_impl),
+	    contract_suite(&resilient_impl), NULL);
 	live_cleanup();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return status;
 }

@@ -26,3 +26,9 @@ tests_bench_client_SOURCES = tests/bench_client.c \
 	tests/cbd-harness.c tests/cbd-harness.h
 tests_bench_client_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
+
+# Both client test programs again under valgrind: any memory error or leak
+# in libcbclient fails (skipped without valgrind and in sanitizer builds).
+TESTS += tests/client-valgrind.sh
+EXTRA_DIST += tests/client-valgrind.sh
+tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT)
