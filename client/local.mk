@@ -4,7 +4,20 @@ pkgconfigdir = $(libdir)/pkgconfig
 
 lib_LTLIBRARIES += client/libcbclient.la
 include_HEADERS += client/cbclient.h
-pkgconfig_DATA = client/cbclient.pc
+# cbclient.pc is written at make time (not by configure) so that
+# `make install prefix=...` installs a file naming that prefix; it is
+# rewritten on every make run (a cheap sed) for the same reason.
+pkgconfig_DATA = client/pc/cbclient.pc
+client/pc/cbclient.pc: $(srcdir)/client/cbclient.pc.in client-pc-always
+	$(AM_V_GEN)$(MKDIR_P) client/pc && sed \
+	    -e 's|[@]prefix[@]|$(prefix)|g' -e 's|[@]exec_prefix[@]|$(exec_prefix)|g' \
+	    -e 's|[@]libdir[@]|$(libdir)|g' -e 's|[@]includedir[@]|$(includedir)|g' \
+	    -e 's|[@]VERSION[@]|$(VERSION)|g' $(srcdir)/client/cbclient.pc.in > $@.tmp && \
+	    mv $@.tmp $@
+client-pc-always:
+.PHONY: client-pc-always
+CLEANFILES += client/pc/cbclient.pc
+EXTRA_DIST += client/cbclient.pc.in
 
 client_libcbclient_la_SOURCES = \
 	client/internal.h \

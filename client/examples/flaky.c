@@ -11,9 +11,16 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cbclient.h>
+
+static const char usage[] =
+    "usage: flaky [-s SOCKET] [-n CALLS] [-p FAIL_PERCENT]\n"
+    "Calls a dependency that fails FAIL_PERCENT% of the time (default 60)\n"
+    "CALLS times (default 40) through the circuit \"flaky-demo\" in cbd\n"
+    "(SOCKET, else $CBD_SOCKET, else /run/cbd/cbd.sock).\n";
 
 /* The "dependency": fails fail_percent of the time. */
 static int
@@ -66,13 +73,20 @@ main(int argc, char **argv)
 	int store_errors = 0;
 	cbc_error err;
 
-	while ((c = getopt(argc, argv, "s:n:p:")) != -1) {
+	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+		printf("%s", usage);
+		return 0;
+	}
+	while ((c = getopt(argc, argv, "s:n:p:h")) != -1) {
 		switch (c) {
 		case 's': socket_path = optarg; break;
 		case 'n': calls = atoi(optarg); break;
 		case 'p': fail_percent = atoi(optarg); break;
+		case 'h':
+			printf("%s", usage);
+			return 0;
 		default:
-			fprintf(stderr, "usage: flaky [-s SOCKET] [-n CALLS] [-p FAIL_PERCENT]\n");
+			fprintf(stderr, "%s", usage);
 			return 2;
 		}
 	}
