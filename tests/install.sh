@@ -59,8 +59,9 @@ for example in "$srcdir"/client/examples/*.c; do
 	[ -f "$example" ] || continue
 	n=$((n + 1))
 	out="$dest/$(basename "$example" .c)"
+	# A sanitizer build's library needs its runtime in the program too.
 	# shellcheck disable=SC2086
-	if ${CC:-cc} -o "$out" "$example" $flags 2>"$dest/cc.log"; then
+	if ${CC:-cc} ${SAN_CFLAGS:-} -o "$out" "$example" $flags 2>"$dest/cc.log"; then
 		pass "$(basename "$example") builds against the installed library"
 	else
 		fail "$(basename "$example"): $(cat "$dest/cc.log")"

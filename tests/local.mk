@@ -29,7 +29,8 @@ tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 # Shell tests: the unit files, cbctl against a real cbd, make install.
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
-	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' $(SHELL)
+	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
+	SAN_CFLAGS='$(SAN_CFLAGS)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh
 EXTRA_DIST += tests/systemd-units.sh
