@@ -1,8 +1,8 @@
 /*
  * cbd-config-test.c — cbd's configuration: the loader (good files, every
  * kind of error naming file, line and key), policy layering, `cbd -t`,
- * and a check that conf/cbd.conf and proto/PROTOCOL.md document every key
- * of the key table.
+ * and a check that conf/cbd.conf, proto/PROTOCOL.md and cbd.conf(5)
+ * document every key of the key table.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,6 +248,7 @@ START_TEST(test_every_key_documented)
 {
 	char *conf = read_source("conf/cbd.conf");
 	char *doc = read_source("proto/PROTOCOL.md");
+	char *man = read_source("conf/cbd.conf.5");
 
 	for (size_t i = 0; i < conf_key_count(); i++) {
 		const conf_key *k = conf_key_at(i);
@@ -262,6 +263,12 @@ START_TEST(test_every_key_documented)
 		snprintf(quoted, sizeof quoted, "`%s`", k->name);
 		ck_assert_msg(strstr(doc, quoted) != NULL, "proto/PROTOCOL.md does not document %s",
 		    quoted);
+		/* cbd.conf(5) lists each key as ".BR key ..." or ".B key". */
+		snprintf(quoted, sizeof quoted, "\n.BR %s ", k->name);
+		ck_assert_msg(strstr(man, quoted) != NULL ||
+		        (snprintf(quoted, sizeof quoted, "\n.B %s\n", k->name) > 0 &&
+		            strstr(man, quoted) != NULL),
+		    "conf/cbd.conf.5 does not document %s", k->name);
 	}
 	/* And the example itself is valid. */
 	{
@@ -274,6 +281,7 @@ START_TEST(test_every_key_documented)
 	}
 	free(conf);
 	free(doc);
+	free(man);
 }
 END_TEST
 

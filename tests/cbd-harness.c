@@ -319,6 +319,7 @@ harness_stop(cbd_harness *h)
 {
 	if (h->pid > 0) {
 		kill(h->pid, SIGTERM);
+		kill(h->pid, SIGCONT); /* in case a test stopped it */
 		if (harness_wait(h) == -1 && h->pid > 0) {
 			kill(h->pid, SIGKILL);
 			waitpid(h->pid, NULL, 0);
