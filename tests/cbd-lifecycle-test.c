@@ -311,9 +311,10 @@ START_TEST(test_socket_mode)
 {
 	struct stat st;
 
-	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0640\n"));
+	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0640\nsocket_group = 65534\n"));
 	ck_assert_int_eq(stat(h.socket_path, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0640);
+	ck_assert_int_eq(st.st_gid, 65534);
 }
 END_TEST
 

@@ -512,6 +512,19 @@ START_TEST(test_admin_users_allows_nobody)
 }
 END_TEST
 
+START_TEST(test_admin_groups_allows_group)
+{
+	char reply[4096];
+
+	harness_stop(&h);
+	close(fd);
+	fd = -1;
+	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0666\nadmin_groups = 65534\n"));
+	ck_assert(request_as_nobody("{\"op\":\"delete\",\"name\":\"x\"}", reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"ok\":true") != NULL, "got %s", reply);
+}
+END_TEST
+
 START_TEST(test_capacity)
 {
 	json_t *r;
@@ -1017,6 +1030,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_error_codes);
 	tcase_add_test(tc, test_forbidden_for_non_admin);
 	tcase_add_test(tc, test_admin_users_allows_nobody);
+	tcase_add_test(tc, test_admin_groups_allows_group);
 	tcase_add_test(tc, test_capacity);
 	tcase_add_test(tc, test_line_too_long_then_usable);
 	tcase_add_test(tc, test_framing_crlf_and_empty_lines);
