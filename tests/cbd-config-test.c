@@ -152,6 +152,15 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[circuit \"\"]\nbreak_ms = 5\n", 2, "break_ms", "circuit section names");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users", "no-such-user-here");
+	{
+		/* Lines past libinih's buffer: a comment is fine, a setting is not. */
+		char text[1200];
+
+		snprintf(text, sizeof text, "# %0400d\n[cbd]\nadmin_users = %0500d\nmax_circuits = 0\n", 0, 0);
+		expect_error(text, 3, "", "line is longer than");
+		snprintf(text, sizeof text, "# %0400d\n[cbd]\nmax_circuits = 0\n", 0);
+		expect_error(text, 3, "max_circuits", NULL);
+	}
 	expect_error("[cbd]\nlog_level = info\nadmin_groups = no-such-group-here\n", 3, "admin_groups", NULL);
 }
 END_TEST
