@@ -11,6 +11,7 @@
 
 #include <check.h>
 
+#include "check-run.h"
 #include "conf.h"
 #include "daemon-util.h"
 #include "log.h"
@@ -368,11 +369,5 @@ config_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(config_suite(), NULL);
 }

@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "cbd-harness.h"
+#include "check-run.h"
 #include "daemon-util.h"
 
 static cbd_harness h;
@@ -453,11 +454,5 @@ lifecycle_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(lifecycle_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(lifecycle_suite(), NULL);
 }

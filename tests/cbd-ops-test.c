@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "cbd-harness.h"
+#include "check-run.h"
 #include "daemon-util.h"
 
 /* The daemon of the fixture, and a connection to it. */
@@ -1051,11 +1052,5 @@ ops_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(ops_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(ops_suite(), NULL);
 }
