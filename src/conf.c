@@ -111,7 +111,8 @@ typedef struct conf_loader {
 	const char *path;
 	FILE *file;
 	int line;               /* number of the line being handled */
-	bool at_line_start;
+	char *buf;              /* getline's buffer */
+	size_t buf_size;
 	int error_line;         /* first error found by the handler, 0: none */
 	char error[CONF_ERROR_SIZE];
 	int users_line, groups_line; /* where admin_users / admin_groups were set */
@@ -318,21 +319,32 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 	return 1;
 }
 
-/* inih's reader: fgets that counts lines. */
+/* inih's reader: one whole line per call, counted, so that inih's line
+ * numbers and ours agree. inih's buffer holds num - 1 bytes: a longer
+ * comment is skipped, a longer setting is an error (inih would split it). */
 static char *
 loader_reader(char *str, int num, void *stream)
 {
 	conf_loader *ld = stream;
-	char *line = fgets(str, num, ld->file);
-	size_t len;
+	ssize_t len = getline(&ld->buf, &ld->buf_size, ld->file);
+	const char *p;
 
-	if (line == NULL)
+	if (len < 0)
 		return NULL;
-	if (ld->at_line_start)
-		ld->line++;
-	len = strlen(line);
-	ld->at_line_start = len > 0 && line[len - 1] == '\n';
-	return line;
+	ld->line++;
+	if (len < num) {
+		memcpy(str, ld->buf, (size_t)len + 1);
+		return str;
+	}
+	for (p = ld->buf; isspace((unsigned char)*p); p++)
+		;
+	if (*p != '#' && *p != ';' && ld->error_line == 0) {
+		ld->error_line = ld->line;
+		snprintf(ld->error, sizeof ld->error, "%s:%d: line is longer than %d bytes",
+		    ld->path, ld->line, num - 1);
+	}
+	snprintf(str, (size_t)num, "\n");
+	return str;
 }
 
 /* Append v to a growing array of ids. */
@@ -448,7 +460,7 @@ conf_init_defaults(cbd_conf *cfg)
 bool
 conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 {
-	conf_loader ld = { .cfg = cfg, .path = path, .at_line_start = true };
+	conf_loader ld = { .cfg = cfg, .path = path };
 	int rc;
 
 	if (!conf_init_defaults(cfg)) {
@@ -464,6 +476,7 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 	}
 	rc = ini_parse_stream(loader_reader, &ld, loader_handler, &ld);
 	fclose(ld.file);
+	free(ld.buf);
 	if (rc > 0 && (ld.error_line == 0 || rc < ld.error_line)) {
 		snprintf(err, err_size, "%s:%d: syntax error (expected [section] or key = value)",
 		    path, rc);

@@ -428,6 +428,7 @@ static void
 server_conf_apply(void)
 {
 	circuit_table_set_max_circuits(srv.table, (uint64_t)srv.conf.max_circuits);
+	raise_fd_limit();
 	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
 	warn_schedule();
 }
@@ -542,7 +543,6 @@ server_start(void)
 	srv.socket_path = strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
 	if (srv.socket_path == NULL)
 		fatal("out of memory");
-	raise_fd_limit();
 	/* Signals first, at the higher priority: a SIGTERM seen together with
 	 * input is handled before the input (which then gets shutting_down). */
 	for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <jansson.h>
 
+#include "check-run.h"
 #include "proto.h"
 
 /* Decode text; expect failure with code and a message holding mention. */
@@ -128,8 +129,6 @@ main(void)
 {
 	Suite *s = suite_create("cbd-codec");
 	TCase *tc = tcase_create("codec");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, test_decode_object);
 	tcase_add_test(tc, test_decode_errors);
@@ -137,9 +136,5 @@ main(void)
 	tcase_add_test(tc, test_ids);
 	tcase_add_test(tc, test_replies);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(s, NULL);
 }

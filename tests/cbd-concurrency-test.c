@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "cbd-harness.h"
+#include "check-run.h"
 #include "daemon-util.h"
 
 /* Clients per race. */
@@ -230,11 +231,5 @@ concurrency_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(concurrency_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(concurrency_suite(), NULL);
 }

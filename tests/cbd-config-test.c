@@ -1,8 +1,8 @@
 /*
  * cbd-config-test.c — cbd's configuration: the loader (good files, every
  * kind of error naming file, line and key), policy layering, `cbd -t`,
- * and a check that conf/cbd.conf and proto/PROTOCOL.md document every key
- * of the key table.
+ * and a check that conf/cbd.conf, proto/PROTOCOL.md and cbd.conf(5)
+ * document every key of the key table.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 
 #include <check.h>
 
+#include "check-run.h"
 #include "conf.h"
 #include "daemon-util.h"
 #include "log.h"
@@ -152,6 +153,15 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[circuit \"\"]\nbreak_ms = 5\n", 2, "break_ms", "circuit section names");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users", "no-such-user-here");
+	{
+		/* Lines past libinih's buffer: a comment is fine, a setting is not. */
+		char text[1200];
+
+		snprintf(text, sizeof text, "# %0400d\n[cbd]\nadmin_users = %0500d\nmax_circuits = 0\n", 0, 0);
+		expect_error(text, 3, "", "line is longer than");
+		snprintf(text, sizeof text, "# %0400d\n[cbd]\nmax_circuits = 0\n", 0);
+		expect_error(text, 3, "max_circuits", NULL);
+	}
 	expect_error("[cbd]\nlog_level = info\nadmin_groups = no-such-group-here\n", 3, "admin_groups", NULL);
 }
 END_TEST
@@ -248,6 +258,7 @@ START_TEST(test_every_key_documented)
 {
 	char *conf = read_source("conf/cbd.conf");
 	char *doc = read_source("proto/PROTOCOL.md");
+	char *man = read_source("conf/cbd.conf.5");
 
 	for (size_t i = 0; i < conf_key_count(); i++) {
 		const conf_key *k = conf_key_at(i);
@@ -262,6 +273,12 @@ START_TEST(test_every_key_documented)
 		snprintf(quoted, sizeof quoted, "`%s`", k->name);
 		ck_assert_msg(strstr(doc, quoted) != NULL, "proto/PROTOCOL.md does not document %s",
 		    quoted);
+		/* cbd.conf(5) lists each key as ".BR key ..." or ".B key". */
+		snprintf(quoted, sizeof quoted, "\n.BR %s ", k->name);
+		ck_assert_msg(strstr(man, quoted) != NULL ||
+		        (snprintf(quoted, sizeof quoted, "\n.B %s\n", k->name) > 0 &&
+		            strstr(man, quoted) != NULL),
+		    "conf/cbd.conf.5 does not document %s", k->name);
 	}
 	/* And the example itself is valid. */
 	{
@@ -274,6 +291,7 @@ START_TEST(test_every_key_documented)
 	}
 	free(conf);
 	free(doc);
+	free(man);
 }
 END_TEST
 
@@ -351,11 +369,5 @@ config_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(config_suite(), NULL);
 }

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cbd-harness.h"
+#include "check-run.h"
 #include "proto.h"
 #include "store-contract.h"
 
@@ -245,14 +246,7 @@ static const contract_impl cbd_store = {
 int
 main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	/* Each case starts a daemon: allow for slow machines and valgrind. */
 	setenv("CK_DEFAULT_TIMEOUT", "120", 0);
-	sr = srunner_create(contract_suite(&cbd_store));
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(contract_suite(&cbd_store), NULL);
 }

@@ -318,8 +318,16 @@ void
 harness_stop(cbd_harness *h)
 {
 	if (h->pid > 0) {
+		pid_t pid = h->pid;
+		int status;
+
 		kill(h->pid, SIGTERM);
-		if (harness_wait(h) == -1 && h->pid > 0) {
+		kill(h->pid, SIGCONT); /* in case a test stopped it */
+		status = harness_wait(h);
+		if (status != -1 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+			fprintf(stderr, "harness: cbd (pid %ld) ended with wait status %d\n",
+			    (long)pid, status);
+		if (status == -1 && h->pid > 0) {
 			kill(h->pid, SIGKILL);
 			waitpid(h->pid, NULL, 0);
 			untrack(h->pid);

@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "cbd-harness.h"
+#include "check-run.h"
 #include "daemon-util.h"
 
 static cbd_harness h;
@@ -311,9 +312,10 @@ START_TEST(test_socket_mode)
 {
 	struct stat st;
 
-	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0640\n"));
+	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0640\nsocket_group = 65534\n"));
 	ck_assert_int_eq(stat(h.socket_path, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0640);
+	ck_assert_int_eq(st.st_gid, 65534);
 }
 END_TEST
 
@@ -452,11 +454,5 @@ lifecycle_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(lifecycle_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(lifecycle_suite(), NULL);
 }

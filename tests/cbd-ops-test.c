@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "cbd-harness.h"
+#include "check-run.h"
 #include "daemon-util.h"
 
 /* The daemon of the fixture, and a connection to it. */
@@ -508,6 +509,19 @@ START_TEST(test_admin_users_allows_nobody)
 	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0666\nadmin_users = root, nobody\n"));
 	ck_assert(request_as_nobody("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}",
 	    reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "\"ok\":true") != NULL, "got %s", reply);
+}
+END_TEST
+
+START_TEST(test_admin_groups_allows_group)
+{
+	char reply[4096];
+
+	harness_stop(&h);
+	close(fd);
+	fd = -1;
+	ck_assert(harness_start(&h, "[cbd]\nsocket_mode = 0666\nadmin_groups = 65534\n"));
+	ck_assert(request_as_nobody("{\"op\":\"delete\",\"name\":\"x\"}", reply, sizeof reply));
 	ck_assert_msg(strstr(reply, "\"ok\":true") != NULL, "got %s", reply);
 }
 END_TEST
@@ -1017,6 +1031,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_error_codes);
 	tcase_add_test(tc, test_forbidden_for_non_admin);
 	tcase_add_test(tc, test_admin_users_allows_nobody);
+	tcase_add_test(tc, test_admin_groups_allows_group);
 	tcase_add_test(tc, test_capacity);
 	tcase_add_test(tc, test_line_too_long_then_usable);
 	tcase_add_test(tc, test_framing_crlf_and_empty_lines);
@@ -1037,11 +1052,5 @@ ops_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(ops_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return check_run(ops_suite(), NULL);
 }

@@ -16,7 +16,7 @@ work=$(mktemp -d /tmp/cbd-valgrind-XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
 cat >"$work/cbd" <<WRAPPER
 #!/bin/sh
-exec valgrind -q --leak-check=full --show-leak-kinds=all \
+exec valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible \
 	--errors-for-leak-kinds=definite,indirect,possible --error-exitcode=99 \
 	--log-file="$work/vg.%p.log" "$CBD_BINARY" "\$@"
 WRAPPER

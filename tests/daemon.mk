@@ -1,9 +1,9 @@
 # tests/daemon.mk — integration tests against a real cbd (included by Makefile.am).
 
 # Shared by every cbd integration test (and by libcbclient's remote-store
-# tests, which need only cbd-harness.c).
+# tests, which need only cbd-harness.c). libcontract.la brings check_run().
 DAEMON_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-DAEMON_TEST_LIBS = $(CHECK_LIBS) $(JANSSON_LIBS)
+DAEMON_TEST_LIBS = tests/libcontract.la $(CHECK_LIBS) $(JANSSON_LIBS)
 DAEMON_TEST_COMMON = tests/cbd-harness.c tests/cbd-harness.h \
 	tests/daemon-util.c tests/daemon-util.h
 
@@ -36,7 +36,7 @@ check_PROGRAMS += tests/cbd-contract-test
 tests_cbd_contract_test_SOURCES = tests/cbd-contract-test.c tests/cbd-harness.c \
 	tests/cbd-harness.h
 tests_cbd_contract_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
-tests_cbd_contract_test_LDADD = tests/libcontract.la src/libcbcore.la $(DAEMON_TEST_LIBS)
+tests_cbd_contract_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
 
 # The ops and lifecycle tests again with cbd under valgrind: fails on any
 # memory error or leak (skipped without valgrind and in sanitizer builds).
