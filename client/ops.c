@@ -70,6 +70,35 @@ request_send(cbc_conn *conn, json_t *req, json_t **reply, cbc_error *err)
 	return st;
 }
 
+/* A string member of a request; a NULL value is left out. */
+typedef struct request_member {
+	const char *key;
+	const char *value;
+} request_member;
+
+/* Build {"op", "name" (when not NULL), members..., "ctx" (when not NULL)},
+ * send it and get its ok reply. */
+static cbc_status
+request_call(cbc_conn *conn, const char *op, const char *name,
+    const request_member *members, size_t n, const cbc_ctx *ctx, json_t **reply,
+    cbc_error *err)
+{
+	json_t *req;
+	cbc_status st = request_new(op, name, &req, err);
+
+	for (size_t i = 0; st == CBC_OK && i < n; i++) {
+		if (members[i].value != NULL)
+			st = request_string(req, members[i].key, members[i].value, err);
+	}
+	if (st == CBC_OK)
+		st = request_ctx(req, ctx, err);
+	if (st != CBC_OK) {
+		json_decref(req);
+		return st;
+	}
+	return request_send(conn, req, reply, err);
+}
+
 /* Read a reply member as a snapshot; fallback_name when it has none. */
 static cbc_status
 reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out,
@@ -154,18 +183,13 @@ cbc_status
 cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err)
 {
 	char client[160];
-	json_t *req, *reply;
+	request_member members[] = { { "client", client } };
+	json_t *reply;
 	cbc_status st;
 
-	st = request_new("hello", NULL, &req, err);
-	if (st != CBC_OK)
-		return st;
-	if (cbci_conn_client_name(conn, client, sizeof client) &&
-	    (st = request_string(req, "client", client, err)) != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
+	if (!cbci_conn_client_name(conn, client, sizeof client))
+		members[0].value = NULL;
+	st = request_call(conn, "hello", NULL, members, 1, NULL, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	cbc_hello_info info;
@@ -185,17 +209,9 @@ static cbc_status
 op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx,
     cbc_snapshot *out, cbc_error *err)
 {
-	json_t *req, *reply;
-	cbc_status st;
+	json_t *reply;
+	cbc_status st = request_call(conn, op, name, NULL, 0, ctx, &reply, err);
 
-	st = request_new(op, name, &req, err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
@@ -237,7 +253,11 @@ cbc_status
 cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to,
     const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err)
 {
-	json_t *req = NULL, *reply;
+	const request_member members[] = {
+		{ "from", cbc_state_name(from) },
+		{ "to", cbc_state_name(to) },
+	};
+	json_t *reply;
 	cbc_status st;
 	bool done = false;
 
@@ -245,18 +265,7 @@ cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to,
 	if (st == CBC_OK)
 		st = state_check(to, "to", err);
 	if (st == CBC_OK)
-		st = request_new("cas", name, &req, err);
-	if (st == CBC_OK)
-		st = request_string(req, "from", cbc_state_name(from), err);
-	if (st == CBC_OK)
-		st = request_string(req, "to", cbc_state_name(to), err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
+		st = request_call(conn, "cas", name, members, 2, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	st = reply_bool(reply, "applied", &done, err);
@@ -271,21 +280,13 @@ cbc_status
 cbc_set_state(cbc_conn *conn, const char *name, cbc_state state, const cbc_ctx *ctx,
     cbc_snapshot *out, cbc_error *err)
 {
-	json_t *req = NULL, *reply;
+	const request_member members[] = { { "state", cbc_state_name(state) } };
+	json_t *reply;
 	cbc_status st;
 
 	st = state_check(state, "state", err);
 	if (st == CBC_OK)
-		st = request_new("set_state", name, &req, err);
-	if (st == CBC_OK)
-		st = request_string(req, "state", cbc_state_name(state), err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
+		st = request_call(conn, "set_state", name, members, 1, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
@@ -296,18 +297,10 @@ cbc_status
 cbc_acquire_slot(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_slot *out,
     cbc_error *err)
 {
-	json_t *req, *reply;
+	json_t *reply;
 	cbc_slot slot;
-	cbc_status st;
+	cbc_status st = request_call(conn, "acquire_slot", name, NULL, 0, ctx, &reply, err);
 
-	st = request_new("acquire_slot", name, &req, err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	memset(&slot, 0, sizeof slot);
@@ -326,21 +319,13 @@ cbc_status
 cbc_release_slot(cbc_conn *conn, const char *name, const char *token, const cbc_ctx *ctx,
     cbc_error *err)
 {
-	json_t *req = NULL, *reply;
+	const request_member members[] = { { "token", token } };
+	json_t *reply;
 	cbc_status st;
 
 	if (token == NULL)
 		return cbci_fail(err, CBC_EINVAL, "token is required");
-	st = request_new("release_slot", name, &req, err);
-	if (st == CBC_OK)
-		st = request_string(req, "token", token, err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
+	st = request_call(conn, "release_slot", name, members, 1, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	return op_done(reply, st, err);
@@ -350,19 +335,11 @@ cbc_status
 cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
     cbc_error *err)
 {
-	json_t *req, *reply;
+	json_t *reply;
 	cbc_allow_result res;
 	char state[16];
-	cbc_status st;
+	cbc_status st = request_call(conn, "allow", name, NULL, 0, ctx, &reply, err);
 
-	st = request_new("allow", name, &req, err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	memset(&res, 0, sizeof res);
@@ -386,24 +363,17 @@ cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *pe
     const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	static const char *const outcomes[] = { "success", "failure", "ignore" };
-	json_t *req = NULL, *reply;
+	json_t *reply;
 	cbc_status st;
 
 	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
 		return cbci_fail(err, CBC_EINVAL,
 		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or CBC_OUTCOME_IGNORE");
-	st = request_new("record", name, &req, err);
-	if (st == CBC_OK)
-		st = request_string(req, "outcome", outcomes[outcome], err);
-	if (st == CBC_OK && permit != NULL)
-		st = request_string(req, "permit", permit, err);
-	if (st == CBC_OK)
-		st = request_ctx(req, ctx, err);
-	if (st != CBC_OK) {
-		json_decref(req);
-		return st;
-	}
-	st = request_send(conn, req, &reply, err);
+	const request_member members[] = {
+		{ "outcome", outcomes[outcome] },
+		{ "permit", permit },
+	};
+	st = request_call(conn, "record", name, members, 2, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
@@ -413,14 +383,10 @@ cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *pe
 cbc_status
 cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err)
 {
-	json_t *req, *reply;
-	cbc_status st;
+	json_t *reply;
 	bool was = false;
+	cbc_status st = request_call(conn, "delete", name, NULL, 0, NULL, &reply, err);
 
-	st = request_new("delete", name, &req, err);
-	if (st != CBC_OK)
-		return st;
-	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	st = reply_bool(reply, "existed", &was, err);
@@ -440,7 +406,7 @@ cbc_status
 cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
     size_t *count, bool *truncated, cbc_error *err)
 {
-	json_t *req = NULL, *reply;
+	json_t *reply;
 	const json_t *circuits;
 	cbc_snapshot *snaps = NULL;
 	cbc_status st;
@@ -452,15 +418,12 @@ cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
 		st = state_check(*state_filter, "state_filter", err);
 	else
 		st = CBC_OK;
-	if (st == CBC_OK)
-		st = request_new("list", NULL, &req, err);
-	if (st == CBC_OK && state_filter != NULL)
-		st = request_string(req, "state", cbc_state_name(*state_filter), err);
-	if (st != CBC_OK) {
-		json_decref(req);
+	if (st != CBC_OK)
 		return st;
-	}
-	st = request_send(conn, req, &reply, err);
+	const request_member members[] = {
+		{ "state", state_filter != NULL ? cbc_state_name(*state_filter) : NULL },
+	};
+	st = request_call(conn, "list", NULL, members, 1, NULL, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	circuits = json_object_get(reply, "circuits");
@@ -550,15 +513,11 @@ stats_codes(cbc_stats *out, const json_t *errors)
 cbc_status
 cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err)
 {
-	json_t *req, *reply;
+	json_t *reply;
 	const json_t *conns;
 	cbc_stats s;
-	cbc_status st;
+	cbc_status st = request_call(conn, "stats", NULL, NULL, 0, NULL, &reply, err);
 
-	st = request_new("stats", NULL, &req, err);
-	if (st != CBC_OK)
-		return st;
-	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	memset(&s, 0, sizeof s);
