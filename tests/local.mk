@@ -49,3 +49,9 @@ tests/systemd-units.log: src/cbd$(EXEEXT)
 tests/cbctl.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT)
 # install.sh runs make install: after everything else is built.
 tests/install.log: all-am
+
+# Mutated requests against a real cbd: one well-formed reply each, no crash.
+check_PROGRAMS += tests/cbd-hostile-test
+tests_cbd_hostile_test_SOURCES = tests/cbd-hostile-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_hostile_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_hostile_test_LDADD = tests/libcontract.la $(DAEMON_TEST_LIBS)
