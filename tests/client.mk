@@ -1,1 +1,34 @@
 # tests/client.mk — libcbclient tests (included by Makefile.am).
+# check_client_local needs no daemon; check_client_remote runs real cbd
+# processes (see tests/cbd-harness.h).
+
+CLIENT_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) -pthread
+CLIENT_TEST_LIBS = client/libcbclient.la tests/libcontract.la src/libcbcore.la \
+	$(CHECK_LIBS) $(JANSSON_LIBS) -lpthread
+
+check_PROGRAMS += tests/check_client_local
+tests_check_client_local_SOURCES = tests/check_client_local.c \
+	tests/client-test.c tests/client-test.h
+tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
+
+# Against real cbd processes, started with the daemon's test harness.
+check_PROGRAMS += tests/check_client_remote
+tests_check_client_remote_SOURCES = tests/check_client_remote.c \
+	tests/client-test.c tests/client-test.h \
+	tests/cbd-harness.c tests/cbd-harness.h
+tests_check_client_remote_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_remote_LDADD = $(CLIENT_TEST_LIBS)
+
+# Latency measurements (built, not run by make check): see its header.
+noinst_PROGRAMS += tests/bench_client
+tests_bench_client_SOURCES = tests/bench_client.c \
+	tests/cbd-harness.c tests/cbd-harness.h
+tests_bench_client_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
+
+# Both client test programs again under valgrind: any memory error or leak
+# in libcbclient fails (skipped without valgrind and in sanitizer builds).
+TESTS += tests/client-valgrind.sh
+EXTRA_DIST += tests/client-valgrind.sh
+tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT)

@@ -12,17 +12,18 @@ builddir=${BUILDDIR:?}
 srcdir=${CBD_SRCDIR:?}
 dest=$(mktemp -d /tmp/cbd-install.XXXXXX)
 trap 'rm -rf "$dest"' EXIT INT TERM
-prefix=/opt/cbd-test
+prefix=${PREFIX:?}
+sbindir=${SBINDIR:?}
+sysconfdir=${SYSCONFDIR:?}
 
-if ! make -C "$builddir" install DESTDIR="$dest" prefix="$prefix" \
-	sysconfdir="$prefix/etc" >"$dest.log" 2>&1; then
+if ! make -C "$builddir" install DESTDIR="$dest" >"$dest.log" 2>&1; then
 	fail "make install: $(tail -n 20 "$dest.log")"
 	rm -f "$dest.log"
 	echo "install: $passed passed, $failed failed"
 	exit 1
 fi
 rm -f "$dest.log"
-pass "make install DESTDIR=... prefix=$prefix"
+pass "make install DESTDIR=... (prefix $prefix)"
 
 root="$dest$prefix"
 for f in sbin/cbd bin/cbctl include/cbclient.h lib/pkgconfig/cbclient.pc \
@@ -31,19 +32,21 @@ for f in sbin/cbd bin/cbctl include/cbclient.h lib/pkgconfig/cbclient.pc \
 	share/man/man8/cbd.8 share/man/man5/cbd.conf.5 share/man/man1/cbctl.1; do
 	if [ -e "$root/$f" ]; then pass "installed $f"; else fail "missing $f"; fi
 done
+[ -f "$dest$sysconfdir/cbd/cbd.conf" ] && pass "installed $sysconfdir/cbd/cbd.conf" ||
+	fail "missing $sysconfdir/cbd/cbd.conf"
 for f in sbin/cbd bin/cbctl; do
 	[ -x "$root/$f" ] && pass "$f is executable" || fail "$f is not executable"
 done
-if grep -q "^ExecStart=$prefix/sbin/cbd -c $prefix/etc/cbd/cbd.conf" \
+if grep -q "^ExecStart=$sbindir/cbd -c $sysconfdir/cbd/cbd.conf\$" \
 	"$root/lib/systemd/system/cbd.service"; then
 	pass "unit names the installed cbd and config"
 else
 	fail "unit ExecStart: $(grep ExecStart "$root/lib/systemd/system/cbd.service")"
 fi
-if "$root/sbin/cbd" -t -c "$root/etc/cbd/cbd.conf" >/dev/null 2>&1; then
+if "$root/sbin/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" >/dev/null 2>&1; then
 	pass "installed example config passes cbd -t"
 else
-	fail "cbd -t on the installed config: $("$root/sbin/cbd" -t -c "$root/etc/cbd/cbd.conf" 2>&1)"
+	fail "cbd -t on the installed config: $("$root/sbin/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" 2>&1)"
 fi
 
 # Build every example against the installed tree, pkg-config only.
@@ -56,8 +59,9 @@ for example in "$srcdir"/client/examples/*.c; do
 	[ -f "$example" ] || continue
 	n=$((n + 1))
 	out="$dest/$(basename "$example" .c)"
+	# A sanitizer build's library needs its runtime in the program too.
 	# shellcheck disable=SC2086
-	if ${CC:-cc} -o "$out" "$example" $flags 2>"$dest/cc.log"; then
+	if ${CC:-cc} ${SAN_CFLAGS:-} -o "$out" "$example" $flags 2>"$dest/cc.log"; then
 		pass "$(basename "$example") builds against the installed library"
 	else
 		fail "$(basename "$example"): $(cat "$dest/cc.log")"

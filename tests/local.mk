@@ -28,8 +28,10 @@ tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
 # Shell tests: the unit files, cbctl against a real cbd, make install.
 TEST_EXTENSIONS = .sh
-SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' $(SHELL)
-TESTS += tests/systemd-units.sh tests/socket-activation.sh
+SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
+	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
+	SAN_CFLAGS='$(SAN_CFLAGS)' $(SHELL)
+TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh
 EXTRA_DIST += tests/systemd-units.sh
 # The unit files must exist before their test runs.
@@ -44,3 +46,6 @@ tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread
 # Socket activation needs the daemon built first.
 tests/socket-activation.log: src/cbd$(EXEEXT)
 tests/systemd-units.log: src/cbd$(EXEEXT)
+tests/cbctl.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT)
+# install.sh runs make install: after everything else is built.
+tests/install.log: all-am

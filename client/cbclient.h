@@ -1,0 +1,514 @@
+/*
+ * cbclient.h — libcbclient, the C client library of cbd, the circuit-breaker
+ * sidecar daemon. Installed header; every handle is opaque.
+ *
+ * Four layers, each usable on its own:
+ *   1. cbc_conn    — one connection to cbd's Unix socket and every protocol
+ *                    v1 op as a function (hello, get, record_*, cas,
+ *                    set_state, acquire_slot, release_slot, allow, record,
+ *                    delete, list, stats, and a raw request).
+ *   2. cbc_store   — the store interface (a small vtable) with three
+ *                    implementations: local (in process), remote (cbd) and
+ *                    resilient (wraps another store, degrades per policy).
+ *   3. cbc_breaker — the circuit breaker: execute(fn) or acquire/report.
+ *
+ * Conventions
+ *   - Every function that can fail returns a cbc_status and, when given a
+ *     non-NULL `cbc_error *err`, fills it with the status, a message naming
+ *     the field or the socket at fault, and the daemon's error code when the
+ *     daemon refused the request. cbc_strerror() has a string for every
+ *     status. The library never prints, exits or aborts.
+ *   - A handle passed to another constructor is borrowed: it must outlive
+ *     the handle that borrows it (free in reverse order of creation).
+ *   - Times are milliseconds since the Unix epoch; durations milliseconds.
+ *
+ * Threads
+ *   - cbc_conn: safe to share between threads. One mutex per connection
+ *     serialises requests: a request and its reply are one critical
+ *     section, so threads sharing a connection wait for each other (at most
+ *     the I/O timeout each). Use one connection per thread for parallelism.
+ *   - cbc_store (local, remote, resilient): safe to share between threads.
+ *   - cbc_breaker: safe to share between threads; callbacks run on the
+ *     calling thread without any library lock held, and may run
+ *     concurrently when the breaker is shared.
+ *   - cbc_conn_last_reply() returns the last reply of the connection, which
+ *     another thread sharing the connection may have replaced.
+ *   - After fork(), a child must not use a connection opened by its parent
+ *     (they would share one socket): open a new one.
+ *   - cbd releases the slots a connection holds when it closes; a request
+ *     that times out or breaks closes the connection, so a trial slot held
+ *     through the same connection ends early (its trial still reports).
+ */
+#ifndef CBCLIENT_H
+#define CBCLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Status and errors                                                  */
+/* ------------------------------------------------------------------ */
+
+typedef enum cbc_status {
+	CBC_OK = 0,
+	CBC_EINVAL,    /* an argument or option is invalid (message names it) */
+	CBC_ENOMEM,    /* out of memory */
+	CBC_ECONNECT,  /* could not connect to cbd (message names the socket) */
+	CBC_ETIMEOUT,  /* connect or request did not finish within its timeout */
+	CBC_EIO,       /* the connection broke (reopened on the next call) */
+	CBC_EPROTO,    /* the reply was not a valid protocol v1 reply */
+	CBC_EREFUSED,  /* the daemon refused the request: see cbc_error.code */
+	CBC_ECAPACITY, /* max_circuits reached: no new circuit was created */
+	CBC_EOPEN,     /* breaker: call not permitted (open, or no trial slot) */
+	CBC_ESTATE,    /* breaker: permit already reported or never granted */
+} cbc_status;
+
+#define CBC_STATUS_COUNT 11
+
+/* Room for the daemon's error code and for a message. */
+#define CBC_CODE_SIZE 32
+#define CBC_MESSAGE_SIZE 256
+
+typedef struct cbc_error {
+	cbc_status status;
+	/* The daemon's error code ("bad_request", "forbidden", "capacity",
+	 * ...) when the daemon answered ok:false; "" otherwise. */
+	char code[CBC_CODE_SIZE];
+	char message[CBC_MESSAGE_SIZE];
+} cbc_error;
+
+/* A fixed string for every status (never NULL, also for unknown values). */
+const char *cbc_strerror(cbc_status status);
+
+/* Free memory the library returned (cbc_list, cbc_request, ...). */
+void cbc_free(void *p);
+
+/* ------------------------------------------------------------------ */
+/* Plain data                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef enum cbc_state {
+	CBC_STATE_CLOSED = 0,
+	CBC_STATE_OPEN = 1,
+	CBC_STATE_HALF_OPEN = 2,
+} cbc_state;
+
+/* Wire name ("closed", "open", "half_open"); "unknown" for other values. */
+const char *cbc_state_name(cbc_state state);
+/* Parse a wire name; false when it is not one. */
+bool cbc_state_parse(const char *text, cbc_state *out);
+
+/* "null" for a time member of a snapshot. */
+#define CBC_TIME_NONE INT64_C(-1)
+/* Longest circuit name in bytes. */
+#define CBC_NAME_MAX 256
+/* Room for a slot token or permit and its NUL. */
+#define CBC_TOKEN_SIZE 128
+
+/* The policy and clock of one call: protocol v1's ctx. A member left 0 is
+ * not sent (cbd uses its config file, else the built-in default; the local
+ * store uses the built-in default). `now` is sent only when has_now. */
+typedef struct cbc_ctx {
+	int64_t failure_threshold;
+	int64_t success_threshold;
+	int64_t break_ms;
+	int64_t half_open_max;
+	int64_t slot_ttl_ms;
+	int64_t max_gap_ms;
+	bool has_now;
+	int64_t now;
+} cbc_ctx;
+
+typedef struct cbc_snapshot {
+	char name[CBC_NAME_MAX + 1];
+	cbc_state state;
+	int64_t failure_count;
+	int64_t success_count;
+	int64_t last_failure_at; /* CBC_TIME_NONE when null */
+	int64_t opened_at;       /* CBC_TIME_NONE when null */
+	int64_t retry_after_ms;  /* time left in the break window while open */
+} cbc_snapshot;
+
+/* A half-open trial slot. */
+typedef struct cbc_slot {
+	bool acquired;
+	char token[CBC_TOKEN_SIZE]; /* when acquired */
+	int64_t expires_at;         /* when acquired */
+} cbc_slot;
+
+/* The answer to the sidecar op allow. */
+typedef struct cbc_allow_result {
+	bool allowed;
+	cbc_state state;
+	int64_t retry_after_ms; /* when refused: a hint */
+	bool has_permit;        /* allowed in half_open */
+	char permit[CBC_TOKEN_SIZE];
+} cbc_allow_result;
+
+typedef enum cbc_outcome {
+	CBC_OUTCOME_SUCCESS = 0,
+	CBC_OUTCOME_FAILURE,
+	CBC_OUTCOME_IGNORE,
+} cbc_outcome;
+
+typedef struct cbc_hello_info {
+	char server[64];
+	char version[64];
+	int64_t protocol;
+} cbc_hello_info;
+
+/* Requests and errors of one op, from the stats reply. */
+typedef struct cbc_op_stats {
+	char op[32];
+	int64_t requests;
+	int64_t errors;
+} cbc_op_stats;
+
+#define CBC_STATS_OPS_MAX 32
+
+/* Errors of one code ("bad_request", ...), from the stats reply. */
+typedef struct cbc_code_stats {
+	char code[CBC_CODE_SIZE];
+	int64_t count;
+} cbc_code_stats;
+
+#define CBC_STATS_CODES_MAX 16
+
+/* The daemon's counters. A member the daemon did not send reads as -1.
+ * For everything else, cbc_conn_last_reply() has the reply's JSON text. */
+typedef struct cbc_stats {
+	int64_t uptime_ms;
+	int64_t started_at;        /* ms since the epoch */
+	int64_t connections;       /* open now */
+	int64_t connections_total; /* accepted since start */
+	int64_t circuits;          /* stored now */
+	int64_t slots;             /* held now */
+	int64_t requests;          /* all ops */
+	int64_t errors;            /* all error replies (sum over codes) */
+	int64_t transitions;       /* state changes */
+	int64_t reloads;
+	int64_t reload_failures;
+	size_t op_count;
+	cbc_op_stats ops[CBC_STATS_OPS_MAX];
+	size_t code_count;
+	cbc_code_stats codes[CBC_STATS_CODES_MAX];
+} cbc_stats;
+
+/* ------------------------------------------------------------------ */
+/* Connection                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct cbc_conn cbc_conn;
+
+/* The packaged default socket, used when neither a path nor CBD_SOCKET
+ * is given. */
+#define CBC_DEFAULT_SOCKET "/run/cbd/cbd.sock"
+/* Default timeouts (ms). Connecting to a missing or refused socket fails
+ * at once; these bound a hung or stopped daemon. */
+#define CBC_DEFAULT_CONNECT_TIMEOUT_MS 100
+#define CBC_DEFAULT_IO_TIMEOUT_MS 100
+
+/* A connection to socket_path, else $CBD_SOCKET, else CBC_DEFAULT_SOCKET.
+ * Connecting is lazy: the first request connects, and a broken connection
+ * is reopened by the next request. NULL (err filled) on a bad path. */
+cbc_conn *cbc_conn_new(const char *socket_path, cbc_error *err);
+void cbc_conn_free(cbc_conn *conn);
+
+/* The socket path in use. */
+const char *cbc_conn_socket_path(const cbc_conn *conn);
+
+/* Timeouts in ms, 1..3600000. connect_ms bounds connecting; io_ms bounds a
+ * whole request (send and reply) once connected. A timed-out connection is
+ * closed (its late reply is never mistaken for the next one). */
+cbc_status cbc_conn_set_timeouts(cbc_conn *conn, int connect_ms, int io_ms,
+    cbc_error *err);
+
+/* The name sent as hello's `client` member (optional, copied). */
+cbc_status cbc_conn_set_client_name(cbc_conn *conn, const char *client, cbc_error *err);
+
+/* Connect now (also done lazily by every request). */
+cbc_status cbc_conn_connect(cbc_conn *conn, cbc_error *err);
+/* Close the connection; the next request reopens it. */
+void cbc_conn_close(cbc_conn *conn);
+
+/* A copy of the last reply line received on this connection (no newline),
+ * to free with cbc_free(); NULL when there is none or out of memory. */
+char *cbc_conn_last_reply(cbc_conn *conn);
+
+/* Send one request line (a JSON object, without newline) and read its
+ * reply. *reply (may be NULL) receives the reply line, to free with
+ * cbc_free(), also when the daemon answered ok:false (CBC_EREFUSED). */
+cbc_status cbc_request(cbc_conn *conn, const char *request_json, char **reply,
+    cbc_error *err);
+
+/* The protocol ops. `ctx` may be NULL (nothing sent). */
+cbc_status cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err);
+cbc_status cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_record_success(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_record_failure(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to,
+    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_set_state(cbc_conn *conn, const char *name, cbc_state state,
+    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_acquire_slot(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_slot *out, cbc_error *err);
+cbc_status cbc_release_slot(cbc_conn *conn, const char *name, const char *token,
+    const cbc_ctx *ctx, cbc_error *err);
+cbc_status cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_allow_result *out, cbc_error *err);
+/* permit may be NULL. */
+cbc_status cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome,
+    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err);
+/* Every stored circuit, or only those in *state_filter (when not NULL).
+ * *out is an array of *count snapshots to free with cbc_free(). */
+cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter,
+    cbc_snapshot **out, size_t *count, cbc_error *err);
+/* cbc_list, also saying whether cbd cut the list to fit its output limit
+ * (truncated may be NULL; false when cbd does not say). */
+cbc_status cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter,
+    cbc_snapshot **out, size_t *count, bool *truncated, cbc_error *err);
+cbc_status cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Stores                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef struct cbc_store cbc_store;
+
+typedef enum cbc_store_op {
+	CBC_OP_GET = 0,
+	CBC_OP_RECORD_SUCCESS,
+	CBC_OP_RECORD_FAILURE,
+	CBC_OP_CAS,
+	CBC_OP_SET_STATE,
+	CBC_OP_ACQUIRE_SLOT,
+	CBC_OP_RELEASE_SLOT,
+	CBC_OP_DELETE,
+} cbc_store_op;
+
+#define CBC_STORE_OP_COUNT 8
+
+/* The op's wire name ("get", "record_success", ...). */
+const char *cbc_store_op_name(cbc_store_op op);
+
+/* The store interface. Each function returns a status and fills err on
+ * failure; ctx is never NULL (the dispatchers below pass an empty one). A
+ * custom store (another backend) implements these and is wrapped with
+ * cbc_store_new_custom(). */
+typedef struct cbc_store_ops {
+	cbc_status (*get)(void *impl, const char *name, const cbc_ctx *ctx,
+	    cbc_snapshot *out, cbc_error *err);
+	cbc_status (*record_success)(void *impl, const char *name, const cbc_ctx *ctx,
+	    cbc_snapshot *out, cbc_error *err);
+	cbc_status (*record_failure)(void *impl, const char *name, const cbc_ctx *ctx,
+	    cbc_snapshot *out, cbc_error *err);
+	cbc_status (*cas)(void *impl, const char *name, cbc_state from, cbc_state to,
+	    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
+	cbc_status (*set_state)(void *impl, const char *name, cbc_state state,
+	    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+	cbc_status (*acquire_slot)(void *impl, const char *name, const cbc_ctx *ctx,
+	    cbc_slot *out, cbc_error *err);
+	cbc_status (*release_slot)(void *impl, const char *name, const char *token,
+	    const cbc_ctx *ctx, cbc_error *err);
+	cbc_status (*delete_circuit)(void *impl, const char *name, bool *existed,
+	    cbc_error *err);
+	/* Called by cbc_store_free (may be NULL). */
+	void (*destroy)(void *impl);
+} cbc_store_ops;
+
+/* A store backed by ops and impl (ops must outlive the store). */
+cbc_store *cbc_store_new_custom(const cbc_store_ops *ops, void *impl, cbc_error *err);
+
+/* An in-process store: the same table and state machine code cbd runs,
+ * behind a mutex. max_circuits 0 means unlimited. Slot tokens carry a
+ * random instance id (getrandom), so they never repeat across stores. */
+cbc_store *cbc_store_new_local(uint64_t max_circuits, cbc_error *err);
+
+/* cbd over conn (borrowed). */
+cbc_store *cbc_store_new_remote(cbc_conn *conn, cbc_error *err);
+
+/* What a resilient store does when the store it wraps fails. */
+typedef enum cbc_store_policy {
+	/* Degrade to a private local store seeded with the last snapshot seen
+	 * for the circuit: an open circuit stays open. (default) */
+	CBC_POLICY_LOCAL = 0,
+	/* Answer as if the circuit were closed: calls flow. (A breaker does
+	 * not take these answers as observed states: cbc_breaker_state()
+	 * keeps the last state the store itself reported.) */
+	CBC_POLICY_ALLOW,
+	/* Return the store's error from get, cas, set_state and acquire_slot
+	 * (the calls made before the protected operation). Bookkeeping after
+	 * it (record_*, release_slot) never reports a store error. */
+	CBC_POLICY_REJECT,
+} cbc_store_policy;
+
+/* Called on every failure of the wrapped store, on the calling thread,
+ * before the policy is applied. */
+typedef void (*cbc_store_error_fn)(const cbc_error *error, cbc_store_op op, void *user);
+
+/* After the wrapped store TIMED OUT, the resilient store does not try it
+ * again for this long: calls in that window degrade at once instead of
+ * each waiting out the timeout. Other failures (a missing socket, a
+ * refused connect, a broken connection) fail in microseconds and get no
+ * backoff: the next call tries again. */
+#define CBC_DEFAULT_TIMEOUT_BACKOFF_MS 250
+
+typedef struct cbc_resilient_options {
+	cbc_store_policy policy;
+	cbc_store_error_fn on_store_error; /* may be NULL */
+	void *user;                        /* passed to on_store_error */
+	int64_t timeout_backoff_ms;        /* 0: none; 0..3600000 */
+} cbc_resilient_options;
+
+/* LOCAL, no callback, CBC_DEFAULT_TIMEOUT_BACKOFF_MS. */
+void cbc_resilient_options_init(cbc_resilient_options *opts);
+
+/* A store wrapping inner (borrowed); opts NULL means the defaults. Every
+ * call tries inner first (except within a timeout backoff); the moment it
+ * answers it is authoritative again. Errors of the caller (CBC_EINVAL)
+ * are returned as they are, never degraded. */
+cbc_store *cbc_store_new_resilient(cbc_store *inner, const cbc_resilient_options *opts,
+    cbc_error *err);
+
+void cbc_store_free(cbc_store *store);
+
+/* The store ops, for direct use (cbctl-like tools, tests). ctx may be
+ * NULL. Names are validated first (1..256 bytes of UTF-8, no control
+ * characters): CBC_EINVAL naming `name`. */
+cbc_status cbc_store_get(cbc_store *store, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_record_success(cbc_store *store, const char *name,
+    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_record_failure(cbc_store *store, const char *name,
+    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_cas(cbc_store *store, const char *name, cbc_state from,
+    cbc_state to, const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_set_state(cbc_store *store, const char *name, cbc_state state,
+    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_acquire_slot(cbc_store *store, const char *name,
+    const cbc_ctx *ctx, cbc_slot *out, cbc_error *err);
+cbc_status cbc_store_release_slot(cbc_store *store, const char *name,
+    const char *token, const cbc_ctx *ctx, cbc_error *err);
+cbc_status cbc_store_delete(cbc_store *store, const char *name, bool *existed,
+    cbc_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Breaker                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct cbc_breaker cbc_breaker;
+
+/* The protected operation: returns 0 on success, anything else is an
+ * error value that error_filter classifies. */
+typedef int (*cbc_call_fn)(void *arg);
+/* Does this error count as a failure? (default: every nonzero result) */
+typedef bool (*cbc_error_filter_fn)(int result, void *user);
+/* Runs instead of the call when it is not permitted; its return value
+ * becomes the result. */
+typedef int (*cbc_fallback_fn)(void *arg, int64_t retry_after_ms, void *user);
+/* A transition the breaker observed. error points at the protected call's
+ * result when that call's failure caused it, else NULL. A new breaker
+ * assumes closed: if the store already holds another state, the first
+ * call (or refresh) that sees it fires closed -> that state. */
+typedef void (*cbc_state_change_fn)(cbc_state prev, cbc_state next,
+    const int *error, void *user);
+/* A clock in ms since the epoch (tests use virtual time); when set, the
+ * breaker sends it as ctx.now with every store call. */
+typedef int64_t (*cbc_clock_fn)(void *user);
+
+typedef struct cbc_breaker_options {
+	/* The circuit's name, agreed by every process sharing it. Required
+	 * when a store is given; a private store defaults it to "default". */
+	const char *name;
+	/* Policy, each 0 = not given (the store's config, else the built-in
+	 * default: 5, 2, 30000, 1, break_ms, no gap limit). */
+	int64_t failure_threshold; /* 1..1000000000 */
+	int64_t success_threshold; /* 1..1000000000 */
+	int64_t break_ms;          /* 1..2^53 */
+	int64_t half_open_max;     /* 1..1000000000 */
+	int64_t slot_ttl_ms;       /* 1..2^53 */
+	int64_t max_gap_ms;        /* 1..2^53 */
+	/* The store (borrowed); NULL: a private local store. A given store is
+	 * wrapped in a resilient store with store_policy. */
+	cbc_store *store;
+	cbc_store_policy store_policy;
+	int64_t timeout_backoff_ms; /* see cbc_resilient_options; <0: default */
+	/* Callbacks (each may be NULL); user is passed to each. */
+	cbc_error_filter_fn error_filter;
+	cbc_fallback_fn fallback;
+	cbc_state_change_fn on_state_change;
+	cbc_store_error_fn on_store_error;
+	cbc_clock_fn clock;
+	void *user;
+} cbc_breaker_options;
+
+/* Everything 0/NULL, store_policy LOCAL, timeout_backoff_ms default. */
+void cbc_breaker_options_init(cbc_breaker_options *opts);
+
+/* NULL with CBC_EINVAL naming the option when an option is invalid. */
+cbc_breaker *cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err);
+void cbc_breaker_free(cbc_breaker *breaker);
+
+const char *cbc_breaker_name(const cbc_breaker *breaker);
+
+/* What execute did. */
+typedef struct cbc_exec_result {
+	int result;             /* fn's (or the fallback's) return value */
+	bool called;            /* fn ran */
+	bool fallback_called;   /* the fallback ran */
+	bool counted_failure;   /* fn's result counted as a failure */
+	cbc_state state;        /* the state after the call */
+	int64_t retry_after_ms; /* when not permitted: time until the next try */
+} cbc_exec_result;
+
+/* Run fn(arg) when the circuit permits it, and record the outcome.
+ *   CBC_OK     fn ran (out->result is its value), or the fallback ran.
+ *   CBC_EOPEN  not permitted and no fallback; out->retry_after_ms.
+ *   other      only with CBC_POLICY_REJECT: the store failed before fn
+ *              (fn did not run).
+ * In half_open a trial slot is reserved from the store before fn and
+ * released after it, so half_open_max trials run at a time across every
+ * process sharing the circuit. out may be NULL. */
+cbc_status cbc_breaker_execute(cbc_breaker *breaker, cbc_call_fn fn, void *arg,
+    cbc_exec_result *out, cbc_error *err);
+
+/* The two-step form, for callers that cannot pass a function. */
+typedef struct cbc_permit {
+	bool granted;           /* set by acquire; cleared by report */
+	cbc_state state;        /* the state that granted it */
+	int64_t retry_after_ms; /* when refused */
+	bool has_slot;          /* a half-open trial slot is held */
+	char slot_token[CBC_TOKEN_SIZE];
+} cbc_permit;
+
+/* CBC_OK: permit granted, make the call then report. CBC_EOPEN: refused
+ * (permit->retry_after_ms). Other statuses as for execute. */
+cbc_status cbc_breaker_acquire(cbc_breaker *breaker, cbc_permit *permit, cbc_error *err);
+/* Report the outcome of a granted permit (releases its slot). CBC_ESTATE
+ * when the permit was not granted or was already reported. Store errors
+ * are never reported here. */
+cbc_status cbc_breaker_report(cbc_breaker *breaker, cbc_permit *permit,
+    cbc_outcome outcome, cbc_error *err);
+
+/* The last state the breaker observed (no I/O). */
+cbc_state cbc_breaker_state(cbc_breaker *breaker);
+/* Re-read the store; fires on_state_change for changes made elsewhere. */
+cbc_status cbc_breaker_refresh(cbc_breaker *breaker, cbc_state *state, cbc_error *err);
+cbc_status cbc_breaker_force_open(cbc_breaker *breaker, cbc_error *err);
+cbc_status cbc_breaker_force_close(cbc_breaker *breaker, cbc_error *err);
+cbc_status cbc_breaker_force_half_open(cbc_breaker *breaker, cbc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,414 @@
+/*
+ * circuit-breaker.c — the breaker API over a store: permit decisions
+ * (get, cas open -> half_open once the break elapsed, a trial slot in
+ * half_open), outcome bookkeeping, observed transitions and forced states.
+ *
+ * The store holds the truth; the breaker keeps only the last state it
+ * observed, to fire on_state_change once per transition it sees.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The name of a breaker on a private store when none is given. */
+#define BREAKER_DEFAULT_NAME "default"
+/* retry_after_ms hint when half_open has no free trial slot: the trial
+ * usually ends well before its slot's ttl, so we cap the hint here. */
+#define BREAKER_TRIAL_RETRY_HINT_MS 1000
+/* Bounds of timeout_backoff_ms (as for the resilient store). */
+#define BREAKER_BACKOFF_MAX 3600000
+
+struct cbc_breaker {
+	pthread_mutex_t lock;
+	cbc_store *store;      /* owned: a private local or a resilient wrapper */
+	cbc_ctx ctx;           /* the policy members given (0 = not given) */
+	cb_policy policy;      /* ctx resolved with the built-in defaults */
+	cbc_breaker_options opts;
+	cbc_state observed;
+	char name[CBC_NAME_MAX + 1];
+};
+
+/* Set by the breaker's store-error hook during a store call on this
+ * thread: the answer came from the policy, not from the store. */
+static _Thread_local bool store_degraded;
+
+/* The resilient store's on_store_error: note the degradation, then tell
+ * the caller's callback. */
+static void
+breaker_store_error(const cbc_error *error, cbc_store_op op, void *user)
+{
+	cbc_breaker *b = user;
+
+	if (b->opts.on_store_error != NULL)
+		b->opts.on_store_error(error, op, b->opts.user);
+	store_degraded = true; /* after the callback, which may use breakers too */
+}
+
+void
+cbc_breaker_options_init(cbc_breaker_options *opts)
+{
+	memset(opts, 0, sizeof *opts);
+	opts->store_policy = CBC_POLICY_LOCAL;
+	opts->timeout_backoff_ms = -1;
+}
+
+/* Check the options; CBC_EINVAL naming the first invalid one. */
+static cbc_status
+breaker_options_check(const cbc_breaker_options *o, const cbc_ctx *ctx, cbc_error *err)
+{
+	cbc_status st;
+
+	if (o->store != NULL && o->name == NULL)
+		return cbci_fail(err, CBC_EINVAL,
+		    "name is required when a store is given: every process sharing a circuit "
+		    "must agree on its name");
+	if (o->name != NULL && (st = cbci_name_check(o->name, "name", err)) != CBC_OK)
+		return st;
+	st = cbci_ctx_check(ctx, "", err);
+	if (st != CBC_OK)
+		return st;
+	if ((unsigned)o->store_policy > CBC_POLICY_REJECT)
+		return cbci_fail(err, CBC_EINVAL,
+		    "store_policy must be CBC_POLICY_LOCAL, CBC_POLICY_ALLOW or CBC_POLICY_REJECT");
+	if (o->timeout_backoff_ms > BREAKER_BACKOFF_MAX)
+		return cbci_fail(err, CBC_EINVAL,
+		    "timeout_backoff_ms must be from 0 to %d (negative: the default)",
+		    BREAKER_BACKOFF_MAX);
+	return CBC_OK;
+}
+
+cbc_breaker *
+cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err)
+{
+	cbc_breaker *b;
+	cbc_ctx ctx;
+
+	if (opts == NULL) {
+		cbci_fail(err, CBC_EINVAL, "options are required");
+		return NULL;
+	}
+	memset(&ctx, 0, sizeof ctx);
+	ctx.failure_threshold = opts->failure_threshold;
+	ctx.success_threshold = opts->success_threshold;
+	ctx.break_ms = opts->break_ms;
+	ctx.half_open_max = opts->half_open_max;
+	ctx.slot_ttl_ms = opts->slot_ttl_ms;
+	ctx.max_gap_ms = opts->max_gap_ms;
+	if (breaker_options_check(opts, &ctx, err) != CBC_OK)
+		return NULL;
+	b = calloc(1, sizeof *b);
+	if (b == NULL || pthread_mutex_init(&b->lock, NULL) != 0) {
+		free(b);
+		cbci_fail(err, CBC_ENOMEM, "out of memory creating a breaker");
+		return NULL;
+	}
+	b->ctx = ctx;
+	cbci_ctx_policy(&ctx, &b->policy);
+	b->opts = *opts;
+	b->observed = CBC_STATE_CLOSED;
+	snprintf(b->name, sizeof b->name, "%s", opts->name != NULL ? opts->name : BREAKER_DEFAULT_NAME);
+	b->opts.name = b->name;
+	if (opts->store == NULL) {
+		b->store = cbc_store_new_local(0, err);
+	} else {
+		cbc_resilient_options ro;
+
+		cbc_resilient_options_init(&ro);
+		ro.policy = opts->store_policy;
+		ro.on_store_error = breaker_store_error;
+		ro.user = b;
+		if (opts->timeout_backoff_ms >= 0)
+			ro.timeout_backoff_ms = opts->timeout_backoff_ms;
+		b->store = cbc_store_new_resilient(opts->store, &ro, err);
+	}
+	if (b->store == NULL) {
+		pthread_mutex_destroy(&b->lock);
+		free(b);
+		return NULL;
+	}
+	cbci_error_clear(err);
+	return b;
+}
+
+void
+cbc_breaker_free(cbc_breaker *b)
+{
+	if (b == NULL)
+		return;
+	cbc_store_free(b->store);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+const char *
+cbc_breaker_name(const cbc_breaker *b)
+{
+	return b->name;
+}
+
+/* The ctx of one store call: the policy plus the caller's clock if any. */
+static void
+breaker_call_ctx(cbc_breaker *b, cbc_ctx *ctx)
+{
+	*ctx = b->ctx;
+	if (b->opts.clock != NULL) {
+		ctx->has_now = true;
+		ctx->now = b->opts.clock(b->opts.user);
+	}
+}
+
+/* Note a state seen in the store; fire on_state_change if it moved. Under
+ * ALLOW a degraded answer is "as if closed", not a state anyone is in, so
+ * it is not observed. */
+static void
+breaker_observed(cbc_breaker *b, cbc_state state, const int *error)
+{
+	cbc_state prev;
+
+	if (store_degraded && b->opts.store != NULL && b->opts.store_policy == CBC_POLICY_ALLOW)
+		return;
+	pthread_mutex_lock(&b->lock);
+	prev = b->observed;
+	b->observed = state;
+	pthread_mutex_unlock(&b->lock);
+	if (prev != state && b->opts.on_state_change != NULL)
+		b->opts.on_state_change(prev, state, error, b->opts.user);
+}
+
+cbc_state
+cbc_breaker_state(cbc_breaker *b)
+{
+	cbc_state s;
+
+	pthread_mutex_lock(&b->lock);
+	s = b->observed;
+	pthread_mutex_unlock(&b->lock);
+	return s;
+}
+
+/* Refuse a permit: fill it and err. */
+static cbc_status
+permit_refuse(cbc_breaker *b, cbc_permit *p, cbc_state state, int64_t retry_after_ms,
+    cbc_error *err)
+{
+	p->granted = false;
+	p->state = state;
+	p->retry_after_ms = retry_after_ms;
+	return cbci_fail(err, CBC_EOPEN, "circuit \"%s\" is %s: retry in %lld ms", b->name,
+	    cbc_state_name(state), (long long)retry_after_ms);
+}
+
+/* Grant a permit in state. */
+static cbc_status
+permit_grant(cbc_permit *p, cbc_state state, cbc_error *err)
+{
+	p->granted = true;
+	p->state = state;
+	p->retry_after_ms = 0;
+	cbci_error_clear(err);
+	return CBC_OK;
+}
+
+/* half_open: a trial runs only with a slot from the store. */
+static cbc_status
+acquire_trial(cbc_breaker *b, const cbc_ctx *ctx, cbc_permit *p, cbc_error *err)
+{
+	cbc_slot slot;
+	cbc_status st;
+	int64_t hint;
+
+	st = cbc_store_acquire_slot(b->store, b->name, ctx, &slot, err);
+	if (st != CBC_OK && st != CBC_ECAPACITY)
+		return st;
+	/* capacity: the circuit vanished (deleted) and cbd is full; no trial. */
+	if (st == CBC_ECAPACITY || !slot.acquired) {
+		hint = b->policy.slot_ttl_ms < BREAKER_TRIAL_RETRY_HINT_MS ? b->policy.slot_ttl_ms
+									     : BREAKER_TRIAL_RETRY_HINT_MS;
+		return permit_refuse(b, p, CBC_STATE_HALF_OPEN, hint, err);
+	}
+	p->has_slot = true;
+	memcpy(p->slot_token, slot.token, sizeof p->slot_token);
+	return permit_grant(p, CBC_STATE_HALF_OPEN, err);
+}
+
+cbc_status
+cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
+{
+	cbc_snapshot snap;
+	cbc_status st;
+	cbc_ctx ctx;
+	bool applied;
+
+	memset(p, 0, sizeof *p);
+	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
+	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
+	if (st != CBC_OK)
+		return st;
+	breaker_observed(b, snap.state, NULL);
+	switch (snap.state) {
+	case CBC_STATE_CLOSED:
+		return permit_grant(p, CBC_STATE_CLOSED, err);
+	case CBC_STATE_HALF_OPEN:
+		return acquire_trial(b, &ctx, p, err);
+	case CBC_STATE_OPEN:
+		break;
+	}
+	if (snap.retry_after_ms > 0)
+		return permit_refuse(b, p, CBC_STATE_OPEN, snap.retry_after_ms, err);
+	/* The break elapsed: move to half_open; losing the race is fine, the
+	 * winner's state is in snap. */
+	store_degraded = false;
+	st = cbc_store_cas(b->store, b->name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, &ctx,
+	    &applied, &snap, err);
+	if (st != CBC_OK)
+		return st;
+	breaker_observed(b, snap.state, NULL);
+	switch (snap.state) {
+	case CBC_STATE_CLOSED:
+		return permit_grant(p, CBC_STATE_CLOSED, err);
+	case CBC_STATE_HALF_OPEN:
+		return acquire_trial(b, &ctx, p, err);
+	case CBC_STATE_OPEN:
+		break;
+	}
+	return permit_refuse(b, p, CBC_STATE_OPEN, snap.retry_after_ms, err);
+}
+
+/* Record the outcome of a granted permit and release its slot. Store
+ * errors are swallowed: they never replace the call's own result. */
+static void
+report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, const int *error)
+{
+	cbc_snapshot snap;
+	cbc_error ignored;
+	cbc_status st = CBC_OK;
+	cbc_ctx ctx;
+
+	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
+	if (outcome == CBC_OUTCOME_SUCCESS)
+		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
+	else if (outcome == CBC_OUTCOME_FAILURE)
+		st = cbc_store_record_failure(b->store, b->name, &ctx, &snap, &ignored);
+	if (outcome != CBC_OUTCOME_IGNORE && st == CBC_OK)
+		breaker_observed(b, snap.state, error);
+	if (p->has_slot)
+		cbc_store_release_slot(b->store, b->name, p->slot_token, &ctx, &ignored);
+	p->granted = false;
+	p->has_slot = false;
+}
+
+cbc_status
+cbc_breaker_report(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, cbc_error *err)
+{
+	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
+		return cbci_fail(err, CBC_EINVAL,
+		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or CBC_OUTCOME_IGNORE");
+	if (p == NULL || !p->granted)
+		return cbci_fail(err, CBC_ESTATE, "permit for circuit \"%s\" %s", b->name,
+		    "was not granted or was already reported");
+	report_outcome(b, p, outcome, NULL);
+	cbci_error_clear(err);
+	return CBC_OK;
+}
+
+cbc_status
+cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *out,
+    cbc_error *err)
+{
+	cbc_exec_result res;
+	cbc_permit p;
+	cbc_status st;
+
+	memset(&res, 0, sizeof res);
+	if (fn == NULL) {
+		if (out != NULL)
+			*out = res;
+		return cbci_fail(err, CBC_EINVAL, "fn is required");
+	}
+	st = cbc_breaker_acquire(b, &p, err);
+	if (st == CBC_EOPEN) {
+		res.state = p.state;
+		res.retry_after_ms = p.retry_after_ms;
+		if (b->opts.fallback != NULL) {
+			res.result = b->opts.fallback(arg, p.retry_after_ms, b->opts.user);
+			res.fallback_called = true;
+			st = CBC_OK;
+			cbci_error_clear(err);
+		}
+	} else if (st == CBC_OK) {
+		res.result = fn(arg);
+		res.called = true;
+		if (b->opts.error_filter != NULL)
+			res.counted_failure = b->opts.error_filter(res.result, b->opts.user);
+		else
+			res.counted_failure = res.result != 0;
+		report_outcome(b, &p,
+		    res.counted_failure ? CBC_OUTCOME_FAILURE : CBC_OUTCOME_SUCCESS,
+		    res.counted_failure ? &res.result : NULL);
+		res.state = cbc_breaker_state(b);
+		cbci_error_clear(err);
+	} else {
+		res.state = cbc_breaker_state(b);
+	}
+	if (out != NULL)
+		*out = res;
+	return st;
+}
+
+cbc_status
+cbc_breaker_refresh(cbc_breaker *b, cbc_state *state, cbc_error *err)
+{
+	cbc_snapshot snap;
+	cbc_status st;
+	cbc_ctx ctx;
+
+	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
+	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
+	if (st != CBC_OK)
+		return st;
+	breaker_observed(b, snap.state, NULL);
+	if (state != NULL)
+		*state = snap.state;
+	return CBC_OK;
+}
+
+/* set_state on the store, then observe. */
+static cbc_status
+breaker_set_state(cbc_breaker *b, cbc_state state, cbc_error *err)
+{
+	cbc_snapshot snap;
+	cbc_status st;
+	cbc_ctx ctx;
+
+	breaker_call_ctx(b, &ctx);
+	store_degraded = false;
+	st = cbc_store_set_state(b->store, b->name, state, &ctx, &snap, err);
+	if (st != CBC_OK)
+		return st;
+	breaker_observed(b, snap.state, NULL);
+	return CBC_OK;
+}
+
+cbc_status
+cbc_breaker_force_open(cbc_breaker *b, cbc_error *err)
+{
+	return breaker_set_state(b, CBC_STATE_OPEN, err);
+}
+
+cbc_status
+cbc_breaker_force_close(cbc_breaker *b, cbc_error *err)
+{
+	return breaker_set_state(b, CBC_STATE_CLOSED, err);
+}
+
+cbc_status
+cbc_breaker_force_half_open(cbc_breaker *b, cbc_error *err)
+{
+	return breaker_set_state(b, CBC_STATE_HALF_OPEN, err);
+}

@@ -1,0 +1,547 @@
+/*
+ * ops.c — protocol v1's ops as functions over a cbc_conn: each builds its
+ * request object, makes one round trip and reads the result members into
+ * plain structs. Replies are checked as strictly as requests: a missing
+ * or mistyped member is CBC_EPROTO naming it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* A request {"op": op} plus "name" when name is not NULL (validated). */
+static cbc_status
+request_new(const char *op, const char *name, json_t **out, cbc_error *err)
+{
+	json_t *req;
+	cbc_status st;
+
+	*out = NULL;
+	if (name != NULL) {
+		st = cbci_name_check(name, "name", err);
+		if (st != CBC_OK)
+			return st;
+	}
+	req = json_object();
+	if (req == NULL || json_object_set_new(req, "op", json_string(op)) != 0 ||
+	    (name != NULL && json_object_set_new(req, "name", json_string(name)) != 0)) {
+		json_decref(req);
+		return cbci_fail(err, CBC_ENOMEM, "out of memory building %s", op);
+	}
+	*out = req;
+	return CBC_OK;
+}
+
+/* Add ctx (may be NULL) to req after checking its members. */
+static cbc_status
+request_ctx(json_t *req, const cbc_ctx *ctx, cbc_error *err)
+{
+	proto_ctx partial;
+	cbc_status st;
+
+	if (ctx == NULL)
+		return CBC_OK;
+	st = cbci_ctx_check(ctx, "ctx.", err);
+	if (st != CBC_OK)
+		return st;
+	cbci_ctx_to_proto(ctx, &partial);
+	if (!proto_ctx_to_json(&partial, req))
+		return cbci_fail(err, CBC_ENOMEM, "out of memory building ctx");
+	return CBC_OK;
+}
+
+/* Add a string member. */
+static cbc_status
+request_string(json_t *req, const char *key, const char *value, cbc_error *err)
+{
+	if (json_object_set_new(req, key, json_string(value)) != 0)
+		return cbci_fail(err, CBC_ENOMEM, "out of memory building %s", key);
+	return CBC_OK;
+}
+
+/* Send req (consumed) and get its ok reply. */
+static cbc_status
+request_send(cbc_conn *conn, json_t *req, json_t **reply, cbc_error *err)
+{
+	cbc_status st = cbci_conn_call(conn, req, reply, err);
+
+	json_decref(req);
+	return st;
+}
+
+/* A string member of a request; a NULL value is left out. */
+typedef struct request_member {
+	const char *key;
+	const char *value;
+} request_member;
+
+/* Build {"op", "name" (when not NULL), members..., "ctx" (when not NULL)},
+ * send it and get its ok reply. */
+static cbc_status
+request_call(cbc_conn *conn, const char *op, const char *name,
+    const request_member *members, size_t n, const cbc_ctx *ctx, json_t **reply,
+    cbc_error *err)
+{
+	json_t *req;
+	cbc_status st = request_new(op, name, &req, err);
+
+	for (size_t i = 0; st == CBC_OK && i < n; i++) {
+		if (members[i].value != NULL)
+			st = request_string(req, members[i].key, members[i].value, err);
+	}
+	if (st == CBC_OK)
+		st = request_ctx(req, ctx, err);
+	if (st != CBC_OK) {
+		json_decref(req);
+		return st;
+	}
+	return request_send(conn, req, reply, err);
+}
+
+/* Read a reply member as a snapshot; fallback_name when it has none. */
+static cbc_status
+reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out,
+    cbc_error *err)
+{
+	proto_error perr;
+	cb_snapshot snap;
+	int64_t retry = 0;
+	const char *name = json_string_value(json_object_get(obj, "name"));
+
+	if (!proto_snapshot_from_json(obj, &snap, &retry, &perr))
+		return cbci_fail(err, CBC_EPROTO, "reply snapshot: %s", perr.message);
+	if (name == NULL)
+		name = fallback_name != NULL ? fallback_name : "";
+	if (out != NULL)
+		cbci_snapshot_fill(out, name, &snap, retry);
+	return CBC_OK;
+}
+
+/* Read a boolean reply member. */
+static cbc_status
+reply_bool(const json_t *reply, const char *key, bool *out, cbc_error *err)
+{
+	const json_t *v = json_object_get(reply, key);
+
+	if (!json_is_boolean(v))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s must be a boolean", key);
+	*out = json_is_true(v);
+	return CBC_OK;
+}
+
+/* Read an integer reply member; optional ones leave *out alone when absent. */
+static cbc_status
+reply_int(const json_t *reply, const char *key, bool required, int64_t *out, cbc_error *err)
+{
+	const json_t *v = json_object_get(reply, key);
+
+	if (v == NULL || json_is_null(v)) {
+		if (required)
+			return cbci_fail(err, CBC_EPROTO, "reply member %s is missing", key);
+		return CBC_OK;
+	}
+	if (!json_is_integer(v))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an integer", key);
+	*out = json_integer_value(v);
+	return CBC_OK;
+}
+
+/* Copy a string reply member into buf; false-ish status when too long. */
+static cbc_status
+reply_string(const json_t *reply, const char *key, bool required, char *buf, size_t size,
+    cbc_error *err)
+{
+	const json_t *v = json_object_get(reply, key);
+
+	if (v == NULL || json_is_null(v)) {
+		buf[0] = '\0';
+		if (required)
+			return cbci_fail(err, CBC_EPROTO, "reply member %s is missing", key);
+		return CBC_OK;
+	}
+	if (!json_is_string(v))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s must be a string", key);
+	if (json_string_length(v) >= size)
+		return cbci_fail(err, CBC_EPROTO, "reply member %s is longer than %zu bytes", key,
+		    size - 1);
+	memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+	return CBC_OK;
+}
+
+/* Finish an op: clear err on success, drop the reply. */
+static cbc_status
+op_done(json_t *reply, cbc_status st, cbc_error *err)
+{
+	json_decref(reply);
+	if (st == CBC_OK)
+		cbci_error_clear(err);
+	return st;
+}
+
+cbc_status
+cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err)
+{
+	char client[160];
+	request_member members[] = { { "client", client } };
+	json_t *reply;
+	cbc_status st;
+
+	if (!cbci_conn_client_name(conn, client, sizeof client))
+		members[0].value = NULL;
+	st = request_call(conn, "hello", NULL, members, 1, NULL, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	cbc_hello_info info;
+	memset(&info, 0, sizeof info);
+	st = reply_string(reply, "server", true, info.server, sizeof info.server, err);
+	if (st == CBC_OK)
+		st = reply_string(reply, "version", true, info.version, sizeof info.version, err);
+	if (st == CBC_OK)
+		st = reply_int(reply, "protocol", true, &info.protocol, err);
+	if (st == CBC_OK && out != NULL)
+		*out = info;
+	return op_done(reply, st, err);
+}
+
+/* get, record_success, record_failure: name + ctx -> snapshot. */
+static cbc_status
+op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
+{
+	json_t *reply;
+	cbc_status st = request_call(conn, op, name, NULL, 0, ctx, &reply, err);
+
+	if (st != CBC_OK)
+		return st;
+	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
+{
+	return op_snapshot(conn, "get", name, ctx, out, err);
+}
+
+cbc_status
+cbc_record_success(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
+{
+	return op_snapshot(conn, "record_success", name, ctx, out, err);
+}
+
+cbc_status
+cbc_record_failure(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
+{
+	return op_snapshot(conn, "record_failure", name, ctx, out, err);
+}
+
+/* Check a state argument; CBC_EINVAL naming field. */
+static cbc_status
+state_check(cbc_state state, const char *field, cbc_error *err)
+{
+	if ((unsigned)state > CBC_STATE_HALF_OPEN)
+		return cbci_fail(err, CBC_EINVAL,
+		    "%s must be CBC_STATE_CLOSED, CBC_STATE_OPEN or CBC_STATE_HALF_OPEN", field);
+	return CBC_OK;
+}
+
+cbc_status
+cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to,
+    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err)
+{
+	const request_member members[] = {
+		{ "from", cbc_state_name(from) },
+		{ "to", cbc_state_name(to) },
+	};
+	json_t *reply;
+	cbc_status st;
+	bool done = false;
+
+	st = state_check(from, "from", err);
+	if (st == CBC_OK)
+		st = state_check(to, "to", err);
+	if (st == CBC_OK)
+		st = request_call(conn, "cas", name, members, 2, ctx, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	st = reply_bool(reply, "applied", &done, err);
+	if (st == CBC_OK)
+		st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	if (st == CBC_OK && applied != NULL)
+		*applied = done;
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_set_state(cbc_conn *conn, const char *name, cbc_state state, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
+{
+	const request_member members[] = { { "state", cbc_state_name(state) } };
+	json_t *reply;
+	cbc_status st;
+
+	st = state_check(state, "state", err);
+	if (st == CBC_OK)
+		st = request_call(conn, "set_state", name, members, 1, ctx, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_acquire_slot(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_slot *out,
+    cbc_error *err)
+{
+	json_t *reply;
+	cbc_slot slot;
+	cbc_status st = request_call(conn, "acquire_slot", name, NULL, 0, ctx, &reply, err);
+
+	if (st != CBC_OK)
+		return st;
+	memset(&slot, 0, sizeof slot);
+	st = reply_bool(reply, "acquired", &slot.acquired, err);
+	if (st == CBC_OK && slot.acquired) {
+		st = reply_string(reply, "token", true, slot.token, sizeof slot.token, err);
+		if (st == CBC_OK)
+			st = reply_int(reply, "expires_at", true, &slot.expires_at, err);
+	}
+	if (st == CBC_OK && out != NULL)
+		*out = slot;
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_release_slot(cbc_conn *conn, const char *name, const char *token, const cbc_ctx *ctx,
+    cbc_error *err)
+{
+	const request_member members[] = { { "token", token } };
+	json_t *reply;
+	cbc_status st;
+
+	if (token == NULL)
+		return cbci_fail(err, CBC_EINVAL, "token is required");
+	st = request_call(conn, "release_slot", name, members, 1, ctx, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
+    cbc_error *err)
+{
+	json_t *reply;
+	cbc_allow_result res;
+	char state[16];
+	cbc_status st = request_call(conn, "allow", name, NULL, 0, ctx, &reply, err);
+
+	if (st != CBC_OK)
+		return st;
+	memset(&res, 0, sizeof res);
+	st = reply_bool(reply, "allowed", &res.allowed, err);
+	if (st == CBC_OK)
+		st = reply_string(reply, "state", true, state, sizeof state, err);
+	if (st == CBC_OK && !cbc_state_parse(state, &res.state))
+		st = cbci_fail(err, CBC_EPROTO, "reply member state is not a state: %s", state);
+	if (st == CBC_OK)
+		st = reply_int(reply, "retry_after_ms", false, &res.retry_after_ms, err);
+	if (st == CBC_OK)
+		st = reply_string(reply, "permit", false, res.permit, sizeof res.permit, err);
+	res.has_permit = res.permit[0] != '\0';
+	if (st == CBC_OK && out != NULL)
+		*out = res;
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *permit,
+    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
+{
+	static const char *const outcomes[] = { "success", "failure", "ignore" };
+	json_t *reply;
+	cbc_status st;
+
+	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
+		return cbci_fail(err, CBC_EINVAL,
+		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or CBC_OUTCOME_IGNORE");
+	const request_member members[] = {
+		{ "outcome", outcomes[outcome] },
+		{ "permit", permit },
+	};
+	st = request_call(conn, "record", name, members, 2, ctx, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err)
+{
+	json_t *reply;
+	bool was = false;
+	cbc_status st = request_call(conn, "delete", name, NULL, 0, NULL, &reply, err);
+
+	if (st != CBC_OK)
+		return st;
+	st = reply_bool(reply, "existed", &was, err);
+	if (st == CBC_OK && existed != NULL)
+		*existed = was;
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size_t *count,
+    cbc_error *err)
+{
+	return cbc_list_ex(conn, state_filter, out, count, NULL, err);
+}
+
+cbc_status
+cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
+    size_t *count, bool *truncated, cbc_error *err)
+{
+	json_t *reply;
+	const json_t *circuits;
+	cbc_snapshot *snaps = NULL;
+	cbc_status st;
+	size_t n = 0;
+
+	*out = NULL;
+	*count = 0;
+	if (state_filter != NULL)
+		st = state_check(*state_filter, "state_filter", err);
+	else
+		st = CBC_OK;
+	if (st != CBC_OK)
+		return st;
+	const request_member members[] = {
+		{ "state", state_filter != NULL ? cbc_state_name(*state_filter) : NULL },
+	};
+	st = request_call(conn, "list", NULL, members, 1, NULL, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	circuits = json_object_get(reply, "circuits");
+	if (!json_is_array(circuits)) {
+		st = cbci_fail(err, CBC_EPROTO, "reply member circuits must be an array");
+		return op_done(reply, st, err);
+	}
+	n = json_array_size(circuits);
+	snaps = calloc(n > 0 ? n : 1, sizeof *snaps);
+	if (snaps == NULL)
+		return op_done(reply, cbci_fail(err, CBC_ENOMEM, "out of memory listing"), err);
+	for (size_t i = 0; i < n && st == CBC_OK; i++) {
+		const json_t *item = json_array_get(circuits, i);
+
+		if (json_string_value(json_object_get(item, "name")) == NULL)
+			st = cbci_fail(err, CBC_EPROTO, "circuits[%zu].name is missing", i);
+		else
+			st = reply_snapshot(item, NULL, &snaps[i], err);
+	}
+	if (st != CBC_OK) {
+		free(snaps);
+		return op_done(reply, st, err);
+	}
+	*out = snaps;
+	*count = n;
+	if (truncated != NULL)
+		*truncated = json_is_true(json_object_get(reply, "truncated"));
+	return op_done(reply, st, err);
+}
+
+/* An integer member of obj, or -1. */
+static int64_t
+stats_int(const json_t *obj, const char *key)
+{
+	const json_t *v = json_object_get(obj, key);
+
+	return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+/* ops: {"get": {"requests": N, "errors": N}, ...} */
+static void
+stats_ops(cbc_stats *out, const json_t *ops)
+{
+	const char *op;
+	json_t *v;
+
+	json_object_foreach((json_t *)ops, op, v) {
+		cbc_op_stats *row;
+
+		if (!json_is_object(v) || out->op_count == CBC_STATS_OPS_MAX)
+			continue;
+		row = &out->ops[out->op_count++];
+		snprintf(row->op, sizeof row->op, "%s", op);
+		row->requests = stats_int(v, "requests");
+		row->errors = stats_int(v, "errors");
+	}
+}
+
+/* errors: {"parse_error": N, ...}; also sums them into out->errors. */
+static void
+stats_codes(cbc_stats *out, const json_t *errors)
+{
+	const char *code;
+	json_t *v;
+
+	if (json_is_integer(errors)) {
+		out->errors = json_integer_value(errors);
+		return;
+	}
+	if (!json_is_object(errors))
+		return;
+	out->errors = 0;
+	json_object_foreach((json_t *)errors, code, v) {
+		cbc_code_stats *row;
+
+		if (!json_is_integer(v))
+			continue;
+		out->errors += json_integer_value(v);
+		if (out->code_count == CBC_STATS_CODES_MAX)
+			continue;
+		row = &out->codes[out->code_count++];
+		snprintf(row->code, sizeof row->code, "%s", code);
+		row->count = json_integer_value(v);
+	}
+}
+
+cbc_status
+cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err)
+{
+	json_t *reply;
+	const json_t *conns;
+	cbc_stats s;
+	cbc_status st = request_call(conn, "stats", NULL, NULL, 0, NULL, &reply, err);
+
+	if (st != CBC_OK)
+		return st;
+	memset(&s, 0, sizeof s);
+	s.uptime_ms = stats_int(reply, "uptime_ms");
+	s.started_at = stats_int(reply, "started_at");
+	conns = json_object_get(reply, "connections");
+	if (json_is_object(conns)) {
+		s.connections = stats_int(conns, "current");
+		s.connections_total = stats_int(conns, "total");
+	} else {
+		s.connections = stats_int(reply, "connections");
+		s.connections_total = -1;
+	}
+	s.circuits = stats_int(reply, "circuits");
+	s.slots = stats_int(reply, "slots");
+	s.requests = stats_int(reply, "requests");
+	s.errors = -1;
+	s.transitions = stats_int(reply, "transitions");
+	s.reloads = stats_int(reply, "reloads");
+	s.reload_failures = stats_int(reply, "reload_failures");
+	if (json_is_object(json_object_get(reply, "ops")))
+		stats_ops(&s, json_object_get(reply, "ops"));
+	stats_codes(&s, json_object_get(reply, "errors"));
+	if (out != NULL)
+		*out = s;
+	return op_done(reply, CBC_OK, err);
+}

@@ -1,0 +1,477 @@
+/*
+ * store-resilient.c — a store that wraps another one and keeps answering
+ * when it fails, per policy (see cbc_store_policy in cbclient.h):
+ *
+ *   LOCAL   degrade to a private local store, seeding each circuit from
+ *           the last snapshot the wrapped store returned for it, so an open
+ *           circuit stays open;
+ *   ALLOW   answer as if the circuit were closed;
+ *   REJECT  return the error from the ops made before the protected call
+ *           (get, cas, set_state, acquire_slot); bookkeeping after it
+ *           (record_*, release_slot) answers from the last snapshot seen.
+ *
+ * No latching: every call tries the wrapped store first, and its first
+ * answer makes it authoritative again (the circuit's fallback copy is
+ * dropped, to be reseeded from fresh data on the next failure). The one
+ * exception is the timeout backoff: after the wrapped store timed out, it
+ * is skipped for timeout_backoff_ms so a hung daemon costs one timeout per
+ * window rather than one per call. delete is an admin op, not part of
+ * protecting a call: its errors are always returned.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HASH_NONFATAL_OOM 1
+static _Thread_local int seen_oom;
+#define uthash_nonfatal_oom(obj) (seen_oom = 1)
+#include <uthash.h>
+
+#include "internal.h"
+
+/* Circuits whose last snapshot we remember; beyond this, new names are
+ * seeded from the initial snapshot when degrading. */
+#define RESILIENT_SEEN_MAX 65536
+/* Bounds of timeout_backoff_ms. */
+#define RESILIENT_BACKOFF_MAX 3600000
+/* The token handed out by ALLOW's acquire_slot (releasing it is a no-op). */
+#define RESILIENT_ALLOW_TOKEN "resilient-allow"
+
+/* What we know of one circuit. */
+typedef struct seen_circuit {
+	UT_hash_handle hh;
+	cb_snapshot last; /* the last snapshot the wrapped store returned */
+	bool degraded;    /* the fallback holds this circuit's live copy */
+	char name[];
+} seen_circuit;
+
+typedef struct resilient {
+	pthread_mutex_t lock;
+	cbc_store *inner;
+	cbci_local *fallback;
+	cbc_resilient_options opts;
+	seen_circuit *seen;
+	size_t seen_count;
+	int64_t skip_until;    /* monotonic ms: backoff after a timeout */
+	cbc_error skip_error;  /* the timeout that started the backoff */
+} resilient;
+
+void
+cbc_resilient_options_init(cbc_resilient_options *opts)
+{
+	memset(opts, 0, sizeof *opts);
+	opts->policy = CBC_POLICY_LOCAL;
+	opts->timeout_backoff_ms = CBC_DEFAULT_TIMEOUT_BACKOFF_MS;
+}
+
+/* Find name (lock held). */
+static seen_circuit *
+seen_find(resilient *r, const char *name)
+{
+	seen_circuit *s;
+
+	HASH_FIND_STR(r->seen, name, s);
+	return s;
+}
+
+/* Find or add name (lock held); NULL when full or out of memory. */
+static seen_circuit *
+seen_get(resilient *r, const char *name)
+{
+	seen_circuit *s = seen_find(r, name);
+	size_t len;
+
+	if (s != NULL || r->seen_count >= RESILIENT_SEEN_MAX)
+		return s;
+	len = strlen(name);
+	s = calloc(1, sizeof *s + len + 1);
+	if (s == NULL)
+		return NULL;
+	memcpy(s->name, name, len + 1);
+	breaker_snapshot_init(&s->last);
+	seen_oom = 0;
+	HASH_ADD_KEYPTR(hh, r->seen, s->name, len, s);
+	if (seen_oom) {
+		free(s);
+		return NULL;
+	}
+	r->seen_count++;
+	return s;
+}
+
+/* The wrapped store answered for name: remember snap (may be NULL: no
+ * snapshot in the answer) and end any degradation of that circuit. */
+static void
+resilient_answered(resilient *r, const char *name, const cbc_snapshot *snap)
+{
+	seen_circuit *s;
+
+	pthread_mutex_lock(&r->lock);
+	s = snap != NULL ? seen_get(r, name) : seen_find(r, name);
+	if (s != NULL) {
+		if (snap != NULL)
+			cbci_snapshot_to_core(snap, &s->last);
+		if (s->degraded) {
+			s->degraded = false;
+			cbci_local_forget(r->fallback, name);
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Is the wrapped store in its timeout backoff? Fills err when it is. */
+static bool
+resilient_skipping(resilient *r, cbc_error *err)
+{
+	bool skip;
+
+	pthread_mutex_lock(&r->lock);
+	skip = r->skip_until != 0 && cbci_monotonic_ms() < r->skip_until;
+	if (skip)
+		cbci_error_copy(err, &r->skip_error);
+	pthread_mutex_unlock(&r->lock);
+	return skip;
+}
+
+/* The wrapped store failed with err on op: start a backoff after a
+ * timeout, then tell the caller's callback. */
+static void
+resilient_failed(resilient *r, cbc_store_op op, const cbc_error *err, bool skipped)
+{
+	if (!skipped && err->status == CBC_ETIMEOUT && r->opts.timeout_backoff_ms > 0) {
+		pthread_mutex_lock(&r->lock);
+		r->skip_until = cbci_monotonic_ms() + r->opts.timeout_backoff_ms;
+		r->skip_error = *err;
+		pthread_mutex_unlock(&r->lock);
+	}
+	if (r->opts.on_store_error != NULL)
+		r->opts.on_store_error(err, op, r->opts.user);
+}
+
+/* Make sure the fallback holds name's live copy (LOCAL policy). */
+static cbc_status
+resilient_degrade(resilient *r, const char *name, cbc_error *err)
+{
+	seen_circuit *s;
+	cb_snapshot initial;
+	cbc_status st = CBC_OK;
+
+	pthread_mutex_lock(&r->lock);
+	s = seen_get(r, name);
+	if (s == NULL) {
+		/* Cannot remember this one: seed from the initial snapshot. */
+		breaker_snapshot_init(&initial);
+		st = cbci_local_seed(r->fallback, name, &initial, err);
+	} else if (!s->degraded) {
+		st = cbci_local_seed(r->fallback, name, &s->last, err);
+		if (st == CBC_OK)
+			s->degraded = true;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return st;
+}
+
+/* The last snapshot seen for name (initial if none) as the public one. */
+static void
+resilient_last(resilient *r, const char *name, const cbc_ctx *ctx, cbc_snapshot *out)
+{
+	seen_circuit *s;
+	cb_snapshot snap;
+	cb_policy policy;
+
+	pthread_mutex_lock(&r->lock);
+	s = seen_find(r, name);
+	if (s != NULL)
+		snap = s->last;
+	else
+		breaker_snapshot_init(&snap);
+	pthread_mutex_unlock(&r->lock);
+	cbci_ctx_policy(ctx, &policy);
+	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, cbci_ctx_now(ctx)));
+}
+
+/* An initial (closed) snapshot for name. */
+static void
+resilient_closed(const char *name, cbc_snapshot *out)
+{
+	cb_snapshot snap;
+
+	breaker_snapshot_init(&snap);
+	cbci_snapshot_fill(out, name, &snap, 0);
+}
+
+/* One op's arguments and results, so every op shares one driver. */
+typedef struct op_call {
+	cbc_store_op op;
+	const char *name;
+	const cbc_ctx *ctx;
+	cbc_state from, to;  /* cas; to is also set_state's state */
+	const char *token;   /* release_slot */
+	bool *applied;       /* cas */
+	bool *existed;       /* delete */
+	cbc_snapshot *snap;  /* get, record_*, cas, set_state */
+	cbc_slot *slot;      /* acquire_slot */
+} op_call;
+
+/* Run c on store s (the wrapped store or the fallback). */
+static cbc_status
+op_run(const cbc_store_ops *ops, void *impl, const op_call *c, cbc_error *err)
+{
+	switch (c->op) {
+	case CBC_OP_GET:
+		return ops->get(impl, c->name, c->ctx, c->snap, err);
+	case CBC_OP_RECORD_SUCCESS:
+		return ops->record_success(impl, c->name, c->ctx, c->snap, err);
+	case CBC_OP_RECORD_FAILURE:
+		return ops->record_failure(impl, c->name, c->ctx, c->snap, err);
+	case CBC_OP_CAS:
+		return ops->cas(impl, c->name, c->from, c->to, c->ctx, c->applied, c->snap, err);
+	case CBC_OP_SET_STATE:
+		return ops->set_state(impl, c->name, c->to, c->ctx, c->snap, err);
+	case CBC_OP_ACQUIRE_SLOT:
+		return ops->acquire_slot(impl, c->name, c->ctx, c->slot, err);
+	case CBC_OP_RELEASE_SLOT:
+		return ops->release_slot(impl, c->name, c->token, c->ctx, err);
+	case CBC_OP_DELETE:
+		return ops->delete_circuit(impl, c->name, c->existed, err);
+	}
+	return cbci_fail(err, CBC_EINVAL, "unknown store op %d", (int)c->op);
+}
+
+/* Ops made before the protected call (REJECT returns their errors). */
+static bool
+op_is_pre_call(cbc_store_op op)
+{
+	return op == CBC_OP_GET || op == CBC_OP_CAS || op == CBC_OP_SET_STATE ||
+	    op == CBC_OP_ACQUIRE_SLOT;
+}
+
+/* ALLOW's answer, and REJECT's for bookkeeping: calls flow. */
+static cbc_status
+op_answer_allow(resilient *r, const op_call *c, bool from_last, cbc_error *err)
+{
+	switch (c->op) {
+	case CBC_OP_GET:
+	case CBC_OP_RECORD_SUCCESS:
+	case CBC_OP_RECORD_FAILURE:
+	case CBC_OP_SET_STATE:
+		if (from_last)
+			resilient_last(r, c->name, c->ctx, c->snap);
+		else
+			resilient_closed(c->name, c->snap);
+		break;
+	case CBC_OP_CAS:
+		*c->applied = false;
+		resilient_closed(c->name, c->snap);
+		break;
+	case CBC_OP_ACQUIRE_SLOT:
+		memset(c->slot, 0, sizeof *c->slot);
+		c->slot->acquired = true;
+		memcpy(c->slot->token, RESILIENT_ALLOW_TOKEN, sizeof RESILIENT_ALLOW_TOKEN);
+		c->slot->expires_at = cbci_ctx_now(c->ctx);
+		break;
+	case CBC_OP_RELEASE_SLOT:
+	case CBC_OP_DELETE:
+		break;
+	}
+	cbci_error_clear(err);
+	return CBC_OK;
+}
+
+/* The driver: wrapped store first, then the policy. */
+static cbc_status
+resilient_op(resilient *r, const op_call *c, cbc_error *err)
+{
+	cbc_error inner_err;
+	bool skipped;
+	cbc_status st;
+
+	cbci_error_clear(&inner_err);
+	skipped = resilient_skipping(r, &inner_err);
+	if (!skipped) {
+		st = op_run(r->inner->ops, r->inner->impl, c, &inner_err);
+		if (st == CBC_OK) {
+			resilient_answered(r, c->name, c->snap != NULL ? c->snap : NULL);
+			return CBC_OK;
+		}
+		if (!cbci_store_failed(&inner_err))
+			return cbci_error_copy(err, &inner_err);
+	}
+	resilient_failed(r, c->op, &inner_err, skipped);
+	if (c->op == CBC_OP_DELETE)
+		return cbci_error_copy(err, &inner_err);
+	switch (r->opts.policy) {
+	case CBC_POLICY_LOCAL:
+		if (c->op == CBC_OP_RELEASE_SLOT && strcmp(c->token, RESILIENT_ALLOW_TOKEN) == 0)
+			return CBC_OK;
+		st = resilient_degrade(r, c->name, err);
+		if (st != CBC_OK)
+			return st;
+		return op_run(&cbci_local_ops, r->fallback, c, err);
+	case CBC_POLICY_ALLOW:
+		return op_answer_allow(r, c, false, err);
+	case CBC_POLICY_REJECT:
+		if (op_is_pre_call(c->op))
+			return cbci_error_copy(err, &inner_err);
+		return op_answer_allow(r, c, true, err);
+	}
+	return cbci_error_copy(err, &inner_err);
+}
+
+static cbc_status
+res_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_GET, .name = name, .ctx = ctx, .snap = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_record_success(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_RECORD_SUCCESS, .name = name, .ctx = ctx, .snap = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_record_failure(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_RECORD_FAILURE, .name = name, .ctx = ctx, .snap = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
+    bool *applied, cbc_snapshot *out, cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_CAS, .name = name, .ctx = ctx, .from = from, .to = to,
+		.applied = applied, .snap = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_SET_STATE, .name = name, .ctx = ctx, .to = state,
+		.snap = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out,
+    cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_ACQUIRE_SLOT, .name = name, .ctx = ctx, .slot = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_release_slot(void *impl, const char *name, const char *token, const cbc_ctx *ctx,
+    cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_RELEASE_SLOT, .name = name, .ctx = ctx, .token = token };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_delete(void *impl, const char *name, bool *existed, cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_DELETE, .name = name, .existed = existed };
+	resilient *r = impl;
+	seen_circuit *s;
+	cbc_status st;
+
+	st = resilient_op(r, &c, err);
+	/* Forget the circuit here too: a deleted circuit reads as initial. */
+	pthread_mutex_lock(&r->lock);
+	s = seen_find(r, name);
+	if (s != NULL) {
+		HASH_DEL(r->seen, s);
+		r->seen_count--;
+		free(s);
+	}
+	cbci_local_forget(r->fallback, name);
+	pthread_mutex_unlock(&r->lock);
+	return st;
+}
+
+static void
+res_destroy(void *impl)
+{
+	resilient *r = impl;
+	seen_circuit *s, *tmp;
+
+	HASH_ITER(hh, r->seen, s, tmp) {
+		HASH_DEL(r->seen, s);
+		free(s);
+	}
+	cbci_local_free(r->fallback);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+static const cbc_store_ops resilient_ops = {
+	.get = res_get,
+	.record_success = res_record_success,
+	.record_failure = res_record_failure,
+	.cas = res_cas,
+	.set_state = res_set_state,
+	.acquire_slot = res_acquire_slot,
+	.release_slot = res_release_slot,
+	.delete_circuit = res_delete,
+	.destroy = res_destroy,
+};
+
+cbc_store *
+cbc_store_new_resilient(cbc_store *inner, const cbc_resilient_options *opts, cbc_error *err)
+{
+	cbc_resilient_options defaults;
+	resilient *r;
+	cbc_store *store;
+
+	if (inner == NULL) {
+		cbci_fail(err, CBC_EINVAL, "inner store is required");
+		return NULL;
+	}
+	if (opts == NULL) {
+		cbc_resilient_options_init(&defaults);
+		opts = &defaults;
+	}
+	if ((unsigned)opts->policy > CBC_POLICY_REJECT) {
+		cbci_fail(err, CBC_EINVAL,
+		    "policy must be CBC_POLICY_LOCAL, CBC_POLICY_ALLOW or CBC_POLICY_REJECT");
+		return NULL;
+	}
+	if (opts->timeout_backoff_ms < 0 || opts->timeout_backoff_ms > RESILIENT_BACKOFF_MAX) {
+		cbci_fail(err, CBC_EINVAL, "timeout_backoff_ms must be from 0 to %d",
+		    RESILIENT_BACKOFF_MAX);
+		return NULL;
+	}
+	r = calloc(1, sizeof *r);
+	if (r == NULL) {
+		cbci_fail(err, CBC_ENOMEM, "out of memory creating a resilient store");
+		return NULL;
+	}
+	r->fallback = cbci_local_new(0, err);
+	if (r->fallback == NULL || pthread_mutex_init(&r->lock, NULL) != 0) {
+		cbci_local_free(r->fallback);
+		free(r);
+		cbci_fail(err, CBC_ENOMEM, "out of memory creating a resilient store");
+		return NULL;
+	}
+	r->inner = inner;
+	r->opts = *opts;
+	store = cbc_store_new_custom(&resilient_ops, r, err);
+	if (store == NULL)
+		res_destroy(r);
+	return store;
+}

@@ -1,0 +1,1290 @@
+/*
+ * check_client_local.c — libcbclient without a real cbd: the store
+ * contract on the local and resilient(local) stores, the breaker API in
+ * virtual time, the resilient policies over a store that fails on demand,
+ * and the connection layer against a scripted fake daemon.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "cbclient.h"
+#include "check-run.h"
+#include "client-test.h"
+
+/* ---------- helpers ---------- */
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The virtual clock every breaker in this file uses. */
+static int64_t vnow = INT64_C(1700000000000);
+
+static int64_t
+vclock(void *user)
+{
+	(void)user;
+	return vnow;
+}
+
+/* Transitions seen by on_state_change. */
+typedef struct recorder {
+	int count;
+	cbc_state prev[16], next[16];
+	bool had_error[16];
+	int error[16];
+	int store_errors;
+	cbc_store_op last_op;
+	cbc_status last_status;
+} recorder;
+
+static void
+record_change(cbc_state prev, cbc_state next, const int *error, void *user)
+{
+	recorder *r = user;
+
+	if (r->count < 16) {
+		r->prev[r->count] = prev;
+		r->next[r->count] = next;
+		r->had_error[r->count] = error != NULL;
+		r->error[r->count] = error != NULL ? *error : 0;
+	}
+	r->count++;
+}
+
+static void
+record_store_error(const cbc_error *error, cbc_store_op op, void *user)
+{
+	recorder *r = user;
+
+	r->store_errors++;
+	r->last_op = op;
+	r->last_status = error->status;
+}
+
+static int
+call_ok(void *arg)
+{
+	if (arg != NULL)
+		(*(int *)arg)++;
+	return 0;
+}
+
+static int
+call_fail(void *arg)
+{
+	if (arg != NULL)
+		(*(int *)arg)++;
+	return 7;
+}
+
+/* Breaker options on `store` (NULL: private) with small numbers. */
+static cbc_breaker_options
+small_options(const char *name, cbc_store *store, recorder *rec)
+{
+	cbc_breaker_options o;
+
+	cbc_breaker_options_init(&o);
+	o.name = name;
+	o.failure_threshold = 3;
+	o.success_threshold = 2;
+	o.break_ms = 1000;
+	o.half_open_max = 1;
+	o.store = store;
+	o.clock = vclock;
+	o.on_state_change = record_change;
+	o.on_store_error = record_store_error;
+	o.user = rec;
+	return o;
+}
+
+static cbc_breaker *
+breaker_new_ok(const cbc_breaker_options *o)
+{
+	cbc_error err;
+	cbc_breaker *b = cbc_breaker_new(o, &err);
+
+	ck_assert_msg(b != NULL, "breaker_new: %s", err.message);
+	return b;
+}
+
+/* ---------- statuses and names ---------- */
+
+START_TEST(every_status_has_a_string)
+{
+	for (int i = 0; i < CBC_STATUS_COUNT; i++) {
+		const char *s = cbc_strerror((cbc_status)i);
+
+		ck_assert_ptr_nonnull(s);
+		ck_assert_str_ne(s, "unknown status");
+		ck_assert_int_gt((int)strlen(s), 0);
+		for (int j = 0; j < i; j++)
+			ck_assert_str_ne(s, cbc_strerror((cbc_status)j));
+	}
+	ck_assert_str_eq(cbc_strerror((cbc_status)CBC_STATUS_COUNT), "unknown status");
+	ck_assert_str_eq(cbc_strerror((cbc_status)-1), "unknown status");
+	for (int i = 0; i < CBC_STORE_OP_COUNT; i++)
+		ck_assert_str_ne(cbc_store_op_name((cbc_store_op)i), "unknown");
+	ck_assert_str_eq(cbc_store_op_name(CBC_OP_RECORD_FAILURE), "record_failure");
+}
+END_TEST
+
+START_TEST(state_names_round_trip)
+{
+	cbc_state s;
+
+	for (int i = 0; i <= CBC_STATE_HALF_OPEN; i++) {
+		ck_assert(cbc_state_parse(cbc_state_name((cbc_state)i), &s));
+		ck_assert_int_eq(s, i);
+	}
+	ck_assert_str_eq(cbc_state_name(CBC_STATE_HALF_OPEN), "half_open");
+	ck_assert(!cbc_state_parse("half-open", &s));
+	ck_assert(!cbc_state_parse(NULL, &s));
+}
+END_TEST
+
+/* ---------- breaker option validation ---------- */
+
+typedef struct option_case {
+	const char *field;
+	void (*mutate)(cbc_breaker_options *o);
+} option_case;
+
+static cbc_store *shared_store_for_options;
+
+static void m_failure(cbc_breaker_options *o) { o->failure_threshold = -1; }
+static void m_failure_big(cbc_breaker_options *o) { o->failure_threshold = 1000000001; }
+static void m_success(cbc_breaker_options *o) { o->success_threshold = -5; }
+static void m_break(cbc_breaker_options *o) { o->break_ms = (INT64_C(1) << 53) + 1; }
+static void m_half_open(cbc_breaker_options *o) { o->half_open_max = -1; }
+static void m_ttl(cbc_breaker_options *o) { o->slot_ttl_ms = -2; }
+static void m_gap(cbc_breaker_options *o) { o->max_gap_ms = -3; }
+static void m_policy(cbc_breaker_options *o) { o->store_policy = (cbc_store_policy)9; }
+static void m_backoff(cbc_breaker_options *o) { o->timeout_backoff_ms = 3600001; }
+static void m_name_ctl(cbc_breaker_options *o) { o->name = "bad\nname"; }
+static void m_name_empty(cbc_breaker_options *o) { o->name = ""; }
+static void
+m_store_no_name(cbc_breaker_options *o)
+{
+	o->store = shared_store_for_options;
+	o->name = NULL;
+}
+
+static const option_case option_cases[] = {
+	{ "failure_threshold", m_failure },
+	{ "failure_threshold", m_failure_big },
+	{ "success_threshold", m_success },
+	{ "break_ms", m_break },
+	{ "half_open_max", m_half_open },
+	{ "slot_ttl_ms", m_ttl },
+	{ "max_gap_ms", m_gap },
+	{ "store_policy", m_policy },
+	{ "timeout_backoff_ms", m_backoff },
+	{ "name", m_name_ctl },
+	{ "name", m_name_empty },
+	{ "name is required when a store is given", m_store_no_name },
+};
+
+START_TEST(invalid_options_are_refused_naming_the_option)
+{
+	const option_case *c = &option_cases[_i];
+	cbc_breaker_options o;
+	cbc_error err;
+
+	shared_store_for_options = cbc_store_new_local(0, NULL);
+	ck_assert_ptr_nonnull(shared_store_for_options);
+	cbc_breaker_options_init(&o);
+	o.name = "opts";
+	c->mutate(&o);
+	memset(&err, 0, sizeof err);
+	ck_assert_ptr_null(cbc_breaker_new(&o, &err));
+	ck_assert_int_eq(err.status, CBC_EINVAL);
+	ck_assert_msg(strstr(err.message, c->field) != NULL, "message \"%s\" does not name %s",
+	    err.message, c->field);
+	cbc_store_free(shared_store_for_options);
+}
+END_TEST
+
+START_TEST(valid_options_are_accepted)
+{
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_error err;
+
+	/* All zero: every policy member from the store's defaults, no name. */
+	cbc_breaker_options_init(&o);
+	b = cbc_breaker_new(&o, &err);
+	ck_assert_msg(b != NULL, "%s", err.message);
+	ck_assert_str_eq(cbc_breaker_name(b), "default");
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	cbc_breaker_free(b);
+	o.name = "edge";
+	o.failure_threshold = 1000000000;
+	o.break_ms = INT64_C(1) << 53;
+	o.timeout_backoff_ms = 0;
+	b = cbc_breaker_new(&o, &err);
+	ck_assert_msg(b != NULL, "%s", err.message);
+	cbc_breaker_free(b);
+	ck_assert_ptr_null(cbc_breaker_new(NULL, &err));
+	ck_assert_int_eq(err.status, CBC_EINVAL);
+}
+END_TEST
+
+START_TEST(store_arguments_are_checked)
+{
+	cbc_store *s = cbc_store_new_local(0, NULL);
+	char long_name[300];
+	cbc_snapshot snap;
+	cbc_ctx ctx;
+	cbc_error err;
+
+	memset(long_name, 'a', sizeof long_name - 1);
+	long_name[sizeof long_name - 1] = '\0';
+	ck_assert_int_eq(cbc_store_get(s, "", NULL, &snap, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "name"));
+	ck_assert_int_eq(cbc_store_get(s, long_name, NULL, &snap, &err), CBC_EINVAL);
+	ck_assert_int_eq(cbc_store_get(s, "a\x01", NULL, &snap, &err), CBC_EINVAL);
+	ck_assert_int_eq(cbc_store_get(s, NULL, NULL, &snap, &err), CBC_EINVAL);
+	memset(&ctx, 0, sizeof ctx);
+	ctx.break_ms = -1;
+	ck_assert_int_eq(cbc_store_record_failure(s, "x", &ctx, &snap, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "ctx.break_ms"));
+	ck_assert_int_eq(cbc_store_set_state(s, "x", (cbc_state)5, NULL, &snap, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "state"));
+	ck_assert_int_eq(cbc_store_release_slot(s, "x", NULL, NULL, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "token"));
+	/* A valid call clears err. */
+	ck_assert_int_eq(cbc_store_get(s, "x", NULL, &snap, &err), CBC_OK);
+	ck_assert_int_eq(err.status, CBC_OK);
+	ck_assert_str_eq(snap.name, "x");
+	cbc_store_free(s);
+}
+END_TEST
+
+/* ---------- the breaker in virtual time ---------- */
+
+START_TEST(breaker_trips_then_fails_fast_with_retry_after)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("trip", NULL, &rec);
+	cbc_breaker *b = breaker_new_ok(&o);
+	cbc_exec_result res;
+	cbc_error err;
+	int calls = 0;
+
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(b, call_fail, &calls, &res, &err), CBC_OK);
+		ck_assert(res.called);
+		ck_assert(res.counted_failure);
+		ck_assert_int_eq(res.result, 7);
+	}
+	ck_assert_int_eq(calls, 3);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(rec.count, 1);
+	ck_assert_int_eq(rec.prev[0], CBC_STATE_CLOSED);
+	ck_assert_int_eq(rec.next[0], CBC_STATE_OPEN);
+	ck_assert(rec.had_error[0]);
+	ck_assert_int_eq(rec.error[0], 7);
+	vnow += 400;
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, &err), CBC_EOPEN);
+	ck_assert(!res.called);
+	ck_assert_int_eq(calls, 3);
+	ck_assert_int_eq(res.retry_after_ms, 600);
+	ck_assert_int_eq(err.status, CBC_EOPEN);
+	ck_assert_ptr_nonnull(strstr(err.message, "trip"));
+	ck_assert_int_eq(rec.count, 1);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+static int
+fallback_42(void *arg, int64_t retry_after_ms, void *user)
+{
+	(void)user;
+	*(int64_t *)arg = retry_after_ms;
+	return 42;
+}
+
+START_TEST(fallback_runs_when_open)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("fb", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	int64_t seen_retry = -1;
+
+	o.fallback = fallback_42;
+	b = breaker_new_ok(&o);
+	ck_assert_int_eq(cbc_breaker_force_open(b, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &seen_retry, &res, NULL), CBC_OK);
+	ck_assert(!res.called);
+	ck_assert(res.fallback_called);
+	ck_assert_int_eq(res.result, 42);
+	ck_assert_int_eq(seen_retry, 1000);
+	ck_assert_int_eq(res.retry_after_ms, 1000);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+/* Only result 2 is the dependency's fault. */
+static bool
+only_two(int result, void *user)
+{
+	(void)user;
+	return result == 2;
+}
+
+static int
+return_arg(void *arg)
+{
+	return *(int *)arg;
+}
+
+START_TEST(error_filter_decides_what_counts)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("filter", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	int one = 1, two = 2;
+
+	o.error_filter = only_two;
+	b = breaker_new_ok(&o);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(b, return_arg, &one, &res, NULL), CBC_OK);
+		ck_assert(!res.counted_failure);
+		ck_assert_int_eq(res.result, 1);
+	}
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	for (int i = 0; i < 3; i++)
+		cbc_breaker_execute(b, return_arg, &two, &res, NULL);
+	ck_assert(res.counted_failure);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+/* The trial call tries to get a second permit from another breaker on
+ * the same circuit: with half_open_max 1 it must be refused. */
+typedef struct trial_probe {
+	cbc_breaker *other;
+	cbc_status other_status;
+	cbc_state other_state;
+} trial_probe;
+
+static int
+trial_call(void *arg)
+{
+	trial_probe *t = arg;
+	cbc_permit p;
+
+	t->other_status = cbc_breaker_acquire(t->other, &p, NULL);
+	t->other_state = p.state;
+	if (t->other_status == CBC_OK)
+		cbc_breaker_report(t->other, &p, CBC_OUTCOME_IGNORE, NULL);
+	return 0;
+}
+
+START_TEST(half_open_reserves_a_slot_for_the_trial)
+{
+	recorder rec = { 0 }, rec2 = { 0 };
+	cbc_store *store = cbc_store_new_local(0, NULL);
+	cbc_breaker_options o = small_options("ho", store, &rec);
+	cbc_breaker_options o2 = small_options("ho", store, &rec2);
+	cbc_breaker *b = breaker_new_ok(&o), *b2 = breaker_new_ok(&o2);
+	trial_probe t = { .other = b2 };
+	cbc_exec_result res;
+
+	ck_assert_int_eq(cbc_breaker_force_open(b, NULL), CBC_OK);
+	vnow += 1000;
+	ck_assert_int_eq(cbc_breaker_execute(b, trial_call, &t, &res, NULL), CBC_OK);
+	ck_assert(res.called);
+	ck_assert_int_eq(t.other_status, CBC_EOPEN);
+	ck_assert_int_eq(t.other_state, CBC_STATE_HALF_OPEN);
+	/* The slot was released after the trial: the next trial runs. */
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, NULL, &res, NULL), CBC_OK);
+	ck_assert(res.called);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	/* closed->open (forced), open->half_open, half_open->closed: once each. */
+	ck_assert_int_eq(rec.count, 3);
+	ck_assert_int_eq(rec.next[0], CBC_STATE_OPEN);
+	ck_assert_int_eq(rec.prev[1], CBC_STATE_OPEN);
+	ck_assert_int_eq(rec.next[1], CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(rec.prev[2], CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(rec.next[2], CBC_STATE_CLOSED);
+	ck_assert(!rec.had_error[2]);
+	cbc_breaker_free(b);
+	cbc_breaker_free(b2);
+	cbc_store_free(store);
+}
+END_TEST
+
+START_TEST(half_open_failure_reopens)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("reopen", NULL, &rec);
+	cbc_breaker *b = breaker_new_ok(&o);
+	cbc_exec_result res;
+
+	for (int i = 0; i < 3; i++)
+		cbc_breaker_execute(b, call_fail, NULL, &res, NULL);
+	vnow += 1000;
+	ck_assert_int_eq(cbc_breaker_execute(b, call_fail, NULL, &res, NULL), CBC_OK);
+	ck_assert(res.called);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, NULL, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(res.retry_after_ms, 1000);
+	ck_assert_int_eq(rec.count, 3);
+	ck_assert_int_eq(rec.next[2], CBC_STATE_OPEN);
+	ck_assert(rec.had_error[2]);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+START_TEST(half_open_max_bounds_concurrent_permits)
+{
+	recorder rec = { 0 };
+	cbc_store *store = cbc_store_new_local(0, NULL);
+	cbc_breaker_options o = small_options("hom", store, &rec);
+	cbc_breaker *b;
+	cbc_permit p1, p2, p3;
+	cbc_error err;
+
+	o.half_open_max = 2;
+	o.success_threshold = 10;
+	b = breaker_new_ok(&o);
+	ck_assert_int_eq(cbc_breaker_force_half_open(b, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p1, NULL), CBC_OK);
+	ck_assert(p1.has_slot);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p2, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p3, &err), CBC_EOPEN);
+	ck_assert_int_eq(p3.state, CBC_STATE_HALF_OPEN);
+	ck_assert_int_gt(p3.retry_after_ms, 0);
+	ck_assert_int_eq(cbc_breaker_report(b, &p1, CBC_OUTCOME_SUCCESS, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p3, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_report(b, &p2, CBC_OUTCOME_IGNORE, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_report(b, &p3, CBC_OUTCOME_IGNORE, NULL), CBC_OK);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+}
+END_TEST
+
+START_TEST(two_step_form)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("steps", NULL, &rec);
+	cbc_breaker *b = breaker_new_ok(&o);
+	cbc_permit p;
+	cbc_error err;
+
+	memset(&p, 0, sizeof p);
+	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_SUCCESS, &err), CBC_ESTATE);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cbc_breaker_acquire(b, &p, NULL), CBC_OK);
+		ck_assert(p.granted);
+		ck_assert_int_eq(p.state, CBC_STATE_CLOSED);
+		/* ignore never counts */
+		ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL), CBC_OK);
+	}
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cbc_breaker_acquire(b, &p, NULL), CBC_OK);
+		ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_FAILURE, NULL), CBC_OK);
+	}
+	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_FAILURE, &err), CBC_ESTATE);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_EOPEN);
+	ck_assert(!p.granted);
+	ck_assert_int_eq(p.retry_after_ms, 1000);
+	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_SUCCESS, &err), CBC_ESTATE);
+	ck_assert_int_eq(cbc_breaker_report(b, &p, (cbc_outcome)9, &err), CBC_EINVAL);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+START_TEST(force_state_and_refresh_see_changes_made_elsewhere)
+{
+	recorder r1 = { 0 }, r2 = { 0 };
+	cbc_store *store = cbc_store_new_local(0, NULL);
+	cbc_breaker_options o1 = small_options("shared", store, &r1);
+	cbc_breaker_options o2 = small_options("shared", store, &r2);
+	cbc_breaker *b1 = breaker_new_ok(&o1), *b2 = breaker_new_ok(&o2);
+	cbc_state st;
+
+	ck_assert_int_eq(cbc_breaker_force_open(b1, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(b1), CBC_STATE_OPEN);
+	ck_assert_int_eq(r1.count, 1);
+	/* b2 has not looked yet. */
+	ck_assert_int_eq(cbc_breaker_state(b2), CBC_STATE_CLOSED);
+	ck_assert_int_eq(cbc_breaker_refresh(b2, &st, NULL), CBC_OK);
+	ck_assert_int_eq(st, CBC_STATE_OPEN);
+	ck_assert_int_eq(r2.count, 1);
+	ck_assert_int_eq(r2.next[0], CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_refresh(b2, &st, NULL), CBC_OK);
+	ck_assert_int_eq(r2.count, 1); /* no change, no callback */
+	ck_assert_int_eq(cbc_breaker_force_half_open(b1, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(b1), CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(cbc_breaker_force_close(b1, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(b1), CBC_STATE_CLOSED);
+	ck_assert_int_eq(r1.count, 3);
+	ck_assert_int_eq(cbc_breaker_refresh(b2, &st, NULL), CBC_OK);
+	ck_assert_int_eq(st, CBC_STATE_CLOSED);
+	ck_assert_int_eq(r2.count, 2);
+	ck_assert_int_eq(r2.prev[1], CBC_STATE_OPEN);
+	ck_assert_int_eq(r2.next[1], CBC_STATE_CLOSED);
+	cbc_breaker_free(b1);
+	cbc_breaker_free(b2);
+	cbc_store_free(store);
+}
+END_TEST
+
+/* ---------- the resilient store over a store that fails on demand ---------- */
+
+typedef struct flaky {
+	cbc_store *real;
+	cbc_status fail;           /* CBC_OK: answer */
+	char fail_code[CBC_CODE_SIZE];
+	int calls;
+} flaky;
+
+static cbc_status
+flaky_fail(flaky *f, cbc_error *err)
+{
+	f->calls++;
+	if (f->fail == CBC_OK)
+		return CBC_OK;
+	err->status = f->fail;
+	snprintf(err->code, sizeof err->code, "%s", f->fail_code);
+	snprintf(err->message, sizeof err->message, "injected: %s", cbc_strerror(f->fail));
+	return f->fail;
+}
+
+static cbc_status
+f_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_get(f->real, name, ctx, out, err);
+}
+
+static cbc_status
+f_rs(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_record_success(f->real, name, ctx, out, err);
+}
+
+static cbc_status
+f_rf(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_record_failure(f->real, name, ctx, out, err);
+}
+
+static cbc_status
+f_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
+    bool *applied, cbc_snapshot *out, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_cas(f->real, name, from, to, ctx, applied, out, err);
+}
+
+static cbc_status
+f_set(void *impl, const char *name, cbc_state state, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_set_state(f->real, name, state, ctx, out, err);
+}
+
+static cbc_status
+f_acq(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_acquire_slot(f->real, name, ctx, out, err);
+}
+
+static cbc_status
+f_rel(void *impl, const char *name, const char *token, const cbc_ctx *ctx, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_release_slot(f->real, name, token, ctx, err);
+}
+
+static cbc_status
+f_del(void *impl, const char *name, bool *existed, cbc_error *err)
+{
+	flaky *f = impl;
+
+	return flaky_fail(f, err) ?: cbc_store_delete(f->real, name, existed, err);
+}
+
+static const cbc_store_ops flaky_ops = {
+	.get = f_get, .record_success = f_rs, .record_failure = f_rf, .cas = f_cas,
+	.set_state = f_set, .acquire_slot = f_acq, .release_slot = f_rel,
+	.delete_circuit = f_del, .destroy = NULL,
+};
+
+/* A flaky store over a fresh local one, and a resilient store over it. */
+typedef struct resilient_rig {
+	flaky f;
+	cbc_store *inner;
+	cbc_store *res;
+	recorder rec;
+} resilient_rig;
+
+static void
+rig_init(resilient_rig *rig, cbc_store_policy policy, int64_t backoff_ms)
+{
+	cbc_resilient_options ro;
+	cbc_error err;
+
+	memset(rig, 0, sizeof *rig);
+	rig->f.real = cbc_store_new_local(0, NULL);
+	rig->inner = cbc_store_new_custom(&flaky_ops, &rig->f, &err);
+	ck_assert_ptr_nonnull(rig->inner);
+	cbc_resilient_options_init(&ro);
+	ro.policy = policy;
+	ro.on_store_error = record_store_error;
+	ro.user = &rig->rec;
+	ro.timeout_backoff_ms = backoff_ms;
+	rig->res = cbc_store_new_resilient(rig->inner, &ro, &err);
+	ck_assert_msg(rig->res != NULL, "%s", err.message);
+}
+
+static void
+rig_free(resilient_rig *rig)
+{
+	cbc_store_free(rig->res);
+	cbc_store_free(rig->inner);
+	cbc_store_free(rig->f.real);
+}
+
+static cbc_ctx
+vctx(int64_t now)
+{
+	cbc_ctx c;
+
+	memset(&c, 0, sizeof c);
+	c.failure_threshold = 5;
+	c.success_threshold = 3;
+	c.break_ms = 1000;
+	c.has_now = true;
+	c.now = now;
+	return c;
+}
+
+START_TEST(local_policy_seeds_from_last_snapshot_and_never_latches)
+{
+	resilient_rig rig;
+	cbc_ctx c = vctx(1000);
+	cbc_snapshot s;
+	int before;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	cbc_store_record_failure(rig.res, "svc", &c, &s, NULL);
+	c.now = 1100;
+	cbc_store_record_failure(rig.res, "svc", &c, &s, NULL);
+	ck_assert_int_eq(s.failure_count, 2);
+	rig.f.fail = CBC_ECONNECT;
+	c.now = 1200;
+	ck_assert_int_eq(cbc_store_get(rig.res, "svc", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(rig.rec.store_errors, 1);
+	ck_assert_int_eq(rig.rec.last_op, CBC_OP_GET);
+	ck_assert_int_eq(rig.rec.last_status, CBC_ECONNECT);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	ck_assert_int_eq(s.failure_count, 2);
+	ck_assert_int_eq(s.last_failure_at, 1100);
+	/* Degraded writes land in the local copy. */
+	ck_assert_int_eq(cbc_store_record_failure(rig.res, "svc", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.failure_count, 3);
+	ck_assert_int_eq(cbc_store_get(rig.res, "svc", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.failure_count, 3);
+	/* Every call tried the real store first. */
+	ck_assert_int_eq(rig.f.calls, 5);
+	/* Back: authoritative at once. */
+	rig.f.fail = CBC_OK;
+	before = rig.f.calls;
+	ck_assert_int_eq(cbc_store_get(rig.res, "svc", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(rig.f.calls, before + 1);
+	ck_assert_int_eq(s.failure_count, 2);
+	/* Down again: reseeded from what the real store last said. */
+	rig.f.fail = CBC_EIO;
+	ck_assert_int_eq(cbc_store_get(rig.res, "svc", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.failure_count, 2);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(local_policy_keeps_an_open_circuit_open)
+{
+	resilient_rig rig;
+	cbc_ctx c = vctx(5000);
+	cbc_snapshot s;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	ck_assert_int_eq(cbc_store_set_state(rig.res, "o", CBC_STATE_OPEN, &c, &s, NULL), CBC_OK);
+	rig.f.fail = CBC_ECONNECT;
+	c.now = 5400;
+	ck_assert_int_eq(cbc_store_get(rig.res, "o", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.opened_at, 5000);
+	ck_assert_int_eq(s.retry_after_ms, 600);
+	/* Half-open with a success already counted survives too. */
+	rig.f.fail = CBC_OK;
+	ck_assert_int_eq(cbc_store_set_state(rig.res, "h", CBC_STATE_HALF_OPEN, &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "h", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.success_count, 1);
+	rig.f.fail = CBC_ETIMEOUT;
+	ck_assert_int_eq(cbc_store_get(rig.res, "h", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(s.success_count, 1);
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "h", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "h", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(local_policy_breaker_keeps_protecting)
+{
+	resilient_rig rig;
+	recorder rec = { 0 };
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_exec_result res;
+	int calls = 0;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	o = small_options("lp", rig.inner, &rec);
+	b = breaker_new_ok(&o);
+	for (int i = 0; i < 3; i++)
+		cbc_breaker_execute(b, call_fail, &calls, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	rig.f.fail = CBC_ECONNECT;
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(calls, 3);
+	ck_assert_int_gt(rec.store_errors, 0);
+	cbc_breaker_free(b);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(allow_policy_lets_calls_flow)
+{
+	resilient_rig rig;
+	recorder rec = { 0 };
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_exec_result res;
+	cbc_snapshot s;
+	cbc_slot slot;
+	int calls = 0;
+	bool applied = true;
+
+	rig_init(&rig, CBC_POLICY_ALLOW, 0);
+	o = small_options("al", rig.inner, &rec);
+	o.store_policy = CBC_POLICY_ALLOW;
+	b = breaker_new_ok(&o);
+	ck_assert_int_eq(cbc_breaker_force_open(b, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(rec.count, 1);
+	rig.f.fail = CBC_ECONNECT;
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert(res.called);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_int_gt(rec.store_errors, 0);
+	/* "As if closed" is not a state the circuit is in: nothing observed. */
+	ck_assert_int_eq(rec.count, 1);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	/* The store ops themselves. */
+	ck_assert_int_eq(cbc_store_get(rig.res, "al", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	ck_assert_int_eq(cbc_store_cas(rig.res, "al", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL,
+	    &applied, &s, NULL), CBC_OK);
+	ck_assert(!applied);
+	ck_assert_int_eq(cbc_store_acquire_slot(rig.res, "al", NULL, &slot, NULL), CBC_OK);
+	ck_assert(slot.acquired);
+	ck_assert_int_eq(cbc_store_release_slot(rig.res, "al", slot.token, NULL, NULL), CBC_OK);
+	cbc_breaker_free(b);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(reject_policy_surfaces_pre_call_errors_only)
+{
+	resilient_rig rig;
+	recorder rec = { 0 };
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_exec_result res;
+	cbc_snapshot s;
+	cbc_slot slot;
+	cbc_permit p;
+	cbc_error err;
+	int calls = 0;
+	bool applied;
+
+	rig_init(&rig, CBC_POLICY_REJECT, 0);
+	o = small_options("rj", rig.inner, &rec);
+	o.store_policy = CBC_POLICY_REJECT;
+	b = breaker_new_ok(&o);
+	/* A permit taken while the store works, reported after it failed:
+	 * the report is not an error. */
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, NULL), CBC_OK);
+	rig.f.fail = CBC_ECONNECT;
+	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_FAILURE, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, &err), CBC_ECONNECT);
+	ck_assert_int_eq(err.status, CBC_ECONNECT);
+	ck_assert(!res.called);
+	ck_assert_int_eq(calls, 0);
+	ck_assert_int_eq(cbc_breaker_force_open(b, &err), CBC_ECONNECT);
+	ck_assert_int_eq(cbc_store_get(rig.res, "rj", NULL, &s, NULL), CBC_ECONNECT);
+	ck_assert_int_eq(cbc_store_cas(rig.res, "rj", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL,
+	    &applied, &s, NULL), CBC_ECONNECT);
+	ck_assert_int_eq(cbc_store_set_state(rig.res, "rj", CBC_STATE_OPEN, NULL, &s, NULL),
+	    CBC_ECONNECT);
+	ck_assert_int_eq(cbc_store_acquire_slot(rig.res, "rj", NULL, &slot, NULL), CBC_ECONNECT);
+	ck_assert_int_eq(cbc_store_record_failure(rig.res, "rj", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "rj", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_store_release_slot(rig.res, "rj", "t", NULL, NULL), CBC_OK);
+	/* Back: the next call uses it. */
+	rig.f.fail = CBC_OK;
+	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	cbc_breaker_free(b);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(answers_that_are_refusals_are_not_degraded)
+{
+	resilient_rig rig;
+	cbc_snapshot s;
+	cbc_error err;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	rig.f.fail = CBC_EREFUSED;
+	snprintf(rig.f.fail_code, sizeof rig.f.fail_code, "forbidden");
+	ck_assert_int_eq(cbc_store_set_state(rig.res, "x", CBC_STATE_OPEN, NULL, &s, &err),
+	    CBC_EREFUSED);
+	ck_assert_str_eq(err.code, "forbidden");
+	ck_assert_int_eq(rig.rec.store_errors, 0);
+	rig.f.fail = CBC_ECAPACITY;
+	snprintf(rig.f.fail_code, sizeof rig.f.fail_code, "capacity");
+	ck_assert_int_eq(cbc_store_record_failure(rig.res, "x", NULL, &s, &err), CBC_ECAPACITY);
+	/* shutting_down is a failure of the store. */
+	rig.f.fail = CBC_EREFUSED;
+	snprintf(rig.f.fail_code, sizeof rig.f.fail_code, "shutting_down");
+	ck_assert_int_eq(cbc_store_get(rig.res, "x", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(rig.rec.store_errors, 1);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(timeout_backoff_skips_then_retries)
+{
+	resilient_rig rig, quick;
+	cbc_snapshot s;
+	int64_t t0;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 600000);
+	rig.f.fail = CBC_ETIMEOUT;
+	ck_assert_int_eq(cbc_store_get(rig.res, "b", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(rig.f.calls, 1);
+	rig.f.fail = CBC_OK;
+	/* Within the backoff the wrapped store is not tried... */
+	ck_assert_int_eq(cbc_store_get(rig.res, "b", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(rig.f.calls, 1);
+	ck_assert_int_eq(rig.rec.store_errors, 2);
+	ck_assert_int_eq(rig.rec.last_status, CBC_ETIMEOUT);
+	rig_free(&rig);
+	/* ...and after it, it is. */
+	rig_init(&quick, CBC_POLICY_LOCAL, 1);
+	quick.f.fail = CBC_ETIMEOUT;
+	cbc_store_get(quick.res, "b", NULL, &s, NULL);
+	quick.f.fail = CBC_OK;
+	t0 = mono_ms();
+	while (mono_ms() - t0 < 5)
+		usleep(1000);
+	ck_assert_int_eq(cbc_store_get(quick.res, "b", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(quick.f.calls, 2);
+	rig_free(&quick);
+	/* Fast failures get no backoff. */
+	rig_init(&rig, CBC_POLICY_LOCAL, 600000);
+	rig.f.fail = CBC_ECONNECT;
+	cbc_store_get(rig.res, "b", NULL, &s, NULL);
+	cbc_store_get(rig.res, "b", NULL, &s, NULL);
+	ck_assert_int_eq(rig.f.calls, 2);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(resilient_options_are_checked)
+{
+	cbc_store *inner = cbc_store_new_local(0, NULL);
+	cbc_resilient_options ro;
+	cbc_error err;
+
+	ck_assert_ptr_null(cbc_store_new_resilient(NULL, NULL, &err));
+	ck_assert_ptr_nonnull(strstr(err.message, "inner"));
+	cbc_resilient_options_init(&ro);
+	ro.policy = (cbc_store_policy)7;
+	ck_assert_ptr_null(cbc_store_new_resilient(inner, &ro, &err));
+	ck_assert_ptr_nonnull(strstr(err.message, "policy"));
+	cbc_resilient_options_init(&ro);
+	ro.timeout_backoff_ms = -1;
+	ck_assert_ptr_null(cbc_store_new_resilient(inner, &ro, &err));
+	ck_assert_ptr_nonnull(strstr(err.message, "timeout_backoff_ms"));
+	cbc_store_free(inner);
+}
+END_TEST
+
+/* ---------- the store contract on local and resilient(local) ---------- */
+
+static void *
+local_create(uint64_t max_circuits)
+{
+	client_box *box = calloc(1, sizeof *box);
+
+	box->store = cbc_store_new_local(max_circuits, NULL);
+	return box->store != NULL ? box : NULL;
+}
+
+static void *
+resilient_local_create(uint64_t max_circuits)
+{
+	client_box *box = calloc(1, sizeof *box);
+
+	box->inner = cbc_store_new_local(max_circuits, NULL);
+	box->store = cbc_store_new_resilient(box->inner, NULL, NULL);
+	return box->store != NULL ? box : NULL;
+}
+
+static void
+box_teardown(void *box)
+{
+	client_box_free_stores(box);
+	free(box);
+}
+
+/* ---------- the connection against a scripted fake daemon ---------- */
+
+/* The fake daemon: accepts connections one at a time and answers each
+ * request by its "name" member (get) or op (hello). */
+typedef struct fake_daemon {
+	char path[108];
+	int listen_fd;
+	pthread_t thread;
+	int accepted;
+} fake_daemon;
+
+/* One reply for the request line; false: close the connection. */
+static bool
+fake_reply(const char *line, char *out, size_t size)
+{
+	json_t *req = json_loads(line, 0, NULL);
+	const char *op = json_string_value(json_object_get(req, "op"));
+	const char *name = json_string_value(json_object_get(req, "name"));
+	json_int_t id = json_integer_value(json_object_get(req, "id"));
+	bool keep = true;
+
+	if (op != NULL && strcmp(op, "hello") == 0)
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"server\":\"fake\",\"version\":\"0\",\"protocol\":1}\n", (long long)id);
+	else if (name == NULL)
+		snprintf(out, size, "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":\"name is required\"}}\n");
+	else if (strcmp(name, "garbage") == 0)
+		snprintf(out, size, "this is not json\n");
+	else if (strcmp(name, "forbidden") == 0)
+		snprintf(out, size, "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":\"admin only\"}}\n", (long long)id);
+	else if (strcmp(name, "full") == 0)
+		snprintf(out, size, "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"capacity\",\"message\":\"max_circuits reached\"}}\n", (long long)id);
+	else if (strcmp(name, "wrongid") == 0)
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"wrongid\",\"state\":\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0}}\n", (long long)id + 1);
+	else if (strcmp(name, "badsnap") == 0)
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"state\":\"ajar\"}}\n", (long long)id);
+	else if (strcmp(name, "close") == 0)
+		keep = false;
+	else
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"%s\",\"state\":\"open\",\"failure_count\":4,\"success_count\":0,\"last_failure_at\":100,\"opened_at\":90,\"retry_after_ms\":25}}\r\n", (long long)id, name);
+	json_decref(req);
+	return keep;
+}
+
+static void *
+fake_serve(void *arg)
+{
+	fake_daemon *fd = arg;
+
+	for (;;) {
+		int c = accept(fd->listen_fd, NULL, NULL);
+		char buf[4096], reply[1024];
+		size_t len = 0;
+
+		if (c < 0)
+			return NULL;
+		fd->accepted++;
+		for (;;) {
+			ssize_t n = recv(c, buf + len, sizeof buf - 1 - len, 0);
+			char *nl;
+
+			if (n <= 0)
+				break;
+			len += (size_t)n;
+			buf[len] = '\0';
+			while ((nl = strchr(buf, '\n')) != NULL) {
+				*nl = '\0';
+				if (!fake_reply(buf, reply, sizeof reply)) {
+					len = 0;
+					goto done;
+				}
+				send(c, reply, strlen(reply), MSG_NOSIGNAL);
+				memmove(buf, nl + 1, len - (size_t)(nl + 1 - buf) + 1);
+				len -= (size_t)(nl + 1 - buf);
+			}
+		}
+done:
+		close(c);
+	}
+}
+
+/* Listen on a temp socket; serve it from a thread when `serve`. */
+static void
+fake_start(fake_daemon *fd, bool serve)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+	memset(fd, 0, sizeof *fd);
+	snprintf(fd->path, sizeof fd->path, "/tmp/cbc-fake-%ld-%d.sock", (long)getpid(), rand());
+	fd->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd->listen_fd, 0);
+	memcpy(addr.sun_path, fd->path, strlen(fd->path) + 1);
+	unlink(fd->path);
+	ck_assert_int_eq(bind(fd->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+	ck_assert_int_eq(listen(fd->listen_fd, 8), 0);
+	if (serve)
+		ck_assert_int_eq(pthread_create(&fd->thread, NULL, fake_serve, fd), 0);
+}
+
+static void
+fake_stop(fake_daemon *fd, bool served)
+{
+	shutdown(fd->listen_fd, SHUT_RDWR);
+	if (served)
+		pthread_join(fd->thread, NULL);
+	close(fd->listen_fd);
+	unlink(fd->path);
+}
+
+START_TEST(conn_socket_path_resolution)
+{
+	cbc_conn *c;
+	cbc_error err;
+	char longpath[200];
+
+	c = cbc_conn_new("/tmp/explicit.sock", NULL);
+	ck_assert_str_eq(cbc_conn_socket_path(c), "/tmp/explicit.sock");
+	cbc_conn_free(c);
+	setenv("CBD_SOCKET", "/tmp/from-env.sock", 1);
+	c = cbc_conn_new(NULL, NULL);
+	ck_assert_str_eq(cbc_conn_socket_path(c), "/tmp/from-env.sock");
+	cbc_conn_free(c);
+	unsetenv("CBD_SOCKET");
+	c = cbc_conn_new(NULL, NULL);
+	ck_assert_str_eq(cbc_conn_socket_path(c), CBC_DEFAULT_SOCKET);
+	ck_assert_str_eq(cbc_conn_socket_path(c), "/run/cbd/cbd.sock");
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, 0, 50, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "connect_ms"));
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, 50, -1, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "io_ms"));
+	cbc_conn_free(c);
+	memset(longpath, 'p', sizeof longpath - 1);
+	longpath[0] = '/';
+	longpath[sizeof longpath - 1] = '\0';
+	ck_assert_ptr_null(cbc_conn_new(longpath, &err));
+	ck_assert_int_eq(err.status, CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "socket path"));
+}
+END_TEST
+
+START_TEST(conn_missing_socket_fails_fast_naming_it)
+{
+	cbc_conn *c = cbc_conn_new("/tmp/cbc-no-such-dir/none.sock", NULL);
+	cbc_snapshot s;
+	cbc_error err;
+	int64_t t0 = mono_ms();
+
+	for (int i = 0; i < 100; i++)
+		ck_assert_int_eq(cbc_get(c, "x", NULL, &s, &err), CBC_ECONNECT);
+	/* 100 attempts; each is a failed connect(2). Loose bound. */
+	ck_assert_int_lt(mono_ms() - t0, 1000);
+	ck_assert_ptr_nonnull(strstr(err.message, "/tmp/cbc-no-such-dir/none.sock"));
+	cbc_conn_free(c);
+}
+END_TEST
+
+START_TEST(conn_silent_daemon_times_out)
+{
+	fake_daemon fd;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_error err;
+	int64_t t0, took;
+
+	fake_start(&fd, false); /* listens, never accepts or answers */
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, 50, 50, NULL), CBC_OK);
+	t0 = mono_ms();
+	ck_assert_int_eq(cbc_get(c, "x", NULL, &s, &err), CBC_ETIMEOUT);
+	took = mono_ms() - t0;
+	ck_assert_int_ge(took, 45);
+	ck_assert_int_lt(took, 500);
+	ck_assert_ptr_nonnull(strstr(err.message, fd.path));
+	/* Closed after the timeout; the next call tries again and times out. */
+	ck_assert_int_eq(cbc_get(c, "x", NULL, &s, &err), CBC_ETIMEOUT);
+	cbc_conn_free(c);
+	fake_stop(&fd, false);
+}
+END_TEST
+
+START_TEST(conn_replies_are_checked)
+{
+	fake_daemon fd;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_hello_info h;
+	cbc_error err;
+	char *raw;
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_ptr_null(cbc_conn_last_reply(c));
+	ck_assert_int_eq(cbc_hello(c, &h, &err), CBC_OK);
+	ck_assert_str_eq(h.server, "fake");
+	ck_assert_int_eq(h.protocol, 1);
+	ck_assert_int_eq(cbc_get(c, "svc", NULL, &s, &err), CBC_OK);
+	ck_assert_str_eq(s.name, "svc");
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.failure_count, 4);
+	ck_assert_int_eq(s.last_failure_at, 100);
+	ck_assert_int_eq(s.opened_at, 90);
+	ck_assert_int_eq(s.retry_after_ms, 25);
+	raw = cbc_conn_last_reply(c);
+	ck_assert_ptr_nonnull(raw);
+	ck_assert_ptr_nonnull(strstr(raw, "\"retry_after_ms\":25"));
+	ck_assert_ptr_null(strchr(raw, '\n'));
+	cbc_free(raw);
+	ck_assert_int_eq(cbc_get(c, "forbidden", NULL, &s, &err), CBC_EREFUSED);
+	ck_assert_str_eq(err.code, "forbidden");
+	ck_assert_str_eq(err.message, "admin only");
+	ck_assert_int_eq(cbc_get(c, "full", NULL, &s, &err), CBC_ECAPACITY);
+	ck_assert_str_eq(err.code, "capacity");
+	ck_assert_int_eq(cbc_get(c, "garbage", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_int_eq(cbc_get(c, "badsnap", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_ptr_nonnull(strstr(err.message, "state"));
+	ck_assert_int_eq(cbc_get(c, "wrongid", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_ptr_nonnull(strstr(err.message, "id"));
+	ck_assert_int_eq(cbc_get(c, "close", NULL, &s, &err), CBC_EIO);
+	/* Reopened on the next call. */
+	ck_assert_int_eq(cbc_get(c, "again", NULL, &s, &err), CBC_OK);
+	ck_assert_str_eq(s.name, "again");
+	ck_assert_int_ge(fd.accepted, 2);
+	/* The raw form hands back the reply, also a refusal. */
+	ck_assert_int_eq(cbc_request(c, "{\"op\":\"get\",\"name\":\"forbidden\"}", &raw, &err),
+	    CBC_EREFUSED);
+	ck_assert_ptr_nonnull(strstr(raw, "admin only"));
+	cbc_free(raw);
+	ck_assert_int_eq(cbc_request(c, "{\"op\":\"get\"}\n{}", &raw, &err), CBC_EINVAL);
+	/* Bad arguments never reach the wire. */
+	ck_assert_int_eq(cbc_get(c, "", NULL, &s, &err), CBC_EINVAL);
+	ck_assert_int_eq(cbc_record(c, "x", (cbc_outcome)5, NULL, NULL, &s, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "outcome"));
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
+static Suite *
+client_suite(void)
+{
+	Suite *s = suite_create("libcbclient (no daemon)");
+	TCase *tc;
+
+	tc = tcase_create("api");
+	tcase_add_test(tc, every_status_has_a_string);
+	tcase_add_test(tc, state_names_round_trip);
+	tcase_add_loop_test(tc, invalid_options_are_refused_naming_the_option, 0,
+	    (int)(sizeof option_cases / sizeof option_cases[0]));
+	tcase_add_test(tc, valid_options_are_accepted);
+	tcase_add_test(tc, store_arguments_are_checked);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("breaker");
+	tcase_add_test(tc, breaker_trips_then_fails_fast_with_retry_after);
+	tcase_add_test(tc, fallback_runs_when_open);
+	tcase_add_test(tc, error_filter_decides_what_counts);
+	tcase_add_test(tc, half_open_reserves_a_slot_for_the_trial);
+	tcase_add_test(tc, half_open_failure_reopens);
+	tcase_add_test(tc, half_open_max_bounds_concurrent_permits);
+	tcase_add_test(tc, two_step_form);
+	tcase_add_test(tc, force_state_and_refresh_see_changes_made_elsewhere);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("resilient");
+	tcase_add_test(tc, local_policy_seeds_from_last_snapshot_and_never_latches);
+	tcase_add_test(tc, local_policy_keeps_an_open_circuit_open);
+	tcase_add_test(tc, local_policy_breaker_keeps_protecting);
+	tcase_add_test(tc, allow_policy_lets_calls_flow);
+	tcase_add_test(tc, reject_policy_surfaces_pre_call_errors_only);
+	tcase_add_test(tc, answers_that_are_refusals_are_not_degraded);
+	tcase_add_test(tc, timeout_backoff_skips_then_retries);
+	tcase_add_test(tc, resilient_options_are_checked);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("connection");
+	tcase_add_test(tc, conn_socket_path_resolution);
+	tcase_add_test(tc, conn_missing_socket_fails_fast_naming_it);
+	tcase_add_test(tc, conn_silent_daemon_times_out);
+	tcase_add_test(tc, conn_replies_are_checked);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	static contract_impl local_impl = { .name = "contract: local store" };
+	static contract_impl resilient_impl = { .name = "contract: resilient(local) store" };
+	signal(SIGPIPE, SIG_IGN);
+	client_contract_ops(&local_impl);
+	local_impl.create = local_create;
+	local_impl.teardown = box_teardown;
+	client_contract_ops(&resilient_impl);
+	resilient_impl.create = resilient_local_create;
+	resilient_impl.teardown = box_teardown;
+	return check_run(client_suite(), contract_suite(&local_impl),
+	    contract_suite(&resilient_impl), NULL);
+}

@@ -1,0 +1,780 @@
+/*
+ * check_client_remote.c — libcbclient against real cbd processes: the
+ * store contract on the remote and resilient(remote) stores, every
+ * protocol op, two processes sharing a circuit, half_open_max across
+ * processes, and cbd killed or stopped (SIGSTOP) under each store policy.
+ *
+ * Every cbd started here is registered and killed at exit, also when an
+ * assertion ends the test early; the daemons also die with the test
+ * process (PR_SET_PDEATHSIG in the restart helper and in the harness).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "cbclient.h"
+#include "check-run.h"
+#include "client-test.h"
+#include "cbd-harness.h"
+
+/* A long break so an open circuit stays open for the whole test. */
+#define LONG_BREAK_MS 600000
+/* The I/O and connect timeouts of the SIGSTOP tests. */
+#define STOP_TIMEOUT_MS 50
+/* The loose bound on a call while cbd is stopped: well above the timeout
+ * (tests must not be timing-flaky), well below "hung". */
+#define STOP_BOUND_MS (10 * STOP_TIMEOUT_MS)
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---------- daemons: start, kill, restart, always cleaned up ---------- */
+
+#define LIVE_MAX 16
+static cbd_harness *live[LIVE_MAX];
+
+static void
+live_cleanup(void)
+{
+	for (int i = 0; i < LIVE_MAX; i++) {
+		if (live[i] == NULL)
+			continue;
+		if (live[i]->pid > 0)
+			kill(live[i]->pid, SIGCONT);
+		harness_stop(live[i]);
+		live[i] = NULL;
+	}
+}
+
+static void
+live_add(cbd_harness *h)
+{
+	static bool registered;
+
+	if (!registered) {
+		atexit(live_cleanup);
+		registered = true;
+	}
+	for (int i = 0; i < LIVE_MAX; i++) {
+		if (live[i] == NULL) {
+			live[i] = h;
+			return;
+		}
+	}
+}
+
+static void
+live_remove(cbd_harness *h)
+{
+	for (int i = 0; i < LIVE_MAX; i++)
+		if (live[i] == h)
+			live[i] = NULL;
+}
+
+static cbd_harness *
+cbd_start(const char *config)
+{
+	cbd_harness *h = calloc(1, sizeof *h);
+
+	if (h == NULL || !harness_start(h, config)) {
+		free(h);
+		return NULL;
+	}
+	live_add(h);
+	return h;
+}
+
+static void
+cbd_stop(cbd_harness *h)
+{
+	if (h == NULL)
+		return;
+	live_remove(h);
+	if (h->pid > 0)
+		kill(h->pid, SIGCONT);
+	harness_stop(h);
+	free(h);
+}
+
+static void
+cbd_kill(cbd_harness *h)
+{
+	ck_assert_int_gt(h->pid, 0);
+	kill(h->pid, SIGKILL);
+	ck_assert_int_ne(harness_wait(h), -1);
+}
+
+/* A new cbd on the socket of `old` (killed): empty state, same path. Stop
+ * it before `old`, whose temp dir holds the socket. */
+static cbd_harness *
+cbd_restart(const cbd_harness *old)
+{
+	cbd_harness *h = calloc(1, sizeof *h);
+	harness_opts opts;
+
+	ck_assert_ptr_nonnull(h);
+	memset(&opts, 0, sizeof opts);
+	opts.socket = old->socket_path;
+	unlink(old->socket_path);
+	ck_assert_msg(harness_start_opts(h, "", &opts), "cbd did not come back on %s",
+	    old->socket_path);
+	live_add(h);
+	return h;
+}
+
+/* ---------- the store contract on remote and resilient(remote) ---------- */
+
+static void *
+remote_create_common(uint64_t max_circuits, bool resilient)
+{
+	client_box *box = calloc(1, sizeof *box);
+	char config[128];
+	cbd_harness *h;
+
+	snprintf(config, sizeof config, "[cbd]\nmax_circuits = %llu\n",
+	    (unsigned long long)max_circuits);
+	h = cbd_start(config);
+	if (box == NULL || h == NULL) {
+		free(box);
+		cbd_stop(h);
+		return NULL;
+	}
+	box->extra = h;
+	box->conn = cbc_conn_new(h->socket_path, NULL);
+	box->store = cbc_store_new_remote(box->conn, NULL);
+	if (resilient) {
+		box->inner = box->store;
+		box->store = cbc_store_new_resilient(box->inner, NULL, NULL);
+	}
+	return box;
+}
+
+static void *
+remote_create(uint64_t max_circuits)
+{
+	return remote_create_common(max_circuits, false);
+}
+
+static void *
+resilient_remote_create(uint64_t max_circuits)
+{
+	return remote_create_common(max_circuits, true);
+}
+
+static void
+remote_teardown(void *p)
+{
+	client_box *box = p;
+
+	client_box_free_stores(box);
+	cbd_stop(box->extra);
+	free(box);
+}
+
+/* ---------- a breaker on cbd ---------- */
+
+typedef struct recorder {
+	int changes;
+	cbc_state last_next;
+	int store_errors;
+	cbc_status last_status;
+} recorder;
+
+static void
+on_change(cbc_state prev, cbc_state next, const int *error, void *user)
+{
+	recorder *r = user;
+
+	(void)prev;
+	(void)error;
+	r->changes++;
+	r->last_next = next;
+}
+
+static void
+on_store_error(const cbc_error *error, cbc_store_op op, void *user)
+{
+	recorder *r = user;
+
+	(void)op;
+	r->store_errors++;
+	r->last_status = error->status;
+}
+
+typedef struct rig {
+	cbc_conn *conn;
+	cbc_store *store;
+	cbc_breaker *b;
+	recorder rec;
+} rig;
+
+/* A breaker named name on the cbd at h, with the given policy. */
+static void
+rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy,
+    int timeout_ms)
+{
+	cbc_breaker_options o;
+	cbc_error err;
+
+	memset(r, 0, sizeof *r);
+	r->conn = cbc_conn_new(h->socket_path, &err);
+	ck_assert_ptr_nonnull(r->conn);
+	if (timeout_ms > 0)
+		ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, timeout_ms, timeout_ms, NULL), CBC_OK);
+	r->store = cbc_store_new_remote(r->conn, &err);
+	ck_assert_ptr_nonnull(r->store);
+	cbc_breaker_options_init(&o);
+	o.name = name;
+	o.failure_threshold = 3;
+	o.success_threshold = 10;
+	o.break_ms = LONG_BREAK_MS;
+	o.half_open_max = 1;
+	o.store = r->store;
+	o.store_policy = policy;
+	o.on_state_change = on_change;
+	o.on_store_error = on_store_error;
+	o.user = &r->rec;
+	r->b = cbc_breaker_new(&o, &err);
+	ck_assert_msg(r->b != NULL, "%s", err.message);
+}
+
+/* Plain-C variant for forked children (no check assertions there). */
+static bool
+rig_open_child(rig *r, const char *socket_path, const char *name, int64_t half_open_max)
+{
+	cbc_breaker_options o;
+
+	memset(r, 0, sizeof *r);
+	r->conn = cbc_conn_new(socket_path, NULL);
+	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
+	if (r->store == NULL)
+		return false;
+	cbc_breaker_options_init(&o);
+	o.name = name;
+	o.failure_threshold = 3;
+	o.success_threshold = 10;
+	o.break_ms = LONG_BREAK_MS;
+	o.half_open_max = half_open_max;
+	o.store = r->store;
+	o.store_policy = CBC_POLICY_REJECT; /* a child must see cbd, not a copy */
+	r->b = cbc_breaker_new(&o, NULL);
+	return r->b != NULL;
+}
+
+static void
+rig_close(rig *r)
+{
+	cbc_breaker_free(r->b);
+	cbc_store_free(r->store);
+	cbc_conn_free(r->conn);
+}
+
+static int
+call_ok(void *arg)
+{
+	if (arg != NULL)
+		(*(int *)arg)++;
+	return 0;
+}
+
+static int
+call_fail(void *arg)
+{
+	if (arg != NULL)
+		(*(int *)arg)++;
+	return 1;
+}
+
+/* Trip r's circuit on cbd with failing calls. */
+static void
+rig_trip(rig *r)
+{
+	cbc_exec_result res;
+
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(r->b, call_fail, NULL, &res, NULL), CBC_OK);
+		ck_assert(res.called);
+	}
+	ck_assert_int_eq(cbc_breaker_state(r->b), CBC_STATE_OPEN);
+	ck_assert_int_eq(r->rec.store_errors, 0);
+}
+
+/* The snapshot of name as cbd has it, over a fresh connection. */
+static cbc_snapshot
+cbd_snapshot(const cbd_harness *h, const char *name)
+{
+	cbc_conn *c = cbc_conn_new(h->socket_path, NULL);
+	cbc_snapshot s;
+	cbc_error err;
+
+	ck_assert_int_eq(cbc_get(c, name, NULL, &s, &err), CBC_OK);
+	cbc_conn_free(c);
+	return s;
+}
+
+/* ---------- every op against cbd ---------- */
+
+START_TEST(every_op_against_cbd)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_conn *c;
+	cbc_hello_info hello;
+	cbc_snapshot s, *list;
+	cbc_allow_result a;
+	cbc_slot slot;
+	cbc_stats stats;
+	cbc_state filter;
+	cbc_error err;
+	size_t n;
+	bool applied, existed, truncated;
+	char *raw;
+
+	ck_assert_ptr_nonnull(h);
+	c = cbc_conn_new(h->socket_path, NULL);
+	ck_assert_int_eq(cbc_conn_set_client_name(c, "check_client_remote", NULL), CBC_OK);
+	ck_assert_int_eq(cbc_hello(c, &hello, &err), CBC_OK);
+	ck_assert_str_eq(hello.server, "cbd");
+	ck_assert_int_eq(hello.protocol, 1);
+	ck_assert_int_eq(cbc_record_failure(c, "a", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.failure_count, 1);
+	ck_assert_str_eq(s.name, "a");
+	ck_assert_int_eq(cbc_record_success(c, "a", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.failure_count, 0);
+	ck_assert_int_eq(cbc_set_state(c, "b", CBC_STATE_OPEN, NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_gt(s.retry_after_ms, 0);
+	ck_assert_int_eq(cbc_cas(c, "b", CBC_STATE_CLOSED, CBC_STATE_HALF_OPEN, NULL, &applied, &s,
+	    &err), CBC_OK);
+	ck_assert(!applied);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_cas(c, "b", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL, &applied, &s,
+	    &err), CBC_OK);
+	ck_assert(applied);
+	ck_assert_int_eq(s.state, CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(cbc_acquire_slot(c, "b", NULL, &slot, &err), CBC_OK);
+	ck_assert(slot.acquired);
+	ck_assert_int_gt((int)strlen(slot.token), 0);
+	ck_assert_int_eq(cbc_allow(c, "b", NULL, &a, &err), CBC_OK);
+	ck_assert(!a.allowed); /* the one slot is held */
+	ck_assert_int_eq(a.state, CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(cbc_release_slot(c, "b", slot.token, NULL, &err), CBC_OK);
+	ck_assert_int_eq(cbc_allow(c, "b", NULL, &a, &err), CBC_OK);
+	ck_assert(a.allowed);
+	ck_assert(a.has_permit);
+	ck_assert_int_eq(cbc_record(c, "b", CBC_OUTCOME_FAILURE, a.permit, NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_allow(c, "b", NULL, &a, &err), CBC_OK);
+	ck_assert(!a.allowed);
+	ck_assert_int_gt(a.retry_after_ms, 0);
+	ck_assert_int_eq(cbc_record(c, "a", CBC_OUTCOME_IGNORE, NULL, NULL, &s, &err), CBC_OK);
+	/* list, filtered and not */
+	ck_assert_int_eq(cbc_set_state(c, "c", CBC_STATE_HALF_OPEN, NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(cbc_list(c, NULL, &list, &n, &err), CBC_OK);
+	ck_assert_int_eq((int)n, 3); /* a (last_failure_at set), b, c */
+	cbc_free(list);
+	filter = CBC_STATE_OPEN;
+	truncated = true;
+	ck_assert_int_eq(cbc_list_ex(c, &filter, &list, &n, &truncated, &err), CBC_OK);
+	ck_assert(!truncated);
+	ck_assert_int_eq((int)n, 1);
+	ck_assert_str_eq(list[0].name, "b");
+	cbc_free(list);
+	raw = cbc_conn_last_reply(c);
+	ck_assert_ptr_nonnull(strstr(raw, "\"circuits\""));
+	cbc_free(raw);
+	/* stats, parsed and raw */
+	ck_assert_int_eq(cbc_stats_get(c, &stats, &err), CBC_OK);
+	ck_assert_int_ge(stats.uptime_ms, 0);
+	ck_assert_int_eq(stats.circuits, 3);
+	ck_assert_int_ge(stats.requests, 15);
+	ck_assert_int_ge(stats.connections, 1);
+	ck_assert_int_ge(stats.connections_total, 1);
+	ck_assert_int_gt((int)stats.op_count, 5);
+	for (size_t i = 0; i < stats.op_count; i++)
+		if (strcmp(stats.ops[i].op, "allow") == 0)
+			ck_assert_int_eq(stats.ops[i].requests, 3);
+	raw = cbc_conn_last_reply(c);
+	ck_assert_ptr_nonnull(strstr(raw, "\"uptime_ms\""));
+	cbc_free(raw);
+	/* the daemon's refusals come back with its code */
+	ck_assert_int_eq(cbc_request(c, "{\"op\":\"nope\"}", &raw, &err), CBC_EREFUSED);
+	ck_assert_str_eq(err.code, "unknown_op");
+	ck_assert_ptr_nonnull(strstr(raw, "unknown_op"));
+	cbc_free(raw);
+	ck_assert_int_eq(cbc_delete(c, "b", &existed, &err), CBC_OK);
+	ck_assert(existed);
+	ck_assert_int_eq(cbc_delete(c, "b", &existed, &err), CBC_OK);
+	ck_assert(!existed);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+/* ---------- two processes ---------- */
+
+START_TEST(two_processes_one_trips_the_other_fails_fast)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	rig r;
+	pid_t pid;
+	int status, calls = 0;
+
+	ck_assert_ptr_nonnull(h);
+	rig_open(&r, h, "shared", CBC_POLICY_LOCAL, 0);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		rig other;
+		cbc_exec_result cres;
+
+		if (!rig_open_child(&other, h->socket_path, "shared", 1))
+			_exit(2);
+		for (int i = 0; i < 3; i++)
+			cbc_breaker_execute(other.b, call_fail, NULL, &cres, NULL);
+		_exit(cbc_breaker_state(other.b) == CBC_STATE_OPEN ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	/* The very next call here fails fast. */
+	ck_assert_int_eq(cbc_breaker_execute(r.b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert(!res.called);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_int_gt(res.retry_after_ms, LONG_BREAK_MS - 60000);
+	ck_assert_int_eq(r.rec.changes, 1);
+	ck_assert_int_eq(r.rec.last_next, CBC_STATE_OPEN);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* A child that takes a permit, says so on `ready`, waits for a byte on
+ * `go`, reports success and exits 0; 3 when refused, 2 on setup errors. */
+static pid_t
+permit_holder(const char *socket_path, int ready, int go)
+{
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid;
+	rig r;
+	cbc_permit p;
+	char byte = 'y';
+
+	if (!rig_open_child(&r, socket_path, "trial", 2))
+		_exit(2);
+	if (cbc_breaker_acquire(r.b, &p, NULL) != CBC_OK || !p.has_slot)
+		byte = 'n';
+	if (write(ready, &byte, 1) != 1)
+		_exit(2);
+	if (byte == 'n')
+		_exit(3);
+	if (read(go, &byte, 1) != 1)
+		_exit(2);
+	_exit(cbc_breaker_report(r.b, &p, CBC_OUTCOME_SUCCESS, NULL) == CBC_OK ? 0 : 2);
+}
+
+START_TEST(half_open_max_across_processes)
+{
+	cbd_harness *h = cbd_start("");
+	int ready[2], go1[2], go2[2], status;
+	cbc_breaker_options o;
+	cbc_permit p;
+	cbc_error err;
+	rig r;
+	pid_t c1, c2;
+	char byte;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go1), 0);
+	ck_assert_int_eq(pipe(go2), 0);
+	memset(&r, 0, sizeof r);
+	r.conn = cbc_conn_new(h->socket_path, NULL);
+	r.store = cbc_store_new_remote(r.conn, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "trial";
+	o.success_threshold = 10;
+	o.break_ms = LONG_BREAK_MS;
+	o.half_open_max = 2;
+	o.store = r.store;
+	o.store_policy = CBC_POLICY_REJECT;
+	r.b = cbc_breaker_new(&o, &err);
+	ck_assert_ptr_nonnull(r.b);
+	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
+	c1 = permit_holder(h->socket_path, ready[1], go1[0]);
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	ck_assert_int_eq(byte, 'y');
+	c2 = permit_holder(h->socket_path, ready[1], go2[0]);
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	ck_assert_int_eq(byte, 'y');
+	/* Two trials run elsewhere: a third is refused. */
+	ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, &err), CBC_EOPEN);
+	ck_assert_int_eq(p.state, CBC_STATE_HALF_OPEN);
+	/* One finishes: its slot is free again. */
+	ck_assert_int_eq(write(go1[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(c1, &status, 0), c1);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, &err), CBC_OK);
+	ck_assert(p.has_slot);
+	ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_IGNORE, &err), CBC_OK);
+	ck_assert_int_eq(write(go2[1], "g", 1), 1);
+	ck_assert_int_eq(waitpid(c2, &status, 0), c2);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* ---------- cbd killed mid-run, per policy ---------- */
+
+static const cbc_store_policy policies[] = { CBC_POLICY_LOCAL, CBC_POLICY_ALLOW,
+	CBC_POLICY_REJECT };
+
+START_TEST(cbd_killed_then_restarted)
+{
+	cbc_store_policy policy = policies[_i];
+	cbd_harness *h = cbd_start(""), *h2, *h3;
+	cbc_exec_result res;
+	cbc_snapshot s;
+	cbc_error err;
+	cbc_permit p;
+	cbc_status st;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	rig_open(&r, h, "killed", policy, 0);
+	if (policy == CBC_POLICY_REJECT)
+		ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, NULL), CBC_OK);
+	else
+		rig_trip(&r);
+	cbd_kill(h);
+	st = cbc_breaker_execute(r.b, call_ok, &calls, &res, &err);
+	switch (policy) {
+	case CBC_POLICY_LOCAL: /* an open circuit stays open */
+		ck_assert_int_eq(st, CBC_EOPEN);
+		ck_assert_int_eq(calls, 0);
+		ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+		break;
+	case CBC_POLICY_ALLOW: /* calls flow */
+		ck_assert_int_eq(st, CBC_OK);
+		ck_assert_int_eq(calls, 1);
+		break;
+	case CBC_POLICY_REJECT: /* pre-call errors surface; bookkeeping does not */
+		ck_assert_msg(st == CBC_ECONNECT || st == CBC_EIO, "status %s", cbc_strerror(st));
+		ck_assert_int_eq(err.status, st);
+		ck_assert_ptr_nonnull(strstr(err.message, h->socket_path));
+		ck_assert_int_eq(calls, 0);
+		ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_FAILURE, &err), CBC_OK);
+		break;
+	}
+	ck_assert_int_gt(r.rec.store_errors, 0);
+	/* Restarted (empty, so the circuit is closed there): the next call
+	 * goes to cbd and cbd records it. */
+	h2 = cbd_restart(h);
+	calls = 0;
+	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_CLOSED);
+	s = cbd_snapshot(h2, "killed");
+	ck_assert_int_eq(s.failure_count, 1);
+	/* Killed and restarted between two calls: the idle connection is
+	 * dead, and the next call must notice and reach the new cbd. */
+	ck_assert_int_eq(cbc_breaker_force_open(r.b, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	cbd_kill(h2);
+	h3 = cbd_restart(h);
+	calls = 0;
+	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	s = cbd_snapshot(h3, "killed");
+	ck_assert_int_eq(s.failure_count, 1);
+	rig_close(&r);
+	cbd_stop(h3);
+	cbd_stop(h2);
+	cbd_stop(h);
+}
+END_TEST
+
+/* ---------- cbd stopped (SIGSTOP), per policy ---------- */
+
+START_TEST(cbd_stopped_calls_stay_bounded)
+{
+	cbc_store_policy policy = policies[_i];
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_error err;
+	cbc_status st;
+	int64_t t0, took;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	rig_open(&r, h, "stopped", policy, STOP_TIMEOUT_MS);
+	rig_trip(&r);
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	for (int round = 0; round < 3; round++) {
+		t0 = mono_ms();
+		st = cbc_breaker_execute(r.b, call_ok, &calls, &res, &err);
+		took = mono_ms() - t0;
+		ck_assert_msg(took < STOP_BOUND_MS, "call %d took %lld ms", round, (long long)took);
+		switch (policy) {
+		case CBC_POLICY_LOCAL:
+			ck_assert_int_eq(st, CBC_EOPEN);
+			ck_assert_int_eq(calls, 0);
+			break;
+		case CBC_POLICY_ALLOW:
+			ck_assert_int_eq(st, CBC_OK);
+			ck_assert_int_eq(calls, round + 1);
+			break;
+		case CBC_POLICY_REJECT:
+			ck_assert_int_eq(st, CBC_ETIMEOUT);
+			ck_assert_int_eq(calls, 0);
+			break;
+		}
+	}
+	ck_assert_int_gt(r.rec.store_errors, 0);
+	ck_assert_int_eq(r.rec.last_status, CBC_ETIMEOUT);
+	ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
+	/* Past the timeout backoff, cbd answers again and is authoritative:
+	 * the circuit is open there, whatever the policy did meanwhile. */
+	usleep((CBC_DEFAULT_TIMEOUT_BACKOFF_MS + 50) * 1000);
+	calls = 0;
+	ck_assert_int_eq(cbc_breaker_execute(r.b, call_ok, &calls, &res, &err), CBC_EOPEN);
+	ck_assert_int_eq(calls, 0);
+	ck_assert_int_gt(res.retry_after_ms, 0);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* ---------- threads sharing one connection and one breaker ---------- */
+
+#define THREADS 4
+#define THREAD_CALLS 50
+
+typedef struct thread_arg {
+	cbc_breaker *b;
+	int failed_calls;
+	int bad_status;
+} thread_arg;
+
+static void *
+thread_hammer(void *p)
+{
+	thread_arg *t = p;
+	cbc_exec_result res;
+
+	for (int i = 0; i < THREAD_CALLS; i++) {
+		if (cbc_breaker_execute(t->b, call_fail, NULL, &res, NULL) != CBC_OK || !res.called)
+			t->bad_status++;
+		else
+			t->failed_calls++;
+	}
+	return NULL;
+}
+
+START_TEST(threads_share_a_connection_and_a_breaker)
+{
+	cbd_harness *h = cbd_start("");
+	pthread_t th[THREADS];
+	thread_arg args[THREADS];
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_snapshot s;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	rig_open(&r, h, "threads", CBC_POLICY_REJECT, 0);
+	cbc_breaker_options_init(&o);
+	o.name = "threads";
+	o.failure_threshold = 1000000; /* never trips: every call is counted */
+	o.store = r.store;
+	o.store_policy = CBC_POLICY_REJECT;
+	b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(b);
+	memset(args, 0, sizeof args);
+	for (int i = 0; i < THREADS; i++) {
+		args[i].b = b;
+		ck_assert_int_eq(pthread_create(&th[i], NULL, thread_hammer, &args[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(args[i].bad_status, 0);
+		ck_assert_int_eq(args[i].failed_calls, THREAD_CALLS);
+	}
+	s = cbd_snapshot(h, "threads");
+	ck_assert_int_eq(s.failure_count, THREADS * THREAD_CALLS);
+	cbc_breaker_free(b);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+static Suite *
+remote_suite(void)
+{
+	Suite *s = suite_create("libcbclient against cbd");
+	TCase *tc;
+
+	tc = tcase_create("ops");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, every_op_against_cbd);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("processes");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, two_processes_one_trips_the_other_fails_fast);
+	tcase_add_test(tc, half_open_max_across_processes);
+	tcase_add_test(tc, threads_share_a_connection_and_a_breaker);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("degraded");
+	tcase_set_timeout(tc, 30);
+	tcase_add_loop_test(tc, cbd_killed_then_restarted, 0, 3);
+	tcase_add_loop_test(tc, cbd_stopped_calls_stay_bounded, 0, 3);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	static contract_impl remote_impl = { .name = "contract: remote store (cbd)" };
+	static contract_impl resilient_impl = { .name = "contract: resilient(remote) store" };
+	int status;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("CBD_BINARY") == NULL) {
+		fprintf(stderr, "CBD_BINARY is not set: run through make check\n");
+		return 77; /* skipped */
+	}
+	client_contract_ops(&remote_impl);
+	remote_impl.create = remote_create;
+	remote_impl.teardown = remote_teardown;
+	client_contract_ops(&resilient_impl);
+	resilient_impl.create = resilient_remote_create;
+	resilient_impl.teardown = remote_teardown;
+	status = check_run(remote_suite(), contract_suite(&remote_impl),
+	    contract_suite(&resilient_impl), NULL);
+	live_cleanup();
+	return status;
+}

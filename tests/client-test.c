@@ -1,0 +1,179 @@
+/*
+ * client-test.c — the store contract adapter for libcbclient's stores
+ * (see client-test.h): each contract operation is the cbc_store_* call of
+ * the same name with the policy as a full ctx and `now` as ctx.now.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client-test.h"
+
+cbc_ctx
+client_ctx(const cb_policy *policy, int64_t now)
+{
+	cbc_ctx ctx;
+
+	memset(&ctx, 0, sizeof ctx);
+	ctx.failure_threshold = policy->failure_threshold;
+	ctx.success_threshold = policy->success_threshold;
+	ctx.break_ms = policy->break_ms;
+	ctx.half_open_max = policy->half_open_max;
+	ctx.slot_ttl_ms = policy->slot_ttl_ms;
+	ctx.max_gap_ms = policy->max_gap_ms; /* 0: unset, as in cb_policy */
+	ctx.has_now = true;
+	ctx.now = now;
+	return ctx;
+}
+
+void
+client_box_free_stores(client_box *box)
+{
+	cbc_store_free(box->store);
+	cbc_store_free(box->inner);
+	cbc_conn_free(box->conn);
+	box->store = box->inner = NULL;
+	box->conn = NULL;
+}
+
+static contract_status
+map(cbc_status st)
+{
+	switch (st) {
+	case CBC_OK:
+		return CONTRACT_OK;
+	case CBC_ECAPACITY:
+		return CONTRACT_CAPACITY;
+	default:
+		return CONTRACT_ERROR;
+	}
+}
+
+static void
+to_core(const cbc_snapshot *in, cb_snapshot *out)
+{
+	out->state = (cb_state)in->state;
+	out->failure_count = in->failure_count;
+	out->success_count = in->success_count;
+	out->last_failure_at = in->last_failure_at;
+	out->opened_at = in->opened_at;
+}
+
+static cbc_store *
+store_of(void *box)
+{
+	return ((client_box *)box)->store;
+}
+
+static contract_status
+a_get(void *box, const char *name, const cb_policy *p, int64_t now, cb_snapshot *out)
+{
+	cbc_ctx ctx = client_ctx(p, now);
+	cbc_snapshot s;
+	cbc_status st = cbc_store_get(store_of(box), name, &ctx, &s, NULL);
+
+	if (st == CBC_OK)
+		to_core(&s, out);
+	return map(st);
+}
+
+static contract_status
+a_record(void *box, const char *name, const cb_policy *p, int64_t now, cb_snapshot *out,
+    bool success)
+{
+	cbc_ctx ctx = client_ctx(p, now);
+	cbc_snapshot s;
+	cbc_status st = success ? cbc_store_record_success(store_of(box), name, &ctx, &s, NULL)
+				: cbc_store_record_failure(store_of(box), name, &ctx, &s, NULL);
+
+	if (st == CBC_OK)
+		to_core(&s, out);
+	return map(st);
+}
+
+static contract_status
+a_record_success(void *box, const char *name, const cb_policy *p, int64_t now,
+    cb_snapshot *out)
+{
+	return a_record(box, name, p, now, out, true);
+}
+
+static contract_status
+a_record_failure(void *box, const char *name, const cb_policy *p, int64_t now,
+    cb_snapshot *out)
+{
+	return a_record(box, name, p, now, out, false);
+}
+
+static contract_status
+a_cas(void *box, const char *name, cb_state from, cb_state to, const cb_policy *p,
+    int64_t now, bool *applied, cb_snapshot *out)
+{
+	cbc_ctx ctx = client_ctx(p, now);
+	cbc_snapshot s;
+	cbc_status st = cbc_store_cas(store_of(box), name, (cbc_state)from, (cbc_state)to, &ctx,
+	    applied, &s, NULL);
+
+	if (st == CBC_OK)
+		to_core(&s, out);
+	return map(st);
+}
+
+static contract_status
+a_set_state(void *box, const char *name, cb_state state, const cb_policy *p, int64_t now,
+    cb_snapshot *out)
+{
+	cbc_ctx ctx = client_ctx(p, now);
+	cbc_snapshot s;
+	cbc_status st = cbc_store_set_state(store_of(box), name, (cbc_state)state, &ctx, &s, NULL);
+
+	if (st == CBC_OK)
+		to_core(&s, out);
+	return map(st);
+}
+
+static contract_status
+a_acquire_slot(void *box, const char *name, const cb_policy *p, int64_t now, bool *acquired,
+    char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at)
+{
+	cbc_ctx ctx = client_ctx(p, now);
+	cbc_slot slot;
+	cbc_status st = cbc_store_acquire_slot(store_of(box), name, &ctx, &slot, NULL);
+
+	if (st == CBC_OK) {
+		*acquired = slot.acquired;
+		if (slot.acquired) {
+			_Static_assert(CBC_TOKEN_SIZE <= CONTRACT_TOKEN_SIZE, "token room");
+			memcpy(token, slot.token, CBC_TOKEN_SIZE);
+			*expires_at = slot.expires_at;
+		}
+	}
+	return map(st);
+}
+
+static contract_status
+a_release_slot(void *box, const char *name, const char *token, const cb_policy *p,
+    int64_t now)
+{
+	cbc_ctx ctx = client_ctx(p, now);
+
+	return map(cbc_store_release_slot(store_of(box), name, token, &ctx, NULL));
+}
+
+static contract_status
+a_delete(void *box, const char *name, bool *existed)
+{
+	return map(cbc_store_delete(store_of(box), name, existed, NULL));
+}
+
+void
+client_contract_ops(contract_impl *impl)
+{
+	impl->get = a_get;
+	impl->record_success = a_record_success;
+	impl->record_failure = a_record_failure;
+	impl->cas = a_cas;
+	impl->set_state = a_set_state;
+	impl->acquire_slot = a_acquire_slot;
+	impl->release_slot = a_release_slot;
+	impl->delete_circuit = a_delete;
+}

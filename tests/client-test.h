@@ -1,0 +1,34 @@
+/*
+ * client-test.h — helpers shared by libcbclient's test programs: the store
+ * contract adapter (any cbc_store behind contract_impl) and ctx building.
+ */
+#ifndef CBD_CLIENT_TEST_H
+#define CBD_CLIENT_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "breaker.h"
+#include "cbclient.h"
+#include "store-contract.h"
+
+/* What the contract's create() returns: a cbc_store and whatever the test
+ * needs to tear it down. `store` must stay the first member. */
+typedef struct client_box {
+	cbc_store *store;
+	cbc_store *inner; /* a wrapped store, freed after store (may be NULL) */
+	cbc_conn *conn;   /* freed after both (may be NULL) */
+	void *extra;      /* the test's own (e.g. a running cbd) */
+} client_box;
+
+/* Fill impl's store operations with the adapter; the caller sets name,
+ * create and teardown. */
+void client_contract_ops(contract_impl *impl);
+
+/* Free box's store, inner store and connection (not box->extra). */
+void client_box_free_stores(client_box *box);
+
+/* A full ctx from a core policy and a virtual `now`. */
+cbc_ctx client_ctx(const cb_policy *policy, int64_t now);
+
+#endif
