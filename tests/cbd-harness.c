@@ -271,6 +271,11 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 			if (fd >= 0)
 				dup2(fd, STDERR_FILENO);
 		}
+		/* The test's own descriptors (check's files, pipes) stay out. */
+		if (close_range(3, ~0U, 0) != 0) {
+			for (int fd = 3; fd < 1024; fd++)
+				close(fd);
+		}
 		execve(argv[0], (char *const *)argv, envp);
 		if (opts->prefix != NULL)
 			execvpe(argv[0], (char *const *)argv, envp);
