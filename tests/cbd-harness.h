@@ -3,7 +3,10 @@
  * it one line at a time, and stop it (cleaning up even when a test fails).
  *
  * Needs $CBD_BINARY (make check sets it). A daemon started here is killed
- * if the starting process exits without stopping it.
+ * if the starting process exits without stopping it (at exit, and by
+ * PR_SET_PDEATHSIG, which fires when the *thread* that started it ends:
+ * start daemons from a thread that outlives them). Daemons run with
+ * LeakSanitizer off (see cbd-harness.c; CBD_HARNESS_LSAN=1 keeps it).
  */
 #ifndef CBD_HARNESS_H
 #define CBD_HARNESS_H

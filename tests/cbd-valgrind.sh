@@ -23,6 +23,8 @@ WRAPPER
 chmod +x "$work/cbd"
 
 status=0
+passed=0
+failed=0
 for t in cbd-ops-test cbd-lifecycle-test; do
 	echo "== $t with cbd under valgrind"
 	CBD_BINARY="$work/cbd" CBD_HARNESS_TIMEOUT_MS=60000 CK_DEFAULT_TIMEOUT=300 \
@@ -30,7 +32,16 @@ for t in cbd-ops-test cbd-lifecycle-test; do
 		status=1
 		grep -v '^\(info\|debug\|warning\): ' "$work/$t.out" | tail -n 20
 	}
-	grep -E '^[0-9]+%: Checks' "$work/$t.out"
+	line=$(grep -E '^[0-9]+%: Checks' "$work/$t.out" | tail -n 1)
+	echo "$line"
+	checks=$(echo "$line" | sed -nE 's/.*Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+).*/\1 \2 \3/p')
+	if [ -n "$checks" ]; then
+		set -- $checks
+		passed=$((passed + $1 - $2 - $3))
+		failed=$((failed + $2 + $3))
+	else
+		failed=$((failed + 1))
+	fi
 done
 # With -q, valgrind writes a log only when it has something to say.
 for log in "$work"/vg.*.log; do
@@ -38,6 +49,9 @@ for log in "$work"/vg.*.log; do
 	echo "== $log"
 	cat "$log"
 	status=1
+	failed=$((failed + 1))
 done
 [ $status -eq 0 ] && echo "valgrind: no errors, no leaks"
+# The closing line bootstrap's summary reads.
+echo "cbd-valgrind: $passed passed, $failed failed"
 exit $status
