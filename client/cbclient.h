@@ -56,16 +56,16 @@ extern "C" {
 
 typedef enum cbc_status {
 	CBC_OK = 0,
-	CBC_EINVAL,    /* an argument or option is invalid (message names it) */
-	CBC_ENOMEM,    /* out of memory */
-	CBC_ECONNECT,  /* could not connect to cbd (message names the socket) */
-	CBC_ETIMEOUT,  /* connect or request did not finish within its timeout */
-	CBC_EIO,       /* the connection broke (reopened on the next call) */
-	CBC_EPROTO,    /* the reply was not a valid protocol v1 reply */
-	CBC_EREFUSED,  /* the daemon refused the request: see cbc_error.code */
+	CBC_EINVAL, /* an argument or option is invalid (message names it) */
+	CBC_ENOMEM, /* out of memory */
+	CBC_ECONNECT, /* could not connect to cbd (message names the socket) */
+	CBC_ETIMEOUT, /* connect or request did not finish within its timeout */
+	CBC_EIO, /* the connection broke (reopened on the next call) */
+	CBC_EPROTO, /* the reply was not a valid protocol v1 reply */
+	CBC_EREFUSED, /* the daemon refused the request: see cbc_error.code */
 	CBC_ECAPACITY, /* max_circuits reached: no new circuit was created */
-	CBC_EOPEN,     /* breaker: call not permitted (open, or no trial slot) */
-	CBC_ESTATE,    /* breaker: permit already reported or never granted */
+	CBC_EOPEN, /* breaker: call not permitted (open, or no trial slot) */
+	CBC_ESTATE, /* breaker: permit already reported or never granted */
 } cbc_status;
 
 #define CBC_STATUS_COUNT 11
@@ -130,15 +130,15 @@ typedef struct cbc_snapshot {
 	int64_t failure_count;
 	int64_t success_count;
 	int64_t last_failure_at; /* CBC_TIME_NONE when null */
-	int64_t opened_at;       /* CBC_TIME_NONE when null */
-	int64_t retry_after_ms;  /* time left in the break window while open */
+	int64_t opened_at; /* CBC_TIME_NONE when null */
+	int64_t retry_after_ms; /* time left in the break window while open */
 } cbc_snapshot;
 
 /* A half-open trial slot. */
 typedef struct cbc_slot {
 	bool acquired;
 	char token[CBC_TOKEN_SIZE]; /* when acquired */
-	int64_t expires_at;         /* when acquired */
+	int64_t expires_at; /* when acquired */
 } cbc_slot;
 
 /* The answer to the sidecar op allow. */
@@ -146,7 +146,7 @@ typedef struct cbc_allow_result {
 	bool allowed;
 	cbc_state state;
 	int64_t retry_after_ms; /* when refused: a hint */
-	bool has_permit;        /* allowed in half_open */
+	bool has_permit; /* allowed in half_open */
 	char permit[CBC_TOKEN_SIZE];
 } cbc_allow_result;
 
@@ -183,14 +183,14 @@ typedef struct cbc_code_stats {
  * For everything else, cbc_conn_last_reply() has the reply's JSON text. */
 typedef struct cbc_stats {
 	int64_t uptime_ms;
-	int64_t started_at;        /* ms since the epoch */
-	int64_t connections;       /* open now */
+	int64_t started_at; /* ms since the epoch */
+	int64_t connections; /* open now */
 	int64_t connections_total; /* accepted since start */
-	int64_t circuits;          /* stored now */
-	int64_t slots;             /* held now */
-	int64_t requests;          /* all ops */
-	int64_t errors;            /* all error replies (sum over codes) */
-	int64_t transitions;       /* state changes */
+	int64_t circuits; /* stored now */
+	int64_t slots; /* held now */
+	int64_t requests; /* all ops */
+	int64_t errors; /* all error replies (sum over codes) */
+	int64_t transitions; /* state changes */
 	int64_t reloads;
 	int64_t reload_failures;
 	size_t op_count;
@@ -225,8 +225,7 @@ const char *cbc_conn_socket_path(const cbc_conn *conn);
 /* Timeouts in ms, 1..3600000. connect_ms bounds connecting; io_ms bounds a
  * whole request (send and reply) once connected. A timed-out connection is
  * closed (its late reply is never mistaken for the next one). */
-cbc_status cbc_conn_set_timeouts(cbc_conn *conn, int connect_ms, int io_ms,
-    cbc_error *err);
+cbc_status cbc_conn_set_timeouts(cbc_conn *conn, int connect_ms, int io_ms, cbc_error *err);
 
 /* The name sent as hello's `client` member (optional, copied). */
 cbc_status cbc_conn_set_client_name(cbc_conn *conn, const char *client, cbc_error *err);
@@ -243,39 +242,38 @@ char *cbc_conn_last_reply(cbc_conn *conn);
 /* Send one request line (a JSON object, without newline) and read its
  * reply. *reply (may be NULL) receives the reply line, to free with
  * cbc_free(), also when the daemon answered ok:false (CBC_EREFUSED). */
-cbc_status cbc_request(cbc_conn *conn, const char *request_json, char **reply,
-    cbc_error *err);
+cbc_status cbc_request(cbc_conn *conn, const char *request_json, char **reply, cbc_error *err);
 
 /* The protocol ops. `ctx` may be NULL (nothing sent). */
 cbc_status cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err);
-cbc_status cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err);
 cbc_status cbc_record_success(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
     cbc_snapshot *out, cbc_error *err);
 cbc_status cbc_record_failure(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
     cbc_snapshot *out, cbc_error *err);
 cbc_status cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to,
     const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
-cbc_status cbc_set_state(cbc_conn *conn, const char *name, cbc_state state,
-    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
-cbc_status cbc_acquire_slot(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
-    cbc_slot *out, cbc_error *err);
-cbc_status cbc_release_slot(cbc_conn *conn, const char *name, const char *token,
-    const cbc_ctx *ctx, cbc_error *err);
-cbc_status cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
-    cbc_allow_result *out, cbc_error *err);
+cbc_status cbc_set_state(cbc_conn *conn, const char *name, cbc_state state, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_acquire_slot(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_slot *out,
+    cbc_error *err);
+cbc_status cbc_release_slot(cbc_conn *conn, const char *name, const char *token, const cbc_ctx *ctx,
+    cbc_error *err);
+cbc_status cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
+    cbc_error *err);
 /* permit may be NULL. */
-cbc_status cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome,
-    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *permit,
+    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
 cbc_status cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err);
 /* Every stored circuit, or only those in *state_filter (when not NULL).
  * *out is an array of *count snapshots to free with cbc_free(). */
-cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter,
-    cbc_snapshot **out, size_t *count, cbc_error *err);
+cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
+    size_t *count, cbc_error *err);
 /* cbc_list, also saying whether cbd cut the list to fit its output limit
  * (truncated may be NULL; false when cbd does not say). */
-cbc_status cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter,
-    cbc_snapshot **out, size_t *count, bool *truncated, cbc_error *err);
+cbc_status cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
+    size_t *count, bool *truncated, cbc_error *err);
 cbc_status cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err);
 
 /* ------------------------------------------------------------------ */
@@ -305,22 +303,21 @@ const char *cbc_store_op_name(cbc_store_op op);
  * custom store (another backend) implements these and is wrapped with
  * cbc_store_new_custom(). */
 typedef struct cbc_store_ops {
-	cbc_status (*get)(void *impl, const char *name, const cbc_ctx *ctx,
-	    cbc_snapshot *out, cbc_error *err);
+	cbc_status (*get)(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+	    cbc_error *err);
 	cbc_status (*record_success)(void *impl, const char *name, const cbc_ctx *ctx,
 	    cbc_snapshot *out, cbc_error *err);
 	cbc_status (*record_failure)(void *impl, const char *name, const cbc_ctx *ctx,
 	    cbc_snapshot *out, cbc_error *err);
 	cbc_status (*cas)(void *impl, const char *name, cbc_state from, cbc_state to,
 	    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
-	cbc_status (*set_state)(void *impl, const char *name, cbc_state state,
-	    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
-	cbc_status (*acquire_slot)(void *impl, const char *name, const cbc_ctx *ctx,
-	    cbc_slot *out, cbc_error *err);
+	cbc_status (*set_state)(void *impl, const char *name, cbc_state state, const cbc_ctx *ctx,
+	    cbc_snapshot *out, cbc_error *err);
+	cbc_status (*acquire_slot)(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out,
+	    cbc_error *err);
 	cbc_status (*release_slot)(void *impl, const char *name, const char *token,
 	    const cbc_ctx *ctx, cbc_error *err);
-	cbc_status (*delete_circuit)(void *impl, const char *name, bool *existed,
-	    cbc_error *err);
+	cbc_status (*delete_circuit)(void *impl, const char *name, bool *existed, cbc_error *err);
 	/* Called by cbc_store_free (may be NULL). */
 	void (*destroy)(void *impl);
 } cbc_store_ops;
@@ -365,8 +362,8 @@ typedef void (*cbc_store_error_fn)(const cbc_error *error, cbc_store_op op, void
 typedef struct cbc_resilient_options {
 	cbc_store_policy policy;
 	cbc_store_error_fn on_store_error; /* may be NULL */
-	void *user;                        /* passed to on_store_error */
-	int64_t timeout_backoff_ms;        /* 0: none; 0..3600000 */
+	void *user; /* passed to on_store_error */
+	int64_t timeout_backoff_ms; /* 0: none; 0..3600000 */
 } cbc_resilient_options;
 
 /* LOCAL, no callback, CBC_DEFAULT_TIMEOUT_BACKOFF_MS. */
@@ -384,22 +381,21 @@ void cbc_store_free(cbc_store *store);
 /* The store ops, for direct use (cbctl-like tools, tests). ctx may be
  * NULL. Names are validated first (1..256 bytes of UTF-8, no control
  * characters): CBC_EINVAL naming `name`. */
-cbc_status cbc_store_get(cbc_store *store, const char *name, const cbc_ctx *ctx,
+cbc_status cbc_store_get(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err);
+cbc_status cbc_store_record_success(cbc_store *store, const char *name, const cbc_ctx *ctx,
     cbc_snapshot *out, cbc_error *err);
-cbc_status cbc_store_record_success(cbc_store *store, const char *name,
-    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
-cbc_status cbc_store_record_failure(cbc_store *store, const char *name,
-    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
-cbc_status cbc_store_cas(cbc_store *store, const char *name, cbc_state from,
-    cbc_state to, const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_record_failure(cbc_store *store, const char *name, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
+cbc_status cbc_store_cas(cbc_store *store, const char *name, cbc_state from, cbc_state to,
+    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err);
 cbc_status cbc_store_set_state(cbc_store *store, const char *name, cbc_state state,
     const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
-cbc_status cbc_store_acquire_slot(cbc_store *store, const char *name,
-    const cbc_ctx *ctx, cbc_slot *out, cbc_error *err);
-cbc_status cbc_store_release_slot(cbc_store *store, const char *name,
-    const char *token, const cbc_ctx *ctx, cbc_error *err);
-cbc_status cbc_store_delete(cbc_store *store, const char *name, bool *existed,
-    cbc_error *err);
+cbc_status cbc_store_acquire_slot(cbc_store *store, const char *name, const cbc_ctx *ctx,
+    cbc_slot *out, cbc_error *err);
+cbc_status cbc_store_release_slot(cbc_store *store, const char *name, const char *token,
+    const cbc_ctx *ctx, cbc_error *err);
+cbc_status cbc_store_delete(cbc_store *store, const char *name, bool *existed, cbc_error *err);
 
 /* ------------------------------------------------------------------ */
 /* Breaker                                                            */
@@ -419,8 +415,7 @@ typedef int (*cbc_fallback_fn)(void *arg, int64_t retry_after_ms, void *user);
  * result when that call's failure caused it, else NULL. A new breaker
  * assumes closed: if the store already holds another state, the first
  * call (or refresh) that sees it fires closed -> that state. */
-typedef void (*cbc_state_change_fn)(cbc_state prev, cbc_state next,
-    const int *error, void *user);
+typedef void (*cbc_state_change_fn)(cbc_state prev, cbc_state next, const int *error, void *user);
 /* A clock in ms since the epoch (tests use virtual time); when set, the
  * breaker sends it as ctx.now with every store call. */
 typedef int64_t (*cbc_clock_fn)(void *user);
@@ -433,10 +428,10 @@ typedef struct cbc_breaker_options {
 	 * default: 5, 2, 30000, 1, break_ms, no gap limit). */
 	int64_t failure_threshold; /* 1..1000000000 */
 	int64_t success_threshold; /* 1..1000000000 */
-	int64_t break_ms;          /* 1..2^53 */
-	int64_t half_open_max;     /* 1..1000000000 */
-	int64_t slot_ttl_ms;       /* 1..2^53 */
-	int64_t max_gap_ms;        /* 1..2^53 */
+	int64_t break_ms; /* 1..2^53 */
+	int64_t half_open_max; /* 1..1000000000 */
+	int64_t slot_ttl_ms; /* 1..2^53 */
+	int64_t max_gap_ms; /* 1..2^53 */
 	/* The store (borrowed); NULL: a private local store. A given store is
 	 * wrapped in a resilient store with store_policy. */
 	cbc_store *store;
@@ -462,11 +457,11 @@ const char *cbc_breaker_name(const cbc_breaker *breaker);
 
 /* What execute did. */
 typedef struct cbc_exec_result {
-	int result;             /* fn's (or the fallback's) return value */
-	bool called;            /* fn ran */
-	bool fallback_called;   /* the fallback ran */
-	bool counted_failure;   /* fn's result counted as a failure */
-	cbc_state state;        /* the state after the call */
+	int result; /* fn's (or the fallback's) return value */
+	bool called; /* fn ran */
+	bool fallback_called; /* the fallback ran */
+	bool counted_failure; /* fn's result counted as a failure */
+	cbc_state state; /* the state after the call */
 	int64_t retry_after_ms; /* when not permitted: time until the next try */
 } cbc_exec_result;
 
@@ -483,10 +478,10 @@ cbc_status cbc_breaker_execute(cbc_breaker *breaker, cbc_call_fn fn, void *arg,
 
 /* The two-step form, for callers that cannot pass a function. */
 typedef struct cbc_permit {
-	bool granted;           /* set by acquire; cleared by report */
-	cbc_state state;        /* the state that granted it */
+	bool granted; /* set by acquire; cleared by report */
+	cbc_state state; /* the state that granted it */
 	int64_t retry_after_ms; /* when refused */
-	bool has_slot;          /* a half-open trial slot is held */
+	bool has_slot; /* a half-open trial slot is held */
 	char slot_token[CBC_TOKEN_SIZE];
 } cbc_permit;
 
@@ -496,8 +491,8 @@ cbc_status cbc_breaker_acquire(cbc_breaker *breaker, cbc_permit *permit, cbc_err
 /* Report the outcome of a granted permit (releases its slot). CBC_ESTATE
  * when the permit was not granted or was already reported. Store errors
  * are never reported here. */
-cbc_status cbc_breaker_report(cbc_breaker *breaker, cbc_permit *permit,
-    cbc_outcome outcome, cbc_error *err);
+cbc_status cbc_breaker_report(cbc_breaker *breaker, cbc_permit *permit, cbc_outcome outcome,
+    cbc_error *err);
 
 /* The last state the breaker observed (no I/O). */
 cbc_state cbc_breaker_state(cbc_breaker *breaker);

@@ -46,8 +46,8 @@ typedef int (*command_fn)(cbctl *ctl);
 /* A command: one row each; generic argument checks run before its handler. */
 typedef struct command {
 	const char *name;
-	const char *args;     /* for usage lines */
-	int nargs;            /* positional arguments required */
+	const char *args; /* for usage lines */
+	int nargs; /* positional arguments required */
 	command_fn run;
 	const char *summary;
 } command;
@@ -65,7 +65,7 @@ static const command commands[] = {
 	{ "ping", "", 0, cmd_ping, "check that cbd answers; print its version" },
 	{ "stats", "", 0, cmd_stats, "print the daemon's counters" },
 	{ "list", "[--state open|half_open|closed]", 0, cmd_list,
-	  "list stored circuits, optionally only those in one state" },
+	    "list stored circuits, optionally only those in one state" },
 	{ "get", "NAME", 1, cmd_get, "show one circuit" },
 	{ "open", "NAME", 1, cmd_open, "force a circuit open (admin)" },
 	{ "close", "NAME", 1, cmd_close, "force a circuit closed (admin)" },
@@ -104,8 +104,8 @@ usage(FILE *out)
 static void
 command_usage(const command *cmd, FILE *out)
 {
-	fprintf(out, "usage: cbctl [-s SOCKET] [--json] %s %s\n  %s\n", cmd->name,
-	    cmd->args, cmd->summary);
+	fprintf(out, "usage: cbctl [-s SOCKET] [--json] %s %s\n  %s\n", cmd->name, cmd->args,
+	    cmd->summary);
 }
 
 static void
@@ -148,8 +148,7 @@ fail_status(cbctl *ctl, cbc_status status, const cbc_error *err)
 	case CBC_ECONNECT:
 	case CBC_ETIMEOUT:
 	case CBC_EIO:
-		errorf("cannot reach cbd at %s: %s", cbc_conn_socket_path(ctl->conn),
-		    err->message);
+		errorf("cannot reach cbd at %s: %s", cbc_conn_socket_path(ctl->conn), err->message);
 		return EXIT_UNREACHABLE;
 	case CBC_EREFUSED:
 	case CBC_ECAPACITY:
@@ -221,8 +220,8 @@ print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 		if (len > width)
 			width = len;
 	}
-	printf("%-*s  %-9s  %8s  %9s  %-19s  %s\n", width, "NAME", "STATE", "FAILURES",
-	    "SUCCESSES", "OPENED AT", "RETRY");
+	printf("%-*s  %-9s  %8s  %9s  %-19s  %s\n", width, "NAME", "STATE", "FAILURES", "SUCCESSES",
+	    "OPENED AT", "RETRY");
 	for (size_t i = 0; i < count; i++) {
 		const cbc_snapshot *s = &snaps[i];
 
@@ -265,7 +264,7 @@ print_stats_member(const char *prefix, json_t *value)
 	char path[256];
 
 	if (json_is_object(value)) {
-		json_object_foreach(value, key, member) {
+		json_object_foreach (value, key, member) {
 			snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
 			print_stats_member(path, member);
 		}
@@ -464,7 +463,8 @@ main(int argc, char **argv)
 		case 't':
 			errno = 0;
 			io_ms = strtol(optarg, &end, 10);
-			if (errno != 0 || *end != '\0' || io_ms < 1 || io_ms > CBCTL_TIMEOUT_MAX_MS) {
+			if (errno != 0 || *end != '\0' || io_ms < 1 ||
+			    io_ms > CBCTL_TIMEOUT_MAX_MS) {
 				errorf("--timeout takes milliseconds from 1 to %d (got \"%s\")",
 				    CBCTL_TIMEOUT_MAX_MS, optarg);
 				return EXIT_USAGE;

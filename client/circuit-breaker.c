@@ -23,9 +23,9 @@
 
 struct cbc_breaker {
 	pthread_mutex_t lock;
-	cbc_store *store;      /* owned: a private local or a resilient wrapper */
-	cbc_ctx ctx;           /* the policy members given (0 = not given) */
-	cb_policy policy;      /* ctx resolved with the built-in defaults */
+	cbc_store *store; /* owned: a private local or a resilient wrapper */
+	cbc_ctx ctx; /* the policy members given (0 = not given) */
+	cb_policy policy; /* ctx resolved with the built-in defaults */
 	cbc_breaker_options opts;
 	cbc_state observed;
 	char name[CBC_NAME_MAX + 1];
@@ -109,7 +109,8 @@ cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err)
 	cbci_ctx_policy(&ctx, &b->policy);
 	b->opts = *opts;
 	b->observed = CBC_STATE_CLOSED;
-	snprintf(b->name, sizeof b->name, "%s", opts->name != NULL ? opts->name : BREAKER_DEFAULT_NAME);
+	snprintf(b->name, sizeof b->name, "%s",
+	    opts->name != NULL ? opts->name : BREAKER_DEFAULT_NAME);
 	b->opts.name = b->name;
 	if (opts->store == NULL) {
 		b->store = cbc_store_new_local(0, err);
@@ -225,8 +226,9 @@ acquire_trial(cbc_breaker *b, const cbc_ctx *ctx, cbc_permit *p, cbc_error *err)
 		return st;
 	/* capacity: the circuit vanished (deleted) and cbd is full; no trial. */
 	if (st == CBC_ECAPACITY || !slot.acquired) {
-		hint = b->policy.slot_ttl_ms < BREAKER_TRIAL_RETRY_HINT_MS ? b->policy.slot_ttl_ms
-									     : BREAKER_TRIAL_RETRY_HINT_MS;
+		hint = b->policy.slot_ttl_ms < BREAKER_TRIAL_RETRY_HINT_MS
+		    ? b->policy.slot_ttl_ms
+		    : BREAKER_TRIAL_RETRY_HINT_MS;
 		return permit_refuse(b, p, CBC_STATE_HALF_OPEN, hint, err);
 	}
 	p->has_slot = true;
@@ -262,8 +264,8 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	/* The break elapsed: move to half_open; losing the race is fine, the
 	 * winner's state is in snap. */
 	store_degraded = false;
-	st = cbc_store_cas(b->store, b->name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, &ctx,
-	    &applied, &snap, err);
+	st = cbc_store_cas(b->store, b->name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, &ctx, &applied,
+	    &snap, err);
 	if (st != CBC_OK)
 		return st;
 	breaker_observed(b, snap.state, NULL);
@@ -307,7 +309,8 @@ cbc_breaker_report(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, cbc_error
 {
 	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
 		return cbci_fail(err, CBC_EINVAL,
-		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or CBC_OUTCOME_IGNORE");
+		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or "
+		    "CBC_OUTCOME_IGNORE");
 	if (p == NULL || !p->granted)
 		return cbci_fail(err, CBC_ESTATE, "permit for circuit \"%s\" %s", b->name,
 		    "was not granted or was already reported");
@@ -317,8 +320,7 @@ cbc_breaker_report(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, cbc_error
 }
 
 cbc_status
-cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *out,
-    cbc_error *err)
+cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *out, cbc_error *err)
 {
 	cbc_exec_result res;
 	cbc_permit p;

@@ -35,13 +35,13 @@
 
 struct cbc_conn {
 	pthread_mutex_t lock;
-	int fd;                   /* -1 when closed */
+	int fd; /* -1 when closed */
 	int connect_timeout_ms;
 	int io_timeout_ms;
 	int64_t next_id;
-	char *buf;                /* bytes read, not yet a full line */
+	char *buf; /* bytes read, not yet a full line */
 	size_t buf_len, buf_cap;
-	char *last_reply;         /* the last reply line, NUL-terminated */
+	char *last_reply; /* the last reply line, NUL-terminated */
 	char *client_name;
 	struct sockaddr_un addr;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -119,8 +119,8 @@ cbc_conn_set_timeouts(cbc_conn *conn, int connect_ms, int io_ms, cbc_error *err)
 		return cbci_fail(err, CBC_EINVAL, "connect_ms must be from %d to %d",
 		    CONN_TIMEOUT_MIN, CONN_TIMEOUT_MAX);
 	if (io_ms < CONN_TIMEOUT_MIN || io_ms > CONN_TIMEOUT_MAX)
-		return cbci_fail(err, CBC_EINVAL, "io_ms must be from %d to %d",
-		    CONN_TIMEOUT_MIN, CONN_TIMEOUT_MAX);
+		return cbci_fail(err, CBC_EINVAL, "io_ms must be from %d to %d", CONN_TIMEOUT_MIN,
+		    CONN_TIMEOUT_MAX);
 	pthread_mutex_lock(&conn->lock);
 	conn->connect_timeout_ms = connect_ms;
 	conn->io_timeout_ms = io_ms;
@@ -191,8 +191,8 @@ conn_open_locked(cbc_conn *conn, cbc_error *err)
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return cbci_fail(err, CBC_ECONNECT, "cannot create a socket for %s: %s",
-		    conn->path, strerror(errno));
+		return cbci_fail(err, CBC_ECONNECT, "cannot create a socket for %s: %s", conn->path,
+		    strerror(errno));
 	tv.tv_sec = conn->connect_timeout_ms / 1000;
 	tv.tv_usec = (conn->connect_timeout_ms % 1000) * 1000;
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
@@ -220,8 +220,8 @@ conn_open_locked(cbc_conn *conn, cbc_error *err)
 		int e = errno;
 
 		close(fd);
-		return cbci_fail(err, CBC_ECONNECT, "cannot make the socket for %s non-blocking: %s",
-		    conn->path, strerror(e));
+		return cbci_fail(err, CBC_ECONNECT,
+		    "cannot make the socket for %s non-blocking: %s", conn->path, strerror(e));
 	}
 	conn->fd = fd;
 	conn->buf_len = 0;
@@ -272,8 +272,7 @@ conn_wait(cbc_conn *conn, short events, int64_t deadline, cbc_error *err)
 
 /* Send all of data before the deadline (lock held). */
 static cbc_status
-conn_send_locked(cbc_conn *conn, const char *data, size_t len, int64_t deadline,
-    cbc_error *err)
+conn_send_locked(cbc_conn *conn, const char *data, size_t len, int64_t deadline, cbc_error *err)
 {
 	size_t off = 0;
 
@@ -308,7 +307,8 @@ conn_recv_line_locked(cbc_conn *conn, size_t *line_len, int64_t deadline, cbc_er
 
 	for (;;) {
 		char *nl = conn->buf_len > scanned
-		    ? memchr(conn->buf + scanned, '\n', conn->buf_len - scanned) : NULL;
+		    ? memchr(conn->buf + scanned, '\n', conn->buf_len - scanned)
+		    : NULL;
 		ssize_t n;
 
 		if (nl != NULL) {
@@ -363,8 +363,7 @@ conn_recv_line_locked(cbc_conn *conn, size_t *line_len, int64_t deadline, cbc_er
  * if needed, send, read the reply line and keep it as last_reply. On
  * failure the connection is closed. *reply is a copy of the line. */
 static cbc_status
-conn_exchange_locked(cbc_conn *conn, const char *line, size_t len, char **reply,
-    cbc_error *err)
+conn_exchange_locked(cbc_conn *conn, const char *line, size_t len, char **reply, cbc_error *err)
 {
 	int64_t deadline;
 	size_t reply_len = 0;

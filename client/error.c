@@ -166,18 +166,34 @@ cbci_ctx_check(const cbc_ctx *ctx, const char *prefix, cbc_error *err)
 		const int64_t *v;
 
 		switch ((proto_ctx_key)k) {
-		case PROTO_CTX_FAILURE_THRESHOLD: v = &ctx->failure_threshold; break;
-		case PROTO_CTX_SUCCESS_THRESHOLD: v = &ctx->success_threshold; break;
-		case PROTO_CTX_BREAK_MS: v = &ctx->break_ms; break;
-		case PROTO_CTX_HALF_OPEN_MAX: v = &ctx->half_open_max; break;
-		case PROTO_CTX_SLOT_TTL_MS: v = &ctx->slot_ttl_ms; break;
-		case PROTO_CTX_MAX_GAP_MS: v = &ctx->max_gap_ms; break;
-		case PROTO_CTX_NOW: v = &ctx->now; break;
-		default: continue;
+		case PROTO_CTX_FAILURE_THRESHOLD:
+			v = &ctx->failure_threshold;
+			break;
+		case PROTO_CTX_SUCCESS_THRESHOLD:
+			v = &ctx->success_threshold;
+			break;
+		case PROTO_CTX_BREAK_MS:
+			v = &ctx->break_ms;
+			break;
+		case PROTO_CTX_HALF_OPEN_MAX:
+			v = &ctx->half_open_max;
+			break;
+		case PROTO_CTX_SLOT_TTL_MS:
+			v = &ctx->slot_ttl_ms;
+			break;
+		case PROTO_CTX_MAX_GAP_MS:
+			v = &ctx->max_gap_ms;
+			break;
+		case PROTO_CTX_NOW:
+			v = &ctx->now;
+			break;
+		default:
+			continue;
 		}
 		if (k == PROTO_CTX_NOW ? !ctx->has_now : *v == 0)
 			continue;
-		snprintf(field, sizeof field, "%s%s", prefix, proto_ctx_def_get((proto_ctx_key)k)->name);
+		snprintf(field, sizeof field, "%s%s", prefix,
+		    proto_ctx_def_get((proto_ctx_key)k)->name);
 		if (!proto_ctx_check((proto_ctx_key)k, *v, field, &perr))
 			return cbci_fail(err, CBC_EINVAL, "%s", perr.message);
 	}
@@ -235,7 +251,8 @@ cbci_store_failed(const cbc_error *err)
 	case CBC_EPROTO:
 		return true;
 	case CBC_EREFUSED:
-		return strcmp(err->code, "shutting_down") == 0 || strcmp(err->code, "internal") == 0;
+		return strcmp(err->code, "shutting_down") == 0 ||
+		    strcmp(err->code, "internal") == 0;
 	default:
 		return false;
 	}

@@ -79,9 +79,8 @@ typedef struct request_member {
 /* Build {"op", "name" (when not NULL), members..., "ctx" (when not NULL)},
  * send it and get its ok reply. */
 static cbc_status
-request_call(cbc_conn *conn, const char *op, const char *name,
-    const request_member *members, size_t n, const cbc_ctx *ctx, json_t **reply,
-    cbc_error *err)
+request_call(cbc_conn *conn, const char *op, const char *name, const request_member *members,
+    size_t n, const cbc_ctx *ctx, json_t **reply, cbc_error *err)
 {
 	json_t *req;
 	cbc_status st = request_new(op, name, &req, err);
@@ -101,8 +100,7 @@ request_call(cbc_conn *conn, const char *op, const char *name,
 
 /* Read a reply member as a snapshot; fallback_name when it has none. */
 static cbc_status
-reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out,
-    cbc_error *err)
+reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
 {
 	proto_error perr;
 	cb_snapshot snap;
@@ -206,8 +204,8 @@ cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err)
 
 /* get, record_success, record_failure: name + ctx -> snapshot. */
 static cbc_status
-op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	json_t *reply;
 	cbc_status st = request_call(conn, op, name, NULL, 0, ctx, &reply, err);
@@ -219,22 +217,21 @@ op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx
 }
 
 cbc_status
-cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
-    cbc_error *err)
+cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	return op_snapshot(conn, "get", name, ctx, out, err);
 }
 
 cbc_status
-cbc_record_success(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+cbc_record_success(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	return op_snapshot(conn, "record_success", name, ctx, out, err);
 }
 
 cbc_status
-cbc_record_failure(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+cbc_record_failure(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	return op_snapshot(conn, "record_failure", name, ctx, out, err);
 }
@@ -250,8 +247,8 @@ state_check(cbc_state state, const char *field, cbc_error *err)
 }
 
 cbc_status
-cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to,
-    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err)
+cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
+    bool *applied, cbc_snapshot *out, cbc_error *err)
 {
 	const request_member members[] = {
 		{ "from", cbc_state_name(from) },
@@ -368,7 +365,8 @@ cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *pe
 
 	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
 		return cbci_fail(err, CBC_EINVAL,
-		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or CBC_OUTCOME_IGNORE");
+		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or "
+		    "CBC_OUTCOME_IGNORE");
 	const request_member members[] = {
 		{ "outcome", outcomes[outcome] },
 		{ "permit", permit },
@@ -403,8 +401,8 @@ cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size
 }
 
 cbc_status
-cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
-    size_t *count, bool *truncated, cbc_error *err)
+cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size_t *count,
+    bool *truncated, cbc_error *err)
 {
 	json_t *reply;
 	const json_t *circuits;
@@ -470,7 +468,7 @@ stats_ops(cbc_stats *out, const json_t *ops)
 	const char *op;
 	json_t *v;
 
-	json_object_foreach((json_t *)ops, op, v) {
+	json_object_foreach ((json_t *)ops, op, v) {
 		cbc_op_stats *row;
 
 		if (!json_is_object(v) || out->op_count == CBC_STATS_OPS_MAX)
@@ -496,7 +494,7 @@ stats_codes(cbc_stats *out, const json_t *errors)
 	if (!json_is_object(errors))
 		return;
 	out->errors = 0;
-	json_object_foreach((json_t *)errors, code, v) {
+	json_object_foreach ((json_t *)errors, code, v) {
 		cbc_code_stats *row;
 
 		if (!json_is_integer(v))

@@ -48,8 +48,8 @@ cbci_local_new(uint64_t max_circuits, cbc_error *err)
 		cbci_fail(err, CBC_ENOMEM, "out of memory creating a local store");
 		return NULL;
 	}
-	local->table = circuit_table_new(max_circuits == 0 ? UINT64_MAX : max_circuits,
-	    local_instance_id());
+	local->table =
+	    circuit_table_new(max_circuits == 0 ? UINT64_MAX : max_circuits, local_instance_id());
 	if (local->table == NULL || pthread_mutex_init(&local->lock, NULL) != 0) {
 		circuit_table_free(local->table);
 		free(local);
@@ -77,7 +77,8 @@ local_status(ct_status status, const char *name, cbc_error *err)
 	case CT_OK:
 		return CBC_OK;
 	case CT_CAPACITY:
-		cbci_fail(err, CBC_ECAPACITY, "max_circuits reached: circuit \"%s\" not created", name);
+		cbci_fail(err, CBC_ECAPACITY, "max_circuits reached: circuit \"%s\" not created",
+		    name);
 		if (err != NULL)
 			memcpy(err->code, "capacity", sizeof "capacity");
 		return CBC_ECAPACITY;
@@ -88,8 +89,7 @@ local_status(ct_status status, const char *name, cbc_error *err)
 }
 
 static cbc_status
-local_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
-    cbc_error *err)
+local_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	cbci_local *local = impl;
 	int64_t now = cbci_ctx_now(ctx);
@@ -118,9 +118,11 @@ local_record(cbci_local *local, const char *name, const cbc_ctx *ctx, bool succe
 	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
 	if (success)
-		status = circuit_table_record_success(local->table, name, &policy, now, &snap, NULL);
+		status =
+		    circuit_table_record_success(local->table, name, &policy, now, &snap, NULL);
 	else
-		status = circuit_table_record_failure(local->table, name, &policy, now, &snap, NULL);
+		status =
+		    circuit_table_record_failure(local->table, name, &policy, now, &snap, NULL);
 	pthread_mutex_unlock(&local->lock);
 	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, now));
 	return local_status(status, name, err);
@@ -152,8 +154,8 @@ local_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_
 
 	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
-	status = circuit_table_cas(local->table, name, (cb_state)from, (cb_state)to, now,
-	    applied, &snap, NULL);
+	status = circuit_table_cas(local->table, name, (cb_state)from, (cb_state)to, now, applied,
+	    &snap, NULL);
 	pthread_mutex_unlock(&local->lock);
 	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, now));
 	return local_status(status, name, err);
@@ -178,8 +180,7 @@ local_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *ct
 }
 
 static cbc_status
-local_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out,
-    cbc_error *err)
+local_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out, cbc_error *err)
 {
 	cbci_local *local = impl;
 	int64_t now = cbci_ctx_now(ctx);
@@ -191,8 +192,8 @@ local_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *o
 	_Static_assert(CT_TOKEN_SIZE <= CBC_TOKEN_SIZE, "token room");
 	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
-	status = circuit_table_acquire_slot(local->table, name, &policy, now, NULL, &acquired,
-	    &grant);
+	status =
+	    circuit_table_acquire_slot(local->table, name, &policy, now, NULL, &acquired, &grant);
 	pthread_mutex_unlock(&local->lock);
 	memset(out, 0, sizeof *out);
 	if (status == CT_OK && acquired) {
@@ -287,8 +288,7 @@ seed_count(int64_t n)
  *   opened_at, then forced half_open and success_count successes.
  */
 cbc_status
-cbci_local_seed(cbci_local *local, const char *name, const cb_snapshot *snap,
-    cbc_error *err)
+cbci_local_seed(cbci_local *local, const char *name, const cb_snapshot *snap, cbc_error *err)
 {
 	cb_policy replay;
 	cb_snapshot cur;
@@ -315,8 +315,8 @@ cbci_local_seed(cbci_local *local, const char *name, const cb_snapshot *snap,
 			    &cur, NULL);
 	}
 	if (status == CT_OK && snap->state != CB_STATE_CLOSED)
-		status = circuit_table_set_state(local->table, name, CB_STATE_OPEN, open_at, &cur,
-		    NULL);
+		status =
+		    circuit_table_set_state(local->table, name, CB_STATE_OPEN, open_at, &cur, NULL);
 	if (status == CT_OK && snap->state == CB_STATE_HALF_OPEN) {
 		int64_t n = seed_count(snap->success_count);
 

@@ -5,29 +5,28 @@
 #include "internal.h"
 
 static cbc_status
-remote_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
-    cbc_error *err)
+remote_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	return cbc_get(impl, name, ctx, out, err);
 }
 
 static cbc_status
-remote_record_success(void *impl, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+remote_record_success(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	return cbc_record_success(impl, name, ctx, out, err);
 }
 
 static cbc_status
-remote_record_failure(void *impl, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+remote_record_failure(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	return cbc_record_failure(impl, name, ctx, out, err);
 }
 
 static cbc_status
-remote_cas(void *impl, const char *name, cbc_state from, cbc_state to,
-    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err)
+remote_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
+    bool *applied, cbc_snapshot *out, cbc_error *err)
 {
 	return cbc_cas(impl, name, from, to, ctx, applied, out, err);
 }
@@ -40,8 +39,7 @@ remote_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *c
 }
 
 static cbc_status
-remote_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out,
-    cbc_error *err)
+remote_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out, cbc_error *err)
 {
 	return cbc_acquire_slot(impl, name, ctx, out, err);
 }

@@ -41,7 +41,7 @@ static _Thread_local int seen_oom;
 typedef struct seen_circuit {
 	UT_hash_handle hh;
 	cb_snapshot last; /* the last snapshot the wrapped store returned */
-	bool degraded;    /* the fallback holds this circuit's live copy */
+	bool degraded; /* the fallback holds this circuit's live copy */
 	char name[];
 } seen_circuit;
 
@@ -52,8 +52,8 @@ typedef struct resilient {
 	cbc_resilient_options opts;
 	seen_circuit *seen;
 	size_t seen_count;
-	int64_t skip_until;    /* monotonic ms: backoff after a timeout */
-	cbc_error skip_error;  /* the timeout that started the backoff */
+	int64_t skip_until; /* monotonic ms: backoff after a timeout */
+	cbc_error skip_error; /* the timeout that started the backoff */
 } resilient;
 
 void
@@ -187,7 +187,8 @@ resilient_last(resilient *r, const char *name, const cbc_ctx *ctx, cbc_snapshot 
 		breaker_snapshot_init(&snap);
 	pthread_mutex_unlock(&r->lock);
 	cbci_ctx_policy(ctx, &policy);
-	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, cbci_ctx_now(ctx)));
+	cbci_snapshot_fill(out, name, &snap,
+	    breaker_retry_after_ms(&snap, &policy, cbci_ctx_now(ctx)));
 }
 
 /* An initial (closed) snapshot for name. */
@@ -205,12 +206,12 @@ typedef struct op_call {
 	cbc_store_op op;
 	const char *name;
 	const cbc_ctx *ctx;
-	cbc_state from, to;  /* cas; to is also set_state's state */
-	const char *token;   /* release_slot */
-	bool *applied;       /* cas */
-	bool *existed;       /* delete */
-	cbc_snapshot *snap;  /* get, record_*, cas, set_state */
-	cbc_slot *slot;      /* acquire_slot */
+	cbc_state from, to; /* cas; to is also set_state's state */
+	const char *token; /* release_slot */
+	bool *applied; /* cas */
+	bool *existed; /* delete */
+	cbc_snapshot *snap; /* get, record_*, cas, set_state */
+	cbc_slot *slot; /* acquire_slot */
 } op_call;
 
 /* Run c on store s (the wrapped store or the fallback). */
@@ -348,25 +349,28 @@ static cbc_status
 res_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
     bool *applied, cbc_snapshot *out, cbc_error *err)
 {
-	op_call c = { .op = CBC_OP_CAS, .name = name, .ctx = ctx, .from = from, .to = to,
-		.applied = applied, .snap = out };
-
-	return resilient_op(impl, &c, err);
-}
-
-static cbc_status
-res_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
-{
-	op_call c = { .op = CBC_OP_SET_STATE, .name = name, .ctx = ctx, .to = state,
+	op_call c = { .op = CBC_OP_CAS,
+		.name = name,
+		.ctx = ctx,
+		.from = from,
+		.to = to,
+		.applied = applied,
 		.snap = out };
 
 	return resilient_op(impl, &c, err);
 }
 
 static cbc_status
-res_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out,
+res_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *ctx, cbc_snapshot *out,
     cbc_error *err)
+{
+	op_call c = { .op = CBC_OP_SET_STATE, .name = name, .ctx = ctx, .to = state, .snap = out };
+
+	return resilient_op(impl, &c, err);
+}
+
+static cbc_status
+res_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out, cbc_error *err)
 {
 	op_call c = { .op = CBC_OP_ACQUIRE_SLOT, .name = name, .ctx = ctx, .slot = out };
 
@@ -410,7 +414,7 @@ res_destroy(void *impl)
 	resilient *r = impl;
 	seen_circuit *s, *tmp;
 
-	HASH_ITER(hh, r->seen, s, tmp) {
+	HASH_ITER (hh, r->seen, s, tmp) {
 		HASH_DEL(r->seen, s);
 		free(s);
 	}

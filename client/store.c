@@ -34,8 +34,7 @@ cbc_store_new_custom(const cbc_store_ops *ops, void *impl, cbc_error *err)
 
 	if (ops == NULL || ops->get == NULL || ops->record_success == NULL ||
 	    ops->record_failure == NULL || ops->cas == NULL || ops->set_state == NULL ||
-	    ops->acquire_slot == NULL || ops->release_slot == NULL ||
-	    ops->delete_circuit == NULL) {
+	    ops->acquire_slot == NULL || ops->release_slot == NULL || ops->delete_circuit == NULL) {
 		cbci_fail(err, CBC_EINVAL, "ops must implement every store operation");
 		return NULL;
 	}
@@ -106,34 +105,34 @@ cbc_store_get(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_snapsh
 }
 
 cbc_status
-cbc_store_record_success(cbc_store *store, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+cbc_store_record_success(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	cbc_snapshot tmp;
 	cbc_status st = store_check(name, &ctx, err);
 
 	if (st != CBC_OK)
 		return st;
-	return store_done(
-	    store->ops->record_success(store->impl, name, ctx, out ? out : &tmp, err), err);
+	return store_done(store->ops->record_success(store->impl, name, ctx, out ? out : &tmp, err),
+	    err);
 }
 
 cbc_status
-cbc_store_record_failure(cbc_store *store, const char *name, const cbc_ctx *ctx,
-    cbc_snapshot *out, cbc_error *err)
+cbc_store_record_failure(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
+    cbc_error *err)
 {
 	cbc_snapshot tmp;
 	cbc_status st = store_check(name, &ctx, err);
 
 	if (st != CBC_OK)
 		return st;
-	return store_done(
-	    store->ops->record_failure(store->impl, name, ctx, out ? out : &tmp, err), err);
+	return store_done(store->ops->record_failure(store->impl, name, ctx, out ? out : &tmp, err),
+	    err);
 }
 
 cbc_status
-cbc_store_cas(cbc_store *store, const char *name, cbc_state from, cbc_state to,
-    const cbc_ctx *ctx, bool *applied, cbc_snapshot *out, cbc_error *err)
+cbc_store_cas(cbc_store *store, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
+    bool *applied, cbc_snapshot *out, cbc_error *err)
 {
 	cbc_snapshot tmp;
 	bool tmp_applied;
@@ -151,8 +150,8 @@ cbc_store_cas(cbc_store *store, const char *name, cbc_state from, cbc_state to,
 }
 
 cbc_status
-cbc_store_set_state(cbc_store *store, const char *name, cbc_state state,
-    const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
+cbc_store_set_state(cbc_store *store, const char *name, cbc_state state, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
 {
 	cbc_snapshot tmp;
 	cbc_status st = store_check(name, &ctx, err);
@@ -161,26 +160,27 @@ cbc_store_set_state(cbc_store *store, const char *name, cbc_state state,
 		st = state_check(state, "state", err);
 	if (st != CBC_OK)
 		return st;
-	return store_done(
-	    store->ops->set_state(store->impl, name, state, ctx, out ? out : &tmp, err), err);
+	return store_done(store->ops->set_state(store->impl, name, state, ctx, out ? out : &tmp,
+			      err),
+	    err);
 }
 
 cbc_status
-cbc_store_acquire_slot(cbc_store *store, const char *name, const cbc_ctx *ctx,
-    cbc_slot *out, cbc_error *err)
+cbc_store_acquire_slot(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_slot *out,
+    cbc_error *err)
 {
 	cbc_slot tmp;
 	cbc_status st = store_check(name, &ctx, err);
 
 	if (st != CBC_OK)
 		return st;
-	return store_done(
-	    store->ops->acquire_slot(store->impl, name, ctx, out ? out : &tmp, err), err);
+	return store_done(store->ops->acquire_slot(store->impl, name, ctx, out ? out : &tmp, err),
+	    err);
 }
 
 cbc_status
-cbc_store_release_slot(cbc_store *store, const char *name, const char *token,
-    const cbc_ctx *ctx, cbc_error *err)
+cbc_store_release_slot(cbc_store *store, const char *name, const char *token, const cbc_ctx *ctx,
+    cbc_error *err)
 {
 	cbc_status st = store_check(name, &ctx, err);
 
@@ -202,6 +202,7 @@ cbc_store_delete(cbc_store *store, const char *name, bool *existed, cbc_error *e
 
 	if (st != CBC_OK)
 		return st;
-	return store_done(
-	    store->ops->delete_circuit(store->impl, name, existed ? existed : &tmp, err), err);
+	return store_done(store->ops->delete_circuit(store->impl, name, existed ? existed : &tmp,
+			      err),
+	    err);
 }

@@ -49,13 +49,13 @@ typedef enum cb_trip_rule {
 
 /* Why a transition happened; the daemon logs it beside old -> new. */
 typedef enum cb_reason {
-	CB_REASON_NONE = 0,        /* no state change */
+	CB_REASON_NONE = 0, /* no state change */
 	CB_REASON_FAILURE_THRESHOLD, /* closed -> open */
-	CB_REASON_TRIAL_FAILED,    /* half_open -> open */
+	CB_REASON_TRIAL_FAILED, /* half_open -> open */
 	CB_REASON_TRIAL_SUCCEEDED, /* half_open -> closed */
-	CB_REASON_BREAK_ELAPSED,   /* open -> half_open on allow */
-	CB_REASON_FORCED,          /* set_state */
-	CB_REASON_CAS,             /* a successful cas */
+	CB_REASON_BREAK_ELAPSED, /* open -> half_open on allow */
+	CB_REASON_FORCED, /* set_state */
+	CB_REASON_CAS, /* a successful cas */
 } cb_reason;
 
 /* The policy of one call: every member already resolved (ctx, config,
@@ -76,7 +76,7 @@ typedef struct cb_snapshot {
 	int64_t failure_count;
 	int64_t success_count;
 	int64_t last_failure_at; /* CB_TIME_NONE when null */
-	int64_t opened_at;       /* CB_TIME_NONE when null */
+	int64_t opened_at; /* CB_TIME_NONE when null */
 } cb_snapshot;
 
 /* The built-in default policy (slot_ttl_ms = break_ms, max_gap unset). */

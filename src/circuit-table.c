@@ -111,7 +111,7 @@ circuit_table_free(circuit_table *table)
 
 	if (table == NULL)
 		return;
-	HASH_ITER(hh, table->circuits, c, tmp) {
+	HASH_ITER (hh, table->circuits, c, tmp) {
 		HASH_DEL(table->circuits, c);
 		circuit_free_slots(table, c);
 		free(c);
@@ -249,8 +249,8 @@ circuit_snapshot(const circuit *c, cb_snapshot *out)
  * and report it. When it cannot be stored nothing changes: `out` is the
  * current snapshot and the change is NONE. */
 static ct_status
-commit(circuit_table *table, const char *name, circuit *c, cb_state from,
-    const cb_snapshot *next, cb_reason reason, cb_snapshot *out, ct_change *change)
+commit(circuit_table *table, const char *name, circuit *c, cb_state from, const cb_snapshot *next,
+    cb_reason reason, cb_snapshot *out, ct_change *change)
 {
 	ct_status status = circuit_store(table, name, c, next);
 
@@ -266,8 +266,8 @@ commit(circuit_table *table, const char *name, circuit *c, cb_state from,
 
 /* Shared body of record_success and record_failure. */
 static ct_status
-record_outcome(circuit_table *table, const char *name, const cb_policy *policy,
-    int64_t now, bool success, cb_snapshot *out, ct_change *change)
+record_outcome(circuit_table *table, const char *name, const cb_policy *policy, int64_t now,
+    bool success, cb_snapshot *out, ct_change *change)
 {
 	circuit *c = circuit_find(table, name);
 	cb_snapshot next;
@@ -283,36 +283,36 @@ record_outcome(circuit_table *table, const char *name, const cb_policy *policy,
 }
 
 ct_status
-circuit_table_record_success(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, cb_snapshot *out, ct_change *change)
+circuit_table_record_success(circuit_table *table, const char *name, const cb_policy *policy,
+    int64_t now, cb_snapshot *out, ct_change *change)
 {
 	return record_outcome(table, name, policy, now, true, out, change);
 }
 
 ct_status
-circuit_table_record_failure(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, cb_snapshot *out, ct_change *change)
+circuit_table_record_failure(circuit_table *table, const char *name, const cb_policy *policy,
+    int64_t now, cb_snapshot *out, ct_change *change)
 {
 	return record_outcome(table, name, policy, now, false, out, change);
 }
 
 /* Force a state on name, creating the circuit when needed. */
 static ct_status
-force_state(circuit_table *table, const char *name, circuit *c, cb_state state,
-    int64_t now, cb_reason why, cb_snapshot *out, ct_change *change)
+force_state(circuit_table *table, const char *name, circuit *c, cb_state state, int64_t now,
+    cb_reason why, cb_snapshot *out, ct_change *change)
 {
 	cb_snapshot next;
 
 	circuit_snapshot(c, &next);
 	cb_state from = next.state;
 	breaker_force(&next, state, now);
-	return commit(table, name, c, from, &next, from == state ? CB_REASON_NONE : why,
-	    out, change);
+	return commit(table, name, c, from, &next, from == state ? CB_REASON_NONE : why, out,
+	    change);
 }
 
 ct_status
-circuit_table_cas(circuit_table *table, const char *name, cb_state from,
-    cb_state to, int64_t now, bool *applied, cb_snapshot *out, ct_change *change)
+circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_state to, int64_t now,
+    bool *applied, cb_snapshot *out, ct_change *change)
 {
 	circuit *c = circuit_find(table, name);
 	ct_status status;
@@ -329,11 +329,11 @@ circuit_table_cas(circuit_table *table, const char *name, cb_state from,
 }
 
 ct_status
-circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
-    int64_t now, cb_snapshot *out, ct_change *change)
+circuit_table_set_state(circuit_table *table, const char *name, cb_state state, int64_t now,
+    cb_snapshot *out, ct_change *change)
 {
-	return force_state(table, name, circuit_find(table, name), state, now,
-	    CB_REASON_FORCED, out, change);
+	return force_state(table, name, circuit_find(table, name), state, now, CB_REASON_FORCED,
+	    out, change);
 }
 
 /* Free the circuit's slots whose ttl ran out (they are sorted by expiry). */
@@ -370,8 +370,8 @@ slot_link_sorted(circuit *c, ct_slot *slot)
 
 /* Take a slot on an existing circuit c if one is free. */
 static ct_status
-slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now,
-    ct_owner *owner, bool *acquired, ct_slot_grant *grant)
+slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now, ct_owner *owner,
+    bool *acquired, ct_slot_grant *grant)
 {
 	ct_slot *slot;
 
@@ -382,8 +382,8 @@ slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now
 	slot = calloc(1, sizeof *slot);
 	if (slot == NULL)
 		return CT_NOMEM;
-	snprintf(slot->token, sizeof slot->token, "%016" PRIx64 "-%016" PRIx64,
-	    table->instance_id, table->next_token);
+	snprintf(slot->token, sizeof slot->token, "%016" PRIx64 "-%016" PRIx64, table->instance_id,
+	    table->next_token);
 	hash_oom = 0;
 	HASH_ADD_STR(table->slots_by_token, token, slot);
 	if (hash_oom) {
@@ -409,9 +409,8 @@ slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now
 }
 
 ct_status
-circuit_table_acquire_slot(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, ct_owner *owner, bool *acquired,
-    ct_slot_grant *grant)
+circuit_table_acquire_slot(circuit_table *table, const char *name, const cb_policy *policy,
+    int64_t now, ct_owner *owner, bool *acquired, ct_slot_grant *grant)
 {
 	circuit *c = circuit_find(table, name);
 	ct_status status;
@@ -428,8 +427,7 @@ circuit_table_acquire_slot(circuit_table *table, const char *name,
 }
 
 bool
-circuit_table_release_slot(circuit_table *table, const char *name,
-    const char *token, int64_t now)
+circuit_table_release_slot(circuit_table *table, const char *name, const char *token, int64_t now)
 {
 	ct_slot *slot;
 	circuit *c;
@@ -460,8 +458,8 @@ circuit_table_release_owner(circuit_table *table, ct_owner *owner)
 }
 
 ct_status
-circuit_table_allow(circuit_table *table, const char *name, const cb_policy *policy,
-    int64_t now, ct_owner *owner, ct_allow *out, ct_change *change)
+circuit_table_allow(circuit_table *table, const char *name, const cb_policy *policy, int64_t now,
+    ct_owner *owner, ct_allow *out, ct_change *change)
 {
 	circuit *c = circuit_find(table, name);
 	ct_status status;
@@ -519,6 +517,6 @@ circuit_table_foreach(circuit_table *table, ct_visit_fn visit, void *arg)
 {
 	circuit *c, *tmp;
 
-	HASH_ITER(hh, table->circuits, c, tmp)
+	HASH_ITER (hh, table->circuits, c, tmp)
 		visit(c->name, &c->snap, arg);
 }

@@ -41,7 +41,7 @@ typedef struct ct_owner {
 typedef enum ct_status {
 	CT_OK = 0,
 	CT_CAPACITY, /* max_circuits reached: the new circuit was not created */
-	CT_NOMEM,    /* allocation failed: nothing changed */
+	CT_NOMEM, /* allocation failed: nothing changed */
 } ct_status;
 
 /* A state change made by one call, for logging (reason NONE: no change). */
@@ -62,16 +62,16 @@ typedef struct ct_allow {
 	bool allowed;
 	cb_state state;
 	int64_t retry_after_ms; /* when refused: a hint for the next attempt */
-	bool has_permit;        /* allowed in half_open: a slot was taken */
+	bool has_permit; /* allowed in half_open: a slot was taken */
 	ct_slot_grant permit;
 } ct_allow;
 
 /* Counters kept by the table, reported by the daemon's stats op. */
 typedef struct ct_stats {
-	uint64_t circuits;           /* stored now */
-	uint64_t slots;              /* held now (expired ones not yet pruned included) */
-	uint64_t capacity_refusals;  /* creations refused at max_circuits */
-	uint64_t slots_expired;      /* slots pruned because their ttl ran out */
+	uint64_t circuits; /* stored now */
+	uint64_t slots; /* held now (expired ones not yet pruned included) */
+	uint64_t capacity_refusals; /* creations refused at max_circuits */
+	uint64_t slots_expired; /* slots pruned because their ttl ran out */
 } ct_stats;
 
 /* Called by circuit_table_foreach for each stored circuit. */
@@ -100,31 +100,29 @@ ct_status circuit_table_record_failure(circuit_table *table, const char *name,
 /* Force `to` when the state is `from`. *applied says which; `out` is the new
  * snapshot when applied, the current one when not. A failed cas never
  * creates a circuit. */
-ct_status circuit_table_cas(circuit_table *table, const char *name, cb_state from,
-    cb_state to, int64_t now, bool *applied, cb_snapshot *out, ct_change *change);
+ct_status circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_state to,
+    int64_t now, bool *applied, cb_snapshot *out, ct_change *change);
 
 /* Force `state` unconditionally (admin). */
-ct_status circuit_table_set_state(circuit_table *table, const char *name,
-    cb_state state, int64_t now, cb_snapshot *out, ct_change *change);
+ct_status circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
+    int64_t now, cb_snapshot *out, ct_change *change);
 
 /* Take a slot if fewer than policy->half_open_max unexpired slots are held.
  * owner may be NULL (the slot then lives until released or expired). */
 ct_status circuit_table_acquire_slot(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, ct_owner *owner, bool *acquired,
-    ct_slot_grant *grant);
+    const cb_policy *policy, int64_t now, ct_owner *owner, bool *acquired, ct_slot_grant *grant);
 
 /* Release a slot of `name` by token; unknown or expired tokens, or a token
  * of another circuit, are a no-op. Returns whether a slot was released. */
-bool circuit_table_release_slot(circuit_table *table, const char *name,
-    const char *token, int64_t now);
+bool circuit_table_release_slot(circuit_table *table, const char *name, const char *token,
+    int64_t now);
 
 /* Release every slot held by owner (a connection that closed). */
 void circuit_table_release_owner(circuit_table *table, ct_owner *owner);
 
 /* The sidecar's "may I call?": see protocol-v1.md, op allow. */
-ct_status circuit_table_allow(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, ct_owner *owner, ct_allow *out,
-    ct_change *change);
+ct_status circuit_table_allow(circuit_table *table, const char *name, const cb_policy *policy,
+    int64_t now, ct_owner *owner, ct_allow *out, ct_change *change);
 
 /* Drop a circuit and its slots; returns whether it existed. */
 bool circuit_table_delete(circuit_table *table, const char *name);

@@ -37,10 +37,14 @@ struct conf_circuit {
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 
-#define CBD_KEY(n, t, lo, hi, def, reload, help) \
-	{ CONF_SCOPE_CBD, #n, t, lo, hi, def, reload, offsetof(cbd_conf, n), -1, help }
-#define POLICY_KEY(n, k, lo, hi, def, help) \
-	{ CONF_SCOPE_POLICY, n, CONF_INT, lo, hi, def, true, 0, k, help }
+#define CBD_KEY(n, t, lo, hi, def, reload, help)                                                   \
+	{                                                                                          \
+		CONF_SCOPE_CBD, #n, t, lo, hi, def, reload, offsetof(cbd_conf, n), -1, help        \
+	}
+#define POLICY_KEY(n, k, lo, hi, def, help)                                                        \
+	{                                                                                          \
+		CONF_SCOPE_POLICY, n, CONF_INT, lo, hi, def, true, 0, k, help                      \
+	}
 
 /* The key table: conf/cbd.conf and proto/PROTOCOL.md document every row
  * (tests/cbd-config-test.c checks). */
@@ -63,22 +67,21 @@ static const conf_key keys[] = {
 	    "users (names or uids) allowed the admin ops set_state and delete"),
 	CBD_KEY(admin_groups, CONF_GROUPS, 0, 0, "", true,
 	    "groups (names or gids) whose members are admins"),
-	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true,
-	    "error, warning, info or debug"),
+	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true, "error, warning, info or debug"),
 	CBD_KEY(open_warning_interval, CONF_INT, 0, CONF_WARNING_INTERVAL_MAX, "60", true,
 	    "seconds between warnings listing open circuits (0: off)"),
 	POLICY_KEY("failure_threshold", PROTO_CTX_FAILURE_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
 	    "5", "failures in a chain that open a closed circuit"),
 	POLICY_KEY("success_threshold", PROTO_CTX_SUCCESS_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
 	    "2", "trial successes that close a half_open circuit"),
-	POLICY_KEY("break_ms", PROTO_CTX_BREAK_MS, CB_DURATION_MIN, CB_DURATION_MAX,
-	    "30000", "how long a circuit stays open before trial calls"),
-	POLICY_KEY("half_open_max", PROTO_CTX_HALF_OPEN_MAX, CB_COUNT_MIN, CB_COUNT_MAX,
-	    "1", "trial calls (slots) at once"),
+	POLICY_KEY("break_ms", PROTO_CTX_BREAK_MS, CB_DURATION_MIN, CB_DURATION_MAX, "30000",
+	    "how long a circuit stays open before trial calls"),
+	POLICY_KEY("half_open_max", PROTO_CTX_HALF_OPEN_MAX, CB_COUNT_MIN, CB_COUNT_MAX, "1",
+	    "trial calls (slots) at once"),
 	POLICY_KEY("slot_ttl_ms", PROTO_CTX_SLOT_TTL_MS, CB_DURATION_MIN, CB_DURATION_MAX,
 	    "break_ms", "lifetime of a slot or permit"),
-	POLICY_KEY("max_gap_ms", PROTO_CTX_MAX_GAP_MS, CB_DURATION_MIN, CB_DURATION_MAX,
-	    "unset", "a failure later than this after the previous one starts a new chain"),
+	POLICY_KEY("max_gap_ms", PROTO_CTX_MAX_GAP_MS, CB_DURATION_MIN, CB_DURATION_MAX, "unset",
+	    "a failure later than this after the previous one starts a new chain"),
 };
 
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
@@ -110,10 +113,10 @@ typedef struct conf_loader {
 	cbd_conf *cfg;
 	const char *path;
 	FILE *file;
-	int line;               /* number of the line being handled */
-	char *buf;              /* getline's buffer */
+	int line; /* number of the line being handled */
+	char *buf; /* getline's buffer */
 	size_t buf_size;
-	int error_line;         /* first error found by the handler, 0: none */
+	int error_line; /* first error found by the handler, 0: none */
 	char error[CONF_ERROR_SIZE];
 	int users_line, groups_line; /* where admin_users / admin_groups were set */
 } conf_loader;
@@ -155,10 +158,12 @@ set_cbd_key(cbd_conf *cfg, const conf_key *key, const char *value, char *why, si
 		if (!parse_int(value, key->type == CONF_OCTAL ? 8 : 10, &v) || v < key->min ||
 		    v > key->max) {
 			if (key->type == CONF_OCTAL)
-				snprintf(why, why_size, "must be an octal mode from 0 to 0%llo (got \"%s\")",
+				snprintf(why, why_size,
+				    "must be an octal mode from 0 to 0%llo (got \"%s\")",
 				    (unsigned long long)key->max, value);
 			else
-				snprintf(why, why_size, "must be an integer from %lld to %lld (got \"%s\")",
+				snprintf(why, why_size,
+				    "must be an integer from %lld to %lld (got \"%s\")",
 				    (long long)key->min, (long long)key->max, value);
 			return false;
 		}
@@ -426,7 +431,8 @@ admin_group_add(conf_loader *ld, const char *word)
 			return false;
 		}
 		gid = (gid_t)id;
-		return ids_append((void **)&cfg->admin_gids, &cfg->admin_gid_count, sizeof gid, &gid);
+		return ids_append((void **)&cfg->admin_gids, &cfg->admin_gid_count, sizeof gid,
+		    &gid);
 	}
 	gid = gr->gr_gid;
 	if (!ids_append((void **)&cfg->admin_gids, &cfg->admin_gid_count, sizeof gid, &gid))
@@ -434,8 +440,9 @@ admin_group_add(conf_loader *ld, const char *word)
 	for (char **m = gr->gr_mem; *m != NULL; m++) {
 		struct passwd *pw = getpwnam(*m);
 
-		if (pw != NULL && !ids_append((void **)&cfg->admin_uids, &cfg->admin_uid_count,
-		    sizeof pw->pw_uid, &pw->pw_uid))
+		if (pw != NULL &&
+		    !ids_append((void **)&cfg->admin_uids, &cfg->admin_uid_count, sizeof pw->pw_uid,
+			&pw->pw_uid))
 			return false;
 	}
 	return true;
@@ -489,8 +496,10 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 		conf_free(cfg);
 		return false;
 	}
-	if (ld.error_line == 0 && (!list_each(cfg->admin_users, admin_user_add, &ld) ||
-	    !list_each(cfg->admin_groups, admin_group_add, &ld)) && ld.error_line == 0)
+	if (ld.error_line == 0 &&
+	    (!list_each(cfg->admin_users, admin_user_add, &ld) ||
+		!list_each(cfg->admin_groups, admin_group_add, &ld)) &&
+	    ld.error_line == 0)
 		loader_fail(&ld, "admin", "out of memory");
 	if (ld.error_line != 0) {
 		snprintf(err, err_size, "%s", ld.error);
@@ -512,7 +521,7 @@ conf_free(cbd_conf *cfg)
 	free(cfg->admin_groups);
 	free(cfg->admin_uids);
 	free(cfg->admin_gids);
-	HASH_ITER(hh, cfg->circuits, c, tmp) {
+	HASH_ITER (hh, cfg->circuits, c, tmp) {
 		HASH_DEL(cfg->circuits, c);
 		free(c);
 	}
@@ -564,7 +573,8 @@ conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
 		case CONF_OCTAL:
 		case CONF_LEVEL:
 			if (*(int64_t *)(void *)to != *(const int64_t *)(const void *)from) {
-				log_warning("reload: %s cannot change without a restart; keeping %lld",
+				log_warning("reload: %s cannot change without a restart; keeping "
+					    "%lld",
 				    key->name, (long long)*(const int64_t *)(const void *)from);
 				*(int64_t *)(void *)to = *(const int64_t *)(const void *)from;
 			}

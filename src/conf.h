@@ -20,17 +20,17 @@
 
 typedef enum conf_type {
 	CONF_INT = 0, /* decimal integer within [min, max] */
-	CONF_OCTAL,   /* file mode, octal, within [min, max] */
-	CONF_STRING,  /* any text */
-	CONF_USERS,   /* comma- or space-separated user names or uids */
-	CONF_GROUPS,  /* comma- or space-separated group names or gids */
-	CONF_LEVEL,   /* a log level name */
+	CONF_OCTAL, /* file mode, octal, within [min, max] */
+	CONF_STRING, /* any text */
+	CONF_USERS, /* comma- or space-separated user names or uids */
+	CONF_GROUPS, /* comma- or space-separated group names or gids */
+	CONF_LEVEL, /* a log level name */
 } conf_type;
 
 /* Where a key may appear. */
 typedef enum conf_scope {
 	CONF_SCOPE_CBD = 0, /* [cbd] */
-	CONF_SCOPE_POLICY,  /* [defaults] and [circuit "NAME"] */
+	CONF_SCOPE_POLICY, /* [defaults] and [circuit "NAME"] */
 } conf_scope;
 
 /* One row of the key table. */
@@ -41,10 +41,10 @@ typedef struct conf_key {
 	int64_t min;
 	int64_t max;
 	const char *default_text; /* as documented and as parsed when absent */
-	bool reloadable;          /* may SIGHUP change it? */
-	size_t offset;            /* CONF_SCOPE_CBD: member of cbd_conf */
-	int ctx_key;              /* CONF_SCOPE_POLICY: its proto_ctx_key */
-	const char *help;         /* one line for docs */
+	bool reloadable; /* may SIGHUP change it? */
+	size_t offset; /* CONF_SCOPE_CBD: member of cbd_conf */
+	int ctx_key; /* CONF_SCOPE_POLICY: its proto_ctx_key */
+	const char *help; /* one line for docs */
 } conf_key;
 
 /* A [circuit "NAME"] section. */
@@ -88,8 +88,7 @@ void conf_free(cbd_conf *cfg);
 
 /* Policy for a call on `name`: request ctx, then the circuit's section,
  * then [defaults], then built-in defaults. */
-void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *request,
-    cb_policy *out);
+void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *request, cb_policy *out);
 
 /* Keys SIGHUP may not change: keep old's value in fresh, warning when
  * the file asked for another one. */

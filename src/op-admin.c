@@ -63,8 +63,8 @@ list_visit(const char *name, const cb_snapshot *snap, void *arg)
 	}
 	w->budget -= cost;
 	conf_policy(&srv.conf, name, &w->call->ctx, &policy);
-	obj = proto_snapshot_to_json(name, snap,
-	    breaker_retry_after_ms(snap, &policy, w->call->now));
+	obj =
+	    proto_snapshot_to_json(name, snap, breaker_retry_after_ms(snap, &policy, w->call->now));
 	if (obj == NULL || json_array_append_new(w->circuits, obj) != 0)
 		w->nomem = true;
 }

@@ -14,17 +14,19 @@ op_allow(op_call *call)
 	ct_change change;
 	json_t *r = call->reply;
 
-	if (!op_status(call, circuit_table_allow(srv.table, call->name, &call->policy, call->now,
-	        &call->client->owner, &allow, &change)))
+	if (!op_status(call,
+		circuit_table_allow(srv.table, call->name, &call->policy, call->now,
+		    &call->client->owner, &allow, &change)))
 		return false;
 	op_log_change(call->name, &change);
 	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
 	    json_object_set_new(r, "state", json_string(breaker_state_name(allow.state))) != 0 ||
 	    (allow.has_permit &&
-	        (json_object_set_new(r, "permit", json_string(allow.permit.token)) != 0 ||
-	            json_object_set_new(r, "expires_at", json_integer(allow.permit.expires_at)) != 0)) ||
+		(json_object_set_new(r, "permit", json_string(allow.permit.token)) != 0 ||
+		    json_object_set_new(r, "expires_at", json_integer(allow.permit.expires_at)) !=
+			0)) ||
 	    (!allow.allowed &&
-	        json_object_set_new(r, "retry_after_ms", json_integer(allow.retry_after_ms)) != 0))
+		json_object_set_new(r, "retry_after_ms", json_integer(allow.retry_after_ms)) != 0))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

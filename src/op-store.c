@@ -70,8 +70,9 @@ op_cas(op_call *call)
 	if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
 	    !proto_get_state(call->request, "to", true, &to, NULL, &call->err))
 		return false;
-	if (!op_status(call, circuit_table_cas(srv.table, call->name, from, to, call->now,
-	        &applied, &snap, &change)))
+	if (!op_status(call,
+		circuit_table_cas(srv.table, call->name, from, to, call->now, &applied, &snap,
+		    &change)))
 		return false;
 	op_log_change(call->name, &change);
 	if (json_object_set_new(call->reply, "applied", json_boolean(applied)) != 0)
@@ -88,8 +89,8 @@ op_set_state(op_call *call)
 
 	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err))
 		return false;
-	if (!op_status(call, circuit_table_set_state(srv.table, call->name, state, call->now,
-	        &snap, &change)))
+	if (!op_status(call,
+		circuit_table_set_state(srv.table, call->name, state, call->now, &snap, &change)))
 		return false;
 	op_log_change(call->name, &change);
 	return reply_snapshot(call, &snap);
@@ -101,12 +102,15 @@ op_acquire_slot(op_call *call)
 	ct_slot_grant grant;
 	bool acquired;
 
-	if (!op_status(call, circuit_table_acquire_slot(srv.table, call->name, &call->policy,
-	        call->now, &call->client->owner, &acquired, &grant)))
+	if (!op_status(call,
+		circuit_table_acquire_slot(srv.table, call->name, &call->policy, call->now,
+		    &call->client->owner, &acquired, &grant)))
 		return false;
 	if (json_object_set_new(call->reply, "acquired", json_boolean(acquired)) != 0 ||
-	    (acquired && (json_object_set_new(call->reply, "token", json_string(grant.token)) != 0 ||
-	        json_object_set_new(call->reply, "expires_at", json_integer(grant.expires_at)) != 0)))
+	    (acquired &&
+		(json_object_set_new(call->reply, "token", json_string(grant.token)) != 0 ||
+		    json_object_set_new(call->reply, "expires_at",
+			json_integer(grant.expires_at)) != 0)))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

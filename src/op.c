@@ -129,13 +129,15 @@ op_run(op_call *call, const op_entry *op)
 		if (v == NULL || json_is_null(v))
 			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required", *m);
 	}
-	if ((op->flags & OP_NAME) && !proto_get_name(call->request, "name", &call->name, &call->err))
+	if ((op->flags & OP_NAME) &&
+	    !proto_get_name(call->request, "name", &call->name, &call->err))
 		return false;
 	if (op->flags & OP_CTX) {
 		if (!proto_ctx_from_json(call->request, &call->ctx, &call->err))
 			return false;
-		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW) ?
-		    call->ctx.value[PROTO_CTX_NOW] : stats_now_ms();
+		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW)
+		    ? call->ctx.value[PROTO_CTX_NOW]
+		    : stats_now_ms();
 		if (call->name != NULL)
 			conf_policy(&srv.conf, call->name, &call->ctx, &call->policy);
 	}

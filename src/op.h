@@ -19,19 +19,19 @@
 /* Op flags. */
 #define OP_ADMIN 0x1u /* only for admin peers */
 #define OP_WRITE 0x2u /* may store state, so may answer capacity */
-#define OP_NAME 0x4u  /* needs a valid "name" */
-#define OP_CTX 0x8u   /* reads ctx: policy and now resolved before the handler */
+#define OP_NAME 0x4u /* needs a valid "name" */
+#define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
 
 /* One request being answered; filled by generic validation. */
 typedef struct op_call {
 	server_client *client;
 	const json_t *request;
 	const char *name; /* OP_NAME */
-	proto_ctx ctx;    /* OP_CTX: the request's ctx */
+	proto_ctx ctx; /* OP_CTX: the request's ctx */
 	cb_policy policy; /* OP_CTX: resolved for name */
-	int64_t now;      /* OP_CTX: ctx.now or the clock */
-	json_t *reply;    /* the ok reply; handlers add their result members */
-	proto_error err;  /* set when a handler returns false */
+	int64_t now; /* OP_CTX: ctx.now or the clock */
+	json_t *reply; /* the ok reply; handlers add their result members */
+	proto_error err; /* set when a handler returns false */
 } op_call;
 
 typedef bool (*op_fn)(op_call *call);

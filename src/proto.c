@@ -88,9 +88,8 @@ proto_ctx_check(proto_ctx_key key, int64_t v, const char *field, proto_error *er
 	const proto_ctx_def *def = &ctx_defs[key];
 
 	if (v < def->min || v > def->max)
-		return proto_fail(err, PROTO_BAD_REQUEST,
-		    "%s must be an integer from %lld to %lld", field,
-		    (long long)def->min, (long long)def->max);
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be an integer from %lld to %lld",
+		    field, (long long)def->min, (long long)def->max);
 	return true;
 }
 
@@ -144,8 +143,8 @@ member(const json_t *obj, const char *key)
 }
 
 bool
-proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max,
-    bool required, int64_t *out, bool *present, proto_error *err)
+proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max, bool required,
+    int64_t *out, bool *present, proto_error *err)
 {
 	const json_t *v = member(obj, key);
 
@@ -157,16 +156,15 @@ proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max,
 		return true;
 	}
 	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-		return proto_fail(err, PROTO_BAD_REQUEST,
-		    "%s must be an integer from %lld to %lld", key, (long long)min,
-		    (long long)max);
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be an integer from %lld to %lld",
+		    key, (long long)min, (long long)max);
 	*out = json_integer_value(v);
 	return true;
 }
 
 bool
-proto_get_string(const json_t *obj, const char *key, bool required,
-    const char **out, size_t *len, proto_error *err)
+proto_get_string(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
+    proto_error *err)
 {
 	const json_t *v = member(obj, key);
 
@@ -260,8 +258,8 @@ proto_get_name(const json_t *obj, const char *key, const char **out, proto_error
 }
 
 bool
-proto_get_state(const json_t *obj, const char *key, bool required,
-    cb_state *out, bool *present, proto_error *err)
+proto_get_state(const json_t *obj, const char *key, bool required, cb_state *out, bool *present,
+    proto_error *err)
 {
 	const char *text;
 	size_t len;
@@ -320,8 +318,8 @@ proto_ctx_to_json(const proto_ctx *ctx, json_t *obj)
 		return false;
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		if (proto_ctx_has(ctx, (proto_ctx_key)k) &&
-		    json_object_set_new(members, ctx_defs[k].name,
-			json_integer(ctx->value[k])) != 0) {
+		    json_object_set_new(members, ctx_defs[k].name, json_integer(ctx->value[k])) !=
+			0) {
 			json_decref(members);
 			return false;
 		}
@@ -339,13 +337,10 @@ time_to_json(int64_t t)
 json_t *
 proto_snapshot_to_json(const char *name, const cb_snapshot *snap, int64_t retry_after_ms)
 {
-	return json_pack("{s:s, s:s, s:I, s:I, s:o, s:o, s:I}",
-	    "name", name,
-	    "state", breaker_state_name(snap->state),
-	    "failure_count", (json_int_t)snap->failure_count,
-	    "success_count", (json_int_t)snap->success_count,
-	    "last_failure_at", time_to_json(snap->last_failure_at),
-	    "opened_at", time_to_json(snap->opened_at),
+	return json_pack("{s:s, s:s, s:I, s:I, s:o, s:o, s:I}", "name", name, "state",
+	    breaker_state_name(snap->state), "failure_count", (json_int_t)snap->failure_count,
+	    "success_count", (json_int_t)snap->success_count, "last_failure_at",
+	    time_to_json(snap->last_failure_at), "opened_at", time_to_json(snap->opened_at),
 	    "retry_after_ms", (json_int_t)retry_after_ms);
 }
 
@@ -369,8 +364,10 @@ proto_snapshot_from_json(const json_t *obj, cb_snapshot *out, int64_t *retry_aft
 		return proto_fail(err, PROTO_INTERNAL, "snapshot must be an object");
 	breaker_snapshot_init(out);
 	if (!proto_get_state(obj, "state", true, &out->state, NULL, err) ||
-	    !proto_get_int(obj, "failure_count", 0, INT64_MAX, true, &out->failure_count, NULL, err) ||
-	    !proto_get_int(obj, "success_count", 0, INT64_MAX, true, &out->success_count, NULL, err) ||
+	    !proto_get_int(obj, "failure_count", 0, INT64_MAX, true, &out->failure_count, NULL,
+		err) ||
+	    !proto_get_int(obj, "success_count", 0, INT64_MAX, true, &out->success_count, NULL,
+		err) ||
 	    !time_from_json(obj, "last_failure_at", &out->last_failure_at, err) ||
 	    !time_from_json(obj, "opened_at", &out->opened_at, err) ||
 	    !proto_get_int(obj, "retry_after_ms", 0, INT64_MAX, false, &retry, NULL, err))
@@ -427,8 +424,8 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 		 * number bad_request. */
 		if (strstr(jerr.text, "too big") != NULL) {
 			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
-				proto_fail(err, PROTO_BAD_REQUEST,
-				    "%s is an integer out of range", key);
+				proto_fail(err, PROTO_BAD_REQUEST, "%s is an integer out of range",
+				    key);
 			else
 				proto_fail(err, PROTO_BAD_REQUEST,
 				    "an integer is out of range (near byte %d)", jerr.position);
@@ -436,7 +433,8 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 		}
 		if (strstr(jerr.text, "overflow") != NULL) {
 			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
-				proto_fail(err, PROTO_BAD_REQUEST, "%s is a number out of range", key);
+				proto_fail(err, PROTO_BAD_REQUEST, "%s is a number out of range",
+				    key);
 			else
 				proto_fail(err, PROTO_BAD_REQUEST,
 				    "a number is out of range (near byte %d)", jerr.position);
@@ -469,8 +467,8 @@ proto_request_id(const json_t *request, const json_t **id, proto_error *err)
 }
 
 bool
-proto_get_text(const json_t *obj, const char *key, bool required,
-    const char **out, size_t *len, proto_error *err)
+proto_get_text(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
+    proto_error *err)
 {
 	size_t n;
 
@@ -515,8 +513,8 @@ proto_reply_error(const json_t *id, const proto_error *err)
 	if ((id != NULL && json_object_set(reply, "id", (json_t *)id) != 0) ||
 	    json_object_set_new(reply, "ok", json_false()) != 0 ||
 	    json_object_set_new(reply, "error",
-		json_pack("{s:s, s:o}", "code", proto_code_name(err->code), "message",
-		    message)) != 0) {
+		json_pack("{s:s, s:o}", "code", proto_code_name(err->code), "message", message)) !=
+		0) {
 		json_decref(reply);
 		return NULL;
 	}

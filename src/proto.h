@@ -104,13 +104,13 @@ bool proto_ctx_to_json(const proto_ctx *ctx, json_t *obj);
  * (bad_request, naming the member) and returns false when the member is
  * invalid, or missing while required. *present (may be NULL) says whether
  * an optional member was given. */
-bool proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max,
-    bool required, int64_t *out, bool *present, proto_error *err);
-bool proto_get_string(const json_t *obj, const char *key, bool required,
-    const char **out, size_t *len, proto_error *err);
+bool proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max, bool required,
+    int64_t *out, bool *present, proto_error *err);
+bool proto_get_string(const json_t *obj, const char *key, bool required, const char **out,
+    size_t *len, proto_error *err);
 bool proto_get_name(const json_t *obj, const char *key, const char **out, proto_error *err);
-bool proto_get_state(const json_t *obj, const char *key, bool required,
-    cb_state *out, bool *present, proto_error *err);
+bool proto_get_state(const json_t *obj, const char *key, bool required, cb_state *out,
+    bool *present, proto_error *err);
 
 /* Is text (len bytes) a valid circuit name: 1..256 bytes of UTF-8 with no
  * control characters? On false, *why says what is wrong. */
@@ -119,8 +119,8 @@ bool proto_name_valid(const char *text, size_t len, const char **why);
 /* A snapshot as the spec's JSON object (name, ..., retry_after_ms). */
 json_t *proto_snapshot_to_json(const char *name, const cb_snapshot *snap, int64_t retry_after_ms);
 /* Read a snapshot object back (client side); retry_after_ms may be NULL. */
-bool proto_snapshot_from_json(const json_t *obj, cb_snapshot *out,
-    int64_t *retry_after_ms, proto_error *err);
+bool proto_snapshot_from_json(const json_t *obj, cb_snapshot *out, int64_t *retry_after_ms,
+    proto_error *err);
 
 /* Decode one request line (no LF) with JSON_REJECT_DUPLICATES and
  * JSON_ALLOW_NUL (member readers reject NUL where it matters). NULL with
@@ -135,8 +135,8 @@ bool proto_request_id(const json_t *request, const json_t **id, proto_error *err
 
 /* Like proto_get_string, and false (bad_request) when the string holds a
  * NUL byte. */
-bool proto_get_text(const json_t *obj, const char *key, bool required,
-    const char **out, size_t *len, proto_error *err);
+bool proto_get_text(const json_t *obj, const char *key, bool required, const char **out,
+    size_t *len, proto_error *err);
 
 /* {"id": id (when not NULL), "ok": true}; NULL when out of memory. */
 json_t *proto_reply_ok(const json_t *id);

@@ -47,8 +47,8 @@ server_client_set_state(server_client *c, server_client_state state)
 {
 	if (c->state == state)
 		return;
-	log_debug("connection %llu: %s -> %s", (unsigned long long)c->id,
-	    state_names[c->state], state_names[state]);
+	log_debug("connection %llu: %s -> %s", (unsigned long long)c->id, state_names[c->state],
+	    state_names[state]);
 	c->state = state;
 }
 
@@ -100,7 +100,8 @@ server_client_reply(server_client *c, json_t *reply)
 		fatal("cannot serialize a reply");
 	if (n > c->out_cap - c->out_len - 1) {
 		out_reserve(c, n + 1);
-		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
+		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1,
+		    JSON_COMPACT);
 	}
 	json_decref(reply);
 	c->out_len += n;
@@ -143,7 +144,7 @@ server_client_flush(server_client *c)
 		if (c->out_len - c->out_off > (size_t)srv.conf.max_output_bytes) {
 			stats_limit_hit(STATS_LIMIT_OUTPUT);
 			log_warning("connection %llu: dropped: %zu bytes of replies unread "
-			            "(max_output_bytes %lld)",
+				    "(max_output_bytes %lld)",
 			    (unsigned long long)c->id, c->out_len - c->out_off,
 			    (long long)srv.conf.max_output_bytes);
 			server_client_close(c, "max_output_bytes reached");
@@ -323,8 +324,8 @@ server_client_close(server_client *c, const char *why)
 {
 	if (c->state == SERVER_CLIENT_DEAD)
 		return;
-	log_debug("connection %llu (uid %ld) closed: %s", (unsigned long long)c->id,
-	    (long)c->uid, why);
+	log_debug("connection %llu (uid %ld) closed: %s", (unsigned long long)c->id, (long)c->uid,
+	    why);
 	event_del(c->read_ev);
 	event_del(c->write_ev);
 	c->write_armed = false;

@@ -26,33 +26,33 @@
 /* A connection's life, changed only by server_client_set_state(). */
 typedef enum server_client_state {
 	SERVER_CLIENT_OPEN = 0, /* reading requests, writing replies */
-	SERVER_CLIENT_CLOSING,  /* no more reading; closed once output is flushed */
-	SERVER_CLIENT_DEAD,     /* closed; freed later, outside its callbacks */
+	SERVER_CLIENT_CLOSING, /* no more reading; closed once output is flushed */
+	SERVER_CLIENT_DEAD, /* closed; freed later, outside its callbacks */
 } server_client_state;
 
 typedef struct server_client server_client;
 
 struct server_client {
 	server_client *prev, *next; /* the server's list (live or dead) */
-	uint64_t id;                /* for logs */
+	uint64_t id; /* for logs */
 	int fd;
 	server_client_state state;
 	struct event *read_ev;
 	struct event *write_ev;
 	bool write_armed;
 
-	char *in;       /* unanswered input: at most one partial line */
+	char *in; /* unanswered input: at most one partial line */
 	size_t in_len;
 	size_t in_cap;
 	size_t in_scan; /* bytes of `in` already known to hold no LF */
 	bool discarding; /* dropping the rest of an overlong line */
 
-	char *out;      /* replies not yet written */
+	char *out; /* replies not yet written */
 	size_t out_off; /* bytes of `out` already written */
 	size_t out_len;
 	size_t out_cap;
 
-	pid_t pid;      /* SO_PEERCRED */
+	pid_t pid; /* SO_PEERCRED */
 	uid_t uid;
 	gid_t gid;
 	ct_owner owner; /* slots and permits this connection holds */

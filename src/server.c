@@ -230,7 +230,8 @@ socket_path_free(const char *path)
 	close(fd);
 	if (rc == 0 || errno == EAGAIN) {
 		log_error("another cbd is already listening on %s; refusing to start "
-		          "(stop it first, or use another socket with -s)", path);
+			  "(stop it first, or use another socket with -s)",
+		    path);
 		return false;
 	}
 	if (errno != ECONNREFUSED && errno != ENOENT) {
@@ -293,7 +294,8 @@ socket_listen(void)
 		else {
 			gid = strtol(srv.conf.socket_group, &end, 10);
 			if (*end != '\0' || gid < 0) {
-				log_error("socket_group: no such group \"%s\"", srv.conf.socket_group);
+				log_error("socket_group: no such group \"%s\"",
+				    srv.conf.socket_group);
 				close(fd);
 				return false;
 			}
@@ -334,7 +336,7 @@ socket_inherit(void)
 	}
 	if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0) {
 		log_error("socket activation: the inherited socket is not a listening Unix "
-		          "stream socket");
+			  "stream socket");
 		return false;
 	}
 	srv.listen_fd = SD_LISTEN_FDS_START;
@@ -347,7 +349,8 @@ socket_inherit(void)
 	if (getsockname(srv.listen_fd, (struct sockaddr *)&sa, &len) == 0 &&
 	    len > offsetof(struct sockaddr_un, sun_path) && sa.sun_path[0] != '\0') {
 		free(srv.socket_path);
-		srv.socket_path = strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
+		srv.socket_path =
+		    strndup(sa.sun_path, len - offsetof(struct sockaddr_un, sun_path));
 		if (srv.socket_path == NULL)
 			fatal("out of memory");
 	}
@@ -540,7 +543,8 @@ server_start(void)
 	srv.table = circuit_table_new((uint64_t)srv.conf.max_circuits, random_instance_id());
 	if (srv.table == NULL)
 		fatal("out of memory");
-	srv.socket_path = strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
+	srv.socket_path =
+	    strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
 	if (srv.socket_path == NULL)
 		fatal("out of memory");
 	/* Signals first, at the higher priority: a SIGTERM seen together with
@@ -562,7 +566,8 @@ server_start(void)
 		return false;
 	if (!srv.socket_inherited && !socket_listen())
 		return false;
-	srv.listen_ev = event_new(srv.base, srv.listen_fd, EV_READ | EV_PERSIST, server_accept, NULL);
+	srv.listen_ev =
+	    event_new(srv.base, srv.listen_fd, EV_READ | EV_PERSIST, server_accept, NULL);
 	if (srv.listen_ev == NULL || event_add(srv.listen_ev, NULL) != 0)
 		fatal("cannot watch the listening socket");
 	server_set_state(SERVER_RUNNING);

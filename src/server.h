@@ -35,13 +35,13 @@ typedef struct server {
 	server_state state;
 	struct event_base *base;
 	cbd_conf conf;
-	const char *conf_path;     /* NULL: built-in defaults */
+	const char *conf_path; /* NULL: built-in defaults */
 	const char *socket_override; /* -s */
-	bool verbose;                /* -v: log_level debug whatever the file says */
+	bool verbose; /* -v: log_level debug whatever the file says */
 	circuit_table *table;
 	int listen_fd;
-	bool socket_created;         /* we bound the path, so we unlink it */
-	bool socket_inherited;       /* socket activation */
+	bool socket_created; /* we bound the path, so we unlink it */
+	bool socket_inherited; /* socket activation */
 	char *socket_path;
 	struct event *listen_ev;
 	struct event *accept_pause_ev;
@@ -50,7 +50,7 @@ typedef struct server {
 	struct event *warn_ev;
 	struct event *drain_ev;
 	server_client *clients; /* live connections */
-	server_client *dead;    /* closed, waiting to be freed */
+	server_client *dead; /* closed, waiting to be freed */
 	uint64_t next_client_id;
 	int exit_code;
 } server;

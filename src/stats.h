@@ -17,15 +17,15 @@
 
 /* The named limits; each hit counts once. */
 typedef enum stats_limit {
-	STATS_LIMIT_LINE = 0,    /* max_line_bytes: line_too_long */
+	STATS_LIMIT_LINE = 0, /* max_line_bytes: line_too_long */
 	STATS_LIMIT_CONNECTIONS, /* max_connections: a client refused */
-	STATS_LIMIT_OUTPUT,      /* max_output_bytes: a client dropped */
-	STATS_LIMIT_LIST,        /* a list reply cut to fit max_output_bytes */
+	STATS_LIMIT_OUTPUT, /* max_output_bytes: a client dropped */
+	STATS_LIMIT_LIST, /* a list reply cut to fit max_output_bytes */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
 typedef struct cbd_stats {
-	int64_t started_at;   /* ms since the epoch */
+	int64_t started_at; /* ms since the epoch */
 	int64_t started_mono; /* ms, monotonic */
 	uint64_t connections_total;
 	uint64_t connections_current;

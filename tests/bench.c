@@ -116,7 +116,8 @@ worker_run(void *arg)
 	double end;
 
 	if (fd < 0 || out == NULL || in == NULL) {
-		fprintf(stderr, "bench: worker %d cannot connect to %s\n", w->index, w->socket_path);
+		fprintf(stderr, "bench: worker %d cannot connect to %s\n", w->index,
+		    w->socket_path);
 		w->errors++;
 		goto done;
 	}
@@ -128,9 +129,10 @@ worker_run(void *arg)
 		for (int i = 0; i < w->depth; i++) {
 			int circuit = (w->index * 7 + i) % BENCH_CIRCUITS;
 
-			len += (size_t)sprintf(out + len, (i % 2 == 0) ?
-			    "{\"op\":\"allow\",\"name\":\"svc-%d\"}\n" :
-			    "{\"op\":\"record\",\"name\":\"svc-%d\",\"outcome\":\"success\"}\n",
+			len += (size_t)sprintf(out + len,
+			    (i % 2 == 0) ? "{\"op\":\"allow\",\"name\":\"svc-%d\"}\n"
+					 : "{\"op\":\"record\",\"name\":\"svc-%d\",\"outcome\":"
+					   "\"success\"}\n",
 			    circuit);
 		}
 		if (!write_all(fd, out, len) || !read_replies(fd, in, w->depth, &w->errors)) {
@@ -280,7 +282,8 @@ main(int argc, char **argv)
 			}
 			break;
 		default:
-			fprintf(stderr, "usage: bench [-s SOCKET] [-d SECONDS] [-c CONNS,...] [-p DEPTH]\n");
+			fprintf(stderr,
+			    "usage: bench [-s SOCKET] [-d SECONDS] [-c CONNS,...] [-p DEPTH]\n");
 			return opt == 'h' ? 0 : 2;
 		}
 	}

@@ -45,8 +45,8 @@ static void
 report(const char *what, int n)
 {
 	qsort(samples, (size_t)n, sizeof samples[0], cmp_double);
-	printf("%-52s n=%-6d p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what, n,
-	    samples[n / 2], samples[n * 99 / 100], samples[n - 1]);
+	printf("%-52s n=%-6d p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what, n, samples[n / 2],
+	    samples[n * 99 / 100], samples[n - 1]);
 }
 
 static int

@@ -46,8 +46,10 @@ START_TEST(test_decode_errors)
 	expect_decode_error("\"s\"", PROTO_PARSE_ERROR, NULL);
 	expect_decode_error("{\"a\":1,\"a\":2}", PROTO_PARSE_ERROR, NULL);
 	expect_decode_error("{\"a\":1} {}", PROTO_PARSE_ERROR, NULL);
-	expect_decode_error("{\"now\":99999999999999999999}", PROTO_BAD_REQUEST, "now is an integer out of range");
-	expect_decode_error("{\"ctx\": {\"break_ms\" : -99999999999999999999 }}", PROTO_BAD_REQUEST, "break_ms");
+	expect_decode_error("{\"now\":99999999999999999999}", PROTO_BAD_REQUEST,
+	    "now is an integer out of range");
+	expect_decode_error("{\"ctx\": {\"break_ms\" : -99999999999999999999 }}", PROTO_BAD_REQUEST,
+	    "break_ms");
 	expect_decode_error("{\"x\":[99999999999999999999]}", PROTO_BAD_REQUEST, "near byte");
 	expect_decode_error("{\"r\":1e999}", PROTO_BAD_REQUEST, "r is a number out of range");
 }
@@ -117,8 +119,9 @@ START_TEST(test_replies)
 	err.message[sizeof err.message - 2] = '\0';
 	r = proto_reply_error(id, &err);
 	ck_assert_ptr_nonnull(r);
-	ck_assert_uint_eq(strlen(json_string_value(json_object_get(json_object_get(r, "error"),
-	    "message"))), sizeof err.message - 3);
+	ck_assert_uint_eq(strlen(json_string_value(
+			      json_object_get(json_object_get(r, "error"), "message"))),
+	    sizeof err.message - 3);
 	json_decref(r);
 	json_decref(id);
 }

@@ -104,8 +104,9 @@ record_failures(int i, int fd)
 
 	if (i % 2 == 0) {
 		for (int k = 0; k < PER_CLIENT; k++) {
-			json_t *r = util_call(fd, "{\"op\":\"record_failure\",\"name\":\"shared\","
-			                          "\"ctx\":{\"failure_threshold\":1000000000}}");
+			json_t *r = util_call(fd,
+			    "{\"op\":\"record_failure\",\"name\":\"shared\","
+			    "\"ctx\":{\"failure_threshold\":1000000000}}");
 			bool ok = r != NULL && util_code(r) == NULL;
 
 			json_decref(r);
@@ -119,12 +120,14 @@ record_failures(int i, int fd)
 
 	for (int k = 0; k < PER_CLIENT; k++)
 		len += (size_t)snprintf(buf + len, cap - len,
-		    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":1000000000}}\n");
+		    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":"
+		    "1000000000}}\n");
 	if (!util_write_all(fd, buf, len))
 		return 2;
 	free(buf);
 	for (int k = 0; k < PER_CLIENT; k++) {
-		if (!util_read_line(fd, reply, sizeof reply) || strstr(reply, "\"ok\":true") == NULL)
+		if (!util_read_line(fd, reply, sizeof reply) ||
+		    strstr(reply, "\"ok\":true") == NULL)
 			return 3;
 	}
 	return 0;
@@ -150,7 +153,8 @@ END_TEST
 static int
 cas_once(int i, int fd)
 {
-	json_t *r = util_call(fd, "{\"op\":\"cas\",\"name\":\"race\",\"from\":\"closed\",\"to\":\"open\"}");
+	json_t *r =
+	    util_call(fd, "{\"op\":\"cas\",\"name\":\"race\",\"from\":\"closed\",\"to\":\"open\"}");
 	int code = r == NULL || util_code(r) != NULL ? 1 : util_bool(r, "applied") ? 10 : 11;
 
 	json_decref(r);
@@ -175,7 +179,8 @@ END_TEST
 static int
 allow_once(int i, int fd)
 {
-	json_t *r = util_call(fd, "{\"op\":\"allow\",\"name\":\"trial\",\"ctx\":{\"now\":100000,\"break_ms\":1000}}");
+	json_t *r = util_call(fd,
+	    "{\"op\":\"allow\",\"name\":\"trial\",\"ctx\":{\"now\":100000,\"break_ms\":1000}}");
 	int code;
 
 	if (r == NULL || util_code(r) != NULL)
@@ -196,7 +201,8 @@ START_TEST(test_allow_race_one_permit)
 	json_t *r;
 
 	fd = harness_connect(&h);
-	r = util_call(fd, "{\"op\":\"set_state\",\"name\":\"trial\",\"state\":\"open\",\"ctx\":{\"now\":1000}}");
+	r = util_call(fd,
+	    "{\"op\":\"set_state\",\"name\":\"trial\",\"state\":\"open\",\"ctx\":{\"now\":1000}}");
 	ck_assert(util_code(r) == NULL);
 	json_decref(r);
 	race(allow_once, codes);

@@ -91,23 +91,23 @@ START_TEST(test_full_file_and_layers)
 	cb_policy p;
 
 	write_conf("# comment\n"
-	           "[cbd]\n"
-	           "socket = /tmp/x.sock\n"
-	           "socket_mode = 0600\n"
-	           "max_line_bytes = 1024 ; inline comment\n"
-	           "max_circuits = 10\n"
-	           "max_connections = 5\n"
-	           "max_output_bytes = 100000\n"
-	           "admin_users = root, 65534\n"
-	           "admin_groups = 0\n"
-	           "log_level = debug\n"
-	           "open_warning_interval = 0\n"
-	           "[defaults]\n"
-	           "failure_threshold = 7\n"
-	           "break_ms = 1000\n"
-	           "[circuit \"pay ments\"]\n"
-	           "failure_threshold = 2\n"
-	           "max_gap_ms = 50\n");
+		   "[cbd]\n"
+		   "socket = /tmp/x.sock\n"
+		   "socket_mode = 0600\n"
+		   "max_line_bytes = 1024 ; inline comment\n"
+		   "max_circuits = 10\n"
+		   "max_connections = 5\n"
+		   "max_output_bytes = 100000\n"
+		   "admin_users = root, 65534\n"
+		   "admin_groups = 0\n"
+		   "log_level = debug\n"
+		   "open_warning_interval = 0\n"
+		   "[defaults]\n"
+		   "failure_threshold = 7\n"
+		   "break_ms = 1000\n"
+		   "[circuit \"pay ments\"]\n"
+		   "failure_threshold = 2\n"
+		   "max_gap_ms = 50\n");
 	ck_assert_msg(conf_load(path, &cfg, err, sizeof err), "%s", err);
 	ck_assert_str_eq(cfg.socket, "/tmp/x.sock");
 	ck_assert_int_eq(cfg.socket_mode, 0600);
@@ -148,21 +148,25 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[defaults]\nbreak_ms = 1.5\n", 2, "break_ms", NULL);
 	expect_error("[defaults]\nnow = 5\n", 2, "now", "unknown key");
 	expect_error("[defaults]\nsocket = /x\n", 2, "socket", "unknown key");
-	expect_error("[cbd]\nsocket = /x\n[circuit \"a\"]\nhalf_open_max = 0\n", 4, "half_open_max", NULL);
+	expect_error("[cbd]\nsocket = /x\n[circuit \"a\"]\nhalf_open_max = 0\n", 4, "half_open_max",
+	    NULL);
 	expect_error("[circuits \"a\"]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[circuit \"\"]\nbreak_ms = 5\n", 2, "break_ms", "circuit section names");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
-	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users", "no-such-user-here");
+	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users",
+	    "no-such-user-here");
 	{
 		/* Lines past libinih's buffer: a comment is fine, a setting is not. */
 		char text[1200];
 
-		snprintf(text, sizeof text, "# %0400d\n[cbd]\nadmin_users = %0500d\nmax_circuits = 0\n", 0, 0);
+		snprintf(text, sizeof text,
+		    "# %0400d\n[cbd]\nadmin_users = %0500d\nmax_circuits = 0\n", 0, 0);
 		expect_error(text, 3, "", "line is longer than");
 		snprintf(text, sizeof text, "# %0400d\n[cbd]\nmax_circuits = 0\n", 0);
 		expect_error(text, 3, "max_circuits", NULL);
 	}
-	expect_error("[cbd]\nlog_level = info\nadmin_groups = no-such-group-here\n", 3, "admin_groups", NULL);
+	expect_error("[cbd]\nlog_level = info\nadmin_groups = no-such-group-here\n", 3,
+	    "admin_groups", NULL);
 }
 END_TEST
 
@@ -245,7 +249,8 @@ has_key_line(const char *text, const char *key, const char *value)
 					p++;
 					vlen--;
 				}
-				if (value == NULL || (strlen(value) == vlen && strncmp(p, value, vlen) == 0))
+				if (value == NULL ||
+				    (strlen(value) == vlen && strncmp(p, value, vlen) == 0))
 					return true;
 			}
 		}
@@ -276,8 +281,8 @@ START_TEST(test_every_key_documented)
 		/* cbd.conf(5) lists each key as ".BR key ..." or ".B key". */
 		snprintf(quoted, sizeof quoted, "\n.BR %s ", k->name);
 		ck_assert_msg(strstr(man, quoted) != NULL ||
-		        (snprintf(quoted, sizeof quoted, "\n.B %s\n", k->name) > 0 &&
-		            strstr(man, quoted) != NULL),
+			(snprintf(quoted, sizeof quoted, "\n.B %s\n", k->name) > 0 &&
+			    strstr(man, quoted) != NULL),
 		    "conf/cbd.conf.5 does not document %s", k->name);
 	}
 	/* And the example itself is valid. */

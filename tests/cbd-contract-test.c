@@ -61,13 +61,10 @@ remote_teardown(void *store)
 static void
 add_ctx(json_t *request, const cb_policy *p, int64_t now)
 {
-	json_t *ctx = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
-	    "failure_threshold", (json_int_t)p->failure_threshold,
-	    "success_threshold", (json_int_t)p->success_threshold,
-	    "break_ms", (json_int_t)p->break_ms,
-	    "half_open_max", (json_int_t)p->half_open_max,
-	    "slot_ttl_ms", (json_int_t)p->slot_ttl_ms,
-	    "now", (json_int_t)now);
+	json_t *ctx = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "failure_threshold",
+	    (json_int_t)p->failure_threshold, "success_threshold", (json_int_t)p->success_threshold,
+	    "break_ms", (json_int_t)p->break_ms, "half_open_max", (json_int_t)p->half_open_max,
+	    "slot_ttl_ms", (json_int_t)p->slot_ttl_ms, "now", (json_int_t)now);
 
 	if (p->max_gap_ms > 0)
 		json_object_set_new(ctx, "max_gap_ms", json_integer(p->max_gap_ms));
@@ -171,8 +168,8 @@ remote_cas(void *store, const char *name, cb_state from, cb_state to, const cb_p
 }
 
 static contract_status
-remote_set_state(void *store, const char *name, cb_state state, const cb_policy *p,
-    int64_t now, cb_snapshot *out)
+remote_set_state(void *store, const char *name, cb_state state, const cb_policy *p, int64_t now,
+    cb_snapshot *out)
 {
 	json_t *r = request("set_state", name, p, now), *reply;
 	contract_status st;
@@ -183,8 +180,8 @@ remote_set_state(void *store, const char *name, cb_state state, const cb_policy 
 }
 
 static contract_status
-remote_acquire_slot(void *store, const char *name, const cb_policy *p, int64_t now,
-    bool *acquired, char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at)
+remote_acquire_slot(void *store, const char *name, const cb_policy *p, int64_t now, bool *acquired,
+    char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at)
 {
 	json_t *reply;
 	contract_status st = call(store, request("acquire_slot", name, p, now), &reply);

@@ -266,7 +266,8 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 		if (getppid() != parent)
 			_exit(127);
 		if (opts->log_path != NULL) {
-			int fd = open(opts->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+			int fd =
+			    open(opts->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 
 			if (fd >= 0)
 				dup2(fd, STDERR_FILENO);
@@ -290,7 +291,8 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 		int status, fd;
 
 		if (waitpid(h->pid, &status, WNOHANG) == h->pid) {
-			fprintf(stderr, "harness: cbd exited before accepting (status %d)\n", status);
+			fprintf(stderr, "harness: cbd exited before accepting (status %d)\n",
+			    status);
 			untrack(h->pid);
 			h->pid = 0;
 			remove_dir(h->dir);

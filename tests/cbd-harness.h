@@ -37,13 +37,13 @@ bool harness_request(int fd, const char *line, char *reply, size_t reply_size);
 /* How to start cbd differently. Every member is optional. In prefix and
  * args, "@SOCKET@" stands for the socket path. */
 typedef struct harness_opts {
-	const char *const *prefix;  /* argv before cbd (e.g. systemd-socket-activate) */
-	const char *const *args;    /* extra cbd arguments, NULL-ended */
-	const char *socket;         /* socket path instead of one in the temp dir */
-	const char *const *env;     /* extra NAME=value entries, NULL-ended */
-	const char *log_path;       /* cbd's stderr goes here (NULL: inherited) */
-	bool no_socket_arg;         /* do not pass -s socket_path */
-	bool no_wait;               /* return once started, without connecting */
+	const char *const *prefix; /* argv before cbd (e.g. systemd-socket-activate) */
+	const char *const *args; /* extra cbd arguments, NULL-ended */
+	const char *socket; /* socket path instead of one in the temp dir */
+	const char *const *env; /* extra NAME=value entries, NULL-ended */
+	const char *log_path; /* cbd's stderr goes here (NULL: inherited) */
+	bool no_socket_arg; /* do not pass -s socket_path */
+	bool no_wait; /* return once started, without connecting */
 } harness_opts;
 
 /* harness_start with options. */

@@ -31,9 +31,12 @@
 static const char *const seeds[] = {
 	"{\"id\":1,\"op\":\"hello\",\"client\":\"fuzz\"}",
 	"{\"id\":2,\"op\":\"get\",\"name\":\"a\",\"ctx\":{\"now\":1000}}",
-	"{\"id\":\"x\",\"op\":\"record_failure\",\"name\":\"a\",\"ctx\":{\"failure_threshold\":2,\"now\":1000}}",
-	"{\"op\":\"record_success\",\"name\":\"b\",\"ctx\":{\"success_threshold\":1,\"max_gap_ms\":5}}",
-	"{\"op\":\"cas\",\"name\":\"a\",\"from\":\"open\",\"to\":\"half_open\",\"ctx\":{\"now\":40000}}",
+	"{\"id\":\"x\",\"op\":\"record_failure\",\"name\":\"a\",\"ctx\":{\"failure_threshold\":2,"
+	"\"now\":1000}}",
+	"{\"op\":\"record_success\",\"name\":\"b\",\"ctx\":{\"success_threshold\":1,\"max_gap_ms\":"
+	"5}}",
+	"{\"op\":\"cas\",\"name\":\"a\",\"from\":\"open\",\"to\":\"half_open\",\"ctx\":{\"now\":"
+	"40000}}",
 	"{\"op\":\"set_state\",\"name\":\"c\",\"state\":\"open\"}",
 	"{\"op\":\"acquire_slot\",\"name\":\"a\",\"ctx\":{\"half_open_max\":3,\"slot_ttl_ms\":10}}",
 	"{\"op\":\"release_slot\",\"name\":\"a\",\"token\":\"0000000000000000-0000000000000001\"}",
@@ -49,16 +52,41 @@ static const char *const seeds[] = {
 #define SEED_COUNT (sizeof seeds / sizeof seeds[0])
 
 static const char *const tokens[] = {
-	"null", "true", "-1", "0", "1.5", "1e400", "9007199254740993",
-	"99999999999999999999999", "\"\"", "{}", "[]", "\"\\u0000\"", "\"\\ud800\"",
-	"\xff", "\xc3", "\r", "\"op\":\"get\"", ",", ":", "\"name\":", "{\"now\":-5}",
+	"null",
+	"true",
+	"-1",
+	"0",
+	"1.5",
+	"1e400",
+	"9007199254740993",
+	"99999999999999999999999",
+	"\"\"",
+	"{}",
+	"[]",
+	"\"\\u0000\"",
+	"\"\\ud800\"",
+	"\xff",
+	"\xc3",
+	"\r",
+	"\"op\":\"get\"",
+	",",
+	":",
+	"\"name\":",
+	"{\"now\":-5}",
 };
 
 #define TOKEN_COUNT (sizeof tokens / sizeof tokens[0])
 
 static const char *const known_codes[] = {
-	"parse_error", "line_too_long", "unknown_op", "bad_request", "forbidden",
-	"capacity", "shutting_down", "internal", NULL,
+	"parse_error",
+	"line_too_long",
+	"unknown_op",
+	"bad_request",
+	"forbidden",
+	"capacity",
+	"shutting_down",
+	"internal",
+	NULL,
 };
 
 static unsigned long long rng_state;
@@ -127,7 +155,8 @@ mutate(char *line, size_t len)
 		return pos;
 	default: /* grow past max_line_bytes */
 		while (len + 64 < HOSTILE_LINE_MAX && len < HOSTILE_MAX_LINE_BYTES + 200)
-			len = insert_at(line, len, len > 0 ? len - 1 : 0, "{\"pad\":\"xxxxxxxxxxxxxxx\"}, ", 26);
+			len = insert_at(line, len, len > 0 ? len - 1 : 0,
+			    "{\"pad\":\"xxxxxxxxxxxxxxx\"}, ", 26);
 		return len;
 	}
 }
@@ -177,7 +206,8 @@ START_TEST(test_mutated_requests_get_one_reply_each)
 	ck_assert_int_ge(fd, 0);
 	/* A circuit that must survive everything below (names used by the
 	 * corpus cannot reach it: its name is not in any seed). */
-	r = util_call(fd, "{\"op\":\"set_state\",\"name\":\"survivor\",\"state\":\"open\",\"ctx\":{\"now\":5}}");
+	r = util_call(fd,
+	    "{\"op\":\"set_state\",\"name\":\"survivor\",\"state\":\"open\",\"ctx\":{\"now\":5}}");
 	ck_assert_ptr_nonnull(r);
 	json_decref(r);
 
@@ -209,7 +239,8 @@ START_TEST(test_mutated_requests_get_one_reply_each)
 		ck_assert(util_write_all(fd, batch, blen));
 		for (int i = 0; i < n; i++) {
 			ck_assert_msg(util_read_line(fd, reply, sizeof reply),
-			    "seed %llu: no reply to line %zu: %.300s", seed, sent + (size_t)i, lines[i]);
+			    "seed %llu: no reply to line %zu: %.300s", seed, sent + (size_t)i,
+			    lines[i]);
 			ck_assert_msg(reply_ok(reply, why, sizeof why),
 			    "seed %llu: %s: %.300s -> %.300s", seed, why, lines[i], reply);
 		}

@@ -140,11 +140,13 @@ START_TEST(test_shutting_down_for_lines_sent_before_stop)
 	ck_assert_int_eq(kill(h.pid, SIGSTOP), 0);
 	ck_assert_int_eq(waitpid(h.pid, &st, WUNTRACED), h.pid);
 	ck_assert(WIFSTOPPED(st));
-	ck_assert(util_write_all(a, "{\"id\":5,\"op\":\"record_failure\",\"name\":\"late\"}\n", 45));
+	ck_assert(
+	    util_write_all(a, "{\"id\":5,\"op\":\"record_failure\",\"name\":\"late\"}\n", 45));
 	ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
 	ck_assert_int_eq(kill(h.pid, SIGCONT), 0);
 	ck_assert(util_read_line(a, reply, sizeof reply));
-	ck_assert_msg(strstr(reply, "\"shutting_down\"") != NULL && strstr(reply, "\"id\":5") != NULL,
+	ck_assert_msg(strstr(reply, "\"shutting_down\"") != NULL &&
+		strstr(reply, "\"id\":5") != NULL,
 	    "got %s", reply);
 	ck_assert(util_wait_eof(a));
 	st = harness_wait(&h);
@@ -325,8 +327,10 @@ START_TEST(test_logs_transitions_and_open_warning)
 
 	start_logged("[cbd]\nopen_warning_interval = 1\n");
 	a = harness_connect(&h);
-	json_decref(util_call(a, "{\"op\":\"set_state\",\"name\":\"pay \\\"q\\\"\",\"state\":\"open\"}"));
-	json_decref(util_call(a, "{\"op\":\"record_failure\",\"name\":\"t\",\"ctx\":{\"failure_threshold\":1}}"));
+	json_decref(
+	    util_call(a, "{\"op\":\"set_state\",\"name\":\"pay \\\"q\\\"\",\"state\":\"open\"}"));
+	json_decref(util_call(a,
+	    "{\"op\":\"record_failure\",\"name\":\"t\",\"ctx\":{\"failure_threshold\":1}}"));
 	ck_assert(util_wait_file(log_path,
 	    "info: circuit \"pay \\\"q\\\"\": closed -> open (forced by an operator)"));
 	ck_assert(util_wait_file(log_path,

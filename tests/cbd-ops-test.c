@@ -24,14 +24,13 @@
 static cbd_harness h;
 static int fd = -1;
 
-static const char *const fixture_config =
-    "[cbd]\n"
-    "socket_mode = 0666\n"
-    "max_circuits = 100\n"
-    "[defaults]\n"
-    "failure_threshold = 3\n"
-    "[circuit \"configured\"]\n"
-    "failure_threshold = 1\n";
+static const char *const fixture_config = "[cbd]\n"
+					  "socket_mode = 0666\n"
+					  "max_circuits = 100\n"
+					  "[defaults]\n"
+					  "failure_threshold = 3\n"
+					  "[circuit \"configured\"]\n"
+					  "failure_threshold = 1\n";
 
 static void
 setup(void)
@@ -52,8 +51,7 @@ teardown(void)
 
 /* A reply that must be ok. */
 #define CALL_OK(...) call_ok(__LINE__, __VA_ARGS__)
-static json_t *__attribute__((format(printf, 2, 3)))
-call_ok(int line, const char *fmt, ...)
+static json_t *__attribute__((format(printf, 2, 3))) call_ok(int line, const char *fmt, ...)
 {
 	static char req[1 << 18];
 	va_list ap;
@@ -151,7 +149,7 @@ START_TEST(test_record_failure_opens_with_layered_policy)
 	r = CALL_OK("{\"op\":\"set_state\",\"name\":\"configured\",\"state\":\"closed\"}");
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\","
-	            "\"ctx\":{\"now\":2,\"failure_threshold\":2}}");
+		    "\"ctx\":{\"now\":2,\"failure_threshold\":2}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
@@ -165,11 +163,14 @@ START_TEST(test_max_gap_starts_new_chain)
 {
 	json_t *r;
 
-	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":100,\"max_gap_ms\":10}}"));
-	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":200,\"max_gap_ms\":10}}");
+	json_decref(CALL_OK(
+	    "{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":100,\"max_gap_ms\":10}}"));
+	r = CALL_OK(
+	    "{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":200,\"max_gap_ms\":10}}");
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":205,\"max_gap_ms\":10}}");
+	r = CALL_OK(
+	    "{\"op\":\"record_failure\",\"name\":\"g\",\"ctx\":{\"now\":205,\"max_gap_ms\":10}}");
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 2);
 	json_decref(r);
 }
@@ -192,7 +193,8 @@ START_TEST(test_record_success_and_half_open)
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 0);
 	json_decref(r);
 	/* half_open: success_threshold (2) successes close. */
-	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"s\",\"state\":\"half_open\",\"ctx\":{\"now\":4}}"));
+	json_decref(CALL_OK(
+	    "{\"op\":\"set_state\",\"name\":\"s\",\"state\":\"half_open\",\"ctx\":{\"now\":4}}"));
 	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"s\",\"ctx\":{\"now\":5}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
 	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 1);
@@ -203,7 +205,8 @@ START_TEST(test_record_success_and_half_open)
 	ck_assert(json_is_null(util_get(r, "snapshot.opened_at")));
 	json_decref(r);
 	/* half_open: a failure reopens. */
-	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"s\",\"state\":\"half_open\",\"ctx\":{\"now\":7}}"));
+	json_decref(CALL_OK(
+	    "{\"op\":\"set_state\",\"name\":\"s\",\"state\":\"half_open\",\"ctx\":{\"now\":7}}"));
 	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"s\",\"ctx\":{\"now\":8}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 8);
@@ -216,19 +219,22 @@ START_TEST(test_cas)
 	json_t *r;
 
 	/* A failed cas on an unknown name creates nothing. */
-	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"closed\",\"ctx\":{\"now\":1}}");
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"closed\",\"ctx\":{"
+		    "\"now\":1}}");
 	ck_assert(!util_bool(r, "applied"));
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "circuits"), 0);
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"open\",\"ctx\":{\"now\":10}}");
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"open\",\"ctx\":{"
+		    "\"now\":10}}");
 	ck_assert(util_bool(r, "applied"));
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 10);
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"half_open\",\"ctx\":{\"now\":11}}");
+	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"half_open\","
+		    "\"ctx\":{\"now\":11}}");
 	ck_assert(!util_bool(r, "applied"));
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	json_decref(r);
@@ -239,7 +245,8 @@ START_TEST(test_set_state_and_delete)
 {
 	json_t *r;
 
-	r = CALL_OK("{\"op\":\"set_state\",\"name\":\"d\",\"state\":\"open\",\"ctx\":{\"now\":50}}");
+	r = CALL_OK(
+	    "{\"op\":\"set_state\",\"name\":\"d\",\"state\":\"open\",\"ctx\":{\"now\":50}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 50);
 	json_decref(r);
@@ -261,7 +268,8 @@ START_TEST(test_slots)
 	json_t *r;
 
 	for (int i = 0; i < 2; i++) {
-		r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":100,\"half_open_max\":2,\"slot_ttl_ms\":50}}");
+		r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":100,\"half_"
+			    "open_max\":2,\"slot_ttl_ms\":50}}");
 		ck_assert(util_bool(r, "acquired"));
 		ck_assert_int_eq(util_int(r, "expires_at"), 150);
 		if (i == 0)
@@ -270,23 +278,30 @@ START_TEST(test_slots)
 			ck_assert_str_ne(token, util_str(r, "token"));
 		json_decref(r);
 	}
-	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":101,\"half_open_max\":2}}");
+	r = CALL_OK(
+	    "{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":101,\"half_open_max\":2}}");
 	ck_assert(!util_bool(r, "acquired"));
 	ck_assert_ptr_null(json_object_get(r, "token"));
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"%s\",\"ctx\":{\"now\":102}}", token);
+	r = CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"%s\",\"ctx\":{\"now\":"
+		    "102}}",
+	    token);
 	ck_assert(util_bool(r, "released"));
 	json_decref(r);
 	/* Releasing again, or an unknown token, is a no-op. */
-	r = CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"%s\",\"ctx\":{\"now\":102}}", token);
+	r = CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"%s\",\"ctx\":{\"now\":"
+		    "102}}",
+	    token);
 	ck_assert(!util_bool(r, "released"));
 	json_decref(r);
 	json_decref(CALL_OK("{\"op\":\"release_slot\",\"name\":\"sl\",\"token\":\"nope\"}"));
-	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":103,\"half_open_max\":2}}");
+	r = CALL_OK(
+	    "{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":103,\"half_open_max\":2}}");
 	ck_assert(util_bool(r, "acquired"));
 	json_decref(r);
 	/* At expires_at the slot counts as expired. */
-	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":150,\"half_open_max\":1}}");
+	r = CALL_OK(
+	    "{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":150,\"half_open_max\":1}}");
 	ck_assert(!util_bool(r, "acquired"));
 	json_decref(r);
 }
@@ -302,14 +317,16 @@ START_TEST(test_allow_and_record)
 	ck_assert_str_eq(util_str(r, "state"), "closed");
 	json_decref(r);
 	for (int i = 0; i < 3; i++)
-		json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"failure\",\"ctx\":{\"now\":10}}"));
+		json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"failure\","
+				    "\"ctx\":{\"now\":10}}"));
 	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":1010,\"break_ms\":5000}}");
 	ck_assert(!util_bool(r, "allowed"));
 	ck_assert_str_eq(util_str(r, "state"), "open");
 	ck_assert_int_eq(util_int(r, "retry_after_ms"), 4000);
 	json_decref(r);
 	/* Break elapsed: half_open with a permit. */
-	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":5010,\"break_ms\":5000,\"slot_ttl_ms\":700}}");
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":5010,\"break_ms\":5000,"
+		    "\"slot_ttl_ms\":700}}");
 	ck_assert(util_bool(r, "allowed"));
 	ck_assert_str_eq(util_str(r, "state"), "half_open");
 	ck_assert_int_eq(util_int(r, "expires_at"), 5710);
@@ -322,7 +339,9 @@ START_TEST(test_allow_and_record)
 	ck_assert_int_eq(util_int(r, "retry_after_ms"), 600);
 	json_decref(r);
 	/* record with the permit releases it. */
-	r = CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"success\",\"permit\":\"%s\",\"ctx\":{\"now\":5200}}", permit);
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"success\",\"permit\":\"%s\","
+		    "\"ctx\":{\"now\":5200}}",
+	    permit);
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
 	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 1);
 	json_decref(r);
@@ -330,7 +349,9 @@ START_TEST(test_allow_and_record)
 	ck_assert(util_bool(r, "allowed"));
 	snprintf(permit, sizeof permit, "%s", util_str(r, "permit"));
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"success\",\"permit\":\"%s\",\"ctx\":{\"now\":5400}}", permit);
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"a\",\"outcome\":\"success\",\"permit\":\"%s\","
+		    "\"ctx\":{\"now\":5400}}",
+	    permit);
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
@@ -345,18 +366,22 @@ START_TEST(test_record_ignore)
 	json_t *r;
 
 	/* ignore never creates a circuit. */
-	r = CALL_OK("{\"op\":\"record\",\"name\":\"i\",\"outcome\":\"ignore\",\"ctx\":{\"now\":1}}");
+	r = CALL_OK(
+	    "{\"op\":\"record\",\"name\":\"i\",\"outcome\":\"ignore\",\"ctx\":{\"now\":1}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "circuits"), 0);
 	json_decref(r);
 	/* ignore gives the permit back and changes nothing else. */
-	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"i\",\"state\":\"half_open\",\"ctx\":{\"now\":2}}"));
+	json_decref(CALL_OK(
+	    "{\"op\":\"set_state\",\"name\":\"i\",\"state\":\"half_open\",\"ctx\":{\"now\":2}}"));
 	r = CALL_OK("{\"op\":\"allow\",\"name\":\"i\",\"ctx\":{\"now\":3}}");
 	snprintf(permit, sizeof permit, "%s", util_str(r, "permit"));
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"record\",\"name\":\"i\",\"outcome\":\"ignore\",\"permit\":\"%s\",\"ctx\":{\"now\":4}}", permit);
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"i\",\"outcome\":\"ignore\",\"permit\":\"%s\","
+		    "\"ctx\":{\"now\":4}}",
+	    permit);
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
 	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 0);
 	json_decref(r);
@@ -370,8 +395,10 @@ START_TEST(test_list)
 {
 	json_t *r;
 
-	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"l1\",\"state\":\"open\",\"ctx\":{\"now\":1}}"));
-	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"l2\",\"state\":\"half_open\",\"ctx\":{\"now\":1}}"));
+	json_decref(CALL_OK(
+	    "{\"op\":\"set_state\",\"name\":\"l1\",\"state\":\"open\",\"ctx\":{\"now\":1}}"));
+	json_decref(CALL_OK(
+	    "{\"op\":\"set_state\",\"name\":\"l2\",\"state\":\"half_open\",\"ctx\":{\"now\":1}}"));
 	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"l3\",\"ctx\":{\"now\":1}}"));
 	r = CALL_OK("{\"op\":\"list\"}");
 	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 3);
@@ -380,7 +407,9 @@ START_TEST(test_list)
 	r = CALL_OK("{\"op\":\"list\",\"state\":\"open\",\"ctx\":{\"now\":11,\"break_ms\":100}}");
 	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
 	ck_assert_str_eq(util_str(json_array_get(json_object_get(r, "circuits"), 0), "name"), "l1");
-	ck_assert_int_eq(util_int(json_array_get(json_object_get(r, "circuits"), 0), "retry_after_ms"), 90);
+	ck_assert_int_eq(util_int(json_array_get(json_object_get(r, "circuits"), 0),
+			     "retry_after_ms"),
+	    90);
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"list\",\"state\":null}");
 	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 3);
@@ -427,23 +456,38 @@ START_TEST(test_error_codes)
 	expect_error("{\"op\":\"get\",\"name\":\"a\\u0001b\"}", "bad_request", "name");
 	expect_error("{\"op\":\"get\",\"name\":\"a\\u0000b\"}", "bad_request", "name");
 	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":[]}", "bad_request", "ctx");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"failure_threshold\":1.5}}", "bad_request", "ctx.failure_threshold");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"failure_threshold\":0}}", "bad_request", "ctx.failure_threshold");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"break_ms\":-1}}", "bad_request", "ctx.break_ms");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"half_open_max\":\"2\"}}", "bad_request", "ctx.half_open_max");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"success_threshold\":1000000001}}", "bad_request", "ctx.success_threshold");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":9007199254740993}}", "bad_request", "ctx.now");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":123456789012345678901234567890}}", "bad_request", "now");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":1e400}}", "bad_request", "now");
-	expect_error("{\"op\":\"get\",\"name\":\"x\",\"pad\":[-99999999999999999999999]}", "bad_request", "out of range");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"failure_threshold\":1.5}}",
+	    "bad_request", "ctx.failure_threshold");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"failure_threshold\":0}}",
+	    "bad_request", "ctx.failure_threshold");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"break_ms\":-1}}", "bad_request",
+	    "ctx.break_ms");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"half_open_max\":\"2\"}}",
+	    "bad_request", "ctx.half_open_max");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"success_threshold\":1000000001}}",
+	    "bad_request", "ctx.success_threshold");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":9007199254740993}}",
+	    "bad_request", "ctx.now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":"
+		     "123456789012345678901234567890}}",
+	    "bad_request", "now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"ctx\":{\"now\":1e400}}", "bad_request",
+	    "now");
+	expect_error("{\"op\":\"get\",\"name\":\"x\",\"pad\":[-99999999999999999999999]}",
+	    "bad_request", "out of range");
 	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"closed\"}", "bad_request", "to");
-	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"shut\",\"to\":\"open\"}", "bad_request", "from");
-	expect_error("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"OPEN\"}", "bad_request", "state");
+	expect_error("{\"op\":\"cas\",\"name\":\"x\",\"from\":\"shut\",\"to\":\"open\"}",
+	    "bad_request", "from");
+	expect_error("{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"OPEN\"}", "bad_request",
+	    "state");
 	expect_error("{\"op\":\"release_slot\",\"name\":\"x\"}", "bad_request", "token");
-	expect_error("{\"op\":\"release_slot\",\"name\":\"x\",\"token\":5}", "bad_request", "token");
-	expect_error("{\"op\":\"record\",\"name\":\"x\",\"outcome\":\"meh\"}", "bad_request", "outcome");
+	expect_error("{\"op\":\"release_slot\",\"name\":\"x\",\"token\":5}", "bad_request",
+	    "token");
+	expect_error("{\"op\":\"record\",\"name\":\"x\",\"outcome\":\"meh\"}", "bad_request",
+	    "outcome");
 	expect_error("{\"op\":\"record\",\"name\":\"x\"}", "bad_request", "outcome");
-	expect_error("{\"op\":\"record\",\"name\":\"x\",\"outcome\":\"success\",\"permit\":1}", "bad_request", "permit");
+	expect_error("{\"op\":\"record\",\"name\":\"x\",\"outcome\":\"success\",\"permit\":1}",
+	    "bad_request", "permit");
 	expect_error("{\"op\":\"hello\",\"id\":{\"a\":1}}", "bad_request", "id");
 	expect_error("{\"op\":\"hello\",\"id\":1.5}", "bad_request", "id");
 	{
@@ -484,14 +528,16 @@ START_TEST(test_forbidden_for_non_admin)
 {
 	char reply[4096];
 
-	ck_assert(request_as_nobody("{\"id\":1,\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}",
-	    reply, sizeof reply));
+	ck_assert(
+	    request_as_nobody("{\"id\":1,\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}",
+		reply, sizeof reply));
 	ck_assert_msg(strstr(reply, "\"forbidden\"") != NULL, "got %s", reply);
 	ck_assert_msg(strstr(reply, "\"id\":1") != NULL, "got %s", reply);
 	ck_assert(request_as_nobody("{\"op\":\"delete\",\"name\":\"x\"}", reply, sizeof reply));
 	ck_assert_msg(strstr(reply, "\"forbidden\"") != NULL, "got %s", reply);
 	/* Everyone may read and record. */
-	ck_assert(request_as_nobody("{\"op\":\"record_failure\",\"name\":\"x\"}", reply, sizeof reply));
+	ck_assert(
+	    request_as_nobody("{\"op\":\"record_failure\",\"name\":\"x\"}", reply, sizeof reply));
 	ck_assert_msg(strstr(reply, "\"ok\":true") != NULL, "got %s", reply);
 	json_t *r = CALL_OK("{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "errors.forbidden"), 2);
@@ -539,7 +585,8 @@ START_TEST(test_capacity)
 	expect_error("{\"op\":\"record_failure\",\"name\":\"c3\"}", "capacity", "max_circuits");
 	expect_error("{\"op\":\"acquire_slot\",\"name\":\"c3\"}", "capacity", "max_circuits");
 	expect_error("{\"op\":\"set_state\",\"name\":\"c3\",\"state\":\"open\"}", "capacity", NULL);
-	expect_error("{\"op\":\"cas\",\"name\":\"c3\",\"from\":\"closed\",\"to\":\"open\"}", "capacity", NULL);
+	expect_error("{\"op\":\"cas\",\"name\":\"c3\",\"from\":\"closed\",\"to\":\"open\"}",
+	    "capacity", NULL);
 	/* Requests that store nothing still work, and so do existing circuits. */
 	json_decref(CALL_OK("{\"op\":\"get\",\"name\":\"c3\"}"));
 	json_decref(CALL_OK("{\"op\":\"record_success\",\"name\":\"c3\"}"));
@@ -607,7 +654,8 @@ END_TEST
 
 START_TEST(test_framing_crlf_and_empty_lines)
 {
-	const char *input = "\n\r\n{\"id\":1,\"op\":\"hello\"}\r\n\n\n{\"id\":2,\"op\":\"hello\"}\n";
+	const char *input =
+	    "\n\r\n{\"id\":1,\"op\":\"hello\"}\r\n\n\n{\"id\":2,\"op\":\"hello\"}\n";
 	char reply[4096];
 
 	ck_assert(util_write_all(fd, input, strlen(input)));
@@ -631,7 +679,9 @@ START_TEST(test_pipelining_thousands)
 
 	for (int i = 0; i < N; i++)
 		len += (size_t)snprintf(buf + len, cap - len,
-		    "{\"id\":%d,\"op\":\"record_failure\",\"name\":\"p\",\"ctx\":{\"failure_threshold\":1000000}}\n", i);
+		    "{\"id\":%d,\"op\":\"record_failure\",\"name\":\"p\",\"ctx\":{\"failure_"
+		    "threshold\":1000000}}\n",
+		    i);
 	ck_assert(util_write_all(fd, buf, len));
 	for (int i = 0; i < N; i++) {
 		char want[64];
@@ -693,7 +743,8 @@ START_TEST(test_slot_release_on_disconnect)
 	r = util_call(holder, "{\"op\":\"allow\",\"name\":\"rel\"}");
 	ck_assert(util_bool(r, "allowed"));
 	json_decref(r);
-	r = util_call(holder, "{\"op\":\"acquire_slot\",\"name\":\"rel2\",\"ctx\":{\"half_open_max\":1}}");
+	r = util_call(holder,
+	    "{\"op\":\"acquire_slot\",\"name\":\"rel2\",\"ctx\":{\"half_open_max\":1}}");
 	ck_assert(util_bool(r, "acquired"));
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"allow\",\"name\":\"rel\"}");
@@ -826,7 +877,8 @@ END_TEST
 
 START_TEST(test_unknown_members_ignored)
 {
-	json_t *r = CALL_OK("{\"op\":\"get\",\"name\":\"u\",\"future\":{\"x\":[1,2,3]},\"ctx\":{\"now\":1,\"future_key\":\"z\"}}");
+	json_t *r = CALL_OK("{\"op\":\"get\",\"name\":\"u\",\"future\":{\"x\":[1,2,3]},\"ctx\":{"
+			    "\"now\":1,\"future_key\":\"z\"}}");
 
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	json_decref(r);
@@ -835,7 +887,8 @@ END_TEST
 
 START_TEST(test_utf8_names)
 {
-	json_t *r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"caf\xc3\xa9 \\\"quoted\\\" \xe2\x9c\x93\"}");
+	json_t *r = CALL_OK(
+	    "{\"op\":\"record_failure\",\"name\":\"caf\xc3\xa9 \\\"quoted\\\" \xe2\x9c\x93\"}");
 
 	ck_assert_str_eq(util_str(r, "snapshot.name"), "caf\xc3\xa9 \"quoted\" \xe2\x9c\x93");
 	json_decref(r);
@@ -858,8 +911,8 @@ static void
 var_set(const char *name, size_t len, const char *value)
 {
 	for (int i = 0; i < GOLDEN_VARS; i++) {
-		if (var_name[i][0] == '\0' || (strlen(var_name[i]) == len &&
-		    strncmp(var_name[i], name, len) == 0)) {
+		if (var_name[i][0] == '\0' ||
+		    (strlen(var_name[i]) == len && strncmp(var_name[i], name, len) == 0)) {
 			snprintf(var_name[i], sizeof var_name[i], "%.*s", (int)len, name);
 			snprintf(var_value[i], sizeof var_value[i], "%s", value);
 			return;
@@ -880,8 +933,10 @@ var_expand(const char *in, char *out, size_t size)
 			while (in[n] == '_' || (in[n] >= 'A' && in[n] <= 'Z'))
 				n++;
 			for (int i = 0; n > 1 && i < GOLDEN_VARS; i++) {
-				if (strlen(var_name[i]) == n - 1 && strncmp(var_name[i], in + 1, n - 1) == 0) {
-					o += (size_t)snprintf(out + o, size - o, "%s", var_value[i]);
+				if (strlen(var_name[i]) == n - 1 &&
+				    strncmp(var_name[i], in + 1, n - 1) == 0) {
+					o +=
+					    (size_t)snprintf(out + o, size - o, "%s", var_value[i]);
 					in += n;
 					n = 0;
 					break;
@@ -914,7 +969,7 @@ json_match(const json_t *want, const json_t *got)
 
 		if (!json_is_object(got) || json_object_size(want) != json_object_size(got))
 			return false;
-		json_object_foreach((json_t *)want, key, v) {
+		json_object_foreach ((json_t *)want, key, v) {
 			if (!json_match(v, json_object_get(got, key)))
 				return false;
 		}

@@ -57,29 +57,29 @@ mem_get(void *store, const char *name, const cb_policy *policy, int64_t now, cb_
 }
 
 static contract_status
-mem_record_success(void *store, const char *name, const cb_policy *policy,
-    int64_t now, cb_snapshot *out)
+mem_record_success(void *store, const char *name, const cb_policy *policy, int64_t now,
+    cb_snapshot *out)
 {
 	return status_of(circuit_table_record_success(store, name, policy, now, out, NULL));
 }
 
 static contract_status
-mem_record_failure(void *store, const char *name, const cb_policy *policy,
-    int64_t now, cb_snapshot *out)
+mem_record_failure(void *store, const char *name, const cb_policy *policy, int64_t now,
+    cb_snapshot *out)
 {
 	return status_of(circuit_table_record_failure(store, name, policy, now, out, NULL));
 }
 
 static contract_status
-mem_cas(void *store, const char *name, cb_state from, cb_state to,
-    const cb_policy *policy, int64_t now, bool *applied, cb_snapshot *out)
+mem_cas(void *store, const char *name, cb_state from, cb_state to, const cb_policy *policy,
+    int64_t now, bool *applied, cb_snapshot *out)
 {
 	return status_of(circuit_table_cas(store, name, from, to, now, applied, out, NULL));
 }
 
 static contract_status
-mem_set_state(void *store, const char *name, cb_state state, const cb_policy *policy,
-    int64_t now, cb_snapshot *out)
+mem_set_state(void *store, const char *name, cb_state state, const cb_policy *policy, int64_t now,
+    cb_snapshot *out)
 {
 	return status_of(circuit_table_set_state(store, name, state, now, out, NULL));
 }
@@ -89,8 +89,8 @@ mem_acquire_slot(void *store, const char *name, const cb_policy *policy, int64_t
     bool *acquired, char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at)
 {
 	ct_slot_grant grant;
-	ct_status status = circuit_table_acquire_slot(store, name, policy, now, NULL,
-	    acquired, &grant);
+	ct_status status =
+	    circuit_table_acquire_slot(store, name, policy, now, NULL, acquired, &grant);
 
 	if (status == CT_OK && *acquired) {
 		strcpy(token, grant.token);
@@ -100,8 +100,8 @@ mem_acquire_slot(void *store, const char *name, const cb_policy *policy, int64_t
 }
 
 static contract_status
-mem_release_slot(void *store, const char *name, const char *token,
-    const cb_policy *policy, int64_t now)
+mem_release_slot(void *store, const char *name, const char *token, const cb_policy *policy,
+    int64_t now)
 {
 	circuit_table_release_slot(store, name, token, now);
 	return CONTRACT_OK;
@@ -163,7 +163,8 @@ trip(const char *name, const cb_policy *p, int64_t now)
 	cb_snapshot s;
 
 	for (int64_t i = 0; i < p->failure_threshold; i++)
-		ck_assert_int_eq(circuit_table_record_failure(table, name, p, now, &s, NULL), CT_OK);
+		ck_assert_int_eq(circuit_table_record_failure(table, name, p, now, &s, NULL),
+		    CT_OK);
 	ck_assert_int_eq(s.state, CB_STATE_OPEN);
 }
 
@@ -204,7 +205,8 @@ START_TEST(circuit_back_to_initial_is_dropped)
 	ck_assert_int_eq(circuit_table_set_state(table, "x", CB_STATE_CLOSED, T0, &s, NULL), CT_OK);
 	ck_assert_int_eq(stored_circuits(), 0);
 	/* A slot keeps an otherwise initial circuit stored until released. */
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "y", &p, T0, NULL, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "y", &p, T0, NULL, &acquired, &grant),
+	    CT_OK);
 	ck_assert(acquired);
 	ck_assert_int_eq(stored_circuits(), 1);
 	ck_assert(circuit_table_release_slot(table, "y", grant.token, T0 + 1));
@@ -221,19 +223,25 @@ START_TEST(owner_release_frees_all_its_slots)
 	ct_stats st;
 
 	p.half_open_max = 3;
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn1, &acquired, &grant), CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn1, &acquired, &grant), CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "b", &p, T0, &conn1, &acquired, &grant), CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn1, &acquired, &grant),
+	    CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn1, &acquired, &grant),
+	    CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "b", &p, T0, &conn1, &acquired, &grant),
+	    CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant),
+	    CT_OK);
 	ck_assert(acquired);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant),
+	    CT_OK);
 	ck_assert(!acquired);
 	circuit_table_release_owner(table, &conn1);
 	ck_assert_ptr_null(conn1.slots);
 	circuit_table_stats(table, &st);
 	ck_assert_int_eq(st.slots, 1);
 	/* conn2's slot survives; two of "a"'s three are free again. */
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant),
+	    CT_OK);
 	ck_assert(acquired);
 	/* A slot released by token leaves its owner's list consistent. */
 	ck_assert(circuit_table_release_slot(table, "a", grant.token, T0));
@@ -295,8 +303,10 @@ START_TEST(counters_count_limits)
 
 	ck_assert_int_eq(circuit_table_record_failure(small, "a", &p, T0, &s, NULL), CT_OK);
 	ck_assert_int_eq(circuit_table_record_failure(small, "b", &p, T0, &s, NULL), CT_CAPACITY);
-	ck_assert_int_eq(circuit_table_acquire_slot(small, "b", &p, T0, NULL, &acquired, &grant), CT_CAPACITY);
-	ck_assert_int_eq(circuit_table_acquire_slot(small, "a", &p, T0, NULL, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(small, "b", &p, T0, NULL, &acquired, &grant),
+	    CT_CAPACITY);
+	ck_assert_int_eq(circuit_table_acquire_slot(small, "a", &p, T0, NULL, &acquired, &grant),
+	    CT_OK);
 	ck_assert(!circuit_table_release_slot(small, "a", grant.token, T0 + p.slot_ttl_ms));
 	circuit_table_stats(small, &st);
 	ck_assert_int_eq(st.capacity_refusals, 2);
@@ -342,8 +352,10 @@ START_TEST(slot_tokens_look_random_and_differ)
 	ct_slot_grant g1, g2;
 	bool acquired;
 
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, NULL, &acquired, &g1), CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(other, "a", &p, T0, NULL, &acquired, &g2), CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, NULL, &acquired, &g1),
+	    CT_OK);
+	ck_assert_int_eq(circuit_table_acquire_slot(other, "a", &p, T0, NULL, &acquired, &g2),
+	    CT_OK);
 	ck_assert_str_ne(g1.token, g2.token);
 	ck_assert_uint_lt(strlen(g1.token), CT_TOKEN_SIZE);
 	/* Not a counter from zero: the instance id leads the token. */

@@ -168,17 +168,61 @@ typedef struct option_case {
 
 static cbc_store *shared_store_for_options;
 
-static void m_failure(cbc_breaker_options *o) { o->failure_threshold = -1; }
-static void m_failure_big(cbc_breaker_options *o) { o->failure_threshold = 1000000001; }
-static void m_success(cbc_breaker_options *o) { o->success_threshold = -5; }
-static void m_break(cbc_breaker_options *o) { o->break_ms = (INT64_C(1) << 53) + 1; }
-static void m_half_open(cbc_breaker_options *o) { o->half_open_max = -1; }
-static void m_ttl(cbc_breaker_options *o) { o->slot_ttl_ms = -2; }
-static void m_gap(cbc_breaker_options *o) { o->max_gap_ms = -3; }
-static void m_policy(cbc_breaker_options *o) { o->store_policy = (cbc_store_policy)9; }
-static void m_backoff(cbc_breaker_options *o) { o->timeout_backoff_ms = 3600001; }
-static void m_name_ctl(cbc_breaker_options *o) { o->name = "bad\nname"; }
-static void m_name_empty(cbc_breaker_options *o) { o->name = ""; }
+static void
+m_failure(cbc_breaker_options *o)
+{
+	o->failure_threshold = -1;
+}
+static void
+m_failure_big(cbc_breaker_options *o)
+{
+	o->failure_threshold = 1000000001;
+}
+static void
+m_success(cbc_breaker_options *o)
+{
+	o->success_threshold = -5;
+}
+static void
+m_break(cbc_breaker_options *o)
+{
+	o->break_ms = (INT64_C(1) << 53) + 1;
+}
+static void
+m_half_open(cbc_breaker_options *o)
+{
+	o->half_open_max = -1;
+}
+static void
+m_ttl(cbc_breaker_options *o)
+{
+	o->slot_ttl_ms = -2;
+}
+static void
+m_gap(cbc_breaker_options *o)
+{
+	o->max_gap_ms = -3;
+}
+static void
+m_policy(cbc_breaker_options *o)
+{
+	o->store_policy = (cbc_store_policy)9;
+}
+static void
+m_backoff(cbc_breaker_options *o)
+{
+	o->timeout_backoff_ms = 3600001;
+}
+static void
+m_name_ctl(cbc_breaker_options *o)
+{
+	o->name = "bad\nname";
+}
+static void
+m_name_empty(cbc_breaker_options *o)
+{
+	o->name = "";
+}
 static void
 m_store_no_name(cbc_breaker_options *o)
 {
@@ -559,7 +603,7 @@ END_TEST
 
 typedef struct flaky {
 	cbc_store *real;
-	cbc_status fail;           /* CBC_OK: answer */
+	cbc_status fail; /* CBC_OK: answer */
 	char fail_code[CBC_CODE_SIZE];
 	int calls;
 } flaky;
@@ -601,8 +645,8 @@ f_rf(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_er
 }
 
 static cbc_status
-f_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx,
-    bool *applied, cbc_snapshot *out, cbc_error *err)
+f_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_ctx *ctx, bool *applied,
+    cbc_snapshot *out, cbc_error *err)
 {
 	flaky *f = impl;
 
@@ -643,9 +687,15 @@ f_del(void *impl, const char *name, bool *existed, cbc_error *err)
 }
 
 static const cbc_store_ops flaky_ops = {
-	.get = f_get, .record_success = f_rs, .record_failure = f_rf, .cas = f_cas,
-	.set_state = f_set, .acquire_slot = f_acq, .release_slot = f_rel,
-	.delete_circuit = f_del, .destroy = NULL,
+	.get = f_get,
+	.record_success = f_rs,
+	.record_failure = f_rf,
+	.cas = f_cas,
+	.set_state = f_set,
+	.acquire_slot = f_acq,
+	.release_slot = f_rel,
+	.delete_circuit = f_del,
+	.destroy = NULL,
 };
 
 /* A flaky store over a fresh local one, and a resilient store over it. */
@@ -755,7 +805,8 @@ START_TEST(local_policy_keeps_an_open_circuit_open)
 	ck_assert_int_eq(s.retry_after_ms, 600);
 	/* Half-open with a success already counted survives too. */
 	rig.f.fail = CBC_OK;
-	ck_assert_int_eq(cbc_store_set_state(rig.res, "h", CBC_STATE_HALF_OPEN, &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_store_set_state(rig.res, "h", CBC_STATE_HALF_OPEN, &c, &s, NULL),
+	    CBC_OK);
 	ck_assert_int_eq(cbc_store_record_success(rig.res, "h", &c, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.success_count, 1);
 	rig.f.fail = CBC_ETIMEOUT;
@@ -824,7 +875,8 @@ START_TEST(allow_policy_lets_calls_flow)
 	ck_assert_int_eq(cbc_store_get(rig.res, "al", NULL, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
 	ck_assert_int_eq(cbc_store_cas(rig.res, "al", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL,
-	    &applied, &s, NULL), CBC_OK);
+			     &applied, &s, NULL),
+	    CBC_OK);
 	ck_assert(!applied);
 	ck_assert_int_eq(cbc_store_acquire_slot(rig.res, "al", NULL, &slot, NULL), CBC_OK);
 	ck_assert(slot.acquired);
@@ -864,7 +916,8 @@ START_TEST(reject_policy_surfaces_pre_call_errors_only)
 	ck_assert_int_eq(cbc_breaker_force_open(b, &err), CBC_ECONNECT);
 	ck_assert_int_eq(cbc_store_get(rig.res, "rj", NULL, &s, NULL), CBC_ECONNECT);
 	ck_assert_int_eq(cbc_store_cas(rig.res, "rj", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL,
-	    &applied, &s, NULL), CBC_ECONNECT);
+			     &applied, &s, NULL),
+	    CBC_ECONNECT);
 	ck_assert_int_eq(cbc_store_set_state(rig.res, "rj", CBC_STATE_OPEN, NULL, &s, NULL),
 	    CBC_ECONNECT);
 	ck_assert_int_eq(cbc_store_acquire_slot(rig.res, "rj", NULL, &slot, NULL), CBC_ECONNECT);
@@ -1013,23 +1066,43 @@ fake_reply(const char *line, char *out, size_t size)
 	bool keep = true;
 
 	if (op != NULL && strcmp(op, "hello") == 0)
-		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"server\":\"fake\",\"version\":\"0\",\"protocol\":1}\n", (long long)id);
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"server\":\"fake\",\"version\":\"0\",\"protocol\":1}"
+		    "\n",
+		    (long long)id);
 	else if (name == NULL)
-		snprintf(out, size, "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":\"name is required\"}}\n");
+		snprintf(out, size,
+		    "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":\"name is "
+		    "required\"}}\n");
 	else if (strcmp(name, "garbage") == 0)
 		snprintf(out, size, "this is not json\n");
 	else if (strcmp(name, "forbidden") == 0)
-		snprintf(out, size, "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":\"admin only\"}}\n", (long long)id);
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":"
+		    "\"admin only\"}}\n",
+		    (long long)id);
 	else if (strcmp(name, "full") == 0)
-		snprintf(out, size, "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"capacity\",\"message\":\"max_circuits reached\"}}\n", (long long)id);
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":false,\"error\":{\"code\":\"capacity\",\"message\":\"max_"
+		    "circuits reached\"}}\n",
+		    (long long)id);
 	else if (strcmp(name, "wrongid") == 0)
-		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"wrongid\",\"state\":\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0}}\n", (long long)id + 1);
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"wrongid\",\"state\":"
+		    "\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":null,"
+		    "\"opened_at\":null,\"retry_after_ms\":0}}\n",
+		    (long long)id + 1);
 	else if (strcmp(name, "badsnap") == 0)
-		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"state\":\"ajar\"}}\n", (long long)id);
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"state\":\"ajar\"}}\n",
+		    (long long)id);
 	else if (strcmp(name, "close") == 0)
 		keep = false;
 	else
-		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"%s\",\"state\":\"open\",\"failure_count\":4,\"success_count\":0,\"last_failure_at\":100,\"opened_at\":90,\"retry_after_ms\":25}}\r\n", (long long)id, name);
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"%s\",\"state\":\"open\","
+		    "\"failure_count\":4,\"success_count\":0,\"last_failure_at\":100,\"opened_at\":"
+		    "90,\"retry_after_ms\":25}}\r\n",
+		    (long long)id, name);
 	json_decref(req);
 	return keep;
 }
@@ -1066,7 +1139,7 @@ fake_serve(void *arg)
 				len -= (size_t)(nl + 1 - buf);
 			}
 		}
-done:
+	done:
 		close(c);
 	}
 }

@@ -224,8 +224,7 @@ typedef struct rig {
 
 /* A breaker named name on the cbd at h, with the given policy. */
 static void
-rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy,
-    int timeout_ms)
+rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy, int timeout_ms)
 {
 	cbc_breaker_options o;
 	cbc_error err;
@@ -234,7 +233,8 @@ rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy
 	r->conn = cbc_conn_new(h->socket_path, &err);
 	ck_assert_ptr_nonnull(r->conn);
 	if (timeout_ms > 0)
-		ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, timeout_ms, timeout_ms, NULL), CBC_OK);
+		ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, timeout_ms, timeout_ms, NULL),
+		    CBC_OK);
 	r->store = cbc_store_new_remote(r->conn, &err);
 	ck_assert_ptr_nonnull(r->store);
 	cbc_breaker_options_init(&o);
@@ -358,11 +358,13 @@ START_TEST(every_op_against_cbd)
 	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
 	ck_assert_int_gt(s.retry_after_ms, 0);
 	ck_assert_int_eq(cbc_cas(c, "b", CBC_STATE_CLOSED, CBC_STATE_HALF_OPEN, NULL, &applied, &s,
-	    &err), CBC_OK);
+			     &err),
+	    CBC_OK);
 	ck_assert(!applied);
 	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
 	ck_assert_int_eq(cbc_cas(c, "b", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL, &applied, &s,
-	    &err), CBC_OK);
+			     &err),
+	    CBC_OK);
 	ck_assert(applied);
 	ck_assert_int_eq(s.state, CBC_STATE_HALF_OPEN);
 	ck_assert_int_eq(cbc_acquire_slot(c, "b", NULL, &slot, &err), CBC_OK);

@@ -25,7 +25,8 @@ parse(const char *text)
 
 START_TEST(int_member_rules)
 {
-	json_t *req = parse("{\"a\": 5, \"f\": 5.0, \"n\": -1, \"s\": \"5\", \"z\": null, \"big\": 2000000000}");
+	json_t *req = parse(
+	    "{\"a\": 5, \"f\": 5.0, \"n\": -1, \"s\": \"5\", \"z\": null, \"big\": 2000000000}");
 	proto_error err;
 	int64_t v = 0;
 	bool present = true;
@@ -73,10 +74,10 @@ START_TEST(name_rules)
 	ck_assert_str_eq(why, "must not contain control characters");
 	ck_assert(!proto_name_valid("\xff", 1, &why));
 	ck_assert_str_eq(why, "must be valid UTF-8");
-	ck_assert(!proto_name_valid("\xc3", 1, &why));            /* truncated */
-	ck_assert(!proto_name_valid("\xc0\xaf", 2, &why));        /* overlong */
-	ck_assert(!proto_name_valid("\xe0\x80\xaf", 3, &why));    /* overlong */
-	ck_assert(!proto_name_valid("\xed\xa0\x80", 3, &why));    /* surrogate */
+	ck_assert(!proto_name_valid("\xc3", 1, &why)); /* truncated */
+	ck_assert(!proto_name_valid("\xc0\xaf", 2, &why)); /* overlong */
+	ck_assert(!proto_name_valid("\xe0\x80\xaf", 3, &why)); /* overlong */
+	ck_assert(!proto_name_valid("\xed\xa0\x80", 3, &why)); /* surrogate */
 	ck_assert(!proto_name_valid("\xf4\x90\x80\x80", 4, &why)); /* > U+10FFFF */
 }
 END_TEST
@@ -120,7 +121,8 @@ END_TEST
 
 START_TEST(ctx_members)
 {
-	json_t *req = parse("{\"ctx\": {\"failure_threshold\": 7, \"now\": 0, \"max_gap_ms\": null, \"unknown\": 1}}");
+	json_t *req = parse("{\"ctx\": {\"failure_threshold\": 7, \"now\": 0, \"max_gap_ms\": "
+			    "null, \"unknown\": 1}}");
 	proto_ctx ctx;
 	proto_error err;
 

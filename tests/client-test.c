@@ -91,22 +91,20 @@ a_record(void *box, const char *name, const cb_policy *p, int64_t now, cb_snapsh
 }
 
 static contract_status
-a_record_success(void *box, const char *name, const cb_policy *p, int64_t now,
-    cb_snapshot *out)
+a_record_success(void *box, const char *name, const cb_policy *p, int64_t now, cb_snapshot *out)
 {
 	return a_record(box, name, p, now, out, true);
 }
 
 static contract_status
-a_record_failure(void *box, const char *name, const cb_policy *p, int64_t now,
-    cb_snapshot *out)
+a_record_failure(void *box, const char *name, const cb_policy *p, int64_t now, cb_snapshot *out)
 {
 	return a_record(box, name, p, now, out, false);
 }
 
 static contract_status
-a_cas(void *box, const char *name, cb_state from, cb_state to, const cb_policy *p,
-    int64_t now, bool *applied, cb_snapshot *out)
+a_cas(void *box, const char *name, cb_state from, cb_state to, const cb_policy *p, int64_t now,
+    bool *applied, cb_snapshot *out)
 {
 	cbc_ctx ctx = client_ctx(p, now);
 	cbc_snapshot s;
@@ -151,8 +149,7 @@ a_acquire_slot(void *box, const char *name, const cb_policy *p, int64_t now, boo
 }
 
 static contract_status
-a_release_slot(void *box, const char *name, const char *token, const cb_policy *p,
-    int64_t now)
+a_release_slot(void *box, const char *name, const char *token, const cb_policy *p, int64_t now)
 {
 	cbc_ctx ctx = client_ctx(p, now);
 

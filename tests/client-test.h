@@ -17,8 +17,8 @@
 typedef struct client_box {
 	cbc_store *store;
 	cbc_store *inner; /* a wrapped store, freed after store (may be NULL) */
-	cbc_conn *conn;   /* freed after both (may be NULL) */
-	void *extra;      /* the test's own (e.g. a running cbd) */
+	cbc_conn *conn; /* freed after both (may be NULL) */
+	void *extra; /* the test's own (e.g. a running cbd) */
 } client_box;
 
 /* Fill impl's store operations with the adapter; the caller sets name,

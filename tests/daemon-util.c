@@ -239,8 +239,8 @@ util_wait_file(const char *path, const char *text)
 }
 
 bool
-util_request_as(const cbd_harness *h, unsigned uid, unsigned gid, const char *line,
-    char *reply, size_t size)
+util_request_as(const cbd_harness *h, unsigned uid, unsigned gid, const char *line, char *reply,
+    size_t size)
 {
 	int pipefd[2], status;
 	size_t got = 0;

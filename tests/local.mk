@@ -31,8 +31,9 @@ TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
 	SAN_CFLAGS='$(SAN_CFLAGS)' $(SHELL)
-TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh
-EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh
+TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
+	tests/format.sh
+EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
 EXTRA_DIST += tests/systemd-units.sh
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket

@@ -113,7 +113,8 @@ acquire(const char *name, const cb_policy *p, int64_t now, char *token, int64_t 
 	int64_t exp_scratch;
 
 	ck_assert_int_eq(impl->acquire_slot(store, name, p, now, &acquired,
-	    token != NULL ? token : scratch, expires != NULL ? expires : &exp_scratch),
+			     token != NULL ? token : scratch,
+			     expires != NULL ? expires : &exp_scratch),
 	    CONTRACT_OK);
 	return acquired;
 }
@@ -354,14 +355,16 @@ START_TEST(cas_applies_once)
 	bool applied;
 
 	trip("c", &p, T0);
-	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_HALF_OPEN, &p,
-	    T0 + 10000, &applied, &s), CONTRACT_OK);
+	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_HALF_OPEN, &p, T0 + 10000,
+			     &applied, &s),
+	    CONTRACT_OK);
 	ck_assert(applied);
 	ck_assert_int_eq(s.state, CB_STATE_HALF_OPEN);
 	ck_assert_int_eq(s.success_count, 0);
 	/* The loser of the race sees "not applied" and the current snapshot. */
-	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_HALF_OPEN, &p,
-	    T0 + 10000, &applied, &s), CONTRACT_OK);
+	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_HALF_OPEN, &p, T0 + 10000,
+			     &applied, &s),
+	    CONTRACT_OK);
 	ck_assert(!applied);
 	ck_assert_int_eq(s.state, CB_STATE_HALF_OPEN);
 	ck_assert_int_eq(s.opened_at, T0);
@@ -375,13 +378,15 @@ START_TEST(cas_to_open_and_closed_force_rules)
 	bool applied;
 
 	failure_at("c", &p, T0);
-	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_CLOSED, CB_STATE_OPEN, &p,
-	    T0 + 5, &applied, &s), CONTRACT_OK);
+	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_CLOSED, CB_STATE_OPEN, &p, T0 + 5, &applied,
+			     &s),
+	    CONTRACT_OK);
 	ck_assert(applied);
 	ck_assert_int_eq(s.state, CB_STATE_OPEN);
 	ck_assert_int_eq(s.opened_at, T0 + 5);
-	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_CLOSED, &p,
-	    T0 + 6, &applied, &s), CONTRACT_OK);
+	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_CLOSED, &p, T0 + 6, &applied,
+			     &s),
+	    CONTRACT_OK);
 	ck_assert(applied);
 	ck_assert_int_eq(s.state, CB_STATE_CLOSED);
 	ck_assert_int_eq(s.failure_count, 0);
@@ -395,8 +400,9 @@ START_TEST(cas_on_unknown_name_sees_initial)
 	cb_snapshot s;
 	bool applied = true;
 
-	ck_assert_int_eq(impl->cas(store, "nobody", CB_STATE_OPEN, CB_STATE_CLOSED, &p,
-	    T0, &applied, &s), CONTRACT_OK);
+	ck_assert_int_eq(impl->cas(store, "nobody", CB_STATE_OPEN, CB_STATE_CLOSED, &p, T0,
+			     &applied, &s),
+	    CONTRACT_OK);
 	ck_assert(!applied);
 	assert_initial(&s);
 }
@@ -440,8 +446,7 @@ START_TEST(release_unknown_or_expired_is_noop)
 	char t1[CONTRACT_TOKEN_SIZE], t2[CONTRACT_TOKEN_SIZE];
 
 	ck_assert(acquire("s", &p, T0, t1, NULL));
-	ck_assert_int_eq(impl->release_slot(store, "s", "no-such-token", &p, T0 + 1),
-	    CONTRACT_OK);
+	ck_assert_int_eq(impl->release_slot(store, "s", "no-such-token", &p, T0 + 1), CONTRACT_OK);
 	/* A token of another circuit does not release this one's slot. */
 	ck_assert_int_eq(impl->release_slot(store, "other", t1, &p, T0 + 1), CONTRACT_OK);
 	ck_assert(!acquire("s", &p, T0 + 2, NULL, NULL));
@@ -530,8 +535,7 @@ START_TEST(capacity_refuses_new_keeps_existing)
 	failure_at("a", &p, T0);
 	failure_at("b", &p, T0);
 	ck_assert_int_eq(impl->record_failure(store, "c", &p, T0, &s), CONTRACT_CAPACITY);
-	ck_assert_int_eq(impl->set_state(store, "c", CB_STATE_OPEN, &p, T0, &s),
-	    CONTRACT_CAPACITY);
+	ck_assert_int_eq(impl->set_state(store, "c", CB_STATE_OPEN, &p, T0, &s), CONTRACT_CAPACITY);
 	ck_assert_int_eq(impl->acquire_slot(store, "c", &p, T0, &acquired, token, &expires),
 	    CONTRACT_CAPACITY);
 	/* Reads, no-op writes, failed cas and releases never create or fail. */
@@ -539,8 +543,9 @@ START_TEST(capacity_refuses_new_keeps_existing)
 	assert_initial(&s);
 	s = success_at("c", &p, T0);
 	assert_initial(&s);
-	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_CLOSED, &p, T0,
-	    &applied, &s), CONTRACT_OK);
+	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_CLOSED, &p, T0, &applied,
+			     &s),
+	    CONTRACT_OK);
 	ck_assert(!applied);
 	ck_assert_int_eq(impl->release_slot(store, "c", "nope", &p, T0), CONTRACT_OK);
 	/* Existing circuits keep working. */

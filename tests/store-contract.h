@@ -23,7 +23,7 @@
 typedef enum contract_status {
 	CONTRACT_OK = 0,
 	CONTRACT_CAPACITY, /* max_circuits reached, nothing created */
-	CONTRACT_ERROR,    /* any other failure: the case fails */
+	CONTRACT_ERROR, /* any other failure: the case fails */
 } contract_status;
 
 typedef struct contract_impl {
@@ -32,19 +32,18 @@ typedef struct contract_impl {
 	 * must behave like a new process: slot tokens never repeat across calls. */
 	void *(*create)(uint64_t max_circuits);
 	void (*teardown)(void *store);
-	contract_status (*get)(void *store, const char *name, const cb_policy *policy,
+	contract_status (*get)(void *store, const char *name, const cb_policy *policy, int64_t now,
+	    cb_snapshot *out);
+	contract_status (*record_success)(void *store, const char *name, const cb_policy *policy,
 	    int64_t now, cb_snapshot *out);
-	contract_status (*record_success)(void *store, const char *name,
-	    const cb_policy *policy, int64_t now, cb_snapshot *out);
-	contract_status (*record_failure)(void *store, const char *name,
-	    const cb_policy *policy, int64_t now, cb_snapshot *out);
+	contract_status (*record_failure)(void *store, const char *name, const cb_policy *policy,
+	    int64_t now, cb_snapshot *out);
 	contract_status (*cas)(void *store, const char *name, cb_state from, cb_state to,
 	    const cb_policy *policy, int64_t now, bool *applied, cb_snapshot *out);
 	contract_status (*set_state)(void *store, const char *name, cb_state state,
 	    const cb_policy *policy, int64_t now, cb_snapshot *out);
-	contract_status (*acquire_slot)(void *store, const char *name,
-	    const cb_policy *policy, int64_t now, bool *acquired,
-	    char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at);
+	contract_status (*acquire_slot)(void *store, const char *name, const cb_policy *policy,
+	    int64_t now, bool *acquired, char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at);
 	contract_status (*release_slot)(void *store, const char *name, const char *token,
 	    const cb_policy *policy, int64_t now);
 	contract_status (*delete_circuit)(void *store, const char *name, bool *existed);

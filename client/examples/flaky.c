@@ -16,11 +16,10 @@
 
 #include <cbclient.h>
 
-static const char usage[] =
-    "usage: flaky [-s SOCKET] [-n CALLS] [-p FAIL_PERCENT]\n"
-    "Calls a dependency that fails FAIL_PERCENT% of the time (default 60)\n"
-    "CALLS times (default 40) through the circuit \"flaky-demo\" in cbd\n"
-    "(SOCKET, else $CBD_SOCKET, else /run/cbd/cbd.sock).\n";
+static const char usage[] = "usage: flaky [-s SOCKET] [-n CALLS] [-p FAIL_PERCENT]\n"
+			    "Calls a dependency that fails FAIL_PERCENT% of the time (default 60)\n"
+			    "CALLS times (default 40) through the circuit \"flaky-demo\" in cbd\n"
+			    "(SOCKET, else $CBD_SOCKET, else /run/cbd/cbd.sock).\n";
 
 /* The "dependency": fails fail_percent of the time. */
 static int
@@ -79,9 +78,15 @@ main(int argc, char **argv)
 	}
 	while ((c = getopt(argc, argv, "s:n:p:h")) != -1) {
 		switch (c) {
-		case 's': socket_path = optarg; break;
-		case 'n': calls = atoi(optarg); break;
-		case 'p': fail_percent = atoi(optarg); break;
+		case 's':
+			socket_path = optarg;
+			break;
+		case 'n':
+			calls = atoi(optarg);
+			break;
+		case 'p':
+			fail_percent = atoi(optarg);
+			break;
 		case 'h':
 			printf("%s", usage);
 			return 0;
@@ -122,7 +127,8 @@ main(int argc, char **argv)
 	srand((unsigned)getpid());
 	for (int i = 0; i < calls; i++) {
 		cbc_exec_result res;
-		cbc_status st = cbc_breaker_execute(breaker, call_dependency, &fail_percent, &res, &err);
+		cbc_status st =
+		    cbc_breaker_execute(breaker, call_dependency, &fail_percent, &res, &err);
 
 		if (st != CBC_OK)
 			printf("call %2d: not made: %s\n", i, err.message);

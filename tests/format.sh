@@ -1,0 +1,24 @@
+#!/bin/sh
+# format.sh — every C file is as .clang-format says (STYLE.md habit 11).
+# The formatter is pinned to clang-format 14 (Debian 12); another version
+# may format differently, so it skips rather than fail on one.
+set -u
+srcdir=${CBD_SRCDIR:?}
+command -v clang-format >/dev/null 2>&1 || { echo "clang-format not installed: skipping"; exit 77; }
+case "$(clang-format --version)" in
+*" 14."*) ;;
+*) echo "clang-format is not version 14: skipping"; exit 77 ;;
+esac
+passed=0
+failed=0
+for f in "$srcdir"/src/*.[ch] "$srcdir"/client/*.[ch] "$srcdir"/client/examples/*.c \
+	"$srcdir"/tests/*.[ch]; do
+	if clang-format --style=file --dry-run -Werror "$f" >/dev/null 2>&1; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		echo "FAILED: ${f#"$srcdir"/} is not formatted (run: clang-format -i ${f#"$srcdir"/})"
+	fi
+done
+echo "format: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
