@@ -255,7 +255,7 @@ conn_wait(cbc_conn *conn, short events, int64_t deadline, cbc_error *err)
 {
 	for (;;) {
 		struct pollfd pfd = { .fd = conn->fd, .events = events };
-		int64_t left = deadline - cbci_monotonic_ms();
+		int64_t left = deadline - clock_monotonic_ms();
 		int n;
 
 		if (left <= 0)
@@ -374,7 +374,7 @@ conn_exchange_locked(cbc_conn *conn, const char *line, size_t len, char **reply,
 	st = conn_open_locked(conn, err);
 	if (st != CBC_OK)
 		return st;
-	deadline = cbci_monotonic_ms() + conn->io_timeout_ms;
+	deadline = clock_monotonic_ms() + conn->io_timeout_ms;
 	st = conn_send_locked(conn, line, len, deadline, err);
 	if (st == CBC_OK)
 		st = conn_send_locked(conn, "\n", 1, deadline, err);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
@@ -94,24 +93,6 @@ cbc_state_parse(const char *text, cbc_state *out)
 	return true;
 }
 
-int64_t
-cbci_clock_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t
-cbci_monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void
 cbci_ctx_to_proto(const cbc_ctx *ctx, proto_ctx *out)
 {
@@ -149,7 +130,7 @@ cbci_ctx_now(const cbc_ctx *ctx)
 {
 	if (ctx != NULL && ctx->has_now)
 		return ctx->now;
-	return cbci_clock_ms();
+	return clock_realtime_ms();
 }
 
 cbc_status

@@ -7,11 +7,12 @@
 #define CBC_INTERNAL_H
 
 #include <stdbool.h>
-#include <stddef.h> /* src/breaker.h uses size_t without including it */
+#include <stddef.h>
 #include <stdint.h>
 
 #include "breaker.h"
 #include "cbclient.h"
+#include "clock.h"
 #include "proto.h"
 
 /* Fill err (may be NULL) with status and a printf-style message; returns
@@ -24,11 +25,6 @@ void cbci_error_clear(cbc_error *err);
 
 /* Copy src into err (may be NULL); returns src->status. */
 cbc_status cbci_error_copy(cbc_error *err, const cbc_error *src);
-
-/* The realtime clock in ms since the epoch. */
-int64_t cbci_clock_ms(void);
-/* A monotonic clock in ms (deadlines). */
-int64_t cbci_monotonic_ms(void);
 
 /* ctx as the core's partial policy (the members given). */
 void cbci_ctx_to_proto(const cbc_ctx *ctx, proto_ctx *out);

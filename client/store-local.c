@@ -300,7 +300,7 @@ cbci_local_seed(cbci_local *local, const char *name, const cb_snapshot *snap, cb
 	replay.success_threshold = CB_COUNT_MAX;
 	replay.max_gap_ms = 0;
 	fail_at = snap->last_failure_at != CB_TIME_NONE ? snap->last_failure_at : 0;
-	open_at = snap->opened_at != CB_TIME_NONE ? snap->opened_at : cbci_clock_ms();
+	open_at = snap->opened_at != CB_TIME_NONE ? snap->opened_at : clock_realtime_ms();
 
 	pthread_mutex_lock(&local->lock);
 	circuit_table_delete(local->table, name);

@@ -126,7 +126,7 @@ resilient_skipping(resilient *r, cbc_error *err)
 	bool skip;
 
 	pthread_mutex_lock(&r->lock);
-	skip = r->skip_until != 0 && cbci_monotonic_ms() < r->skip_until;
+	skip = r->skip_until != 0 && clock_monotonic_ms() < r->skip_until;
 	if (skip)
 		cbci_error_copy(err, &r->skip_error);
 	pthread_mutex_unlock(&r->lock);
@@ -140,7 +140,7 @@ resilient_failed(resilient *r, cbc_store_op op, const cbc_error *err, bool skipp
 {
 	if (!skipped && err->status == CBC_ETIMEOUT && r->opts.timeout_backoff_ms > 0) {
 		pthread_mutex_lock(&r->lock);
-		r->skip_until = cbci_monotonic_ms() + r->opts.timeout_backoff_ms;
+		r->skip_until = clock_monotonic_ms() + r->opts.timeout_backoff_ms;
 		r->skip_error = *err;
 		pthread_mutex_unlock(&r->lock);
 	}

@@ -14,6 +14,7 @@
 #define CBD_BREAKER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* "null" for a time member of a snapshot (last_failure_at, opened_at). */

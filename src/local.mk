@@ -6,7 +6,8 @@ noinst_LTLIBRARIES += src/libcbcore.la
 src_libcbcore_la_SOURCES = \
 	src/breaker.c src/breaker.h \
 	src/circuit-table.c src/circuit-table.h \
-	src/proto.c src/proto.h
+	src/proto.c src/proto.h \
+	src/clock.c src/clock.h
 src_libcbcore_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 src_libcbcore_la_LIBADD = $(JANSSON_LIBS)
 

@@ -137,7 +137,7 @@ op_run(op_call *call, const op_entry *op)
 			return false;
 		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW)
 		    ? call->ctx.value[PROTO_CTX_NOW]
-		    : stats_now_ms();
+		    : clock_realtime_ms();
 		if (call->name != NULL)
 			conf_policy(&srv.conf, call->name, &call->ctx, &call->policy);
 	}

@@ -1,7 +1,6 @@
 /*
  * stats.c — cbd's counters and their JSON form for the stats op.
  */
-#include <time.h>
 
 #include "stats.h"
 
@@ -14,30 +13,12 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_LIST] = "list_truncated",
 };
 
-int64_t
-stats_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t
-stats_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void
 stats_init(void)
 {
 	stats = (cbd_stats){ 0 };
-	stats.started_at = stats_now_ms();
-	stats.started_mono = stats_mono_ms();
+	stats.started_at = clock_realtime_ms();
+	stats.started_mono = clock_monotonic_ms();
 }
 
 void
@@ -84,7 +65,7 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 		return false;
 	}
 	return json_object_set_new(reply, "uptime_ms",
-		   json_integer(stats_mono_ms() - stats.started_mono)) == 0 &&
+		   json_integer(clock_monotonic_ms() - stats.started_mono)) == 0 &&
 	    json_object_set_new(reply, "started_at", json_integer(stats.started_at)) == 0 &&
 	    json_object_set_new(reply, "connections", conns) == 0 &&
 	    set_uint(reply, "circuits", ct.circuits) && set_uint(reply, "slots", ct.slots) &&

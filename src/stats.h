@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "circuit-table.h"
+#include "clock.h"
 #include "proto.h"
 
 /* Most ops the table may hold (checked when the table is built). */
@@ -47,10 +48,6 @@ void stats_init(void);
 
 /* Count a limit hit. */
 void stats_limit_hit(stats_limit limit);
-
-/* Wall clock and monotonic clock in ms. */
-int64_t stats_now_ms(void);
-int64_t stats_mono_ms(void);
 
 /* The stats op's result members, added to reply. op_names has op_count rows;
  * table adds circuits, slots and max_circuits refusals. */

@@ -1,0 +1,15 @@
+/*
+ * clock.h — the clocks, read in one place. The pure modules (breaker,
+ * circuit-table, proto) never call these: their callers pass `now`.
+ */
+#ifndef CBD_CLOCK_H
+#define CBD_CLOCK_H
+
+#include <stdint.h>
+
+/* Milliseconds since the Unix epoch (the protocol's time). */
+int64_t clock_realtime_ms(void);
+/* Milliseconds of a clock that never jumps (timeouts, uptime). */
+int64_t clock_monotonic_ms(void);
+
+#endif
