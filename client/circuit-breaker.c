@@ -248,36 +248,23 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	breaker_call_ctx(b, &ctx);
 	store_degraded = false;
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
-	if (st != CBC_OK)
-		return st;
-	breaker_observed(b, snap.state, NULL);
-	switch (snap.state) {
-	case CBC_STATE_CLOSED:
-		return permit_grant(p, CBC_STATE_CLOSED, err);
-	case CBC_STATE_HALF_OPEN:
-		return acquire_trial(b, &ctx, p, err);
-	case CBC_STATE_OPEN:
-		break;
+	/* At most two rounds: the state read, then the state after moving an
+	 * open circuit whose break elapsed to half_open. */
+	for (bool moved = false; st == CBC_OK; moved = true) {
+		breaker_observed(b, snap.state, NULL);
+		if (snap.state == CBC_STATE_CLOSED)
+			return permit_grant(p, CBC_STATE_CLOSED, err);
+		if (snap.state == CBC_STATE_HALF_OPEN)
+			return acquire_trial(b, &ctx, p, err);
+		if (moved || snap.retry_after_ms > 0)
+			return permit_refuse(b, p, CBC_STATE_OPEN, snap.retry_after_ms, err);
+		/* The break elapsed: move to half_open; losing the race is
+		 * fine, the winner's state is in snap. */
+		store_degraded = false;
+		st = cbc_store_cas(b->store, b->name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, &ctx,
+		    &applied, &snap, err);
 	}
-	if (snap.retry_after_ms > 0)
-		return permit_refuse(b, p, CBC_STATE_OPEN, snap.retry_after_ms, err);
-	/* The break elapsed: move to half_open; losing the race is fine, the
-	 * winner's state is in snap. */
-	store_degraded = false;
-	st = cbc_store_cas(b->store, b->name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, &ctx, &applied,
-	    &snap, err);
-	if (st != CBC_OK)
-		return st;
-	breaker_observed(b, snap.state, NULL);
-	switch (snap.state) {
-	case CBC_STATE_CLOSED:
-		return permit_grant(p, CBC_STATE_CLOSED, err);
-	case CBC_STATE_HALF_OPEN:
-		return acquire_trial(b, &ctx, p, err);
-	case CBC_STATE_OPEN:
-		break;
-	}
-	return permit_refuse(b, p, CBC_STATE_OPEN, snap.retry_after_ms, err);
+	return st;
 }
 
 /* Record the outcome of a granted permit and release its slot. Store
