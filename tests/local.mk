@@ -30,7 +30,7 @@ tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
-	SAN_CFLAGS='$(SAN_CFLAGS)' $(SHELL)
+	SAN_CFLAGS='$(SAN_CFLAGS)' HAVE_SYSTEMD='$(have_systemd)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
 	tests/format.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
