@@ -57,22 +57,6 @@ start_logged(const char *config)
 	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
 }
 
-/* Poll stats on conn until path equals want (bounded). */
-static bool
-stats_reach(int conn, const char *path, int64_t want)
-{
-	for (int i = 0; i < 4000; i++) {
-		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
-		int64_t v = util_int(r, path);
-
-		json_decref(r);
-		if (v == want)
-			return true;
-		usleep(5000);
-	}
-	return false;
-}
-
 static bool
 path_exists(const char *p)
 {
@@ -95,7 +79,7 @@ START_TEST(test_sigterm_flushes_and_removes_socket)
 	 * in the socket and in cbd's output buffer. */
 	for (int i = 0; i < N; i++)
 		ck_assert(util_write_all(a, req, strlen(req)));
-	ck_assert(stats_reach(b, "ops.get.requests", N));
+	ck_assert(util_stats_reach(b, "ops.get.requests", N));
 	ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
 	for (int i = 0; i < N; i++) {
 		ck_assert_msg(util_read_line(a, reply, sizeof reply), "reply %d missing", i);
@@ -182,7 +166,7 @@ START_TEST(test_sighup_reload)
 
 	rewrite_config("[defaults]\nfailure_threshold = 2\n[cbd]\nsocket_mode = 0600\n");
 	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
-	ck_assert(stats_reach(a, "reloads", 1));
+	ck_assert(util_stats_reach(a, "reloads", 1));
 	/* The new policy applies; the connection, circuits and slots survived. */
 	json_decref(util_call(a, "{\"op\":\"record_failure\",\"name\":\"new\"}"));
 	r = util_call(a, "{\"op\":\"record_failure\",\"name\":\"new\"}");
@@ -201,7 +185,7 @@ START_TEST(test_sighup_reload)
 	/* A bad file is reported and the old configuration kept. */
 	rewrite_config("[defaults]\nfailure_threshold = 3\n[cbd]\nmax_circuits = 0\n");
 	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
-	ck_assert(stats_reach(a, "reload_failures", 1));
+	ck_assert(util_stats_reach(a, "reload_failures", 1));
 	json_decref(util_call(a, "{\"op\":\"record_failure\",\"name\":\"new2\"}"));
 	r = util_call(a, "{\"op\":\"record_failure\",\"name\":\"new2\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
@@ -226,7 +210,7 @@ START_TEST(test_sighup_limits_apply)
 	json_decref(r);
 	rewrite_config("[cbd]\nmax_circuits = 2\nmax_connections = 1\n");
 	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
-	ck_assert(stats_reach(a, "reloads", 1));
+	ck_assert(util_stats_reach(a, "reloads", 1));
 	r = util_call(a, "{\"op\":\"record_failure\",\"name\":\"two\"}");
 	ck_assert(util_code(r) == NULL);
 	json_decref(r);

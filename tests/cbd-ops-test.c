@@ -718,22 +718,6 @@ START_TEST(test_half_sent_line_does_not_delay_others)
 }
 END_TEST
 
-/* Poll stats until member `path` equals want (bounded). */
-static bool
-stats_reach(int conn, const char *path, int64_t want)
-{
-	for (int i = 0; i < 2000; i++) {
-		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
-		int64_t v = util_int(r, path);
-
-		json_decref(r);
-		if (v == want)
-			return true;
-		usleep(5000);
-	}
-	return false;
-}
-
 START_TEST(test_slot_release_on_disconnect)
 {
 	int holder = harness_connect(&h);
@@ -754,7 +738,7 @@ START_TEST(test_slot_release_on_disconnect)
 	ck_assert_int_eq(util_int(r, "slots"), 2);
 	json_decref(r);
 	close(holder);
-	ck_assert(stats_reach(fd, "slots", 0));
+	ck_assert(util_stats_reach(fd, "slots", 0));
 	r = CALL_OK("{\"op\":\"allow\",\"name\":\"rel\"}");
 	ck_assert(util_bool(r, "allowed"));
 	json_decref(r);
@@ -793,7 +777,7 @@ START_TEST(test_connection_limit)
 	json_decref(r);
 	/* Room again once a client leaves. */
 	close(conns[1]);
-	ck_assert(stats_reach(conns[0], "connections.current", 1));
+	ck_assert(util_stats_reach(conns[0], "connections.current", 1));
 	fd = harness_connect(&h);
 	r = CALL_OK("{\"op\":\"hello\"}");
 	json_decref(r);
@@ -820,7 +804,7 @@ START_TEST(test_slow_reader_dropped)
 		if (send(slow, req, strlen(req), MSG_NOSIGNAL) < 0)
 			break;
 	}
-	ck_assert(stats_reach(fd, "limits.max_output_bytes", 1));
+	ck_assert(util_stats_reach(fd, "limits.max_output_bytes", 1));
 	r = CALL_OK("{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "connections.current"), 1);
 	json_decref(r);
@@ -870,7 +854,7 @@ START_TEST(test_client_vanishing_mid_reply)
 	for (int i = 0; i < N; i++)
 		ck_assert(util_write_all(gone, req, strlen(req)));
 	close(gone);
-	ck_assert(stats_reach(fd, "connections.current", 1));
+	ck_assert(util_stats_reach(fd, "connections.current", 1));
 	json_decref(CALL_OK("{\"op\":\"hello\"}"));
 }
 END_TEST

@@ -78,22 +78,6 @@ record_store_error(const cbc_error *error, cbc_store_op op, void *user)
 	r->last_status = error->status;
 }
 
-static int
-call_ok(void *arg)
-{
-	if (arg != NULL)
-		(*(int *)arg)++;
-	return 0;
-}
-
-static int
-call_fail(void *arg)
-{
-	if (arg != NULL)
-		(*(int *)arg)++;
-	return 7;
-}
-
 /* Breaker options on `store` (NULL: private) with small numbers. */
 static cbc_breaker_options
 small_options(const char *name, cbc_store *store, recorder *rec)
@@ -333,10 +317,11 @@ START_TEST(breaker_trips_then_fails_fast_with_retry_after)
 	int calls = 0;
 
 	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(cbc_breaker_execute(b, call_fail, &calls, &res, &err), CBC_OK);
+		ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, &err),
+		    CBC_OK);
 		ck_assert(res.called);
 		ck_assert(res.counted_failure);
-		ck_assert_int_eq(res.result, 7);
+		ck_assert_int_eq(res.result, CLIENT_CALL_ERROR);
 	}
 	ck_assert_int_eq(calls, 3);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
@@ -346,7 +331,7 @@ START_TEST(breaker_trips_then_fails_fast_with_retry_after)
 	ck_assert(rec.had_error[0]);
 	ck_assert_int_eq(rec.error[0], 7);
 	vnow += 400;
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, &err), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, &err), CBC_EOPEN);
 	ck_assert(!res.called);
 	ck_assert_int_eq(calls, 3);
 	ck_assert_int_eq(res.retry_after_ms, 600);
@@ -376,7 +361,7 @@ START_TEST(fallback_runs_when_open)
 	o.fallback = fallback_42;
 	b = breaker_new_ok(&o);
 	ck_assert_int_eq(cbc_breaker_force_open(b, NULL), CBC_OK);
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &seen_retry, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &seen_retry, &res, NULL), CBC_OK);
 	ck_assert(!res.called);
 	ck_assert(res.fallback_called);
 	ck_assert_int_eq(res.result, 42);
@@ -463,7 +448,7 @@ START_TEST(half_open_reserves_a_slot_for_the_trial)
 	ck_assert_int_eq(t.other_state, CBC_STATE_HALF_OPEN);
 	/* The slot was released after the trial: the next trial runs. */
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_HALF_OPEN);
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, NULL, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, NULL, &res, NULL), CBC_OK);
 	ck_assert(res.called);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
 	/* closed->open (forced), open->half_open, half_open->closed: once each. */
@@ -488,12 +473,12 @@ START_TEST(half_open_failure_reopens)
 	cbc_exec_result res;
 
 	for (int i = 0; i < 3; i++)
-		cbc_breaker_execute(b, call_fail, NULL, &res, NULL);
+		cbc_breaker_execute(b, client_call_fail, NULL, &res, NULL);
 	vnow += 1000;
-	ck_assert_int_eq(cbc_breaker_execute(b, call_fail, NULL, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, NULL, &res, NULL), CBC_OK);
 	ck_assert(res.called);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, NULL, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, NULL, &res, NULL), CBC_EOPEN);
 	ck_assert_int_eq(res.retry_after_ms, 1000);
 	ck_assert_int_eq(rec.count, 3);
 	ck_assert_int_eq(rec.next[2], CBC_STATE_OPEN);
@@ -833,10 +818,10 @@ START_TEST(local_policy_breaker_keeps_protecting)
 	o = small_options("lp", rig.inner, &rec);
 	b = breaker_new_ok(&o);
 	for (int i = 0; i < 3; i++)
-		cbc_breaker_execute(b, call_fail, &calls, &res, NULL);
+		cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
 	rig.f.fail = CBC_ECONNECT;
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
 	ck_assert_int_eq(calls, 3);
 	ck_assert_int_gt(rec.store_errors, 0);
 	cbc_breaker_free(b);
@@ -861,10 +846,10 @@ START_TEST(allow_policy_lets_calls_flow)
 	o.store_policy = CBC_POLICY_ALLOW;
 	b = breaker_new_ok(&o);
 	ck_assert_int_eq(cbc_breaker_force_open(b, NULL), CBC_OK);
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
 	ck_assert_int_eq(rec.count, 1);
 	rig.f.fail = CBC_ECONNECT;
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
 	ck_assert(res.called);
 	ck_assert_int_eq(calls, 1);
 	ck_assert_int_gt(rec.store_errors, 0);
@@ -909,7 +894,7 @@ START_TEST(reject_policy_surfaces_pre_call_errors_only)
 	ck_assert_int_eq(cbc_breaker_acquire(b, &p, NULL), CBC_OK);
 	rig.f.fail = CBC_ECONNECT;
 	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_FAILURE, &err), CBC_OK);
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, &err), CBC_ECONNECT);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, &err), CBC_ECONNECT);
 	ck_assert_int_eq(err.status, CBC_ECONNECT);
 	ck_assert(!res.called);
 	ck_assert_int_eq(calls, 0);
@@ -926,7 +911,7 @@ START_TEST(reject_policy_surfaces_pre_call_errors_only)
 	ck_assert_int_eq(cbc_store_release_slot(rig.res, "rj", "t", NULL, NULL), CBC_OK);
 	/* Back: the next call uses it. */
 	rig.f.fail = CBC_OK;
-	ck_assert_int_eq(cbc_breaker_execute(b, call_ok, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, &err), CBC_OK);
 	ck_assert_int_eq(calls, 1);
 	cbc_breaker_free(b);
 	rig_free(&rig);

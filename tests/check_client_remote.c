@@ -283,22 +283,6 @@ rig_close(rig *r)
 	cbc_conn_free(r->conn);
 }
 
-static int
-call_ok(void *arg)
-{
-	if (arg != NULL)
-		(*(int *)arg)++;
-	return 0;
-}
-
-static int
-call_fail(void *arg)
-{
-	if (arg != NULL)
-		(*(int *)arg)++;
-	return 1;
-}
-
 /* Trip r's circuit on cbd with failing calls. */
 static void
 rig_trip(rig *r)
@@ -306,7 +290,8 @@ rig_trip(rig *r)
 	cbc_exec_result res;
 
 	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(cbc_breaker_execute(r->b, call_fail, NULL, &res, NULL), CBC_OK);
+		ck_assert_int_eq(cbc_breaker_execute(r->b, client_call_fail, NULL, &res, NULL),
+		    CBC_OK);
 		ck_assert(res.called);
 	}
 	ck_assert_int_eq(cbc_breaker_state(r->b), CBC_STATE_OPEN);
@@ -438,7 +423,7 @@ START_TEST(two_processes_one_trips_the_other_fails_fast)
 
 	ck_assert_ptr_nonnull(h);
 	rig_open(&r, h, "shared", CBC_POLICY_LOCAL, 0);
-	ck_assert_int_eq(cbc_breaker_execute(r.b, call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
 	ck_assert_int_eq(calls, 1);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -449,14 +434,14 @@ START_TEST(two_processes_one_trips_the_other_fails_fast)
 		if (!rig_open_child(&other, h->socket_path, "shared", 1))
 			_exit(2);
 		for (int i = 0; i < 3; i++)
-			cbc_breaker_execute(other.b, call_fail, NULL, &cres, NULL);
+			cbc_breaker_execute(other.b, client_call_fail, NULL, &cres, NULL);
 		_exit(cbc_breaker_state(other.b) == CBC_STATE_OPEN ? 0 : 1);
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	/* The very next call here fails fast. */
-	ck_assert_int_eq(cbc_breaker_execute(r.b, call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
 	ck_assert(!res.called);
 	ck_assert_int_eq(calls, 1);
 	ck_assert_int_gt(res.retry_after_ms, LONG_BREAK_MS - 60000);
@@ -569,7 +554,7 @@ START_TEST(cbd_killed_then_restarted)
 	else
 		rig_trip(&r);
 	cbd_kill(h);
-	st = cbc_breaker_execute(r.b, call_ok, &calls, &res, &err);
+	st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, &err);
 	switch (policy) {
 	case CBC_POLICY_LOCAL: /* an open circuit stays open */
 		ck_assert_int_eq(st, CBC_EOPEN);
@@ -593,7 +578,7 @@ START_TEST(cbd_killed_then_restarted)
 	 * goes to cbd and cbd records it. */
 	h2 = cbd_restart(h);
 	calls = 0;
-	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, &calls, &res, &err), CBC_OK);
 	ck_assert_int_eq(calls, 1);
 	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_CLOSED);
 	s = cbd_snapshot(h2, "killed");
@@ -605,7 +590,7 @@ START_TEST(cbd_killed_then_restarted)
 	cbd_kill(h2);
 	h3 = cbd_restart(h);
 	calls = 0;
-	ck_assert_int_eq(cbc_breaker_execute(r.b, call_fail, &calls, &res, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, &calls, &res, &err), CBC_OK);
 	ck_assert_int_eq(calls, 1);
 	s = cbd_snapshot(h3, "killed");
 	ck_assert_int_eq(s.failure_count, 1);
@@ -635,7 +620,7 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int round = 0; round < 3; round++) {
 		t0 = mono_ms();
-		st = cbc_breaker_execute(r.b, call_ok, &calls, &res, &err);
+		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, &err);
 		took = mono_ms() - t0;
 		ck_assert_msg(took < STOP_BOUND_MS, "call %d took %lld ms", round, (long long)took);
 		switch (policy) {
@@ -660,7 +645,7 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 	 * the circuit is open there, whatever the policy did meanwhile. */
 	usleep((CBC_DEFAULT_TIMEOUT_BACKOFF_MS + 50) * 1000);
 	calls = 0;
-	ck_assert_int_eq(cbc_breaker_execute(r.b, call_ok, &calls, &res, &err), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, &err), CBC_EOPEN);
 	ck_assert_int_eq(calls, 0);
 	ck_assert_int_gt(res.retry_after_ms, 0);
 	rig_close(&r);
@@ -686,7 +671,8 @@ thread_hammer(void *p)
 	cbc_exec_result res;
 
 	for (int i = 0; i < THREAD_CALLS; i++) {
-		if (cbc_breaker_execute(t->b, call_fail, NULL, &res, NULL) != CBC_OK || !res.called)
+		if (cbc_breaker_execute(t->b, client_call_fail, NULL, &res, NULL) != CBC_OK ||
+		    !res.called)
 			t->bad_status++;
 		else
 			t->failed_calls++;

@@ -174,3 +174,24 @@ client_contract_ops(contract_impl *impl)
 	impl->release_slot = a_release_slot;
 	impl->delete_circuit = a_delete;
 }
+
+/* Count the call in *arg (when not NULL); return result. */
+static int
+client_call(void *arg, int result)
+{
+	if (arg != NULL)
+		(*(int *)arg)++;
+	return result;
+}
+
+int
+client_call_ok(void *arg)
+{
+	return client_call(arg, 0);
+}
+
+int
+client_call_fail(void *arg)
+{
+	return client_call(arg, CLIENT_CALL_ERROR);
+}

@@ -28,6 +28,14 @@ void client_contract_ops(contract_impl *impl);
 /* Free box's store, inner store and connection (not box->extra). */
 void client_box_free_stores(client_box *box);
 
+/* What client_call_fail returns. */
+#define CLIENT_CALL_ERROR 7
+
+/* Protected calls for breakers: count themselves in *(int *)arg (when not
+ * NULL) and succeed (0) or fail (CLIENT_CALL_ERROR). */
+int client_call_ok(void *arg);
+int client_call_fail(void *arg);
+
 /* A full ctx from a core policy and a virtual `now`. */
 cbc_ctx client_ctx(const cb_policy *policy, int64_t now);
 

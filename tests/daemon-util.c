@@ -116,6 +116,23 @@ util_write_all(int fd, const void *buf, size_t len)
 }
 
 bool
+util_stats_reach(int conn, const char *path, int64_t want)
+{
+	long long deadline = mono_ms() + harness_timeout_ms();
+
+	do {
+		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
+		int64_t v = util_int(r, path);
+
+		json_decref(r);
+		if (v == want)
+			return true;
+		usleep(5000);
+	} while (mono_ms() < deadline);
+	return false;
+}
+
+bool
 util_read_line(int fd, char *buf, size_t size)
 {
 	long long deadline = mono_ms() + harness_timeout_ms();

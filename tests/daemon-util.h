@@ -28,6 +28,10 @@ bool util_bool(const json_t *obj, const char *path);
 const char *util_str(const json_t *obj, const char *path);
 const json_t *util_get(const json_t *obj, const char *path);
 
+/* Poll stats on conn until member `path` equals want; false when it does
+ * not within harness_timeout_ms(). */
+bool util_stats_reach(int conn, const char *path, int64_t want);
+
 bool util_write_all(int fd, const void *buf, size_t len);
 /* Read one line (bounded wait); false on EOF, error or timeout. */
 bool util_read_line(int fd, char *buf, size_t size);
