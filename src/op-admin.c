@@ -1,5 +1,5 @@
 /*
- * op-admin.c — the read and service ops of protocol v1: hello, list, stats.
+ * op-admin.c — the read and service ops: hello, list, stats.
  */
 #include "config.h"
 
@@ -11,8 +11,9 @@
 #include "server.h"
 #include "stats.h"
 
-/* A snapshot's size in a list reply, less its name (a generous guess). */
-#define OP_LIST_ENTRY_BYTES 200
+/* A snapshot's size in a list reply (policy, sources, totals and a hold
+ * with its reason included), less its name: a generous guess. */
+#define OP_LIST_ENTRY_BYTES 1400
 
 bool
 op_hello(op_call *call)
@@ -46,14 +47,15 @@ typedef struct list_walk {
 } list_walk;
 
 static void
-list_visit(const char *name, const cb_snapshot *snap, void *arg)
+list_visit(const char *name, const ct_view *view, void *arg)
 {
 	list_walk *w = arg;
+	proto_policy_sources sources;
 	cb_policy policy;
 	size_t cost;
 	json_t *obj;
 
-	if (w->truncated || w->nomem || (w->filter && snap->state != w->state))
+	if (w->truncated || w->nomem || (w->filter && view->snap.state != w->state))
 		return;
 	/* JSON escapes at most double a name without control characters. */
 	cost = OP_LIST_ENTRY_BYTES + 2 * strlen(name);
@@ -62,9 +64,8 @@ list_visit(const char *name, const cb_snapshot *snap, void *arg)
 		return;
 	}
 	w->budget -= cost;
-	conf_policy(&srv.conf, name, &w->call->ctx, &policy);
-	obj =
-	    proto_snapshot_to_json(name, snap, breaker_retry_after_ms(snap, &policy, w->call->now));
+	conf_policy(&srv.conf, name, view->declared, &policy, &sources);
+	obj = op_snapshot_json(name, view, &policy, &sources, w->call->now);
 	if (obj == NULL || json_array_append_new(w->circuits, obj) != 0)
 		w->nomem = true;
 }
