@@ -19,6 +19,7 @@ static struct event *tick_ev;
 static struct event *child_ev;
 static bool dirty;
 static pid_t writer = -1;
+static int64_t writer_started; /* monotonic ms */
 
 /* A hold that ran out on the daemon's clock: logged like any change. */
 static void
@@ -31,10 +32,19 @@ hold_ended(const char *name, const ct_change *change, void *arg)
 static void
 state_write_maybe(void)
 {
-	if (!dirty || writer > 0 || srv.conf.state_file[0] == '\0')
+	int64_t pause_start, pause;
+
+	/* Once stopping, housekeeping_stop() writes the file in process. */
+	if (!dirty || writer > 0 || srv.conf.state_file[0] == '\0' || srv.state == SERVER_STOPPING)
 		return;
 	dirty = false;
+	writer_started = clock_monotonic_ms();
+	pause_start = clock_monotonic_us();
 	writer = persist_write_async(srv.conf.state_file, srv.table, clock_realtime_ms());
+	/* fork() is the only pause requests see; keep the longest. */
+	pause = clock_monotonic_us() - pause_start;
+	if ((uint64_t)pause > stats.state_write_pause_max_us)
+		stats.state_write_pause_max_us = (uint64_t)pause;
 	if (writer < 0) {
 		stats.state_write_failures++;
 		dirty = true; /* try again at the next tick */
@@ -68,6 +78,8 @@ writer_reap(bool block)
 	writer = -1;
 	if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
 		stats.state_writes++;
+		log_debug("state_file %s written in %lld ms", srv.conf.state_file,
+		    (long long)(clock_monotonic_ms() - writer_started));
 		return;
 	}
 	stats.state_write_failures++;

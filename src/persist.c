@@ -102,11 +102,28 @@ sync_dir(const char *path)
 	free(copy);
 }
 
+/* Write all of buf to fd. */
+static bool
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
 /* Write doc to path atomically: a temp file beside it, fsync, rename. */
 static bool
 write_atomic(const char *path, const json_t *doc)
 {
-	char tmp[4096];
+	char tmp[4096], *text;
 	int fd, n;
 	bool ok;
 
@@ -120,7 +137,11 @@ write_atomic(const char *path, const json_t *doc)
 		log_error("state_file: cannot create %s: %s", tmp, strerror(errno));
 		return false;
 	}
-	ok = json_dumpfd(doc, fd, JSON_COMPACT) == 0 && write(fd, "\n", 1) == 1 && fsync(fd) == 0;
+	/* One buffer, one write: json_dumpfd would make a syscall per token. */
+	text = json_dumps(doc, JSON_COMPACT);
+	ok = text != NULL && write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1) &&
+	    fsync(fd) == 0;
+	free(text);
 	if (!ok)
 		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
 	if (close(fd) != 0 && ok) {

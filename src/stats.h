@@ -40,6 +40,7 @@ typedef struct cbd_stats {
 	uint64_t policy_conflicts; /* requests whose ctx disagreed with the circuit */
 	uint64_t state_writes; /* state file written */
 	uint64_t state_write_failures;
+	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
 	uint64_t reloads;
 	uint64_t reload_failures;
 } cbd_stats;
