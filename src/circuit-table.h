@@ -101,7 +101,8 @@ typedef struct ct_hold_request {
 	const char *reason; /* may be NULL; cut to CT_REASON_MAX */
 } ct_hold_request;
 
-/* A circuit as read back: the initial one (stored false) when unknown. */
+/* A circuit as read back: the initial one (stored false) when unknown.
+ * The pointers belong to the table (valid until it next changes). */
 typedef struct ct_view {
 	bool stored;
 	cb_snapshot snap;
@@ -109,6 +110,9 @@ typedef struct ct_view {
 	ct_hold hold;
 	const proto_ctx *declared; /* the creating request's policy; NULL: none */
 	uint64_t slots; /* held now */
+	bool has_window; /* the rate rule's window, read at the call's now */
+	cb_window_counts window;
+	const cb_reporters *reporters; /* min_reporters > 1: recent reporters */
 } ct_view;
 
 /* What every call that may change a circuit takes. */
@@ -118,6 +122,8 @@ typedef struct ct_call {
 	int64_t now; /* decision clock */
 	int64_t clock; /* owner's clock: idleness */
 	ct_owner *owner; /* slots' holder; may be NULL */
+	int64_t duration_ms; /* the call's duration (slow calls); 0: not given */
+	int64_t reporter; /* who reports (min_reporters): a process id */
 } ct_call;
 
 /* A slot as handed to its holder. */
@@ -244,10 +250,10 @@ uint64_t circuit_table_reclaim_idle(circuit_table *table, int64_t clock, uint64_
  * end (or the break, with no ttl) while held open, else the break. */
 int64_t circuit_table_retry_after(const ct_view *view, const cb_policy *policy, int64_t now);
 
-/* Visit stored circuits in an unspecified order; visit_pinned only those
- * that are open, half_open, held or hold slots. The callback must not
- * change the table. */
-void circuit_table_foreach(circuit_table *table, ct_visit_fn visit, void *arg);
+/* Visit stored circuits in an unspecified order (windows read at now);
+ * foreach_pinned only those that are open, half_open, held or hold slots.
+ * The callback must not change the table. */
+void circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void *arg);
 void circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg);
 
 /* Text for a status ("max_circuits reached"). */

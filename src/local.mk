@@ -5,6 +5,7 @@
 noinst_LTLIBRARIES += src/libcbcore.la
 src_libcbcore_la_SOURCES = \
 	src/breaker.c src/breaker.h \
+	src/window.c src/window.h \
 	src/circuit-table.c src/circuit-table.h \
 	src/proto.c src/proto.h \
 	src/clock.c src/clock.h

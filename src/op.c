@@ -156,8 +156,22 @@ hold_json(const ct_hold *hold)
 	    hold->until != CB_TIME_NONE ? json_integer(hold->until) : json_null());
 }
 
+/* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
+ * "slow_call_rate"}, rates in percent (0 when empty). */
+static json_t *
+window_json(const ct_view *view)
+{
+	cb_window_counts w = view->has_window ? view->window : (cb_window_counts){ 0 };
+	double calls = w.calls;
+
+	return json_pack("{s:i, s:i, s:i, s:f, s:f}", "calls", (int)w.calls, "failures",
+	    (int)w.failures, "slow", (int)w.slow, "failure_rate",
+	    w.calls > 0 ? w.failures * 100.0 / calls : 0.0, "slow_call_rate",
+	    w.calls > 0 ? w.slow * 100.0 / calls : 0.0);
+}
+
 json_t *
-op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
+op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
     const proto_policy_sources *sources, int64_t now)
 {
 	const ct_totals *t = &view->totals;
@@ -166,12 +180,22 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 
 	if (obj == NULL)
 		return NULL;
-	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, sources)) != 0 ||
+	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, preset, sources)) !=
+		0 ||
 	    json_object_set_new(obj, "hold", hold_json(&view->hold)) != 0 ||
 	    json_object_set_new(obj, "totals",
 		json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
 		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
-		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0) {
+		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0 ||
+	    json_object_set_new(obj, "current_break_ms",
+		json_integer(breaker_break_ms(&view->snap, policy))) != 0 ||
+	    (policy->trip == CB_TRIP_RATE &&
+		json_object_set_new(obj, "window", window_json(view)) != 0) ||
+	    (policy->min_reporters > 1 &&
+		json_object_set_new(obj, "reporters",
+		    json_integer(view->reporters != NULL ? breaker_reporters_count(view->reporters,
+							       now, policy->reporter_window_ms)
+							 : 0)) != 0)) {
 		json_decref(obj);
 		return NULL;
 	}
@@ -181,7 +205,8 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 bool
 op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 {
-	json_t *obj = op_snapshot_json(call->name, view, &call->policy, &call->sources, call->now);
+	json_t *obj = op_snapshot_json(call->name, view, &call->policy, call->preset,
+	    &call->sources, call->now);
 
 	if (obj == NULL || json_object_set_new(call->reply, member, obj) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
@@ -270,8 +295,8 @@ op_resolve_policy(op_call *call)
 
 	call->stored = stored;
 	conf_policy(&srv.conf, call->name, stored ? declared : &call->ctx, &call->policy,
-	    &call->sources);
-	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy);
+	    &call->sources, &call->preset);
+	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 	if (call->conflicts == 0)
 		return;
 	stats.policy_conflicts++;
@@ -329,13 +354,22 @@ op_run(op_call *call, const op_entry *op)
 		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW)
 		    ? call->ctx.value[PROTO_CTX_NOW]
 		    : call->clock;
+		if (proto_ctx_has(&call->ctx, PROTO_CTX_PRESET) &&
+		    conf_preset_find(&srv.conf, call->ctx.preset) == NULL)
+			return proto_fail(&call->err, PROTO_BAD_REQUEST,
+			    "ctx.preset: no preset named \"%s\"", call->ctx.preset);
 		if (call->name != NULL)
 			op_resolve_policy(call);
 		call->table = (ct_call){ .policy = &call->policy,
 			.declared = &call->ctx,
 			.now = call->now,
 			.clock = call->clock,
-			.owner = &call->client->owner };
+			.owner = &call->client->owner,
+			.reporter = (int64_t)call->client->pid };
+		/* How long the reported call took (slow-call rule). */
+		if (!proto_get_int(call->request, "duration_ms", 0, CB_DURATION_MAX, false,
+			&call->table.duration_ms, NULL, &call->err))
+			return false;
 	}
 	return op->handler(call) && reply_conflicts(call);
 }

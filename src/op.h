@@ -31,6 +31,7 @@ typedef struct op_call {
 	proto_ctx ctx; /* OP_CTX: the request's ctx */
 	cb_policy policy; /* OP_CTX: the circuit's effective policy */
 	proto_policy_sources sources; /* OP_CTX: where each policy key came from */
+	const char *preset; /* OP_CTX: the effective preset (NULL: none) */
 	uint32_t conflicts; /* OP_CTX: ctx members that differ from policy */
 	int64_t now; /* OP_CTX: ctx.now or the clock */
 	int64_t clock; /* the daemon's clock (idleness, audit) */
@@ -73,7 +74,7 @@ bool op_reply_snapshot(op_call *call, const char *member, const ct_view *view);
 
 /* A circuit's full snapshot object; policy resolved for name. */
 json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
-    const proto_policy_sources *sources, int64_t now);
+    const char *preset, const proto_policy_sources *sources, int64_t now);
 
 /* The peer's user name ("" when unknown). */
 void op_peer_user(op_call *call, char *buf, size_t size);

@@ -75,7 +75,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(cfg.idle_reclaim_ms, 3600000);
 	ck_assert_int_eq(cfg.max_slots, 65536);
 	ck_assert_str_eq(cfg.state_file, "");
-	conf_policy(&cfg, "x", NULL, &p, NULL);
+	conf_policy(&cfg, "x", NULL, &p, NULL, NULL);
 	ck_assert_int_eq(p.failure_threshold, 5);
 	ck_assert_int_eq(p.success_threshold, 2);
 	ck_assert_int_eq(p.break_ms, 30000);
@@ -124,10 +124,10 @@ START_TEST(test_full_file_and_layers)
 	ck_assert(conf_is_admin(&cfg, 65534, 65534));
 	ck_assert(conf_is_admin(&cfg, 1234, 0));
 	ck_assert(!conf_is_admin(&cfg, 1234, 1234) || geteuid() == 1234);
-	conf_policy(&cfg, "other", NULL, &p, NULL);
+	conf_policy(&cfg, "other", NULL, &p, NULL, NULL);
 	ck_assert_int_eq(p.failure_threshold, 7);
 	ck_assert_int_eq(p.slot_ttl_ms, 1000);
-	conf_policy(&cfg, "pay ments", NULL, &p, NULL);
+	conf_policy(&cfg, "pay ments", NULL, &p, NULL, NULL);
 	ck_assert_int_eq(p.failure_threshold, 2);
 	ck_assert_int_eq(p.break_ms, 1000);
 	ck_assert_int_eq(p.max_gap_ms, 50);
@@ -135,13 +135,13 @@ START_TEST(test_full_file_and_layers)
 	 * a client's declaration beats [defaults]. */
 	proto_ctx_set(&req, PROTO_CTX_FAILURE_THRESHOLD, 9);
 	proto_ctx_set(&req, PROTO_CTX_BREAK_MS, 77);
-	conf_policy(&cfg, "pay ments", &req, &p, &src);
+	conf_policy(&cfg, "pay ments", &req, &p, &src, NULL);
 	ck_assert_int_eq(p.failure_threshold, 2);
 	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_CONFIG);
 	ck_assert_int_eq(p.break_ms, 77);
 	ck_assert_int_eq(src.key[PROTO_CTX_BREAK_MS], PROTO_SOURCE_CLIENT);
 	ck_assert_int_eq(src.key[PROTO_CTX_SUCCESS_THRESHOLD], PROTO_SOURCE_BUILTIN);
-	conf_policy(&cfg, "other", NULL, &p, &src);
+	conf_policy(&cfg, "other", NULL, &p, &src, NULL);
 	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_DEFAULTS);
 	conf_free(&cfg);
 }
@@ -281,9 +281,10 @@ START_TEST(test_every_key_documented)
 	for (size_t i = 0; i < conf_key_count(); i++) {
 		const conf_key *k = conf_key_at(i);
 		const char *def = k->default_text;
-		/* Defaults that are words ("break_ms", "unset") are explained in
+		/* Defaults that are words ("break_ms", "unset", "none") are explained in
 		 * prose; the others must be the value of the example line. */
-		bool literal = strcmp(def, "break_ms") != 0 && strcmp(def, "unset") != 0;
+		bool literal = strcmp(def, "break_ms") != 0 && strcmp(def, "unset") != 0 &&
+		    strcmp(def, "none") != 0;
 		char quoted[128];
 
 		ck_assert_msg(has_key_line(conf, k->name, literal ? def : NULL),
