@@ -444,6 +444,12 @@ cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t ttl_ms, cons
 	if (st != CBC_OK)
 		return st;
 	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	/* A protocol 1 cbd ignores hold and forces: say so rather than let
+	 * the caller believe the state is held. */
+	if (st == CBC_OK && json_object_get(json_object_get(reply, "snapshot"), "hold") == NULL)
+		st = cbci_fail(err, CBC_EPROTO,
+		    "cbd at %s did not report a hold (protocol 1?): %s was forced %s, not held",
+		    cbc_conn_socket_path(conn), name, cbc_state_name(state));
 	return op_done(reply, st, err);
 }
 
