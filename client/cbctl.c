@@ -33,6 +33,9 @@ enum {
 #define CBCTL_CONNECT_TIMEOUT_MS 1000
 #define CBCTL_IO_TIMEOUT_MS 10000
 #define CBCTL_TIMEOUT_MAX_MS 3600000
+/* Retry times below this show as seconds ("retry in 59.9s"), longer ones
+ * as minutes or hours ("retry in 9m58s"). */
+#define CBCTL_RETRY_SECONDS_MAX_MS 120000
 /* Longest --for: the protocol's ttl_ms bound, 2^53 ms. */
 #define CBCTL_DURATION_MAX_MS (INT64_C(1) << 53)
 
@@ -272,8 +275,14 @@ format_retry(const cbc_snapshot *s, char *buf, size_t size)
 		snprintf(buf, size, "held");
 	else if (s->retry_after_ms <= 0)
 		snprintf(buf, size, "retry now");
-	else
+	else if (s->retry_after_ms < CBCTL_RETRY_SECONDS_MAX_MS)
 		snprintf(buf, size, "retry in %.1fs", (double)s->retry_after_ms / 1000.0);
+	else {
+		char span[32];
+
+		format_span(s->retry_after_ms, span, sizeof span);
+		snprintf(buf, size, "retry in %s", span);
+	}
 }
 
 /* The circuits as an aligned table; the name column fits the longest. A
