@@ -547,14 +547,23 @@ option_value(cbctl *ctl, int *i, const char *opt, bool *missing)
 static bool
 parse_hold_args(cbctl *ctl, const char *cmd, hold_args *out)
 {
-	bool has_for = false, missing = false;
+	bool has_for = false, missing = false, options = true;
 
 	memset(out, 0, sizeof *out);
 	for (int i = 0; i < ctl->argc; i++) {
 		const char *arg = ctl->argv[i];
 		const char *v;
 
-		if ((v = option_value(ctl, &i, "--for", &missing)) != NULL) {
+		if (!options || arg[0] != '-') {
+			if (out->name != NULL) {
+				errorf("%s: one circuit name only (got \"%s\" and \"%s\")", cmd,
+				    out->name, arg);
+				return false;
+			}
+			out->name = arg;
+		} else if (strcmp(arg, "--") == 0) {
+			options = false; /* a name may start with '-' */
+		} else if ((v = option_value(ctl, &i, "--for", &missing)) != NULL) {
 			if (!parse_duration(v, &out->for_ms)) {
 				errorf("%s: --for takes a duration: milliseconds, or a number with "
 				       "ms, s, m or h such as 90s, 10m, 2h (got \"%s\")",
@@ -574,15 +583,9 @@ parse_hold_args(cbctl *ctl, const char *cmd, hold_args *out)
 			return false;
 		} else if (strcmp(arg, "--no-hold") == 0) {
 			out->no_hold = true;
-		} else if (arg[0] == '-' && arg[1] != '\0') {
+		} else {
 			errorf("%s: unknown option \"%s\" (cbctl %s --help)", cmd, arg, cmd);
 			return false;
-		} else if (out->name != NULL) {
-			errorf("%s: one circuit name only (got \"%s\" and \"%s\")", cmd, out->name,
-			    arg);
-			return false;
-		} else {
-			out->name = arg;
 		}
 	}
 	if (out->name == NULL) {

@@ -133,6 +133,8 @@ expect err '--reason' "long reason names --reason"
 run 2 "unknown open option" open bad --frobnicate
 expect err '--frobnicate' "unknown option named"
 run 0 "reason of 256 bytes" open ok256 --reason "$(printf '%0256d' 0)"
+run 0 "a name after --" open --for 1m -- -dash
+expect out '^-dash +open ' "-- ends the options"
 
 run 0 "half-open" half-open payments
 expect out '^payments +half_open' "half-open forced"
