@@ -242,6 +242,16 @@ now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Replace control characters in text (a reason someone typed) so that
+ * printing it cannot move the terminal's cursor or change its colours. */
+static void
+sanitize(char *text)
+{
+	for (unsigned char *p = (unsigned char *)text; *p != '\0'; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			*p = '?';
+}
+
 /* "held open by alice (uid 1000) until 2026-11-30 10:00:00 (in 9m58s):
  * deploy"; "until released" for a hold without ttl. */
 static void
@@ -262,6 +272,7 @@ format_hold(const cbc_hold_info *h, char *buf, size_t size)
 	}
 	snprintf(buf, size, "held %s by %s %s%s%s", cbc_state_name(h->state), who, until,
 	    h->has_reason ? ": " : "", h->has_reason ? h->reason : "");
+	sanitize(buf);
 }
 
 /* "retry in 12.4s" while open ("held" while held open until released),

@@ -108,16 +108,13 @@ reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, 
 	int64_t retry = 0;
 	const char *name = json_string_value(json_object_get(obj, "name"));
 
-	cbc_status st;
-
 	if (!proto_snapshot_from_json(obj, &snap, &retry, &perr))
 		return cbci_fail(err, CBC_EPROTO, "reply snapshot: %s", perr.message);
 	if (name == NULL)
 		name = fallback_name != NULL ? fallback_name : "";
 	if (out != NULL)
 		cbci_snapshot_fill(out, name, &snap, retry);
-	st = cbci_snapshot_v2(obj, out, err);
-	return st;
+	return cbci_snapshot_v2(obj, out, err);
 }
 
 /* Read a boolean reply member. */

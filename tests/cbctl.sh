@@ -133,6 +133,9 @@ expect err '--reason' "long reason names --reason"
 run 2 "unknown open option" open bad --frobnicate
 expect err '--frobnicate' "unknown option named"
 run 0 "reason of 256 bytes" open ok256 --reason "$(printf '%0256d' 0)"
+run 0 "a reason with an escape" open esc --reason "$(printf 'a\033[31mb')"
+reject out "$(printf '\033')" "control characters in a reason are not printed"
+expect out '^  held open by .*: a\?\[31mb$' "control characters shown as ?"
 run 0 "a name after --" open --for 1m -- -dash
 expect out '^-dash +open ' "-- ends the options"
 
