@@ -209,6 +209,7 @@ cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *snap,
 	out->last_failure_at = snap->last_failure_at;
 	out->opened_at = snap->opened_at;
 	out->retry_after_ms = retry_after_ms;
+	cbci_snapshot_v2_clear(out);
 }
 
 void
