@@ -165,6 +165,17 @@ START_TEST(test_errors_name_file_line_key)
 	    NULL);
 	expect_error("[circuits \"a\"]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[circuit \"\"]\nbreak_ms = 5\n", 2, "break_ms", "circuit section names");
+	/* Trip rules: unknown presets (even defined later), nested presets,
+	 * enums, and sizes that do not fit their window. */
+	expect_error("[circuit \"x\"]\nbreak_ms = 5\npreset = nope\n", 3, "preset",
+	    "no preset named \"nope\"");
+	expect_error("[defaults]\npreset = nope\n", 2, "preset", "no preset named");
+	expect_error("[preset \"p\"]\npreset = database\n", 2, "preset", "cannot name another");
+	expect_error("[defaults]\ntrip = ratio\n", 2, "trip", "\"consecutive\" or \"rate\"");
+	expect_error("[circuit \"w\"]\nwindow = time\nwindow_size = 10\n", 2, "w", "window_size");
+	expect_error("[defaults]\nbreak_ms = 5000\nbreak_max_ms = 10\n", 2, "defaults",
+	    "break_max_ms");
+	expect_error("[preset \"bad name!\"]\ntrip = rate\n", 2, "trip", "preset section names");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users",
 	    "no-such-user-here");

@@ -55,3 +55,10 @@ check_PROGRAMS += tests/cbd-authority-test
 tests_cbd_authority_test_SOURCES = tests/cbd-authority-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_authority_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_authority_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# Trip rules against a real cbd: presets, several processes on one rate
+# circuit, totals under 16 clients, min_reporters, break_backoff.
+check_PROGRAMS += tests/cbd-rates-test
+tests_cbd_rates_test_SOURCES = tests/cbd-rates-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_rates_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_rates_test_LDADD = $(DAEMON_TEST_LIBS)
