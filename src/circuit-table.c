@@ -95,6 +95,8 @@ struct circuit_table {
 	int64_t idle_ms;
 	uint64_t instance_id;
 	uint64_t next_token;
+	ct_reclaim_fn on_reclaim;
+	void *on_reclaim_arg;
 	ct_stats stats;
 };
 
@@ -127,6 +129,13 @@ void
 circuit_table_set_idle_reclaim(circuit_table *table, int64_t idle_ms)
 {
 	table->idle_ms = idle_ms;
+}
+
+void
+circuit_table_set_reclaim_hook(circuit_table *table, ct_reclaim_fn fn, void *arg)
+{
+	table->on_reclaim = fn;
+	table->on_reclaim_arg = arg;
 }
 
 void
@@ -570,6 +579,8 @@ reclaim_one(circuit_table *table, int64_t clock, bool only_expired)
 		table->stats.reclaimed_idle++;
 	else
 		table->stats.reclaimed_capacity++;
+	if (table->on_reclaim != NULL)
+		table->on_reclaim(c->name, table->on_reclaim_arg);
 	circuit_destroy(table, c);
 	return true;
 }

@@ -156,6 +156,8 @@ typedef struct ct_stats {
 
 /* Called by the walks below for each circuit. */
 typedef void (*ct_visit_fn)(const char *name, const ct_view *view, void *arg);
+/* Called with each circuit's name just before a reclaim drops it. */
+typedef void (*ct_reclaim_fn)(const char *name, void *arg);
 /* Called for each hold ended by circuit_table_expire_holds. */
 typedef void (*ct_change_fn)(const char *name, const ct_change *change, void *arg);
 
@@ -173,6 +175,9 @@ void circuit_table_set_max_slots(circuit_table *table, uint64_t max_slots);
 void circuit_table_set_idle_reclaim(circuit_table *table, int64_t idle_ms);
 
 void circuit_table_stats(const circuit_table *table, ct_stats *out);
+
+/* Be told of every reclaimed circuit (fn may be NULL). */
+void circuit_table_set_reclaim_hook(circuit_table *table, ct_reclaim_fn fn, void *arg);
 
 /* Note that a request named `name` at `clock` (idleness), and reclaim up
  * to CT_RECLAIM_PER_USE idle circuits on the way. Returns the policy the

@@ -18,6 +18,7 @@
 #include "op.h"
 #include "server.h"
 #include "stats.h"
+#include "watch.h"
 
 static const char *const need_name[] = { "name", NULL };
 static const char *const need_cas[] = { "name", "from", "to", NULL };
@@ -27,7 +28,7 @@ static const char *const need_outcome[] = { "name", "outcome", NULL };
 
 /* Every op of protocol 2. */
 static const op_entry ops[] = {
-	{ "hello", op_hello, 0, NULL },
+	{ "hello", op_hello, OP_REPLIES, NULL },
 	{ "get", op_get, OP_NAME | OP_CTX, need_name },
 	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX, need_name },
 	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX, need_name },
@@ -39,8 +40,10 @@ static const op_entry ops[] = {
 	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name },
 	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX, need_name },
 	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX, need_outcome },
-	{ "list", op_list, OP_CTX, NULL },
-	{ "stats", op_stats, 0, NULL },
+	{ "list", op_list, OP_CTX | OP_REPLIES, NULL },
+	{ "stats", op_stats, OP_REPLIES, NULL },
+	{ "watch", op_watch, OP_REPLIES, NULL },
+	{ "unwatch", op_unwatch, OP_REPLIES, NULL },
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])
@@ -100,8 +103,9 @@ op_log_change(const char *name, const ct_change *change)
 
 	if (change->reason == CB_REASON_NONE)
 		return;
-	/* States and holds are what the state file keeps. */
+	/* States and holds are what the state file keeps and watchers see. */
 	housekeeping_state_changed();
+	watch_changed(name, change);
 	if (change->from == change->to)
 		return;
 	stats.transitions++;
@@ -383,7 +387,7 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	json_t *request;
 	const char *opname;
 	size_t oplen;
-	bool ok = false;
+	bool ok = false, noreply = false;
 
 	stats.requests++;
 	request = proto_request_decode(line, len, &call.err);
@@ -395,6 +399,11 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	if (!proto_get_text(request, "op", true, &opname, &oplen, &call.err))
 		goto reply;
 	op = op_find(opname, oplen);
+	/* noreply (protocol 2, §6): carried out, nothing written back, not
+	 * even an error (counted as usual), except for the ops that exist to
+	 * answer. */
+	noreply = json_is_true(json_object_get(request, "noreply")) &&
+	    (op == NULL || !(op->flags & OP_REPLIES));
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
@@ -407,10 +416,16 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	call.reply = proto_reply_ok(id);
 	if (call.reply == NULL)
 		fatal("out of memory building a reply");
+	watch_request_begin(c);
 	ok = op_run(&call, op);
 reply:
 	if (ok) {
-		server_client_reply(c, call.reply);
+		if (noreply) {
+			json_decref(call.reply);
+			stats.noreply++;
+		} else {
+			server_client_reply(c, call.reply);
+		}
 	} else {
 		json_decref(call.reply);
 		stats.errors[call.err.code]++;
@@ -418,7 +433,12 @@ reply:
 			stats.op_errors[op - ops]++;
 		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
 		    proto_code_name(call.err.code), call.err.message);
-		server_client_reply(c, proto_reply_error(id, &call.err));
+		if (noreply)
+			stats.noreply++;
+		else
+			server_client_reply(c, proto_reply_error(id, &call.err));
 	}
+	/* Events this request caused reach its own connection after it. */
+	watch_request_end(c);
 	json_decref(request);
 }

@@ -21,6 +21,7 @@
 #define OP_WRITE 0x2u /* may store state, so may answer capacity */
 #define OP_NAME 0x4u /* needs a valid "name" */
 #define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
+#define OP_REPLIES 0x10u /* always answered: "noreply" is ignored */
 
 /* One request being answered; filled by generic validation. */
 typedef struct op_call {
@@ -103,6 +104,8 @@ bool op_release(op_call *call);
 bool op_allow(op_call *call);
 bool op_record(op_call *call);
 bool op_list(op_call *call);
+bool op_watch(op_call *call);
+bool op_unwatch(op_call *call);
 bool op_stats(op_call *call);
 
 #endif

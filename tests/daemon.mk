@@ -62,3 +62,9 @@ check_PROGRAMS += tests/cbd-rates-test
 tests_cbd_rates_test_SOURCES = tests/cbd-rates-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_rates_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_rates_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# watch/unwatch events and noreply (protocol 2, §5 and §6).
+check_PROGRAMS += tests/cbd-watch-test
+tests_cbd_watch_test_SOURCES = tests/cbd-watch-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_watch_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_watch_test_LDADD = $(DAEMON_TEST_LIBS)
