@@ -176,19 +176,26 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	}
 	call.reply = proto_reply_ok(id);
 	if (call.reply == NULL)
-		fatal("out of memory building a reply");
-	ok = op_run(&call, op);
+		proto_fail(&call.err, PROTO_INTERNAL, "out of memory");
+	else
+		ok = op_run(&call, op);
 reply:
 	if (ok) {
 		server_client_reply(c, call.reply);
 	} else {
+		json_t *error;
+
 		json_decref(call.reply);
 		stats.errors[call.err.code]++;
 		if (op != NULL)
 			stats.op_errors[op - ops]++;
 		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
 		    proto_code_name(call.err.code), call.err.message);
-		server_client_reply(c, proto_reply_error(id, &call.err));
+		error = proto_reply_error(id, &call.err);
+		if (error != NULL)
+			server_client_reply(c, error);
+		else
+			server_client_reply_oom(c, id);
 	}
 	json_decref(request);
 }

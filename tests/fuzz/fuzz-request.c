@@ -2,8 +2,8 @@
  * fuzz-request.c — fuzz target for cbd's whole request path: the input is
  * one or more request lines from one connection, answered by op_dispatch
  * on a fresh in-memory circuit table. Every request must get exactly one
- * reply, each one valid JSON object line; anything else aborts so the
- * fuzzer flags it. An input starting with '!' comes from a peer that is
+ * reply, each one valid JSON object line and none `internal`; anything
+ * else aborts so the fuzzer flags it. An input starting with '!' comes from a peer that is
  * not an admin (the '!' is dropped).
  *
  * libFuzzer entry point; tests/fuzz/replay.c drives it without libFuzzer.
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "fuzz-daemon.h"
@@ -23,6 +24,19 @@ static uid_t
 fuzz_other_uid(void)
 {
 	return geteuid() == 0 ? 1 : geteuid() + 1;
+}
+
+/* Nothing runs out of memory here: `internal` would be a bug. */
+static void
+no_internal(const json_t *reply, size_t i, void *arg)
+{
+	const char *code =
+	    json_string_value(json_object_get(json_object_get(reply, "error"), "code"));
+
+	if (code != NULL && strcmp(code, "internal") == 0) {
+		fprintf(stderr, "fuzz-request: reply %zu is internal\n", i);
+		abort();
+	}
 }
 
 int
@@ -50,7 +64,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * queued must still be whole lines. */
 	if (c->state == SERVER_CLIENT_DEAD)
 		expected = FUZZ_ANY_COUNT;
-	if (!fuzz_replies_check(out, out_len, expected, NULL, NULL, why, sizeof why)) {
+	if (!fuzz_replies_check(out, out_len, expected, no_internal, NULL, why, sizeof why)) {
 		fprintf(stderr, "fuzz-request: bad reply: %s\n", why);
 		abort();
 	}

@@ -47,3 +47,14 @@ tests_fuzz_fuzz_config_CFLAGS = $(FUZZ_CFLAGS)
 tests_fuzz_fuzz_config_LDFLAGS = $(AM_LDFLAGS) $(FUZZ_LDFLAGS)
 tests_fuzz_fuzz_config_LDADD = $(FUZZ_LIBS)
 endif
+
+# The malloc failure sweep: the Nth allocation fails, for every N of a
+# scripted session. --wrap applies to the objects linked statically (ours:
+# the .la convenience libraries); jansson's allocator is set at run time.
+check_PROGRAMS += tests/cbd-oom-test
+tests_cbd_oom_test_SOURCES = tests/cbd-oom-test.c $(FUZZ_COMMON)
+tests_cbd_oom_test_CFLAGS = $(FUZZ_CFLAGS) $(CHECK_CFLAGS)
+tests_cbd_oom_test_LDFLAGS = $(AM_LDFLAGS) \
+	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup \
+	-Wl,--wrap=json_loadb
+tests_cbd_oom_test_LDADD = tests/libcontract.la $(FUZZ_LIBS) $(CHECK_LIBS)
