@@ -184,8 +184,13 @@ _Static_assert(SESSION_LINES <= OOM_LINES_MAX, "raise OOM_LINES_MAX");
 /* One run's answers: the error code of each reply (PROTO_OK when ok). */
 typedef struct oom_answers {
 	proto_code code[OOM_LINES_MAX];
+	json_int_t id[OOM_LINES_MAX]; /* OOM_ID_NONE, OOM_ID_STRING or the integer */
+	bool undecoded[OOM_LINES_MAX]; /* out of memory decoding the request */
 	size_t count;
 } oom_answers;
+
+#define OOM_ID_NONE (-1)
+#define OOM_ID_STRING (-2)
 
 static void
 answer_visit(const json_t *reply, size_t i, void *arg)
@@ -196,6 +201,15 @@ answer_visit(const json_t *reply, size_t i, void *arg)
 
 	if (i >= OOM_LINES_MAX)
 		return;
+	const json_t *id = json_object_get(reply, "id");
+
+	a->id[i] = json_is_integer(id) ? json_integer_value(id)
+	    : json_is_string(id)       ? OOM_ID_STRING
+				       : OOM_ID_NONE;
+	a->undecoded[i] =
+	    strstr(json_string_value(json_object_get(json_object_get(reply, "error"), "message"))
+		    ?: "",
+		"decoding") != NULL;
 	a->code[i] = PROTO_OK;
 	if (code != NULL && !proto_code_parse(code, &a->code[i]))
 		a->code[i] = PROTO_INTERNAL; /* fuzz_replies_check rejects unknown codes */
@@ -366,6 +380,12 @@ oom_run(unsigned long n, int *status)
 				oom_fail(n, "reply %zu: %s, expected %s or internal", i,
 				    proto_code_name(got.code[i]),
 				    proto_code_name(reference.code[i]));
+			/* The id is echoed, out of memory or not; only a
+			 * request that could not be decoded has none. */
+			if (i < got.count && got.id[i] != reference.id[i] &&
+			    !(got.id[i] == OOM_ID_NONE && got.undecoded[i]))
+				oom_fail(n, "reply %zu: id %lld, expected %lld", i,
+				    (long long)got.id[i], (long long)reference.id[i]);
 		}
 		/* exit(), not _exit(): the leak check runs at exit. */
 		exit(injected ? 0 : oom_skipped ? 4 : 3);
