@@ -58,3 +58,10 @@ tests_cbd_oom_test_LDFLAGS = $(AM_LDFLAGS) \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup \
 	-Wl,--wrap=json_loadb
 tests_cbd_oom_test_LDADD = tests/libcontract.la $(FUZZ_LIBS) $(CHECK_LIBS)
+
+# The stress benchmark: prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd tests/stress [-d SECONDS] [-n SLOWLORIS] [-c CIRCUITS] [-m NAMES]
+noinst_PROGRAMS += tests/stress
+tests_stress_SOURCES = tests/stress.c tests/cbd-harness.c tests/cbd-harness.h
+tests_stress_CFLAGS = $(AM_CFLAGS) -pthread
+tests_stress_LDFLAGS = $(AM_LDFLAGS) -pthread
