@@ -7,8 +7,8 @@
  * JSON line (its usual answer, or `internal`), the circuit table
  * consistent, cbd still serving, and everything freed: each run is a
  * child process, so the sanitizer build's leak check (or valgrind, see
- * tests/cbd-valgrind.sh) judges each N on its own. CBD_OOM_N=N runs
- * that N alone.
+ * tests/oom-valgrind.sh) judges each N on its own. CBD_OOM_N=N runs
+ * that N alone; CBD_OOM_STEP=K tries every Kth N.
  *
  * Allocations fail through the linker's --wrap (malloc, calloc, realloc,
  * strdup, strndup: our objects, linked statically) and
@@ -426,18 +426,22 @@ END_TEST
 
 START_TEST(test_sweep)
 {
-	unsigned long n, failed = 0, first_failed = 0, skipped = 0, applied = 0;
+	unsigned long n, runs = 0, failed = 0, first_failed = 0, skipped = 0, applied = 0;
 	int status = 0;
 	oom_result r = OOM_RUN_INJECTED;
-
 	const char *only = getenv("CBD_OOM_N"); /* debugging: that N alone */
+	const char *step_text = getenv("CBD_OOM_STEP"); /* every step-th N (valgrind) */
 	unsigned long last = only != NULL ? strtoul(only, NULL, 10) : OOM_SWEEP_MAX;
+	unsigned long step = step_text != NULL ? strtoul(step_text, NULL, 10) : 1;
 
+	if (step == 0)
+		step = 1;
 	ck_assert(!oom_session(0, &reference));
-	for (n = only != NULL ? last : 1; n <= last; n++) {
+	for (n = only != NULL ? last : 1; n <= last; n += step) {
 		r = oom_run(n, &status);
 		if (r == OOM_RUN_CLEAN)
 			break;
+		runs++;
 		skipped += r == OOM_RUN_SKIPPED;
 		applied += r == OOM_RUN_APPLIED;
 		if (r == OOM_RUN_FAILED) {
@@ -448,14 +452,14 @@ START_TEST(test_sweep)
 			    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 		}
 	}
-	printf("malloc sweep: %lu allocations in the session, each failed in turn: %lu runs "
-	       "failed, %lu skipped (in jansson's lexer), %lu where a write answered "
-	       "internal took effect\n",
-	    n - 1, failed, skipped, applied);
+	printf("malloc sweep: %lu runs (allocation N failing, N = 1, %lu, ... up to the "
+	       "session's last): %lu failed, %lu skipped (in jansson's lexer), %lu where a write "
+	       "answered internal took effect\n",
+	    runs, 1 + step, failed, skipped, applied);
 	ck_assert_msg(only != NULL || r == OOM_RUN_CLEAN,
 	    "the session never completed within %d allocations", OOM_SWEEP_MAX);
 	ck_assert_msg(failed == 0, "%lu of %lu runs failed, the first with allocation %lu", failed,
-	    n - 1, first_failed);
+	    runs, first_failed);
 }
 END_TEST
 

@@ -65,3 +65,9 @@ noinst_PROGRAMS += tests/stress
 tests_stress_SOURCES = tests/stress.c tests/cbd-harness.c tests/cbd-harness.h
 tests_stress_CFLAGS = $(AM_CFLAGS) -pthread
 tests_stress_LDFLAGS = $(AM_LDFLAGS) -pthread
+
+# The sweep again under valgrind (every 10th N; skipped without valgrind
+# and in sanitizer builds).
+TESTS += tests/oom-valgrind.sh
+EXTRA_DIST += tests/oom-valgrind.sh
+tests/oom-valgrind.log: tests/cbd-oom-test$(EXEEXT)
