@@ -8,7 +8,8 @@
  * consistent, cbd still serving, and everything freed: each run is a
  * child process, so the sanitizer build's leak check (or valgrind, see
  * tests/oom-valgrind.sh) judges each N on its own. CBD_OOM_N=N runs
- * that N alone; CBD_OOM_STEP=K tries every Kth N.
+ * that N alone; CBD_OOM_STEP=K tries every Kth N; CBD_OOM_OUTPUT=1 fails
+ * the output buffer's growth too.
  *
  * Allocations fail through the linker's --wrap (malloc, calloc, realloc,
  * strdup, strndup: our objects, linked statically) and
@@ -303,11 +304,14 @@ oom_session(unsigned long n, oom_answers *got)
 		oom_fail(n, "out of memory setting up");
 	/* server-client.c grows its output buffer with fatal() on failure
 	 * (being replaced on the harden branch): reserve the room first so
-	 * only the reply-building paths are swept. */
-	c->out = malloc(OOM_OUT_RESERVE);
-	if (c->out == NULL)
-		oom_fail(n, "out of memory setting up");
-	c->out_cap = OOM_OUT_RESERVE;
+	 * only the reply-building paths are swept, unless CBD_OOM_OUTPUT=1
+	 * asks to sweep the growth path too. */
+	if (getenv("CBD_OOM_OUTPUT") == NULL) {
+		c->out = malloc(OOM_OUT_RESERVE);
+		if (c->out == NULL)
+			oom_fail(n, "out of memory setting up");
+		c->out_cap = OOM_OUT_RESERVE;
+	}
 
 	oom_calls = 0;
 	oom_injected = false;
