@@ -34,7 +34,9 @@
 #include <jansson.h>
 
 #include "check-run.h"
+#include "conf.h"
 #include "fuzz-daemon.h"
+#include "log.h"
 #include "op.h"
 #include "server.h"
 
@@ -467,6 +469,90 @@ START_TEST(test_sweep)
 }
 END_TEST
 
+/* A config with every section kind, as a reload would read it. */
+static const char conf_text[] = "[cbd]\n"
+				"socket = /tmp/cbd-oom.sock\n"
+				"socket_group = root\n"
+				"max_circuits = 1000\n"
+				"admin_users = root, 12345\n"
+				"admin_groups = root, 54321\n"
+				"log_level = error\n"
+				"[defaults]\n"
+				"failure_threshold = 3\n"
+				"break_ms = 1000\n"
+				"[circuit \"db\"]\n"
+				"half_open_max = 2\n"
+				"[circuit \"payments\"]\n"
+				"slot_ttl_ms = 500\n"
+				"[circuit \"db\"]\n"
+				"max_gap_ms = 10\n";
+
+/* Load conf_text with the nth allocation failing, then take the fixed
+ * keys from the defaults as a reload does; exits like oom_run's child. */
+static void __attribute__((noreturn)) conf_child(unsigned long n, const char *path)
+{
+	char err[CONF_ERROR_SIZE];
+	cbd_conf cfg, old;
+	bool loaded;
+
+	log_set_level(LOG_LEVEL_ERROR);
+	if (!conf_init_defaults(&old))
+		oom_fail(n, "out of memory setting up");
+	oom_calls = 0;
+	oom_fail_at = n;
+	oom_armed = true;
+	loaded = conf_load(path, &cfg, err, sizeof err);
+	if (loaded && !conf_keep_fixed(&cfg, &old)) {
+		conf_free(&cfg);
+		loaded = false;
+		snprintf(err, sizeof err, "keeping the fixed keys: out of memory");
+	}
+	oom_armed = false;
+	if (!loaded && !oom_injected)
+		oom_fail(n, "the config does not load: %s", err);
+	if (!loaded && strstr(err, "out of memory") == NULL)
+		oom_fail(n, "out of memory reported as: %s", err);
+	if (loaded)
+		conf_free(&cfg);
+	conf_free(&old);
+	exit(oom_injected ? 0 : 3);
+}
+
+START_TEST(test_conf_sweep)
+{
+	char path[] = "/tmp/cbd-oom-conf-XXXXXX";
+	int fd = mkstemp(path);
+	unsigned long n, failed = 0;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert(write(fd, conf_text, sizeof conf_text - 1) == (ssize_t)(sizeof conf_text - 1));
+	close(fd);
+	for (n = 1; n <= OOM_SWEEP_MAX; n++) {
+		int status;
+		pid_t pid;
+
+		fflush(NULL);
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0)
+			conf_child(n, path);
+		while (waitpid(pid, &status, 0) < 0)
+			;
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+			break;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			failed++;
+			fprintf(stderr, "config N=%lu: %s %d\n", n,
+			    WIFSIGNALED(status) ? "killed by signal" : "exit status",
+			    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		}
+	}
+	unlink(path);
+	printf("config malloc sweep: %lu runs, %lu failed\n", n - 1, failed);
+	ck_assert_msg(failed == 0, "%lu of %lu config loads failed badly", failed, n - 1);
+}
+END_TEST
+
 static Suite *
 oom_suite(void)
 {
@@ -475,6 +561,7 @@ oom_suite(void)
 
 	tcase_add_test(tc, test_reference_session);
 	tcase_add_test(tc, test_sweep);
+	tcase_add_test(tc, test_conf_sweep);
 	suite_add_tcase(s, tc);
 	return s;
 }
