@@ -8,8 +8,10 @@
  *       circuits stored;
  *   (c) churn: record_failure on ever-new names (1M, or until the phase
  *       ends).
- * Prints p50/p99 per phase and the p99's ratio to quiet (the goal: within
- * 2x). Asserts nothing; not run by make check.
+ * Prints p50/p99 per phase, the p99's ratio to quiet (the goal: within
+ * 2x) and cbd's RSS after the phase. Asserts nothing; not run by make
+ * check. The load runs in this process: on a small machine its own CPU
+ * use shows in the figures.
  *
  *   stress [-d SECONDS_PER_PHASE] [-n SLOWLORIS_CONNS] [-c LIST_CIRCUITS]
  *          [-m CHURN_NAMES]
@@ -39,7 +41,7 @@
 #define STRESS_PROBE_GAP_US 1000
 #define STRESS_PROBE_MAX 1000000
 /* Slowloris: one byte per connection per round, a round this often. */
-#define STRESS_SLOWLORIS_ROUND_MS 20
+#define STRESS_SLOWLORIS_ROUND_MS 100
 /* List flood: connections, and lists pipelined per write. */
 #define STRESS_LIST_CONNS 4
 #define STRESS_LIST_BATCH 16
@@ -58,7 +60,7 @@
 static const char config[] = "[cbd]\n"
 			     "max_connections = 4096\n"
 			     "max_circuits = 2000000\n"
-			     "log_level = warning\n";
+			     "log_level = error\n";
 
 static atomic_bool load_stop;
 static atomic_long load_done; /* requests answered (or bytes sent) by the load */
@@ -327,6 +329,25 @@ store_circuits(const cbd_harness *h, long count)
 
 typedef void *(*load_fn)(void *);
 
+/* cbd's resident memory in MiB (from /proc), or -1. */
+static double
+rss_mib(pid_t pid)
+{
+	char path[64], line[256];
+	double kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+	f = fopen(path, "r");
+	while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+		if (sscanf(line, "VmRSS: %lf kB", &kib) == 1)
+			break;
+	}
+	if (f != NULL)
+		fclose(f);
+	return kib < 0 ? -1 : kib / 1024;
+}
+
 /* Run `threads` copies of fn (none when NULL) alongside the probe for
  * `seconds`; print one row, with the p99 against quiet's (NULL: this is
  * quiet). */
@@ -353,10 +374,10 @@ phase(const cbd_harness *h, const char *name, load_fn fn, int threads, long coun
 	atomic_store(&load_stop, true);
 	for (int i = 0; i < started; i++)
 		pthread_join(tid[i], NULL);
-	printf("%-24s %7ld %8.3f %8.3f %9.3f %7.2fx %5ld   %ld %s, %ld lost\n", name, out->count,
-	    out->p50_ms, out->p99_ms, out->max_ms,
+	printf("%-24s %7ld %8.3f %8.3f %9.3f %7.2fx %5ld %6.1f   %ld %s, %ld lost\n", name,
+	    out->count, out->p50_ms, out->p99_ms, out->max_ms,
 	    quiet != NULL && quiet->p99_ms > 0 ? out->p99_ms / quiet->p99_ms : 1.0, out->failures,
-	    atomic_load(&load_done), unit, atomic_load(&load_errors));
+	    rss_mib(h->pid), atomic_load(&load_done), unit, atomic_load(&load_errors));
 	fflush(stdout);
 }
 
@@ -414,8 +435,8 @@ main(int argc, char **argv)
 	}
 	printf("stress: %s, probe get every %d us, %.1f s per phase\n", getenv("CBD_BINARY"),
 	    STRESS_PROBE_GAP_US, seconds);
-	printf("%-24s %7s %8s %8s %9s %8s %5s   %s\n", "phase", "probes", "p50 ms", "p99 ms",
-	    "max ms", "p99/quiet", "fails", "load");
+	printf("%-24s %7s %8s %8s %9s %8s %5s %6s   %s\n", "phase", "probes", "p50 ms", "p99 ms",
+	    "max ms", "p99/quiet", "fails", "rss MB", "load");
 	phase(&h, "quiet", NULL, 0, 0, seconds, NULL, "(no load)", &quiet);
 	snprintf(label, sizeof label, "(a) slowloris x%ld", slowloris);
 	phase(&h, label, slowloris_run, 1, slowloris, seconds, &quiet, "bytes trickled", &r);
