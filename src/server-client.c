@@ -85,24 +85,57 @@ out_reserve(server_client *c, size_t need)
 }
 
 void
+server_client_reply_oom(server_client *c, const json_t *id)
+{
+	static const char body[] =
+	    "\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
+	char id_text[SERVER_CLIENT_OOM_ID_MAX];
+	size_t id_len = 0;
+
+	if (c->state == SERVER_CLIENT_DEAD)
+		return;
+	/* Dumping an integer or a string allocates nothing. */
+	if (id != NULL)
+		id_len = json_dumpb(id, id_text, sizeof id_text, JSON_ENCODE_ANY | JSON_COMPACT);
+	if (id_len > sizeof id_text)
+		id_len = 0;
+	out_reserve(c, sizeof "{\"id\":," + id_len + sizeof body);
+	c->out[c->out_len++] = '{';
+	if (id_len > 0) {
+		memcpy(c->out + c->out_len, "\"id\":", 5);
+		memcpy(c->out + c->out_len + 5, id_text, id_len);
+		c->out_len += 5 + id_len;
+		c->out[c->out_len++] = ',';
+	}
+	memcpy(c->out + c->out_len, body, sizeof body - 1);
+	c->out_len += sizeof body - 1;
+}
+
+void
 server_client_reply(server_client *c, json_t *reply)
 {
 	size_t n;
 
-	if (reply == NULL)
-		fatal("out of memory building a reply");
+	if (reply == NULL) {
+		server_client_reply_oom(c, NULL);
+		return;
+	}
 	if (c->state == SERVER_CLIENT_DEAD) {
 		json_decref(reply);
 		return;
 	}
 	out_reserve(c, 256);
 	n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
-	if (n == 0)
-		fatal("cannot serialize a reply");
 	if (n > c->out_cap - c->out_len - 1) {
 		out_reserve(c, n + 1);
 		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1,
 		    JSON_COMPACT);
+	}
+	/* jansson allocates while dumping an object: 0 is out of memory. */
+	if (n == 0 || n > c->out_cap - c->out_len - 1) {
+		server_client_reply_oom(c, json_object_get(reply, "id"));
+		json_decref(reply);
+		return;
 	}
 	json_decref(reply);
 	c->out_len += n;

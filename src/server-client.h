@@ -20,6 +20,9 @@
 #define SERVER_CLIENT_READ_SIZE 16384
 /* Reads of pending input when shutting down, at most. */
 #define SERVER_CLIENT_DRAIN_READS 16
+/* Longest id (as JSON) echoed by an out-of-memory reply; longer ones are
+ * left out of it. */
+#define SERVER_CLIENT_OOM_ID_MAX 256
 /* Output buffer kept after a flush; a larger one is freed. */
 #define SERVER_CLIENT_OUT_KEEP 65536
 
@@ -64,8 +67,15 @@ server_client *server_client_new(int fd);
 /* Change the state, logging old -> new at debug. */
 void server_client_set_state(server_client *c, server_client_state state);
 
-/* Append a reply line (compact JSON + LF) to c's output. Steals reply. */
+/* Append a reply line (compact JSON + LF) to c's output. Steals reply;
+ * a NULL reply, or one that cannot be serialized (out of memory), is
+ * answered as by server_client_reply_oom. */
 void server_client_reply(server_client *c, json_t *reply);
+
+/* Append an `internal` error line built without allocating: what a
+ * request gets when its reply cannot be built. Echoes id (may be NULL)
+ * when its JSON fits SERVER_CLIENT_OOM_ID_MAX bytes. */
+void server_client_reply_oom(server_client *c, const json_t *id);
 
 /* Write pending output now; arms EV_WRITE when the socket is full. */
 void server_client_flush(server_client *c);
