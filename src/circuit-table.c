@@ -58,6 +58,7 @@ typedef struct ct_layer {
 typedef struct circuit_ext {
 	cb_window *window;
 	cb_reporters *reporters;
+	uint32_t *transitions; /* [from * CB_STATE_COUNT + to], for metrics */
 	ct_slot *slots_head, *slots_tail;
 	uint64_t slot_count;
 	bool held;
@@ -332,18 +333,30 @@ static void
 ext_trim(circuit *c)
 {
 	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->held || c->ext->window != NULL ||
-	    c->ext->reporters != NULL)
+	    c->ext->reporters != NULL || c->ext->transitions != NULL)
 		return;
 	free(c->ext);
 	c->ext = NULL;
 }
 
-/* Every transition empties the window (spec §3). */
+/* Every transition empties the window (spec §3), and counts (metrics;
+ * a count lost for lack of memory is the only loss). */
 static void
 transition_done(circuit *c, cb_state from)
 {
-	if (c->snap.state != from && c->ext != NULL && c->ext->window != NULL)
-		window_reset(c->ext->window);
+	circuit_ext *x;
+
+	if (c->snap.state == from)
+		return;
+	x = ext_need(c);
+	if (x == NULL)
+		return;
+	if (x->window != NULL)
+		window_reset(x->window);
+	if (x->transitions == NULL)
+		x->transitions = calloc(CB_STATE_COUNT * CB_STATE_COUNT, sizeof *x->transitions);
+	if (x->transitions != NULL)
+		x->transitions[from * CB_STATE_COUNT + c->snap.state]++;
 }
 
 /* Make c's window and reporters fit its policy: allocated for the rate
@@ -555,6 +568,7 @@ circuit_destroy(circuit_table *table, circuit *c)
 		hold_clear(table, c);
 		free(c->ext->window);
 		free(c->ext->reporters);
+		free(c->ext->transitions);
 		free(c->ext);
 	}
 	list_unlink(table, c);
@@ -653,6 +667,7 @@ view_fill(const circuit *c, ct_view *out)
 		if (c->ext->window != NULL)
 			out->window = c->ext->window->counts;
 		out->reporters = c->ext->reporters;
+		out->transitions = c->ext->transitions;
 		if (c->ext->held) {
 			out->hold.held = true;
 			out->hold.state = c->ext->hold_state;
@@ -1165,6 +1180,24 @@ circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void
 		view_at(c, now, &view);
 		visit(c->name, &view, arg);
 	}
+}
+
+uint64_t
+circuit_table_foreach_recent(circuit_table *table, int64_t now, uint64_t max, ct_visit_fn visit,
+    void *arg)
+{
+	uint64_t n = 0;
+	ct_view view;
+
+	for (circuit *c = table->pinned_head; c != NULL && n < max; c = c->next, n++) {
+		view_at(c, now, &view);
+		visit(c->name, &view, arg);
+	}
+	for (circuit *c = table->idle_tail; c != NULL && n < max; c = c->prev, n++) {
+		view_at(c, now, &view);
+		visit(c->name, &view, arg);
+	}
+	return n;
 }
 
 void

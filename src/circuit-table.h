@@ -113,6 +113,7 @@ typedef struct ct_view {
 	bool has_window; /* the rate rule's window, read at the call's now */
 	cb_window_counts window;
 	const cb_reporters *reporters; /* min_reporters > 1: recent reporters */
+	const uint32_t *transitions; /* [from * CB_STATE_COUNT + to]; NULL: none yet */
 } ct_view;
 
 /* What every call that may change a circuit takes. */
@@ -260,6 +261,11 @@ int64_t circuit_table_retry_after(const ct_view *view, const cb_policy *policy, 
  * The callback must not change the table. */
 void circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void *arg);
 void circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg);
+
+/* Visit at most max circuits: those that are open, half_open, held or hold
+ * slots, then closed ones, most recently used first. Returns how many. */
+uint64_t circuit_table_foreach_recent(circuit_table *table, int64_t now, uint64_t max,
+    ct_visit_fn visit, void *arg);
 
 /* Text for a status ("max_circuits reached"). */
 const char *circuit_table_status_text(ct_status status);

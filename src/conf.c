@@ -25,6 +25,7 @@ static int conf_hash_oom;
 #include "circuit-table.h"
 #include "conf.h"
 #include "log.h"
+#include "metrics.h"
 
 /* A [circuit "NAME"] or [preset "NAME"] section. */
 struct conf_circuit {
@@ -84,6 +85,10 @@ static const conf_key keys[] = {
 	    "half-open slots held at once across all circuits; past it: capacity"),
 	CBD_KEY(state_file, CONF_STRING, 0, 0, "", false,
 	    "file keeping open, half_open and held circuits across restarts (empty: off)"),
+	CBD_KEY(metrics_listen, CONF_STRING, 0, 0, "", false,
+	    "loopback HOST:PORT serving Prometheus metrics at /metrics (empty: off)"),
+	CBD_KEY(metrics_max_circuits, CONF_INT, 0, CONF_CIRCUITS_MAX, "1000", true,
+	    "circuits with their own metric series, at most"),
 	POLICY_KEY("failure_threshold", PROTO_CTX_FAILURE_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
 	    "5", "failures in a chain that open a closed circuit"),
 	POLICY_KEY("success_threshold", PROTO_CTX_SUCCESS_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
@@ -367,6 +372,9 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 			return loader_fail(ld, name, "unknown key in [cbd]");
 		if (!set_cbd_key(cfg, key, value, why, sizeof why))
 			return loader_fail(ld, name, "%s", why);
+		if (strcmp(name, "metrics_listen") == 0 && value[0] != '\0' &&
+		    !metrics_listen_valid(value, &bad))
+			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
 		if (strcmp(name, "admin_users") == 0)
 			ld->users_line = ld->line;
 		else if (strcmp(name, "admin_groups") == 0)
@@ -605,6 +613,7 @@ conf_free(cbd_conf *cfg)
 	free(cfg->admin_users);
 	free(cfg->admin_groups);
 	free(cfg->state_file);
+	free(cfg->metrics_listen);
 	free(cfg->admin_uids);
 	free(cfg->admin_gids);
 	HASH_ITER (hh, cfg->circuits, c, tmp) {

@@ -66,6 +66,8 @@ typedef struct cbd_conf {
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
 	char *state_file;
+	char *metrics_listen;
+	int64_t metrics_max_circuits;
 	/* Resolved from admin_users, and from the members of admin_groups. */
 	uid_t *admin_uids;
 	size_t admin_uid_count;

@@ -24,7 +24,8 @@ src_libcbdaemon_la_SOURCES = \
 	src/server-client.c src/server-client.h \
 	src/persist.c src/persist.h \
 	src/housekeeping.c src/housekeeping.h \
-	src/watch.c src/watch.h
+	src/watch.c src/watch.h \
+	src/metrics.c src/metrics.h
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS)
 src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS)

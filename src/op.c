@@ -44,6 +44,7 @@ static const op_entry ops[] = {
 	{ "stats", op_stats, OP_REPLIES, NULL },
 	{ "watch", op_watch, OP_REPLIES, NULL },
 	{ "unwatch", op_unwatch, OP_REPLIES, NULL },
+	{ "metrics", op_metrics, OP_REPLIES, NULL },
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])

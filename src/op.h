@@ -105,6 +105,7 @@ bool op_allow(op_call *call);
 bool op_record(op_call *call);
 bool op_list(op_call *call);
 bool op_watch(op_call *call);
+bool op_metrics(op_call *call);
 bool op_unwatch(op_call *call);
 bool op_stats(op_call *call);
 

@@ -27,6 +27,7 @@
 
 #include "housekeeping.h"
 #include "log.h"
+#include "metrics.h"
 #include "op.h"
 #include "server.h"
 #include "stats.h"
@@ -590,6 +591,8 @@ server_start(void)
 	    event_new(srv.base, srv.listen_fd, EV_READ | EV_PERSIST, server_accept, NULL);
 	if (srv.listen_ev == NULL || event_add(srv.listen_ev, NULL) != 0)
 		fatal("cannot watch the listening socket");
+	if (!metrics_http_start())
+		return false;
 	server_set_state(SERVER_RUNNING);
 	server_conf_apply();
 	log_info("cbd %s listening on %s%s (max_circuits %lld, max_connections %lld)",
@@ -638,6 +641,7 @@ server_free(void)
 	if (srv.drain_ev != NULL)
 		event_free(srv.drain_ev);
 	housekeeping_free();
+	metrics_http_stop();
 	if (srv.base != NULL)
 		event_base_free(srv.base);
 	circuit_table_free(srv.table);

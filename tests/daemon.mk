@@ -68,3 +68,9 @@ check_PROGRAMS += tests/cbd-watch-test
 tests_cbd_watch_test_SOURCES = tests/cbd-watch-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_watch_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_watch_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# Prometheus metrics: the op, GET /metrics, the per-circuit cap, promtool.
+check_PROGRAMS += tests/cbd-metrics-test
+tests_cbd_metrics_test_SOURCES = tests/cbd-metrics-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_metrics_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_metrics_test_LDADD = $(DAEMON_TEST_LIBS)

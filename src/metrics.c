@@ -1,0 +1,348 @@
+/*
+ * metrics.c — the Prometheus text of cbd (see metrics.h) and its HTTP
+ * endpoint. Daemon-wide series come from the stats counters; per-circuit
+ * series from the circuit table, at most metrics_max_circuits circuits:
+ * those that are open, half_open, held or hold slots first, then the most
+ * recently used closed ones (cbd_metrics_circuits_omitted says how many
+ * were left out).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+#include "clock.h"
+#include "log.h"
+#include "metrics.h"
+#include "op.h"
+#include "server.h"
+#include "stats.h"
+
+/* A growing text buffer; nomem sticks once an allocation failed. */
+typedef struct text_buf {
+	char *buf;
+	size_t len;
+	size_t cap;
+	bool nomem;
+} text_buf;
+
+static void __attribute__((format(printf, 2, 3))) put(text_buf *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (int round = 0; round < 2 && !t->nomem; round++) {
+		va_start(ap, fmt);
+		n = vsnprintf(t->buf != NULL ? t->buf + t->len : NULL,
+		    t->buf != NULL ? t->cap - t->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			t->nomem = true;
+			return;
+		}
+		if (t->buf != NULL && (size_t)n < t->cap - t->len) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = t->cap > 0 ? t->cap : 16384;
+		while (cap - t->len <= (size_t)n)
+			cap *= 2;
+		char *grown = realloc(t->buf, cap);
+
+		if (grown == NULL) {
+			t->nomem = true;
+			return;
+		}
+		t->buf = grown;
+		t->cap = cap;
+	}
+}
+
+/* A label value with '\\', '"' and newlines escaped (names hold no other
+ * control characters). */
+static const char *
+label(const char *value, char *buf, size_t size)
+{
+	size_t o = 0;
+
+	for (const char *p = value; *p != '\0' && o + 3 < size; p++) {
+		if (*p == '\\' || *p == '"') {
+			buf[o++] = '\\';
+			buf[o++] = *p;
+		} else if (*p == '\n') {
+			buf[o++] = '\\';
+			buf[o++] = 'n';
+		} else {
+			buf[o++] = *p;
+		}
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
+static void
+family(text_buf *t, const char *name, const char *type, const char *help)
+{
+	put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* What the per-circuit walk writes, one family at a time. */
+typedef struct series_walk {
+	text_buf *t;
+	int family; /* 0 state, 1 calls, 2 transitions */
+} series_walk;
+
+static void
+series_visit(const char *name, const ct_view *view, void *arg)
+{
+	series_walk *w = arg;
+	char l[2 * CT_NAME_MAX + 1];
+
+	label(name, l, sizeof l);
+	switch (w->family) {
+	case 0:
+		for (int s = 0; s < CB_STATE_COUNT; s++)
+			put(w->t, "cbd_circuit_state{name=\"%s\",state=\"%s\"} %d\n", l,
+			    breaker_state_name((cb_state)s), view->snap.state == (cb_state)s);
+		break;
+	case 1:
+		put(w->t,
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"success\"} %llu\n"
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"failure\"} %llu\n"
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"ignored\"} %llu\n"
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"slow\"} %llu\n"
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"rejected\"} %llu\n",
+		    l, (unsigned long long)view->totals.successes, l,
+		    (unsigned long long)view->totals.failures, l,
+		    (unsigned long long)view->totals.ignored, l,
+		    (unsigned long long)view->totals.slow, l,
+		    (unsigned long long)view->totals.rejected);
+		break;
+	case 2:
+		for (int from = 0; view->transitions != NULL && from < CB_STATE_COUNT; from++) {
+			for (int to = 0; to < CB_STATE_COUNT; to++) {
+				uint32_t n = view->transitions[from * CB_STATE_COUNT + to];
+
+				if (from != to && n > 0)
+					put(w->t,
+					    "cbd_circuit_transitions_total{name=\"%s\",from=\"%s\","
+					    "to=\"%s\"} %u\n",
+					    l, breaker_state_name((cb_state)from),
+					    breaker_state_name((cb_state)to), n);
+			}
+		}
+		break;
+	}
+}
+
+/* Counts of open and half_open circuits (the others are closed). */
+static void
+state_visit(const char *name, const ct_view *view, void *arg)
+{
+	uint64_t *count = arg;
+
+	count[view->snap.state]++;
+}
+
+char *
+metrics_text(size_t *len)
+{
+	text_buf t = { 0 };
+	uint64_t by_state[CB_STATE_COUNT] = { 0 }, listed = 0;
+	uint64_t max = (uint64_t)srv.conf.metrics_max_circuits;
+	int64_t now = clock_realtime_ms();
+	const char *const *names = op_names();
+	ct_stats ct;
+
+	circuit_table_stats(srv.table, &ct);
+	family(&t, "cbd_up", "gauge", "1 while cbd answers.");
+	put(&t, "cbd_up 1\n");
+	family(&t, "cbd_build_info", "gauge", "cbd's version, as a label.");
+	put(&t, "cbd_build_info{version=\"%s\"} 1\n", PACKAGE_VERSION);
+	family(&t, "cbd_uptime_seconds", "gauge", "Seconds since cbd started.");
+	put(&t, "cbd_uptime_seconds %.3f\n",
+	    (double)(clock_monotonic_ms() - stats.started_mono) / 1000.0);
+	/* Closed circuits are not pinned: count the pinned ones. */
+	circuit_table_foreach_pinned(srv.table, state_visit, by_state);
+	by_state[CB_STATE_CLOSED] =
+	    ct.circuits - by_state[CB_STATE_OPEN] - by_state[CB_STATE_HALF_OPEN];
+	family(&t, "cbd_circuits", "gauge", "Circuits stored, by state.");
+	for (int s = 0; s < CB_STATE_COUNT; s++)
+		put(&t, "cbd_circuits{state=\"%s\"} %llu\n", breaker_state_name((cb_state)s),
+		    (unsigned long long)by_state[s]);
+	family(&t, "cbd_circuits_held", "gauge", "Circuits held by an operator.");
+	put(&t, "cbd_circuits_held %llu\n", (unsigned long long)ct.held);
+	family(&t, "cbd_requests_total", "counter", "Requests, by op.");
+	for (size_t i = 0; i < op_count(); i++)
+		put(&t, "cbd_requests_total{op=\"%s\"} %llu\n", names[i],
+		    (unsigned long long)stats.op_requests[i]);
+	family(&t, "cbd_errors_total", "counter", "Error replies, by code.");
+	for (int c = PROTO_PARSE_ERROR; c < PROTO_CODE_COUNT; c++)
+		put(&t, "cbd_errors_total{code=\"%s\"} %llu\n", proto_code_name((proto_code)c),
+		    (unsigned long long)stats.errors[c]);
+	family(&t, "cbd_connections", "gauge", "Client connections open now.");
+	put(&t, "cbd_connections %llu\n", (unsigned long long)stats.connections_current);
+	family(&t, "cbd_slots", "gauge", "Half-open slots (permits) held now.");
+	put(&t, "cbd_slots %llu\n", (unsigned long long)ct.slots);
+	family(&t, "cbd_transitions_total", "counter", "State changes of all circuits.");
+	put(&t, "cbd_transitions_total %llu\n", (unsigned long long)stats.transitions);
+	family(&t, "cbd_circuits_reclaimed_total", "counter", "Idle circuits dropped.");
+	put(&t, "cbd_circuits_reclaimed_total %llu\n",
+	    (unsigned long long)(ct.reclaimed_idle + ct.reclaimed_capacity));
+	for (int f = 0; f < 3; f++) {
+		series_walk w = { &t, f };
+
+		if (f == 0)
+			family(&t, "cbd_circuit_state", "gauge",
+			    "1 for a circuit's current state, 0 for the others.");
+		else if (f == 1)
+			family(&t, "cbd_circuit_calls_total", "counter",
+			    "Calls reported for a circuit, by outcome; rejected: refused allows.");
+		else
+			family(&t, "cbd_circuit_transitions_total", "counter",
+			    "State changes of a circuit since it was created.");
+		listed = circuit_table_foreach_recent(srv.table, now, max, series_visit, &w);
+	}
+	family(&t, "cbd_metrics_circuits_omitted", "gauge",
+	    "Circuits left out of the per-circuit series (metrics_max_circuits).");
+	put(&t, "cbd_metrics_circuits_omitted %llu\n", (unsigned long long)(ct.circuits - listed));
+	if (t.nomem) {
+		free(t.buf);
+		return NULL;
+	}
+	*len = t.len;
+	return t.buf;
+}
+
+bool
+metrics_listen_valid(const char *addr_text, const char **why)
+{
+	char host[64];
+	const char *colon = strrchr(addr_text, ':');
+	unsigned char addr[16];
+	long port;
+	char *end;
+
+	*why = "must be HOST:PORT with a loopback HOST (127.0.0.1, [::1] or localhost)";
+	if (colon == NULL || (size_t)(colon - addr_text) >= sizeof host || colon == addr_text)
+		return false;
+	memcpy(host, addr_text, (size_t)(colon - addr_text));
+	host[colon - addr_text] = '\0';
+	port = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || end == colon + 1 || port < 1 || port > 65535) {
+		*why = "port must be 1 to 65535";
+		return false;
+	}
+	if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127)
+		return true;
+	*why = "only loopback addresses may serve metrics (127.0.0.0/8, [::1], localhost)";
+	return false;
+}
+
+static struct evhttp *http;
+
+/* GET /metrics: the text; anything else 404 (405 for other methods). */
+static void
+metrics_http_cb(struct evhttp_request *req, void *arg)
+{
+	struct evbuffer *body;
+	size_t len;
+	char *buf;
+
+	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
+	    evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
+		evhttp_send_error(req, 405, "only GET");
+		return;
+	}
+	buf = metrics_text(&len);
+	body = evbuffer_new();
+	if (buf == NULL || body == NULL || evbuffer_add(body, buf, len) != 0) {
+		free(buf);
+		if (body != NULL)
+			evbuffer_free(body);
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	free(buf);
+	stats.metrics_scrapes++;
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+	    "text/plain; version=0.0.4; charset=utf-8");
+	evhttp_send_reply(req, 200, "OK", body);
+	evbuffer_free(body);
+}
+
+static void
+metrics_http_other(struct evhttp_request *req, void *arg)
+{
+	evhttp_send_error(req, 404, "metrics are at /metrics");
+}
+
+bool
+metrics_http_start(void)
+{
+	const char *listen = srv.conf.metrics_listen, *colon, *why;
+	char host[64];
+
+	if (listen[0] == '\0')
+		return true;
+	if (!metrics_listen_valid(listen, &why)) {
+		log_error("metrics_listen \"%s\": %s", listen, why);
+		return false;
+	}
+	colon = strrchr(listen, ':');
+	snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+	if (strcmp(host, "[::1]") == 0)
+		snprintf(host, sizeof host, "::1");
+	else if (strcmp(host, "localhost") == 0)
+		snprintf(host, sizeof host, "127.0.0.1");
+	http = evhttp_new(srv.base);
+	if (http == NULL) {
+		log_error("metrics_listen: out of memory");
+		return false;
+	}
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+	evhttp_set_cb(http, "/metrics", metrics_http_cb, NULL);
+	evhttp_set_gencb(http, metrics_http_other, NULL);
+	/* Scrapers are few: bound what one may hold. */
+	evhttp_set_max_headers_size(http, 8192);
+	evhttp_set_max_body_size(http, 0);
+	evhttp_set_timeout(http, 10);
+	if (evhttp_bind_socket(http, host, (ev_uint16_t)atoi(colon + 1)) != 0) {
+		log_error("metrics_listen %s: cannot listen there (in use, or no such address)",
+		    listen);
+		evhttp_free(http);
+		http = NULL;
+		return false;
+	}
+	log_info("metrics at http://%s/metrics", listen);
+	return true;
+}
+
+void
+metrics_http_stop(void)
+{
+	if (http != NULL)
+		evhttp_free(http);
+	http = NULL;
+}
+
+bool
+op_metrics(op_call *call)
+{
+	size_t len;
+	char *buf = metrics_text(&len);
+	json_t *body = buf != NULL ? json_stringn(buf, len) : NULL;
+
+	free(buf);
+	if (body == NULL || json_object_set_new(call->reply, "text", body) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
