@@ -19,12 +19,13 @@ usage(FILE *out)
 {
 	fprintf(out,
 	    "usage: cbd [-c FILE] [-s SOCKET] [-t] [-v] [-h] [-V]\n"
-	    "  -c FILE    configuration file (default: none, built-in defaults)\n"
-	    "  -s SOCKET  Unix socket to listen on (overrides the file; default %s)\n"
-	    "  -t         check the configuration and exit (0: valid, 1: not)\n"
-	    "  -v         verbose: log at debug level\n"
-	    "  -h         this help\n"
-	    "  -V         print the version\n"
+	    "  -c, --config FILE    configuration file (default: none, built-in defaults)\n"
+	    "  -s, --socket SOCKET  Unix socket to listen on (overrides the file;\n"
+	    "                       default %s)\n"
+	    "  -t, --check          check the configuration and exit (0: valid, 1: not)\n"
+	    "  -v, --verbose        log at debug level\n"
+	    "  -h, --help           this help\n"
+	    "  -V, --version        print the version\n"
 	    "cbd runs in the foreground and logs to stderr. SIGHUP reloads the\n"
 	    "configuration; SIGTERM or SIGINT stops it.\n",
 	    CONF_DEFAULT_SOCKET);
@@ -38,7 +39,17 @@ main(int argc, char **argv)
 	bool check = false, verbose = false;
 	int opt, rc;
 
-	while ((opt = getopt(argc, argv, "c:s:tvhV")) != -1) {
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "check", no_argument, NULL, 't' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+
+	while ((opt = getopt_long(argc, argv, "c:s:tvhV", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
 			config_path = optarg;
@@ -75,6 +86,11 @@ main(int argc, char **argv)
 		}
 	} else if (!conf_init_defaults(&srv.conf)) {
 		fprintf(stderr, "cbd: out of memory\n");
+		return 1;
+	}
+	if (check && socket_path != NULL && socket_path[0] == '\0') {
+		fprintf(stderr, "cbd: -s: the socket path must not be empty\n");
+		conf_free(&srv.conf);
 		return 1;
 	}
 	if (check) {

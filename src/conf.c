@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -163,7 +164,15 @@ typedef struct conf_loader {
 	char error[CONF_ERROR_SIZE];
 	int users_line, groups_line; /* where admin_users / admin_groups were set */
 	int defaults_line, defaults_preset_line; /* [defaults]' first key, its preset */
+	struct seen_key *seen; /* "section\nkey" -> line: duplicates are errors */
 } conf_loader;
+
+/* A key already set in a section. */
+typedef struct seen_key {
+	UT_hash_handle hh;
+	int line;
+	char id[]; /* section, '\n', key */
+} seen_key;
 
 /* Parse a whole decimal (or octal) integer. */
 static bool
@@ -352,6 +361,56 @@ quoted_section_name(const char *section, const char *kind, char *name, size_t si
 	return true;
 }
 
+/* Is text a group name, or a number (a gid need not have a name)? */
+static bool
+group_exists(const char *text)
+{
+	int64_t gid;
+
+	return getgrnam(text) != NULL || (parse_int(text, 10, &gid) && gid >= 0);
+}
+
+/* False (error recorded) when key was already set in this section. */
+static bool
+key_first_time(conf_loader *ld, const char *section, const char *key)
+{
+	size_t len = strlen(section) + 1 + strlen(key);
+	seen_key *k;
+	char id[512];
+
+	if (len >= sizeof id)
+		return true; /* longer than any valid pair: its own error follows */
+	memcpy(id, section, strlen(section));
+	id[strlen(section)] = '\n';
+	memcpy(id + strlen(section) + 1, key, strlen(key) + 1);
+	HASH_FIND(hh, ld->seen, id, len, k);
+	if (k != NULL) {
+		loader_fail(ld, key, "set twice in [%s] (first on line %d)", section, k->line);
+		return false;
+	}
+	k = malloc(sizeof *k + len + 1);
+	if (k == NULL)
+		return true; /* the check is lost, not the load */
+	memcpy(k->id, id, len + 1);
+	k->line = ld->line;
+	conf_hash_oom = 0;
+	HASH_ADD(hh, ld->seen, id[0], len, k);
+	if (conf_hash_oom)
+		free(k);
+	return true;
+}
+
+static void
+seen_free(conf_loader *ld)
+{
+	seen_key *k, *tmp;
+
+	HASH_ITER (hh, ld->seen, k, tmp) {
+		HASH_DEL(ld->seen, k);
+		free(k);
+	}
+}
+
 /* inih's handler: one name = value pair. */
 static int
 loader_handler(void *user, const char *section, const char *name, const char *value)
@@ -366,6 +425,8 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 
 	if (ld->error_line != 0)
 		return 1; /* only the first error is reported */
+	if (!key_first_time(ld, section, name))
+		return 0;
 	if (strcmp(section, "cbd") == 0) {
 		key = conf_key_find(CONF_SCOPE_CBD, name);
 		if (key == NULL)
@@ -375,6 +436,11 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 		if (strcmp(name, "metrics_listen") == 0 && value[0] != '\0' &&
 		    !metrics_listen_valid(value, &bad))
 			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
+		if (strcmp(name, "socket") == 0 && value[0] == '\0')
+			return loader_fail(ld, name, "must not be empty (a path, e.g. %s)",
+			    CONF_DEFAULT_SOCKET);
+		if (strcmp(name, "socket_group") == 0 && value[0] != '\0' && !group_exists(value))
+			return loader_fail(ld, name, "no such group \"%s\"", value);
 		if (strcmp(name, "admin_users") == 0)
 			ld->users_line = ld->line;
 		else if (strcmp(name, "admin_groups") == 0)
@@ -426,7 +492,22 @@ loader_reader(char *str, int num, void *stream)
 		return NULL;
 	ld->line++;
 	if (len < num) {
+		char *hash;
+
 		memcpy(str, ld->buf, (size_t)len + 1);
+		/* A '#' after whitespace starts a comment on a setting line too
+		 * (libinih knows only ';' there). */
+		for (p = str; isspace((unsigned char)*p); p++)
+			;
+		if (*p != '[' && *p != '#' && *p != ';') {
+			for (hash = str + 1; (hash = strchr(hash, '#')) != NULL; hash++) {
+				if (isspace((unsigned char)hash[-1])) {
+					hash[0] = '\n';
+					hash[1] = '\0';
+					break;
+				}
+			}
+		}
 		return str;
 	}
 	for (p = ld->buf; isspace((unsigned char)*p); p++)
@@ -572,9 +653,20 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 		conf_free(cfg);
 		return false;
 	}
+	{
+		struct stat st;
+
+		if (fstat(fileno(ld.file), &st) == 0 && !S_ISREG(st.st_mode)) {
+			snprintf(err, err_size, "%s: not a regular file", path);
+			fclose(ld.file);
+			conf_free(cfg);
+			return false;
+		}
+	}
 	rc = ini_parse_stream(loader_reader, &ld, loader_handler, &ld);
 	fclose(ld.file);
 	free(ld.buf);
+	seen_free(&ld);
 	if (rc > 0 && (ld.error_line == 0 || rc < ld.error_line)) {
 		snprintf(err, err_size, "%s:%d: syntax error (expected [section] or key = value)",
 		    path, rc);
@@ -755,9 +847,17 @@ conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
 		case CONF_OCTAL:
 		case CONF_LEVEL:
 			if (*(int64_t *)(void *)to != *(const int64_t *)(const void *)from) {
-				log_warning("reload: %s cannot change without a restart; keeping "
-					    "%lld",
-				    key->name, (long long)*(const int64_t *)(const void *)from);
+				if (key->type == CONF_OCTAL)
+					log_warning("reload: %s cannot change without a restart; "
+						    "keeping 0%llo",
+					    key->name,
+					    (unsigned long long)*(
+						const int64_t *)(const void *)from);
+				else
+					log_warning("reload: %s cannot change without a restart; "
+						    "keeping %lld",
+					    key->name,
+					    (long long)*(const int64_t *)(const void *)from);
 				*(int64_t *)(void *)to = *(const int64_t *)(const void *)from;
 			}
 			break;

@@ -99,6 +99,7 @@ START_TEST(test_full_file_and_layers)
 		   "socket = /tmp/x.sock\n"
 		   "socket_mode = 0600\n"
 		   "max_line_bytes = 1024 ; inline comment\n"
+		   "max_slots = 99 # a '#' comment after a value works too\n"
 		   "max_circuits = 10\n"
 		   "max_connections = 5\n"
 		   "max_output_bytes = 100000\n"
@@ -116,6 +117,7 @@ START_TEST(test_full_file_and_layers)
 	ck_assert_str_eq(cfg.socket, "/tmp/x.sock");
 	ck_assert_int_eq(cfg.socket_mode, 0600);
 	ck_assert_int_eq(cfg.max_line_bytes, 1024);
+	ck_assert_int_eq(cfg.max_slots, 99);
 	ck_assert_int_eq(cfg.max_circuits, 10);
 	ck_assert_int_eq(cfg.max_connections, 5);
 	ck_assert_int_eq(cfg.max_output_bytes, 100000);
@@ -176,6 +178,12 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[defaults]\nbreak_ms = 5000\nbreak_max_ms = 10\n", 2, "defaults",
 	    "break_max_ms");
 	expect_error("[preset \"bad name!\"]\ntrip = rate\n", 2, "trip", "preset section names");
+	expect_error("[cbd]\nsocket =\n", 2, "socket", "must not be empty");
+	expect_error("[cbd]\nsocket_group = no-such-group-here\n", 2, "socket_group",
+	    "no such group");
+	expect_error("[defaults]\nbreak_ms = 5\nfailure_threshold = 2\nbreak_ms = 6\n", 4,
+	    "break_ms", "set twice in [defaults] (first on line 2)");
+	expect_error("[cbd]\nmetrics_listen = 0.0.0.0:9464\n", 2, "metrics_listen", "loopback");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users",
 	    "no-such-user-here");
@@ -354,6 +362,33 @@ START_TEST(test_check_option)
 
 		rc = util_run(argv, out, sizeof out);
 		ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+	}
+	/* Everything start-up would refuse, -t refuses: a directory, an empty
+	 * socket, a group that does not exist. */
+	{
+		const char *argv[] = { binary, "-t", "-c", "/tmp", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 1 && strstr(out, "not a regular file") != NULL, "exit %d: %s",
+		    rc, out);
+	}
+	{
+		const char *argv[] = { binary, "--check", "--config", "/nonexistent.conf", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+	}
+	{
+		const char *argv[] = { binary, "--version", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 0 && strstr(out, "protocol 2") != NULL, "got %s", out);
+	}
+	{
+		const char *argv[] = { binary, "--help", NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 0 && strstr(out, "--config") != NULL, "got %s", out);
 	}
 	{
 		const char *argv[] = { binary, "-x", NULL };
