@@ -256,6 +256,43 @@ START_TEST(test_listen_must_be_loopback)
 }
 END_TEST
 
+/* Every series the Grafana dashboard queries is one cbd exports. */
+START_TEST(test_dashboard_queries_exported_series)
+{
+	char path[1024], *text;
+	json_error_t err;
+	json_t *dash, *panel, *target;
+	size_t i, k;
+	int exprs = 0;
+
+	start("");
+	text = metrics_op();
+	snprintf(path, sizeof path, "%s/conf/grafana-cbd.json", getenv("CBD_SRCDIR"));
+	dash = json_load_file(path, 0, &err);
+	ck_assert_msg(dash != NULL, "%s: %s", path, err.text);
+	json_array_foreach (json_object_get(dash, "panels"), i, panel) {
+		json_array_foreach (json_object_get(panel, "targets"), k, target) {
+			const char *p = json_string_value(json_object_get(target, "expr"));
+
+			ck_assert_ptr_nonnull(p);
+			exprs++;
+			while ((p = strstr(p, "cbd_")) != NULL) {
+				char name[128], type[160];
+				size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+
+				snprintf(name, sizeof name, "%.*s", (int)n, p);
+				snprintf(type, sizeof type, "# TYPE %s ", name);
+				ck_assert_msg(has(text, type), "the dashboard queries %s", name);
+				p += n;
+			}
+		}
+	}
+	ck_assert_int_gt(exprs, 5);
+	json_decref(dash);
+	free(text);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -266,6 +303,7 @@ main(void)
 	tcase_add_test(tc, test_series_and_values);
 	tcase_add_test(tc, test_per_circuit_cap);
 	tcase_add_test(tc, test_listen_must_be_loopback);
+	tcase_add_test(tc, test_dashboard_queries_exported_series);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }
