@@ -1,7 +1,10 @@
 # proto/local.mk — the protocol reference and the golden request/reply
 # examples that tests/cbd-ops-test.c replays against a real cbd.
-EXTRA_DIST += proto/PROTOCOL.md \
-	proto/examples/hello.txt \
+# PROTOCOL.md is installed with the docs: client authors read it there.
+dist_doc_DATA = proto/PROTOCOL.md
+EXTRA_DIST += proto/examples/hello.txt \
+	proto/examples/holds.txt \
+	proto/examples/rates.txt \
 	proto/examples/session.txt \
 	proto/examples/store.txt \
 	proto/examples/errors.txt

@@ -1,7 +1,6 @@
 # systemd/local.mk — the unit files (paths filled in at build time) and the
 # sysusers.d entry for cbd's user.
 systemdsystemunit_DATA = systemd/cbd.service systemd/cbd.socket
-sysusersdir = $(prefix)/lib/sysusers.d
 dist_sysusers_DATA = systemd/sysusers/cbd.conf
 EXTRA_DIST += systemd/cbd.service.in systemd/cbd.socket.in
 CLEANFILES += systemd/cbd.service systemd/cbd.socket

@@ -15,6 +15,9 @@ trap 'rm -rf "$dest"' EXIT INT TERM
 prefix=${PREFIX:?}
 sbindir=${SBINDIR:?}
 sysconfdir=${SYSCONFDIR:?}
+unitdir=${UNITDIR:?}
+sysusersdir=${SYSUSERSDIR:?}
+docdir=${DOCDIR:?}
 
 if ! make -C "$builddir" install DESTDIR="$dest" >"$dest.log" 2>&1; then
 	fail "make install: $(tail -n 20 "$dest.log")"
@@ -27,21 +30,31 @@ pass "make install DESTDIR=... (prefix $prefix)"
 
 root="$dest$prefix"
 for f in sbin/cbd bin/cbctl include/cbclient.h lib/pkgconfig/cbclient.pc \
-	lib/libcbclient.so lib/libcbclient.a lib/systemd/system/cbd.service \
-	lib/systemd/system/cbd.socket lib/sysusers.d/cbd.conf etc/cbd/cbd.conf \
+	lib/libcbclient.so lib/libcbclient.a etc/cbd/cbd.conf \
 	share/man/man8/cbd.8 share/man/man5/cbd.conf.5 share/man/man1/cbctl.1; do
 	if [ -e "$root/$f" ]; then pass "installed $f"; else fail "missing $f"; fi
 done
+# Units and sysusers.d where systemd looks (pkg-config systemd), the
+# protocol where client authors look.
+for f in "$unitdir/cbd.service" "$unitdir/cbd.socket" "$sysusersdir/cbd.conf" \
+	"$docdir/PROTOCOL.md" "$docdir/examples/grafana-cbd.json"; do
+	if [ -e "$dest$f" ]; then pass "installed $f"; else fail "missing $f"; fi
+done
+if grep -q '\.\./shared\|protocol-v[12]\.md' "$dest$docdir/PROTOCOL.md" 2>/dev/null; then
+	fail "the installed PROTOCOL.md points at files outside the repository"
+else
+	pass "the installed PROTOCOL.md stands on its own"
+fi
 [ -f "$dest$sysconfdir/cbd/cbd.conf" ] && pass "installed $sysconfdir/cbd/cbd.conf" ||
 	fail "missing $sysconfdir/cbd/cbd.conf"
 for f in sbin/cbd bin/cbctl; do
 	[ -x "$root/$f" ] && pass "$f is executable" || fail "$f is not executable"
 done
 if grep -q "^ExecStart=$sbindir/cbd -c $sysconfdir/cbd/cbd.conf\$" \
-	"$root/lib/systemd/system/cbd.service"; then
+	"$dest$unitdir/cbd.service"; then
 	pass "unit names the installed cbd and config"
 else
-	fail "unit ExecStart: $(grep ExecStart "$root/lib/systemd/system/cbd.service")"
+	fail "unit ExecStart: $(grep ExecStart "$dest$unitdir/cbd.service")"
 fi
 if "$root/sbin/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" >/dev/null 2>&1; then
 	pass "installed example config passes cbd -t"

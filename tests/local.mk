@@ -35,6 +35,7 @@ tests_check_circuit_table_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
+	UNITDIR='$(systemdsystemunitdir)' SYSUSERSDIR='$(sysusersdir)' DOCDIR='$(docdir)' \
 	SAN_CFLAGS='$(SAN_CFLAGS)' HAVE_SYSTEMD='$(have_systemd)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
 	tests/format.sh
