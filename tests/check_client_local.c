@@ -619,6 +619,7 @@ f_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_e
 	if (st == CBC_OK && f->stamp) {
 		out->policy = f->policy;
 		out->hold = f->hold;
+		out->current_break_ms = f->policy.break_ms; /* as cbd: not grown */
 	}
 	return st;
 }
