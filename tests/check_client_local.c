@@ -1808,6 +1808,23 @@ fake_log_get(int i)
 	"\"max_gap_ms\":\"builtin\",\"trip\":\"builtin\",\"future\":\"preset\"}},"                 \
 	"\"reporters\":3}"
 
+/* A rate circuit as cbd sends it (proto/examples/rates.txt, with a
+ * break grown by break_backoff and reporters): fractional rates. */
+#define FAKE_RATE_SNAPSHOT                                                                         \
+	"{\"name\":\"v2rate\",\"state\":\"closed\",\"failure_count\":1,\"success_count\":0,"       \
+	"\"last_failure_at\":1002,\"opened_at\":null,\"retry_after_ms\":0,\"policy\":{"            \
+	"\"failure_threshold\":5,\"success_threshold\":2,\"break_ms\":30000,\"half_open_max\":1,"  \
+	"\"slot_ttl_ms\":30000,\"max_gap_ms\":null,\"trip\":\"rate\",\"window\":\"time\","         \
+	"\"window_size\":10000,\"minimum_calls\":5,\"failure_rate\":50,\"slow_call_ms\":2000,"     \
+	"\"slow_call_rate\":80,\"min_reporters\":2,\"reporter_window_ms\":60000,"                  \
+	"\"break_backoff\":2,\"break_max_ms\":null,\"preset\":\"http-external\",\"source\":{"      \
+	"\"trip\":\"client\",\"window\":\"config\",\"window_size\":\"config\",\"slow_call_ms\":"   \
+	"\"defaults\",\"min_reporters\":\"config\",\"break_max_ms\":\"builtin\",\"preset\":"       \
+	"\"client\"}},\"hold\":null,\"totals\":{\"successes\":1,\"failures\":2,\"ignored\":0,"     \
+	"\"slow\":1,\"rejected\":0},\"current_break_ms\":60000,\"window\":{\"calls\":3,"           \
+	"\"failures\":2,\"slow\":1,\"failure_rate\":66.66666666666667,\"slow_call_rate\":"         \
+	"33.333333333333336},\"reporters\":1}"
+
 /* A protocol 1 snapshot of name in state. */
 static void
 fake_v1_snapshot(char *out, size_t size, const char *name, const char *state)
@@ -1873,6 +1890,23 @@ fake_reply(const char *line, char *out, size_t size)
 		snprintf(out, size,
 		    "{\"id\":%lld,\"ok\":true,\"snapshot\":" FAKE_V2_SNAPSHOT
 		    ",\"policy_conflict\":[\"break_ms\",\"failure_threshold\"]}\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2rate") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":" FAKE_RATE_SNAPSHOT "}\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2badwindow") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"v2badwindow\",\"state\":"
+		    "\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":"
+		    "null,\"opened_at\":null,\"window\":{\"calls\":1,\"failure_rate\":\"high\"}}}"
+		    "\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2badtrip") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"v2badtrip\",\"state\":"
+		    "\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":"
+		    "null,\"opened_at\":null,\"policy\":{\"trip\":3}}}\n",
 		    (long long)id);
 	} else if (name != NULL && strcmp(name, "v2badhold") == 0) {
 		snprintf(out, size,
@@ -2331,6 +2365,145 @@ START_TEST(breaker_sends_only_the_policy_it_was_given)
 }
 END_TEST
 
+START_TEST(conn_reads_trip_rule_members)
+{
+	fake_daemon fd;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_error err;
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_get(c, "v2rate", NULL, &s, &err), CBC_OK);
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
+	ck_assert_int_eq(s.policy.window, CBC_WINDOW_TIME);
+	ck_assert_str_eq(cbc_trip_name(s.policy.trip), "rate");
+	ck_assert_str_eq(cbc_window_name(s.policy.window), "time");
+	ck_assert_int_eq(s.policy.window_size, 10000);
+	ck_assert_int_eq(s.policy.minimum_calls, 5);
+	ck_assert_int_eq(s.policy.failure_rate, 50);
+	ck_assert_int_eq(s.policy.slow_call_ms, 2000);
+	ck_assert_int_eq(s.policy.slow_call_rate, 80);
+	ck_assert_int_eq(s.policy.min_reporters, 2);
+	ck_assert_int_eq(s.policy.reporter_window_ms, 60000);
+	ck_assert_int_eq(s.policy.break_backoff, 2);
+	ck_assert_int_eq(s.policy.break_max_ms, CBC_POLICY_NULL);
+	ck_assert(s.policy.has_preset);
+	ck_assert_str_eq(s.policy.preset, "http-external");
+	ck_assert_int_eq(s.policy.source.trip, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.policy.source.window, CBC_SOURCE_CONFIG);
+	ck_assert_int_eq(s.policy.source.slow_call_ms, CBC_SOURCE_DEFAULTS);
+	ck_assert_int_eq(s.policy.source.preset, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.policy.source.failure_rate, CBC_SOURCE_NONE); /* not sent */
+	ck_assert_int_eq(s.current_break_ms, 60000);
+	ck_assert(s.window.known);
+	ck_assert_int_eq(s.window.calls, 3);
+	ck_assert_int_eq(s.window.failures, 2);
+	ck_assert_int_eq(s.window.slow, 1);
+	ck_assert(s.window.failure_rate > 66.66 && s.window.failure_rate < 66.67);
+	ck_assert(s.window.slow_call_rate > 33.33 && s.window.slow_call_rate < 33.34);
+	ck_assert_int_eq(s.reporters, 1);
+	ck_assert_int_eq(s.totals.slow, 1);
+	/* The older reply (no trip rule members): not reported. */
+	ck_assert_int_eq(cbc_get(c, "svc", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_UNSET);
+	ck_assert(!s.policy.has_preset);
+	ck_assert_int_eq(s.current_break_ms, -1);
+	ck_assert(!s.window.known);
+	ck_assert_int_eq(s.reporters, -1);
+	/* FAKE_V2_SNAPSHOT: trip consecutive, reporters, no window. */
+	ck_assert_int_eq(cbc_get(c, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_CONSECUTIVE);
+	ck_assert_int_eq(s.reporters, 3);
+	ck_assert(!s.window.known);
+	/* Mistyped members are named. */
+	ck_assert_int_eq(cbc_get(c, "v2badwindow", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "snapshot.window.failure_rate") != NULL, "%s",
+	    err.message);
+	ck_assert_int_eq(cbc_get(c, "v2badtrip", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "snapshot.policy.trip") != NULL, "%s", err.message);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
+START_TEST(breaker_sends_every_trip_rule_option)
+{
+	fake_daemon fd;
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_breaker *b;
+	cbc_store *store;
+	cbc_conn *c;
+	int first, calls = 0, records = 0, gets = 0;
+	char preset[] = "service";
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "closed-rates";
+	o.store = store;
+	o.trip = CBC_TRIP_RATE;
+	o.window = CBC_WINDOW_TIME;
+	o.window_size = 5000;
+	o.minimum_calls = 3;
+	o.failure_rate = 40;
+	o.slow_call_ms = 200;
+	o.slow_call_rate = 80;
+	o.min_reporters = 2;
+	o.reporter_window_ms = 30000;
+	o.break_ms = 1000;
+	o.break_backoff = 3;
+	o.break_max_ms = 90000;
+	o.preset = preset;
+	b = breaker_new_ok(&o);
+	preset[0] = 'X'; /* copied by the breaker */
+	first = fake_log_total();
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	for (int i = first; i < fake_log_total(); i++) {
+		json_t *req = fake_log_get(i);
+		const json_t *ctx = json_object_get(req, "ctx");
+		const char *op = json_string_value(json_object_get(req, "op"));
+
+		ck_assert_ptr_nonnull(req);
+		ck_assert_int_eq(json_object_size(ctx), 13);
+		ck_assert_str_eq(json_string_value(json_object_get(ctx, "trip")), "rate");
+		ck_assert_str_eq(json_string_value(json_object_get(ctx, "window")), "time");
+		ck_assert_str_eq(json_string_value(json_object_get(ctx, "preset")), "service");
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "window_size")), 5000);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "minimum_calls")), 3);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "failure_rate")), 40);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "slow_call_ms")), 200);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "slow_call_rate")), 80);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "min_reporters")), 2);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "reporter_window_ms")),
+		    30000);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "break_backoff")), 3);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "break_max_ms")), 90000);
+		if (strncmp(op, "record", 6) == 0) {
+			/* the call's duration, outside ctx */
+			ck_assert(json_is_integer(json_object_get(req, "duration_ms")));
+			ck_assert_int_ge(json_integer_value(json_object_get(req, "duration_ms")),
+			    0);
+			records++;
+		} else {
+			ck_assert_ptr_null(json_object_get(req, "duration_ms"));
+			gets++;
+		}
+		json_decref(req);
+	}
+	ck_assert_int_eq(records, 1);
+	ck_assert_int_eq(gets, 1);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
 static Suite *
 client_suite(void)
 {
@@ -2392,6 +2565,8 @@ client_suite(void)
 	tcase_add_test(tc, conn_reads_protocol_2_snapshots);
 	tcase_add_test(tc, conn_hold_and_release);
 	tcase_add_test(tc, breaker_sends_only_the_policy_it_was_given);
+	tcase_add_test(tc, conn_reads_trip_rule_members);
+	tcase_add_test(tc, breaker_sends_every_trip_rule_option);
 	suite_add_tcase(s, tc);
 	return s;
 }
