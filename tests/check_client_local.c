@@ -2428,6 +2428,9 @@ START_TEST(conn_reads_trip_rule_members)
 }
 END_TEST
 
+/* Timeouts of a connection to the fake that must not degrade. */
+#define FAKE_SLOW_TIMEOUT_MS 10000
+
 START_TEST(breaker_sends_every_trip_rule_option)
 {
 	fake_daemon fd;
@@ -2441,6 +2444,10 @@ START_TEST(breaker_sends_every_trip_rule_option)
 
 	fake_start(&fd, true);
 	c = cbc_conn_new(fd.path, NULL);
+	/* Every request must reach the fake, also under valgrind on a busy
+	 * machine: timeouts far above any real delay (a bound, not a speed). */
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, FAKE_SLOW_TIMEOUT_MS, FAKE_SLOW_TIMEOUT_MS, NULL),
+	    CBC_OK);
 	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "closed-rates";
