@@ -1739,6 +1739,10 @@ box_teardown(void *box)
 
 /* ---------- the connection against a scripted fake daemon ---------- */
 
+/* Timeouts of a connection to the fake whose test is about answers, not
+ * timeouts: far above any real delay (a loaded machine, valgrind). */
+#define FAKE_SLOW_TIMEOUT_MS 10000
+
 /* The fake daemon: accepts connections one at a time and answers each
  * request by its "name" member (get) or op (hello, release, set_state
  * with hold). */
@@ -2109,6 +2113,8 @@ START_TEST(conn_replies_are_checked)
 
 	fake_start(&fd, true);
 	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, FAKE_SLOW_TIMEOUT_MS, FAKE_SLOW_TIMEOUT_MS, NULL),
+	    CBC_OK);
 	ck_assert_ptr_null(cbc_conn_last_reply(c));
 	ck_assert_int_eq(cbc_hello(c, &h, &err), CBC_OK);
 	ck_assert_str_eq(h.server, "fake");
@@ -2427,9 +2433,6 @@ START_TEST(conn_reads_trip_rule_members)
 	fake_stop(&fd, true);
 }
 END_TEST
-
-/* Timeouts of a connection to the fake that must not degrade. */
-#define FAKE_SLOW_TIMEOUT_MS 10000
 
 START_TEST(breaker_sends_every_trip_rule_option)
 {

@@ -43,6 +43,22 @@ mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Timeouts of connections whose test is about answers, not about
+ * timeouts: far above any real delay, so a loaded machine (make check -j
+ * beside other work) cannot turn an answer into a degraded one. */
+#define PATIENT_TIMEOUT_MS 10000
+
+/* A connection to path with PATIENT_TIMEOUT_MS timeouts. */
+static cbc_conn *
+conn_new_patient(const char *path)
+{
+	cbc_conn *c = cbc_conn_new(path, NULL);
+
+	if (c != NULL)
+		cbc_conn_set_timeouts(c, PATIENT_TIMEOUT_MS, PATIENT_TIMEOUT_MS, NULL);
+	return c;
+}
+
 /* ---------- daemons: start, kill, restart, always cleaned up ---------- */
 
 #define LIVE_MAX 16
@@ -155,7 +171,7 @@ remote_create_common(uint64_t max_circuits, bool resilient)
 		return NULL;
 	}
 	box->extra = h;
-	box->conn = cbc_conn_new(h->socket_path, NULL);
+	box->conn = conn_new_patient(h->socket_path);
 	box->store = cbc_store_new_remote(box->conn, NULL);
 	if (resilient) {
 		box->inner = box->store;
@@ -653,7 +669,7 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	int slow = 50;
 
 	ck_assert_ptr_nonnull(h);
-	c = cbc_conn_new(h->socket_path, NULL);
+	c = conn_new_patient(h->socket_path);
 	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "slowpoke";
@@ -704,7 +720,7 @@ START_TEST(presets_and_rate_options_against_cbd)
 	cbc_ctx ctx;
 
 	ck_assert_ptr_nonnull(h);
-	c = cbc_conn_new(h->socket_path, NULL);
+	c = conn_new_patient(h->socket_path);
 	/* A built-in preset from ctx. */
 	memset(&ctx, 0, sizeof ctx);
 	ctx.preset = "database";
@@ -771,7 +787,7 @@ START_TEST(local_fallback_runs_the_rate_rule_cbd_reported)
 
 	ck_assert_ptr_nonnull(h);
 	memset(&rec, 0, sizeof rec);
-	c = cbc_conn_new(h->socket_path, NULL);
+	c = conn_new_patient(h->socket_path);
 	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "ratecfg";
