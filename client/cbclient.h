@@ -112,22 +112,65 @@ bool cbc_state_parse(const char *text, cbc_state *out);
 /* Room for a slot token or permit and its NUL. */
 #define CBC_TOKEN_SIZE 128
 
-/* The policy and clock of one call: the protocol's ctx. A member left 0 is
- * not sent (cbd uses its config file, else the built-in default; the local
- * store uses the built-in default). `now` is sent only when has_now.
- * Protocol 2: a circuit's policy is decided when it is created (its
- * [circuit] config section first, then the creating request's ctx, then
- * [defaults], then the built-in default); later ctx members never change
- * it, and those that differ are reported (cbc_conn_last_policy_conflict). */
+/* How failures trip a circuit (protocol 2, §3); UNSET: not sent. */
+typedef enum cbc_trip {
+	CBC_TRIP_UNSET = 0,
+	CBC_TRIP_CONSECUTIVE, /* failure_threshold failures in a row */
+	CBC_TRIP_RATE, /* failure (or slow-call) rate over a sliding window */
+} cbc_trip;
+
+/* The rate rule's window; UNSET: not sent. */
+typedef enum cbc_window {
+	CBC_WINDOW_UNSET = 0,
+	CBC_WINDOW_COUNT, /* the last window_size calls */
+	CBC_WINDOW_TIME, /* the calls of the last window_size ms */
+} cbc_window;
+
+/* Wire names ("consecutive", "rate"; "count", "time"); "unset" for UNSET
+ * and other values. */
+const char *cbc_trip_name(cbc_trip trip);
+const char *cbc_window_name(cbc_window window);
+
+/* Longest preset name in bytes. */
+#define CBC_PRESET_MAX 64
+
+/* The policy and clock of one call: the protocol's ctx. A member left 0
+ * (an enum UNSET, preset NULL) is not sent (cbd uses its config file, else
+ * the built-in default; the local store uses the built-in default). `now`
+ * is sent only when has_now. Protocol 2: a circuit's policy is decided
+ * when it is created (its [circuit] config section first, then the
+ * creating request's ctx, then [defaults], then the built-in default);
+ * later ctx members never change it, and those that differ are reported
+ * (cbc_conn_last_policy_conflict). Bounds are cbd's (cbclient's checks use
+ * the same table); a member out of bounds is CBC_EINVAL naming it. */
 typedef struct cbc_ctx {
 	int64_t failure_threshold;
 	int64_t success_threshold;
 	int64_t break_ms;
-	int64_t half_open_max;
+	int64_t half_open_max; /* 1..10000 */
 	int64_t slot_ttl_ms;
 	int64_t max_gap_ms;
 	bool has_now;
 	int64_t now;
+	/* Protocol 2, trip rules (§3). */
+	cbc_trip trip;
+	cbc_window window;
+	int64_t window_size; /* count: 1..10000 calls; time: 1000..3600000 ms */
+	int64_t minimum_calls; /* calls in the window before the rate counts */
+	int64_t failure_rate; /* percent, 1..100 */
+	int64_t slow_call_ms; /* a call this long or longer is slow */
+	int64_t slow_call_rate; /* percent, 1..100 */
+	int64_t min_reporters; /* 1..64 distinct processes to open (shared) */
+	int64_t reporter_window_ms; /* how long a reporter counts */
+	int64_t break_backoff; /* 1..10: each failed trial multiplies the break */
+	int64_t break_max_ms; /* the longest break (>= break_ms) */
+	/* A preset: "http-external", "service", "database", or a [preset] of
+	 * cbd's config (borrowed; the local store knows the built-in ones). */
+	const char *preset;
+	/* The call's duration, sent as record_*'s duration_ms (0..2^53) when
+	 * has_duration: slow calls are counted from it. Not a policy key. */
+	bool has_duration;
+	int64_t duration_ms;
 } cbc_ctx;
 
 /* Where the value of one key of a circuit's effective policy comes from
@@ -157,12 +200,26 @@ typedef struct cbc_policy_sources {
 	cbc_policy_source half_open_max;
 	cbc_policy_source slot_ttl_ms;
 	cbc_policy_source max_gap_ms;
+	cbc_policy_source trip;
+	cbc_policy_source window;
+	cbc_policy_source window_size;
+	cbc_policy_source minimum_calls;
+	cbc_policy_source failure_rate;
+	cbc_policy_source slow_call_ms;
+	cbc_policy_source slow_call_rate;
+	cbc_policy_source min_reporters;
+	cbc_policy_source reporter_window_ms;
+	cbc_policy_source break_backoff;
+	cbc_policy_source break_max_ms;
+	cbc_policy_source preset;
 } cbc_policy_sources;
 
 /* A circuit's effective policy as cbd reported it (protocol 2). Each
  * value is 0 when not reported (known is false, or a v1 cbd) and
- * CBC_POLICY_NULL when reported as null. Keys this library does not know
- * are skipped (cbc_conn_last_reply has them). */
+ * CBC_POLICY_NULL when reported as null (max_gap_ms, slow_call_ms and
+ * break_max_ms when unset); trip and window are UNSET when not reported.
+ * Keys this library does not know are skipped (cbc_conn_last_reply has
+ * them). */
 typedef struct cbc_policy {
 	bool known; /* the snapshot carried a policy */
 	int64_t failure_threshold;
@@ -171,6 +228,19 @@ typedef struct cbc_policy {
 	int64_t half_open_max;
 	int64_t slot_ttl_ms;
 	int64_t max_gap_ms;
+	cbc_trip trip;
+	cbc_window window;
+	int64_t window_size;
+	int64_t minimum_calls;
+	int64_t failure_rate;
+	int64_t slow_call_ms;
+	int64_t slow_call_rate;
+	int64_t min_reporters;
+	int64_t reporter_window_ms;
+	int64_t break_backoff;
+	int64_t break_max_ms;
+	bool has_preset; /* false: no preset (null) */
+	char preset[CBC_PRESET_MAX + 1];
 	cbc_policy_sources source;
 } cbc_policy;
 
@@ -202,6 +272,17 @@ typedef struct cbc_totals {
 	int64_t rejected; /* allow refusals */
 } cbc_totals;
 
+/* A rate circuit's window now (protocol 2): calls, failures and slow calls
+ * in it, and the rates in percent (0 when empty; may be fractional). */
+typedef struct cbc_window_counts {
+	bool known; /* the snapshot carried a window (a rate circuit) */
+	int64_t calls;
+	int64_t failures;
+	int64_t slow;
+	double failure_rate;
+	double slow_call_rate;
+} cbc_window_counts;
+
 typedef struct cbc_snapshot {
 	char name[CBC_NAME_MAX + 1];
 	cbc_state state;
@@ -215,6 +296,13 @@ typedef struct cbc_snapshot {
 	cbc_hold_info hold;
 	cbc_totals totals;
 	cbc_policy policy;
+	/* The break in effect, grown by break_backoff after failed trials;
+	 * -1 when not reported. */
+	int64_t current_break_ms;
+	cbc_window_counts window; /* rate circuits (window.known) */
+	/* Distinct processes that reported a failure within
+	 * reporter_window_ms (min_reporters > 1); -1 when not reported. */
+	int64_t reporters;
 } cbc_snapshot;
 
 /* A half-open trial slot. */
@@ -513,11 +601,30 @@ cbc_status cbc_store_delete(cbc_store *store, const char *name, bool *existed, c
 
 typedef struct cbc_breaker cbc_breaker;
 
-/* The protected operation: returns 0 on success, anything else is an
- * error value that error_filter classifies. */
+/* The protected operation: returns 0 on success, anything else is a
+ * result the classifier classifies. */
 typedef int (*cbc_call_fn)(void *arg);
-/* Does this error count as a failure? (default: every nonzero result) */
+/* Classify a NONZERO result of the call: success (a business error, say),
+ * failure, or ignore (counts neither way). Never called for 0, which is
+ * always a success. Default (no classifier): every nonzero result is a
+ * failure. */
+typedef cbc_outcome (*cbc_classify_fn)(int result, void *user);
+/* The older two-way form: does this NONZERO result count as a failure
+ * (true) or as a success (false)? Like the classifier it is never called
+ * for 0 (before libcbclient's interface 2 it was, so `r != 7` turned
+ * successes into failures). Set classify or error_filter, not both. */
 typedef bool (*cbc_error_filter_fn)(int result, void *user);
+
+/* HTTP: a call that returns the response's status (100..599) lets
+ * cbc_classify_http classify it; a transport error (no status) returns
+ * any other nonzero value (say -1). 0 stays "success" (never asked).
+ *   failure: 5xx, 408 (request timeout), 429 (too many requests), and
+ *            anything that is not a status (transport errors)
+ *   success: 1xx, 2xx, 3xx and the other 4xx (the caller's business
+ *            errors: the dependency answered) */
+cbc_outcome cbc_http_outcome(int status);
+/* cbc_http_outcome as a classifier (user is unused). */
+cbc_outcome cbc_classify_http(int result, void *user);
 /* Runs instead of the call when it is not permitted; its return value
  * becomes the result. */
 typedef int (*cbc_fallback_fn)(void *arg, int64_t retry_after_ms, void *user);
@@ -542,13 +649,28 @@ typedef struct cbc_breaker_options {
 	int64_t half_open_max; /* 1..1000000000 */
 	int64_t slot_ttl_ms; /* 1..2^53 */
 	int64_t max_gap_ms; /* 1..2^53 */
+	/* Protocol 2's trip rules, each 0 (UNSET, NULL) = not given; bounds
+	 * and meaning as in cbc_ctx and README "Choosing a trip rule". */
+	cbc_trip trip;
+	cbc_window window;
+	int64_t window_size;
+	int64_t minimum_calls;
+	int64_t failure_rate;
+	int64_t slow_call_ms;
+	int64_t slow_call_rate;
+	int64_t min_reporters;
+	int64_t reporter_window_ms;
+	int64_t break_backoff;
+	int64_t break_max_ms;
+	const char *preset; /* copied */
 	/* The store (borrowed); NULL: a private local store. A given store is
 	 * wrapped in a resilient store with store_policy. */
 	cbc_store *store;
 	cbc_store_policy store_policy;
 	int64_t timeout_backoff_ms; /* see cbc_resilient_options; <0: default */
 	/* Callbacks (each may be NULL); user is passed to each. */
-	cbc_error_filter_fn error_filter;
+	cbc_classify_fn classify;
+	cbc_error_filter_fn error_filter; /* not with classify */
 	cbc_fallback_fn fallback;
 	cbc_state_change_fn on_state_change;
 	cbc_store_error_fn on_store_error;
@@ -571,11 +693,15 @@ typedef struct cbc_exec_result {
 	bool called; /* fn ran */
 	bool fallback_called; /* the fallback ran */
 	bool counted_failure; /* fn's result counted as a failure */
+	cbc_outcome outcome; /* how fn's result was classified (when called) */
+	int64_t duration_ms; /* how long fn ran (monotonic clock; when called) */
 	cbc_state state; /* the state after the call */
 	int64_t retry_after_ms; /* when not permitted: time until the next try */
 } cbc_exec_result;
 
-/* Run fn(arg) when the circuit permits it, and record the outcome.
+/* Run fn(arg) when the circuit permits it, and record the outcome with
+ * fn's duration (measured on the monotonic clock, sent as duration_ms so
+ * a slow_call_ms rule counts slow calls).
  *   CBC_OK     fn ran (out->result is its value), or the fallback ran.
  *   CBC_EOPEN  not permitted and no fallback; out->retry_after_ms.
  *   other      only with CBC_POLICY_REJECT: the store failed before fn
@@ -593,16 +719,24 @@ typedef struct cbc_permit {
 	int64_t retry_after_ms; /* when refused */
 	bool has_slot; /* a half-open trial slot is held */
 	char slot_token[CBC_TOKEN_SIZE];
+	int64_t granted_at; /* monotonic ms when granted (for the duration) */
 } cbc_permit;
 
 /* CBC_OK: permit granted, make the call then report. CBC_EOPEN: refused
  * (permit->retry_after_ms). Other statuses as for execute. */
 cbc_status cbc_breaker_acquire(cbc_breaker *breaker, cbc_permit *permit, cbc_error *err);
-/* Report the outcome of a granted permit (releases its slot). CBC_ESTATE
- * when the permit was not granted or was already reported. Store errors
- * are never reported here. */
+/* Report the outcome of a granted permit (releases its slot), with the
+ * time since acquire granted it as the call's duration. CBC_ESTATE when
+ * the permit was not granted or was already reported. Store errors are
+ * never reported here. */
 cbc_status cbc_breaker_report(cbc_breaker *breaker, cbc_permit *permit, cbc_outcome outcome,
     cbc_error *err);
+/* cbc_breaker_report with the call's duration: duration_ms >= 0 is sent
+ * as it is (the caller timed the call); negative: the time since acquire
+ * granted the permit (monotonic clock), which is what cbc_breaker_report
+ * sends. */
+cbc_status cbc_breaker_report_duration(cbc_breaker *breaker, cbc_permit *permit,
+    cbc_outcome outcome, int64_t duration_ms, cbc_error *err);
 
 /* The last state the breaker observed (no I/O). */
 cbc_state cbc_breaker_state(cbc_breaker *breaker);

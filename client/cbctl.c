@@ -329,9 +329,78 @@ print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 	}
 }
 
-/* get's detail under the table: totals, then the effective policy with
- * each key's source, read from the reply's JSON so that keys a later cbd
- * adds show too. Nothing for a protocol 1 cbd. */
+/* A policy duration: "1.5s" under two minutes when not whole seconds, else
+ * as format_span. */
+static void
+format_ms(int64_t ms, char *buf, size_t size)
+{
+	if (ms < CBCTL_RETRY_SECONDS_MAX_MS && ms % 1000 != 0)
+		snprintf(buf, size, "%.1fs", (double)ms / 1000.0);
+	else
+		format_span(ms, buf, size);
+}
+
+/* A rate circuit's window (protocol 2): what it holds, the failure rate
+ * and, with a slow rule, the slow-call rate, each beside the rate that
+ * opens the circuit. */
+static void
+print_window(const cbc_snapshot *s)
+{
+	const cbc_policy *p = &s->policy;
+	const cbc_window_counts *w = &s->window;
+	char span[32];
+
+	if (p->window == CBC_WINDOW_TIME) {
+		format_ms(p->window_size, span, sizeof span);
+		printf("window: %lld calls in the last %s", (long long)w->calls, span);
+	} else if (p->window_size > 0) {
+		printf("window: %lld of the last %lld calls", (long long)w->calls,
+		    (long long)p->window_size);
+	} else {
+		printf("window: %lld calls", (long long)w->calls);
+	}
+	printf(" (%lld failures, %lld slow)\n", (long long)w->failures, (long long)w->slow);
+	printf("failure rate: %.1f%%", w->failure_rate);
+	if (p->failure_rate > 0)
+		printf(" (opens at %lld%% once %lld calls)", (long long)p->failure_rate,
+		    (long long)p->minimum_calls);
+	printf("\n");
+	if (p->slow_call_ms > 0) {
+		format_ms(p->slow_call_ms, span, sizeof span);
+		printf("slow rate: %.1f%% (calls of %s or more; opens at %lld%%)\n",
+		    w->slow_call_rate, span, (long long)p->slow_call_rate);
+	}
+}
+
+/* The break when break_backoff grew it, and the reporters when cbd counts
+ * them (min_reporters > 1). */
+static void
+print_shared(const cbc_snapshot *s)
+{
+	const cbc_policy *p = &s->policy;
+	char cur[32], base[32], max[32];
+
+	if (s->current_break_ms > 0 && p->break_ms > 0 && s->current_break_ms > p->break_ms) {
+		format_ms(s->current_break_ms, cur, sizeof cur);
+		format_ms(p->break_ms, base, sizeof base);
+		if (p->break_max_ms > 0)
+			format_ms(p->break_max_ms, max, sizeof max);
+		else
+			snprintf(max, sizeof max, "-");
+		printf("current break: %s (break_ms %s grown by break_backoff %lld, at most %s)\n",
+		    cur, base, (long long)p->break_backoff, max);
+	}
+	if (s->reporters >= 0) {
+		format_ms(p->reporter_window_ms, base, sizeof base);
+		printf("reporters: %lld (%lld needed to open, within %s)\n",
+		    (long long)s->reporters, (long long)p->min_reporters, base);
+	}
+}
+
+/* get's detail under the table: totals, a rate circuit's window, a grown
+ * break and the reporters, then the effective policy with each key's
+ * source, read from the reply's JSON so that keys a later cbd adds show
+ * too. Nothing for a protocol 1 cbd. */
 static void
 print_detail(cbctl *ctl, const cbc_snapshot *s)
 {
@@ -349,6 +418,9 @@ print_detail(cbctl *ctl, const cbc_snapshot *s)
 		    (long long)s->totals.successes, (long long)s->totals.failures,
 		    (long long)s->totals.ignored, (long long)s->totals.slow,
 		    (long long)s->totals.rejected);
+	if (s->window.known)
+		print_window(s);
+	print_shared(s);
 	if (json_is_object(policy)) {
 		printf("policy:\n");
 		json_object_foreach ((json_t *)policy, key, value) {
@@ -360,7 +432,7 @@ print_detail(cbctl *ctl, const cbc_snapshot *s)
 			text = json_is_null(value)
 			    ? NULL
 			    : json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
-			printf("  %-20s %-12s %s\n", key, text != NULL ? text : "-",
+			printf("  %-20s %-16s %s\n", key, text != NULL ? text : "-",
 			    source != NULL ? source : "-");
 			free(text);
 		}

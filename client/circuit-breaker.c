@@ -1,7 +1,8 @@
 /*
  * circuit-breaker.c — the breaker API over a store: permit decisions
  * (get, cas open -> half_open once the break elapsed, a trial slot in
- * half_open), outcome bookkeeping, observed transitions and forced states.
+ * half_open), outcome bookkeeping (three-way classification of a call's
+ * result, the call's duration), observed transitions and forced states.
  *
  * The store holds the truth; the breaker keeps only the last state it
  * observed, to fire on_state_change once per transition it sees.
@@ -20,6 +21,8 @@
 #define BREAKER_TRIAL_RETRY_HINT_MS 1000
 /* Bounds of timeout_backoff_ms (as for the resilient store). */
 #define BREAKER_BACKOFF_MAX 3600000
+/* Largest duration_ms a report carries (protocol 2: 0..2^53). */
+#define BREAKER_DURATION_MAX CB_TIME_MAX
 
 struct cbc_breaker {
 	pthread_mutex_t lock;
@@ -29,6 +32,7 @@ struct cbc_breaker {
 	cbc_breaker_options opts;
 	cbc_state observed;
 	char name[CBC_NAME_MAX + 1];
+	char preset[CBC_PRESET_MAX + 1]; /* ctx.preset points here when given */
 };
 
 /* Set by the breaker's store-error hook during a store call on this
@@ -70,6 +74,13 @@ breaker_options_check(const cbc_breaker_options *o, const cbc_ctx *ctx, cbc_erro
 	st = cbci_ctx_check(ctx, "", err);
 	if (st != CBC_OK)
 		return st;
+	/* A private store is a local one: built-in presets only. */
+	if (o->store == NULL && (st = cbci_ctx_check_local(ctx, "", err)) != CBC_OK)
+		return st;
+	if (o->classify != NULL && o->error_filter != NULL)
+		return cbci_fail(err, CBC_EINVAL,
+		    "classify and error_filter are both set: set one (classify replaces "
+		    "error_filter)");
 	if ((unsigned)o->store_policy > CBC_POLICY_REJECT)
 		return cbci_fail(err, CBC_EINVAL,
 		    "store_policy must be CBC_POLICY_LOCAL, CBC_POLICY_ALLOW or CBC_POLICY_REJECT");
@@ -78,6 +89,31 @@ breaker_options_check(const cbc_breaker_options *o, const cbc_ctx *ctx, cbc_erro
 		    "timeout_backoff_ms must be from 0 to %d (negative: the default)",
 		    BREAKER_BACKOFF_MAX);
 	return CBC_OK;
+}
+
+/* The policy options as a ctx (preset still the caller's pointer). */
+static void
+breaker_options_ctx(const cbc_breaker_options *o, cbc_ctx *ctx)
+{
+	memset(ctx, 0, sizeof *ctx);
+	ctx->failure_threshold = o->failure_threshold;
+	ctx->success_threshold = o->success_threshold;
+	ctx->break_ms = o->break_ms;
+	ctx->half_open_max = o->half_open_max;
+	ctx->slot_ttl_ms = o->slot_ttl_ms;
+	ctx->max_gap_ms = o->max_gap_ms;
+	ctx->trip = o->trip;
+	ctx->window = o->window;
+	ctx->window_size = o->window_size;
+	ctx->minimum_calls = o->minimum_calls;
+	ctx->failure_rate = o->failure_rate;
+	ctx->slow_call_ms = o->slow_call_ms;
+	ctx->slow_call_rate = o->slow_call_rate;
+	ctx->min_reporters = o->min_reporters;
+	ctx->reporter_window_ms = o->reporter_window_ms;
+	ctx->break_backoff = o->break_backoff;
+	ctx->break_max_ms = o->break_max_ms;
+	ctx->preset = o->preset;
 }
 
 cbc_breaker *
@@ -90,13 +126,7 @@ cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err)
 		cbci_fail(err, CBC_EINVAL, "options are required");
 		return NULL;
 	}
-	memset(&ctx, 0, sizeof ctx);
-	ctx.failure_threshold = opts->failure_threshold;
-	ctx.success_threshold = opts->success_threshold;
-	ctx.break_ms = opts->break_ms;
-	ctx.half_open_max = opts->half_open_max;
-	ctx.slot_ttl_ms = opts->slot_ttl_ms;
-	ctx.max_gap_ms = opts->max_gap_ms;
+	breaker_options_ctx(opts, &ctx);
 	if (breaker_options_check(opts, &ctx, err) != CBC_OK)
 		return NULL;
 	b = calloc(1, sizeof *b);
@@ -106,12 +136,18 @@ cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err)
 		return NULL;
 	}
 	b->ctx = ctx;
-	cbci_ctx_policy(&ctx, &b->policy);
+	if (ctx.preset != NULL) {
+		/* checked: at most CBC_PRESET_MAX bytes */
+		snprintf(b->preset, sizeof b->preset, "%s", ctx.preset);
+		b->ctx.preset = b->preset;
+	}
+	cbci_ctx_policy(&b->ctx, &b->policy);
 	b->opts = *opts;
 	b->observed = CBC_STATE_CLOSED;
 	snprintf(b->name, sizeof b->name, "%s",
 	    opts->name != NULL ? opts->name : BREAKER_DEFAULT_NAME);
 	b->opts.name = b->name;
+	b->opts.preset = b->ctx.preset;
 	if (opts->store == NULL) {
 		b->store = cbc_store_new_local(0, err);
 	} else {
@@ -202,13 +238,14 @@ permit_refuse(cbc_breaker *b, cbc_permit *p, cbc_state state, int64_t retry_afte
 	    cbc_state_name(state), (long long)retry_after_ms);
 }
 
-/* Grant a permit in state. */
+/* Grant a permit in state; the call's duration counts from here. */
 static cbc_status
 permit_grant(cbc_permit *p, cbc_state state, cbc_error *err)
 {
 	p->granted = true;
 	p->state = state;
 	p->retry_after_ms = 0;
+	p->granted_at = clock_monotonic_ms();
 	cbci_error_clear(err);
 	return CBC_OK;
 }
@@ -267,10 +304,12 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	return st;
 }
 
-/* Record the outcome of a granted permit and release its slot. Store
- * errors are swallowed: they never replace the call's own result. */
+/* Record the outcome of a granted permit with the call's duration and
+ * release its slot. Store errors are swallowed: they never replace the
+ * call's own result. */
 static void
-report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, const int *error)
+report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t duration_ms,
+    const int *error)
 {
 	cbc_snapshot snap;
 	cbc_error ignored;
@@ -278,6 +317,8 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, const int *er
 	cbc_ctx ctx;
 
 	breaker_call_ctx(b, &ctx);
+	ctx.has_duration = true;
+	ctx.duration_ms = duration_ms;
 	store_degraded = false;
 	if (outcome == CBC_OUTCOME_SUCCESS)
 		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
@@ -294,6 +335,17 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, const int *er
 cbc_status
 cbc_breaker_report(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, cbc_error *err)
 {
+	return cbc_breaker_report_duration(b, p, outcome, -1, err);
+}
+
+cbc_status
+cbc_breaker_report_duration(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t duration_ms,
+    cbc_error *err)
+{
+	if (duration_ms > BREAKER_DURATION_MAX)
+		return cbci_fail(err, CBC_EINVAL,
+		    "duration_ms must be at most %lld (negative: since acquire)",
+		    (long long)BREAKER_DURATION_MAX);
 	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
 		return cbci_fail(err, CBC_EINVAL,
 		    "outcome must be CBC_OUTCOME_SUCCESS, CBC_OUTCOME_FAILURE or "
@@ -301,9 +353,34 @@ cbc_breaker_report(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, cbc_error
 	if (p == NULL || !p->granted)
 		return cbci_fail(err, CBC_ESTATE, "permit for circuit \"%s\" %s", b->name,
 		    "was not granted or was already reported");
-	report_outcome(b, p, outcome, NULL);
+	if (duration_ms < 0) {
+		duration_ms = clock_monotonic_ms() - p->granted_at;
+		if (duration_ms < 0)
+			duration_ms = 0;
+	}
+	report_outcome(b, p, outcome, duration_ms, NULL);
 	cbci_error_clear(err);
 	return CBC_OK;
+}
+
+/* The outcome of fn's result: 0 is a success, never classified; a
+ * nonzero one goes to classify (or the older error_filter), else counts
+ * as a failure. An out-of-range answer of classify counts as a failure. */
+static cbc_outcome
+breaker_classify(cbc_breaker *b, int result)
+{
+	cbc_outcome o;
+
+	if (result == 0)
+		return CBC_OUTCOME_SUCCESS;
+	if (b->opts.classify != NULL) {
+		o = b->opts.classify(result, b->opts.user);
+		return (unsigned)o > CBC_OUTCOME_IGNORE ? CBC_OUTCOME_FAILURE : o;
+	}
+	if (b->opts.error_filter != NULL)
+		return b->opts.error_filter(result, b->opts.user) ? CBC_OUTCOME_FAILURE
+								  : CBC_OUTCOME_SUCCESS;
+	return CBC_OUTCOME_FAILURE;
 }
 
 cbc_status
@@ -330,14 +407,14 @@ cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *
 			cbci_error_clear(err);
 		}
 	} else if (st == CBC_OK) {
+		int64_t started = clock_monotonic_us();
+
 		res.result = fn(arg);
+		res.duration_ms = (clock_monotonic_us() - started) / 1000;
 		res.called = true;
-		if (b->opts.error_filter != NULL)
-			res.counted_failure = b->opts.error_filter(res.result, b->opts.user);
-		else
-			res.counted_failure = res.result != 0;
-		report_outcome(b, &p,
-		    res.counted_failure ? CBC_OUTCOME_FAILURE : CBC_OUTCOME_SUCCESS,
+		res.outcome = breaker_classify(b, res.result);
+		res.counted_failure = res.outcome == CBC_OUTCOME_FAILURE;
+		report_outcome(b, &p, res.outcome, res.duration_ms,
 		    res.counted_failure ? &res.result : NULL);
 		res.state = cbc_breaker_state(b);
 		cbci_error_clear(err);

@@ -1,6 +1,7 @@
 /*
  * error.c — libcbclient's small shared pieces: status strings, error
- * values, state names, clocks, ctx and snapshot conversions.
+ * values, state names, names and snapshot conversions (the ctx is in
+ * ctx.c).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -93,94 +94,6 @@ cbc_state_parse(const char *text, cbc_state *out)
 	return true;
 }
 
-void
-cbci_ctx_to_proto(const cbc_ctx *ctx, proto_ctx *out)
-{
-	memset(out, 0, sizeof *out);
-	if (ctx == NULL)
-		return;
-	if (ctx->failure_threshold != 0)
-		proto_ctx_set(out, PROTO_CTX_FAILURE_THRESHOLD, ctx->failure_threshold);
-	if (ctx->success_threshold != 0)
-		proto_ctx_set(out, PROTO_CTX_SUCCESS_THRESHOLD, ctx->success_threshold);
-	if (ctx->break_ms != 0)
-		proto_ctx_set(out, PROTO_CTX_BREAK_MS, ctx->break_ms);
-	if (ctx->half_open_max != 0)
-		proto_ctx_set(out, PROTO_CTX_HALF_OPEN_MAX, ctx->half_open_max);
-	if (ctx->slot_ttl_ms != 0)
-		proto_ctx_set(out, PROTO_CTX_SLOT_TTL_MS, ctx->slot_ttl_ms);
-	if (ctx->max_gap_ms != 0)
-		proto_ctx_set(out, PROTO_CTX_MAX_GAP_MS, ctx->max_gap_ms);
-	if (ctx->has_now)
-		proto_ctx_set(out, PROTO_CTX_NOW, ctx->now);
-}
-
-void
-cbci_ctx_policy(const cbc_ctx *ctx, cb_policy *out)
-{
-	proto_ctx partial;
-	proto_layer layers[1] = { { &partial, NULL, PROTO_SOURCE_CLIENT } };
-
-	cbci_ctx_to_proto(ctx, &partial);
-	proto_policy_resolve(layers, 1, out, NULL);
-}
-
-int64_t
-cbci_ctx_now(const cbc_ctx *ctx)
-{
-	if (ctx != NULL && ctx->has_now)
-		return ctx->now;
-	return clock_realtime_ms();
-}
-
-cbc_status
-cbci_ctx_check(const cbc_ctx *ctx, const char *prefix, cbc_error *err)
-{
-	proto_error perr;
-	char field[64];
-
-	if (ctx == NULL)
-		return CBC_OK;
-	/* A member is given when nonzero (now: has_now); the core's ctx table
-	 * holds the bounds. */
-	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
-		const int64_t *v;
-
-		switch ((proto_ctx_key)k) {
-		case PROTO_CTX_FAILURE_THRESHOLD:
-			v = &ctx->failure_threshold;
-			break;
-		case PROTO_CTX_SUCCESS_THRESHOLD:
-			v = &ctx->success_threshold;
-			break;
-		case PROTO_CTX_BREAK_MS:
-			v = &ctx->break_ms;
-			break;
-		case PROTO_CTX_HALF_OPEN_MAX:
-			v = &ctx->half_open_max;
-			break;
-		case PROTO_CTX_SLOT_TTL_MS:
-			v = &ctx->slot_ttl_ms;
-			break;
-		case PROTO_CTX_MAX_GAP_MS:
-			v = &ctx->max_gap_ms;
-			break;
-		case PROTO_CTX_NOW:
-			v = &ctx->now;
-			break;
-		default:
-			continue;
-		}
-		if (k == PROTO_CTX_NOW ? !ctx->has_now : *v == 0)
-			continue;
-		snprintf(field, sizeof field, "%s%s", prefix,
-		    proto_ctx_def_get((proto_ctx_key)k)->name);
-		if (!proto_ctx_check((proto_ctx_key)k, *v, field, &perr))
-			return cbci_fail(err, CBC_EINVAL, "%s", perr.message);
-	}
-	return CBC_OK;
-}
-
 cbc_status
 cbci_name_check(const char *name, const char *field, cbc_error *err)
 {
@@ -220,6 +133,12 @@ cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out)
 	out->success_count = in->success_count;
 	out->last_failure_at = in->last_failure_at;
 	out->opened_at = in->opened_at;
+	/* Only a break grown by break_backoff is kept: the policy gives the
+	 * others (and a hold's break is carried through the policy). */
+	out->current_break_ms = in->policy.known && !in->hold.held && in->policy.break_ms > 0 &&
+		in->current_break_ms > in->policy.break_ms
+	    ? in->current_break_ms
+	    : 0;
 }
 
 bool

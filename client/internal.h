@@ -1,6 +1,6 @@
 /*
  * internal.h — libcbclient's private helpers shared by its files: error
- * filling, ctx conversion to the core's types, the clock, and the store
+ * filling, ctx conversion to the core's types (ctx.c), the clock, and the store
  * handle's layout. Not installed.
  */
 #ifndef CBC_INTERNAL_H
@@ -28,12 +28,22 @@ cbc_status cbci_error_copy(cbc_error *err, const cbc_error *src);
 
 /* ctx as the core's partial policy (the members given). */
 void cbci_ctx_to_proto(const cbc_ctx *ctx, proto_ctx *out);
-/* ctx resolved against the built-in defaults. */
+/* A reported policy as the ctx that declares all of it (members null or
+ * not reported are not given; no preset: its keys are all there). */
+void cbci_ctx_from_policy(const cbc_policy *policy, cbc_ctx *out);
+/* Every policy member given in over replaces out's (clock, duration kept). */
+void cbci_ctx_overlay(cbc_ctx *out, const cbc_ctx *over);
+/* ctx resolved against the built-in defaults (and a built-in preset). */
 void cbci_ctx_policy(const cbc_ctx *ctx, cb_policy *out);
 /* ctx's clock: ctx->now when given, else the realtime clock. */
 int64_t cbci_ctx_now(const cbc_ctx *ctx);
-/* Check every member of ctx is in range; CBC_EINVAL naming `prefix.member`. */
+/* Check every member of ctx is in range (and the combination: window_size
+ * for its window, break_max_ms >= break_ms); CBC_EINVAL naming
+ * `prefix.member` (ctx.c, with the core's ctx table). */
 cbc_status cbci_ctx_check(const cbc_ctx *ctx, const char *prefix, cbc_error *err);
+/* A local store knows only the built-in presets: CBC_EINVAL naming
+ * `prefix.preset` for any other. */
+cbc_status cbci_ctx_check_local(const cbc_ctx *ctx, const char *prefix, cbc_error *err);
 
 /* Validate a circuit name; CBC_EINVAL naming `field`. */
 cbc_status cbci_name_check(const char *name, const char *field, cbc_error *err);

@@ -22,6 +22,7 @@ EXTRA_DIST += client/cbclient.pc.in
 client_libcbclient_la_SOURCES = \
 	client/internal.h \
 	client/error.c \
+	client/ctx.c \
 	client/conn.c \
 	client/ops.c \
 	client/snapshot.c \
@@ -29,7 +30,8 @@ client_libcbclient_la_SOURCES = \
 	client/store-local.c \
 	client/store-remote.c \
 	client/store-resilient.c \
-	client/circuit-breaker.c
+	client/circuit-breaker.c \
+	client/classify-http.c
 client_libcbclient_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) -pthread
 # The core (state machine, table, codec) is linked in; only cbc_* is exported.
 client_libcbclient_la_LIBADD = src/libcbcore.la $(JANSSON_LIBS) -lpthread

@@ -71,14 +71,23 @@ request_send(cbc_conn *conn, json_t *req, json_t **reply, cbc_error *err)
 	return st;
 }
 
+/* Does op carry a call's duration_ms (protocol 2: the outcome ops)? */
+static bool
+op_takes_duration(const char *op)
+{
+	return strcmp(op, "record") == 0 || strcmp(op, "record_success") == 0 ||
+	    strcmp(op, "record_failure") == 0;
+}
+
 /* A string member of a request; a NULL value is left out. */
 typedef struct request_member {
 	const char *key;
 	const char *value;
 } request_member;
 
-/* Build {"op", "name" (when not NULL), members..., "ctx" (when not NULL)},
- * send it and get its ok reply. */
+/* Build {"op", "name" (when not NULL), members..., "ctx" (when not NULL),
+ * "duration_ms" (an outcome op whose ctx has one)}, send it and get its ok
+ * reply. */
 static cbc_status
 request_call(cbc_conn *conn, const char *op, const char *name, const request_member *members,
     size_t n, const cbc_ctx *ctx, json_t **reply, cbc_error *err)
@@ -92,6 +101,9 @@ request_call(cbc_conn *conn, const char *op, const char *name, const request_mem
 	}
 	if (st == CBC_OK)
 		st = request_ctx(req, ctx, err);
+	if (st == CBC_OK && ctx != NULL && ctx->has_duration && op_takes_duration(op) &&
+	    json_object_set_new(req, "duration_ms", json_integer(ctx->duration_ms)) != 0)
+		st = cbci_fail(err, CBC_ENOMEM, "out of memory building duration_ms");
 	if (st != CBC_OK) {
 		json_decref(req);
 		return st;

@@ -1,6 +1,7 @@
 /*
  * snapshot.c — protocol 2's snapshot members (hold, totals, policy with
- * its sources) read into the public snapshot. Tolerant of a protocol 1
+ * its sources, current_break_ms, a rate circuit's window, reporters) read
+ * into the public snapshot. Tolerant of a protocol 1
  * cbd: an absent member reads as not held, totals -1, policy not known.
  * Strict on what is there: a mistyped member is CBC_EPROTO naming it.
  * Policy keys this library does not know are skipped (later protocol
@@ -41,17 +42,27 @@ source_parse(const char *text)
 	return CBC_SOURCE_OTHER;
 }
 
-/* A policy key this library reads: its wire name and where it goes. */
+/* How a policy key is written. */
+typedef enum policy_kind {
+	POLICY_INT = 0, /* an integer or null */
+	POLICY_TRIP, /* "consecutive" | "rate" */
+	POLICY_WINDOW, /* "count" | "time" */
+	POLICY_PRESET, /* a name or null */
+} policy_kind;
+
+/* A policy key this library reads: its wire name, kind and where it goes. */
 typedef struct policy_row {
 	const char *key;
+	policy_kind kind;
 	size_t value; /* offset in cbc_policy */
 	size_t source; /* offset in cbc_policy_sources */
 } policy_row;
 
-#define POLICY_ROW(k)                                                                              \
+#define POLICY_ROW_KIND(k, kind)                                                                   \
 	{                                                                                          \
-#k, offsetof(cbc_policy, k), offsetof(cbc_policy_sources, k)                       \
+#k, kind, offsetof(cbc_policy, k), offsetof(cbc_policy_sources, k)                 \
 	}
+#define POLICY_ROW(k) POLICY_ROW_KIND(k, POLICY_INT)
 
 static const policy_row policy_rows[] = {
 	POLICY_ROW(failure_threshold),
@@ -60,6 +71,18 @@ static const policy_row policy_rows[] = {
 	POLICY_ROW(half_open_max),
 	POLICY_ROW(slot_ttl_ms),
 	POLICY_ROW(max_gap_ms),
+	POLICY_ROW_KIND(trip, POLICY_TRIP),
+	POLICY_ROW_KIND(window, POLICY_WINDOW),
+	POLICY_ROW(window_size),
+	POLICY_ROW(minimum_calls),
+	POLICY_ROW(failure_rate),
+	POLICY_ROW(slow_call_ms),
+	POLICY_ROW(slow_call_rate),
+	POLICY_ROW(min_reporters),
+	POLICY_ROW(reporter_window_ms),
+	POLICY_ROW(break_backoff),
+	POLICY_ROW(break_max_ms),
+	POLICY_ROW_KIND(preset, POLICY_PRESET),
 };
 
 #define POLICY_ROW_COUNT (sizeof policy_rows / sizeof policy_rows[0])
@@ -74,6 +97,9 @@ cbci_snapshot_v2_clear(cbc_snapshot *out)
 	out->totals.slow = -1;
 	out->totals.rejected = -1;
 	memset(&out->policy, 0, sizeof out->policy);
+	out->current_break_ms = -1;
+	memset(&out->window, 0, sizeof out->window);
+	out->reporters = -1;
 }
 
 /* An optional integer member of obj (path names obj in messages): absent
@@ -194,6 +220,58 @@ read_totals(const json_t *v, cbc_totals *out, cbc_error *err)
 	return st;
 }
 
+/* An enum policy member: one of names (index 1.., 0 is UNSET), null or
+ * absent leave it UNSET; a name this library does not know too (a later
+ * protocol's value). */
+static cbc_status
+read_enum(const json_t *obj, const char *path, const char *key, const char *const *names, int *out,
+    cbc_error *err)
+{
+	const json_t *v = json_object_get(obj, key);
+
+	if (v == NULL || json_is_null(v))
+		return CBC_OK;
+	if (!json_is_string(v))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s must be a string", path, key);
+	for (int i = 1; names[i] != NULL; i++) {
+		if (strcmp(json_string_value(v), names[i]) == 0) {
+			*out = i;
+			return CBC_OK;
+		}
+	}
+	return CBC_OK;
+}
+
+static const char *const trip_wire[] = { "", "consecutive", "rate", NULL };
+static const char *const window_wire[] = { "", "count", "time", NULL };
+
+/* One policy row's value into p. */
+static cbc_status
+read_policy_value(const json_t *v, const char *path, const policy_row *row, cbc_policy *p,
+    cbc_error *err)
+{
+	void *at = (char *)p + row->value;
+	int e = 0;
+	cbc_status st;
+
+	switch (row->kind) {
+	case POLICY_INT:
+		return read_int(v, path, row->key, CBC_POLICY_NULL, at, err);
+	case POLICY_TRIP:
+		st = read_enum(v, path, row->key, trip_wire, &e, err);
+		p->trip = (cbc_trip)e;
+		return st;
+	case POLICY_WINDOW:
+		st = read_enum(v, path, row->key, window_wire, &e, err);
+		p->window = (cbc_window)e;
+		return st;
+	case POLICY_PRESET:
+		return read_string(v, path, row->key, p->preset, sizeof p->preset, &p->has_preset,
+		    err);
+	}
+	return CBC_OK;
+}
+
 /* snapshot.policy: every key (null when it has no value) and "source". */
 static cbc_status
 read_policy(const json_t *v, cbc_policy *out, cbc_error *err)
@@ -217,8 +295,7 @@ read_policy(const json_t *v, cbc_policy *out, cbc_error *err)
 		const json_t *src = json_object_get(sources, row->key);
 		cbc_policy_source *source = (cbc_policy_source *)((char *)&p.source + row->source);
 
-		st = read_int(v, path, row->key, CBC_POLICY_NULL,
-		    (int64_t *)((char *)&p + row->value), err);
+		st = read_policy_value(v, path, row, &p, err);
 		if (st != CBC_OK || src == NULL || json_is_null(src))
 			continue;
 		if (!json_is_string(src))
@@ -229,6 +306,49 @@ read_policy(const json_t *v, cbc_policy *out, cbc_error *err)
 	}
 	if (st == CBC_OK)
 		*out = p;
+	return st;
+}
+
+/* A number member (an integer or a real) of obj; absent or null: 0. */
+static cbc_status
+read_number(const json_t *obj, const char *path, const char *key, double *out, cbc_error *err)
+{
+	const json_t *v = json_object_get(obj, key);
+
+	if (v == NULL || json_is_null(v))
+		return CBC_OK;
+	if (!json_is_number(v))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s must be a number", path, key);
+	*out = json_number_value(v);
+	return CBC_OK;
+}
+
+/* snapshot.window: {"calls", "failures", "slow", "failure_rate",
+ * "slow_call_rate"} (a rate circuit), rates in percent. */
+static cbc_status
+read_window(const json_t *v, cbc_window_counts *out, cbc_error *err)
+{
+	static const char path[] = "snapshot.window";
+	cbc_window_counts w;
+	cbc_status st;
+
+	if (v == NULL || json_is_null(v))
+		return CBC_OK;
+	if (!json_is_object(v))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object", path);
+	memset(&w, 0, sizeof w);
+	w.known = true;
+	st = read_int(v, path, "calls", 0, &w.calls, err);
+	if (st == CBC_OK)
+		st = read_int(v, path, "failures", 0, &w.failures, err);
+	if (st == CBC_OK)
+		st = read_int(v, path, "slow", 0, &w.slow, err);
+	if (st == CBC_OK)
+		st = read_number(v, path, "failure_rate", &w.failure_rate, err);
+	if (st == CBC_OK)
+		st = read_number(v, path, "slow_call_rate", &w.slow_call_rate, err);
+	if (st == CBC_OK)
+		*out = w;
 	return st;
 }
 
@@ -244,10 +364,19 @@ cbci_snapshot_v2(const json_t *obj, cbc_snapshot *out, cbc_error *err)
 		st = read_totals(json_object_get(obj, "totals"), &s.totals, err);
 	if (st == CBC_OK)
 		st = read_policy(json_object_get(obj, "policy"), &s.policy, err);
+	if (st == CBC_OK)
+		st = read_int(obj, "snapshot", "current_break_ms", -1, &s.current_break_ms, err);
+	if (st == CBC_OK)
+		st = read_window(json_object_get(obj, "window"), &s.window, err);
+	if (st == CBC_OK)
+		st = read_int(obj, "snapshot", "reporters", -1, &s.reporters, err);
 	if (st == CBC_OK && out != NULL) {
 		out->hold = s.hold;
 		out->totals = s.totals;
 		out->policy = s.policy;
+		out->current_break_ms = s.current_break_ms;
+		out->window = s.window;
+		out->reporters = s.reporters;
 	}
 	return st;
 }

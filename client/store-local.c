@@ -89,7 +89,8 @@ local_status(ct_status status, const char *name, cbc_error *err)
 	return cbci_fail(err, CBC_ENOMEM, "out of memory storing circuit \"%s\"", name);
 }
 
-/* The table call of one store call: ctx's policy and clock. */
+/* The table call of one store call: ctx's policy (built-in presets
+ * resolved), clock and the call's duration (slow calls). */
 static ct_call
 local_call(const cbc_ctx *ctx, cb_policy *policy)
 {
@@ -98,7 +99,32 @@ local_call(const cbc_ctx *ctx, cb_policy *policy)
 	cbci_ctx_policy(ctx, policy);
 	/* One process: min_reporters cannot be met by anyone else. */
 	policy->min_reporters = 1;
-	return (ct_call){ .policy = policy, .declared = NULL, .now = now, .clock = now };
+	return (ct_call){ .policy = policy,
+		.declared = NULL,
+		.now = now,
+		.clock = now,
+		.duration_ms = ctx != NULL && ctx->has_duration ? ctx->duration_ms : 0 };
+}
+
+/* The public snapshot of a view: the core's members, and protocol 2's
+ * current_break_ms and (rate rule) window as cbd reports them. Totals
+ * stay "not reported": a local store does not keep them. */
+static void
+local_fill(cbc_snapshot *out, const char *name, const ct_view *view, const cb_policy *policy,
+    int64_t now)
+{
+	cbci_snapshot_fill(out, name, &view->snap, circuit_table_retry_after(view, policy, now));
+	out->current_break_ms = breaker_break_ms(&view->snap, policy);
+	if (policy->trip == CB_TRIP_RATE) {
+		cb_window_counts w = view->has_window ? view->window : (cb_window_counts){ 0 };
+
+		out->window.known = true;
+		out->window.calls = w.calls;
+		out->window.failures = w.failures;
+		out->window.slow = w.slow;
+		out->window.failure_rate = w.calls > 0 ? w.failures * 100.0 / w.calls : 0.0;
+		out->window.slow_call_rate = w.calls > 0 ? w.slow * 100.0 / w.calls : 0.0;
+	}
 }
 
 static cbc_status
@@ -109,12 +135,14 @@ local_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, c
 	ct_call call = local_call(ctx, &policy);
 	ct_view view;
 
+	cbc_status st = cbci_ctx_check_local(ctx, "ctx.", err);
+
+	if (st != CBC_OK)
+		return st;
 	pthread_mutex_lock(&local->lock);
 	circuit_table_get(local->table, name, call.now, &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &view.snap,
-	    circuit_table_retry_after(&view, &policy, call.now));
-	(void)err;
+	local_fill(out, name, &view, &policy, call.now);
 	return CBC_OK;
 }
 
@@ -128,14 +156,17 @@ local_record(cbci_local *local, const char *name, const cbc_ctx *ctx, bool succe
 	ct_status status;
 	ct_view view;
 
+	cbc_status st = cbci_ctx_check_local(ctx, "ctx.", err);
+
+	if (st != CBC_OK)
+		return st;
 	pthread_mutex_lock(&local->lock);
 	if (success)
 		status = circuit_table_record_success(local->table, name, &call, &view, NULL);
 	else
 		status = circuit_table_record_failure(local->table, name, &call, &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &view.snap,
-	    circuit_table_retry_after(&view, &policy, call.now));
+	local_fill(out, name, &view, &policy, call.now);
 	return local_status(status, name, err);
 }
 
@@ -163,12 +194,15 @@ local_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_
 	ct_status status;
 	ct_view view;
 
+	cbc_status st = cbci_ctx_check_local(ctx, "ctx.", err);
+
+	if (st != CBC_OK)
+		return st;
 	pthread_mutex_lock(&local->lock);
 	status = circuit_table_cas(local->table, name, (cb_state)from, (cb_state)to, &call, applied,
 	    &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &view.snap,
-	    circuit_table_retry_after(&view, &policy, call.now));
+	local_fill(out, name, &view, &policy, call.now);
 	return local_status(status, name, err);
 }
 
@@ -182,12 +216,15 @@ local_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *ct
 	ct_status status;
 	ct_view view;
 
+	cbc_status st = cbci_ctx_check_local(ctx, "ctx.", err);
+
+	if (st != CBC_OK)
+		return st;
 	pthread_mutex_lock(&local->lock);
 	status =
 	    circuit_table_set_state(local->table, name, (cb_state)state, NULL, &call, &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &view.snap,
-	    circuit_table_retry_after(&view, &policy, call.now));
+	local_fill(out, name, &view, &policy, call.now);
 	return local_status(status, name, err);
 }
 
@@ -202,6 +239,10 @@ local_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *o
 	bool acquired;
 
 	_Static_assert(CT_TOKEN_SIZE <= CBC_TOKEN_SIZE, "token room");
+	cbc_status st = cbci_ctx_check_local(ctx, "ctx.", err);
+
+	if (st != CBC_OK)
+		return st;
 	pthread_mutex_lock(&local->lock);
 	status = circuit_table_acquire_slot(local->table, name, &call, &acquired, &grant);
 	pthread_mutex_unlock(&local->lock);

@@ -7,8 +7,11 @@
  *           circuit stays open, and running it with the policy cbd last
  *           reported for it (protocol 2's snapshot.policy: the circuit's
  *           own policy, which cbd's config or its creator decided), so it
- *           breaks as cbd would; a held circuit stays held (open until
- *           the hold's end, closed whatever fails);
+ *           breaks as cbd would (trip rule, window, slow calls and
+ *           break_backoff included; the window starts empty, and
+ *           min_reporters counts as 1: one process); a held circuit
+ *           stays held (open until the hold's end, closed whatever
+ *           fails);
  *   ALLOW   answer as if the circuit were closed;
  *   REJECT  return the error from the ops made before the protected call
  *           (get, cas, set_state, acquire_slot); bookkeeping after it
@@ -46,6 +49,7 @@ typedef struct seen_circuit {
 	UT_hash_handle hh;
 	cb_snapshot last; /* the last snapshot the wrapped store returned */
 	cbc_ctx reported; /* the policy it reported, as a ctx (0: not reported) */
+	bool policy_known; /* it reported a policy */
 	bool degraded; /* the fallback holds this circuit's live copy */
 	char name[];
 } seen_circuit;
@@ -104,13 +108,6 @@ seen_get(resilient *r, const char *name)
 	return s;
 }
 
-/* A reported policy value as a ctx member: 0 (not given) unless set. */
-static int64_t
-reported_value(int64_t v)
-{
-	return v > 0 ? v : 0;
-}
-
 /* The policy snap reports as a ctx for the fallback (members 0 when not
  * reported). A hold has no local form, so it is kept through the policy:
  * held open breaks until the hold's end (or as long as the protocol
@@ -118,17 +115,7 @@ reported_value(int64_t v)
 static void
 reported_ctx(const cbc_snapshot *snap, cbc_ctx *out)
 {
-	const cbc_policy *p = &snap->policy;
-
-	memset(out, 0, sizeof *out);
-	if (p->known) {
-		out->failure_threshold = reported_value(p->failure_threshold);
-		out->success_threshold = reported_value(p->success_threshold);
-		out->break_ms = reported_value(p->break_ms);
-		out->half_open_max = reported_value(p->half_open_max);
-		out->slot_ttl_ms = reported_value(p->slot_ttl_ms);
-		out->max_gap_ms = reported_value(p->max_gap_ms);
-	}
+	cbci_ctx_from_policy(&snap->policy, out);
 	if (snap->hold.held && snap->hold.state == CBC_STATE_OPEN) {
 		if (snap->hold.until == CBC_TIME_NONE || snap->opened_at == CBC_TIME_NONE)
 			out->break_ms = CB_DURATION_MAX;
@@ -136,40 +123,53 @@ reported_ctx(const cbc_snapshot *snap, cbc_ctx *out)
 			out->break_ms = snap->hold.until - snap->opened_at;
 		else
 			out->break_ms = CB_DURATION_MIN;
+		/* The hold's break is not grown, nor capped below itself. */
+		out->break_backoff = 0;
+		out->break_max_ms = 0;
 	} else if (snap->hold.held) {
+		/* Held closed: no rule may open it. */
+		out->trip = CBC_TRIP_CONSECUTIVE;
 		out->failure_threshold = CB_COUNT_MAX;
 	}
 }
 
-/* The ctx the fallback runs name with: the caller's (its clock, and its
- * policy where cbd reported none), with the policy cbd last reported for
- * the circuit in place of the caller's, as cbd keeps the circuit's own. */
+/* The ctx the fallback runs name with: the caller's clock and duration,
+ * and the policy cbd last reported for the circuit (all of it, as cbd
+ * keeps the circuit's own), or the caller's when cbd reported none. A
+ * preset is dropped when cbd reported the policy (every key is there)
+ * and when the local store does not know it (a preset of cbd's config). */
 static void
 resilient_fallback_ctx(resilient *r, const char *name, const cbc_ctx *ctx, cbc_ctx *out)
 {
 	seen_circuit *s;
 	cbc_ctx rep;
+	bool known = false;
 
 	*out = *ctx;
 	pthread_mutex_lock(&r->lock);
 	s = seen_find(r, name);
-	if (s != NULL)
+	if (s != NULL) {
 		rep = s->reported;
-	else
+		known = s->policy_known;
+	} else {
 		memset(&rep, 0, sizeof rep);
+	}
 	pthread_mutex_unlock(&r->lock);
-	if (rep.failure_threshold > 0)
-		out->failure_threshold = rep.failure_threshold;
-	if (rep.success_threshold > 0)
-		out->success_threshold = rep.success_threshold;
-	if (rep.break_ms > 0)
-		out->break_ms = rep.break_ms;
-	if (rep.half_open_max > 0)
-		out->half_open_max = rep.half_open_max;
-	if (rep.slot_ttl_ms > 0)
-		out->slot_ttl_ms = rep.slot_ttl_ms;
-	if (rep.max_gap_ms > 0)
-		out->max_gap_ms = rep.max_gap_ms;
+	if (known) {
+		/* cbd's policy alone: a key it reported as null (no gap limit,
+		 * no slow rule, no break cap) must not come from the caller. */
+		memset(out, 0, sizeof *out);
+		out->has_now = ctx->has_now;
+		out->now = ctx->now;
+		out->has_duration = ctx->has_duration;
+		out->duration_ms = ctx->duration_ms;
+	}
+	cbci_ctx_overlay(out, &rep);
+	if (out->preset != NULL && (known || proto_preset_builtin(out->preset) == NULL))
+		out->preset = NULL;
+	/* break_max_ms below a reported break_ms would be refused. */
+	if (out->break_max_ms != 0 && out->break_ms != 0 && out->break_max_ms < out->break_ms)
+		out->break_max_ms = out->break_ms;
 }
 
 /* The wrapped store answered for name: remember snap (may be NULL: no
@@ -185,6 +185,7 @@ resilient_answered(resilient *r, const char *name, const cbc_snapshot *snap)
 		if (snap != NULL) {
 			cbci_snapshot_to_core(snap, &s->last);
 			reported_ctx(snap, &s->reported);
+			s->policy_known = snap->policy.known;
 		}
 		if (s->degraded) {
 			s->degraded = false;

@@ -29,6 +29,12 @@ socket_mode = 0666
 break_ms = 60000
 [circuit "cfg"]
 failure_threshold = 2
+[circuit "backing"]
+failure_threshold = 1
+break_backoff = 2
+break_max_ms = 600000
+[circuit "pair"]
+min_reporters = 2
 CONF
 "$CBD_BINARY" -c "$tmp/cbd.conf" 2>"$tmp/cbd.log" &
 pid=$!
@@ -91,6 +97,42 @@ expect out '^totals: 0 successes, 0 failures, 0 ignored, 0 slow, 0 rejected$' "g
 run 0 "open cfg" open cfg --no-hold
 run 0 "get cfg" get cfg
 expect out '^  failure_threshold +2 +config$' "failure_threshold from [circuit]"
+
+# Trip rules (protocol 2, §3): a rate circuit's window and rates, a
+# break grown by break_backoff, the reporters of a min_reporters circuit.
+# Outcomes are recorded through socat (cbctl records nothing).
+if command -v socat >/dev/null 2>&1; then
+	send() { printf '%s\n' "$@" | timeout 5 socat -t 0.5 - UNIX-CONNECT:"$sock" >"$tmp/sent"; }
+	rate='"ctx":{"trip":"rate","window_size":20,"minimum_calls":10,"slow_call_ms":2000}'
+	send "{\"op\":\"record\",\"name\":\"rated\",\"outcome\":\"failure\",$rate}" \
+		"{\"op\":\"record\",\"name\":\"rated\",\"outcome\":\"success\",\"duration_ms\":2500}" \
+		'{"op":"record","name":"rated","outcome":"failure"}' \
+		'{"op":"record","name":"rated","outcome":"success","duration_ms":10}' \
+		'{"op":"record","name":"rated","outcome":"failure"}' \
+		'{"op":"record","name":"rated","outcome":"ignore"}'
+	run 0 "get a rate circuit" get rated
+	expect out '^rated +closed ' "below minimum_calls it stays closed"
+	expect out '^totals: 2 successes, 3 failures, 1 ignored, 1 slow, 0 rejected$' "rate totals"
+	expect out '^window: 5 of the last 20 calls \(3 failures, 1 slow\)$' "calls in the window"
+	expect out '^failure rate: 60\.0% \(opens at 50% once 10 calls\)$' "failure rate shown"
+	expect out '^slow rate: 20\.0% \(calls of 2s or more; opens at 100%\)$' "slow rate shown"
+	expect out '^  trip +"rate" +client$' "trip in the policy"
+	run 0 "get a consecutive circuit" get payments
+	reject out '^(window|failure rate|slow rate|current break|reporters):' \
+		"no window, grown break or reporters for a plain circuit"
+	send '{"op":"record","name":"backing","outcome":"failure"}'
+	run 0 "trial for backing" half-open backing
+	send '{"op":"record","name":"backing","outcome":"failure"}'
+	run 0 "get a grown break" get backing
+	expect out '^backing +open .*retry in (119\.[0-9]|120\.0)s$' "the grown break's retry"
+	expect out '^current break: 2m00s \(break_ms 1m00s grown by break_backoff 2, at most 10m00s\)$' \
+		"get shows the grown break"
+	send '{"op":"record","name":"pair","outcome":"failure"}'
+	run 0 "get reporters" get pair
+	expect out '^reporters: 1 \(2 needed to open, within 1m00s\)$' "get shows the reporters"
+else
+	echo "socat not installed: trip-rule output not checked"
+fi
 
 # Holds: open/close --for DURATION --reason TEXT, release.
 run 0 "open --for --reason" open held --for 2s --reason "deploy 42"

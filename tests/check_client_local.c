@@ -214,7 +214,108 @@ m_store_no_name(cbc_breaker_options *o)
 	o->name = NULL;
 }
 
+static void
+m_trip(cbc_breaker_options *o)
+{
+	o->trip = (cbc_trip)9;
+}
+static void
+m_window(cbc_breaker_options *o)
+{
+	o->window = (cbc_window)7;
+}
+static void
+m_window_size_count(cbc_breaker_options *o)
+{
+	o->window_size = 10001;
+}
+static void
+m_window_size_time(cbc_breaker_options *o)
+{
+	o->window = CBC_WINDOW_TIME;
+	o->window_size = 999;
+}
+static void
+m_minimum_calls(cbc_breaker_options *o)
+{
+	o->minimum_calls = -1;
+}
+static void
+m_failure_rate(cbc_breaker_options *o)
+{
+	o->failure_rate = 101;
+}
+static void
+m_slow_call_ms(cbc_breaker_options *o)
+{
+	o->slow_call_ms = -1;
+}
+static void
+m_slow_call_rate(cbc_breaker_options *o)
+{
+	o->slow_call_rate = 101;
+}
+static void
+m_min_reporters(cbc_breaker_options *o)
+{
+	o->min_reporters = 65;
+}
+static void
+m_reporter_window(cbc_breaker_options *o)
+{
+	o->reporter_window_ms = -1;
+}
+static void
+m_break_backoff(cbc_breaker_options *o)
+{
+	o->break_backoff = 11;
+}
+static void
+m_break_max(cbc_breaker_options *o)
+{
+	o->break_ms = 5000;
+	o->break_max_ms = 4999;
+}
+static void
+m_preset_chars(cbc_breaker_options *o)
+{
+	o->preset = "not a name!";
+}
+static void
+m_preset_unknown_locally(cbc_breaker_options *o)
+{
+	o->preset = "from-cbd-config"; /* a private store knows built-ins only */
+}
+static bool
+any_filter(int result, void *user)
+{
+	(void)result;
+	(void)user;
+	return true;
+}
+static void
+m_classify_and_filter(cbc_breaker_options *o)
+{
+	o->classify = cbc_classify_http;
+	o->error_filter = any_filter;
+}
+
 static const option_case option_cases[] = {
+	{ "trip", m_trip },
+	{ "window must be", m_window },
+	{ "window_size", m_window_size_count },
+	{ "window_size must be from 1000", m_window_size_time },
+	{ "minimum_calls", m_minimum_calls },
+	{ "failure_rate", m_failure_rate },
+	{ "slow_call_ms", m_slow_call_ms },
+	{ "slow_call_rate", m_slow_call_rate },
+	{ "min_reporters", m_min_reporters },
+	{ "reporter_window_ms", m_reporter_window },
+	{ "break_backoff", m_break_backoff },
+	{ "break_max_ms", m_break_max },
+	{ "preset", m_preset_chars },
+	{ "preset", m_preset_unknown_locally },
+	{ "classify and error_filter", m_classify_and_filter },
 	{ "failure_threshold", m_failure },
 	{ "failure_threshold", m_failure_big },
 	{ "success_threshold", m_success },
@@ -596,6 +697,7 @@ typedef struct flaky {
 	bool stamp;
 	cbc_policy policy;
 	cbc_hold_info hold;
+	int64_t grown_break_ms; /* when > 0: current_break_ms of get answers */
 } flaky;
 
 static cbc_status
@@ -619,6 +721,9 @@ f_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_e
 	if (st == CBC_OK && f->stamp) {
 		out->policy = f->policy;
 		out->hold = f->hold;
+		out->current_break_ms = f->grown_break_ms > 0
+		    ? f->grown_break_ms
+		    : f->policy.break_ms; /* as cbd: not grown */
 	}
 	return st;
 }
@@ -1124,6 +1229,486 @@ START_TEST(resilient_options_are_checked)
 }
 END_TEST
 
+/* ---------- trip rules, durations and classification (issue 10) ---------- */
+
+/* A classifier that counts its calls and sorts results: 4 is a business
+ * error (success), 7 is ignored, anything else fails. */
+static int classify_calls, classify_zero_calls;
+
+static cbc_outcome
+classify_kinds(int result, void *user)
+{
+	(void)user;
+	classify_calls++;
+	if (result == 0)
+		classify_zero_calls++;
+	return result == 4 ? CBC_OUTCOME_SUCCESS
+	    : result == 7  ? CBC_OUTCOME_IGNORE
+			   : CBC_OUTCOME_FAILURE;
+}
+
+static bool
+not_seven(int result, void *user)
+{
+	(void)user;
+	return result != 7;
+}
+
+START_TEST(error_filter_is_never_asked_about_success)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("not7", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	int calls = 0, seven = 7, two = 2;
+
+	/* The natural "ignore kind 7" filter: three successful calls must not
+	 * open the circuit (failure_threshold 3). */
+	o.error_filter = not_seven;
+	b = breaker_new_ok(&o);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL),
+		    CBC_OK);
+		ck_assert(!res.counted_failure);
+		ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
+	}
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	ck_assert_int_eq(rec.count, 0);
+	/* 7 is not a failure; 2 is. */
+	for (int i = 0; i < 3; i++)
+		cbc_breaker_execute(b, return_arg, &seven, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	for (int i = 0; i < 3; i++)
+		cbc_breaker_execute(b, return_arg, &two, &res, NULL);
+	ck_assert(res.counted_failure);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+START_TEST(classify_is_three_way_and_never_sees_zero)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("three-way", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	cbc_snapshot snap;
+	cbc_error err;
+	int calls = 0, four = 4, seven = 7, nine = 9;
+
+	classify_calls = classify_zero_calls = 0;
+	o.classify = classify_kinds;
+	b = breaker_new_ok(&o);
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL),
+		    CBC_OK);
+		ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
+	}
+	ck_assert_int_eq(classify_calls, 0);
+	/* Two failures, then a business error (success) resets the chain. */
+	cbc_breaker_execute(b, return_arg, &nine, &res, NULL);
+	cbc_breaker_execute(b, return_arg, &nine, &res, NULL);
+	ck_assert_int_eq(res.outcome, CBC_OUTCOME_FAILURE);
+	ck_assert(res.counted_failure);
+	cbc_breaker_execute(b, return_arg, &four, &res, NULL);
+	ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
+	ck_assert(!res.counted_failure);
+	ck_assert_int_eq(res.result, 4);
+	ck_assert_int_eq(cbc_breaker_refresh(b, NULL, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	/* Two failures, then ignored results change nothing: the third
+	 * failure still opens at exactly three. */
+	cbc_breaker_execute(b, return_arg, &nine, &res, NULL);
+	cbc_breaker_execute(b, return_arg, &nine, &res, NULL);
+	for (int i = 0; i < 4; i++) {
+		cbc_breaker_execute(b, return_arg, &seven, &res, NULL);
+		ck_assert_int_eq(res.outcome, CBC_OUTCOME_IGNORE);
+		ck_assert(!res.counted_failure);
+	}
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	cbc_breaker_execute(b, return_arg, &nine, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(classify_zero_calls, 0);
+	ck_assert_int_eq(classify_calls, 2 + 1 + 2 + 4 + 1);
+	(void)snap;
+	cbc_breaker_free(b);
+}
+END_TEST
+
+/* Every class of HTTP answer. */
+typedef struct http_case {
+	int status;
+	cbc_outcome want;
+} http_case;
+
+static const http_case http_cases[] = {
+	{ 100, CBC_OUTCOME_SUCCESS },
+	{ 199, CBC_OUTCOME_SUCCESS },
+	{ 200, CBC_OUTCOME_SUCCESS },
+	{ 204, CBC_OUTCOME_SUCCESS },
+	{ 301, CBC_OUTCOME_SUCCESS },
+	{ 304, CBC_OUTCOME_SUCCESS },
+	{ 399, CBC_OUTCOME_SUCCESS },
+	{ 400, CBC_OUTCOME_SUCCESS }, /* business errors: the dependency answered */
+	{ 401, CBC_OUTCOME_SUCCESS },
+	{ 403, CBC_OUTCOME_SUCCESS },
+	{ 404, CBC_OUTCOME_SUCCESS },
+	{ 407, CBC_OUTCOME_SUCCESS },
+	{ 409, CBC_OUTCOME_SUCCESS },
+	{ 422, CBC_OUTCOME_SUCCESS },
+	{ 428, CBC_OUTCOME_SUCCESS },
+	{ 430, CBC_OUTCOME_SUCCESS },
+	{ 499, CBC_OUTCOME_SUCCESS },
+	{ 408, CBC_OUTCOME_FAILURE }, /* request timeout */
+	{ 429, CBC_OUTCOME_FAILURE }, /* too many requests */
+	{ 500, CBC_OUTCOME_FAILURE },
+	{ 502, CBC_OUTCOME_FAILURE },
+	{ 503, CBC_OUTCOME_FAILURE },
+	{ 504, CBC_OUTCOME_FAILURE },
+	{ 599, CBC_OUTCOME_FAILURE },
+	{ -1, CBC_OUTCOME_FAILURE }, /* transport errors: no status */
+	{ -110, CBC_OUTCOME_FAILURE },
+	{ 1, CBC_OUTCOME_FAILURE },
+	{ 99, CBC_OUTCOME_FAILURE },
+	{ 600, CBC_OUTCOME_FAILURE },
+	{ 1000, CBC_OUTCOME_FAILURE },
+};
+
+START_TEST(http_classifier_table)
+{
+	const http_case *c = &http_cases[_i];
+
+	ck_assert_msg(cbc_http_outcome(c->status) == c->want, "status %d: got %d, wanted %d",
+	    c->status, (int)cbc_http_outcome(c->status), (int)c->want);
+	ck_assert_int_eq(cbc_classify_http(c->status, NULL), c->want);
+}
+END_TEST
+
+START_TEST(http_classifier_in_a_breaker)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("http", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	int not_found = 404, unavailable = 503, transport = -1, too_many = 429;
+
+	o.classify = cbc_classify_http;
+	b = breaker_new_ok(&o);
+	/* 404s are the caller's business: never open. */
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(b, return_arg, &not_found, &res, NULL),
+		    CBC_OK);
+		ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
+	}
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	cbc_breaker_execute(b, return_arg, &unavailable, &res, NULL);
+	cbc_breaker_execute(b, return_arg, &transport, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	cbc_breaker_execute(b, return_arg, &too_many, &res, NULL);
+	ck_assert(res.counted_failure);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+/* A call that takes about *(int *)arg ms. */
+static int
+sleep_call(void *arg)
+{
+	int ms = *(int *)arg;
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+START_TEST(execute_measures_the_duration_and_a_slow_rule_opens)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("slow", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	cbc_snapshot snap;
+	cbc_store *store = cbc_store_new_local(0, NULL);
+	int fast = 0, slow = 50;
+
+	/* Rate rule on the slow calls alone: the last 2 calls, all slow. */
+	o.store = store;
+	o.trip = CBC_TRIP_RATE;
+	o.window_size = 2;
+	o.minimum_calls = 2;
+	o.slow_call_ms = 40;
+	o.slow_call_rate = 100;
+	b = breaker_new_ok(&o);
+	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &fast, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_ge(res.duration_ms, 50);
+	ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
+	/* One fast, one slow: 50 % slow, not 100 %. */
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	/* Slow, slow: 100 %. */
+	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(res.result, 0);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(rec.count, 1);
+	cbc_breaker_free(b);
+	/* The store's snapshot: the window emptied by the transition, the
+	 * break as policy says. */
+	ck_assert_int_eq(cbc_store_get(store, "slow", NULL, &snap, NULL), CBC_OK);
+	ck_assert_int_eq(snap.state, CBC_STATE_OPEN);
+	cbc_store_free(store);
+}
+END_TEST
+
+START_TEST(report_sends_a_duration)
+{
+	recorder rec = { 0 };
+	cbc_store *store = cbc_store_new_local(0, NULL);
+	cbc_breaker_options o = small_options("reported", store, &rec);
+	cbc_breaker *b;
+	cbc_snapshot snap;
+	cbc_permit p;
+	cbc_error err;
+	cbc_ctx rate;
+	int slow = 50;
+
+	/* A slow rule that never opens here: the window shows what was sent. */
+	o.trip = CBC_TRIP_RATE;
+	o.window_size = 10;
+	o.minimum_calls = 10;
+	o.slow_call_ms = 40;
+	b = breaker_new_ok(&o);
+	/* The local store keeps no policy: reads pass the same one. */
+	memset(&rate, 0, sizeof rate);
+	rate.trip = CBC_TRIP_RATE;
+	rate.window_size = 10;
+	rate.minimum_calls = 10;
+	rate.slow_call_ms = 40;
+	/* The caller timed it: 5 s, slow. */
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_report_duration(b, &p, CBC_OUTCOME_SUCCESS, 5000, &err),
+	    CBC_OK);
+	ck_assert_int_eq(cbc_store_get(store, "reported", &rate, &snap, NULL), CBC_OK);
+	ck_assert_int_eq(snap.window.calls, 1);
+	ck_assert_int_eq(snap.window.slow, 1);
+	/* Measured between acquire and report: >= 50 ms, slow. */
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_OK);
+	sleep_call(&slow);
+	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_FAILURE, &err), CBC_OK);
+	ck_assert_int_eq(cbc_store_get(store, "reported", &rate, &snap, NULL), CBC_OK);
+	ck_assert_int_eq(snap.window.calls, 2);
+	ck_assert_int_eq(snap.window.failures, 1);
+	ck_assert_int_eq(snap.window.slow, 2);
+	/* Given as 0: not slow. */
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_report_duration(b, &p, CBC_OUTCOME_SUCCESS, 0, &err), CBC_OK);
+	ck_assert_int_eq(cbc_store_get(store, "reported", &rate, &snap, NULL), CBC_OK);
+	ck_assert_int_eq(snap.window.calls, 3);
+	ck_assert_int_eq(snap.window.slow, 2);
+	/* Out of bounds: refused naming it, the permit still granted. */
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_report_duration(b, &p, CBC_OUTCOME_SUCCESS,
+			     (INT64_C(1) << 53) + 1, &err),
+	    CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "duration_ms"));
+	ck_assert(p.granted);
+	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, &err), CBC_OK);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+}
+END_TEST
+
+START_TEST(rate_rule_with_a_builtin_preset_runs_locally)
+{
+	recorder rec = { 0 };
+	cbc_breaker_options o = small_options("preset", NULL, &rec);
+	cbc_breaker *b;
+	cbc_exec_result res;
+	int calls = 0;
+
+	/* http-external: rate, the last 10 calls, minimum 5, 50 %. The
+	 * breaker's failure_threshold 3 is not the rule any more. */
+	o.failure_threshold = 0;
+	o.preset = "http-external";
+	b = breaker_new_ok(&o);
+	/* f s f s f: 3 of 5 failed at the fifth call (exactly the minimum). */
+	for (int i = 0; i < 4; i++) {
+		cbc_breaker_execute(b, i % 2 ? client_call_ok : client_call_fail, &calls, &res,
+		    NULL);
+		ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	}
+	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	cbc_breaker_free(b);
+}
+END_TEST
+
+START_TEST(local_store_reports_window_and_grown_break)
+{
+	cbc_store *s = cbc_store_new_local(0, NULL);
+	cbc_snapshot snap;
+	cbc_ctx c;
+	cbc_error err;
+
+	memset(&c, 0, sizeof c);
+	c.has_now = true;
+	c.now = 1000;
+	c.trip = CBC_TRIP_RATE;
+	c.window = CBC_WINDOW_TIME;
+	c.window_size = 10000;
+	c.minimum_calls = 4;
+	c.failure_rate = 75;
+	c.break_ms = 1000;
+	c.break_backoff = 2;
+	c.break_max_ms = 3000;
+	ck_assert_int_eq(cbc_store_record_failure(s, "w", &c, &snap, &err), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_success(s, "w", &c, &snap, &err), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_failure(s, "w", &c, &snap, &err), CBC_OK);
+	ck_assert(snap.window.known);
+	ck_assert_int_eq(snap.window.calls, 3);
+	ck_assert_int_eq(snap.window.failures, 2);
+	ck_assert(snap.window.failure_rate > 66.6 && snap.window.failure_rate < 66.7);
+	ck_assert_int_eq(snap.current_break_ms, 1000);
+	ck_assert_int_eq(snap.reporters, -1);
+	/* 3 of 4: open at 75 %. */
+	ck_assert_int_eq(cbc_store_record_failure(s, "w", &c, &snap, &err), CBC_OK);
+	ck_assert_int_eq(snap.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(snap.window.calls, 0);
+	/* A failed trial doubles the break, up to break_max_ms. */
+	c.now = 2000;
+	ck_assert_int_eq(cbc_store_set_state(s, "w", CBC_STATE_HALF_OPEN, &c, &snap, &err), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_failure(s, "w", &c, &snap, &err), CBC_OK);
+	ck_assert_int_eq(snap.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(snap.current_break_ms, 2000);
+	ck_assert_int_eq(snap.retry_after_ms, 2000);
+	/* A preset the local store does not know is refused, naming it. */
+	c.preset = "from-config";
+	ck_assert_int_eq(cbc_store_get(s, "w", &c, &snap, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "ctx.preset"));
+	c.preset = "database";
+	ck_assert_int_eq(cbc_store_get(s, "w", &c, &snap, &err), CBC_OK);
+	/* A consecutive circuit has no window. */
+	memset(&c, 0, sizeof c);
+	ck_assert_int_eq(cbc_store_record_failure(s, "plain", &c, &snap, &err), CBC_OK);
+	ck_assert(!snap.window.known);
+	ck_assert_int_eq(snap.current_break_ms, 30000);
+	/* Bad ctx members are named. */
+	c.failure_rate = 0;
+	c.window = CBC_WINDOW_TIME;
+	c.window_size = 50;
+	ck_assert_int_eq(cbc_store_get(s, "w", &c, &snap, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "ctx.window_size"));
+	memset(&c, 0, sizeof c);
+	c.has_duration = true;
+	c.duration_ms = -1;
+	ck_assert_int_eq(cbc_store_record_success(s, "w", &c, &snap, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "duration_ms"));
+	cbc_store_free(s);
+}
+END_TEST
+
+/* What cbd reports for a circuit whose config says: rate, the last 4
+ * calls, minimum 4, 50 %, slow at 100 ms (100 %), break 7 s. */
+static cbc_policy
+reported_rate_policy(void)
+{
+	cbc_policy p;
+
+	memset(&p, 0, sizeof p);
+	p.known = true;
+	p.failure_threshold = 5;
+	p.success_threshold = 2;
+	p.break_ms = 7000;
+	p.half_open_max = 1;
+	p.slot_ttl_ms = 7000;
+	p.max_gap_ms = CBC_POLICY_NULL;
+	p.trip = CBC_TRIP_RATE;
+	p.window = CBC_WINDOW_COUNT;
+	p.window_size = 4;
+	p.minimum_calls = 4;
+	p.failure_rate = 50;
+	p.slow_call_ms = 100;
+	p.slow_call_rate = 100;
+	p.min_reporters = 2; /* one process locally: counts as 1 */
+	p.reporter_window_ms = 60000;
+	p.break_backoff = 1;
+	p.break_max_ms = CBC_POLICY_NULL;
+	return p;
+}
+
+START_TEST(local_policy_runs_the_rate_rule_cbd_reported)
+{
+	resilient_rig rig;
+	cbc_ctx c;
+	cbc_snapshot s;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	rig.f.stamp = true;
+	rig.f.policy = reported_rate_policy();
+	memset(&c, 0, sizeof c);
+	c.has_now = true;
+	c.now = 1000;
+	/* The caller declares a consecutive rule of 1: cbd's policy wins. */
+	c.failure_threshold = 1;
+	c.slow_call_ms = 5;
+	rig.f.fail = CBC_OK;
+	ck_assert_int_eq(cbc_store_get(rig.res, "rated", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
+	rig.f.fail = CBC_ECONNECT;
+	/* s f s: 1 failure in 3 calls; then a slow success (150 ms): 1 of 4
+	 * failed, 1 slow: closed. */
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "rated", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_store_record_failure(rig.res, "rated", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "rated", &c, &s, NULL), CBC_OK);
+	c.has_duration = true;
+	c.duration_ms = 150;
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "rated", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	ck_assert(s.window.known);
+	ck_assert_int_eq(s.window.calls, 4);
+	ck_assert_int_eq(s.window.slow, 1);
+	/* A second failure: 2 of the last 4 (f s s f) = 50 %: open, for the
+	 * 7 s cbd reported. */
+	c.has_duration = false;
+	ck_assert_int_eq(cbc_store_record_failure(rig.res, "rated", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.retry_after_ms, 7000);
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(local_policy_keeps_a_grown_break)
+{
+	resilient_rig rig;
+	cbc_ctx c;
+	cbc_snapshot s;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	rig.f.stamp = true;
+	rig.f.policy = reported_rate_policy();
+	rig.f.policy.break_backoff = 2;
+	rig.f.policy.break_max_ms = 60000;
+	memset(&c, 0, sizeof c);
+	c.has_now = true;
+	c.now = 1000;
+	/* cbd says: open since 1000 with a break grown to 28 s. */
+	ck_assert_int_eq(cbc_store_set_state(rig.f.real, "grown", CBC_STATE_OPEN, &c, &s, NULL),
+	    CBC_OK);
+	rig.f.grown_break_ms = 28000;
+	ck_assert_int_eq(cbc_store_get(rig.res, "grown", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.current_break_ms, 28000);
+	rig.f.fail = CBC_EIO;
+	c.now = 1000 + 27999;
+	ck_assert_int_eq(cbc_store_get(rig.res, "grown", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.retry_after_ms, 1);
+	ck_assert_int_eq(s.current_break_ms, 28000);
+	rig_free(&rig);
+}
+END_TEST
+
 /* ---------- the store contract on local and resilient(local) ---------- */
 
 static void *
@@ -1153,6 +1738,10 @@ box_teardown(void *box)
 }
 
 /* ---------- the connection against a scripted fake daemon ---------- */
+
+/* Timeouts of a connection to the fake whose test is about answers, not
+ * timeouts: far above any real delay (a loaded machine, valgrind). */
+#define FAKE_SLOW_TIMEOUT_MS 10000
 
 /* The fake daemon: accepts connections one at a time and answers each
  * request by its "name" member (get) or op (hello, release, set_state
@@ -1223,6 +1812,23 @@ fake_log_get(int i)
 	"\"max_gap_ms\":\"builtin\",\"trip\":\"builtin\",\"future\":\"preset\"}},"                 \
 	"\"reporters\":3}"
 
+/* A rate circuit as cbd sends it (proto/examples/rates.txt, with a
+ * break grown by break_backoff and reporters): fractional rates. */
+#define FAKE_RATE_SNAPSHOT                                                                         \
+	"{\"name\":\"v2rate\",\"state\":\"closed\",\"failure_count\":1,\"success_count\":0,"       \
+	"\"last_failure_at\":1002,\"opened_at\":null,\"retry_after_ms\":0,\"policy\":{"            \
+	"\"failure_threshold\":5,\"success_threshold\":2,\"break_ms\":30000,\"half_open_max\":1,"  \
+	"\"slot_ttl_ms\":30000,\"max_gap_ms\":null,\"trip\":\"rate\",\"window\":\"time\","         \
+	"\"window_size\":10000,\"minimum_calls\":5,\"failure_rate\":50,\"slow_call_ms\":2000,"     \
+	"\"slow_call_rate\":80,\"min_reporters\":2,\"reporter_window_ms\":60000,"                  \
+	"\"break_backoff\":2,\"break_max_ms\":null,\"preset\":\"http-external\",\"source\":{"      \
+	"\"trip\":\"client\",\"window\":\"config\",\"window_size\":\"config\",\"slow_call_ms\":"   \
+	"\"defaults\",\"min_reporters\":\"config\",\"break_max_ms\":\"builtin\",\"preset\":"       \
+	"\"client\"}},\"hold\":null,\"totals\":{\"successes\":1,\"failures\":2,\"ignored\":0,"     \
+	"\"slow\":1,\"rejected\":0},\"current_break_ms\":60000,\"window\":{\"calls\":3,"           \
+	"\"failures\":2,\"slow\":1,\"failure_rate\":66.66666666666667,\"slow_call_rate\":"         \
+	"33.333333333333336},\"reporters\":1}"
+
 /* A protocol 1 snapshot of name in state. */
 static void
 fake_v1_snapshot(char *out, size_t size, const char *name, const char *state)
@@ -1288,6 +1894,23 @@ fake_reply(const char *line, char *out, size_t size)
 		snprintf(out, size,
 		    "{\"id\":%lld,\"ok\":true,\"snapshot\":" FAKE_V2_SNAPSHOT
 		    ",\"policy_conflict\":[\"break_ms\",\"failure_threshold\"]}\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2rate") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":" FAKE_RATE_SNAPSHOT "}\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2badwindow") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"v2badwindow\",\"state\":"
+		    "\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":"
+		    "null,\"opened_at\":null,\"window\":{\"calls\":1,\"failure_rate\":\"high\"}}}"
+		    "\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2badtrip") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"v2badtrip\",\"state\":"
+		    "\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":"
+		    "null,\"opened_at\":null,\"policy\":{\"trip\":3}}}\n",
 		    (long long)id);
 	} else if (name != NULL && strcmp(name, "v2badhold") == 0) {
 		snprintf(out, size,
@@ -1490,6 +2113,8 @@ START_TEST(conn_replies_are_checked)
 
 	fake_start(&fd, true);
 	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, FAKE_SLOW_TIMEOUT_MS, FAKE_SLOW_TIMEOUT_MS, NULL),
+	    CBC_OK);
 	ck_assert_ptr_null(cbc_conn_last_reply(c));
 	ck_assert_int_eq(cbc_hello(c, &h, &err), CBC_OK);
 	ck_assert_str_eq(h.server, "fake");
@@ -1746,6 +2371,149 @@ START_TEST(breaker_sends_only_the_policy_it_was_given)
 }
 END_TEST
 
+START_TEST(conn_reads_trip_rule_members)
+{
+	fake_daemon fd;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_error err;
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_get(c, "v2rate", NULL, &s, &err), CBC_OK);
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
+	ck_assert_int_eq(s.policy.window, CBC_WINDOW_TIME);
+	ck_assert_str_eq(cbc_trip_name(s.policy.trip), "rate");
+	ck_assert_str_eq(cbc_window_name(s.policy.window), "time");
+	ck_assert_int_eq(s.policy.window_size, 10000);
+	ck_assert_int_eq(s.policy.minimum_calls, 5);
+	ck_assert_int_eq(s.policy.failure_rate, 50);
+	ck_assert_int_eq(s.policy.slow_call_ms, 2000);
+	ck_assert_int_eq(s.policy.slow_call_rate, 80);
+	ck_assert_int_eq(s.policy.min_reporters, 2);
+	ck_assert_int_eq(s.policy.reporter_window_ms, 60000);
+	ck_assert_int_eq(s.policy.break_backoff, 2);
+	ck_assert_int_eq(s.policy.break_max_ms, CBC_POLICY_NULL);
+	ck_assert(s.policy.has_preset);
+	ck_assert_str_eq(s.policy.preset, "http-external");
+	ck_assert_int_eq(s.policy.source.trip, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.policy.source.window, CBC_SOURCE_CONFIG);
+	ck_assert_int_eq(s.policy.source.slow_call_ms, CBC_SOURCE_DEFAULTS);
+	ck_assert_int_eq(s.policy.source.preset, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.policy.source.failure_rate, CBC_SOURCE_NONE); /* not sent */
+	ck_assert_int_eq(s.current_break_ms, 60000);
+	ck_assert(s.window.known);
+	ck_assert_int_eq(s.window.calls, 3);
+	ck_assert_int_eq(s.window.failures, 2);
+	ck_assert_int_eq(s.window.slow, 1);
+	ck_assert(s.window.failure_rate > 66.66 && s.window.failure_rate < 66.67);
+	ck_assert(s.window.slow_call_rate > 33.33 && s.window.slow_call_rate < 33.34);
+	ck_assert_int_eq(s.reporters, 1);
+	ck_assert_int_eq(s.totals.slow, 1);
+	/* The older reply (no trip rule members): not reported. */
+	ck_assert_int_eq(cbc_get(c, "svc", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_UNSET);
+	ck_assert(!s.policy.has_preset);
+	ck_assert_int_eq(s.current_break_ms, -1);
+	ck_assert(!s.window.known);
+	ck_assert_int_eq(s.reporters, -1);
+	/* FAKE_V2_SNAPSHOT: trip consecutive, reporters, no window. */
+	ck_assert_int_eq(cbc_get(c, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_CONSECUTIVE);
+	ck_assert_int_eq(s.reporters, 3);
+	ck_assert(!s.window.known);
+	/* Mistyped members are named. */
+	ck_assert_int_eq(cbc_get(c, "v2badwindow", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "snapshot.window.failure_rate") != NULL, "%s",
+	    err.message);
+	ck_assert_int_eq(cbc_get(c, "v2badtrip", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "snapshot.policy.trip") != NULL, "%s", err.message);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
+START_TEST(breaker_sends_every_trip_rule_option)
+{
+	fake_daemon fd;
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_breaker *b;
+	cbc_store *store;
+	cbc_conn *c;
+	int first, calls = 0, records = 0, gets = 0;
+	char preset[] = "service";
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	/* Every request must reach the fake, also under valgrind on a busy
+	 * machine: timeouts far above any real delay (a bound, not a speed). */
+	ck_assert_int_eq(cbc_conn_set_timeouts(c, FAKE_SLOW_TIMEOUT_MS, FAKE_SLOW_TIMEOUT_MS, NULL),
+	    CBC_OK);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "closed-rates";
+	o.store = store;
+	o.trip = CBC_TRIP_RATE;
+	o.window = CBC_WINDOW_TIME;
+	o.window_size = 5000;
+	o.minimum_calls = 3;
+	o.failure_rate = 40;
+	o.slow_call_ms = 200;
+	o.slow_call_rate = 80;
+	o.min_reporters = 2;
+	o.reporter_window_ms = 30000;
+	o.break_ms = 1000;
+	o.break_backoff = 3;
+	o.break_max_ms = 90000;
+	o.preset = preset;
+	b = breaker_new_ok(&o);
+	preset[0] = 'X'; /* copied by the breaker */
+	first = fake_log_total();
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	for (int i = first; i < fake_log_total(); i++) {
+		json_t *req = fake_log_get(i);
+		const json_t *ctx = json_object_get(req, "ctx");
+		const char *op = json_string_value(json_object_get(req, "op"));
+
+		ck_assert_ptr_nonnull(req);
+		ck_assert_int_eq(json_object_size(ctx), 13);
+		ck_assert_str_eq(json_string_value(json_object_get(ctx, "trip")), "rate");
+		ck_assert_str_eq(json_string_value(json_object_get(ctx, "window")), "time");
+		ck_assert_str_eq(json_string_value(json_object_get(ctx, "preset")), "service");
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "window_size")), 5000);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "minimum_calls")), 3);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "failure_rate")), 40);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "slow_call_ms")), 200);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "slow_call_rate")), 80);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "min_reporters")), 2);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "reporter_window_ms")),
+		    30000);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "break_backoff")), 3);
+		ck_assert_int_eq(json_integer_value(json_object_get(ctx, "break_max_ms")), 90000);
+		if (strncmp(op, "record", 6) == 0) {
+			/* the call's duration, outside ctx */
+			ck_assert(json_is_integer(json_object_get(req, "duration_ms")));
+			ck_assert_int_ge(json_integer_value(json_object_get(req, "duration_ms")),
+			    0);
+			records++;
+		} else {
+			ck_assert_ptr_null(json_object_get(req, "duration_ms"));
+			gets++;
+		}
+		json_decref(req);
+	}
+	ck_assert_int_eq(records, 1);
+	ck_assert_int_eq(gets, 1);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
 static Suite *
 client_suite(void)
 {
@@ -1772,6 +2540,20 @@ client_suite(void)
 	tcase_add_test(tc, force_state_and_refresh_see_changes_made_elsewhere);
 	suite_add_tcase(s, tc);
 
+	tc = tcase_create("trip rules");
+	tcase_add_test(tc, error_filter_is_never_asked_about_success);
+	tcase_add_test(tc, classify_is_three_way_and_never_sees_zero);
+	tcase_add_loop_test(tc, http_classifier_table, 0,
+	    (int)(sizeof http_cases / sizeof http_cases[0]));
+	tcase_add_test(tc, http_classifier_in_a_breaker);
+	tcase_add_test(tc, execute_measures_the_duration_and_a_slow_rule_opens);
+	tcase_add_test(tc, report_sends_a_duration);
+	tcase_add_test(tc, rate_rule_with_a_builtin_preset_runs_locally);
+	tcase_add_test(tc, local_store_reports_window_and_grown_break);
+	tcase_add_test(tc, local_policy_runs_the_rate_rule_cbd_reported);
+	tcase_add_test(tc, local_policy_keeps_a_grown_break);
+	suite_add_tcase(s, tc);
+
 	tc = tcase_create("resilient");
 	tcase_add_test(tc, local_policy_seeds_from_last_snapshot_and_never_latches);
 	tcase_add_test(tc, local_policy_keeps_an_open_circuit_open);
@@ -1793,6 +2575,8 @@ client_suite(void)
 	tcase_add_test(tc, conn_reads_protocol_2_snapshots);
 	tcase_add_test(tc, conn_hold_and_release);
 	tcase_add_test(tc, breaker_sends_only_the_policy_it_was_given);
+	tcase_add_test(tc, conn_reads_trip_rule_members);
+	tcase_add_test(tc, breaker_sends_every_trip_rule_option);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -43,6 +43,22 @@ mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Timeouts of connections whose test is about answers, not about
+ * timeouts: far above any real delay, so a loaded machine (make check -j
+ * beside other work) cannot turn an answer into a degraded one. */
+#define PATIENT_TIMEOUT_MS 10000
+
+/* A connection to path with PATIENT_TIMEOUT_MS timeouts. */
+static cbc_conn *
+conn_new_patient(const char *path)
+{
+	cbc_conn *c = cbc_conn_new(path, NULL);
+
+	if (c != NULL)
+		cbc_conn_set_timeouts(c, PATIENT_TIMEOUT_MS, PATIENT_TIMEOUT_MS, NULL);
+	return c;
+}
+
 /* ---------- daemons: start, kill, restart, always cleaned up ---------- */
 
 #define LIVE_MAX 16
@@ -155,7 +171,7 @@ remote_create_common(uint64_t max_circuits, bool resilient)
 		return NULL;
 	}
 	box->extra = h;
-	box->conn = cbc_conn_new(h->socket_path, NULL);
+	box->conn = conn_new_patient(h->socket_path);
 	box->store = cbc_store_new_remote(box->conn, NULL);
 	if (resilient) {
 		box->inner = box->store;
@@ -622,6 +638,188 @@ START_TEST(local_fallback_runs_the_policy_cbd_reported)
 }
 END_TEST
 
+/* ---------- trip rules (protocol 2, §3) ---------- */
+
+#define RATE_CONFIG                                                                                \
+	"[preset \"mine\"]\ntrip = rate\nwindow_size = 20\nminimum_calls = 7\n"                    \
+	"[circuit \"ratecfg\"]\ntrip = rate\nwindow_size = 4\nminimum_calls = 4\n"                 \
+	"failure_rate = 50\nbreak_ms = 60000\n"
+
+/* A call that takes at least *(int *)arg ms. */
+static int
+sleep_call(void *arg)
+{
+	int ms = *(int *)arg;
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+START_TEST(slow_calls_open_a_circuit_in_cbd)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_snapshot s;
+	cbc_store *store;
+	cbc_breaker *b;
+	cbc_conn *c;
+	int slow = 50;
+
+	ck_assert_ptr_nonnull(h);
+	c = conn_new_patient(h->socket_path);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "slowpoke";
+	o.store = store;
+	o.trip = CBC_TRIP_RATE;
+	o.window_size = 2;
+	o.minimum_calls = 2;
+	o.slow_call_ms = 40;
+	o.slow_call_rate = 100;
+	b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(b);
+	/* A successful call of ~50 ms: cbd counts it slow. */
+	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_ge(res.duration_ms, 50);
+	ck_assert_int_eq(cbc_get(c, "slowpoke", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.totals.successes, 1);
+	ck_assert_int_eq(s.totals.slow, 1);
+	ck_assert(s.window.known);
+	ck_assert_int_eq(s.window.calls, 1);
+	ck_assert_int_eq(s.window.slow, 1);
+	ck_assert(s.window.slow_call_rate > 99.9);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
+	ck_assert_int_eq(s.policy.slow_call_ms, 40);
+	ck_assert_int_eq(s.policy.source.slow_call_ms, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.current_break_ms, 30000);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	/* A second slow success: 2 of 2 slow, the circuit opens. */
+	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_get(c, "slowpoke", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.totals.slow, 2);
+	ck_assert_int_eq(s.totals.failures, 0);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(presets_and_rate_options_against_cbd)
+{
+	cbd_harness *h = cbd_start(RATE_CONFIG);
+	cbc_snapshot s;
+	cbc_error err;
+	cbc_conn *c;
+	cbc_ctx ctx;
+
+	ck_assert_ptr_nonnull(h);
+	c = conn_new_patient(h->socket_path);
+	/* A built-in preset from ctx. */
+	memset(&ctx, 0, sizeof ctx);
+	ctx.preset = "database";
+	ck_assert_int_eq(cbc_record_failure(c, "db", &ctx, &s, &err), CBC_OK);
+	ck_assert(s.policy.has_preset);
+	ck_assert_str_eq(s.policy.preset, "database");
+	ck_assert_int_eq(s.policy.source.preset, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
+	ck_assert_int_eq(s.policy.window, CBC_WINDOW_COUNT);
+	ck_assert_int_eq(s.policy.window_size, 5);
+	ck_assert_int_eq(s.policy.minimum_calls, 3);
+	ck_assert_int_eq(s.policy.failure_rate, 30);
+	ck_assert_int_eq(s.policy.break_ms, 15000);
+	ck_assert_int_eq(s.window.calls, 1);
+	ck_assert_int_eq(s.window.failures, 1);
+	/* A preset of cbd's config, and explicit keys over it. */
+	memset(&ctx, 0, sizeof ctx);
+	ctx.preset = "mine";
+	ctx.window = CBC_WINDOW_TIME;
+	ctx.window_size = 30000;
+	ctx.break_backoff = 2;
+	ctx.break_max_ms = 120000;
+	ctx.min_reporters = 3;
+	ctx.reporter_window_ms = 5000;
+	ck_assert_int_eq(cbc_record_success(c, "own", &ctx, &s, &err), CBC_OK);
+	ck_assert_str_eq(s.policy.preset, "mine");
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
+	ck_assert_int_eq(s.policy.window, CBC_WINDOW_TIME);
+	ck_assert_int_eq(s.policy.window_size, 30000);
+	ck_assert_int_eq(s.policy.minimum_calls, 7);
+	ck_assert_int_eq(s.policy.break_backoff, 2);
+	ck_assert_int_eq(s.policy.break_max_ms, 120000);
+	ck_assert_int_eq(s.policy.min_reporters, 3);
+	ck_assert_int_eq(s.policy.reporter_window_ms, 5000);
+	ck_assert_int_eq(s.reporters, 0);
+	/* A consecutive circuit: no window, no reporters, no preset. */
+	ck_assert_int_eq(cbc_get(c, "plain", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.trip, CBC_TRIP_CONSECUTIVE);
+	ck_assert(!s.policy.has_preset);
+	ck_assert(!s.window.known);
+	ck_assert_int_eq(s.reporters, -1);
+	ck_assert_int_eq(s.policy.slow_call_ms, CBC_POLICY_NULL);
+	/* A preset cbd does not know: its refusal, naming ctx.preset. */
+	memset(&ctx, 0, sizeof ctx);
+	ctx.preset = "nope";
+	ck_assert_int_eq(cbc_get(c, "x", &ctx, &s, &err), CBC_EREFUSED);
+	ck_assert_str_eq(err.code, "bad_request");
+	ck_assert_msg(strstr(err.message, "ctx.preset") != NULL, "%s", err.message);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(local_fallback_runs_the_rate_rule_cbd_reported)
+{
+	cbd_harness *h = cbd_start(RATE_CONFIG);
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_store *store;
+	cbc_breaker *b;
+	cbc_conn *c;
+	recorder rec;
+	int calls = 0;
+
+	ck_assert_ptr_nonnull(h);
+	memset(&rec, 0, sizeof rec);
+	c = conn_new_patient(h->socket_path);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "ratecfg";
+	o.store = store;
+	o.store_policy = CBC_POLICY_LOCAL;
+	o.on_store_error = on_store_error;
+	o.user = &rec;
+	o.failure_threshold = 2; /* the caller's rule; cbd's config wins */
+	b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	cbd_kill(h);
+	/* Locally, from an empty window: f f s keeps it closed (2 failures
+	 * in a row would open the caller's rule; 3 calls are below
+	 * minimum_calls), then f: 3 of 4 failed, 75 % >= 50 %: open. */
+	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
+	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
+	cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
+	ck_assert_int_gt(rec.store_errors, 0);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(calls, 5);
+	ck_assert_int_gt(res.retry_after_ms, 50000); /* cbd's break */
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
 /* ---------- two processes ---------- */
 
 START_TEST(two_processes_one_trips_the_other_fails_fast)
@@ -945,6 +1143,13 @@ remote_suite(void)
 	tcase_add_test(tc, policy_sources_and_conflicts_against_cbd);
 	tcase_add_test(tc, breaker_without_options_runs_cbds_policy);
 	tcase_add_test(tc, local_fallback_runs_the_policy_cbd_reported);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("trip rules");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, slow_calls_open_a_circuit_in_cbd);
+	tcase_add_test(tc, presets_and_rate_options_against_cbd);
+	tcase_add_test(tc, local_fallback_runs_the_rate_rule_cbd_reported);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("processes");
