@@ -18,6 +18,8 @@ op_get(op_call *call)
 
 	circuit_table_get(srv.table, call->name, call->now, &view, &change);
 	op_log_change(call->name, &change);
+	if (json_object_set_new(call->reply, "stored", json_boolean(view.stored)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
 }
 

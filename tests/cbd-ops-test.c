@@ -111,6 +111,8 @@ START_TEST(test_get_unknown_is_initial_and_not_created)
 	json_t *r = CALL_OK("{\"op\":\"get\",\"name\":\"nobody-here\",\"ctx\":{\"now\":5}}");
 
 	ck_assert_str_eq(util_str(r, "snapshot.name"), "nobody-here");
+	ck_assert(!util_bool(r, "stored"));
+	ck_assert_ptr_nonnull(util_get(r, "stored"));
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 0);
 	ck_assert_int_eq(util_int(r, "snapshot.success_count"), 0);
