@@ -688,11 +688,12 @@ START_TEST(test_idle_reclaim)
 	close(fd);
 	ck_assert(harness_start(&h, "[cbd]\nidle_reclaim_ms = 200\n"));
 	fd = harness_connect(&h);
-	json_decref(CALL_OK("{\"op\":\"record_success\",\"name\":\"idle\"}"));
-	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"stuck\",\"state\":\"open\"}"));
-	r = CALL_OK("{\"op\":\"list\"}");
-	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 2);
+	/* (No check that both are listed at first: under valgrind 200 ms may
+	 * pass before the next request.) */
+	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"idle\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1);
 	json_decref(r);
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"stuck\",\"state\":\"open\"}"));
 	ck_assert(util_stats_reach(fd, "reclaimed_idle", 1));
 	r = CALL_OK("{\"op\":\"list\"}");
 	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
