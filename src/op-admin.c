@@ -11,9 +11,6 @@
 #include "server.h"
 #include "stats.h"
 
-/* Room kept in a list reply for its envelope ("id", "ok", "truncated"). */
-#define OP_LIST_ENVELOPE_BYTES 256
-
 bool
 op_hello(op_call *call)
 {
@@ -36,76 +33,33 @@ op_hello(op_call *call)
 
 /* What list's visitor needs. */
 typedef struct list_walk {
-	op_call *call;
-	json_t *circuits;
+	op_snapshots snapshots;
 	bool filter;
 	cb_state state;
-	size_t budget; /* bytes the reply may still take */
-	bool truncated;
-	bool nomem;
 } list_walk;
 
 static void
 list_visit(const char *name, const ct_view *view, void *arg)
 {
 	list_walk *w = arg;
-	proto_policy_sources sources;
-	const char *preset;
-	cb_policy policy;
-	size_t cost;
-	json_t *obj;
 
-	if (w->truncated || w->nomem || (w->filter && view->snap.state != w->state))
-		return;
-	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
-	obj = op_snapshot_json(name, view, &policy, preset, &sources, w->call->now);
-	if (obj == NULL) {
-		w->nomem = true;
-		return;
-	}
-	/* The entry's exact size, and a comma. */
-	cost = json_dumpb(obj, NULL, 0, JSON_COMPACT) + 1;
-	if (cost > w->budget) {
-		w->truncated = true;
-		json_decref(obj);
-		return;
-	}
-	w->budget -= cost;
-	if (json_array_append_new(w->circuits, obj) != 0)
-		w->nomem = true;
+	if (!w->filter || view->snap.state == w->state)
+		op_snapshots_add(&w->snapshots, name, view);
 }
 
 bool
 op_list(op_call *call)
 {
-	list_walk w = { .call = call };
-	size_t queued;
+	list_walk w = { .filter = false };
 	bool present;
 
 	if (!proto_get_state(call->request, "state", false, &w.state, &present, &call->err))
 		return false;
 	w.filter = present;
-	/* Half of max_output_bytes less what is already queued for this
-	 * connection, so a list reply never gets its reader dropped. */
-	queued = call->client->out_len - call->client->out_off;
-	w.budget = (size_t)srv.conf.max_output_bytes / 2;
-	w.budget = w.budget > queued + OP_LIST_ENVELOPE_BYTES
-	    ? w.budget - queued - OP_LIST_ENVELOPE_BYTES
-	    : 0;
-	w.circuits = json_array();
-	if (w.circuits == NULL)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	if (!op_snapshots_init(&w.snapshots, call))
+		return false;
 	circuit_table_foreach(srv.table, call->now, list_visit, &w);
-	if (w.nomem) {
-		json_decref(w.circuits);
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	}
-	if (w.truncated)
-		stats_limit_hit(STATS_LIMIT_LIST);
-	if (json_object_set_new(call->reply, "circuits", w.circuits) != 0 ||
-	    json_object_set_new(call->reply, "truncated", json_boolean(w.truncated)) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
+	return op_snapshots_reply(&w.snapshots, call, "circuits", true);
 }
 
 bool

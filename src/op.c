@@ -148,9 +148,8 @@ op_status(op_call *call, ct_status status)
 	return proto_fail(&call->err, PROTO_INTERNAL, "%s", circuit_table_status_text(status));
 }
 
-/* A hold as JSON: {"state", "by_uid", "by_user", "reason", "since", "until"}. */
-static json_t *
-hold_json(const ct_hold *hold)
+json_t *
+op_hold_json(const ct_hold *hold)
 {
 	if (!hold->held)
 		return json_null();
@@ -159,6 +158,14 @@ hold_json(const ct_hold *hold)
 	    hold->reason != NULL ? json_string(hold->reason) : json_null(), "since",
 	    (json_int_t)hold->since, "until",
 	    hold->until != CB_TIME_NONE ? json_integer(hold->until) : json_null());
+}
+
+json_t *
+op_totals_json(const ct_totals *t)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
+	    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
+	    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected);
 }
 
 /* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
@@ -179,7 +186,6 @@ json_t *
 op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
     const proto_policy_sources *sources, int64_t now)
 {
-	const ct_totals *t = &view->totals;
 	json_t *obj =
 	    proto_snapshot_to_json(name, &view->snap, circuit_table_retry_after(view, policy, now));
 
@@ -187,11 +193,8 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 		return NULL;
 	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, preset, sources)) !=
 		0 ||
-	    json_object_set_new(obj, "hold", hold_json(&view->hold)) != 0 ||
-	    json_object_set_new(obj, "totals",
-		json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
-		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
-		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0 ||
+	    json_object_set_new(obj, "hold", op_hold_json(&view->hold)) != 0 ||
+	    json_object_set_new(obj, "totals", op_totals_json(&view->totals)) != 0 ||
 	    json_object_set_new(obj, "current_break_ms",
 		json_integer(breaker_break_ms(&view->snap, policy))) != 0 ||
 	    (policy->trip == CB_TRIP_RATE &&
@@ -214,6 +217,67 @@ op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 	    &call->sources, call->now);
 
 	if (obj == NULL || json_object_set_new(call->reply, member, obj) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+/* Room kept in a reply for its envelope ("id", "ok", "truncated"). */
+#define OP_ENVELOPE_BYTES 256
+
+bool
+op_snapshots_init(op_snapshots *s, op_call *call)
+{
+	size_t queued = call->client->out_len - call->client->out_off;
+	size_t half = (size_t)srv.conf.max_output_bytes / 2;
+
+	*s = (op_snapshots){ .array = json_array(), .now = call->now };
+	s->budget = half > queued + OP_ENVELOPE_BYTES ? half - queued - OP_ENVELOPE_BYTES : 0;
+	if (s->array == NULL)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+void
+op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
+{
+	proto_policy_sources sources;
+	const char *preset;
+	cb_policy policy;
+	size_t cost;
+	json_t *obj;
+
+	if (s->truncated || s->nomem)
+		return;
+	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
+	obj = op_snapshot_json(name, view, &policy, preset, &sources, s->now);
+	if (obj == NULL) {
+		s->nomem = true;
+		return;
+	}
+	/* The entry's exact size, and a comma. */
+	cost = json_dumpb(obj, NULL, 0, JSON_COMPACT) + 1;
+	if (cost > s->budget) {
+		s->truncated = true;
+		json_decref(obj);
+		return;
+	}
+	s->budget -= cost;
+	if (json_array_append_new(s->array, obj) != 0)
+		s->nomem = true;
+}
+
+bool
+op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool always_truncated)
+{
+	if (s->nomem) {
+		json_decref(s->array);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (s->truncated)
+		stats_limit_hit(STATS_LIMIT_LIST);
+	if (json_object_set_new(call->reply, member, s->array) != 0 ||
+	    ((always_truncated || s->truncated) &&
+		json_object_set_new(call->reply, "truncated", json_boolean(s->truncated)) != 0))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

@@ -77,6 +77,30 @@ bool op_reply_snapshot(op_call *call, const char *member, const ct_view *view);
 json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
     const char *preset, const proto_policy_sources *sources, int64_t now);
 
+/* A hold as JSON: null, or {"state", "by_uid", "by_user", "reason",
+ * "since", "until"}; the totals as {"successes", ...}. NULL: no memory. */
+json_t *op_hold_json(const ct_hold *hold);
+json_t *op_totals_json(const ct_totals *totals);
+
+/* Snapshots collected for one reply (list, watch), cut so that the reply
+ * and what is already queued for the connection stay within half of
+ * max_output_bytes. */
+typedef struct op_snapshots {
+	json_t *array;
+	size_t budget; /* bytes the reply may still take */
+	int64_t now;
+	bool truncated;
+	bool nomem;
+} op_snapshots;
+
+/* An empty collection for call's reply; false (internal) when out of memory. */
+bool op_snapshots_init(op_snapshots *s, op_call *call);
+/* Add circuit `name` (its own policy) unless the budget is spent. */
+void op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view);
+/* reply[member] = the array (and "truncated", always when always_truncated,
+ * else only when cut); counts a cut in stats. False (internal) on nomem. */
+bool op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool always_truncated);
+
 /* The peer's user name ("" when unknown). */
 void op_peer_user(op_call *call, char *buf, size_t size);
 

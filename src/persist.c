@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "log.h"
+#include "op.h"
 #include "persist.h"
 #include "proto.h"
 
@@ -29,22 +30,10 @@ typedef struct persist_walk {
 	bool nomem;
 } persist_walk;
 
-static json_t *
-hold_to_json(const ct_hold *h)
-{
-	if (!h->held)
-		return json_null();
-	return json_pack("{s:s, s:I, s:s, s:o, s:I, s:o}", "state", breaker_state_name(h->state),
-	    "by_uid", (json_int_t)h->by_uid, "by_user", h->by_user, "reason",
-	    h->reason != NULL ? json_string(h->reason) : json_null(), "since", (json_int_t)h->since,
-	    "until", h->until != CB_TIME_NONE ? json_integer(h->until) : json_null());
-}
-
 static void
 persist_visit(const char *name, const ct_view *view, void *arg)
 {
 	persist_walk *w = arg;
-	const ct_totals *t = &view->totals;
 	json_t *entry;
 
 	/* Closed, unheld circuits with slots are pinned only for their
@@ -56,11 +45,8 @@ persist_visit(const char *name, const ct_view *view, void *arg)
 	    json_object_set_new(entry, "ctx",
 		view->declared != NULL ? proto_ctx_members_to_json(view->declared)
 				       : json_object()) != 0 ||
-	    json_object_set_new(entry, "totals",
-		json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
-		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
-		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0 ||
-	    json_object_set_new(entry, "hold", hold_to_json(&view->hold)) != 0 ||
+	    json_object_set_new(entry, "totals", op_totals_json(&view->totals)) != 0 ||
+	    json_object_set_new(entry, "hold", op_hold_json(&view->hold)) != 0 ||
 	    json_object_set_new(entry, "grown_break_ms",
 		json_integer(view->snap.current_break_ms)) != 0 ||
 	    json_array_append_new(w->circuits, entry) != 0) {

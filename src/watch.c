@@ -17,9 +17,6 @@
 #include "stats.h"
 #include "watch.h"
 
-/* Room kept in a watch reply for its envelope. */
-#define WATCH_ENVELOPE_BYTES 256
-
 typedef struct watcher watcher;
 
 /* One (name, connection) pair, on both indexes' lists. */
@@ -401,93 +398,53 @@ watch_targets(op_call *call, const json_t **list, bool *all)
 	return true;
 }
 
-/* What the snapshots of a watch reply collect. */
-typedef struct snap_walk {
-	json_t *snapshots;
-	size_t budget;
-	bool truncated;
-	bool nomem;
-} snap_walk;
-
-static void
-snap_add(snap_walk *sw, json_t *snap)
-{
-	size_t cost;
-
-	if (snap == NULL) {
-		sw->nomem = true;
-		return;
-	}
-	cost = json_dumpb(snap, NULL, 0, JSON_COMPACT) + 1;
-	if (sw->truncated || cost > sw->budget) {
-		sw->truncated = true;
-		json_decref(snap);
-		return;
-	}
-	sw->budget -= cost;
-	if (json_array_append_new(sw->snapshots, snap) != 0)
-		sw->nomem = true;
-}
-
 static void
 snap_visit(const char *name, const ct_view *view, void *arg)
 {
-	proto_policy_sources sources;
-	const char *preset;
-	cb_policy policy;
-
-	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
-	snap_add(arg, op_snapshot_json(name, view, &policy, preset, &sources, clock_realtime_ms()));
+	op_snapshots_add(arg, name, view);
 }
 
 bool
 op_watch(op_call *call)
 {
-	snap_walk sw = { .snapshots = json_array() };
-	size_t queued = call->client->out_len - call->client->out_off, i;
+	op_snapshots snaps;
 	const json_t *list;
 	watcher *w;
+	size_t i;
 	json_t *n;
 	bool all;
 
-	if (!watch_targets(call, &list, &all)) {
-		json_decref(sw.snapshots);
+	if (!watch_targets(call, &list, &all))
 		return false;
-	}
+	call->now = clock_realtime_ms();
+	if (!op_snapshots_init(&snaps, call))
+		return false;
 	w = watcher_need(call->client);
-	if (w == NULL || sw.snapshots == NULL) {
-		json_decref(sw.snapshots);
+	if (w == NULL) {
+		json_decref(snaps.array);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	}
-	/* Like list: the snapshots fit in half of max_output_bytes with what
-	 * is queued; more is cut (truncated: true). */
-	sw.budget = (size_t)srv.conf.max_output_bytes / 2;
-	sw.budget = sw.budget > queued + WATCH_ENVELOPE_BYTES
-	    ? sw.budget - queued - WATCH_ENVELOPE_BYTES
-	    : 0;
 	if (all) {
 		w->all = true;
-		circuit_table_foreach(srv.table, clock_realtime_ms(), snap_visit, &sw);
+		circuit_table_foreach(srv.table, call->now, snap_visit, &snaps);
 	}
 	json_array_foreach (list, i, n) {
-		if (!watcher_watch(w, json_string_value(n))) {
-			sw.nomem = true;
+		const char *name = json_string_value(n);
+
+		if (!watcher_watch(w, name)) {
+			snaps.nomem = true;
 			break;
 		}
-		if (!all)
-			snap_add(&sw, snapshot_now(json_string_value(n), &srv.conf));
+		if (!all) {
+			ct_view view;
+
+			/* A name that is not stored lists its initial snapshot. */
+			circuit_table_get(srv.table, name, call->now, &view, NULL);
+			op_snapshots_add(&snaps, name, &view);
+		}
 	}
 	watcher_trim(w);
-	if (sw.nomem) {
-		json_decref(sw.snapshots);
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	}
-	if (sw.truncated)
-		stats_limit_hit(STATS_LIMIT_LIST);
-	if (json_object_set_new(call->reply, "snapshots", sw.snapshots) != 0 ||
-	    (sw.truncated && json_object_set_new(call->reply, "truncated", json_true()) != 0))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
+	return op_snapshots_reply(&snaps, call, "snapshots", false);
 }
 
 bool
