@@ -252,6 +252,7 @@ socket_listen(void)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	const char *path = srv.socket_path;
+	struct stat st;
 	mode_t old_mask;
 	int fd, rc;
 
@@ -278,7 +279,14 @@ socket_listen(void)
 		close(fd);
 		return false;
 	}
+	if (lstat(path, &st) != 0) {
+		log_error("cannot stat %s after binding it: %s", path, strerror(errno));
+		close(fd);
+		return false;
+	}
 	srv.socket_created = true;
+	srv.socket_dev = st.st_dev;
+	srv.socket_ino = st.st_ino;
 	if (chmod(path, (mode_t)srv.conf.socket_mode) != 0) {
 		log_error("cannot chmod %s: %s", path, strerror(errno));
 		close(fd);
@@ -356,6 +364,30 @@ socket_inherit(void)
 	}
 #endif
 	return true;
+}
+
+/* Remove the socket file we bound, only if the path still names it: another
+ * cbd (or anything else) may have taken the path since. Once. */
+static void
+socket_unlink(void)
+{
+	struct stat st;
+
+	if (!srv.socket_created)
+		return;
+	srv.socket_created = false;
+	if (lstat(srv.socket_path, &st) != 0) {
+		if (errno != ENOENT)
+			log_warning("cannot check %s: %s", srv.socket_path, strerror(errno));
+		return;
+	}
+	if (!S_ISSOCK(st.st_mode) || st.st_dev != srv.socket_dev || st.st_ino != srv.socket_ino) {
+		log_warning("%s is no longer the socket cbd bound; leaving it in place",
+		    srv.socket_path);
+		return;
+	}
+	if (unlink(srv.socket_path) != 0 && errno != ENOENT)
+		log_warning("cannot remove %s: %s", srv.socket_path, strerror(errno));
 }
 
 /* Make room for max_connections descriptors if the hard limit allows. */
@@ -492,8 +524,7 @@ server_shutdown(const char *why)
 	if (srv.listen_fd >= 0)
 		close(srv.listen_fd);
 	srv.listen_fd = -1;
-	if (srv.socket_created && unlink(srv.socket_path) != 0)
-		log_warning("cannot remove %s: %s", srv.socket_path, strerror(errno));
+	socket_unlink();
 	for (c = srv.clients; c != NULL; c = next) {
 		next = c->next;
 		server_client_drain(c);
@@ -598,11 +629,9 @@ server_free(void)
 		list_remove(&srv.dead, c);
 		server_client_free(c);
 	}
-	if (srv.listen_fd >= 0) {
+	if (srv.listen_fd >= 0)
 		close(srv.listen_fd);
-		if (srv.socket_created)
-			unlink(srv.socket_path);
-	}
+	socket_unlink();
 	for (size_t i = 0; i < sizeof srv.signal_ev / sizeof srv.signal_ev[0]; i++) {
 		if (srv.signal_ev[i] != NULL)
 			event_free(srv.signal_ev[i]);

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <event2/event.h>
 
@@ -40,7 +41,9 @@ typedef struct server {
 	bool verbose; /* -v: log_level debug whatever the file says */
 	circuit_table *table;
 	int listen_fd;
-	bool socket_created; /* we bound the path, so we unlink it */
+	bool socket_created; /* we bound the path, so we unlink it (if still ours) */
+	dev_t socket_dev; /* the socket file we bound, to know it at exit */
+	ino_t socket_ino;
 	bool socket_inherited; /* socket activation */
 	char *socket_path;
 	struct event *listen_ev;

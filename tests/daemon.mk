@@ -48,3 +48,10 @@ check_PROGRAMS += tests/cbd-codec-test
 tests_cbd_codec_test_SOURCES = tests/cbd-codec-test.c
 tests_cbd_codec_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_codec_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
+
+# Issue 9, every peer bounded: output bound, idle connections, descriptor
+# limit, socket ownership, log flood and escaping, whole lines only.
+check_PROGRAMS += tests/cbd-limits-test
+tests_cbd_limits_test_SOURCES = tests/cbd-limits-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_limits_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_limits_test_LDADD = $(DAEMON_TEST_LIBS)
