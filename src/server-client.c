@@ -2,14 +2,16 @@
  * server-client.c — one client connection: reads into the connection's own
  * buffer, answers every complete line already read, appends the replies to
  * an output buffer and writes it straight to the socket, arming EV_WRITE
- * only when a write would block. Enforces max_line_bytes and
- * max_output_bytes, and gives the connection's slots back when it closes.
+ * only when a write would block. Enforces max_line_bytes, max_output_bytes
+ * (per reply) and client_idle_ms, closes only between whole reply lines,
+ * and gives the connection's slots back when it closes.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "op.h"
 #include "server-client.h"
@@ -24,6 +26,7 @@ static const char *const state_names[] = {
 
 static void server_client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_write_cb(evutil_socket_t fd, short what, void *arg);
+static void server_client_timer_cb(evutil_socket_t fd, short what, void *arg);
 
 server_client *
 server_client_new(int fd)
@@ -31,15 +34,39 @@ server_client_new(int fd)
 	server_client *c = calloc(1, sizeof *c);
 
 	if (c == NULL)
-		fatal("out of memory for a connection");
+		return NULL;
 	c->fd = fd;
 	c->state = SERVER_CLIENT_OPEN;
+	c->last_request_ms = clock_monotonic_ms();
 	c->read_ev = event_new(srv.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
 	c->write_ev = event_new(srv.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
-	if (c->read_ev == NULL || c->write_ev == NULL)
-		fatal("out of memory for connection events");
-	event_add(c->read_ev, NULL);
+	c->timer_ev = evtimer_new(srv.base, server_client_timer_cb, c);
+	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
+	    event_add(c->read_ev, NULL) != 0) {
+		server_client_free(c);
+		return NULL;
+	}
 	return c;
+}
+
+/* Run c's timer ms from now. */
+static void
+timer_arm(server_client *c, int64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+
+	evtimer_add(c->timer_ev, &tv);
+}
+
+void
+server_client_idle_schedule(server_client *c)
+{
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	if (srv.conf.client_idle_ms > 0)
+		timer_arm(c, srv.conf.client_idle_ms);
+	else
+		evtimer_del(c->timer_ev);
 }
 
 void
@@ -50,10 +77,15 @@ server_client_set_state(server_client *c, server_client_state state)
 	log_debug("connection %llu: %s -> %s", (unsigned long long)c->id, state_names[c->state],
 	    state_names[state]);
 	c->state = state;
+	if (state == SERVER_CLIENT_CLOSING) {
+		/* From now on the timer watches that the peer keeps reading. */
+		c->linger_mark = c->written;
+		timer_arm(c, SERVER_CLIENT_LINGER_MS);
+	}
 }
 
-/* Make room for `need` more bytes of output. */
-static void
+/* Make room for `need` more bytes of output; false when out of memory. */
+static bool
 out_reserve(server_client *c, size_t need)
 {
 	size_t cap;
@@ -64,42 +96,139 @@ out_reserve(server_client *c, size_t need)
 		c->out_len = 0;
 	}
 	if (c->out_cap - c->out_len >= need)
-		return;
+		return true;
 	if (c->out_off > 0) {
 		/* Slide unsent bytes to the front before growing. */
 		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
 		c->out_len -= c->out_off;
 		c->out_off = 0;
 		if (c->out_cap - c->out_len >= need)
-			return;
+			return true;
 	}
 	cap = c->out_cap > 0 ? c->out_cap : SERVER_CLIENT_READ_SIZE;
 	while (cap - c->out_len < need)
 		cap *= 2;
 	grown = realloc(c->out, cap);
 	if (grown == NULL)
-		fatal("out of memory for %zu bytes of output", cap);
+		return false;
 	c->out = grown;
 	c->out_cap = cap;
+	return true;
+}
+
+/* Write what the socket takes now. False when the connection failed (it
+ * is closed then). Never moves the buffer. */
+static bool
+out_send(server_client *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			c->written += (uint64_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		server_client_close(c, n < 0 ? strerror(errno) : "write failed");
+		return false;
+	}
+	return true;
+}
+
+/* Discard the unsent whole lines of c's output; the rest of a line already
+ * partly written stays, so the peer never sees a cut line. */
+static void
+out_cut(server_client *c)
+{
+	char *nl;
+
+	if (c->out_off == c->out_len || c->out_off == 0 || c->out[c->out_off - 1] == '\n') {
+		c->out_len = c->out_off;
+		return;
+	}
+	nl = memchr(c->out + c->out_off, '\n', c->out_len - c->out_off);
+	if (nl != NULL)
+		c->out_len = (size_t)(nl - c->out) + 1;
+}
+
+/* Out of memory for c: drop it, counted, instead of stopping cbd. */
+static void
+server_client_nomem(server_client *c, const char *what)
+{
+	stats_limit_hit(STATS_LIMIT_NOMEM);
+	log_warning("connection %llu: dropped: out of memory %s", (unsigned long long)c->id, what);
+	server_client_drop(c, "out of memory");
+}
+
+void
+server_client_drop(server_client *c, const char *why)
+{
+	if (c->state == SERVER_CLIENT_DEAD)
+		return;
+	event_del(c->read_ev);
+	out_cut(c);
+	if (c->out_off == c->out_len) {
+		server_client_close(c, why);
+		return;
+	}
+	log_debug("connection %llu: dropping (%s) after the rest of a line",
+	    (unsigned long long)c->id, why);
+	server_client_set_state(c, SERVER_CLIENT_CLOSING);
+	server_client_flush(c);
 }
 
 void
 server_client_reply(server_client *c, json_t *reply)
 {
+	size_t max = (size_t)srv.conf.max_output_bytes;
 	size_t n;
 
-	if (reply == NULL)
-		fatal("out of memory building a reply");
-	if (c->state == SERVER_CLIENT_DEAD) {
+	if (c->state != SERVER_CLIENT_OPEN) {
 		json_decref(reply);
 		return;
 	}
-	out_reserve(c, 256);
+	if (reply == NULL) {
+		server_client_nomem(c, "building a reply");
+		return;
+	}
+	if (!out_reserve(c, SERVER_CLIENT_REPLY_GUESS)) {
+		json_decref(reply);
+		server_client_nomem(c, "for output");
+		return;
+	}
 	n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
-	if (n == 0)
-		fatal("cannot serialize a reply");
+	if (n == 0) {
+		json_decref(reply);
+		server_client_nomem(c, "serializing a reply");
+		return;
+	}
+	if (c->out_len - c->out_off + n + 1 > max) {
+		/* Only bytes the socket does not take count: send first. */
+		if (!out_send(c)) {
+			json_decref(reply);
+			return;
+		}
+		if (c->out_len - c->out_off + n + 1 > max) {
+			json_decref(reply);
+			stats_limit_hit(STATS_LIMIT_OUTPUT);
+			log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu "
+				    "unread would pass max_output_bytes (%lld)",
+			    (unsigned long long)c->id, n + 1, c->out_len - c->out_off,
+			    (long long)srv.conf.max_output_bytes);
+			server_client_drop(c, "max_output_bytes reached");
+			return;
+		}
+	}
 	if (n > c->out_cap - c->out_len - 1) {
-		out_reserve(c, n + 1);
+		if (!out_reserve(c, n + 1)) {
+			json_decref(reply);
+			server_client_nomem(c, "for output");
+			return;
+		}
 		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1,
 		    JSON_COMPACT);
 	}
@@ -124,32 +253,9 @@ write_arm(server_client *c, bool on)
 void
 server_client_flush(server_client *c)
 {
-	while (c->state != SERVER_CLIENT_DEAD && c->out_off < c->out_len) {
-		ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
-
-		if (n > 0) {
-			c->out_off += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		server_client_close(c, n < 0 ? strerror(errno) : "write failed");
-		return;
-	}
-	if (c->state == SERVER_CLIENT_DEAD)
+	if (c->state == SERVER_CLIENT_DEAD || !out_send(c))
 		return;
 	if (c->out_off < c->out_len) {
-		if (c->out_len - c->out_off > (size_t)srv.conf.max_output_bytes) {
-			stats_limit_hit(STATS_LIMIT_OUTPUT);
-			log_warning("connection %llu: dropped: %zu bytes of replies unread "
-				    "(max_output_bytes %lld)",
-			    (unsigned long long)c->id, c->out_len - c->out_off,
-			    (long long)srv.conf.max_output_bytes);
-			server_client_close(c, "max_output_bytes reached");
-			return;
-		}
 		write_arm(c, true);
 		return;
 	}
@@ -190,7 +296,8 @@ input_process(server_client *c)
 	size_t start = 0;
 	size_t max = (size_t)srv.conf.max_line_bytes;
 
-	while (c->state != SERVER_CLIENT_DEAD) {
+	/* A connection dropped by one of the lines answers none of the rest. */
+	while (c->state == SERVER_CLIENT_OPEN) {
 		char *nl = memchr(c->in + c->in_scan, '\n', c->in_len - c->in_scan);
 		size_t end;
 
@@ -204,8 +311,10 @@ input_process(server_client *c)
 		start = end + 1;
 		c->in_scan = start;
 	}
-	if (c->state == SERVER_CLIENT_DEAD)
+	if (c->state != SERVER_CLIENT_OPEN)
 		return;
+	if (start > 0)
+		c->last_request_ms = clock_monotonic_ms();
 	if (c->discarding) {
 		c->in_len = c->in_scan = 0;
 		return;
@@ -232,7 +341,7 @@ input_process(server_client *c)
 }
 
 /* Read once into the input buffer. Returns bytes read, 0 at EOF, -1 when
- * nothing is ready, -2 after a fatal error (connection closed). */
+ * nothing is ready, -2 after an error (connection closed or dropped). */
 static ssize_t
 input_read(server_client *c)
 {
@@ -242,8 +351,10 @@ input_read(server_client *c)
 		size_t cap = c->in_len + SERVER_CLIENT_READ_SIZE;
 		char *grown = realloc(c->in, cap);
 
-		if (grown == NULL)
-			fatal("out of memory for %zu bytes of input", cap);
+		if (grown == NULL) {
+			server_client_nomem(c, "for input");
+			return -2;
+		}
 		c->in = grown;
 		c->in_cap = cap;
 	}
@@ -298,6 +409,39 @@ server_client_write_cb(evutil_socket_t fd, short what, void *arg)
 		server_client_flush(c);
 }
 
+/* Open: close the connection once idle for client_idle_ms with nothing in
+ * flight. Closing: close it when the peer read nothing since last time. */
+static void
+server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	server_client *c = arg;
+	int64_t idle = srv.conf.client_idle_ms, now;
+
+	if (c->state == SERVER_CLIENT_CLOSING) {
+		if (c->written != c->linger_mark) {
+			c->linger_mark = c->written;
+			timer_arm(c, SERVER_CLIENT_LINGER_MS);
+			return;
+		}
+		stats_limit_hit(STATS_LIMIT_LINGER);
+		server_client_close(c, "the peer stopped reading its last reply line");
+		return;
+	}
+	if (c->state != SERVER_CLIENT_OPEN || idle <= 0)
+		return;
+	now = clock_monotonic_ms();
+	if (now - c->last_request_ms < idle) {
+		timer_arm(c, c->last_request_ms + idle - now);
+		return;
+	}
+	if (c->out_off < c->out_len) {
+		timer_arm(c, idle); /* replies in flight: not idle */
+		return;
+	}
+	stats_limit_hit(STATS_LIMIT_IDLE);
+	server_client_close(c, "idle for client_idle_ms");
+}
+
 void
 server_client_drain(server_client *c)
 {
@@ -328,6 +472,7 @@ server_client_close(server_client *c, const char *why)
 	    why);
 	event_del(c->read_ev);
 	event_del(c->write_ev);
+	evtimer_del(c->timer_ev);
 	c->write_armed = false;
 	close(c->fd);
 	c->fd = -1;
@@ -340,8 +485,12 @@ server_client_close(server_client *c, const char *why)
 void
 server_client_free(server_client *c)
 {
-	event_free(c->read_ev);
-	event_free(c->write_ev);
+	if (c->read_ev != NULL)
+		event_free(c->read_ev);
+	if (c->write_ev != NULL)
+		event_free(c->write_ev);
+	if (c->timer_ev != NULL)
+		event_free(c->timer_ev);
 	free(c->in);
 	free(c->out);
 	free(c);

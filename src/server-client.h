@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <event2/event.h>
@@ -22,11 +23,16 @@
 #define SERVER_CLIENT_DRAIN_READS 16
 /* Output buffer kept after a flush; a larger one is freed. */
 #define SERVER_CLIENT_OUT_KEEP 65536
+/* Room made for a reply before serializing it (most replies fit). */
+#define SERVER_CLIENT_REPLY_GUESS 256
+/* A closing connection whose peer reads nothing of its last line for this
+ * long is closed anyway (the line is then cut: the peer stopped reading). */
+#define SERVER_CLIENT_LINGER_MS 2000
 
 /* A connection's life, changed only by server_client_set_state(). */
 typedef enum server_client_state {
 	SERVER_CLIENT_OPEN = 0, /* reading requests, writing replies */
-	SERVER_CLIENT_CLOSING, /* no more reading; closed once output is flushed */
+	SERVER_CLIENT_CLOSING, /* no more reading or replies; closed once output is flushed */
 	SERVER_CLIENT_DEAD, /* closed; freed later, outside its callbacks */
 } server_client_state;
 
@@ -40,6 +46,10 @@ struct server_client {
 	struct event *read_ev;
 	struct event *write_ev;
 	bool write_armed;
+	struct event *timer_ev; /* open: client_idle_ms; closing: linger */
+	int64_t last_request_ms; /* monotonic: accepted, or last complete line */
+	uint64_t written; /* bytes written in all */
+	uint64_t linger_mark; /* `written` when the linger timer was set */
 
 	char *in; /* unanswered input: at most one partial line */
 	size_t in_len;
@@ -58,13 +68,20 @@ struct server_client {
 	ct_owner owner; /* slots and permits this connection holds */
 };
 
-/* A connection on an accepted, non-blocking fd. */
+/* A connection on an accepted, non-blocking fd; NULL when out of memory
+ * (the caller still owns fd). */
 server_client *server_client_new(int fd);
+
+/* (Re)start the idle timer from the config (after accept and reload). */
+void server_client_idle_schedule(server_client *c);
 
 /* Change the state, logging old -> new at debug. */
 void server_client_set_state(server_client *c, server_client_state state);
 
-/* Append a reply line (compact JSON + LF) to c's output. Steals reply. */
+/* Append a reply line (compact JSON + LF) to c's output. Steals reply
+ * (NULL: out of memory building it). Ignored unless c is open. A reply
+ * that would take the unsent output past max_output_bytes, or that cannot
+ * be stored for lack of memory, drops the connection instead. */
 void server_client_reply(server_client *c, json_t *reply);
 
 /* Write pending output now; arms EV_WRITE when the socket is full. */
@@ -80,5 +97,9 @@ void server_client_free(server_client *c);
 /* Shutdown: answer complete lines already sent with shutting_down, stop
  * reading, and close once the output is flushed. */
 void server_client_drain(server_client *c);
+
+/* Stop answering c: no more reading, unsent whole lines discarded, closed
+ * once the line already partly written is (at once when there is none). */
+void server_client_drop(server_client *c, const char *why);
 
 #endif
