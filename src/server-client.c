@@ -9,7 +9,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
+
+#include <linux/sockios.h>
 
 #include "clock.h"
 #include "log.h"
@@ -69,6 +72,23 @@ server_client_idle_schedule(server_client *c)
 		evtimer_del(c->timer_ev);
 }
 
+/* Did the peer read anything since the last call? (cbd wrote more, or
+ * the socket holds fewer unread bytes: a slow reader frees too little room
+ * for cbd to write, yet it reads.) */
+static bool
+peer_reads(server_client *c)
+{
+	int outq = -1;
+	bool moved;
+
+	if (ioctl(c->fd, SIOCOUTQ, &outq) != 0)
+		outq = -1;
+	moved = c->written != c->linger_mark || outq != c->linger_outq;
+	c->linger_mark = c->written;
+	c->linger_outq = outq;
+	return moved;
+}
+
 void
 server_client_set_state(server_client *c, server_client_state state)
 {
@@ -79,7 +99,7 @@ server_client_set_state(server_client *c, server_client_state state)
 	c->state = state;
 	if (state == SERVER_CLIENT_CLOSING) {
 		/* From now on the timer watches that the peer keeps reading. */
-		c->linger_mark = c->written;
+		peer_reads(c);
 		timer_arm(c, SERVER_CLIENT_LINGER_MS);
 	}
 }
@@ -88,7 +108,7 @@ server_client_set_state(server_client *c, server_client_state state)
 static bool
 out_reserve(server_client *c, size_t need)
 {
-	size_t cap;
+	size_t max = (size_t)srv.conf.max_output_bytes, cap;
 	char *grown;
 
 	if (c->out_off > 0 && c->out_off == c->out_len) {
@@ -108,6 +128,9 @@ out_reserve(server_client *c, size_t need)
 	cap = c->out_cap > 0 ? c->out_cap : SERVER_CLIENT_READ_SIZE;
 	while (cap - c->out_len < need)
 		cap *= 2;
+	/* Doubling past the bound would only waste memory. */
+	if (cap > max && c->out_len + need <= max)
+		cap = max;
 	grown = realloc(c->out, cap);
 	if (grown == NULL)
 		return false;
@@ -122,11 +145,14 @@ static bool
 out_send(server_client *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+		size_t len = c->out_len - c->out_off;
+		ssize_t n = write(c->fd, c->out + c->out_off,
+		    len < SERVER_CLIENT_WRITE_MAX ? len : SERVER_CLIENT_WRITE_MAX);
 
 		if (n > 0) {
 			c->out_off += (size_t)n;
 			c->written += (uint64_t)n;
+			c->mid_line = c->out[c->out_off - 1] != '\n';
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -146,7 +172,8 @@ out_cut(server_client *c)
 {
 	char *nl;
 
-	if (c->out_off == c->out_len || c->out_off == 0 || c->out[c->out_off - 1] == '\n') {
+	c->cut = true;
+	if (!c->mid_line) {
 		c->out_len = c->out_off;
 		return;
 	}
@@ -418,13 +445,19 @@ server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
 	int64_t idle = srv.conf.client_idle_ms, now;
 
 	if (c->state == SERVER_CLIENT_CLOSING) {
-		if (c->written != c->linger_mark) {
-			c->linger_mark = c->written;
-			timer_arm(c, SERVER_CLIENT_LINGER_MS);
+		if (peer_reads(c)) {
+			timer_arm(c, SERVER_CLIENT_LINGER_MS); /* wait on */
 			return;
 		}
 		stats_limit_hit(STATS_LIMIT_LINGER);
-		server_client_close(c, "the peer stopped reading its last reply line");
+		if (!c->cut) {
+			out_cut(c);
+			if (c->out_off < c->out_len) {
+				timer_arm(c, SERVER_CLIENT_LINGER_MS);
+				return;
+			}
+		}
+		server_client_close(c, "the peer stopped reading");
 		return;
 	}
 	if (c->state != SERVER_CLIENT_OPEN || idle <= 0)

@@ -23,10 +23,16 @@
 #define SERVER_CLIENT_DRAIN_READS 16
 /* Output buffer kept after a flush; a larger one is freed. */
 #define SERVER_CLIENT_OUT_KEEP 65536
+/* Bytes handed to one write(), at most: the kernel queues each write as
+ * its own buffer, and how much of them the peer has read (SIOCOUTQ) shows
+ * in steps of one. */
+#define SERVER_CLIENT_WRITE_MAX 16384
 /* Room made for a reply before serializing it (most replies fit). */
 #define SERVER_CLIENT_REPLY_GUESS 256
-/* A closing connection whose peer reads nothing of its last line for this
- * long is closed anyway (the line is then cut: the peer stopped reading). */
+/* A closing connection whose peer reads nothing for this long loses its
+ * unsent whole lines; if it then reads nothing of the line already partly
+ * written for this long again, it is closed anyway (cutting that line:
+ * the peer stopped reading). */
 #define SERVER_CLIENT_LINGER_MS 2000
 
 /* A connection's life, changed only by server_client_set_state(). */
@@ -50,6 +56,9 @@ struct server_client {
 	int64_t last_request_ms; /* monotonic: accepted, or last complete line */
 	uint64_t written; /* bytes written in all */
 	uint64_t linger_mark; /* `written` when the linger timer was set */
+	int linger_outq; /* the socket's unread bytes then (SIOCOUTQ) */
+	bool cut; /* output cut to the rest of a partly written line */
+	bool mid_line; /* the last byte written is not a line's LF */
 
 	char *in; /* unanswered input: at most one partial line */
 	size_t in_len;

@@ -28,6 +28,7 @@
 #endif
 
 #include "clock.h"
+#include "log-limit.h"
 #include "log.h"
 #include "op.h"
 #include "server.h"
@@ -547,6 +548,13 @@ server_warn_open(evutil_socket_t fd, short what, void *arg)
 		    w.count == 1 ? "" : "s", w.text);
 }
 
+/* Every LOG_LIMIT_WINDOW_MS: summarize the suppressed transition lines. */
+static void
+server_log_limit(evutil_socket_t fd, short what, void *arg)
+{
+	log_limit_flush(clock_monotonic_ms());
+}
+
 /* (Re)start the open-circuits warning timer from the config. */
 static void
 warn_schedule(void)
@@ -708,9 +716,13 @@ server_start(void)
 	srv.warn_ev = event_new(srv.base, -1, EV_PERSIST, server_warn_open, NULL);
 	srv.drain_ev = evtimer_new(srv.base, server_drain_timeout, NULL);
 	srv.accept_pause_ev = evtimer_new(srv.base, server_accept_resume, NULL);
+	srv.log_limit_ev = event_new(srv.base, -1, EV_PERSIST, server_log_limit, NULL);
 	if (srv.reap_ev == NULL || srv.warn_ev == NULL || srv.drain_ev == NULL ||
-	    srv.accept_pause_ev == NULL)
+	    srv.accept_pause_ev == NULL || srv.log_limit_ev == NULL)
 		fatal("out of memory");
+	log_limit_flush(clock_monotonic_ms()); /* the first window starts now */
+	struct timeval window = { LOG_LIMIT_WINDOW_MS / 1000, (LOG_LIMIT_WINDOW_MS % 1000) * 1000 };
+	event_add(srv.log_limit_ev, &window);
 	spare_open();
 	if (srv.spare_fd < 0)
 		log_warning("cannot open /dev/null as a spare descriptor: %s", strerror(errno));
@@ -735,6 +747,7 @@ int
 server_loop(void)
 {
 	event_base_dispatch(srv.base);
+	log_limit_flush(clock_monotonic_ms()); /* what the last window suppressed */
 	log_info("stopped");
 	return srv.exit_code;
 }
@@ -769,6 +782,9 @@ server_free(void)
 		event_free(srv.warn_ev);
 	if (srv.drain_ev != NULL)
 		event_free(srv.drain_ev);
+	if (srv.log_limit_ev != NULL)
+		event_free(srv.log_limit_ev);
+	log_limit_free();
 	if (srv.base != NULL)
 		event_base_free(srv.base);
 	circuit_table_free(srv.table);

@@ -63,6 +63,7 @@ typedef struct server {
 	struct event *reap_ev;
 	struct event *warn_ev;
 	struct event *drain_ev;
+	struct event *log_limit_ev; /* ends each transition-log window */
 	server_client *clients; /* live connections */
 	server_client *dead; /* closed, waiting to be freed */
 	uint64_t next_client_id;
