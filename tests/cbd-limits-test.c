@@ -433,6 +433,30 @@ START_TEST(test_idle_connections_closed)
 }
 END_TEST
 
+/* client_idle_ms is reloadable: off at start, a quiet connection stays;
+ * after SIGHUP turns it on, the connection is closed. */
+START_TEST(test_idle_reload)
+{
+	int c;
+	FILE *f;
+
+	start_logged(NULL, NULL);
+	c = connect_ok(&h);
+	call_ok(c, "{\"op\":\"hello\"}");
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[cbd]\nclient_idle_ms = 200\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	kill(h.pid, SIGHUP);
+	ck_assert(util_wait_file(log_path, "configuration reloaded"));
+	ck_assert_msg(util_wait_eof(c), "idle connection not closed after reload");
+	close(c);
+	c = connect_ok(&h);
+	ck_assert(util_stats_reach(c, "limits.client_idle_ms", 1));
+	close(c);
+}
+END_TEST
+
 /* Connect n clients first, then have each send hello and read one line:
  * an answer, or the capacity refusal. Every client gets one or the other;
  * returns how many were served (fds stay open in fds). */
@@ -598,8 +622,9 @@ START_TEST(test_transition_logs_rate_limited)
 {
 	enum { FLAPS = 1000 };
 	static char line[8192];
-	long long suppressed = 0;
+	long long suppressed = 0, counted;
 	int c, logged;
+	json_t *r;
 	FILE *f;
 
 	start_logged(NULL, NULL);
@@ -609,6 +634,10 @@ START_TEST(test_transition_logs_rate_limited)
 		call_ok(c, "{\"op\":\"set_state\",\"name\":\"flap\",\"state\":\"closed\"}");
 	}
 	ck_assert(util_stats_reach(c, "transitions", FLAPS));
+	r = util_call(c, "{\"op\":\"stats\"}");
+	ck_assert_ptr_nonnull(r);
+	counted = util_int(r, "limits.transition_logs_suppressed");
+	json_decref(r);
 	close(c);
 	harness_stop(&h); /* the summary of the last window is logged at exit */
 	logged = log_count("info: circuit \"flap\": ");
@@ -627,6 +656,7 @@ START_TEST(test_transition_logs_rate_limited)
 	}
 	fclose(f);
 	ck_assert_int_eq(logged + suppressed, FLAPS);
+	ck_assert_int_eq(counted, suppressed);
 }
 END_TEST
 
@@ -672,6 +702,7 @@ limits_suite(void)
 	tcase_add_test(tc, test_list_flood_dropped_per_reply);
 	tcase_add_test(tc, test_pipelining_non_reader_dropped);
 	tcase_add_test(tc, test_idle_connections_closed);
+	tcase_add_test(tc, test_idle_reload);
 	tcase_add_test(tc, test_fd_limit_clamps_max_connections);
 	tcase_add_test(tc, test_emfile_refuses_with_capacity);
 	tcase_add_test(tc, test_fd_count_after_2000_connects);
