@@ -129,8 +129,8 @@ out_reserve(server_client *c, size_t need)
 	while (cap - c->out_len < need)
 		cap *= 2;
 	/* Doubling past the bound would only waste memory. */
-	if (cap > max && c->out_len + need <= max)
-		cap = max;
+	if (cap > max)
+		cap = c->out_len + need > max ? c->out_len + need : max;
 	grown = realloc(c->out, cap);
 	if (grown == NULL)
 		return false;
