@@ -199,9 +199,13 @@ accept_out_of_fds(int lfd, int err)
 	int64_t now = clock_monotonic_ms();
 
 	if (srv.emfile_logged_ms == 0 || now - srv.emfile_logged_ms >= SERVER_EMFILE_LOG_MS) {
-		log_warning("accept: %s: refusing new clients until a descriptor frees "
-			    "(%llu more times since the last warning)",
-		    strerror(err), (unsigned long long)srv.emfile_unlogged);
+		if (srv.emfile_unlogged > 0)
+			log_warning("accept: %s: refusing new clients until a descriptor frees "
+				    "(%llu times more since the last warning)",
+			    strerror(err), (unsigned long long)srv.emfile_unlogged);
+		else
+			log_warning("accept: %s: refusing new clients until a descriptor frees",
+			    strerror(err));
 		srv.emfile_logged_ms = now;
 		srv.emfile_unlogged = 0;
 	} else {
