@@ -119,10 +119,10 @@ void
 cbci_ctx_policy(const cbc_ctx *ctx, cb_policy *out)
 {
 	proto_ctx partial;
-	const proto_ctx *layers[1] = { &partial };
+	proto_layer layers[1] = { { &partial, PROTO_SOURCE_CLIENT } };
 
 	cbci_ctx_to_proto(ctx, &partial);
-	proto_policy_resolve(layers, 1, out);
+	proto_policy_resolve(layers, 1, out, NULL);
 }
 
 int64_t

@@ -3,6 +3,10 @@
  * machine (src/circuit-table.c, src/breaker.c) behind one mutex. Also the
  * resilient store's private fallback, which needs seeding a circuit with
  * a given snapshot (cbci_local_seed).
+ *
+ * A local store serves one process, so each call's ctx is the policy (there
+ * is no operator config to defer to); circuits are reclaimed only when
+ * max_circuits is reached.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,10 +18,6 @@
 
 #include "circuit-table.h"
 #include "internal.h"
-
-/* Seeding replays outcomes; counts above this are clamped (thresholds
- * that large make no practical difference to the next decision). */
-#define LOCAL_SEED_REPLAY_MAX 100000
 
 struct cbci_local {
 	pthread_mutex_t lock;
@@ -82,25 +82,36 @@ local_status(ct_status status, const char *name, cbc_error *err)
 		if (err != NULL)
 			memcpy(err->code, "capacity", sizeof "capacity");
 		return CBC_ECAPACITY;
+	case CT_SLOTS:
 	case CT_NOMEM:
 		break;
 	}
 	return cbci_fail(err, CBC_ENOMEM, "out of memory storing circuit \"%s\"", name);
 }
 
+/* The table call of one store call: ctx's policy and clock. */
+static ct_call
+local_call(const cbc_ctx *ctx, cb_policy *policy)
+{
+	int64_t now = cbci_ctx_now(ctx);
+
+	cbci_ctx_policy(ctx, policy);
+	return (ct_call){ .policy = policy, .declared = NULL, .now = now, .clock = now };
+}
+
 static cbc_status
 local_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	cbci_local *local = impl;
-	int64_t now = cbci_ctx_now(ctx);
-	cb_snapshot snap;
 	cb_policy policy;
+	ct_call call = local_call(ctx, &policy);
+	ct_view view;
 
-	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
-	circuit_table_get(local->table, name, &snap);
+	circuit_table_get(local->table, name, call.now, &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, now));
+	cbci_snapshot_fill(out, name, &view.snap,
+	    circuit_table_retry_after(&view, &policy, call.now));
 	(void)err;
 	return CBC_OK;
 }
@@ -110,21 +121,19 @@ static cbc_status
 local_record(cbci_local *local, const char *name, const cbc_ctx *ctx, bool success,
     cbc_snapshot *out, cbc_error *err)
 {
-	int64_t now = cbci_ctx_now(ctx);
-	cb_snapshot snap;
 	cb_policy policy;
+	ct_call call = local_call(ctx, &policy);
 	ct_status status;
+	ct_view view;
 
-	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
 	if (success)
-		status =
-		    circuit_table_record_success(local->table, name, &policy, now, &snap, NULL);
+		status = circuit_table_record_success(local->table, name, &call, &view, NULL);
 	else
-		status =
-		    circuit_table_record_failure(local->table, name, &policy, now, &snap, NULL);
+		status = circuit_table_record_failure(local->table, name, &call, &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, now));
+	cbci_snapshot_fill(out, name, &view.snap,
+	    circuit_table_retry_after(&view, &policy, call.now));
 	return local_status(status, name, err);
 }
 
@@ -147,17 +156,17 @@ local_cas(void *impl, const char *name, cbc_state from, cbc_state to, const cbc_
     bool *applied, cbc_snapshot *out, cbc_error *err)
 {
 	cbci_local *local = impl;
-	int64_t now = cbci_ctx_now(ctx);
-	cb_snapshot snap;
 	cb_policy policy;
+	ct_call call = local_call(ctx, &policy);
 	ct_status status;
+	ct_view view;
 
-	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
-	status = circuit_table_cas(local->table, name, (cb_state)from, (cb_state)to, now, applied,
-	    &snap, NULL);
+	status = circuit_table_cas(local->table, name, (cb_state)from, (cb_state)to, &call, applied,
+	    &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, now));
+	cbci_snapshot_fill(out, name, &view.snap,
+	    circuit_table_retry_after(&view, &policy, call.now));
 	return local_status(status, name, err);
 }
 
@@ -166,16 +175,17 @@ local_set_state(void *impl, const char *name, cbc_state state, const cbc_ctx *ct
     cbc_snapshot *out, cbc_error *err)
 {
 	cbci_local *local = impl;
-	int64_t now = cbci_ctx_now(ctx);
-	cb_snapshot snap;
 	cb_policy policy;
+	ct_call call = local_call(ctx, &policy);
 	ct_status status;
+	ct_view view;
 
-	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
-	status = circuit_table_set_state(local->table, name, (cb_state)state, now, &snap, NULL);
+	status =
+	    circuit_table_set_state(local->table, name, (cb_state)state, NULL, &call, &view, NULL);
 	pthread_mutex_unlock(&local->lock);
-	cbci_snapshot_fill(out, name, &snap, breaker_retry_after_ms(&snap, &policy, now));
+	cbci_snapshot_fill(out, name, &view.snap,
+	    circuit_table_retry_after(&view, &policy, call.now));
 	return local_status(status, name, err);
 }
 
@@ -183,17 +193,15 @@ static cbc_status
 local_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *out, cbc_error *err)
 {
 	cbci_local *local = impl;
-	int64_t now = cbci_ctx_now(ctx);
-	ct_slot_grant grant;
 	cb_policy policy;
+	ct_call call = local_call(ctx, &policy);
+	ct_slot_grant grant;
 	ct_status status;
 	bool acquired;
 
 	_Static_assert(CT_TOKEN_SIZE <= CBC_TOKEN_SIZE, "token room");
-	cbci_ctx_policy(ctx, &policy);
 	pthread_mutex_lock(&local->lock);
-	status =
-	    circuit_table_acquire_slot(local->table, name, &policy, now, NULL, &acquired, &grant);
+	status = circuit_table_acquire_slot(local->table, name, &call, &acquired, &grant);
 	pthread_mutex_unlock(&local->lock);
 	memset(out, 0, sizeof *out);
 	if (status == CT_OK && acquired) {
@@ -270,62 +278,21 @@ cbci_local_forget(cbci_local *local, const char *name)
 	pthread_mutex_unlock(&local->lock);
 }
 
-/* Clamp a count for replay. */
-static int64_t
-seed_count(int64_t n)
-{
-	if (n < 0)
-		return 0;
-	return n > LOCAL_SEED_REPLAY_MAX ? LOCAL_SEED_REPLAY_MAX : n;
-}
-
-/*
- * The table has no "put": we rebuild snap with the state machine's own
- * transitions, under a policy that never trips or closes, at the
- * snapshot's own times:
- *   failure_count failures at last_failure_at (a success after them when
- *   the count is 0 but a failure time is set), then a forced open at
- *   opened_at, then forced half_open and success_count successes.
- */
 cbc_status
 cbci_local_seed(cbci_local *local, const char *name, const cb_snapshot *snap, cbc_error *err)
 {
-	cb_policy replay;
-	cb_snapshot cur;
-	ct_status status = CT_OK;
-	int64_t fail_at, open_at;
+	ct_view view;
+	ct_status status;
 
-	breaker_policy_default(&replay);
-	replay.failure_threshold = CB_COUNT_MAX;
-	replay.success_threshold = CB_COUNT_MAX;
-	replay.max_gap_ms = 0;
-	fail_at = snap->last_failure_at != CB_TIME_NONE ? snap->last_failure_at : 0;
-	open_at = snap->opened_at != CB_TIME_NONE ? snap->opened_at : clock_realtime_ms();
-
+	/* The table restores a circuit as the state file does: the snapshot
+	 * as it is, no slots. */
+	memset(&view, 0, sizeof view);
+	view.snap = *snap;
+	view.hold.until = CB_TIME_NONE;
+	if (view.snap.state != CB_STATE_CLOSED && view.snap.opened_at == CB_TIME_NONE)
+		view.snap.opened_at = clock_realtime_ms();
 	pthread_mutex_lock(&local->lock);
-	circuit_table_delete(local->table, name);
-	if (snap->last_failure_at != CB_TIME_NONE || snap->failure_count > 0) {
-		int64_t n = seed_count(snap->failure_count);
-
-		for (int64_t i = 0; i < (n > 0 ? n : 1) && status == CT_OK; i++)
-			status = circuit_table_record_failure(local->table, name, &replay, fail_at,
-			    &cur, NULL);
-		if (n == 0 && status == CT_OK)
-			status = circuit_table_record_success(local->table, name, &replay, fail_at,
-			    &cur, NULL);
-	}
-	if (status == CT_OK && snap->state != CB_STATE_CLOSED)
-		status =
-		    circuit_table_set_state(local->table, name, CB_STATE_OPEN, open_at, &cur, NULL);
-	if (status == CT_OK && snap->state == CB_STATE_HALF_OPEN) {
-		int64_t n = seed_count(snap->success_count);
-
-		status = circuit_table_set_state(local->table, name, CB_STATE_HALF_OPEN, open_at,
-		    &cur, NULL);
-		for (int64_t i = 0; i < n && status == CT_OK; i++)
-			status = circuit_table_record_success(local->table, name, &replay, open_at,
-			    &cur, NULL);
-	}
+	status = circuit_table_restore(local->table, name, &view, clock_realtime_ms());
 	pthread_mutex_unlock(&local->lock);
 	return local_status(status, name, err);
 }

@@ -166,9 +166,24 @@ breaker_break_elapsed(const cb_snapshot *snap, const cb_policy *policy, int64_t 
 int64_t
 breaker_retry_after_ms(const cb_snapshot *snap, const cb_policy *policy, int64_t now)
 {
+	int64_t elapsed;
+
 	if (snap->state != CB_STATE_OPEN || breaker_break_elapsed(snap, policy, now))
 		return 0;
-	return snap->opened_at + policy->break_ms - now;
+	/* A clock behind opened_at (another process's ctx.now) is no time. */
+	elapsed = now > snap->opened_at ? now - snap->opened_at : 0;
+	return policy->break_ms - elapsed;
+}
+
+cb_reason
+breaker_hold_end(cb_snapshot *snap, cb_state held, int64_t now)
+{
+	if (held == CB_STATE_OPEN) {
+		breaker_force(snap, CB_STATE_HALF_OPEN, now);
+		return CB_REASON_HOLD_EXPIRED;
+	}
+	breaker_force(snap, CB_STATE_CLOSED, now);
+	return CB_REASON_HOLD_EXPIRED;
 }
 
 const char *
@@ -209,6 +224,12 @@ breaker_reason_text(cb_reason reason)
 		return "forced by an operator";
 	case CB_REASON_CAS:
 		return "compare-and-set";
+	case CB_REASON_HELD:
+		return "held by an operator";
+	case CB_REASON_HOLD_EXPIRED:
+		return "hold expired";
+	case CB_REASON_RELEASED:
+		return "hold released by an operator";
 	}
 	return "unknown";
 }

@@ -1,5 +1,6 @@
 /*
- * breaker.h — the circuit-breaker state machine of protocol v1.
+ * breaker.h — the circuit-breaker state machine (protocol v1's rules, with
+ * protocol 2's retry_after_ms clamp and hold endings).
  *
  * Pure: no I/O, no clock reads, no allocation. Every decision takes `now`
  * (ms since the Unix epoch) from the caller, so the daemon, libcbclient's
@@ -33,6 +34,8 @@
 #define CB_DEFAULT_SUCCESS_THRESHOLD 2
 #define CB_DEFAULT_BREAK_MS 30000
 #define CB_DEFAULT_HALF_OPEN_MAX 1
+/* Most slots one circuit may grant at once (protocol 2, §9). */
+#define CB_HALF_OPEN_MAX 10000
 
 typedef enum cb_state {
 	CB_STATE_CLOSED = 0,
@@ -57,6 +60,9 @@ typedef enum cb_reason {
 	CB_REASON_BREAK_ELAPSED, /* open -> half_open on allow */
 	CB_REASON_FORCED, /* set_state */
 	CB_REASON_CAS, /* a successful cas */
+	CB_REASON_HELD, /* set_state with hold */
+	CB_REASON_HOLD_EXPIRED, /* a hold's ttl ran out */
+	CB_REASON_RELEASED, /* an operator released a hold */
 } cb_reason;
 
 /* The policy of one call: every member already resolved (ctx, config,
@@ -108,8 +114,15 @@ bool breaker_chain_continues(const cb_snapshot *snap, const cb_policy *policy, i
 /* Is the circuit open with its break window over? */
 bool breaker_break_elapsed(const cb_snapshot *snap, const cb_policy *policy, int64_t now);
 
-/* Time left in the break window while open; 0 once elapsed or not open. */
+/* Time left in the break window while open; 0 once elapsed or not open.
+ * Never more than break_ms: a `now` before opened_at counts as no time
+ * elapsed. */
 int64_t breaker_retry_after_ms(const cb_snapshot *snap, const cb_policy *policy, int64_t now);
+
+/* The end of an operator's hold on `held` (open or closed): a held open
+ * circuit goes to half_open (trial calls decide), a held closed one stays
+ * closed with its counts reset. Returns the reason for the change log. */
+cb_reason breaker_hold_end(cb_snapshot *snap, cb_state held, int64_t now);
 
 /* Wire name of a state ("closed", "open", "half_open"). */
 const char *breaker_state_name(cb_state state);

@@ -1,12 +1,15 @@
 /*
- * circuit-table.c — name -> circuit (snapshot + half-open slots); see
- * circuit-table.h for the contract.
+ * circuit-table.c — name -> circuit; see circuit-table.h for the contract.
  *
- * Cost of one circuit on x86_64: the struct below is 128 bytes (uthash
- * handle 56, snapshot 40, slot list 16, counts 16) plus the name and its
- * NUL, plus malloc's 16-byte header, plus about 8 bytes of uthash bucket
- * array per circuit: ~170 bytes for a 16-byte name. A held slot costs 168
- * bytes (two list links, a hash handle, the token).
+ * Cost of one closed circuit on x86_64 (measured by tests/bench-memory):
+ * the struct below is 184 bytes (uthash handle 56, list links 16,
+ * snapshot 40, totals 40, last use 8, declared policy 8, extension 8,
+ * name length and list tag) plus the name and its NUL, rounded up by
+ * malloc (16-byte steps, 8 bytes of header), plus uthash's buckets (a
+ * few bytes per circuit): ~215 bytes for a 16-byte name. Slots and holds
+ * live in an extension allocated only while a circuit has either; the
+ * declared policy is interned, so circuits declaring the same members
+ * share one copy.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,6 +27,13 @@ static _Thread_local int hash_oom;
 
 typedef struct circuit circuit;
 
+/* Which list a circuit is on. */
+enum {
+	LIST_NONE = 0,
+	LIST_IDLE, /* reclaimable, oldest use first */
+	LIST_PINNED, /* open, half_open, held or holding slots */
+};
+
 struct ct_slot {
 	/* The circuit's slots, ordered by expires_at (oldest first). */
 	ct_slot *prev, *next;
@@ -36,19 +46,50 @@ struct ct_slot {
 	char token[CT_TOKEN_SIZE];
 };
 
-struct circuit {
-	UT_hash_handle hh; /* name -> circuit */
-	cb_snapshot snap;
+/* An interned declared policy, shared by every circuit declaring it. */
+typedef struct ct_layer {
+	UT_hash_handle hh; /* keyed by ctx's bytes */
+	uint64_t refs;
+	proto_ctx ctx;
+} ct_layer;
+
+/* What few circuits need: slots and an operator's hold. */
+typedef struct circuit_ext {
 	ct_slot *slots_head, *slots_tail;
 	uint64_t slot_count;
-	size_t name_len;
+	bool held;
+	cb_state hold_state;
+	int64_t hold_since;
+	int64_t hold_until;
+	int64_t hold_uid;
+	char *hold_user;
+	char *hold_reason;
+	circuit *held_prev, *held_next; /* the table's held circuits */
+} circuit_ext;
+
+struct circuit {
+	UT_hash_handle hh; /* name -> circuit */
+	circuit *prev, *next; /* idle or pinned list */
+	cb_snapshot snap;
+	ct_totals totals;
+	int64_t used_at; /* owner's clock */
+	ct_layer *declared;
+	circuit_ext *ext;
+	uint16_t name_len;
+	uint8_t list;
 	char name[];
 };
 
 struct circuit_table {
 	circuit *circuits;
 	ct_slot *slots_by_token;
+	ct_layer *layers;
+	circuit *idle_head, *idle_tail;
+	circuit *pinned_head;
+	circuit *held_head;
 	uint64_t max_circuits;
+	uint64_t max_slots;
+	int64_t idle_ms;
 	uint64_t instance_id;
 	uint64_t next_token;
 	ct_stats stats;
@@ -67,62 +108,22 @@ circuit_table_new(uint64_t max_circuits, uint64_t instance_id)
 	return table;
 }
 
-/* Unlink a slot from its circuit, owner and token hash, then free it. */
-static void
-slot_free(circuit_table *table, ct_slot *slot)
-{
-	circuit *c = slot->circuit;
-
-	if (slot->prev != NULL)
-		slot->prev->next = slot->next;
-	else
-		c->slots_head = slot->next;
-	if (slot->next != NULL)
-		slot->next->prev = slot->prev;
-	else
-		c->slots_tail = slot->prev;
-	c->slot_count--;
-
-	if (slot->owner != NULL) {
-		if (slot->owner_prev != NULL)
-			slot->owner_prev->owner_next = slot->owner_next;
-		else
-			slot->owner->slots = slot->owner_next;
-		if (slot->owner_next != NULL)
-			slot->owner_next->owner_prev = slot->owner_prev;
-	}
-	HASH_DEL(table->slots_by_token, slot);
-	table->stats.slots--;
-	free(slot);
-}
-
-/* Free a circuit and all its slots (it must already be out of the hash). */
-static void
-circuit_free_slots(circuit_table *table, circuit *c)
-{
-	while (c->slots_head != NULL)
-		slot_free(table, c->slots_head);
-}
-
-void
-circuit_table_free(circuit_table *table)
-{
-	circuit *c, *tmp;
-
-	if (table == NULL)
-		return;
-	HASH_ITER (hh, table->circuits, c, tmp) {
-		HASH_DEL(table->circuits, c);
-		circuit_free_slots(table, c);
-		free(c);
-	}
-	free(table);
-}
-
 void
 circuit_table_set_max_circuits(circuit_table *table, uint64_t max_circuits)
 {
 	table->max_circuits = max_circuits;
+}
+
+void
+circuit_table_set_max_slots(circuit_table *table, uint64_t max_slots)
+{
+	table->max_slots = max_slots;
+}
+
+void
+circuit_table_set_idle_reclaim(circuit_table *table, int64_t idle_ms)
+{
+	table->idle_ms = idle_ms;
 }
 
 void
@@ -141,87 +142,294 @@ circuit_table_status_text(ct_status status)
 		return "max_circuits reached: no new circuit can be created";
 	case CT_NOMEM:
 		return "out of memory";
+	case CT_SLOTS:
+		return "max_slots reached: no slot can be taken";
 	}
 	return "unknown status";
 }
 
-static circuit *
-circuit_find(circuit_table *table, const char *name)
+/* ---- declared policies ---------------------------------------------- */
+
+/* The interned copy of ctx's policy members; NULL when it has none (or
+ * out of memory: *nomem). */
+static ct_layer *
+layer_get(circuit_table *table, const proto_ctx *ctx, bool *nomem)
 {
-	circuit *c;
+	proto_ctx key;
+	ct_layer *layer;
 
-	HASH_FIND(hh, table->circuits, name, strlen(name), c);
-	return c;
-}
-
-/* Store a new circuit with the initial snapshot, within max_circuits. */
-static ct_status
-circuit_create(circuit_table *table, const char *name, circuit **out)
-{
-	size_t len = strlen(name);
-	circuit *c;
-
-	if (table->stats.circuits >= table->max_circuits) {
-		table->stats.capacity_refusals++;
-		return CT_CAPACITY;
+	*nomem = false;
+	if (ctx == NULL || (ctx->present & PROTO_CTX_POLICY_MASK) == 0)
+		return NULL;
+	/* A normalized key: no padding garbage, no clock, absent members 0. */
+	memset(&key, 0, sizeof key);
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		if ((PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) &&
+		    proto_ctx_has(ctx, (proto_ctx_key)k))
+			proto_ctx_set(&key, (proto_ctx_key)k, ctx->value[k]);
 	}
-	c = calloc(1, sizeof *c + len + 1);
-	if (c == NULL)
-		return CT_NOMEM;
-	memcpy(c->name, name, len + 1);
-	c->name_len = len;
-	breaker_snapshot_init(&c->snap);
+	HASH_FIND(hh, table->layers, &key, sizeof key, layer);
+	if (layer != NULL) {
+		layer->refs++;
+		return layer;
+	}
+	layer = calloc(1, sizeof *layer);
+	if (layer == NULL) {
+		*nomem = true;
+		return NULL;
+	}
+	layer->ctx = key;
+	layer->refs = 1;
 	hash_oom = 0;
-	HASH_ADD_KEYPTR(hh, table->circuits, c->name, len, c);
+	HASH_ADD(hh, table->layers, ctx, sizeof layer->ctx, layer);
 	if (hash_oom) {
-		free(c);
-		return CT_NOMEM;
+		free(layer);
+		*nomem = true;
+		return NULL;
 	}
-	table->stats.circuits++;
-	*out = c;
-	return CT_OK;
+	table->stats.policies++;
+	return layer;
 }
 
-/* Drop a circuit that has nothing worth storing (see the storage rule). */
 static void
-circuit_drop_if_idle(circuit_table *table, circuit *c)
+layer_put(circuit_table *table, ct_layer *layer)
 {
-	if (c->slot_count > 0 || !breaker_snapshot_is_initial(&c->snap))
+	if (layer == NULL || --layer->refs > 0)
 		return;
-	HASH_DEL(table->circuits, c);
-	table->stats.circuits--;
-	free(c);
+	HASH_DEL(table->layers, layer);
+	table->stats.policies--;
+	free(layer);
 }
 
-/* Store `next` as name's snapshot: creates the circuit when it is new and
- * `next` is worth storing; drops it when it becomes idle. */
-static ct_status
-circuit_store(circuit_table *table, const char *name, circuit *c, const cb_snapshot *next)
-{
-	ct_status status;
+/* ---- lists ------------------------------------------------------------ */
 
-	if (c == NULL) {
-		if (breaker_snapshot_is_initial(next))
-			return CT_OK;
-		status = circuit_create(table, name, &c);
-		if (status != CT_OK)
-			return status;
+static bool
+circuit_held(const circuit *c)
+{
+	return c->ext != NULL && c->ext->held;
+}
+
+static uint64_t
+circuit_slots(const circuit *c)
+{
+	return c->ext != NULL ? c->ext->slot_count : 0;
+}
+
+/* Closed, not held, no slot: may be dropped when idle. */
+static bool
+circuit_reclaimable(const circuit *c)
+{
+	return c->snap.state == CB_STATE_CLOSED && !circuit_held(c) && circuit_slots(c) == 0;
+}
+
+static void
+list_unlink(circuit_table *table, circuit *c)
+{
+	switch (c->list) {
+	case LIST_IDLE:
+		if (c->prev != NULL)
+			c->prev->next = c->next;
+		else
+			table->idle_head = c->next;
+		if (c->next != NULL)
+			c->next->prev = c->prev;
+		else
+			table->idle_tail = c->prev;
+		break;
+	case LIST_PINNED:
+		if (c->prev != NULL)
+			c->prev->next = c->next;
+		else
+			table->pinned_head = c->next;
+		if (c->next != NULL)
+			c->next->prev = c->prev;
+		break;
 	}
-	c->snap = *next;
-	circuit_drop_if_idle(table, c);
-	return CT_OK;
+	c->prev = c->next = NULL;
+	c->list = LIST_NONE;
 }
 
-bool
-circuit_table_get(circuit_table *table, const char *name, cb_snapshot *out)
+/* Link c into the idle list by its last use; a circuit used just now goes
+ * at the tail at once. */
+static void
+idle_link(circuit_table *table, circuit *c)
 {
-	circuit *c = circuit_find(table, name);
+	circuit *after = table->idle_tail;
 
-	if (c == NULL) {
-		breaker_snapshot_init(out);
+	while (after != NULL && after->used_at > c->used_at)
+		after = after->prev;
+	c->prev = after;
+	c->next = after != NULL ? after->next : table->idle_head;
+	if (c->next != NULL)
+		c->next->prev = c;
+	else
+		table->idle_tail = c;
+	if (after != NULL)
+		after->next = c;
+	else
+		table->idle_head = c;
+	c->list = LIST_IDLE;
+}
+
+/* Put c on the list its state calls for. */
+static void
+circuit_relist(circuit_table *table, circuit *c)
+{
+	int want = circuit_reclaimable(c) ? LIST_IDLE : LIST_PINNED;
+
+	if (c->list == want)
+		return;
+	list_unlink(table, c);
+	if (want == LIST_IDLE) {
+		idle_link(table, c);
+		return;
+	}
+	c->next = table->pinned_head;
+	if (c->next != NULL)
+		c->next->prev = c;
+	table->pinned_head = c;
+	c->list = LIST_PINNED;
+}
+
+/* c was used at clock: it becomes the youngest idle circuit. */
+static void
+circuit_touch(circuit_table *table, circuit *c, int64_t clock)
+{
+	c->used_at = clock;
+	if (c->list == LIST_IDLE && table->idle_tail != c) {
+		list_unlink(table, c);
+		idle_link(table, c);
+	}
+}
+
+/* ---- slots and holds ---------------------------------------------------- */
+
+/* c's extension, made when missing; NULL when out of memory. */
+static circuit_ext *
+ext_need(circuit *c)
+{
+	if (c->ext == NULL)
+		c->ext = calloc(1, sizeof *c->ext);
+	return c->ext;
+}
+
+/* Free c's extension once it holds nothing. */
+static void
+ext_trim(circuit *c)
+{
+	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->held)
+		return;
+	free(c->ext);
+	c->ext = NULL;
+}
+
+/* Unlink a slot from its circuit, owner and token hash, then free it. */
+static void
+slot_free(circuit_table *table, ct_slot *slot)
+{
+	circuit_ext *x = slot->circuit->ext;
+
+	if (slot->prev != NULL)
+		slot->prev->next = slot->next;
+	else
+		x->slots_head = slot->next;
+	if (slot->next != NULL)
+		slot->next->prev = slot->prev;
+	else
+		x->slots_tail = slot->prev;
+	x->slot_count--;
+
+	if (slot->owner != NULL) {
+		if (slot->owner_prev != NULL)
+			slot->owner_prev->owner_next = slot->owner_next;
+		else
+			slot->owner->slots = slot->owner_next;
+		if (slot->owner_next != NULL)
+			slot->owner_next->owner_prev = slot->owner_prev;
+	}
+	HASH_DEL(table->slots_by_token, slot);
+	table->stats.slots--;
+	free(slot);
+}
+
+/* Clear c's hold (the state stays as it is). */
+static void
+hold_clear(circuit_table *table, circuit *c)
+{
+	circuit_ext *x = c->ext;
+
+	if (x == NULL || !x->held)
+		return;
+	if (x->held_prev != NULL)
+		x->held_prev->ext->held_next = x->held_next;
+	else
+		table->held_head = x->held_next;
+	if (x->held_next != NULL)
+		x->held_next->ext->held_prev = x->held_prev;
+	x->held_prev = x->held_next = NULL;
+	free(x->hold_user);
+	free(x->hold_reason);
+	x->hold_user = x->hold_reason = NULL;
+	x->held = false;
+	table->stats.held--;
+}
+
+/* A copy of text cut to at most max bytes (on a UTF-8 boundary); NULL
+ * when text is NULL. *nomem on allocation failure. */
+static char *
+text_copy(const char *text, size_t max, bool *nomem)
+{
+	size_t len;
+	char *copy;
+
+	if (text == NULL)
+		return NULL;
+	len = strlen(text);
+	if (len > max) {
+		len = max;
+		while (len > 0 && ((unsigned char)text[len] & 0xc0) == 0x80)
+			len--;
+	}
+	copy = malloc(len + 1);
+	if (copy == NULL) {
+		*nomem = true;
+		return NULL;
+	}
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+	return copy;
+}
+
+/* Hold c in its current state (open or closed) from since until `until`
+ * (CB_TIME_NONE: no ttl). False when out of memory (nothing changed). */
+static bool
+hold_set(circuit_table *table, circuit *c, int64_t since, int64_t until, int64_t uid,
+    const char *user, const char *reason)
+{
+	bool nomem = false;
+	char *user_copy = text_copy(user != NULL ? user : "", CT_USER_MAX, &nomem);
+	char *reason_copy = text_copy(reason, CT_REASON_MAX, &nomem);
+	circuit_ext *x = nomem ? NULL : ext_need(c);
+
+	if (x == NULL) {
+		free(user_copy);
+		free(reason_copy);
 		return false;
 	}
-	*out = c->snap;
+	hold_clear(table, c);
+	x->held = true;
+	x->hold_state = c->snap.state;
+	x->hold_since = since;
+	x->hold_until = until;
+	x->hold_uid = uid;
+	x->hold_user = user_copy;
+	x->hold_reason = reason_copy;
+	x->held_prev = NULL;
+	x->held_next = table->held_head;
+	if (x->held_next != NULL)
+		x->held_next->ext->held_prev = c;
+	table->held_head = c;
+	table->stats.held++;
 	return true;
 }
 
@@ -235,113 +443,363 @@ change_set(ct_change *change, cb_state from, cb_state to, cb_reason reason)
 	change->reason = reason;
 }
 
-/* The stored snapshot of c, or the initial one when c is not stored. */
+/* A later change within the same call: keep the first `from`. */
 static void
-circuit_snapshot(const circuit *c, cb_snapshot *out)
+change_merge(ct_change *change, cb_state to, cb_reason reason)
 {
-	if (c != NULL)
-		*out = c->snap;
-	else
-		breaker_snapshot_init(out);
+	if (change == NULL || reason == CB_REASON_NONE)
+		return;
+	change->to = to;
+	change->reason = reason;
 }
 
-/* Store `next` (moved from state `from` for `reason`) as name's snapshot
- * and report it. When it cannot be stored nothing changes: `out` is the
- * current snapshot and the change is NONE. */
-static ct_status
-commit(circuit_table *table, const char *name, circuit *c, cb_state from, const cb_snapshot *next,
-    cb_reason reason, cb_snapshot *out, ct_change *change)
+/* End c's hold when its ttl has passed at now; true when it ended. */
+static bool
+hold_expire(circuit_table *table, circuit *c, int64_t now, ct_change *change)
 {
-	ct_status status = circuit_store(table, name, c, next);
+	circuit_ext *x = c->ext;
+	cb_reason reason;
 
-	if (status != CT_OK) {
-		circuit_table_get(table, name, out);
-		change_set(change, from, from, CB_REASON_NONE);
-		return status;
+	if (x == NULL || !x->held || x->hold_until == CB_TIME_NONE || now < x->hold_until)
+		return false;
+	reason = breaker_hold_end(&c->snap, x->hold_state, now);
+	hold_clear(table, c);
+	ext_trim(c);
+	circuit_relist(table, c);
+	change_merge(change, c->snap.state, reason);
+	return true;
+}
+
+/* ---- circuits ------------------------------------------------------------ */
+
+static circuit *
+circuit_find(circuit_table *table, const char *name)
+{
+	circuit *c;
+
+	HASH_FIND(hh, table->circuits, name, strlen(name), c);
+	return c;
+}
+
+/* Free a circuit, its slots, hold and policy reference. */
+static void
+circuit_destroy(circuit_table *table, circuit *c)
+{
+	if (c->ext != NULL) {
+		while (c->ext->slots_head != NULL)
+			slot_free(table, c->ext->slots_head);
+		hold_clear(table, c);
+		free(c->ext);
 	}
-	*out = *next;
-	change_set(change, from, next->state, reason);
+	list_unlink(table, c);
+	HASH_DEL(table->circuits, c);
+	layer_put(table, c->declared);
+	table->stats.circuits--;
+	free(c);
+}
+
+/* Drop the longest-idle reclaimable circuit; with only_expired, only when
+ * it has been idle for idle_ms at clock. True when one was dropped. */
+static bool
+reclaim_one(circuit_table *table, int64_t clock, bool only_expired)
+{
+	circuit *c = table->idle_head;
+
+	if (c == NULL)
+		return false;
+	if (only_expired && (table->idle_ms <= 0 || clock - c->used_at < table->idle_ms))
+		return false;
+	if (only_expired)
+		table->stats.reclaimed_idle++;
+	else
+		table->stats.reclaimed_capacity++;
+	circuit_destroy(table, c);
+	return true;
+}
+
+/* Store a new closed circuit declaring `declared`, within max_circuits. */
+static ct_status
+circuit_create(circuit_table *table, const char *name, const proto_ctx *declared, int64_t clock,
+    circuit **out)
+{
+	size_t len = strlen(name);
+	bool nomem;
+	circuit *c;
+
+	if (table->stats.circuits >= table->max_circuits && !reclaim_one(table, clock, false)) {
+		table->stats.capacity_refusals++;
+		return CT_CAPACITY;
+	}
+	c = calloc(1, sizeof *c + len + 1);
+	if (c == NULL)
+		return CT_NOMEM;
+	c->declared = layer_get(table, declared, &nomem);
+	if (nomem) {
+		free(c);
+		return CT_NOMEM;
+	}
+	memcpy(c->name, name, len + 1);
+	c->name_len = (uint16_t)len;
+	c->used_at = clock;
+	breaker_snapshot_init(&c->snap);
+	hash_oom = 0;
+	HASH_ADD_KEYPTR(hh, table->circuits, c->name, len, c);
+	if (hash_oom) {
+		layer_put(table, c->declared);
+		free(c);
+		return CT_NOMEM;
+	}
+	table->stats.circuits++;
+	circuit_relist(table, c);
+	*out = c;
 	return CT_OK;
 }
 
-/* Shared body of record_success and record_failure. */
+/* The circuit of name, created for a write when missing. */
 static ct_status
-record_outcome(circuit_table *table, const char *name, const cb_policy *policy, int64_t now,
-    bool success, cb_snapshot *out, ct_change *change)
+circuit_for_write(circuit_table *table, const char *name, const ct_call *call, circuit **out)
+{
+	*out = circuit_find(table, name);
+	if (*out != NULL)
+		return CT_OK;
+	return circuit_create(table, name, call->declared, call->clock, out);
+}
+
+static void
+view_fill(const circuit *c, ct_view *out)
+{
+	memset(out, 0, sizeof *out);
+	if (c == NULL) {
+		breaker_snapshot_init(&out->snap);
+		out->hold.until = CB_TIME_NONE;
+		return;
+	}
+	out->stored = true;
+	out->snap = c->snap;
+	out->totals = c->totals;
+	out->declared = c->declared != NULL ? &c->declared->ctx : NULL;
+	out->hold.until = CB_TIME_NONE;
+	if (c->ext != NULL) {
+		out->slots = c->ext->slot_count;
+		if (c->ext->held) {
+			out->hold.held = true;
+			out->hold.state = c->ext->hold_state;
+			out->hold.since = c->ext->hold_since;
+			out->hold.until = c->ext->hold_until;
+			out->hold.by_uid = c->ext->hold_uid;
+			out->hold.by_user = c->ext->hold_user != NULL ? c->ext->hold_user : "";
+			out->hold.reason = c->ext->hold_reason;
+		}
+	}
+}
+
+void
+circuit_table_free(circuit_table *table)
+{
+	circuit *c, *tmp;
+
+	if (table == NULL)
+		return;
+	HASH_ITER (hh, table->circuits, c, tmp)
+		circuit_destroy(table, c);
+	free(table);
+}
+
+const proto_ctx *
+circuit_table_use(circuit_table *table, const char *name, int64_t clock, bool *stored)
+{
+	circuit *c;
+
+	for (int i = 0; i < CT_RECLAIM_PER_USE; i++) {
+		if (!reclaim_one(table, clock, true))
+			break;
+	}
+	c = circuit_find(table, name);
+	*stored = c != NULL;
+	if (c == NULL)
+		return NULL;
+	circuit_touch(table, c, clock);
+	return c->declared != NULL ? &c->declared->ctx : NULL;
+}
+
+void
+circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
+    ct_change *change)
 {
 	circuit *c = circuit_find(table, name);
-	cb_snapshot next;
+
+	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
+	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
+	if (c != NULL)
+		hold_expire(table, c, now, change);
+	view_fill(c, out);
+}
+
+/* Shared body of the three outcomes. */
+static ct_status
+record_outcome(circuit_table *table, const char *name, const ct_call *call, int outcome,
+    ct_view *out, ct_change *change)
+{
+	circuit *c = circuit_find(table, name);
+	cb_policy policy = *call->policy;
 	cb_reason reason;
-
-	circuit_snapshot(c, &next);
-	cb_state from = next.state;
-	if (success)
-		reason = breaker_on_success(&next, policy, now);
-	else
-		reason = breaker_on_failure(&next, policy, now);
-	return commit(table, name, c, from, &next, reason, out, change);
-}
-
-ct_status
-circuit_table_record_success(circuit_table *table, const char *name, const cb_policy *policy,
-    int64_t now, cb_snapshot *out, ct_change *change)
-{
-	return record_outcome(table, name, policy, now, true, out, change);
-}
-
-ct_status
-circuit_table_record_failure(circuit_table *table, const char *name, const cb_policy *policy,
-    int64_t now, cb_snapshot *out, ct_change *change)
-{
-	return record_outcome(table, name, policy, now, false, out, change);
-}
-
-/* Force a state on name, creating the circuit when needed. */
-static ct_status
-force_state(circuit_table *table, const char *name, circuit *c, cb_state state, int64_t now,
-    cb_reason why, cb_snapshot *out, ct_change *change)
-{
-	cb_snapshot next;
-
-	circuit_snapshot(c, &next);
-	cb_state from = next.state;
-	breaker_force(&next, state, now);
-	return commit(table, name, c, from, &next, from == state ? CB_REASON_NONE : why, out,
-	    change);
-}
-
-ct_status
-circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_state to, int64_t now,
-    bool *applied, cb_snapshot *out, ct_change *change)
-{
-	circuit *c = circuit_find(table, name);
 	ct_status status;
 
-	circuit_table_get(table, name, out);
-	if (out->state != from) {
-		*applied = false;
-		change_set(change, out->state, out->state, CB_REASON_NONE);
+	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
+	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
+	if (outcome == 0 && c == NULL) { /* an ignored call creates nothing */
+		view_fill(NULL, out);
 		return CT_OK;
 	}
-	status = force_state(table, name, c, to, now, CB_REASON_CAS, out, change);
-	*applied = status == CT_OK;
-	return status;
+	status = circuit_for_write(table, name, call, &c);
+	if (status != CT_OK) {
+		view_fill(NULL, out);
+		return status;
+	}
+	hold_expire(table, c, call->now, change);
+	/* A held circuit counts its calls but no rule moves it: held open
+	 * only sees stragglers; held closed never reaches a threshold. */
+	if (circuit_held(c))
+		policy.failure_threshold = CB_COUNT_MAX;
+	switch (outcome) {
+	case 0:
+		c->totals.ignored++;
+		break;
+	case 1:
+		c->totals.successes++;
+		reason = breaker_on_success(&c->snap, &policy, call->now);
+		change_merge(change, c->snap.state, reason);
+		break;
+	default:
+		c->totals.failures++;
+		reason = breaker_on_failure(&c->snap, &policy, call->now);
+		change_merge(change, c->snap.state, reason);
+		break;
+	}
+	circuit_relist(table, c);
+	view_fill(c, out);
+	return CT_OK;
 }
 
 ct_status
-circuit_table_set_state(circuit_table *table, const char *name, cb_state state, int64_t now,
-    cb_snapshot *out, ct_change *change)
+circuit_table_record_success(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change)
 {
-	return force_state(table, name, circuit_find(table, name), state, now, CB_REASON_FORCED,
-	    out, change);
+	return record_outcome(table, name, call, 1, out, change);
+}
+
+ct_status
+circuit_table_record_failure(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change)
+{
+	return record_outcome(table, name, call, 2, out, change);
+}
+
+void
+circuit_table_record_ignore(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change)
+{
+	record_outcome(table, name, call, 0, out, change);
+}
+
+ct_status
+circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_state to,
+    const ct_call *call, bool *applied, ct_view *out, ct_change *change)
+{
+	circuit *c = circuit_find(table, name);
+	cb_state current;
+	ct_status status;
+
+	*applied = false;
+	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
+	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
+	if (c != NULL)
+		hold_expire(table, c, call->now, change);
+	current = c != NULL ? c->snap.state : CB_STATE_CLOSED;
+	if (current != from || (c != NULL && circuit_held(c))) {
+		view_fill(c, out);
+		return CT_OK;
+	}
+	status = circuit_for_write(table, name, call, &c);
+	if (status != CT_OK) {
+		view_fill(NULL, out);
+		return status;
+	}
+	breaker_force(&c->snap, to, call->now);
+	change_merge(change, to, from == to ? CB_REASON_NONE : CB_REASON_CAS);
+	circuit_relist(table, c);
+	*applied = true;
+	view_fill(c, out);
+	return CT_OK;
+}
+
+ct_status
+circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
+    const ct_hold_request *hold, const ct_call *call, ct_view *out, ct_change *change)
+{
+	circuit *c;
+	cb_snapshot before;
+	ct_status status = circuit_for_write(table, name, call, &c);
+
+	if (status != CT_OK) {
+		change_set(change, CB_STATE_CLOSED, CB_STATE_CLOSED, CB_REASON_NONE);
+		view_fill(NULL, out);
+		return status;
+	}
+	before = c->snap;
+	change_set(change, before.state, before.state, CB_REASON_NONE);
+	breaker_force(&c->snap, state, call->now);
+	if (hold != NULL) {
+		int64_t until = hold->ttl_ms > 0 ? call->now + hold->ttl_ms : CB_TIME_NONE;
+
+		if (!hold_set(table, c, call->now, until, hold->by_uid, hold->by_user,
+			hold->reason)) {
+			c->snap = before;
+			circuit_relist(table, c);
+			view_fill(c, out);
+			return CT_NOMEM;
+		}
+		change_merge(change, state, CB_REASON_HELD);
+	} else {
+		bool was_held = circuit_held(c);
+
+		hold_clear(table, c);
+		ext_trim(c);
+		change_merge(change, state,
+		    before.state != state || was_held ? CB_REASON_FORCED : CB_REASON_NONE);
+	}
+	circuit_relist(table, c);
+	view_fill(c, out);
+	return CT_OK;
+}
+
+void
+circuit_table_release(circuit_table *table, const char *name, const ct_call *call, bool *released,
+    ct_view *out, ct_change *change)
+{
+	circuit *c = circuit_find(table, name);
+
+	*released = false;
+	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
+	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
+	if (c != NULL && circuit_held(c)) {
+		breaker_hold_end(&c->snap, c->ext->hold_state, call->now);
+		hold_clear(table, c);
+		ext_trim(c);
+		circuit_relist(table, c);
+		change_merge(change, c->snap.state, CB_REASON_RELEASED);
+		*released = true;
+	}
+	view_fill(c, out);
 }
 
 /* Free the circuit's slots whose ttl ran out (they are sorted by expiry). */
 static void
 slots_prune_expired(circuit_table *table, circuit *c, int64_t now)
 {
-	while (c->slots_head != NULL && now >= c->slots_head->expires_at) {
-		slot_free(table, c->slots_head);
+	while (
+	    c->ext != NULL && c->ext->slots_head != NULL && now >= c->ext->slots_head->expires_at) {
+		slot_free(table, c->ext->slots_head);
 		table->stats.slots_expired++;
 	}
 }
@@ -349,37 +807,43 @@ slots_prune_expired(circuit_table *table, circuit *c, int64_t now)
 /* Insert a slot keeping the circuit's list sorted by expires_at; with one
  * ttl per circuit this is an append. */
 static void
-slot_link_sorted(circuit *c, ct_slot *slot)
+slot_link_sorted(circuit_ext *x, ct_slot *slot)
 {
-	ct_slot *after = c->slots_tail;
+	ct_slot *after = x->slots_tail;
 
 	while (after != NULL && after->expires_at > slot->expires_at)
 		after = after->prev;
 	slot->prev = after;
-	slot->next = after != NULL ? after->next : c->slots_head;
+	slot->next = after != NULL ? after->next : x->slots_head;
 	if (slot->next != NULL)
 		slot->next->prev = slot;
 	else
-		c->slots_tail = slot;
+		x->slots_tail = slot;
 	if (after != NULL)
 		after->next = slot;
 	else
-		c->slots_head = slot;
-	c->slot_count++;
+		x->slots_head = slot;
+	x->slot_count++;
 }
 
 /* Take a slot on an existing circuit c if one is free. */
 static ct_status
-slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now, ct_owner *owner,
-    bool *acquired, ct_slot_grant *grant)
+slot_take(circuit_table *table, circuit *c, const ct_call *call, bool *acquired,
+    ct_slot_grant *grant)
 {
+	circuit_ext *x;
 	ct_slot *slot;
 
-	slots_prune_expired(table, c, now);
+	slots_prune_expired(table, c, call->now);
 	*acquired = false;
-	if (c->slot_count >= (uint64_t)policy->half_open_max)
+	if (circuit_slots(c) >= (uint64_t)call->policy->half_open_max)
 		return CT_OK;
-	slot = calloc(1, sizeof *slot);
+	if (table->max_slots > 0 && table->stats.slots >= table->max_slots) {
+		table->stats.slot_refusals++;
+		return CT_SLOTS;
+	}
+	x = ext_need(c);
+	slot = x != NULL ? calloc(1, sizeof *slot) : NULL;
 	if (slot == NULL)
 		return CT_NOMEM;
 	snprintf(slot->token, sizeof slot->token, "%016" PRIx64 "-%016" PRIx64, table->instance_id,
@@ -392,14 +856,14 @@ slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now
 	}
 	table->next_token++;
 	slot->circuit = c;
-	slot->expires_at = now + policy->slot_ttl_ms;
-	slot_link_sorted(c, slot);
-	if (owner != NULL) {
-		slot->owner = owner;
-		slot->owner_next = owner->slots;
-		if (owner->slots != NULL)
-			owner->slots->owner_prev = slot;
-		owner->slots = slot;
+	slot->expires_at = call->now + call->policy->slot_ttl_ms;
+	slot_link_sorted(x, slot);
+	if (call->owner != NULL) {
+		slot->owner = call->owner;
+		slot->owner_next = call->owner->slots;
+		if (call->owner->slots != NULL)
+			call->owner->slots->owner_prev = slot;
+		call->owner->slots = slot;
 	}
 	table->stats.slots++;
 	*acquired = true;
@@ -409,20 +873,19 @@ slot_take(circuit_table *table, circuit *c, const cb_policy *policy, int64_t now
 }
 
 ct_status
-circuit_table_acquire_slot(circuit_table *table, const char *name, const cb_policy *policy,
-    int64_t now, ct_owner *owner, bool *acquired, ct_slot_grant *grant)
+circuit_table_acquire_slot(circuit_table *table, const char *name, const ct_call *call,
+    bool *acquired, ct_slot_grant *grant)
 {
-	circuit *c = circuit_find(table, name);
-	ct_status status;
+	circuit *c;
+	ct_status status = circuit_for_write(table, name, call, &c);
 
 	*acquired = false;
-	if (c == NULL) {
-		status = circuit_create(table, name, &c);
-		if (status != CT_OK)
-			return status;
-	}
-	status = slot_take(table, c, policy, now, owner, acquired, grant);
-	circuit_drop_if_idle(table, c);
+	if (status != CT_OK)
+		return status;
+	hold_expire(table, c, call->now, NULL);
+	status = slot_take(table, c, call, acquired, grant);
+	ext_trim(c);
+	circuit_relist(table, c);
 	return status;
 }
 
@@ -442,7 +905,8 @@ circuit_table_release_slot(circuit_table *table, const char *name, const char *t
 	if (!live)
 		table->stats.slots_expired++;
 	slot_free(table, slot);
-	circuit_drop_if_idle(table, c);
+	ext_trim(c);
+	circuit_relist(table, c);
 	return live;
 }
 
@@ -453,49 +917,80 @@ circuit_table_release_owner(circuit_table *table, ct_owner *owner)
 		circuit *c = owner->slots->circuit;
 
 		slot_free(table, owner->slots);
-		circuit_drop_if_idle(table, c);
+		ext_trim(c);
+		circuit_relist(table, c);
 	}
 }
 
-ct_status
-circuit_table_allow(circuit_table *table, const char *name, const cb_policy *policy, int64_t now,
-    ct_owner *owner, ct_allow *out, ct_change *change)
+int64_t
+circuit_table_retry_after(const ct_view *view, const cb_policy *policy, int64_t now)
 {
-	circuit *c = circuit_find(table, name);
+	const ct_hold *h = &view->hold;
+
+	if (h->held && h->state == CB_STATE_OPEN) {
+		if (h->until == CB_TIME_NONE)
+			return policy->break_ms;
+		if (now >= h->until)
+			return 0;
+		/* A clock behind the hold's start counts as no time elapsed. */
+		return now > h->since ? h->until - now : h->until - h->since;
+	}
+	return breaker_retry_after_ms(&view->snap, policy, now);
+}
+
+ct_status
+circuit_table_allow(circuit_table *table, const char *name, const ct_call *call, ct_allow *out,
+    ct_view *view, ct_change *change)
+{
+	ct_view scratch;
+	circuit *c;
 	ct_status status;
 	bool acquired;
 
+	if (view == NULL)
+		view = &scratch;
 	memset(out, 0, sizeof *out);
 	change_set(change, CB_STATE_CLOSED, CB_STATE_CLOSED, CB_REASON_NONE);
-	if (c == NULL) {
-		/* Unknown reads as initial: closed, allowed, nothing stored. */
-		out->allowed = true;
-		out->state = CB_STATE_CLOSED;
-		return CT_OK;
+	status = circuit_for_write(table, name, call, &c);
+	if (status != CT_OK) {
+		view_fill(NULL, view);
+		return status;
 	}
-	cb_state from = c->snap.state;
-	cb_reason reason = breaker_on_allow(&c->snap, policy, now);
-	change_set(change, from, c->snap.state, reason);
+	change_set(change, c->snap.state, c->snap.state, CB_REASON_NONE);
+	hold_expire(table, c, call->now, change);
+	if (!circuit_held(c)) {
+		cb_reason reason = breaker_on_allow(&c->snap, call->policy, call->now);
+
+		change_merge(change, c->snap.state, reason);
+	}
 	out->state = c->snap.state;
 	switch (c->snap.state) {
 	case CB_STATE_CLOSED:
 		out->allowed = true;
-		return CT_OK;
+		break;
 	case CB_STATE_OPEN:
-		out->retry_after_ms = breaker_retry_after_ms(&c->snap, policy, now);
-		return CT_OK;
+		c->totals.rejected++;
+		view_fill(c, view);
+		out->retry_after_ms = circuit_table_retry_after(view, call->policy, call->now);
+		break;
 	case CB_STATE_HALF_OPEN:
+		status = slot_take(table, c, call, &acquired, &out->permit);
+		if (status != CT_OK)
+			break;
+		out->allowed = acquired;
+		out->has_permit = acquired;
+		if (!acquired) {
+			c->totals.rejected++;
+			if (c->ext != NULL && c->ext->slots_head != NULL)
+				/* Refused: the earliest a held slot frees up. */
+				out->retry_after_ms = c->ext->slots_head->expires_at - call->now;
+		}
 		break;
 	}
-	status = slot_take(table, c, policy, now, owner, &acquired, &out->permit);
-	if (status != CT_OK)
-		return status;
-	out->allowed = acquired;
-	out->has_permit = acquired;
-	if (!acquired && c->slots_head != NULL)
-		/* Refused: the earliest a held slot frees up on its own. */
-		out->retry_after_ms = c->slots_head->expires_at - now;
-	return CT_OK;
+	ext_trim(c);
+	circuit_relist(table, c);
+	view_fill(c, view);
+	return status;
 }
 
 bool
@@ -505,18 +1000,80 @@ circuit_table_delete(circuit_table *table, const char *name)
 
 	if (c == NULL)
 		return false;
-	circuit_free_slots(table, c);
-	HASH_DEL(table->circuits, c);
-	table->stats.circuits--;
-	free(c);
+	circuit_destroy(table, c);
 	return true;
+}
+
+ct_status
+circuit_table_restore(circuit_table *table, const char *name, const ct_view *view, int64_t clock)
+{
+	circuit *c;
+	ct_status status;
+
+	circuit_table_delete(table, name);
+	status = circuit_create(table, name, view->declared, clock, &c);
+	if (status != CT_OK)
+		return status;
+	c->snap = view->snap;
+	c->totals = view->totals;
+	if (view->hold.held) {
+		/* The hold keeps the state it was placed on. */
+		c->snap.state = view->hold.state;
+		if (!hold_set(table, c, view->hold.since, view->hold.until, view->hold.by_uid,
+			view->hold.by_user, view->hold.reason)) {
+			circuit_destroy(table, c);
+			return CT_NOMEM;
+		}
+	}
+	circuit_relist(table, c);
+	return CT_OK;
+}
+
+void
+circuit_table_expire_holds(circuit_table *table, int64_t now, ct_change_fn fn, void *arg)
+{
+	circuit *c = table->held_head;
+
+	while (c != NULL) {
+		circuit *next = c->ext->held_next;
+		ct_change change;
+
+		change_set(&change, c->snap.state, c->snap.state, CB_REASON_NONE);
+		if (hold_expire(table, c, now, &change) && fn != NULL)
+			fn(c->name, &change, arg);
+		c = next;
+	}
+}
+
+uint64_t
+circuit_table_reclaim_idle(circuit_table *table, int64_t clock, uint64_t max)
+{
+	uint64_t n = 0;
+
+	while (n < max && reclaim_one(table, clock, true))
+		n++;
+	return n;
 }
 
 void
 circuit_table_foreach(circuit_table *table, ct_visit_fn visit, void *arg)
 {
 	circuit *c, *tmp;
+	ct_view view;
 
-	HASH_ITER (hh, table->circuits, c, tmp)
-		visit(c->name, &c->snap, arg);
+	HASH_ITER (hh, table->circuits, c, tmp) {
+		view_fill(c, &view);
+		visit(c->name, &view, arg);
+	}
+}
+
+void
+circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg)
+{
+	ct_view view;
+
+	for (circuit *c = table->pinned_head; c != NULL; c = c->next) {
+		view_fill(c, &view);
+		visit(c->name, &view, arg);
+	}
 }

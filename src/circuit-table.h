@@ -1,18 +1,30 @@
 /*
- * circuit-table.h — name -> circuit (snapshot + half-open slots).
+ * circuit-table.h — name -> circuit: snapshot, totals, the policy its
+ * creating request declared, an operator's hold, half-open slots, and the
+ * circuit's lifetime (protocol 2, §1, §2, §4).
  *
- * The store of protocol v1 in memory: every store operation of the spec as
- * one function, O(1) per call (uthash for names and for slot tokens). Pure
- * like breaker.c: callers pass `now` and a random instance id at creation;
+ * Every store operation of the spec is one function, O(1) per call (uthash
+ * for names and slot tokens, linked lists for idleness). Pure like
+ * breaker.c: callers pass the decision clock (`now`, ctx.now or the real
+ * clock) and the owner's clock (`clock`, what idleness is measured on);
  * nothing here reads a clock or does I/O, so cbd and libcbclient's local
  * store share it. Not thread-safe: the daemon is single-threaded and the
  * client wraps it in a mutex.
  *
- * Storage rule: a circuit is stored only while its snapshot differs from
- * the initial snapshot or it holds slots. Reads never create one; a write
- * whose result is the initial snapshot (a success on a fresh name) stores
- * nothing, and a circuit that returns to it is dropped. Only creation can
- * hit max_circuits (CT_CAPACITY); existing circuits always keep working.
+ * Lifetime: a circuit is created by a write (an outcome, allow, acquire,
+ * a force or a hold; never by a read, a failed cas, a release or an
+ * ignored outcome) and stays while it is used. A circuit that is closed,
+ * not held and holds no slot is reclaimable: it sits on an idle list kept
+ * in order of last use, and circuit_table_reclaim_idle() drops those idle
+ * longer than a bound. At max_circuits, a creation first reclaims the
+ * longest-idle reclaimable circuit; only when there is none is it refused
+ * (CT_CAPACITY). The other circuits (open, half_open, held, holding slots)
+ * sit on a pinned list, which is what the state file walks.
+ *
+ * Policy: the table stores the policy members the creating request
+ * declared (interned: circuits declaring the same members share one copy)
+ * but never resolves a policy itself; callers resolve it (config section,
+ * declared members, [defaults], built-in) and pass the effective policy in.
  */
 #ifndef CBD_CIRCUIT_TABLE_H
 #define CBD_CIRCUIT_TABLE_H
@@ -22,12 +34,19 @@
 #include <stdint.h>
 
 #include "breaker.h"
+#include "proto.h"
 
 /* Longest circuit name in bytes (spec: 1..256). */
 #define CT_NAME_MAX 256
+/* Longest hold reason in bytes (protocol 2, §4). */
+#define CT_REASON_MAX 256
+/* Longest user name kept with a hold. */
+#define CT_USER_MAX 64
 /* Room for a slot token and its NUL: 16 hex digits of the table's random
  * instance id, '-', 16 hex digits of a per-table counter. */
 #define CT_TOKEN_SIZE 40
+/* Idle circuits reclaimed by one request on its way (amortised cleanup). */
+#define CT_RECLAIM_PER_USE 2
 
 typedef struct circuit_table circuit_table;
 typedef struct ct_slot ct_slot;
@@ -40,16 +59,66 @@ typedef struct ct_owner {
 
 typedef enum ct_status {
 	CT_OK = 0,
-	CT_CAPACITY, /* max_circuits reached: the new circuit was not created */
+	CT_CAPACITY, /* max_circuits reached, nothing reclaimable: not created */
 	CT_NOMEM, /* allocation failed: nothing changed */
+	CT_SLOTS, /* max_slots reached: no slot taken */
 } ct_status;
 
-/* A state change made by one call, for logging (reason NONE: no change). */
+/* A state or hold change made by one call, for logging (reason NONE: no
+ * change). A hold placed or ended may leave the state as it was. */
 typedef struct ct_change {
 	cb_state from;
 	cb_state to;
 	cb_reason reason;
 } ct_change;
+
+/* Counts since the circuit was created (protocol 2's snapshot `totals`). */
+typedef struct ct_totals {
+	uint64_t successes;
+	uint64_t failures;
+	uint64_t ignored;
+	uint64_t slow;
+	uint64_t rejected; /* allow refusals */
+} ct_totals;
+
+/* An operator's hold. The strings belong to the table (valid until the
+ * next call that changes the table). */
+typedef struct ct_hold {
+	bool held;
+	cb_state state; /* open or closed */
+	int64_t since;
+	int64_t until; /* CB_TIME_NONE: no ttl */
+	int64_t by_uid;
+	const char *by_user; /* "" when unknown */
+	const char *reason; /* NULL when none */
+} ct_hold;
+
+/* What a hold is placed with (set_state with hold). */
+typedef struct ct_hold_request {
+	int64_t ttl_ms; /* 0: no ttl */
+	int64_t by_uid;
+	const char *by_user; /* may be NULL; cut to CT_USER_MAX */
+	const char *reason; /* may be NULL; cut to CT_REASON_MAX */
+} ct_hold_request;
+
+/* A circuit as read back: the initial one (stored false) when unknown. */
+typedef struct ct_view {
+	bool stored;
+	cb_snapshot snap;
+	ct_totals totals;
+	ct_hold hold;
+	const proto_ctx *declared; /* the creating request's policy; NULL: none */
+	uint64_t slots; /* held now */
+} ct_view;
+
+/* What every call that may change a circuit takes. */
+typedef struct ct_call {
+	const cb_policy *policy; /* effective policy of the circuit */
+	const proto_ctx *declared; /* the request's ctx: kept when it creates */
+	int64_t now; /* decision clock */
+	int64_t clock; /* owner's clock: idleness */
+	ct_owner *owner; /* slots' holder; may be NULL */
+} ct_call;
 
 /* A slot as handed to its holder. */
 typedef struct ct_slot_grant {
@@ -70,47 +139,76 @@ typedef struct ct_allow {
 typedef struct ct_stats {
 	uint64_t circuits; /* stored now */
 	uint64_t slots; /* held now (expired ones not yet pruned included) */
+	uint64_t held; /* circuits held now */
 	uint64_t capacity_refusals; /* creations refused at max_circuits */
+	uint64_t slot_refusals; /* slots refused at max_slots */
 	uint64_t slots_expired; /* slots pruned because their ttl ran out */
+	uint64_t reclaimed_idle; /* dropped after idle_reclaim_ms */
+	uint64_t reclaimed_capacity; /* dropped to make room at max_circuits */
+	uint64_t policies; /* distinct declared policies stored */
 } ct_stats;
 
-/* Called by circuit_table_foreach for each stored circuit. */
-typedef void (*ct_visit_fn)(const char *name, const cb_snapshot *snap, void *arg);
+/* Called by the walks below for each circuit. */
+typedef void (*ct_visit_fn)(const char *name, const ct_view *view, void *arg);
+/* Called for each hold ended by circuit_table_expire_holds. */
+typedef void (*ct_change_fn)(const char *name, const ct_change *change, void *arg);
 
 /* A table holding at most max_circuits; instance_id should be random so
  * that tokens differ across restarts. NULL when out of memory. */
 circuit_table *circuit_table_new(uint64_t max_circuits, uint64_t instance_id);
 void circuit_table_free(circuit_table *table);
 
-/* Change the bound; circuits already stored beyond it stay. */
+/* Change the bounds; circuits already stored beyond them stay. */
 void circuit_table_set_max_circuits(circuit_table *table, uint64_t max_circuits);
+/* Slots held at once across all circuits (0: no bound). */
+void circuit_table_set_max_slots(circuit_table *table, uint64_t max_slots);
+/* Reclaim closed idle circuits after this long on the owner's clock
+ * (0: only at max_circuits). */
+void circuit_table_set_idle_reclaim(circuit_table *table, int64_t idle_ms);
 
 void circuit_table_stats(const circuit_table *table, ct_stats *out);
 
-/* The snapshot of `name` (the initial one when not stored); never creates.
- * Returns whether the circuit is stored. */
-bool circuit_table_get(circuit_table *table, const char *name, cb_snapshot *out);
+/* Note that a request named `name` at `clock` (idleness), and reclaim up
+ * to CT_RECLAIM_PER_USE idle circuits on the way. Returns the policy the
+ * circuit's creating request declared (NULL when none or not stored);
+ * *stored says whether the circuit exists. */
+const proto_ctx *circuit_table_use(circuit_table *table, const char *name, int64_t clock,
+    bool *stored);
 
-/* Apply an outcome; `out` is the snapshot after it. change may be NULL. */
-ct_status circuit_table_record_success(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, cb_snapshot *out, ct_change *change);
-ct_status circuit_table_record_failure(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, cb_snapshot *out, ct_change *change);
+/* The circuit of `name` at `now` (the initial one when not stored); never
+ * creates. A hold whose ttl has passed at `now` ends here (change). */
+void circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
+    ct_change *change);
 
-/* Force `to` when the state is `from`. *applied says which; `out` is the new
- * snapshot when applied, the current one when not. A failed cas never
- * creates a circuit. */
+/* Apply an outcome; `out` is the circuit after it. change may be NULL.
+ * An ignored outcome counts in totals of a stored circuit only. */
+ct_status circuit_table_record_success(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change);
+ct_status circuit_table_record_failure(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change);
+void circuit_table_record_ignore(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change);
+
+/* Force `to` when the state is `from` and the circuit is not held.
+ * *applied says which; `out` is the new circuit when applied, the current
+ * one when not. A failed cas never creates a circuit. */
 ct_status circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_state to,
-    int64_t now, bool *applied, cb_snapshot *out, ct_change *change);
+    const ct_call *call, bool *applied, ct_view *out, ct_change *change);
 
-/* Force `state` unconditionally (admin). */
+/* Force `state` unconditionally (admin). With hold (may be NULL) the state
+ * is held (open or closed only) until its ttl or a release; without, any
+ * hold is cleared. */
 ct_status circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
-    int64_t now, cb_snapshot *out, ct_change *change);
+    const ct_hold_request *hold, const ct_call *call, ct_view *out, ct_change *change);
 
-/* Take a slot if fewer than policy->half_open_max unexpired slots are held.
- * owner may be NULL (the slot then lives until released or expired). */
-ct_status circuit_table_acquire_slot(circuit_table *table, const char *name,
-    const cb_policy *policy, int64_t now, ct_owner *owner, bool *acquired, ct_slot_grant *grant);
+/* End name's hold (admin): *released false when it was not held. */
+void circuit_table_release(circuit_table *table, const char *name, const ct_call *call,
+    bool *released, ct_view *out, ct_change *change);
+
+/* Take a slot if fewer than policy->half_open_max unexpired slots are held
+ * (CT_SLOTS past max_slots). */
+ct_status circuit_table_acquire_slot(circuit_table *table, const char *name, const ct_call *call,
+    bool *acquired, ct_slot_grant *grant);
 
 /* Release a slot of `name` by token; unknown or expired tokens, or a token
  * of another circuit, are a no-op. Returns whether a slot was released. */
@@ -120,16 +218,37 @@ bool circuit_table_release_slot(circuit_table *table, const char *name, const ch
 /* Release every slot held by owner (a connection that closed). */
 void circuit_table_release_owner(circuit_table *table, ct_owner *owner);
 
-/* The sidecar's "may I call?": see protocol-v1.md, op allow. */
-ct_status circuit_table_allow(circuit_table *table, const char *name, const cb_policy *policy,
-    int64_t now, ct_owner *owner, ct_allow *out, ct_change *change);
+/* The sidecar's "may I call?": see protocol-v1.md, op allow; a held open
+ * circuit refuses, a held closed one allows. `out` gets the circuit too
+ * (may be NULL). */
+ct_status circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
+    ct_allow *out, ct_view *view, ct_change *change);
 
 /* Drop a circuit and its slots; returns whether it existed. */
 bool circuit_table_delete(circuit_table *table, const char *name);
 
-/* Visit stored circuits in an unspecified order. The callback must not
+/* Store a circuit as read from the state file (replacing one of that
+ * name): view's snapshot, totals, declared policy (may be NULL) and hold.
+ * Subject to max_circuits like any creation. */
+ct_status circuit_table_restore(circuit_table *table, const char *name, const ct_view *view,
+    int64_t clock);
+
+/* End every hold whose ttl has passed at `now`, calling fn for each. */
+void circuit_table_expire_holds(circuit_table *table, int64_t now, ct_change_fn fn, void *arg);
+
+/* Reclaim up to `max` circuits idle for idle_reclaim_ms at `clock`;
+ * returns how many. */
+uint64_t circuit_table_reclaim_idle(circuit_table *table, int64_t clock, uint64_t max);
+
+/* Time left before `view`'s circuit lets a trial through: the hold's
+ * end (or the break, with no ttl) while held open, else the break. */
+int64_t circuit_table_retry_after(const ct_view *view, const cb_policy *policy, int64_t now);
+
+/* Visit stored circuits in an unspecified order; visit_pinned only those
+ * that are open, half_open, held or hold slots. The callback must not
  * change the table. */
 void circuit_table_foreach(circuit_table *table, ct_visit_fn visit, void *arg);
+void circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg);
 
 /* Text for a status ("max_circuits reached"). */
 const char *circuit_table_status_text(ct_status status);

@@ -27,3 +27,12 @@ clock_monotonic_ms(void)
 {
 	return clock_ms(CLOCK_MONOTONIC);
 }
+
+int64_t
+clock_monotonic_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}

@@ -11,5 +11,7 @@
 int64_t clock_realtime_ms(void);
 /* Milliseconds of a clock that never jumps (timeouts, uptime). */
 int64_t clock_monotonic_ms(void);
+/* The same clock in microseconds (short pauses). */
+int64_t clock_monotonic_us(void);
 
 #endif

@@ -36,6 +36,7 @@ struct conf_circuit {
 #define CONF_OUTPUT_MIN (INT64_C(64) << 10)
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
+#define CONF_SLOTS_MAX INT64_C(1000000000)
 #define CONF_IDLE_MAX INT64_C(86400000)
 
 #define CBD_KEY(n, t, lo, hi, def, reload, help)                                                   \
@@ -74,13 +75,19 @@ static const conf_key keys[] = {
 	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true, "error, warning, info or debug"),
 	CBD_KEY(open_warning_interval, CONF_INT, 0, CONF_WARNING_INTERVAL_MAX, "60", true,
 	    "seconds between warnings listing open circuits (0: off)"),
+	CBD_KEY(idle_reclaim_ms, CONF_INT, 0, CB_DURATION_MAX, "3600000", true,
+	    "a closed, unheld circuit unused this long is dropped (0: only at max_circuits)"),
+	CBD_KEY(max_slots, CONF_INT, 1, CONF_SLOTS_MAX, "65536", true,
+	    "half-open slots held at once across all circuits; past it: capacity"),
+	CBD_KEY(state_file, CONF_STRING, 0, 0, "", false,
+	    "file keeping open, half_open and held circuits across restarts (empty: off)"),
 	POLICY_KEY("failure_threshold", PROTO_CTX_FAILURE_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
 	    "5", "failures in a chain that open a closed circuit"),
 	POLICY_KEY("success_threshold", PROTO_CTX_SUCCESS_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
 	    "2", "trial successes that close a half_open circuit"),
 	POLICY_KEY("break_ms", PROTO_CTX_BREAK_MS, CB_DURATION_MIN, CB_DURATION_MAX, "30000",
 	    "how long a circuit stays open before trial calls"),
-	POLICY_KEY("half_open_max", PROTO_CTX_HALF_OPEN_MAX, CB_COUNT_MIN, CB_COUNT_MAX, "1",
+	POLICY_KEY("half_open_max", PROTO_CTX_HALF_OPEN_MAX, CB_COUNT_MIN, CB_HALF_OPEN_MAX, "1",
 	    "trial calls (slots) at once"),
 	POLICY_KEY("slot_ttl_ms", PROTO_CTX_SLOT_TTL_MS, CB_DURATION_MIN, CB_DURATION_MAX,
 	    "break_ms", "lifetime of a slot or permit"),
@@ -523,6 +530,7 @@ conf_free(cbd_conf *cfg)
 	free(cfg->socket_group);
 	free(cfg->admin_users);
 	free(cfg->admin_groups);
+	free(cfg->state_file);
 	free(cfg->admin_uids);
 	free(cfg->admin_gids);
 	HASH_ITER (hh, cfg->circuits, c, tmp) {
@@ -533,17 +541,18 @@ conf_free(cbd_conf *cfg)
 }
 
 void
-conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *request, cb_policy *out)
+conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb_policy *out,
+    proto_policy_sources *sources)
 {
-	const proto_ctx *layers[3];
+	proto_layer layers[3];
 	conf_circuit *c = NULL;
 
 	if (cfg->circuits != NULL)
 		HASH_FIND(hh, cfg->circuits, name, strlen(name), c);
-	layers[0] = request;
-	layers[1] = c != NULL ? &c->ctx : NULL;
-	layers[2] = &cfg->defaults;
-	proto_policy_resolve(layers, 3, out);
+	layers[0] = (proto_layer){ c != NULL ? &c->ctx : NULL, PROTO_SOURCE_CONFIG };
+	layers[1] = (proto_layer){ declared, PROTO_SOURCE_CLIENT };
+	layers[2] = (proto_layer){ &cfg->defaults, PROTO_SOURCE_DEFAULTS };
+	proto_policy_resolve(layers, 3, out, sources);
 }
 
 bool

@@ -64,6 +64,9 @@ typedef struct cbd_conf {
 	char *admin_groups;
 	int64_t log_level;
 	int64_t open_warning_interval;
+	int64_t idle_reclaim_ms;
+	int64_t max_slots;
+	char *state_file;
 	/* Resolved from admin_users, and from the members of admin_groups. */
 	uid_t *admin_uids;
 	size_t admin_uid_count;
@@ -87,9 +90,12 @@ bool conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size);
 
 void conf_free(cbd_conf *cfg);
 
-/* Policy for a call on `name`: request ctx, then the circuit's section,
- * then [defaults], then built-in defaults. */
-void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *request, cb_policy *out);
+/* The effective policy of circuit `name` (protocol 2, §1): its
+ * [circuit] section, then the policy its creating request declared
+ * (`declared`, may be NULL), then [defaults], then the built-in defaults.
+ * sources (may be NULL) receives where each key came from. */
+void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb_policy *out,
+    proto_policy_sources *sources);
 
 /* Keys SIGHUP may not change: keep old's value in fresh, warning when
  * the file asked for another one. */

@@ -21,7 +21,9 @@ src_libcbdaemon_la_SOURCES = \
 	src/stats.c src/stats.h \
 	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
 	src/server.c src/server.h \
-	src/server-client.c src/server-client.h
+	src/server-client.c src/server-client.h \
+	src/persist.c src/persist.h \
+	src/housekeeping.c src/housekeeping.h
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS)
 src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS)

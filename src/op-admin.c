@@ -1,5 +1,5 @@
 /*
- * op-admin.c — the read and service ops of protocol v1: hello, list, stats.
+ * op-admin.c — the read and service ops: hello, list, stats.
  */
 #include "config.h"
 
@@ -11,8 +11,8 @@
 #include "server.h"
 #include "stats.h"
 
-/* A snapshot's size in a list reply, less its name (a generous guess). */
-#define OP_LIST_ENTRY_BYTES 200
+/* Room kept in a list reply for its envelope ("id", "ok", "truncated"). */
+#define OP_LIST_ENVELOPE_BYTES 256
 
 bool
 op_hello(op_call *call)
@@ -46,26 +46,31 @@ typedef struct list_walk {
 } list_walk;
 
 static void
-list_visit(const char *name, const cb_snapshot *snap, void *arg)
+list_visit(const char *name, const ct_view *view, void *arg)
 {
 	list_walk *w = arg;
+	proto_policy_sources sources;
 	cb_policy policy;
 	size_t cost;
 	json_t *obj;
 
-	if (w->truncated || w->nomem || (w->filter && snap->state != w->state))
+	if (w->truncated || w->nomem || (w->filter && view->snap.state != w->state))
 		return;
-	/* JSON escapes at most double a name without control characters. */
-	cost = OP_LIST_ENTRY_BYTES + 2 * strlen(name);
+	conf_policy(&srv.conf, name, view->declared, &policy, &sources);
+	obj = op_snapshot_json(name, view, &policy, &sources, w->call->now);
+	if (obj == NULL) {
+		w->nomem = true;
+		return;
+	}
+	/* The entry's exact size, and a comma. */
+	cost = json_dumpb(obj, NULL, 0, JSON_COMPACT) + 1;
 	if (cost > w->budget) {
 		w->truncated = true;
+		json_decref(obj);
 		return;
 	}
 	w->budget -= cost;
-	conf_policy(&srv.conf, name, &w->call->ctx, &policy);
-	obj =
-	    proto_snapshot_to_json(name, snap, breaker_retry_after_ms(snap, &policy, w->call->now));
-	if (obj == NULL || json_array_append_new(w->circuits, obj) != 0)
+	if (json_array_append_new(w->circuits, obj) != 0)
 		w->nomem = true;
 }
 
@@ -73,13 +78,19 @@ bool
 op_list(op_call *call)
 {
 	list_walk w = { .call = call };
+	size_t queued;
 	bool present;
 
 	if (!proto_get_state(call->request, "state", false, &w.state, &present, &call->err))
 		return false;
 	w.filter = present;
-	/* Half of max_output_bytes, so the reply never gets its reader dropped. */
+	/* Half of max_output_bytes less what is already queued for this
+	 * connection, so a list reply never gets its reader dropped. */
+	queued = call->client->out_len - call->client->out_off;
 	w.budget = (size_t)srv.conf.max_output_bytes / 2;
+	w.budget = w.budget > queued + OP_LIST_ENVELOPE_BYTES
+	    ? w.budget - queued - OP_LIST_ENVELOPE_BYTES
+	    : 0;
 	w.circuits = json_array();
 	if (w.circuits == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

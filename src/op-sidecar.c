@@ -1,6 +1,6 @@
 /*
- * op-sidecar.c — the sidecar ops of protocol v1: allow ("may I call?")
- * and record ("how did it go?", giving back allow's permit).
+ * op-sidecar.c — the sidecar ops: allow ("may I call?") and record ("how
+ * did it go?", giving back allow's permit).
  */
 #include <string.h>
 
@@ -12,11 +12,11 @@ op_allow(op_call *call)
 {
 	ct_allow allow;
 	ct_change change;
+	ct_view view;
 	json_t *r = call->reply;
 
 	if (!op_status(call,
-		circuit_table_allow(srv.table, call->name, &call->policy, call->now,
-		    &call->client->owner, &allow, &change)))
+		circuit_table_allow(srv.table, call->name, &call->table, &allow, &view, &change)))
 		return false;
 	op_log_change(call->name, &change);
 	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
@@ -48,14 +48,12 @@ bool
 op_record(op_call *call)
 {
 	const char *outcome, *permit;
-	size_t len;
 	int which = -1;
-	cb_snapshot snap;
 	ct_change change = { .reason = CB_REASON_NONE };
 	ct_status status = CT_OK;
-	json_t *obj;
+	ct_view view;
 
-	if (!proto_get_text(call->request, "outcome", true, &outcome, &len, &call->err) ||
+	if (!proto_get_text(call->request, "outcome", true, &outcome, NULL, &call->err) ||
 	    !proto_get_text(call->request, "permit", false, &permit, NULL, &call->err))
 		return false;
 	for (int i = 0; i < (int)(sizeof outcome_names / sizeof outcome_names[0]); i++) {
@@ -67,28 +65,24 @@ op_record(op_call *call)
 		    "outcome must be \"success\", \"failure\" or \"ignore\"");
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
-		status = circuit_table_record_success(srv.table, call->name, &call->policy,
-		    call->now, &snap, &change);
+		status = circuit_table_record_success(srv.table, call->name, &call->table, &view,
+		    &change);
 		break;
 	case RECORD_FAILURE:
-		status = circuit_table_record_failure(srv.table, call->name, &call->policy,
-		    call->now, &snap, &change);
+		status = circuit_table_record_failure(srv.table, call->name, &call->table, &view,
+		    &change);
 		break;
 	case RECORD_IGNORE:
-		circuit_table_get(srv.table, call->name, &snap);
+		circuit_table_record_ignore(srv.table, call->name, &call->table, &view, &change);
 		break;
 	}
 	op_log_change(call->name, &change);
 	/* The permit goes back whatever became of the outcome. */
-	if (permit != NULL)
+	if (permit != NULL) {
 		circuit_table_release_slot(srv.table, call->name, permit, call->now);
+		circuit_table_get(srv.table, call->name, call->now, &view, NULL);
+	}
 	if (!op_status(call, status))
 		return false;
-	if (permit != NULL)
-		circuit_table_get(srv.table, call->name, &snap);
-	obj = proto_snapshot_to_json(call->name, &snap,
-	    breaker_retry_after_ms(&snap, &call->policy, call->now));
-	if (obj == NULL || json_object_set_new(call->reply, "snapshot", obj) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
+	return op_reply_snapshot(call, "snapshot", &view);
 }

@@ -1,50 +1,43 @@
 /*
- * op-store.c — the store ops of protocol v1: get, record_success,
- * record_failure, cas, set_state, acquire_slot, release_slot, delete.
+ * op-store.c — the store ops: get, record_success, record_failure, cas,
+ * set_state (with holds), release, acquire_slot, release_slot, delete.
  */
+#include <string.h>
+
+#include "housekeeping.h"
 #include "log.h"
 #include "op.h"
 #include "server.h"
 
-/* reply.snapshot = the snapshot of call->name at call->now. */
-static bool
-reply_snapshot(op_call *call, const cb_snapshot *snap)
-{
-	json_t *obj = proto_snapshot_to_json(call->name, snap,
-	    breaker_retry_after_ms(snap, &call->policy, call->now));
-
-	if (obj == NULL || json_object_set_new(call->reply, "snapshot", obj) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
-
 bool
 op_get(op_call *call)
 {
-	cb_snapshot snap;
+	ct_change change;
+	ct_view view;
 
-	circuit_table_get(srv.table, call->name, &snap);
-	return reply_snapshot(call, &snap);
+	circuit_table_get(srv.table, call->name, call->now, &view, &change);
+	op_log_change(call->name, &change);
+	return op_reply_snapshot(call, "snapshot", &view);
 }
 
 /* Shared body of record_success and record_failure. */
 static bool
 record_outcome(op_call *call, bool success)
 {
-	cb_snapshot snap;
 	ct_change change;
 	ct_status status;
+	ct_view view;
 
 	if (success)
-		status = circuit_table_record_success(srv.table, call->name, &call->policy,
-		    call->now, &snap, &change);
+		status = circuit_table_record_success(srv.table, call->name, &call->table, &view,
+		    &change);
 	else
-		status = circuit_table_record_failure(srv.table, call->name, &call->policy,
-		    call->now, &snap, &change);
+		status = circuit_table_record_failure(srv.table, call->name, &call->table, &view,
+		    &change);
 	if (!op_status(call, status))
 		return false;
 	op_log_change(call->name, &change);
-	return reply_snapshot(call, &snap);
+	return op_reply_snapshot(call, "snapshot", &view);
 }
 
 bool
@@ -59,41 +52,152 @@ op_record_failure(op_call *call)
 	return record_outcome(call, false);
 }
 
+/* A non-admin may only move open -> half_open once the break has elapsed
+ * (protocol 2, §4): the one move the store interface leaves to clients.
+ * False (forbidden) otherwise; *answered when the reply is already made
+ * (applied: false for a held circuit or a state that does not match). */
+static bool
+cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered)
+{
+	ct_change change;
+	ct_view view;
+
+	*answered = false;
+	if (server_client_is_admin(call->client))
+		return true;
+	if (from != CB_STATE_OPEN || to != CB_STATE_HALF_OPEN)
+		return proto_fail(&call->err, PROTO_FORBIDDEN,
+		    "uid %ld is not an admin: cas may only move open -> half_open once the break "
+		    "has elapsed",
+		    (long)call->client->uid);
+	circuit_table_get(srv.table, call->name, call->now, &view, &change);
+	op_log_change(call->name, &change);
+	if (view.hold.held || view.snap.state != from) {
+		*answered = true;
+		if (json_object_set_new(call->reply, "applied", json_false()) != 0)
+			return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+		return op_reply_snapshot(call, "snapshot", &view);
+	}
+	if (!breaker_break_elapsed(&view.snap, &call->policy, call->now))
+		return proto_fail(&call->err, PROTO_FORBIDDEN,
+		    "uid %ld is not an admin: cas open -> half_open only once the break has "
+		    "elapsed (%lld ms left)",
+		    (long)call->client->uid,
+		    (long long)circuit_table_retry_after(&view, &call->policy, call->now));
+	return true;
+}
+
 bool
 op_cas(op_call *call)
 {
 	cb_state from, to;
-	cb_snapshot snap;
 	ct_change change;
-	bool applied;
+	ct_view view;
+	bool applied, answered;
 
 	if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
 	    !proto_get_state(call->request, "to", true, &to, NULL, &call->err))
 		return false;
+	if (!cas_allowed(call, from, to, &answered))
+		return false;
+	if (answered)
+		return true;
 	if (!op_status(call,
-		circuit_table_cas(srv.table, call->name, from, to, call->now, &applied, &snap,
+		circuit_table_cas(srv.table, call->name, from, to, &call->table, &applied, &view,
 		    &change)))
 		return false;
 	op_log_change(call->name, &change);
 	if (json_object_set_new(call->reply, "applied", json_boolean(applied)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return reply_snapshot(call, &snap);
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+/* An optional boolean member. */
+static bool
+get_bool(op_call *call, const char *key, bool *out)
+{
+	const json_t *v = json_object_get(call->request, key);
+
+	*out = false;
+	if (v == NULL || json_is_null(v))
+		return true;
+	if (!json_is_boolean(v))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s must be true or false", key);
+	*out = json_is_true(v);
+	return true;
+}
+
+/* set_state's hold members: hold, ttl_ms, reason (protocol 2, §4). */
+static bool
+hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request *req)
+{
+	bool has_ttl = false;
+	size_t len;
+
+	memset(req, 0, sizeof *req);
+	if (!get_bool(call, "hold", hold) ||
+	    !proto_get_int(call->request, "ttl_ms", CB_DURATION_MIN, CB_DURATION_MAX, false,
+		&req->ttl_ms, &has_ttl, &call->err) ||
+	    !proto_get_text(call->request, "reason", false, &req->reason, &len, &call->err))
+		return false;
+	if (!*hold && (has_ttl || req->reason != NULL))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is only valid with hold: true",
+		    has_ttl ? "ttl_ms" : "reason");
+	if (*hold && state == CB_STATE_HALF_OPEN)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST,
+		    "state half_open cannot be held (hold open or closed)");
+	if (req->reason != NULL && len > CT_REASON_MAX)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "reason must be at most %d bytes",
+		    CT_REASON_MAX);
+	req->by_uid = (int64_t)call->client->uid;
+	return true;
 }
 
 bool
 op_set_state(op_call *call)
 {
-	cb_snapshot snap;
+	char what[96], user[CT_USER_MAX + 1];
+	ct_hold_request req;
 	ct_change change;
+	ct_view view;
 	cb_state state;
+	bool hold;
 
-	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err))
+	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
+	    !hold_members(call, state, &hold, &req))
 		return false;
+	op_peer_user(call, user, sizeof user);
+	req.by_user = user;
 	if (!op_status(call,
-		circuit_table_set_state(srv.table, call->name, state, call->now, &snap, &change)))
+		circuit_table_set_state(srv.table, call->name, state, hold ? &req : NULL,
+		    &call->table, &view, &change)))
 		return false;
+	if (hold && req.ttl_ms > 0)
+		snprintf(what, sizeof what, "held %s for %lld ms", breaker_state_name(state),
+		    (long long)req.ttl_ms);
+	else
+		snprintf(what, sizeof what, "%s %s", hold ? "held" : "forced",
+		    breaker_state_name(state));
+	op_audit(call, what, req.reason);
 	op_log_change(call->name, &change);
-	return reply_snapshot(call, &snap);
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+bool
+op_release(op_call *call)
+{
+	ct_change change;
+	ct_view view;
+	bool released;
+
+	circuit_table_release(srv.table, call->name, &call->table, &released, &view, &change);
+	if (released)
+		op_audit(call, "released the hold of", NULL);
+	op_log_change(call->name, &change);
+	op_log_hold(call->name, &change, &view);
+	if (json_object_set_new(call->reply, "released", json_boolean(released)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return op_reply_snapshot(call, "snapshot", &view);
 }
 
 bool
@@ -103,8 +207,7 @@ op_acquire_slot(op_call *call)
 	bool acquired;
 
 	if (!op_status(call,
-		circuit_table_acquire_slot(srv.table, call->name, &call->policy, call->now,
-		    &call->client->owner, &acquired, &grant)))
+		circuit_table_acquire_slot(srv.table, call->name, &call->table, &acquired, &grant)))
 		return false;
 	if (json_object_set_new(call->reply, "acquired", json_boolean(acquired)) != 0 ||
 	    (acquired &&
@@ -132,12 +235,12 @@ op_release_slot(op_call *call)
 bool
 op_delete(op_call *call)
 {
-	char quoted[LOG_QUOTE_SIZE];
 	bool existed = circuit_table_delete(srv.table, call->name);
 
-	if (existed)
-		log_info("circuit %s: deleted by uid %ld",
-		    log_quote(call->name, quoted, sizeof quoted), (long)call->client->uid);
+	if (existed) {
+		op_audit(call, "deleted", NULL);
+		housekeeping_state_changed();
+	}
 	if (json_object_set_new(call->reply, "existed", json_boolean(existed)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;

@@ -1,13 +1,19 @@
 /*
  * op.c — the op table and the dispatcher: decode the line, check the
- * envelope, the op, admin rights, required members, name and ctx, then
- * call the op's handler and append its reply. Counts requests and errors.
+ * envelope, the op, admin rights, required members, name and ctx; resolve
+ * the circuit's own policy (protocol 2, §1) and report where the request
+ * disagrees with it; then call the op's handler and append its reply.
+ * Counts requests and errors.
  */
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <uthash.h>
+
 #include "conf.h"
+#include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
 #include "op.h"
@@ -20,7 +26,7 @@ static const char *const need_state[] = { "name", "state", NULL };
 static const char *const need_token[] = { "name", "token", NULL };
 static const char *const need_outcome[] = { "name", "outcome", NULL };
 
-/* Every op of protocol v1. */
+/* Every op of protocol 2. */
 static const op_entry ops[] = {
 	{ "hello", op_hello, 0, NULL },
 	{ "get", op_get, OP_NAME | OP_CTX, need_name },
@@ -31,6 +37,7 @@ static const op_entry ops[] = {
 	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, need_name },
 	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, need_token },
 	{ "delete", op_delete, OP_ADMIN | OP_NAME, need_name },
+	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name },
 	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX, need_name },
 	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX, need_outcome },
 	{ "list", op_list, OP_CTX, NULL },
@@ -92,7 +99,11 @@ op_log_change(const char *name, const ct_change *change)
 {
 	char quoted[LOG_QUOTE_SIZE];
 
-	if (change->reason == CB_REASON_NONE || change->from == change->to)
+	if (change->reason == CB_REASON_NONE)
+		return;
+	/* States and holds are what the state file keeps. */
+	housekeeping_state_changed();
+	if (change->from == change->to)
 		return;
 	stats.transitions++;
 	if (!log_limit_allow(name))
@@ -100,6 +111,17 @@ op_log_change(const char *name, const ct_change *change)
 	log_info("circuit %s: %s -> %s (%s)", log_quote(name, quoted, sizeof quoted),
 	    breaker_state_name(change->from), breaker_state_name(change->to),
 	    breaker_reason_text(change->reason));
+}
+
+void
+op_log_hold(const char *name, const ct_change *change, const ct_view *view)
+{
+	char quoted[LOG_QUOTE_SIZE];
+
+	if (change->reason == CB_REASON_NONE || change->from != change->to)
+		return;
+	log_info("circuit %s: %s (%s)", log_quote(name, quoted, sizeof quoted),
+	    view->hold.held ? "held" : "hold ended", breaker_reason_text(change->reason));
 }
 
 bool
@@ -110,12 +132,180 @@ op_status(op_call *call, ct_status status)
 		return true;
 	case CT_CAPACITY:
 		return proto_fail(&call->err, PROTO_CAPACITY,
-		    "max_circuits (%lld) reached: no new circuit can be created",
+		    "max_circuits (%lld) reached and no circuit is idle to reclaim: no new "
+		    "circuit can be created",
 		    (long long)srv.conf.max_circuits);
+	case CT_SLOTS:
+		stats_limit_hit(STATS_LIMIT_SLOTS);
+		return proto_fail(&call->err, PROTO_CAPACITY,
+		    "max_slots (%lld) reached: no slot can be taken now",
+		    (long long)srv.conf.max_slots);
 	case CT_NOMEM:
 		break;
 	}
 	return proto_fail(&call->err, PROTO_INTERNAL, "%s", circuit_table_status_text(status));
+}
+
+/* A hold as JSON: {"state", "by_uid", "by_user", "reason", "since", "until"}. */
+static json_t *
+hold_json(const ct_hold *hold)
+{
+	if (!hold->held)
+		return json_null();
+	return json_pack("{s:s, s:I, s:s, s:o, s:I, s:o}", "state", breaker_state_name(hold->state),
+	    "by_uid", (json_int_t)hold->by_uid, "by_user", hold->by_user, "reason",
+	    hold->reason != NULL ? json_string(hold->reason) : json_null(), "since",
+	    (json_int_t)hold->since, "until",
+	    hold->until != CB_TIME_NONE ? json_integer(hold->until) : json_null());
+}
+
+json_t *
+op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
+    const proto_policy_sources *sources, int64_t now)
+{
+	const ct_totals *t = &view->totals;
+	json_t *obj =
+	    proto_snapshot_to_json(name, &view->snap, circuit_table_retry_after(view, policy, now));
+
+	if (obj == NULL)
+		return NULL;
+	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, sources)) != 0 ||
+	    json_object_set_new(obj, "hold", hold_json(&view->hold)) != 0 ||
+	    json_object_set_new(obj, "totals",
+		json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
+		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
+		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0) {
+		json_decref(obj);
+		return NULL;
+	}
+	return obj;
+}
+
+bool
+op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
+{
+	json_t *obj = op_snapshot_json(call->name, view, &call->policy, &call->sources, call->now);
+
+	if (obj == NULL || json_object_set_new(call->reply, member, obj) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+void
+op_peer_user(op_call *call, char *buf, size_t size)
+{
+	char scratch[1024];
+	struct passwd pw, *found = NULL;
+
+	buf[0] = '\0';
+	if (getpwuid_r(call->client->uid, &pw, scratch, sizeof scratch, &found) == 0 &&
+	    found != NULL)
+		snprintf(buf, size, "%s", found->pw_name);
+}
+
+void
+op_audit(op_call *call, const char *what, const char *reason)
+{
+	char quoted[LOG_QUOTE_SIZE], why[LOG_QUOTE_SIZE], user[CT_USER_MAX + 1];
+
+	op_peer_user(call, user, sizeof user);
+	log_info("audit: uid %ld (%s) %s circuit %s%s%s", (long)call->client->uid,
+	    user[0] != '\0' ? user : "unknown user", what,
+	    log_quote(call->name, quoted, sizeof quoted), reason != NULL ? ", reason " : "",
+	    reason != NULL ? log_quote(reason, why, sizeof why) : "");
+}
+
+/* Connections that were already warned about a circuit's policy conflict:
+ * one warning per circuit and connection. Bounded: when full it starts
+ * over (a repeat warning beats unbounded memory). */
+#define OP_WARNED_MAX 10000
+
+typedef struct warned {
+	UT_hash_handle hh;
+	char key[]; /* "<connection id>:<name>" */
+} warned;
+
+static warned *warned_set;
+static unsigned warned_count;
+
+/* True the first time (connection, name) is seen. */
+static bool
+warn_first(uint64_t conn, const char *name)
+{
+	char key[32 + CT_NAME_MAX];
+	size_t len = (size_t)snprintf(key, sizeof key, "%llu:%s", (unsigned long long)conn, name);
+	warned *w;
+
+	HASH_FIND(hh, warned_set, key, len, w);
+	if (w != NULL)
+		return false;
+	if (warned_count >= OP_WARNED_MAX)
+		op_warned_reset();
+	w = malloc(sizeof *w + len + 1);
+	if (w == NULL)
+		return true;
+	memcpy(w->key, key, len + 1);
+	HASH_ADD(hh, warned_set, key[0], len, w);
+	warned_count++;
+	return true;
+}
+
+void
+op_warned_reset(void)
+{
+	warned *w, *tmp;
+
+	HASH_ITER (hh, warned_set, w, tmp) {
+		HASH_DEL(warned_set, w);
+		free(w);
+	}
+	warned_count = 0;
+}
+
+/* The circuit's effective policy, and what the request's ctx says
+ * otherwise (policy_conflict in the reply, a counter, one warning). */
+static void
+op_resolve_policy(op_call *call)
+{
+	bool stored;
+	const proto_ctx *declared = circuit_table_use(srv.table, call->name, call->clock, &stored);
+	char quoted[LOG_QUOTE_SIZE];
+
+	call->stored = stored;
+	conf_policy(&srv.conf, call->name, stored ? declared : &call->ctx, &call->policy,
+	    &call->sources);
+	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy);
+	if (call->conflicts == 0)
+		return;
+	stats.policy_conflicts++;
+	if (warn_first(call->client->id, call->name))
+		log_warning("circuit %s: connection %llu (pid %ld) declares a policy that differs "
+			    "from the circuit's own; the circuit keeps its policy (see "
+			    "policy_conflict in the reply)",
+		    log_quote(call->name, quoted, sizeof quoted),
+		    (unsigned long long)call->client->id, (long)call->client->pid);
+}
+
+/* reply.policy_conflict = the names of the conflicting ctx members. */
+static bool
+reply_conflicts(op_call *call)
+{
+	json_t *names;
+
+	if (call->conflicts == 0)
+		return true;
+	names = json_array();
+	for (int k = 0; names != NULL && k < PROTO_CTX_KEY_COUNT; k++) {
+		if ((call->conflicts & (UINT32_C(1) << k)) &&
+		    json_array_append_new(names,
+			json_string(proto_ctx_def_get((proto_ctx_key)k)->name)) != 0) {
+			json_decref(names);
+			names = NULL;
+		}
+	}
+	if (names == NULL || json_object_set_new(call->reply, "policy_conflict", names) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
 }
 
 /* The checks every op shares, then the handler. False with call->err. */
@@ -135,16 +325,22 @@ op_run(op_call *call, const op_entry *op)
 	if ((op->flags & OP_NAME) &&
 	    !proto_get_name(call->request, "name", &call->name, &call->err))
 		return false;
+	call->clock = clock_realtime_ms();
 	if (op->flags & OP_CTX) {
 		if (!proto_ctx_from_json(call->request, &call->ctx, &call->err))
 			return false;
 		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW)
 		    ? call->ctx.value[PROTO_CTX_NOW]
-		    : clock_realtime_ms();
+		    : call->clock;
 		if (call->name != NULL)
-			conf_policy(&srv.conf, call->name, &call->ctx, &call->policy);
+			op_resolve_policy(call);
+		call->table = (ct_call){ .policy = &call->policy,
+			.declared = &call->ctx,
+			.now = call->now,
+			.clock = call->clock,
+			.owner = &call->client->owner };
 	}
-	return op->handler(call);
+	return op->handler(call) && reply_conflicts(call);
 }
 
 void

@@ -1,5 +1,5 @@
 /*
- * op.h — the op table of protocol v1 and the dispatcher: one request line
+ * op.h — the op table of protocol 2 and the dispatcher: one request line
  * in, one reply appended to the connection's output.
  */
 #ifndef CBD_OP_H
@@ -27,9 +27,14 @@ typedef struct op_call {
 	server_client *client;
 	const json_t *request;
 	const char *name; /* OP_NAME */
+	bool stored; /* OP_NAME + OP_CTX: the circuit existed before this request */
 	proto_ctx ctx; /* OP_CTX: the request's ctx */
-	cb_policy policy; /* OP_CTX: resolved for name */
+	cb_policy policy; /* OP_CTX: the circuit's effective policy */
+	proto_policy_sources sources; /* OP_CTX: where each policy key came from */
+	uint32_t conflicts; /* OP_CTX: ctx members that differ from policy */
 	int64_t now; /* OP_CTX: ctx.now or the clock */
+	int64_t clock; /* the daemon's clock (idleness, audit) */
+	ct_call table; /* OP_CTX: what the circuit table takes */
 	json_t *reply; /* the ok reply; handlers add their result members */
 	proto_error err; /* set when a handler returns false */
 } op_call;
@@ -62,6 +67,27 @@ void op_log_change(const char *name, const ct_change *change);
 /* Map a table status to an error; true when CT_OK. */
 bool op_status(op_call *call, ct_status status);
 
+/* reply[member] = the snapshot of view (protocol 2: with policy, hold and
+ * totals) for call->name at call->now; false (internal) when out of memory. */
+bool op_reply_snapshot(op_call *call, const char *member, const ct_view *view);
+
+/* A circuit's full snapshot object; policy resolved for name. */
+json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
+    const proto_policy_sources *sources, int64_t now);
+
+/* The peer's user name ("" when unknown). */
+void op_peer_user(op_call *call, char *buf, size_t size);
+
+/* The audit log line of an admin op: what, on which circuit, by whom. */
+void op_audit(op_call *call, const char *what, const char *reason);
+
+/* A hold's or a circuit's change that is not a state change (a hold
+ * placed or released on the same state) is logged here. */
+void op_log_hold(const char *name, const ct_change *change, const ct_view *view);
+
+/* Forget which connections were warned about policy conflicts. */
+void op_warned_reset(void);
+
 /* Handlers (op-store.c, op-sidecar.c, op-admin.c). */
 bool op_hello(op_call *call);
 bool op_get(op_call *call);
@@ -72,6 +98,7 @@ bool op_set_state(op_call *call);
 bool op_acquire_slot(op_call *call);
 bool op_release_slot(op_call *call);
 bool op_delete(op_call *call);
+bool op_release(op_call *call);
 bool op_allow(op_call *call);
 bool op_record(op_call *call);
 bool op_list(op_call *call);

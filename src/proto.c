@@ -26,7 +26,7 @@ static const proto_ctx_def ctx_defs[PROTO_CTX_KEY_COUNT] = {
 	[PROTO_CTX_FAILURE_THRESHOLD] = { "failure_threshold", CB_COUNT_MIN, CB_COUNT_MAX },
 	[PROTO_CTX_SUCCESS_THRESHOLD] = { "success_threshold", CB_COUNT_MIN, CB_COUNT_MAX },
 	[PROTO_CTX_BREAK_MS] = { "break_ms", CB_DURATION_MIN, CB_DURATION_MAX },
-	[PROTO_CTX_HALF_OPEN_MAX] = { "half_open_max", CB_COUNT_MIN, CB_COUNT_MAX },
+	[PROTO_CTX_HALF_OPEN_MAX] = { "half_open_max", CB_COUNT_MIN, CB_HALF_OPEN_MAX },
 	[PROTO_CTX_SLOT_TTL_MS] = { "slot_ttl_ms", CB_DURATION_MIN, CB_DURATION_MAX },
 	[PROTO_CTX_MAX_GAP_MS] = { "max_gap_ms", CB_DURATION_MIN, CB_DURATION_MAX },
 	[PROTO_CTX_NOW] = { "now", CB_TIME_MIN, CB_TIME_MAX },
@@ -106,31 +106,140 @@ proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key)
 	return (ctx->present & (UINT32_C(1) << key)) != 0;
 }
 
-/* The value of key from the first layer that has it. */
+static const char *const source_names[PROTO_SOURCE_COUNT] = {
+	[PROTO_SOURCE_BUILTIN] = "builtin",
+	[PROTO_SOURCE_DEFAULTS] = "defaults",
+	[PROTO_SOURCE_CLIENT] = "client",
+	[PROTO_SOURCE_CONFIG] = "config",
+};
+
+const char *
+proto_source_name(proto_source source)
+{
+	return (unsigned)source < PROTO_SOURCE_COUNT ? source_names[source] : "builtin";
+}
+
+/* The value of key from the first layer that has it, noting its source. */
 static bool
-layers_find(const proto_ctx *const *layers, size_t n, proto_ctx_key key, int64_t *out)
+layers_find(const proto_layer *layers, size_t n, proto_ctx_key key, int64_t *out,
+    proto_policy_sources *sources)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (layers[i] != NULL && proto_ctx_has(layers[i], key)) {
-			*out = layers[i]->value[key];
+		if (layers[i].ctx != NULL && proto_ctx_has(layers[i].ctx, key)) {
+			*out = layers[i].ctx->value[key];
+			if (sources != NULL)
+				sources->key[key] = (uint8_t)layers[i].source;
 			return true;
 		}
 	}
+	if (sources != NULL)
+		sources->key[key] = PROTO_SOURCE_BUILTIN;
 	return false;
 }
 
 void
-proto_policy_resolve(const proto_ctx *const *layers, size_t n, cb_policy *out)
+proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
+    proto_policy_sources *sources)
 {
 	breaker_policy_default(out);
-	layers_find(layers, n, PROTO_CTX_FAILURE_THRESHOLD, &out->failure_threshold);
-	layers_find(layers, n, PROTO_CTX_SUCCESS_THRESHOLD, &out->success_threshold);
-	layers_find(layers, n, PROTO_CTX_BREAK_MS, &out->break_ms);
-	layers_find(layers, n, PROTO_CTX_HALF_OPEN_MAX, &out->half_open_max);
-	if (!layers_find(layers, n, PROTO_CTX_SLOT_TTL_MS, &out->slot_ttl_ms))
+	layers_find(layers, n, PROTO_CTX_FAILURE_THRESHOLD, &out->failure_threshold, sources);
+	layers_find(layers, n, PROTO_CTX_SUCCESS_THRESHOLD, &out->success_threshold, sources);
+	layers_find(layers, n, PROTO_CTX_BREAK_MS, &out->break_ms, sources);
+	layers_find(layers, n, PROTO_CTX_HALF_OPEN_MAX, &out->half_open_max, sources);
+	if (!layers_find(layers, n, PROTO_CTX_SLOT_TTL_MS, &out->slot_ttl_ms, sources))
 		out->slot_ttl_ms = out->break_ms;
-	if (!layers_find(layers, n, PROTO_CTX_MAX_GAP_MS, &out->max_gap_ms))
+	if (!layers_find(layers, n, PROTO_CTX_MAX_GAP_MS, &out->max_gap_ms, sources))
 		out->max_gap_ms = 0;
+}
+
+bool
+proto_policy_value(const cb_policy *policy, proto_ctx_key key, int64_t *out)
+{
+	switch (key) {
+	case PROTO_CTX_FAILURE_THRESHOLD:
+		*out = policy->failure_threshold;
+		return true;
+	case PROTO_CTX_SUCCESS_THRESHOLD:
+		*out = policy->success_threshold;
+		return true;
+	case PROTO_CTX_BREAK_MS:
+		*out = policy->break_ms;
+		return true;
+	case PROTO_CTX_HALF_OPEN_MAX:
+		*out = policy->half_open_max;
+		return true;
+	case PROTO_CTX_SLOT_TTL_MS:
+		*out = policy->slot_ttl_ms;
+		return true;
+	case PROTO_CTX_MAX_GAP_MS:
+		*out = policy->max_gap_ms;
+		return policy->max_gap_ms > 0;
+	case PROTO_CTX_NOW:
+		break;
+	}
+	return false;
+}
+
+uint32_t
+proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy)
+{
+	uint32_t conflicts = 0;
+
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		int64_t v;
+
+		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) ||
+		    !proto_ctx_has(request, (proto_ctx_key)k))
+			continue;
+		if (!proto_policy_value(policy, (proto_ctx_key)k, &v) || v != request->value[k])
+			conflicts |= UINT32_C(1) << k;
+	}
+	return conflicts;
+}
+
+json_t *
+proto_policy_to_json(const cb_policy *policy, const proto_policy_sources *sources)
+{
+	json_t *obj = json_object(), *src = json_object();
+	bool ok = obj != NULL && src != NULL;
+
+	for (int k = 0; ok && k < PROTO_CTX_KEY_COUNT; k++) {
+		int64_t v;
+
+		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)))
+			continue;
+		ok = json_object_set_new(obj, ctx_defs[k].name,
+			 proto_policy_value(policy, (proto_ctx_key)k, &v) ? json_integer(v)
+									  : json_null()) == 0 &&
+		    json_object_set_new(src, ctx_defs[k].name,
+			json_string(
+			    proto_source_name(sources != NULL ? (proto_source)sources->key[k]
+							      : PROTO_SOURCE_BUILTIN))) == 0;
+	}
+	if (ok && json_object_set_new(obj, "source", src) == 0)
+		return obj;
+	if (!ok)
+		json_decref(src);
+	json_decref(obj);
+	return NULL;
+}
+
+json_t *
+proto_ctx_members_to_json(const proto_ctx *ctx)
+{
+	json_t *obj = json_object();
+
+	if (obj == NULL)
+		return NULL;
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		if ((PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) &&
+		    proto_ctx_has(ctx, (proto_ctx_key)k) &&
+		    json_object_set_new(obj, ctx_defs[k].name, json_integer(ctx->value[k])) != 0) {
+			json_decref(obj);
+			return NULL;
+		}
+	}
+	return obj;
 }
 
 /* A member, or NULL when absent or null. */

@@ -15,7 +15,7 @@
 
 #include "breaker.h"
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 /* Default and bounds of max_line_bytes (spec: default 65536). */
 #define PROTO_MAX_LINE_DEFAULT 65536
 /* Room for an error message; longer ones are cut. */
@@ -78,6 +78,30 @@ typedef struct proto_ctx {
 	int64_t value[PROTO_CTX_KEY_COUNT];
 } proto_ctx;
 
+/* The ctx members that are policy keys (all but now). */
+#define PROTO_CTX_POLICY_MASK ((UINT32_C(1) << PROTO_CTX_NOW) - 1)
+
+/* Where an effective policy key came from, lowest precedence first. */
+typedef enum proto_source {
+	PROTO_SOURCE_BUILTIN = 0,
+	PROTO_SOURCE_DEFAULTS, /* [defaults] */
+	PROTO_SOURCE_CLIENT, /* the request that created the circuit */
+	PROTO_SOURCE_CONFIG, /* the circuit's [circuit "NAME"] section */
+} proto_source;
+
+#define PROTO_SOURCE_COUNT 4
+
+/* One layer of a policy resolution: a partial policy and where it is from. */
+typedef struct proto_layer {
+	const proto_ctx *ctx; /* NULL: skipped */
+	proto_source source;
+} proto_layer;
+
+/* The effective policy's origin, one entry per policy key. */
+typedef struct proto_policy_sources {
+	uint8_t key[PROTO_CTX_KEY_COUNT]; /* proto_source */
+} proto_policy_sources;
+
 /* The row of key k; the key of a member name (false when not a ctx key). */
 const proto_ctx_def *proto_ctx_def_get(proto_ctx_key key);
 bool proto_ctx_key_parse(const char *name, proto_ctx_key *out);
@@ -89,11 +113,30 @@ bool proto_ctx_check(proto_ctx_key key, int64_t v, const char *field, proto_erro
 void proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v);
 bool proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key);
 
-/* Resolve a policy from layers, most specific first (request ctx, circuit
- * section, [defaults]); NULL layers are skipped. A member comes from the
- * first layer that has it, else the built-in default; slot_ttl_ms
- * defaults to the resolved break_ms. */
-void proto_policy_resolve(const proto_ctx *const *layers, size_t n, cb_policy *out);
+/* Resolve a policy from layers, highest precedence first (protocol 2:
+ * circuit section, the creating request, [defaults]); NULL layers are
+ * skipped. A member comes from the first layer that has it, else the
+ * built-in default; slot_ttl_ms defaults to the resolved break_ms.
+ * sources (may be NULL) receives each key's origin. */
+void proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
+    proto_policy_sources *sources);
+
+/* The effective value of policy key k as a ctx member would carry it;
+ * false when the key has no value (max_gap_ms unset). */
+bool proto_policy_value(const cb_policy *policy, proto_ctx_key key, int64_t *out);
+
+/* The request's policy members that differ from the effective policy, as
+ * a bit set (1 << key); 0 when none. */
+uint32_t proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy);
+
+/* Wire name of a source ("config", "client", "defaults", "builtin"). */
+const char *proto_source_name(proto_source source);
+
+/* {"failure_threshold": .., ..., "source": {...}}: every policy key (null
+ * when it has no value). NULL when out of memory. */
+json_t *proto_policy_to_json(const cb_policy *policy, const proto_policy_sources *sources);
+/* A ctx's policy members as a JSON object (the state file). */
+json_t *proto_ctx_members_to_json(const proto_ctx *ctx);
 
 /* Read the "ctx" member of a request (absent or null: empty). */
 bool proto_ctx_from_json(const json_t *request, proto_ctx *out, proto_error *err);

@@ -28,6 +28,7 @@
 #endif
 
 #include "clock.h"
+#include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
 #include "op.h"
@@ -518,12 +519,12 @@ typedef struct open_walk {
 } open_walk;
 
 static void
-open_visit(const char *name, const cb_snapshot *snap, void *arg)
+open_visit(const char *name, const ct_view *view, void *arg)
 {
 	open_walk *w = arg;
 	char quoted[LOG_QUOTE_SIZE];
 
-	if (snap->state != CB_STATE_OPEN)
+	if (view->snap.state != CB_STATE_OPEN)
 		return;
 	if (w->count++ < SERVER_WARN_NAMES_MAX) {
 		int n = snprintf(w->text + w->len, sizeof w->text - w->len, "%s%s",
@@ -540,7 +541,7 @@ server_warn_open(evutil_socket_t fd, short what, void *arg)
 {
 	open_walk w = { .len = 0 };
 
-	circuit_table_foreach(srv.table, open_visit, &w);
+	circuit_table_foreach_pinned(srv.table, open_visit, &w);
 	if (w.count == 0)
 		return;
 	if (w.count > SERVER_WARN_NAMES_MAX)
@@ -575,6 +576,8 @@ static void
 server_conf_apply(void)
 {
 	circuit_table_set_max_circuits(srv.table, (uint64_t)srv.conf.max_circuits);
+	circuit_table_set_max_slots(srv.table, (uint64_t)srv.conf.max_slots);
+	circuit_table_set_idle_reclaim(srv.table, srv.conf.idle_reclaim_ms);
 	raise_fd_limit();
 	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
 	warn_schedule();
@@ -647,6 +650,8 @@ server_shutdown(const char *why)
 	server_set_state(SERVER_STOPPING);
 	server_notify("STOPPING=1");
 	log_info("stopping (%s)", why);
+	/* No request changes a circuit from here on: keep them now. */
+	housekeeping_stop();
 	event_del(srv.listen_ev);
 	event_del(srv.accept_pause_ev);
 	srv.accept_paused = false;
@@ -704,6 +709,8 @@ server_start(void)
 	srv.table = circuit_table_new((uint64_t)srv.conf.max_circuits, random_instance_id());
 	if (srv.table == NULL)
 		fatal("out of memory");
+	/* Circuits from the state file are back before the first client. */
+	housekeeping_start();
 	srv.socket_path =
 	    strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
 	if (srv.socket_path == NULL)
@@ -789,6 +796,7 @@ server_free(void)
 	if (srv.log_limit_ev != NULL)
 		event_free(srv.log_limit_ev);
 	log_limit_free();
+	housekeeping_free();
 	if (srv.base != NULL)
 		event_base_free(srv.base);
 	circuit_table_free(srv.table);

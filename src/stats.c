@@ -11,6 +11,7 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_CONNECTIONS] = "max_connections",
 	[STATS_LIMIT_OUTPUT] = "max_output_bytes",
 	[STATS_LIMIT_LIST] = "list_truncated",
+	[STATS_LIMIT_SLOTS] = "max_slots",
 	[STATS_LIMIT_IDLE] = "client_idle_ms",
 	[STATS_LIMIT_DESCRIPTORS] = "descriptors",
 	[STATS_LIMIT_NOMEM] = "out_of_memory",
@@ -77,6 +78,13 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "slots_expired", ct.slots_expired) &&
 	    set_uint(reply, "requests", stats.requests) &&
 	    set_uint(reply, "transitions", stats.transitions) &&
+	    set_uint(reply, "policy_conflicts", stats.policy_conflicts) &&
+	    set_uint(reply, "held", ct.held) && set_uint(reply, "policies", ct.policies) &&
+	    set_uint(reply, "reclaimed_idle", ct.reclaimed_idle) &&
+	    set_uint(reply, "reclaimed_capacity", ct.reclaimed_capacity) &&
+	    set_uint(reply, "state_writes", stats.state_writes) &&
+	    set_uint(reply, "state_write_failures", stats.state_write_failures) &&
+	    set_uint(reply, "state_write_pause_max_us", stats.state_write_pause_max_us) &&
 	    set_uint(reply, "reloads", stats.reloads) &&
 	    set_uint(reply, "reload_failures", stats.reload_failures) &&
 	    json_object_set_new(reply, "ops", ops) == 0 &&

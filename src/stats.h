@@ -22,6 +22,7 @@ typedef enum stats_limit {
 	STATS_LIMIT_CONNECTIONS, /* max_connections: a client refused */
 	STATS_LIMIT_OUTPUT, /* max_output_bytes: a client dropped */
 	STATS_LIMIT_LIST, /* a list reply cut to fit max_output_bytes */
+	STATS_LIMIT_SLOTS, /* max_slots: a slot refused */
 	STATS_LIMIT_IDLE, /* client_idle_ms: an idle client closed */
 	STATS_LIMIT_DESCRIPTORS, /* accept out of descriptors: a client refused */
 	STATS_LIMIT_NOMEM, /* out of memory for a connection: it was dropped */
@@ -41,6 +42,10 @@ typedef struct cbd_stats {
 	uint64_t errors[PROTO_CODE_COUNT];
 	uint64_t limits[STATS_LIMIT_COUNT];
 	uint64_t transitions;
+	uint64_t policy_conflicts; /* requests whose ctx disagreed with the circuit */
+	uint64_t state_writes; /* state file written */
+	uint64_t state_write_failures;
+	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
 	uint64_t reloads;
 	uint64_t reload_failures;
 } cbd_stats;

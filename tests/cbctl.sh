@@ -53,7 +53,7 @@ reject() {
 export CBD_SOCKET="$sock"
 
 run 0 "ping" ping
-expect out "protocol 1" "ping names the protocol"
+expect out "protocol 2" "ping names the protocol"
 expect out "$sock" "ping names the socket"
 run 0 "ping --json" --json ping
 expect out '"ok": ?true' "ping --json prints the reply"

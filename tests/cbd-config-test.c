@@ -72,7 +72,10 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(cfg.max_circuits, 1000000);
 	ck_assert_int_eq(cfg.log_level, LOG_LEVEL_INFO);
 	ck_assert_int_eq(cfg.open_warning_interval, 60);
-	conf_policy(&cfg, "x", NULL, &p);
+	ck_assert_int_eq(cfg.idle_reclaim_ms, 3600000);
+	ck_assert_int_eq(cfg.max_slots, 65536);
+	ck_assert_str_eq(cfg.state_file, "");
+	conf_policy(&cfg, "x", NULL, &p, NULL);
 	ck_assert_int_eq(p.failure_threshold, 5);
 	ck_assert_int_eq(p.success_threshold, 2);
 	ck_assert_int_eq(p.break_ms, 30000);
@@ -87,6 +90,7 @@ START_TEST(test_full_file_and_layers)
 {
 	char err[CONF_ERROR_SIZE];
 	proto_ctx req = { 0 };
+	proto_policy_sources src;
 	cbd_conf cfg;
 	cb_policy p;
 
@@ -120,16 +124,25 @@ START_TEST(test_full_file_and_layers)
 	ck_assert(conf_is_admin(&cfg, 65534, 65534));
 	ck_assert(conf_is_admin(&cfg, 1234, 0));
 	ck_assert(!conf_is_admin(&cfg, 1234, 1234) || geteuid() == 1234);
-	conf_policy(&cfg, "other", NULL, &p);
+	conf_policy(&cfg, "other", NULL, &p, NULL);
 	ck_assert_int_eq(p.failure_threshold, 7);
 	ck_assert_int_eq(p.slot_ttl_ms, 1000);
-	conf_policy(&cfg, "pay ments", NULL, &p);
+	conf_policy(&cfg, "pay ments", NULL, &p, NULL);
 	ck_assert_int_eq(p.failure_threshold, 2);
 	ck_assert_int_eq(p.break_ms, 1000);
 	ck_assert_int_eq(p.max_gap_ms, 50);
+	/* Protocol 2: the operator's section beats what a client declared;
+	 * a client's declaration beats [defaults]. */
 	proto_ctx_set(&req, PROTO_CTX_FAILURE_THRESHOLD, 9);
-	conf_policy(&cfg, "pay ments", &req, &p);
-	ck_assert_int_eq(p.failure_threshold, 9);
+	proto_ctx_set(&req, PROTO_CTX_BREAK_MS, 77);
+	conf_policy(&cfg, "pay ments", &req, &p, &src);
+	ck_assert_int_eq(p.failure_threshold, 2);
+	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_CONFIG);
+	ck_assert_int_eq(p.break_ms, 77);
+	ck_assert_int_eq(src.key[PROTO_CTX_BREAK_MS], PROTO_SOURCE_CLIENT);
+	ck_assert_int_eq(src.key[PROTO_CTX_SUCCESS_THRESHOLD], PROTO_SOURCE_BUILTIN);
+	conf_policy(&cfg, "other", NULL, &p, &src);
+	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_DEFAULTS);
 	conf_free(&cfg);
 }
 END_TEST

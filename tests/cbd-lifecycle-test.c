@@ -204,7 +204,8 @@ START_TEST(test_sighup_limits_apply)
 
 	start_logged("[cbd]\nmax_circuits = 1\n");
 	a = harness_connect(&h);
-	json_decref(util_call(a, "{\"op\":\"record_failure\",\"name\":\"one\"}"));
+	/* An open circuit is never reclaimed to make room. */
+	json_decref(util_call(a, "{\"op\":\"set_state\",\"name\":\"one\",\"state\":\"open\"}"));
 	r = util_call(a, "{\"op\":\"record_failure\",\"name\":\"two\"}");
 	ck_assert_str_eq(util_code(r), "capacity");
 	json_decref(r);

@@ -1,5 +1,5 @@
 /*
- * cbd-ops-test.c — every op and every error code of protocol v1 against a
+ * cbd-ops-test.c — every op and every error code of protocol 2 against a
  * real cbd over its socket, plus framing, limits and hostile input.
  */
 #include <dirent.h>
@@ -93,7 +93,7 @@ START_TEST(test_hello)
 
 	ck_assert_int_eq(util_int(r, "id"), 7);
 	ck_assert_str_eq(util_str(r, "server"), "cbd");
-	ck_assert_int_eq(util_int(r, "protocol"), 1);
+	ck_assert_int_eq(util_int(r, "protocol"), 2);
 	ck_assert_ptr_nonnull(util_str(r, "version"));
 	json_decref(r);
 	r = CALL_OK("{\"id\":\"abc\",\"op\":\"hello\"}");
@@ -137,24 +137,41 @@ START_TEST(test_record_failure_opens_with_layered_policy)
 		ck_assert_str_eq(util_str(r, "snapshot.state"), i < 3 ? "closed" : "open");
 		json_decref(r);
 	}
+	/* The circuit owns its policy: a later ctx does not change it, and
+	 * the reply names what differs. */
 	r = CALL_OK("{\"op\":\"get\",\"name\":\"svc\",\"ctx\":{\"now\":2003,\"break_ms\":5000}}");
 	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 1003);
-	ck_assert_int_eq(util_int(r, "snapshot.retry_after_ms"), 4000);
+	ck_assert_int_eq(util_int(r, "snapshot.retry_after_ms"), 29000);
+	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 30000);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.break_ms"), "builtin");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 3);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "defaults");
+	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "break_ms");
 	json_decref(r);
 	/* [circuit "configured"] failure_threshold = 1 */
 	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\",\"ctx\":{\"now\":1}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "config");
 	json_decref(r);
-	/* ctx wins over the circuit's section. */
-	r = CALL_OK("{\"op\":\"set_state\",\"name\":\"configured\",\"state\":\"closed\"}");
+	/* The operator's section beats a client's ctx, even the creating one. */
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured2\","
+		    "\"ctx\":{\"now\":2,\"failure_threshold\":2,\"break_ms\":700}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
+	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 700);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.break_ms"), "client");
+	ck_assert_ptr_null(util_get(r, "policy_conflict"));
 	json_decref(r);
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"configured\",\"state\":\"closed\"}"));
 	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\","
 		    "\"ctx\":{\"now\":2,\"failure_threshold\":2}}");
-	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "failure_threshold");
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
-	ck_assert_int_eq(util_int(r, "transitions"), 3);
-	ck_assert_int_eq(util_int(r, "ops.record_failure.requests"), 5);
+	ck_assert_int_eq(util_int(r, "transitions"), 4);
+	ck_assert_int_eq(util_int(r, "ops.record_failure.requests"), 6);
+	ck_assert_int_eq(util_int(r, "policy_conflicts"), 2);
 	json_decref(r);
 }
 END_TEST
@@ -180,12 +197,14 @@ START_TEST(test_record_success_and_half_open)
 {
 	json_t *r;
 
-	/* A success on a fresh name stores nothing. */
+	/* A success on a fresh name creates it (protocol 2: circuits live
+	 * while used), closed, with the success in its totals. */
 	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"s\",\"ctx\":{\"now\":1}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1);
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
-	ck_assert_int_eq(util_int(r, "circuits"), 0);
+	ck_assert_int_eq(util_int(r, "circuits"), 1);
 	json_decref(r);
 	/* A success resets the failure count when closed. */
 	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"s\",\"ctx\":{\"now\":2}}"));
@@ -299,9 +318,14 @@ START_TEST(test_slots)
 	    "{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":103,\"half_open_max\":2}}");
 	ck_assert(util_bool(r, "acquired"));
 	json_decref(r);
-	/* At expires_at the slot counts as expired. */
+	/* At expires_at the slot counts as expired (the circuit keeps the
+	 * half_open_max of its creating request, 2, whatever this ctx says). */
 	r = CALL_OK(
 	    "{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":150,\"half_open_max\":1}}");
+	ck_assert(util_bool(r, "acquired"));
+	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "half_open_max");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"sl\",\"ctx\":{\"now\":151}}");
 	ck_assert(!util_bool(r, "acquired"));
 	json_decref(r);
 }
@@ -312,7 +336,9 @@ START_TEST(test_allow_and_record)
 	char permit[128];
 	json_t *r;
 
-	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":1}}");
+	/* The first allow creates the circuit: its ctx declares the policy. */
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"a\",\"ctx\":{\"now\":1,\"break_ms\":5000,"
+		    "\"slot_ttl_ms\":700}}");
 	ck_assert(util_bool(r, "allowed"));
 	ck_assert_str_eq(util_str(r, "state"), "closed");
 	json_decref(r);
@@ -395,8 +421,8 @@ START_TEST(test_list)
 {
 	json_t *r;
 
-	json_decref(CALL_OK(
-	    "{\"op\":\"set_state\",\"name\":\"l1\",\"state\":\"open\",\"ctx\":{\"now\":1}}"));
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"l1\",\"state\":\"open\",\"ctx\":{"
+			    "\"now\":1,\"break_ms\":100}}"));
 	json_decref(CALL_OK(
 	    "{\"op\":\"set_state\",\"name\":\"l2\",\"state\":\"half_open\",\"ctx\":{\"now\":1}}"));
 	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"l3\",\"ctx\":{\"now\":1}}"));
@@ -404,7 +430,8 @@ START_TEST(test_list)
 	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 3);
 	ck_assert(!util_bool(r, "truncated"));
 	json_decref(r);
-	r = CALL_OK("{\"op\":\"list\",\"state\":\"open\",\"ctx\":{\"now\":11,\"break_ms\":100}}");
+	/* Each circuit's retry uses its own policy; list's ctx gives the clock. */
+	r = CALL_OK("{\"op\":\"list\",\"state\":\"open\",\"ctx\":{\"now\":11}}");
 	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
 	ck_assert_str_eq(util_str(json_array_get(json_object_get(r, "circuits"), 0), "name"), "l1");
 	ck_assert_int_eq(util_int(json_array_get(json_object_get(r, "circuits"), 0),
@@ -580,28 +607,94 @@ START_TEST(test_capacity)
 	close(fd);
 	ck_assert(harness_start(&h, "[cbd]\nmax_circuits = 2\n"));
 	fd = harness_connect(&h);
+	/* Neither circuit is reclaimable: one is open, one holds a slot. */
+	json_decref(CALL_OK(
+	    "{\"op\":\"record_failure\",\"name\":\"c1\",\"ctx\":{\"failure_threshold\":2}}"));
 	json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"c1\"}"));
 	json_decref(CALL_OK("{\"op\":\"acquire_slot\",\"name\":\"c2\"}"));
 	expect_error("{\"op\":\"record_failure\",\"name\":\"c3\"}", "capacity", "max_circuits");
+	expect_error("{\"op\":\"record_success\",\"name\":\"c3\"}", "capacity", "max_circuits");
+	expect_error("{\"op\":\"allow\",\"name\":\"c3\"}", "capacity", "max_circuits");
 	expect_error("{\"op\":\"acquire_slot\",\"name\":\"c3\"}", "capacity", "max_circuits");
 	expect_error("{\"op\":\"set_state\",\"name\":\"c3\",\"state\":\"open\"}", "capacity", NULL);
 	expect_error("{\"op\":\"cas\",\"name\":\"c3\",\"from\":\"closed\",\"to\":\"open\"}",
 	    "capacity", NULL);
 	/* Requests that store nothing still work, and so do existing circuits. */
 	json_decref(CALL_OK("{\"op\":\"get\",\"name\":\"c3\"}"));
-	json_decref(CALL_OK("{\"op\":\"record_success\",\"name\":\"c3\"}"));
 	json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"c3\",\"outcome\":\"ignore\"}"));
-	json_decref(CALL_OK("{\"op\":\"allow\",\"name\":\"c3\"}"));
 	r = CALL_OK("{\"op\":\"cas\",\"name\":\"c3\",\"from\":\"open\",\"to\":\"closed\"}");
 	ck_assert(!util_bool(r, "applied"));
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"c1\"}");
-	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 2);
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 3);
 	json_decref(r);
 	r = CALL_OK("{\"op\":\"stats\"}");
-	ck_assert_int_eq(util_int(r, "limits.max_circuits"), 4);
-	ck_assert_int_eq(util_int(r, "errors.capacity"), 4);
+	ck_assert_int_eq(util_int(r, "limits.max_circuits"), 6);
+	ck_assert_int_eq(util_int(r, "errors.capacity"), 6);
 	ck_assert_int_eq(util_int(r, "circuits"), 2);
+	json_decref(r);
+}
+END_TEST
+
+/* Protocol 2, §2: services with dynamic names fill max_circuits with
+ * closed circuits; a new circuit still gets created (the longest-idle
+ * closed one is reclaimed) and can open. */
+START_TEST(test_dynamic_names_cannot_make_a_circuit_fail_open)
+{
+	json_t *r;
+
+	harness_stop(&h);
+	close(fd);
+	ck_assert(
+	    harness_start(&h, "[cbd]\nmax_circuits = 50\n[defaults]\nfailure_threshold = 3\n"));
+	fd = harness_connect(&h);
+	for (int i = 0; i < 500; i++)
+		json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"user-%d\",\"outcome\":"
+				    "\"success\"}",
+		    i));
+	for (int i = 0; i < 3; i++) {
+		r = CALL_OK("{\"op\":\"record\",\"name\":\"payments\",\"outcome\":\"failure\"}");
+		json_decref(r);
+	}
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"payments\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "open");
+	json_decref(r);
+	/* More churn never reclaims the open circuit. */
+	for (int i = 500; i < 700; i++)
+		json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"user-%d\",\"outcome\":"
+				    "\"success\"}",
+		    i));
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"payments\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 50);
+	ck_assert_int_eq(util_int(r, "reclaimed_capacity"), 700 + 1 - 50);
+	ck_assert_int_eq(util_int(r, "errors.capacity"), 0);
+	json_decref(r);
+}
+END_TEST
+
+/* Idle closed circuits go after idle_reclaim_ms; open ones stay. */
+START_TEST(test_idle_reclaim)
+{
+	json_t *r;
+
+	harness_stop(&h);
+	close(fd);
+	ck_assert(harness_start(&h, "[cbd]\nidle_reclaim_ms = 200\n"));
+	fd = harness_connect(&h);
+	json_decref(CALL_OK("{\"op\":\"record_success\",\"name\":\"idle\"}"));
+	json_decref(CALL_OK("{\"op\":\"set_state\",\"name\":\"stuck\",\"state\":\"open\"}"));
+	r = CALL_OK("{\"op\":\"list\"}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 2);
+	json_decref(r);
+	ck_assert(util_stats_reach(fd, "reclaimed_idle", 1));
+	r = CALL_OK("{\"op\":\"list\"}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
+	ck_assert_str_eq(util_str(r, "circuits.0.name"), "stuck");
 	json_decref(r);
 }
 END_TEST
@@ -742,9 +835,9 @@ START_TEST(test_slot_release_on_disconnect)
 	r = CALL_OK("{\"op\":\"allow\",\"name\":\"rel\"}");
 	ck_assert(util_bool(r, "allowed"));
 	json_decref(r);
-	/* rel2 held nothing but the slot: it is gone from the table. */
-	r = CALL_OK("{\"op\":\"list\"}");
-	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
+	/* rel2 stays, closed and unpinned (reclaimed once idle). */
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"rel2\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	json_decref(r);
 }
 END_TEST
@@ -1072,6 +1165,8 @@ ops_suite(void)
 	tcase_add_test(tc, test_admin_users_allows_nobody);
 	tcase_add_test(tc, test_admin_groups_allows_group);
 	tcase_add_test(tc, test_capacity);
+	tcase_add_test(tc, test_dynamic_names_cannot_make_a_circuit_fail_open);
+	tcase_add_test(tc, test_idle_reclaim);
 	tcase_add_test(tc, test_line_too_long_then_usable);
 	tcase_add_test(tc, test_framing_crlf_and_empty_lines);
 	tcase_add_test(tc, test_pipelining_thousands);

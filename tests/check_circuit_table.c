@@ -1,7 +1,8 @@
 /*
  * check_circuit_table.c — the store contract suite against the in-memory
- * circuit table, plus what only the table has: slot owners, allow, the
- * storage rule and its counters.
+ * circuit table, plus what only the table has: slot owners, allow,
+ * lifetime and reclaiming (protocol 2, §2), holds (§4), declared policies
+ * and the counters.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,18 @@ status_of(ct_status status)
 		return CONTRACT_OK;
 	case CT_CAPACITY:
 		return CONTRACT_CAPACITY;
+	case CT_SLOTS:
 	case CT_NOMEM:
 		break;
 	}
 	return CONTRACT_ERROR;
+}
+
+/* A table call at now (the clock of idleness too). */
+static ct_call
+at(const cb_policy *policy, int64_t now)
+{
+	return (ct_call){ .policy = policy, .now = now, .clock = now };
 }
 
 static void *
@@ -52,7 +61,10 @@ mem_teardown(void *store)
 static contract_status
 mem_get(void *store, const char *name, const cb_policy *policy, int64_t now, cb_snapshot *out)
 {
-	circuit_table_get(store, name, out);
+	ct_view v;
+
+	circuit_table_get(store, name, now, &v, NULL);
+	*out = v.snap;
 	return CONTRACT_OK;
 }
 
@@ -60,37 +72,57 @@ static contract_status
 mem_record_success(void *store, const char *name, const cb_policy *policy, int64_t now,
     cb_snapshot *out)
 {
-	return status_of(circuit_table_record_success(store, name, policy, now, out, NULL));
+	ct_call call = at(policy, now);
+	ct_view v;
+	ct_status status = circuit_table_record_success(store, name, &call, &v, NULL);
+
+	*out = v.snap;
+	return status_of(status);
 }
 
 static contract_status
 mem_record_failure(void *store, const char *name, const cb_policy *policy, int64_t now,
     cb_snapshot *out)
 {
-	return status_of(circuit_table_record_failure(store, name, policy, now, out, NULL));
+	ct_call call = at(policy, now);
+	ct_view v;
+	ct_status status = circuit_table_record_failure(store, name, &call, &v, NULL);
+
+	*out = v.snap;
+	return status_of(status);
 }
 
 static contract_status
 mem_cas(void *store, const char *name, cb_state from, cb_state to, const cb_policy *policy,
     int64_t now, bool *applied, cb_snapshot *out)
 {
-	return status_of(circuit_table_cas(store, name, from, to, now, applied, out, NULL));
+	ct_call call = at(policy, now);
+	ct_view v;
+	ct_status status = circuit_table_cas(store, name, from, to, &call, applied, &v, NULL);
+
+	*out = v.snap;
+	return status_of(status);
 }
 
 static contract_status
 mem_set_state(void *store, const char *name, cb_state state, const cb_policy *policy, int64_t now,
     cb_snapshot *out)
 {
-	return status_of(circuit_table_set_state(store, name, state, now, out, NULL));
+	ct_call call = at(policy, now);
+	ct_view v;
+	ct_status status = circuit_table_set_state(store, name, state, NULL, &call, &v, NULL);
+
+	*out = v.snap;
+	return status_of(status);
 }
 
 static contract_status
 mem_acquire_slot(void *store, const char *name, const cb_policy *policy, int64_t now,
     bool *acquired, char token[CONTRACT_TOKEN_SIZE], int64_t *expires_at)
 {
+	ct_call call = at(policy, now);
 	ct_slot_grant grant;
-	ct_status status =
-	    circuit_table_acquire_slot(store, name, policy, now, NULL, acquired, &grant);
+	ct_status status = circuit_table_acquire_slot(store, name, &call, acquired, &grant);
 
 	if (status == CT_OK && *acquired) {
 		strcpy(token, grant.token);
@@ -157,15 +189,52 @@ policy(void)
 	return p;
 }
 
+static ct_view
+fail_at(circuit_table *t, const char *name, const cb_policy *p, int64_t now, ct_status want)
+{
+	ct_call call = at(p, now);
+	ct_view v;
+
+	ck_assert_int_eq(circuit_table_record_failure(t, name, &call, &v, NULL), want);
+	return v;
+}
+
+static ct_view
+succeed_at(circuit_table *t, const char *name, const cb_policy *p, int64_t now)
+{
+	ct_call call = at(p, now);
+	ct_view v;
+
+	ck_assert_int_eq(circuit_table_record_success(t, name, &call, &v, NULL), CT_OK);
+	return v;
+}
+
 static void
 trip(const char *name, const cb_policy *p, int64_t now)
 {
-	cb_snapshot s;
+	ct_view v;
 
 	for (int64_t i = 0; i < p->failure_threshold; i++)
-		ck_assert_int_eq(circuit_table_record_failure(table, name, p, now, &s, NULL),
-		    CT_OK);
-	ck_assert_int_eq(s.state, CB_STATE_OPEN);
+		v = fail_at(table, name, p, now, CT_OK);
+	ck_assert_int_eq(v.snap.state, CB_STATE_OPEN);
+}
+
+static ct_status
+acquire(circuit_table *t, const char *name, const cb_policy *p, int64_t now, ct_owner *owner,
+    bool *acquired, ct_slot_grant *grant)
+{
+	ct_call call = at(p, now);
+
+	call.owner = owner;
+	return circuit_table_acquire_slot(t, name, &call, acquired, grant);
+}
+
+static ct_status
+allow_at(const char *name, const cb_policy *p, int64_t now, ct_allow *a, ct_change *change)
+{
+	ct_call call = at(p, now);
+
+	return circuit_table_allow(table, name, &call, a, NULL, change);
 }
 
 static uint64_t
@@ -177,40 +246,102 @@ stored_circuits(void)
 	return st.circuits;
 }
 
-START_TEST(reads_and_noop_writes_store_nothing)
+static ct_view
+view_of(const char *name, int64_t now)
+{
+	ct_view v;
+
+	circuit_table_get(table, name, now, &v, NULL);
+	return v;
+}
+
+START_TEST(writes_create_reads_do_not)
 {
 	cb_policy p = policy();
-	cb_snapshot s;
+	ct_call call = at(&p, T0);
 	ct_allow allow;
+	ct_view v;
+	bool applied;
 
-	ck_assert(!circuit_table_get(table, "a", &s));
-	ck_assert_int_eq(circuit_table_record_success(table, "a", &p, T0, &s, NULL), CT_OK);
-	ck_assert_int_eq(circuit_table_allow(table, "a", &p, T0, NULL, &allow, NULL), CT_OK);
-	ck_assert(allow.allowed);
+	ck_assert(!view_of("a", T0).stored);
+	circuit_table_record_ignore(table, "a", &call, &v, NULL);
+	ck_assert(!circuit_table_cas(table, "a", CB_STATE_OPEN, CB_STATE_CLOSED, &call, &applied,
+	    &v, NULL));
+	ck_assert(!applied);
+	ck_assert(!circuit_table_release_slot(table, "a", "nope", T0));
 	ck_assert_int_eq(stored_circuits(), 0);
-	ck_assert_int_eq(circuit_table_record_failure(table, "a", &p, T0, &s, NULL), CT_OK);
-	ck_assert_int_eq(stored_circuits(), 1);
+	/* A success on a fresh name creates it (protocol 2: circuits live
+	 * while used), and so does allow. */
+	v = succeed_at(table, "a", &p, T0);
+	ck_assert(v.stored);
+	ck_assert_int_eq(v.totals.successes, 1);
+	ck_assert_int_eq(allow_at("b", &p, T0, &allow, NULL), CT_OK);
+	ck_assert(allow.allowed);
+	ck_assert_int_eq(stored_circuits(), 2);
+	/* An ignored outcome counts on a stored circuit. */
+	circuit_table_record_ignore(table, "a", &call, &v, NULL);
+	ck_assert_int_eq(v.totals.ignored, 1);
 }
 END_TEST
 
-START_TEST(circuit_back_to_initial_is_dropped)
+START_TEST(idle_closed_circuits_are_reclaimed)
 {
 	cb_policy p = policy();
-	cb_snapshot s;
-	bool acquired;
+	bool stored, acquired;
 	ct_slot_grant grant;
+	ct_stats st;
 
-	ck_assert_int_eq(circuit_table_set_state(table, "x", CB_STATE_OPEN, T0, &s, NULL), CT_OK);
-	ck_assert_int_eq(stored_circuits(), 1);
-	ck_assert_int_eq(circuit_table_set_state(table, "x", CB_STATE_CLOSED, T0, &s, NULL), CT_OK);
-	ck_assert_int_eq(stored_circuits(), 0);
-	/* A slot keeps an otherwise initial circuit stored until released. */
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "y", &p, T0, NULL, &acquired, &grant),
-	    CT_OK);
-	ck_assert(acquired);
-	ck_assert_int_eq(stored_circuits(), 1);
-	ck_assert(circuit_table_release_slot(table, "y", grant.token, T0 + 1));
-	ck_assert_int_eq(stored_circuits(), 0);
+	circuit_table_set_idle_reclaim(table, 1000);
+	succeed_at(table, "idle", &p, T0);
+	trip("open", &p, T0);
+	ck_assert_int_eq(acquire(table, "slotted", &p, T0, NULL, &acquired, &grant), CT_OK);
+	succeed_at(table, "used", &p, T0);
+	/* "used" is named again (a get counts as use). */
+	circuit_table_use(table, "used", T0 + 900, &stored);
+	ck_assert(stored);
+	ck_assert_uint_eq(circuit_table_reclaim_idle(table, T0 + 999, 100), 0);
+	ck_assert_uint_eq(circuit_table_reclaim_idle(table, T0 + 1000, 100), 1);
+	ck_assert(!view_of("idle", T0).stored);
+	/* Open and slot-holding circuits stay, however idle. */
+	ck_assert_uint_eq(circuit_table_reclaim_idle(table, T0 + 100000, 100), 1);
+	ck_assert(view_of("open", T0).stored);
+	ck_assert(view_of("slotted", T0).stored);
+	ck_assert(!view_of("used", T0).stored);
+	circuit_table_stats(table, &st);
+	ck_assert_uint_eq(st.reclaimed_idle, 2);
+}
+END_TEST
+
+START_TEST(capacity_reclaims_longest_idle_first)
+{
+	cb_policy p = policy();
+	circuit_table *small = circuit_table_new(2, random_instance());
+	ct_call call;
+	ct_view v;
+	ct_stats st;
+	bool stored;
+
+	succeed_at(small, "old", &p, T0);
+	succeed_at(small, "young", &p, T0 + 10);
+	circuit_table_use(small, "old", T0 + 20, &stored); /* now "young" is older */
+	fail_at(small, "new", &p, T0 + 30, CT_OK);
+	circuit_table_get(small, "young", T0, &v, NULL);
+	ck_assert(!v.stored);
+	circuit_table_get(small, "old", T0, &v, NULL);
+	ck_assert(v.stored);
+	/* Nothing reclaimable (both open): refused, nothing changes. */
+	p.failure_threshold = 1;
+	fail_at(small, "old", &p, T0 + 40, CT_OK);
+	fail_at(small, "new", &p, T0 + 40, CT_OK);
+	call = at(&p, T0 + 50);
+	ck_assert_int_eq(circuit_table_record_failure(small, "third", &call, &v, NULL),
+	    CT_CAPACITY);
+	ck_assert(!v.stored);
+	circuit_table_stats(small, &st);
+	ck_assert_uint_eq(st.capacity_refusals, 1);
+	ck_assert_uint_eq(st.reclaimed_capacity, 1);
+	ck_assert_uint_eq(st.circuits, 2);
+	circuit_table_free(small);
 }
 END_TEST
 
@@ -223,32 +354,46 @@ START_TEST(owner_release_frees_all_its_slots)
 	ct_stats st;
 
 	p.half_open_max = 3;
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn1, &acquired, &grant),
-	    CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn1, &acquired, &grant),
-	    CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "b", &p, T0, &conn1, &acquired, &grant),
-	    CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant),
-	    CT_OK);
+	ck_assert_int_eq(acquire(table, "a", &p, T0, &conn1, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(acquire(table, "a", &p, T0, &conn1, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(acquire(table, "b", &p, T0, &conn1, &acquired, &grant), CT_OK);
+	ck_assert_int_eq(acquire(table, "a", &p, T0, &conn2, &acquired, &grant), CT_OK);
 	ck_assert(acquired);
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant),
-	    CT_OK);
+	ck_assert_int_eq(acquire(table, "a", &p, T0, &conn2, &acquired, &grant), CT_OK);
 	ck_assert(!acquired);
 	circuit_table_release_owner(table, &conn1);
 	ck_assert_ptr_null(conn1.slots);
 	circuit_table_stats(table, &st);
 	ck_assert_int_eq(st.slots, 1);
 	/* conn2's slot survives; two of "a"'s three are free again. */
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, &conn2, &acquired, &grant),
-	    CT_OK);
+	ck_assert_int_eq(acquire(table, "a", &p, T0, &conn2, &acquired, &grant), CT_OK);
 	ck_assert(acquired);
 	/* A slot released by token leaves its owner's list consistent. */
 	ck_assert(circuit_table_release_slot(table, "a", grant.token, T0));
 	circuit_table_release_owner(table, &conn2);
 	circuit_table_stats(table, &st);
 	ck_assert_int_eq(st.slots, 0);
-	ck_assert_int_eq(st.circuits, 0);
+}
+END_TEST
+
+START_TEST(max_slots_bounds_all_circuits)
+{
+	cb_policy p = policy();
+	ct_slot_grant grant;
+	bool acquired;
+	ct_stats st;
+
+	p.half_open_max = CB_HALF_OPEN_MAX;
+	circuit_table_set_max_slots(table, 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(acquire(table, i == 0 ? "a" : "b", &p, T0, NULL, &acquired,
+				     &grant),
+		    CT_OK);
+	ck_assert_int_eq(acquire(table, "c", &p, T0, NULL, &acquired, &grant), CT_SLOTS);
+	ck_assert(!acquired);
+	circuit_table_stats(table, &st);
+	ck_assert_uint_eq(st.slot_refusals, 1);
+	ck_assert_uint_eq(st.slots, 3);
 }
 END_TEST
 
@@ -257,15 +402,20 @@ START_TEST(allow_closed_open_and_elapsed)
 	cb_policy p = policy();
 	ct_allow a;
 	ct_change change;
+	ct_view v;
 
 	trip("c", &p, T0);
-	ck_assert_int_eq(circuit_table_allow(table, "c", &p, T0 + 400, NULL, &a, &change), CT_OK);
+	ck_assert_int_eq(allow_at("c", &p, T0 + 400, &a, &change), CT_OK);
 	ck_assert(!a.allowed);
 	ck_assert_int_eq(a.state, CB_STATE_OPEN);
 	ck_assert_int_eq(a.retry_after_ms, 600);
 	ck_assert_int_eq(change.reason, CB_REASON_NONE);
+	/* A clock behind opened_at counts as no time elapsed: never more than
+	 * the break. */
+	ck_assert_int_eq(allow_at("c", &p, T0 - 5000, &a, NULL), CT_OK);
+	ck_assert_int_eq(a.retry_after_ms, 1000);
 	/* Break elapsed: moves to half_open once and hands out one permit. */
-	ck_assert_int_eq(circuit_table_allow(table, "c", &p, T0 + 1000, NULL, &a, &change), CT_OK);
+	ck_assert_int_eq(allow_at("c", &p, T0 + 1000, &a, &change), CT_OK);
 	ck_assert(a.allowed);
 	ck_assert(a.has_permit);
 	ck_assert_int_eq(a.state, CB_STATE_HALF_OPEN);
@@ -275,73 +425,209 @@ START_TEST(allow_closed_open_and_elapsed)
 	ck_assert_int_eq(change.reason, CB_REASON_BREAK_ELAPSED);
 	/* The next caller finds half_open with no free slot: refused, with the
 	 * time until the held permit expires as the hint; no new transition. */
-	ck_assert_int_eq(circuit_table_allow(table, "c", &p, T0 + 1100, NULL, &a, &change), CT_OK);
+	ck_assert_int_eq(allow_at("c", &p, T0 + 1100, &a, &change), CT_OK);
 	ck_assert(!a.allowed);
 	ck_assert(!a.has_permit);
 	ck_assert_int_eq(a.state, CB_STATE_HALF_OPEN);
 	ck_assert_int_eq(a.retry_after_ms, 400);
 	ck_assert_int_eq(change.reason, CB_REASON_NONE);
 	/* An expired permit frees the slot for the next trial. */
-	ck_assert_int_eq(circuit_table_allow(table, "c", &p, T0 + 1500, NULL, &a, NULL), CT_OK);
+	ck_assert_int_eq(allow_at("c", &p, T0 + 1500, &a, NULL), CT_OK);
 	ck_assert(a.allowed);
+	/* Every refusal counted. */
+	v = view_of("c", T0 + 1500);
+	ck_assert_uint_eq(v.totals.rejected, 3);
 	/* Closed: allowed without a permit. */
-	ck_assert_int_eq(circuit_table_allow(table, "fresh", &p, T0, NULL, &a, NULL), CT_OK);
+	ck_assert_int_eq(allow_at("fresh", &p, T0, &a, NULL), CT_OK);
 	ck_assert(a.allowed);
 	ck_assert(!a.has_permit);
 	ck_assert_int_eq(a.state, CB_STATE_CLOSED);
 }
 END_TEST
 
-START_TEST(counters_count_limits)
+START_TEST(held_open_stays_open_until_ttl)
 {
 	cb_policy p = policy();
-	circuit_table *small = circuit_table_new(1, random_instance());
-	cb_snapshot s;
-	bool acquired;
-	ct_slot_grant grant;
-	ct_stats st;
+	ct_hold_request req = { .ttl_ms = 5000,
+		.by_uid = 1000,
+		.by_user = "alice",
+		.reason = "deploy" };
+	ct_call call = at(&p, T0);
+	ct_change change;
+	ct_allow a;
+	ct_view v;
+	bool applied, released;
 
-	ck_assert_int_eq(circuit_table_record_failure(small, "a", &p, T0, &s, NULL), CT_OK);
-	ck_assert_int_eq(circuit_table_record_failure(small, "b", &p, T0, &s, NULL), CT_CAPACITY);
-	ck_assert_int_eq(circuit_table_acquire_slot(small, "b", &p, T0, NULL, &acquired, &grant),
-	    CT_CAPACITY);
-	ck_assert_int_eq(circuit_table_acquire_slot(small, "a", &p, T0, NULL, &acquired, &grant),
+	ck_assert_int_eq(circuit_table_set_state(table, "h", CB_STATE_OPEN, &req, &call, &v,
+			     &change),
 	    CT_OK);
-	ck_assert(!circuit_table_release_slot(small, "a", grant.token, T0 + p.slot_ttl_ms));
-	circuit_table_stats(small, &st);
-	ck_assert_int_eq(st.capacity_refusals, 2);
-	ck_assert_int_eq(st.slots_expired, 1);
-	ck_assert_int_eq(st.circuits, 1);
-	/* Raising the bound lets new circuits in. */
-	circuit_table_set_max_circuits(small, 2);
-	ck_assert_int_eq(circuit_table_record_failure(small, "b", &p, T0, &s, NULL), CT_OK);
-	circuit_table_free(small);
+	ck_assert(v.hold.held);
+	ck_assert_int_eq(v.hold.state, CB_STATE_OPEN);
+	ck_assert_int_eq(v.hold.until, T0 + 5000);
+	ck_assert_str_eq(v.hold.by_user, "alice");
+	ck_assert_str_eq(v.hold.reason, "deploy");
+	ck_assert_int_eq(change.reason, CB_REASON_HELD);
+	/* Past break_ms: still refused, the hint counts down to the hold's end. */
+	ck_assert_int_eq(allow_at("h", &p, T0 + 2000, &a, NULL), CT_OK);
+	ck_assert(!a.allowed);
+	ck_assert_int_eq(a.state, CB_STATE_OPEN);
+	ck_assert_int_eq(a.retry_after_ms, 3000);
+	/* No rule moves it, and cas refuses. */
+	succeed_at(table, "h", &p, T0 + 2100);
+	call = at(&p, T0 + 2200);
+	ck_assert_int_eq(circuit_table_cas(table, "h", CB_STATE_OPEN, CB_STATE_HALF_OPEN, &call,
+			     &applied, &v, NULL),
+	    CT_OK);
+	ck_assert(!applied);
+	ck_assert_int_eq(v.snap.state, CB_STATE_OPEN);
+	/* At its ttl the hold ends: half_open, trials decide. */
+	circuit_table_get(table, "h", T0 + 5000, &v, &change);
+	ck_assert(!v.hold.held);
+	ck_assert_int_eq(v.snap.state, CB_STATE_HALF_OPEN);
+	ck_assert_int_eq(change.reason, CB_REASON_HOLD_EXPIRED);
+	/* release of an unheld circuit changes nothing. */
+	circuit_table_release(table, "h", &call, &released, &v, NULL);
+	ck_assert(!released);
+	ck_assert_int_eq(v.snap.state, CB_STATE_HALF_OPEN);
 }
 END_TEST
 
-/* Record what foreach visits. */
-static void
-count_open(const char *name, const cb_snapshot *snap, void *arg)
-{
-	int *open = arg;
-
-	ck_assert_ptr_nonnull(name);
-	if (snap->state == CB_STATE_OPEN)
-		(*open)++;
-}
-
-START_TEST(foreach_visits_stored_circuits)
+START_TEST(held_closed_never_opens_and_release_resets)
 {
 	cb_policy p = policy();
-	cb_snapshot s;
-	int open = 0;
+	ct_hold_request req = { .by_uid = 0, .by_user = "root" };
+	ct_call call = at(&p, T0);
+	ct_allow a;
+	ct_view v;
+	bool released;
 
-	trip("a", &p, T0);
-	trip("b", &p, T0);
-	ck_assert_int_eq(circuit_table_record_failure(table, "c", &p, T0, &s, NULL), CT_OK);
-	circuit_table_foreach(table, count_open, &open);
-	ck_assert_int_eq(open, 2);
-	ck_assert_int_eq(stored_circuits(), 3);
+	ck_assert_int_eq(circuit_table_set_state(table, "k", CB_STATE_CLOSED, &req, &call, &v,
+			     NULL),
+	    CT_OK);
+	ck_assert_int_eq(v.hold.until, CB_TIME_NONE);
+	for (int i = 0; i < 10; i++)
+		v = fail_at(table, "k", &p, T0 + i, CT_OK);
+	ck_assert_int_eq(v.snap.state, CB_STATE_CLOSED);
+	ck_assert_int_eq(v.snap.failure_count, 10);
+	ck_assert_uint_eq(v.totals.failures, 10);
+	ck_assert_int_eq(allow_at("k", &p, T0 + 20, &a, NULL), CT_OK);
+	ck_assert(a.allowed);
+	/* Held circuits are pinned: never reclaimed. */
+	circuit_table_set_idle_reclaim(table, 1);
+	ck_assert_uint_eq(circuit_table_reclaim_idle(table, T0 + 100000, 10), 0);
+	circuit_table_release(table, "k", &call, &released, &v, NULL);
+	ck_assert(released);
+	ck_assert_int_eq(v.snap.state, CB_STATE_CLOSED);
+	ck_assert_int_eq(v.snap.failure_count, 0);
+	/* set_state without hold clears a hold. */
+	ck_assert_int_eq(circuit_table_set_state(table, "k", CB_STATE_OPEN, &req, &call, &v, NULL),
+	    CT_OK);
+	ck_assert_int_eq(circuit_table_set_state(table, "k", CB_STATE_OPEN, NULL, &call, &v, NULL),
+	    CT_OK);
+	ck_assert(!v.hold.held);
+}
+END_TEST
+
+/* Count visits, and ended holds. */
+static void
+count_visit(const char *name, const ct_view *view, void *arg)
+{
+	int *n = arg;
+
+	ck_assert_ptr_nonnull(name);
+	(*n)++;
+}
+
+static void
+count_change(const char *name, const ct_change *change, void *arg)
+{
+	int *n = arg;
+
+	ck_assert_int_eq(change->reason, CB_REASON_HOLD_EXPIRED);
+	(*n)++;
+}
+
+START_TEST(expire_holds_and_pinned_walk)
+{
+	cb_policy p = policy();
+	ct_hold_request req = { .ttl_ms = 100 };
+	ct_call call = at(&p, T0);
+	ct_view v;
+	int pinned = 0, ended = 0;
+
+	circuit_table_set_state(table, "h1", CB_STATE_OPEN, &req, &call, &v, NULL);
+	req.ttl_ms = 500;
+	circuit_table_set_state(table, "h2", CB_STATE_OPEN, &req, &call, &v, NULL);
+	trip("o", &p, T0);
+	succeed_at(table, "closed", &p, T0);
+	circuit_table_foreach_pinned(table, count_visit, &pinned);
+	ck_assert_int_eq(pinned, 3);
+	circuit_table_expire_holds(table, T0 + 100, count_change, &ended);
+	ck_assert_int_eq(ended, 1);
+	ck_assert_int_eq(view_of("h1", T0).snap.state, CB_STATE_HALF_OPEN);
+	ck_assert(view_of("h2", T0).hold.held);
+}
+END_TEST
+
+START_TEST(declared_policies_are_interned)
+{
+	cb_policy p = policy();
+	proto_ctx declared = { 0 }, other = { 0 };
+	ct_call call = at(&p, T0);
+	ct_view v1, v2;
+	ct_stats st;
+	bool stored;
+
+	proto_ctx_set(&declared, PROTO_CTX_BREAK_MS, 100);
+	proto_ctx_set(&declared, PROTO_CTX_NOW, T0); /* not policy: not kept */
+	proto_ctx_set(&other, PROTO_CTX_BREAK_MS, 100);
+	call.declared = &declared;
+	circuit_table_record_failure(table, "a", &call, &v1, NULL);
+	call.declared = &other;
+	circuit_table_record_failure(table, "b", &call, &v2, NULL);
+	ck_assert_ptr_eq(v1.declared, v2.declared);
+	ck_assert(!proto_ctx_has(v1.declared, PROTO_CTX_NOW));
+	ck_assert_int_eq(v1.declared->value[PROTO_CTX_BREAK_MS], 100);
+	/* A later request's ctx never replaces what the creator declared. */
+	proto_ctx_set(&other, PROTO_CTX_BREAK_MS, 5);
+	circuit_table_record_failure(table, "a", &call, &v1, NULL);
+	ck_assert_int_eq(circuit_table_use(table, "a", T0, &stored)->value[PROTO_CTX_BREAK_MS],
+	    100);
+	circuit_table_stats(table, &st);
+	ck_assert_uint_eq(st.policies, 1);
+	circuit_table_delete(table, "a");
+	circuit_table_delete(table, "b");
+	circuit_table_stats(table, &st);
+	ck_assert_uint_eq(st.policies, 0);
+}
+END_TEST
+
+START_TEST(restore_keeps_snapshot_and_hold)
+{
+	cb_policy p = policy();
+	ct_view in, out;
+
+	memset(&in, 0, sizeof in);
+	in.snap.state = CB_STATE_OPEN;
+	in.snap.failure_count = 3;
+	in.snap.last_failure_at = T0 - 5;
+	in.snap.opened_at = T0;
+	in.totals.failures = 7;
+	in.hold.held = true;
+	in.hold.state = CB_STATE_OPEN;
+	in.hold.since = T0;
+	in.hold.until = CB_TIME_NONE;
+	in.hold.by_uid = 1000;
+	in.hold.by_user = "alice";
+	in.hold.reason = "incident";
+	ck_assert_int_eq(circuit_table_restore(table, "r", &in, T0), CT_OK);
+	out = view_of("r", T0 + 100000);
+	ck_assert_int_eq(out.snap.state, CB_STATE_OPEN);
+	ck_assert_int_eq(out.snap.opened_at, T0);
+	ck_assert_uint_eq(out.totals.failures, 7);
+	ck_assert(out.hold.held);
+	ck_assert_str_eq(out.hold.reason, "incident");
+	(void)p;
 }
 END_TEST
 
@@ -352,10 +638,8 @@ START_TEST(slot_tokens_look_random_and_differ)
 	ct_slot_grant g1, g2;
 	bool acquired;
 
-	ck_assert_int_eq(circuit_table_acquire_slot(table, "a", &p, T0, NULL, &acquired, &g1),
-	    CT_OK);
-	ck_assert_int_eq(circuit_table_acquire_slot(other, "a", &p, T0, NULL, &acquired, &g2),
-	    CT_OK);
+	ck_assert_int_eq(acquire(table, "a", &p, T0, NULL, &acquired, &g1), CT_OK);
+	ck_assert_int_eq(acquire(other, "a", &p, T0, NULL, &acquired, &g2), CT_OK);
 	ck_assert_str_ne(g1.token, g2.token);
 	ck_assert_uint_lt(strlen(g1.token), CT_TOKEN_SIZE);
 	/* Not a counter from zero: the instance id leads the token. */
@@ -372,12 +656,17 @@ table_suite(void)
 	TCase *tc = tcase_create("table");
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, reads_and_noop_writes_store_nothing);
-	tcase_add_test(tc, circuit_back_to_initial_is_dropped);
+	tcase_add_test(tc, writes_create_reads_do_not);
+	tcase_add_test(tc, idle_closed_circuits_are_reclaimed);
+	tcase_add_test(tc, capacity_reclaims_longest_idle_first);
 	tcase_add_test(tc, owner_release_frees_all_its_slots);
+	tcase_add_test(tc, max_slots_bounds_all_circuits);
 	tcase_add_test(tc, allow_closed_open_and_elapsed);
-	tcase_add_test(tc, counters_count_limits);
-	tcase_add_test(tc, foreach_visits_stored_circuits);
+	tcase_add_test(tc, held_open_stays_open_until_ttl);
+	tcase_add_test(tc, held_closed_never_opens_and_release_resets);
+	tcase_add_test(tc, expire_holds_and_pinned_walk);
+	tcase_add_test(tc, declared_policies_are_interned);
+	tcase_add_test(tc, restore_keeps_snapshot_and_hold);
 	tcase_add_test(tc, slot_tokens_look_random_and_differ);
 	suite_add_tcase(suite, tc);
 	return suite;

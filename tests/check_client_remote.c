@@ -333,7 +333,7 @@ START_TEST(every_op_against_cbd)
 	ck_assert_int_eq(cbc_conn_set_client_name(c, "check_client_remote", NULL), CBC_OK);
 	ck_assert_int_eq(cbc_hello(c, &hello, &err), CBC_OK);
 	ck_assert_str_eq(hello.server, "cbd");
-	ck_assert_int_eq(hello.protocol, 1);
+	ck_assert_int_eq(hello.protocol, 2);
 	ck_assert_int_eq(cbc_record_failure(c, "a", NULL, &s, &err), CBC_OK);
 	ck_assert_int_eq(s.failure_count, 1);
 	ck_assert_str_eq(s.name, "a");

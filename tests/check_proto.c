@@ -178,37 +178,64 @@ END_TEST
 
 START_TEST(policy_layers)
 {
-	proto_ctx request = { 0 }, circuit = { 0 }, defaults = { 0 };
-	const proto_ctx *layers[] = { &request, &circuit, &defaults };
+	proto_ctx circuit = { 0 }, client = { 0 }, defaults = { 0 };
+	const proto_layer layers[] = { { &circuit, PROTO_SOURCE_CONFIG },
+		{ &client, PROTO_SOURCE_CLIENT }, { &defaults, PROTO_SOURCE_DEFAULTS } };
+	proto_policy_sources src;
 	cb_policy p;
 
-	proto_policy_resolve(layers, 3, &p);
+	proto_policy_resolve(layers, 3, &p, &src);
 	ck_assert_int_eq(p.failure_threshold, 5);
 	ck_assert_int_eq(p.break_ms, 30000);
 	ck_assert_int_eq(p.slot_ttl_ms, 30000);
 	ck_assert_int_eq(p.max_gap_ms, 0);
+	ck_assert_int_eq(src.key[PROTO_CTX_BREAK_MS], PROTO_SOURCE_BUILTIN);
 
 	proto_ctx_set(&defaults, PROTO_CTX_FAILURE_THRESHOLD, 10);
 	proto_ctx_set(&defaults, PROTO_CTX_BREAK_MS, 500);
 	proto_ctx_set(&circuit, PROTO_CTX_FAILURE_THRESHOLD, 20);
-	proto_ctx_set(&request, PROTO_CTX_MAX_GAP_MS, 99);
-	proto_policy_resolve(layers, 3, &p);
+	proto_ctx_set(&client, PROTO_CTX_MAX_GAP_MS, 99);
+	proto_policy_resolve(layers, 3, &p, &src);
 	ck_assert_int_eq(p.failure_threshold, 20);
+	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_CONFIG);
 	ck_assert_int_eq(p.break_ms, 500);
+	ck_assert_int_eq(src.key[PROTO_CTX_BREAK_MS], PROTO_SOURCE_DEFAULTS);
 	ck_assert_int_eq(p.slot_ttl_ms, 500); /* follows the resolved break */
 	ck_assert_int_eq(p.max_gap_ms, 99);
+	ck_assert_int_eq(src.key[PROTO_CTX_MAX_GAP_MS], PROTO_SOURCE_CLIENT);
 	ck_assert_int_eq(p.success_threshold, 2);
 
-	proto_ctx_set(&request, PROTO_CTX_FAILURE_THRESHOLD, 1);
+	/* The operator's section beats the client, the client beats [defaults]. */
+	proto_ctx_set(&client, PROTO_CTX_FAILURE_THRESHOLD, 1);
+	proto_ctx_set(&client, PROTO_CTX_BREAK_MS, 7);
 	proto_ctx_set(&circuit, PROTO_CTX_SLOT_TTL_MS, 42);
-	proto_policy_resolve(layers, 3, &p);
-	ck_assert_int_eq(p.failure_threshold, 1);
+	proto_policy_resolve(layers, 3, &p, NULL);
+	ck_assert_int_eq(p.failure_threshold, 20);
+	ck_assert_int_eq(p.break_ms, 7);
 	ck_assert_int_eq(p.slot_ttl_ms, 42);
 
 	/* NULL layers are skipped. */
-	const proto_ctx *sparse[] = { NULL, &defaults };
-	proto_policy_resolve(sparse, 2, &p);
+	const proto_layer sparse[] = { { NULL, PROTO_SOURCE_CONFIG },
+		{ &defaults, PROTO_SOURCE_DEFAULTS } };
+	proto_policy_resolve(sparse, 2, &p, NULL);
 	ck_assert_int_eq(p.failure_threshold, 10);
+}
+END_TEST
+
+START_TEST(policy_conflicts_name_differing_members)
+{
+	proto_ctx request = { 0 };
+	cb_policy p;
+
+	breaker_policy_default(&p);
+	ck_assert_uint_eq(proto_policy_conflicts(&request, &p), 0);
+	proto_ctx_set(&request, PROTO_CTX_FAILURE_THRESHOLD, 5); /* same: no conflict */
+	proto_ctx_set(&request, PROTO_CTX_NOW, 123); /* the clock is not policy */
+	ck_assert_uint_eq(proto_policy_conflicts(&request, &p), 0);
+	proto_ctx_set(&request, PROTO_CTX_BREAK_MS, 100);
+	proto_ctx_set(&request, PROTO_CTX_MAX_GAP_MS, 100); /* unset in p */
+	ck_assert_uint_eq(proto_policy_conflicts(&request, &p),
+	    (UINT32_C(1) << PROTO_CTX_BREAK_MS) | (UINT32_C(1) << PROTO_CTX_MAX_GAP_MS));
 }
 END_TEST
 
@@ -300,6 +327,7 @@ main(void)
 	tcase_add_test(tc, ctx_members);
 	tcase_add_test(tc, ctx_table_rows);
 	tcase_add_test(tc, policy_layers);
+	tcase_add_test(tc, policy_conflicts_name_differing_members);
 	tcase_add_test(tc, ctx_to_json_round_trip);
 	tcase_add_test(tc, snapshot_json_round_trip);
 	tcase_add_test(tc, error_codes_round_trip);

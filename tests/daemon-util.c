@@ -59,7 +59,11 @@ util_get(const json_t *obj, const char *path)
 		size_t n = dot != NULL ? (size_t)(dot - path) : strlen(path);
 
 		snprintf(key, sizeof key, "%.*s", (int)n, path);
-		obj = json_object_get(obj, key);
+		/* A number indexes an array ("policy_conflict.0"). */
+		if (json_is_array(obj) && key[0] >= '0' && key[0] <= '9')
+			obj = json_array_get(obj, (size_t)strtoul(key, NULL, 10));
+		else
+			obj = json_object_get(obj, key);
 		path += n;
 		if (*path == '.')
 			path++;

@@ -22,7 +22,8 @@ json_t *util_call(int fd, const char *fmt, ...) __attribute__((format(printf, 2,
 /* The error code of a reply, or NULL when it is ok. */
 const char *util_code(const json_t *reply);
 
-/* An integer / bool / string at a dotted path ("snapshot.failure_count"). */
+/* An integer / bool / string at a dotted path ("snapshot.failure_count";
+ * a number indexes an array: "policy_conflict.0"). */
 int64_t util_int(const json_t *obj, const char *path);
 bool util_bool(const json_t *obj, const char *path);
 const char *util_str(const json_t *obj, const char *path);

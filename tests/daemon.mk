@@ -49,6 +49,13 @@ tests_cbd_codec_test_SOURCES = tests/cbd-codec-test.c
 tests_cbd_codec_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_codec_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
 
+# Protocol 2's authority rules: policy ownership, reload, holds, cas for
+# non-admins, durable state across kill -9 and corrupt state files.
+check_PROGRAMS += tests/cbd-authority-test
+tests_cbd_authority_test_SOURCES = tests/cbd-authority-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_authority_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_authority_test_LDADD = $(DAEMON_TEST_LIBS)
+
 # Issue 9, every peer bounded: output bound, idle connections, descriptor
 # limit, socket ownership, log flood and escaping, whole lines only.
 check_PROGRAMS += tests/cbd-limits-test

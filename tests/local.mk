@@ -56,3 +56,12 @@ check_PROGRAMS += tests/cbd-hostile-test
 tests_cbd_hostile_test_SOURCES = tests/cbd-hostile-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_hostile_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_hostile_test_LDADD = tests/libcontract.la $(DAEMON_TEST_LIBS)
+
+# Protocol 2's authority figures: memory per circuit at 1M circuits and the
+# longest stall while the state file of 10000 open circuits is kept up to
+# date. Prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd tests/bench-authority [-n CIRCUITS] [-o OPEN] [-d SECONDS]
+noinst_PROGRAMS += tests/bench-authority
+tests_bench_authority_SOURCES = tests/bench-authority.c tests/cbd-harness.c tests/cbd-harness.h
+tests_bench_authority_CFLAGS = $(AM_CFLAGS) -pthread
+tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread

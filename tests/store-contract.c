@@ -475,11 +475,12 @@ START_TEST(slot_expiry_in_virtual_time)
 	/* Expired once now >= expires_at. */
 	ck_assert(acquire("s", &p, T0 + 5000, NULL, &expires));
 	ck_assert_int_eq(expires, T0 + 10000);
-	/* A per-call ttl is honoured. */
+	/* The ttl of the policy the circuit was created with is honoured (a
+	 * circuit owns its policy: protocol 2, §1). */
 	p.slot_ttl_ms = 1;
-	ck_assert(!acquire("s", &p, T0 + 9999, NULL, NULL));
-	ck_assert(acquire("s", &p, T0 + 10000, NULL, &expires));
+	ck_assert(acquire("s1", &p, T0 + 10000, NULL, &expires));
 	ck_assert_int_eq(expires, T0 + 10001);
+	ck_assert(acquire("s1", &p, T0 + 10001, NULL, &expires));
 }
 END_TEST
 
@@ -520,6 +521,9 @@ START_TEST(tokens_unique_across_restarts)
 }
 END_TEST
 
+/* Protocol 2, §2: at max_circuits a creation first reclaims the
+ * longest-idle closed circuit; only when none is reclaimable is it refused,
+ * and then nothing changes. */
 START_TEST(capacity_refuses_new_keeps_existing)
 {
 	cb_policy p = policy_small();
@@ -532,16 +536,15 @@ START_TEST(capacity_refuses_new_keeps_existing)
 
 	ck_assert_ptr_nonnull(full_store);
 	store = full_store;
-	failure_at("a", &p, T0);
-	failure_at("b", &p, T0);
+	trip("a", &p, T0);
+	trip("b", &p, T0);
 	ck_assert_int_eq(impl->record_failure(store, "c", &p, T0, &s), CONTRACT_CAPACITY);
+	ck_assert_int_eq(impl->record_success(store, "c", &p, T0, &s), CONTRACT_CAPACITY);
 	ck_assert_int_eq(impl->set_state(store, "c", CB_STATE_OPEN, &p, T0, &s), CONTRACT_CAPACITY);
 	ck_assert_int_eq(impl->acquire_slot(store, "c", &p, T0, &acquired, token, &expires),
 	    CONTRACT_CAPACITY);
-	/* Reads, no-op writes, failed cas and releases never create or fail. */
+	/* Reads, failed cas and releases never create or fail. */
 	s = snapshot_at("c", &p, T0);
-	assert_initial(&s);
-	s = success_at("c", &p, T0);
 	assert_initial(&s);
 	ck_assert_int_eq(impl->cas(store, "c", CB_STATE_OPEN, CB_STATE_CLOSED, &p, T0, &applied,
 			     &s),
@@ -549,8 +552,7 @@ START_TEST(capacity_refuses_new_keeps_existing)
 	ck_assert(!applied);
 	ck_assert_int_eq(impl->release_slot(store, "c", "nope", &p, T0), CONTRACT_OK);
 	/* Existing circuits keep working. */
-	failure_at("a", &p, T0 + 1);
-	s = failure_at("a", &p, T0 + 2);
+	s = success_at("a", &p, T0 + 1);
 	ck_assert_int_eq(s.state, CB_STATE_OPEN);
 	ck_assert(acquire("b", &p, T0 + 3, NULL, NULL));
 	/* Deleting one makes room. */
@@ -558,6 +560,29 @@ START_TEST(capacity_refuses_new_keeps_existing)
 	ck_assert(existed);
 	s = failure_at("c", &p, T0 + 4);
 	ck_assert_int_eq(s.failure_count, 1);
+	store = saved;
+	impl->teardown(full_store);
+}
+END_TEST
+
+START_TEST(capacity_reclaims_an_idle_closed_circuit)
+{
+	cb_policy p = policy_small();
+	cb_snapshot s;
+	void *full_store = impl->create(2);
+	void *saved = store;
+
+	ck_assert_ptr_nonnull(full_store);
+	store = full_store;
+	failure_at("old", &p, T0);
+	trip("open", &p, T0);
+	/* "old" is closed and idle: it makes room for "new". */
+	s = failure_at("new", &p, T0 + 1);
+	ck_assert_int_eq(s.failure_count, 1);
+	s = snapshot_at("old", &p, T0 + 2);
+	assert_initial(&s);
+	s = snapshot_at("open", &p, T0 + 2);
+	ck_assert_int_eq(s.state, CB_STATE_OPEN);
 	store = saved;
 	impl->teardown(full_store);
 }
@@ -626,6 +651,7 @@ contract_suite(const contract_impl *contract)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, delete_drops_circuit_and_slots);
 	tcase_add_test(tc, capacity_refuses_new_keeps_existing);
+	tcase_add_test(tc, capacity_reclaims_an_idle_closed_circuit);
 	suite_add_tcase(suite, tc);
 	return suite;
 }

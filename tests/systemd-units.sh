@@ -24,7 +24,7 @@ out=$(systemd-analyze verify --man=no "$tmp/cbd.socket" "$tmp/cbd.service" 2>&1)
 if [ $? -eq 0 ] && [ -z "$out" ]; then pass "systemd-analyze verify"; else
 	fail "systemd-analyze verify: $out"; fi
 
-for key in Type=notify ExecReload= Restart=on-failure RuntimeDirectory=cbd \
+for key in Type=notify ExecReload= Restart=on-failure RuntimeDirectory=cbd StateDirectory=cbd \
 	NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTmp=yes \
 	'CapabilityBoundingSet=$' RestrictAddressFamilies=AF_UNIX SystemCallFilter=; do
 	if grep -q "^$key" "$tmp/cbd.service"; then pass "service has $key"; else

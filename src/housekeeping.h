@@ -1,0 +1,29 @@
+/*
+ * housekeeping.h — cbd's periodic chores on its own clock: ending holds
+ * whose ttl ran out, reclaiming idle circuits, and keeping the state file
+ * (persist.c) up to date within PERSIST_DELAY_MS of a change.
+ */
+#ifndef CBD_HOUSEKEEPING_H
+#define CBD_HOUSEKEEPING_H
+
+#include <stdbool.h>
+
+/* How often the chores run. */
+#define HOUSEKEEPING_INTERVAL_MS 50
+/* Idle circuits reclaimed per run at most (the rest wait for the next). */
+#define HOUSEKEEPING_RECLAIM_BUDGET 10000
+
+/* Load the state file (when configured) and start the timer. */
+void housekeeping_start(void);
+
+/* Something the state file holds changed: write it soon. */
+void housekeeping_state_changed(void);
+
+/* Stop: wait for a write in progress, then write the state file in
+ * process (shutdown). */
+void housekeeping_stop(void);
+
+/* Free the timer and signal events. */
+void housekeeping_free(void);
+
+#endif

@@ -1,0 +1,325 @@
+/*
+ * persist.c — the state file (see persist.h): its JSON form, atomic
+ * writes in a forked child or in process, and loading at start.
+ *
+ * Format (version 1):
+ *   {"format": "cbd-state", "version": 1, "written_at": ms,
+ *    "circuits": [{<a snapshot's members>, "ctx": {<declared policy>},
+ *                  "totals": {...}, "hold": null | {...}}, ...]}
+ * Each entry is read back with the same codec as requests and snapshots.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "log.h"
+#include "persist.h"
+#include "proto.h"
+
+/* What the walk over pinned circuits builds. */
+typedef struct persist_walk {
+	json_t *circuits;
+	bool nomem;
+} persist_walk;
+
+static json_t *
+hold_to_json(const ct_hold *h)
+{
+	if (!h->held)
+		return json_null();
+	return json_pack("{s:s, s:I, s:s, s:o, s:I, s:o}", "state", breaker_state_name(h->state),
+	    "by_uid", (json_int_t)h->by_uid, "by_user", h->by_user, "reason",
+	    h->reason != NULL ? json_string(h->reason) : json_null(), "since", (json_int_t)h->since,
+	    "until", h->until != CB_TIME_NONE ? json_integer(h->until) : json_null());
+}
+
+static void
+persist_visit(const char *name, const ct_view *view, void *arg)
+{
+	persist_walk *w = arg;
+	const ct_totals *t = &view->totals;
+	json_t *entry;
+
+	/* Closed, unheld circuits with slots are pinned only for their
+	 * slots, which are not kept. */
+	if (w->nomem || (view->snap.state == CB_STATE_CLOSED && !view->hold.held))
+		return;
+	entry = proto_snapshot_to_json(name, &view->snap, 0);
+	if (entry == NULL ||
+	    json_object_set_new(entry, "ctx",
+		view->declared != NULL ? proto_ctx_members_to_json(view->declared)
+				       : json_object()) != 0 ||
+	    json_object_set_new(entry, "totals",
+		json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
+		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
+		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0 ||
+	    json_object_set_new(entry, "hold", hold_to_json(&view->hold)) != 0 ||
+	    json_array_append_new(w->circuits, entry) != 0) {
+		json_decref(entry);
+		w->nomem = true;
+	}
+}
+
+/* The whole file as JSON; NULL when out of memory. */
+static json_t *
+state_to_json(circuit_table *table, int64_t clock)
+{
+	persist_walk w = { .circuits = json_array() };
+	json_t *doc;
+
+	if (w.circuits == NULL)
+		return NULL;
+	circuit_table_foreach_pinned(table, persist_visit, &w);
+	if (w.nomem) {
+		json_decref(w.circuits);
+		return NULL;
+	}
+	doc = json_pack("{s:s, s:i, s:I, s:o}", "format", "cbd-state", "version", PERSIST_VERSION,
+	    "written_at", (json_int_t)clock, "circuits", w.circuits);
+	return doc;
+}
+
+/* fsync the directory holding path, so the rename survives a crash. */
+static void
+sync_dir(const char *path)
+{
+	char *copy = strdup(path);
+	int fd;
+
+	if (copy == NULL)
+		return;
+	fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	free(copy);
+}
+
+/* Write all of buf to fd. */
+static bool
+write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+/* Write doc to path atomically: a temp file beside it, fsync, rename. */
+static bool
+write_atomic(const char *path, const json_t *doc)
+{
+	char tmp[4096], *text;
+	int fd, n;
+	bool ok;
+
+	n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (n < 0 || (size_t)n >= sizeof tmp) {
+		log_error("state_file %s: path too long", path);
+		return false;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		log_error("state_file: cannot create %s: %s", tmp, strerror(errno));
+		return false;
+	}
+	/* One buffer, one write: json_dumpfd would make a syscall per token. */
+	text = json_dumps(doc, JSON_COMPACT);
+	ok = text != NULL && write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1) &&
+	    fsync(fd) == 0;
+	free(text);
+	if (!ok)
+		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
+	if (close(fd) != 0 && ok) {
+		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
+		ok = false;
+	}
+	if (ok && rename(tmp, path) != 0) {
+		log_error("state_file: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+		ok = false;
+	}
+	if (!ok) {
+		unlink(tmp);
+		return false;
+	}
+	sync_dir(path);
+	return true;
+}
+
+bool
+persist_write_sync(const char *path, circuit_table *table, int64_t clock)
+{
+	json_t *doc = state_to_json(table, clock);
+	bool ok;
+
+	if (doc == NULL) {
+		log_error("state_file %s: out of memory", path);
+		return false;
+	}
+	ok = write_atomic(path, doc);
+	json_decref(doc);
+	return ok;
+}
+
+pid_t
+persist_write_async(const char *path, circuit_table *table, int64_t clock)
+{
+	pid_t pid = fork();
+
+	if (pid < 0) {
+		log_error("state_file: fork: %s", strerror(errno));
+		return -1;
+	}
+	if (pid > 0)
+		return pid;
+	/* The child: the table as it was at fork, written, then gone
+	 * without running the parent's exit handlers. */
+	_exit(persist_write_sync(path, table, clock) ? 0 : 1);
+}
+
+/* Move a bad state file aside and say why. */
+static void
+move_aside(const char *path, int64_t clock, const char *why)
+{
+	char aside[4096];
+
+	snprintf(aside, sizeof aside, "%s.bad-%lld", path, (long long)clock);
+	if (rename(path, aside) == 0)
+		log_error("state_file %s: %s; moved aside to %s, starting with no circuits", path,
+		    why, aside);
+	else
+		log_error("state_file %s: %s; cannot move it aside (%s), starting with no circuits",
+		    path, why, strerror(errno));
+}
+
+/* An integer member within [lo, hi] into *out (absent: false). */
+static bool
+get_count(const json_t *obj, const char *key, uint64_t *out)
+{
+	const json_t *v = json_object_get(obj, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return false;
+	*out = (uint64_t)json_integer_value(v);
+	return true;
+}
+
+/* Read one entry into view (strings point into entry). False with why. */
+static bool
+entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char **name,
+    proto_error *err)
+{
+	const json_t *totals = json_object_get(entry, "totals");
+	const json_t *hold = json_object_get(entry, "hold");
+
+	memset(view, 0, sizeof *view);
+	view->hold.until = CB_TIME_NONE;
+	if (!proto_get_name(entry, "name", name, err) ||
+	    !proto_snapshot_from_json(entry, &view->snap, NULL, err) ||
+	    !proto_ctx_from_json(entry, declared, err))
+		return false;
+	view->declared = declared;
+	if (!json_is_object(totals) || !get_count(totals, "successes", &view->totals.successes) ||
+	    !get_count(totals, "failures", &view->totals.failures) ||
+	    !get_count(totals, "ignored", &view->totals.ignored) ||
+	    !get_count(totals, "slow", &view->totals.slow) ||
+	    !get_count(totals, "rejected", &view->totals.rejected))
+		return proto_fail(err, PROTO_BAD_REQUEST, "totals must hold five counts");
+	if (json_is_null(hold))
+		return true;
+	if (!json_is_object(hold))
+		return proto_fail(err, PROTO_BAD_REQUEST, "hold must be an object or null");
+	view->hold.held = true;
+	if (!proto_get_state(hold, "state", true, &view->hold.state, NULL, err) ||
+	    !proto_get_int(hold, "by_uid", -1, INT64_C(4294967295), true, &view->hold.by_uid, NULL,
+		err) ||
+	    !proto_get_text(hold, "by_user", true, &view->hold.by_user, NULL, err) ||
+	    !proto_get_text(hold, "reason", false, &view->hold.reason, NULL, err) ||
+	    !proto_get_int(hold, "since", CB_TIME_MIN, CB_TIME_MAX, true, &view->hold.since, NULL,
+		err) ||
+	    !proto_get_int(hold, "until", CB_TIME_MIN, CB_TIME_MAX, false, &view->hold.until, NULL,
+		err))
+		return false;
+	if (view->hold.state == CB_STATE_HALF_OPEN)
+		return proto_fail(err, PROTO_BAD_REQUEST, "hold.state must be open or closed");
+	return true;
+}
+
+uint64_t
+persist_load(const char *path, circuit_table *table, int64_t clock)
+{
+	json_error_t jerr;
+	json_t *doc, *circuits;
+	uint64_t loaded = 0;
+	proto_error err;
+	char why[512];
+	size_t i;
+
+	if (access(path, F_OK) != 0 && errno == ENOENT) {
+		log_info("state_file %s does not exist yet; starting with no circuits", path);
+		return 0;
+	}
+	doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (doc == NULL) {
+		snprintf(why, sizeof why, "cannot read: %s (line %d)", jerr.text, jerr.line);
+		move_aside(path, clock, why);
+		return 0;
+	}
+	circuits = json_object_get(doc, "circuits");
+	if (!json_is_object(doc) || !json_is_string(json_object_get(doc, "format")) ||
+	    strcmp(json_string_value(json_object_get(doc, "format")), "cbd-state") != 0 ||
+	    !json_is_integer(json_object_get(doc, "version")) ||
+	    json_integer_value(json_object_get(doc, "version")) != PERSIST_VERSION ||
+	    !json_is_array(circuits)) {
+		json_decref(doc);
+		move_aside(path, clock, "not a cbd state file of version 1");
+		return 0;
+	}
+	/* Check every entry before restoring any: a file is used whole. */
+	for (i = 0; i < json_array_size(circuits); i++) {
+		const json_t *entry = json_array_get(circuits, i);
+		proto_ctx declared;
+		const char *name;
+		ct_view view;
+
+		if (!json_is_object(entry) || !entry_read(entry, &view, &declared, &name, &err)) {
+			snprintf(why, sizeof why, "circuit %zu is invalid: %s", i,
+			    json_is_object(entry) ? err.message : "not an object");
+			json_decref(doc);
+			move_aside(path, clock, why);
+			return 0;
+		}
+	}
+	for (i = 0; i < json_array_size(circuits); i++) {
+		const json_t *entry = json_array_get(circuits, i);
+		proto_ctx declared;
+		const char *name;
+		ct_view view;
+		ct_status status;
+
+		entry_read(entry, &view, &declared, &name, &err);
+		status = circuit_table_restore(table, name, &view, clock);
+		if (status != CT_OK) {
+			log_warning("state_file %s: %s; %zu circuits not restored", path,
+			    circuit_table_status_text(status), json_array_size(circuits) - i);
+			break;
+		}
+		loaded++;
+	}
+	json_decref(doc);
+	return loaded;
+}

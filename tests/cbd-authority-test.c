@@ -1,0 +1,495 @@
+/*
+ * cbd-authority-test.c — protocol 2's "cbd is the host's authority" rules
+ * against a real cbd: the circuit owns its policy (first declaration wins,
+ * the config beats clients, SIGHUP re-resolves live circuits), holds (a
+ * held open circuit outlasts its break and ends at its ttl, audit lines),
+ * cas restricted for non-admins, and durable state (kill -9 after a trip
+ * and after a hold, holds that end while cbd is down, a corrupt file moved
+ * aside).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "cbd-harness.h"
+#include "check-run.h"
+#include "daemon-util.h"
+
+static cbd_harness h;
+static char log_path[64];
+static char state_dir[64];
+static char state_path[128];
+
+static void
+setup(void)
+{
+	int fd;
+
+	snprintf(log_path, sizeof log_path, "/tmp/cbd-log-XXXXXX");
+	fd = mkstemp(log_path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(state_dir, sizeof state_dir, "/tmp/cbd-state-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(state_dir));
+	snprintf(state_path, sizeof state_path, "%s/state.json", state_dir);
+}
+
+static void
+teardown(void)
+{
+	DIR *d;
+	struct dirent *e;
+	char path[400];
+
+	harness_stop(&h);
+	unlink(log_path);
+	d = opendir(state_dir);
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/%s", state_dir, e->d_name);
+		unlink(path);
+	}
+	if (d != NULL)
+		closedir(d);
+	rmdir(state_dir);
+}
+
+static int64_t
+mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Start cbd with config text, logging to log_path. */
+static void
+start_logged(const char *config)
+{
+	harness_opts opts = { .log_path = log_path };
+
+	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
+}
+
+/* The config text of the state tests: state_file plus extra lines. */
+static const char *
+state_config(const char *extra)
+{
+	static char text[1024];
+
+	snprintf(text, sizeof text, "[cbd]\nstate_file = %s\n%s", state_path, extra);
+	return text;
+}
+
+/* How many times text occurs in the log. */
+static int
+log_count(const char *text)
+{
+	FILE *f = fopen(log_path, "r");
+	char line[8192];
+	int n = 0;
+
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (strstr(line, text) != NULL)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static json_t *
+call_ok(int fd, const char *req)
+{
+	json_t *r = util_call(fd, "%s", req);
+
+	ck_assert_msg(r != NULL, "no reply to %s", req);
+	ck_assert_msg(util_code(r) == NULL, "%s failed: %s", req, util_str(r, "error.message"));
+	return r;
+}
+
+/* A request as uid/gid 65534 (nobody); the reply parsed. */
+static json_t *
+as_nobody(const char *req)
+{
+	char reply[65536];
+	json_t *r;
+
+	chmod(h.dir, 0755);
+	ck_assert(util_request_as(&h, 65534, 65534, req, reply, sizeof reply));
+	r = json_loads(reply, 0, NULL);
+	ck_assert_msg(r != NULL, "bad reply %s", reply);
+	return r;
+}
+
+START_TEST(test_first_declaration_wins)
+{
+	int a, b, c;
+	json_t *r;
+
+	start_logged(NULL);
+	a = harness_connect(&h);
+	b = harness_connect(&h);
+	c = harness_connect(&h);
+	r = call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":2}}");
+	ck_assert_ptr_null(util_get(r, "policy_conflict"));
+	json_decref(r);
+	/* b declares another threshold: the circuit keeps a's, b is told. */
+	r = call_ok(b,
+	    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":10}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "client");
+	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "failure_threshold");
+	ck_assert_ptr_null(util_get(r, "policy_conflict.1"));
+	json_decref(r);
+	/* One warning per circuit and connection. */
+	json_decref(
+	    call_ok(b, "{\"op\":\"get\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":10}}"));
+	ck_assert(util_wait_file(log_path, "declares a policy that differs"));
+	json_decref(
+	    call_ok(c, "{\"op\":\"allow\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":7}}"));
+	r = call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "policy_conflicts"), 3);
+	json_decref(r);
+	ck_assert_int_eq(log_count("declares a policy that differs"), 2);
+	/* v1's surprise, gone: a record declaring a short break, then a plain
+	 * allow, answers with the circuit's own break. */
+	json_decref(call_ok(a,
+	    "{\"op\":\"record\",\"name\":\"quick\",\"outcome\":\"failure\","
+	    "\"ctx\":{\"failure_threshold\":1,\"break_ms\":100}}"));
+	r = call_ok(b, "{\"op\":\"allow\",\"name\":\"quick\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_int_le(util_int(r, "retry_after_ms"), 100);
+	json_decref(r);
+	close(a);
+	close(b);
+	close(c);
+}
+END_TEST
+
+START_TEST(test_config_beats_client_and_reload_changes_live_policy)
+{
+	int a;
+	json_t *r;
+
+	start_logged("[circuit \"payments\"]\nfailure_threshold = 2\nbreak_ms = 100000\n");
+	a = harness_connect(&h);
+	/* The README's client snippet declares 5: the operator's 2 rules. */
+	r = call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"payments\","
+	    "\"ctx\":{\"failure_threshold\":5}}");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "config");
+	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "failure_threshold");
+	json_decref(r);
+	r = call_ok(a, "{\"op\":\"record_failure\",\"name\":\"payments\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_gt(util_int(r, "snapshot.retry_after_ms"), 90000);
+	json_decref(r);
+	/* SIGHUP: the live circuit takes the new break at once. */
+	FILE *f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[circuit \"payments\"]\nfailure_threshold = 2\nbreak_ms = 50\n", f);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	ck_assert(util_stats_reach(a, "reloads", 1));
+	r = call_ok(a, "{\"op\":\"get\",\"name\":\"payments\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 50);
+	ck_assert_int_le(util_int(r, "snapshot.retry_after_ms"), 50);
+	json_decref(r);
+	/* A key removed from the file falls back to the client's declaration. */
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[defaults]\nbreak_ms = 60000\n", f);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	ck_assert(util_stats_reach(a, "reloads", 2));
+	r = call_ok(a, "{\"op\":\"get\",\"name\":\"payments\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 5);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "client");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 60000);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.break_ms"), "defaults");
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+START_TEST(test_hold_outlasts_break_and_ends_at_ttl)
+{
+	int a;
+	int64_t t0, ended;
+	json_t *r;
+
+	start_logged("[defaults]\nbreak_ms = 50\n");
+	a = harness_connect(&h);
+	t0 = mono_ms();
+	r = call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"db\",\"state\":\"open\",\"hold\":true,"
+	    "\"ttl_ms\":600,\"reason\":\"deploy 42\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "deploy 42");
+	ck_assert_int_eq(util_int(r, "snapshot.hold.until") - util_int(r, "snapshot.hold.since"),
+	    600);
+	json_decref(r);
+	/* Well past break_ms: still refused, still open. */
+	sleep_ms(200);
+	r = call_ok(a, "{\"op\":\"allow\",\"name\":\"db\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "open");
+	ck_assert_int_gt(util_int(r, "retry_after_ms"), 50);
+	json_decref(r);
+	/* It ends at its ttl on cbd's own clock: half_open, trials decide. */
+	for (;;) {
+		r = call_ok(a, "{\"op\":\"get\",\"name\":\"db\"}");
+		if (strcmp(util_str(r, "snapshot.state"), "half_open") == 0)
+			break;
+		ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+		json_decref(r);
+		ck_assert_msg(mono_ms() - t0 < harness_timeout_ms(), "the hold never ended");
+		sleep_ms(20);
+	}
+	ended = mono_ms();
+	ck_assert(json_is_null(util_get(r, "snapshot.hold")));
+	json_decref(r);
+	ck_assert_int_ge(ended - t0, 600);
+	ck_assert(util_wait_file(log_path, "open -> half_open (hold expired)"));
+	ck_assert(util_wait_file(log_path,
+	    "audit: uid 0 (root) held open for 600 ms circuit \"db\", "
+	    "reason \"deploy 42\""));
+	close(a);
+}
+END_TEST
+
+START_TEST(test_cas_for_non_admins)
+{
+	int a;
+	json_t *r;
+
+	start_logged("[cbd]\nsocket_mode = 0666\n");
+	a = harness_connect(&h);
+	/* Only open -> half_open, and only after the break. */
+	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"open\"}");
+	ck_assert_str_eq(util_code(r), "forbidden");
+	json_decref(r);
+	json_decref(call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"c\",\"ctx\":{\"now\":1000,"
+	    "\"failure_threshold\":1,\"break_ms\":500}}"));
+	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"half_open\","
+		      "\"ctx\":{\"now\":1400}}");
+	ck_assert_str_eq(util_code(r), "forbidden");
+	ck_assert_ptr_nonnull(strstr(util_str(r, "error.message"), "break"));
+	json_decref(r);
+	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"half_open\",\"to\":\"closed\"}");
+	ck_assert_str_eq(util_code(r), "forbidden");
+	json_decref(r);
+	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"half_open\","
+		      "\"ctx\":{\"now\":1500}}");
+	ck_assert(util_bool(r, "applied"));
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	json_decref(r);
+	/* The state check comes first: a mismatch is applied: false. */
+	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"half_open\","
+		      "\"ctx\":{\"now\":1600}}");
+	ck_assert(!util_bool(r, "applied"));
+	json_decref(r);
+	/* A held circuit refuses every cas, the admin's too. */
+	json_decref(call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\","
+	    "\"hold\":true}"));
+	r = as_nobody("{\"op\":\"cas\",\"name\":\"held\",\"from\":\"open\",\"to\":\"half_open\","
+		      "\"ctx\":{\"now\":4102444800000}}");
+	ck_assert(!util_bool(r, "applied"));
+	json_decref(r);
+	r = call_ok(a, "{\"op\":\"cas\",\"name\":\"held\",\"from\":\"open\",\"to\":\"closed\"}");
+	ck_assert(!util_bool(r, "applied"));
+	json_decref(r);
+	/* release is an admin op. */
+	r = as_nobody("{\"op\":\"release\",\"name\":\"held\"}");
+	ck_assert_str_eq(util_code(r), "forbidden");
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+/* kill -9 200 ms after a trip and after a hold: both are back after a
+ * restart, the hold with its reason; a hold whose ttl passes while cbd is
+ * down ends at start (held open -> half_open). */
+START_TEST(test_state_survives_kill9)
+{
+	const char *config = state_config("");
+	int a;
+	json_t *r;
+
+	start_logged(config);
+	a = harness_connect(&h);
+	json_decref(call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"tripped\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":3600000}}"));
+	json_decref(call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\","
+	    "\"hold\":true,\"reason\":\"db migration\"}"));
+	json_decref(call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"short\",\"state\":\"open\","
+	    "\"hold\":true,\"ttl_ms\":300}"));
+	json_decref(call_ok(a, "{\"op\":\"record_success\",\"name\":\"healthy\"}"));
+	close(a);
+	sleep_ms(200);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	harness_wait(&h);
+	harness_stop(&h);
+	sleep_ms(200); /* "short"'s ttl passes while cbd is down */
+
+	start_logged(config);
+	a = harness_connect(&h);
+	r = call_ok(a, "{\"op\":\"get\",\"name\":\"tripped\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_gt(util_int(r, "snapshot.retry_after_ms"), 3000000);
+	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 3600000);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+	r = call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	r = call_ok(a, "{\"op\":\"get\",\"name\":\"held\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "db migration");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+	ck_assert(json_is_null(util_get(r, "snapshot.hold.until")));
+	json_decref(r);
+	r = call_ok(a, "{\"op\":\"get\",\"name\":\"short\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	ck_assert(json_is_null(util_get(r, "snapshot.hold")));
+	json_decref(r);
+	/* Closed circuits are not kept. */
+	r = call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 3);
+	json_decref(r);
+	ck_assert(util_wait_file(log_path, "3 circuits restored"));
+	close(a);
+}
+END_TEST
+
+START_TEST(test_shutdown_writes_state)
+{
+	const char *config = state_config("");
+	int a;
+	json_t *r;
+
+	start_logged(config);
+	a = harness_connect(&h);
+	json_decref(call_ok(a, "{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"half_open\"}"));
+	close(a);
+	harness_stop(&h);
+	start_logged(config);
+	a = harness_connect(&h);
+	r = call_ok(a, "{\"op\":\"get\",\"name\":\"x\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	json_decref(r);
+	/* A deleted circuit is gone from the file too. */
+	json_decref(call_ok(a, "{\"op\":\"delete\",\"name\":\"x\"}"));
+	close(a);
+	harness_stop(&h);
+	start_logged(config);
+	a = harness_connect(&h);
+	r = call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 0);
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+/* Is there a file named state.json.bad-* in the state directory? */
+static bool
+moved_aside(void)
+{
+	DIR *d = opendir(state_dir);
+	struct dirent *e;
+	bool found = false;
+
+	while (d != NULL && (e = readdir(d)) != NULL)
+		found = found || strncmp(e->d_name, "state.json.bad-", 15) == 0;
+	if (d != NULL)
+		closedir(d);
+	return found;
+}
+
+START_TEST(test_corrupt_state_file_moved_aside)
+{
+	static const char *const bad[] = {
+		"{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":",
+		"{\"format\":\"cbd-state\",\"version\":99,\"circuits\":[]}",
+		"{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":\"x\","
+		"\"state\":\"ajar\"}]}",
+		"\x01\x02 not json",
+	};
+
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		FILE *f = fopen(state_path, "w");
+		int a;
+		json_t *r;
+
+		ck_assert_ptr_nonnull(f);
+		fputs(bad[i], f);
+		fclose(f);
+		start_logged(state_config(""));
+		a = harness_connect(&h);
+		r = call_ok(a, "{\"op\":\"stats\"}");
+		ck_assert_int_eq(util_int(r, "circuits"), 0);
+		json_decref(r);
+		/* cbd works and keeps state again. */
+		json_decref(
+		    call_ok(a, "{\"op\":\"set_state\",\"name\":\"after\",\"state\":\"open\"}"));
+		close(a);
+		ck_assert_msg(moved_aside(), "case %zu: not moved aside", i);
+		ck_assert(util_wait_file(log_path, "moved aside"));
+		harness_stop(&h);
+		teardown();
+		setup();
+	}
+}
+END_TEST
+
+static Suite *
+authority_suite(void)
+{
+	Suite *s = suite_create("authority");
+	TCase *tc = tcase_create("authority");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_first_declaration_wins);
+	tcase_add_test(tc, test_config_beats_client_and_reload_changes_live_policy);
+	tcase_add_test(tc, test_hold_outlasts_break_and_ends_at_ttl);
+	tcase_add_test(tc, test_cas_for_non_admins);
+	tcase_add_test(tc, test_state_survives_kill9);
+	tcase_add_test(tc, test_shutdown_writes_state);
+	tcase_add_test(tc, test_corrupt_state_file_moved_aside);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	return check_run(authority_suite(), NULL);
+}
