@@ -7,6 +7,7 @@
  * and gives the connection's slots back when it closes.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -30,6 +31,7 @@ static const char *const state_names[] = {
 static void server_client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_write_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_timer_cb(evutil_socket_t fd, short what, void *arg);
+static void server_client_turn_cb(evutil_socket_t fd, short what, void *arg);
 
 server_client *
 server_client_new(int fd)
@@ -44,8 +46,9 @@ server_client_new(int fd)
 	c->read_ev = event_new(srv.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
 	c->write_ev = event_new(srv.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
 	c->timer_ev = evtimer_new(srv.base, server_client_timer_cb, c);
+	c->turn_ev = evtimer_new(srv.base, server_client_turn_cb, c);
 	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
-	    event_add(c->read_ev, NULL) != 0) {
+	    c->turn_ev == NULL || event_add(c->read_ev, NULL) != 0) {
 		server_client_free(c);
 		return NULL;
 	}
@@ -315,13 +318,17 @@ line_answer(server_client *c, const char *line, size_t len)
 	op_dispatch(c, line, len);
 }
 
-/* Answer every complete line in the input buffer; keep a partial one,
- * or reject it as soon as it is known to be too long. */
-static void
-input_process(server_client *c)
+/* Answer the complete lines in the input buffer, at most `budget` of them
+ * and, past the first, for at most `ms` milliseconds (0: no time limit);
+ * keep a partial line, or reject it as soon as it is known to be too long.
+ * True when complete lines are left for another turn. */
+static bool
+input_process(server_client *c, size_t budget, int64_t ms)
 {
-	size_t start = 0;
+	size_t start = 0, answered = 0;
 	size_t max = (size_t)srv.conf.max_line_bytes;
+	int64_t began = ms > 0 ? clock_monotonic_ms() : 0;
+	bool more = false;
 
 	/* A connection dropped by one of the lines answers none of the rest. */
 	while (c->state == SERVER_CLIENT_OPEN) {
@@ -330,6 +337,12 @@ input_process(server_client *c)
 
 		if (nl == NULL)
 			break;
+		if (answered == budget ||
+		    (ms > 0 && answered > 0 && clock_monotonic_ms() - began >= ms)) {
+			more = true;
+			break;
+		}
+		answered++;
 		end = (size_t)(nl - c->in);
 		if (c->discarding)
 			c->discarding = false; /* the end of an overlong line */
@@ -339,12 +352,19 @@ input_process(server_client *c)
 		c->in_scan = start;
 	}
 	if (c->state != SERVER_CLIENT_OPEN)
-		return;
+		return false;
 	if (start > 0)
 		c->last_request_ms = clock_monotonic_ms();
+	if (more) {
+		/* The rest is scanned again next turn. */
+		memmove(c->in, c->in + start, c->in_len - start);
+		c->in_len -= start;
+		c->in_scan = 0;
+		return true;
+	}
 	if (c->discarding) {
 		c->in_len = c->in_scan = 0;
-		return;
+		return false;
 	}
 	/* The partial line may end with the CR of a CRLF: allow one byte more. */
 	if (c->in_len - start > max + 1) {
@@ -353,7 +373,7 @@ input_process(server_client *c)
 		    "request line is longer than max_line_bytes (%lld)", (long long)max);
 		c->discarding = true;
 		c->in_len = c->in_scan = 0;
-		return;
+		return false;
 	}
 	if (start > 0) {
 		memmove(c->in, c->in + start, c->in_len - start);
@@ -364,6 +384,22 @@ input_process(server_client *c)
 		free(c->in);
 		c->in = NULL;
 		c->in_cap = 0;
+	}
+	return false;
+}
+
+/* Answer one turn of lines; when some are left, stop reading and take
+ * another turn after the other connections had theirs. */
+static void
+input_turn(server_client *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (input_process(c, SERVER_CLIENT_LINES_PER_TURN, SERVER_CLIENT_TURN_MS)) {
+		event_del(c->read_ev);
+		evtimer_add(c->turn_ev, &now);
+	} else if (c->state == SERVER_CLIENT_OPEN) {
+		event_add(c->read_ev, NULL);
 	}
 }
 
@@ -422,7 +458,20 @@ server_client_read_cb(evutil_socket_t fd, short what, void *arg)
 	if (n == 0)
 		input_eof(c);
 	else
-		input_process(c);
+		input_turn(c);
+	if (c->state != SERVER_CLIENT_DEAD)
+		server_client_flush(c);
+}
+
+/* The next turn of lines left from the last one. */
+static void
+server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
+{
+	server_client *c = arg;
+
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	input_turn(c);
 	if (c->state != SERVER_CLIENT_DEAD)
 		server_client_flush(c);
 }
@@ -480,12 +529,15 @@ server_client_drain(server_client *c)
 {
 	if (c->state == SERVER_CLIENT_OPEN) {
 		/* Lines already sent are answered (shutting_down); then no more. */
-		for (int i = 0; i < SERVER_CLIENT_DRAIN_READS; i++) {
+		evtimer_del(c->turn_ev);
+		input_process(c, SIZE_MAX, 0);
+		for (int i = 0; i < SERVER_CLIENT_DRAIN_READS && c->state == SERVER_CLIENT_OPEN;
+		     i++) {
 			ssize_t n = input_read(c);
 
 			if (n <= 0)
 				break;
-			input_process(c);
+			input_process(c, SIZE_MAX, 0);
 		}
 		if (c->state == SERVER_CLIENT_DEAD)
 			return;
@@ -506,6 +558,7 @@ server_client_close(server_client *c, const char *why)
 	event_del(c->read_ev);
 	event_del(c->write_ev);
 	evtimer_del(c->timer_ev);
+	evtimer_del(c->turn_ev);
 	c->write_armed = false;
 	close(c->fd);
 	c->fd = -1;
@@ -524,6 +577,8 @@ server_client_free(server_client *c)
 		event_free(c->write_ev);
 	if (c->timer_ev != NULL)
 		event_free(c->timer_ev);
+	if (c->turn_ev != NULL)
+		event_free(c->turn_ev);
 	free(c->in);
 	free(c->out);
 	free(c);

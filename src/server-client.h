@@ -19,6 +19,11 @@
 
 /* Bytes asked of read() at once (Redis reads 16 KiB too). */
 #define SERVER_CLIENT_READ_SIZE 16384
+/* Lines answered for one connection, and milliseconds spent answering
+ * them, before the others get their turn; the rest wait (and the
+ * connection is not read) until its next turn. */
+#define SERVER_CLIENT_LINES_PER_TURN 128
+#define SERVER_CLIENT_TURN_MS 2
 /* Reads of pending input when shutting down, at most. */
 #define SERVER_CLIENT_DRAIN_READS 16
 /* Output buffer kept after a flush; a larger one is freed. */
@@ -53,6 +58,7 @@ struct server_client {
 	struct event *write_ev;
 	bool write_armed;
 	struct event *timer_ev; /* open: client_idle_ms; closing: linger */
+	struct event *turn_ev; /* answers the lines left from the last turn */
 	int64_t last_request_ms; /* monotonic: accepted, or last complete line */
 	uint64_t written; /* bytes written in all */
 	uint64_t linger_mark; /* `written` when the linger timer was set */
