@@ -4,9 +4,11 @@
  *
  * Four layers, each usable on its own:
  *   1. cbc_conn    — one connection to cbd's Unix socket and every protocol
- *                    v1 op as a function (hello, get, record_*, cas,
+ *                    op as a function (hello, get, record_*, cas,
  *                    set_state, acquire_slot, release_slot, allow, record,
- *                    delete, list, stats, and a raw request).
+ *                    delete, list, stats, protocol 2's hold and release,
+ *                    and a raw request). Replies of a protocol 1 cbd are
+ *                    read too (protocol 2's members read as absent).
  *   2. cbc_store   — the store interface (a small vtable) with three
  *                    implementations: local (in process), remote (cbd) and
  *                    resilient (wraps another store, degrades per policy).
@@ -61,7 +63,7 @@ typedef enum cbc_status {
 	CBC_ECONNECT, /* could not connect to cbd (message names the socket) */
 	CBC_ETIMEOUT, /* connect or request did not finish within its timeout */
 	CBC_EIO, /* the connection broke (reopened on the next call) */
-	CBC_EPROTO, /* the reply was not a valid protocol v1 reply */
+	CBC_EPROTO, /* the reply was not a valid protocol reply */
 	CBC_EREFUSED, /* the daemon refused the request: see cbc_error.code */
 	CBC_ECAPACITY, /* max_circuits reached: no new circuit was created */
 	CBC_EOPEN, /* breaker: call not permitted (open, or no trial slot) */
@@ -110,9 +112,13 @@ bool cbc_state_parse(const char *text, cbc_state *out);
 /* Room for a slot token or permit and its NUL. */
 #define CBC_TOKEN_SIZE 128
 
-/* The policy and clock of one call: protocol v1's ctx. A member left 0 is
+/* The policy and clock of one call: the protocol's ctx. A member left 0 is
  * not sent (cbd uses its config file, else the built-in default; the local
- * store uses the built-in default). `now` is sent only when has_now. */
+ * store uses the built-in default). `now` is sent only when has_now.
+ * Protocol 2: a circuit's policy is decided when it is created (its
+ * [circuit] config section first, then the creating request's ctx, then
+ * [defaults], then the built-in default); later ctx members never change
+ * it, and those that differ are reported (cbc_conn_last_policy_conflict). */
 typedef struct cbc_ctx {
 	int64_t failure_threshold;
 	int64_t success_threshold;
@@ -124,6 +130,78 @@ typedef struct cbc_ctx {
 	int64_t now;
 } cbc_ctx;
 
+/* Where the value of one key of a circuit's effective policy comes from
+ * (protocol 2's policy.source). */
+typedef enum cbc_policy_source {
+	CBC_SOURCE_NONE = 0, /* not reported (a v1 cbd, a local store) */
+	CBC_SOURCE_BUILTIN, /* the built-in default */
+	CBC_SOURCE_DEFAULTS, /* cbd's [defaults] section */
+	CBC_SOURCE_CLIENT, /* declared by the request that created the circuit */
+	CBC_SOURCE_CONFIG, /* the circuit's [circuit "NAME"] section */
+	CBC_SOURCE_OTHER, /* a source this library does not know */
+} cbc_policy_source;
+
+/* Wire name ("builtin", "defaults", "client", "config"); "none" and
+ * "other" for the two others. */
+const char *cbc_policy_source_name(cbc_policy_source source);
+
+/* A policy value cbd reported as null (the key has no value, such as
+ * max_gap_ms when there is no gap limit). */
+#define CBC_POLICY_NULL INT64_C(-1)
+
+/* The sources of a circuit's policy, one per key. */
+typedef struct cbc_policy_sources {
+	cbc_policy_source failure_threshold;
+	cbc_policy_source success_threshold;
+	cbc_policy_source break_ms;
+	cbc_policy_source half_open_max;
+	cbc_policy_source slot_ttl_ms;
+	cbc_policy_source max_gap_ms;
+} cbc_policy_sources;
+
+/* A circuit's effective policy as cbd reported it (protocol 2). Each
+ * value is 0 when not reported (known is false, or a v1 cbd) and
+ * CBC_POLICY_NULL when reported as null. Keys this library does not know
+ * are skipped (cbc_conn_last_reply has them). */
+typedef struct cbc_policy {
+	bool known; /* the snapshot carried a policy */
+	int64_t failure_threshold;
+	int64_t success_threshold;
+	int64_t break_ms;
+	int64_t half_open_max;
+	int64_t slot_ttl_ms;
+	int64_t max_gap_ms;
+	cbc_policy_sources source;
+} cbc_policy;
+
+/* Longest hold reason in bytes (protocol 2). */
+#define CBC_REASON_MAX 256
+/* Room for the user name of a hold and its NUL. */
+#define CBC_USER_SIZE 64
+
+/* An operator's hold on a circuit (protocol 2): a forced state that stays
+ * until its ttl or a release. */
+typedef struct cbc_hold {
+	bool held; /* false: no hold (also from a v1 cbd); the rest is zero */
+	cbc_state state; /* CBC_STATE_OPEN or CBC_STATE_CLOSED */
+	int64_t by_uid; /* the admin who set it */
+	char by_user[CBC_USER_SIZE]; /* "" when cbd did not name one */
+	bool has_reason;
+	char reason[CBC_REASON_MAX + 1]; /* when has_reason */
+	int64_t since; /* ms since the epoch */
+	int64_t until; /* ms since the epoch; CBC_TIME_NONE: until released */
+} cbc_hold_info;
+
+/* A circuit's counts since it was created (protocol 2); each -1 when cbd
+ * did not report them (a v1 cbd, a local store). */
+typedef struct cbc_totals {
+	int64_t successes;
+	int64_t failures;
+	int64_t ignored;
+	int64_t slow;
+	int64_t rejected; /* allow refusals */
+} cbc_totals;
+
 typedef struct cbc_snapshot {
 	char name[CBC_NAME_MAX + 1];
 	cbc_state state;
@@ -131,7 +209,12 @@ typedef struct cbc_snapshot {
 	int64_t success_count;
 	int64_t last_failure_at; /* CBC_TIME_NONE when null */
 	int64_t opened_at; /* CBC_TIME_NONE when null */
-	int64_t retry_after_ms; /* time left in the break window while open */
+	int64_t retry_after_ms; /* time left in the break (or hold) while open */
+	/* Protocol 2 (a v1 reply reads as: not held, totals -1, policy not
+	 * known). */
+	cbc_hold_info hold;
+	cbc_totals totals;
+	cbc_policy policy;
 } cbc_snapshot;
 
 /* A half-open trial slot. */
@@ -239,6 +322,20 @@ void cbc_conn_close(cbc_conn *conn);
  * to free with cbc_free(); NULL when there is none or out of memory. */
 char *cbc_conn_last_reply(cbc_conn *conn);
 
+/* The policy_conflict member of the last reply on this connection
+ * (protocol 2): the request's ctx policy keys that differ from the
+ * circuit's effective policy, which the circuit kept (its config, or the
+ * request that created it, decided). Copied into buf (size may be 0) as
+ * the key names joined by commas in cbd's order ("break_ms,
+ * failure_threshold" without the space), "" when the last reply carried
+ * none; returns how many keys it named. Same thread caveat as
+ * cbc_conn_last_reply. */
+size_t cbc_conn_last_policy_conflict(cbc_conn *conn, char *buf, size_t size);
+/* How many replies on this connection carried a policy_conflict since it
+ * was created (a breaker makes several calls per execute: this one does
+ * not miss a conflict reported by an earlier one). */
+uint64_t cbc_conn_policy_conflicts(cbc_conn *conn);
+
 /* Send one request line (a JSON object, without newline) and read its
  * reply. *reply (may be NULL) receives the reply line, to free with
  * cbc_free(), also when the daemon answered ok:false (CBC_EREFUSED). */
@@ -266,6 +363,19 @@ cbc_status cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_a
 cbc_status cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *permit,
     const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
 cbc_status cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err);
+/* Hold name in state (CBC_STATE_OPEN or CBC_STATE_CLOSED) until ttl_ms
+ * pass (0: until released) with an optional reason (NULL: none; at most
+ * CBC_REASON_MAX bytes of UTF-8): protocol 2's set_state with hold (admin).
+ * A held open circuit refuses every call; a held closed one allows every
+ * call; no rule moves either until the hold ends. cbc_set_state (no hold)
+ * clears a hold and forces as in protocol 1. */
+cbc_status cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t ttl_ms,
+    const char *reason, cbc_snapshot *out, cbc_error *err);
+/* End name's hold (admin): held open goes to half_open (trials decide),
+ * held closed stays closed with its counts reset. *released (may be NULL)
+ * is false when the circuit was not held (nothing changed). */
+cbc_status cbc_release(cbc_conn *conn, const char *name, bool *released, cbc_snapshot *out,
+    cbc_error *err);
 /* Every stored circuit, or only those in *state_filter (when not NULL).
  * *out is an array of *count snapshots to free with cbc_free(). */
 cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,

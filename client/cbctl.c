@@ -1,6 +1,7 @@
 /*
- * cbctl.c — the operator's command line for cbd: look at circuits, force
- * them open or closed, read the daemon's counters. Built on libcbclient.
+ * cbctl.c — the operator's command line for cbd: look at circuits (state,
+ * hold, totals, effective policy), hold them open or closed, release or
+ * force them, read the daemon's counters. Built on libcbclient.
  *
  * Exit codes: 0 success, 1 the daemon refused (message on stderr),
  * 2 usage error, 3 the daemon is unreachable (the message names the socket).
@@ -32,6 +33,11 @@ enum {
 #define CBCTL_CONNECT_TIMEOUT_MS 1000
 #define CBCTL_IO_TIMEOUT_MS 10000
 #define CBCTL_TIMEOUT_MAX_MS 3600000
+/* Retry times below this show as seconds ("retry in 59.9s"), longer ones
+ * as minutes or hours ("retry in 9m58s"). */
+#define CBCTL_RETRY_SECONDS_MAX_MS 120000
+/* Longest --for: the protocol's ttl_ms bound, 2^53 ms. */
+#define CBCTL_DURATION_MAX_MS (INT64_C(1) << 53)
 
 typedef struct cbctl {
 	cbc_conn *conn;
@@ -48,6 +54,7 @@ typedef struct command {
 	const char *name;
 	const char *args; /* for usage lines */
 	int nargs; /* positional arguments required */
+	bool own_options; /* the handler parses its arguments (and checks nargs) */
 	command_fn run;
 	const char *summary;
 } command;
@@ -59,18 +66,27 @@ static int cmd_get(cbctl *ctl);
 static int cmd_open(cbctl *ctl);
 static int cmd_close(cbctl *ctl);
 static int cmd_half_open(cbctl *ctl);
+static int cmd_release(cbctl *ctl);
 static int cmd_delete(cbctl *ctl);
 
+#define HOLD_ARGS "NAME [--for DURATION] [--reason TEXT] [--no-hold]"
+
 static const command commands[] = {
-	{ "ping", "", 0, cmd_ping, "check that cbd answers; print its version" },
-	{ "stats", "", 0, cmd_stats, "print the daemon's counters" },
-	{ "list", "[--state open|half_open|closed]", 0, cmd_list,
-	    "list stored circuits, optionally only those in one state" },
-	{ "get", "NAME", 1, cmd_get, "show one circuit" },
-	{ "open", "NAME", 1, cmd_open, "force a circuit open (admin)" },
-	{ "close", "NAME", 1, cmd_close, "force a circuit closed (admin)" },
-	{ "half-open", "NAME", 1, cmd_half_open, "force a circuit half-open (admin)" },
-	{ "delete", "NAME", 1, cmd_delete, "drop a circuit and its slots (admin)" },
+	{ "ping", "", 0, false, cmd_ping, "check that cbd answers; print its version" },
+	{ "stats", "", 0, false, cmd_stats, "print the daemon's counters" },
+	{ "list", "[--state open|half_open|closed]", 0, true, cmd_list,
+	    "list circuits (and their holds), optionally only those in one state" },
+	{ "get", "NAME", 1, false, cmd_get,
+	    "show one circuit: state, hold, totals, policy and each key's source" },
+	{ "open", HOLD_ARGS, 1, true, cmd_open,
+	    "hold a circuit open until released or for DURATION (admin)" },
+	{ "close", HOLD_ARGS, 1, true, cmd_close,
+	    "hold a circuit closed until released or for DURATION (admin)" },
+	{ "release", "NAME", 1, false, cmd_release,
+	    "end a hold: open goes half_open, closed stays closed (admin)" },
+	{ "half-open", "NAME", 1, false, cmd_half_open,
+	    "force a circuit half-open, no hold (admin)" },
+	{ "delete", "NAME", 1, false, cmd_delete, "drop a circuit and its slots (admin)" },
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -85,9 +101,15 @@ usage(FILE *out)
 	    "\n"
 	    "commands:\n");
 	for (size_t i = 0; i < COMMAND_COUNT; i++)
-		fprintf(out, "  %-10s %-34s %s\n", commands[i].name, commands[i].args,
-		    commands[i].summary);
+		fprintf(out, "  %s%s%s\n      %s\n", commands[i].name,
+		    commands[i].args[0] != '\0' ? " " : "", commands[i].args, commands[i].summary);
 	fprintf(out,
+	    "\n"
+	    "open and close hold the state: no failure or success moves it until\n"
+	    "the hold ends (--for DURATION: ms, or a number with ms, s, m or h,\n"
+	    "such as 90s, 10m, 2h) or `cbctl release NAME`. --reason TEXT (up to\n"
+	    "256 bytes) is logged and shown with the hold. --no-hold forces the\n"
+	    "state once (protocol 1's force: the circuit's rules go on).\n"
 	    "\n"
 	    "options:\n"
 	    "  -s, --socket PATH  cbd's socket (default: $CBD_SOCKET, else %s)\n"
@@ -195,24 +217,93 @@ format_time(int64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%lld", (long long)ms);
 }
 
-/* "retry in 12.4s" while open, else "-". */
+/* A duration as "2h05m", "9m58s" or "42s" (rounded down to seconds). */
+static void
+format_span(int64_t ms, char *buf, size_t size)
+{
+	int64_t secs = ms > 0 ? ms / 1000 : 0;
+
+	if (secs >= 3600)
+		snprintf(buf, size, "%lldh%02lldm", (long long)(secs / 3600),
+		    (long long)(secs % 3600 / 60));
+	else if (secs >= 60)
+		snprintf(buf, size, "%lldm%02llds", (long long)(secs / 60), (long long)(secs % 60));
+	else
+		snprintf(buf, size, "%llds", (long long)secs);
+}
+
+/* The realtime clock in ms (for "in 9m58s"). */
+static int64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Replace control characters in text (a reason someone typed) so that
+ * printing it cannot move the terminal's cursor or change its colours. */
+static void
+sanitize(char *text)
+{
+	for (unsigned char *p = (unsigned char *)text; *p != '\0'; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			*p = '?';
+}
+
+/* "held open by alice (uid 1000) until 2026-11-30 10:00:00 (in 9m58s):
+ * deploy"; "until released" for a hold without ttl. */
+static void
+format_hold(const cbc_hold_info *h, char *buf, size_t size)
+{
+	char who[CBC_USER_SIZE + 32], until[96], when[32], left[32];
+
+	if (h->by_user[0] != '\0')
+		snprintf(who, sizeof who, "%s (uid %lld)", h->by_user, (long long)h->by_uid);
+	else
+		snprintf(who, sizeof who, "uid %lld", (long long)h->by_uid);
+	if (h->until == CBC_TIME_NONE) {
+		snprintf(until, sizeof until, "until released");
+	} else {
+		format_time(h->until, when, sizeof when);
+		format_span(h->until - now_ms(), left, sizeof left);
+		snprintf(until, sizeof until, "until %s (in %s)", when, left);
+	}
+	snprintf(buf, size, "held %s by %s %s%s%s", cbc_state_name(h->state), who, until,
+	    h->has_reason ? ": " : "", h->has_reason ? h->reason : "");
+	sanitize(buf);
+}
+
+/* "retry in 12.4s" while open ("held" while held open until released),
+ * else "-". */
 static void
 format_retry(const cbc_snapshot *s, char *buf, size_t size)
 {
 	if (s->state != CBC_STATE_OPEN)
 		snprintf(buf, size, "-");
+	else if (s->hold.held && s->hold.until == CBC_TIME_NONE)
+		snprintf(buf, size, "held");
 	else if (s->retry_after_ms <= 0)
 		snprintf(buf, size, "retry now");
-	else
+	else if (s->retry_after_ms < CBCTL_RETRY_SECONDS_MAX_MS)
 		snprintf(buf, size, "retry in %.1fs", (double)s->retry_after_ms / 1000.0);
+	else {
+		char span[32];
+
+		format_span(s->retry_after_ms, span, sizeof span);
+		snprintf(buf, size, "retry in %s", span);
+	}
 }
 
-/* The circuits as an aligned table; the name column fits the longest. */
+/* The circuits as an aligned table; the name column fits the longest. A
+ * held circuit's row is followed by an indented line saying who holds it,
+ * until when and why. */
 static void
 print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 {
 	int width = 4;
-	char opened[32], retry[48];
+	char opened[32], retry[48], hold[CBC_REASON_MAX + 256];
 
 	for (size_t i = 0; i < count; i++) {
 		int len = (int)strlen(snaps[i].name);
@@ -231,7 +322,50 @@ print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 		    state_color(ctl, s->state), cbc_state_name(s->state),
 		    ctl->color ? "\033[0m" : "", (long long)s->failure_count,
 		    (long long)s->success_count, opened, retry);
+		if (s->hold.held) {
+			format_hold(&s->hold, hold, sizeof hold);
+			printf("  %s\n", hold);
+		}
 	}
+}
+
+/* get's detail under the table: totals, then the effective policy with
+ * each key's source, read from the reply's JSON so that keys a later cbd
+ * adds show too. Nothing for a protocol 1 cbd. */
+static void
+print_detail(cbctl *ctl, const cbc_snapshot *s)
+{
+	char *reply = cbc_conn_last_reply(ctl->conn);
+	json_t *obj = reply != NULL ? json_loads(reply, 0, NULL) : NULL;
+	const json_t *policy = json_object_get(json_object_get(obj, "snapshot"), "policy");
+	const json_t *sources = json_object_get(policy, "source");
+	const char *key;
+	json_t *value;
+
+	cbc_free(reply);
+	if (s->totals.successes >= 0)
+		printf("totals: %lld successes, %lld failures, %lld ignored, %lld slow, "
+		       "%lld rejected\n",
+		    (long long)s->totals.successes, (long long)s->totals.failures,
+		    (long long)s->totals.ignored, (long long)s->totals.slow,
+		    (long long)s->totals.rejected);
+	if (json_is_object(policy)) {
+		printf("policy:\n");
+		json_object_foreach ((json_t *)policy, key, value) {
+			const char *source = json_string_value(json_object_get(sources, key));
+			char *text;
+
+			if (strcmp(key, "source") == 0)
+				continue;
+			text = json_is_null(value)
+			    ? NULL
+			    : json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
+			printf("  %-20s %-12s %s\n", key, text != NULL ? text : "-",
+			    source != NULL ? source : "-");
+			free(text);
+		}
+	}
+	json_decref(obj);
 }
 
 static int
@@ -357,41 +491,200 @@ cmd_get(cbctl *ctl)
 	if (ctl->json)
 		return print_reply(ctl);
 	print_table(ctl, &snap, 1);
+	print_detail(ctl, &snap);
 	return EXIT_OK;
 }
 
-/* open / close / half-open: set_state, then show the new snapshot. */
-static int
-force_state(cbctl *ctl, cbc_state state)
+/* Parse a duration: ms as a plain integer, or an integer with a unit (ms,
+ * s, m, h). False when it is not one, or not in 1..CBCTL_DURATION_MAX_MS. */
+static bool
+parse_duration(const char *text, int64_t *out)
 {
-	cbc_snapshot snap;
-	cbc_error err;
-	cbc_status status = cbc_set_state(ctl->conn, ctl->argv[0], state, NULL, &snap, &err);
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = { { "", 1 }, { "ms", 1 }, { "s", 1000 }, { "m", 60000 }, { "h", 3600000 } };
+	char *end;
+	long long n;
 
-	if (status != CBC_OK)
-		return fail_status(ctl, status, &err);
+	if (text[0] < '0' || text[0] > '9')
+		return false;
+	errno = 0;
+	n = strtoll(text, &end, 10);
+	if (errno != 0)
+		return false;
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+		if (strcmp(end, units[i].unit) != 0)
+			continue;
+		if (n < 1 || n > CBCTL_DURATION_MAX_MS / units[i].ms)
+			return false;
+		*out = n * units[i].ms;
+		return true;
+	}
+	return false;
+}
+
+/* The arguments of open and close. */
+typedef struct hold_args {
+	const char *name;
+	bool no_hold;
+	int64_t for_ms; /* 0: until released */
+	const char *reason; /* NULL: none */
+} hold_args;
+
+/* An option's value: "--opt=V" or "--opt V" (advancing *i); NULL when
+ * arg is not that option. *missing is set when the value is missing. */
+static const char *
+option_value(cbctl *ctl, int *i, const char *opt, bool *missing)
+{
+	const char *arg = ctl->argv[*i];
+	size_t len = strlen(opt);
+
+	if (strncmp(arg, opt, len) != 0)
+		return NULL;
+	if (arg[len] == '=')
+		return arg + len + 1;
+	if (arg[len] != '\0')
+		return NULL;
+	if (*i + 1 >= ctl->argc) {
+		*missing = true;
+		return NULL;
+	}
+	return ctl->argv[++*i];
+}
+
+/* Parse `NAME [--for DURATION] [--reason TEXT] [--no-hold]`; false after
+ * printing a usage error naming the option at fault. */
+static bool
+parse_hold_args(cbctl *ctl, const char *cmd, hold_args *out)
+{
+	bool has_for = false, missing = false, options = true;
+
+	memset(out, 0, sizeof *out);
+	for (int i = 0; i < ctl->argc; i++) {
+		const char *arg = ctl->argv[i];
+		const char *v;
+
+		if (!options || arg[0] != '-') {
+			if (out->name != NULL) {
+				errorf("%s: one circuit name only (got \"%s\" and \"%s\")", cmd,
+				    out->name, arg);
+				return false;
+			}
+			out->name = arg;
+		} else if (strcmp(arg, "--") == 0) {
+			options = false; /* a name may start with '-' */
+		} else if ((v = option_value(ctl, &i, "--for", &missing)) != NULL) {
+			if (!parse_duration(v, &out->for_ms)) {
+				errorf("%s: --for takes a duration: milliseconds, or a number with "
+				       "ms, s, m or h such as 90s, 10m, 2h (got \"%s\")",
+				    cmd, v);
+				return false;
+			}
+			has_for = true;
+		} else if ((v = option_value(ctl, &i, "--reason", &missing)) != NULL) {
+			if (strlen(v) > CBC_REASON_MAX) {
+				errorf("%s: --reason takes at most %d bytes (got %zu)", cmd,
+				    CBC_REASON_MAX, strlen(v));
+				return false;
+			}
+			out->reason = v;
+		} else if (missing) {
+			errorf("%s: %s needs a value", cmd, arg);
+			return false;
+		} else if (strcmp(arg, "--no-hold") == 0) {
+			out->no_hold = true;
+		} else {
+			errorf("%s: unknown option \"%s\" (cbctl %s --help)", cmd, arg, cmd);
+			return false;
+		}
+	}
+	if (out->name == NULL) {
+		errorf("%s: the circuit's NAME is required", cmd);
+		return false;
+	}
+	if (out->no_hold && (has_for || out->reason != NULL)) {
+		errorf("%s: --no-hold forces without a hold: --for and --reason need one", cmd);
+		return false;
+	}
+	return true;
+}
+
+/* Show the snapshot a forcing command returned (or cbd's reply). */
+static int
+show_snapshot(cbctl *ctl, const cbc_snapshot *snap)
+{
 	if (ctl->json)
 		return print_reply(ctl);
-	print_table(ctl, &snap, 1);
+	print_table(ctl, snap, 1);
 	return EXIT_OK;
+}
+
+/* open / close: hold (or with --no-hold force) the state. */
+static int
+hold_state(cbctl *ctl, const char *cmd, cbc_state state)
+{
+	cbc_snapshot snap;
+	hold_args args;
+	cbc_error err;
+	cbc_status status;
+
+	if (!parse_hold_args(ctl, cmd, &args))
+		return EXIT_USAGE;
+	if (args.no_hold)
+		status = cbc_set_state(ctl->conn, args.name, state, NULL, &snap, &err);
+	else
+		status =
+		    cbc_hold(ctl->conn, args.name, state, args.for_ms, args.reason, &snap, &err);
+	if (status != CBC_OK)
+		return fail_status(ctl, status, &err);
+	return show_snapshot(ctl, &snap);
 }
 
 static int
 cmd_open(cbctl *ctl)
 {
-	return force_state(ctl, CBC_STATE_OPEN);
+	return hold_state(ctl, "open", CBC_STATE_OPEN);
 }
 
 static int
 cmd_close(cbctl *ctl)
 {
-	return force_state(ctl, CBC_STATE_CLOSED);
+	return hold_state(ctl, "close", CBC_STATE_CLOSED);
 }
 
+/* half-open cannot be held: a plain force. */
 static int
 cmd_half_open(cbctl *ctl)
 {
-	return force_state(ctl, CBC_STATE_HALF_OPEN);
+	cbc_snapshot snap;
+	cbc_error err;
+	cbc_status status =
+	    cbc_set_state(ctl->conn, ctl->argv[0], CBC_STATE_HALF_OPEN, NULL, &snap, &err);
+
+	if (status != CBC_OK)
+		return fail_status(ctl, status, &err);
+	return show_snapshot(ctl, &snap);
+}
+
+static int
+cmd_release(cbctl *ctl)
+{
+	cbc_snapshot snap;
+	bool released = false;
+	cbc_error err;
+	cbc_status status = cbc_release(ctl->conn, ctl->argv[0], &released, &snap, &err);
+
+	if (status != CBC_OK)
+		return fail_status(ctl, status, &err);
+	if (ctl->json)
+		return print_reply(ctl);
+	if (released)
+		printf("released %s: now %s\n", ctl->argv[0], cbc_state_name(snap.state));
+	else
+		printf("%s was not held\n", ctl->argv[0]);
+	print_table(ctl, &snap, 1);
+	return EXIT_OK;
 }
 
 static int
@@ -498,13 +791,9 @@ main(int argc, char **argv)
 			return EXIT_OK;
 		}
 	}
-	/* Generic argument check: commands with positional arguments take
-	 * exactly that many; list parses its own flags. */
-	if (cmd->nargs > 0 && ctl.argc != cmd->nargs) {
-		command_usage(cmd, stderr);
-		return EXIT_USAGE;
-	}
-	if (cmd->nargs == 0 && cmd->run != cmd_list && ctl.argc != 0) {
+	/* Generic argument check: commands take exactly their positional
+	 * arguments, unless they parse their own options. */
+	if (!cmd->own_options && ctl.argc != cmd->nargs) {
 		command_usage(cmd, stderr);
 		return EXIT_USAGE;
 	}

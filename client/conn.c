@@ -32,6 +32,8 @@
 #define CONN_TIMEOUT_MAX 3600000
 /* Room for the hello client name. */
 #define CONN_CLIENT_NAME_MAX 128
+/* Room for the last policy_conflict's key names (cut beyond). */
+#define CONN_CONFLICT_SIZE 512
 
 struct cbc_conn {
 	pthread_mutex_t lock;
@@ -43,6 +45,9 @@ struct cbc_conn {
 	size_t buf_len, buf_cap;
 	char *last_reply; /* the last reply line, NUL-terminated */
 	char *client_name;
+	char conflict[CONN_CONFLICT_SIZE]; /* the last reply's policy_conflict */
+	size_t conflict_keys; /* how many keys it named */
+	uint64_t conflicts; /* replies that carried one */
 	struct sockaddr_un addr;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 };
@@ -428,15 +433,51 @@ conn_daemon_error(const json_t *reply, const char *path, cbc_error *err)
 	return st;
 }
 
-/* Parse a reply line; CBC_OK with *out for ok:true. */
-static cbc_status
-conn_parse_reply(const char *line, const char *path, json_t **out, cbc_error *err)
+size_t
+cbc_conn_last_policy_conflict(cbc_conn *conn, char *buf, size_t size)
 {
+	size_t n;
+
+	pthread_mutex_lock(&conn->lock);
+	n = conn->conflict_keys;
+	if (size > 0)
+		snprintf(buf, size, "%s", conn->conflict);
+	pthread_mutex_unlock(&conn->lock);
+	return n;
+}
+
+uint64_t
+cbc_conn_policy_conflicts(cbc_conn *conn)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&conn->lock);
+	n = conn->conflicts;
+	pthread_mutex_unlock(&conn->lock);
+	return n;
+}
+
+/* Keep a reply's policy_conflict (lock held; reply NULL: none). */
+static void
+conn_note_conflict_locked(cbc_conn *conn, const json_t *reply)
+{
+	conn->conflict_keys = cbci_conflict_join(json_object_get(reply, "policy_conflict"),
+	    conn->conflict, sizeof conn->conflict);
+	if (conn->conflict_keys > 0)
+		conn->conflicts++;
+}
+
+/* Parse a reply line (lock held); CBC_OK with *out for ok:true. */
+static cbc_status
+conn_parse_reply_locked(cbc_conn *conn, const char *line, json_t **out, cbc_error *err)
+{
+	const char *path = conn->path;
 	json_error_t jerr;
 	json_t *reply = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
 	const json_t *ok;
 
 	*out = NULL;
+	conn_note_conflict_locked(conn, json_is_object(reply) ? reply : NULL);
 	if (reply == NULL)
 		return cbci_fail(err, CBC_EPROTO, "reply from %s is not JSON: %s", path, jerr.text);
 	if (!json_is_object(reply)) {
@@ -462,7 +503,7 @@ cbc_status
 cbc_request(cbc_conn *conn, const char *request_json, char **reply, cbc_error *err)
 {
 	char *line = NULL;
-	json_t *parsed;
+	json_t *parsed = NULL;
 	cbc_status st;
 
 	if (reply != NULL)
@@ -473,10 +514,13 @@ cbc_request(cbc_conn *conn, const char *request_json, char **reply, cbc_error *e
 		return cbci_fail(err, CBC_EINVAL, "request_json must be one line");
 	pthread_mutex_lock(&conn->lock);
 	st = conn_exchange_locked(conn, request_json, strlen(request_json), &line, err);
+	if (st == CBC_OK)
+		st = conn_parse_reply_locked(conn, line, &parsed, err);
+	else
+		conn_note_conflict_locked(conn, NULL);
 	pthread_mutex_unlock(&conn->lock);
-	if (st != CBC_OK)
+	if (line == NULL)
 		return st;
-	st = conn_parse_reply(line, conn->path, &parsed, err);
 	json_decref(parsed);
 	if (reply != NULL)
 		*reply = line;
@@ -506,10 +550,11 @@ cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err)
 	st = conn_exchange_locked(conn, text, strlen(text), &line, err);
 	free(text);
 	if (st != CBC_OK) {
+		conn_note_conflict_locked(conn, NULL);
 		pthread_mutex_unlock(&conn->lock);
 		return st;
 	}
-	st = conn_parse_reply(line, conn->path, reply, err);
+	st = conn_parse_reply_locked(conn, line, reply, err);
 	if (st == CBC_EPROTO)
 		conn_close_locked(conn);
 	pthread_mutex_unlock(&conn->lock);

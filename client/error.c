@@ -119,7 +119,7 @@ void
 cbci_ctx_policy(const cbc_ctx *ctx, cb_policy *out)
 {
 	proto_ctx partial;
-	proto_layer layers[1] = { { &partial, PROTO_SOURCE_CLIENT } };
+	proto_layer layers[1] = { { &partial, NULL, PROTO_SOURCE_CLIENT } };
 
 	cbci_ctx_to_proto(ctx, &partial);
 	proto_policy_resolve(layers, 1, out, NULL);
@@ -209,6 +209,7 @@ cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *snap,
 	out->last_failure_at = snap->last_failure_at;
 	out->opened_at = snap->opened_at;
 	out->retry_after_ms = retry_after_ms;
+	cbci_snapshot_v2_clear(out);
 }
 
 void

@@ -44,6 +44,17 @@ void cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *
 /* The public snapshot as a core one. */
 void cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out);
 
+/* Protocol 2's members of a snapshot as "not reported": not held, totals
+ * -1, policy not known (snapshot.c). */
+void cbci_snapshot_v2_clear(cbc_snapshot *out);
+/* Read a snapshot object's protocol 2 members (hold, totals, policy) into
+ * out (may be NULL: only checked); absent members read as not reported,
+ * mistyped ones are CBC_EPROTO naming them. */
+cbc_status cbci_snapshot_v2(const json_t *obj, cbc_snapshot *out, cbc_error *err);
+/* The names of a policy_conflict array joined by commas into buf (cut to
+ * fit; size may be 0); returns how many names it held. */
+size_t cbci_conflict_join(const json_t *conflict, char *buf, size_t size);
+
 /* Send `request` (an object; an "id" member is added) on conn and read
  * its reply. CBC_OK: *reply is the ok:true reply object, to json_decref.
  * CBC_EREFUSED / CBC_ECAPACITY: the daemon answered ok:false; err holds

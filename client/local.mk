@@ -24,6 +24,7 @@ client_libcbclient_la_SOURCES = \
 	client/error.c \
 	client/conn.c \
 	client/ops.c \
+	client/snapshot.c \
 	client/store.c \
 	client/store-local.c \
 	client/store-remote.c \

@@ -1,8 +1,9 @@
 /*
- * ops.c — protocol v1's ops as functions over a cbc_conn: each builds its
+ * ops.c — the protocol's ops as functions over a cbc_conn: each builds its
  * request object, makes one round trip and reads the result members into
  * plain structs. Replies are checked as strictly as requests: a missing
- * or mistyped member is CBC_EPROTO naming it.
+ * or mistyped member is CBC_EPROTO naming it (protocol 2's snapshot
+ * members, read by snapshot.c, may be absent: a protocol 1 cbd).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +114,7 @@ reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, 
 		name = fallback_name != NULL ? fallback_name : "";
 	if (out != NULL)
 		cbci_snapshot_fill(out, name, &snap, retry);
-	return CBC_OK;
+	return cbci_snapshot_v2(obj, out, err);
 }
 
 /* Read a boolean reply member. */
@@ -390,6 +391,79 @@ cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err)
 	st = reply_bool(reply, "existed", &was, err);
 	if (st == CBC_OK && existed != NULL)
 		*existed = was;
+	return op_done(reply, st, err);
+}
+
+/* Longest hold ttl: the protocol's 2^53. */
+#define OPS_TTL_MAX (INT64_C(1) << 53)
+
+/* Check hold's arguments; CBC_EINVAL naming the one at fault. */
+static cbc_status
+hold_check(cbc_state state, int64_t ttl_ms, const char *reason, cbc_error *err)
+{
+	if (state != CBC_STATE_OPEN && state != CBC_STATE_CLOSED)
+		return cbci_fail(err, CBC_EINVAL,
+		    "state must be CBC_STATE_OPEN or CBC_STATE_CLOSED (half_open cannot be held)");
+	if (ttl_ms < 0 || ttl_ms > OPS_TTL_MAX)
+		return cbci_fail(err, CBC_EINVAL, "ttl_ms must be 0 (until released) or 1 to %lld",
+		    (long long)OPS_TTL_MAX);
+	if (reason != NULL && strlen(reason) > CBC_REASON_MAX)
+		return cbci_fail(err, CBC_EINVAL, "reason must be at most %d bytes",
+		    CBC_REASON_MAX);
+	return CBC_OK;
+}
+
+cbc_status
+cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t ttl_ms, const char *reason,
+    cbc_snapshot *out, cbc_error *err)
+{
+	json_t *req, *reply, *text = NULL;
+	cbc_status st = hold_check(state, ttl_ms, reason, err);
+
+	if (st != CBC_OK)
+		return st;
+	if (reason != NULL && (text = json_string(reason)) == NULL)
+		return cbci_fail(err, CBC_EINVAL, "reason must be UTF-8");
+	st = request_new("set_state", name, &req, err);
+	if (st != CBC_OK) {
+		json_decref(text);
+		return st;
+	}
+	/* reason first: set_new takes it also when it fails. */
+	if ((text != NULL && json_object_set_new(req, "reason", text) != 0) ||
+	    json_object_set_new(req, "state", json_string(cbc_state_name(state))) != 0 ||
+	    json_object_set_new(req, "hold", json_true()) != 0 ||
+	    (ttl_ms > 0 && json_object_set_new(req, "ttl_ms", json_integer(ttl_ms)) != 0)) {
+		json_decref(req);
+		return cbci_fail(err, CBC_ENOMEM, "out of memory building set_state");
+	}
+	st = request_send(conn, req, &reply, err);
+	if (st != CBC_OK)
+		return st;
+	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	/* A protocol 1 cbd ignores hold and forces: say so rather than let
+	 * the caller believe the state is held. */
+	if (st == CBC_OK && json_object_get(json_object_get(reply, "snapshot"), "hold") == NULL)
+		st = cbci_fail(err, CBC_EPROTO,
+		    "cbd at %s did not report a hold (protocol 1?): %s was forced %s, not held",
+		    cbc_conn_socket_path(conn), name, cbc_state_name(state));
+	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_release(cbc_conn *conn, const char *name, bool *released, cbc_snapshot *out, cbc_error *err)
+{
+	json_t *reply;
+	bool done = false;
+	cbc_status st = request_call(conn, "release", name, NULL, 0, NULL, &reply, err);
+
+	if (st != CBC_OK)
+		return st;
+	st = reply_bool(reply, "released", &done, err);
+	if (st == CBC_OK)
+		st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	if (st == CBC_OK && released != NULL)
+		*released = done;
 	return op_done(reply, st, err);
 }
 

@@ -96,6 +96,8 @@ local_call(const cbc_ctx *ctx, cb_policy *policy)
 	int64_t now = cbci_ctx_now(ctx);
 
 	cbci_ctx_policy(ctx, policy);
+	/* One process: min_reporters cannot be met by anyone else. */
+	policy->min_reporters = 1;
 	return (ct_call){ .policy = policy, .declared = NULL, .now = now, .clock = now };
 }
 

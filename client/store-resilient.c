@@ -4,7 +4,11 @@
  *
  *   LOCAL   degrade to a private local store, seeding each circuit from
  *           the last snapshot the wrapped store returned for it, so an open
- *           circuit stays open;
+ *           circuit stays open, and running it with the policy cbd last
+ *           reported for it (protocol 2's snapshot.policy: the circuit's
+ *           own policy, which cbd's config or its creator decided), so it
+ *           breaks as cbd would; a held circuit stays held (open until
+ *           the hold's end, closed whatever fails);
  *   ALLOW   answer as if the circuit were closed;
  *   REJECT  return the error from the ops made before the protected call
  *           (get, cas, set_state, acquire_slot); bookkeeping after it
@@ -41,6 +45,7 @@ static _Thread_local int seen_oom;
 typedef struct seen_circuit {
 	UT_hash_handle hh;
 	cb_snapshot last; /* the last snapshot the wrapped store returned */
+	cbc_ctx reported; /* the policy it reported, as a ctx (0: not reported) */
 	bool degraded; /* the fallback holds this circuit's live copy */
 	char name[];
 } seen_circuit;
@@ -99,6 +104,74 @@ seen_get(resilient *r, const char *name)
 	return s;
 }
 
+/* A reported policy value as a ctx member: 0 (not given) unless set. */
+static int64_t
+reported_value(int64_t v)
+{
+	return v > 0 ? v : 0;
+}
+
+/* The policy snap reports as a ctx for the fallback (members 0 when not
+ * reported). A hold has no local form, so it is kept through the policy:
+ * held open breaks until the hold's end (or as long as the protocol
+ * allows when it has none), held closed never reaches its threshold. */
+static void
+reported_ctx(const cbc_snapshot *snap, cbc_ctx *out)
+{
+	const cbc_policy *p = &snap->policy;
+
+	memset(out, 0, sizeof *out);
+	if (p->known) {
+		out->failure_threshold = reported_value(p->failure_threshold);
+		out->success_threshold = reported_value(p->success_threshold);
+		out->break_ms = reported_value(p->break_ms);
+		out->half_open_max = reported_value(p->half_open_max);
+		out->slot_ttl_ms = reported_value(p->slot_ttl_ms);
+		out->max_gap_ms = reported_value(p->max_gap_ms);
+	}
+	if (snap->hold.held && snap->hold.state == CBC_STATE_OPEN) {
+		if (snap->hold.until == CBC_TIME_NONE || snap->opened_at == CBC_TIME_NONE)
+			out->break_ms = CB_DURATION_MAX;
+		else if (snap->hold.until - snap->opened_at > CB_DURATION_MIN)
+			out->break_ms = snap->hold.until - snap->opened_at;
+		else
+			out->break_ms = CB_DURATION_MIN;
+	} else if (snap->hold.held) {
+		out->failure_threshold = CB_COUNT_MAX;
+	}
+}
+
+/* The ctx the fallback runs name with: the caller's (its clock, and its
+ * policy where cbd reported none), with the policy cbd last reported for
+ * the circuit in place of the caller's, as cbd keeps the circuit's own. */
+static void
+resilient_fallback_ctx(resilient *r, const char *name, const cbc_ctx *ctx, cbc_ctx *out)
+{
+	seen_circuit *s;
+	cbc_ctx rep;
+
+	*out = *ctx;
+	pthread_mutex_lock(&r->lock);
+	s = seen_find(r, name);
+	if (s != NULL)
+		rep = s->reported;
+	else
+		memset(&rep, 0, sizeof rep);
+	pthread_mutex_unlock(&r->lock);
+	if (rep.failure_threshold > 0)
+		out->failure_threshold = rep.failure_threshold;
+	if (rep.success_threshold > 0)
+		out->success_threshold = rep.success_threshold;
+	if (rep.break_ms > 0)
+		out->break_ms = rep.break_ms;
+	if (rep.half_open_max > 0)
+		out->half_open_max = rep.half_open_max;
+	if (rep.slot_ttl_ms > 0)
+		out->slot_ttl_ms = rep.slot_ttl_ms;
+	if (rep.max_gap_ms > 0)
+		out->max_gap_ms = rep.max_gap_ms;
+}
+
 /* The wrapped store answered for name: remember snap (may be NULL: no
  * snapshot in the answer) and end any degradation of that circuit. */
 static void
@@ -109,8 +182,10 @@ resilient_answered(resilient *r, const char *name, const cbc_snapshot *snap)
 	pthread_mutex_lock(&r->lock);
 	s = snap != NULL ? seen_get(r, name) : seen_find(r, name);
 	if (s != NULL) {
-		if (snap != NULL)
+		if (snap != NULL) {
 			cbci_snapshot_to_core(snap, &s->last);
+			reported_ctx(snap, &s->reported);
+		}
 		if (s->degraded) {
 			s->degraded = false;
 			cbci_local_forget(r->fallback, name);
@@ -179,6 +254,9 @@ resilient_last(resilient *r, const char *name, const cbc_ctx *ctx, cbc_snapshot 
 	cb_snapshot snap;
 	cb_policy policy;
 
+	cbc_ctx own;
+
+	resilient_fallback_ctx(r, name, ctx, &own);
 	pthread_mutex_lock(&r->lock);
 	s = seen_find(r, name);
 	if (s != NULL)
@@ -186,7 +264,7 @@ resilient_last(resilient *r, const char *name, const cbc_ctx *ctx, cbc_snapshot 
 	else
 		breaker_snapshot_init(&snap);
 	pthread_mutex_unlock(&r->lock);
-	cbci_ctx_policy(ctx, &policy);
+	cbci_ctx_policy(&own, &policy);
 	cbci_snapshot_fill(out, name, &snap,
 	    breaker_retry_after_ms(&snap, &policy, cbci_ctx_now(ctx)));
 }
@@ -284,6 +362,8 @@ static cbc_status
 resilient_op(resilient *r, const op_call *c, cbc_error *err)
 {
 	cbc_error inner_err;
+	op_call local;
+	cbc_ctx own;
 	bool skipped;
 	cbc_status st;
 
@@ -308,7 +388,12 @@ resilient_op(resilient *r, const op_call *c, cbc_error *err)
 		st = resilient_degrade(r, c->name, err);
 		if (st != CBC_OK)
 			return st;
-		return op_run(&cbci_local_ops, r->fallback, c, err);
+		local = *c;
+		if (c->ctx != NULL) {
+			resilient_fallback_ctx(r, c->name, c->ctx, &own);
+			local.ctx = &own;
+		}
+		return op_run(&cbci_local_ops, r->fallback, &local, err);
 	case CBC_POLICY_ALLOW:
 		return op_answer_allow(r, c, false, err);
 	case CBC_POLICY_REJECT:

@@ -24,6 +24,16 @@ breaker_policy_default(cb_policy *policy)
 	policy->half_open_max = CB_DEFAULT_HALF_OPEN_MAX;
 	policy->slot_ttl_ms = CB_DEFAULT_BREAK_MS;
 	policy->max_gap_ms = 0;
+	policy->window = CB_WINDOW_COUNT;
+	policy->window_size = CB_DEFAULT_WINDOW_COUNT;
+	policy->minimum_calls = CB_DEFAULT_MINIMUM_CALLS;
+	policy->failure_rate = CB_DEFAULT_FAILURE_RATE;
+	policy->slow_call_ms = 0;
+	policy->slow_call_rate = CB_DEFAULT_SLOW_CALL_RATE;
+	policy->min_reporters = CB_DEFAULT_MIN_REPORTERS;
+	policy->reporter_window_ms = CB_DEFAULT_REPORTER_WINDOW_MS;
+	policy->break_backoff = CB_DEFAULT_BREAK_BACKOFF;
+	policy->break_max_ms = 0;
 }
 
 void
@@ -34,6 +44,7 @@ breaker_snapshot_init(cb_snapshot *snap)
 	snap->success_count = 0;
 	snap->last_failure_at = CB_TIME_NONE;
 	snap->opened_at = CB_TIME_NONE;
+	snap->current_break_ms = 0;
 }
 
 bool
@@ -53,65 +64,181 @@ trip_open(cb_snapshot *snap, int64_t now)
 	snap->success_count = 0;
 }
 
-cb_reason
-breaker_on_success(cb_snapshot *snap, const cb_policy *policy, int64_t now)
+int64_t
+breaker_break_ms(const cb_snapshot *snap, const cb_policy *policy)
 {
-	(void)now;
+	return snap->current_break_ms > 0 ? snap->current_break_ms : policy->break_ms;
+}
+
+/* A failed trial: open again, with a longer break when break_backoff says
+ * so (capped at break_max_ms). */
+static void
+trial_failed(cb_snapshot *snap, const cb_policy *policy, int64_t now)
+{
+	if (policy->break_backoff > 1) {
+		int64_t grown = breaker_break_ms(snap, policy);
+
+		grown = grown > CB_DURATION_MAX / policy->break_backoff
+		    ? CB_DURATION_MAX
+		    : grown * policy->break_backoff;
+		if (policy->break_max_ms > 0 && grown > policy->break_max_ms)
+			grown = policy->break_max_ms;
+		snap->current_break_ms = grown;
+	}
+	trip_open(snap, now);
+	snap->last_failure_at = now;
+}
+
+/* Closed for good after trials: counts and the grown break start over. */
+static void
+close_after_trials(cb_snapshot *snap)
+{
+	snap->state = CB_STATE_CLOSED;
+	snap->failure_count = 0;
+	snap->success_count = 0;
+	snap->opened_at = CB_TIME_NONE;
+	snap->current_break_ms = 0;
+}
+
+void
+breaker_reporters_init(cb_reporters *r, int64_t min_reporters)
+{
+	r->slots = (uint32_t)min_reporters;
+	memset(r->r, 0, sizeof r->r[0] * r->slots);
+	for (uint32_t i = 0; i < r->slots; i++)
+		r->r[i].at = CB_TIME_NONE;
+}
+
+size_t
+breaker_reporters_bytes(int64_t min_reporters)
+{
+	return sizeof(cb_reporters) + sizeof(cb_reporter) * (size_t)min_reporters;
+}
+
+uint32_t
+breaker_reporters_count(const cb_reporters *r, int64_t now, int64_t window_ms)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < r->slots; i++)
+		n += r->r[i].at != CB_TIME_NONE && now - r->r[i].at <= window_ms;
+	return n;
+}
+
+/* Note a report by id at now: its entry is refreshed, or the oldest
+ * entry makes room (only the newest `slots` distinct reporters matter). */
+static void
+reporters_note(cb_reporters *r, int64_t id, int64_t now)
+{
+	uint32_t oldest = 0;
+
+	for (uint32_t i = 0; i < r->slots; i++) {
+		if (r->r[i].at != CB_TIME_NONE && r->r[i].id == id) {
+			if (now > r->r[i].at)
+				r->r[i].at = now;
+			return;
+		}
+		if (r->r[i].at == CB_TIME_NONE ||
+		    (r->r[oldest].at != CB_TIME_NONE && r->r[i].at < r->r[oldest].at))
+			oldest = i;
+	}
+	r->r[oldest].id = id;
+	r->r[oldest].at = now;
+}
+
+/* The shared-breaker gate (closed -> open only): enough distinct peers
+ * reported a failure or a slow call recently. */
+static bool
+reporters_allow_trip(const cb_policy *policy, const cb_outcome *o, int64_t now)
+{
+	if (policy->min_reporters <= 1 || o->reporters == NULL)
+		return true;
+	return breaker_reporters_count(o->reporters, now, policy->reporter_window_ms) >=
+	    (uint32_t)policy->min_reporters;
+}
+
+/* The rate rule in closed: does the window, with this call in it, open? */
+static bool
+rate_trips(const cb_policy *policy, const cb_outcome *o, int64_t now)
+{
+	bool slow_rule = policy->slow_call_ms > 0;
+	cb_window_counts n;
+
+	if (o->window == NULL)
+		return false;
+	window_add(o->window, o->failure, slow_rule && o->slow, now);
+	n = window_counts(o->window, now);
+	if (n.calls == 0 || (int64_t)n.calls < policy->minimum_calls)
+		return false;
+	/* Exactly in integers: failures x 100 >= failure_rate x calls. */
+	return (int64_t)n.failures * 100 >= policy->failure_rate * (int64_t)n.calls ||
+	    (slow_rule && (int64_t)n.slow * 100 >= policy->slow_call_rate * (int64_t)n.calls);
+}
+
+cb_reason
+breaker_on_outcome(cb_snapshot *snap, const cb_policy *policy, int64_t now, const cb_outcome *o)
+{
+	/* A slow call counts as a failure in half_open when the rate rule's
+	 * slow rule is on. */
+	bool bad =
+	    o->failure || (o->slow && policy->trip == CB_TRIP_RATE && policy->slow_call_ms > 0);
+	bool trips;
+
+	if (bad && o->reporters != NULL)
+		reporters_note(o->reporters, o->reporter, now);
 	switch (snap->state) {
 	case CB_STATE_CLOSED:
-		snap->failure_count = 0;
-		return CB_REASON_NONE;
+		if (o->failure) {
+			if (breaker_chain_continues(snap, policy, now))
+				snap->failure_count++;
+			else
+				snap->failure_count = 1;
+			snap->last_failure_at = now;
+		} else {
+			snap->failure_count = 0;
+		}
+		if (policy->trip == CB_TRIP_RATE)
+			trips = rate_trips(policy, o, now);
+		else
+			trips = o->failure && snap->failure_count >= policy->failure_threshold;
+		if (!trips || !reporters_allow_trip(policy, o, now))
+			return CB_REASON_NONE;
+		trip_open(snap, now);
+		return policy->trip == CB_TRIP_RATE ? CB_REASON_FAILURE_RATE
+						    : CB_REASON_FAILURE_THRESHOLD;
 	case CB_STATE_HALF_OPEN:
+		if (bad) {
+			trial_failed(snap, policy, now);
+			return CB_REASON_TRIAL_FAILED;
+		}
 		snap->success_count++;
 		if (snap->success_count < policy->success_threshold)
 			return CB_REASON_NONE;
-		snap->state = CB_STATE_CLOSED;
-		snap->failure_count = 0;
-		snap->success_count = 0;
-		snap->opened_at = CB_TIME_NONE;
+		close_after_trials(snap);
 		return CB_REASON_TRIAL_SUCCEEDED;
 	case CB_STATE_OPEN:
-		/* A straggler from before the trip: no change. */
+		/* A straggler never extends the break window. */
+		if (o->failure)
+			snap->last_failure_at = now;
 		return CB_REASON_NONE;
 	}
 	return CB_REASON_NONE;
 }
 
-/* The consecutive rule: failure_threshold failures in one chain. */
-static cb_reason
-failure_consecutive(cb_snapshot *snap, const cb_policy *policy, int64_t now)
+cb_reason
+breaker_on_success(cb_snapshot *snap, const cb_policy *policy, int64_t now)
 {
-	switch (snap->state) {
-	case CB_STATE_CLOSED:
-		if (breaker_chain_continues(snap, policy, now))
-			snap->failure_count++;
-		else
-			snap->failure_count = 1;
-		snap->last_failure_at = now;
-		if (snap->failure_count < policy->failure_threshold)
-			return CB_REASON_NONE;
-		trip_open(snap, now);
-		return CB_REASON_FAILURE_THRESHOLD;
-	case CB_STATE_HALF_OPEN:
-		trip_open(snap, now);
-		snap->last_failure_at = now;
-		return CB_REASON_TRIAL_FAILED;
-	case CB_STATE_OPEN:
-		/* A straggler never extends the break window. */
-		snap->last_failure_at = now;
-		return CB_REASON_NONE;
-	}
-	return CB_REASON_NONE;
+	cb_outcome o = { .failure = false };
+
+	return breaker_on_outcome(snap, policy, now, &o);
 }
 
 cb_reason
 breaker_on_failure(cb_snapshot *snap, const cb_policy *policy, int64_t now)
 {
-	switch (policy->trip) {
-	case CB_TRIP_CONSECUTIVE:
-		return failure_consecutive(snap, policy, now);
-	}
-	return CB_REASON_NONE;
+	cb_outcome o = { .failure = true };
+
+	return breaker_on_outcome(snap, policy, now, &o);
 }
 
 cb_reason
@@ -132,6 +259,7 @@ breaker_force(cb_snapshot *snap, cb_state state, int64_t now)
 		snap->failure_count = 0;
 		snap->success_count = 0;
 		snap->opened_at = CB_TIME_NONE;
+		snap->current_break_ms = 0;
 		break;
 	case CB_STATE_OPEN:
 		snap->opened_at = now;
@@ -160,7 +288,7 @@ breaker_break_elapsed(const cb_snapshot *snap, const cb_policy *policy, int64_t 
 	 * sets it), but treat it as elapsed rather than open forever. */
 	if (snap->opened_at == CB_TIME_NONE)
 		return true;
-	return now - snap->opened_at >= policy->break_ms;
+	return now - snap->opened_at >= breaker_break_ms(snap, policy);
 }
 
 int64_t
@@ -172,7 +300,7 @@ breaker_retry_after_ms(const cb_snapshot *snap, const cb_policy *policy, int64_t
 		return 0;
 	/* A clock behind opened_at (another process's ctx.now) is no time. */
 	elapsed = now > snap->opened_at ? now - snap->opened_at : 0;
-	return policy->break_ms - elapsed;
+	return breaker_break_ms(snap, policy) - elapsed;
 }
 
 cb_reason
@@ -214,6 +342,8 @@ breaker_reason_text(cb_reason reason)
 		return "no change";
 	case CB_REASON_FAILURE_THRESHOLD:
 		return "failure threshold reached";
+	case CB_REASON_FAILURE_RATE:
+		return "failure or slow-call rate reached";
 	case CB_REASON_TRIAL_FAILED:
 		return "trial call failed";
 	case CB_REASON_TRIAL_SUCCEEDED:

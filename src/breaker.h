@@ -1,6 +1,7 @@
 /*
- * breaker.h — the circuit-breaker state machine (protocol v1's rules, with
- * protocol 2's retry_after_ms clamp and hold endings).
+ * breaker.h — the circuit-breaker state machine: protocol v1's rules, and
+ * protocol 2's rate rule (with window.c), slow calls, min_reporters,
+ * break_backoff, the retry_after_ms clamp and hold endings.
  *
  * Pure: no I/O, no clock reads, no allocation. Every decision takes `now`
  * (ms since the Unix epoch) from the caller, so the daemon, libcbclient's
@@ -17,6 +18,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "window.h"
 
 /* "null" for a time member of a snapshot (last_failure_at, opened_at). */
 #define CB_TIME_NONE INT64_C(-1)
@@ -45,16 +48,33 @@ typedef enum cb_state {
 
 #define CB_STATE_COUNT 3
 
-/* How failures trip the circuit. Only the spec's rule exists today. */
+/* How failures trip the circuit. */
 typedef enum cb_trip_rule {
 	/* failure_threshold failures in a chain (see max_gap_ms). */
 	CB_TRIP_CONSECUTIVE = 0,
+	/* the failure rate (or slow-call rate) over a sliding window. */
+	CB_TRIP_RATE,
 } cb_trip_rule;
+
+/* Defaults of the rate rule and of the shared-breaker keys (spec §3). */
+#define CB_DEFAULT_WINDOW_COUNT 100
+#define CB_DEFAULT_WINDOW_TIME_MS 60000
+#define CB_DEFAULT_MINIMUM_CALLS 10
+#define CB_DEFAULT_FAILURE_RATE 50
+#define CB_DEFAULT_SLOW_CALL_RATE 100
+#define CB_DEFAULT_MIN_REPORTERS 1
+#define CB_DEFAULT_REPORTER_WINDOW_MS 60000
+#define CB_DEFAULT_BREAK_BACKOFF 1
+/* Bounds of the shared-breaker keys. */
+#define CB_REPORTERS_MAX 64
+#define CB_BREAK_BACKOFF_MAX 10
+#define CB_PERCENT_MAX 100
 
 /* Why a transition happened; the daemon logs it beside old -> new. */
 typedef enum cb_reason {
 	CB_REASON_NONE = 0, /* no state change */
-	CB_REASON_FAILURE_THRESHOLD, /* closed -> open */
+	CB_REASON_FAILURE_THRESHOLD, /* closed -> open (consecutive) */
+	CB_REASON_FAILURE_RATE, /* closed -> open (rate) */
 	CB_REASON_TRIAL_FAILED, /* half_open -> open */
 	CB_REASON_TRIAL_SUCCEEDED, /* half_open -> closed */
 	CB_REASON_BREAK_ELAPSED, /* open -> half_open on allow */
@@ -65,8 +85,9 @@ typedef enum cb_reason {
 	CB_REASON_RELEASED, /* an operator released a hold */
 } cb_reason;
 
-/* The policy of one call: every member already resolved (ctx, config,
- * built-in default). max_gap_ms == 0 means "unset". */
+/* The policy of one call: every member already resolved (config, the
+ * creating request, built-in default). 0 means "unset" for max_gap_ms,
+ * slow_call_ms and break_max_ms. */
 typedef struct cb_policy {
 	cb_trip_rule trip;
 	int64_t failure_threshold;
@@ -75,6 +96,18 @@ typedef struct cb_policy {
 	int64_t half_open_max;
 	int64_t slot_ttl_ms;
 	int64_t max_gap_ms;
+	/* trip = rate */
+	cb_window_kind window;
+	int64_t window_size; /* calls (count) or ms (time) */
+	int64_t minimum_calls;
+	int64_t failure_rate; /* percent */
+	int64_t slow_call_ms;
+	int64_t slow_call_rate; /* percent */
+	/* any rule */
+	int64_t min_reporters;
+	int64_t reporter_window_ms;
+	int64_t break_backoff;
+	int64_t break_max_ms;
 } cb_policy;
 
 /* The spec's snapshot, less the name and retry_after_ms (derived). */
@@ -84,7 +117,29 @@ typedef struct cb_snapshot {
 	int64_t success_count;
 	int64_t last_failure_at; /* CB_TIME_NONE when null */
 	int64_t opened_at; /* CB_TIME_NONE when null */
+	int64_t current_break_ms; /* the break grown by break_backoff; 0: break_ms */
 } cb_snapshot;
+
+/* The recent reporters of failures (min_reporters > 1): who and when, the
+ * newest `slots` distinct ones. */
+typedef struct cb_reporter {
+	int64_t id; /* a process id (cbd: SO_PEERCRED) */
+	int64_t at;
+} cb_reporter;
+
+typedef struct cb_reporters {
+	uint32_t slots;
+	cb_reporter r[];
+} cb_reporters;
+
+/* One call's outcome and what the rules beyond the snapshot need. */
+typedef struct cb_outcome {
+	bool failure;
+	bool slow; /* duration_ms >= slow_call_ms */
+	cb_window *window; /* trip = rate: the circuit's window */
+	cb_reporters *reporters; /* min_reporters > 1: its recent reporters */
+	int64_t reporter; /* who reports this call */
+} cb_outcome;
 
 /* The built-in default policy (slot_ttl_ms = break_ms, max_gap unset). */
 void breaker_policy_default(cb_policy *policy);
@@ -95,11 +150,27 @@ void breaker_snapshot_init(cb_snapshot *snap);
 /* True when snap equals the initial snapshot (nothing worth storing). */
 bool breaker_snapshot_is_initial(const cb_snapshot *snap);
 
-/* Apply a successful call; returns why the state changed, or NONE. */
-cb_reason breaker_on_success(cb_snapshot *snap, const cb_policy *policy, int64_t now);
+/* Apply one call's outcome under the policy's trip rule; returns why the
+ * state changed, or NONE. The window (rate rule) and reporters are updated;
+ * a transition does not empty the window (the caller does, for every
+ * transition alike). */
+cb_reason breaker_on_outcome(cb_snapshot *snap, const cb_policy *policy, int64_t now,
+    const cb_outcome *outcome);
 
-/* Apply a failed call; returns why the state changed, or NONE. */
+/* breaker_on_outcome of a plain success / failure (no window, no
+ * reporters, not slow). */
+cb_reason breaker_on_success(cb_snapshot *snap, const cb_policy *policy, int64_t now);
 cb_reason breaker_on_failure(cb_snapshot *snap, const cb_policy *policy, int64_t now);
+
+/* The break in effect: break_ms, or the one break_backoff grew. */
+int64_t breaker_break_ms(const cb_snapshot *snap, const cb_policy *policy);
+
+/* Bytes of a reporters record for min_reporters. */
+size_t breaker_reporters_bytes(int64_t min_reporters);
+/* Make r (breaker_reporters_bytes() long) empty. */
+void breaker_reporters_init(cb_reporters *r, int64_t min_reporters);
+/* Distinct reporters whose last report at `at` has now - at <= window_ms. */
+uint32_t breaker_reporters_count(const cb_reporters *r, int64_t now, int64_t window_ms);
 
 /* allow's first step: an open circuit whose break has elapsed moves to
  * half_open. Returns CB_REASON_BREAK_ELAPSED when it moved, else NONE. */

@@ -53,8 +53,11 @@ typedef struct ct_layer {
 	proto_ctx ctx;
 } ct_layer;
 
-/* What few circuits need: slots and an operator's hold. */
+/* What few circuits need: slots, an operator's hold, the rate rule's
+ * window and the recent reporters of min_reporters. */
 typedef struct circuit_ext {
+	cb_window *window;
+	cb_reporters *reporters;
 	ct_slot *slots_head, *slots_tail;
 	uint64_t slot_count;
 	bool held;
@@ -92,6 +95,8 @@ struct circuit_table {
 	int64_t idle_ms;
 	uint64_t instance_id;
 	uint64_t next_token;
+	ct_reclaim_fn on_reclaim;
+	void *on_reclaim_arg;
 	ct_stats stats;
 };
 
@@ -124,6 +129,13 @@ void
 circuit_table_set_idle_reclaim(circuit_table *table, int64_t idle_ms)
 {
 	table->idle_ms = idle_ms;
+}
+
+void
+circuit_table_set_reclaim_hook(circuit_table *table, ct_reclaim_fn fn, void *arg)
+{
+	table->on_reclaim = fn;
+	table->on_reclaim_arg = arg;
 }
 
 void
@@ -168,6 +180,8 @@ layer_get(circuit_table *table, const proto_ctx *ctx, bool *nomem)
 		    proto_ctx_has(ctx, (proto_ctx_key)k))
 			proto_ctx_set(&key, (proto_ctx_key)k, ctx->value[k]);
 	}
+	if (proto_ctx_has(ctx, PROTO_CTX_PRESET))
+		proto_ctx_set_preset(&key, ctx->preset);
 	HASH_FIND(hh, table->layers, &key, sizeof key, layer);
 	if (layer != NULL) {
 		layer->refs++;
@@ -317,10 +331,57 @@ ext_need(circuit *c)
 static void
 ext_trim(circuit *c)
 {
-	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->held)
+	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->held || c->ext->window != NULL ||
+	    c->ext->reporters != NULL)
 		return;
 	free(c->ext);
 	c->ext = NULL;
+}
+
+/* Every transition empties the window (spec §3). */
+static void
+transition_done(circuit *c, cb_state from)
+{
+	if (c->snap.state != from && c->ext != NULL && c->ext->window != NULL)
+		window_reset(c->ext->window);
+}
+
+/* Make c's window and reporters fit its policy: allocated for the rate
+ * rule and for min_reporters > 1, freed when the policy no longer needs
+ * them, and made anew when a reload changed the window's shape. False
+ * when out of memory. */
+static bool
+ext_fit_policy(circuit *c, const cb_policy *p)
+{
+	bool rate = p->trip == CB_TRIP_RATE, gate = p->min_reporters > 1;
+	circuit_ext *x = c->ext;
+
+	if (x == NULL && !rate && !gate)
+		return true;
+	if (x == NULL && (x = ext_need(c)) == NULL)
+		return false;
+	if (x->window != NULL && (!rate || !window_fits(x->window, p->window, p->window_size))) {
+		free(x->window);
+		x->window = NULL;
+	}
+	if (rate && x->window == NULL) {
+		x->window = malloc(window_bytes(p->window, p->window_size));
+		if (x->window == NULL)
+			return false;
+		window_init(x->window, p->window, p->window_size);
+	}
+	if (x->reporters != NULL && (!gate || x->reporters->slots != (uint32_t)p->min_reporters)) {
+		free(x->reporters);
+		x->reporters = NULL;
+	}
+	if (gate && x->reporters == NULL) {
+		x->reporters = malloc(breaker_reporters_bytes(p->min_reporters));
+		if (x->reporters == NULL)
+			return false;
+		breaker_reporters_init(x->reporters, p->min_reporters);
+	}
+	ext_trim(c);
+	return true;
 }
 
 /* Unlink a slot from its circuit, owner and token hash, then free it. */
@@ -462,7 +523,10 @@ hold_expire(circuit_table *table, circuit *c, int64_t now, ct_change *change)
 
 	if (x == NULL || !x->held || x->hold_until == CB_TIME_NONE || now < x->hold_until)
 		return false;
+	cb_state from = c->snap.state;
+
 	reason = breaker_hold_end(&c->snap, x->hold_state, now);
+	transition_done(c, from);
 	hold_clear(table, c);
 	ext_trim(c);
 	circuit_relist(table, c);
@@ -489,6 +553,8 @@ circuit_destroy(circuit_table *table, circuit *c)
 		while (c->ext->slots_head != NULL)
 			slot_free(table, c->ext->slots_head);
 		hold_clear(table, c);
+		free(c->ext->window);
+		free(c->ext->reporters);
 		free(c->ext);
 	}
 	list_unlink(table, c);
@@ -513,6 +579,8 @@ reclaim_one(circuit_table *table, int64_t clock, bool only_expired)
 		table->stats.reclaimed_idle++;
 	else
 		table->stats.reclaimed_capacity++;
+	if (table->on_reclaim != NULL)
+		table->on_reclaim(c->name, table->on_reclaim_arg);
 	circuit_destroy(table, c);
 	return true;
 }
@@ -581,6 +649,10 @@ view_fill(const circuit *c, ct_view *out)
 	out->hold.until = CB_TIME_NONE;
 	if (c->ext != NULL) {
 		out->slots = c->ext->slot_count;
+		out->has_window = c->ext->window != NULL;
+		if (c->ext->window != NULL)
+			out->window = c->ext->window->counts;
+		out->reporters = c->ext->reporters;
 		if (c->ext->held) {
 			out->hold.held = true;
 			out->hold.state = c->ext->hold_state;
@@ -591,6 +663,15 @@ view_fill(const circuit *c, ct_view *out)
 			out->hold.reason = c->ext->hold_reason;
 		}
 	}
+}
+
+/* view_fill, with a time window's expired buckets dropped at now. */
+static void
+view_at(circuit *c, int64_t now, ct_view *out)
+{
+	if (c != NULL && c->ext != NULL && c->ext->window != NULL)
+		window_counts(c->ext->window, now);
+	view_fill(c, out);
 }
 
 void
@@ -632,7 +713,7 @@ circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
 	if (c != NULL)
 		hold_expire(table, c, now, change);
-	view_fill(c, out);
+	view_at(c, now, out);
 }
 
 /* Shared body of the three outcomes. */
@@ -642,7 +723,9 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 {
 	circuit *c = circuit_find(table, name);
 	cb_policy policy = *call->policy;
+	cb_outcome o = { .failure = outcome == 2, .reporter = call->reporter };
 	cb_reason reason;
+	cb_state from;
 	ct_status status;
 
 	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
@@ -657,27 +740,36 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		return status;
 	}
 	hold_expire(table, c, call->now, change);
+	if (outcome == 0) {
+		c->totals.ignored++;
+		view_at(c, call->now, out);
+		return CT_OK;
+	}
+	if (!ext_fit_policy(c, &policy)) {
+		view_at(c, call->now, out);
+		return CT_NOMEM;
+	}
+	o.slow = policy.slow_call_ms > 0 && call->duration_ms >= policy.slow_call_ms;
+	c->totals.slow += o.slow;
+	if (o.failure)
+		c->totals.failures++;
+	else
+		c->totals.successes++;
+	o.window = policy.trip == CB_TRIP_RATE && c->ext != NULL ? c->ext->window : NULL;
+	o.reporters = c->ext != NULL ? c->ext->reporters : NULL;
 	/* A held circuit counts its calls but no rule moves it: held open
 	 * only sees stragglers; held closed never reaches a threshold. */
-	if (circuit_held(c))
+	if (circuit_held(c)) {
+		policy.trip = CB_TRIP_CONSECUTIVE;
 		policy.failure_threshold = CB_COUNT_MAX;
-	switch (outcome) {
-	case 0:
-		c->totals.ignored++;
-		break;
-	case 1:
-		c->totals.successes++;
-		reason = breaker_on_success(&c->snap, &policy, call->now);
-		change_merge(change, c->snap.state, reason);
-		break;
-	default:
-		c->totals.failures++;
-		reason = breaker_on_failure(&c->snap, &policy, call->now);
-		change_merge(change, c->snap.state, reason);
-		break;
+		o.window = NULL;
 	}
+	from = c->snap.state;
+	reason = breaker_on_outcome(&c->snap, &policy, call->now, &o);
+	change_merge(change, c->snap.state, reason);
+	transition_done(c, from);
 	circuit_relist(table, c);
-	view_fill(c, out);
+	view_at(c, call->now, out);
 	return CT_OK;
 }
 
@@ -717,7 +809,7 @@ circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_stat
 		hold_expire(table, c, call->now, change);
 	current = c != NULL ? c->snap.state : CB_STATE_CLOSED;
 	if (current != from || (c != NULL && circuit_held(c))) {
-		view_fill(c, out);
+		view_at(c, call->now, out);
 		return CT_OK;
 	}
 	status = circuit_for_write(table, name, call, &c);
@@ -727,9 +819,10 @@ circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_stat
 	}
 	breaker_force(&c->snap, to, call->now);
 	change_merge(change, to, from == to ? CB_REASON_NONE : CB_REASON_CAS);
+	transition_done(c, from);
 	circuit_relist(table, c);
 	*applied = true;
-	view_fill(c, out);
+	view_at(c, call->now, out);
 	return CT_OK;
 }
 
@@ -749,6 +842,8 @@ circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
 	before = c->snap;
 	change_set(change, before.state, before.state, CB_REASON_NONE);
 	breaker_force(&c->snap, state, call->now);
+	/* Every transition empties the window, forced ones too. */
+	transition_done(c, before.state);
 	if (hold != NULL) {
 		int64_t until = hold->ttl_ms > 0 ? call->now + hold->ttl_ms : CB_TIME_NONE;
 
@@ -769,7 +864,7 @@ circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
 		    before.state != state || was_held ? CB_REASON_FORCED : CB_REASON_NONE);
 	}
 	circuit_relist(table, c);
-	view_fill(c, out);
+	view_at(c, call->now, out);
 	return CT_OK;
 }
 
@@ -783,14 +878,17 @@ circuit_table_release(circuit_table *table, const char *name, const ct_call *cal
 	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
 	if (c != NULL && circuit_held(c)) {
+		cb_state from = c->snap.state;
+
 		breaker_hold_end(&c->snap, c->ext->hold_state, call->now);
+		transition_done(c, from);
 		hold_clear(table, c);
 		ext_trim(c);
 		circuit_relist(table, c);
 		change_merge(change, c->snap.state, CB_REASON_RELEASED);
 		*released = true;
 	}
-	view_fill(c, out);
+	view_at(c, call->now, out);
 }
 
 /* Free the circuit's slots whose ttl ran out (they are sorted by expiry). */
@@ -959,9 +1057,11 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 	change_set(change, c->snap.state, c->snap.state, CB_REASON_NONE);
 	hold_expire(table, c, call->now, change);
 	if (!circuit_held(c)) {
+		cb_state from = c->snap.state;
 		cb_reason reason = breaker_on_allow(&c->snap, call->policy, call->now);
 
 		change_merge(change, c->snap.state, reason);
+		transition_done(c, from);
 	}
 	out->state = c->snap.state;
 	switch (c->snap.state) {
@@ -970,7 +1070,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 		break;
 	case CB_STATE_OPEN:
 		c->totals.rejected++;
-		view_fill(c, view);
+		view_at(c, call->now, view);
 		out->retry_after_ms = circuit_table_retry_after(view, call->policy, call->now);
 		break;
 	case CB_STATE_HALF_OPEN:
@@ -989,7 +1089,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 	}
 	ext_trim(c);
 	circuit_relist(table, c);
-	view_fill(c, view);
+	view_at(c, call->now, view);
 	return status;
 }
 
@@ -1056,13 +1156,13 @@ circuit_table_reclaim_idle(circuit_table *table, int64_t clock, uint64_t max)
 }
 
 void
-circuit_table_foreach(circuit_table *table, ct_visit_fn visit, void *arg)
+circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void *arg)
 {
 	circuit *c, *tmp;
 	ct_view view;
 
 	HASH_ITER (hh, table->circuits, c, tmp) {
-		view_fill(c, &view);
+		view_at(c, now, &view);
 		visit(c->name, &view, arg);
 	}
 }

@@ -101,7 +101,8 @@ typedef struct ct_hold_request {
 	const char *reason; /* may be NULL; cut to CT_REASON_MAX */
 } ct_hold_request;
 
-/* A circuit as read back: the initial one (stored false) when unknown. */
+/* A circuit as read back: the initial one (stored false) when unknown.
+ * The pointers belong to the table (valid until it next changes). */
 typedef struct ct_view {
 	bool stored;
 	cb_snapshot snap;
@@ -109,6 +110,9 @@ typedef struct ct_view {
 	ct_hold hold;
 	const proto_ctx *declared; /* the creating request's policy; NULL: none */
 	uint64_t slots; /* held now */
+	bool has_window; /* the rate rule's window, read at the call's now */
+	cb_window_counts window;
+	const cb_reporters *reporters; /* min_reporters > 1: recent reporters */
 } ct_view;
 
 /* What every call that may change a circuit takes. */
@@ -118,6 +122,8 @@ typedef struct ct_call {
 	int64_t now; /* decision clock */
 	int64_t clock; /* owner's clock: idleness */
 	ct_owner *owner; /* slots' holder; may be NULL */
+	int64_t duration_ms; /* the call's duration (slow calls); 0: not given */
+	int64_t reporter; /* who reports (min_reporters): a process id */
 } ct_call;
 
 /* A slot as handed to its holder. */
@@ -150,6 +156,8 @@ typedef struct ct_stats {
 
 /* Called by the walks below for each circuit. */
 typedef void (*ct_visit_fn)(const char *name, const ct_view *view, void *arg);
+/* Called with each circuit's name just before a reclaim drops it. */
+typedef void (*ct_reclaim_fn)(const char *name, void *arg);
 /* Called for each hold ended by circuit_table_expire_holds. */
 typedef void (*ct_change_fn)(const char *name, const ct_change *change, void *arg);
 
@@ -167,6 +175,9 @@ void circuit_table_set_max_slots(circuit_table *table, uint64_t max_slots);
 void circuit_table_set_idle_reclaim(circuit_table *table, int64_t idle_ms);
 
 void circuit_table_stats(const circuit_table *table, ct_stats *out);
+
+/* Be told of every reclaimed circuit (fn may be NULL). */
+void circuit_table_set_reclaim_hook(circuit_table *table, ct_reclaim_fn fn, void *arg);
 
 /* Note that a request named `name` at `clock` (idleness), and reclaim up
  * to CT_RECLAIM_PER_USE idle circuits on the way. Returns the policy the
@@ -244,10 +255,10 @@ uint64_t circuit_table_reclaim_idle(circuit_table *table, int64_t clock, uint64_
  * end (or the break, with no ttl) while held open, else the break. */
 int64_t circuit_table_retry_after(const ct_view *view, const cb_policy *policy, int64_t now);
 
-/* Visit stored circuits in an unspecified order; visit_pinned only those
- * that are open, half_open, held or hold slots. The callback must not
- * change the table. */
-void circuit_table_foreach(circuit_table *table, ct_visit_fn visit, void *arg);
+/* Visit stored circuits in an unspecified order (windows read at now);
+ * foreach_pinned only those that are open, half_open, held or hold slots.
+ * The callback must not change the table. */
+void circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void *arg);
 void circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg);
 
 /* Text for a status ("max_circuits reached"). */

@@ -22,9 +22,12 @@
 #include "conf.h"
 #include "log.h"
 
+/* A [circuit "NAME"] or [preset "NAME"] section. */
 struct conf_circuit {
 	UT_hash_handle hh;
 	proto_ctx ctx;
+	int line; /* of its first key, for errors found after loading */
+	int preset_line; /* of its preset key */
 	char name[];
 };
 
@@ -93,6 +96,30 @@ static const conf_key keys[] = {
 	    "break_ms", "lifetime of a slot or permit"),
 	POLICY_KEY("max_gap_ms", PROTO_CTX_MAX_GAP_MS, CB_DURATION_MIN, CB_DURATION_MAX, "unset",
 	    "a failure later than this after the previous one starts a new chain"),
+	POLICY_KEY("trip", PROTO_CTX_TRIP, 0, 0, "consecutive",
+	    "consecutive (failure_threshold in a chain) or rate (over a window)"),
+	POLICY_KEY("window", PROTO_CTX_WINDOW, 0, 0, "count",
+	    "rate rule: count (the last window_size calls) or time (the last window_size ms)"),
+	POLICY_KEY("window_size", PROTO_CTX_WINDOW_SIZE, CB_WINDOW_COUNT_MIN, CB_WINDOW_TIME_MAX,
+	    "100", "rate rule: calls (count, 1..10000) or ms (time, 1000..3600000; default 60000)"),
+	POLICY_KEY("minimum_calls", PROTO_CTX_MINIMUM_CALLS, CB_COUNT_MIN, CB_COUNT_MAX, "10",
+	    "rate rule: no rate is judged before the window holds this many calls"),
+	POLICY_KEY("failure_rate", PROTO_CTX_FAILURE_RATE, 1, CB_PERCENT_MAX, "50",
+	    "rate rule: percent of failed calls in the window that opens"),
+	POLICY_KEY("slow_call_ms", PROTO_CTX_SLOW_CALL_MS, CB_DURATION_MIN, CB_DURATION_MAX,
+	    "unset", "rate rule: a call this slow or slower is slow"),
+	POLICY_KEY("slow_call_rate", PROTO_CTX_SLOW_CALL_RATE, 1, CB_PERCENT_MAX, "100",
+	    "rate rule: percent of slow calls in the window that opens"),
+	POLICY_KEY("min_reporters", PROTO_CTX_MIN_REPORTERS, 1, CB_REPORTERS_MAX, "1",
+	    "distinct processes whose failures it takes to open"),
+	POLICY_KEY("reporter_window_ms", PROTO_CTX_REPORTER_WINDOW_MS, CB_DURATION_MIN,
+	    CB_DURATION_MAX, "60000", "how long a process's failure counts as a report"),
+	POLICY_KEY("break_backoff", PROTO_CTX_BREAK_BACKOFF, 1, CB_BREAK_BACKOFF_MAX, "1",
+	    "the break is multiplied by this after each failed trial"),
+	POLICY_KEY("break_max_ms", PROTO_CTX_BREAK_MAX_MS, CB_DURATION_MIN, CB_DURATION_MAX,
+	    "unset", "the longest break break_backoff may reach"),
+	POLICY_KEY("preset", PROTO_CTX_PRESET, 0, 0, "none",
+	    "a named bundle of policy keys: http-external, service, database or a [preset]"),
 };
 
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
@@ -130,6 +157,7 @@ typedef struct conf_loader {
 	int error_line; /* first error found by the handler, 0: none */
 	char error[CONF_ERROR_SIZE];
 	int users_line, groups_line; /* where admin_users / admin_groups were set */
+	int defaults_line, defaults_preset_line; /* [defaults]' first key, its preset */
 } conf_loader;
 
 /* Parse a whole decimal (or octal) integer. */
@@ -206,36 +234,45 @@ set_cbd_key(cbd_conf *cfg, const conf_key *key, const char *value, char *why, si
 	return false;
 }
 
-/* Set a policy key of layer ctx from text. */
+/* Set a policy key of layer ctx from text (the codec's parser: integers,
+ * enum names, preset names). */
 static bool
 set_policy_key(proto_ctx *ctx, const conf_key *key, const char *value, char *why, size_t why_size)
 {
-	int64_t v;
+	proto_error err;
+	char *v = strdup(value), *end;
+	bool ok;
 
-	if (!parse_int(value, 10, &v) || v < key->min || v > key->max) {
-		snprintf(why, why_size, "must be an integer from %lld to %lld (got \"%s\")",
-		    (long long)key->min, (long long)key->max, value);
+	if (v == NULL) {
+		snprintf(why, why_size, "out of memory");
 		return false;
 	}
-	proto_ctx_set(ctx, (proto_ctx_key)key->ctx_key, v);
-	return true;
+	/* inih keeps inner spaces; trailing ones are not part of a value. */
+	for (end = v + strlen(v); end > v && isspace((unsigned char)end[-1]); end--)
+		end[-1] = '\0';
+	ok = proto_ctx_parse_text(ctx, (proto_ctx_key)key->ctx_key, v, "value", &err);
+	if (!ok)
+		snprintf(why, why_size, "%s (got \"%s\")", err.message + strlen("value "), value);
+	free(v);
+	return ok;
 }
 
-/* The circuit section `name`, created on first use. */
+/* The section `name` of the hash at *sections, created on first use. */
 static conf_circuit *
-circuit_section(cbd_conf *cfg, const char *name)
+named_section(conf_circuit **sections, const char *name, int line)
 {
 	conf_circuit *c;
 	size_t len = strlen(name);
 
-	HASH_FIND(hh, cfg->circuits, name, len, c);
+	HASH_FIND(hh, *sections, name, len, c);
 	if (c != NULL)
 		return c;
 	c = calloc(1, sizeof *c + len + 1);
 	if (c == NULL)
 		return NULL;
 	memcpy(c->name, name, len + 1);
-	HASH_ADD_KEYPTR(hh, cfg->circuits, c->name, len, c);
+	c->line = line;
+	HASH_ADD_KEYPTR(hh, *sections, c->name, len, c);
 	return c;
 }
 
@@ -259,34 +296,49 @@ loader_fail(conf_loader *ld, const char *key, const char *fmt, ...)
 	return 0;
 }
 
-/* Parse `circuit "NAME"` into name; false when the section is not one. */
+/* Parse `KIND "NAME"` (kind: circuit or preset) into name; false when the
+ * section is not one, with *why set when it is one with a bad name. */
 static bool
-circuit_section_name(const char *section, char *name, size_t size, const char **why)
+quoted_section_name(const char *section, const char *kind, char *name, size_t size,
+    const char **why)
 {
+	size_t klen = strlen(kind);
 	const char *open, *close;
+	proto_ctx scratch;
+	proto_error err;
 	size_t len;
 
-	*why = "section must be [cbd], [defaults] or [circuit \"NAME\"]";
-	if (strncmp(section, "circuit", 7) != 0)
+	*why = "section must be [cbd], [defaults], [circuit \"NAME\"] or [preset \"NAME\"]";
+	if (strncmp(section, kind, klen) != 0)
 		return false;
-	open = strchr(section + 7, '"');
+	open = strchr(section + klen, '"');
 	close = strrchr(section, '"');
 	if (open == NULL || close == NULL || close == open)
 		return false;
-	for (const char *p = section + 7; p < open; p++) {
+	for (const char *p = section + klen; p < open; p++) {
 		if (!isspace((unsigned char)*p))
 			return false;
 	}
 	if (close[1] != '\0')
 		return false;
 	len = (size_t)(close - open - 1);
-	if (!proto_name_valid(open + 1, len, why) || len >= size) {
-		*why = "circuit section names must be 1 to 256 bytes of UTF-8 without "
-		       "control characters";
+	if (len >= size) {
+		*why = "section names must be 1 to 256 bytes";
 		return false;
 	}
 	memcpy(name, open + 1, len);
 	name[len] = '\0';
+	if (strcmp(kind, "circuit") == 0 && !proto_name_valid(name, len, why)) {
+		*why = "circuit section names must be 1 to 256 bytes of UTF-8 without "
+		       "control characters";
+		return false;
+	}
+	memset(&scratch, 0, sizeof scratch);
+	if (strcmp(kind, "preset") == 0 &&
+	    !proto_ctx_parse_text(&scratch, PROTO_CTX_PRESET, name, "preset section name", &err)) {
+		*why = "preset section names must be 1 to 64 letters, digits, '-', '_' or '.'";
+		return false;
+	}
 	return true;
 }
 
@@ -318,11 +370,23 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 	}
 	if (strcmp(section, "defaults") == 0) {
 		layer = &cfg->defaults;
-	} else if (circuit_section_name(section, circuit, sizeof circuit, &bad)) {
-		conf_circuit *c = circuit_section(cfg, circuit);
+		if (ld->defaults_line == 0)
+			ld->defaults_line = ld->line;
+		if (strcmp(name, "preset") == 0)
+			ld->defaults_preset_line = ld->line;
+	} else if (quoted_section_name(section,
+		       strncmp(section, "preset", 6) == 0 ? "preset" : "circuit", circuit,
+		       sizeof circuit, &bad)) {
+		bool preset = strncmp(section, "preset", 6) == 0;
+		conf_circuit *c =
+		    named_section(preset ? &cfg->presets : &cfg->circuits, circuit, ld->line);
 
 		if (c == NULL)
 			return loader_fail(ld, name, "out of memory");
+		if (preset && strcmp(name, "preset") == 0)
+			return loader_fail(ld, name, "a preset cannot name another preset");
+		if (strcmp(name, "preset") == 0)
+			c->preset_line = ld->line;
 		layer = &c->ctx;
 	} else {
 		return loader_fail(ld, name, "in [%s]: %s", section, bad);
@@ -475,6 +539,8 @@ conf_init_defaults(cbd_conf *cfg)
 	return true;
 }
 
+static void sections_check(conf_loader *ld);
+
 bool
 conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 {
@@ -507,6 +573,8 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 		conf_free(cfg);
 		return false;
 	}
+	if (ld.error_line == 0)
+		sections_check(&ld);
 	if (ld.error_line == 0 &&
 	    (!list_each(cfg->admin_users, admin_user_add, &ld) ||
 		!list_each(cfg->admin_groups, admin_group_add, &ld)) &&
@@ -537,22 +605,108 @@ conf_free(cbd_conf *cfg)
 		HASH_DEL(cfg->circuits, c);
 		free(c);
 	}
+	HASH_ITER (hh, cfg->presets, c, tmp) {
+		HASH_DEL(cfg->presets, c);
+		free(c);
+	}
 	memset(cfg, 0, sizeof *cfg);
+}
+
+const proto_ctx *
+conf_preset_find(const cbd_conf *cfg, const char *name)
+{
+	conf_circuit *p = NULL;
+
+	if (cfg->presets != NULL)
+		HASH_FIND(hh, cfg->presets, name, strlen(name), p);
+	return p != NULL ? &p->ctx : proto_preset_builtin(name);
+}
+
+/* The preset a layer names (NULL: none, or unknown). */
+static const proto_ctx *
+layer_preset(const cbd_conf *cfg, const proto_ctx *ctx)
+{
+	if (ctx == NULL || !proto_ctx_has(ctx, PROTO_CTX_PRESET))
+		return NULL;
+	return conf_preset_find(cfg, ctx->preset);
 }
 
 void
 conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb_policy *out,
-    proto_policy_sources *sources)
+    proto_policy_sources *sources, const char **preset)
 {
 	proto_layer layers[3];
 	conf_circuit *c = NULL;
+	const proto_ctx *section;
 
 	if (cfg->circuits != NULL)
 		HASH_FIND(hh, cfg->circuits, name, strlen(name), c);
-	layers[0] = (proto_layer){ c != NULL ? &c->ctx : NULL, PROTO_SOURCE_CONFIG };
-	layers[1] = (proto_layer){ declared, PROTO_SOURCE_CLIENT };
-	layers[2] = (proto_layer){ &cfg->defaults, PROTO_SOURCE_DEFAULTS };
+	section = c != NULL ? &c->ctx : NULL;
+	layers[0] = (proto_layer){ section, layer_preset(cfg, section), PROTO_SOURCE_CONFIG };
+	layers[1] = (proto_layer){ declared, layer_preset(cfg, declared), PROTO_SOURCE_CLIENT };
+	layers[2] = (proto_layer){ &cfg->defaults, layer_preset(cfg, &cfg->defaults),
+		PROTO_SOURCE_DEFAULTS };
 	proto_policy_resolve(layers, 3, out, sources);
+	if (preset != NULL)
+		*preset = proto_policy_preset(layers, 3);
+}
+
+/* A [preset] section with a built-in's name starts from the built-in's
+ * keys: fill in those the section does not set. */
+static void
+presets_inherit_builtins(cbd_conf *cfg)
+{
+	conf_circuit *p, *tmp;
+
+	HASH_ITER (hh, cfg->presets, p, tmp) {
+		const proto_ctx *builtin = proto_preset_builtin(p->name);
+
+		for (int k = 0; builtin != NULL && k < PROTO_CTX_KEY_COUNT; k++) {
+			if (proto_ctx_has(builtin, (proto_ctx_key)k) &&
+			    !proto_ctx_has(&p->ctx, (proto_ctx_key)k))
+				proto_ctx_set(&p->ctx, (proto_ctx_key)k, builtin->value[k]);
+		}
+	}
+}
+
+/* Checks that need the whole file: every preset named exists, and each
+ * section's keys fit together. */
+static void
+sections_check(conf_loader *ld)
+{
+	cbd_conf *cfg = ld->cfg;
+	conf_circuit *c, *tmp;
+	proto_error err;
+
+	presets_inherit_builtins(cfg);
+	if (proto_ctx_has(&cfg->defaults, PROTO_CTX_PRESET) &&
+	    conf_preset_find(cfg, cfg->defaults.preset) == NULL) {
+		ld->line = ld->defaults_preset_line;
+		loader_fail(ld, "preset", "in [defaults]: no preset named \"%s\"",
+		    cfg->defaults.preset);
+	}
+	if (!proto_ctx_check_combination(&cfg->defaults, "", &err)) {
+		ld->line = ld->defaults_line;
+		loader_fail(ld, "defaults", "%s", err.message);
+	}
+	HASH_ITER (hh, cfg->circuits, c, tmp) {
+		if (proto_ctx_has(&c->ctx, PROTO_CTX_PRESET) &&
+		    conf_preset_find(cfg, c->ctx.preset) == NULL) {
+			ld->line = c->preset_line;
+			loader_fail(ld, "preset", "in [circuit \"%s\"]: no preset named \"%s\"",
+			    c->name, c->ctx.preset);
+		}
+		if (!proto_ctx_check_combination(&c->ctx, "", &err)) {
+			ld->line = c->line;
+			loader_fail(ld, c->name, "%s", err.message);
+		}
+	}
+	HASH_ITER (hh, cfg->presets, c, tmp) {
+		if (!proto_ctx_check_combination(&c->ctx, "", &err)) {
+			ld->line = c->line;
+			loader_fail(ld, c->name, "%s", err.message);
+		}
+	}
 }
 
 bool

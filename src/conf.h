@@ -30,7 +30,7 @@ typedef enum conf_type {
 /* Where a key may appear. */
 typedef enum conf_scope {
 	CONF_SCOPE_CBD = 0, /* [cbd] */
-	CONF_SCOPE_POLICY, /* [defaults] and [circuit "NAME"] */
+	CONF_SCOPE_POLICY, /* [defaults], [circuit "NAME"] and [preset "NAME"] */
 } conf_scope;
 
 /* One row of the key table. */
@@ -47,7 +47,7 @@ typedef struct conf_key {
 	const char *help; /* one line for docs */
 } conf_key;
 
-/* A [circuit "NAME"] section. */
+/* A [circuit "NAME"] or [preset "NAME"] section. */
 typedef struct conf_circuit conf_circuit;
 
 typedef struct cbd_conf {
@@ -73,7 +73,8 @@ typedef struct cbd_conf {
 	gid_t *admin_gids;
 	size_t admin_gid_count;
 	proto_ctx defaults; /* [defaults] */
-	conf_circuit *circuits;
+	conf_circuit *circuits; /* [circuit "NAME"] */
+	conf_circuit *presets; /* [preset "NAME"] */
 } cbd_conf;
 
 /* The key table. */
@@ -92,10 +93,17 @@ void conf_free(cbd_conf *cfg);
 
 /* The effective policy of circuit `name` (protocol 2, §1): its
  * [circuit] section, then the policy its creating request declared
- * (`declared`, may be NULL), then [defaults], then the built-in defaults.
- * sources (may be NULL) receives where each key came from. */
+ * (`declared`, may be NULL), then [defaults], then the built-in defaults;
+ * at each level a named preset's keys come below the level's own.
+ * sources (may be NULL) receives where each key came from, *preset (may
+ * be NULL) the effective preset's name (NULL: none). */
 void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb_policy *out,
-    proto_policy_sources *sources);
+    proto_policy_sources *sources, const char **preset);
+
+/* A preset by name: a [preset] section, else a built-in one; NULL when
+ * there is none. A [preset] section with a built-in's name starts from
+ * the built-in's keys. */
+const proto_ctx *conf_preset_find(const cbd_conf *cfg, const char *name);
 
 /* Keys SIGHUP may not change: keep old's value in fresh, warning when
  * the file asked for another one. */

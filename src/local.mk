@@ -5,6 +5,7 @@
 noinst_LTLIBRARIES += src/libcbcore.la
 src_libcbcore_la_SOURCES = \
 	src/breaker.c src/breaker.h \
+	src/window.c src/window.h \
 	src/circuit-table.c src/circuit-table.h \
 	src/proto.c src/proto.h \
 	src/clock.c src/clock.h
@@ -23,7 +24,8 @@ src_libcbdaemon_la_SOURCES = \
 	src/server.c src/server.h \
 	src/server-client.c src/server-client.h \
 	src/persist.c src/persist.h \
-	src/housekeeping.c src/housekeeping.h
+	src/housekeeping.c src/housekeeping.h \
+	src/watch.c src/watch.h
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS)
 src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS)

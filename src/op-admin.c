@@ -50,14 +50,15 @@ list_visit(const char *name, const ct_view *view, void *arg)
 {
 	list_walk *w = arg;
 	proto_policy_sources sources;
+	const char *preset;
 	cb_policy policy;
 	size_t cost;
 	json_t *obj;
 
 	if (w->truncated || w->nomem || (w->filter && view->snap.state != w->state))
 		return;
-	conf_policy(&srv.conf, name, view->declared, &policy, &sources);
-	obj = op_snapshot_json(name, view, &policy, &sources, w->call->now);
+	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
+	obj = op_snapshot_json(name, view, &policy, preset, &sources, w->call->now);
 	if (obj == NULL) {
 		w->nomem = true;
 		return;
@@ -94,7 +95,7 @@ op_list(op_call *call)
 	w.circuits = json_array();
 	if (w.circuits == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	circuit_table_foreach(srv.table, list_visit, &w);
+	circuit_table_foreach(srv.table, call->now, list_visit, &w);
 	if (w.nomem) {
 		json_decref(w.circuits);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "op.h"
 #include "server.h"
+#include "watch.h"
 
 bool
 op_get(op_call *call)
@@ -240,6 +241,7 @@ op_delete(op_call *call)
 	if (existed) {
 		op_audit(call, "deleted", NULL);
 		housekeeping_state_changed();
+		watch_deleted(call->name, "deleted");
 	}
 	if (json_object_set_new(call->reply, "existed", json_boolean(existed)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

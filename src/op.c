@@ -19,6 +19,7 @@
 #include "op.h"
 #include "server.h"
 #include "stats.h"
+#include "watch.h"
 
 static const char *const need_name[] = { "name", NULL };
 static const char *const need_cas[] = { "name", "from", "to", NULL };
@@ -28,7 +29,7 @@ static const char *const need_outcome[] = { "name", "outcome", NULL };
 
 /* Every op of protocol 2. */
 static const op_entry ops[] = {
-	{ "hello", op_hello, 0, NULL },
+	{ "hello", op_hello, OP_REPLIES, NULL },
 	{ "get", op_get, OP_NAME | OP_CTX, need_name },
 	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX, need_name },
 	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX, need_name },
@@ -40,8 +41,10 @@ static const op_entry ops[] = {
 	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name },
 	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX, need_name },
 	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX, need_outcome },
-	{ "list", op_list, OP_CTX, NULL },
-	{ "stats", op_stats, 0, NULL },
+	{ "list", op_list, OP_CTX | OP_REPLIES, NULL },
+	{ "stats", op_stats, OP_REPLIES, NULL },
+	{ "watch", op_watch, OP_REPLIES, NULL },
+	{ "unwatch", op_unwatch, OP_REPLIES, NULL },
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])
@@ -101,8 +104,9 @@ op_log_change(const char *name, const ct_change *change)
 
 	if (change->reason == CB_REASON_NONE)
 		return;
-	/* States and holds are what the state file keeps. */
+	/* States and holds are what the state file keeps and watchers see. */
 	housekeeping_state_changed();
+	watch_changed(name, change);
 	if (change->from == change->to)
 		return;
 	stats.transitions++;
@@ -159,8 +163,22 @@ hold_json(const ct_hold *hold)
 	    hold->until != CB_TIME_NONE ? json_integer(hold->until) : json_null());
 }
 
+/* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
+ * "slow_call_rate"}, rates in percent (0 when empty). */
+static json_t *
+window_json(const ct_view *view)
+{
+	cb_window_counts w = view->has_window ? view->window : (cb_window_counts){ 0 };
+	double calls = w.calls;
+
+	return json_pack("{s:i, s:i, s:i, s:f, s:f}", "calls", (int)w.calls, "failures",
+	    (int)w.failures, "slow", (int)w.slow, "failure_rate",
+	    w.calls > 0 ? w.failures * 100.0 / calls : 0.0, "slow_call_rate",
+	    w.calls > 0 ? w.slow * 100.0 / calls : 0.0);
+}
+
 json_t *
-op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
+op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
     const proto_policy_sources *sources, int64_t now)
 {
 	const ct_totals *t = &view->totals;
@@ -169,12 +187,22 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 
 	if (obj == NULL)
 		return NULL;
-	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, sources)) != 0 ||
+	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, preset, sources)) !=
+		0 ||
 	    json_object_set_new(obj, "hold", hold_json(&view->hold)) != 0 ||
 	    json_object_set_new(obj, "totals",
 		json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
 		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
-		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0) {
+		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0 ||
+	    json_object_set_new(obj, "current_break_ms",
+		json_integer(breaker_break_ms(&view->snap, policy))) != 0 ||
+	    (policy->trip == CB_TRIP_RATE &&
+		json_object_set_new(obj, "window", window_json(view)) != 0) ||
+	    (policy->min_reporters > 1 &&
+		json_object_set_new(obj, "reporters",
+		    json_integer(view->reporters != NULL ? breaker_reporters_count(view->reporters,
+							       now, policy->reporter_window_ms)
+							 : 0)) != 0)) {
 		json_decref(obj);
 		return NULL;
 	}
@@ -184,7 +212,8 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 bool
 op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 {
-	json_t *obj = op_snapshot_json(call->name, view, &call->policy, &call->sources, call->now);
+	json_t *obj = op_snapshot_json(call->name, view, &call->policy, call->preset,
+	    &call->sources, call->now);
 
 	if (obj == NULL || json_object_set_new(call->reply, member, obj) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
@@ -273,8 +302,8 @@ op_resolve_policy(op_call *call)
 
 	call->stored = stored;
 	conf_policy(&srv.conf, call->name, stored ? declared : &call->ctx, &call->policy,
-	    &call->sources);
-	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy);
+	    &call->sources, &call->preset);
+	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 	if (call->conflicts == 0)
 		return;
 	stats.policy_conflicts++;
@@ -332,13 +361,22 @@ op_run(op_call *call, const op_entry *op)
 		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW)
 		    ? call->ctx.value[PROTO_CTX_NOW]
 		    : call->clock;
+		if (proto_ctx_has(&call->ctx, PROTO_CTX_PRESET) &&
+		    conf_preset_find(&srv.conf, call->ctx.preset) == NULL)
+			return proto_fail(&call->err, PROTO_BAD_REQUEST,
+			    "ctx.preset: no preset named \"%s\"", call->ctx.preset);
 		if (call->name != NULL)
 			op_resolve_policy(call);
 		call->table = (ct_call){ .policy = &call->policy,
 			.declared = &call->ctx,
 			.now = call->now,
 			.clock = call->clock,
-			.owner = &call->client->owner };
+			.owner = &call->client->owner,
+			.reporter = (int64_t)call->client->pid };
+		/* How long the reported call took (slow-call rule). */
+		if (!proto_get_int(call->request, "duration_ms", 0, CB_DURATION_MAX, false,
+			&call->table.duration_ms, NULL, &call->err))
+			return false;
 	}
 	return op->handler(call) && reply_conflicts(call);
 }
@@ -352,7 +390,7 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	json_t *request;
 	const char *opname;
 	size_t oplen;
-	bool ok = false;
+	bool ok = false, noreply = false;
 
 	stats.requests++;
 	request = proto_request_decode(line, len, &call.err);
@@ -364,6 +402,11 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	if (!proto_get_text(request, "op", true, &opname, &oplen, &call.err))
 		goto reply;
 	op = op_find(opname, oplen);
+	/* noreply (protocol 2, §6): carried out, nothing written back, not
+	 * even an error (counted as usual), except for the ops that exist to
+	 * answer. */
+	noreply = json_is_true(json_object_get(request, "noreply")) &&
+	    (op == NULL || !(op->flags & OP_REPLIES));
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
@@ -376,10 +419,16 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	call.reply = proto_reply_ok(id);
 	if (call.reply == NULL)
 		fatal("out of memory building a reply");
+	watch_request_begin(c);
 	ok = op_run(&call, op);
 reply:
 	if (ok) {
-		server_client_reply(c, call.reply);
+		if (noreply) {
+			json_decref(call.reply);
+			stats.noreply++;
+		} else {
+			server_client_reply(c, call.reply);
+		}
 	} else {
 		json_decref(call.reply);
 		stats.errors[call.err.code]++;
@@ -387,7 +436,12 @@ reply:
 			stats.op_errors[op - ops]++;
 		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
 		    proto_code_name(call.err.code), call.err.message);
-		server_client_reply(c, proto_reply_error(id, &call.err));
+		if (noreply)
+			stats.noreply++;
+		else
+			server_client_reply(c, proto_reply_error(id, &call.err));
 	}
+	/* Events this request caused reach its own connection after it. */
+	watch_request_end(c);
 	json_decref(request);
 }

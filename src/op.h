@@ -21,6 +21,7 @@
 #define OP_WRITE 0x2u /* may store state, so may answer capacity */
 #define OP_NAME 0x4u /* needs a valid "name" */
 #define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
+#define OP_REPLIES 0x10u /* always answered: "noreply" is ignored */
 
 /* One request being answered; filled by generic validation. */
 typedef struct op_call {
@@ -31,6 +32,7 @@ typedef struct op_call {
 	proto_ctx ctx; /* OP_CTX: the request's ctx */
 	cb_policy policy; /* OP_CTX: the circuit's effective policy */
 	proto_policy_sources sources; /* OP_CTX: where each policy key came from */
+	const char *preset; /* OP_CTX: the effective preset (NULL: none) */
 	uint32_t conflicts; /* OP_CTX: ctx members that differ from policy */
 	int64_t now; /* OP_CTX: ctx.now or the clock */
 	int64_t clock; /* the daemon's clock (idleness, audit) */
@@ -73,7 +75,7 @@ bool op_reply_snapshot(op_call *call, const char *member, const ct_view *view);
 
 /* A circuit's full snapshot object; policy resolved for name. */
 json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
-    const proto_policy_sources *sources, int64_t now);
+    const char *preset, const proto_policy_sources *sources, int64_t now);
 
 /* The peer's user name ("" when unknown). */
 void op_peer_user(op_call *call, char *buf, size_t size);
@@ -102,6 +104,8 @@ bool op_release(op_call *call);
 bool op_allow(op_call *call);
 bool op_record(op_call *call);
 bool op_list(op_call *call);
+bool op_watch(op_call *call);
+bool op_unwatch(op_call *call);
 bool op_stats(op_call *call);
 
 #endif

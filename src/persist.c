@@ -5,7 +5,8 @@
  * Format (version 1):
  *   {"format": "cbd-state", "version": 1, "written_at": ms,
  *    "circuits": [{<a snapshot's members>, "ctx": {<declared policy>},
- *                  "totals": {...}, "hold": null | {...}}, ...]}
+ *                  "totals": {...}, "hold": null | {...},
+ *                  "grown_break_ms": <break_backoff's break, 0: none>}, ...]}
  * Each entry is read back with the same codec as requests and snapshots.
  */
 #include <errno.h>
@@ -60,6 +61,8 @@ persist_visit(const char *name, const ct_view *view, void *arg)
 		    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
 		    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected)) != 0 ||
 	    json_object_set_new(entry, "hold", hold_to_json(&view->hold)) != 0 ||
+	    json_object_set_new(entry, "grown_break_ms",
+		json_integer(view->snap.current_break_ms)) != 0 ||
 	    json_array_append_new(w->circuits, entry) != 0) {
 		json_decref(entry);
 		w->nomem = true;
@@ -233,6 +236,10 @@ entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char *
 	    !proto_ctx_from_json(entry, declared, err))
 		return false;
 	view->declared = declared;
+	/* break_backoff's grown break (0: none; absent in older files). */
+	if (!proto_get_int(entry, "grown_break_ms", 0, CB_DURATION_MAX, false,
+		&view->snap.current_break_ms, NULL, err))
+		return false;
 	if (!json_is_object(totals) || !get_count(totals, "successes", &view->totals.successes) ||
 	    !get_count(totals, "failures", &view->totals.failures) ||
 	    !get_count(totals, "ignored", &view->totals.ignored) ||

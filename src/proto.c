@@ -2,7 +2,9 @@
  * proto.c — protocol v1's shared codec pieces (see proto.h): validation
  * that names the member, the ctx key table, policy resolution, snapshots.
  */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,16 +23,92 @@ static const char *const code_names[PROTO_CODE_COUNT] = {
 	[PROTO_INTERNAL] = "internal",
 };
 
-/* The ctx members and their bounds (spec: "Names, numbers, time"). */
+static const char *const trip_names[] = { "consecutive", "rate", NULL };
+static const char *const window_names[] = { "count", "time", NULL };
+
+#define INT_KEY(n, lo, hi)                                                                         \
+	{                                                                                          \
+		n, lo, hi, PROTO_CTX_INT, NULL                                                     \
+	}
+
+/* The ctx members, their types and bounds (spec: "Names, numbers, time"
+ * and protocol 2, §3). window_size's bounds here are the union of both
+ * windows'; proto_ctx_check_combination() narrows them. */
 static const proto_ctx_def ctx_defs[PROTO_CTX_KEY_COUNT] = {
-	[PROTO_CTX_FAILURE_THRESHOLD] = { "failure_threshold", CB_COUNT_MIN, CB_COUNT_MAX },
-	[PROTO_CTX_SUCCESS_THRESHOLD] = { "success_threshold", CB_COUNT_MIN, CB_COUNT_MAX },
-	[PROTO_CTX_BREAK_MS] = { "break_ms", CB_DURATION_MIN, CB_DURATION_MAX },
-	[PROTO_CTX_HALF_OPEN_MAX] = { "half_open_max", CB_COUNT_MIN, CB_HALF_OPEN_MAX },
-	[PROTO_CTX_SLOT_TTL_MS] = { "slot_ttl_ms", CB_DURATION_MIN, CB_DURATION_MAX },
-	[PROTO_CTX_MAX_GAP_MS] = { "max_gap_ms", CB_DURATION_MIN, CB_DURATION_MAX },
-	[PROTO_CTX_NOW] = { "now", CB_TIME_MIN, CB_TIME_MAX },
+	[PROTO_CTX_FAILURE_THRESHOLD] = INT_KEY("failure_threshold", CB_COUNT_MIN, CB_COUNT_MAX),
+	[PROTO_CTX_SUCCESS_THRESHOLD] = INT_KEY("success_threshold", CB_COUNT_MIN, CB_COUNT_MAX),
+	[PROTO_CTX_BREAK_MS] = INT_KEY("break_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_HALF_OPEN_MAX] = INT_KEY("half_open_max", CB_COUNT_MIN, CB_HALF_OPEN_MAX),
+	[PROTO_CTX_SLOT_TTL_MS] = INT_KEY("slot_ttl_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_MAX_GAP_MS] = INT_KEY("max_gap_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_TRIP] = { "trip", 0, 1, PROTO_CTX_ENUM, trip_names },
+	[PROTO_CTX_WINDOW] = { "window", 0, 1, PROTO_CTX_ENUM, window_names },
+	[PROTO_CTX_WINDOW_SIZE] = INT_KEY("window_size", CB_WINDOW_COUNT_MIN, CB_WINDOW_TIME_MAX),
+	[PROTO_CTX_MINIMUM_CALLS] = INT_KEY("minimum_calls", CB_COUNT_MIN, CB_COUNT_MAX),
+	[PROTO_CTX_FAILURE_RATE] = INT_KEY("failure_rate", 1, CB_PERCENT_MAX),
+	[PROTO_CTX_SLOW_CALL_MS] = INT_KEY("slow_call_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_SLOW_CALL_RATE] = INT_KEY("slow_call_rate", 1, CB_PERCENT_MAX),
+	[PROTO_CTX_MIN_REPORTERS] = INT_KEY("min_reporters", 1, CB_REPORTERS_MAX),
+	[PROTO_CTX_REPORTER_WINDOW_MS] =
+	    INT_KEY("reporter_window_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_BREAK_BACKOFF] = INT_KEY("break_backoff", 1, CB_BREAK_BACKOFF_MAX),
+	[PROTO_CTX_BREAK_MAX_MS] = INT_KEY("break_max_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_PRESET] = { "preset", 1, PROTO_PRESET_NAME_MAX, PROTO_CTX_NAME, NULL },
+	[PROTO_CTX_NOW] = INT_KEY("now", CB_TIME_MIN, CB_TIME_MAX),
 };
+
+/* The built-in presets (protocol 2, §3). */
+typedef struct builtin_preset {
+	const char *name;
+	proto_ctx ctx;
+} builtin_preset;
+
+#define PRESET_BITS                                                                                \
+	((UINT32_C(1) << PROTO_CTX_TRIP) | (UINT32_C(1) << PROTO_CTX_WINDOW) |                     \
+	    (UINT32_C(1) << PROTO_CTX_WINDOW_SIZE) | (UINT32_C(1) << PROTO_CTX_MINIMUM_CALLS) |    \
+	    (UINT32_C(1) << PROTO_CTX_FAILURE_RATE) | (UINT32_C(1) << PROTO_CTX_BREAK_MS))
+#define PRESET(n, size, minimum, rate, brk)                                                        \
+	{                                                                                          \
+		n,                                                                                 \
+		{                                                                                  \
+			.present = PRESET_BITS,                                                    \
+			.value = { [PROTO_CTX_TRIP] = CB_TRIP_RATE,                                \
+				[PROTO_CTX_WINDOW] = CB_WINDOW_COUNT,                              \
+				[PROTO_CTX_WINDOW_SIZE] = size,                                    \
+				[PROTO_CTX_MINIMUM_CALLS] = minimum,                               \
+				[PROTO_CTX_FAILURE_RATE] = rate,                                   \
+				[PROTO_CTX_BREAK_MS] = brk },                                      \
+		}                                                                                  \
+	}
+
+static const builtin_preset builtin_presets[] = {
+	PRESET("http-external", 10, 5, 50, 30000),
+	PRESET("service", 10, 5, 50, 30000),
+	PRESET("database", 5, 3, 30, 15000),
+};
+
+#define BUILTIN_PRESET_COUNT (sizeof builtin_presets / sizeof builtin_presets[0])
+
+static const char *builtin_preset_names[BUILTIN_PRESET_COUNT + 1];
+
+const proto_ctx *
+proto_preset_builtin(const char *name)
+{
+	for (size_t i = 0; i < BUILTIN_PRESET_COUNT; i++) {
+		if (strcmp(builtin_presets[i].name, name) == 0)
+			return &builtin_presets[i].ctx;
+	}
+	return NULL;
+}
+
+const char *const *
+proto_preset_builtin_names(void)
+{
+	for (size_t i = 0; i < BUILTIN_PRESET_COUNT; i++)
+		builtin_preset_names[i] = builtin_presets[i].name;
+	builtin_preset_names[BUILTIN_PRESET_COUNT] = NULL;
+	return builtin_preset_names;
+}
 
 const char *
 proto_code_name(proto_code code)
@@ -106,6 +184,109 @@ proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key)
 	return (ctx->present & (UINT32_C(1) << key)) != 0;
 }
 
+bool
+proto_ctx_set_preset(proto_ctx *ctx, const char *name)
+{
+	size_t len = strlen(name);
+
+	if (len == 0 || len > PROTO_PRESET_NAME_MAX)
+		return false;
+	memcpy(ctx->preset, name, len + 1);
+	ctx->present |= UINT32_C(1) << PROTO_CTX_PRESET;
+	return true;
+}
+
+/* The index of text among names, or -1. */
+static int
+enum_find(const char *const *names, const char *text)
+{
+	for (int i = 0; names[i] != NULL; i++) {
+		if (strcmp(names[i], text) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* "must be \"a\" or \"b\"" for an enum row. */
+static bool
+enum_fail(const proto_ctx_def *def, const char *field, proto_error *err)
+{
+	return proto_fail(err, PROTO_BAD_REQUEST, "%s must be \"%s\" or \"%s\"", field,
+	    def->names[0], def->names[1]);
+}
+
+/* A preset name: 1..64 bytes of letters, digits, '-', '_' and '.'. */
+static bool
+preset_name_valid(const char *text)
+{
+	size_t len = strlen(text);
+
+	if (len == 0 || len > PROTO_PRESET_NAME_MAX)
+		return false;
+	for (const char *p = text; *p != '\0'; p++) {
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+			(*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.'))
+			return false;
+	}
+	return true;
+}
+
+bool
+proto_ctx_parse_text(proto_ctx *ctx, proto_ctx_key key, const char *text, const char *field,
+    proto_error *err)
+{
+	const proto_ctx_def *def = &ctx_defs[key];
+	long long v;
+	char *end;
+	int i;
+
+	switch (def->type) {
+	case PROTO_CTX_ENUM:
+		i = enum_find(def->names, text);
+		if (i < 0)
+			return enum_fail(def, field, err);
+		proto_ctx_set(ctx, key, i);
+		return true;
+	case PROTO_CTX_NAME:
+		if (!preset_name_valid(text))
+			return proto_fail(err, PROTO_BAD_REQUEST,
+			    "%s must be a preset name (1 to %d letters, digits, '-', '_', '.')",
+			    field, PROTO_PRESET_NAME_MAX);
+		return proto_ctx_set_preset(ctx, text);
+	case PROTO_CTX_INT:
+		break;
+	}
+	errno = 0;
+	v = strtoll(text, &end, 10);
+	if (errno != 0 || end == text || *end != '\0' || v < def->min || v > def->max)
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be an integer from %lld to %lld",
+		    field, (long long)def->min, (long long)def->max);
+	proto_ctx_set(ctx, key, v);
+	return true;
+}
+
+bool
+proto_ctx_check_combination(const proto_ctx *ctx, const char *prefix, proto_error *err)
+{
+	if (proto_ctx_has(ctx, PROTO_CTX_WINDOW_SIZE)) {
+		bool time = proto_ctx_has(ctx, PROTO_CTX_WINDOW) &&
+		    ctx->value[PROTO_CTX_WINDOW] == CB_WINDOW_TIME;
+		int64_t lo = time ? CB_WINDOW_TIME_MIN : CB_WINDOW_COUNT_MIN;
+		int64_t hi = time ? CB_WINDOW_TIME_MAX : CB_WINDOW_COUNT_MAX;
+		int64_t v = ctx->value[PROTO_CTX_WINDOW_SIZE];
+
+		if (v < lo || v > hi)
+			return proto_fail(err, PROTO_BAD_REQUEST,
+			    "%swindow_size must be from %lld to %lld for a %s window", prefix,
+			    (long long)lo, (long long)hi, time ? "time (ms)" : "count (calls)");
+	}
+	if (proto_ctx_has(ctx, PROTO_CTX_BREAK_MAX_MS) && proto_ctx_has(ctx, PROTO_CTX_BREAK_MS) &&
+	    ctx->value[PROTO_CTX_BREAK_MAX_MS] < ctx->value[PROTO_CTX_BREAK_MS])
+		return proto_fail(err, PROTO_BAD_REQUEST,
+		    "%sbreak_max_ms must not be below %sbreak_ms", prefix, prefix);
+	return true;
+}
+
 static const char *const source_names[PROTO_SOURCE_COUNT] = {
 	[PROTO_SOURCE_BUILTIN] = "builtin",
 	[PROTO_SOURCE_DEFAULTS] = "defaults",
@@ -119,28 +300,54 @@ proto_source_name(proto_source source)
 	return (unsigned)source < PROTO_SOURCE_COUNT ? source_names[source] : "builtin";
 }
 
-/* The value of key from the first layer that has it, noting its source. */
+/* The value of key from the first layer that has it (its own member, then
+ * its preset's), noting its source. */
 static bool
 layers_find(const proto_layer *layers, size_t n, proto_ctx_key key, int64_t *out,
     proto_policy_sources *sources)
 {
 	for (size_t i = 0; i < n; i++) {
-		if (layers[i].ctx != NULL && proto_ctx_has(layers[i].ctx, key)) {
-			*out = layers[i].ctx->value[key];
-			if (sources != NULL)
-				sources->key[key] = (uint8_t)layers[i].source;
-			return true;
-		}
+		const proto_ctx *from = NULL;
+
+		if (layers[i].ctx != NULL && proto_ctx_has(layers[i].ctx, key))
+			from = layers[i].ctx;
+		else if (layers[i].preset != NULL && proto_ctx_has(layers[i].preset, key))
+			from = layers[i].preset;
+		if (from == NULL)
+			continue;
+		*out = from->value[key];
+		if (sources != NULL)
+			sources->key[key] = (uint8_t)layers[i].source;
+		return true;
 	}
 	if (sources != NULL)
 		sources->key[key] = PROTO_SOURCE_BUILTIN;
 	return false;
 }
 
+const char *
+proto_policy_preset(const proto_layer *layers, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (layers[i].ctx != NULL && proto_ctx_has(layers[i].ctx, PROTO_CTX_PRESET))
+			return layers[i].ctx->preset;
+	}
+	return NULL;
+}
+
+/* Clamp v into [lo, hi]. */
+static int64_t
+clamp(int64_t v, int64_t lo, int64_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
 void
 proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
     proto_policy_sources *sources)
 {
+	int64_t v;
+
 	breaker_policy_default(out);
 	layers_find(layers, n, PROTO_CTX_FAILURE_THRESHOLD, &out->failure_threshold, sources);
 	layers_find(layers, n, PROTO_CTX_SUCCESS_THRESHOLD, &out->success_threshold, sources);
@@ -150,6 +357,42 @@ proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
 		out->slot_ttl_ms = out->break_ms;
 	if (!layers_find(layers, n, PROTO_CTX_MAX_GAP_MS, &out->max_gap_ms, sources))
 		out->max_gap_ms = 0;
+	if (layers_find(layers, n, PROTO_CTX_TRIP, &v, sources))
+		out->trip = (cb_trip_rule)v;
+	if (layers_find(layers, n, PROTO_CTX_WINDOW, &v, sources))
+		out->window = (cb_window_kind)v;
+	/* A size from one layer and a window kind from another may not fit:
+	 * the size is brought into the kind's range. */
+	if (layers_find(layers, n, PROTO_CTX_WINDOW_SIZE, &out->window_size, sources))
+		out->window_size = out->window == CB_WINDOW_TIME
+		    ? clamp(out->window_size, CB_WINDOW_TIME_MIN, CB_WINDOW_TIME_MAX)
+		    : clamp(out->window_size, CB_WINDOW_COUNT_MIN, CB_WINDOW_COUNT_MAX);
+	else
+		out->window_size = out->window == CB_WINDOW_TIME ? CB_DEFAULT_WINDOW_TIME_MS
+								 : CB_DEFAULT_WINDOW_COUNT;
+	layers_find(layers, n, PROTO_CTX_MINIMUM_CALLS, &out->minimum_calls, sources);
+	layers_find(layers, n, PROTO_CTX_FAILURE_RATE, &out->failure_rate, sources);
+	if (!layers_find(layers, n, PROTO_CTX_SLOW_CALL_MS, &out->slow_call_ms, sources))
+		out->slow_call_ms = 0;
+	layers_find(layers, n, PROTO_CTX_SLOW_CALL_RATE, &out->slow_call_rate, sources);
+	layers_find(layers, n, PROTO_CTX_MIN_REPORTERS, &out->min_reporters, sources);
+	layers_find(layers, n, PROTO_CTX_REPORTER_WINDOW_MS, &out->reporter_window_ms, sources);
+	layers_find(layers, n, PROTO_CTX_BREAK_BACKOFF, &out->break_backoff, sources);
+	if (!layers_find(layers, n, PROTO_CTX_BREAK_MAX_MS, &out->break_max_ms, sources))
+		out->break_max_ms = 0;
+	else if (out->break_max_ms < out->break_ms)
+		out->break_max_ms = out->break_ms; /* from different layers: no growth */
+	/* preset: where the effective one was named. */
+	if (sources != NULL) {
+		sources->key[PROTO_CTX_PRESET] = PROTO_SOURCE_BUILTIN;
+		for (size_t i = 0; i < n; i++) {
+			if (layers[i].ctx != NULL &&
+			    proto_ctx_has(layers[i].ctx, PROTO_CTX_PRESET)) {
+				sources->key[PROTO_CTX_PRESET] = (uint8_t)layers[i].source;
+				break;
+			}
+		}
+	}
 }
 
 bool
@@ -174,6 +417,40 @@ proto_policy_value(const cb_policy *policy, proto_ctx_key key, int64_t *out)
 	case PROTO_CTX_MAX_GAP_MS:
 		*out = policy->max_gap_ms;
 		return policy->max_gap_ms > 0;
+	case PROTO_CTX_TRIP:
+		*out = policy->trip;
+		return true;
+	case PROTO_CTX_WINDOW:
+		*out = policy->window;
+		return true;
+	case PROTO_CTX_WINDOW_SIZE:
+		*out = policy->window_size;
+		return true;
+	case PROTO_CTX_MINIMUM_CALLS:
+		*out = policy->minimum_calls;
+		return true;
+	case PROTO_CTX_FAILURE_RATE:
+		*out = policy->failure_rate;
+		return true;
+	case PROTO_CTX_SLOW_CALL_MS:
+		*out = policy->slow_call_ms;
+		return policy->slow_call_ms > 0;
+	case PROTO_CTX_SLOW_CALL_RATE:
+		*out = policy->slow_call_rate;
+		return true;
+	case PROTO_CTX_MIN_REPORTERS:
+		*out = policy->min_reporters;
+		return true;
+	case PROTO_CTX_REPORTER_WINDOW_MS:
+		*out = policy->reporter_window_ms;
+		return true;
+	case PROTO_CTX_BREAK_BACKOFF:
+		*out = policy->break_backoff;
+		return true;
+	case PROTO_CTX_BREAK_MAX_MS:
+		*out = policy->break_max_ms;
+		return policy->break_max_ms > 0;
+	case PROTO_CTX_PRESET:
 	case PROTO_CTX_NOW:
 		break;
 	}
@@ -181,7 +458,7 @@ proto_policy_value(const cb_policy *policy, proto_ctx_key key, int64_t *out)
 }
 
 uint32_t
-proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy)
+proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy, const char *preset)
 {
 	uint32_t conflicts = 0;
 
@@ -191,26 +468,49 @@ proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy)
 		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) ||
 		    !proto_ctx_has(request, (proto_ctx_key)k))
 			continue;
+		if (k == PROTO_CTX_PRESET) {
+			if (preset == NULL || strcmp(preset, request->preset) != 0)
+				conflicts |= UINT32_C(1) << k;
+			continue;
+		}
 		if (!proto_policy_value(policy, (proto_ctx_key)k, &v) || v != request->value[k])
 			conflicts |= UINT32_C(1) << k;
 	}
 	return conflicts;
 }
 
+/* A policy key's value as JSON: an integer, an enum's name, or null. */
+static json_t *
+value_json(proto_ctx_key key, bool has, int64_t v)
+{
+	if (!has)
+		return json_null();
+	if (ctx_defs[key].type == PROTO_CTX_ENUM)
+		return json_string(ctx_defs[key].names[v]);
+	return json_integer(v);
+}
+
 json_t *
-proto_policy_to_json(const cb_policy *policy, const proto_policy_sources *sources)
+proto_policy_to_json(const cb_policy *policy, const char *preset,
+    const proto_policy_sources *sources)
 {
 	json_t *obj = json_object(), *src = json_object();
 	bool ok = obj != NULL && src != NULL;
 
 	for (int k = 0; ok && k < PROTO_CTX_KEY_COUNT; k++) {
-		int64_t v;
+		int64_t v = 0;
+		json_t *value;
 
 		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)))
 			continue;
-		ok = json_object_set_new(obj, ctx_defs[k].name,
-			 proto_policy_value(policy, (proto_ctx_key)k, &v) ? json_integer(v)
-									  : json_null()) == 0 &&
+		if (k == PROTO_CTX_PRESET) {
+			value = preset != NULL ? json_string(preset) : json_null();
+		} else {
+			bool has = proto_policy_value(policy, (proto_ctx_key)k, &v);
+
+			value = value_json((proto_ctx_key)k, has, v);
+		}
+		ok = json_object_set_new(obj, ctx_defs[k].name, value) == 0 &&
 		    json_object_set_new(src, ctx_defs[k].name,
 			json_string(
 			    proto_source_name(sources != NULL ? (proto_source)sources->key[k]
@@ -224,6 +524,15 @@ proto_policy_to_json(const cb_policy *policy, const proto_policy_sources *source
 	return NULL;
 }
 
+/* A ctx member as JSON (present members only). */
+static json_t *
+member_json(const proto_ctx *ctx, proto_ctx_key key)
+{
+	if (key == PROTO_CTX_PRESET)
+		return json_string(ctx->preset);
+	return value_json(key, true, ctx->value[key]);
+}
+
 json_t *
 proto_ctx_members_to_json(const proto_ctx *ctx)
 {
@@ -234,7 +543,8 @@ proto_ctx_members_to_json(const proto_ctx *ctx)
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		if ((PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) &&
 		    proto_ctx_has(ctx, (proto_ctx_key)k) &&
-		    json_object_set_new(obj, ctx_defs[k].name, json_integer(ctx->value[k])) != 0) {
+		    json_object_set_new(obj, ctx_defs[k].name,
+			member_json(ctx, (proto_ctx_key)k)) != 0) {
 			json_decref(obj);
 			return NULL;
 		}
@@ -399,20 +709,33 @@ proto_ctx_from_json(const json_t *request, proto_ctx *out, proto_error *err)
 	if (!json_is_object(ctx))
 		return proto_fail(err, PROTO_BAD_REQUEST, "ctx must be an object");
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
-		const json_t *v = member(ctx, ctx_defs[k].name);
+		const proto_ctx_def *def = &ctx_defs[k];
+		const json_t *v = member(ctx, def->name);
 
 		if (v == NULL)
 			continue;
-		snprintf(field, sizeof field, "ctx.%s", ctx_defs[k].name);
+		snprintf(field, sizeof field, "ctx.%s", def->name);
+		if (def->type != PROTO_CTX_INT) {
+			if (!json_is_string(v) ||
+			    strlen(json_string_value(v)) != json_string_length(v))
+				return def->type == PROTO_CTX_ENUM
+				    ? enum_fail(def, field, err)
+				    : proto_fail(err, PROTO_BAD_REQUEST, "%s must be a string",
+					  field);
+			if (!proto_ctx_parse_text(out, (proto_ctx_key)k, json_string_value(v),
+				field, err))
+				return false;
+			continue;
+		}
 		if (!json_is_integer(v))
 			return proto_fail(err, PROTO_BAD_REQUEST,
-			    "%s must be an integer from %lld to %lld", field,
-			    (long long)ctx_defs[k].min, (long long)ctx_defs[k].max);
+			    "%s must be an integer from %lld to %lld", field, (long long)def->min,
+			    (long long)def->max);
 		if (!proto_ctx_check((proto_ctx_key)k, json_integer_value(v), field, err))
 			return false;
 		proto_ctx_set(out, (proto_ctx_key)k, json_integer_value(v));
 	}
-	return true;
+	return proto_ctx_check_combination(out, "ctx.", err);
 }
 
 bool
@@ -427,8 +750,8 @@ proto_ctx_to_json(const proto_ctx *ctx, json_t *obj)
 		return false;
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		if (proto_ctx_has(ctx, (proto_ctx_key)k) &&
-		    json_object_set_new(members, ctx_defs[k].name, json_integer(ctx->value[k])) !=
-			0) {
+		    json_object_set_new(members, ctx_defs[k].name,
+			member_json(ctx, (proto_ctx_key)k)) != 0) {
 			json_decref(members);
 			return false;
 		}

@@ -51,7 +51,8 @@ bool proto_code_parse(const char *text, proto_code *out);
 bool proto_fail(proto_error *err, proto_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The ctx members, one row each in proto.c's table. */
+/* The ctx members, one row each in proto.c's table: every policy key,
+ * then the clock. */
 typedef enum proto_ctx_key {
 	PROTO_CTX_FAILURE_THRESHOLD = 0,
 	PROTO_CTX_SUCCESS_THRESHOLD,
@@ -59,16 +60,40 @@ typedef enum proto_ctx_key {
 	PROTO_CTX_HALF_OPEN_MAX,
 	PROTO_CTX_SLOT_TTL_MS,
 	PROTO_CTX_MAX_GAP_MS,
+	PROTO_CTX_TRIP,
+	PROTO_CTX_WINDOW,
+	PROTO_CTX_WINDOW_SIZE,
+	PROTO_CTX_MINIMUM_CALLS,
+	PROTO_CTX_FAILURE_RATE,
+	PROTO_CTX_SLOW_CALL_MS,
+	PROTO_CTX_SLOW_CALL_RATE,
+	PROTO_CTX_MIN_REPORTERS,
+	PROTO_CTX_REPORTER_WINDOW_MS,
+	PROTO_CTX_BREAK_BACKOFF,
+	PROTO_CTX_BREAK_MAX_MS,
+	PROTO_CTX_PRESET,
 	PROTO_CTX_NOW,
 } proto_ctx_key;
 
-#define PROTO_CTX_KEY_COUNT 7
+#define PROTO_CTX_KEY_COUNT 19
 
-/* A row of the ctx table: the member's name and its bounds. */
+/* How a ctx member is written. */
+typedef enum proto_ctx_type {
+	PROTO_CTX_INT = 0, /* an integer within [min, max] */
+	PROTO_CTX_ENUM, /* one of `names`; value is its index */
+	PROTO_CTX_NAME, /* a preset name (proto_ctx.preset) */
+} proto_ctx_type;
+
+/* Longest preset name in bytes. */
+#define PROTO_PRESET_NAME_MAX 64
+
+/* A row of the ctx table: the member's name, type and bounds. */
 typedef struct proto_ctx_def {
 	const char *name;
 	int64_t min;
 	int64_t max;
+	proto_ctx_type type;
+	const char *const *names; /* PROTO_CTX_ENUM: the values, NULL-ended */
 } proto_ctx_def;
 
 /* A partial policy: the members given (bit 1 << key in `present`). Used for
@@ -76,6 +101,7 @@ typedef struct proto_ctx_def {
 typedef struct proto_ctx {
 	uint32_t present;
 	int64_t value[PROTO_CTX_KEY_COUNT];
+	char preset[PROTO_PRESET_NAME_MAX + 1]; /* PROTO_CTX_PRESET */
 } proto_ctx;
 
 /* The ctx members that are policy keys (all but now). */
@@ -91,9 +117,12 @@ typedef enum proto_source {
 
 #define PROTO_SOURCE_COUNT 4
 
-/* One layer of a policy resolution: a partial policy and where it is from. */
+/* One layer of a policy resolution: a partial policy, the preset it names
+ * (its keys apply at the same level, below the layer's own), and where it
+ * is from. */
 typedef struct proto_layer {
 	const proto_ctx *ctx; /* NULL: skipped */
+	const proto_ctx *preset; /* NULL: none */
 	proto_source source;
 } proto_layer;
 
@@ -109,6 +138,23 @@ bool proto_ctx_key_parse(const char *name, proto_ctx_key *out);
 /* Validate v for key k (bounds of its row); message names `field`. */
 bool proto_ctx_check(proto_ctx_key key, int64_t v, const char *field, proto_error *err);
 
+/* Parse a member's text form (a config value) into ctx; message names
+ * `field`. Integers are decimal; enums by name; presets by name. */
+bool proto_ctx_parse_text(proto_ctx *ctx, proto_ctx_key key, const char *text, const char *field,
+    proto_error *err);
+
+/* Is the combination of members in ctx valid on its own (window_size in
+ * its window's range, break_max_ms >= break_ms)? Message names `prefix`. */
+bool proto_ctx_check_combination(const proto_ctx *ctx, const char *prefix, proto_error *err);
+
+/* A built-in preset (http-external, service, database), or NULL. */
+const proto_ctx *proto_preset_builtin(const char *name);
+/* The built-in presets' names, NULL-ended. */
+const char *const *proto_preset_builtin_names(void);
+
+/* Set a preset name member. False when it is too long. */
+bool proto_ctx_set_preset(proto_ctx *ctx, const char *name);
+
 /* Set / test a member of a partial policy. */
 void proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v);
 bool proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key);
@@ -121,20 +167,26 @@ bool proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key);
 void proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
     proto_policy_sources *sources);
 
+/* The preset name of the first layer that names one (NULL: none). */
+const char *proto_policy_preset(const proto_layer *layers, size_t n);
+
 /* The effective value of policy key k as a ctx member would carry it;
- * false when the key has no value (max_gap_ms unset). */
+ * false when the key has no value (max_gap_ms unset). Not for preset. */
 bool proto_policy_value(const cb_policy *policy, proto_ctx_key key, int64_t *out);
 
-/* The request's policy members that differ from the effective policy, as
- * a bit set (1 << key); 0 when none. */
-uint32_t proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy);
+/* The request's policy members that differ from the effective policy
+ * (preset: from the effective preset's name, "" for none), as a bit set
+ * (1 << key); 0 when none. */
+uint32_t proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy,
+    const char *preset);
 
 /* Wire name of a source ("config", "client", "defaults", "builtin"). */
 const char *proto_source_name(proto_source source);
 
 /* {"failure_threshold": .., ..., "source": {...}}: every policy key (null
  * when it has no value). NULL when out of memory. */
-json_t *proto_policy_to_json(const cb_policy *policy, const proto_policy_sources *sources);
+json_t *proto_policy_to_json(const cb_policy *policy, const char *preset,
+    const proto_policy_sources *sources);
 /* A ctx's policy members as a JSON object (the state file). */
 json_t *proto_ctx_members_to_json(const proto_ctx *ctx);
 

@@ -21,6 +21,7 @@
 #include "server-client.h"
 #include "server.h"
 #include "stats.h"
+#include "watch.h"
 
 static const char *const state_names[] = {
 	[SERVER_CLIENT_OPEN] = "open",
@@ -564,6 +565,7 @@ server_client_close(server_client *c, const char *why)
 	c->fd = -1;
 	/* Slots and permits go back at once, not when the struct is freed. */
 	circuit_table_release_owner(srv.table, &c->owner);
+	watch_forget(c);
 	server_client_set_state(c, SERVER_CLIENT_DEAD);
 	server_client_dead(c);
 }

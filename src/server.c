@@ -34,6 +34,7 @@
 #include "op.h"
 #include "server.h"
 #include "stats.h"
+#include "watch.h"
 
 /* Spare descriptors beyond max_connections (listener, logs, libevent). */
 #define SERVER_SPARE_FDS 32
@@ -605,6 +606,7 @@ server_reload(void)
 		log_error("reload failed, keeping the old configuration: %s", err);
 	} else {
 		conf_keep_fixed(&fresh, &srv.conf);
+		watch_policies_reloaded(&srv.conf, &fresh);
 		conf_free(&srv.conf);
 		srv.conf = fresh;
 		server_conf_apply();
@@ -685,6 +687,13 @@ server_signal(evutil_socket_t sig, short what, void *arg)
 	}
 }
 
+/* A circuit reclaimed by the table: watchers see it go. */
+static void
+server_reclaimed(const char *name, void *arg)
+{
+	watch_deleted(name, "reclaimed");
+}
+
 /* A random 64-bit id so slot tokens differ across restarts. */
 static uint64_t
 random_instance_id(void)
@@ -709,6 +718,7 @@ server_start(void)
 	srv.table = circuit_table_new((uint64_t)srv.conf.max_circuits, random_instance_id());
 	if (srv.table == NULL)
 		fatal("out of memory");
+	circuit_table_set_reclaim_hook(srv.table, server_reclaimed, NULL);
 	/* Circuits from the state file are back before the first client. */
 	housekeeping_start();
 	srv.socket_path =

@@ -43,6 +43,8 @@ typedef struct cbd_stats {
 	uint64_t limits[STATS_LIMIT_COUNT];
 	uint64_t transitions;
 	uint64_t policy_conflicts; /* requests whose ctx disagreed with the circuit */
+	uint64_t noreply; /* requests answered with nothing (noreply: true) */
+	uint64_t watch_events; /* event lines queued for watchers */
 	uint64_t state_writes; /* state file written */
 	uint64_t state_write_failures;
 	uint64_t state_write_pause_max_us; /* longest fork() for a state write */

@@ -75,7 +75,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(cfg.idle_reclaim_ms, 3600000);
 	ck_assert_int_eq(cfg.max_slots, 65536);
 	ck_assert_str_eq(cfg.state_file, "");
-	conf_policy(&cfg, "x", NULL, &p, NULL);
+	conf_policy(&cfg, "x", NULL, &p, NULL, NULL);
 	ck_assert_int_eq(p.failure_threshold, 5);
 	ck_assert_int_eq(p.success_threshold, 2);
 	ck_assert_int_eq(p.break_ms, 30000);
@@ -124,10 +124,10 @@ START_TEST(test_full_file_and_layers)
 	ck_assert(conf_is_admin(&cfg, 65534, 65534));
 	ck_assert(conf_is_admin(&cfg, 1234, 0));
 	ck_assert(!conf_is_admin(&cfg, 1234, 1234) || geteuid() == 1234);
-	conf_policy(&cfg, "other", NULL, &p, NULL);
+	conf_policy(&cfg, "other", NULL, &p, NULL, NULL);
 	ck_assert_int_eq(p.failure_threshold, 7);
 	ck_assert_int_eq(p.slot_ttl_ms, 1000);
-	conf_policy(&cfg, "pay ments", NULL, &p, NULL);
+	conf_policy(&cfg, "pay ments", NULL, &p, NULL, NULL);
 	ck_assert_int_eq(p.failure_threshold, 2);
 	ck_assert_int_eq(p.break_ms, 1000);
 	ck_assert_int_eq(p.max_gap_ms, 50);
@@ -135,13 +135,13 @@ START_TEST(test_full_file_and_layers)
 	 * a client's declaration beats [defaults]. */
 	proto_ctx_set(&req, PROTO_CTX_FAILURE_THRESHOLD, 9);
 	proto_ctx_set(&req, PROTO_CTX_BREAK_MS, 77);
-	conf_policy(&cfg, "pay ments", &req, &p, &src);
+	conf_policy(&cfg, "pay ments", &req, &p, &src, NULL);
 	ck_assert_int_eq(p.failure_threshold, 2);
 	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_CONFIG);
 	ck_assert_int_eq(p.break_ms, 77);
 	ck_assert_int_eq(src.key[PROTO_CTX_BREAK_MS], PROTO_SOURCE_CLIENT);
 	ck_assert_int_eq(src.key[PROTO_CTX_SUCCESS_THRESHOLD], PROTO_SOURCE_BUILTIN);
-	conf_policy(&cfg, "other", NULL, &p, &src);
+	conf_policy(&cfg, "other", NULL, &p, &src, NULL);
 	ck_assert_int_eq(src.key[PROTO_CTX_FAILURE_THRESHOLD], PROTO_SOURCE_DEFAULTS);
 	conf_free(&cfg);
 }
@@ -165,6 +165,17 @@ START_TEST(test_errors_name_file_line_key)
 	    NULL);
 	expect_error("[circuits \"a\"]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[circuit \"\"]\nbreak_ms = 5\n", 2, "break_ms", "circuit section names");
+	/* Trip rules: unknown presets (even defined later), nested presets,
+	 * enums, and sizes that do not fit their window. */
+	expect_error("[circuit \"x\"]\nbreak_ms = 5\npreset = nope\n", 3, "preset",
+	    "no preset named \"nope\"");
+	expect_error("[defaults]\npreset = nope\n", 2, "preset", "no preset named");
+	expect_error("[preset \"p\"]\npreset = database\n", 2, "preset", "cannot name another");
+	expect_error("[defaults]\ntrip = ratio\n", 2, "trip", "\"consecutive\" or \"rate\"");
+	expect_error("[circuit \"w\"]\nwindow = time\nwindow_size = 10\n", 2, "w", "window_size");
+	expect_error("[defaults]\nbreak_ms = 5000\nbreak_max_ms = 10\n", 2, "defaults",
+	    "break_max_ms");
+	expect_error("[preset \"bad name!\"]\ntrip = rate\n", 2, "trip", "preset section names");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users",
 	    "no-such-user-here");
@@ -281,9 +292,10 @@ START_TEST(test_every_key_documented)
 	for (size_t i = 0; i < conf_key_count(); i++) {
 		const conf_key *k = conf_key_at(i);
 		const char *def = k->default_text;
-		/* Defaults that are words ("break_ms", "unset") are explained in
+		/* Defaults that are words ("break_ms", "unset", "none") are explained in
 		 * prose; the others must be the value of the example line. */
-		bool literal = strcmp(def, "break_ms") != 0 && strcmp(def, "unset") != 0;
+		bool literal = strcmp(def, "break_ms") != 0 && strcmp(def, "unset") != 0 &&
+		    strcmp(def, "none") != 0;
 		char quoted[128];
 
 		ck_assert_msg(has_key_line(conf, k->name, literal ? def : NULL),

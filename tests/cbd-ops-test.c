@@ -918,12 +918,18 @@ START_TEST(test_list_truncated_to_fit_output)
 	 * N snapshots. */
 	ck_assert(harness_start(&h, "[cbd]\nmax_output_bytes = 65536\n"));
 	fd = harness_connect(&h);
-	for (int i = 0; i < N; i++)
+	/* In batches of 10: the replies of a whole pipeline would pass
+	 * max_output_bytes and get this client dropped. */
+	for (int i = 0; i < N; i++) {
 		len += (size_t)snprintf(buf + len, cap - len,
 		    "{\"op\":\"record_failure\",\"name\":\"circuit-%04d\"}\n", i);
-	ck_assert(util_write_all(fd, buf, len));
-	for (int i = 0; i < N; i++)
-		ck_assert(util_read_line(fd, reply, sizeof reply));
+		if (i % 10 != 9)
+			continue;
+		ck_assert(util_write_all(fd, buf, len));
+		len = 0;
+		for (int k = 0; k < 10; k++)
+			ck_assert(util_read_line(fd, reply, sizeof reply));
+	}
 	r = CALL_OK("{\"op\":\"list\"}");
 	ck_assert(util_bool(r, "truncated"));
 	ck_assert_int_gt(json_array_size(json_object_get(r, "circuits")), 0);

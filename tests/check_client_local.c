@@ -591,6 +591,11 @@ typedef struct flaky {
 	cbc_status fail; /* CBC_OK: answer */
 	char fail_code[CBC_CODE_SIZE];
 	int calls;
+	/* When stamp: get answers carry this policy and hold, as cbd's
+	 * protocol 2 snapshots do. */
+	bool stamp;
+	cbc_policy policy;
+	cbc_hold_info hold;
 } flaky;
 
 static cbc_status
@@ -609,8 +614,13 @@ static cbc_status
 f_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	flaky *f = impl;
+	cbc_status st = flaky_fail(f, err) ?: cbc_store_get(f->real, name, ctx, out, err);
 
-	return flaky_fail(f, err) ?: cbc_store_get(f->real, name, ctx, out, err);
+	if (st == CBC_OK && f->stamp) {
+		out->policy = f->policy;
+		out->hold = f->hold;
+	}
+	return st;
 }
 
 static cbc_status
@@ -770,6 +780,119 @@ START_TEST(local_policy_seeds_from_last_snapshot_and_never_latches)
 	rig.f.fail = CBC_EIO;
 	ck_assert_int_eq(cbc_store_get(rig.res, "svc", &c, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.failure_count, 2);
+	rig_free(&rig);
+}
+END_TEST
+
+/* What cbd reports for a circuit whose config says 2 failures open it
+ * for 7 s. */
+static cbc_policy
+reported_policy(void)
+{
+	cbc_policy p;
+
+	memset(&p, 0, sizeof p);
+	p.known = true;
+	p.failure_threshold = 2;
+	p.success_threshold = 1;
+	p.break_ms = 7000;
+	p.half_open_max = 1;
+	p.slot_ttl_ms = 7000;
+	p.max_gap_ms = CBC_POLICY_NULL;
+	p.source.failure_threshold = CBC_SOURCE_CONFIG;
+	p.source.break_ms = CBC_SOURCE_CONFIG;
+	return p;
+}
+
+START_TEST(local_policy_breaks_with_the_policy_cbd_reported)
+{
+	resilient_rig rig;
+	cbc_ctx c;
+	cbc_snapshot s;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	rig.f.stamp = true;
+	rig.f.policy = reported_policy();
+	/* The caller declares nothing (cbd's config rules), or something
+	 * else: either way the circuit runs the policy cbd reported. */
+	for (int declared = 0; declared < 2; declared++) {
+		const char *name = declared ? "declared" : "quiet";
+
+		memset(&c, 0, sizeof c);
+		c.has_now = true;
+		c.now = 1000;
+		if (declared) {
+			c.failure_threshold = 10;
+			c.break_ms = 100;
+		}
+		rig.f.fail = CBC_OK;
+		ck_assert_int_eq(cbc_store_get(rig.res, name, &c, &s, NULL), CBC_OK);
+		ck_assert(s.policy.known);
+		rig.f.fail = CBC_ECONNECT;
+		ck_assert_int_eq(cbc_store_record_failure(rig.res, name, &c, &s, NULL), CBC_OK);
+		ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+		ck_assert_int_eq(cbc_store_record_failure(rig.res, name, &c, &s, NULL), CBC_OK);
+		ck_assert_msg(s.state == CBC_STATE_OPEN, "%s: 2 failures did not open", name);
+		ck_assert_int_eq(s.retry_after_ms, 7000);
+		c.now = 1000 + 6999;
+		ck_assert_int_eq(cbc_store_get(rig.res, name, &c, &s, NULL), CBC_OK);
+		ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+		ck_assert_int_eq(s.retry_after_ms, 1);
+	}
+	rig_free(&rig);
+}
+END_TEST
+
+START_TEST(local_policy_keeps_a_hold)
+{
+	resilient_rig rig;
+	cbc_ctx c;
+	cbc_snapshot s;
+
+	memset(&c, 0, sizeof c);
+	c.has_now = true;
+	c.now = 1000;
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	rig.f.stamp = true;
+	rig.f.policy = reported_policy();
+	/* Held open until released: open long past the break. */
+	ck_assert_int_eq(cbc_store_set_state(rig.f.real, "held", CBC_STATE_OPEN, &c, &s, NULL),
+	    CBC_OK);
+	rig.f.hold.held = true;
+	rig.f.hold.state = CBC_STATE_OPEN;
+	rig.f.hold.since = 1000;
+	rig.f.hold.until = CBC_TIME_NONE;
+	ck_assert_int_eq(cbc_store_get(rig.res, "held", &c, &s, NULL), CBC_OK);
+	rig.f.fail = CBC_EIO;
+	c.now = 1000 + 3600000;
+	ck_assert_int_eq(cbc_store_get(rig.res, "held", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_gt(s.retry_after_ms, 0);
+	/* Held open for 60 s: open until then, not after. */
+	rig.f.fail = CBC_OK;
+	c.now = 1000;
+	rig.f.hold.until = 61000;
+	ck_assert_int_eq(cbc_store_get(rig.res, "held", &c, &s, NULL), CBC_OK);
+	rig.f.fail = CBC_EIO;
+	c.now = 60999;
+	ck_assert_int_eq(cbc_store_get(rig.res, "held", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.retry_after_ms, 1);
+	c.now = 61000;
+	ck_assert_int_eq(cbc_store_get(rig.res, "held", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.retry_after_ms, 0);
+	/* Held closed: no failure opens it. */
+	rig.f.fail = CBC_OK;
+	rig.f.hold.state = CBC_STATE_CLOSED;
+	rig.f.hold.until = CBC_TIME_NONE;
+	ck_assert_int_eq(cbc_store_set_state(rig.f.real, "kept", CBC_STATE_CLOSED, &c, &s, NULL),
+	    CBC_OK);
+	ck_assert_int_eq(cbc_store_get(rig.res, "kept", &c, &s, NULL), CBC_OK);
+	rig.f.fail = CBC_EIO;
+	for (int i = 0; i < 20; i++) {
+		ck_assert_int_eq(cbc_store_record_failure(rig.res, "kept", &c, &s, NULL), CBC_OK);
+		ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	}
 	rig_free(&rig);
 }
 END_TEST
@@ -1032,13 +1155,105 @@ box_teardown(void *box)
 /* ---------- the connection against a scripted fake daemon ---------- */
 
 /* The fake daemon: accepts connections one at a time and answers each
- * request by its "name" member (get) or op (hello). */
+ * request by its "name" member (get) or op (hello, release, set_state
+ * with hold). */
 typedef struct fake_daemon {
 	char path[108];
 	int listen_fd;
 	pthread_t thread;
 	int accepted;
 } fake_daemon;
+
+/* Every request line the fake daemon read, in order (the last
+ * FAKE_LOG_MAX of them). */
+#define FAKE_LOG_MAX 64
+#define FAKE_LINE_MAX 4096
+static pthread_mutex_t fake_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fake_log[FAKE_LOG_MAX][FAKE_LINE_MAX];
+static int fake_log_count;
+
+static void
+fake_log_add(const char *line)
+{
+	pthread_mutex_lock(&fake_log_lock);
+	snprintf(fake_log[fake_log_count % FAKE_LOG_MAX], FAKE_LINE_MAX, "%s", line);
+	fake_log_count++;
+	pthread_mutex_unlock(&fake_log_lock);
+}
+
+/* How many requests the fake daemon has read so far. */
+static int
+fake_log_total(void)
+{
+	int n;
+
+	pthread_mutex_lock(&fake_log_lock);
+	n = fake_log_count;
+	pthread_mutex_unlock(&fake_log_lock);
+	return n;
+}
+
+/* The i-th request line read (0 = first), parsed; NULL when gone. */
+static json_t *
+fake_log_get(int i)
+{
+	json_t *req = NULL;
+
+	pthread_mutex_lock(&fake_log_lock);
+	if (i >= 0 && i < fake_log_count && i >= fake_log_count - FAKE_LOG_MAX)
+		req = json_loads(fake_log[i % FAKE_LOG_MAX], 0, NULL);
+	pthread_mutex_unlock(&fake_log_lock);
+	return req;
+}
+
+/* A protocol 2 snapshot as cbd sends it: held open by alice until 5000
+ * with a reason, totals, the policy with its sources, a policy key and a
+ * source this library does not know, and a member it does not know. */
+#define FAKE_V2_SNAPSHOT                                                                           \
+	"{\"name\":\"v2held\",\"state\":\"open\",\"failure_count\":0,\"success_count\":0,"         \
+	"\"last_failure_at\":null,\"opened_at\":1000,\"retry_after_ms\":4000,"                     \
+	"\"hold\":{\"state\":\"open\",\"by_uid\":1000,\"by_user\":\"alice\",\"reason\":"           \
+	"\"deploy\","                                                                              \
+	"\"since\":1000,\"until\":5000},"                                                          \
+	"\"totals\":{\"successes\":7,\"failures\":5,\"ignored\":1,\"slow\":0,\"rejected\":12},"    \
+	"\"policy\":{\"failure_threshold\":2,\"success_threshold\":2,\"break_ms\":30000,"          \
+	"\"half_open_max\":1,\"slot_ttl_ms\":30000,\"max_gap_ms\":null,\"trip\":\"consecutive\","  \
+	"\"source\":{\"failure_threshold\":\"config\",\"success_threshold\":\"builtin\","          \
+	"\"break_ms\":\"client\",\"half_open_max\":\"defaults\",\"slot_ttl_ms\":\"builtin\","      \
+	"\"max_gap_ms\":\"builtin\",\"trip\":\"builtin\",\"future\":\"preset\"}},"                 \
+	"\"reporters\":3}"
+
+/* A protocol 1 snapshot of name in state. */
+static void
+fake_v1_snapshot(char *out, size_t size, const char *name, const char *state)
+{
+	snprintf(out, size,
+	    "{\"name\":\"%s\",\"state\":\"%s\",\"failure_count\":0,\"success_count\":0,"
+	    "\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0}",
+	    name, state);
+}
+
+/* set_state with hold: the hold the request asked for, by uid 0. */
+static void
+fake_hold_snapshot(const json_t *req, char *out, size_t size)
+{
+	const char *name = json_string_value(json_object_get(req, "name"));
+	const char *state = json_string_value(json_object_get(req, "state"));
+	const json_t *ttl = json_object_get(req, "ttl_ms");
+	const char *reason = json_string_value(json_object_get(req, "reason"));
+	char until[32] = "null", why[300] = "null";
+
+	if (json_is_integer(ttl))
+		snprintf(until, sizeof until, "%lld", 1000 + (long long)json_integer_value(ttl));
+	if (reason != NULL)
+		snprintf(why, sizeof why, "\"%s\"", reason);
+	snprintf(out, size,
+	    "{\"name\":\"%s\",\"state\":\"%s\",\"failure_count\":0,\"success_count\":0,"
+	    "\"last_failure_at\":null,\"opened_at\":1000,\"retry_after_ms\":0,"
+	    "\"hold\":{\"state\":\"%s\",\"by_uid\":0,\"by_user\":\"root\",\"reason\":%s,"
+	    "\"since\":1000,\"until\":%s}}",
+	    name, state, state, why, until);
+}
 
 /* One reply for the request line; false: close the connection. */
 static bool
@@ -1049,8 +1264,44 @@ fake_reply(const char *line, char *out, size_t size)
 	const char *name = json_string_value(json_object_get(req, "name"));
 	json_int_t id = json_integer_value(json_object_get(req, "id"));
 	bool keep = true;
+	char snap[1024];
 
-	if (op != NULL && strcmp(op, "hello") == 0)
+	fake_log_add(line);
+	if (op != NULL && strcmp(op, "release") == 0) {
+		fake_v1_snapshot(snap, sizeof snap, name != NULL ? name : "", "half_open");
+		/* a protocol 2 snapshot: hold null */
+		snap[strlen(snap) - 1] = '\0';
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"released\":true,\"snapshot\":%s,\"hold\":null}}\n",
+		    (long long)id, snap);
+	} else if (op != NULL && strcmp(op, "set_state") == 0 &&
+	    json_is_true(json_object_get(req, "hold")) &&
+	    (name == NULL || strcmp(name, "v1") != 0)) {
+		fake_hold_snapshot(req, snap, sizeof snap);
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":%s}\n", (long long)id,
+		    snap);
+	} else if (name != NULL && strncmp(name, "closed", 6) == 0) {
+		fake_v1_snapshot(snap, sizeof snap, name, "closed");
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":%s}\n", (long long)id,
+		    snap);
+	} else if (name != NULL && strcmp(name, "v2held") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":" FAKE_V2_SNAPSHOT
+		    ",\"policy_conflict\":[\"break_ms\",\"failure_threshold\"]}\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2badhold") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"v2badhold\",\"state\":"
+		    "\"half_open\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":"
+		    "null,\"opened_at\":null,\"hold\":{\"state\":\"half_open\",\"since\":1}}}\n",
+		    (long long)id);
+	} else if (name != NULL && strcmp(name, "v2badpolicy") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"snapshot\":{\"name\":\"v2badpolicy\",\"state\":"
+		    "\"closed\",\"failure_count\":0,\"success_count\":0,\"last_failure_at\":"
+		    "null,\"opened_at\":null,\"policy\":{\"break_ms\":\"long\"}}}\n",
+		    (long long)id);
+	} else if (op != NULL && strcmp(op, "hello") == 0)
 		snprintf(out, size,
 		    "{\"id\":%lld,\"ok\":true,\"server\":\"fake\",\"version\":\"0\",\"protocol\":1}"
 		    "\n",
@@ -1099,7 +1350,7 @@ fake_serve(void *arg)
 
 	for (;;) {
 		int c = accept(fd->listen_fd, NULL, NULL);
-		char buf[4096], reply[1024];
+		char buf[4096], reply[4096];
 		size_t len = 0;
 
 		if (c < 0)
@@ -1285,6 +1536,216 @@ START_TEST(conn_replies_are_checked)
 }
 END_TEST
 
+START_TEST(conn_reads_protocol_2_snapshots)
+{
+	fake_daemon fd;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_error err;
+	char keys[64];
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_get(c, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert_str_eq(s.name, "v2held");
+	ck_assert(s.hold.held);
+	ck_assert_int_eq(s.hold.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.hold.by_uid, 1000);
+	ck_assert_str_eq(s.hold.by_user, "alice");
+	ck_assert(s.hold.has_reason);
+	ck_assert_str_eq(s.hold.reason, "deploy");
+	ck_assert_int_eq(s.hold.since, 1000);
+	ck_assert_int_eq(s.hold.until, 5000);
+	ck_assert_int_eq(s.retry_after_ms, 4000);
+	ck_assert_int_eq(s.totals.successes, 7);
+	ck_assert_int_eq(s.totals.failures, 5);
+	ck_assert_int_eq(s.totals.ignored, 1);
+	ck_assert_int_eq(s.totals.slow, 0);
+	ck_assert_int_eq(s.totals.rejected, 12);
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy.failure_threshold, 2);
+	ck_assert_int_eq(s.policy.success_threshold, 2);
+	ck_assert_int_eq(s.policy.break_ms, 30000);
+	ck_assert_int_eq(s.policy.half_open_max, 1);
+	ck_assert_int_eq(s.policy.slot_ttl_ms, 30000);
+	ck_assert_int_eq(s.policy.max_gap_ms, CBC_POLICY_NULL);
+	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_CONFIG);
+	ck_assert_int_eq(s.policy.source.success_threshold, CBC_SOURCE_BUILTIN);
+	ck_assert_int_eq(s.policy.source.break_ms, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq(s.policy.source.half_open_max, CBC_SOURCE_DEFAULTS);
+	ck_assert_int_eq(s.policy.source.max_gap_ms, CBC_SOURCE_BUILTIN);
+	ck_assert_str_eq(cbc_policy_source_name(s.policy.source.failure_threshold), "config");
+	ck_assert_str_eq(cbc_policy_source_name(CBC_SOURCE_NONE), "none");
+	ck_assert_str_eq(cbc_policy_source_name((cbc_policy_source)99), "other");
+	/* policy_conflict, kept per connection. */
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 2);
+	ck_assert_str_eq(keys, "break_ms,failure_threshold");
+	ck_assert_int_eq((int)cbc_conn_policy_conflicts(c), 1);
+	/* A protocol 1 reply: not held, totals -1, policy not known, no
+	 * conflict (the count stays). */
+	ck_assert_int_eq(cbc_get(c, "svc", NULL, &s, &err), CBC_OK);
+	ck_assert(!s.hold.held);
+	ck_assert_int_eq(s.totals.successes, -1);
+	ck_assert_int_eq(s.totals.rejected, -1);
+	ck_assert(!s.policy.known);
+	ck_assert_int_eq(s.policy.break_ms, 0);
+	ck_assert_int_eq(s.policy.source.break_ms, CBC_SOURCE_NONE);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
+	ck_assert_str_eq(keys, "");
+	ck_assert_int_eq((int)cbc_conn_policy_conflicts(c), 1);
+	/* Cut to fit the caller's buffer; the count is whole. */
+	ck_assert_int_eq(cbc_get(c, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, 6), 2);
+	ck_assert_str_eq(keys, "break");
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, NULL, 0), 2);
+	ck_assert_int_eq((int)cbc_conn_policy_conflicts(c), 2);
+	/* Mistyped protocol 2 members are named. */
+	ck_assert_int_eq(cbc_get(c, "v2badhold", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "snapshot.hold.state") != NULL, "%s", err.message);
+	ck_assert_int_eq(cbc_get(c, "v2badpolicy", NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "snapshot.policy.break_ms") != NULL, "%s", err.message);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
+START_TEST(conn_hold_and_release)
+{
+	fake_daemon fd;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_error err;
+	json_t *req;
+	char reason[CBC_REASON_MAX + 2];
+	bool released = false;
+	int sent;
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_OPEN, 90000, "deploy", &s, &err), CBC_OK);
+	req = fake_log_get(fake_log_total() - 1);
+	ck_assert_str_eq(json_string_value(json_object_get(req, "op")), "set_state");
+	ck_assert_str_eq(json_string_value(json_object_get(req, "state")), "open");
+	ck_assert(json_is_true(json_object_get(req, "hold")));
+	ck_assert_int_eq(json_integer_value(json_object_get(req, "ttl_ms")), 90000);
+	ck_assert_str_eq(json_string_value(json_object_get(req, "reason")), "deploy");
+	json_decref(req);
+	ck_assert(s.hold.held);
+	ck_assert_int_eq(s.hold.state, CBC_STATE_OPEN);
+	ck_assert_str_eq(s.hold.by_user, "root");
+	ck_assert_int_eq(s.hold.by_uid, 0);
+	ck_assert_str_eq(s.hold.reason, "deploy");
+	ck_assert_int_eq(s.hold.until, 91000);
+	/* No ttl, no reason: neither member is sent. */
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_CLOSED, 0, NULL, &s, &err), CBC_OK);
+	req = fake_log_get(fake_log_total() - 1);
+	ck_assert_str_eq(json_string_value(json_object_get(req, "state")), "closed");
+	ck_assert_ptr_null(json_object_get(req, "ttl_ms"));
+	ck_assert_ptr_null(json_object_get(req, "reason"));
+	json_decref(req);
+	ck_assert(s.hold.held);
+	ck_assert_int_eq(s.hold.state, CBC_STATE_CLOSED);
+	ck_assert_int_eq(s.hold.until, CBC_TIME_NONE);
+	ck_assert(!s.hold.has_reason);
+	ck_assert_int_eq(cbc_release(c, "pay", &released, &s, &err), CBC_OK);
+	ck_assert(released);
+	ck_assert_int_eq(s.state, CBC_STATE_HALF_OPEN);
+	ck_assert(!s.hold.held);
+	req = fake_log_get(fake_log_total() - 1);
+	ck_assert_str_eq(json_string_value(json_object_get(req, "op")), "release");
+	ck_assert_str_eq(json_string_value(json_object_get(req, "name")), "pay");
+	json_decref(req);
+	/* Bad arguments never reach the wire. */
+	sent = fake_log_total();
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_HALF_OPEN, 0, NULL, &s, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "state"));
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_OPEN, -1, NULL, &s, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "ttl_ms"));
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_OPEN, (INT64_C(1) << 53) + 1, NULL, &s, &err),
+	    CBC_EINVAL);
+	memset(reason, 'r', sizeof reason - 1);
+	reason[sizeof reason - 1] = '\0';
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_OPEN, 0, reason, &s, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "reason"));
+	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_OPEN, 0, "\xff", &s, &err), CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "UTF-8"));
+	ck_assert_int_eq(cbc_hold(c, "", CBC_STATE_OPEN, 0, NULL, &s, &err), CBC_EINVAL);
+	ck_assert_int_eq(cbc_release(c, "", NULL, &s, &err), CBC_EINVAL);
+	ck_assert_int_eq(fake_log_total(), sent);
+	/* A protocol 1 cbd forces without holding: that is an error. */
+	ck_assert_int_eq(cbc_hold(c, "v1", CBC_STATE_OPEN, 0, NULL, &s, &err), CBC_EPROTO);
+	ck_assert_msg(strstr(err.message, "not held") != NULL, "%s", err.message);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
+/* Every request from first on names name with exactly `members` ctx
+ * members, failure_threshold (when not 0) among them. */
+static void
+assert_sent_ctx(int first, const char *name, size_t members, int64_t failure_threshold)
+{
+	int seen = 0;
+
+	for (int i = first; i < fake_log_total(); i++) {
+		json_t *req = fake_log_get(i);
+		const json_t *ctx;
+
+		ck_assert_ptr_nonnull(req);
+		ck_assert_str_eq(json_string_value(json_object_get(req, "name")), name);
+		ctx = json_object_get(req, "ctx");
+		ck_assert_msg(json_object_size(ctx) == members, "request %d sent ctx members %s", i,
+		    json_dumps(ctx, JSON_COMPACT));
+		if (failure_threshold != 0)
+			ck_assert_int_eq(json_integer_value(
+					     json_object_get(ctx, "failure_threshold")),
+			    failure_threshold);
+		json_decref(req);
+		seen++;
+	}
+	ck_assert_int_ge(seen, 4); /* get + record, twice */
+}
+
+START_TEST(breaker_sends_only_the_policy_it_was_given)
+{
+	fake_daemon fd;
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_breaker *b;
+	cbc_store *store;
+	cbc_conn *c;
+	int first, calls = 0;
+
+	fake_start(&fd, true);
+	c = cbc_conn_new(fd.path, NULL);
+	store = cbc_store_new_remote(c, NULL);
+	/* No option set: no ctx at all, so cbd's config rules. */
+	cbc_breaker_options_init(&o);
+	o.name = "closed-quiet";
+	o.store = store;
+	b = breaker_new_ok(&o);
+	first = fake_log_total();
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(calls, 2);
+	assert_sent_ctx(first, "closed-quiet", 0, 0);
+	cbc_breaker_free(b);
+	/* One option and a clock: exactly those two members. */
+	o.name = "closed-declared";
+	o.failure_threshold = 4;
+	o.clock = vclock;
+	b = breaker_new_ok(&o);
+	first = fake_log_total();
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL), CBC_OK);
+	assert_sent_ctx(first, "closed-declared", 2, 4);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	fake_stop(&fd, true);
+}
+END_TEST
+
 static Suite *
 client_suite(void)
 {
@@ -1314,6 +1775,8 @@ client_suite(void)
 	tc = tcase_create("resilient");
 	tcase_add_test(tc, local_policy_seeds_from_last_snapshot_and_never_latches);
 	tcase_add_test(tc, local_policy_keeps_an_open_circuit_open);
+	tcase_add_test(tc, local_policy_breaks_with_the_policy_cbd_reported);
+	tcase_add_test(tc, local_policy_keeps_a_hold);
 	tcase_add_test(tc, local_policy_breaker_keeps_protecting);
 	tcase_add_test(tc, allow_policy_lets_calls_flow);
 	tcase_add_test(tc, reject_policy_surfaces_pre_call_errors_only);
@@ -1327,6 +1790,9 @@ client_suite(void)
 	tcase_add_test(tc, conn_missing_socket_fails_fast_naming_it);
 	tcase_add_test(tc, conn_silent_daemon_times_out);
 	tcase_add_test(tc, conn_replies_are_checked);
+	tcase_add_test(tc, conn_reads_protocol_2_snapshots);
+	tcase_add_test(tc, conn_hold_and_release);
+	tcase_add_test(tc, breaker_sends_only_the_policy_it_was_given);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,7 +1,8 @@
 /*
  * check_client_remote.c — libcbclient against real cbd processes: the
  * store contract on the remote and resilient(remote) stores, every
- * protocol op, two processes sharing a circuit, half_open_max across
+ * protocol op, protocol 2's holds, policies (with sources and conflicts)
+ * and totals, two processes sharing a circuit, half_open_max across
  * processes, and cbd killed or stopped (SIGSTOP) under each store policy.
  *
  * Every cbd started here is registered and killed at exit, also when an
@@ -411,6 +412,216 @@ START_TEST(every_op_against_cbd)
 }
 END_TEST
 
+/* ---------- protocol 2: holds, policy, totals ---------- */
+
+/* The operator's config of the protocol 2 tests. */
+#define P2_CONFIG                                                                                  \
+	"[defaults]\nbreak_ms = 60000\n"                                                           \
+	"[circuit \"cfg\"]\nfailure_threshold = 2\n"
+
+START_TEST(holds_against_cbd)
+{
+	cbd_harness *h = cbd_start(P2_CONFIG);
+	cbc_allow_result a;
+	cbc_snapshot s;
+	cbc_error err;
+	cbc_conn *c;
+	bool applied, released;
+	char *raw;
+
+	ck_assert_ptr_nonnull(h);
+	c = cbc_conn_new(h->socket_path, NULL);
+	/* Held open for a minute, with a reason. */
+	ck_assert_int_eq(cbc_hold(c, "h", CBC_STATE_OPEN, 60000, "deploy", &s, &err), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert(s.hold.held);
+	ck_assert_int_eq(s.hold.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.hold.by_uid, (int64_t)getuid());
+	ck_assert_int_gt((int)strlen(s.hold.by_user), 0);
+	ck_assert(s.hold.has_reason);
+	ck_assert_str_eq(s.hold.reason, "deploy");
+	ck_assert_int_eq(s.hold.until - s.hold.since, 60000);
+	ck_assert_int_gt(s.retry_after_ms, 0);
+	ck_assert_int_le(s.retry_after_ms, 60000);
+	/* Refuses every call; even an admin's cas does not move it. */
+	ck_assert_int_eq(cbc_allow(c, "h", NULL, &a, &err), CBC_OK);
+	ck_assert(!a.allowed);
+	ck_assert_int_eq(cbc_cas(c, "h", CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL, &applied, &s,
+			     &err),
+	    CBC_OK);
+	ck_assert(!applied);
+	ck_assert_int_eq(cbc_get(c, "h", NULL, &s, &err), CBC_OK);
+	ck_assert(s.hold.held);
+	ck_assert_int_eq(s.totals.rejected, 1);
+	/* The raw reply has it as cbd sent it. */
+	raw = cbc_conn_last_reply(c);
+	ck_assert_ptr_nonnull(strstr(raw, "\"deploy\""));
+	cbc_free(raw);
+	/* Released: trials decide. Twice: nothing to release. */
+	ck_assert_int_eq(cbc_release(c, "h", &released, &s, &err), CBC_OK);
+	ck_assert(released);
+	ck_assert_int_eq(s.state, CBC_STATE_HALF_OPEN);
+	ck_assert(!s.hold.held);
+	ck_assert_int_eq(cbc_release(c, "h", &released, &s, &err), CBC_OK);
+	ck_assert(!released);
+	/* Held closed until released: failures open nothing, but count. */
+	ck_assert_int_eq(cbc_hold(c, "h", CBC_STATE_CLOSED, 0, NULL, &s, &err), CBC_OK);
+	ck_assert(s.hold.held);
+	ck_assert_int_eq(s.hold.until, CBC_TIME_NONE);
+	ck_assert(!s.hold.has_reason);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(cbc_record_failure(c, "h", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	ck_assert_int_eq(s.totals.failures, 10);
+	/* A plain force clears the hold. */
+	ck_assert_int_eq(cbc_set_state(c, "h", CBC_STATE_OPEN, NULL, &s, &err), CBC_OK);
+	ck_assert(!s.hold.held);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	/* half_open cannot be held: refused here, and by cbd. */
+	ck_assert_int_eq(cbc_hold(c, "h", CBC_STATE_HALF_OPEN, 0, NULL, &s, &err), CBC_EINVAL);
+	ck_assert_int_eq(cbc_request(c,
+			     "{\"op\":\"set_state\",\"name\":\"h\",\"state\":\"half_open\","
+			     "\"hold\":true}",
+			     NULL, &err),
+	    CBC_EREFUSED);
+	ck_assert_str_eq(err.code, "bad_request");
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(policy_sources_and_conflicts_against_cbd)
+{
+	cbd_harness *h = cbd_start(P2_CONFIG);
+	cbc_snapshot s;
+	cbc_error err;
+	cbc_conn *c;
+	cbc_ctx ctx;
+	char keys[128];
+
+	ck_assert_ptr_nonnull(h);
+	c = cbc_conn_new(h->socket_path, NULL);
+	/* Nothing declared: [defaults] and built-ins. */
+	ck_assert_int_eq(cbc_record_failure(c, "plain", NULL, &s, &err), CBC_OK);
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy.failure_threshold, 5);
+	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_BUILTIN);
+	ck_assert_int_eq(s.policy.break_ms, 60000);
+	ck_assert_int_eq(s.policy.source.break_ms, CBC_SOURCE_DEFAULTS);
+	ck_assert_int_eq(s.policy.slot_ttl_ms, 60000);
+	ck_assert_int_eq(s.policy.max_gap_ms, CBC_POLICY_NULL);
+	ck_assert_int_eq(s.totals.failures, 1);
+	ck_assert_int_eq(s.totals.successes, 0);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
+	/* The creating request declares: it sticks; a later one differing
+	 * is reported and changes nothing. */
+	memset(&ctx, 0, sizeof ctx);
+	ctx.failure_threshold = 3;
+	ck_assert_int_eq(cbc_record_failure(c, "decl", &ctx, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.failure_threshold, 3);
+	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_CLIENT);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
+	ctx.failure_threshold = 4;
+	ctx.break_ms = 60000; /* equal to the effective value: no conflict */
+	ck_assert_int_eq(cbc_record_failure(c, "decl", &ctx, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.failure_threshold, 3);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 1);
+	ck_assert_str_eq(keys, "failure_threshold");
+	ck_assert_uint_eq(cbc_conn_policy_conflicts(c), 1);
+	/* The operator's config beats the creating request, which learns it
+	 * at once. */
+	ctx.failure_threshold = 9;
+	ctx.break_ms = 0;
+	ck_assert_int_eq(cbc_record_failure(c, "cfg", &ctx, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.policy.failure_threshold, 2);
+	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_CONFIG);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 1);
+	ck_assert_str_eq(keys, "failure_threshold");
+	ck_assert_int_eq(cbc_record_failure(c, "cfg", NULL, &s, &err), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_le(s.retry_after_ms, 60000);
+	ck_assert_uint_eq(cbc_conn_policy_conflicts(c), 2);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(breaker_without_options_runs_cbds_policy)
+{
+	cbd_harness *h = cbd_start(P2_CONFIG);
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_store *store;
+	cbc_breaker *b;
+	cbc_conn *c;
+	int calls = 0;
+
+	ck_assert_ptr_nonnull(h);
+	c = cbc_conn_new(h->socket_path, NULL);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "cfg";
+	o.store = store;
+	b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(b);
+	/* [circuit "cfg"] says 2 failures (the built-in default is 5). */
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(calls, 2);
+	ck_assert_int_gt(res.retry_after_ms, 50000); /* [defaults] break_ms 60000 */
+	ck_assert_uint_eq(cbc_conn_policy_conflicts(c), 0);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(local_fallback_runs_the_policy_cbd_reported)
+{
+	cbd_harness *h = cbd_start(P2_CONFIG);
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_store *store;
+	cbc_breaker *b;
+	cbc_conn *c;
+	recorder rec;
+	int calls = 0;
+
+	ck_assert_ptr_nonnull(h);
+	memset(&rec, 0, sizeof rec);
+	c = cbc_conn_new(h->socket_path, NULL);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "cfg";
+	o.store = store;
+	o.store_policy = CBC_POLICY_LOCAL;
+	o.on_store_error = on_store_error;
+	o.user = &rec;
+	b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(b);
+	/* cbd answers once (reporting the circuit's policy), then dies. */
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	cbd_kill(h);
+	/* The local copy breaks after cbd's 2 failures, not the built-in 5. */
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_gt(rec.store_errors, 0);
+	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(calls, 3);
+	ck_assert_int_gt(res.retry_after_ms, 50000); /* with cbd's break */
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
 /* ---------- two processes ---------- */
 
 START_TEST(two_processes_one_trips_the_other_fails_fast)
@@ -726,6 +937,14 @@ remote_suite(void)
 	tc = tcase_create("ops");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, every_op_against_cbd);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("protocol 2");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, holds_against_cbd);
+	tcase_add_test(tc, policy_sources_and_conflicts_against_cbd);
+	tcase_add_test(tc, breaker_without_options_runs_cbds_policy);
+	tcase_add_test(tc, local_fallback_runs_the_policy_cbd_reported);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("processes");

@@ -179,8 +179,9 @@ END_TEST
 START_TEST(policy_layers)
 {
 	proto_ctx circuit = { 0 }, client = { 0 }, defaults = { 0 };
-	const proto_layer layers[] = { { &circuit, PROTO_SOURCE_CONFIG },
-		{ &client, PROTO_SOURCE_CLIENT }, { &defaults, PROTO_SOURCE_DEFAULTS } };
+	const proto_layer layers[] = { { &circuit, NULL, PROTO_SOURCE_CONFIG },
+		{ &client, NULL, PROTO_SOURCE_CLIENT },
+		{ &defaults, NULL, PROTO_SOURCE_DEFAULTS } };
 	proto_policy_sources src;
 	cb_policy p;
 
@@ -215,8 +216,8 @@ START_TEST(policy_layers)
 	ck_assert_int_eq(p.slot_ttl_ms, 42);
 
 	/* NULL layers are skipped. */
-	const proto_layer sparse[] = { { NULL, PROTO_SOURCE_CONFIG },
-		{ &defaults, PROTO_SOURCE_DEFAULTS } };
+	const proto_layer sparse[] = { { NULL, NULL, PROTO_SOURCE_CONFIG },
+		{ &defaults, NULL, PROTO_SOURCE_DEFAULTS } };
 	proto_policy_resolve(sparse, 2, &p, NULL);
 	ck_assert_int_eq(p.failure_threshold, 10);
 }
@@ -228,13 +229,13 @@ START_TEST(policy_conflicts_name_differing_members)
 	cb_policy p;
 
 	breaker_policy_default(&p);
-	ck_assert_uint_eq(proto_policy_conflicts(&request, &p), 0);
+	ck_assert_uint_eq(proto_policy_conflicts(&request, &p, NULL), 0);
 	proto_ctx_set(&request, PROTO_CTX_FAILURE_THRESHOLD, 5); /* same: no conflict */
 	proto_ctx_set(&request, PROTO_CTX_NOW, 123); /* the clock is not policy */
-	ck_assert_uint_eq(proto_policy_conflicts(&request, &p), 0);
+	ck_assert_uint_eq(proto_policy_conflicts(&request, &p, NULL), 0);
 	proto_ctx_set(&request, PROTO_CTX_BREAK_MS, 100);
 	proto_ctx_set(&request, PROTO_CTX_MAX_GAP_MS, 100); /* unset in p */
-	ck_assert_uint_eq(proto_policy_conflicts(&request, &p),
+	ck_assert_uint_eq(proto_policy_conflicts(&request, &p, NULL),
 	    (UINT32_C(1) << PROTO_CTX_BREAK_MS) | (UINT32_C(1) << PROTO_CTX_MAX_GAP_MS));
 }
 END_TEST

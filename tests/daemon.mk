@@ -56,6 +56,19 @@ tests_cbd_authority_test_SOURCES = tests/cbd-authority-test.c $(DAEMON_TEST_COMM
 tests_cbd_authority_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_authority_test_LDADD = $(DAEMON_TEST_LIBS)
 
+# Trip rules against a real cbd: presets, several processes on one rate
+# circuit, totals under 16 clients, min_reporters, break_backoff.
+check_PROGRAMS += tests/cbd-rates-test
+tests_cbd_rates_test_SOURCES = tests/cbd-rates-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_rates_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_rates_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# watch/unwatch events and noreply (protocol 2, §5 and §6).
+check_PROGRAMS += tests/cbd-watch-test
+tests_cbd_watch_test_SOURCES = tests/cbd-watch-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_watch_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_watch_test_LDADD = $(DAEMON_TEST_LIBS)
+
 # Issue 9, every peer bounded: output bound, idle connections, descriptor
 # limit, socket ownership, log flood and escaping, whole lines only.
 check_PROGRAMS += tests/cbd-limits-test

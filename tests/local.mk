@@ -16,6 +16,11 @@ tests_check_breaker_SOURCES = tests/check_breaker.c
 tests_check_breaker_CFLAGS = $(TEST_CFLAGS)
 tests_check_breaker_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
+check_PROGRAMS += tests/check_window
+tests_check_window_SOURCES = tests/check_window.c
+tests_check_window_CFLAGS = $(TEST_CFLAGS)
+tests_check_window_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
+
 check_PROGRAMS += tests/check_proto
 tests_check_proto_SOURCES = tests/check_proto.c
 tests_check_proto_CFLAGS = $(TEST_CFLAGS)

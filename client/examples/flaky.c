@@ -8,6 +8,11 @@
  * shares one circuit: when one trips it, the others fail fast too. If cbd
  * is not running, the breaker keeps working on a local copy (policy
  * LOCAL) and says so through on_store_error.
+ *
+ * It declares a small policy so the demo trips quickly. A circuit's policy
+ * is cbd's to decide: an operator's [circuit "flaky-demo"] section wins,
+ * and the first declaration sticks; a declaration that differs is
+ * reported (policy_conflict) and printed at the end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +142,13 @@ main(int argc, char **argv)
 		else
 			printf("call %2d: served by the fallback\n", i);
 		usleep(5000);
+	}
+	if (cbc_conn_policy_conflicts(conn) > 0) {
+		char keys[256];
+
+		cbc_conn_last_policy_conflict(conn, keys, sizeof keys);
+		printf("note: cbd runs flaky-demo with its own %s (see cbctl get flaky-demo)\n",
+		    keys[0] != '\0' ? keys : "policy");
 	}
 	cbc_breaker_free(breaker);
 	cbc_store_free(store);

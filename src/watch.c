@@ -1,0 +1,512 @@
+/*
+ * watch.c — the watch and unwatch ops and their events (see watch.h).
+ *
+ * Two indexes: watched name -> the connections watching it, and
+ * connection -> what it watches (its names, or everything). Both are small
+ * compared with the circuit table: only names somebody watches have an
+ * entry. Sending an event costs a table read and a snapshot per watcher.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <uthash.h>
+
+#include "log.h"
+#include "op.h"
+#include "server.h"
+#include "stats.h"
+#include "watch.h"
+
+/* Room kept in a watch reply for its envelope. */
+#define WATCH_ENVELOPE_BYTES 256
+
+typedef struct watcher watcher;
+
+/* One (name, connection) pair, on both indexes' lists. */
+typedef struct watch_link {
+	struct watch_link *next_of_name, *prev_of_name;
+	struct watch_link *next_of_conn;
+	struct watch_name *name;
+	watcher *w;
+} watch_link;
+
+/* A watched name and its watchers. */
+typedef struct watch_name {
+	UT_hash_handle hh;
+	watch_link *links;
+	char name[];
+} watch_name;
+
+/* A watching connection. */
+struct watcher {
+	UT_hash_handle hh; /* keyed by the connection's pointer */
+	server_client *conn;
+	bool all;
+	watch_link *links;
+	json_t *pending; /* events waiting for the current request's reply */
+};
+
+static watch_name *names;
+static watcher *watchers;
+static unsigned watcher_count;
+static server_client *current; /* the connection whose request runs */
+
+static watcher *
+watcher_find(server_client *c)
+{
+	watcher *w;
+
+	HASH_FIND_PTR(watchers, &c, w);
+	return w;
+}
+
+static watcher *
+watcher_need(server_client *c)
+{
+	watcher *w = watcher_find(c);
+
+	if (w != NULL)
+		return w;
+	w = calloc(1, sizeof *w);
+	if (w == NULL)
+		return NULL;
+	w->conn = c;
+	HASH_ADD_PTR(watchers, conn, w);
+	watcher_count++;
+	return w;
+}
+
+static void
+link_free(watch_link *l)
+{
+	watch_name *n = l->name;
+
+	if (l->prev_of_name != NULL)
+		l->prev_of_name->next_of_name = l->next_of_name;
+	else
+		n->links = l->next_of_name;
+	if (l->next_of_name != NULL)
+		l->next_of_name->prev_of_name = l->prev_of_name;
+	if (n->links == NULL) {
+		HASH_DEL(names, n);
+		free(n);
+	}
+	free(l);
+}
+
+/* Drop w's watch of one name, or of everything (name NULL). */
+static void
+watcher_unwatch(watcher *w, const char *name)
+{
+	watch_link **pp = &w->links;
+
+	if (name == NULL)
+		w->all = false;
+	while (*pp != NULL) {
+		watch_link *l = *pp;
+
+		if (name == NULL || strcmp(l->name->name, name) == 0) {
+			*pp = l->next_of_conn;
+			link_free(l);
+			continue;
+		}
+		pp = &l->next_of_conn;
+	}
+}
+
+/* Forget w entirely once it watches nothing. */
+static void
+watcher_trim(watcher *w)
+{
+	if (w->all || w->links != NULL || w->pending != NULL)
+		return;
+	HASH_DEL(watchers, w);
+	watcher_count--;
+	free(w);
+}
+
+/* w watches name; false when out of memory. */
+static bool
+watcher_watch(watcher *w, const char *name)
+{
+	size_t len = strlen(name);
+	watch_name *n;
+	watch_link *l;
+
+	for (l = w->links; l != NULL; l = l->next_of_conn) {
+		if (strcmp(l->name->name, name) == 0)
+			return true;
+	}
+	HASH_FIND(hh, names, name, len, n);
+	if (n == NULL) {
+		n = calloc(1, sizeof *n + len + 1);
+		if (n == NULL)
+			return false;
+		memcpy(n->name, name, len + 1);
+		HASH_ADD_KEYPTR(hh, names, n->name, len, n);
+	}
+	l = calloc(1, sizeof *l);
+	if (l == NULL) {
+		if (n->links == NULL) {
+			HASH_DEL(names, n);
+			free(n);
+		}
+		return false;
+	}
+	l->name = n;
+	l->w = w;
+	l->next_of_name = n->links;
+	if (n->links != NULL)
+		n->links->prev_of_name = l;
+	n->links = l;
+	l->next_of_conn = w->links;
+	w->links = l;
+	return true;
+}
+
+/* Send (or, for the current request's connection, hold back) an event. */
+static void
+event_send(watcher *w, json_t *event)
+{
+	if (w->conn == current) {
+		if (w->pending == NULL)
+			w->pending = json_array();
+		if (w->pending != NULL && json_array_append(w->pending, event) == 0)
+			return;
+	}
+	json_incref(event);
+	server_client_reply(w->conn, event);
+	stats.watch_events++;
+	/* Its connection is idle: have the loop write it out (not here,
+	 * where a failed write would close a watcher being walked). */
+	if (w->conn->state == SERVER_CLIENT_OPEN)
+		event_active(w->conn->write_ev, EV_WRITE, 1);
+}
+
+/* Call fn for every watcher of name (by name, or watching everything). */
+static void
+event_broadcast(const char *name, json_t *event)
+{
+	watch_name *n;
+	watcher *w, *tmp;
+
+	if (event == NULL)
+		return;
+	HASH_FIND(hh, names, name, strlen(name), n);
+	for (watch_link *l = n != NULL ? n->links : NULL; l != NULL; l = l->next_of_name) {
+		if (!l->w->all)
+			event_send(l->w, event);
+	}
+	HASH_ITER (hh, watchers, w, tmp) {
+		if (w->all)
+			event_send(w, event);
+	}
+	json_decref(event);
+}
+
+/* Is anybody watching name? */
+static bool
+watched(const char *name)
+{
+	watch_name *n;
+	watcher *w, *tmp;
+
+	HASH_ITER (hh, watchers, w, tmp) {
+		if (w->all)
+			return true;
+	}
+	HASH_FIND(hh, names, name, strlen(name), n);
+	return n != NULL;
+}
+
+/* The circuit of name now, as a snapshot object (its own policy). */
+static json_t *
+snapshot_now(const char *name, const cbd_conf *cfg)
+{
+	proto_policy_sources sources;
+	const char *preset;
+	cb_policy policy;
+	int64_t now = clock_realtime_ms();
+	ct_view view;
+
+	circuit_table_get(srv.table, name, now, &view, NULL);
+	conf_policy(cfg, name, view.declared, &policy, &sources, &preset);
+	return op_snapshot_json(name, &view, &policy, preset, &sources, now);
+}
+
+/* A change event; cfg resolves the snapshot's policy. */
+static json_t *
+change_event(const char *name, cb_state from, const char *reason, const cbd_conf *cfg)
+{
+	json_t *snap = snapshot_now(name, cfg);
+
+	if (snap == NULL)
+		return NULL;
+	return json_pack("{s:s, s:s, s:o, s:s}", "event", "change", "from",
+	    breaker_state_name(from), "snapshot", snap, "reason", reason);
+}
+
+void
+watch_changed(const char *name, const ct_change *change)
+{
+	if (change->reason == CB_REASON_NONE || watchers == NULL || !watched(name))
+		return;
+	event_broadcast(name,
+	    change_event(name, change->from, breaker_reason_text(change->reason), &srv.conf));
+}
+
+void
+watch_deleted(const char *name, const char *reason)
+{
+	if (watchers == NULL || !watched(name))
+		return;
+	event_broadcast(name,
+	    json_pack("{s:s, s:s, s:s}", "event", "delete", "name", name, "reason", reason));
+}
+
+/* What policies_visit compares. */
+typedef struct reload_walk {
+	const cbd_conf *old, *fresh;
+} reload_walk;
+
+static void
+policies_visit(const char *name, const ct_view *view, void *arg)
+{
+	reload_walk *rw = arg;
+	const char *p_old, *p_new;
+	cb_policy a, b;
+
+	if (!watched(name))
+		return;
+	conf_policy(rw->old, name, view->declared, &a, NULL, &p_old);
+	conf_policy(rw->fresh, name, view->declared, &b, NULL, &p_new);
+	if (memcmp(&a, &b, sizeof a) == 0 &&
+	    (p_old == p_new || (p_old != NULL && p_new != NULL && strcmp(p_old, p_new) == 0)))
+		return;
+	event_broadcast(name, change_event(name, view->snap.state, "policy reloaded", rw->fresh));
+}
+
+void
+watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
+{
+	reload_walk rw = { old, fresh };
+	watch_name *n, *tmp;
+	watcher *w, *wtmp;
+	bool all = false;
+
+	if (watchers == NULL)
+		return;
+	HASH_ITER (hh, watchers, w, wtmp)
+		all = all || w->all;
+	if (all) {
+		circuit_table_foreach(srv.table, clock_realtime_ms(), policies_visit, &rw);
+		return;
+	}
+	/* Only the watched names: a reload need not walk a million circuits. */
+	HASH_ITER (hh, names, n, tmp) {
+		ct_view view;
+
+		circuit_table_get(srv.table, n->name, clock_realtime_ms(), &view, NULL);
+		policies_visit(n->name, &view, &rw);
+	}
+}
+
+void
+watch_request_begin(server_client *c)
+{
+	current = c;
+}
+
+void
+watch_request_end(server_client *c)
+{
+	watcher *w = watcher_find(c);
+	json_t *pending;
+	size_t i;
+	json_t *event;
+
+	current = NULL;
+	if (w == NULL || w->pending == NULL)
+		return;
+	pending = w->pending;
+	w->pending = NULL;
+	json_array_foreach (pending, i, event) {
+		json_incref(event);
+		server_client_reply(c, event);
+		stats.watch_events++;
+	}
+	json_decref(pending);
+	watcher_trim(w);
+}
+
+void
+watch_forget(server_client *c)
+{
+	watcher *w = watcher_find(c);
+
+	if (w == NULL)
+		return;
+	watcher_unwatch(w, NULL);
+	json_decref(w->pending);
+	w->pending = NULL;
+	watcher_trim(w);
+}
+
+unsigned
+watch_watchers(void)
+{
+	return watcher_count;
+}
+
+void
+watch_free(void)
+{
+	watcher *w, *tmp;
+
+	HASH_ITER (hh, watchers, w, tmp)
+		watch_forget(w->conn);
+	current = NULL;
+}
+
+/* ---- the ops ---------------------------------------------------------- */
+
+/* The request's names (an array of valid names) or all: true. */
+static bool
+watch_targets(op_call *call, const json_t **list, bool *all)
+{
+	const json_t *v = json_object_get(call->request, "all");
+	char field[32];
+	size_t i;
+	json_t *n;
+
+	*all = json_is_true(v);
+	if (v != NULL && !json_is_null(v) && !json_is_boolean(v))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "all must be true or false");
+	*list = json_object_get(call->request, "names");
+	if (json_is_null(*list))
+		*list = NULL;
+	if (*list == NULL && !*all)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names or all: true is required");
+	if (*list != NULL && !json_is_array(*list))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names must be an array of names");
+	json_array_foreach (*list, i, n) {
+		const char *why;
+
+		snprintf(field, sizeof field, "names[%zu]", i);
+		if (!json_is_string(n) ||
+		    !proto_name_valid(json_string_value(n), json_string_length(n), &why))
+			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s %s", field,
+			    json_is_string(n) ? why : "must be a string");
+	}
+	return true;
+}
+
+/* What the snapshots of a watch reply collect. */
+typedef struct snap_walk {
+	json_t *snapshots;
+	size_t budget;
+	bool truncated;
+	bool nomem;
+} snap_walk;
+
+static void
+snap_add(snap_walk *sw, json_t *snap)
+{
+	size_t cost;
+
+	if (snap == NULL) {
+		sw->nomem = true;
+		return;
+	}
+	cost = json_dumpb(snap, NULL, 0, JSON_COMPACT) + 1;
+	if (sw->truncated || cost > sw->budget) {
+		sw->truncated = true;
+		json_decref(snap);
+		return;
+	}
+	sw->budget -= cost;
+	if (json_array_append_new(sw->snapshots, snap) != 0)
+		sw->nomem = true;
+}
+
+static void
+snap_visit(const char *name, const ct_view *view, void *arg)
+{
+	proto_policy_sources sources;
+	const char *preset;
+	cb_policy policy;
+
+	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
+	snap_add(arg, op_snapshot_json(name, view, &policy, preset, &sources, clock_realtime_ms()));
+}
+
+bool
+op_watch(op_call *call)
+{
+	snap_walk sw = { .snapshots = json_array() };
+	size_t queued = call->client->out_len - call->client->out_off, i;
+	const json_t *list;
+	watcher *w;
+	json_t *n;
+	bool all;
+
+	if (!watch_targets(call, &list, &all)) {
+		json_decref(sw.snapshots);
+		return false;
+	}
+	w = watcher_need(call->client);
+	if (w == NULL || sw.snapshots == NULL) {
+		json_decref(sw.snapshots);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	/* Like list: the snapshots fit in half of max_output_bytes with what
+	 * is queued; more is cut (truncated: true). */
+	sw.budget = (size_t)srv.conf.max_output_bytes / 2;
+	sw.budget = sw.budget > queued + WATCH_ENVELOPE_BYTES
+	    ? sw.budget - queued - WATCH_ENVELOPE_BYTES
+	    : 0;
+	if (all) {
+		w->all = true;
+		circuit_table_foreach(srv.table, clock_realtime_ms(), snap_visit, &sw);
+	}
+	json_array_foreach (list, i, n) {
+		if (!watcher_watch(w, json_string_value(n))) {
+			sw.nomem = true;
+			break;
+		}
+		if (!all)
+			snap_add(&sw, snapshot_now(json_string_value(n), &srv.conf));
+	}
+	watcher_trim(w);
+	if (sw.nomem) {
+		json_decref(sw.snapshots);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (sw.truncated)
+		stats_limit_hit(STATS_LIMIT_LIST);
+	if (json_object_set_new(call->reply, "snapshots", sw.snapshots) != 0 ||
+	    (sw.truncated && json_object_set_new(call->reply, "truncated", json_true()) != 0))
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+bool
+op_unwatch(op_call *call)
+{
+	watcher *w = watcher_find(call->client);
+	const json_t *list;
+	size_t i;
+	json_t *n;
+	bool all;
+
+	if (!watch_targets(call, &list, &all))
+		return false;
+	if (w == NULL)
+		return true;
+	if (all)
+		watcher_unwatch(w, NULL);
+	json_array_foreach (list, i, n)
+		watcher_unwatch(w, json_string_value(n));
+	watcher_trim(w);
+	return true;
+}

@@ -1,0 +1,42 @@
+/*
+ * watch.h — watch and unwatch (protocol 2, §5): which connections watch
+ * which circuits, and the event lines they are sent after every state
+ * change, hold change, policy change and delete. An event caused by a
+ * request reaches that request's own connection after the request's reply.
+ * A watcher that cannot keep up is dropped by the connection's output
+ * bound (max_output_bytes), never buffered without bound.
+ */
+#ifndef CBD_WATCH_H
+#define CBD_WATCH_H
+
+#include <stdbool.h>
+
+#include "circuit-table.h"
+#include "conf.h"
+#include "server-client.h"
+
+/* The request being answered on c: events for c wait for its reply. */
+void watch_request_begin(server_client *c);
+/* The reply went out: send c's waiting events. */
+void watch_request_end(server_client *c);
+
+/* A change of name's state or hold (reason NONE: nothing to send). */
+void watch_changed(const char *name, const ct_change *change);
+
+/* name was dropped: reason "deleted" or "reclaimed". */
+void watch_deleted(const char *name, const char *reason);
+
+/* A reload replaced old by fresh: a change event (from = the state then)
+ * for every watched circuit whose effective policy changed. */
+void watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh);
+
+/* c closed: its watches end. */
+void watch_forget(server_client *c);
+
+/* Connections watching something now (stats). */
+unsigned watch_watchers(void);
+
+/* Free everything (exit). */
+void watch_free(void);
+
+#endif

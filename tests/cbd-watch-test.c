@@ -1,0 +1,250 @@
+/*
+ * cbd-watch-test.c — protocol 2's watch/unwatch events (§5) and noreply
+ * (§6) against a real cbd: change events after state and hold changes,
+ * after the reply of the request that caused them, none for counts;
+ * delete and reclaim events; watch all; unwatch; policy changes on reload;
+ * a watcher that does not read is dropped; noreply writes nothing.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "cbd-harness.h"
+#include "check-run.h"
+#include "daemon-util.h"
+
+static cbd_harness h;
+static int a = -1, b = -1;
+
+static void
+start(const char *config)
+{
+	ck_assert_msg(harness_start(&h, config), "cbd did not start");
+	a = harness_connect(&h);
+	b = harness_connect(&h);
+	ck_assert(a >= 0 && b >= 0);
+}
+
+static void
+teardown(void)
+{
+	if (a >= 0)
+		close(a);
+	if (b >= 0)
+		close(b);
+	a = b = -1;
+	harness_stop(&h);
+}
+
+/* The next line on fd, parsed. */
+static json_t *
+next_line(int fd)
+{
+	char line[UTIL_REPLY_SIZE];
+	json_t *v;
+
+	ck_assert_msg(util_read_line(fd, line, sizeof line), "no line");
+	v = json_loads(line, 0, NULL);
+	ck_assert_msg(v != NULL, "not JSON: %s", line);
+	return v;
+}
+
+/* Send a request on fd without reading anything. */
+static void
+send_line(int fd, const char *line)
+{
+	ck_assert(util_write_all(fd, line, strlen(line)));
+	ck_assert(util_write_all(fd, "\n", 1));
+}
+
+static void
+expect_event(int fd, const char *event, const char *name, const char *from, const char *state)
+{
+	json_t *e = next_line(fd);
+
+	ck_assert_msg(json_object_get(e, "ok") == NULL, "an event carries no ok");
+	ck_assert_str_eq(util_str(e, "event"), event);
+	if (strcmp(event, "delete") == 0) {
+		ck_assert_str_eq(util_str(e, "name"), name);
+	} else {
+		ck_assert_str_eq(util_str(e, "snapshot.name"), name);
+		ck_assert_str_eq(util_str(e, "from"), from);
+		ck_assert_str_eq(util_str(e, "snapshot.state"), state);
+		ck_assert_ptr_nonnull(util_str(e, "reason"));
+	}
+	json_decref(e);
+}
+
+/* The next line on fd is the reply with this id. */
+static void
+expect_reply(int fd, int id)
+{
+	json_t *r = next_line(fd);
+
+	ck_assert_msg(util_bool(r, "ok") && util_int(r, "id") == id, "not reply %d", id);
+	json_decref(r);
+}
+
+START_TEST(test_change_events)
+{
+	json_t *r;
+
+	start("[defaults]\nfailure_threshold = 2\n");
+	r = util_call(a, "{\"op\":\"watch\",\"names\":[\"pay\",\"other\"]}");
+	ck_assert(util_bool(r, "ok"));
+	ck_assert_int_eq(json_array_size(json_object_get(r, "snapshots")), 2);
+	ck_assert_str_eq(util_str(r, "snapshots.0.state"), "closed"); /* not stored: initial */
+	json_decref(r);
+	/* A count change sends nothing; the trip does. */
+	json_decref(util_call(b, "{\"op\":\"record_failure\",\"name\":\"pay\"}"));
+	json_decref(util_call(b, "{\"op\":\"record_failure\",\"name\":\"pay\"}"));
+	expect_event(a, "change", "pay", "closed", "open");
+	/* Unwatched names send nothing: the next line is a's own reply. */
+	json_decref(
+	    util_call(b, "{\"op\":\"set_state\",\"name\":\"elsewhere\",\"state\":\"open\"}"));
+	send_line(a, "{\"id\":1,\"op\":\"get\",\"name\":\"pay\"}");
+	expect_reply(a, 1);
+	/* A hold on the same state is a change too (from = the state). */
+	json_decref(util_call(b,
+	    "{\"op\":\"set_state\",\"name\":\"pay\",\"state\":\"open\",\"hold\":true}"));
+	expect_event(a, "change", "pay", "open", "open");
+	/* The event of a's own request comes after its reply. */
+	send_line(a, "{\"id\":2,\"op\":\"release\",\"name\":\"pay\"}");
+	expect_reply(a, 2);
+	expect_event(a, "change", "pay", "open", "half_open");
+	/* delete */
+	json_decref(util_call(b, "{\"op\":\"delete\",\"name\":\"pay\"}"));
+	expect_event(a, "delete", "pay", NULL, NULL);
+	/* unwatch: silence. */
+	send_line(a, "{\"id\":3,\"op\":\"unwatch\",\"names\":[\"pay\",\"other\"]}");
+	expect_reply(a, 3);
+	json_decref(util_call(b, "{\"op\":\"set_state\",\"name\":\"pay\",\"state\":\"open\"}"));
+	send_line(a, "{\"id\":4,\"op\":\"get\",\"name\":\"pay\"}");
+	expect_reply(a, 4);
+	r = util_call(b, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "watch_events"), 4);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_watch_all_reclaim_and_reload)
+{
+	json_t *r;
+	FILE *f;
+
+	start("[cbd]\nidle_reclaim_ms = 200\n");
+	r = util_call(a, "{\"op\":\"watch\",\"all\":true}");
+	ck_assert(util_bool(r, "ok"));
+	json_decref(r);
+	json_decref(util_call(b, "{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}"));
+	expect_event(a, "change", "x", "closed", "open");
+	/* A closed circuit left idle is reclaimed: a delete event. */
+	json_decref(util_call(b, "{\"op\":\"record_success\",\"name\":\"idle\"}"));
+	{
+		json_t *e = next_line(a);
+
+		ck_assert_str_eq(util_str(e, "event"), "delete");
+		ck_assert_str_eq(util_str(e, "name"), "idle");
+		ck_assert_str_eq(util_str(e, "reason"), "reclaimed");
+		json_decref(e);
+	}
+	/* A reload that changes x's policy. */
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[cbd]\nidle_reclaim_ms = 200\n[circuit \"x\"]\nbreak_ms = 1234\n", f);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	{
+		json_t *e = next_line(a);
+
+		ck_assert_str_eq(util_str(e, "event"), "change");
+		ck_assert_str_eq(util_str(e, "reason"), "policy reloaded");
+		ck_assert_int_eq(util_int(e, "snapshot.policy.break_ms"), 1234);
+		ck_assert_str_eq(util_str(e, "from"), "open");
+		json_decref(e);
+	}
+	r = util_call(a, "{\"op\":\"watch\"}");
+	ck_assert_str_eq(util_code(r), "bad_request");
+	json_decref(r);
+	r = util_call(a, "{\"op\":\"watch\",\"names\":[\"ok\",\"bad\\u0001\"]}");
+	ck_assert_str_eq(util_code(r), "bad_request");
+	ck_assert_ptr_nonnull(strstr(util_str(r, "error.message"), "names[1]"));
+	json_decref(r);
+}
+END_TEST
+
+/* A watcher that never reads is dropped once its unsent output passes
+ * max_output_bytes; the others go on. */
+START_TEST(test_slow_watcher_dropped)
+{
+	char line[512];
+	json_t *r;
+
+	start("[cbd]\nmax_output_bytes = 65536\n");
+	send_line(a, "{\"op\":\"watch\",\"all\":true}");
+	for (int i = 0; i < 400; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"set_state\",\"name\":\"c%d\",\"state\":\"open\",\"noreply\":true}",
+		    i);
+		send_line(b, line);
+	}
+	ck_assert(util_stats_reach(b, "limits.max_output_bytes", 1));
+	r = util_call(b, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "connections.current"), 1);
+	ck_assert_int_eq(util_int(r, "circuits"), 400);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_noreply)
+{
+	json_t *r;
+
+	start(NULL);
+	send_line(a, "{\"id\":1,\"op\":\"record_failure\",\"name\":\"n\",\"noreply\":true}");
+	send_line(a, "{\"id\":2,\"op\":\"record_failure\",\"name\":\"\",\"noreply\":true}");
+	send_line(a, "{\"id\":3,\"op\":\"fly\",\"noreply\":true}");
+	/* noreply: false, and ops that always answer. */
+	send_line(a, "{\"id\":4,\"op\":\"record_failure\",\"name\":\"n\",\"noreply\":false}");
+	expect_reply(a, 4);
+	send_line(a, "{\"id\":5,\"op\":\"hello\",\"noreply\":true}");
+	expect_reply(a, 5);
+	send_line(a, "{\"id\":6,\"op\":\"stats\",\"noreply\":true}");
+	expect_reply(a, 6);
+	send_line(a, "{\"id\":7,\"op\":\"list\",\"noreply\":true}");
+	expect_reply(a, 7);
+	/* Not an object: answered as usual. */
+	send_line(a, "[\"noreply\",true]");
+	r = next_line(a);
+	ck_assert_str_eq(util_code(r), "parse_error");
+	json_decref(r);
+	r = util_call(b, "{\"op\":\"get\",\"name\":\"n\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 2);
+	json_decref(r);
+	r = util_call(b, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "noreply"), 3);
+	ck_assert_int_eq(util_int(r, "errors.bad_request"), 1);
+	ck_assert_int_eq(util_int(r, "errors.unknown_op"), 1);
+	json_decref(r);
+}
+END_TEST
+
+int
+main(void)
+{
+	Suite *s = suite_create("watch");
+	TCase *tc = tcase_create("watch");
+
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_add_test(tc, test_change_events);
+	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
+	tcase_add_test(tc, test_slow_watcher_dropped);
+	tcase_add_test(tc, test_noreply);
+	suite_add_tcase(s, tc);
+	return check_run(s, NULL);
+}
