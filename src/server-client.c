@@ -143,9 +143,10 @@ out_reserve(server_client *c, size_t need)
 	return true;
 }
 
-/* Write what the socket takes now. False when the connection failed (it
- * is closed then). Never moves the buffer. */
-static bool
+/* Write what the socket takes now. Returns 0, or the errno of a failed
+ * write (closing the connection is left to the caller). Never moves the
+ * buffer. */
+static int
 out_send(server_client *c)
 {
 	while (c->out_off < c->out_len) {
@@ -163,10 +164,9 @@ out_send(server_client *c)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
-		server_client_close(c, n < 0 ? strerror(errno) : "write failed");
-		return false;
+		return n < 0 ? errno : EPIPE;
 	}
-	return true;
+	return 0;
 }
 
 /* Discard the unsent whole lines of c's output; the rest of a line already
@@ -201,15 +201,14 @@ server_client_drop(server_client *c, const char *why)
 	if (c->state == SERVER_CLIENT_DEAD)
 		return;
 	event_del(c->read_ev);
+	evtimer_del(c->turn_ev);
 	out_cut(c);
-	if (c->out_off == c->out_len) {
-		server_client_close(c, why);
-		return;
-	}
-	log_debug("connection %llu: dropping (%s) after the rest of a line",
-	    (unsigned long long)c->id, why);
+	log_debug("connection %llu: dropped (%s)%s", (unsigned long long)c->id, why,
+	    c->out_off < c->out_len ? " after the rest of a line" : "");
 	server_client_set_state(c, SERVER_CLIENT_CLOSING);
-	server_client_flush(c);
+	/* Closed by its own write event, never here: the caller may be
+	 * walking connections (a reply to a watcher, the drain). */
+	event_active(c->write_ev, EV_WRITE, 1);
 }
 
 void
@@ -239,8 +238,11 @@ server_client_reply(server_client *c, json_t *reply)
 	}
 	if (c->out_len - c->out_off + n + 1 > max) {
 		/* Only bytes the socket does not take count: send first. */
-		if (!out_send(c)) {
+		int err = out_send(c);
+
+		if (err != 0) {
 			json_decref(reply);
+			server_client_drop(c, strerror(err));
 			return;
 		}
 		if (c->out_len - c->out_off + n + 1 > max) {
@@ -284,8 +286,15 @@ write_arm(server_client *c, bool on)
 void
 server_client_flush(server_client *c)
 {
-	if (c->state == SERVER_CLIENT_DEAD || !out_send(c))
+	int err;
+
+	if (c->state == SERVER_CLIENT_DEAD)
 		return;
+	err = out_send(c);
+	if (err != 0) {
+		server_client_close(c, strerror(err));
+		return;
+	}
 	if (c->out_off < c->out_len) {
 		write_arm(c, true);
 		return;

@@ -114,7 +114,8 @@ void server_client_free(server_client *c);
 void server_client_drain(server_client *c);
 
 /* Stop answering c: no more reading, unsent whole lines discarded, closed
- * once the line already partly written is (at once when there is none). */
+ * (by its own write event, never inside the call) once the line already
+ * partly written is. */
 void server_client_drop(server_client *c, const char *why);
 
 #endif

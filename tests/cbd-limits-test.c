@@ -115,7 +115,7 @@ sleep_ms(int ms)
 static void
 pipeline_ok(int fd, const char *before, const char *after, int n)
 {
-	enum { BATCH = 500 };
+	enum { BATCH = 100 }; /* replies of a batch fit max_output_bytes */
 	static char buf[BATCH * 256], reply[65536];
 
 	for (int i = 0; i < n; i += BATCH) {
@@ -570,13 +570,13 @@ END_TEST
  * one partly written: the reader gets only whole lines, then EOF. */
 START_TEST(test_whole_lines_at_shutdown)
 {
-	enum { N = 8000, SLOW_CHUNK = 4096, SLOW_PAUSE_MS = 200, DRAIN_MS = 5000 };
+	enum { N = 3000, SLOW_CHUNK = 4096, SLOW_PAUSE_MS = 200, DRAIN_MS = 5000 };
 	long long slow_until;
 	size_t got, len = 0;
 	char *buf;
 	int s, lines;
 
-	start_logged("[cbd]\nmax_output_bytes = 4194304\n", NULL);
+	start_logged("[cbd]\nmax_output_bytes = 16777216\n", NULL);
 	s = connect_ok(&h);
 	buf = malloc((size_t)N * 64);
 	ck_assert_ptr_nonnull(buf);
