@@ -16,6 +16,10 @@
 #include <unistd.h>
 
 #include <ini.h>
+/* Out of memory in uthash fails the load instead of exiting cbd. */
+#define HASH_NONFATAL_OOM 1
+static int conf_hash_oom;
+#define uthash_nonfatal_oom(obj) (conf_hash_oom = 1)
 #include <uthash.h>
 
 #include "circuit-table.h"
@@ -272,7 +276,12 @@ named_section(conf_circuit **sections, const char *name, int line)
 		return NULL;
 	memcpy(c->name, name, len + 1);
 	c->line = line;
+	conf_hash_oom = 0;
 	HASH_ADD_KEYPTR(hh, *sections, c->name, len, c);
+	if (conf_hash_oom) {
+		free(c);
+		return NULL;
+	}
 	return c;
 }
 
@@ -552,9 +561,10 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 		return false;
 	}
 	cfg->path = strdup(path);
-	ld.file = fopen(path, "r");
-	if (cfg->path == NULL || ld.file == NULL) {
-		snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+	ld.file = cfg->path != NULL ? fopen(path, "r") : NULL;
+	if (ld.file == NULL) {
+		snprintf(err, err_size, "%s: cannot open: %s", path,
+		    cfg->path == NULL ? "out of memory" : strerror(errno));
 		conf_free(cfg);
 		return false;
 	}
@@ -725,7 +735,7 @@ conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid)
 	return false;
 }
 
-void
+bool
 conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
 {
 	for (size_t i = 0; i < KEY_COUNT; i++) {
@@ -759,11 +769,12 @@ conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
 			    key->name, *f);
 			copy = strdup(*f);
 			if (copy == NULL)
-				fatal("out of memory");
+				return false;
 			free(*t);
 			*t = copy;
 			break;
 		}
 		}
 	}
+	return true;
 }

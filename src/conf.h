@@ -106,8 +106,9 @@ void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declare
 const proto_ctx *conf_preset_find(const cbd_conf *cfg, const char *name);
 
 /* Keys SIGHUP may not change: keep old's value in fresh, warning when
- * the file asked for another one. */
-void conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old);
+ * the file asked for another one. False when out of memory (fresh must
+ * then be freed, not used). */
+bool conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old);
 
 /* Is a peer with this uid/gid an admin (uid 0 and cbd's own uid included)? */
 bool conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid);

@@ -418,9 +418,11 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	}
 	call.reply = proto_reply_ok(id);
 	if (call.reply == NULL)
-		fatal("out of memory building a reply");
-	watch_request_begin(c);
-	ok = op_run(&call, op);
+		proto_fail(&call.err, PROTO_INTERNAL, "out of memory");
+	else {
+		watch_request_begin(c);
+		ok = op_run(&call, op);
+	}
 reply:
 	if (ok) {
 		if (noreply) {
@@ -430,16 +432,23 @@ reply:
 			server_client_reply(c, call.reply);
 		}
 	} else {
+		json_t *error;
+
 		json_decref(call.reply);
 		stats.errors[call.err.code]++;
 		if (op != NULL)
 			stats.op_errors[op - ops]++;
 		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
 		    proto_code_name(call.err.code), call.err.message);
-		if (noreply)
+		if (noreply) {
 			stats.noreply++;
-		else
-			server_client_reply(c, proto_reply_error(id, &call.err));
+		} else {
+			error = proto_reply_error(id, &call.err);
+			if (error != NULL)
+				server_client_reply(c, error);
+			else
+				server_client_reply_oom(c, id);
+		}
 	}
 	/* Events this request caused reach its own connection after it. */
 	watch_request_end(c);

@@ -863,6 +863,12 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 	char key[64];
 
 	request = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	/* jansson leaves no error text when it runs out of memory. */
+	if (request == NULL &&
+	    (jerr.text[0] == '\0' || json_error_code(&jerr) == json_error_out_of_memory)) {
+		proto_fail(err, PROTO_INTERNAL, "out of memory decoding the request");
+		return NULL;
+	}
 	if (request == NULL) {
 		/* jansson holds integers in int64 and reals in doubles and refuses
 		 * larger ones as a syntax error; the spec calls an out-of-range
@@ -950,11 +956,19 @@ proto_reply_error(const json_t *id, const proto_error *err)
 	 * sequence: shorten it until it is valid. */
 	while (message == NULL && len > 0)
 		message = json_stringn(err->message, --len);
-	if ((id != NULL && json_object_set(reply, "id", (json_t *)id) != 0) ||
-	    json_object_set_new(reply, "ok", json_false()) != 0 ||
-	    json_object_set_new(reply, "error",
-		json_pack("{s:s, s:o}", "code", proto_code_name(err->code), "message", message)) !=
-		0) {
+	/* json_pack takes message ("o") even when it fails. */
+	json_t *error = message != NULL
+	    ? json_pack("{s:s, s:o}", "code", proto_code_name(err->code), "message", message)
+	    : NULL;
+
+	if (error == NULL || (id != NULL && json_object_set(reply, "id", (json_t *)id) != 0) ||
+	    json_object_set_new(reply, "ok", json_false()) != 0) {
+		json_decref(error);
+		json_decref(reply);
+		return NULL;
+	}
+	/* json_object_set_new takes error even when it fails. */
+	if (json_object_set_new(reply, "error", error) != 0) {
 		json_decref(reply);
 		return NULL;
 	}

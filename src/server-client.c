@@ -149,6 +149,8 @@ out_reserve(server_client *c, size_t need)
 static int
 out_send(server_client *c)
 {
+	if (c->fd < 0)
+		return 0; /* no socket (the fuzz targets' connections) */
 	while (c->out_off < c->out_len) {
 		size_t len = c->out_len - c->out_off;
 		ssize_t n = write(c->fd, c->out + c->out_off,
@@ -211,10 +213,69 @@ server_client_drop(server_client *c, const char *why)
 	event_active(c->write_ev, EV_WRITE, 1);
 }
 
+/* Would `len` more bytes take c's unsent output past max_output_bytes,
+ * once what the socket takes now is sent? Then c is dropped (counted). */
+static bool
+out_over_bound(server_client *c, size_t len)
+{
+	size_t max = (size_t)srv.conf.max_output_bytes;
+	int err;
+
+	if (c->out_len - c->out_off + len <= max)
+		return false;
+	/* Only bytes the socket does not take count: send first. */
+	err = out_send(c);
+	if (err != 0) {
+		server_client_drop(c, strerror(err));
+		return true;
+	}
+	if (c->out_len - c->out_off + len <= max)
+		return false;
+	stats_limit_hit(STATS_LIMIT_OUTPUT);
+	log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu unread would "
+		    "pass max_output_bytes (%lld)",
+	    (unsigned long long)c->id, len, c->out_len - c->out_off,
+	    (long long)srv.conf.max_output_bytes);
+	server_client_drop(c, "max_output_bytes reached");
+	return true;
+}
+
+void
+server_client_reply_oom(server_client *c, const json_t *id)
+{
+	static const char body[] =
+	    "\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
+	char id_text[SERVER_CLIENT_OOM_ID_MAX];
+	size_t id_len = 0, len;
+
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	/* Dumping an integer or a string allocates nothing. */
+	if (id != NULL)
+		id_len = json_dumpb(id, id_text, sizeof id_text, JSON_ENCODE_ANY | JSON_COMPACT);
+	if (id_len > sizeof id_text)
+		id_len = 0;
+	len = 1 + (id_len > 0 ? 5 + id_len + 1 : 0) + sizeof body - 1;
+	if (out_over_bound(c, len))
+		return;
+	if (!out_reserve(c, len)) {
+		server_client_nomem(c, "for an out-of-memory reply");
+		return;
+	}
+	c->out[c->out_len++] = '{';
+	if (id_len > 0) {
+		memcpy(c->out + c->out_len, "\"id\":", 5);
+		memcpy(c->out + c->out_len + 5, id_text, id_len);
+		c->out_len += 5 + id_len;
+		c->out[c->out_len++] = ',';
+	}
+	memcpy(c->out + c->out_len, body, sizeof body - 1);
+	c->out_len += sizeof body - 1;
+}
+
 void
 server_client_reply(server_client *c, json_t *reply)
 {
-	size_t max = (size_t)srv.conf.max_output_bytes;
 	size_t n;
 
 	if (c->state != SERVER_CLIENT_OPEN) {
@@ -222,7 +283,7 @@ server_client_reply(server_client *c, json_t *reply)
 		return;
 	}
 	if (reply == NULL) {
-		server_client_nomem(c, "building a reply");
+		server_client_reply_oom(c, NULL);
 		return;
 	}
 	if (!out_reserve(c, SERVER_CLIENT_REPLY_GUESS)) {
@@ -231,30 +292,9 @@ server_client_reply(server_client *c, json_t *reply)
 		return;
 	}
 	n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
-	if (n == 0) {
+	if (n > 0 && out_over_bound(c, n + 1)) {
 		json_decref(reply);
-		server_client_nomem(c, "serializing a reply");
 		return;
-	}
-	if (c->out_len - c->out_off + n + 1 > max) {
-		/* Only bytes the socket does not take count: send first. */
-		int err = out_send(c);
-
-		if (err != 0) {
-			json_decref(reply);
-			server_client_drop(c, strerror(err));
-			return;
-		}
-		if (c->out_len - c->out_off + n + 1 > max) {
-			json_decref(reply);
-			stats_limit_hit(STATS_LIMIT_OUTPUT);
-			log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu "
-				    "unread would pass max_output_bytes (%lld)",
-			    (unsigned long long)c->id, n + 1, c->out_len - c->out_off,
-			    (long long)srv.conf.max_output_bytes);
-			server_client_drop(c, "max_output_bytes reached");
-			return;
-		}
 	}
 	if (n > c->out_cap - c->out_len - 1) {
 		if (!out_reserve(c, n + 1)) {
@@ -264,6 +304,12 @@ server_client_reply(server_client *c, json_t *reply)
 		}
 		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1,
 		    JSON_COMPACT);
+	}
+	/* jansson allocates while dumping an object: 0 is out of memory. */
+	if (n == 0 || n > c->out_cap - c->out_len - 1) {
+		server_client_reply_oom(c, json_object_get(reply, "id"));
+		json_decref(reply);
+		return;
 	}
 	json_decref(reply);
 	c->out_len += n;

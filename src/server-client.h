@@ -26,6 +26,9 @@
 #define SERVER_CLIENT_TURN_MS 2
 /* Reads of pending input when shutting down, at most. */
 #define SERVER_CLIENT_DRAIN_READS 16
+/* Longest id (as JSON) echoed by an out-of-memory reply; longer ones are
+ * left out of it. */
+#define SERVER_CLIENT_OOM_ID_MAX 256
 /* Output buffer kept after a flush; a larger one is freed. */
 #define SERVER_CLIENT_OUT_KEEP 65536
 /* Bytes handed to one write(), at most: the kernel queues each write as
@@ -93,11 +96,17 @@ void server_client_idle_schedule(server_client *c);
 /* Change the state, logging old -> new at debug. */
 void server_client_set_state(server_client *c, server_client_state state);
 
-/* Append a reply line (compact JSON + LF) to c's output. Steals reply
- * (NULL: out of memory building it). Ignored unless c is open. A reply
- * that would take the unsent output past max_output_bytes, or that cannot
- * be stored for lack of memory, drops the connection instead. */
+/* Append a reply line (compact JSON + LF) to c's output. Steals reply.
+ * Ignored unless c is open. A NULL reply, or one that cannot be serialized
+ * (out of memory), is answered as by server_client_reply_oom. A reply that
+ * would take the unsent output past max_output_bytes, or that cannot be
+ * stored for lack of memory, drops the connection instead. */
 void server_client_reply(server_client *c, json_t *reply);
+
+/* Append an `internal` error line built without allocating: what a
+ * request gets when its reply cannot be built. Echoes id (may be NULL)
+ * when its JSON fits SERVER_CLIENT_OOM_ID_MAX bytes. */
+void server_client_reply_oom(server_client *c, const json_t *id);
 
 /* Write pending output now; arms EV_WRITE when the socket is full. */
 void server_client_flush(server_client *c);

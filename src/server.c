@@ -604,8 +604,11 @@ server_reload(void)
 	} else if (!conf_load(srv.conf_path, &fresh, err, sizeof err)) {
 		stats.reload_failures++;
 		log_error("reload failed, keeping the old configuration: %s", err);
+	} else if (!conf_keep_fixed(&fresh, &srv.conf)) {
+		conf_free(&fresh);
+		stats.reload_failures++;
+		log_error("reload failed, keeping the old configuration: out of memory");
 	} else {
-		conf_keep_fixed(&fresh, &srv.conf);
 		watch_policies_reloaded(&srv.conf, &fresh);
 		conf_free(&srv.conf);
 		srv.conf = fresh;

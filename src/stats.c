@@ -70,10 +70,16 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 		json_decref(limits);
 		return false;
 	}
-	return json_object_set_new(reply, "uptime_ms",
-		   json_integer(clock_monotonic_ms() - stats.started_mono)) == 0 &&
+	/* Each container is handed over once whatever failed before it
+	 * (json_object_set_new takes its value even when it fails). */
+	ok = json_object_set_new(reply, "connections", conns) == 0;
+	ok = json_object_set_new(reply, "ops", ops) == 0 && ok;
+	ok = json_object_set_new(reply, "errors", errors) == 0 && ok;
+	ok = json_object_set_new(reply, "limits", limits) == 0 && ok;
+	return ok &&
+	    json_object_set_new(reply, "uptime_ms",
+		json_integer(clock_monotonic_ms() - stats.started_mono)) == 0 &&
 	    json_object_set_new(reply, "started_at", json_integer(stats.started_at)) == 0 &&
-	    json_object_set_new(reply, "connections", conns) == 0 &&
 	    set_uint(reply, "circuits", ct.circuits) && set_uint(reply, "slots", ct.slots) &&
 	    set_uint(reply, "slots_expired", ct.slots_expired) &&
 	    set_uint(reply, "requests", stats.requests) &&
@@ -88,8 +94,5 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "state_write_failures", stats.state_write_failures) &&
 	    set_uint(reply, "state_write_pause_max_us", stats.state_write_pause_max_us) &&
 	    set_uint(reply, "reloads", stats.reloads) &&
-	    set_uint(reply, "reload_failures", stats.reload_failures) &&
-	    json_object_set_new(reply, "ops", ops) == 0 &&
-	    json_object_set_new(reply, "errors", errors) == 0 &&
-	    json_object_set_new(reply, "limits", limits) == 0;
+	    set_uint(reply, "reload_failures", stats.reload_failures);
 }

@@ -12,7 +12,7 @@ esac
 passed=0
 failed=0
 for f in "$srcdir"/src/*.[ch] "$srcdir"/client/*.[ch] "$srcdir"/client/examples/*.c \
-	"$srcdir"/tests/*.[ch]; do
+	"$srcdir"/tests/*.[ch] "$srcdir"/tests/fuzz/*.[ch]; do
 	if clang-format --style=file --dry-run -Werror "$f" >/dev/null 2>&1; then
 		passed=$((passed + 1))
 	else
