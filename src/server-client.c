@@ -386,6 +386,8 @@ input_process(server_client *c, size_t budget, int64_t ms)
 	int64_t began = ms > 0 ? clock_monotonic_ms() : 0;
 	bool more = false;
 
+	if (c->in == NULL)
+		return false; /* nothing read yet */
 	/* A connection dropped by one of the lines answers none of the rest. */
 	while (c->state == SERVER_CLIENT_OPEN) {
 		char *nl = memchr(c->in + c->in_scan, '\n', c->in_len - c->in_scan);
