@@ -46,6 +46,7 @@ struct conf_circuit {
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
+#define CONF_IDLE_MAX INT64_C(86400000)
 
 #define CBD_KEY(n, t, lo, hi, def, reload, help)                                                   \
 	{                                                                                          \
@@ -73,6 +74,9 @@ static const conf_key keys[] = {
 	    "most simultaneous client connections; extra ones are refused"),
 	CBD_KEY(max_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_OUTPUT_MAX, "8388608", true,
 	    "replies queued for a client that does not read before it is dropped"),
+	CBD_KEY(client_idle_ms, CONF_INT, 0, CONF_IDLE_MAX, "0", true,
+	    "milliseconds a connection may stay without a request before it is closed (0: "
+	    "never)"),
 	CBD_KEY(admin_users, CONF_USERS, 0, 0, "", true,
 	    "users (names or uids) allowed the admin ops set_state and delete"),
 	CBD_KEY(admin_groups, CONF_GROUPS, 0, 0, "", true,
