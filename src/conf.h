@@ -64,6 +64,7 @@ typedef struct cbd_conf {
 	char *admin_groups;
 	int64_t log_level;
 	int64_t open_warning_interval;
+	int64_t log_timestamps;
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
 	char *state_file;

@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 
 static log_level current_level = LOG_LEVEL_INFO;
+static bool timestamps;
 
 /* Level names, and the syslog priorities journald reads from "<N>". */
 static const struct {
@@ -22,6 +24,12 @@ static const struct {
 	[LOG_LEVEL_INFO] = { "info", 6 },
 	[LOG_LEVEL_DEBUG] = { "debug", 7 },
 };
+
+void
+log_set_timestamps(bool on)
+{
+	timestamps = on;
+}
 
 void
 log_set_level(log_level level)
@@ -79,8 +87,18 @@ log_vwrite(log_level level, const char *fmt, va_list ap)
 	size_t len = 0;
 	int n;
 
-	if (getenv("JOURNAL_STREAM") != NULL)
+	if (getenv("JOURNAL_STREAM") != NULL) {
 		len = (size_t)snprintf(line, sizeof line, "<%d>", levels[level].priority);
+	} else if (timestamps) {
+		struct timespec ts;
+		struct tm tm;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		localtime_r(&ts.tv_sec, &tm);
+		len = strftime(line, sizeof line, "%Y-%m-%d %H:%M:%S", &tm);
+		len += (size_t)snprintf(line + len, sizeof line - len, ".%03ld ",
+		    ts.tv_nsec / 1000000);
+	}
 	len += (size_t)snprintf(line + len, sizeof line - len, "%s: ", levels[level].name);
 	n = vsnprintf(text, sizeof text, fmt, ap);
 	if (n < 0)

@@ -24,6 +24,9 @@ typedef enum log_level {
 #define LOG_QUOTE_SIZE (4 * CT_NAME_MAX + 3)
 
 void log_set_level(log_level level);
+/* Start each line with the local time (ignored under journald, which
+ * stamps lines itself). */
+void log_set_timestamps(bool on);
 log_level log_get_level(void);
 bool log_enabled(log_level level);
 

@@ -518,6 +518,7 @@ typedef struct open_walk {
 	char text[LOG_LINE_MAX / 2];
 	size_t len;
 	uint64_t count;
+	int64_t now; /* the daemon's clock */
 } open_walk;
 
 static void
@@ -525,8 +526,14 @@ open_visit(const char *name, const ct_view *view, void *arg)
 {
 	open_walk *w = arg;
 	char quoted[LOG_QUOTE_SIZE];
+	cb_policy policy;
 
 	if (view->snap.state != CB_STATE_OPEN)
+		return;
+	/* Only circuits still refusing calls: one whose break is over lets
+	 * the next caller try (a held one refuses until its hold ends). */
+	conf_policy(&srv.conf, name, view->declared, &policy, NULL, NULL);
+	if (!view->hold.held && breaker_break_elapsed(&view->snap, &policy, w->now))
 		return;
 	if (w->count++ < SERVER_WARN_NAMES_MAX) {
 		int n = snprintf(w->text + w->len, sizeof w->text - w->len, "%s%s",
@@ -541,7 +548,7 @@ open_visit(const char *name, const ct_view *view, void *arg)
 static void
 server_warn_open(evutil_socket_t fd, short what, void *arg)
 {
-	open_walk w = { .len = 0 };
+	open_walk w = { .len = 0, .now = clock_realtime_ms() };
 
 	circuit_table_foreach_pinned(srv.table, open_visit, &w);
 	if (w.count == 0)
@@ -582,6 +589,7 @@ server_conf_apply(void)
 	circuit_table_set_idle_reclaim(srv.table, srv.conf.idle_reclaim_ms);
 	raise_fd_limit();
 	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
+	log_set_timestamps(srv.conf.log_timestamps != 0);
 	warn_schedule();
 	for (server_client *c = srv.clients; c != NULL; c = c->next)
 		server_client_idle_schedule(c);

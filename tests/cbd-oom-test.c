@@ -566,6 +566,10 @@ oom_suite(void)
 	Suite *s = suite_create("malloc failure sweep");
 	TCase *tc = tcase_create("sweep");
 
+	/* The sweep runs the session once per allocation (about 1200 runs):
+	 * seconds normally, much longer under ASan on a loaded machine. */
+	tcase_set_timeout(tc, 600);
+
 	tcase_add_test(tc, test_reference_session);
 	tcase_add_test(tc, test_sweep);
 	tcase_add_test(tc, test_conf_sweep);
