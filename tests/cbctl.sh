@@ -466,9 +466,37 @@ expect out '^cfg$' "completes circuit names from cbd"
 complete_words "$CBCTL_BINARY" -s "$tmp/nothing.sock" get c
 grep -q . "$tmp/out" && fail "names without cbd: $(cat "$tmp/out")" || pass "no cbd: no names, no noise"
 [ -s "$tmp/err" ] && fail "completion wrote errors: $(cat "$tmp/err")" || pass "completion is quiet"
-if command -v zsh >/dev/null 2>&1; then
+# zsh: an interactive zsh on a pty (zsh/zpty) with _cbctl on its fpath
+# types WORDS and TAB, then a key whose widget writes the command line to a
+# file; keys are handled in order, so the file shows the completed line.
+if command -v zsh >/dev/null 2>&1 && zsh -fc 'zmodload zsh/zpty' 2>/dev/null; then
 	zsh -n "$CBD_SRCDIR/client/completion/_cbctl" 2>"$tmp/err" && pass "zsh completion parses" ||
 		fail "zsh completion: $(cat "$tmp/err")"
+	cat >"$tmp/ztest.zsh" <<'ZSH'
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PS1='> '; fpath=($1 \$fpath); path=($2 \$path); autoload -U compinit; compinit -u -D"
+zpty -w z "dump() { print -r -- \"[\$BUFFER]\" > $3.tmp && mv $3.tmp $3 }; zle -N dump; bindkey '^O' dump"
+zpty -w -n z "$4"$'\t\x0f'
+i=0
+while [[ ! -f $3 && $i -lt 200 ]]; do sleep 0.05; i=$((i + 1)); zpty -r -t z chunk; done
+zpty -d z
+ZSH
+	# zcomplete WORDS EXPECTED
+	zcomplete() {
+		rm -f "$tmp/zline"
+		timeout 20 zsh -f "$tmp/ztest.zsh" "$CBD_SRCDIR/client/completion" \
+			"$(dirname "$CBCTL_BINARY")" "$tmp/zline" "$1" >/dev/null 2>&1
+		if [ "$(cat "$tmp/zline" 2>/dev/null)" = "[$2]" ]; then pass "zsh completes \"$1\""
+		else fail "zsh completion of \"$1\": $(cat "$tmp/zline" 2>/dev/null), wanted [$2]"; fi
+	}
+	zcomplete "cbctl po" "cbctl policy "
+	zcomplete "cbctl list --state h" "cbctl list --state half_open "
+	zcomplete "cbctl stats --a" "cbctl stats --all "
+	zcomplete "cbctl open x --no" "cbctl open x --no-hold "
+	zcomplete "cbctl -s $sock get cf" "cbctl -s $sock get cfg "
+else
+	echo "zsh (with zsh/zpty) not installed: zsh completion not checked"
 fi
 
 # Unreachable: exit 3, naming the socket.
