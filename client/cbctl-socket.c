@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@ cbctl_connect(const cbctl *ctl)
 {
 	const char *path = cbc_conn_socket_path(ctl->conn);
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = CBCTL_CONNECT_TIMEOUT_MS / 1000,
+		.tv_usec = CBCTL_CONNECT_TIMEOUT_MS % 1000 * 1000 };
 	int fd, e;
 
 	if (strlen(path) >= sizeof addr.sun_path) {
@@ -28,11 +31,22 @@ cbctl_connect(const cbctl *ctl)
 		cbctl_errorf("cannot create a socket for %s: %s", path, strerror(errno));
 		return -1;
 	}
+	/* SO_SNDTIMEO bounds a blocking connect (a full backlog). */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
+		cbctl_errorf("cannot set the connect timeout for %s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
 	while (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
 		e = errno;
 		if (e == EINTR)
 			continue;
 		close(fd);
+		if (e == EAGAIN || e == EINPROGRESS) {
+			cbctl_errorf("cannot reach cbd at %s: connecting timed out after %d ms",
+			    path, CBCTL_CONNECT_TIMEOUT_MS);
+			return -1;
+		}
 		cbctl_errorf("cannot reach cbd at %s: %s", path, strerror(e));
 		if (e == EACCES)
 			cbctl_permission_hint();

@@ -17,11 +17,14 @@
 #define MS_PER_HOUR (60 * MS_PER_MINUTE)
 #define MS_PER_DAY (24 * MS_PER_HOUR)
 
+/* Room for a group's members (and the NULL row ending them). */
+#define STATS_GROUP_MEMBERS_MAX 12
+
 /* A group of top-level counters: its heading and its members, each with
  * the label it shows under. */
 typedef struct stats_group {
 	const char *heading;
-	const char *members[12][2]; /* { member, label }, ends at NULL */
+	const char *members[STATS_GROUP_MEMBERS_MAX][2]; /* { member, label }, ends at NULL */
 } stats_group;
 
 static const stats_group groups[] = {

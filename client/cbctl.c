@@ -24,8 +24,8 @@
 #include "cbctl.h"
 
 /* cbctl waits longer than a service would: an operator would rather wait
- * for a large `list` than see a timeout. Both are flags. */
-#define CBCTL_CONNECT_TIMEOUT_MS 1000
+ * for a large `list` than see a timeout (--timeout; the connect timeout is
+ * CBCTL_CONNECT_TIMEOUT_MS in cbctl.h). */
 #define CBCTL_IO_TIMEOUT_MS 10000
 #define CBCTL_TIMEOUT_MAX_MS 3600000
 /* Retry times below this show as seconds ("retry in 59.9s"), longer ones
@@ -647,15 +647,16 @@ cmd_metrics(cbctl *ctl)
 	char *reply = NULL;
 	cbc_error err;
 	cbc_status status = cbc_request(ctl->conn, "{\"op\":\"metrics\"}", &reply, &err);
-	json_t *obj;
+	json_t *obj = status == CBC_OK && reply != NULL ? json_loads(reply, 0, NULL) : NULL;
 	const char *text;
 
 	cbc_free(reply);
 	if (status != CBC_OK)
 		return fail_status(ctl, status, &err);
-	if (ctl->json)
+	if (ctl->json) {
+		json_decref(obj);
 		return print_reply(ctl);
-	obj = cbctl_last_reply(ctl);
+	}
 	text = json_string_value(json_object_get(obj, "text"));
 	if (text == NULL) {
 		json_decref(obj);

@@ -21,6 +21,9 @@ enum {
 	EXIT_UNREACHABLE = 3,
 };
 
+/* How long connecting may take (a cbd too busy to accept). */
+#define CBCTL_CONNECT_TIMEOUT_MS 1000
+
 /* Most options a command may be given (each parsed option takes a row). */
 #define CBCTL_OPTIONS_MAX 16
 /* Room for a command option's name ("--state"). */
