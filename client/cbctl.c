@@ -962,7 +962,13 @@ parse_option(int argc, char **argv, int *i, cbctl *ctl, invocation *inv)
 			if (global_options[g].short_name == arg[1])
 				global = (int)g;
 		if (global < 0 || (arg[2] != '\0' && !global_options[global].has_value)) {
-			errorf("unknown option \"%s\" (cbctl --help lists them)", arg);
+			if (cname != NULL)
+				errorf("%s: unknown option \"%s\" (a NAME starting with - goes "
+				       "after "
+				       "--: cbctl %s -- %s)",
+				    cname, arg, cname, arg);
+			else
+				errorf("unknown option \"%s\" (cbctl --help lists them)", arg);
 			return false;
 		}
 		has_value = global_options[global].has_value;

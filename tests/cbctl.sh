@@ -418,6 +418,8 @@ run 0 "--state=half_open" list --state=half_open
 expect out '^other +half_open' "--state=half_open"
 run 2 "an unknown option before the command" --frobnicate list
 expect err '^cbctl: unknown option "--frobnicate"' "unknown global option named"
+run 2 "a name starting with -" get -x
+expect err '^cbctl: get: unknown option "-x" \(a NAME starting with - goes after --' "the -- hint"
 run 2 "a command that takes no arguments" stats extra
 expect err '^cbctl: stats takes no arguments \(got "extra"\)' "extra argument named"
 run 2 "get without a name says so" get
