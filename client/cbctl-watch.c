@@ -305,7 +305,7 @@ cbctl_cmd_watch(cbctl *ctl)
 		int r;
 
 		/* Lines already read first. */
-		while ((nl = memchr(buf.data, '\n', buf.len)) != NULL) {
+		while (buf.len > 0 && (nl = memchr(buf.data, '\n', buf.len)) != NULL) {
 			size_t line_len = (size_t)(nl - buf.data);
 
 			*nl = '\0';
