@@ -262,6 +262,10 @@ rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy
 	o.half_open_max = 1;
 	o.store = r->store;
 	o.store_policy = policy;
+	/* These rigs test the uncached path, where a breaker reads its own
+	 * writes (a trip is seen by the call that caused it); the cached
+	 * mode has its own tests below. */
+	o.cache = CBC_CACHE_OFF;
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r->rec;
@@ -288,6 +292,7 @@ rig_open_child(rig *r, const char *socket_path, const char *name, int64_t half_o
 	o.half_open_max = half_open_max;
 	o.store = r->store;
 	o.store_policy = CBC_POLICY_REJECT; /* a child must see cbd, not a copy */
+	o.cache = CBC_CACHE_OFF; /* as rig_open */
 	r->b = cbc_breaker_new(&o, NULL);
 	return r->b != NULL;
 }
@@ -578,6 +583,7 @@ START_TEST(breaker_without_options_runs_cbds_policy)
 	cbc_breaker_options_init(&o);
 	o.name = "cfg";
 	o.store = store;
+	o.cache = CBC_CACHE_OFF; /* reads its own trip at once */
 	b = cbc_breaker_new(&o, NULL);
 	ck_assert_ptr_nonnull(b);
 	/* [circuit "cfg"] says 2 failures (the built-in default is 5). */
@@ -674,6 +680,7 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	cbc_breaker_options_init(&o);
 	o.name = "slowpoke";
 	o.store = store;
+	o.cache = CBC_CACHE_OFF; /* reads its own writes at once */
 	o.trip = CBC_TRIP_RATE;
 	o.window_size = 2;
 	o.minimum_calls = 2;
