@@ -47,6 +47,9 @@
 #define CACHE_LINE_MAX (CBC_CACHE_NAMES_MAX * 2048u)
 /* First size of the read and write buffers; they double as needed. */
 #define CACHE_BUF_INITIAL 4096u
+/* How long the last breaker's release waits for queued outcomes to be
+ * written before the connection closes (ms). */
+#define CACHE_CLOSE_FLUSH_MS 200
 /* Names per watch request (keeps each line far below max_line_bytes). */
 #define CACHE_WATCH_BATCH 64u
 
@@ -402,6 +405,27 @@ cache_read(cbci_cache *c)
 	}
 }
 
+/* At release: give queued outcomes up to CACHE_CLOSE_FLUSH_MS to be
+ * written (lock held; released while waiting). */
+static void
+cache_close_flush_locked(cbci_cache *c)
+{
+	int64_t deadline = clock_monotonic_ms() + CACHE_CLOSE_FLUSH_MS;
+
+	cache_flush_locked(c);
+	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
+		struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+		int64_t left = deadline - clock_monotonic_ms();
+
+		if (left <= 0)
+			break;
+		pthread_mutex_unlock(&c->lock);
+		poll(&pfd, 1, (int)left);
+		pthread_mutex_lock(&c->lock);
+		cache_flush_locked(c);
+	}
+}
+
 /* The reader thread: connect, read events, flush output, reconnect. */
 static void *
 cache_thread(void *arg)
@@ -435,6 +459,7 @@ cache_thread(void *arg)
 		pthread_mutex_lock(&c->lock);
 		cache_flush_locked(c);
 	}
+	cache_close_flush_locked(c);
 	cache_disconnect_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
