@@ -14,12 +14,15 @@
  *     loss of the connection: a lost connection invalidates every entry
  *     until the next watch reply re-reads them. Callers only ever read
  *     entries under the cache's lock.
- *   - Outcomes are appended to one output buffer as noreply lines and
- *     sent at once with a non-blocking send; when the socket cannot take
- *     them all, the rest waits in the buffer (later lines join it: one
- *     send carries several) and the reader thread flushes it when the
- *     socket is writable. Past CBC_CACHE_OUT_MAX pending bytes, or with no
- *     live connection, the caller reports through the store instead.
+ *   - Outcomes are appended to one output buffer as noreply lines. A
+ *     failure (what trips circuits) is written at once by the caller, with
+ *     everything queued before it; successes are written by the reader
+ *     thread on a CACHE_FLUSH_US timer that runs while calls flow, so a
+ *     steady stream of closed calls costs no system call each: one write
+ *     carries every line queued in the period. When the socket cannot
+ *     take it all, the rest waits for POLLOUT. Past CBC_CACHE_OUT_MAX
+ *     pending bytes, or with no live connection, the caller reports
+ *     through the store instead.
  *   - After fork() the child forgets its parent's caches (pthread_atfork):
  *     breakers the child inherited fall back to the store; breakers it
  *     creates get a cache of their own.
@@ -33,12 +36,19 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <uthash.h>
 
 #include "internal.h"
 
+/* Successes wait at most this long in the output before the reader
+ * thread writes them, together (µs); failures are written at once. */
+#define CACHE_FLUSH_US 200
+/* The reader keeps that period's timer running this long after the last
+ * queued success (µs), so a steady flow of calls never has to wake it. */
+#define CACHE_HOT_US 100000
 /* Wait between reconnect attempts while cbd is away (ms). */
 #define CACHE_RECONNECT_MS 20
 /* Longest event or reply line the reader accepts (a watch reply carries a
@@ -84,6 +94,9 @@ struct cbci_cache {
 	char *out; /* pending lines, out_len bytes; out_sent of them sent */
 	size_t out_len, out_cap;
 	bool out_partial; /* out starts with the unsent tail of a line */
+	bool blocked; /* the socket took less than all: wait for POLLOUT */
+	bool cold; /* the reader sleeps without a timer: wake it */
+	int64_t lazy_at; /* monotonic µs of the last success queued */
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
 	cbc_cache_stats stats;
@@ -173,6 +186,7 @@ cache_flush_locked(cbci_cache *c)
 		ssize_t n = send(c->fd, c->out, c->out_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (n > 0) {
+			c->blocked = false;
 			c->stats.sends++;
 			c->out_partial = c->out[n - 1] != '\n';
 			memmove(c->out, c->out + n, c->out_len - (size_t)n);
@@ -181,8 +195,10 @@ cache_flush_locked(cbci_cache *c)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return; /* the reader sends the rest when writable */
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			c->blocked = true; /* the reader sends the rest when writable */
+			return;
+		}
 		c->broken = true;
 	}
 }
@@ -283,12 +299,14 @@ cache_apply_line_locked(cbci_cache *c, const char *line, size_t len)
 		c->stats.bad_lines++;
 	} else if (event != NULL && strcmp(event, "change") == 0) {
 		c->stats.events++;
+		c->stats.last_event_us = clock_monotonic_us();
 		cache_apply_snapshot_locked(c, json_object_get(msg, "snapshot"), true);
 	} else if (event != NULL && strcmp(event, "delete") == 0) {
 		const char *name = json_string_value(json_object_get(msg, "name"));
 		cbci_cache_entry *e = NULL;
 
 		c->stats.events++;
+		c->stats.last_event_us = clock_monotonic_us();
 		if (name != NULL)
 			HASH_FIND_STR(c->entries, name, e);
 		if (e != NULL && e->valid) {
@@ -324,6 +342,7 @@ cache_disconnect_locked(cbci_cache *c)
 	}
 	c->fd = -1;
 	c->broken = false;
+	c->blocked = false;
 	c->in_len = 0;
 	/* Lines not yet written stay queued for the next connection (a
 	 * line half written is dropped: its head went to the old one). */
@@ -426,7 +445,8 @@ cache_close_flush_locked(cbci_cache *c)
 	}
 }
 
-/* The reader thread: connect, read events, flush output, reconnect. */
+/* The reader thread: connect, read events, flush output (successes on
+ * a CACHE_FLUSH_US timer while calls flow), reconnect. */
 static void *
 cache_thread(void *arg)
 {
@@ -435,19 +455,30 @@ cache_thread(void *arg)
 	pthread_mutex_lock(&c->lock);
 	while (!c->stop) {
 		struct pollfd pfd[2] = { { .fd = c->wake[0], .events = POLLIN } };
-		int timeout = -1;
+		struct timespec ts, *timeout = NULL;
 		char drain[64];
 
 		if (c->fd < 0)
 			cache_connect_locked(c);
+		cache_flush_locked(c);
 		if (c->broken)
 			cache_disconnect_locked(c);
-		if (c->fd < 0)
-			timeout = CACHE_RECONNECT_MS;
+		c->cold = false;
+		if (c->fd < 0) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = CACHE_RECONNECT_MS * 1000000L;
+			timeout = &ts;
+		} else if (clock_monotonic_us() - c->lazy_at < CACHE_HOT_US) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = CACHE_FLUSH_US * 1000L;
+			timeout = &ts;
+		} else {
+			c->cold = true;
+		}
 		pfd[1].fd = c->fd;
-		pfd[1].events = (short)(POLLIN | (c->out_len > 0 ? POLLOUT : 0));
+		pfd[1].events = (short)(POLLIN | (c->blocked ? POLLOUT : 0));
 		pthread_mutex_unlock(&c->lock);
-		if (poll(pfd, 2, timeout) > 0 && (pfd[0].revents & POLLIN))
+		if (ppoll(pfd, 2, timeout, NULL) > 0 && (pfd[0].revents & POLLIN))
 			while (read(c->wake[0], drain, sizeof drain) == (ssize_t)sizeof drain)
 				;
 		if (pfd[1].fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
@@ -457,7 +488,6 @@ cache_thread(void *arg)
 			continue;
 		}
 		pthread_mutex_lock(&c->lock);
-		cache_flush_locked(c);
 	}
 	cache_close_flush_locked(c);
 	cache_disconnect_locked(c);
@@ -625,7 +655,7 @@ cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_
 }
 
 bool
-cbci_cache_send(cbci_cache *c, const char *line, size_t len)
+cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
 {
 	bool queued = false;
 
@@ -634,21 +664,26 @@ cbci_cache_send(cbci_cache *c, const char *line, size_t len)
 		bool idle = c->out_len == 0;
 
 		queued = cache_append_locked(c, line, len);
-		/* Pending output means a send is waiting for room: the line
-		 * joins it and goes with it (a batch). */
-		if (queued && idle)
+		if (queued && urgent) {
+			/* Written now, after whatever is queued (order kept). */
 			cache_flush_locked(c);
-		if (queued && idle && c->broken) {
-			/* cbd went away under us: the line was not written;
-			 * the store reports it (and degrades as its policy
-			 * says). */
-			c->out_len = 0;
-			queued = false;
+			if (idle && c->broken) {
+				/* cbd went away under us: the line was not
+				 * written; the store reports it (and degrades
+				 * as its policy says). */
+				c->out_len = 0;
+				queued = false;
+			}
+		} else if (queued) {
+			/* The reader's timer writes it with the others. */
+			c->lazy_at = clock_monotonic_us();
 		}
 		if (queued)
 			c->stats.noreply_lines++;
-		if (c->broken || (queued && idle && c->out_len > 0))
+		if (c->broken || (c->cold && c->out_len > 0)) {
+			c->cold = false;
 			cache_wake(c);
+		}
 	}
 	if (!queued)
 		c->stats.store_reports++;

@@ -650,6 +650,7 @@ typedef struct cbc_cache_stats {
 	uint64_t out_full; /* limit hits: CBC_CACHE_OUT_MAX */
 	uint64_t names_full; /* limit hits: CBC_CACHE_NAMES_MAX */
 	uint64_t line_too_long; /* limit hits: a line from cbd too long */
+	int64_t last_event_us; /* monotonic µs when the last event was applied */
 } cbc_cache_stats;
 
 /* The protected operation: returns 0 on success, anything else is a

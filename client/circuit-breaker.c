@@ -453,7 +453,7 @@ report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms)
 	len += breaker_digits(line + len, duration_ms);
 	line[len++] = '}';
 	line[len++] = '\n';
-	return cbci_cache_send(b->cache, line, len);
+	return cbci_cache_send(b->cache, line, len, outcome == CBC_OUTCOME_FAILURE);
 }
 
 /* Record the outcome of a granted permit with the call's duration and

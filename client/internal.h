@@ -133,10 +133,11 @@ cbci_cache_entry *cbci_cache_watch(cbci_cache *cache, const char *name);
  * *seen moves on, and true goes to *has_fresh. */
 cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *entry,
     uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms);
-/* Queue a noreply line (with its newline) on the watch connection; false
- * when there is no live connection or the output is full (report through
- * the store instead). */
-bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len);
+/* Queue a noreply line (with its newline) on the watch connection, and
+ * write it now when urgent (else within CACHE_FLUSH_US); false when there
+ * is no live connection or the output is full (report through the store
+ * instead). */
+bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
 /* A copy of the cache's counters. */
 void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
 
