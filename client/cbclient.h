@@ -36,7 +36,9 @@
  *   - cbc_conn_last_reply() returns the last reply of the connection, which
  *     another thread sharing the connection may have replaced.
  *   - After fork(), a child must not use a connection opened by its parent
- *     (they would share one socket): open a new one.
+ *     (they would share one socket): open a new one. A cached breaker
+ *     inherited from the parent runs uncached in the child; breakers the
+ *     child creates share a watch cache of its own.
  *   - cbd releases the slots a connection holds when it closes; a request
  *     that times out or breaks closes the connection, so a trial slot held
  *     through the same connection ends early (its trial still reports).
