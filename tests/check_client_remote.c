@@ -1333,6 +1333,16 @@ START_TEST(cached_clients_rewatch_after_cbd_restarts)
 	ck_assert(cached_open(&r, h->socket_path, "restarts", 3, 1));
 	ck_assert(cached_wait_live(r.b));
 	cbd_kill(h);
+	/* The cache notices (bounded wait); until then a call may still be
+	 * decided from it, and its success queued for the next cbd. */
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		if (!cs.live)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	ck_assert(!cs.live);
 	/* cbd away: calls keep running (the LOCAL policy's copy: closed). */
 	for (int i = 0; i < 5; i++)
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL),
