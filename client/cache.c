@@ -260,53 +260,64 @@ cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
 	e->hold_until = s->hold.until;
 }
 
-/* Apply one snapshot object from a reply or an event (lock held). */
+/* Apply one snapshot object from a reply or an event: parsed without
+ * the lock (callers keep deciding meanwhile), applied under it. */
 static void
-cache_apply_snapshot_locked(cbci_cache *c, const json_t *obj, bool event)
+cache_apply_snapshot(cbci_cache *c, const json_t *obj, bool event)
 {
 	const char *name = json_string_value(json_object_get(obj, "name"));
 	cbci_cache_entry *e = NULL;
 	cbc_snapshot snap;
 	cbc_error err;
+	bool ok;
 
-	if (name != NULL)
-		HASH_FIND_STR(c->entries, name, e);
-	if (e == NULL)
+	if (name == NULL)
 		return;
-	if (cbci_reply_snapshot(obj, name, &snap, &err) != CBC_OK) {
+	ok = cbci_reply_snapshot(obj, name, &snap, &err) == CBC_OK;
+	pthread_mutex_lock(&c->lock);
+	HASH_FIND_STR(c->entries, name, e);
+	if (!ok) {
 		c->stats.bad_lines++;
-		e->valid = false; /* cannot tell its state: ask cbd */
-		return;
+		if (e != NULL)
+			e->valid = false; /* cannot tell its state: ask cbd */
+	} else if (e != NULL) {
+		cache_entry_set(e, &snap);
+		if (event) {
+			/* An event's snapshot is of a stored circuit (a watch
+			 * reply's may be the initial one of a name not created
+			 * yet). */
+			e->last = snap;
+			e->seq++;
+		}
 	}
-	cache_entry_set(e, &snap);
-	if (event) {
-		/* An event's snapshot is of a stored circuit (a watch reply's
-		 * may be the initial one of a name not created yet). */
-		e->last = snap;
-		e->seq++;
-	}
+	pthread_mutex_unlock(&c->lock);
 }
 
-/* Apply one line from cbd (lock held). */
+/* Apply one line from cbd (lock not held: only the reader calls this). */
 static void
-cache_apply_line_locked(cbci_cache *c, const char *line, size_t len)
+cache_apply_line(cbci_cache *c, const char *line, size_t len)
 {
 	json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
 	const char *event = json_string_value(json_object_get(msg, "event"));
 	const json_t *ok = json_object_get(msg, "ok");
 
-	if (!json_is_object(msg)) {
-		c->stats.bad_lines++;
-	} else if (event != NULL && strcmp(event, "change") == 0) {
+	if (event != NULL) {
+		pthread_mutex_lock(&c->lock);
 		c->stats.events++;
 		c->stats.last_event_us = clock_monotonic_us();
-		cache_apply_snapshot_locked(c, json_object_get(msg, "snapshot"), true);
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (!json_is_object(msg)) {
+		pthread_mutex_lock(&c->lock);
+		c->stats.bad_lines++;
+		pthread_mutex_unlock(&c->lock);
+	} else if (event != NULL && strcmp(event, "change") == 0) {
+		cache_apply_snapshot(c, json_object_get(msg, "snapshot"), true);
 	} else if (event != NULL && strcmp(event, "delete") == 0) {
 		const char *name = json_string_value(json_object_get(msg, "name"));
 		cbci_cache_entry *e = NULL;
 
-		c->stats.events++;
-		c->stats.last_event_us = clock_monotonic_us();
+		pthread_mutex_lock(&c->lock);
 		if (name != NULL)
 			HASH_FIND_STR(c->entries, name, e);
 		if (e != NULL && e->valid) {
@@ -315,17 +326,20 @@ cache_apply_line_locked(cbci_cache *c, const char *line, size_t len)
 			e->held = false;
 			e->opened_at = CBC_TIME_NONE;
 		}
+		pthread_mutex_unlock(&c->lock);
 	} else if (json_is_true(ok)) {
 		const json_t *snaps = json_object_get(msg, "snapshots");
 		size_t i;
 		const json_t *s;
 
 		json_array_foreach (snaps, i, s)
-			cache_apply_snapshot_locked(c, s, false);
+			cache_apply_snapshot(c, s, false);
 	} else if (event == NULL) {
 		/* ok:false to a watch (a protocol 1 cbd): entries stay invalid
 		 * and breakers keep asking cbd. */
+		pthread_mutex_lock(&c->lock);
 		c->stats.refused++;
+		pthread_mutex_unlock(&c->lock);
 	}
 	json_decref(msg);
 }
@@ -407,12 +421,10 @@ cache_read(cbci_cache *c)
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 		c->in_len += (size_t)n;
-		pthread_mutex_lock(&c->lock);
 		for (char *nl; (nl = memchr(c->in + start, '\n', c->in_len - start)) != NULL;) {
-			cache_apply_line_locked(c, c->in + start, (size_t)(nl - (c->in + start)));
+			cache_apply_line(c, c->in + start, (size_t)(nl - (c->in + start)));
 			start = (size_t)(nl - c->in) + 1;
 		}
-		pthread_mutex_unlock(&c->lock);
 		memmove(c->in, c->in + start, c->in_len - start);
 		c->in_len -= start;
 		if (c->in_len > CACHE_LINE_MAX) {
