@@ -1440,6 +1440,68 @@ START_TEST(cached_half_open_max_holds_across_processes)
 }
 END_TEST
 
+START_TEST(cached_holds_and_deletes)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	cbc_permit p;
+	cbc_conn *admin;
+	int64_t deadline;
+	cbc_status st = CBC_OK;
+	bool existed = false;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	admin = conn_new_patient(h->socket_path);
+	ck_assert(cached_open(&r, h->socket_path, "held", 3, 1));
+	ck_assert(cached_wait_live(r.b));
+	/* An operator's hold reaches the cache: refused locally, with the
+	 * hold's time left. */
+	ck_assert_int_eq(cbc_hold(admin, "held", CBC_STATE_OPEN, 60000, "deploy", &s, NULL),
+	    CBC_OK);
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
+		if (st == CBC_EOPEN)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	ck_assert_int_eq(st, CBC_EOPEN);
+	ck_assert_int_gt(res.retry_after_ms, 50000);
+	ck_assert_int_le(res.retry_after_ms, 60000);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_int_ge(cs.refused_calls, 1);
+	/* Released: half_open, so calls ask cbd for a trial slot again. */
+	ck_assert_int_eq(cbc_release(admin, "held", NULL, &s, NULL), CBC_OK);
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		st = cbc_breaker_acquire(r.b, &p, NULL);
+		if (st == CBC_OK)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	ck_assert_int_eq(st, CBC_OK);
+	ck_assert(p.has_slot);
+	ck_assert(!p.cached);
+	ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_IGNORE, NULL), CBC_OK);
+	/* Deleted: the cache reads it as closed; the next outcome creates it
+	 * again in cbd. */
+	ck_assert_int_eq(cbc_delete(admin, "held", &existed, NULL), CBC_OK);
+	ck_assert(existed);
+	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	s = cbd_wait_totals(h, "held", 1);
+	ck_assert_int_eq(s.totals.successes, 1);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	cbc_conn_free(admin);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
 START_TEST(cached_option_checks)
 {
 	cbc_breaker_options o;
@@ -1508,6 +1570,7 @@ remote_suite(void)
 	tcase_add_test(tc, cached_counts_stay_exact_across_processes);
 	tcase_add_test(tc, cached_clients_rewatch_after_cbd_restarts);
 	tcase_add_test(tc, cached_half_open_max_holds_across_processes);
+	tcase_add_test(tc, cached_holds_and_deletes);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");
