@@ -13,6 +13,10 @@
  *                    implementations: local (in process), remote (cbd) and
  *                    resilient (wraps another store, degrades per policy).
  *   3. cbc_breaker — the circuit breaker: execute(fn) or acquire/report.
+ *                    On a remote store it is cached by default: one watch
+ *                    connection per process keeps the circuits' state,
+ *                    and closed calls send their outcome without waiting
+ *                    (cbc_cache_mode below).
  *
  * Conventions
  *   - Every function that can fail returns a cbc_status and, when given a
