@@ -77,6 +77,9 @@ static int wait_poll_us = 1000;
 /* The pace of the paced closed-call measurement (µs between calls). */
 #define PACED_GAP_US 100
 #define PACED_CALLS 5000
+/* Sparse calls: further apart than the reader's hot period (50 ms). */
+#define SPARSE_GAP_US 60000
+#define SPARSE_CALLS 100
 
 static void time_calls(cbc_breaker *b, const char *what, int n, int gap_us);
 
@@ -174,6 +177,12 @@ bench_states(cbc_store *remote, cbc_conn *admin)
 				snprintf(what, sizeof what,
 				    "protected call, closed, cache on, 1 call/%d us", PACED_GAP_US);
 				time_calls(b, what, PACED_CALLS, PACED_GAP_US);
+				/* Sparse: past the reader's hot period each call
+				 * wakes it (a pipe write). */
+				snprintf(what, sizeof what,
+				    "protected call, closed, cache on, 1 call/%d ms",
+				    SPARSE_GAP_US / 1000);
+				time_calls(b, what, SPARSE_CALLS, SPARSE_GAP_US);
 			}
 			cbc_breaker_free(b);
 		}
