@@ -161,10 +161,6 @@ breaker_line(cbc_breaker *b, const char *op, size_t *len)
 	if (text == NULL)
 		return NULL;
 	*len = strlen(text) - 1; /* the closing brace */
-	if (*len + BREAKER_LINE_TAIL > BREAKER_LINE_MAX) {
-		free(text);
-		return NULL;
-	}
 	return text;
 }
 
@@ -181,6 +177,9 @@ breaker_cache_join(cbc_breaker *b, const cbc_breaker_options *o, cbc_error *err)
 	b->line[1] = breaker_line(b, "record_failure", &b->line_len[1]);
 	if (b->line[0] == NULL || b->line[1] == NULL)
 		return cbci_fail(err, CBC_ENOMEM, "out of memory building the breaker's lines");
+	if (b->line_len[0] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX ||
+	    b->line_len[1] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX)
+		return CBC_OK; /* cannot happen with today's bounds: run uncached */
 	b->cache_gen = cbci_cache_generation();
 	b->cache = cbci_cache_acquire(cbc_conn_socket_path(conn), err);
 	if (b->cache == NULL)
@@ -472,7 +471,9 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 		p->granted = false;
 		return;
 	}
-	if (p->cached && report_noreply(b, outcome, duration_ms)) {
+	/* (A permit granted before a fork and reported in the child goes
+	 * through the store: the parent's cache is not the child's.) */
+	if (p->cached && breaker_cached(b) && report_noreply(b, outcome, duration_ms)) {
 		p->granted = false;
 		return;
 	}
