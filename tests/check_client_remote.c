@@ -1502,6 +1502,59 @@ START_TEST(cached_holds_and_deletes)
 }
 END_TEST
 
+START_TEST(cached_output_limit_sends_outcomes_through_the_store)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	int64_t deadline;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	memset(&r, 0, sizeof r);
+	r.conn = cbc_conn_new(h->socket_path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	    CBC_OK);
+	r.store = cbc_store_new_remote(r.conn, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "backlog";
+	o.failure_threshold = 1000000000; /* never trips: every failure counts */
+	o.store = r.store;
+	o.cache = CBC_CACHE_ON;
+	r.b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(r.b);
+	ck_assert(cached_wait_live(r.b));
+	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX, then go
+	 * through the store (which times out and degrades: LOCAL). */
+	kill(h->pid, SIGSTOP);
+	/* Bounded by calls (a line is more than 32 bytes, the socket's own
+	 * buffers far less than the limit) and, loosely, by time. */
+	deadline = mono_ms() + 12 * CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_OK);
+		calls++;
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	} while (
+	    cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) && mono_ms() < deadline);
+	ck_assert_msg(cs.out_full >= 1, "no out_full after %d calls (%llu lines, %llu sends)",
+	    calls, (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends);
+	ck_assert_int_ge(cs.store_reports, 1);
+	ck_assert_int_eq(cs.noreply_lines + cs.store_reports, (uint64_t)calls);
+	kill(h->pid, SIGCONT);
+	/* Every queued line reaches cbd once it reads again (and so may the
+	 * store's timed-out request: it was written before it timed out). */
+	s = cbd_wait_totals(h, "backlog", (int64_t)cs.noreply_lines);
+	ck_assert_int_ge(s.totals.failures, (int64_t)cs.noreply_lines);
+	ck_assert_int_le(s.totals.failures, (int64_t)(cs.noreply_lines + cs.store_reports));
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
 START_TEST(cached_option_checks)
 {
 	cbc_breaker_options o;
@@ -1571,6 +1624,7 @@ remote_suite(void)
 	tcase_add_test(tc, cached_clients_rewatch_after_cbd_restarts);
 	tcase_add_test(tc, cached_half_open_max_holds_across_processes);
 	tcase_add_test(tc, cached_holds_and_deletes);
+	tcase_add_test(tc, cached_output_limit_sends_outcomes_through_the_store);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");
