@@ -1555,6 +1555,47 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 }
 END_TEST
 
+START_TEST(cached_names_limit_leaves_the_rest_uncached)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker **bs = calloc(CBC_CACHE_NAMES_MAX + 1, sizeof *bs);
+	cbc_breaker_options o;
+	cbc_cache_stats cs;
+	cbc_conn *c;
+	cbc_store *store;
+	char name[32];
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_ptr_nonnull(bs);
+	c = conn_new_patient(h->socket_path);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.store = store;
+	o.cache = CBC_CACHE_ON;
+	for (unsigned i = 0; i <= CBC_CACHE_NAMES_MAX; i++) {
+		snprintf(name, sizeof name, "n%u", i);
+		o.name = name;
+		bs[i] = cbc_breaker_new(&o, NULL);
+		ck_assert_ptr_nonnull(bs[i]);
+	}
+	/* The last one is past the limit: it runs uncached, and the limit
+	 * hit is counted. */
+	ck_assert_int_eq(cbc_breaker_cache_stats(bs[0], &cs, NULL), CBC_OK);
+	ck_assert_uint_eq(cs.names, CBC_CACHE_NAMES_MAX);
+	ck_assert_uint_eq(cs.names_full, 1);
+	ck_assert_int_eq(cbc_breaker_cache_stats(bs[CBC_CACHE_NAMES_MAX], &cs, NULL), CBC_EINVAL);
+	ck_assert_int_eq(cbc_breaker_execute(bs[CBC_CACHE_NAMES_MAX], client_call_ok, NULL, NULL,
+			     NULL),
+	    CBC_OK);
+	for (unsigned i = 0; i <= CBC_CACHE_NAMES_MAX; i++)
+		cbc_breaker_free(bs[i]);
+	free(bs);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
 START_TEST(cached_option_checks)
 {
 	cbc_breaker_options o;
@@ -1625,6 +1666,7 @@ remote_suite(void)
 	tcase_add_test(tc, cached_half_open_max_holds_across_processes);
 	tcase_add_test(tc, cached_holds_and_deletes);
 	tcase_add_test(tc, cached_output_limit_sends_outcomes_through_the_store);
+	tcase_add_test(tc, cached_names_limit_leaves_the_rest_uncached);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");
