@@ -13,6 +13,10 @@
  *                    implementations: local (in process), remote (cbd) and
  *                    resilient (wraps another store, degrades per policy).
  *   3. cbc_breaker — the circuit breaker: execute(fn) or acquire/report.
+ *                    On a remote store it is cached by default: one watch
+ *                    connection per process keeps the circuits' state,
+ *                    and closed calls send their outcome without waiting
+ *                    (cbc_cache_mode below).
  *
  * Conventions
  *   - Every function that can fail returns a cbc_status and, when given a
@@ -36,7 +40,9 @@
  *   - cbc_conn_last_reply() returns the last reply of the connection, which
  *     another thread sharing the connection may have replaced.
  *   - After fork(), a child must not use a connection opened by its parent
- *     (they would share one socket): open a new one.
+ *     (they would share one socket): open a new one. A cached breaker
+ *     inherited from the parent runs uncached in the child; breakers the
+ *     child creates share a watch cache of its own.
  *   - cbd releases the slots a connection holds when it closes; a request
  *     that times out or breaks closes the connection, so a trial slot held
  *     through the same connection ends early (its trial still reports).
@@ -601,6 +607,58 @@ cbc_status cbc_store_delete(cbc_store *store, const char *name, bool *existed, c
 
 typedef struct cbc_breaker cbc_breaker;
 
+/* Cached mode (README "Cached mode"): one watch connection per process
+ * and socket path, shared by every cached breaker, keeps the snapshot of
+ * each circuit they name, updated by cbd's change and delete events. A
+ * cached breaker decides from it:
+ *   closed           the call runs at once; its outcome goes to cbd as a
+ *                    noreply line (no wait; lines pending together go in
+ *                    one write);
+ *   open, break (or hold) not elapsed
+ *                    refused locally, retry_after_ms from the snapshot
+ *                    (cbd does not count these in totals.rejected);
+ *   anything else    half_open, open with the break elapsed, no live
+ *                    watch: the uncached path through cbd (slots exact,
+ *                    the resilient store's policy while cbd is away).
+ * Staleness: a change made by another process (a trip, a hold) is seen
+ * here once cbd's event is delivered, one write and one read after the
+ * request that caused it; until then calls decide on the previous state.
+ * The same holds for this process's own outcomes: a failure that trips
+ * the circuit is known when its event comes back. */
+typedef enum cbc_cache_mode {
+	CBC_CACHE_AUTO = 0, /* on for a remote store without a clock option */
+	CBC_CACHE_OFF, /* every decision asks cbd (protocol 1 behaviour) */
+	CBC_CACHE_ON, /* on; CBC_EINVAL when the store is not remote or a clock is set */
+} cbc_cache_mode;
+
+/* Most circuit names one process's cache watches (more: those breakers
+ * ask cbd; counted in names_full). */
+#define CBC_CACHE_NAMES_MAX 4096u
+/* Most outcome bytes waiting to be written (more: reported through the
+ * store; counted in out_full). */
+#define CBC_CACHE_OUT_MAX (1024u * 1024u)
+
+/* The counters of a process's cache (shared by its cached breakers). */
+typedef struct cbc_cache_stats {
+	bool live; /* the watch connection is up */
+	size_t names; /* names watched */
+	uint64_t permitted; /* calls let through from the cache (closed) */
+	uint64_t refused_calls; /* calls refused from the cache (open) */
+	uint64_t asked; /* decisions left to cbd (half_open, elapsed, not live) */
+	uint64_t noreply_lines; /* outcomes queued as noreply lines */
+	uint64_t sends; /* writes that carried them (lines / sends: batching) */
+	uint64_t store_reports; /* cached outcomes reported through the store */
+	uint64_t events; /* change and delete events applied */
+	uint64_t connects; /* watch connections made (reconnects included) */
+	uint64_t disconnects; /* watch connections lost */
+	uint64_t refused; /* ok:false answers to a watch (a protocol 1 cbd) */
+	uint64_t bad_lines; /* lines or snapshots that could not be read */
+	uint64_t out_full; /* limit hits: CBC_CACHE_OUT_MAX */
+	uint64_t names_full; /* limit hits: CBC_CACHE_NAMES_MAX */
+	uint64_t line_too_long; /* limit hits: a line from cbd too long */
+	int64_t last_event_us; /* monotonic µs when the last event was applied */
+} cbc_cache_stats;
+
 /* The protected operation: returns 0 on success, anything else is a
  * result the classifier classifies. */
 typedef int (*cbc_call_fn)(void *arg);
@@ -668,6 +726,9 @@ typedef struct cbc_breaker_options {
 	cbc_store *store;
 	cbc_store_policy store_policy;
 	int64_t timeout_backoff_ms; /* see cbc_resilient_options; <0: default */
+	/* Cached mode (above); AUTO: on for a remote store (off when a
+	 * clock is given: the cache keeps real time). */
+	cbc_cache_mode cache;
 	/* Callbacks (each may be NULL); user is passed to each. */
 	cbc_classify_fn classify;
 	cbc_error_filter_fn error_filter; /* not with classify */
@@ -720,6 +781,7 @@ typedef struct cbc_permit {
 	bool has_slot; /* a half-open trial slot is held */
 	char slot_token[CBC_TOKEN_SIZE];
 	int64_t granted_at; /* monotonic ms when granted (for the duration) */
+	bool cached; /* granted from the cache: the outcome goes as noreply */
 } cbc_permit;
 
 /* CBC_OK: permit granted, make the call then report. CBC_EOPEN: refused
@@ -737,6 +799,10 @@ cbc_status cbc_breaker_report(cbc_breaker *breaker, cbc_permit *permit, cbc_outc
  * sends. */
 cbc_status cbc_breaker_report_duration(cbc_breaker *breaker, cbc_permit *permit,
     cbc_outcome outcome, int64_t duration_ms, cbc_error *err);
+
+/* The counters of the cache this breaker uses; CBC_EINVAL when the
+ * breaker is not cached. */
+cbc_status cbc_breaker_cache_stats(cbc_breaker *breaker, cbc_cache_stats *out, cbc_error *err);
 
 /* The last state the breaker observed (no I/O). */
 cbc_state cbc_breaker_state(cbc_breaker *breaker);

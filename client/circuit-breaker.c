@@ -5,7 +5,9 @@
  * result, the call's duration), observed transitions and forced states.
  *
  * The store holds the truth; the breaker keeps only the last state it
- * observed, to fire on_state_change once per transition it sees.
+ * observed, to fire on_state_change once per transition it sees. A cached
+ * breaker (cache.c) first asks the process's watch cache, and goes to
+ * the store only when the cache cannot decide.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +25,12 @@
 #define BREAKER_BACKOFF_MAX 3600000
 /* Largest duration_ms a report carries (protocol 2: 0..2^53). */
 #define BREAKER_DURATION_MAX CB_TIME_MAX
+/* Room for a noreply outcome line: its prefix (op, name, ctx) plus the
+ * duration and the end. A breaker whose prefix does not fit is not
+ * cached (a ctx cannot grow it near this: names are <= 256 bytes). */
+#define BREAKER_LINE_MAX 4096
+/* Room for `,"duration_ms":N}` and the newline. */
+#define BREAKER_LINE_TAIL 40
 
 struct cbc_breaker {
 	pthread_mutex_t lock;
@@ -33,6 +41,19 @@ struct cbc_breaker {
 	cbc_state observed;
 	char name[CBC_NAME_MAX + 1];
 	char preset[CBC_PRESET_MAX + 1]; /* ctx.preset points here when given */
+	/* Cached mode: the process's cache, this circuit's entry in it, the
+	 * fork generation they belong to, and the noreply outcome lines
+	 * without their closing brace (success, failure). */
+	cbci_cache *cache;
+	cbci_cache_entry *entry;
+	unsigned cache_gen;
+	char *line[2];
+	size_t line_len[2];
+	uint64_t seen_seq; /* the cache's change events handed to the store */
+	/* The first permit goes through the store: it creates the circuit
+	 * with this breaker's policy and lets the resilient store learn the
+	 * policy cbd reports (what it degrades with). */
+	bool primed;
 };
 
 /* Set by the breaker's store-error hook during a store call on this
@@ -81,6 +102,15 @@ breaker_options_check(const cbc_breaker_options *o, const cbc_ctx *ctx, cbc_erro
 		return cbci_fail(err, CBC_EINVAL,
 		    "classify and error_filter are both set: set one (classify replaces "
 		    "error_filter)");
+	if ((unsigned)o->cache > CBC_CACHE_ON)
+		return cbci_fail(err, CBC_EINVAL,
+		    "cache must be CBC_CACHE_AUTO, CBC_CACHE_OFF or CBC_CACHE_ON");
+	if (o->cache == CBC_CACHE_ON && cbci_store_remote_conn(o->store) == NULL)
+		return cbci_fail(err, CBC_EINVAL,
+		    "cache is CBC_CACHE_ON but store is not a remote store (cbc_store_new_remote)");
+	if (o->cache == CBC_CACHE_ON && o->clock != NULL)
+		return cbci_fail(err, CBC_EINVAL,
+		    "cache is CBC_CACHE_ON with a clock: the cache keeps real time (set one)");
 	if ((unsigned)o->store_policy > CBC_POLICY_REJECT)
 		return cbci_fail(err, CBC_EINVAL,
 		    "store_policy must be CBC_POLICY_LOCAL, CBC_POLICY_ALLOW or CBC_POLICY_REJECT");
@@ -114,6 +144,65 @@ breaker_options_ctx(const cbc_breaker_options *o, cbc_ctx *ctx)
 	ctx->break_backoff = o->break_backoff;
 	ctx->break_max_ms = o->break_max_ms;
 	ctx->preset = o->preset;
+}
+
+/* The noreply line of an outcome op, without its closing brace. */
+static char *
+breaker_line(cbc_breaker *b, const char *op, size_t *len)
+{
+	json_t *req = json_pack("{s:s, s:s, s:b}", "op", op, "name", b->name, "noreply", 1);
+	proto_ctx partial;
+	char *text = NULL;
+
+	cbci_ctx_to_proto(&b->ctx, &partial);
+	if (req != NULL && proto_ctx_to_json(&partial, req))
+		text = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	if (text == NULL)
+		return NULL;
+	*len = strlen(text) - 1; /* the closing brace */
+	return text;
+}
+
+/* Join the process's cache when the options ask for it (AUTO: a remote
+ * store and no clock). Without resources the breaker runs uncached. */
+static cbc_status
+breaker_cache_join(cbc_breaker *b, const cbc_breaker_options *o, cbc_error *err)
+{
+	cbc_conn *conn = cbci_store_remote_conn(o->store);
+
+	if (o->cache == CBC_CACHE_OFF || conn == NULL || o->clock != NULL)
+		return CBC_OK;
+	b->line[0] = breaker_line(b, "record_success", &b->line_len[0]);
+	b->line[1] = breaker_line(b, "record_failure", &b->line_len[1]);
+	if (b->line[0] == NULL || b->line[1] == NULL)
+		return cbci_fail(err, CBC_ENOMEM, "out of memory building the breaker's lines");
+	if (b->line_len[0] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX ||
+	    b->line_len[1] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX)
+		return CBC_OK; /* cannot happen with today's bounds: run uncached */
+	b->cache_gen = cbci_cache_generation();
+	b->cache = cbci_cache_acquire(cbc_conn_socket_path(conn), err);
+	if (b->cache == NULL)
+		return CBC_ENOMEM;
+	b->entry = cbci_cache_watch(b->cache, b->name);
+	return CBC_OK;
+}
+
+/* Is the breaker's cache usable (joined, and not a parent's after fork)? */
+static bool
+breaker_cached(const cbc_breaker *b)
+{
+	return b->entry != NULL && b->cache_gen == cbci_cache_generation();
+}
+
+cbc_status
+cbc_breaker_cache_stats(cbc_breaker *b, cbc_cache_stats *out, cbc_error *err)
+{
+	if (!breaker_cached(b))
+		return cbci_fail(err, CBC_EINVAL, "breaker \"%s\" is not cached", b->name);
+	cbci_cache_stats(b->cache, out);
+	cbci_error_clear(err);
+	return CBC_OK;
 }
 
 cbc_breaker *
@@ -166,6 +255,10 @@ cbc_breaker_new(const cbc_breaker_options *opts, cbc_error *err)
 		free(b);
 		return NULL;
 	}
+	if (breaker_cache_join(b, opts, err) != CBC_OK) {
+		cbc_breaker_free(b);
+		return NULL;
+	}
 	cbci_error_clear(err);
 	return b;
 }
@@ -175,6 +268,9 @@ cbc_breaker_free(cbc_breaker *b)
 {
 	if (b == NULL)
 		return;
+	cbci_cache_release(b->cache, b->cache_gen);
+	free(b->line[0]);
+	free(b->line[1]);
 	cbc_store_free(b->store);
 	pthread_mutex_destroy(&b->lock);
 	free(b);
@@ -282,12 +378,33 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	bool applied;
 
 	memset(p, 0, sizeof *p);
+	if (breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
+		int64_t left;
+		bool has_fresh;
+		cbci_cache_verdict v =
+		    cbci_cache_decide(b->cache, b->entry, &b->seen_seq, &snap, &has_fresh, &left);
+
+		if (has_fresh)
+			cbci_resilient_remember(b->store, b->name, &snap);
+		store_degraded = false;
+		if (v == CBCI_CACHE_PERMIT) {
+			breaker_observed(b, CBC_STATE_CLOSED, NULL);
+			p->cached = true;
+			return permit_grant(p, CBC_STATE_CLOSED, err);
+		}
+		if (v == CBCI_CACHE_REFUSE) {
+			breaker_observed(b, CBC_STATE_OPEN, NULL);
+			return permit_refuse(b, p, CBC_STATE_OPEN, left, err);
+		}
+	}
 	breaker_call_ctx(b, &ctx);
 	store_degraded = false;
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	/* At most two rounds: the state read, then the state after moving an
 	 * open circuit whose break elapsed to half_open. */
 	for (bool moved = false; st == CBC_OK; moved = true) {
+		if (!store_degraded)
+			__atomic_store_n(&b->primed, true, __ATOMIC_RELAXED);
 		breaker_observed(b, snap.state, NULL);
 		if (snap.state == CBC_STATE_CLOSED)
 			return permit_grant(p, CBC_STATE_CLOSED, err);
@@ -304,6 +421,40 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	return st;
 }
 
+/* Write n in decimal at buf; returns the length (n >= 0). */
+static size_t
+breaker_digits(char *buf, int64_t n)
+{
+	char tmp[24];
+	size_t len = 0, i = 0;
+
+	do {
+		tmp[len++] = (char)('0' + n % 10);
+		n /= 10;
+	} while (n > 0);
+	while (len > 0)
+		buf[i++] = tmp[--len];
+	return i;
+}
+
+/* Send a cached permit's outcome as a noreply line; false when the cache
+ * cannot take it (the store gets it instead). */
+static bool
+report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms)
+{
+	static const char mid[] = ",\"duration_ms\":";
+	size_t i = outcome == CBC_OUTCOME_FAILURE ? 1 : 0, len = b->line_len[i];
+	char line[BREAKER_LINE_MAX];
+
+	memcpy(line, b->line[i], len);
+	memcpy(line + len, mid, sizeof mid - 1);
+	len += sizeof mid - 1;
+	len += breaker_digits(line + len, duration_ms);
+	line[len++] = '}';
+	line[len++] = '\n';
+	return cbci_cache_send(b->cache, line, len, outcome == CBC_OUTCOME_FAILURE);
+}
+
 /* Record the outcome of a granted permit with the call's duration and
  * release its slot. Store errors are swallowed: they never replace the
  * call's own result. */
@@ -316,6 +467,16 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	cbc_status st = CBC_OK;
 	cbc_ctx ctx;
 
+	if (p->cached && outcome == CBC_OUTCOME_IGNORE) {
+		p->granted = false;
+		return;
+	}
+	/* (A permit granted before a fork and reported in the child goes
+	 * through the store: the parent's cache is not the child's.) */
+	if (p->cached && breaker_cached(b) && report_noreply(b, outcome, duration_ms)) {
+		p->granted = false;
+		return;
+	}
 	breaker_call_ctx(b, &ctx);
 	ctx.has_duration = true;
 	ctx.duration_ms = duration_ms;

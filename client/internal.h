@@ -92,6 +92,55 @@ cbc_status cbci_local_seed(cbci_local *local, const char *name, const cb_snapsho
 /* Drop name's circuit. */
 void cbci_local_forget(cbci_local *local, const char *name);
 
+/* Remember snap as the last snapshot of name that a resilient store saw
+ * (what it degrades from); no-op for other stores and for circuits it
+ * runs degraded. Cached breakers feed it the events they apply. */
+void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *snap);
+
+/* The connection of a remote store; NULL for any other store. */
+cbc_conn *cbci_store_remote_conn(const cbc_store *store);
+
+/* A reply's snapshot object as the public snapshot (fallback_name when
+ * it has none; out may be NULL: only checked). ops.c. */
+cbc_status cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out,
+    cbc_error *err);
+
+/* The watch cache of cached breakers (cache.c). */
+typedef struct cbci_cache cbci_cache;
+typedef struct cbci_cache_entry cbci_cache_entry;
+
+/* What the cache says about a call. */
+typedef enum cbci_cache_verdict {
+	CBCI_CACHE_ASK = 0, /* not known, half_open, or the break elapsed: ask cbd */
+	CBCI_CACHE_PERMIT, /* closed: call, then send the outcome with noreply */
+	CBCI_CACHE_REFUSE, /* open (or held open) and the break not elapsed */
+} cbci_cache_verdict;
+
+/* The process's cache for the socket at path (shared, counted; its
+ * reader thread starts with the first user). NULL when out of resources. */
+cbci_cache *cbci_cache_acquire(const char *path, cbc_error *err);
+/* Drop one use; the last stops the reader and frees the cache. A handle
+ * from before a fork (another generation) is left alone. */
+void cbci_cache_release(cbci_cache *cache, unsigned generation);
+/* Changes in a forked child: handles of an older generation are stale. */
+unsigned cbci_cache_generation(void);
+/* The entry of name, watched from now on (NULL past CBC_CACHE_NAMES_MAX
+ * names or out of memory: that breaker asks cbd). */
+cbci_cache_entry *cbci_cache_watch(cbci_cache *cache, const char *name);
+/* Decide a call from the entry; *retry_after_ms the time left when
+ * refused. When a change event arrived since *seen (the caller's counter,
+ * read and written under the cache's lock), *fresh gets its snapshot,
+ * *seen moves on, and true goes to *has_fresh. */
+cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *entry,
+    uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms);
+/* Queue a noreply line (with its newline) on the watch connection, and
+ * write it now when urgent (else within CACHE_FLUSH_US); false when there
+ * is no live connection or the output is full (report through the store
+ * instead). */
+bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
+/* A copy of the cache's counters. */
+void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
+
 /* Did the store fail (unreachable, timed out, broken, out of memory, or
  * cbd answered shutting_down / internal)? A refusal that is an answer
  * (bad_request, forbidden, capacity) or the caller's mistake is not. */

@@ -30,6 +30,7 @@ client_libcbclient_la_SOURCES = \
 	client/store-local.c \
 	client/store-remote.c \
 	client/store-resilient.c \
+	client/cache.c \
 	client/circuit-breaker.c \
 	client/classify-http.c
 client_libcbclient_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) -pthread

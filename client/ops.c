@@ -111,9 +111,9 @@ request_call(cbc_conn *conn, const char *op, const char *name, const request_mem
 	return request_send(conn, req, reply, err);
 }
 
-/* Read a reply member as a snapshot; fallback_name when it has none. */
-static cbc_status
-reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
+/* A reply member as a snapshot (internal.h). */
+cbc_status
+cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
 {
 	proto_error perr;
 	cb_snapshot snap;
@@ -225,7 +225,7 @@ op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx
 
 	if (st != CBC_OK)
 		return st;
-	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
 	return op_done(reply, st, err);
 }
 
@@ -280,7 +280,7 @@ cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to, const cb
 		return st;
 	st = reply_bool(reply, "applied", &done, err);
 	if (st == CBC_OK)
-		st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+		st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
 	if (st == CBC_OK && applied != NULL)
 		*applied = done;
 	return op_done(reply, st, err);
@@ -299,7 +299,7 @@ cbc_set_state(cbc_conn *conn, const char *name, cbc_state state, const cbc_ctx *
 		st = request_call(conn, "set_state", name, members, 1, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
 	return op_done(reply, st, err);
 }
 
@@ -387,7 +387,7 @@ cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *pe
 	st = request_call(conn, "record", name, members, 2, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
 	return op_done(reply, st, err);
 }
 
@@ -452,7 +452,7 @@ cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t ttl_ms, cons
 	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
 	/* A protocol 1 cbd ignores hold and forces: say so rather than let
 	 * the caller believe the state is held. */
 	if (st == CBC_OK && json_object_get(json_object_get(reply, "snapshot"), "hold") == NULL)
@@ -473,7 +473,7 @@ cbc_release(cbc_conn *conn, const char *name, bool *released, cbc_snapshot *out,
 		return st;
 	st = reply_bool(reply, "released", &done, err);
 	if (st == CBC_OK)
-		st = reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+		st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
 	if (st == CBC_OK && released != NULL)
 		*released = done;
 	return op_done(reply, st, err);
@@ -525,7 +525,7 @@ cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, s
 		if (json_string_value(json_object_get(item, "name")) == NULL)
 			st = cbci_fail(err, CBC_EPROTO, "circuits[%zu].name is missing", i);
 		else
-			st = reply_snapshot(item, NULL, &snaps[i], err);
+			st = cbci_reply_snapshot(item, NULL, &snaps[i], err);
 	}
 	if (st != CBC_OK) {
 		free(snaps);

@@ -78,3 +78,9 @@ cbc_store_new_remote(cbc_conn *conn, cbc_error *err)
 	}
 	return cbc_store_new_custom(&remote_ops, conn, err);
 }
+
+cbc_conn *
+cbci_store_remote_conn(const cbc_store *store)
+{
+	return store != NULL && store->ops == &remote_ops ? store->impl : NULL;
+}

@@ -565,3 +565,23 @@ cbc_store_new_resilient(cbc_store *inner, const cbc_resilient_options *opts, cbc
 		res_destroy(r);
 	return store;
 }
+
+void
+cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *snap)
+{
+	resilient *r;
+	seen_circuit *s;
+
+	if (store == NULL || store->ops != &resilient_ops)
+		return;
+	r = store->impl;
+	pthread_mutex_lock(&r->lock);
+	s = seen_get(r, name);
+	/* A degraded circuit's live copy is the fallback's: leave it. */
+	if (s != NULL && !s->degraded) {
+		cbci_snapshot_to_core(snap, &s->last);
+		reported_ctx(snap, &s->reported);
+		s->policy_known = snap->policy.known;
+	}
+	pthread_mutex_unlock(&r->lock);
+}

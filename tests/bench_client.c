@@ -2,7 +2,10 @@
  * bench_client.c — latency of libcbclient calls, for the numbers the tests
  * only bound loosely: a round trip to a live cbd, a breaker call on cbd and
  * on a private store, a call while cbd is missing, and calls while cbd is
- * stopped (SIGSTOP) with and without the timeout backoff.
+ * stopped (SIGSTOP) with and without the timeout backoff; and the cached
+ * mode (issue 11): a protected call's cost with the cache on and off in
+ * closed, open and half_open, and the propagation delay of a trip made in
+ * one process to the caches of PROP_WATCHERS others.
  *
  *   CBD_BINARY=src/cbd tests/bench_client
  *
@@ -10,6 +13,7 @@
  * Prints one line per measurement; not run by make check.
  */
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,16 +60,213 @@ call_ok(void *arg)
 	return 0;
 }
 
+/* Watcher processes of the propagation measurement, and its rounds. */
+#define PROP_WATCHERS 100
+#define PROP_ROUNDS 10
+/* Calls timed per cached case (uncached cases: UNCACHED_CALLS). */
+#define CACHED_CALLS SAMPLES_MAX
+#define UNCACHED_CALLS 2000
+/* Bound on waiting for a cache to come live or see a state (ms). */
+#define WAIT_MS 5000
+/* Poll period of cache_wait (µs). The propagation watchers poll slowly:
+ * what they report is when their reader thread applied the event, which
+ * does not depend on the polling; slow polling keeps 100 processes from
+ * loading the cores the reader threads need. */
+static int wait_poll_us = 1000;
+#define WATCHER_POLL_US 20000
+/* The pace of the paced closed-call measurement (µs between calls). */
+#define PACED_GAP_US 100
+#define PACED_CALLS 5000
+/* Sparse calls: further apart than the reader's hot period (50 ms). */
+#define SPARSE_GAP_US 60000
+#define SPARSE_CALLS 100
+
+static void time_calls(cbc_breaker *b, const char *what, int n, int gap_us);
+
 static cbc_breaker *
-breaker_on(cbc_store *store, int64_t backoff_ms)
+breaker_named(cbc_store *store, const char *name, int64_t backoff_ms, cbc_cache_mode cache)
 {
 	cbc_breaker_options o;
 
 	cbc_breaker_options_init(&o);
-	o.name = "bench";
+	o.name = name;
 	o.store = store;
 	o.timeout_backoff_ms = backoff_ms;
+	o.cache = cache;
+	o.success_threshold = 1000000000; /* half_open stays half_open */
+	o.half_open_max = 10000;
+	o.break_ms = 600000;
 	return cbc_breaker_new(&o, NULL);
+}
+
+static cbc_breaker *
+breaker_on(cbc_store *store, int64_t backoff_ms)
+{
+	return breaker_named(store, "bench", backoff_ms, CBC_CACHE_OFF);
+}
+
+/* Wait until b's cache decides calls itself in the state it expects
+ * (closed: a cached permit; open: a cached refusal). */
+static bool
+cache_wait(cbc_breaker *b, cbc_state want)
+{
+	double deadline = now_us() + WAIT_MS * 1000.0;
+
+	while (now_us() < deadline) {
+		cbc_cache_stats before, after;
+		cbc_permit p;
+		cbc_status st;
+
+		cbc_breaker_cache_stats(b, &before, NULL);
+		st = cbc_breaker_acquire(b, &p, NULL);
+		if (st == CBC_OK)
+			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
+		cbc_breaker_cache_stats(b, &after, NULL);
+		if (want == CBC_STATE_CLOSED && st == CBC_OK && p.cached)
+			return true;
+		if (want == CBC_STATE_OPEN && st == CBC_EOPEN &&
+		    after.refused_calls > before.refused_calls)
+			return true;
+		usleep((useconds_t)wait_poll_us);
+	}
+	return false;
+}
+
+/* The cost of a protected call in each state, cache on and off. */
+static void
+bench_states(cbc_store *remote, cbc_conn *admin)
+{
+	static const cbc_state states[] = { CBC_STATE_CLOSED, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN };
+	char what[96], name[32];
+
+	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+		for (int on = 1; on >= 0; on--) {
+			cbc_breaker *b;
+			int n =
+			    on && states[i] != CBC_STATE_HALF_OPEN ? CACHED_CALLS : UNCACHED_CALLS;
+
+			snprintf(name, sizeof name, "state-%zu-%d", i, on);
+			b = breaker_named(remote, name, -1, on ? CBC_CACHE_ON : CBC_CACHE_OFF);
+			if (b == NULL)
+				continue;
+			cbc_breaker_execute(b, call_ok, NULL, NULL, NULL); /* create, prime */
+			if (states[i] != CBC_STATE_CLOSED)
+				cbc_set_state(admin, name, states[i], NULL, NULL, NULL);
+			if (on && states[i] != CBC_STATE_HALF_OPEN && !cache_wait(b, states[i]))
+				fprintf(stderr, "bench_client: cache of %s not live\n", name);
+			if (on && states[i] == CBC_STATE_HALF_OPEN)
+				usleep(100000); /* the event reaches the cache */
+			snprintf(what, sizeof what, "protected call, %s, cache %s",
+			    cbc_state_name(states[i]), on ? "on" : "off");
+			time_calls(b, what, n, 0);
+			if (on) {
+				cbc_cache_stats cs;
+
+				cbc_breaker_cache_stats(b, &cs, NULL);
+				printf("    cache: %llu permitted, %llu refused, %llu asked cbd, "
+				       "%llu noreply lines in %llu writes, %llu via the store\n",
+				    (unsigned long long)cs.permitted,
+				    (unsigned long long)cs.refused_calls,
+				    (unsigned long long)cs.asked,
+				    (unsigned long long)cs.noreply_lines,
+				    (unsigned long long)cs.sends,
+				    (unsigned long long)cs.store_reports);
+			}
+			if (on && states[i] == CBC_STATE_CLOSED) {
+				/* One call at a time, cbd keeping up: a write per call. */
+				snprintf(what, sizeof what,
+				    "protected call, closed, cache on, 1 call/%d us", PACED_GAP_US);
+				time_calls(b, what, PACED_CALLS, PACED_GAP_US);
+				/* Sparse: past the reader's hot period each call
+				 * wakes it (a pipe write). */
+				snprintf(what, sizeof what,
+				    "protected call, closed, cache on, 1 call/%d ms",
+				    SPARSE_GAP_US / 1000);
+				time_calls(b, what, SPARSE_CALLS, SPARSE_GAP_US);
+			}
+			cbc_breaker_free(b);
+		}
+	}
+}
+
+/* One watcher of the propagation measurement: per round, wait until the
+ * trip refuses here, send when its event was applied, then wait until
+ * the circuit is closed again and say so. */
+static void
+prop_watcher(const char *path, int to_parent)
+{
+	cbc_conn *conn = cbc_conn_new(path, NULL);
+	cbc_store *store = cbc_store_new_remote(conn, NULL);
+	cbc_breaker *b = breaker_named(store, "prop", -1, CBC_CACHE_ON);
+	int64_t ready = -1;
+
+	wait_poll_us = WATCHER_POLL_US;
+	if (b == NULL || !cache_wait(b, CBC_STATE_CLOSED) ||
+	    write(to_parent, &ready, sizeof ready) != sizeof ready)
+		_exit(2);
+	for (int r = 0; r < PROP_ROUNDS; r++) {
+		for (cbc_state want = CBC_STATE_OPEN;; want = CBC_STATE_CLOSED) {
+			cbc_cache_stats cs;
+
+			while (!cache_wait(b, want))
+				;
+			cbc_breaker_cache_stats(b, &cs, NULL);
+			if (write(to_parent, &cs.last_event_us, sizeof cs.last_event_us) !=
+			    sizeof cs.last_event_us)
+				_exit(2);
+			if (want == CBC_STATE_CLOSED)
+				break;
+		}
+	}
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(conn);
+	_exit(0);
+}
+
+/* Trip "prop" PROP_ROUNDS times with PROP_WATCHERS cached processes
+ * watching; each sample is trip sent -> event applied in one watcher. */
+static void
+bench_propagation(const char *path, cbc_conn *admin)
+{
+	pid_t pids[PROP_WATCHERS];
+	int fds[2], n = 0;
+	int64_t v;
+
+	if (pipe(fds) != 0)
+		return;
+	for (int i = 0; i < PROP_WATCHERS; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			close(fds[0]);
+			prop_watcher(path, fds[1]);
+		}
+	}
+	close(fds[1]);
+	for (int i = 0; i < PROP_WATCHERS; i++)
+		if (read(fds[0], &v, sizeof v) != sizeof v)
+			goto out;
+	for (int r = 0; r < PROP_ROUNDS; r++) {
+		int64_t t0 = (int64_t)now_us();
+
+		cbc_set_state(admin, "prop", CBC_STATE_OPEN, NULL, NULL, NULL);
+		for (int i = 0; i < PROP_WATCHERS; i++) {
+			if (read(fds[0], &v, sizeof v) != sizeof v)
+				goto out;
+			samples[n++] = (double)(v - t0);
+		}
+		cbc_set_state(admin, "prop", CBC_STATE_CLOSED, NULL, NULL, NULL);
+		for (int i = 0; i < PROP_WATCHERS; i++)
+			if (read(fds[0], &v, sizeof v) != sizeof v)
+				goto out;
+	}
+	report("propagation: trip -> event applied, 100 watchers", n);
+	printf("    (min %.1f us)\n", samples[0]);
+out:
+	close(fds[0]);
+	for (int i = 0; i < PROP_WATCHERS; i++)
+		if (pids[i] > 0)
+			waitpid(pids[i], NULL, 0);
 }
 
 /* Time n breaker calls, sleeping gap_us between them. */
@@ -112,6 +313,15 @@ main(void)
 	b = breaker_on(remote, -1);
 	time_calls(b, "breaker execute, live cbd (get + record)", 2000, 0);
 	cbc_breaker_free(b);
+
+	{
+		cbc_conn *admin = cbc_conn_new(h.socket_path, NULL);
+
+		cbc_conn_set_timeouts(admin, 5000, 5000, NULL);
+		bench_states(remote, admin);
+		bench_propagation(h.socket_path, admin);
+		cbc_conn_free(admin);
+	}
 
 	local = cbc_store_new_local(0, NULL);
 	b = breaker_on(local, -1);

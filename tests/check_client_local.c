@@ -2348,6 +2348,9 @@ START_TEST(breaker_sends_only_the_policy_it_was_given)
 	cbc_breaker_options_init(&o);
 	o.name = "closed-quiet";
 	o.store = store;
+	/* The fake serves one connection at a time and knows no watch: this
+	 * breaker runs uncached (cached mode: check_client_remote). */
+	o.cache = CBC_CACHE_OFF;
 	b = breaker_new_ok(&o);
 	first = fake_log_total();
 	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
@@ -2455,6 +2458,9 @@ START_TEST(breaker_sends_every_trip_rule_option)
 	cbc_breaker_options_init(&o);
 	o.name = "closed-rates";
 	o.store = store;
+	/* The fake serves one connection at a time and knows no watch: this
+	 * breaker runs uncached (cached mode: check_client_remote). */
+	o.cache = CBC_CACHE_OFF;
 	o.trip = CBC_TRIP_RATE;
 	o.window = CBC_WINDOW_TIME;
 	o.window_size = 5000;

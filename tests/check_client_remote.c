@@ -262,6 +262,10 @@ rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy
 	o.half_open_max = 1;
 	o.store = r->store;
 	o.store_policy = policy;
+	/* These rigs test the uncached path, where a breaker reads its own
+	 * writes (a trip is seen by the call that caused it); the cached
+	 * mode has its own tests below. */
+	o.cache = CBC_CACHE_OFF;
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r->rec;
@@ -288,6 +292,7 @@ rig_open_child(rig *r, const char *socket_path, const char *name, int64_t half_o
 	o.half_open_max = half_open_max;
 	o.store = r->store;
 	o.store_policy = CBC_POLICY_REJECT; /* a child must see cbd, not a copy */
+	o.cache = CBC_CACHE_OFF; /* as rig_open */
 	r->b = cbc_breaker_new(&o, NULL);
 	return r->b != NULL;
 }
@@ -578,6 +583,7 @@ START_TEST(breaker_without_options_runs_cbds_policy)
 	cbc_breaker_options_init(&o);
 	o.name = "cfg";
 	o.store = store;
+	o.cache = CBC_CACHE_OFF; /* reads its own trip at once */
 	b = cbc_breaker_new(&o, NULL);
 	ck_assert_ptr_nonnull(b);
 	/* [circuit "cfg"] says 2 failures (the built-in default is 5). */
@@ -674,6 +680,7 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	cbc_breaker_options_init(&o);
 	o.name = "slowpoke";
 	o.store = store;
+	o.cache = CBC_CACHE_OFF; /* reads its own writes at once */
 	o.trip = CBC_TRIP_RATE;
 	o.window_size = 2;
 	o.minimum_calls = 2;
@@ -1106,6 +1113,7 @@ START_TEST(threads_share_a_connection_and_a_breaker)
 	o.failure_threshold = 1000000; /* never trips: every call is counted */
 	o.store = r.store;
 	o.store_policy = CBC_POLICY_REJECT;
+	o.cache = CBC_CACHE_OFF; /* the shared connection is the subject */
 	b = cbc_breaker_new(&o, NULL);
 	ck_assert_ptr_nonnull(b);
 	memset(args, 0, sizeof args);
@@ -1123,6 +1131,496 @@ START_TEST(threads_share_a_connection_and_a_breaker)
 	cbc_breaker_free(b);
 	rig_close(&r);
 	cbd_stop(h);
+}
+END_TEST
+
+/* ---------- cached mode (watch + noreply) across processes ---------- */
+
+/* The bound on every wait for an event or a noreply outcome to land: far
+ * above a delivery (microseconds), so only a lost one reaches it. */
+#define CACHE_WAIT_MS 5000
+/* Processes and failures of the exact-count test. */
+#define COUNT_PROCS 4
+#define COUNT_CALLS 50
+
+/* A cached breaker named name on the socket at path (plain C: also used
+ * in forked children). */
+static bool
+cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64_t half_open_max)
+{
+	cbc_breaker_options o;
+
+	memset(r, 0, sizeof *r);
+	r->conn = conn_new_patient(path);
+	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
+	if (r->store == NULL)
+		return false;
+	cbc_breaker_options_init(&o);
+	o.name = name;
+	o.failure_threshold = threshold;
+	o.success_threshold = 10;
+	o.break_ms = LONG_BREAK_MS;
+	o.half_open_max = half_open_max;
+	o.store = r->store;
+	o.cache = CBC_CACHE_ON;
+	o.on_state_change = on_change;
+	o.on_store_error = on_store_error;
+	o.user = &r->rec;
+	r->b = cbc_breaker_new(&o, NULL);
+	return r->b != NULL;
+}
+
+/* Wait (at most CACHE_WAIT_MS) until b's cache decides a call itself:
+ * primes the breaker (its first permit goes through cbd), then takes
+ * permits, reporting them ignored (nothing recorded), until one came
+ * from the cache. */
+static bool
+cached_wait_live(cbc_breaker *b)
+{
+	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	cbc_permit p;
+
+	while (mono_ms() < deadline) {
+		cbc_status st = cbc_breaker_acquire(b, &p, NULL);
+
+		if (st == CBC_OK)
+			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
+		if (st == CBC_OK && p.cached)
+			return true;
+		if (st == CBC_EOPEN) {
+			cbc_cache_stats cs;
+
+			if (cbc_breaker_cache_stats(b, &cs, NULL) == CBC_OK && cs.refused_calls > 0)
+				return true;
+		}
+		usleep(1000);
+	}
+	return false;
+}
+
+/* Wait (at most CACHE_WAIT_MS) until cbd's totals of name reach
+ * failures + successes; returns the snapshot last read. */
+static cbc_snapshot
+cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
+{
+	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	cbc_snapshot s;
+
+	do {
+		s = cbd_snapshot(h, name);
+		if (s.totals.failures + s.totals.successes >= total)
+			break;
+		usleep(2000);
+	} while (mono_ms() < deadline);
+	return s;
+}
+
+START_TEST(cached_trip_in_one_process_refuses_in_another)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	int64_t deadline;
+	cbc_status st = CBC_OK;
+	int status, calls = 0;
+	rig r;
+	pid_t pid;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert(cached_open(&r, h->socket_path, "cshared", 3, 1));
+	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* Process A: three failures (its first call primes through
+		 * cbd, the others go as noreply when its cache is live). */
+		rig a;
+		cbc_exec_result ares;
+
+		if (!cached_open(&a, h->socket_path, "cshared", 3, 1))
+			_exit(2);
+		for (int i = 0; i < 3; i++)
+			cbc_breaker_execute(a.b, client_call_fail, NULL, &ares, NULL);
+		rig_close(&a);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	/* Process B (here) refuses within one event delivery: poll, bounded. */
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	while (mono_ms() < deadline) {
+		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
+		if (st == CBC_EOPEN)
+			break;
+		usleep(1000);
+	}
+	ck_assert_int_eq(st, CBC_EOPEN);
+	ck_assert(!res.called);
+	ck_assert_int_gt(res.retry_after_ms, LONG_BREAK_MS - 60000);
+	ck_assert_int_eq(r.rec.last_next, CBC_STATE_OPEN);
+	/* And the refusal came from the cache, not from a round trip. */
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert(cs.live);
+	ck_assert_int_ge(cs.refused_calls, 1);
+	ck_assert_int_ge(cs.events, 1);
+	ck_assert_int_eq(cbd_snapshot(h, "cshared").totals.failures, 3);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_counts_stay_exact_across_processes)
+{
+	cbd_harness *h = cbd_start("");
+	pid_t pids[COUNT_PROCS];
+	cbc_snapshot s;
+	int status;
+
+	ck_assert_ptr_nonnull(h);
+	for (int i = 0; i < COUNT_PROCS; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			cbc_exec_result res;
+			cbc_cache_stats cs;
+			rig r;
+
+			/* Never trips: every failure is counted. */
+			if (!cached_open(&r, h->socket_path, "counted", 1000000000, 1) ||
+			    !cached_wait_live(r.b))
+				_exit(2);
+			for (int j = 0; j < COUNT_CALLS; j++)
+				if (cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL) !=
+				    CBC_OK)
+					_exit(3);
+			if (cbc_breaker_cache_stats(r.b, &cs, NULL) != CBC_OK ||
+			    cs.noreply_lines == 0)
+				_exit(4); /* the cached path was not taken */
+			rig_close(&r); /* flushes what is queued */
+			_exit(0);
+		}
+	}
+	for (int i = 0; i < COUNT_PROCS; i++) {
+		ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+		ck_assert(WIFEXITED(status));
+		ck_assert_int_eq(WEXITSTATUS(status), 0);
+	}
+	/* noreply confirms nothing: read after a short bounded wait. */
+	s = cbd_wait_totals(h, "counted", COUNT_PROCS * COUNT_CALLS);
+	ck_assert_int_eq(s.totals.failures, COUNT_PROCS * COUNT_CALLS);
+	ck_assert_int_eq(s.totals.successes, 0);
+	ck_assert_int_eq(s.failure_count, COUNT_PROCS * COUNT_CALLS);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_clients_rewatch_after_cbd_restarts)
+{
+	cbd_harness *h = cbd_start(""), *h2;
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	cbc_conn *admin;
+	int64_t deadline;
+	cbc_status st = CBC_OK;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert(cached_open(&r, h->socket_path, "restarts", 3, 1));
+	ck_assert(cached_wait_live(r.b));
+	cbd_kill(h);
+	/* The cache notices (bounded wait); until then a call may still be
+	 * decided from it, and its success queued for the next cbd. */
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		if (!cs.live)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	ck_assert(!cs.live);
+	/* cbd away: calls keep running (the LOCAL policy's copy: closed). */
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL),
+		    CBC_OK);
+	h2 = cbd_restart(h);
+	/* The cache comes back by itself: reconnects, re-watches, re-reads. */
+	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert(cs.live);
+	ck_assert_int_ge(cs.connects, 2);
+	ck_assert_int_ge(cs.disconnects, 1);
+	/* Outcomes reach the new cbd exactly. */
+	calls = 0;
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(calls, 10);
+	s = cbd_wait_totals(h2, "restarts", 10);
+	ck_assert_int_eq(s.totals.successes, 10);
+	/* A trip made by someone else on the new cbd reaches this cache. */
+	admin = conn_new_patient(h2->socket_path);
+	ck_assert_int_eq(cbc_set_state(admin, "restarts", CBC_STATE_OPEN, NULL, &s, NULL), CBC_OK);
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	while (mono_ms() < deadline) {
+		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
+		if (st == CBC_EOPEN)
+			break;
+		usleep(1000);
+	}
+	ck_assert_int_eq(st, CBC_EOPEN);
+	ck_assert(!res.called);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_int_ge(cs.refused_calls, 1);
+	cbc_conn_free(admin);
+	rig_close(&r);
+	cbd_stop(h2);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_half_open_max_holds_across_processes)
+{
+	cbd_harness *h = cbd_start("");
+	int ready[2], go[2], status;
+	pid_t kids[2];
+	cbc_permit p;
+	cbc_error err;
+	char byte;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert(cached_open(&r, h->socket_path, "ctrial", 3, 2));
+	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
+	for (int i = 0; i < 2; i++) {
+		kids[i] = fork();
+		ck_assert_int_ge(kids[i], 0);
+		if (kids[i] == 0) {
+			rig c;
+			cbc_permit cp;
+
+			byte = 'y';
+			if (!cached_open(&c, h->socket_path, "ctrial", 3, 2))
+				_exit(2);
+			if (cbc_breaker_acquire(c.b, &cp, NULL) != CBC_OK || !cp.has_slot ||
+			    cp.cached)
+				byte = 'n';
+			if (write(ready[1], &byte, 1) != 1 || read(go[0], &byte, 1) != 1)
+				_exit(2);
+			cbc_breaker_report(c.b, &cp, CBC_OUTCOME_IGNORE, NULL);
+			rig_close(&c);
+			_exit(0);
+		}
+		ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+		ck_assert_int_eq(byte, 'y');
+	}
+	/* Two trials run in the children: a third is refused, whatever this
+	 * process's cache says (half_open always asks cbd). */
+	ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, &err), CBC_EOPEN);
+	ck_assert_int_eq(p.state, CBC_STATE_HALF_OPEN);
+	ck_assert_int_eq(write(go[1], "gg", 2), 2);
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(waitpid(kids[i], &status, 0), kids[i]);
+		ck_assert_int_eq(WEXITSTATUS(status), 0);
+	}
+	/* The slots are back: a trial runs here now. */
+	ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, &err), CBC_OK);
+	ck_assert(p.has_slot);
+	ck_assert(!p.cached);
+	ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_IGNORE, &err), CBC_OK);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_holds_and_deletes)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	cbc_permit p;
+	cbc_conn *admin;
+	int64_t deadline;
+	cbc_status st = CBC_OK;
+	bool existed = false;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	admin = conn_new_patient(h->socket_path);
+	ck_assert(cached_open(&r, h->socket_path, "held", 3, 1));
+	ck_assert(cached_wait_live(r.b));
+	/* An operator's hold reaches the cache: refused locally, with the
+	 * hold's time left. */
+	ck_assert_int_eq(cbc_hold(admin, "held", CBC_STATE_OPEN, 60000, "deploy", &s, NULL),
+	    CBC_OK);
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
+		if (st == CBC_EOPEN)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	ck_assert_int_eq(st, CBC_EOPEN);
+	ck_assert_int_gt(res.retry_after_ms, 50000);
+	ck_assert_int_le(res.retry_after_ms, 60000);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_int_ge(cs.refused_calls, 1);
+	/* Released: half_open, so calls ask cbd for a trial slot again. */
+	ck_assert_int_eq(cbc_release(admin, "held", NULL, &s, NULL), CBC_OK);
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		st = cbc_breaker_acquire(r.b, &p, NULL);
+		if (st == CBC_OK)
+			break;
+		usleep(1000);
+	} while (mono_ms() < deadline);
+	ck_assert_int_eq(st, CBC_OK);
+	ck_assert(p.has_slot);
+	ck_assert(!p.cached);
+	ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_IGNORE, NULL), CBC_OK);
+	/* Deleted: the cache reads it as closed; the next outcome creates it
+	 * again in cbd. */
+	ck_assert_int_eq(cbc_delete(admin, "held", &existed, NULL), CBC_OK);
+	ck_assert(existed);
+	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	s = cbd_wait_totals(h, "held", 1);
+	ck_assert_int_eq(s.totals.successes, 1);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	cbc_conn_free(admin);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_output_limit_sends_outcomes_through_the_store)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	int64_t deadline;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	memset(&r, 0, sizeof r);
+	r.conn = cbc_conn_new(h->socket_path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	    CBC_OK);
+	r.store = cbc_store_new_remote(r.conn, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "backlog";
+	o.failure_threshold = 1000000000; /* never trips: every failure counts */
+	o.store = r.store;
+	o.cache = CBC_CACHE_ON;
+	r.b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(r.b);
+	ck_assert(cached_wait_live(r.b));
+	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX, then go
+	 * through the store (which times out and degrades: LOCAL). */
+	kill(h->pid, SIGSTOP);
+	/* Bounded by calls (a line is more than 32 bytes, the socket's own
+	 * buffers far less than the limit) and, loosely, by time. */
+	deadline = mono_ms() + 12 * CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_OK);
+		calls++;
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	} while (
+	    cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) && mono_ms() < deadline);
+	ck_assert_msg(cs.out_full >= 1, "no out_full after %d calls (%llu lines, %llu sends)",
+	    calls, (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends);
+	ck_assert_int_ge(cs.store_reports, 1);
+	ck_assert_int_eq(cs.noreply_lines + cs.store_reports, (uint64_t)calls);
+	kill(h->pid, SIGCONT);
+	/* Every queued line reaches cbd once it reads again (and so may the
+	 * store's timed-out request: it was written before it timed out). */
+	s = cbd_wait_totals(h, "backlog", (int64_t)cs.noreply_lines);
+	ck_assert_int_ge(s.totals.failures, (int64_t)cs.noreply_lines);
+	ck_assert_int_le(s.totals.failures, (int64_t)(cs.noreply_lines + cs.store_reports));
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_names_limit_leaves_the_rest_uncached)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker **bs = calloc(CBC_CACHE_NAMES_MAX + 1, sizeof *bs);
+	cbc_breaker_options o;
+	cbc_cache_stats cs;
+	cbc_conn *c;
+	cbc_store *store;
+	char name[32];
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_ptr_nonnull(bs);
+	c = conn_new_patient(h->socket_path);
+	store = cbc_store_new_remote(c, NULL);
+	cbc_breaker_options_init(&o);
+	o.store = store;
+	o.cache = CBC_CACHE_ON;
+	for (unsigned i = 0; i <= CBC_CACHE_NAMES_MAX; i++) {
+		snprintf(name, sizeof name, "n%u", i);
+		o.name = name;
+		bs[i] = cbc_breaker_new(&o, NULL);
+		ck_assert_ptr_nonnull(bs[i]);
+	}
+	/* The last one is past the limit: it runs uncached, and the limit
+	 * hit is counted. */
+	ck_assert_int_eq(cbc_breaker_cache_stats(bs[0], &cs, NULL), CBC_OK);
+	ck_assert_uint_eq(cs.names, CBC_CACHE_NAMES_MAX);
+	ck_assert_uint_eq(cs.names_full, 1);
+	ck_assert_int_eq(cbc_breaker_cache_stats(bs[CBC_CACHE_NAMES_MAX], &cs, NULL), CBC_EINVAL);
+	ck_assert_int_eq(cbc_breaker_execute(bs[CBC_CACHE_NAMES_MAX], client_call_ok, NULL, NULL,
+			     NULL),
+	    CBC_OK);
+	for (unsigned i = 0; i <= CBC_CACHE_NAMES_MAX; i++)
+		cbc_breaker_free(bs[i]);
+	free(bs);
+	cbc_store_free(store);
+	cbc_conn_free(c);
+	cbd_stop(h);
+}
+END_TEST
+
+START_TEST(cached_option_checks)
+{
+	cbc_breaker_options o;
+	cbc_error err;
+	cbc_cache_stats cs;
+	cbc_breaker *b;
+	cbc_store *local = cbc_store_new_local(0, NULL);
+
+	cbc_breaker_options_init(&o);
+	o.name = "x";
+	o.store = local;
+	o.cache = CBC_CACHE_ON;
+	ck_assert_ptr_null(cbc_breaker_new(&o, &err));
+	ck_assert_int_eq(err.status, CBC_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.message, "cache"));
+	o.cache = (cbc_cache_mode)7;
+	ck_assert_ptr_null(cbc_breaker_new(&o, &err));
+	ck_assert_ptr_nonnull(strstr(err.message, "cache"));
+	/* AUTO on a local store: not cached. */
+	o.cache = CBC_CACHE_AUTO;
+	b = cbc_breaker_new(&o, &err);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(cbc_breaker_cache_stats(b, &cs, &err), CBC_EINVAL);
+	cbc_breaker_free(b);
+	cbc_store_free(local);
 }
 END_TEST
 
@@ -1157,6 +1655,18 @@ remote_suite(void)
 	tcase_add_test(tc, two_processes_one_trips_the_other_fails_fast);
 	tcase_add_test(tc, half_open_max_across_processes);
 	tcase_add_test(tc, threads_share_a_connection_and_a_breaker);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cached");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, cached_option_checks);
+	tcase_add_test(tc, cached_trip_in_one_process_refuses_in_another);
+	tcase_add_test(tc, cached_counts_stay_exact_across_processes);
+	tcase_add_test(tc, cached_clients_rewatch_after_cbd_restarts);
+	tcase_add_test(tc, cached_half_open_max_holds_across_processes);
+	tcase_add_test(tc, cached_holds_and_deletes);
+	tcase_add_test(tc, cached_output_limit_sends_outcomes_through_the_store);
+	tcase_add_test(tc, cached_names_limit_leaves_the_rest_uncached);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");

@@ -1,0 +1,727 @@
+/*
+ * cache.c — the cached mode of remote breakers: one watch connection per
+ * process and socket path, shared by every breaker that uses it, keeping
+ * the snapshot of each circuit those breakers name, and carrying their
+ * outcomes to cbd as noreply lines.
+ *
+ * Design (README "Cached mode"):
+ *   - The connection is owned by a reader thread, started when the first
+ *     breaker of the process joins and stopped when the last one leaves.
+ *     It connects, sends one watch for every name, applies the watch
+ *     reply's snapshots and the change/delete events as they arrive, and
+ *     reconnects (every CACHE_RECONNECT_MS) when cbd goes away.
+ *   - An entry is valid only between the watch reply that read it and the
+ *     loss of the connection: a lost connection invalidates every entry
+ *     until the next watch reply re-reads them. Callers only ever read
+ *     entries under the cache's lock.
+ *   - Outcomes are appended to one output buffer as noreply lines. A
+ *     failure (what trips circuits) is written at once by the caller, with
+ *     everything queued before it; successes are written by the reader
+ *     thread on a CACHE_FLUSH_US timer that runs while calls flow, so a
+ *     steady stream of closed calls costs no system call each: one write
+ *     carries every line queued in the period. When the socket cannot
+ *     take it all, the rest waits for POLLOUT. Past CBC_CACHE_OUT_MAX
+ *     pending bytes, or with no live connection, the caller reports
+ *     through the store instead.
+ *   - After fork() the child forgets its parent's caches (pthread_atfork):
+ *     breakers the child inherited fall back to the store; breakers it
+ *     creates get a cache of their own.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uthash.h>
+
+#include "internal.h"
+
+/* Successes wait at most this long in the output before the reader
+ * thread writes them, together (µs); failures are written at once. A
+ * success's delay changes nothing but how fresh cbd's counts are (the
+ * failure after it is written after it), and each period costs the
+ * reader one wake-up while calls flow: 1 ms keeps that near 0.1 % of a
+ * core per process. */
+#define CACHE_FLUSH_US 1000
+/* The reader keeps that period's timer running this long after the last
+ * queued success (µs), so a steady flow of calls never has to wake it.
+ * After it the reader sleeps: a lone success is written by its caller,
+ * and the second within this period wakes the reader's timer again. */
+#define CACHE_HOT_US 50000
+/* Wait between reconnect attempts while cbd is away (ms). */
+#define CACHE_RECONNECT_MS 20
+/* Longest event or reply line the reader accepts (a watch reply carries a
+ * snapshot per name: about 1 KiB each). Past it: the connection is dropped
+ * and counted in line_too_long. */
+#define CACHE_LINE_MAX (CBC_CACHE_NAMES_MAX * 2048u)
+/* First size of the read and write buffers; they double as needed. */
+#define CACHE_BUF_INITIAL 4096u
+/* How long the last breaker's release waits for queued outcomes to be
+ * written before the connection closes (ms). */
+#define CACHE_CLOSE_FLUSH_MS 200
+/* Names per watch request (keeps each line far below max_line_bytes). */
+#define CACHE_WATCH_BATCH 64u
+
+struct cbci_cache_entry {
+	UT_hash_handle hh;
+	bool valid; /* read by the current connection's watch reply */
+	cbc_state state;
+	int64_t opened_at; /* CBC_TIME_NONE when not open */
+	int64_t break_ms; /* current_break_ms, else the policy's break_ms */
+	int64_t retry_after_ms; /* as reported, with received_at */
+	int64_t received_at; /* realtime ms when the snapshot arrived */
+	bool held; /* hold_state until hold_until (CBC_TIME_NONE: released) */
+	cbc_state hold_state;
+	int64_t hold_until;
+	uint64_t seq; /* change events applied */
+	cbc_snapshot last; /* the last change event's snapshot */
+	char name[];
+};
+
+struct cbci_cache {
+	pthread_mutex_t lock;
+	struct cbci_cache *next; /* the registry */
+	unsigned refs; /* breakers using it */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int fd; /* -1 while disconnected */
+	bool broken; /* a send failed: the reader reconnects */
+	bool stop;
+	int wake[2]; /* callers wake the reader: stop, pending output */
+	pthread_t thread;
+	cbci_cache_entry *entries;
+	size_t names;
+	char *out; /* pending lines, out_len bytes; out_sent of them sent */
+	size_t out_len, out_cap;
+	bool out_partial; /* out starts with the unsent tail of a line */
+	bool blocked; /* the socket took less than all: wait for POLLOUT */
+	bool cold; /* the reader sleeps without a timer: wake it */
+	int64_t lazy_at; /* monotonic µs of the last success queued */
+	char *in; /* bytes read, not yet a full line */
+	size_t in_len, in_cap;
+	cbc_cache_stats stats;
+};
+
+/* Every cache of this process, one per socket path. */
+static pthread_mutex_t cache_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static cbci_cache *cache_registry;
+static pthread_once_t cache_atfork_once = PTHREAD_ONCE_INIT;
+/* Bumped in a forked child: handles taken before the fork are stale. */
+static unsigned cache_generation;
+
+static void
+cache_atfork_prepare(void)
+{
+	pthread_mutex_lock(&cache_registry_lock);
+}
+
+static void
+cache_atfork_parent(void)
+{
+	pthread_mutex_unlock(&cache_registry_lock);
+}
+
+/* The child has no reader threads: forget the parent's caches (their
+ * memory is abandoned, their sockets closed in the child only). */
+static void
+cache_atfork_child(void)
+{
+	for (cbci_cache *c = cache_registry; c != NULL; c = c->next) {
+		if (c->fd >= 0)
+			close(c->fd);
+		close(c->wake[0]);
+		close(c->wake[1]);
+	}
+	cache_registry = NULL;
+	cache_generation++;
+	pthread_mutex_unlock(&cache_registry_lock);
+}
+
+static void
+cache_atfork_install(void)
+{
+	pthread_atfork(cache_atfork_prepare, cache_atfork_parent, cache_atfork_child);
+}
+
+unsigned
+cbci_cache_generation(void)
+{
+	return __atomic_load_n(&cache_generation, __ATOMIC_RELAXED);
+}
+
+/* Make room for need more bytes in *buf. */
+static bool
+cache_buf_reserve(char **buf, size_t len, size_t *cap, size_t need)
+{
+	size_t c = *cap == 0 ? CACHE_BUF_INITIAL : *cap;
+	char *grown;
+
+	if (len + need <= *cap)
+		return true;
+	while (c < len + need)
+		c *= 2;
+	grown = realloc(*buf, c);
+	if (grown == NULL)
+		return false;
+	*buf = grown;
+	*cap = c;
+	return true;
+}
+
+/* Wake the reader thread (it polls the pipe). */
+static void
+cache_wake(cbci_cache *c)
+{
+	char byte = 0;
+	ssize_t n = write(c->wake[1], &byte, 1);
+
+	(void)n; /* full pipe: the reader is awake already */
+}
+
+/* Send as much pending output as the socket takes now (lock held). */
+static void
+cache_flush_locked(cbci_cache *c)
+{
+	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
+		ssize_t n = send(c->fd, c->out, c->out_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			c->blocked = false;
+			c->stats.sends++;
+			c->out_partial = c->out[n - 1] != '\n';
+			memmove(c->out, c->out + n, c->out_len - (size_t)n);
+			c->out_len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			c->blocked = true; /* the reader sends the rest when writable */
+			return;
+		}
+		c->broken = true;
+	}
+}
+
+/* Append one line (with its newline) to the output (lock held). */
+static bool
+cache_append_locked(cbci_cache *c, const char *line, size_t len)
+{
+	if (c->out_len + len > CBC_CACHE_OUT_MAX) {
+		c->stats.out_full++;
+		return false;
+	}
+	if (!cache_buf_reserve(&c->out, c->out_len, &c->out_cap, len))
+		return false;
+	memcpy(c->out + c->out_len, line, len);
+	c->out_len += len;
+	return true;
+}
+
+/* Queue watch requests for names[0..n) (lock held). */
+static bool
+cache_queue_watch_locked(cbci_cache *c, cbci_cache_entry **names, size_t n)
+{
+	bool ok = true;
+
+	for (size_t i = 0; ok && i < n; i += CACHE_WATCH_BATCH) {
+		json_t *req = json_pack("{s:s, s:[]}", "op", "watch", "names");
+		json_t *arr = json_object_get(req, "names");
+		char *text;
+
+		for (size_t j = i; req != NULL && j < n && j < i + CACHE_WATCH_BATCH; j++)
+			json_array_append_new(arr, json_string(names[j]->name));
+		text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+		json_decref(req);
+		ok = text != NULL;
+		if (ok) {
+			size_t len = strlen(text);
+
+			text[len] = '\n'; /* the NUL becomes the newline */
+			ok = cache_append_locked(c, text, len + 1);
+		}
+		free(text);
+	}
+	return ok;
+}
+
+/* Read a snapshot into an entry, valid from now. */
+static void
+cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
+{
+	e->valid = true;
+	e->state = s->state;
+	e->opened_at = s->opened_at;
+	e->break_ms = s->current_break_ms >= 0 ? s->current_break_ms : s->policy.break_ms;
+	e->retry_after_ms = s->retry_after_ms;
+	e->received_at = clock_realtime_ms();
+	e->held = s->hold.held;
+	e->hold_state = s->hold.state;
+	e->hold_until = s->hold.until;
+}
+
+/* Apply one snapshot object from a reply or an event: parsed without
+ * the lock (callers keep deciding meanwhile), applied under it. */
+static void
+cache_apply_snapshot(cbci_cache *c, const json_t *obj, bool event)
+{
+	const char *name = json_string_value(json_object_get(obj, "name"));
+	cbci_cache_entry *e = NULL;
+	cbc_snapshot snap;
+	cbc_error err;
+	bool ok;
+
+	if (name == NULL)
+		return;
+	ok = cbci_reply_snapshot(obj, name, &snap, &err) == CBC_OK;
+	pthread_mutex_lock(&c->lock);
+	HASH_FIND_STR(c->entries, name, e);
+	if (!ok) {
+		c->stats.bad_lines++;
+		if (e != NULL)
+			e->valid = false; /* cannot tell its state: ask cbd */
+	} else if (e != NULL) {
+		cache_entry_set(e, &snap);
+		if (event) {
+			/* An event's snapshot is of a stored circuit (a watch
+			 * reply's may be the initial one of a name not created
+			 * yet). */
+			e->last = snap;
+			e->seq++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Apply one line from cbd (lock not held: only the reader calls this). */
+static void
+cache_apply_line(cbci_cache *c, const char *line, size_t len)
+{
+	json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+	const char *event = json_string_value(json_object_get(msg, "event"));
+	const json_t *ok = json_object_get(msg, "ok");
+
+	if (event != NULL) {
+		pthread_mutex_lock(&c->lock);
+		c->stats.events++;
+		c->stats.last_event_us = clock_monotonic_us();
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (!json_is_object(msg)) {
+		pthread_mutex_lock(&c->lock);
+		c->stats.bad_lines++;
+		pthread_mutex_unlock(&c->lock);
+	} else if (event != NULL && strcmp(event, "change") == 0) {
+		cache_apply_snapshot(c, json_object_get(msg, "snapshot"), true);
+	} else if (event != NULL && strcmp(event, "delete") == 0) {
+		const char *name = json_string_value(json_object_get(msg, "name"));
+		cbci_cache_entry *e = NULL;
+
+		pthread_mutex_lock(&c->lock);
+		if (name != NULL)
+			HASH_FIND_STR(c->entries, name, e);
+		if (e != NULL && e->valid) {
+			/* Gone: the next call creates it closed. */
+			e->state = CBC_STATE_CLOSED;
+			e->held = false;
+			e->opened_at = CBC_TIME_NONE;
+		}
+		pthread_mutex_unlock(&c->lock);
+	} else if (json_is_true(ok)) {
+		const json_t *snaps = json_object_get(msg, "snapshots");
+		size_t i;
+		const json_t *s;
+
+		json_array_foreach (snaps, i, s)
+			cache_apply_snapshot(c, s, false);
+	} else if (event == NULL) {
+		/* ok:false to a watch (a protocol 1 cbd): entries stay invalid
+		 * and breakers keep asking cbd. */
+		pthread_mutex_lock(&c->lock);
+		c->stats.refused++;
+		pthread_mutex_unlock(&c->lock);
+	}
+	json_decref(msg);
+}
+
+/* Drop the connection: every entry invalid until re-watched (lock held). */
+static void
+cache_disconnect_locked(cbci_cache *c)
+{
+	cbci_cache_entry *e, *tmp;
+
+	if (c->fd >= 0) {
+		close(c->fd);
+		c->stats.disconnects++;
+	}
+	c->fd = -1;
+	c->broken = false;
+	c->blocked = false;
+	c->in_len = 0;
+	/* Lines not yet written stay queued for the next connection (a
+	 * line half written is dropped: its head went to the old one). */
+	if (c->out_partial) {
+		char *nl = memchr(c->out, '\n', c->out_len);
+		size_t drop = nl != NULL ? (size_t)(nl - c->out) + 1 : c->out_len;
+
+		memmove(c->out, c->out + drop, c->out_len - drop);
+		c->out_len -= drop;
+		c->out_partial = false;
+	}
+	HASH_ITER (hh, c->entries, e, tmp)
+		e->valid = false;
+}
+
+/* Try to connect and watch every name (lock held). */
+static void
+cache_connect_locked(cbci_cache *c)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	cbci_cache_entry **all, *e, *tmp;
+	size_t n = 0;
+	int fd;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return;
+	memcpy(addr.sun_path, c->path, strlen(c->path) + 1);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+		close(fd);
+		return;
+	}
+	all = calloc(c->names + 1, sizeof *all);
+	if (all == NULL) {
+		close(fd);
+		return;
+	}
+	HASH_ITER (hh, c->entries, e, tmp)
+		all[n++] = e;
+	c->fd = fd;
+	c->stats.connects++;
+	if (!cache_queue_watch_locked(c, all, n))
+		c->broken = true;
+	free(all);
+	cache_flush_locked(c);
+}
+
+/* Read what cbd sent and apply every full line (lock not held while
+ * reading: only this thread reads). False: the connection is gone. */
+static bool
+cache_read(cbci_cache *c)
+{
+	for (;;) {
+		ssize_t n;
+		size_t start = 0;
+
+		if (!cache_buf_reserve(&c->in, c->in_len, &c->in_cap, CACHE_BUF_INITIAL))
+			return false;
+		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		if (n == 0)
+			return false;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+		c->in_len += (size_t)n;
+		for (char *nl; (nl = memchr(c->in + start, '\n', c->in_len - start)) != NULL;) {
+			cache_apply_line(c, c->in + start, (size_t)(nl - (c->in + start)));
+			start = (size_t)(nl - c->in) + 1;
+		}
+		memmove(c->in, c->in + start, c->in_len - start);
+		c->in_len -= start;
+		if (c->in_len > CACHE_LINE_MAX) {
+			pthread_mutex_lock(&c->lock);
+			c->stats.line_too_long++;
+			pthread_mutex_unlock(&c->lock);
+			return false;
+		}
+	}
+}
+
+/* At release: give queued outcomes up to CACHE_CLOSE_FLUSH_MS to be
+ * written (lock held; released while waiting). */
+static void
+cache_close_flush_locked(cbci_cache *c)
+{
+	int64_t deadline = clock_monotonic_ms() + CACHE_CLOSE_FLUSH_MS;
+
+	cache_flush_locked(c);
+	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
+		struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+		int64_t left = deadline - clock_monotonic_ms();
+
+		if (left <= 0)
+			break;
+		pthread_mutex_unlock(&c->lock);
+		poll(&pfd, 1, (int)left);
+		pthread_mutex_lock(&c->lock);
+		cache_flush_locked(c);
+	}
+}
+
+/* The reader thread: connect, read events, flush output (successes on
+ * a CACHE_FLUSH_US timer while calls flow), reconnect. */
+static void *
+cache_thread(void *arg)
+{
+	cbci_cache *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stop) {
+		struct pollfd pfd[2] = { { .fd = c->wake[0], .events = POLLIN } };
+		struct timespec ts, *timeout = NULL;
+		char drain[64];
+
+		if (c->fd < 0)
+			cache_connect_locked(c);
+		cache_flush_locked(c);
+		if (c->broken)
+			cache_disconnect_locked(c);
+		c->cold = false;
+		if (c->fd < 0) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = CACHE_RECONNECT_MS * 1000000L;
+			timeout = &ts;
+		} else if (clock_monotonic_us() - c->lazy_at < CACHE_HOT_US) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = CACHE_FLUSH_US * 1000L; /* < 1 s */
+			timeout = &ts;
+		} else {
+			c->cold = true;
+		}
+		pfd[1].fd = c->fd;
+		pfd[1].events = (short)(POLLIN | (c->blocked ? POLLOUT : 0));
+		pthread_mutex_unlock(&c->lock);
+		if (ppoll(pfd, 2, timeout, NULL) > 0 && (pfd[0].revents & POLLIN))
+			while (read(c->wake[0], drain, sizeof drain) == (ssize_t)sizeof drain)
+				;
+		if (pfd[1].fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
+		    !cache_read(c)) {
+			pthread_mutex_lock(&c->lock);
+			cache_disconnect_locked(c);
+			continue;
+		}
+		pthread_mutex_lock(&c->lock);
+	}
+	cache_close_flush_locked(c);
+	cache_disconnect_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* A new cache for path with its reader thread; NULL when out of resources. */
+static cbci_cache *
+cache_new(const char *path)
+{
+	cbci_cache *c = calloc(1, sizeof *c);
+
+	if (c == NULL)
+		return NULL;
+	c->fd = -1;
+	snprintf(c->path, sizeof c->path, "%s", path);
+	if (pthread_mutex_init(&c->lock, NULL) != 0) {
+		free(c);
+		return NULL;
+	}
+	if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return NULL;
+	}
+	if (pthread_create(&c->thread, NULL, cache_thread, c) != 0) {
+		close(c->wake[0]);
+		close(c->wake[1]);
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+cbci_cache *
+cbci_cache_acquire(const char *path, cbc_error *err)
+{
+	cbci_cache *c;
+
+	pthread_once(&cache_atfork_once, cache_atfork_install);
+	pthread_mutex_lock(&cache_registry_lock);
+	for (c = cache_registry; c != NULL; c = c->next)
+		if (strcmp(c->path, path) == 0)
+			break;
+	if (c == NULL && (c = cache_new(path)) != NULL) {
+		c->next = cache_registry;
+		cache_registry = c;
+	}
+	if (c != NULL)
+		c->refs++;
+	pthread_mutex_unlock(&cache_registry_lock);
+	if (c == NULL)
+		cbci_fail(err, CBC_ENOMEM, "cannot start the watch cache for %s", path);
+	return c;
+}
+
+void
+cbci_cache_release(cbci_cache *c, unsigned generation)
+{
+	cbci_cache **pp;
+	cbci_cache_entry *e, *tmp;
+
+	if (c == NULL || generation != cbci_cache_generation())
+		return; /* a parent's cache, abandoned at fork */
+	pthread_mutex_lock(&cache_registry_lock);
+	if (--c->refs > 0) {
+		pthread_mutex_unlock(&cache_registry_lock);
+		return;
+	}
+	for (pp = &cache_registry; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&cache_registry_lock);
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_mutex_unlock(&c->lock);
+	cache_wake(c);
+	pthread_join(c->thread, NULL);
+	HASH_ITER (hh, c->entries, e, tmp) {
+		HASH_DEL(c->entries, e);
+		free(e);
+	}
+	close(c->wake[0]);
+	close(c->wake[1]);
+	pthread_mutex_destroy(&c->lock);
+	free(c->out);
+	free(c->in);
+	free(c);
+}
+
+cbci_cache_entry *
+cbci_cache_watch(cbci_cache *c, const char *name)
+{
+	cbci_cache_entry *e;
+	size_t len = strlen(name);
+
+	pthread_mutex_lock(&c->lock);
+	HASH_FIND(hh, c->entries, name, len, e);
+	if (e == NULL && c->names >= CBC_CACHE_NAMES_MAX) {
+		c->stats.names_full++;
+	} else if (e == NULL && (e = calloc(1, sizeof *e + len + 1)) != NULL) {
+		memcpy(e->name, name, len + 1);
+		HASH_ADD(hh, c->entries, name[0], len, e);
+		c->names++;
+		if (c->fd >= 0 && !cache_queue_watch_locked(c, &e, 1))
+			c->broken = true;
+		cache_flush_locked(c);
+		if (c->out_len > 0 || c->broken)
+			cache_wake(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return e;
+}
+
+cbci_cache_verdict
+cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_snapshot *fresh,
+    bool *has_fresh, int64_t *retry_after_ms)
+{
+	cbci_cache_verdict v = CBCI_CACHE_ASK;
+	int64_t left = 0;
+
+	pthread_mutex_lock(&c->lock);
+	*has_fresh = e->seq != *seen;
+	if (*has_fresh) {
+		*fresh = e->last;
+		*seen = e->seq;
+	}
+	if (!e->valid || c->fd < 0 || c->broken) {
+		v = CBCI_CACHE_ASK;
+	} else if (e->held && e->hold_state == CBC_STATE_OPEN) {
+		/* Held open: refused until the hold ends (the hold's own
+		 * until, else the countdown cbd reported). */
+		int64_t now = clock_realtime_ms();
+
+		left = e->hold_until != CBC_TIME_NONE ? e->hold_until - now
+						      : e->retry_after_ms - (now - e->received_at);
+		v = left > 0 ? CBCI_CACHE_REFUSE : CBCI_CACHE_ASK;
+		if (e->hold_until == CBC_TIME_NONE && left <= 0) {
+			left = 1; /* held until released: still refused */
+			v = CBCI_CACHE_REFUSE;
+		}
+	} else if (e->state == CBC_STATE_CLOSED) {
+		v = CBCI_CACHE_PERMIT;
+	} else if (e->state == CBC_STATE_OPEN) {
+		int64_t now = clock_realtime_ms();
+
+		left = e->opened_at != CBC_TIME_NONE && e->break_ms >= 0
+		    ? e->opened_at + e->break_ms - now
+		    : e->retry_after_ms - (now - e->received_at);
+		v = left > 0 ? CBCI_CACHE_REFUSE : CBCI_CACHE_ASK;
+	}
+	if (v == CBCI_CACHE_PERMIT)
+		c->stats.permitted++;
+	else if (v == CBCI_CACHE_REFUSE)
+		c->stats.refused_calls++;
+	else
+		c->stats.asked++;
+	*retry_after_ms = left;
+	pthread_mutex_unlock(&c->lock);
+	return v;
+}
+
+bool
+cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
+{
+	bool queued = false;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->fd >= 0 && !c->broken) {
+		bool idle = c->out_len == 0;
+		int64_t now = clock_monotonic_us();
+		/* Another success within the hot period: calls are flowing. */
+		bool dense = !urgent && now - c->lazy_at < CACHE_HOT_US;
+		/* Failures, and sparse successes while the reader sleeps (waking
+		 * it would cost the caller more than the write), go now. */
+		bool write_now = urgent || (c->cold && !dense);
+
+		queued = cache_append_locked(c, line, len);
+		if (queued && !urgent)
+			c->lazy_at = now;
+		if (queued && write_now) {
+			/* Written now, after whatever is queued (order kept). */
+			cache_flush_locked(c);
+			if (idle && c->broken) {
+				/* cbd went away under us: the line was not
+				 * written; the store reports it (and degrades
+				 * as its policy says). */
+				c->out_len = 0;
+				queued = false;
+			}
+		}
+		if (queued)
+			c->stats.noreply_lines++;
+		/* Wake the reader: to reconnect, to wait for room, or to run
+		 * its timer now that successes flow. */
+		if (c->cold && (c->broken || c->blocked || (queued && dense))) {
+			c->cold = false;
+			cache_wake(c);
+		}
+	}
+	if (!queued)
+		c->stats.store_reports++;
+	pthread_mutex_unlock(&c->lock);
+	return queued;
+}
+
+void
+cbci_cache_stats(cbci_cache *c, cbc_cache_stats *out)
+{
+	pthread_mutex_lock(&c->lock);
+	*out = c->stats;
+	out->live = c->fd >= 0 && !c->broken;
+	out->names = c->names;
+	pthread_mutex_unlock(&c->lock);
+}
