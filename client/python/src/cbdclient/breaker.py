@@ -289,13 +289,17 @@ class Breaker:
         remote_token = None if permit.local else permit.token
         ctx = self._call_ctx()
         reply = None
-        if outcome != IGNORE or remote_token is not None:
-            try:
-                reply, _ = self._remote("record", lambda: self.client.record(
-                    self.name, outcome.value, permit=remote_token, duration_ms=duration_ms,
-                    ctx=ctx))
-            except CbdError:
-                return  # an answer such as bad_request: nothing to fall back to
+        # An ignored call without a permit changes nothing but cbd's
+        # totals.ignored: sent without waiting for the reply.
+        noreply = outcome == IGNORE and remote_token is None
+        try:
+            reply, err = self._remote("record", lambda: self.client.record(
+                self.name, outcome.value, permit=remote_token, duration_ms=duration_ms,
+                ctx=ctx, noreply=noreply))
+        except CbdError:
+            return  # an answer such as bad_request: nothing to fall back to
+        if reply is None and err is None and self.client is not None:
+            return  # sent with noreply
         if reply is not None:
             if "snapshot" in reply:
                 self._note_snapshot(reply["snapshot"])
