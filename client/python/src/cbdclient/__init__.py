@@ -8,8 +8,8 @@ Standard library only.
 """
 
 from .aio import AsyncClient
-from .breaker import (ALLOW, DEFAULT_TIMEOUT_BACKOFF_MS, LOCAL, REJECT, Breaker, Permit,
-                      StorePolicy, circuit_breaker)
+from .breaker import (ALLOW, DEFAULT_TIMEOUT_BACKOFF_MS, LOCAL, REJECT, AsyncBreaker, Breaker,
+                      Permit, StorePolicy, circuit_breaker)
 from .classify import FAILURE, IGNORE, SUCCESS, Outcome, classify_http, http_outcome
 from .connection import DEFAULT_SOCKET, Client, resolve_socket
 from .errors import (CbdError, CbdTimeoutError, CircuitOpenError, ServerError,
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient", "Client", "DEFAULT_SOCKET", "resolve_socket",
-    "Breaker", "Permit", "StorePolicy", "LOCAL", "ALLOW", "REJECT",
+    "Breaker", "AsyncBreaker", "Permit", "StorePolicy", "LOCAL", "ALLOW", "REJECT",
     "DEFAULT_TIMEOUT_BACKOFF_MS", "circuit_breaker",
     "Outcome", "SUCCESS", "FAILURE", "IGNORE", "classify_http", "http_outcome",
     "CbdError", "ServerError", "UnavailableError", "CbdTimeoutError", "CircuitOpenError",

@@ -222,10 +222,13 @@ class Retry:
         """await fn(*args, **kwargs) with retries; each attempt is
         cancelled at its deadline (AttemptTimeoutError)."""
         sleep = self.sleep or asyncio.sleep
+        # The breaker's requests to cbd leave the event loop free.
+        io = (asyncio.to_thread if self.breaker is not None and self.breaker.client is not None
+              else _run_here)
         for attempt in range(1, self.attempts + 1):
             state = [None]
             try:
-                permit = self._acquire(state)
+                permit = await io(self._acquire, state)
             except CircuitOpenError as e:
                 if self.fallback is not None:
                     return self.fallback(e)
@@ -244,7 +247,10 @@ class Retry:
                     result = await coro
             except BaseException as e:
                 ms = int((self.clock() - started) * 1000)
-                self._report(permit, self._outcome_of_error(e), ms, e)
+                if isinstance(e, Exception):
+                    await io(self._report, permit, self._outcome_of_error(e), ms, e)
+                else:
+                    self._report(permit, IGNORE, ms, e)  # cancelled: no await now
                 delay = self._retry_or_raise(attempt, e, started)
                 res = sleep(delay / 1000)
                 if asyncio.iscoroutine(res):
@@ -252,7 +258,7 @@ class Retry:
                 continue
             ms = int((self.clock() - started) * 1000)
             outcome = self._outcome_of_result(result)
-            self._report(permit, outcome, ms, result if outcome == FAILURE else None)
+            await io(self._report, permit, outcome, ms, result if outcome == FAILURE else None)
             if (self.retry_on_result is not None and self.retry_on_result(result)
                     and attempt < self.attempts):
                 err = RetryableResult(result)
@@ -265,6 +271,11 @@ class Retry:
                 continue
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _run_here(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run fn on the loop (no I/O to leave it for)."""
+    return fn(*args)
 
 
 class RetryableResult(Exception):
