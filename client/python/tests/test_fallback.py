@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cbdclient import (ALLOW, LOCAL, REJECT, Breaker, CbdTimeoutError, CircuitOpenError,
+from cbdclient import (ALLOW, REJECT, Breaker, CircuitOpenError,
                        Client, UnavailableError)
 
 

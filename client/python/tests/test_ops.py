@@ -2,7 +2,6 @@
 errors as exceptions with cbd's code, noreply, policy_conflict, threads,
 the socket from $CBD_SOCKET, reconnection and timeouts."""
 
-import os
 import threading
 
 import pytest

@@ -195,9 +195,10 @@ class Breaker:
                 err = e
                 self._failed(e, op, False)
             else:
-                if self._degraded:
-                    self._degraded = False
-                    self._local.forget(self.name)
+                with self._lock:
+                    if self._degraded:
+                        self._degraded = False
+                        self._local.forget(self.name)
                 return reply, None
         else:
             self._failed(err, op, True)
@@ -245,11 +246,11 @@ class Breaker:
             return self._fallback_policy_locked()
 
     def _degrade(self, now: int) -> None:
-        if not self._degraded:
-            with self._lock:
-                seen = replace(self._seen)
-            self._local.seed(self.name, seen, now)
-            self._degraded = True
+        """Make sure the local copy is live, seeded from what cbd said."""
+        with self._lock:
+            if not self._degraded:
+                self._local.seed(self.name, replace(self._seen), now)
+                self._degraded = True
 
     # -- the two-step form ----------------------------------------------
     def acquire(self) -> Permit:
@@ -306,8 +307,6 @@ class Breaker:
                 if outcome != IGNORE:
                     self._observe(reply["snapshot"]["state"],
                                   error if outcome == FAILURE else None)
-            if permit.local:
-                self._local.forget(self.name)
             return
         if self.client is not None and self.store_policy != LOCAL:
             return  # ALLOW and REJECT: nothing to keep

@@ -5,15 +5,18 @@ is asked before every attempt and every attempt's outcome is reported to
 it; a refusal from an open circuit ends the retries at once.
 
 The clock, the sleep and the random source are injectable, so the tests run
-in virtual time. No threads are spawned: a synchronous attempt learns its
-deadline (``timeout_kwarg``: e.g. ``timeout`` for urllib's urlopen) and an
-attempt that raises TimeoutError is a timeout; the asyncio form cancels an
-attempt at its deadline (asyncio.wait_for).
+in virtual time. No threads are spawned for attempts: a synchronous attempt
+learns its deadline (``timeout_kwarg``: e.g. ``timeout`` for urllib's
+urlopen), and one that raises TimeoutError or returns past its deadline is
+a timeout; the asyncio form cancels an attempt at its deadline
+(asyncio.wait_for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import random
 import time
 from dataclasses import dataclass
@@ -119,7 +122,7 @@ class Retry:
         elif after == CLOSED:
             self._hook("on_circuit_closed")
 
-    def _acquire(self, state: list) -> Permit | None:
+    def _acquire(self) -> Permit | None:
         if self.breaker is None:
             return None
         before = self.breaker.state
@@ -128,7 +131,6 @@ class Retry:
         except CircuitOpenError as e:
             self._state_hooks(before, self.breaker.state)
             self._hook("on_circuit_open", e.retry_after_ms)
-            state[0] = "refused"
             raise
         self._state_hooks(before, self.breaker.state)
         return permit
@@ -154,7 +156,7 @@ class Retry:
             return SUCCESS
         return self.breaker._classify(result)
 
-    def _retry_or_raise(self, attempt: int, err: BaseException, started: float) -> int:
+    def _retry_or_raise(self, attempt: int, err: BaseException) -> int:
         """After a failed attempt: the delay (ms) before the next, or raise."""
         if isinstance(err, TimeoutError):
             self._hook("on_timeout", attempt)
@@ -176,9 +178,8 @@ class Retry:
         refused an attempt)."""
         sleep = self.sleep or time.sleep
         for attempt in range(1, self.attempts + 1):
-            state = [None]
             try:
-                permit = self._acquire(state)
+                permit = self._acquire()
             except CircuitOpenError as e:
                 if self.fallback is not None:
                     return self.fallback(e)
@@ -192,7 +193,7 @@ class Retry:
             except BaseException as e:
                 ms = int((self.clock() - started) * 1000)
                 self._report(permit, self._outcome_of_error(e), ms, e)
-                delay = self._retry_or_raise(attempt, e, started)
+                delay = self._retry_or_raise(attempt, e)
                 sleep(delay / 1000)
                 continue
             ms = int((self.clock() - started) * 1000)
@@ -201,7 +202,7 @@ class Retry:
                 err = AttemptTimeoutError(f"attempt {attempt} took {ms} ms, past its timeout "
                                           f"of {self.attempt_timeout_ms} ms")
                 self._report(permit, FAILURE, ms, err)
-                delay = self._retry_or_raise(attempt, err, started)
+                delay = self._retry_or_raise(attempt, err)
                 sleep(delay / 1000)
                 continue
             outcome = self._outcome_of_result(result)
@@ -226,9 +227,8 @@ class Retry:
         io = (asyncio.to_thread if self.breaker is not None and self.breaker.client is not None
               else _run_here)
         for attempt in range(1, self.attempts + 1):
-            state = [None]
             try:
-                permit = await io(self._acquire, state)
+                permit = await io(self._acquire)
             except CircuitOpenError as e:
                 if self.fallback is not None:
                     return self.fallback(e)
@@ -251,7 +251,7 @@ class Retry:
                     await io(self._report, permit, self._outcome_of_error(e), ms, e)
                 else:
                     self._report(permit, IGNORE, ms, e)  # cancelled: no await now
-                delay = self._retry_or_raise(attempt, e, started)
+                delay = self._retry_or_raise(attempt, e)
                 res = sleep(delay / 1000)
                 if asyncio.iscoroutine(res):
                     await res
@@ -288,9 +288,6 @@ class RetryableResult(Exception):
 
 def with_retries(fn: Callable[..., Any] | None = None, **options: Any):
     """Decorator: ``@with_retries(breaker=b, attempts=3)``."""
-    import functools
-    import inspect
-
     def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
         retry = Retry(**options)
         if inspect.iscoroutinefunction(f):
