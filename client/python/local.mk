@@ -23,4 +23,5 @@ EXTRA_DIST += \
 	client/python/tests/test_ops.py \
 	client/python/tests/test_retry.py \
 	client/python/examples/service.py \
+	client/python/bench.py \
 	tests/python.sh

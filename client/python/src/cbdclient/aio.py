@@ -16,8 +16,11 @@ import json
 from typing import Any
 
 from .connection import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_REPLY_BYTES,
-                         NOREPLY_REFUSED, Ops, decode_reply, encode_request, resolve_socket)
-from .errors import CbdTimeoutError, UnavailableError
+                         NOREPLY_REFUSED, Ops, encode_request, resolve_socket)
+from .errors import CbdTimeoutError, ServerError, UnavailableError
+
+# Unsent bytes past which a request waits for the socket (drain).
+WRITE_BUFFER_HIGH = 1 << 20
 
 
 class AsyncClient(Ops):
@@ -100,7 +103,7 @@ class AsyncClient(Ops):
                     raise UnavailableError("cbd sent a reply nobody asked for")
                 fut = self._pending.popleft()
                 if not fut.done():
-                    fut.set_result(line)
+                    fut.set_result(reply)
         except asyncio.CancelledError:
             raise
         except (UnavailableError, OSError, ValueError) as e:
@@ -109,24 +112,30 @@ class AsyncClient(Ops):
                     f"connection to cbd failed: {e}")
                 self._fail_all(err)
 
+    def _timed_out(self, fut: asyncio.Future, writer: asyncio.StreamWriter, op: str) -> None:
+        """A reply's timer fired: every request in flight fails with it."""
+        if not fut.done() and writer is self._writer:
+            self._fail_all(CbdTimeoutError(f"cbd did not answer {op} within "
+                                           f"{self.io_timeout * 1000:.0f} ms"))
+
     async def request(self, op: str, **members: Any) -> dict | None:
         """Send one request; await its reply (None with noreply)."""
         line = encode_request(op, members)
         noreply = members.get("noreply") is True and op not in NOREPLY_REFUSED
         await self._ensure()
         writer = self._writer
+        loop = asyncio.get_running_loop()
         fut = None
         if not noreply:
-            fut = asyncio.get_running_loop().create_future()
+            fut = loop.create_future()
             self._pending.append(fut)
         try:
             writer.write(line)
-            await asyncio.wait_for(writer.drain(), self.io_timeout)
-            if fut is None:
-                return None
-            raw = await asyncio.wait_for(asyncio.shield(fut), self.io_timeout)
+            # Wait for the socket only when cbd is not reading (rare).
+            if writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
+                await asyncio.wait_for(writer.drain(), self.io_timeout)
         except asyncio.TimeoutError:
-            err = CbdTimeoutError(f"cbd did not answer {op} within "
+            err = CbdTimeoutError(f"cbd did not read {op} within "
                                   f"{self.io_timeout * 1000:.0f} ms")
             if writer is self._writer:
                 self._fail_all(err)
@@ -136,4 +145,17 @@ class AsyncClient(Ops):
             if writer is self._writer:
                 self._fail_all(err)
             raise err from None
-        return decode_reply(raw)
+        if fut is None:
+            return None
+        # One timer per request rather than a wait_for task: a cancelled
+        # caller cancels only its future, which stays in line so that the
+        # replies after it are still paired.
+        timer = loop.call_later(self.io_timeout, self._timed_out, fut, writer, op)
+        try:
+            reply = await fut
+        finally:
+            timer.cancel()
+        if reply.get("ok") is False:
+            error = reply.get("error") or {}
+            raise ServerError(str(error.get("code", "unknown")), str(error.get("message", "")))
+        return reply
