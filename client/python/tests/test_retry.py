@@ -131,7 +131,8 @@ def test_breaker_asked_before_every_attempt_and_open_ends_retries(own_cbd):
     # Two attempts failed and opened the circuit; the third was refused,
     # which ended the retries without sleeping again.
     assert fn.calls == 2 and vt.sleeps == [100, 200]
-    assert e.value.retry_after_ms > 0 and len(opened) >= 1
+    # Hooked twice: the circuit opened (cbd's break), then it refused.
+    assert opened == [60000, e.value.retry_after_ms] and e.value.retry_after_ms > 0
     snap = client.get("retried", {"now": vt.ms()})["snapshot"]
     assert snap["totals"]["failures"] == 2 and snap["totals"]["rejected"] == 1
     # A fallback answers instead of the error.

@@ -241,6 +241,12 @@ class Breaker:
                              failure_threshold=machine.COUNT_MAX)
         return policy
 
+    def break_ms(self) -> int:
+        """The break in effect as last seen (cbd's policy, grown by
+        break_backoff), else the declared one."""
+        with self._lock:
+            return machine.break_ms(self._seen, self._fallback_policy_locked())
+
     def _fallback_policy(self) -> Policy:
         with self._lock:
             return self._fallback_policy_locked()

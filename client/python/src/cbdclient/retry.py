@@ -142,7 +142,7 @@ class Retry:
         self.breaker.report(permit, outcome, ms, error=error)
         after = self.breaker.state
         if before != after and after == OPEN:
-            self._hook("on_circuit_open", self.breaker.policy.break_ms)
+            self._hook("on_circuit_open", self.breaker.break_ms())
         else:
             self._state_hooks(before, after)
 
