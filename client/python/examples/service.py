@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cbdclient import Breaker, CircuitOpenError, Retry, classify_http  # noqa: E402
 
 
-def flaky_upstream(port: int) -> None:
-    """A loopback upstream: 200, or 503 while down."""
+def flaky_upstream(port: int) -> str:
+    """A loopback upstream: 200, or 503 while down. Returns its URL."""
     state = {"down": False}
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -47,16 +47,18 @@ def flaky_upstream(port: int) -> None:
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--port", type=int, default=8080, help="0: any free port")
     ap.add_argument("--upstream", default="http://127.0.0.1:8081/")
-    ap.add_argument("--demo", action="store_true", help="run a flaky upstream on :8081")
+    ap.add_argument("--demo", action="store_true", help="run a flaky upstream")
+    ap.add_argument("--demo-port", type=int, default=8081, help="0: any free port")
     args = ap.parse_args()
     if args.demo:
-        flaky_upstream(8081)
+        args.upstream = flaky_upstream(args.demo_port)
 
     # The circuit's policy is the operator's ([circuit "upstream"] in
     # cbd.conf); declared here only for circuits nobody configured.
@@ -86,7 +88,8 @@ def main() -> None:
             self.wfile.write(body)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    print(f"serving on 127.0.0.1:{args.port}, upstream {args.upstream}", file=sys.stderr)
+    print(f"serving on 127.0.0.1:{server.server_address[1]}, upstream {args.upstream}",
+          file=sys.stderr, flush=True)
     server.serve_forever()
 
 
