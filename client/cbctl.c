@@ -1,13 +1,14 @@
 /*
- * cbctl.c — the operator's command line for cbd: look at circuits (state,
- * hold, totals, effective policy), hold them open or closed, release or
- * force them, read the daemon's counters. Built on libcbclient.
+ * cbctl.c — the operator's command line for cbd: the command table, the
+ * argument parser (global and command options anywhere), and the commands
+ * that show circuits (list, get, policy), hold or force them, and print
+ * the daemon's metrics. stats, watch and reload live in cbctl-*.c. Built
+ * on libcbclient.
  *
  * Exit codes: 0 success, 1 the daemon refused (message on stderr),
  * 2 usage error, 3 the daemon is unreachable (the message names the socket).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,17 +21,11 @@
 #include "config.h"
 
 #include "cbclient.h"
-
-enum {
-	EXIT_OK = 0,
-	EXIT_REFUSED = 1,
-	EXIT_USAGE = 2,
-	EXIT_UNREACHABLE = 3,
-};
+#include "cbctl.h"
 
 /* cbctl waits longer than a service would: an operator would rather wait
- * for a large `list` than see a timeout. Both are flags. */
-#define CBCTL_CONNECT_TIMEOUT_MS 1000
+ * for a large `list` than see a timeout (--timeout; the connect timeout is
+ * CBCTL_CONNECT_TIMEOUT_MS in cbctl.h). */
 #define CBCTL_IO_TIMEOUT_MS 10000
 #define CBCTL_TIMEOUT_MAX_MS 3600000
 /* Retry times below this show as seconds ("retry in 59.9s"), longer ones
@@ -39,54 +34,60 @@ enum {
 /* Longest --for: the protocol's ttl_ms bound, 2^53 ms. */
 #define CBCTL_DURATION_MAX_MS (INT64_C(1) << 53)
 
-typedef struct cbctl {
-	cbc_conn *conn;
-	bool json;
-	bool color;
-	int argc;
-	char **argv;
-} cbctl;
-
 typedef int (*command_fn)(cbctl *ctl);
 
-/* A command: one row each; generic argument checks run before its handler. */
+/* A command: one row each. The parser checks its options (a space-separated
+ * list; "=" marks one taking a value) and its count of positional
+ * arguments before the handler runs. */
 typedef struct command {
 	const char *name;
+	const char *alias; /* another spelling, or NULL */
 	const char *args; /* for usage lines */
-	int nargs; /* positional arguments required */
-	bool own_options; /* the handler parses its arguments (and checks nargs) */
+	int min_args, max_args; /* positional arguments */
+	const char *options;
 	command_fn run;
 	const char *summary;
 } command;
 
 static int cmd_ping(cbctl *ctl);
-static int cmd_stats(cbctl *ctl);
 static int cmd_list(cbctl *ctl);
 static int cmd_get(cbctl *ctl);
+static int cmd_policy(cbctl *ctl);
 static int cmd_open(cbctl *ctl);
 static int cmd_close(cbctl *ctl);
 static int cmd_half_open(cbctl *ctl);
 static int cmd_release(cbctl *ctl);
 static int cmd_delete(cbctl *ctl);
+static int cmd_metrics(cbctl *ctl);
 
 #define HOLD_ARGS "NAME [--for DURATION] [--reason TEXT] [--no-hold]"
+#define HOLD_OPTIONS "--for= --reason= --no-hold"
 
 static const command commands[] = {
-	{ "ping", "", 0, false, cmd_ping, "check that cbd answers; print its version" },
-	{ "stats", "", 0, false, cmd_stats, "print the daemon's counters" },
-	{ "list", "[--state open|half_open|closed]", 0, true, cmd_list,
-	    "list circuits (and their holds), optionally only those in one state" },
-	{ "get", "NAME", 1, false, cmd_get,
-	    "show one circuit: state, hold, totals, policy and each key's source" },
-	{ "open", HOLD_ARGS, 1, true, cmd_open,
+	{ "ping", NULL, "", 0, 0, "", cmd_ping, "check that cbd answers; print its version" },
+	{ "list", NULL, "[--state STATE] [--names]", 0, 0, "--state= --names", cmd_list,
+	    "list circuits (and holds); --names: one name a line" },
+	{ "get", NULL, "NAME", 1, 1, "", cmd_get,
+	    "show one circuit: state, hold, totals, policy and sources" },
+	{ "policy", NULL, "NAME", 1, 1, "", cmd_policy,
+	    "the effective policy: each key, its value and its source" },
+	{ "watch", NULL, "[NAME...]", 0, CBCTL_ARGS_MAX, "", cbctl_cmd_watch,
+	    "print state changes as they happen (no NAME: all circuits)" },
+	{ "stats", NULL, "[--all]", 0, 0, "--all", cbctl_cmd_stats,
+	    "the daemon's counters, grouped (--all: zeros too)" },
+	{ "metrics", NULL, "", 0, 0, "", cmd_metrics,
+	    "print the Prometheus metrics text (for a textfile collector)" },
+	{ "open", NULL, HOLD_ARGS, 1, 1, HOLD_OPTIONS, cmd_open,
 	    "hold a circuit open until released or for DURATION (admin)" },
-	{ "close", HOLD_ARGS, 1, true, cmd_close,
+	{ "close", NULL, HOLD_ARGS, 1, 1, HOLD_OPTIONS, cmd_close,
 	    "hold a circuit closed until released or for DURATION (admin)" },
-	{ "release", "NAME", 1, false, cmd_release,
+	{ "release", NULL, "NAME", 1, 1, "", cmd_release,
 	    "end a hold: open goes half_open, closed stays closed (admin)" },
-	{ "half-open", "NAME", 1, false, cmd_half_open,
+	{ "half-open", "half_open", "NAME", 1, 1, "", cmd_half_open,
 	    "force a circuit half-open, no hold (admin)" },
-	{ "delete", "NAME", 1, false, cmd_delete, "drop a circuit and its slots (admin)" },
+	{ "delete", NULL, "NAME", 1, 1, "", cmd_delete, "drop a circuit and its slots (admin)" },
+	{ "reload", NULL, "", 0, 0, "", cbctl_cmd_reload,
+	    "make cbd re-read its config file (SIGHUP; root or cbd's user)" },
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -95,7 +96,7 @@ static void
 usage(FILE *out)
 {
 	fprintf(out,
-	    "usage: cbctl [-s SOCKET] [--json] [--timeout MS] COMMAND [ARGS]\n"
+	    "usage: cbctl [OPTIONS] COMMAND [ARGS] [OPTIONS]\n"
 	    "\n"
 	    "Talk to cbd, the circuit-breaker sidecar daemon.\n"
 	    "\n"
@@ -110,13 +111,17 @@ usage(FILE *out)
 	    "such as 90s, 10m, 2h) or `cbctl release NAME`. --reason TEXT (up to\n"
 	    "256 bytes) is logged and shown with the hold. --no-hold forces the\n"
 	    "state once (protocol 1's force: the circuit's rules go on).\n"
+	    "STATE is open, half_open (or half-open) or closed.\n"
 	    "\n"
-	    "options:\n"
-	    "  -s, --socket PATH  cbd's socket (default: $CBD_SOCKET, else %s)\n"
+	    "options (before or after the command):\n"
+	    "  -s, --socket PATH  cbd's socket (default: $CBD_SOCKET, else\n"
+	    "                     %s)\n"
 	    "  -j, --json         print the daemon's reply as JSON, for scripts\n"
 	    "  -t, --timeout MS   how long to wait for a reply (default %d)\n"
 	    "  -h, --help         this help; COMMAND --help for one command\n"
 	    "  -V, --version      print cbctl's version\n"
+	    "  --                 what follows is not an option (a NAME may\n"
+	    "                     start with -)\n"
 	    "\n"
 	    "exit status: 0 success, 1 the daemon refused, 2 usage error,\n"
 	    "3 the daemon could not be reached.\n",
@@ -126,12 +131,12 @@ usage(FILE *out)
 static void
 command_usage(const command *cmd, FILE *out)
 {
-	fprintf(out, "usage: cbctl [-s SOCKET] [--json] %s %s\n  %s\n", cmd->name, cmd->args,
-	    cmd->summary);
+	fprintf(out, "usage: cbctl [OPTIONS] %s%s%s\n  %s\n", cmd->name,
+	    cmd->args[0] != '\0' ? " " : "", cmd->args, cmd->summary);
 }
 
-static void
-errorf(const char *fmt, ...)
+void
+cbctl_errorf(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -140,6 +145,42 @@ errorf(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+}
+
+#define errorf cbctl_errorf
+
+const char *
+cbctl_option_get(const cbctl *ctl, const char *name, bool *given)
+{
+	const char *value = NULL;
+	bool found = false;
+
+	for (int i = 0; i < ctl->optc; i++) {
+		if (strcmp(ctl->opts[i].name, name) == 0) {
+			found = true;
+			value = ctl->opts[i].value;
+		}
+	}
+	if (given != NULL)
+		*given = found;
+	return value;
+}
+
+json_t *
+cbctl_last_reply(cbctl *ctl)
+{
+	char *reply = cbc_conn_last_reply(ctl->conn);
+	json_t *obj = reply != NULL ? json_loads(reply, 0, NULL) : NULL;
+
+	cbc_free(reply);
+	return obj;
+}
+
+void
+cbctl_permission_hint(void)
+{
+	errorf("hint: the socket is for root and the members of group cbd: join it "
+	       "(usermod -aG cbd USER, then log in again) or use sudo");
 }
 
 /* Print the last reply as it came (--json). */
@@ -157,9 +198,8 @@ print_reply(cbctl *ctl)
 	return EXIT_OK;
 }
 
-/* Report a failed call and map it to an exit code. */
-static int
-fail_status(cbctl *ctl, cbc_status status, const cbc_error *err)
+int
+cbctl_fail_status(cbctl *ctl, cbc_status status, const cbc_error *err)
 {
 	switch (status) {
 	case CBC_OK:
@@ -171,6 +211,9 @@ fail_status(cbctl *ctl, cbc_status status, const cbc_error *err)
 	case CBC_ETIMEOUT:
 	case CBC_EIO:
 		errorf("cannot reach cbd at %s: %s", cbc_conn_socket_path(ctl->conn), err->message);
+		/* libcbclient's message ends with strerror(errno). */
+		if (status == CBC_ECONNECT && strstr(err->message, strerror(EACCES)) != NULL)
+			cbctl_permission_hint();
 		return EXIT_UNREACHABLE;
 	case CBC_EREFUSED:
 	case CBC_ECAPACITY:
@@ -183,6 +226,17 @@ fail_status(cbctl *ctl, cbc_status status, const cbc_error *err)
 		errorf("%s", err->message[0] != '\0' ? err->message : cbc_strerror(status));
 		return EXIT_REFUSED;
 	}
+}
+
+#define fail_status cbctl_fail_status
+
+/* A state as the user typed it: half-open and half_open both name it. */
+static bool
+parse_state(const char *text, cbc_state *out)
+{
+	if (strcmp(text, "half-open") == 0)
+		text = "half_open";
+	return cbc_state_parse(text, out);
 }
 
 static const char *
@@ -202,8 +256,8 @@ state_color(const cbctl *ctl, cbc_state state)
 }
 
 /* A time in ms since the epoch as local time, "-" for null. */
-static void
-format_time(int64_t ms, char *buf, size_t size)
+void
+cbctl_format_time(int64_t ms, char *buf, size_t size)
 {
 	time_t secs;
 	struct tm tm;
@@ -266,7 +320,7 @@ format_hold(const cbc_hold_info *h, char *buf, size_t size)
 	if (h->until == CBC_TIME_NONE) {
 		snprintf(until, sizeof until, "until released");
 	} else {
-		format_time(h->until, when, sizeof when);
+		cbctl_format_time(h->until, when, sizeof when);
 		format_span(h->until - now_ms(), left, sizeof left);
 		snprintf(until, sizeof until, "until %s (in %s)", when, left);
 	}
@@ -316,7 +370,7 @@ print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 	for (size_t i = 0; i < count; i++) {
 		const cbc_snapshot *s = &snaps[i];
 
-		format_time(s->opened_at, opened, sizeof opened);
+		cbctl_format_time(s->opened_at, opened, sizeof opened);
 		format_retry(s, retry, sizeof retry);
 		printf("%-*s  %s%-9s%s  %8lld  %9lld  %-19s  %s\n", width, s->name,
 		    state_color(ctl, s->state), cbc_state_name(s->state),
@@ -461,79 +515,28 @@ cmd_ping(cbctl *ctl)
 	return EXIT_OK;
 }
 
-/* Print one member of the stats reply, nested objects as dotted keys. */
-static void
-print_stats_member(const char *prefix, json_t *value)
-{
-	const char *key;
-	json_t *member;
-	char path[256];
-
-	if (json_is_object(value)) {
-		json_object_foreach (value, key, member) {
-			snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", key);
-			print_stats_member(path, member);
-		}
-		return;
-	}
-	char *text = json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
-
-	printf("%-40s %s\n", prefix, text != NULL ? text : "?");
-	free(text);
-}
-
-static int
-cmd_stats(cbctl *ctl)
-{
-	cbc_stats stats;
-	cbc_error err;
-	cbc_status status = cbc_stats_get(ctl->conn, &stats, &err);
-	char *reply;
-	json_t *obj;
-
-	if (status != CBC_OK)
-		return fail_status(ctl, status, &err);
-	if (ctl->json)
-		return print_reply(ctl);
-	reply = cbc_conn_last_reply(ctl->conn);
-	obj = reply != NULL ? json_loads(reply, 0, NULL) : NULL;
-	cbc_free(reply);
-	if (obj == NULL) {
-		errorf("could not read the stats reply");
-		return EXIT_REFUSED;
-	}
-	json_object_del(obj, "ok");
-	json_object_del(obj, "id");
-	print_stats_member("", obj);
-	json_decref(obj);
-	return EXIT_OK;
-}
-
-/* list's own option: --state S. */
+/* list [--state S] [--names]: the table, or one name a line (for shell
+ * completion and scripts). */
 static int
 cmd_list(cbctl *ctl)
 {
 	cbc_state filter;
-	bool filtered = false;
+	bool filtered = false, names = false;
+	const char *value = cbctl_option_get(ctl, "--state", &filtered);
 	cbc_snapshot *snaps = NULL;
 	size_t count = 0;
 	cbc_error err;
 	cbc_status status;
 
-	for (int i = 0; i < ctl->argc; i++) {
-		const char *arg = ctl->argv[i];
-		const char *value = NULL;
-
-		if (strncmp(arg, "--state=", 8) == 0)
-			value = arg + 8;
-		else if (strcmp(arg, "--state") == 0 && i + 1 < ctl->argc)
-			value = ctl->argv[++i];
-		if (value == NULL || !cbc_state_parse(value, &filter)) {
-			errorf("list: --state takes open, half_open or closed (got \"%s\")",
-			    value != NULL ? value : arg);
-			return EXIT_USAGE;
-		}
-		filtered = true;
+	cbctl_option_get(ctl, "--names", &names);
+	if (filtered && !parse_state(value, &filter)) {
+		errorf("list: --state takes open, half_open (or half-open) or closed (got \"%s\")",
+		    value);
+		return EXIT_USAGE;
+	}
+	if (names && ctl->json) {
+		errorf("list: --names and --json are two output modes: give one");
+		return EXIT_USAGE;
 	}
 	status = cbc_list(ctl->conn, filtered ? &filter : NULL, &snaps, &count, &err);
 	if (status != CBC_OK)
@@ -542,13 +545,29 @@ cmd_list(cbctl *ctl)
 		cbc_free(snaps);
 		return print_reply(ctl);
 	}
-	if (count == 0)
+	if (names)
+		for (size_t i = 0; i < count; i++)
+			puts(snaps[i].name);
+	else if (count == 0)
 		printf("no circuits%s%s\n", filtered ? " in state " : "",
 		    filtered ? cbc_state_name(filter) : "");
 	else
 		print_table(ctl, snaps, count);
 	cbc_free(snaps);
 	return EXIT_OK;
+}
+
+/* Whether get's reply says the circuit is stored (true when a cbd too old
+ * to say does not). */
+static bool
+reply_stored(cbctl *ctl)
+{
+	json_t *obj = cbctl_last_reply(ctl);
+	const json_t *stored = json_object_get(obj, "stored");
+	bool is = !json_is_false(stored);
+
+	json_decref(obj);
+	return is;
 }
 
 static int
@@ -563,7 +582,93 @@ cmd_get(cbctl *ctl)
 	if (ctl->json)
 		return print_reply(ctl);
 	print_table(ctl, &snap, 1);
+	if (!reply_stored(ctl))
+		printf("not stored: cbd holds no circuit %s; shown is how it would start\n",
+		    snap.name);
 	print_detail(ctl, &snap);
+	return EXIT_OK;
+}
+
+/* policy NAME: each key of the effective policy with its value ("unset"
+ * for null) and where it comes from (config, client, defaults, builtin);
+ * --json prints the snapshot's policy object. */
+static int
+cmd_policy(cbctl *ctl)
+{
+	cbc_snapshot snap;
+	cbc_error err;
+	cbc_status status = cbc_get(ctl->conn, ctl->argv[0], NULL, &snap, &err);
+	json_t *obj, *policy, *sources, *value;
+	const char *key;
+
+	if (status != CBC_OK)
+		return fail_status(ctl, status, &err);
+	obj = cbctl_last_reply(ctl);
+	policy = json_object_get(json_object_get(obj, "snapshot"), "policy");
+	if (!json_is_object(policy)) {
+		json_decref(obj);
+		errorf("policy: cbd's snapshot of %s has no policy (a protocol 1 cbd?)",
+		    ctl->argv[0]);
+		return EXIT_REFUSED;
+	}
+	if (json_is_false(json_object_get(obj, "stored")) && !ctl->json)
+		errorf("%s is not stored: this is the policy it would be created with", snap.name);
+	if (ctl->json) {
+		char *text = json_dumps(policy, JSON_COMPACT);
+
+		if (text != NULL)
+			puts(text);
+		free(text);
+		json_decref(obj);
+		return text != NULL ? EXIT_OK : EXIT_REFUSED;
+	}
+	sources = json_object_get(policy, "source");
+	printf("%-20s %-16s %s\n", "KEY", "VALUE", "SOURCE");
+	json_object_foreach (policy, key, value) {
+		const char *source = json_string_value(json_object_get(sources, key));
+		char *text;
+
+		if (strcmp(key, "source") == 0)
+			continue;
+		text =
+		    json_is_null(value) ? NULL : json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
+		printf("%-20s %-16s %s\n", key, text != NULL ? text : "unset",
+		    source != NULL ? source : "-");
+		free(text);
+	}
+	json_decref(obj);
+	return EXIT_OK;
+}
+
+/* metrics: the metrics op's text as it is (it ends in a newline). */
+static int
+cmd_metrics(cbctl *ctl)
+{
+	char *reply = NULL;
+	cbc_error err;
+	cbc_status status = cbc_request(ctl->conn, "{\"op\":\"metrics\"}", &reply, &err);
+	json_t *obj = status == CBC_OK && reply != NULL ? json_loads(reply, 0, NULL) : NULL;
+	const char *text;
+
+	cbc_free(reply);
+	if (status != CBC_OK)
+		return fail_status(ctl, status, &err);
+	if (ctl->json) {
+		json_decref(obj);
+		return print_reply(ctl);
+	}
+	text = json_string_value(json_object_get(obj, "text"));
+	if (text == NULL) {
+		json_decref(obj);
+		errorf("metrics: cbd's reply has no text (a cbd without the metrics op?)");
+		return EXIT_REFUSED;
+	}
+	fputs(text, stdout);
+	json_decref(obj);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		errorf("metrics: cannot write the text: %s", strerror(errno));
+		return EXIT_REFUSED;
+	}
 	return EXIT_OK;
 }
 
@@ -604,78 +709,32 @@ typedef struct hold_args {
 	const char *reason; /* NULL: none */
 } hold_args;
 
-/* An option's value: "--opt=V" or "--opt V" (advancing *i); NULL when
- * arg is not that option. *missing is set when the value is missing. */
-static const char *
-option_value(cbctl *ctl, int *i, const char *opt, bool *missing)
-{
-	const char *arg = ctl->argv[*i];
-	size_t len = strlen(opt);
-
-	if (strncmp(arg, opt, len) != 0)
-		return NULL;
-	if (arg[len] == '=')
-		return arg + len + 1;
-	if (arg[len] != '\0')
-		return NULL;
-	if (*i + 1 >= ctl->argc) {
-		*missing = true;
-		return NULL;
-	}
-	return ctl->argv[++*i];
-}
-
-/* Parse `NAME [--for DURATION] [--reason TEXT] [--no-hold]`; false after
- * printing a usage error naming the option at fault. */
+/* Check open's and close's options; false after printing a usage error
+ * naming the option at fault. */
 static bool
 parse_hold_args(cbctl *ctl, const char *cmd, hold_args *out)
 {
-	bool has_for = false, missing = false, options = true;
+	bool has_for = false, has_reason = false;
+	const char *v;
 
 	memset(out, 0, sizeof *out);
-	for (int i = 0; i < ctl->argc; i++) {
-		const char *arg = ctl->argv[i];
-		const char *v;
-
-		if (!options || arg[0] != '-') {
-			if (out->name != NULL) {
-				errorf("%s: one circuit name only (got \"%s\" and \"%s\")", cmd,
-				    out->name, arg);
-				return false;
-			}
-			out->name = arg;
-		} else if (strcmp(arg, "--") == 0) {
-			options = false; /* a name may start with '-' */
-		} else if ((v = option_value(ctl, &i, "--for", &missing)) != NULL) {
-			if (!parse_duration(v, &out->for_ms)) {
-				errorf("%s: --for takes a duration: milliseconds, or a number with "
-				       "ms, s, m or h such as 90s, 10m, 2h (got \"%s\")",
-				    cmd, v);
-				return false;
-			}
-			has_for = true;
-		} else if ((v = option_value(ctl, &i, "--reason", &missing)) != NULL) {
-			if (strlen(v) > CBC_REASON_MAX) {
-				errorf("%s: --reason takes at most %d bytes (got %zu)", cmd,
-				    CBC_REASON_MAX, strlen(v));
-				return false;
-			}
-			out->reason = v;
-		} else if (missing) {
-			errorf("%s: %s needs a value", cmd, arg);
-			return false;
-		} else if (strcmp(arg, "--no-hold") == 0) {
-			out->no_hold = true;
-		} else {
-			errorf("%s: unknown option \"%s\" (cbctl %s --help)", cmd, arg, cmd);
-			return false;
-		}
-	}
-	if (out->name == NULL) {
-		errorf("%s: the circuit's NAME is required", cmd);
+	out->name = ctl->argv[0];
+	cbctl_option_get(ctl, "--no-hold", &out->no_hold);
+	v = cbctl_option_get(ctl, "--for", &has_for);
+	if (has_for && !parse_duration(v, &out->for_ms)) {
+		errorf("%s: --for takes a duration: milliseconds, or a number with "
+		       "ms, s, m or h such as 90s, 10m, 2h (got \"%s\")",
+		    cmd, v);
 		return false;
 	}
-	if (out->no_hold && (has_for || out->reason != NULL)) {
+	v = cbctl_option_get(ctl, "--reason", &has_reason);
+	if (has_reason && strlen(v) > CBC_REASON_MAX) {
+		errorf("%s: --reason takes at most %d bytes (got %zu)", cmd, CBC_REASON_MAX,
+		    strlen(v));
+		return false;
+	}
+	out->reason = has_reason ? v : NULL;
+	if (out->no_hold && (has_for || has_reason)) {
 		errorf("%s: --no-hold forces without a hold: --for and --reason need one", cmd);
 		return false;
 	}
@@ -778,7 +837,8 @@ static const command *
 command_find(const char *name)
 {
 	for (size_t i = 0; i < COMMAND_COUNT; i++)
-		if (strcmp(commands[i].name, name) == 0)
+		if (strcmp(commands[i].name, name) == 0 ||
+		    (commands[i].alias != NULL && strcmp(commands[i].alias, name) == 0))
 			return &commands[i];
 	return NULL;
 }
@@ -797,91 +857,265 @@ want_color(void)
 	return isatty(STDOUT_FILENO);
 }
 
+/* The global options, accepted before and after the command. */
+typedef enum global_opt {
+	OPT_SOCKET,
+	OPT_JSON,
+	OPT_TIMEOUT,
+	OPT_HELP,
+	OPT_VERSION,
+} global_opt;
+
+static const struct {
+	global_opt id;
+	char short_name;
+	const char *long_name;
+	bool has_value;
+} global_options[] = {
+	{ OPT_SOCKET, 's', "--socket", true },
+	{ OPT_JSON, 'j', "--json", false },
+	{ OPT_TIMEOUT, 't', "--timeout", true },
+	{ OPT_HELP, 'h', "--help", false },
+	{ OPT_VERSION, 'V', "--version", false },
+};
+
+#define GLOBAL_OPTION_COUNT (sizeof global_options / sizeof global_options[0])
+
+/* What the command line asked for. */
+typedef struct invocation {
+	const command *cmd;
+	const char *socket_path;
+	long io_ms;
+	bool help, version;
+} invocation;
+
+/* Whether opt (name_len bytes of it) is one of cmd's options; *has_value
+ * says whether it takes a value. */
+static bool
+command_option(const command *cmd, const char *opt, size_t name_len, bool *has_value)
+{
+	const char *p = cmd->options;
+
+	while (*p != '\0') {
+		size_t len = strcspn(p, " ");
+		bool value = len > 0 && p[len - 1] == '=';
+		size_t base = value ? len - 1 : len;
+
+		if (base == name_len && strncmp(p, opt, name_len) == 0) {
+			*has_value = value;
+			return true;
+		}
+		p += len;
+		p += strspn(p, " ");
+	}
+	return false;
+}
+
+/* Apply a global option. */
+static bool
+apply_global(cbctl *ctl, invocation *inv, global_opt id, const char *value)
+{
+	char *end;
+
+	switch (id) {
+	case OPT_SOCKET:
+		inv->socket_path = value;
+		break;
+	case OPT_JSON:
+		ctl->json = true;
+		break;
+	case OPT_TIMEOUT:
+		errno = 0;
+		inv->io_ms = strtol(value, &end, 10);
+		if (errno != 0 || end == value || *end != '\0' || inv->io_ms < 1 ||
+		    inv->io_ms > CBCTL_TIMEOUT_MAX_MS) {
+			errorf("--timeout takes milliseconds from 1 to %d (got \"%s\")",
+			    CBCTL_TIMEOUT_MAX_MS, value);
+			return false;
+		}
+		break;
+	case OPT_HELP:
+		inv->help = true;
+		break;
+	case OPT_VERSION:
+		inv->version = true;
+		break;
+	}
+	return true;
+}
+
+/* Parse one option at argv[*i] (advancing *i past its value); false after
+ * printing what was wrong. */
+static bool
+parse_option(int argc, char **argv, int *i, cbctl *ctl, invocation *inv)
+{
+	const char *arg = argv[*i];
+	const char *eq = NULL, *value = NULL;
+	const char *cname = inv->cmd != NULL ? inv->cmd->name : NULL;
+	size_t name_len = 0;
+	bool has_value = false;
+	int global = -1;
+
+	if (arg[1] != '-') {
+		/* -s PATH, -sPATH, -j, -t MS, -h, -V */
+		for (size_t g = 0; g < GLOBAL_OPTION_COUNT; g++)
+			if (global_options[g].short_name == arg[1])
+				global = (int)g;
+		if (global < 0 || (arg[2] != '\0' && !global_options[global].has_value)) {
+			if (cname != NULL)
+				errorf("%s: unknown option \"%s\" (a NAME starting with - goes "
+				       "after "
+				       "--: cbctl %s -- %s)",
+				    cname, arg, cname, arg);
+			else
+				errorf("unknown option \"%s\" (cbctl --help lists them)", arg);
+			return false;
+		}
+		has_value = global_options[global].has_value;
+		if (has_value && arg[2] != '\0')
+			value = arg + 2;
+	} else {
+		eq = strchr(arg, '=');
+		name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+		for (size_t g = 0; g < GLOBAL_OPTION_COUNT; g++)
+			if (strlen(global_options[g].long_name) == name_len &&
+			    strncmp(global_options[g].long_name, arg, name_len) == 0)
+				global = (int)g;
+		if (global >= 0) {
+			has_value = global_options[global].has_value;
+		} else if (inv->cmd == NULL ||
+		    !command_option(inv->cmd, arg, name_len, &has_value)) {
+			if (cname != NULL)
+				errorf("%s: unknown option \"%.*s\" (cbctl %s --help)", cname,
+				    (int)name_len, arg, cname);
+			else
+				errorf("unknown option \"%.*s\" (cbctl --help lists them)",
+				    (int)name_len, arg);
+			return false;
+		}
+		if (eq != NULL && !has_value) {
+			errorf("%s%s%.*s takes no value (got \"%s\")", cname ? cname : "",
+			    cname ? ": " : "", (int)name_len, arg, eq + 1);
+			return false;
+		}
+		if (eq != NULL)
+			value = eq + 1;
+	}
+	if (has_value && value == NULL) {
+		if (*i + 1 >= argc) {
+			errorf("%s%s%s needs a value", cname ? cname : "", cname ? ": " : "", arg);
+			return false;
+		}
+		value = argv[++*i];
+	}
+	if (global >= 0)
+		return apply_global(ctl, inv, global_options[global].id, value);
+	if (ctl->optc >= CBCTL_OPTIONS_MAX) {
+		errorf("%s: too many options (at most %d)", cname, CBCTL_OPTIONS_MAX);
+		return false;
+	}
+	/* The name without "=value" (command_option matched it: it fits). */
+	snprintf(ctl->opts[ctl->optc].name, sizeof ctl->opts[ctl->optc].name, "%.*s", (int)name_len,
+	    arg);
+	ctl->opts[ctl->optc++].value = value;
+	return true;
+}
+
+/* Parse the whole command line: options anywhere (until "--"), the first
+ * other word is the command, the rest its arguments. */
+static bool
+parse_command_line(int argc, char **argv, cbctl *ctl, invocation *inv)
+{
+	bool options = true;
+
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+
+		if (options && strcmp(arg, "--") == 0) {
+			options = false;
+		} else if (options && arg[0] == '-' && arg[1] != '\0') {
+			if (!parse_option(argc, argv, &i, ctl, inv))
+				return false;
+		} else if (inv->cmd == NULL) {
+			inv->cmd = command_find(arg);
+			if (inv->cmd == NULL) {
+				errorf("unknown command \"%s\" (cbctl --help lists them)", arg);
+				return false;
+			}
+		} else if (ctl->argc >= CBCTL_ARGS_MAX) {
+			errorf("%s: too many arguments (at most %d)", inv->cmd->name,
+			    CBCTL_ARGS_MAX);
+			return false;
+		} else {
+			ctl->argv[ctl->argc++] = arg;
+		}
+	}
+	return true;
+}
+
+/* The generic check of a command's positional arguments. */
+static bool
+check_args(const cbctl *ctl, const command *cmd)
+{
+	if (ctl->argc < cmd->min_args) {
+		errorf("%s: the circuit's NAME is required", cmd->name);
+		return false;
+	}
+	if (ctl->argc > cmd->max_args) {
+		if (cmd->max_args == 0)
+			errorf("%s takes no arguments (got \"%s\")", cmd->name, ctl->argv[0]);
+		else
+			errorf("%s: one circuit name only (got \"%s\" and \"%s\")", cmd->name,
+			    ctl->argv[0], ctl->argv[1]);
+		return false;
+	}
+	return true;
+}
+
 int
 main(int argc, char **argv)
 {
-	static const struct option options[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *socket_path = NULL;
-	long io_ms = CBCTL_IO_TIMEOUT_MS;
 	cbctl ctl = { 0 };
-	const command *cmd;
+	invocation inv = { .io_ms = CBCTL_IO_TIMEOUT_MS };
 	cbc_error err;
-	char *end;
-	int opt, rc;
+	int rc;
 
-	/* '+': options stop at the command, so its own flags reach it. */
-	while ((opt = getopt_long(argc, argv, "+s:jt:hV", options, NULL)) != -1) {
-		switch (opt) {
-		case 's':
-			socket_path = optarg;
-			break;
-		case 'j':
-			ctl.json = true;
-			break;
-		case 't':
-			errno = 0;
-			io_ms = strtol(optarg, &end, 10);
-			if (errno != 0 || *end != '\0' || io_ms < 1 ||
-			    io_ms > CBCTL_TIMEOUT_MAX_MS) {
-				errorf("--timeout takes milliseconds from 1 to %d (got \"%s\")",
-				    CBCTL_TIMEOUT_MAX_MS, optarg);
-				return EXIT_USAGE;
-			}
-			break;
-		case 'h':
+	if (!parse_command_line(argc, argv, &ctl, &inv))
+		return EXIT_USAGE;
+	if (inv.help) {
+		if (inv.cmd != NULL)
+			command_usage(inv.cmd, stdout);
+		else
 			usage(stdout);
-			return EXIT_OK;
-		case 'V':
-			printf("cbctl %s\n", PACKAGE_VERSION);
-			return EXIT_OK;
-		default:
-			usage(stderr);
-			return EXIT_USAGE;
-		}
+		return EXIT_OK;
 	}
-	if (optind >= argc) {
+	if (inv.version) {
+		printf("cbctl %s\n", PACKAGE_VERSION);
+		return EXIT_OK;
+	}
+	if (inv.cmd == NULL) {
+		errorf("a COMMAND is required");
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	cmd = command_find(argv[optind]);
-	if (cmd == NULL) {
-		errorf("unknown command \"%s\" (cbctl --help lists them)", argv[optind]);
+	if (!check_args(&ctl, inv.cmd)) {
+		command_usage(inv.cmd, stderr);
 		return EXIT_USAGE;
 	}
-	ctl.argc = argc - optind - 1;
-	ctl.argv = argv + optind + 1;
-	for (int i = 0; i < ctl.argc; i++) {
-		if (strcmp(ctl.argv[i], "--help") == 0 || strcmp(ctl.argv[i], "-h") == 0) {
-			command_usage(cmd, stdout);
-			return EXIT_OK;
-		}
-	}
-	/* Generic argument check: commands take exactly their positional
-	 * arguments, unless they parse their own options. */
-	if (!cmd->own_options && ctl.argc != cmd->nargs) {
-		command_usage(cmd, stderr);
-		return EXIT_USAGE;
-	}
+	ctl.io_ms = (int)inv.io_ms;
 	ctl.color = !ctl.json && want_color();
-	ctl.conn = cbc_conn_new(socket_path, &err);
+	ctl.conn = cbc_conn_new(inv.socket_path, &err);
 	if (ctl.conn == NULL) {
 		errorf("%s", err.message);
 		return EXIT_USAGE;
 	}
-	if (cbc_conn_set_timeouts(ctl.conn, CBCTL_CONNECT_TIMEOUT_MS, (int)io_ms, &err) != CBC_OK ||
+	if (cbc_conn_set_timeouts(ctl.conn, CBCTL_CONNECT_TIMEOUT_MS, ctl.io_ms, &err) != CBC_OK ||
 	    cbc_conn_set_client_name(ctl.conn, "cbctl", &err) != CBC_OK) {
 		errorf("%s", err.message);
 		cbc_conn_free(ctl.conn);
 		return EXIT_USAGE;
 	}
-	rc = cmd->run(&ctl);
+	rc = inv.cmd->run(&ctl);
 	cbc_conn_free(ctl.conn);
 	return rc;
 }

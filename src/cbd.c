@@ -103,6 +103,7 @@ main(int argc, char **argv)
 	srv.socket_override = socket_path;
 	srv.verbose = verbose;
 	log_set_level(verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
+	log_set_timestamps(srv.conf.log_timestamps != 0);
 	if (!server_start()) {
 		server_free();
 		libevent_global_shutdown();

@@ -46,6 +46,7 @@ struct conf_circuit {
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
+#define CONF_IDLE_MAX INT64_C(86400000)
 
 #define CBD_KEY(n, t, lo, hi, def, reload, help)                                                   \
 	{                                                                                          \
@@ -73,6 +74,9 @@ static const conf_key keys[] = {
 	    "most simultaneous client connections; extra ones are refused"),
 	CBD_KEY(max_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_OUTPUT_MAX, "8388608", true,
 	    "replies queued for a client that does not read before it is dropped"),
+	CBD_KEY(client_idle_ms, CONF_INT, 0, CONF_IDLE_MAX, "0", true,
+	    "milliseconds a connection may stay without a request before it is closed (0: "
+	    "never)"),
 	CBD_KEY(admin_users, CONF_USERS, 0, 0, "", true,
 	    "users (names or uids) allowed the admin ops set_state and delete"),
 	CBD_KEY(admin_groups, CONF_GROUPS, 0, 0, "", true,
@@ -80,6 +84,8 @@ static const conf_key keys[] = {
 	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true, "error, warning, info or debug"),
 	CBD_KEY(open_warning_interval, CONF_INT, 0, CONF_WARNING_INTERVAL_MAX, "60", true,
 	    "seconds between warnings listing open circuits (0: off)"),
+	CBD_KEY(log_timestamps, CONF_INT, 0, 1, "0", true,
+	    "1: start each log line with the local time (never under journald)"),
 	CBD_KEY(idle_reclaim_ms, CONF_INT, 0, CB_DURATION_MAX, "3600000", true,
 	    "a closed, unheld circuit unused this long is dropped (0: only at max_circuits)"),
 	CBD_KEY(max_slots, CONF_INT, 1, CONF_SLOTS_MAX, "65536", true,

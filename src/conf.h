@@ -59,10 +59,12 @@ typedef struct cbd_conf {
 	int64_t max_circuits;
 	int64_t max_connections;
 	int64_t max_output_bytes;
+	int64_t client_idle_ms;
 	char *admin_users;
 	char *admin_groups;
 	int64_t log_level;
 	int64_t open_warning_interval;
+	int64_t log_timestamps;
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
 	char *state_file;

@@ -18,6 +18,7 @@ noinst_LTLIBRARIES += src/libcbdaemon.la
 src_libcbdaemon_la_SOURCES = \
 	src/conf.c src/conf.h \
 	src/log.c src/log.h \
+	src/log-limit.c src/log-limit.h \
 	src/stats.c src/stats.h \
 	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
 	src/server.c src/server.h \

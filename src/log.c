@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 
 static log_level current_level = LOG_LEVEL_INFO;
+static bool timestamps;
 
 /* Level names, and the syslog priorities journald reads from "<N>". */
 static const struct {
@@ -22,6 +24,12 @@ static const struct {
 	[LOG_LEVEL_INFO] = { "info", 6 },
 	[LOG_LEVEL_DEBUG] = { "debug", 7 },
 };
+
+void
+log_set_timestamps(bool on)
+{
+	timestamps = on;
+}
 
 void
 log_set_level(log_level level)
@@ -61,28 +69,56 @@ log_level_parse(const char *text, log_level *out)
 	return false;
 }
 
-/* Format and write one line; shared by log_msg and fatal. */
+/* Is byte b a control byte, written as \xNN in the log? */
+static bool
+log_is_control(unsigned char b)
+{
+	return b < 0x20 || b == 0x7f;
+}
+
+/* Format and write one line; shared by log_msg and fatal. Control bytes
+ * (client text may hold them) are escaped, so one event stays one line
+ * and no raw byte from a client reaches the log. */
 static void __attribute__((format(printf, 2, 0)))
 log_vwrite(log_level level, const char *fmt, va_list ap)
 {
-	char line[LOG_LINE_MAX];
+	static const char hex[] = "0123456789abcdef";
+	char text[LOG_LINE_MAX], line[LOG_LINE_MAX];
 	size_t len = 0;
 	int n;
 
-	if (getenv("JOURNAL_STREAM") != NULL)
+	if (getenv("JOURNAL_STREAM") != NULL) {
 		len = (size_t)snprintf(line, sizeof line, "<%d>", levels[level].priority);
-	n = snprintf(line + len, sizeof line - len, "%s: ", levels[level].name);
-	len += (size_t)n;
-	n = vsnprintf(line + len, sizeof line - len, fmt, ap);
+	} else if (timestamps) {
+		struct timespec ts;
+		struct tm tm;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		localtime_r(&ts.tv_sec, &tm);
+		len = strftime(line, sizeof line, "%Y-%m-%d %H:%M:%S", &tm);
+		len += (size_t)snprintf(line + len, sizeof line - len, ".%03ld ",
+		    ts.tv_nsec / 1000000);
+	}
+	len += (size_t)snprintf(line + len, sizeof line - len, "%s: ", levels[level].name);
+	n = vsnprintf(text, sizeof text, fmt, ap);
 	if (n < 0)
 		n = 0;
-	len += (size_t)n;
-	if (len > sizeof line - 2)
-		len = sizeof line - 2;
-	/* One event, one line: no newline may split it. */
-	for (size_t i = 0; i < len; i++) {
-		if (line[i] == '\n' || line[i] == '\r')
-			line[i] = ' ';
+	if ((size_t)n >= sizeof text)
+		n = (int)sizeof text - 1;
+	/* Leave room for the newline. */
+	for (int i = 0; i < n && len < sizeof line - 1; i++) {
+		unsigned char b = (unsigned char)text[i];
+
+		if (!log_is_control(b)) {
+			line[len++] = (char)b;
+			continue;
+		}
+		if (len + 4 > sizeof line - 1)
+			break;
+		line[len++] = '\\';
+		line[len++] = 'x';
+		line[len++] = hex[b >> 4];
+		line[len++] = hex[b & 0xf];
 	}
 	line[len++] = '\n';
 	/* Best effort: a log line that cannot be written is lost. */
@@ -116,6 +152,7 @@ fatal(const char *fmt, ...)
 const char *
 log_quote(const char *name, char *buf, size_t size)
 {
+	static const char hex[] = "0123456789abcdef";
 	size_t o = 0;
 
 	if (size < 3) {
@@ -124,10 +161,20 @@ log_quote(const char *name, char *buf, size_t size)
 		return buf;
 	}
 	buf[o++] = '"';
-	for (const char *p = name; *p != '\0' && o + 3 < size; p++) {
-		if (*p == '"' || *p == '\\')
+	/* Each byte takes at most 4; keep room for the closing quote and NUL. */
+	for (const char *p = name; *p != '\0' && o + 4 + 2 <= size; p++) {
+		unsigned char b = (unsigned char)*p;
+
+		if (log_is_control(b)) {
 			buf[o++] = '\\';
-		buf[o++] = *p;
+			buf[o++] = 'x';
+			buf[o++] = hex[b >> 4];
+			buf[o++] = hex[b & 0xf];
+			continue;
+		}
+		if (b == '"' || b == '\\')
+			buf[o++] = '\\';
+		buf[o++] = (char)b;
 	}
 	buf[o++] = '"';
 	buf[o] = '\0';

@@ -19,10 +19,14 @@ typedef enum log_level {
 #define LOG_LEVEL_COUNT 4
 /* Longest log line; longer ones are cut. */
 #define LOG_LINE_MAX 4096
-/* Room for a quoted circuit name: every byte escaped, two quotes, NUL. */
-#define LOG_QUOTE_SIZE (2 * CT_NAME_MAX + 3)
+/* Room for a quoted circuit name: every byte escaped (\xNN), two quotes,
+ * NUL. */
+#define LOG_QUOTE_SIZE (4 * CT_NAME_MAX + 3)
 
 void log_set_level(log_level level);
+/* Start each line with the local time (ignored under journald, which
+ * stamps lines itself). */
+void log_set_timestamps(bool on);
 log_level log_get_level(void);
 bool log_enabled(log_level level);
 
@@ -30,7 +34,8 @@ bool log_enabled(log_level level);
 const char *log_level_name(log_level level);
 bool log_level_parse(const char *text, log_level *out);
 
-/* Write "LEVEL: message" as one line to stderr (one write). */
+/* Write "LEVEL: message" as one line to stderr (one write); control bytes
+ * in the message are escaped as \xNN. */
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
@@ -41,7 +46,8 @@ void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf
 /* A broken invariant: log it and abort. */
 void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
-/* name in double quotes with '"' and '\\' escaped, into buf. Returns buf. */
+/* name in double quotes into buf, '"' and '\\' escaped with a backslash
+ * and control bytes as \xNN; cut to fit size. Returns buf. */
 const char *log_quote(const char *name, char *buf, size_t size);
 
 #endif

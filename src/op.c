@@ -14,6 +14,7 @@
 
 #include "conf.h"
 #include "housekeeping.h"
+#include "log-limit.h"
 #include "log.h"
 #include "op.h"
 #include "server.h"
@@ -110,6 +111,8 @@ op_log_change(const char *name, const ct_change *change)
 	if (change->from == change->to)
 		return;
 	stats.transitions++;
+	if (!log_limit_allow(name))
+		return;
 	log_info("circuit %s: %s -> %s (%s)", log_quote(name, quoted, sizeof quoted),
 	    breaker_state_name(change->from), breaker_state_name(change->to),
 	    breaker_reason_text(change->reason));

@@ -842,6 +842,19 @@ member_before(const char *line, size_t len, size_t pos, char *out, size_t size)
 	return true;
 }
 
+/* Does the number token ending near byte pos of line hold a fraction or
+ * an exponent (a real, not an integer)? */
+static bool
+number_is_real(const char *line, size_t len, size_t pos)
+{
+	for (size_t i = pos < len ? pos : len;
+	     i > 0 && line[i - 1] != '\0' && strchr("0123456789+-.eE", line[i - 1]) != NULL; i--) {
+		if (strchr(".eE", line[i - 1]) != NULL)
+			return true;
+	}
+	return false;
+}
+
 json_t *
 proto_request_decode(const char *line, size_t len, proto_error *err)
 {
@@ -859,23 +872,18 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 	if (request == NULL) {
 		/* jansson holds integers in int64 and reals in doubles and refuses
 		 * larger ones as a syntax error; the spec calls an out-of-range
-		 * number bad_request. */
-		if (strstr(jerr.text, "too big") != NULL) {
+		 * number bad_request. Told by the error code, never by the error
+		 * text, which quotes the client's input. */
+		if (json_error_code(&jerr) == json_error_numeric_overflow) {
+			bool real = number_is_real(line, len, (size_t)jerr.position);
+
 			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
-				proto_fail(err, PROTO_BAD_REQUEST, "%s is an integer out of range",
-				    key);
+				proto_fail(err, PROTO_BAD_REQUEST, "%s is %s out of range", key,
+				    real ? "a number" : "an integer");
 			else
 				proto_fail(err, PROTO_BAD_REQUEST,
-				    "an integer is out of range (near byte %d)", jerr.position);
-			return NULL;
-		}
-		if (strstr(jerr.text, "overflow") != NULL) {
-			if (member_before(line, len, (size_t)jerr.position, key, sizeof key))
-				proto_fail(err, PROTO_BAD_REQUEST, "%s is a number out of range",
-				    key);
-			else
-				proto_fail(err, PROTO_BAD_REQUEST,
-				    "a number is out of range (near byte %d)", jerr.position);
+				    "%s is out of range (near byte %d)",
+				    real ? "a number" : "an integer", jerr.position);
 			return NULL;
 		}
 		proto_fail(err, PROTO_PARSE_ERROR, "not JSON: %s (near byte %d)", jerr.text,

@@ -2,14 +2,20 @@
  * server-client.c — one client connection: reads into the connection's own
  * buffer, answers every complete line already read, appends the replies to
  * an output buffer and writes it straight to the socket, arming EV_WRITE
- * only when a write would block. Enforces max_line_bytes and
- * max_output_bytes, and gives the connection's slots back when it closes.
+ * only when a write would block. Enforces max_line_bytes, max_output_bytes
+ * (per reply) and client_idle_ms, closes only between whole reply lines,
+ * and gives the connection's slots back when it closes.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <linux/sockios.h>
+
+#include "clock.h"
 #include "log.h"
 #include "op.h"
 #include "server-client.h"
@@ -25,6 +31,8 @@ static const char *const state_names[] = {
 
 static void server_client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_write_cb(evutil_socket_t fd, short what, void *arg);
+static void server_client_timer_cb(evutil_socket_t fd, short what, void *arg);
+static void server_client_turn_cb(evutil_socket_t fd, short what, void *arg);
 
 server_client *
 server_client_new(int fd)
@@ -32,15 +40,57 @@ server_client_new(int fd)
 	server_client *c = calloc(1, sizeof *c);
 
 	if (c == NULL)
-		fatal("out of memory for a connection");
+		return NULL;
 	c->fd = fd;
 	c->state = SERVER_CLIENT_OPEN;
+	c->last_request_ms = clock_monotonic_ms();
 	c->read_ev = event_new(srv.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
 	c->write_ev = event_new(srv.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
-	if (c->read_ev == NULL || c->write_ev == NULL)
-		fatal("out of memory for connection events");
-	event_add(c->read_ev, NULL);
+	c->timer_ev = evtimer_new(srv.base, server_client_timer_cb, c);
+	c->turn_ev = evtimer_new(srv.base, server_client_turn_cb, c);
+	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
+	    c->turn_ev == NULL || event_add(c->read_ev, NULL) != 0) {
+		server_client_free(c);
+		return NULL;
+	}
 	return c;
+}
+
+/* Run c's timer ms from now. */
+static void
+timer_arm(server_client *c, int64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+
+	evtimer_add(c->timer_ev, &tv);
+}
+
+void
+server_client_idle_schedule(server_client *c)
+{
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	if (srv.conf.client_idle_ms > 0)
+		timer_arm(c, srv.conf.client_idle_ms);
+	else
+		evtimer_del(c->timer_ev);
+}
+
+/* Did the peer read anything since the last call? (cbd wrote more, or
+ * the socket holds fewer unread bytes: a slow reader frees too little room
+ * for cbd to write, yet it reads.) */
+static bool
+peer_reads(server_client *c)
+{
+	int outq = -1;
+	bool moved;
+
+	if (ioctl(c->fd, SIOCOUTQ, &outq) != 0)
+		outq = -1;
+	moved = c->written != c->linger_mark || outq != c->linger_outq;
+	c->linger_mark = c->written;
+	c->linger_outq = outq;
+	return moved;
 }
 
 void
@@ -51,13 +101,18 @@ server_client_set_state(server_client *c, server_client_state state)
 	log_debug("connection %llu: %s -> %s", (unsigned long long)c->id, state_names[c->state],
 	    state_names[state]);
 	c->state = state;
+	if (state == SERVER_CLIENT_CLOSING) {
+		/* From now on the timer watches that the peer keeps reading. */
+		peer_reads(c);
+		timer_arm(c, SERVER_CLIENT_LINGER_MS);
+	}
 }
 
-/* Make room for `need` more bytes of output. */
-static void
+/* Make room for `need` more bytes of output; false when out of memory. */
+static bool
 out_reserve(server_client *c, size_t need)
 {
-	size_t cap;
+	size_t max = (size_t)srv.conf.max_output_bytes, cap;
 	char *grown;
 
 	if (c->out_off > 0 && c->out_off == c->out_len) {
@@ -65,23 +120,124 @@ out_reserve(server_client *c, size_t need)
 		c->out_len = 0;
 	}
 	if (c->out_cap - c->out_len >= need)
-		return;
+		return true;
 	if (c->out_off > 0) {
 		/* Slide unsent bytes to the front before growing. */
 		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
 		c->out_len -= c->out_off;
 		c->out_off = 0;
 		if (c->out_cap - c->out_len >= need)
-			return;
+			return true;
 	}
 	cap = c->out_cap > 0 ? c->out_cap : SERVER_CLIENT_READ_SIZE;
 	while (cap - c->out_len < need)
 		cap *= 2;
+	/* Doubling past the bound would only waste memory. */
+	if (cap > max)
+		cap = c->out_len + need > max ? c->out_len + need : max;
 	grown = realloc(c->out, cap);
 	if (grown == NULL)
-		fatal("out of memory for %zu bytes of output", cap);
+		return false;
 	c->out = grown;
 	c->out_cap = cap;
+	return true;
+}
+
+/* Write what the socket takes now. Returns 0, or the errno of a failed
+ * write (closing the connection is left to the caller). Never moves the
+ * buffer. */
+static int
+out_send(server_client *c)
+{
+	if (c->fd < 0)
+		return 0; /* no socket (the fuzz targets' connections) */
+	while (c->out_off < c->out_len) {
+		size_t len = c->out_len - c->out_off;
+		ssize_t n = write(c->fd, c->out + c->out_off,
+		    len < SERVER_CLIENT_WRITE_MAX ? len : SERVER_CLIENT_WRITE_MAX);
+
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			c->written += (uint64_t)n;
+			c->mid_line = c->out[c->out_off - 1] != '\n';
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		return n < 0 ? errno : EPIPE;
+	}
+	return 0;
+}
+
+/* Discard the unsent whole lines of c's output; the rest of a line already
+ * partly written stays, so the peer never sees a cut line. */
+static void
+out_cut(server_client *c)
+{
+	char *nl;
+
+	c->cut = true;
+	if (!c->mid_line) {
+		c->out_len = c->out_off;
+		return;
+	}
+	nl = memchr(c->out + c->out_off, '\n', c->out_len - c->out_off);
+	if (nl != NULL)
+		c->out_len = (size_t)(nl - c->out) + 1;
+}
+
+/* Out of memory for c: drop it, counted, instead of stopping cbd. */
+static void
+server_client_nomem(server_client *c, const char *what)
+{
+	stats_limit_hit(STATS_LIMIT_NOMEM);
+	log_warning("connection %llu: dropped: out of memory %s", (unsigned long long)c->id, what);
+	server_client_drop(c, "out of memory");
+}
+
+void
+server_client_drop(server_client *c, const char *why)
+{
+	if (c->state == SERVER_CLIENT_DEAD)
+		return;
+	event_del(c->read_ev);
+	evtimer_del(c->turn_ev);
+	out_cut(c);
+	log_debug("connection %llu: dropped (%s)%s", (unsigned long long)c->id, why,
+	    c->out_off < c->out_len ? " after the rest of a line" : "");
+	server_client_set_state(c, SERVER_CLIENT_CLOSING);
+	/* Closed by its own write event, never here: the caller may be
+	 * walking connections (a reply to a watcher, the drain). */
+	event_active(c->write_ev, EV_WRITE, 1);
+}
+
+/* Would `len` more bytes take c's unsent output past max_output_bytes,
+ * once what the socket takes now is sent? Then c is dropped (counted). */
+static bool
+out_over_bound(server_client *c, size_t len)
+{
+	size_t max = (size_t)srv.conf.max_output_bytes;
+	int err;
+
+	if (c->out_len - c->out_off + len <= max)
+		return false;
+	/* Only bytes the socket does not take count: send first. */
+	err = out_send(c);
+	if (err != 0) {
+		server_client_drop(c, strerror(err));
+		return true;
+	}
+	if (c->out_len - c->out_off + len <= max)
+		return false;
+	stats_limit_hit(STATS_LIMIT_OUTPUT);
+	log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu unread would "
+		    "pass max_output_bytes (%lld)",
+	    (unsigned long long)c->id, len, c->out_len - c->out_off,
+	    (long long)srv.conf.max_output_bytes);
+	server_client_drop(c, "max_output_bytes reached");
+	return true;
 }
 
 void
@@ -90,16 +246,22 @@ server_client_reply_oom(server_client *c, const json_t *id)
 	static const char body[] =
 	    "\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
 	char id_text[SERVER_CLIENT_OOM_ID_MAX];
-	size_t id_len = 0;
+	size_t id_len = 0, len;
 
-	if (c->state == SERVER_CLIENT_DEAD)
+	if (c->state != SERVER_CLIENT_OPEN)
 		return;
 	/* Dumping an integer or a string allocates nothing. */
 	if (id != NULL)
 		id_len = json_dumpb(id, id_text, sizeof id_text, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (id_len > sizeof id_text)
 		id_len = 0;
-	out_reserve(c, sizeof "{\"id\":," + id_len + sizeof body);
+	len = 1 + (id_len > 0 ? 5 + id_len + 1 : 0) + sizeof body - 1;
+	if (out_over_bound(c, len))
+		return;
+	if (!out_reserve(c, len)) {
+		server_client_nomem(c, "for an out-of-memory reply");
+		return;
+	}
 	c->out[c->out_len++] = '{';
 	if (id_len > 0) {
 		memcpy(c->out + c->out_len, "\"id\":", 5);
@@ -116,18 +278,30 @@ server_client_reply(server_client *c, json_t *reply)
 {
 	size_t n;
 
+	if (c->state != SERVER_CLIENT_OPEN) {
+		json_decref(reply);
+		return;
+	}
 	if (reply == NULL) {
 		server_client_reply_oom(c, NULL);
 		return;
 	}
-	if (c->state == SERVER_CLIENT_DEAD) {
+	if (!out_reserve(c, SERVER_CLIENT_REPLY_GUESS)) {
+		json_decref(reply);
+		server_client_nomem(c, "for output");
+		return;
+	}
+	n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
+	if (n > 0 && out_over_bound(c, n + 1)) {
 		json_decref(reply);
 		return;
 	}
-	out_reserve(c, 256);
-	n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
 	if (n > c->out_cap - c->out_len - 1) {
-		out_reserve(c, n + 1);
+		if (!out_reserve(c, n + 1)) {
+			json_decref(reply);
+			server_client_nomem(c, "for output");
+			return;
+		}
 		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1,
 		    JSON_COMPACT);
 	}
@@ -158,32 +332,16 @@ write_arm(server_client *c, bool on)
 void
 server_client_flush(server_client *c)
 {
-	while (c->state != SERVER_CLIENT_DEAD && c->out_off < c->out_len) {
-		ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+	int err;
 
-		if (n > 0) {
-			c->out_off += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		server_client_close(c, n < 0 ? strerror(errno) : "write failed");
-		return;
-	}
 	if (c->state == SERVER_CLIENT_DEAD)
 		return;
+	err = out_send(c);
+	if (err != 0) {
+		server_client_close(c, strerror(err));
+		return;
+	}
 	if (c->out_off < c->out_len) {
-		if (c->out_len - c->out_off > (size_t)srv.conf.max_output_bytes) {
-			stats_limit_hit(STATS_LIMIT_OUTPUT);
-			log_warning("connection %llu: dropped: %zu bytes of replies unread "
-				    "(max_output_bytes %lld)",
-			    (unsigned long long)c->id, c->out_len - c->out_off,
-			    (long long)srv.conf.max_output_bytes);
-			server_client_close(c, "max_output_bytes reached");
-			return;
-		}
 		write_arm(c, true);
 		return;
 	}
@@ -216,20 +374,33 @@ line_answer(server_client *c, const char *line, size_t len)
 	op_dispatch(c, line, len);
 }
 
-/* Answer every complete line in the input buffer; keep a partial one,
- * or reject it as soon as it is known to be too long. */
-static void
-input_process(server_client *c)
+/* Answer the complete lines in the input buffer, at most `budget` of them
+ * and, past the first, for at most `ms` milliseconds (0: no time limit);
+ * keep a partial line, or reject it as soon as it is known to be too long.
+ * True when complete lines are left for another turn. */
+static bool
+input_process(server_client *c, size_t budget, int64_t ms)
 {
-	size_t start = 0;
+	size_t start = 0, answered = 0;
 	size_t max = (size_t)srv.conf.max_line_bytes;
+	int64_t began = ms > 0 ? clock_monotonic_ms() : 0;
+	bool more = false;
 
-	while (c->state != SERVER_CLIENT_DEAD) {
+	if (c->in == NULL)
+		return false; /* nothing read yet */
+	/* A connection dropped by one of the lines answers none of the rest. */
+	while (c->state == SERVER_CLIENT_OPEN) {
 		char *nl = memchr(c->in + c->in_scan, '\n', c->in_len - c->in_scan);
 		size_t end;
 
 		if (nl == NULL)
 			break;
+		if (answered == budget ||
+		    (ms > 0 && answered > 0 && clock_monotonic_ms() - began >= ms)) {
+			more = true;
+			break;
+		}
+		answered++;
 		end = (size_t)(nl - c->in);
 		if (c->discarding)
 			c->discarding = false; /* the end of an overlong line */
@@ -238,11 +409,20 @@ input_process(server_client *c)
 		start = end + 1;
 		c->in_scan = start;
 	}
-	if (c->state == SERVER_CLIENT_DEAD)
-		return;
+	if (c->state != SERVER_CLIENT_OPEN)
+		return false;
+	if (start > 0)
+		c->last_request_ms = clock_monotonic_ms();
+	if (more) {
+		/* The rest is scanned again next turn. */
+		memmove(c->in, c->in + start, c->in_len - start);
+		c->in_len -= start;
+		c->in_scan = 0;
+		return true;
+	}
 	if (c->discarding) {
 		c->in_len = c->in_scan = 0;
-		return;
+		return false;
 	}
 	/* The partial line may end with the CR of a CRLF: allow one byte more. */
 	if (c->in_len - start > max + 1) {
@@ -251,7 +431,7 @@ input_process(server_client *c)
 		    "request line is longer than max_line_bytes (%lld)", (long long)max);
 		c->discarding = true;
 		c->in_len = c->in_scan = 0;
-		return;
+		return false;
 	}
 	if (start > 0) {
 		memmove(c->in, c->in + start, c->in_len - start);
@@ -263,10 +443,26 @@ input_process(server_client *c)
 		c->in = NULL;
 		c->in_cap = 0;
 	}
+	return false;
+}
+
+/* Answer one turn of lines; when some are left, stop reading and take
+ * another turn after the other connections had theirs. */
+static void
+input_turn(server_client *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (input_process(c, SERVER_CLIENT_LINES_PER_TURN, SERVER_CLIENT_TURN_MS)) {
+		event_del(c->read_ev);
+		evtimer_add(c->turn_ev, &now);
+	} else if (c->state == SERVER_CLIENT_OPEN) {
+		event_add(c->read_ev, NULL);
+	}
 }
 
 /* Read once into the input buffer. Returns bytes read, 0 at EOF, -1 when
- * nothing is ready, -2 after a fatal error (connection closed). */
+ * nothing is ready, -2 after an error (connection closed or dropped). */
 static ssize_t
 input_read(server_client *c)
 {
@@ -276,8 +472,10 @@ input_read(server_client *c)
 		size_t cap = c->in_len + SERVER_CLIENT_READ_SIZE;
 		char *grown = realloc(c->in, cap);
 
-		if (grown == NULL)
-			fatal("out of memory for %zu bytes of input", cap);
+		if (grown == NULL) {
+			server_client_nomem(c, "for input");
+			return -2;
+		}
 		c->in = grown;
 		c->in_cap = cap;
 	}
@@ -318,7 +516,20 @@ server_client_read_cb(evutil_socket_t fd, short what, void *arg)
 	if (n == 0)
 		input_eof(c);
 	else
-		input_process(c);
+		input_turn(c);
+	if (c->state != SERVER_CLIENT_DEAD)
+		server_client_flush(c);
+}
+
+/* The next turn of lines left from the last one. */
+static void
+server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
+{
+	server_client *c = arg;
+
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	input_turn(c);
 	if (c->state != SERVER_CLIENT_DEAD)
 		server_client_flush(c);
 }
@@ -332,17 +543,59 @@ server_client_write_cb(evutil_socket_t fd, short what, void *arg)
 		server_client_flush(c);
 }
 
+/* Open: close the connection once idle for client_idle_ms with nothing in
+ * flight. Closing: close it when the peer read nothing since last time. */
+static void
+server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	server_client *c = arg;
+	int64_t idle = srv.conf.client_idle_ms, now;
+
+	if (c->state == SERVER_CLIENT_CLOSING) {
+		if (peer_reads(c)) {
+			timer_arm(c, SERVER_CLIENT_LINGER_MS); /* wait on */
+			return;
+		}
+		stats_limit_hit(STATS_LIMIT_LINGER);
+		if (!c->cut) {
+			out_cut(c);
+			if (c->out_off < c->out_len) {
+				timer_arm(c, SERVER_CLIENT_LINGER_MS);
+				return;
+			}
+		}
+		server_client_close(c, "the peer stopped reading");
+		return;
+	}
+	if (c->state != SERVER_CLIENT_OPEN || idle <= 0)
+		return;
+	now = clock_monotonic_ms();
+	if (now - c->last_request_ms < idle) {
+		timer_arm(c, c->last_request_ms + idle - now);
+		return;
+	}
+	if (c->out_off < c->out_len) {
+		timer_arm(c, idle); /* replies in flight: not idle */
+		return;
+	}
+	stats_limit_hit(STATS_LIMIT_IDLE);
+	server_client_close(c, "idle for client_idle_ms");
+}
+
 void
 server_client_drain(server_client *c)
 {
 	if (c->state == SERVER_CLIENT_OPEN) {
 		/* Lines already sent are answered (shutting_down); then no more. */
-		for (int i = 0; i < SERVER_CLIENT_DRAIN_READS; i++) {
+		evtimer_del(c->turn_ev);
+		input_process(c, SIZE_MAX, 0);
+		for (int i = 0; i < SERVER_CLIENT_DRAIN_READS && c->state == SERVER_CLIENT_OPEN;
+		     i++) {
 			ssize_t n = input_read(c);
 
 			if (n <= 0)
 				break;
-			input_process(c);
+			input_process(c, SIZE_MAX, 0);
 		}
 		if (c->state == SERVER_CLIENT_DEAD)
 			return;
@@ -362,6 +615,8 @@ server_client_close(server_client *c, const char *why)
 	    why);
 	event_del(c->read_ev);
 	event_del(c->write_ev);
+	evtimer_del(c->timer_ev);
+	evtimer_del(c->turn_ev);
 	c->write_armed = false;
 	close(c->fd);
 	c->fd = -1;
@@ -375,8 +630,14 @@ server_client_close(server_client *c, const char *why)
 void
 server_client_free(server_client *c)
 {
-	event_free(c->read_ev);
-	event_free(c->write_ev);
+	if (c->read_ev != NULL)
+		event_free(c->read_ev);
+	if (c->write_ev != NULL)
+		event_free(c->write_ev);
+	if (c->timer_ev != NULL)
+		event_free(c->timer_ev);
+	if (c->turn_ev != NULL)
+		event_free(c->turn_ev);
 	free(c->in);
 	free(c->out);
 	free(c);

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include <event2/event.h>
@@ -18,6 +19,11 @@
 
 /* Bytes asked of read() at once (Redis reads 16 KiB too). */
 #define SERVER_CLIENT_READ_SIZE 16384
+/* Lines answered for one connection, and milliseconds spent answering
+ * them, before the others get their turn; the rest wait (and the
+ * connection is not read) until its next turn. */
+#define SERVER_CLIENT_LINES_PER_TURN 128
+#define SERVER_CLIENT_TURN_MS 2
 /* Reads of pending input when shutting down, at most. */
 #define SERVER_CLIENT_DRAIN_READS 16
 /* Longest id (as JSON) echoed by an out-of-memory reply; longer ones are
@@ -25,11 +31,22 @@
 #define SERVER_CLIENT_OOM_ID_MAX 256
 /* Output buffer kept after a flush; a larger one is freed. */
 #define SERVER_CLIENT_OUT_KEEP 65536
+/* Bytes handed to one write(), at most: the kernel queues each write as
+ * its own buffer, and how much of them the peer has read (SIOCOUTQ) shows
+ * in steps of one. */
+#define SERVER_CLIENT_WRITE_MAX 16384
+/* Room made for a reply before serializing it (most replies fit). */
+#define SERVER_CLIENT_REPLY_GUESS 256
+/* A closing connection whose peer reads nothing for this long loses its
+ * unsent whole lines; if it then reads nothing of the line already partly
+ * written for this long again, it is closed anyway (cutting that line:
+ * the peer stopped reading). */
+#define SERVER_CLIENT_LINGER_MS 2000
 
 /* A connection's life, changed only by server_client_set_state(). */
 typedef enum server_client_state {
 	SERVER_CLIENT_OPEN = 0, /* reading requests, writing replies */
-	SERVER_CLIENT_CLOSING, /* no more reading; closed once output is flushed */
+	SERVER_CLIENT_CLOSING, /* no more reading or replies; closed once output is flushed */
 	SERVER_CLIENT_DEAD, /* closed; freed later, outside its callbacks */
 } server_client_state;
 
@@ -43,6 +60,14 @@ struct server_client {
 	struct event *read_ev;
 	struct event *write_ev;
 	bool write_armed;
+	struct event *timer_ev; /* open: client_idle_ms; closing: linger */
+	struct event *turn_ev; /* answers the lines left from the last turn */
+	int64_t last_request_ms; /* monotonic: accepted, or last complete line */
+	uint64_t written; /* bytes written in all */
+	uint64_t linger_mark; /* `written` when the linger timer was set */
+	int linger_outq; /* the socket's unread bytes then (SIOCOUTQ) */
+	bool cut; /* output cut to the rest of a partly written line */
+	bool mid_line; /* the last byte written is not a line's LF */
 
 	char *in; /* unanswered input: at most one partial line */
 	size_t in_len;
@@ -61,15 +86,21 @@ struct server_client {
 	ct_owner owner; /* slots and permits this connection holds */
 };
 
-/* A connection on an accepted, non-blocking fd. */
+/* A connection on an accepted, non-blocking fd; NULL when out of memory
+ * (the caller still owns fd). */
 server_client *server_client_new(int fd);
+
+/* (Re)start the idle timer from the config (after accept and reload). */
+void server_client_idle_schedule(server_client *c);
 
 /* Change the state, logging old -> new at debug. */
 void server_client_set_state(server_client *c, server_client_state state);
 
-/* Append a reply line (compact JSON + LF) to c's output. Steals reply;
- * a NULL reply, or one that cannot be serialized (out of memory), is
- * answered as by server_client_reply_oom. */
+/* Append a reply line (compact JSON + LF) to c's output. Steals reply.
+ * Ignored unless c is open. A NULL reply, or one that cannot be serialized
+ * (out of memory), is answered as by server_client_reply_oom. A reply that
+ * would take the unsent output past max_output_bytes, or that cannot be
+ * stored for lack of memory, drops the connection instead. */
 void server_client_reply(server_client *c, json_t *reply);
 
 /* Append an `internal` error line built without allocating: what a
@@ -90,5 +121,10 @@ void server_client_free(server_client *c);
 /* Shutdown: answer complete lines already sent with shutting_down, stop
  * reading, and close once the output is flushed. */
 void server_client_drain(server_client *c);
+
+/* Stop answering c: no more reading, unsent whole lines discarded, closed
+ * (by its own write event, never inside the call) once the line already
+ * partly written is. */
+void server_client_drop(server_client *c, const char *why);
 
 #endif

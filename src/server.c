@@ -1,7 +1,8 @@
 /*
  * server.c — the server: the listening Unix socket (or one inherited from
- * systemd), accept with peer credentials and max_connections, the
- * connection lists, signals (SIGTERM/SIGINT stop, SIGHUP reloads), the
+ * systemd), accept with peer credentials and max_connections (clamped
+ * to the descriptor limit; a spare descriptor refuses clients when out of
+ * them), the connection lists, signals (SIGTERM/SIGINT stop, SIGHUP reloads), the
  * open-circuits warning and sd_notify.
  */
 #include "config.h"
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,9 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "clock.h"
 #include "housekeeping.h"
+#include "log-limit.h"
 #include "log.h"
 #include "metrics.h"
 #include "op.h"
@@ -38,7 +42,7 @@
 /* Pending connections the kernel may queue for accept. */
 #define SERVER_BACKLOG 1024
 
-server srv = { .listen_fd = -1 };
+server srv = { .listen_fd = -1, .spare_fd = -1 };
 
 static const char *const state_names[] = {
 	[SERVER_STARTING] = "starting",
@@ -105,6 +109,18 @@ server_add_client(server_client *c)
 	stats.connections_total++;
 }
 
+/* Accept again at once (a descriptor freed, or the pause is over). */
+static void
+accept_resume(void)
+{
+	if (!srv.accept_paused)
+		return;
+	srv.accept_paused = false;
+	event_del(srv.accept_pause_ev);
+	if (srv.listen_fd >= 0 && srv.state != SERVER_STOPPING)
+		event_add(srv.listen_ev, NULL);
+}
+
 void
 server_client_dead(server_client *c)
 {
@@ -112,6 +128,7 @@ server_client_dead(server_client *c)
 	list_push(&srv.dead, c);
 	stats.connections_current--;
 	event_active(srv.reap_ev, EV_TIMEOUT, 0);
+	accept_resume(); /* its descriptor is free now */
 }
 
 /* Free closed connections, outside their own callbacks. */
@@ -128,18 +145,19 @@ server_reap(evutil_socket_t fd, short what, void *arg)
 		event_base_loopexit(srv.base, NULL);
 }
 
-/* Refuse a connection past max_connections: one error line, then close. */
-static void
-server_refuse(int fd)
+/* Refuse a connection: one error line (code, message), then close. */
+static void __attribute__((format(printf, 3, 4)))
+server_refuse(int fd, proto_code code, const char *fmt, ...)
 {
-	proto_error err;
+	proto_error err = { .code = code };
 	json_t *reply;
 	char *text;
+	va_list ap;
 
-	stats_limit_hit(STATS_LIMIT_CONNECTIONS);
-	stats.errors[PROTO_CAPACITY]++;
-	proto_fail(&err, PROTO_CAPACITY, "max_connections (%lld) reached: connection refused",
-	    (long long)srv.conf.max_connections);
+	va_start(ap, fmt);
+	vsnprintf(err.message, sizeof err.message, fmt, ap);
+	va_end(ap);
+	stats.errors[code]++;
 	reply = proto_reply_error(NULL, &err);
 	text = reply != NULL ? json_dumps(reply, JSON_COMPACT) : NULL;
 	if (text != NULL) {
@@ -152,8 +170,66 @@ server_refuse(int fd)
 	free(text);
 	json_decref(reply);
 	close(fd);
-	log_debug("connection refused: max_connections (%lld) reached",
-	    (long long)srv.conf.max_connections);
+	log_debug("connection refused: %s", err.message);
+}
+
+/* Stop accepting for SERVER_ACCEPT_PAUSE_MS, or until a connection closes. */
+static void
+accept_pause(void)
+{
+	struct timeval tv = { 0, SERVER_ACCEPT_PAUSE_MS * 1000 };
+
+	srv.accept_paused = true;
+	event_del(srv.listen_ev);
+	evtimer_add(srv.accept_pause_ev, &tv);
+}
+
+/* (Re)open the spare descriptor that lets cbd refuse a client politely
+ * when it has no other left. */
+static void
+spare_open(void)
+{
+	if (srv.spare_fd < 0)
+		srv.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* accept failed for lack of descriptors (err): give each waiting client
+ * its capacity line through the spare descriptor, then pause accepting.
+ * Logged at most once per SERVER_EMFILE_LOG_MS. */
+static void
+accept_out_of_fds(int lfd, int err)
+{
+	int64_t now = clock_monotonic_ms();
+
+	if (srv.emfile_logged_ms == 0 || now - srv.emfile_logged_ms >= SERVER_EMFILE_LOG_MS) {
+		if (srv.emfile_unlogged > 0)
+			log_warning("accept: %s: refusing new clients until a descriptor frees "
+				    "(%llu times more since the last warning)",
+			    strerror(err), (unsigned long long)srv.emfile_unlogged);
+		else
+			log_warning("accept: %s: refusing new clients until a descriptor frees",
+			    strerror(err));
+		srv.emfile_logged_ms = now;
+		srv.emfile_unlogged = 0;
+	} else {
+		srv.emfile_unlogged++;
+	}
+	for (int i = 0; i < SERVER_ACCEPT_BATCH && srv.spare_fd >= 0; i++) {
+		int fd;
+
+		close(srv.spare_fd);
+		srv.spare_fd = -1;
+		fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			stats_limit_hit(STATS_LIMIT_DESCRIPTORS);
+			server_refuse(fd, PROTO_CAPACITY,
+			    "cbd is out of file descriptors: connection refused");
+		}
+		spare_open();
+		if (fd < 0)
+			break;
+	}
+	accept_pause();
 }
 
 static void
@@ -170,18 +246,30 @@ server_accept(evutil_socket_t lfd, short what, void *arg)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return;
+			if (errno == EMFILE || errno == ENFILE) {
+				accept_out_of_fds(lfd, errno);
+				return;
+			}
 			log_warning("accept: %s; pausing for %d ms", strerror(errno),
 			    SERVER_ACCEPT_PAUSE_MS);
-			event_del(srv.listen_ev);
-			struct timeval tv = { 0, SERVER_ACCEPT_PAUSE_MS * 1000 };
-			evtimer_add(srv.accept_pause_ev, &tv);
+			accept_pause();
 			return;
 		}
-		if (stats.connections_current >= (uint64_t)srv.conf.max_connections) {
-			server_refuse(fd);
+		if (stats.connections_current >= (uint64_t)srv.max_clients) {
+			stats_limit_hit(STATS_LIMIT_CONNECTIONS);
+			server_refuse(fd, PROTO_CAPACITY,
+			    "max_connections (%lld) reached: connection refused",
+			    (long long)srv.max_clients);
 			continue;
 		}
 		c = server_client_new(fd);
+		if (c == NULL) {
+			stats_limit_hit(STATS_LIMIT_NOMEM);
+			log_warning("out of memory for a new connection: refused");
+			server_refuse(fd, PROTO_INTERNAL,
+			    "cbd is out of memory: connection refused");
+			continue;
+		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
 			c->pid = cred.pid;
 			c->uid = cred.uid;
@@ -192,6 +280,7 @@ server_accept(evutil_socket_t lfd, short what, void *arg)
 			c->gid = (gid_t)-1;
 		}
 		server_add_client(c);
+		server_client_idle_schedule(c);
 		log_debug("connection %llu: accepted (pid %ld, uid %ld, gid %ld)",
 		    (unsigned long long)c->id, (long)c->pid, (long)c->uid, (long)c->gid);
 	}
@@ -201,8 +290,8 @@ server_accept(evutil_socket_t lfd, short what, void *arg)
 static void
 server_accept_resume(evutil_socket_t fd, short what, void *arg)
 {
-	if (srv.listen_fd >= 0)
-		event_add(srv.listen_ev, NULL);
+	spare_open();
+	accept_resume();
 }
 
 /* Is something listening on path? Removes a stale socket file. */
@@ -255,6 +344,7 @@ socket_listen(void)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	const char *path = srv.socket_path;
+	struct stat st;
 	mode_t old_mask;
 	int fd, rc;
 
@@ -281,7 +371,14 @@ socket_listen(void)
 		close(fd);
 		return false;
 	}
+	if (lstat(path, &st) != 0) {
+		log_error("cannot stat %s after binding it: %s", path, strerror(errno));
+		close(fd);
+		return false;
+	}
 	srv.socket_created = true;
+	srv.socket_dev = st.st_dev;
+	srv.socket_ino = st.st_ino;
 	if (chmod(path, (mode_t)srv.conf.socket_mode) != 0) {
 		log_error("cannot chmod %s: %s", path, strerror(errno));
 		close(fd);
@@ -361,19 +458,59 @@ socket_inherit(void)
 	return true;
 }
 
-/* Make room for max_connections descriptors if the hard limit allows. */
+/* Remove the socket file we bound, only if the path still names it: another
+ * cbd (or anything else) may have taken the path since. Once. */
+static void
+socket_unlink(void)
+{
+	struct stat st;
+
+	if (!srv.socket_created)
+		return;
+	srv.socket_created = false;
+	if (lstat(srv.socket_path, &st) != 0) {
+		if (errno != ENOENT)
+			log_warning("cannot check %s: %s", srv.socket_path, strerror(errno));
+		return;
+	}
+	if (!S_ISSOCK(st.st_mode) || st.st_dev != srv.socket_dev || st.st_ino != srv.socket_ino) {
+		log_warning("%s is no longer the socket cbd bound; leaving it in place",
+		    srv.socket_path);
+		return;
+	}
+	if (unlink(srv.socket_path) != 0 && errno != ENOENT)
+		log_warning("cannot remove %s: %s", srv.socket_path, strerror(errno));
+}
+
+/* Make room for max_connections descriptors if the hard limit allows; if
+ * it does not, serve fewer clients (max_clients), with a warning. */
 static void
 raise_fd_limit(void)
 {
 	struct rlimit rl;
 	rlim_t want = (rlim_t)srv.conf.max_connections + SERVER_SPARE_FDS;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+	srv.max_clients = srv.conf.max_connections;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		return;
-	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
-	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-		log_warning("max_connections %lld exceeds the descriptor limit %llu",
-		    (long long)srv.conf.max_connections, (unsigned long long)rl.rlim_cur);
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		struct rlimit up = rl;
+
+		up.rlim_cur =
+		    rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return;
+	if (rl.rlim_cur > 2 * SERVER_SPARE_FDS)
+		srv.max_clients = (int64_t)(rl.rlim_cur - SERVER_SPARE_FDS);
+	else
+		srv.max_clients = rl.rlim_cur >= 2 ? (int64_t)rl.rlim_cur / 2 : 1;
+	log_warning("max_connections %lld needs %llu descriptors but the limit is %llu: "
+		    "serving at most %lld clients at once",
+	    (long long)srv.conf.max_connections, (unsigned long long)want,
+	    (unsigned long long)rl.rlim_cur, (long long)srv.max_clients);
 }
 
 /* What the open-circuits warning collects. */
@@ -381,6 +518,7 @@ typedef struct open_walk {
 	char text[LOG_LINE_MAX / 2];
 	size_t len;
 	uint64_t count;
+	int64_t now; /* the daemon's clock */
 } open_walk;
 
 static void
@@ -388,8 +526,14 @@ open_visit(const char *name, const ct_view *view, void *arg)
 {
 	open_walk *w = arg;
 	char quoted[LOG_QUOTE_SIZE];
+	cb_policy policy;
 
 	if (view->snap.state != CB_STATE_OPEN)
+		return;
+	/* Only circuits still refusing calls: one whose break is over lets
+	 * the next caller try (a held one refuses until its hold ends). */
+	conf_policy(&srv.conf, name, view->declared, &policy, NULL, NULL);
+	if (!view->hold.held && breaker_break_elapsed(&view->snap, &policy, w->now))
 		return;
 	if (w->count++ < SERVER_WARN_NAMES_MAX) {
 		int n = snprintf(w->text + w->len, sizeof w->text - w->len, "%s%s",
@@ -404,7 +548,7 @@ open_visit(const char *name, const ct_view *view, void *arg)
 static void
 server_warn_open(evutil_socket_t fd, short what, void *arg)
 {
-	open_walk w = { .len = 0 };
+	open_walk w = { .len = 0, .now = clock_realtime_ms() };
 
 	circuit_table_foreach_pinned(srv.table, open_visit, &w);
 	if (w.count == 0)
@@ -416,6 +560,13 @@ server_warn_open(evutil_socket_t fd, short what, void *arg)
 	else
 		log_warning("%llu circuit%s still open: %s", (unsigned long long)w.count,
 		    w.count == 1 ? "" : "s", w.text);
+}
+
+/* Every LOG_LIMIT_WINDOW_MS: summarize the suppressed transition lines. */
+static void
+server_log_limit(evutil_socket_t fd, short what, void *arg)
+{
+	log_limit_flush(clock_monotonic_ms());
 }
 
 /* (Re)start the open-circuits warning timer from the config. */
@@ -438,7 +589,10 @@ server_conf_apply(void)
 	circuit_table_set_idle_reclaim(srv.table, srv.conf.idle_reclaim_ms);
 	raise_fd_limit();
 	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
+	log_set_timestamps(srv.conf.log_timestamps != 0);
 	warn_schedule();
+	for (server_client *c = srv.clients; c != NULL; c = c->next)
+		server_client_idle_schedule(c);
 }
 
 /* SIGHUP: re-read the config; a bad one is reported and the old kept. */
@@ -475,12 +629,27 @@ server_reload(void)
 	server_notify("READY=1");
 }
 
-/* Close every connection still flushing when the drain time is up. */
+/* The drain time is up: connections still flushing get only the rest of a
+ * line already partly written; after SERVER_DRAIN_LINGER_MS more, every
+ * connection left is closed. */
 static void
 server_drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
+	struct timeval tv = { SERVER_DRAIN_LINGER_MS / 1000,
+		(SERVER_DRAIN_LINGER_MS % 1000) * 1000 };
+	server_client *c, *next;
+
+	if (!srv.drain_timed_out) {
+		srv.drain_timed_out = true;
+		for (c = srv.clients; c != NULL; c = next) {
+			next = c->next;
+			server_client_drop(c, "shutdown: replies not read in time");
+		}
+		evtimer_add(srv.drain_ev, &tv);
+		return;
+	}
 	while (srv.clients != NULL)
-		server_client_close(srv.clients, "shutdown: replies not read in time");
+		server_client_close(srv.clients, "shutdown: last line not read in time");
 }
 
 /* SIGTERM/SIGINT: stop accepting, flush replies, remove the socket. */
@@ -499,12 +668,12 @@ server_shutdown(const char *why)
 	housekeeping_stop();
 	event_del(srv.listen_ev);
 	event_del(srv.accept_pause_ev);
+	srv.accept_paused = false;
 	event_del(srv.warn_ev);
 	if (srv.listen_fd >= 0)
 		close(srv.listen_fd);
 	srv.listen_fd = -1;
-	if (srv.socket_created && unlink(srv.socket_path) != 0)
-		log_warning("cannot remove %s: %s", srv.socket_path, strerror(errno));
+	socket_unlink();
 	for (c = srv.clients; c != NULL; c = next) {
 		next = c->next;
 		server_client_drain(c);
@@ -580,9 +749,16 @@ server_start(void)
 	srv.warn_ev = event_new(srv.base, -1, EV_PERSIST, server_warn_open, NULL);
 	srv.drain_ev = evtimer_new(srv.base, server_drain_timeout, NULL);
 	srv.accept_pause_ev = evtimer_new(srv.base, server_accept_resume, NULL);
+	srv.log_limit_ev = event_new(srv.base, -1, EV_PERSIST, server_log_limit, NULL);
 	if (srv.reap_ev == NULL || srv.warn_ev == NULL || srv.drain_ev == NULL ||
-	    srv.accept_pause_ev == NULL)
+	    srv.accept_pause_ev == NULL || srv.log_limit_ev == NULL)
 		fatal("out of memory");
+	log_limit_flush(clock_monotonic_ms()); /* the first window starts now */
+	struct timeval window = { LOG_LIMIT_WINDOW_MS / 1000, (LOG_LIMIT_WINDOW_MS % 1000) * 1000 };
+	event_add(srv.log_limit_ev, &window);
+	spare_open();
+	if (srv.spare_fd < 0)
+		log_warning("cannot open /dev/null as a spare descriptor: %s", strerror(errno));
 	if (!socket_inherit())
 		return false;
 	if (!srv.socket_inherited && !socket_listen())
@@ -597,7 +773,7 @@ server_start(void)
 	server_conf_apply();
 	log_info("cbd %s listening on %s%s (max_circuits %lld, max_connections %lld)",
 	    PACKAGE_VERSION, srv.socket_path, srv.socket_inherited ? " (socket activation)" : "",
-	    (long long)srv.conf.max_circuits, (long long)srv.conf.max_connections);
+	    (long long)srv.conf.max_circuits, (long long)srv.max_clients);
 	server_notify("READY=1");
 	return true;
 }
@@ -606,6 +782,7 @@ int
 server_loop(void)
 {
 	event_base_dispatch(srv.base);
+	log_limit_flush(clock_monotonic_ms()); /* what the last window suppressed */
 	log_info("stopped");
 	return srv.exit_code;
 }
@@ -621,11 +798,11 @@ server_free(void)
 		list_remove(&srv.dead, c);
 		server_client_free(c);
 	}
-	if (srv.listen_fd >= 0) {
+	if (srv.listen_fd >= 0)
 		close(srv.listen_fd);
-		if (srv.socket_created)
-			unlink(srv.socket_path);
-	}
+	if (srv.spare_fd >= 0)
+		close(srv.spare_fd);
+	socket_unlink();
 	for (size_t i = 0; i < sizeof srv.signal_ev / sizeof srv.signal_ev[0]; i++) {
 		if (srv.signal_ev[i] != NULL)
 			event_free(srv.signal_ev[i]);
@@ -640,6 +817,9 @@ server_free(void)
 		event_free(srv.warn_ev);
 	if (srv.drain_ev != NULL)
 		event_free(srv.drain_ev);
+	if (srv.log_limit_ev != NULL)
+		event_free(srv.log_limit_ev);
+	log_limit_free();
 	housekeeping_free();
 	metrics_http_stop();
 	if (srv.base != NULL)
@@ -647,5 +827,5 @@ server_free(void)
 	circuit_table_free(srv.table);
 	conf_free(&srv.conf);
 	free(srv.socket_path);
-	srv = (server){ .listen_fd = -1 };
+	srv = (server){ .listen_fd = -1, .spare_fd = -1 };
 }

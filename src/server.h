@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <event2/event.h>
 
@@ -18,8 +19,13 @@
 #define SERVER_DRAIN_MS 5000
 /* Connections accepted per wakeup of the listener. */
 #define SERVER_ACCEPT_BATCH 64
-/* Pause accepting this long when out of file descriptors. */
+/* Pause accepting this long when out of file descriptors (or until a
+ * connection closes). */
 #define SERVER_ACCEPT_PAUSE_MS 100
+/* Log running out of descriptors at most once per this many ms. */
+#define SERVER_EMFILE_LOG_MS 1000
+/* After the drain time, this long more for the last partly written lines. */
+#define SERVER_DRAIN_LINGER_MS 2000
 /* Most circuit names listed in one open-circuits warning. */
 #define SERVER_WARN_NAMES_MAX 20
 
@@ -40,15 +46,24 @@ typedef struct server {
 	bool verbose; /* -v: log_level debug whatever the file says */
 	circuit_table *table;
 	int listen_fd;
-	bool socket_created; /* we bound the path, so we unlink it */
+	bool socket_created; /* we bound the path, so we unlink it (if still ours) */
+	dev_t socket_dev; /* the socket file we bound, to know it at exit */
+	ino_t socket_ino;
 	bool socket_inherited; /* socket activation */
 	char *socket_path;
 	struct event *listen_ev;
 	struct event *accept_pause_ev;
+	bool accept_paused; /* listen_ev off for lack of descriptors */
+	int spare_fd; /* /dev/null, given up to refuse a client at EMFILE */
+	int64_t emfile_logged_ms; /* when running out of descriptors was logged */
+	uint64_t emfile_unlogged; /* times since then */
+	int64_t max_clients; /* max_connections, clamped to the descriptor limit */
+	bool drain_timed_out; /* the drain time passed once */
 	struct event *signal_ev[3];
 	struct event *reap_ev;
 	struct event *warn_ev;
 	struct event *drain_ev;
+	struct event *log_limit_ev; /* ends each transition-log window */
 	server_client *clients; /* live connections */
 	server_client *dead; /* closed, waiting to be freed */
 	uint64_t next_client_id;

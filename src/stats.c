@@ -12,6 +12,11 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_OUTPUT] = "max_output_bytes",
 	[STATS_LIMIT_LIST] = "list_truncated",
 	[STATS_LIMIT_SLOTS] = "max_slots",
+	[STATS_LIMIT_IDLE] = "client_idle_ms",
+	[STATS_LIMIT_DESCRIPTORS] = "descriptors",
+	[STATS_LIMIT_NOMEM] = "out_of_memory",
+	[STATS_LIMIT_LINGER] = "closing_stalled",
+	[STATS_LIMIT_LOG] = "transition_logs_suppressed",
 };
 
 void

@@ -23,6 +23,11 @@ typedef enum stats_limit {
 	STATS_LIMIT_OUTPUT, /* max_output_bytes: a client dropped */
 	STATS_LIMIT_LIST, /* a list reply cut to fit max_output_bytes */
 	STATS_LIMIT_SLOTS, /* max_slots: a slot refused */
+	STATS_LIMIT_IDLE, /* client_idle_ms: an idle client closed */
+	STATS_LIMIT_DESCRIPTORS, /* accept out of descriptors: a client refused */
+	STATS_LIMIT_NOMEM, /* out of memory for a connection: it was dropped */
+	STATS_LIMIT_LINGER, /* a closing client read nothing for linger: closed */
+	STATS_LIMIT_LOG, /* a transition log line suppressed (rate limit) */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 

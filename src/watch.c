@@ -275,6 +275,9 @@ policies_visit(const char *name, const ct_view *view, void *arg)
 
 	if (!watched(name))
 		return;
+	/* Compared with memcmp: the padding must be equal too. */
+	memset(&a, 0, sizeof a);
+	memset(&b, 0, sizeof b);
 	conf_policy(rw->old, name, view->declared, &a, NULL, &p_old);
 	conf_policy(rw->fresh, name, view->declared, &b, NULL, &p_new);
 	if (memcmp(&a, &b, sizeof a) == 0 &&

@@ -214,7 +214,8 @@ run 2 "get without a name" get
 run 2 "two names" open a b
 run 2 "release without a name" release
 run 2 "bad state filter" list --state sideways
-expect err 'open, half_open or closed' "state filter message"
+expect err '^cbctl: list: --state takes open, half_open \(or half-open\) or closed \(got "sideways"\)$' \
+	"state filter message"
 run 2 "bad timeout" --timeout 0 ping
 run 2 "invalid name" get "$(printf 'a\tb')"
 expect err 'name' "invalid name message names the member"
@@ -222,6 +223,283 @@ run 0 "--help" --help
 expect out 'usage: cbctl' "help text"
 run 0 "command --help" open --help
 expect out 'usage: cbctl .*open NAME' "command help"
+
+# stats, grouped: uptime as a duration, started_at as a local date, zero
+# counters hidden unless --all. (An unknown op first: errors shows it.)
+if command -v socat >/dev/null 2>&1; then
+	printf '%s\n' '{"op":"frobnicate"}' | timeout 5 socat -t 0.5 - UNIX-CONNECT:"$sock" >/dev/null
+fi
+run 0 "stats grouped" stats
+expect out '^uptime: ([0-9]+d [0-9]+h [0-9]+m|[0-9]+h [0-9]+m|[0-9]+m [0-9]+s|[0-9]+s)$' \
+	"uptime as a duration"
+expect out '^started at: [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$' \
+	"started_at as a local date"
+expect out '^connections: [0-9]+ open, [0-9]+ since start$' "connections on one line"
+expect out '^circuits:$' "circuits grouped"
+expect out '^  stored +[1-9][0-9]*$' "circuits stored shown"
+expect out '^requests: [0-9]+$' "requests total"
+expect out '^  get +[1-9][0-9]*' "requests by op"
+reject out ' 0$' "zero counters hidden"
+reject out '^  unwatch ' "an op never used is hidden"
+reject out '^limits hit:' "no limit hit: no limits group"
+if command -v socat >/dev/null 2>&1; then
+	expect out '^errors:$' "errors grouped"
+	expect out '^  unknown_op +1$' "errors by code"
+fi
+run 0 "stats --all" stats --all
+expect out '^  unwatch +0$' "--all shows unused ops"
+expect out '^limits hit:$' "--all shows the limits"
+expect out '^  max_line_bytes +0$' "--all shows zero limits"
+expect out '^state file:$' "--all shows the state file group"
+expect out '^watch and noreply:$' "--all shows watch and noreply"
+run 0 "stats --json after the command" stats --json
+expect out '"uptime_ms": ?[0-9]+' "stats --json is cbd's reply"
+reject out '^uptime:' "stats --json prints no groups"
+
+# policy NAME: one key a line with its value and source; null as unset.
+run 0 "policy" policy cfg
+expect out '^KEY +VALUE +SOURCE$' "policy header"
+expect out '^failure_threshold +2 +config$' "policy: a [circuit] key"
+expect out '^break_ms +60000 +defaults$' "policy: a [defaults] key"
+expect out '^max_gap_ms +unset +builtin$' "policy: null shown as unset"
+expect out '^success_threshold +2 +builtin$' "policy: a built-in key"
+reject out '^source' "policy: the sources are a column, not a key"
+if command -v socat >/dev/null 2>&1; then
+	send '{"op":"record","name":"declared","outcome":"success","ctx":{"break_ms":1234}}'
+	run 0 "policy of a client-declared key" policy declared
+	expect out '^break_ms +1234 +client$' "policy: a key the creating client declared"
+fi
+run 0 "policy --json" policy cfg --json
+expect out '^\{"failure_threshold": ?2,.*"source": ?\{' "policy --json is the policy object"
+reject out '"ok"' "policy --json prints only the policy"
+run 0 "policy of a name not stored" policy nosuch
+expect err '^cbctl: nosuch is not stored' "policy says the name is not stored"
+expect out '^failure_threshold +5 +builtin$' "policy of a name not stored: what it would get"
+run 2 "policy without a name" policy
+expect err '^cbctl: policy: the circuit.s NAME is required' "policy NAME required"
+
+# get of a name cbd does not hold says so (get answers stored: false).
+run 0 "get a name not stored" get nosuch
+expect out '^not stored: cbd holds no circuit nosuch' "get says not stored"
+run 0 "get a stored name" get cfg
+reject out 'not stored' "a stored circuit is not called not stored"
+
+# metrics: the Prometheus text as it is.
+run 0 "metrics" metrics
+expect out '^# TYPE cbd_up gauge$' "metrics prints the text"
+expect out '^cbd_up 1$' "metrics: cbd_up"
+expect out '^cbd_circuit_state\{name="cfg",state="open"\} 1$' "metrics: per-circuit series"
+reject out '\\n' "metrics: newlines are real"
+if command -v promtool >/dev/null 2>&1; then
+	if promtool check metrics <"$tmp/out" >"$tmp/prom" 2>&1; then pass "promtool accepts cbctl metrics"
+	else fail "promtool: $(cat "$tmp/prom")"; fi
+fi
+run 0 "metrics --json" --json metrics
+expect out '"text": ?"# HELP' "metrics --json is cbd's reply"
+
+# The example service's command (cbctl metrics into the textfile
+# directory through a temporary file), run with this cbctl.
+unit="$CBD_SRCDIR/systemd/cbd-metrics.service.in"
+cmd=$(sed -n "s/^ExecStart=\/bin\/sh -c '\(.*\)'\$/\1/p" "$unit" | sed -e "s|@bindir@/cbctl|\"\$CBCTL_BINARY\"|" -e 's/\$\$/$/g')
+mkdir "$tmp/textfile"
+if [ -n "$cmd" ] && TEXTFILE_DIR="$tmp/textfile" sh -c "$cmd" 2>"$tmp/err"; then
+	pass "the example service's command runs"
+else
+	fail "the example service's command failed: $cmd: $(cat "$tmp/err")"
+fi
+grep -q '^cbd_up 1$' "$tmp/textfile/cbd.prom" 2>/dev/null && pass "cbd.prom written" ||
+	fail "no cbd.prom"
+CBD_SOCKET="$tmp/nothing.sock" TEXTFILE_DIR="$tmp/textfile" sh -c "$cmd" 2>/dev/null &&
+	fail "the service's command succeeded without cbd" || pass "without cbd the command fails"
+grep -q '^cbd_up 1$' "$tmp/textfile/cbd.prom" && pass "a failed run keeps the last cbd.prom" ||
+	fail "a failed run broke cbd.prom"
+[ "$(ls "$tmp/textfile")" = "cbd.prom" ] && pass "no temporary file left" ||
+	fail "textfile directory holds: $(ls "$tmp/textfile")"
+grep -q '^OnUnitActiveSec=15s$' "$CBD_SRCDIR/systemd/cbd-metrics.timer" &&
+	pass "the timer runs every 15 s" || fail "the timer's period"
+
+# list --names: one name a line (for completion and scripts).
+run 0 "list --names" list --names
+expect out '^cfg$' "list --names prints names"
+reject out ' ' "list --names prints only names"
+run 0 "list --names --state" list --state open --names
+expect out '^cfg$' "--names with a state"
+reject out '^kept$' "--names keeps the state filter"
+run 2 "--names with --json" list --names --json
+expect err '^cbctl: list: --names and --json' "--names and --json conflict named"
+
+# watch: the current snapshots, then a line per event as it happens.
+# The trip comes from another client; waits are bounded (10 s).
+# wait_for FILE PATTERN: until grep -E finds it, at most 10 s.
+wait_for() {
+	i=0
+	while ! grep -Eq -- "$2" "$1" 2>/dev/null && [ $i -lt 200 ]; do
+		sleep 0.05; i=$((i + 1))
+	done
+	grep -Eq -- "$2" "$1" 2>/dev/null
+}
+ts='[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}'
+"$CBCTL_BINARY" watch watched >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
+wpid=$!
+if wait_for "$tmp/watch" "^$ts watched closed \\(now\\)\$"; then
+	pass "watch prints the current snapshot first"
+else
+	fail "no snapshot from watch: $(cat "$tmp/watch" "$tmp/watch.err")"
+fi
+if command -v socat >/dev/null 2>&1; then
+	send '{"op":"record","name":"watched","outcome":"failure","ctx":{"failure_threshold":1}}'
+	want="^$ts watched closed -> open \\(failure threshold reached\\)\$"
+else
+	"$CBCTL_BINARY" open watched --no-hold >/dev/null
+	want="^$ts watched closed -> open "
+fi
+wait_for "$tmp/watch" "$want" && pass "watch prints a trip made by another client" ||
+	fail "watch missed the trip: $(cat "$tmp/watch" "$tmp/watch.err")"
+"$CBCTL_BINARY" close watched --for 1h --reason "fixed it" >/dev/null
+wait_for "$tmp/watch" "^$ts watched open -> closed \\(.*\\); held closed by [^ ]+ until $ts: fixed it\$" &&
+	pass "watch prints a hold" || fail "watch missed the hold: $(cat "$tmp/watch")"
+"$CBCTL_BINARY" delete watched >/dev/null
+wait_for "$tmp/watch" "^$ts watched deleted\$" && pass "watch prints a delete" ||
+	fail "watch missed the delete: $(cat "$tmp/watch")"
+"$CBCTL_BINARY" open other --no-hold >/dev/null
+kill -TERM "$wpid"
+wait "$wpid"
+rc=$?
+[ $rc -eq 0 ] && pass "SIGTERM ends watch with exit 0" || fail "watch after SIGTERM: exit $rc"
+reject watch 'other' "watch NAME shows only that name"
+[ -s "$tmp/watch.err" ] && fail "watch wrote to stderr: $(cat "$tmp/watch.err")" ||
+	pass "watch wrote no errors"
+
+"$CBCTL_BINARY" watch --json >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
+wpid=$!
+wait_for "$tmp/watch" '^\{"ok": ?true, ?"snapshots": ?\[' && pass "watch --json prints the reply" ||
+	fail "watch --json: no reply: $(cat "$tmp/watch" "$tmp/watch.err")"
+"$CBCTL_BINARY" half_open other >/dev/null
+wait_for "$tmp/watch" '^\{"event": ?"change", ?"from": ?"open", ?"snapshot": ?\{"name": ?"other"' &&
+	pass "watch --json (all circuits) prints the raw events" ||
+	fail "watch --json: no event: $(cat "$tmp/watch")"
+kill -INT "$wpid"
+wait "$wpid"
+rc=$?
+[ $rc -eq 0 ] && pass "SIGINT ends watch with exit 0" || fail "watch after SIGINT: exit $rc"
+run 3 "watch an unreachable cbd" watch -s "$tmp/nothing.sock"
+expect err "^cbctl: cannot reach cbd at $tmp/nothing.sock" "watch names the socket"
+
+# reload: SIGHUP to the pid behind the socket; waits until stats count it.
+cp "$tmp/cbd.conf" "$tmp/cbd.conf.orig"
+printf '[circuit "reloaded"]\nfailure_threshold = 7\n' >>"$tmp/cbd.conf"
+run 0 "reload" reload
+expect out "^cbd \\(pid $pid\\) reloaded its configuration\$" "reload names cbd's pid"
+run 0 "policy after reload" policy reloaded
+expect out '^failure_threshold +7 +config$' "the reloaded config applies"
+printf 'this is not a config line\n' >>"$tmp/cbd.conf"
+run 1 "reload of a broken config" reload
+expect err '^cbctl: reload: .* kept its old configuration' "a failed reload is reported"
+cp "$tmp/cbd.conf.orig" "$tmp/cbd.conf"
+run 0 "reload --json" reload --json
+expect out "^\\{\"reloaded\":true,\"pid\":$pid\\}\$" "reload --json"
+run 3 "reload without cbd" reload -s "$tmp/nothing.sock"
+
+# Options after the command, a missing value, half-open spellings.
+run 0 "--json after the command" list --json
+expect out '"circuits": ?\[' "list --json after the command"
+run 0 "-s after the name" get cfg -s "$sock"
+run 2 "--state without a value" list --state
+expect err '^cbctl: list: --state needs a value$' "missing value named"
+run 2 "-s without a value" ping -s
+expect err '^cbctl: .*-s needs a value$' "missing -s value named"
+run 2 "a flag given a value" list --names=yes
+expect err '^cbctl: list: --names takes no value' "a flag's value refused"
+run 0 "half_open as a command" half_open other
+expect out '^other +half_open' "half_open spelled with _"
+run 0 "--state half-open" list --state half-open
+expect out '^other +half_open' "--state half-open"
+run 0 "--state=half_open" list --state=half_open
+expect out '^other +half_open' "--state=half_open"
+run 2 "an unknown option before the command" --frobnicate list
+expect err '^cbctl: unknown option "--frobnicate"' "unknown global option named"
+run 2 "a name starting with -" get -x
+expect err '^cbctl: get: unknown option "-x" \(a NAME starting with - goes after --' "the -- hint"
+run 2 "a command that takes no arguments" stats extra
+expect err '^cbctl: stats takes no arguments \(got "extra"\)' "extra argument named"
+run 2 "get without a name says so" get
+expect err '^cbctl: get: the circuit.s NAME is required' "missing name named"
+run 2 "two names say so" get a b
+expect err '^cbctl: get: one circuit name only' "two names named"
+run 2 "no command says so"
+expect err '^cbctl: a COMMAND is required' "missing command named"
+# Every message starts with the program's name (usage lines aside).
+for args in "list --state" "stats extra" "frobnicate" "get" "open x --for 0" "--timeout 0 ping"; do
+	# shellcheck disable=SC2086
+	"$CBCTL_BINARY" $args >/dev/null 2>"$tmp/err"
+	if grep -v '^usage: cbctl\|^  ' "$tmp/err" | grep -qv '^cbctl: '; then
+		fail "a message without cbctl: for \"$args\": $(cat "$tmp/err")"
+	else pass "messages start with cbctl: ($args)"; fi
+done
+# Help within 80 columns.
+"$CBCTL_BINARY" --help >"$tmp/out"
+for c in ping list get policy watch stats metrics open close release half-open delete reload; do
+	"$CBCTL_BINARY" "$c" --help >>"$tmp/out"
+done
+if awk 'length($0) > 80 { print; bad = 1 } END { exit bad }' "$tmp/out" >"$tmp/long"; then
+	pass "help within 80 columns"
+else fail "help lines over 80 columns: $(cat "$tmp/long")"; fi
+
+# Completion: the bash script loads, completes commands, options, states
+# and circuit names (from this cbd).
+comp="$CBD_SRCDIR/client/completion/cbctl.bash"
+if bash -c ". '$comp' && complete -p cbctl" >"$tmp/out" 2>"$tmp/err"; then
+	pass "bash completion loads"
+else fail "bash completion: $(cat "$tmp/err")"; fi
+expect out '^complete -F _cbctl cbctl$' "bash completion registers _cbctl"
+# complete WORDS...: what bash would offer for the last word.
+complete_words() {
+	bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _cbctl
+		printf "%s\n" "${COMPREPLY[@]}"' complete "$comp" "$@" >"$tmp/out" 2>"$tmp/err"
+}
+complete_words "$CBCTL_BINARY" po
+expect out '^policy$' "completes a command"
+complete_words "$CBCTL_BINARY" list --st
+expect out '^--state$' "completes a command's option"
+complete_words "$CBCTL_BINARY" list --state h
+expect out '^half_open$' "completes a state"
+complete_words "$CBCTL_BINARY" -s "$sock" get c
+expect out '^cfg$' "completes circuit names from cbd"
+complete_words "$CBCTL_BINARY" -s "$tmp/nothing.sock" get c
+grep -q . "$tmp/out" && fail "names without cbd: $(cat "$tmp/out")" || pass "no cbd: no names, no noise"
+[ -s "$tmp/err" ] && fail "completion wrote errors: $(cat "$tmp/err")" || pass "completion is quiet"
+# zsh: an interactive zsh on a pty (zsh/zpty) with _cbctl on its fpath
+# types WORDS and TAB, then a key whose widget writes the command line to a
+# file; keys are handled in order, so the file shows the completed line.
+if command -v zsh >/dev/null 2>&1 && zsh -fc 'zmodload zsh/zpty' 2>/dev/null; then
+	zsh -n "$CBD_SRCDIR/client/completion/_cbctl" 2>"$tmp/err" && pass "zsh completion parses" ||
+		fail "zsh completion: $(cat "$tmp/err")"
+	cat >"$tmp/ztest.zsh" <<'ZSH'
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PS1='> '; fpath=($1 \$fpath); path=($2 \$path); autoload -U compinit; compinit -u -D"
+zpty -w z "dump() { print -r -- \"[\$BUFFER]\" > $3.tmp && mv $3.tmp $3 }; zle -N dump; bindkey '^O' dump"
+zpty -w -n z "$4"$'\t\x0f'
+i=0
+while [[ ! -f $3 && $i -lt 200 ]]; do sleep 0.05; i=$((i + 1)); zpty -r -t z chunk; done
+zpty -d z
+ZSH
+	# zcomplete WORDS EXPECTED
+	zcomplete() {
+		rm -f "$tmp/zline"
+		timeout 20 zsh -f "$tmp/ztest.zsh" "$CBD_SRCDIR/client/completion" \
+			"$(dirname "$CBCTL_BINARY")" "$tmp/zline" "$1" >/dev/null 2>&1
+		if [ "$(cat "$tmp/zline" 2>/dev/null)" = "[$2]" ]; then pass "zsh completes \"$1\""
+		else fail "zsh completion of \"$1\": $(cat "$tmp/zline" 2>/dev/null), wanted [$2]"; fi
+	}
+	zcomplete "cbctl po" "cbctl policy "
+	zcomplete "cbctl list --state h" "cbctl list --state half_open "
+	zcomplete "cbctl stats --a" "cbctl stats --all "
+	zcomplete "cbctl open x --no" "cbctl open x --no-hold "
+	zcomplete "cbctl -s $sock get cf" "cbctl -s $sock get cfg "
+else
+	echo "zsh (with zsh/zpty) not installed: zsh completion not checked"
+fi
 
 # Unreachable: exit 3, naming the socket.
 run 3 "missing socket" -s "$tmp/nothing.sock" ping
@@ -255,7 +533,42 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 	setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		env CBD_SOCKET="$sock" "$tmp/cbctl" get nobodys >"$tmp/out" 2>"$tmp/err"
 	expect out '^  held open by .*: held by root$' "nobody sees the hold"
+	# reload needs the right to signal cbd (root here): a clear refusal.
+	setpriv --reuid=nobody --regid=nogroup --clear-groups \
+		env CBD_SOCKET="$sock" "$tmp/cbctl" reload >"$tmp/out" 2>"$tmp/err"
+	[ $? -eq 1 ] && pass "nobody may not reload (exit 1)" || fail "nobody reload not refused"
+	expect err '^cbctl: reload: cannot signal cbd .*Operation not permitted' "reload refusal"
+	expect err '^cbctl: hint: only root or cbd.s user may reload it' "reload refusal hint"
+	# A socket nobody may not reach (a 0700 directory): the hint to join
+	# group cbd, for libcbclient's connection and for watch's own.
+	mkdir "$tmp/private" && chmod 0700 "$tmp/private" && ln -s "$sock" "$tmp/private/cbd.sock"
+	for c in ping watch; do
+		setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			env CBD_SOCKET="$tmp/private/cbd.sock" "$tmp/cbctl" $c >"$tmp/out" 2>"$tmp/err"
+		[ $? -eq 3 ] && pass "$c: permission denied is unreachable (exit 3)" ||
+			fail "$c: permission denied: $(cat "$tmp/err")"
+		expect err 'Permission denied' "$c: permission denied named"
+		expect err '^cbctl: hint: .*join (it|group cbd)' "$c: hint to join group cbd"
+	done
 fi
+
+# watch ends with exit 3 and a message when cbd goes away.
+"$CBCTL_BINARY" watch >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
+wpid=$!
+wait_for "$tmp/watch" '\(now\)$' || fail "watch before cbd stops: $(cat "$tmp/watch.err")"
+kill -TERM "$pid"
+wait "$pid"
+pid=""
+i=0
+while kill -0 "$wpid" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+if kill -0 "$wpid" 2>/dev/null; then
+	kill "$wpid"
+	fail "watch did not end when cbd stopped"
+fi
+wait "$wpid"
+rc=$?
+[ $rc -eq 3 ] && pass "watch exits 3 when cbd closes" || fail "watch after cbd stopped: exit $rc"
+expect watch.err "^cbctl: cbd at $sock closed the connection" "watch says cbd closed"
 
 echo "cbctl: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -117,16 +117,6 @@ log_count(const char *text)
 	return n;
 }
 
-static json_t *
-call_ok(int fd, const char *req)
-{
-	json_t *r = util_call(fd, "%s", req);
-
-	ck_assert_msg(r != NULL, "no reply to %s", req);
-	ck_assert_msg(util_code(r) == NULL, "%s failed: %s", req, util_str(r, "error.message"));
-	return r;
-}
-
 /* A request as uid/gid 65534 (nobody); the reply parsed. */
 static json_t *
 as_nobody(const char *req)
@@ -149,7 +139,7 @@ writes_settle(int fd)
 	int64_t deadline = mono_ms() + harness_timeout_ms(), last = -1;
 
 	for (;;) {
-		json_t *r = call_ok(fd, "{\"op\":\"stats\"}");
+		json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
 		int64_t writes = util_int(r, "state_writes");
 
 		json_decref(r);
@@ -170,12 +160,12 @@ START_TEST(test_first_declaration_wins)
 	a = harness_connect(&h);
 	b = harness_connect(&h);
 	c = harness_connect(&h);
-	r = call_ok(a,
+	r = util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":2}}");
 	ck_assert_ptr_null(util_get(r, "policy_conflict"));
 	json_decref(r);
 	/* b declares another threshold: the circuit keeps a's, b is told. */
-	r = call_ok(b,
+	r = util_call_ok(b,
 	    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":10}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
@@ -184,21 +174,21 @@ START_TEST(test_first_declaration_wins)
 	ck_assert_ptr_null(util_get(r, "policy_conflict.1"));
 	json_decref(r);
 	/* One warning per circuit and connection. */
-	json_decref(
-	    call_ok(b, "{\"op\":\"get\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":10}}"));
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"get\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":10}}"));
 	ck_assert(util_wait_file(log_path, "declares a policy that differs"));
-	json_decref(
-	    call_ok(c, "{\"op\":\"allow\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":7}}"));
-	r = call_ok(a, "{\"op\":\"stats\"}");
+	json_decref(util_call_ok(c,
+	    "{\"op\":\"allow\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":7}}"));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "policy_conflicts"), 3);
 	json_decref(r);
 	ck_assert_int_eq(log_count("declares a policy that differs"), 2);
 	/* v1's surprise, gone: a record declaring a short break, then a plain
 	 * allow, answers with the circuit's own break. */
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"record\",\"name\":\"quick\",\"outcome\":\"failure\","
 	    "\"ctx\":{\"failure_threshold\":1,\"break_ms\":100}}"));
-	r = call_ok(b, "{\"op\":\"allow\",\"name\":\"quick\"}");
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"quick\"}");
 	ck_assert(!util_bool(r, "allowed"));
 	ck_assert_int_le(util_int(r, "retry_after_ms"), 100);
 	json_decref(r);
@@ -216,14 +206,14 @@ START_TEST(test_config_beats_client_and_reload_changes_live_policy)
 	start_logged("[circuit \"payments\"]\nfailure_threshold = 2\nbreak_ms = 100000\n");
 	a = harness_connect(&h);
 	/* The README's client snippet declares 5: the operator's 2 rules. */
-	r = call_ok(a,
+	r = util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"payments\","
 	    "\"ctx\":{\"failure_threshold\":5}}");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "config");
 	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "failure_threshold");
 	json_decref(r);
-	r = call_ok(a, "{\"op\":\"record_failure\",\"name\":\"payments\"}");
+	r = util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"payments\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_gt(util_int(r, "snapshot.retry_after_ms"), 90000);
 	json_decref(r);
@@ -234,7 +224,7 @@ START_TEST(test_config_beats_client_and_reload_changes_live_policy)
 	fclose(f);
 	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
 	ck_assert(util_stats_reach(a, "reloads", 1));
-	r = call_ok(a, "{\"op\":\"get\",\"name\":\"payments\"}");
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"payments\"}");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 50);
 	ck_assert_int_le(util_int(r, "snapshot.retry_after_ms"), 50);
 	json_decref(r);
@@ -245,7 +235,7 @@ START_TEST(test_config_beats_client_and_reload_changes_live_policy)
 	fclose(f);
 	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
 	ck_assert(util_stats_reach(a, "reloads", 2));
-	r = call_ok(a, "{\"op\":\"get\",\"name\":\"payments\"}");
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"payments\"}");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 5);
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "client");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 60000);
@@ -265,7 +255,7 @@ START_TEST(test_hold_outlasts_break_and_ends_at_ttl)
 
 	start_logged("[defaults]\nbreak_ms = 50\n");
 	a = harness_connect(&h);
-	r = call_ok(a,
+	r = util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"db\",\"state\":\"open\",\"hold\":true,"
 	    "\"ttl_ms\":600,\"reason\":\"deploy 42\",\"ctx\":{\"now\":4102444800000}}");
 	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
@@ -306,13 +296,13 @@ START_TEST(test_hold_ends_on_cbds_clock)
 
 	start_logged(NULL);
 	a = harness_connect(&h);
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"db\",\"state\":\"open\","
 	    "\"hold\":true,\"ttl_ms\":300}"));
 	ck_assert(util_wait_file(log_path, "open -> half_open (hold expired)"));
 	/* Never before its ttl. */
 	ck_assert_int_ge(mono_ms() - t0, 300);
-	r = call_ok(a, "{\"op\":\"stats\"}");
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "held"), 0);
 	json_decref(r);
 	close(a);
@@ -330,7 +320,7 @@ START_TEST(test_cas_for_non_admins)
 	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"open\"}");
 	ck_assert_str_eq(util_code(r), "forbidden");
 	json_decref(r);
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"c\",\"ctx\":{\"now\":1000,"
 	    "\"failure_threshold\":1,\"break_ms\":500}}"));
 	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"open\",\"to\":\"half_open\","
@@ -352,14 +342,15 @@ START_TEST(test_cas_for_non_admins)
 	ck_assert(!util_bool(r, "applied"));
 	json_decref(r);
 	/* A held circuit refuses every cas, the admin's too. */
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\","
 	    "\"hold\":true}"));
 	r = as_nobody("{\"op\":\"cas\",\"name\":\"held\",\"from\":\"open\",\"to\":\"half_open\","
 		      "\"ctx\":{\"now\":4102444800000}}");
 	ck_assert(!util_bool(r, "applied"));
 	json_decref(r);
-	r = call_ok(a, "{\"op\":\"cas\",\"name\":\"held\",\"from\":\"open\",\"to\":\"closed\"}");
+	r = util_call_ok(a,
+	    "{\"op\":\"cas\",\"name\":\"held\",\"from\":\"open\",\"to\":\"closed\"}");
 	ck_assert(!util_bool(r, "applied"));
 	json_decref(r);
 	/* release is an admin op. */
@@ -382,17 +373,17 @@ START_TEST(test_state_survives_kill9)
 
 	start_logged(config);
 	a = harness_connect(&h);
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"tripped\",\"ctx\":{"
 	    "\"failure_threshold\":1,\"break_ms\":3600000}}"));
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\","
 	    "\"hold\":true,\"reason\":\"db migration\"}"));
 	short_set = mono_ms();
-	json_decref(call_ok(a,
+	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"short\",\"state\":\"open\","
 	    "\"hold\":true,\"ttl_ms\":1500}"));
-	json_decref(call_ok(a, "{\"op\":\"record_success\",\"name\":\"healthy\"}"));
+	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"healthy\"}"));
 	sleep_ms(200);
 	/* The changes are written within 100 ms on a quiet machine; a loaded
 	 * one may take longer, so wait for the writes to settle. */
@@ -408,26 +399,26 @@ START_TEST(test_state_survives_kill9)
 
 	start_logged(config);
 	a = harness_connect(&h);
-	r = call_ok(a, "{\"op\":\"get\",\"name\":\"tripped\"}");
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"tripped\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_gt(util_int(r, "snapshot.retry_after_ms"), 3000000);
 	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 3600000);
 	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
 	json_decref(r);
-	r = call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
 	ck_assert(!util_bool(r, "allowed"));
 	json_decref(r);
-	r = call_ok(a, "{\"op\":\"get\",\"name\":\"held\"}");
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"held\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "db migration");
 	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
 	ck_assert(json_is_null(util_get(r, "snapshot.hold.until")));
 	json_decref(r);
-	r = call_ok(a, "{\"op\":\"get\",\"name\":\"short\"}");
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"short\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
 	ck_assert(json_is_null(util_get(r, "snapshot.hold")));
 	json_decref(r);
 	/* Closed circuits are not kept. */
-	r = call_ok(a, "{\"op\":\"stats\"}");
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "circuits"), 3);
 	json_decref(r);
 	ck_assert(util_wait_file(log_path, "3 circuits restored"));
@@ -443,21 +434,22 @@ START_TEST(test_shutdown_writes_state)
 
 	start_logged(config);
 	a = harness_connect(&h);
-	json_decref(call_ok(a, "{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"half_open\"}"));
+	json_decref(
+	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"half_open\"}"));
 	close(a);
 	harness_stop(&h);
 	start_logged(config);
 	a = harness_connect(&h);
-	r = call_ok(a, "{\"op\":\"get\",\"name\":\"x\"}");
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"x\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
 	json_decref(r);
 	/* A deleted circuit is gone from the file too. */
-	json_decref(call_ok(a, "{\"op\":\"delete\",\"name\":\"x\"}"));
+	json_decref(util_call_ok(a, "{\"op\":\"delete\",\"name\":\"x\"}"));
 	close(a);
 	harness_stop(&h);
 	start_logged(config);
 	a = harness_connect(&h);
-	r = call_ok(a, "{\"op\":\"stats\"}");
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "circuits"), 0);
 	json_decref(r);
 	close(a);
@@ -499,12 +491,12 @@ START_TEST(test_corrupt_state_file_moved_aside)
 		fclose(f);
 		start_logged(state_config(""));
 		a = harness_connect(&h);
-		r = call_ok(a, "{\"op\":\"stats\"}");
+		r = util_call_ok(a, "{\"op\":\"stats\"}");
 		ck_assert_int_eq(util_int(r, "circuits"), 0);
 		json_decref(r);
 		/* cbd works and keeps state again. */
-		json_decref(
-		    call_ok(a, "{\"op\":\"set_state\",\"name\":\"after\",\"state\":\"open\"}"));
+		json_decref(util_call_ok(a,
+		    "{\"op\":\"set_state\",\"name\":\"after\",\"state\":\"open\"}"));
 		close(a);
 		ck_assert_msg(moved_aside(), "case %zu: not moved aside", i);
 		ck_assert(util_wait_file(log_path, "moved aside"));

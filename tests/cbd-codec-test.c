@@ -52,6 +52,13 @@ START_TEST(test_decode_errors)
 	    "break_ms");
 	expect_decode_error("{\"x\":[99999999999999999999]}", PROTO_BAD_REQUEST, "near byte");
 	expect_decode_error("{\"r\":1e999}", PROTO_BAD_REQUEST, "r is a number out of range");
+	/* Client text that reads like jansson's overflow messages is still a
+	 * syntax error: the decoder goes by jansson's error code. */
+	expect_decode_error("{\"op\":\"get\" \"too big\"}", PROTO_PARSE_ERROR, "not JSON");
+	expect_decode_error("{\"op\":\"get\" \"real number overflow\"}", PROTO_PARSE_ERROR,
+	    "not JSON");
+	expect_decode_error("{\"too big\":1 2}", PROTO_PARSE_ERROR, "not JSON");
+	expect_decode_error("{\"x\":[-1.5e400]}", PROTO_BAD_REQUEST, "a number is out of range");
 }
 END_TEST
 

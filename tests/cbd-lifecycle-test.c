@@ -311,18 +311,35 @@ START_TEST(test_logs_transitions_and_open_warning)
 {
 	int a;
 
-	start_logged("[cbd]\nopen_warning_interval = 1\n");
+	start_logged("[cbd]\nopen_warning_interval = 1\nlog_timestamps = 1\n");
 	a = harness_connect(&h);
 	json_decref(
 	    util_call(a, "{\"op\":\"set_state\",\"name\":\"pay \\\"q\\\"\",\"state\":\"open\"}"));
 	json_decref(util_call(a,
 	    "{\"op\":\"record_failure\",\"name\":\"t\",\"ctx\":{\"failure_threshold\":1}}"));
+	/* Open, but its break is over: not "still open". */
+	json_decref(util_call(a,
+	    "{\"op\":\"record_failure\",\"name\":\"over\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":1}}"));
 	ck_assert(util_wait_file(log_path,
 	    "info: circuit \"pay \\\"q\\\"\": closed -> open (forced by an operator)"));
 	ck_assert(util_wait_file(log_path,
 	    "info: circuit \"t\": closed -> open (failure threshold reached)"));
 	ck_assert(util_wait_file(log_path, "warning: 2 circuits still open: "));
 	ck_assert(util_wait_file(log_path, "\"pay \\\"q\\\"\""));
+	/* (3 if "over", whose break is over, were listed.) */
+	/* log_timestamps: "YYYY-MM-DD HH:MM:SS.mmm info: ...". */
+	{
+		FILE *f = fopen(log_path, "r");
+		char line[4096];
+
+		ck_assert_ptr_nonnull(f);
+		ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+		fclose(f);
+		ck_assert_msg(strlen(line) > 24 && line[4] == '-' && line[10] == ' ' &&
+			line[19] == '.' && line[23] == ' ',
+		    "no timestamp: %s", line);
+	}
 	close(a);
 }
 END_TEST

@@ -39,21 +39,6 @@ teardown(void)
 	harness_stop(&h);
 }
 
-static json_t *__attribute__((format(printf, 1, 2))) call_ok(const char *fmt, ...)
-{
-	static char req[4096];
-	va_list ap;
-	json_t *r;
-
-	va_start(ap, fmt);
-	vsnprintf(req, sizeof req, fmt, ap);
-	va_end(ap);
-	r = util_call(fd, "%s", req);
-	ck_assert_msg(r != NULL, "no reply to %s", req);
-	ck_assert_msg(util_code(r) == NULL, "%s failed: %s", req, util_str(r, "error.message"));
-	return r;
-}
-
 /* Fork `procs` processes; each sends `count` copies of line on its own
  * connection and counts the replies whose snapshot is closed. Returns the
  * sum of those counts. */
@@ -109,9 +94,9 @@ START_TEST(test_presets_from_config_and_ctx)
 	      "[circuit \"db\"]\npreset = database\n"
 	      "[circuit \"billing\"]\npreset = strict\nfailure_rate = 50\n");
 	/* database (rate, 5 calls, minimum 3, 30 %), with the file's break. */
-	json_decref(call_ok("{\"op\":\"record_success\",\"name\":\"db\"}"));
-	json_decref(call_ok("{\"op\":\"record_success\",\"name\":\"db\"}"));
-	r = call_ok("{\"op\":\"record_failure\",\"name\":\"db\"}");
+	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"db\"}"));
+	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"db\"}"));
+	r = util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"db\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open"); /* 1 of 3 >= 30 % */
 	ck_assert_str_eq(util_str(r, "snapshot.policy.preset"), "database");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.trip"), "rate");
@@ -120,13 +105,13 @@ START_TEST(test_presets_from_config_and_ctx)
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.window_size"), "config");
 	json_decref(r);
 	/* A preset of the file, and a key beside it that wins. */
-	json_decref(call_ok("{\"op\":\"record_failure\",\"name\":\"billing\"}"));
-	r = call_ok("{\"op\":\"record_success\",\"name\":\"billing\"}");
+	json_decref(util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"billing\"}"));
+	r = util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"billing\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open"); /* 1 of 2 >= 50 % */
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_rate"), 50);
 	json_decref(r);
 	/* From ctx, at the client's level. */
-	r = call_ok(
+	r = util_call_ok(fd,
 	    "{\"op\":\"record_failure\",\"name\":\"api\",\"ctx\":{\"preset\":\"service\"}}");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.preset"), "service");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.trip"), "client");
@@ -154,12 +139,12 @@ START_TEST(test_processes_open_a_rate_circuit_at_one_point)
 	      "failure_rate = 50\nbreak_ms = 3600000\n");
 	ck_assert_int_eq(fork_senders(4, 25, "{\"op\":\"record_failure\",\"name\":\"shared\"}"),
 	    49);
-	r = call_ok("{\"op\":\"get\",\"name\":\"shared\"}");
+	r = util_call_ok(fd, "{\"op\":\"get\",\"name\":\"shared\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 100);
 	ck_assert_int_eq(util_int(r, "snapshot.window.calls"), 0); /* emptied at the trip */
 	json_decref(r);
-	r = call_ok("{\"op\":\"stats\"}");
+	r = util_call_ok(fd, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "transitions"), 1);
 	json_decref(r);
 }
@@ -173,7 +158,7 @@ START_TEST(test_totals_exact_under_16_clients)
 	fork_senders(16, 50, "{\"op\":\"record\",\"name\":\"t\",\"outcome\":\"success\"}");
 	fork_senders(16, 30, "{\"op\":\"record\",\"name\":\"t\",\"outcome\":\"failure\"}");
 	fork_senders(16, 20, "{\"op\":\"record\",\"name\":\"t\",\"outcome\":\"ignore\"}");
-	r = call_ok("{\"op\":\"get\",\"name\":\"t\"}");
+	r = util_call_ok(fd, "{\"op\":\"get\",\"name\":\"t\"}");
 	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 800);
 	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 480);
 	ck_assert_int_eq(util_int(r, "snapshot.totals.ignored"), 320);
@@ -190,18 +175,19 @@ START_TEST(test_min_reporters_across_processes)
 	start("[circuit \"m\"]\nfailure_threshold = 2\nmin_reporters = 2\n"
 	      "reporter_window_ms = 60000\n");
 	ck_assert_int_eq(fork_senders(1, 20, "{\"op\":\"record_failure\",\"name\":\"m\"}"), 20);
-	r = call_ok("{\"op\":\"get\",\"name\":\"m\"}");
+	r = util_call_ok(fd, "{\"op\":\"get\",\"name\":\"m\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	ck_assert_int_eq(util_int(r, "snapshot.reporters"), 1);
 	json_decref(r);
 	/* This process is the second reporter. */
-	r = call_ok("{\"op\":\"record_failure\",\"name\":\"m\"}");
+	r = util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"m\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.reporters"), 2);
 	json_decref(r);
 	/* Reports older than the window stop counting (virtual time). */
-	json_decref(call_ok("{\"op\":\"set_state\",\"name\":\"m\",\"state\":\"closed\"}"));
-	r = call_ok("{\"op\":\"record_failure\",\"name\":\"m\",\"ctx\":{\"now\":4102444800000}}");
+	json_decref(util_call_ok(fd, "{\"op\":\"set_state\",\"name\":\"m\",\"state\":\"closed\"}"));
+	r = util_call_ok(fd,
+	    "{\"op\":\"record_failure\",\"name\":\"m\",\"ctx\":{\"now\":4102444800000}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	ck_assert_int_eq(util_int(r, "snapshot.reporters"), 1);
 	json_decref(r);
@@ -217,25 +203,26 @@ START_TEST(test_break_backoff)
 
 	start("[circuit \"b\"]\nfailure_threshold = 1\nsuccess_threshold = 1\nbreak_ms = 1000\n"
 	      "break_backoff = 2\nbreak_max_ms = 4000\n");
-	r = call_ok("{\"op\":\"record_failure\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
+	r = util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
 	    (long long)t);
 	ck_assert_int_eq(util_int(r, "snapshot.current_break_ms"), 1000);
 	json_decref(r);
 	for (int64_t want = 2000, brk = 1000; want <= 8000; want *= 2) {
 		t += brk;
-		r = call_ok("{\"op\":\"allow\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
+		r = util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
 		    (long long)t);
 		ck_assert(util_bool(r, "allowed"));
 		json_decref(r);
-		r = call_ok("{\"op\":\"record\",\"name\":\"b\",\"outcome\":\"failure\",\"ctx\":{"
-			    "\"now\":%lld}}",
+		r = util_call_ok(fd,
+		    "{\"op\":\"record\",\"name\":\"b\",\"outcome\":\"failure\",\"ctx\":{"
+		    "\"now\":%lld}}",
 		    (long long)t);
 		brk = want > 4000 ? 4000 : want;
 		ck_assert_int_eq(util_int(r, "snapshot.current_break_ms"), brk);
 		ck_assert_int_eq(util_int(r, "snapshot.retry_after_ms"), brk);
 		json_decref(r);
 		/* Refused until the grown break is over. */
-		r = call_ok("{\"op\":\"allow\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
+		r = util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
 		    (long long)(t + brk - 1));
 		ck_assert(!util_bool(r, "allowed"));
 		json_decref(r);
@@ -243,10 +230,11 @@ START_TEST(test_break_backoff)
 			t += brk;
 	}
 	/* A successful trial closes and resets the break. */
-	json_decref(
-	    call_ok("{\"op\":\"allow\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}", (long long)t));
-	r = call_ok("{\"op\":\"record\",\"name\":\"b\",\"outcome\":\"success\",\"ctx\":{\"now\":%"
-		    "lld}}",
+	json_decref(util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"b\",\"ctx\":{\"now\":%lld}}",
+	    (long long)t));
+	r = util_call_ok(fd,
+	    "{\"op\":\"record\",\"name\":\"b\",\"outcome\":\"success\",\"ctx\":{\"now\":%"
+	    "lld}}",
 	    (long long)t);
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	ck_assert_int_eq(util_int(r, "snapshot.current_break_ms"), 1000);

@@ -194,8 +194,9 @@ START_TEST(test_slow_watcher_dropped)
 		send_line(b, line);
 	}
 	ck_assert(util_stats_reach(b, "limits.max_output_bytes", 1));
+	/* Gone once the line it was sent part of is finished, or given up. */
+	ck_assert(util_stats_reach(b, "connections.current", 1));
 	r = util_call(b, "{\"op\":\"stats\"}");
-	ck_assert_int_eq(util_int(r, "connections.current"), 1);
 	ck_assert_int_eq(util_int(r, "circuits"), 400);
 	json_decref(r);
 }

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <check.h>
+
 #include "daemon-util.h"
 
 static long long
@@ -69,6 +71,22 @@ util_get(const json_t *obj, const char *path)
 			path++;
 	}
 	return obj;
+}
+
+json_t *
+util_call_ok(int fd, const char *fmt, ...)
+{
+	static char req[1 << 16];
+	va_list ap;
+	json_t *r;
+
+	va_start(ap, fmt);
+	vsnprintf(req, sizeof req, fmt, ap);
+	va_end(ap);
+	r = util_call(fd, "%s", req);
+	ck_assert_msg(r != NULL, "no reply to %.200s", req);
+	ck_assert_msg(util_code(r) == NULL, "%.200s failed: %s", req, util_str(r, "error.message"));
+	return r;
 }
 
 const char *

@@ -19,6 +19,10 @@
 /* Send a printf-formatted request line, parse the reply; NULL on failure. */
 json_t *util_call(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* util_call that must answer ok (a check assertion otherwise, naming the
+ * request and cbd's message). */
+json_t *util_call_ok(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The error code of a reply, or NULL when it is ok. */
 const char *util_code(const json_t *reply);
 

@@ -74,3 +74,10 @@ check_PROGRAMS += tests/cbd-metrics-test
 tests_cbd_metrics_test_SOURCES = tests/cbd-metrics-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_metrics_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_metrics_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# Issue 9, every peer bounded: output bound, idle connections, descriptor
+# limit, socket ownership, log flood and escaping, whole lines only.
+check_PROGRAMS += tests/cbd-limits-test
+tests_cbd_limits_test_SOURCES = tests/cbd-limits-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_limits_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_limits_test_LDADD = $(DAEMON_TEST_LIBS)

@@ -18,6 +18,7 @@ sysconfdir=${SYSCONFDIR:?}
 unitdir=${UNITDIR:?}
 sysusersdir=${SYSUSERSDIR:?}
 docdir=${DOCDIR:?}
+datadir=${DATADIR:?}
 
 if ! make -C "$builddir" install DESTDIR="$dest" >"$dest.log" 2>&1; then
 	fail "make install: $(tail -n 20 "$dest.log")"
@@ -37,7 +38,9 @@ done
 # Units and sysusers.d where systemd looks (pkg-config systemd), the
 # protocol where client authors look.
 for f in "$unitdir/cbd.service" "$unitdir/cbd.socket" "$sysusersdir/cbd.conf" \
-	"$docdir/PROTOCOL.md" "$docdir/examples/grafana-cbd.json"; do
+	"$docdir/PROTOCOL.md" "$docdir/examples/grafana-cbd.json" \
+	"$docdir/examples/cbd-metrics.service" "$docdir/examples/cbd-metrics.timer" \
+	"$datadir/bash-completion/completions/cbctl" "$datadir/zsh/site-functions/_cbctl"; do
 	if [ -e "$dest$f" ]; then pass "installed $f"; else fail "missing $f"; fi
 done
 if grep -q '\.\./shared\|protocol-v[12]\.md' "$dest$docdir/PROTOCOL.md" 2>/dev/null; then

@@ -72,7 +72,10 @@ fuzz_client_new(uid_t uid)
 	c->pid = 1;
 	c->read_ev = event_new(srv.base, -1, EV_READ | EV_PERSIST, fuzz_event_noop, c);
 	c->write_ev = event_new(srv.base, -1, EV_WRITE | EV_PERSIST, fuzz_event_noop, c);
-	if (c->read_ev == NULL || c->write_ev == NULL) {
+	c->timer_ev = evtimer_new(srv.base, fuzz_event_noop, c);
+	c->turn_ev = evtimer_new(srv.base, fuzz_event_noop, c);
+	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
+	    c->turn_ev == NULL) {
 		server_client_free(c);
 		return NULL;
 	}
@@ -103,7 +106,7 @@ fuzz_client_feed(server_client *c, const char *data, size_t len)
 {
 	size_t expected = 0;
 
-	while (len > 0 && c->state != SERVER_CLIENT_DEAD) {
+	while (len > 0 && c->state == SERVER_CLIENT_OPEN) {
 		const char *nl = memchr(data, '\n', len);
 		size_t n = nl != NULL ? (size_t)(nl - data) : len;
 
