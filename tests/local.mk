@@ -72,3 +72,4 @@ noinst_PROGRAMS += tests/bench-authority
 tests_bench_authority_SOURCES = tests/bench-authority.c tests/cbd-harness.c tests/cbd-harness.h
 tests_bench_authority_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread
+TESTS += tests/python.sh

@@ -1,0 +1,161 @@
+"""aio.py — the asyncio client: one connection (asyncio streams), many
+requests in flight on it, pipelined: each request's line is written at
+once and its reply is the next reply line read (cbd answers in request
+order, PROTOCOL.md §2), matched through a FIFO of futures.
+
+Every op of connection.Ops is a coroutine here. A timeout or a broken
+connection fails every request in flight (their replies can no longer be
+paired) and closes the connection; the next request reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+from typing import Any
+
+from .connection import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_REPLY_BYTES,
+                         NOREPLY_REFUSED, Ops, encode_request, resolve_socket)
+from .errors import CbdTimeoutError, ServerError, UnavailableError
+
+# Unsent bytes past which a request waits for the socket (drain).
+WRITE_BUFFER_HIGH = 1 << 20
+
+
+class AsyncClient(Ops):
+    """A pipelined asyncio connection to cbd. Use from one event loop."""
+
+    def __init__(self, socket_path: str | None = None, *,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 io_timeout: float = DEFAULT_IO_TIMEOUT) -> None:
+        if connect_timeout <= 0 or io_timeout <= 0:
+            raise ValueError("connect_timeout and io_timeout must be positive (seconds)")
+        self.socket_path = resolve_socket(socket_path)
+        self.connect_timeout = connect_timeout
+        self.io_timeout = io_timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: collections.deque = collections.deque()
+        self._read_task: asyncio.Task | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._fail_all(UnavailableError("connection closed by the client"))
+        task, self._read_task = self._read_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    def _fail_all(self, err: Exception) -> None:
+        """Close the connection and fail every request in flight with err."""
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+        while self._pending:
+            fut = self._pending.popleft()
+            if not fut.done():
+                fut.set_exception(err)
+
+    async def _ensure(self) -> None:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._writer is not None:
+                return
+            try:
+                self._reader, self._writer = await asyncio.wait_for(
+                    asyncio.open_unix_connection(self.socket_path, limit=MAX_REPLY_BYTES),
+                    self.connect_timeout)
+            except asyncio.TimeoutError:
+                raise CbdTimeoutError(f"connecting to {self.socket_path} timed out") from None
+            except OSError as e:
+                raise UnavailableError(
+                    f"cannot connect to {self.socket_path}: {e.strerror or e}") from None
+            self._read_task = asyncio.get_running_loop().create_task(
+                self._read_loop(self._reader))
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        """Hand each reply line to the oldest request in flight."""
+        try:
+            while True:
+                line = await reader.readline()
+                if not line.endswith(b"\n"):
+                    raise UnavailableError("cbd closed the connection")
+                if not line.strip():
+                    continue
+                try:
+                    reply = json.loads(line)
+                except ValueError as e:
+                    raise UnavailableError(f"cbd sent a line that is not JSON: {e}") from None
+                if not isinstance(reply, dict) or "ok" not in reply:
+                    continue  # a watch event: not a reply
+                if not self._pending:
+                    raise UnavailableError("cbd sent a reply nobody asked for")
+                fut = self._pending.popleft()
+                if not fut.done():
+                    fut.set_result(reply)
+        except asyncio.CancelledError:
+            raise
+        except (UnavailableError, OSError, ValueError) as e:
+            if reader is self._reader:
+                err = e if isinstance(e, UnavailableError) else UnavailableError(
+                    f"connection to cbd failed: {e}")
+                self._fail_all(err)
+
+    def _timed_out(self, fut: asyncio.Future, writer: asyncio.StreamWriter, op: str) -> None:
+        """A reply's timer fired: every request in flight fails with it."""
+        if not fut.done() and writer is self._writer:
+            self._fail_all(CbdTimeoutError(f"cbd did not answer {op} within "
+                                           f"{self.io_timeout * 1000:.0f} ms"))
+
+    async def request(self, op: str, **members: Any) -> dict | None:
+        """Send one request; await its reply (None with noreply)."""
+        line = encode_request(op, members)
+        noreply = members.get("noreply") is True and op not in NOREPLY_REFUSED
+        await self._ensure()
+        writer = self._writer
+        loop = asyncio.get_running_loop()
+        fut = None
+        if not noreply:
+            fut = loop.create_future()
+            self._pending.append(fut)
+        try:
+            writer.write(line)
+            # Wait for the socket only when cbd is not reading (rare).
+            if writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
+                await asyncio.wait_for(writer.drain(), self.io_timeout)
+        except asyncio.TimeoutError:
+            err = CbdTimeoutError(f"cbd did not read {op} within "
+                                  f"{self.io_timeout * 1000:.0f} ms")
+            if writer is self._writer:
+                self._fail_all(err)
+            raise err from None
+        except OSError as e:
+            err = UnavailableError(f"connection to cbd failed: {e.strerror or e}")
+            if writer is self._writer:
+                self._fail_all(err)
+            raise err from None
+        if fut is None:
+            return None
+        # One timer per request rather than a wait_for task: a cancelled
+        # caller cancels only its future, which stays in line so that the
+        # replies after it are still paired.
+        timer = loop.call_later(self.io_timeout, self._timed_out, fut, writer, op)
+        try:
+            reply = await fut
+        finally:
+            timer.cancel()
+        if reply.get("ok") is False:
+            error = reply.get("error") or {}
+            raise ServerError(str(error.get("code", "unknown")), str(error.get("message", "")))
+        return reply

@@ -1,0 +1,486 @@
+"""breaker.py — the breaker API, as libcbclient's (client/circuit-breaker.c
+over client/store-resilient.c): ``call`` / ``execute`` with a fallback,
+three-way classification, the call's duration reported as duration_ms,
+half-open permits (allow's permit) always handed back, state-change
+callbacks, a decorator; and the store policies for when cbd is
+unreachable:
+
+  LOCAL   carry on with a private copy of the circuit (local.py), seeded
+          from the last state cbd reported and run with the policy cbd
+          reported for it (a hold too: held open stays open until the
+          hold's end, held closed never opens);
+  ALLOW   calls run as if the circuit were closed;
+  REJECT  acquire raises the UnavailableError without running the call;
+          bookkeeping after a call never raises.
+
+No latching: every call asks cbd first, and its first answer makes it
+authoritative again (the local copy is dropped). After a timeout cbd is
+skipped for timeout_backoff_ms, so a hung cbd costs one timeout per window.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from . import machine
+from .classify import FAILURE, IGNORE, SUCCESS, Outcome
+from .connection import Client
+from .errors import CbdError, CbdTimeoutError, CircuitOpenError, ServerError, store_failed
+from .local import LocalStore
+from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
+
+# After a timeout, cbd is skipped for this long (libcbclient's
+# CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
+DEFAULT_TIMEOUT_BACKOFF_MS = 250
+# Bounds of timeout_backoff_ms (as libcbclient's).
+TIMEOUT_BACKOFF_MAX_MS = 3_600_000
+# The policy members a breaker may declare (PROTOCOL.md §6).
+POLICY_KEYS = frozenset({
+    "failure_threshold", "success_threshold", "break_ms", "half_open_max", "slot_ttl_ms",
+    "max_gap_ms", "trip", "window", "window_size", "minimum_calls", "failure_rate",
+    "slow_call_ms", "slow_call_rate", "min_reporters", "reporter_window_ms",
+    "break_backoff", "break_max_ms", "preset"})
+
+
+class StorePolicy(str, enum.Enum):
+    LOCAL = "local"
+    ALLOW = "allow"
+    REJECT = "reject"
+
+
+LOCAL = StorePolicy.LOCAL
+ALLOW = StorePolicy.ALLOW
+REJECT = StorePolicy.REJECT
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Permit:
+    """A granted call: report its outcome exactly once."""
+
+    name: str
+    state: str
+    token: str | None = None  # allow's permit (a half_open trial slot)
+    local: bool = False  # granted by the local fallback
+    started: float = field(default_factory=time.monotonic)
+    reported: bool = False
+
+
+class Breaker:
+    """A circuit breaker on the cbd circuit ``name`` (shared by every
+    process that uses the name).
+
+    Options: ``client`` (a Client; default: one on ``socket_path``, else
+    $CBD_SOCKET, else /run/cbd/cbd.sock), ``store_policy`` (LOCAL, ALLOW,
+    REJECT), ``classify`` (exception -> Outcome; default: every exception
+    is a failure), ``classify_results`` (also classify returned values,
+    e.g. HTTP responses; a plain return is otherwise a success, never
+    classified), ``fallback`` (called with the CircuitOpenError instead of
+    raising it), ``on_state_change(prev, state, error)``,
+    ``on_store_error(error, op)``, ``timeout_backoff_ms``, ``clock`` (ms
+    since the epoch, virtual time: sent as ctx.now), and the policy members
+    of PROTOCOL.md §6 as keywords (sent only when given; normally the
+    operator's config decides).
+    """
+
+    def __init__(self, name: str, client: Client | None = None, *,
+                 socket_path: str | None = None,
+                 store_policy: StorePolicy | str = LOCAL,
+                 classify: Callable[[Any], Outcome] | None = None,
+                 classify_results: bool = False,
+                 fallback: Callable[[CircuitOpenError], Any] | None = None,
+                 on_state_change: Callable[[str, str, Any], None] | None = None,
+                 on_store_error: Callable[[CbdError, str], None] | None = None,
+                 timeout_backoff_ms: int = DEFAULT_TIMEOUT_BACKOFF_MS,
+                 clock: Callable[[], int] | None = None,
+                 _private: bool = False,
+                 **policy: Any) -> None:
+        if not isinstance(name, str) or not 1 <= len(name.encode()) <= 256:
+            raise ValueError("name must be a string of 1 to 256 bytes")
+        unknown = sorted(set(policy) - POLICY_KEYS)
+        if unknown:
+            raise TypeError(f"unknown option {unknown[0]!r}")
+        if not 0 <= timeout_backoff_ms <= TIMEOUT_BACKOFF_MAX_MS:
+            raise ValueError(f"timeout_backoff_ms must be from 0 to {TIMEOUT_BACKOFF_MAX_MS}")
+        self.name = name
+        self.store_policy = StorePolicy(store_policy)
+        self.classify = classify
+        self.classify_results = classify_results
+        self.fallback = fallback
+        self.on_state_change = on_state_change
+        self.on_store_error = on_store_error
+        self.timeout_backoff_ms = timeout_backoff_ms
+        self.clock = clock
+        self.ctx = {k: v for k, v in policy.items() if v is not None}
+        self.policy = Policy.from_ctx(self.ctx)  # raises on a bad preset
+        self.client = None if _private else (client or Client(socket_path))
+        self._lock = threading.Lock()
+        self._observed = CLOSED
+        self._local = LocalStore()
+        self._degraded = _private
+        self._skip_until = 0.0
+        self._skip_error: CbdError | None = None
+        # What cbd last said about the circuit (for the LOCAL fallback).
+        self._seen = Snapshot()
+        self._seen_policy: dict | None = None
+        self._seen_hold: dict | None = None
+
+    @classmethod
+    def private(cls, name: str = "default", **options: Any) -> "Breaker":
+        """A breaker on an in-process circuit only (no cbd)."""
+        return cls(name, _private=True, **options)
+
+    # -- time and observation ------------------------------------------
+    def _now(self) -> int:
+        return self.clock() if self.clock is not None else _wall_ms()
+
+    def _ctx_now(self, ctx: dict | None) -> int:
+        return ctx["now"] if ctx and "now" in ctx else self._now()
+
+    def _call_ctx(self) -> dict | None:
+        if self.clock is None:
+            return self.ctx or None
+        return dict(self.ctx, now=self.clock())
+
+    @property
+    def state(self) -> str:
+        """The last state seen, without I/O."""
+        with self._lock:
+            return self._observed
+
+    def _observe(self, state: str, error: Any = None, degraded: bool = False) -> None:
+        if degraded and self.store_policy == ALLOW:
+            return  # "as if closed" is not a state anyone is in
+        with self._lock:
+            prev, self._observed = self._observed, state
+        if prev != state and self.on_state_change is not None:
+            self.on_state_change(prev, state, error)
+
+    # -- cbd, and falling back --------------------------------------------
+    def _skipping(self) -> CbdError | None:
+        with self._lock:
+            if self._skip_until and time.monotonic() < self._skip_until:
+                return self._skip_error
+        return None
+
+    def _failed(self, err: CbdError, op: str, skipped: bool) -> None:
+        if not skipped and isinstance(err, CbdTimeoutError) and self.timeout_backoff_ms > 0:
+            with self._lock:
+                self._skip_until = time.monotonic() + self.timeout_backoff_ms / 1000
+                self._skip_error = err
+        if self.on_store_error is not None:
+            self.on_store_error(err, op)
+
+    def _remote(self, op: str, fn: Callable[[], dict]) -> tuple[dict | None, CbdError | None]:
+        """Ask cbd; (reply, None), or (None, err) when cbd is unavailable.
+        Refusals that are answers are raised as they are."""
+        if self.client is None:
+            return None, None
+        err = self._skipping()
+        if err is None:
+            try:
+                reply = fn()
+            except CbdError as e:
+                if not store_failed(e):
+                    raise
+                err = e
+                self._failed(e, op, False)
+            else:
+                with self._lock:
+                    if self._degraded:
+                        self._degraded = False
+                        self._local.forget(self.name)
+                return reply, None
+        else:
+            self._failed(err, op, True)
+        return None, err
+
+    def _note_snapshot(self, snap: dict) -> None:
+        with self._lock:
+            self._seen = Snapshot.from_reply(snap)
+            if snap.get("policy") is not None:
+                self._seen_policy = snap["policy"]
+            self._seen_hold = snap.get("hold")
+
+    def _note_allow(self, reply: dict, now: int) -> None:
+        """An allow answer's state, into the last snapshot seen."""
+        state = reply.get("state")
+        with self._lock:
+            seen = self._seen
+            if state == OPEN and seen.state != OPEN:
+                policy = self._fallback_policy_locked()
+                seen.state = OPEN
+                seen.opened_at = now - (machine.break_ms(seen, policy)
+                                        - int(reply.get("retry_after_ms") or 0))
+            elif state in (CLOSED, HALF_OPEN) and seen.state != state:
+                machine.force(seen, state, now)
+
+    def _fallback_policy_locked(self) -> Policy:
+        """The policy the local copy runs: cbd's for the circuit when it
+        reported one (a hold kept through it), else the declared one."""
+        if self._seen_policy is None:
+            return self.policy
+        policy = Policy.from_reported(self._seen_policy)
+        hold = self._seen_hold
+        if hold and hold.get("state") == OPEN:
+            until, opened = hold.get("until"), self._seen.opened_at
+            brk = (machine.DURATION_MAX if until is None or opened is None
+                   else max(1, until - opened))
+            policy = replace(policy, break_ms=brk, break_backoff=1, break_max_ms=0)
+        elif hold:
+            policy = replace(policy, trip=machine.TRIP_CONSECUTIVE,
+                             failure_threshold=machine.COUNT_MAX)
+        return policy
+
+    def break_ms(self) -> int:
+        """The break in effect as last seen (cbd's policy, grown by
+        break_backoff), else the declared one."""
+        with self._lock:
+            return machine.break_ms(self._seen, self._fallback_policy_locked())
+
+    def _fallback_policy(self) -> Policy:
+        with self._lock:
+            return self._fallback_policy_locked()
+
+    def _degrade(self, now: int) -> None:
+        """Make sure the local copy is live, seeded from what cbd said."""
+        with self._lock:
+            if not self._degraded:
+                self._local.seed(self.name, replace(self._seen), now)
+                self._degraded = True
+
+    # -- the two-step form ----------------------------------------------
+    def acquire(self) -> Permit:
+        """A permit for one call, or CircuitOpenError (REJECT: the
+        UnavailableError when cbd is unavailable)."""
+        ctx = self._call_ctx()
+        now = ctx["now"] if ctx and "now" in ctx else None
+        reply, err = self._remote("allow", lambda: self.client.allow(self.name, ctx))
+        degraded = reply is None
+        if degraded:
+            now = now if now is not None else self._now()
+            if self.store_policy == ALLOW:
+                return Permit(self.name, CLOSED)
+            if self.store_policy == REJECT and self.client is not None:
+                raise err
+            self._degrade(now)
+            reply = self._local.allow(self.name, self._fallback_policy(), now)
+        else:
+            self._note_allow(reply, now if now is not None else self._now())
+        state = reply["state"]
+        self._observe(state, degraded=degraded)
+        if not reply["allowed"]:
+            raise CircuitOpenError(self.name, state, int(reply.get("retry_after_ms") or 0))
+        return Permit(self.name, state, reply.get("permit"), local=degraded)
+
+    def report(self, permit: Permit, outcome: Outcome | str,
+               duration_ms: int | None = None, error: Any = None) -> None:
+        """Record a granted call's outcome (with its duration: by default
+        the time since acquire) and hand its permit back. Never raises for
+        cbd's sake: bookkeeping does not replace the call's own result."""
+        outcome = Outcome(outcome)
+        if permit.reported:
+            raise ValueError(f'permit for circuit "{self.name}" was already reported')
+        permit.reported = True
+        if duration_ms is None:
+            duration_ms = max(0, int((time.monotonic() - permit.started) * 1000))
+        remote_token = None if permit.local else permit.token
+        ctx = self._call_ctx()
+        reply = None
+        # An ignored call without a permit changes nothing but cbd's
+        # totals.ignored: sent without waiting for the reply.
+        noreply = outcome == IGNORE and remote_token is None
+        try:
+            reply, err = self._remote("record", lambda: self.client.record(
+                self.name, outcome.value, permit=remote_token, duration_ms=duration_ms,
+                ctx=ctx, noreply=noreply))
+        except CbdError:
+            return  # an answer such as bad_request: nothing to fall back to
+        if reply is None and err is None and self.client is not None:
+            return  # sent with noreply
+        if reply is not None:
+            if "snapshot" in reply:
+                self._note_snapshot(reply["snapshot"])
+                if outcome != IGNORE:
+                    self._observe(reply["snapshot"]["state"],
+                                  error if outcome == FAILURE else None)
+            return
+        if self.client is not None and self.store_policy != LOCAL:
+            return  # ALLOW and REJECT: nothing to keep
+        now = self._ctx_now(ctx)
+        self._degrade(now)
+        snap = self._local.record(self.name, outcome.value, self._fallback_policy(), now,
+                                  duration_ms, permit.token if permit.local else None)
+        if outcome != IGNORE:
+            self._observe(snap["state"], error if outcome == FAILURE else None, degraded=True)
+
+    # -- the one-call form ----------------------------------------------
+    def _classify(self, value: Any) -> Outcome:
+        if self.classify is None:
+            return FAILURE
+        try:
+            return Outcome(self.classify(value))
+        except Exception:
+            return FAILURE  # an answer out of range counts as a failure
+
+    def execute(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
+                *, fallback: Callable[[CircuitOpenError], Any] | None = None) -> Any:
+        """Run fn(*args, **kwargs) if the circuit permits; report its
+        outcome and duration. While open: fallback(err) if one is given
+        (here or on the breaker), else CircuitOpenError."""
+        fallback = fallback or self.fallback
+        try:
+            permit = self.acquire()
+        except CircuitOpenError as e:
+            if fallback is None:
+                raise
+            return fallback(e)
+        started = time.monotonic()
+        try:
+            result = fn(*args, **(kwargs or {}))
+        except Exception as e:
+            ms = int((time.monotonic() - started) * 1000)
+            self.report(permit, self._classify(e), ms, error=e)
+            raise
+        except BaseException:
+            # Cancelled (KeyboardInterrupt, SystemExit, ...): says nothing
+            # about the dependency, but the permit goes back.
+            ms = int((time.monotonic() - started) * 1000)
+            self.report(permit, IGNORE, ms)
+            raise
+        ms = int((time.monotonic() - started) * 1000)
+        outcome = self._classify(result) if self.classify_results else SUCCESS
+        self.report(permit, outcome, ms, error=result if outcome == FAILURE else None)
+        return result
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """execute(fn, args, kwargs) with the breaker's fallback."""
+        return self.execute(fn, args, kwargs)
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The decorator form: ``@breaker`` protects every call of fn."""
+        if inspect.iscoroutinefunction(fn):
+            return AsyncBreaker(self)(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return self.execute(fn, args, kwargs)
+
+        wrapper.breaker = self  # type: ignore[attr-defined]
+        return wrapper
+
+    protect = __call__
+
+    # -- reading and forcing ---------------------------------------------
+    def refresh(self) -> str:
+        """Read the circuit from cbd (or the local copy) and fire
+        on_state_change for changes other processes made."""
+        ctx = self._call_ctx()
+        reply, err = self._remote("get", lambda: self.client.get(self.name, ctx))
+        if reply is not None:
+            self._note_snapshot(reply["snapshot"])
+            state = reply["snapshot"]["state"]
+            self._observe(state)
+            return state
+        if self.client is not None and self.store_policy == REJECT:
+            raise err
+        if self.client is not None and self.store_policy == ALLOW:
+            return CLOSED
+        now = self._ctx_now(ctx)
+        if self._degraded:
+            state = self._local.get(self.name, self._fallback_policy(), now)["state"]
+        else:
+            with self._lock:
+                state = self._seen.state
+        self._observe(state, degraded=True)
+        return state
+
+    def _force(self, state: str) -> str:
+        ctx = self._call_ctx()
+        if self.client is None:
+            snap = self._local.set_state(self.name, state, self.policy, self._ctx_now(ctx))
+        else:
+            snap = self.client.set_state(self.name, state, ctx=ctx)["snapshot"]
+            self._note_snapshot(snap)
+        self._observe(snap["state"])
+        return snap["state"]
+
+    def force_open(self) -> str:
+        return self._force(OPEN)
+
+    def force_close(self) -> str:
+        return self._force(CLOSED)
+
+    def force_half_open(self) -> str:
+        return self._force(HALF_OPEN)
+
+
+def circuit_breaker(name: str, **options: Any) -> Callable[[Callable], Callable]:
+    """Decorator factory: ``@circuit_breaker("payments", fallback=...)``."""
+    return Breaker(name, **options)
+
+
+class AsyncBreaker:
+    """A Breaker for coroutine functions: ``await ab.call(fetch, url)``.
+    The breaker's requests to cbd (a few hundred microseconds, bounded by
+    the client's io_timeout) run in asyncio's default thread pool, so the
+    event loop never blocks on cbd; the protected coroutine runs on the
+    loop. A cancelled call hands its permit back (outcome ignore)."""
+
+    def __init__(self, breaker: Breaker) -> None:
+        self.breaker = breaker
+
+    async def execute(self, fn: Callable[..., Any], args: tuple = (),
+                      kwargs: dict | None = None, *,
+                      fallback: Callable[[CircuitOpenError], Any] | None = None) -> Any:
+        import asyncio
+
+        b = self.breaker
+        fallback = fallback or b.fallback
+        try:
+            permit = await asyncio.to_thread(b.acquire)
+        except CircuitOpenError as e:
+            if fallback is None:
+                raise
+            return fallback(e)
+        started = time.monotonic()
+        try:
+            result = await fn(*args, **(kwargs or {}))
+        except Exception as e:
+            ms = int((time.monotonic() - started) * 1000)
+            await asyncio.to_thread(b.report, permit, b._classify(e), ms, e)
+            raise
+        except BaseException:
+            ms = int((time.monotonic() - started) * 1000)
+            b.report(permit, IGNORE, ms)  # cancelled: no await may run now
+            raise
+        ms = int((time.monotonic() - started) * 1000)
+        outcome = b._classify(result) if b.classify_results else SUCCESS
+        await asyncio.to_thread(b.report, permit, outcome, ms,
+                                result if outcome == FAILURE else None)
+        return result
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self.execute(fn, args, kwargs)
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The decorator form for ``async def`` functions."""
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await self.execute(fn, args, kwargs)
+
+        wrapper.breaker = self  # type: ignore[attr-defined]
+        return wrapper
+
+
+__all__ = ["Breaker", "AsyncBreaker", "Permit", "StorePolicy", "LOCAL", "ALLOW", "REJECT",
+           "DEFAULT_TIMEOUT_BACKOFF_MS", "circuit_breaker", "ServerError"]

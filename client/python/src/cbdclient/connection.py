@@ -1,0 +1,252 @@
+"""connection.py — one connection to cbd for threads: the socket path
+(argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and I/O
+timeouts, reconnection, one lock per connection, and every op of
+PROTOCOL.md §8 as a method.
+
+A request is one JSON line; its reply is the next line that carries
+``ok`` (watch events, which never do, are skipped). A connection that timed
+out or broke is closed at once, so a late reply can never be taken for the
+answer to a later request; the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from .errors import CbdTimeoutError, ServerError, UnavailableError
+
+DEFAULT_SOCKET = "/run/cbd/cbd.sock"
+# Timeouts in seconds (libcbclient's CBC_DEFAULT_CONNECT_TIMEOUT_MS and
+# CBC_DEFAULT_IO_TIMEOUT_MS: 100 ms each).
+DEFAULT_CONNECT_TIMEOUT = 0.1
+DEFAULT_IO_TIMEOUT = 0.1
+# The longest reply line we accept (a list of many circuits may be large:
+# cbd cuts list replies at half of its max_output_bytes, 8 MiB by default).
+MAX_REPLY_BYTES = 64 << 20
+# Bytes read from the socket at a time.
+READ_CHUNK = 65536
+# Ops on which cbd honours noreply (§8: every op but these five).
+NOREPLY_REFUSED = frozenset({"hello", "watch", "unwatch", "list", "stats"})
+
+
+def resolve_socket(path: str | None = None) -> str:
+    """The socket path: path, else $CBD_SOCKET, else /run/cbd/cbd.sock."""
+    return path or os.environ.get("CBD_SOCKET") or DEFAULT_SOCKET
+
+
+def encode_request(op: str, members: dict) -> bytes:
+    """One request line: members set to None are left out (§3)."""
+    req = {"op": op}
+    req.update({k: v for k, v in members.items() if v is not None})
+    return json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def decode_reply(line: bytes) -> dict:
+    """A reply line as a dict; raises ServerError for ok: false."""
+    try:
+        reply = json.loads(line)
+    except ValueError as e:
+        raise UnavailableError(f"cbd sent a line that is not JSON: {e}") from None
+    if not isinstance(reply, dict):
+        raise UnavailableError("cbd sent a line that is not a JSON object")
+    if reply.get("ok") is False:
+        error = reply.get("error") or {}
+        raise ServerError(str(error.get("code", "unknown")), str(error.get("message", "")))
+    return reply
+
+
+class Ops:
+    """Every op as a method over ``self.request(op, **members)`` (shared by
+    the thread and asyncio clients; the asyncio one returns coroutines)."""
+
+    def request(self, op: str, **members: Any):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def hello(self, client: str | None = None):
+        return self.request("hello", client=client)
+
+    def get(self, name: str, ctx: dict | None = None):
+        return self.request("get", name=name, ctx=ctx)
+
+    def allow(self, name: str, ctx: dict | None = None):
+        return self.request("allow", name=name, ctx=ctx)
+
+    def record(self, name: str, outcome: str, permit: str | None = None,
+               duration_ms: int | None = None, ctx: dict | None = None,
+               noreply: bool = False):
+        return self.request("record", name=name, outcome=outcome, permit=permit,
+                            duration_ms=duration_ms, ctx=ctx, noreply=noreply or None)
+
+    def record_success(self, name: str, duration_ms: int | None = None,
+                       ctx: dict | None = None, noreply: bool = False):
+        return self.request("record_success", name=name, duration_ms=duration_ms, ctx=ctx,
+                            noreply=noreply or None)
+
+    def record_failure(self, name: str, duration_ms: int | None = None,
+                       ctx: dict | None = None, noreply: bool = False):
+        return self.request("record_failure", name=name, duration_ms=duration_ms, ctx=ctx,
+                            noreply=noreply or None)
+
+    def cas(self, name: str, from_state: str, to_state: str, ctx: dict | None = None):
+        return self.request("cas", name=name, ctx=ctx, **{"from": from_state, "to": to_state})
+
+    def set_state(self, name: str, state: str, hold: bool | None = None,
+                  ttl_ms: int | None = None, reason: str | None = None,
+                  ctx: dict | None = None):
+        return self.request("set_state", name=name, state=state, hold=hold, ttl_ms=ttl_ms,
+                            reason=reason, ctx=ctx)
+
+    def release(self, name: str, ctx: dict | None = None):
+        return self.request("release", name=name, ctx=ctx)
+
+    def acquire_slot(self, name: str, ctx: dict | None = None):
+        return self.request("acquire_slot", name=name, ctx=ctx)
+
+    def release_slot(self, name: str, token: str, ctx: dict | None = None):
+        return self.request("release_slot", name=name, token=token, ctx=ctx)
+
+    def delete(self, name: str):
+        return self.request("delete", name=name)
+
+    def list(self, state: str | None = None, ctx: dict | None = None):
+        return self.request("list", state=state, ctx=ctx)
+
+    def stats(self):
+        return self.request("stats")
+
+    def metrics(self):
+        return self.request("metrics")
+
+
+class Client(Ops):
+    """A connection to cbd, safe to share between threads (one request at a
+    time on the wire, under a lock). Methods return the reply as a dict and
+    raise ServerError (cbd's code and message), UnavailableError or
+    CbdTimeoutError. ``noreply=True`` (outcome ops) returns None at once."""
+
+    def __init__(self, socket_path: str | None = None, *,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 io_timeout: float = DEFAULT_IO_TIMEOUT) -> None:
+        if connect_timeout <= 0 or io_timeout <= 0:
+            raise ValueError("connect_timeout and io_timeout must be positive (seconds)")
+        self.socket_path = resolve_socket(socket_path)
+        self.connect_timeout = connect_timeout
+        self.io_timeout = io_timeout
+        self.policy_conflicts = 0  # replies that carried policy_conflict
+        self.last_policy_conflict: list | None = None
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._buf = b""
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+        self._buf = b""
+
+    def _connect(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.connect_timeout)
+        try:
+            s.connect(self.socket_path)
+        except socket.timeout:
+            s.close()
+            raise CbdTimeoutError(f"connecting to {self.socket_path} timed out") from None
+        except OSError as e:
+            s.close()
+            raise UnavailableError(f"cannot connect to {self.socket_path}: {e.strerror or e}") \
+                from None
+        return s
+
+    def _stale(self) -> bool:
+        """Did cbd close the idle connection (say, it restarted)?"""
+        readable, _, _ = select.select([self._sock], [], [], 0)
+        if not readable:
+            return False
+        try:
+            data = self._sock.recv(READ_CHUNK, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        if not data:
+            return True
+        self._buf += data  # unread event lines; skipped as replies are read
+        return False
+
+    def _readline(self, deadline: float) -> bytes:
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line, self._buf = self._buf[:nl], self._buf[nl + 1:]
+                return line
+            if len(self._buf) > MAX_REPLY_BYTES:
+                raise UnavailableError(f"reply longer than {MAX_REPLY_BYTES} bytes")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout()
+            self._sock.settimeout(left)
+            data = self._sock.recv(READ_CHUNK)
+            if not data:
+                raise UnavailableError("cbd closed the connection")
+            self._buf += data
+
+    def request(self, op: str, **members: Any) -> dict | None:
+        """Send one request, return its reply (None with noreply)."""
+        line = encode_request(op, members)
+        noreply = members.get("noreply") is True and op not in NOREPLY_REFUSED
+        with self._lock:
+            try:
+                if self._sock is not None and self._stale():
+                    self._drop()
+                if self._sock is None:
+                    self._sock = self._connect()
+                deadline = time.monotonic() + self.io_timeout
+                self._sock.settimeout(self.io_timeout)
+                self._sock.sendall(line)
+                if noreply:
+                    return None
+                while True:
+                    raw = self._readline(deadline)
+                    if not raw.strip():
+                        continue
+                    reply = json.loads(raw) if b'"ok"' in raw else None
+                    if isinstance(reply, dict) and "ok" in reply:
+                        break  # else an event line (no ok): skip it
+            except socket.timeout:
+                self._drop()
+                raise CbdTimeoutError(f"cbd did not answer {op} within "
+                                      f"{self.io_timeout * 1000:.0f} ms") from None
+            except UnavailableError:
+                self._drop()
+                raise
+            except ValueError as e:
+                self._drop()
+                raise UnavailableError(f"cbd sent a line that is not JSON: {e}") from None
+            except OSError as e:
+                self._drop()
+                raise UnavailableError(f"connection to cbd failed: {e.strerror or e}") from None
+        conflict = reply.get("policy_conflict")
+        if conflict:
+            self.policy_conflicts += 1
+            self.last_policy_conflict = conflict
+        return decode_reply(raw) if reply.get("ok") is False else reply
