@@ -274,6 +274,20 @@ server_client_reply_oom(server_client *c, const json_t *id)
 }
 
 void
+server_client_reply_line(server_client *c, const char *line, size_t len)
+{
+	if (c->state != SERVER_CLIENT_OPEN || out_over_bound(c, len + 1))
+		return;
+	if (!out_reserve(c, len + 1)) {
+		server_client_nomem(c, "for output");
+		return;
+	}
+	memcpy(c->out + c->out_len, line, len);
+	c->out_len += len;
+	c->out[c->out_len++] = '\n';
+}
+
+void
 server_client_reply(server_client *c, json_t *reply)
 {
 	size_t n;

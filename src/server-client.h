@@ -108,6 +108,11 @@ void server_client_reply(server_client *c, json_t *reply);
  * when its JSON fits SERVER_CLIENT_OOM_ID_MAX bytes. */
 void server_client_reply_oom(server_client *c, const json_t *id);
 
+/* Append a line already serialized (compact JSON, no LF) to c's output,
+ * with the same bound as server_client_reply: one encoding shared by
+ * many connections (watch events). */
+void server_client_reply_line(server_client *c, const char *line, size_t len);
+
 /* Write pending output now; arms EV_WRITE when the socket is full. */
 void server_client_flush(server_client *c);
 

@@ -161,9 +161,10 @@ watcher_watch(watcher *w, const char *name)
 	return true;
 }
 
-/* Send (or, for the current request's connection, hold back) an event. */
+/* Send (or, for the current request's connection, hold back) an event;
+ * text is its one encoding, shared by every watcher. */
 static void
-event_send(watcher *w, json_t *event)
+event_send(watcher *w, json_t *event, const char *text, size_t len)
 {
 	if (w->conn == current) {
 		if (w->pending == NULL)
@@ -171,8 +172,7 @@ event_send(watcher *w, json_t *event)
 		if (w->pending != NULL && json_array_append(w->pending, event) == 0)
 			return;
 	}
-	json_incref(event);
-	server_client_reply(w->conn, event);
+	server_client_reply_line(w->conn, text, len);
 	stats.watch_events++;
 	/* Its connection is idle: have the loop write it out (not here,
 	 * where a failed write would close a watcher being walked). */
@@ -180,24 +180,33 @@ event_send(watcher *w, json_t *event)
 		event_active(w->conn->write_ev, EV_WRITE, 1);
 }
 
-/* Call fn for every watcher of name (by name, or watching everything). */
+/* Send event to every watcher of name (by name, or watching everything). */
 static void
 event_broadcast(const char *name, json_t *event)
 {
 	watch_name *n;
 	watcher *w, *tmp;
+	char *text;
+	size_t len;
 
 	if (event == NULL)
 		return;
+	text = json_dumps(event, JSON_COMPACT);
+	if (text == NULL) {
+		json_decref(event);
+		return;
+	}
+	len = strlen(text);
 	HASH_FIND(hh, names, name, strlen(name), n);
 	for (watch_link *l = n != NULL ? n->links : NULL; l != NULL; l = l->next_of_name) {
 		if (!l->w->all)
-			event_send(l->w, event);
+			event_send(l->w, event, text, len);
 	}
 	HASH_ITER (hh, watchers, w, tmp) {
 		if (w->all)
-			event_send(w, event);
+			event_send(w, event, text, len);
 	}
+	free(text);
 	json_decref(event);
 }
 
