@@ -2,7 +2,7 @@
  * cbclient.h — libcbclient, the C client library of cbd, the circuit-breaker
  * sidecar daemon. Installed header; every handle is opaque.
  *
- * Four layers, each usable on its own:
+ * Three layers, each usable on its own:
  *   1. cbc_conn    — one connection to cbd's Unix socket and every protocol
  *                    op as a function (hello, get, record_*, cas,
  *                    set_state, acquire_slot, release_slot, allow, record,
@@ -89,6 +89,20 @@ typedef struct cbc_error {
 	char code[CBC_CODE_SIZE];
 	char message[CBC_MESSAGE_SIZE];
 } cbc_error;
+
+/* The library's version, as numbers (compile time) and as a string (the
+ * library actually loaded: compare them to detect a mismatch). */
+#define CBC_VERSION_MAJOR 0
+#define CBC_VERSION_MINOR 2
+#define CBC_VERSION_PATCH 0
+#define CBC_VERSION ((CBC_VERSION_MAJOR * 10000) + (CBC_VERSION_MINOR * 100) + CBC_VERSION_PATCH)
+/* The wire protocol this library speaks. */
+#define CBC_PROTOCOL 2
+
+/* "0.2.0": the version of the library loaded at run time. */
+const char *cbc_version(void);
+/* CBC_VERSION of the library loaded at run time. */
+int cbc_version_number(void);
 
 /* A fixed string for every status (never NULL, also for unknown values). */
 const char *cbc_strerror(cbc_status status);

@@ -31,6 +31,22 @@ static const char *const status_text[CBC_STATUS_COUNT] = {
 };
 
 const char *
+cbc_version(void)
+{
+	/* Built from the macros, so the header and the library agree. */
+#define CBC_STR2(x) #x
+#define CBC_STR(x) CBC_STR2(x)
+	return CBC_STR(CBC_VERSION_MAJOR) "." CBC_STR(CBC_VERSION_MINOR) "." CBC_STR(
+	    CBC_VERSION_PATCH);
+}
+
+int
+cbc_version_number(void)
+{
+	return CBC_VERSION;
+}
+
+const char *
 cbc_strerror(cbc_status status)
 {
 	if ((unsigned)status >= CBC_STATUS_COUNT || status_text[status] == NULL)

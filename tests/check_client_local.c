@@ -4,6 +4,8 @@
  * virtual time, the resilient policies over a store that fails on demand,
  * and the connection layer against a scripted fake daemon.
  */
+#include "config.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -126,6 +128,20 @@ START_TEST(every_status_has_a_string)
 	for (int i = 0; i < CBC_STORE_OP_COUNT; i++)
 		ck_assert_str_ne(cbc_store_op_name((cbc_store_op)i), "unknown");
 	ck_assert_str_eq(cbc_store_op_name(CBC_OP_RECORD_FAILURE), "record_failure");
+}
+END_TEST
+
+/* The header's version, the loaded library's and the package's agree. */
+START_TEST(versions_agree)
+{
+	char number[32];
+
+	ck_assert_str_eq(cbc_version(), PACKAGE_VERSION);
+	ck_assert_int_eq(cbc_version_number(), CBC_VERSION);
+	snprintf(number, sizeof number, "%d.%d.%d", CBC_VERSION_MAJOR, CBC_VERSION_MINOR,
+	    CBC_VERSION_PATCH);
+	ck_assert_str_eq(number, PACKAGE_VERSION);
+	ck_assert_int_eq(CBC_PROTOCOL, 2);
 }
 END_TEST
 
@@ -2529,6 +2545,7 @@ client_suite(void)
 	tc = tcase_create("api");
 	tcase_add_test(tc, every_status_has_a_string);
 	tcase_add_test(tc, state_names_round_trip);
+	tcase_add_test(tc, versions_agree);
 	tcase_add_loop_test(tc, invalid_options_are_refused_naming_the_option, 0,
 	    (int)(sizeof option_cases / sizeof option_cases[0]));
 	tcase_add_test(tc, valid_options_are_accepted);

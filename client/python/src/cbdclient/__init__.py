@@ -17,7 +17,7 @@ from .errors import (CbdError, CbdTimeoutError, CircuitOpenError, ServerError,
 from .machine import CLOSED, HALF_OPEN, OPEN
 from .retry import AttemptTimeoutError, Hooks, Retry, with_retries
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AsyncClient", "Client", "DEFAULT_SOCKET", "resolve_socket",
