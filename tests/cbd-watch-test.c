@@ -235,6 +235,48 @@ START_TEST(test_noreply)
 }
 END_TEST
 
+/* A watcher that pipelines requests: every reply comes, in order, and
+ * each event follows the reply of the request that caused it. */
+START_TEST(test_watcher_pipelines)
+{
+	char line[256];
+	int replies = 0, events = 0, last_id = 0;
+	json_t *r;
+
+	start("[defaults]\nfailure_threshold = 1\nbreak_ms = 3600000\n");
+	r = util_call(a, "{\"op\":\"watch\",\"all\":true}");
+	ck_assert(util_bool(r, "ok"));
+	json_decref(r);
+	/* 50 circuits trip (one event each), 50 gets change nothing. */
+	for (int i = 1; i <= 100; i++) {
+		if (i % 2)
+			snprintf(line, sizeof line,
+			    "{\"id\":%d,\"op\":\"record_failure\",\"name\":\"p%d\"}", i, i);
+		else
+			snprintf(line, sizeof line, "{\"id\":%d,\"op\":\"get\",\"name\":\"p%d\"}",
+			    i, i);
+		send_line(a, line);
+	}
+	while (replies < 100 || events < 50) {
+		json_t *v = next_line(a);
+
+		if (json_object_get(v, "event") != NULL) {
+			/* The trip of p<last_id>, right after its reply. */
+			snprintf(line, sizeof line, "p%d", last_id);
+			ck_assert_str_eq(util_str(v, "snapshot.name"), line);
+			ck_assert_int_eq(last_id % 2, 1);
+			events++;
+		} else {
+			ck_assert_int_eq(util_int(v, "id"), last_id + 1);
+			last_id++;
+			replies++;
+		}
+		json_decref(v);
+	}
+	ck_assert_int_eq(events, 50);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -246,6 +288,7 @@ main(void)
 	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
 	tcase_add_test(tc, test_slow_watcher_dropped);
 	tcase_add_test(tc, test_noreply);
+	tcase_add_test(tc, test_watcher_pipelines);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }
