@@ -2,7 +2,8 @@
 # examples that tests/cbd-ops-test.c replays against a real cbd.
 # PROTOCOL.md is installed with the docs: client authors read it there.
 dist_doc_DATA = proto/PROTOCOL.md
-EXTRA_DIST += proto/examples/hello.txt \
+EXTRA_DIST += proto/traces/state-machine.json proto/traces/generate.py \
+	proto/examples/hello.txt \
 	proto/examples/holds.txt \
 	proto/examples/rates.txt \
 	proto/examples/session.txt \

@@ -21,6 +21,12 @@ tests_check_window_SOURCES = tests/check_window.c
 tests_check_window_CFLAGS = $(TEST_CFLAGS)
 tests_check_window_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
 
+# The language-neutral state-machine trace, replayed on the core.
+check_PROGRAMS += tests/check_trace
+tests_check_trace_SOURCES = tests/check_trace.c
+tests_check_trace_CFLAGS = $(TEST_CFLAGS)
+tests_check_trace_LDADD = tests/libcontract.la $(TEST_CORE_LIBS)
+
 check_PROGRAMS += tests/check_proto
 tests_check_proto_SOURCES = tests/check_proto.c
 tests_check_proto_CFLAGS = $(TEST_CFLAGS)
