@@ -1,0 +1,3 @@
+module cbd.example/cbdclient
+
+go 1.19

@@ -1,0 +1,337 @@
+// ops.go — every op of PROTOCOL.md §8 as a Client method with typed
+// results: hello, get, allow, record (with duration_ms and permit),
+// record_success, record_failure, cas, set_state (hold, ttl_ms, reason),
+// release, acquire_slot, release_slot, delete, list, stats, metrics.
+// Refusals come back as *Error with cbd's code and message.
+
+package cbdclient
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Hold is who holds a circuit in which state (§9).
+type Hold struct {
+	State  string  `json:"state"`
+	ByUID  int64   `json:"by_uid"`
+	ByUser string  `json:"by_user"`
+	Reason *string `json:"reason"`
+	Since  int64   `json:"since"`
+	Until  *int64  `json:"until"`
+}
+
+// Totals are a circuit's counts since it was created (§7).
+type Totals struct {
+	Successes int64 `json:"successes"`
+	Failures  int64 `json:"failures"`
+	Ignored   int64 `json:"ignored"`
+	Slow      int64 `json:"slow"`
+	Rejected  int64 `json:"rejected"`
+}
+
+// WindowView is what a rate circuit's window holds (§7).
+type WindowView struct {
+	Calls        int64   `json:"calls"`
+	Failures     int64   `json:"failures"`
+	Slow         int64   `json:"slow"`
+	FailureRate  float64 `json:"failure_rate"`
+	SlowCallRate float64 `json:"slow_call_rate"`
+}
+
+// Snapshot is a circuit as cbd reports it (§7). Policy is the effective
+// policy as sent (numbers as float64, null as nil).
+type Snapshot struct {
+	Name           string         `json:"name"`
+	State          string         `json:"state"`
+	FailureCount   int64          `json:"failure_count"`
+	SuccessCount   int64          `json:"success_count"`
+	LastFailureAt  *int64         `json:"last_failure_at"`
+	OpenedAt       *int64         `json:"opened_at"`
+	RetryAfterMs   int64          `json:"retry_after_ms"`
+	CurrentBreakMs int64          `json:"current_break_ms"`
+	Policy         map[string]any `json:"policy"`
+	Hold           *Hold          `json:"hold"`
+	Totals         *Totals        `json:"totals"`
+	Window         *WindowView    `json:"window"`
+	Reporters      *int64         `json:"reporters"`
+}
+
+// Hello is hello's answer.
+type Hello struct {
+	Server   string `json:"server"`
+	Version  string `json:"version"`
+	Protocol int    `json:"protocol"`
+}
+
+// GetReply is get's answer: whether cbd stores the circuit, and its
+// snapshot.
+type GetReply struct {
+	Stored   bool     `json:"stored"`
+	Snapshot Snapshot `json:"snapshot"`
+}
+
+// AllowReply is allow's answer; Permit is set when a half-open slot was
+// taken (hand it back with Record).
+type AllowReply struct {
+	Allowed      bool   `json:"allowed"`
+	State        string `json:"state"`
+	Permit       string `json:"permit"`
+	ExpiresAt    int64  `json:"expires_at"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+}
+
+// RecordOptions are record's optional members. DurationMs < 0 is left out.
+type RecordOptions struct {
+	Permit     string
+	DurationMs int64
+	Ctx        Ctx
+	NoReply    bool
+}
+
+// SetStateOptions are set_state's optional members (§9).
+type SetStateOptions struct {
+	Hold   bool
+	TTLMs  int64 // with Hold; 0: no ttl
+	Reason string
+	Ctx    Ctx
+}
+
+// CasReply is cas's answer.
+type CasReply struct {
+	Applied  bool     `json:"applied"`
+	Snapshot Snapshot `json:"snapshot"`
+}
+
+// ReleaseReply is release's answer.
+type ReleaseReply struct {
+	Released bool     `json:"released"`
+	Snapshot Snapshot `json:"snapshot"`
+}
+
+// Slot is acquire_slot's answer.
+type Slot struct {
+	Acquired  bool   `json:"acquired"`
+	Token     string `json:"token"`
+	ExpiresAt int64  `json:"expires_at"`
+}
+
+// ListReply is list's answer.
+type ListReply struct {
+	Circuits  []Snapshot `json:"circuits"`
+	Truncated bool       `json:"truncated"`
+}
+
+// OpCount is one row of stats.ops.
+type OpCount struct {
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+}
+
+// Stats is stats' answer: the common counters typed, every member in Raw.
+type Stats struct {
+	UptimeMs    int64 `json:"uptime_ms"`
+	StartedAt   int64 `json:"started_at"`
+	Connections struct {
+		Current int64 `json:"current"`
+		Total   int64 `json:"total"`
+	} `json:"connections"`
+	Circuits    int64              `json:"circuits"`
+	Slots       int64              `json:"slots"`
+	Requests    int64              `json:"requests"`
+	Transitions int64              `json:"transitions"`
+	NoReply     int64              `json:"noreply"`
+	Held        int64              `json:"held"`
+	Ops         map[string]OpCount `json:"ops"`
+	Errors      map[string]int64   `json:"errors"`
+	Limits      map[string]int64   `json:"limits"`
+	Raw         map[string]any     `json:"-"`
+}
+
+type snapshotReply struct {
+	Snapshot Snapshot `json:"snapshot"`
+}
+
+func ctxMember(c Ctx) any {
+	if len(c) == 0 {
+		return nil
+	}
+	return map[string]any(c)
+}
+
+// Hello asks cbd who it is (client: a name logged at debug, may be "").
+func (c *Client) Hello(ctx context.Context, client string) (*Hello, error) {
+	var r Hello
+	m := map[string]any{}
+	if client != "" {
+		m["client"] = client
+	}
+	if err := c.Request(ctx, "hello", m, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Get reads a circuit (an unknown name reads as its initial snapshot).
+func (c *Client) Get(ctx context.Context, name string, cctx Ctx) (*GetReply, error) {
+	var r GetReply
+	if err := c.Request(ctx, "get", map[string]any{"name": name, "ctx": ctxMember(cctx)}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Allow asks "may I call?" (§8 allow and record).
+func (c *Client) Allow(ctx context.Context, name string, cctx Ctx) (*AllowReply, error) {
+	var r AllowReply
+	if err := c.Request(ctx, "allow", map[string]any{"name": name, "ctx": ctxMember(cctx)}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (c *Client) outcomeOp(ctx context.Context, op string, m map[string]any, o RecordOptions) (*Snapshot, error) {
+	m["ctx"] = ctxMember(o.Ctx)
+	if o.DurationMs >= 0 {
+		m["duration_ms"] = o.DurationMs
+	}
+	if o.NoReply {
+		m["noreply"] = true
+	}
+	var r snapshotReply
+	if err := c.Request(ctx, op, m, &r); err != nil {
+		return nil, err
+	}
+	if o.NoReply {
+		return nil, nil
+	}
+	return &r.Snapshot, nil
+}
+
+// Record reports a call's outcome, handing back o.Permit; the snapshot
+// after it (nil with NoReply).
+func (c *Client) Record(ctx context.Context, name string, outcome Outcome, o RecordOptions) (*Snapshot, error) {
+	m := map[string]any{"name": name, "outcome": outcome.String()}
+	if o.Permit != "" {
+		m["permit"] = o.Permit
+	}
+	return c.outcomeOp(ctx, "record", m, o)
+}
+
+// RecordSuccess is record_success (o.Permit is not used).
+func (c *Client) RecordSuccess(ctx context.Context, name string, o RecordOptions) (*Snapshot, error) {
+	return c.outcomeOp(ctx, "record_success", map[string]any{"name": name}, o)
+}
+
+// RecordFailure is record_failure (o.Permit is not used).
+func (c *Client) RecordFailure(ctx context.Context, name string, o RecordOptions) (*Snapshot, error) {
+	return c.outcomeOp(ctx, "record_failure", map[string]any{"name": name}, o)
+}
+
+// Cas moves the circuit from one state to another if it is in from (§9).
+func (c *Client) Cas(ctx context.Context, name, from, to string, cctx Ctx) (*CasReply, error) {
+	var r CasReply
+	m := map[string]any{"name": name, "from": from, "to": to, "ctx": ctxMember(cctx)}
+	if err := c.Request(ctx, "cas", m, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// SetState forces a state, held with o.Hold (admin, §9).
+func (c *Client) SetState(ctx context.Context, name, state string, o SetStateOptions) (*Snapshot, error) {
+	m := map[string]any{"name": name, "state": state, "ctx": ctxMember(o.Ctx)}
+	if o.Hold {
+		m["hold"] = true
+	}
+	if o.TTLMs != 0 {
+		m["ttl_ms"] = o.TTLMs
+	}
+	if o.Reason != "" {
+		m["reason"] = o.Reason
+	}
+	var r snapshotReply
+	if err := c.Request(ctx, "set_state", m, &r); err != nil {
+		return nil, err
+	}
+	return &r.Snapshot, nil
+}
+
+// Release ends a hold (admin, §9).
+func (c *Client) Release(ctx context.Context, name string, cctx Ctx) (*ReleaseReply, error) {
+	var r ReleaseReply
+	if err := c.Request(ctx, "release", map[string]any{"name": name, "ctx": ctxMember(cctx)}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// AcquireSlot takes a trial slot (§8 slots).
+func (c *Client) AcquireSlot(ctx context.Context, name string, cctx Ctx) (*Slot, error) {
+	var r Slot
+	if err := c.Request(ctx, "acquire_slot", map[string]any{"name": name, "ctx": ctxMember(cctx)}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ReleaseSlot gives a slot back; whether a live slot was released.
+func (c *Client) ReleaseSlot(ctx context.Context, name, token string, cctx Ctx) (bool, error) {
+	var r struct {
+		Released bool `json:"released"`
+	}
+	m := map[string]any{"name": name, "token": token, "ctx": ctxMember(cctx)}
+	if err := c.Request(ctx, "release_slot", m, &r); err != nil {
+		return false, err
+	}
+	return r.Released, nil
+}
+
+// Delete drops a circuit (admin); whether it existed.
+func (c *Client) Delete(ctx context.Context, name string) (bool, error) {
+	var r struct {
+		Existed bool `json:"existed"`
+	}
+	if err := c.Request(ctx, "delete", map[string]any{"name": name}, &r); err != nil {
+		return false, err
+	}
+	return r.Existed, nil
+}
+
+// List is the stored circuits, only those in state unless it is "".
+func (c *Client) List(ctx context.Context, state string, cctx Ctx) (*ListReply, error) {
+	var r ListReply
+	m := map[string]any{"ctx": ctxMember(cctx)}
+	if state != "" {
+		m["state"] = state
+	}
+	if err := c.Request(ctx, "list", m, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Stats is cbd's counters.
+func (c *Client) Stats(ctx context.Context) (*Stats, error) {
+	var raw json.RawMessage
+	if err := c.Request(ctx, "stats", nil, &raw); err != nil {
+		return nil, err
+	}
+	var s Stats
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, &Error{Op: "stats", Code: CodeUnavailable, Message: err.Error()}
+	}
+	_ = json.Unmarshal(raw, &s.Raw)
+	return &s, nil
+}
+
+// Metrics is the Prometheus text (§8 metrics).
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var r struct {
+		Text string `json:"text"`
+	}
+	if err := c.Request(ctx, "metrics", nil, &r); err != nil {
+		return "", err
+	}
+	return r.Text, nil
+}
