@@ -1,0 +1,497 @@
+// breaker.go — the breaker API, as libcbclient's (client/circuit-breaker.c
+// over client/store-resilient.c): Execute with a fallback, three-way
+// classification, the call's duration reported as duration_ms, half-open
+// permits always handed back (a panic or a cancelled context too),
+// state-change callbacks; and the store policies for when cbd is
+// unreachable:
+//
+//	StoreLocal   carry on with a private copy of the circuit (local.go),
+//	             seeded from the last state cbd reported and run with the
+//	             policy cbd reported for it (a hold too);
+//	StoreAllow   calls run as if the circuit were closed;
+//	StoreReject  Acquire returns cbd's *Error without running the call;
+//	             bookkeeping after a call never fails.
+//
+// No latching: every call asks cbd first, and its first answer makes it
+// authoritative again (the local copy is dropped). After a timeout cbd is
+// skipped for TimeoutBackoff, so a hung cbd costs one timeout per window.
+
+package cbdclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// StorePolicy says what a breaker does while cbd is unreachable.
+type StorePolicy int
+
+// The store policies (libcbclient's CBC_STORE_LOCAL, _ALLOW, _REJECT).
+const (
+	StoreLocal StorePolicy = iota
+	StoreAllow
+	StoreReject
+)
+
+func (p StorePolicy) String() string {
+	return [...]string{"local", "allow", "reject"}[p]
+}
+
+// DefaultTimeoutBackoff: after a timeout cbd is skipped for this long
+// (libcbclient's CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
+const DefaultTimeoutBackoff = 250 * time.Millisecond
+
+// MaxNameBytes is the longest circuit name (§5).
+const MaxNameBytes = 256
+
+// BreakerOptions configure a Breaker; zero values take the defaults.
+type BreakerOptions struct {
+	// Client is the connection to cbd (default: NewClient on Socket).
+	Client *Client
+	Socket string
+	// StorePolicy applies while cbd is unreachable (default StoreLocal).
+	StorePolicy StorePolicy
+	// Classify maps a call's error to its outcome (default DefaultClassify).
+	Classify Classifier
+	// Fallback runs instead of returning a *CircuitOpenError.
+	Fallback func(ctx context.Context, err error) error
+	// OnStateChange is called after the breaker saw the circuit move.
+	OnStateChange func(name, from, to string)
+	// OnStoreError is called when cbd could not serve op.
+	OnStoreError func(err error, op string)
+	// TimeoutBackoff: cbd is skipped this long after a timeout (0: the
+	// default; negative: never skipped).
+	TimeoutBackoff time.Duration
+	// Clock gives ms since the epoch (virtual time: sent as ctx.now).
+	Clock func() int64
+	// Policy is the policy the breaker declares (§6 keys; sent as ctx).
+	Policy Ctx
+}
+
+// Permit is a granted call: report its outcome exactly once.
+type Permit struct {
+	Name     string
+	State    string
+	Token    string // allow's permit (a half_open trial slot)
+	Local    bool   // granted by the local fallback
+	Started  time.Time
+	reported bool
+}
+
+// Breaker is a circuit breaker on the cbd circuit Name (shared by every
+// process that uses the name); safe for goroutines.
+type Breaker struct {
+	Name   string
+	opts   BreakerOptions
+	client *Client
+	policy Policy
+
+	mu         sync.Mutex
+	observed   string
+	local      *LocalStore
+	degraded   bool
+	skipUntil  time.Time
+	skipErr    error
+	seen       Machine
+	seenPolicy map[string]any
+	seenHold   *Hold
+}
+
+// NewBreaker is a breaker on the circuit name.
+func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
+	if len(name) < 1 || len(name) > MaxNameBytes {
+		return nil, fmt.Errorf("name must be 1 to %d bytes", MaxNameBytes)
+	}
+	if opts.StorePolicy < StoreLocal || opts.StorePolicy > StoreReject {
+		return nil, fmt.Errorf("StorePolicy must be StoreLocal, StoreAllow or StoreReject")
+	}
+	for k := range opts.Policy {
+		if !IsPolicyKey(k) {
+			return nil, fmt.Errorf("Policy: unknown key %q", k)
+		}
+	}
+	p, err := PolicyFromCtx(opts.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if opts.TimeoutBackoff == 0 {
+		opts.TimeoutBackoff = DefaultTimeoutBackoff
+	}
+	if opts.Classify == nil {
+		opts.Classify = DefaultClassify
+	}
+	c := opts.Client
+	if c == nil {
+		c = NewClient(Options{Socket: opts.Socket})
+	}
+	return &Breaker{Name: name, opts: opts, client: c, policy: p, observed: StateClosed,
+		local: NewLocalStore(), seen: NewMachine()}, nil
+}
+
+// Client is the breaker's connection to cbd.
+func (b *Breaker) Client() *Client { return b.client }
+
+func (b *Breaker) now() int64 {
+	if b.opts.Clock != nil {
+		return b.opts.Clock()
+	}
+	return time.Now().UnixMilli()
+}
+
+func (b *Breaker) callCtx() (Ctx, int64) {
+	now := b.now()
+	if b.opts.Clock == nil {
+		return b.opts.Policy, now
+	}
+	c := Ctx{"now": now}
+	for k, v := range b.opts.Policy {
+		c[k] = v
+	}
+	return c, now
+}
+
+// State is the last state seen, without I/O.
+func (b *Breaker) State() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.observed
+}
+
+func (b *Breaker) observe(state string, degraded bool) {
+	if degraded && b.opts.StorePolicy == StoreAllow {
+		return // "as if closed" is not a state anyone is in
+	}
+	b.mu.Lock()
+	prev := b.observed
+	b.observed = state
+	b.mu.Unlock()
+	if prev != state && b.opts.OnStateChange != nil {
+		b.opts.OnStateChange(b.Name, prev, state)
+	}
+}
+
+// remote asks cbd; (true, nil) when it answered, (false, err) when it is
+// unavailable. Refusals that are answers come back as (true, err).
+func (b *Breaker) remote(op string, fn func() error) (bool, error) {
+	b.mu.Lock()
+	skipping := b.opts.TimeoutBackoff > 0 && time.Now().Before(b.skipUntil)
+	skipErr := b.skipErr
+	b.mu.Unlock()
+	if skipping {
+		b.storeError(skipErr, op)
+		return false, skipErr
+	}
+	err := fn()
+	if err != nil && Unavailable(err) {
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeTimeout && b.opts.TimeoutBackoff > 0 {
+			b.mu.Lock()
+			b.skipUntil = time.Now().Add(b.opts.TimeoutBackoff)
+			b.skipErr = err
+			b.mu.Unlock()
+		}
+		b.storeError(err, op)
+		return false, err
+	}
+	if err == nil {
+		b.mu.Lock()
+		if b.degraded {
+			b.degraded = false
+			b.local.Forget(b.Name)
+		}
+		b.mu.Unlock()
+	}
+	return true, err
+}
+
+func (b *Breaker) storeError(err error, op string) {
+	if b.opts.OnStoreError != nil {
+		b.opts.OnStoreError(err, op)
+	}
+}
+
+func (b *Breaker) noteSnapshot(s *Snapshot) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seen = MachineFromSnapshot(s)
+	if s.Policy != nil {
+		b.seenPolicy = s.Policy
+	}
+	b.seenHold = s.Hold
+}
+
+// noteAllow folds an allow answer's state into the last snapshot seen.
+func (b *Breaker) noteAllow(r *AllowReply, now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case r.State == StateOpen && b.seen.State != StateOpen:
+		p := b.fallbackPolicyLocked()
+		b.seen.State = StateOpen
+		b.seen.OpenedAt = at(now - (b.seen.BreakInEffect(p) - r.RetryAfterMs))
+	case (r.State == StateClosed || r.State == StateHalfOpen) && b.seen.State != r.State:
+		_ = b.seen.Force(r.State, now)
+	}
+}
+
+// fallbackPolicyLocked is the policy the local copy runs: cbd's for the
+// circuit when it reported one (a hold kept through it), else the
+// declared one.
+func (b *Breaker) fallbackPolicyLocked() Policy {
+	if b.seenPolicy == nil {
+		return b.policy
+	}
+	reported := Ctx{}
+	for k, v := range b.seenPolicy {
+		if k != "source" && k != "preset" {
+			reported[k] = v
+		}
+	}
+	p, err := PolicyFromCtx(reported)
+	if err != nil {
+		return b.policy
+	}
+	if h := b.seenHold; h != nil && h.State == StateOpen {
+		brk := DurationMax
+		if h.Until != nil && b.seen.OpenedAt != nil {
+			brk = *h.Until - *b.seen.OpenedAt
+			if brk < 1 {
+				brk = 1
+			}
+		}
+		p.BreakMs, p.BreakBackoff, p.BreakMaxMs = brk, 1, 0
+	} else if h != nil {
+		p.Trip, p.FailureThreshold = TripConsecutive, CountMax
+	}
+	return p
+}
+
+func (b *Breaker) fallbackPolicy() Policy {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fallbackPolicyLocked()
+}
+
+// BreakInEffect is the break as last seen (cbd's policy, grown by
+// break_backoff), else the declared one.
+func (b *Breaker) BreakInEffect() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Duration(b.seen.BreakInEffect(b.fallbackPolicyLocked())) * time.Millisecond
+}
+
+func (b *Breaker) degrade(now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.degraded {
+		b.local.Seed(b.Name, b.seen, now)
+		b.degraded = true
+	}
+}
+
+// Acquire asks for a permit for one call: a *CircuitOpenError when
+// refused (StoreReject: cbd's *Error when cbd is unavailable; other
+// refusals of cbd, such as capacity, as they are).
+func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // cancelled before the call: cbd is not asked
+	}
+	cctx, now := b.callCtx()
+	var reply *AllowReply
+	answered, err := b.remote("allow", func() error {
+		var e error
+		reply, e = b.client.Allow(ctx, b.Name, cctx)
+		return e
+	})
+	if answered && err != nil {
+		return nil, err
+	}
+	degraded := !answered
+	if degraded {
+		switch b.opts.StorePolicy {
+		case StoreAllow:
+			return &Permit{Name: b.Name, State: StateClosed, Started: time.Now()}, nil
+		case StoreReject:
+			return nil, err
+		}
+		b.degrade(now)
+		r := b.local.Allow(b.Name, b.fallbackPolicy(), now)
+		reply = &r
+	} else {
+		b.noteAllow(reply, now)
+	}
+	b.observe(reply.State, degraded)
+	if !reply.Allowed {
+		return nil, &CircuitOpenError{Name: b.Name, State: reply.State,
+			RetryAfter: time.Duration(reply.RetryAfterMs) * time.Millisecond}
+	}
+	return &Permit{Name: b.Name, State: reply.State, Token: reply.Permit, Local: degraded,
+		Started: time.Now()}, nil
+}
+
+// Report records a granted call's outcome with its duration (d < 0: the
+// time since Acquire) and hands its permit back. Never fails for cbd's
+// sake: bookkeeping does not replace the call's own result. Reporting a
+// permit twice is an error.
+func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
+	b.mu.Lock()
+	if p.reported {
+		b.mu.Unlock()
+		return fmt.Errorf("permit for circuit %q was already reported", b.Name)
+	}
+	p.reported = true
+	b.mu.Unlock()
+	if d < 0 {
+		d = time.Since(p.Started)
+	}
+	ms := d.Milliseconds()
+	remoteToken := p.Token
+	if p.Local {
+		remoteToken = ""
+	}
+	cctx, now := b.callCtx()
+	// An ignored call without a permit changes nothing but cbd's
+	// totals.ignored: sent without waiting for the reply.
+	noreply := o == Ignore && remoteToken == ""
+	// The permit goes back even when the caller's context is cancelled.
+	rctx := context.Background()
+	var snap *Snapshot
+	answered, err := b.remote("record", func() error {
+		var e error
+		snap, e = b.client.Record(rctx, b.Name, o, RecordOptions{Permit: remoteToken,
+			DurationMs: ms, Ctx: cctx, NoReply: noreply})
+		return e
+	})
+	if answered {
+		if err == nil && snap != nil {
+			b.noteSnapshot(snap)
+			if o != Ignore {
+				b.observe(snap.State, false)
+			}
+		}
+		return nil
+	}
+	if b.opts.StorePolicy != StoreLocal {
+		return nil // StoreAllow and StoreReject: nothing to keep
+	}
+	b.degrade(now)
+	token := ""
+	if p.Local {
+		token = p.Token
+	}
+	s := b.local.Record(b.Name, o, b.fallbackPolicy(), now, ms, token)
+	if o != Ignore {
+		b.observe(s.State, true)
+	}
+	return nil
+}
+
+// Execute runs fn if the circuit permits and reports its outcome (by
+// Classify) and duration. While open: the fallback (BreakerOptions.Fallback)
+// with the *CircuitOpenError if one is set, else that error. A panic in fn
+// hands the permit back (outcome ignore) and panics on.
+func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) error {
+	return b.ExecuteWithFallback(ctx, fn, b.opts.Fallback)
+}
+
+// ExecuteWithFallback is Execute with its own fallback (nil: none).
+func (b *Breaker) ExecuteWithFallback(ctx context.Context, fn func(context.Context) error,
+	fallback func(context.Context, error) error) error {
+	permit, err := b.Acquire(ctx)
+	if err != nil {
+		if fallback != nil && errors.Is(err, ErrCircuitOpen) {
+			return fallback(ctx, err)
+		}
+		return err
+	}
+	return b.run(ctx, permit, fn)
+}
+
+func (b *Breaker) run(ctx context.Context, permit *Permit, fn func(context.Context) error) (err error) {
+	started := time.Now()
+	done := false
+	defer func() {
+		if !done {
+			// A panic: says nothing about the dependency, the permit goes back.
+			_ = b.Report(permit, Ignore, time.Since(started))
+		}
+	}()
+	err = fn(ctx)
+	done = true
+	_ = b.Report(permit, b.classify(err), time.Since(started))
+	return err
+}
+
+func (b *Breaker) classify(err error) (o Outcome) {
+	defer func() {
+		if recover() != nil {
+			o = Failure // a classifier that panics counts the call as failed
+		}
+	}()
+	o = b.opts.Classify(err)
+	if o < Success || o > Ignore {
+		return Failure
+	}
+	return o
+}
+
+// Call runs fn under b and returns its value (see Execute).
+func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
+	var out T
+	err := b.Execute(ctx, func(ctx context.Context) error {
+		v, err := fn(ctx)
+		out = v
+		return err
+	})
+	return out, err
+}
+
+// Refresh reads the circuit from cbd (or the local copy) and fires
+// OnStateChange for changes other processes made.
+func (b *Breaker) Refresh(ctx context.Context) (string, error) {
+	cctx, now := b.callCtx()
+	var r *GetReply
+	answered, err := b.remote("get", func() error {
+		var e error
+		r, e = b.client.Get(ctx, b.Name, cctx)
+		return e
+	})
+	if answered {
+		if err != nil {
+			return "", err
+		}
+		b.noteSnapshot(&r.Snapshot)
+		b.observe(r.Snapshot.State, false)
+		return r.Snapshot.State, nil
+	}
+	switch b.opts.StorePolicy {
+	case StoreReject:
+		return "", err
+	case StoreAllow:
+		return StateClosed, nil
+	}
+	b.mu.Lock()
+	degraded := b.degraded
+	state := b.seen.State
+	b.mu.Unlock()
+	if degraded {
+		state = b.local.Get(b.Name, b.fallbackPolicy(), now).State
+	}
+	b.observe(state, true)
+	return state, nil
+}
+
+// Force forces the circuit's state through cbd (set_state, admin).
+func (b *Breaker) Force(ctx context.Context, state string) error {
+	cctx, _ := b.callCtx()
+	s, err := b.client.SetState(ctx, b.Name, state, SetStateOptions{Ctx: cctx})
+	if err != nil {
+		return err
+	}
+	b.noteSnapshot(s)
+	b.observe(s.State, false)
+	return nil
+}
