@@ -173,6 +173,9 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 	raw, err := c.exchange(ctx, op, line, noreply)
 	if err != nil {
 		c.drop()
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr // the caller's cancel or deadline, not cbd's fault
+		}
 		return err
 	}
 	if noreply {

@@ -245,3 +245,16 @@ func TestReconnectAndSocketPath(t *testing.T) {
 		t.Fatalf("no socket: %v", err)
 	}
 }
+
+func TestCallerContextIsNotCbdsFault(t *testing.T) {
+	c := testClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Hello(ctx, "")
+	if !errors.Is(err, context.Canceled) || Unavailable(err) {
+		t.Fatalf("cancelled request: %v", err)
+	}
+	if _, err := c.Hello(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+}
