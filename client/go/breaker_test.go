@@ -188,3 +188,51 @@ func TestBreakerOptionsChecked(t *testing.T) {
 		t.Fatal("unknown preset accepted")
 	}
 }
+
+func TestBreakerOneTrialAmongGoroutines(t *testing.T) {
+	clock := newVirtualClock()
+	b := newTestBreaker(t, BreakerOptions{Clock: clock.now,
+		Policy: Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 1000, "half_open_max": 1}})
+	ctx := context.Background()
+	_ = b.Execute(ctx, failing)
+	clock.advance(1000)
+	const n = 16
+	release := make(chan struct{})
+	results := make(chan error, n)
+	var ran int64
+	for i := 0; i < n; i++ {
+		go func() {
+			results <- b.Execute(ctx, func(context.Context) error {
+				atomic.AddInt64(&ran, 1)
+				<-release
+				return nil
+			})
+		}()
+	}
+	refused := 0
+	timeout := time.After(10 * time.Second)
+	for refused < n-1 {
+		select {
+		case err := <-results:
+			if !errors.Is(err, ErrCircuitOpen) {
+				t.Fatalf("a second trial: %v", err)
+			}
+			refused++
+		case <-timeout:
+			close(release)
+			t.Fatalf("only %d refusals", refused)
+		}
+	}
+	close(release)
+	select {
+	case err := <-results:
+		if err != nil {
+			t.Fatalf("the trial: %v", err)
+		}
+	case <-timeout:
+		t.Fatal("the trial never returned")
+	}
+	if atomic.LoadInt64(&ran) != 1 || b.State() != StateClosed {
+		t.Fatalf("%d trials ran, state %s", ran, b.State())
+	}
+}
