@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -98,7 +99,15 @@ type Breaker struct {
 	seen       Machine
 	seenPolicy map[string]any
 	seenHold   *Hold
+	skipped    int64 // requests not sent: cbd skipped after a timeout
+	localCalls int64 // permits granted by the local fallback
 }
+
+// Skipped counts the requests the timeout backoff kept from cbd.
+func (b *Breaker) Skipped() int64 { return atomic.LoadInt64(&b.skipped) }
+
+// LocalCalls counts the permits the LOCAL fallback granted.
+func (b *Breaker) LocalCalls() int64 { return atomic.LoadInt64(&b.localCalls) }
 
 // NewBreaker is a breaker on the circuit name.
 func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
@@ -181,6 +190,7 @@ func (b *Breaker) remote(op string, fn func() error) (bool, error) {
 	skipErr := b.skipErr
 	b.mu.Unlock()
 	if skipping {
+		atomic.AddInt64(&b.skipped, 1)
 		b.storeError(skipErr, op)
 		return false, skipErr
 	}
@@ -327,6 +337,9 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 	if !reply.Allowed {
 		return nil, &CircuitOpenError{Name: b.Name, State: reply.State,
 			RetryAfter: time.Duration(reply.RetryAfterMs) * time.Millisecond}
+	}
+	if degraded {
+		atomic.AddInt64(&b.localCalls, 1)
 	}
 	return &Permit{Name: b.Name, State: reply.State, Token: reply.Permit, Local: degraded,
 		Started: time.Now()}, nil

@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,6 +56,17 @@ type Options struct {
 	Socket         string
 	ConnectTimeout time.Duration
 	IOTimeout      time.Duration
+	MaxReplyBytes  int // the longest reply line accepted (0: MaxReplyBytes)
+}
+
+// Counters count what a Client met; every limit hit is one of them.
+type Counters struct {
+	Requests        int64 // requests sent
+	Connects        int64 // connections made (the first one and reconnections)
+	Timeouts        int64 // connects or replies past their timeout
+	Unavailable     int64 // other failures to reach cbd
+	RepliesTooLong  int64 // replies past MaxReplyBytes
+	PolicyConflicts int64 // replies carrying policy_conflict (§6)
 }
 
 // Client is a connection to cbd shared by goroutines (one request at a
@@ -63,17 +75,22 @@ type Client struct {
 	Socket         string
 	ConnectTimeout time.Duration
 	IOTimeout      time.Duration
+	MaxReplyBytes  int
 
-	mu   sync.Mutex
-	conn net.Conn
-	rd   *bufio.Reader
+	counters Counters
+	mu       sync.Mutex
+	conn     net.Conn
+	rd       *bufio.Reader
 }
 
 // NewClient is a client on opts.Socket (else $CBD_SOCKET, else
 // /run/cbd/cbd.sock); it connects on first use.
 func NewClient(opts Options) *Client {
 	c := &Client{Socket: ResolveSocket(opts.Socket), ConnectTimeout: opts.ConnectTimeout,
-		IOTimeout: opts.IOTimeout}
+		IOTimeout: opts.IOTimeout, MaxReplyBytes: opts.MaxReplyBytes}
+	if c.MaxReplyBytes <= 0 {
+		c.MaxReplyBytes = MaxReplyBytes
+	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -81,6 +98,16 @@ func NewClient(opts Options) *Client {
 		c.IOTimeout = DefaultIOTimeout
 	}
 	return c
+}
+
+// Counters is a copy of the client's counters.
+func (c *Client) Counters() Counters {
+	return Counters{Requests: atomic.LoadInt64(&c.counters.Requests),
+		Connects:        atomic.LoadInt64(&c.counters.Connects),
+		Timeouts:        atomic.LoadInt64(&c.counters.Timeouts),
+		Unavailable:     atomic.LoadInt64(&c.counters.Unavailable),
+		RepliesTooLong:  atomic.LoadInt64(&c.counters.RepliesTooLong),
+		PolicyConflicts: atomic.LoadInt64(&c.counters.PolicyConflicts)}
 }
 
 // Close drops the connection (the next request reconnects).
@@ -119,6 +146,7 @@ func (c *Client) connect(ctx context.Context) error {
 		}
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("cannot connect to %s: %v", c.Socket, err)}
 	}
+	atomic.AddInt64(&c.counters.Connects, 1)
 	c.conn, c.rd = conn, bufio.NewReaderSize(conn, readBufBytes)
 	return nil
 }
@@ -131,8 +159,9 @@ func (c *Client) readLine() ([]byte, error) {
 			return nil, err
 		}
 		line = append(line, part...)
-		if len(line) > MaxReplyBytes {
-			return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("reply longer than %d bytes", MaxReplyBytes)}
+		if len(line) > c.MaxReplyBytes {
+			atomic.AddInt64(&c.counters.RepliesTooLong, 1)
+			return nil, &Error{Code: CodeUnavailable, Message: fmt.Sprintf("reply longer than %d bytes", c.MaxReplyBytes)}
 		}
 		if !more {
 			return line, nil
@@ -142,8 +171,9 @@ func (c *Client) readLine() ([]byte, error) {
 
 // envelope is what every reply carries (§3).
 type envelope struct {
-	Ok    *bool `json:"ok"`
-	Error *struct {
+	Ok             *bool           `json:"ok"`
+	PolicyConflict json.RawMessage `json:"policy_conflict"`
+	Error          *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
@@ -170,11 +200,18 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	atomic.AddInt64(&c.counters.Requests, 1)
 	raw, err := c.exchange(ctx, op, line, noreply)
 	if err != nil {
 		c.drop()
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr // the caller's cancel or deadline, not cbd's fault
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeTimeout {
+			atomic.AddInt64(&c.counters.Timeouts, 1)
+		} else {
+			atomic.AddInt64(&c.counters.Unavailable, 1)
 		}
 		return err
 	}
@@ -185,6 +222,9 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 	if err := json.Unmarshal(raw, &env); err != nil {
 		c.drop()
 		return &Error{Op: op, Code: CodeUnavailable, Message: "cbd sent a line that is not JSON: " + err.Error()}
+	}
+	if len(env.PolicyConflict) > 0 && string(env.PolicyConflict) != "null" {
+		atomic.AddInt64(&c.counters.PolicyConflicts, 1)
 	}
 	if !*env.Ok {
 		e := &Error{Op: op, Code: "unknown"}

@@ -138,6 +138,12 @@ func TestLocalFallbackWithCbdStopped(t *testing.T) {
 	if len(errs) == 0 || errs[0] != "allow:timeout" {
 		t.Fatalf("store errors %v", errs)
 	}
+	// Each store error was a timeout or a request skipped in the backoff.
+	if n := b.Client().Counters(); n.Timeouts+b.Skipped() != int64(len(errs)) || b.LocalCalls() != 3 {
+		t.Fatalf("timeouts %d + skipped %d != store errors %v; local calls %d", n.Timeouts,
+			b.Skipped(), errs, b.LocalCalls())
+	}
+	t.Logf("with cbd stopped: %d timeouts, %d requests skipped", b.Client().Counters().Timeouts, b.Skipped())
 	d.Resume()
 	time.Sleep(DefaultTimeoutBackoff)
 	b2 := ownBreaker(t, d, StoreReject, &errs)

@@ -258,3 +258,36 @@ func TestCallerContextIsNotCbdsFault(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestClientCountersAndReplyLimit(t *testing.T) {
+	d := sharedCbd(t)
+	ctx := context.Background()
+	name := circuitName(t)
+	c := NewClient(Options{Socket: d.Socket, IOTimeout: 2e9, ConnectTimeout: 2e9, MaxReplyBytes: 64})
+	defer c.Close()
+	if _, err := c.Hello(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot is far longer than 64 bytes.
+	_, err := c.Get(ctx, name, nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeUnavailable || !strings.Contains(e.Message, "64 bytes") {
+		t.Fatalf("a reply past MaxReplyBytes: %v", err)
+	}
+	// Declaring another policy for a live circuit is a policy_conflict.
+	big := NewClient(Options{Socket: d.Socket, IOTimeout: 2e9, ConnectTimeout: 2e9})
+	defer big.Close()
+	if _, err := big.Allow(ctx, name, Ctx{"failure_threshold": 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.Allow(ctx, name, Ctx{"failure_threshold": 4}); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Counters()
+	if n.Requests != 2 || n.Connects != 1 || n.RepliesTooLong != 1 || n.Unavailable != 1 {
+		t.Fatalf("counters %+v", n)
+	}
+	if got := big.Counters(); got.PolicyConflicts != 1 || got.Requests != 2 {
+		t.Fatalf("counters %+v", got)
+	}
+}
