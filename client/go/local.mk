@@ -13,6 +13,7 @@ EXTRA_DIST += \
 	client/go/retry.go \
 	client/go/transport.go \
 	client/go/internal/cbdtest/daemon.go \
+	client/go/bench_test.go \
 	client/go/breaker_test.go \
 	client/go/classify_test.go \
 	client/go/fallback_test.go \
