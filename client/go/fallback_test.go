@@ -151,3 +151,41 @@ func TestLocalFallbackWithCbdStopped(t *testing.T) {
 		t.Fatalf("cbd resumed: %v", err)
 	}
 }
+
+func TestLocalFallbackKeepsHolds(t *testing.T) {
+	d := cbdtest.StartT(t, fallbackConfig+"[circuit \"search\"]\nfailure_threshold = 3\n")
+	var errs []string
+	ctx := context.Background()
+	c := NewClient(Options{Socket: d.Socket})
+	defer c.Close()
+	if _, err := c.SetState(ctx, "payments", StateOpen, SetStateOptions{Hold: true, Reason: "failover"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetState(ctx, "search", StateClosed, SetStateOptions{Hold: true}); err != nil {
+		t.Fatal(err)
+	}
+	payments := ownBreaker(t, d, StoreLocal, &errs)
+	search, err := NewBreaker("search", BreakerOptions{Client: NewClient(Options{Socket: d.Socket})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*Breaker{payments, search} {
+		if _, err := b.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Kill()
+	// Held open (no ttl): the local copy stays open, however long.
+	if err := payments.Execute(ctx, succeeding); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("held open, cbd killed: %v", err)
+	}
+	// Held closed: no rule opens it (failure_threshold 3 notwithstanding).
+	for i := 0; i < 5; i++ {
+		if err := search.Execute(ctx, failing); !errors.Is(err, errBoom) {
+			t.Fatalf("held closed, call %d: %v", i, err)
+		}
+	}
+	if search.State() != StateClosed || search.LocalCalls() != 5 {
+		t.Fatalf("held closed: %s after %d local calls", search.State(), search.LocalCalls())
+	}
+}
