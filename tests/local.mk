@@ -79,3 +79,11 @@ tests_bench_authority_SOURCES = tests/bench-authority.c tests/cbd-harness.c test
 tests_bench_authority_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/python.sh
+
+# cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
+# one load generator; prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50]
+noinst_PROGRAMS += tests/bench-vs-redis
+tests_bench_vs_redis_SOURCES = tests/bench-vs-redis.c tests/cbd-harness.c tests/cbd-harness.h
+tests_bench_vs_redis_CFLAGS = $(AM_CFLAGS) -pthread
+tests_bench_vs_redis_LDFLAGS = $(AM_LDFLAGS) -pthread
