@@ -12,7 +12,7 @@ command -v git >/dev/null 2>&1 && git -C "$srcdir" rev-parse --git-dir >/dev/nul
 	echo "not a git checkout: skipping"
 	exit 77
 }
-for f in $(make -s --no-print-directory -C "$builddir" print-generated) config.status \
+for f in $(MAKEFLAGS= make -s --no-print-directory -C "$builddir" print-generated) config.status \
 	config.log Makefile \
 	src/.libs/libcbcore.a tests/test-suite.log tests/cbd-ops-test.log \
 	tests/cbd-ops-test.trs; do
