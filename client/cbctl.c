@@ -329,6 +329,28 @@ format_hold(const cbc_hold_info *h, char *buf, size_t size)
 	sanitize(buf);
 }
 
+/* A snapshot's policy, one key a line: value ("unset" for null) and
+ * where it came from. */
+static void
+policy_print(const json_t *policy, const char *indent)
+{
+	const json_t *sources = json_object_get(policy, "source"), *value;
+	const char *key;
+
+	json_object_foreach ((json_t *)policy, key, value) {
+		const char *source = json_string_value(json_object_get(sources, key));
+		char *text;
+
+		if (strcmp(key, "source") == 0)
+			continue;
+		text =
+		    json_is_null(value) ? NULL : json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
+		printf("%s%-20s %-16s %s\n", indent, key, text != NULL ? text : "unset",
+		    source != NULL ? source : "-");
+		free(text);
+	}
+}
+
 /* "retry in 12.4s" while open ("held" while held open until released),
  * else "-". */
 static void
@@ -461,9 +483,6 @@ print_detail(cbctl *ctl, const cbc_snapshot *s)
 	char *reply = cbc_conn_last_reply(ctl->conn);
 	json_t *obj = reply != NULL ? json_loads(reply, 0, NULL) : NULL;
 	const json_t *policy = json_object_get(json_object_get(obj, "snapshot"), "policy");
-	const json_t *sources = json_object_get(policy, "source");
-	const char *key;
-	json_t *value;
 
 	cbc_free(reply);
 	if (s->totals.successes >= 0)
@@ -477,19 +496,7 @@ print_detail(cbctl *ctl, const cbc_snapshot *s)
 	print_shared(s);
 	if (json_is_object(policy)) {
 		printf("policy:\n");
-		json_object_foreach ((json_t *)policy, key, value) {
-			const char *source = json_string_value(json_object_get(sources, key));
-			char *text;
-
-			if (strcmp(key, "source") == 0)
-				continue;
-			text = json_is_null(value)
-			    ? NULL
-			    : json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
-			printf("  %-20s %-16s %s\n", key, text != NULL ? text : "-",
-			    source != NULL ? source : "-");
-			free(text);
-		}
+		policy_print(policy, "  ");
 	}
 	json_decref(obj);
 }
@@ -598,8 +605,7 @@ cmd_policy(cbctl *ctl)
 	cbc_snapshot snap;
 	cbc_error err;
 	cbc_status status = cbc_get(ctl->conn, ctl->argv[0], NULL, &snap, &err);
-	json_t *obj, *policy, *sources, *value;
-	const char *key;
+	json_t *obj, *policy;
 
 	if (status != CBC_OK)
 		return fail_status(ctl, status, &err);
@@ -622,20 +628,8 @@ cmd_policy(cbctl *ctl)
 		json_decref(obj);
 		return text != NULL ? EXIT_OK : EXIT_REFUSED;
 	}
-	sources = json_object_get(policy, "source");
 	printf("%-20s %-16s %s\n", "KEY", "VALUE", "SOURCE");
-	json_object_foreach (policy, key, value) {
-		const char *source = json_string_value(json_object_get(sources, key));
-		char *text;
-
-		if (strcmp(key, "source") == 0)
-			continue;
-		text =
-		    json_is_null(value) ? NULL : json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
-		printf("%-20s %-16s %s\n", key, text != NULL ? text : "unset",
-		    source != NULL ? source : "-");
-		free(text);
-	}
+	policy_print(policy, "");
 	json_decref(obj);
 	return EXIT_OK;
 }

@@ -171,10 +171,8 @@ op_totals_json(const ct_totals *t)
 	    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected);
 }
 
-/* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
- * "slow_call_rate"}, rates in percent (0 when empty). */
-static json_t *
-window_json(const ct_view *view)
+json_t *
+op_window_json(const ct_view *view)
 {
 	cb_window_counts w = view->has_window ? view->window : (cb_window_counts){ 0 };
 	double calls = w.calls;
@@ -201,7 +199,7 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 	    json_object_set_new(obj, "current_break_ms",
 		json_integer(breaker_break_ms(&view->snap, policy))) != 0 ||
 	    (policy->trip == CB_TRIP_RATE &&
-		json_object_set_new(obj, "window", window_json(view)) != 0) ||
+		json_object_set_new(obj, "window", op_window_json(view)) != 0) ||
 	    (policy->min_reporters > 1 &&
 		json_object_set_new(obj, "reporters",
 		    json_integer(view->reporters != NULL ? breaker_reporters_count(view->reporters,
@@ -216,10 +214,13 @@ op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
 bool
 op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 {
-	json_t *obj = op_snapshot_json(call->name, view, &call->policy, call->preset,
-	    &call->sources, call->now);
-
-	if (obj == NULL || json_object_set_new(call->reply, member, obj) != 0)
+	/* Encoded straight as text (encode.c): the reply's largest member. */
+	enc_puts(&call->tail, ",\"");
+	enc_puts(&call->tail, member);
+	enc_puts(&call->tail, "\":");
+	encode_snapshot(&call->tail, call->name, view, &call->policy, call->preset, &call->sources,
+	    call->now);
+	if (call->tail.nomem)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
@@ -446,6 +447,32 @@ op_run(op_call *call, const op_entry *op)
 	return op->handler(call) && reply_conflicts(call);
 }
 
+/* Write call's reply: its jansson members, then the members encoded as
+ * text (call->tail), as one line. Steals call->reply. */
+static void
+reply_with_tail(server_client *c, op_call *call, const json_t *id)
+{
+	enc_buf line = { 0 };
+
+	enc_value(&line, call->reply);
+	json_decref(call->reply);
+	call->reply = NULL;
+	if (line.nomem || line.len < 2 || line.buf[line.len - 1] != '}') {
+		enc_free(&line);
+		server_client_reply_oom(c, id);
+		return;
+	}
+	/* "{...}" + ",\"snapshot\":{...}" -> "{...,\"snapshot\":{...}}" */
+	line.len--;
+	enc_put(&line, call->tail.buf, call->tail.len);
+	enc_put(&line, "}", 1);
+	if (line.nomem)
+		server_client_reply_oom(c, id);
+	else
+		server_client_reply_line(c, line.buf, line.len);
+	enc_free(&line);
+}
+
 void
 op_dispatch(server_client *c, const char *line, size_t len)
 {
@@ -493,6 +520,8 @@ reply:
 		if (noreply) {
 			json_decref(call.reply);
 			stats.noreply++;
+		} else if (call.tail.len > 0) {
+			reply_with_tail(c, &call, id);
 		} else {
 			server_client_reply(c, call.reply);
 		}
@@ -517,5 +546,6 @@ reply:
 	}
 	/* Events this request caused reach its own connection after it. */
 	watch_request_end(c);
+	enc_free(&call.tail);
 	json_decref(request);
 }

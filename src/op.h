@@ -13,6 +13,7 @@
 
 #include "breaker.h"
 #include "circuit-table.h"
+#include "encode.h"
 #include "proto.h"
 #include "server-client.h"
 
@@ -38,6 +39,7 @@ typedef struct op_call {
 	int64_t clock; /* the daemon's clock (idleness, audit) */
 	ct_call table; /* OP_CTX: what the circuit table takes */
 	json_t *reply; /* the ok reply; handlers add their result members */
+	enc_buf tail; /* members already encoded as text, written after reply's */
 	proto_error err; /* set when a handler returns false */
 } op_call;
 
@@ -80,6 +82,9 @@ json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy 
 /* A hold as JSON: null, or {"state", "by_uid", "by_user", "reason",
  * "since", "until"}; the totals as {"successes", ...}. NULL: no memory. */
 json_t *op_hold_json(const ct_hold *hold);
+/* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
+ * "slow_call_rate"}, rates in percent (0 when empty). */
+json_t *op_window_json(const ct_view *view);
 json_t *op_totals_json(const ct_totals *totals);
 
 /* Snapshots collected for one reply (list, watch), cut so that the reply

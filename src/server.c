@@ -28,6 +28,7 @@
 #endif
 
 #include "clock.h"
+#include "encode.h"
 #include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
@@ -822,6 +823,7 @@ server_free(void)
 	log_limit_free();
 	housekeeping_free();
 	metrics_http_stop();
+	encode_cache_clear();
 	if (srv.base != NULL)
 		event_base_free(srv.base);
 	circuit_table_free(srv.table);

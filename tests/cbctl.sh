@@ -92,7 +92,7 @@ run 0 "get shows the policy" get payments
 expect out '^policy:' "get shows the policy"
 expect out '^  break_ms +60000 +defaults$' "break_ms from [defaults]"
 expect out '^  failure_threshold +5 +builtin$' "failure_threshold built in"
-expect out '^  max_gap_ms +- +builtin$' "a key with no value"
+expect out '^  max_gap_ms +unset +builtin$' "a key with no value reads unset, as in cbctl policy"
 expect out '^totals: 0 successes, 0 failures, 0 ignored, 0 slow, 0 rejected$' "get shows totals"
 run 0 "open cfg" open cfg --no-hold
 run 0 "get cfg" get cfg

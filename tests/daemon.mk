@@ -81,3 +81,9 @@ check_PROGRAMS += tests/cbd-limits-test
 tests_cbd_limits_test_SOURCES = tests/cbd-limits-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_limits_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_limits_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# The hot path's encoder writes what jansson writes, byte for byte.
+check_PROGRAMS += tests/check_encode
+tests_check_encode_SOURCES = tests/check_encode.c
+tests_check_encode_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_check_encode_LDADD = src/libcbdaemon.la $(DAEMON_TEST_LIBS)

@@ -45,9 +45,9 @@ SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	DATADIR='$(datadir)' \
 	SAN_CFLAGS='$(SAN_CFLAGS)' HAVE_SYSTEMD='$(have_systemd)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
-	tests/format.sh
+	tests/format.sh tests/gitignore.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
-EXTRA_DIST += tests/systemd-units.sh
+EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
 
@@ -79,5 +79,13 @@ tests_bench_authority_SOURCES = tests/bench-authority.c tests/cbd-harness.c test
 tests_bench_authority_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/python.sh
+
+# cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
+# one load generator; prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50]
+noinst_PROGRAMS += tests/bench-vs-redis
+tests_bench_vs_redis_SOURCES = tests/bench-vs-redis.c tests/cbd-harness.c tests/cbd-harness.h
+tests_bench_vs_redis_CFLAGS = $(AM_CFLAGS) -pthread
+tests_bench_vs_redis_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/go.sh
 EXTRA_DIST += tests/go.sh

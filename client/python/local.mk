@@ -23,6 +23,7 @@ EXTRA_DIST += \
 	client/python/tests/test_machine.py \
 	client/python/tests/test_ops.py \
 	client/python/tests/test_retry.py \
+	client/python/tests/test_trace.py \
 	client/python/examples/service.py \
 	client/python/bench.py \
 	tests/python.sh

@@ -1,0 +1,276 @@
+/*
+ * encode.c — the hot path's snapshot encoder (see encode.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* Out of memory in uthash must not exit cbd: the entry is just not cached. */
+#define HASH_NONFATAL_OOM 1
+static int hash_oom;
+#define uthash_nonfatal_oom(obj) (hash_oom = 1)
+#include <uthash.h>
+
+#include "encode.h"
+#include "op.h"
+
+void
+enc_put(enc_buf *b, const char *text, size_t len)
+{
+	if (b->nomem)
+		return;
+	if (b->cap - b->len < len + 1) {
+		size_t cap = b->cap > 0 ? b->cap : 2048;
+		char *grown;
+
+		while (cap - b->len < len + 1)
+			cap *= 2;
+		grown = realloc(b->buf, cap);
+		if (grown == NULL) {
+			b->nomem = true;
+			return;
+		}
+		b->buf = grown;
+		b->cap = cap;
+	}
+	memcpy(b->buf + b->len, text, len);
+	b->len += len;
+	b->buf[b->len] = '\0';
+}
+
+void
+enc_puts(enc_buf *b, const char *text)
+{
+	enc_put(b, text, strlen(text));
+}
+
+void
+enc_int(enc_buf *b, int64_t v)
+{
+	char digits[24], *p = digits + sizeof digits;
+	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+
+	do
+		*--p = (char)('0' + u % 10);
+	while ((u /= 10) != 0);
+	if (v < 0)
+		*--p = '-';
+	enc_put(b, p, (size_t)(digits + sizeof digits - p));
+}
+
+void
+enc_name(enc_buf *b, const char *name)
+{
+	const char *run = name;
+
+	enc_put(b, "\"", 1);
+	for (const char *p = name; *p != '\0'; p++) {
+		if (*p != '"' && *p != '\\')
+			continue;
+		enc_put(b, run, (size_t)(p - run));
+		enc_put(b, "\\", 1);
+		run = p;
+	}
+	enc_puts(b, run);
+	enc_put(b, "\"", 1);
+}
+
+void
+enc_free(enc_buf *b)
+{
+	free(b->buf);
+	*b = (enc_buf){ 0 };
+}
+
+void
+enc_value(enc_buf *b, const json_t *v)
+{
+	size_t flags = JSON_COMPACT | JSON_ENCODE_ANY, size;
+
+	/* json_dumpb into our own buffer: jansson 2.14's json_dumps can emit
+	 * a key-less object when its buffer cannot grow (it does not check
+	 * one of its writes); json_dumpb allocates nothing. */
+	if (v == NULL || b->nomem || (size = json_dumpb(v, NULL, 0, flags)) == 0) {
+		b->nomem = true;
+		return;
+	}
+	enc_put(b, "", 0);
+	if (!b->nomem && b->cap - b->len < size + 1) {
+		char *grown = realloc(b->buf, b->len + size + 1);
+
+		if (grown == NULL) {
+			b->nomem = true;
+			return;
+		}
+		b->buf = grown;
+		b->cap = b->len + size + 1;
+	}
+	if (b->nomem || json_dumpb(v, b->buf + b->len, size, flags) != size) {
+		b->nomem = true;
+		return;
+	}
+	b->len += size;
+	b->buf[b->len] = '\0';
+}
+
+/* enc_value of a value built for it (stolen). */
+static void
+enc_json(enc_buf *b, json_t *v)
+{
+	enc_value(b, v);
+	json_decref(v);
+}
+
+/* A time member: an integer, or null. */
+static void
+enc_time(enc_buf *b, int64_t t)
+{
+	if (t == CB_TIME_NONE)
+		enc_puts(b, "null");
+	else
+		enc_int(b, t);
+}
+
+/* ---- the policy text cache -------------------------------------------- */
+
+/* What the policy text depends on, with no padding to compare. */
+typedef struct policy_key {
+	int64_t value[PROTO_CTX_KEY_COUNT];
+	int64_t has; /* bit k: key k has a value */
+	uint8_t source[PROTO_CTX_KEY_COUNT];
+	char preset[PROTO_PRESET_NAME_MAX + 1];
+	uint8_t has_preset;
+} policy_key;
+
+typedef struct policy_text {
+	UT_hash_handle hh;
+	policy_key key;
+	size_t len;
+	char text[];
+} policy_text;
+
+static policy_text *cache;
+static unsigned cache_count;
+
+void
+encode_cache_clear(void)
+{
+	policy_text *p, *tmp;
+
+	HASH_ITER (hh, cache, p, tmp) {
+		HASH_DEL(cache, p);
+		free(p);
+	}
+	cache_count = 0;
+}
+
+static void
+enc_policy(enc_buf *b, const cb_policy *policy, const char *preset,
+    const proto_policy_sources *sources)
+{
+	policy_key key;
+	policy_text *p;
+	json_t *obj;
+	char *text;
+	size_t len;
+
+	memset(&key, 0, sizeof key);
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		if (proto_policy_value(policy, (proto_ctx_key)k, &key.value[k]))
+			key.has |= INT64_C(1) << k;
+		key.source[k] = sources != NULL ? sources->key[k] : PROTO_SOURCE_BUILTIN;
+	}
+	if (preset != NULL) {
+		key.has_preset = 1;
+		strncpy(key.preset, preset, PROTO_PRESET_NAME_MAX);
+	}
+	HASH_FIND(hh, cache, &key, sizeof key, p);
+	if (p != NULL) {
+		enc_put(b, p->text, p->len);
+		return;
+	}
+	{
+		enc_buf one = { 0 };
+
+		obj = proto_policy_to_json(policy, preset, sources);
+		enc_json(&one, obj);
+		if (one.nomem) {
+			enc_free(&one);
+			b->nomem = true;
+			return;
+		}
+		text = one.buf;
+		len = one.len;
+	}
+	enc_put(b, text, len);
+	if (cache_count >= ENCODE_POLICY_CACHE_MAX)
+		encode_cache_clear();
+	p = malloc(sizeof *p + len + 1);
+	if (p != NULL) {
+		p->key = key;
+		p->len = len;
+		memcpy(p->text, text, len + 1);
+		hash_oom = 0;
+		HASH_ADD(hh, cache, key, sizeof p->key, p);
+		if (hash_oom)
+			free(p);
+		else
+			cache_count++;
+	}
+	free(text);
+}
+
+void
+encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_policy *policy,
+    const char *preset, const proto_policy_sources *sources, int64_t now)
+{
+	const cb_snapshot *s = &view->snap;
+	const ct_totals *t = &view->totals;
+
+	enc_puts(b, "{\"name\":");
+	enc_name(b, name);
+	enc_puts(b, ",\"state\":\"");
+	enc_puts(b, breaker_state_name(s->state));
+	enc_puts(b, "\",\"failure_count\":");
+	enc_int(b, s->failure_count);
+	enc_puts(b, ",\"success_count\":");
+	enc_int(b, s->success_count);
+	enc_puts(b, ",\"last_failure_at\":");
+	enc_time(b, s->last_failure_at);
+	enc_puts(b, ",\"opened_at\":");
+	enc_time(b, s->opened_at);
+	enc_puts(b, ",\"retry_after_ms\":");
+	enc_int(b, circuit_table_retry_after(view, policy, now));
+	enc_puts(b, ",\"policy\":");
+	enc_policy(b, policy, preset, sources);
+	enc_puts(b, ",\"hold\":");
+	if (view->hold.held)
+		enc_json(b, op_hold_json(&view->hold));
+	else
+		enc_puts(b, "null");
+	enc_puts(b, ",\"totals\":{\"successes\":");
+	enc_int(b, (int64_t)t->successes);
+	enc_puts(b, ",\"failures\":");
+	enc_int(b, (int64_t)t->failures);
+	enc_puts(b, ",\"ignored\":");
+	enc_int(b, (int64_t)t->ignored);
+	enc_puts(b, ",\"slow\":");
+	enc_int(b, (int64_t)t->slow);
+	enc_puts(b, ",\"rejected\":");
+	enc_int(b, (int64_t)t->rejected);
+	enc_puts(b, "},\"current_break_ms\":");
+	enc_int(b, breaker_break_ms(s, policy));
+	if (policy->trip == CB_TRIP_RATE) {
+		enc_puts(b, ",\"window\":");
+		enc_json(b, op_window_json(view));
+	}
+	if (policy->min_reporters > 1) {
+		enc_puts(b, ",\"reporters\":");
+		enc_int(b,
+		    view->reporters != NULL
+			? breaker_reporters_count(view->reporters, now, policy->reporter_window_ms)
+			: 0);
+	}
+	enc_puts(b, "}");
+}
