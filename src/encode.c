@@ -34,7 +34,8 @@ enc_put(enc_buf *b, const char *text, size_t len)
 		b->buf = grown;
 		b->cap = cap;
 	}
-	memcpy(b->buf + b->len, text, len);
+	if (len > 0) /* text may be NULL then (an empty buffer's) */
+		memcpy(b->buf + b->len, text, len);
 	b->len += len;
 	b->buf[b->len] = '\0';
 }

@@ -234,10 +234,8 @@ op_snapshots_init(op_snapshots *s, op_call *call)
 	size_t queued = call->client->out_len - call->client->out_off;
 	size_t half = (size_t)srv.conf.max_output_bytes / 2;
 
-	*s = (op_snapshots){ .array = json_array(), .now = call->now };
+	*s = (op_snapshots){ .now = call->now };
 	s->budget = half > queued + OP_ENVELOPE_BYTES ? half - queued - OP_ENVELOPE_BYTES : 0;
-	if (s->array == NULL)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
 
@@ -247,39 +245,51 @@ op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
 	proto_policy_sources sources;
 	const char *preset;
 	cb_policy policy;
-	size_t cost;
-	json_t *obj;
+	size_t before = s->items.len, cost;
 
 	if (s->truncated || s->nomem)
 		return;
 	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
-	obj = op_snapshot_json(name, view, &policy, preset, &sources, s->now);
-	if (obj == NULL) {
+	/* Encoded straight as text (encode.c), a comma before all but the
+	 * first: the entry's exact cost is what the buffer grew by. */
+	if (before > 0)
+		enc_put(&s->items, ",", 1);
+	encode_snapshot(&s->items, name, view, &policy, preset, &sources, s->now);
+	if (s->items.nomem) {
 		s->nomem = true;
 		return;
 	}
-	/* The entry's exact size, and a comma. */
-	cost = json_dumpb(obj, NULL, 0, JSON_COMPACT) + 1;
+	cost = s->items.len - before;
 	if (cost > s->budget) {
 		s->truncated = true;
-		json_decref(obj);
+		s->items.len = before;
 		return;
 	}
 	s->budget -= cost;
-	if (json_array_append_new(s->array, obj) != 0)
-		s->nomem = true;
+}
+
+void
+op_snapshots_free(op_snapshots *s)
+{
+	enc_free(&s->items);
 }
 
 bool
 op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool always_truncated)
 {
 	if (s->nomem) {
-		json_decref(s->array);
+		op_snapshots_free(s);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	}
 	if (s->truncated)
 		stats_limit_hit(STATS_LIMIT_LIST);
-	if (json_object_set_new(call->reply, member, s->array) != 0 ||
+	enc_puts(&call->tail, ",\"");
+	enc_puts(&call->tail, member);
+	enc_puts(&call->tail, "\":[");
+	enc_put(&call->tail, s->items.buf, s->items.len);
+	enc_puts(&call->tail, "]");
+	op_snapshots_free(s);
+	if (call->tail.nomem ||
 	    ((always_truncated || s->truncated) &&
 		json_object_set_new(call->reply, "truncated", json_boolean(s->truncated)) != 0))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

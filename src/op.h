@@ -91,7 +91,7 @@ json_t *op_totals_json(const ct_totals *totals);
  * and what is already queued for the connection stay within half of
  * max_output_bytes. */
 typedef struct op_snapshots {
-	json_t *array;
+	enc_buf items; /* the array's elements, comma separated (encode.c) */
 	size_t budget; /* bytes the reply may still take */
 	int64_t now;
 	bool truncated;
@@ -105,6 +105,8 @@ void op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view);
 /* reply[member] = the array (and "truncated", always when always_truncated,
  * else only when cut); counts a cut in stats. False (internal) on nomem. */
 bool op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool always_truncated);
+/* Drop a collection that will not be replied. */
+void op_snapshots_free(op_snapshots *s);
 
 /* The peer's user name ("" when unknown). */
 void op_peer_user(op_call *call, char *buf, size_t size);

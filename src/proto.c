@@ -348,6 +348,9 @@ proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
 {
 	int64_t v;
 
+	/* Every key has a source, also those resolved without layers_find. */
+	for (int k = 0; sources != NULL && k < PROTO_CTX_KEY_COUNT; k++)
+		sources->key[k] = PROTO_SOURCE_BUILTIN;
 	breaker_policy_default(out);
 	layers_find(layers, n, PROTO_CTX_FAILURE_THRESHOLD, &out->failure_threshold, sources);
 	layers_find(layers, n, PROTO_CTX_SUCCESS_THRESHOLD, &out->success_threshold, sources);

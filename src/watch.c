@@ -433,7 +433,7 @@ op_watch(op_call *call)
 		return false;
 	w = watcher_need(call->client);
 	if (w == NULL) {
-		json_decref(snaps.array);
+		op_snapshots_free(&snaps);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	}
 	if (all) {

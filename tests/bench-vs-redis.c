@@ -185,7 +185,8 @@ worker_run(void *arg)
 
 		/* GET reads its own keys: the script makes circuit-NN hashes,
 		 * and GET on a hash is a WRONGTYPE error. */
-		snprintf(name, sizeof name, "%s-%02d", w->mode == MODE_GET ? "value" : "circuit", key);
+		snprintf(name, sizeof name, "%s-%02d", w->mode == MODE_GET ? "value" : "circuit",
+		    key);
 		if (w->mode == MODE_CBD)
 			len = (size_t)snprintf(req, sizeof req,
 			    "{\"op\":\"record_failure\",\"name\":\"%s\"}\n", name);
