@@ -1,0 +1,222 @@
+// connection.js — one connection to cbd for Node's event loop: the socket
+// path (argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and
+// I/O timeouts, reconnection, and every op of PROTOCOL.md §8 as a method
+// returning a promise. Many requests may be in flight at once: they are
+// written in order (pipelined) and cbd answers in order, so the n-th line
+// carrying `ok` answers the n-th request still waiting (event lines, which
+// never carry `ok`, are skipped). A connection that timed out, broke or
+// sent garbage is dropped at once and every request still waiting on it
+// fails, so a late reply can never be taken for another request's; the
+// next call reconnects.
+
+import net from 'node:net';
+import { CbdTimeoutError, ServerError, UnavailableError } from './errors.js';
+
+export const DEFAULT_SOCKET = '/run/cbd/cbd.sock';
+// libcbclient's CBC_DEFAULT_CONNECT_TIMEOUT_MS and CBC_DEFAULT_IO_TIMEOUT_MS.
+export const DEFAULT_CONNECT_TIMEOUT_MS = 100;
+export const DEFAULT_IO_TIMEOUT_MS = 100;
+// The longest reply line accepted (cbd cuts list replies at half of its
+// max_output_bytes, 8 MiB by default).
+export const MAX_REPLY_BYTES = 64 << 20;
+// Ops on which cbd honours noreply (§8: every op but these five).
+export const NOREPLY_REFUSED = Object.freeze(['hello', 'watch', 'unwatch', 'list', 'stats']);
+
+/** The socket path: path, else $CBD_SOCKET, else /run/cbd/cbd.sock. */
+export function resolveSocket(path) {
+  return path || process.env.CBD_SOCKET || DEFAULT_SOCKET;
+}
+
+/** One request line: members set to null or undefined are left out (§3). */
+export function encodeRequest(op, members = {}) {
+  const req = { op };
+  for (const [k, v] of Object.entries(members)) if (v != null) req[k] = v;
+  return `${JSON.stringify(req)}\n`;
+}
+
+export class Client {
+  /** options: connectTimeoutMs, ioTimeoutMs (100 ms each by default). */
+  constructor(socketPath, { connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS, ioTimeoutMs = DEFAULT_IO_TIMEOUT_MS } = {}) {
+    if (!(connectTimeoutMs > 0) || !(ioTimeoutMs > 0)) throw new RangeError('connectTimeoutMs and ioTimeoutMs must be positive (ms)');
+    this.socketPath = resolveSocket(socketPath);
+    this.connectTimeoutMs = connectTimeoutMs;
+    this.ioTimeoutMs = ioTimeoutMs;
+    this.policyConflicts = 0; // replies that carried policy_conflict
+    this.lastPolicyConflict = null;
+    this.sock = null;
+    this.pending = []; // {op, resolve, reject, timer}, in request order
+    this.buf = '';
+    this.closed = false;
+  }
+
+  close() {
+    this.drop(new UnavailableError('client closed'));
+  }
+
+  /** Forget the connection; every waiting request fails with err. */
+  drop(err) {
+    const sock = this.sock;
+    this.sock = null;
+    this.buf = '';
+    if (sock) sock.destroy();
+    const pending = this.pending;
+    this.pending = [];
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+
+  connect() {
+    const sock = net.createConnection({ path: this.socketPath });
+    sock.setEncoding('utf8');
+    const connectTimer = setTimeout(() => {
+      if (this.sock === sock) this.drop(new CbdTimeoutError(`connecting to ${this.socketPath} timed out`));
+    }, this.connectTimeoutMs);
+    sock.once('connect', () => clearTimeout(connectTimer));
+    sock.on('data', (chunk) => {
+      if (this.sock === sock) this.onData(chunk);
+    });
+    sock.on('error', (e) => {
+      clearTimeout(connectTimer);
+      if (this.sock !== sock) return;
+      const what = sock.connecting ? `cannot connect to ${this.socketPath}` : 'connection to cbd failed';
+      this.drop(new UnavailableError(`${what}: ${e.code || e.message}`));
+    });
+    sock.on('close', () => {
+      clearTimeout(connectTimer);
+      if (this.sock === sock) this.drop(new UnavailableError('cbd closed the connection'));
+    });
+    return sock;
+  }
+
+  onData(chunk) {
+    this.buf += chunk;
+    let nl;
+    while ((nl = this.buf.indexOf('\n')) >= 0) {
+      const line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      if (!line.trim() || !line.includes('"ok"')) continue; // an event line
+      let reply;
+      try {
+        reply = JSON.parse(line);
+      } catch (e) {
+        this.drop(new UnavailableError(`cbd sent a line that is not JSON: ${e.message}`));
+        return;
+      }
+      if (reply === null || typeof reply !== 'object' || !('ok' in reply)) continue;
+      const p = this.pending.shift();
+      if (!p) {
+        this.drop(new UnavailableError('cbd sent a reply nobody asked for'));
+        return;
+      }
+      clearTimeout(p.timer);
+      if (this.pending.length === 0) this.sock?.unref();
+      if (reply.ok === false) {
+        const error = reply.error || {};
+        p.reject(new ServerError(String(error.code ?? 'unknown'), String(error.message ?? '')));
+      } else {
+        if (reply.policy_conflict) {
+          this.policyConflicts += 1;
+          this.lastPolicyConflict = reply.policy_conflict;
+        }
+        p.resolve(reply);
+      }
+    }
+    if (this.buf.length > MAX_REPLY_BYTES) this.drop(new UnavailableError(`reply longer than ${MAX_REPLY_BYTES} bytes`));
+  }
+
+  /** Send one request; its reply (null with noreply). Rejects with
+   * ServerError (cbd's code and message), UnavailableError or
+   * CbdTimeoutError. */
+  request(op, members = {}) {
+    let line;
+    try {
+      line = encodeRequest(op, members);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const noreply = members.noreply === true && !NOREPLY_REFUSED.includes(op);
+    if (!this.sock) this.sock = this.connect();
+    const sock = this.sock;
+    if (noreply) {
+      sock.write(line);
+      return Promise.resolve(null);
+    }
+    sock.ref();
+    return new Promise((resolve, reject) => {
+      const p = { op, resolve, reject, timer: null };
+      // Connecting counts against the connect timeout, the answer against
+      // the I/O timeout.
+      const budget = this.ioTimeoutMs + (sock.connecting ? this.connectTimeoutMs : 0);
+      p.timer = setTimeout(() => {
+        if (this.sock === sock) this.drop(new CbdTimeoutError(`cbd did not answer ${op} within ${this.ioTimeoutMs} ms`));
+      }, budget);
+      this.pending.push(p);
+      sock.write(line);
+    });
+  }
+
+  hello(client) {
+    return this.request('hello', { client });
+  }
+
+  get(name, ctx) {
+    return this.request('get', { name, ctx });
+  }
+
+  allow(name, ctx) {
+    return this.request('allow', { name, ctx });
+  }
+
+  /** record: outcome 'success' | 'failure' | 'ignore'; options permit,
+   * durationMs, ctx, noreply. */
+  record(name, outcome, { permit, durationMs, ctx, noreply } = {}) {
+    return this.request('record', { name, outcome, permit, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  }
+
+  recordSuccess(name, { durationMs, ctx, noreply } = {}) {
+    return this.request('record_success', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  }
+
+  recordFailure(name, { durationMs, ctx, noreply } = {}) {
+    return this.request('record_failure', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  }
+
+  cas(name, from, to, ctx) {
+    return this.request('cas', { name, from, to, ctx });
+  }
+
+  /** set_state (admin): options hold, ttlMs, reason, ctx. */
+  setState(name, state, { hold, ttlMs, reason, ctx } = {}) {
+    return this.request('set_state', { name, state, hold, ttl_ms: ttlMs, reason, ctx });
+  }
+
+  release(name, ctx) {
+    return this.request('release', { name, ctx });
+  }
+
+  acquireSlot(name, ctx) {
+    return this.request('acquire_slot', { name, ctx });
+  }
+
+  releaseSlot(name, token, ctx) {
+    return this.request('release_slot', { name, token, ctx });
+  }
+
+  delete(name) {
+    return this.request('delete', { name });
+  }
+
+  list(state, ctx) {
+    return this.request('list', { state, ctx });
+  }
+
+  stats() {
+    return this.request('stats');
+  }
+
+  metrics() {
+    return this.request('metrics');
+  }
+}
