@@ -79,3 +79,5 @@ tests_bench_authority_SOURCES = tests/bench-authority.c tests/cbd-harness.c test
 tests_bench_authority_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/python.sh
+TESTS += tests/node.sh
+EXTRA_DIST += tests/node.sh

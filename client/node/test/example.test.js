@@ -63,6 +63,8 @@ test('the example service falls back once the circuit opens', async () => {
     assert.equal(snap.totals.failures, 5);
   } finally {
     proc.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+    let timer;
+    await Promise.race([exited, new Promise((r) => { timer = setTimeout(r, 10_000); })]);
+    clearTimeout(timer);
   }
 });

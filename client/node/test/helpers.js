@@ -99,9 +99,18 @@ export class Daemon {
     return this.proc && this.proc.exitCode === null && this.proc.signalCode === null;
   }
 
+  /** Did cbd exit within the bounded wait? (The timer is cleared, so it
+   * keeps nothing alive.) */
   async waitExit() {
-    const t = sleep(STOP_WAIT_MS).then(() => false);
-    return Promise.race([this.exited.then(() => true), t]);
+    let timer;
+    const t = new Promise((r) => {
+      timer = setTimeout(() => r(false), STOP_WAIT_MS);
+    });
+    try {
+      return await Promise.race([this.exited.then(() => true), t]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async stop() {
