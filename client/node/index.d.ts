@@ -92,8 +92,23 @@ interface RecordOptions {
   noreply?: boolean;
 }
 
+/** A watch event line (PROTOCOL.md §8 watch). */
+export interface WatchEvent {
+  event: 'change' | 'delete' | string;
+  from?: State;
+  snapshot?: Snapshot;
+  name?: string;
+  reason?: string;
+  [member: string]: unknown;
+}
+
+export interface ClientEvents {
+  event: [event: WatchEvent];
+  disconnect: [error: CbdError];
+}
+
 /** One connection to cbd; many calls in flight, pipelined, answered in order. */
-export class Client {
+export class Client extends EventEmitter {
   constructor(socketPath?: string, options?: ClientOptions);
   readonly socketPath: string;
   connectTimeoutMs: number;
@@ -116,6 +131,10 @@ export class Client {
   releaseSlot(name: string, token: string, ctx?: Ctx): Promise<Reply & { released: boolean }>;
   delete(name: string): Promise<Reply & { existed: boolean }>;
   list(state?: State, ctx?: Ctx): Promise<Reply & { circuits: Snapshot[]; truncated: boolean }>;
+  watch(names: string[] | 'all'): Promise<Reply & { snapshots: Snapshot[]; truncated?: boolean }>;
+  unwatch(names: string[] | 'all'): Promise<Reply>;
+  on<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;
+  off<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;
   stats(): Promise<Reply>;
   metrics(): Promise<Reply & { text: string }>;
 }

@@ -4,11 +4,12 @@
 // returning a promise. Many requests may be in flight at once: they are
 // written in order (pipelined) and cbd answers in order, so the n-th line
 // carrying `ok` answers the n-th request still waiting (event lines, which
-// never carry `ok`, are skipped). A connection that timed out, broke or
+// never carry `ok`, are emitted as 'event' instead). A connection that timed out, broke or
 // sent garbage is dropped at once and every request still waiting on it
 // fails, so a late reply can never be taken for another request's; the
 // next call reconnects.
 
+import { EventEmitter } from 'node:events';
 import net from 'node:net';
 import { CbdTimeoutError, ServerError, UnavailableError } from './errors.js';
 
@@ -34,9 +35,14 @@ export function encodeRequest(op, members = {}) {
   return `${JSON.stringify(req)}\n`;
 }
 
-export class Client {
+/** A connection to cbd. Events: 'event' (a watch event line, §8 watch:
+ * {event, from, snapshot, reason} or {event: 'delete', name, reason}),
+ * 'disconnect' (error) when a connection with watches is lost (watches end
+ * with the connection: watch again after reconnecting). */
+export class Client extends EventEmitter {
   /** options: connectTimeoutMs, ioTimeoutMs (100 ms each by default). */
   constructor(socketPath, { connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS, ioTimeoutMs = DEFAULT_IO_TIMEOUT_MS } = {}) {
+    super();
     if (!(connectTimeoutMs > 0) || !(ioTimeoutMs > 0)) throw new RangeError('connectTimeoutMs and ioTimeoutMs must be positive (ms)');
     this.socketPath = resolveSocket(socketPath);
     this.connectTimeoutMs = connectTimeoutMs;
@@ -46,7 +52,7 @@ export class Client {
     this.sock = null;
     this.pending = []; // {op, resolve, reject, timer}, in request order
     this.buf = '';
-    this.closed = false;
+    this.watching = false; // a watch was answered on this connection
   }
 
   close() {
@@ -59,6 +65,10 @@ export class Client {
     this.sock = null;
     this.buf = '';
     if (sock) sock.destroy();
+    if (this.watching) {
+      this.watching = false;
+      this.emit('disconnect', err);
+    }
     const pending = this.pending;
     this.pending = [];
     for (const p of pending) {
@@ -96,7 +106,7 @@ export class Client {
     while ((nl = this.buf.indexOf('\n')) >= 0) {
       const line = this.buf.slice(0, nl);
       this.buf = this.buf.slice(nl + 1);
-      if (!line.trim() || !line.includes('"ok"')) continue; // an event line
+      if (!line.trim()) continue;
       let reply;
       try {
         reply = JSON.parse(line);
@@ -104,14 +114,18 @@ export class Client {
         this.drop(new UnavailableError(`cbd sent a line that is not JSON: ${e.message}`));
         return;
       }
-      if (reply === null || typeof reply !== 'object' || !('ok' in reply)) continue;
+      if (reply === null || typeof reply !== 'object') continue;
+      if (!('ok' in reply)) {
+        if (typeof reply.event === 'string') this.emit('event', reply); // never carries ok
+        continue;
+      }
       const p = this.pending.shift();
       if (!p) {
         this.drop(new UnavailableError('cbd sent a reply nobody asked for'));
         return;
       }
       clearTimeout(p.timer);
-      if (this.pending.length === 0) this.sock?.unref();
+      if (this.pending.length === 0 && !this.watching) this.sock?.unref(); // idle: keep no process alive
       if (reply.ok === false) {
         const error = reply.error || {};
         p.reject(new ServerError(String(error.code ?? 'unknown'), String(error.message ?? '')));
@@ -119,6 +133,10 @@ export class Client {
         if (reply.policy_conflict) {
           this.policyConflicts += 1;
           this.lastPolicyConflict = reply.policy_conflict;
+        }
+        if (p.op === 'watch') {
+          this.watching = true; // events may come: keep the process alive
+          this.sock?.ref();
         }
         p.resolve(reply);
       }
@@ -210,6 +228,16 @@ export class Client {
 
   list(state, ctx) {
     return this.request('list', { state, ctx });
+  }
+
+  /** watch (§8): the current snapshots of names (or of every stored
+   * circuit with names 'all'); then 'event' for each change. */
+  watch(names) {
+    return this.request('watch', names === 'all' ? { all: true } : { names });
+  }
+
+  unwatch(names) {
+    return this.request('unwatch', names === 'all' ? { all: true } : { names });
   }
 
   stats() {

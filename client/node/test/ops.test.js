@@ -193,3 +193,31 @@ test('a stopped cbd times out within the I/O timeout; the client reconnects', as
     await own.cleanup();
   }
 });
+
+test('watch: snapshots, then change events (after their reply); unwatch', async () => {
+  const name = uniqueName('watch');
+  const w = new Client(d.socket, { ioTimeoutMs: 2000 });
+  const events = [];
+  w.on('event', (e) => events.push(e));
+  try {
+    const r = await w.watch([name]);
+    assert.equal(r.snapshots.length, 1);
+    assert.equal(r.snapshots[0].state, 'closed');
+    // A change made on the watching connection: its event comes after the reply.
+    const set = await w.setState(name, 'open');
+    assert.equal(set.snapshot.state, 'open');
+    assert.equal((await w.hello()).ok, true, 'replies still pair with requests');
+    assert.equal(events.length, 1);
+    assert.deepEqual([events[0].event, events[0].from, events[0].snapshot.state], ['change', 'closed', 'open']);
+    // A change made elsewhere reaches the watcher too.
+    await c.delete(name);
+    for (let i = 0; i < 200 && events.length < 2; i++) await new Promise((res) => setTimeout(res, 5));
+    assert.deepEqual([events[1]?.event, events[1]?.name], ['delete', name]);
+    await w.unwatch([name]);
+    await w.setState(name, 'open');
+    await w.hello();
+    assert.equal(events.length, 2, 'no event after unwatch');
+  } finally {
+    w.close();
+  }
+});
