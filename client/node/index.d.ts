@@ -78,12 +78,15 @@ export interface AllowReply extends Reply, AllowAnswer {}
 export const DEFAULT_SOCKET: '/run/cbd/cbd.sock';
 export const DEFAULT_CONNECT_TIMEOUT_MS: number;
 export const DEFAULT_IO_TIMEOUT_MS: number;
+export const DEFAULT_MAX_IN_FLIGHT: number;
 export const DEFAULT_TIMEOUT_BACKOFF_MS: number;
 export function resolveSocket(path?: string): string;
 
 export interface ClientOptions {
   connectTimeoutMs?: number;
   ioTimeoutMs?: number;
+  /** Requests on the wire at once; later ones wait in the client. */
+  maxInFlight?: number;
 }
 
 interface RecordOptions {
@@ -113,6 +116,8 @@ export class Client extends EventEmitter {
   readonly socketPath: string;
   connectTimeoutMs: number;
   ioTimeoutMs: number;
+  readonly maxInFlight: number;
+  readonly limitHits: { maxInFlight: number };
   policyConflicts: number;
   lastPolicyConflict: unknown;
   close(): void;

@@ -20,4 +20,5 @@ EXTRA_DIST += \
 	client/node/test/ops.test.js \
 	client/node/test/retry.test.js \
 	client/node/test/trace.test.js \
-	client/node/examples/service.js
+	client/node/examples/service.js \
+	client/node/bench.js

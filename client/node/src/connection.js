@@ -20,6 +20,11 @@ export const DEFAULT_IO_TIMEOUT_MS = 100;
 // The longest reply line accepted (cbd cuts list replies at half of its
 // max_output_bytes, 8 MiB by default).
 export const MAX_REPLY_BYTES = 64 << 20;
+// Requests written and not yet answered on one connection, at most. cbd
+// drops a client whose unread replies pass its max_output_bytes (8 MiB by
+// default, PROTOCOL.md §10); later requests wait in the client until
+// replies come back (each wait counted in limitHits.maxInFlight).
+export const DEFAULT_MAX_IN_FLIGHT = 1024;
 // Ops on which cbd honours noreply (§8: every op but these five).
 export const NOREPLY_REFUSED = Object.freeze(['hello', 'watch', 'unwatch', 'list', 'stats']);
 
@@ -40,10 +45,16 @@ export function encodeRequest(op, members = {}) {
  * 'disconnect' (error) when a connection with watches is lost (watches end
  * with the connection: watch again after reconnecting). */
 export class Client extends EventEmitter {
-  /** options: connectTimeoutMs, ioTimeoutMs (100 ms each by default). */
-  constructor(socketPath, { connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS, ioTimeoutMs = DEFAULT_IO_TIMEOUT_MS } = {}) {
+  /** options: connectTimeoutMs, ioTimeoutMs (100 ms each by default),
+   * maxInFlight (requests on the wire at once, DEFAULT_MAX_IN_FLIGHT). */
+  constructor(socketPath, { connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS, ioTimeoutMs = DEFAULT_IO_TIMEOUT_MS, maxInFlight = DEFAULT_MAX_IN_FLIGHT } = {}) {
     super();
-    if (!(connectTimeoutMs > 0) || !(ioTimeoutMs > 0)) throw new RangeError('connectTimeoutMs and ioTimeoutMs must be positive (ms)');
+    if (!(connectTimeoutMs > 0)) throw new RangeError('connectTimeoutMs must be positive (ms)');
+    if (!(ioTimeoutMs > 0)) throw new RangeError('ioTimeoutMs must be positive (ms)');
+    if (!(Number.isInteger(maxInFlight) && maxInFlight >= 1)) throw new RangeError('maxInFlight must be an integer of at least 1');
+    this.maxInFlight = maxInFlight;
+    this.limitHits = { maxInFlight: 0 }; // requests that waited for maxInFlight
+    this.backlog = []; // {op, line, resolve, reject}: waiting for maxInFlight
     this.socketPath = resolveSocket(socketPath);
     this.connectTimeoutMs = connectTimeoutMs;
     this.ioTimeoutMs = ioTimeoutMs;
@@ -69,8 +80,9 @@ export class Client extends EventEmitter {
       this.watching = false;
       this.emit('disconnect', err);
     }
-    const pending = this.pending;
+    const pending = this.pending.concat(this.backlog);
     this.pending = [];
+    this.backlog = [];
     for (const p of pending) {
       clearTimeout(p.timer);
       p.reject(err);
@@ -102,46 +114,59 @@ export class Client extends EventEmitter {
 
   onData(chunk) {
     this.buf += chunk;
+    let start = 0;
     let nl;
-    while ((nl = this.buf.indexOf('\n')) >= 0) {
-      const line = this.buf.slice(0, nl);
-      this.buf = this.buf.slice(nl + 1);
-      if (!line.trim()) continue;
-      let reply;
-      try {
-        reply = JSON.parse(line);
-      } catch (e) {
-        this.drop(new UnavailableError(`cbd sent a line that is not JSON: ${e.message}`));
-        return;
-      }
-      if (reply === null || typeof reply !== 'object') continue;
-      if (!('ok' in reply)) {
-        if (typeof reply.event === 'string') this.emit('event', reply); // never carries ok
-        continue;
-      }
-      const p = this.pending.shift();
-      if (!p) {
-        this.drop(new UnavailableError('cbd sent a reply nobody asked for'));
-        return;
-      }
-      clearTimeout(p.timer);
-      if (this.pending.length === 0 && !this.watching) this.sock?.unref(); // idle: keep no process alive
-      if (reply.ok === false) {
-        const error = reply.error || {};
-        p.reject(new ServerError(String(error.code ?? 'unknown'), String(error.message ?? '')));
-      } else {
-        if (reply.policy_conflict) {
-          this.policyConflicts += 1;
-          this.lastPolicyConflict = reply.policy_conflict;
-        }
-        if (p.op === 'watch') {
-          this.watching = true; // events may come: keep the process alive
-          this.sock?.ref();
-        }
-        p.resolve(reply);
-      }
+    while ((nl = this.buf.indexOf('\n', start)) >= 0) {
+      const line = this.buf.slice(start, nl);
+      start = nl + 1;
+      if (!this.onLine(line)) return; // dropped
     }
+    this.buf = this.buf.slice(start);
     if (this.buf.length > MAX_REPLY_BYTES) this.drop(new UnavailableError(`reply longer than ${MAX_REPLY_BYTES} bytes`));
+  }
+
+  /** One line from cbd; false when the connection was dropped. */
+  onLine(line) {
+    if (!line.trim()) return true;
+    let reply;
+    try {
+      reply = JSON.parse(line);
+    } catch (e) {
+      this.drop(new UnavailableError(`cbd sent a line that is not JSON: ${e.message}`));
+      return false;
+    }
+    if (reply === null || typeof reply !== 'object') return true;
+    if (!('ok' in reply)) {
+      if (typeof reply.event === 'string') this.emit('event', reply); // never carries ok
+      return true;
+    }
+    const p = this.pending.shift();
+    if (!p) {
+      this.drop(new UnavailableError('cbd sent a reply nobody asked for'));
+      return false;
+    }
+    clearTimeout(p.timer);
+    while (this.backlog.length > 0 && this.pending.length < this.maxInFlight) {
+      const next = this.backlog.shift();
+      if (next.noreply) this.sock.write(next.line);
+      else this.send(next);
+    }
+    if (reply.ok === false) {
+      const error = reply.error || {};
+      p.reject(new ServerError(String(error.code ?? 'unknown'), String(error.message ?? '')));
+    } else {
+      if (reply.policy_conflict) {
+        this.policyConflicts += 1;
+        this.lastPolicyConflict = reply.policy_conflict;
+      }
+      if (p.op === 'watch') {
+        this.watching = true; // events may come: keep the process alive
+        this.sock?.ref();
+      }
+      p.resolve(reply);
+    }
+    if (this.pending.length === 0 && !this.watching) this.sock?.unref(); // idle: keep no process alive
+    return true;
   }
 
   /** Send one request; its reply (null with noreply). Rejects with
@@ -158,21 +183,34 @@ export class Client extends EventEmitter {
     if (!this.sock) this.sock = this.connect();
     const sock = this.sock;
     if (noreply) {
-      sock.write(line);
+      // Behind waiting requests it waits too, so requests keep their order.
+      if (this.backlog.length > 0) this.backlog.push({ op, line, noreply: true, resolve() {}, reject() {} });
+      else sock.write(line);
       return Promise.resolve(null);
     }
     sock.ref();
     return new Promise((resolve, reject) => {
-      const p = { op, resolve, reject, timer: null };
-      // Connecting counts against the connect timeout, the answer against
-      // the I/O timeout.
-      const budget = this.ioTimeoutMs + (sock.connecting ? this.connectTimeoutMs : 0);
-      p.timer = setTimeout(() => {
-        if (this.sock === sock) this.drop(new CbdTimeoutError(`cbd did not answer ${op} within ${this.ioTimeoutMs} ms`));
-      }, budget);
-      this.pending.push(p);
-      sock.write(line);
+      const p = { op, line, resolve, reject, timer: null };
+      if (this.pending.length >= this.maxInFlight) {
+        this.limitHits.maxInFlight += 1;
+        this.backlog.push(p);
+      } else {
+        this.send(p);
+      }
     });
+  }
+
+  /** Write a request on the connection and start its timeout. */
+  send(p) {
+    const sock = this.sock;
+    // Connecting counts against the connect timeout, the answer against
+    // the I/O timeout.
+    const budget = this.ioTimeoutMs + (sock.connecting ? this.connectTimeoutMs : 0);
+    p.timer = setTimeout(() => {
+      if (this.sock === sock) this.drop(new CbdTimeoutError(`cbd did not answer ${p.op} within ${this.ioTimeoutMs} ms`));
+    }, budget);
+    this.pending.push(p);
+    sock.write(p.line);
   }
 
   hello(client) {

@@ -221,3 +221,31 @@ test('watch: snapshots, then change events (after their reply); unwatch', async 
     w.close();
   }
 });
+
+test('maxInFlight keeps a long pipeline within cbd max_output_bytes', async () => {
+  // cbd at its smallest max_output_bytes (64 KiB): 2000 gets (about 1 MB of
+  // replies) written at once would get the client dropped (§10).
+  const own = await Daemon.start('[cbd]\nmax_output_bytes = 65536\n');
+  try {
+    const name = uniqueName('flight');
+    const bounded = new Client(own.socket, { ioTimeoutMs: 5000, maxInFlight: 32 });
+    const replies = await Promise.all(Array.from({ length: 2000 }, () => bounded.get(name)));
+    assert.ok(replies.every((r) => r.snapshot.name === name));
+    assert.ok(bounded.limitHits.maxInFlight > 0, 'the limit was hit and counted');
+    // noreply behind waiting requests keeps its place.
+    const order = [];
+    for (let i = 0; i < 100; i++) order.push(bounded.get(name));
+    await bounded.recordFailure(name, { noreply: true });
+    const after = await bounded.get(name);
+    assert.ok((await Promise.all(order)).every((r) => r.snapshot.failure_count === 0));
+    assert.equal(after.snapshot.failure_count, 1);
+    bounded.close();
+    const unbounded = new Client(own.socket, { ioTimeoutMs: 5000, maxInFlight: 1e9 });
+    await assert.rejects(Promise.all(Array.from({ length: 2000 }, () => unbounded.get(name))), UnavailableError);
+    unbounded.close();
+    const st = await new Client(own.socket).stats();
+    assert.ok(st.limits.max_output_bytes >= 1);
+  } finally {
+    await own.cleanup();
+  }
+});
