@@ -95,7 +95,10 @@ export class Client extends EventEmitter {
     const connectTimer = setTimeout(() => {
       if (this.sock === sock) this.drop(new CbdTimeoutError(`connecting to ${this.socketPath} timed out`));
     }, this.connectTimeoutMs);
-    sock.once('connect', () => clearTimeout(connectTimer));
+    sock.once('connect', () => {
+      clearTimeout(connectTimer);
+      if (this.sock === sock && this.pending.length === 0 && !this.watching) sock.unref(); // idle
+    });
     sock.on('data', (chunk) => {
       if (this.sock === sock) this.onData(chunk);
     });
