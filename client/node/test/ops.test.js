@@ -223,15 +223,32 @@ test('watch: snapshots, then change events (after their reply); unwatch', async 
 });
 
 test('maxInFlight keeps a long pipeline within cbd max_output_bytes', async () => {
-  // cbd at its smallest max_output_bytes (64 KiB): 2000 gets (about 1 MB of
-  // replies) written at once would get the client dropped (§10).
+  // cbd at its smallest max_output_bytes (64 KiB); 2000 get replies are
+  // about 1 MB. The client stops reading while cbd answers (as a busy event
+  // loop would): with 32 requests on the wire cbd never holds more than 32
+  // replies for it; with no bound it holds them all and drops the client.
   const own = await Daemon.start('[cbd]\nmax_output_bytes = 65536\n');
+  const probe = new Client(own.socket, { ioTimeoutMs: 5000 });
+  // Wait (bounded) until cbd has answered n requests on other connections.
+  const answered = async (n) => {
+    for (let i = 0; i < 1000; i++) {
+      const st = await probe.stats();
+      if (st.ops.get.requests >= n || st.limits.max_output_bytes > 0) return st;
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    assert.fail('cbd did not answer in time');
+  };
   try {
     const name = uniqueName('flight');
-    const bounded = new Client(own.socket, { ioTimeoutMs: 5000, maxInFlight: 32 });
-    const replies = await Promise.all(Array.from({ length: 2000 }, () => bounded.get(name)));
+    const bounded = new Client(own.socket, { ioTimeoutMs: 10000, maxInFlight: 32 });
+    const all = Promise.all(Array.from({ length: 2000 }, () => bounded.get(name)));
+    bounded.sock.pause();
+    await answered(32);
+    bounded.sock.resume();
+    const replies = await all;
     assert.ok(replies.every((r) => r.snapshot.name === name));
     assert.ok(bounded.limitHits.maxInFlight > 0, 'the limit was hit and counted');
+    assert.equal((await probe.stats()).limits.max_output_bytes, 0, 'never dropped');
     // noreply behind waiting requests keeps its place.
     const order = [];
     for (let i = 0; i < 100; i++) order.push(bounded.get(name));
@@ -240,12 +257,17 @@ test('maxInFlight keeps a long pipeline within cbd max_output_bytes', async () =
     assert.ok((await Promise.all(order)).every((r) => r.snapshot.failure_count === 0));
     assert.equal(after.snapshot.failure_count, 1);
     bounded.close();
-    const unbounded = new Client(own.socket, { ioTimeoutMs: 5000, maxInFlight: 1e9 });
-    await assert.rejects(Promise.all(Array.from({ length: 2000 }, () => unbounded.get(name))), UnavailableError);
+    // Without the bound (what the default of 1024 prevents for get replies).
+    const unbounded = new Client(own.socket, { ioTimeoutMs: 10000, maxInFlight: 1e9 });
+    const lost = Promise.all(Array.from({ length: 2000 }, () => unbounded.get(name)));
+    unbounded.sock.pause();
+    const st = await answered(1e9);
+    assert.equal(st.limits.max_output_bytes, 1, 'cbd dropped the unbounded client');
+    unbounded.sock.resume();
+    await assert.rejects(lost, UnavailableError);
     unbounded.close();
-    const st = await new Client(own.socket).stats();
-    assert.ok(st.limits.max_output_bytes >= 1);
   } finally {
+    probe.close();
     await own.cleanup();
   }
 });
