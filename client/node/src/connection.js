@@ -116,13 +116,15 @@ export class Client extends EventEmitter {
   }
 
   onData(chunk) {
+    const sock = this.sock;
     this.buf += chunk;
     let start = 0;
     let nl;
     while ((nl = this.buf.indexOf('\n', start)) >= 0) {
       const line = this.buf.slice(start, nl);
       start = nl + 1;
-      if (!this.onLine(line)) return; // dropped
+      // Dropped (or closed by an 'event' listener): the rest is not ours.
+      if (!this.onLine(line) || this.sock !== sock) return;
     }
     this.buf = this.buf.slice(start);
     if (this.buf.length > MAX_REPLY_BYTES) this.drop(new UnavailableError(`reply longer than ${MAX_REPLY_BYTES} bytes`));
