@@ -89,3 +89,10 @@ tests_bench_vs_redis_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_vs_redis_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/go.sh
 EXTRA_DIST += tests/go.sh
+TESTS += tests/node.sh
+EXTRA_DIST += tests/node.sh
+
+# One circuit, three languages: Python trips it, Node.js and Go fail fast,
+# and exactly one of three processes runs the half-open trial.
+TESTS += tests/cross-language.sh
+EXTRA_DIST += tests/cross-language.sh

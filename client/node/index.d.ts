@@ -1,0 +1,289 @@
+// index.d.ts — hand-written TypeScript declarations of cbdclient (client/node).
+
+import { EventEmitter } from 'node:events';
+
+export type State = 'closed' | 'open' | 'half_open';
+export type Outcome = 'success' | 'failure' | 'ignore';
+export type StorePolicy = 'local' | 'allow' | 'reject';
+
+/** The policy members of PROTOCOL.md §6 a caller may declare. */
+export interface Policy {
+  preset?: 'http-external' | 'service' | 'database';
+  trip?: 'consecutive' | 'rate';
+  failure_threshold?: number;
+  success_threshold?: number;
+  break_ms?: number;
+  half_open_max?: number;
+  slot_ttl_ms?: number;
+  max_gap_ms?: number;
+  window?: 'count' | 'time';
+  window_size?: number;
+  minimum_calls?: number;
+  failure_rate?: number;
+  slow_call_ms?: number;
+  slow_call_rate?: number;
+  min_reporters?: number;
+  reporter_window_ms?: number;
+  break_backoff?: number;
+  break_max_ms?: number;
+}
+
+/** A request's ctx: the policy, and now (ms since the epoch) for virtual time. */
+export interface Ctx extends Policy {
+  now?: number;
+}
+
+export interface Hold {
+  state: 'open' | 'closed';
+  by_uid: number;
+  by_user: string;
+  reason: string | null;
+  since: number;
+  until: number | null;
+}
+
+/** A circuit's snapshot (PROTOCOL.md §7); more members may appear. */
+export interface Snapshot {
+  name: string;
+  state: State;
+  failure_count: number;
+  success_count: number;
+  last_failure_at: number | null;
+  opened_at: number | null;
+  retry_after_ms: number;
+  current_break_ms: number;
+  hold: Hold | null;
+  policy?: Record<string, unknown>;
+  totals?: Record<string, number>;
+  [member: string]: unknown;
+}
+
+export interface Reply {
+  ok: true;
+  id?: number | string;
+  policy_conflict?: unknown;
+  [member: string]: unknown;
+}
+export interface SnapshotReply extends Reply { snapshot: Snapshot }
+export interface GetReply extends SnapshotReply { stored: boolean }
+export interface AllowAnswer {
+  allowed: boolean;
+  state: State;
+  permit?: string;
+  expires_at?: number;
+  retry_after_ms?: number;
+}
+export interface AllowReply extends Reply, AllowAnswer {}
+
+export const DEFAULT_SOCKET: '/run/cbd/cbd.sock';
+export const DEFAULT_CONNECT_TIMEOUT_MS: number;
+export const DEFAULT_IO_TIMEOUT_MS: number;
+export const DEFAULT_MAX_IN_FLIGHT: number;
+export const DEFAULT_TIMEOUT_BACKOFF_MS: number;
+export function resolveSocket(path?: string): string;
+
+export interface ClientOptions {
+  connectTimeoutMs?: number;
+  ioTimeoutMs?: number;
+  /** Requests on the wire at once; later ones wait in the client. */
+  maxInFlight?: number;
+}
+
+interface RecordOptions {
+  durationMs?: number;
+  ctx?: Ctx;
+  noreply?: boolean;
+}
+
+/** A watch event line (PROTOCOL.md §8 watch). */
+export interface WatchEvent {
+  event: 'change' | 'delete' | string;
+  from?: State;
+  snapshot?: Snapshot;
+  name?: string;
+  reason?: string;
+  [member: string]: unknown;
+}
+
+export interface ClientEvents {
+  event: [event: WatchEvent];
+  disconnect: [error: CbdError];
+}
+
+/** One connection to cbd; many calls in flight, pipelined, answered in order. */
+export class Client extends EventEmitter {
+  constructor(socketPath?: string, options?: ClientOptions);
+  readonly socketPath: string;
+  connectTimeoutMs: number;
+  ioTimeoutMs: number;
+  readonly maxInFlight: number;
+  readonly limitHits: { maxInFlight: number };
+  policyConflicts: number;
+  lastPolicyConflict: unknown;
+  close(): void;
+  request(op: string, members?: Record<string, unknown>): Promise<Reply | null>;
+  hello(client?: string): Promise<Reply & { server: string; version: string; protocol: number }>;
+  get(name: string, ctx?: Ctx): Promise<GetReply>;
+  allow(name: string, ctx?: Ctx): Promise<AllowReply>;
+  record(name: string, outcome: Outcome, options: RecordOptions & { permit?: string; noreply: true }): Promise<null>;
+  record(name: string, outcome: Outcome, options?: RecordOptions & { permit?: string }): Promise<SnapshotReply>;
+  recordSuccess(name: string, options?: RecordOptions): Promise<SnapshotReply | null>;
+  recordFailure(name: string, options?: RecordOptions): Promise<SnapshotReply | null>;
+  cas(name: string, from: State, to: State, ctx?: Ctx): Promise<SnapshotReply & { applied: boolean }>;
+  setState(name: string, state: State, options?: { hold?: boolean; ttlMs?: number; reason?: string; ctx?: Ctx }): Promise<SnapshotReply>;
+  release(name: string, ctx?: Ctx): Promise<SnapshotReply & { released: boolean }>;
+  acquireSlot(name: string, ctx?: Ctx): Promise<Reply & { acquired: boolean; token?: string; expires_at?: number }>;
+  releaseSlot(name: string, token: string, ctx?: Ctx): Promise<Reply & { released: boolean }>;
+  delete(name: string): Promise<Reply & { existed: boolean }>;
+  list(state?: State, ctx?: Ctx): Promise<Reply & { circuits: Snapshot[]; truncated: boolean }>;
+  watch(names: string[] | 'all'): Promise<Reply & { snapshots: Snapshot[]; truncated?: boolean }>;
+  unwatch(names: string[] | 'all'): Promise<Reply>;
+  on<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;
+  off<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;
+  stats(): Promise<Reply>;
+  metrics(): Promise<Reply & { text: string }>;
+}
+
+export class CbdError extends Error {
+  constructor(code: string, message: string);
+  code: string;
+  /** cbd's message (or the client's), without the code. */
+  detail: string;
+}
+export class ServerError extends CbdError {}
+export class UnavailableError extends CbdError {
+  constructor(message: string, code?: string);
+}
+export class CbdTimeoutError extends UnavailableError {
+  constructor(message: string);
+}
+export class CircuitOpenError extends CbdError {
+  constructor(circuit: string, state: State, retryAfterMs: number);
+  circuit: string;
+  state: State;
+  retryAfterMs: number;
+}
+
+export const SUCCESS: 'success';
+export const FAILURE: 'failure';
+export const IGNORE: 'ignore';
+export type Classifier = (value: unknown) => Outcome;
+export function classifyDefault(value: unknown): Outcome;
+export function classifyHttp(value: unknown): Outcome;
+export function httpOutcome(status: number): Outcome;
+export function httpStatus(value: unknown): number | null;
+
+export const LOCAL: 'local';
+export const ALLOW: 'allow';
+export const REJECT: 'reject';
+
+export class Permit {
+  readonly name: string;
+  readonly state: State;
+  readonly token: string | null;
+  readonly local: boolean;
+  readonly started: number;
+  reported: boolean;
+}
+
+export interface BreakerOptions {
+  client?: Client;
+  socketPath?: string;
+  storePolicy?: StorePolicy;
+  classify?: Classifier;
+  classifyResults?: boolean;
+  fallback?: (err: CircuitOpenError) => unknown;
+  timeoutBackoffMs?: number;
+  clock?: () => number;
+  policy?: Policy;
+}
+
+export interface BreakerEvents {
+  stateChange: [prev: State, state: State, error: unknown];
+  storeError: [error: CbdError, op: string];
+}
+
+export class Breaker extends EventEmitter {
+  constructor(name: string, options?: BreakerOptions);
+  static private(name?: string, options?: Omit<BreakerOptions, 'client' | 'socketPath' | 'storePolicy'>): Breaker;
+  readonly name: string;
+  readonly client: Client | null;
+  readonly storePolicy: StorePolicy;
+  /** The last state seen, without I/O. */
+  readonly state: State;
+  on<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
+  once<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
+  off<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
+  acquire(): Promise<Permit>;
+  report(permit: Permit, outcome: Outcome, durationMs?: number | null, error?: unknown): Promise<void>;
+  execute<T, F = never>(fn: () => T | Promise<T>, options?: { fallback?: (err: CircuitOpenError) => F | Promise<F> }): Promise<T | F>;
+  call<A extends unknown[], T>(fn: (...args: A) => T | Promise<T>, ...args: A): Promise<T>;
+  wrap<A extends unknown[], T>(fn: (...args: A) => Promise<T>): ((...args: A) => Promise<T>) & { breaker: Breaker };
+  classifyValue(value: unknown): Outcome;
+  breakMs(): number;
+  refresh(): Promise<State>;
+  forceOpen(): Promise<State>;
+  forceClose(): Promise<State>;
+  forceHalfOpen(): Promise<State>;
+}
+
+export interface RetryHooks {
+  onRetry?: (attempt: number, error: unknown, delayMs: number) => void;
+  onTimeout?: (attempt: number) => void;
+  onFailure?: (attempt: number, error: unknown) => void;
+  onCircuitOpen?: (retryAfterMs: number) => void;
+  onCircuitHalfOpen?: () => void;
+  onCircuitClosed?: () => void;
+}
+
+export interface RetryOptions {
+  breaker?: Breaker | null;
+  attempts?: number;
+  baseMs?: number;
+  maxMs?: number;
+  jitter?: boolean;
+  attemptTimeoutMs?: number | null;
+  retryOn?: (error: unknown) => boolean;
+  retryOnResult?: (result: any) => boolean;
+  fallback?: (err: CircuitOpenError) => unknown;
+  hooks?: RetryHooks;
+  clock?: () => number;
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  random?: () => number;
+}
+
+export interface AttemptInfo {
+  attempt: number;
+  signal: AbortSignal;
+}
+
+export class Retry {
+  constructor(options?: RetryOptions);
+  delayMs(retry: number): number;
+  call<T>(fn: (info: AttemptInfo) => T | Promise<T>): Promise<T>;
+  wrap<A extends unknown[], T>(fn: (...args: A) => Promise<T>): (...args: A) => Promise<T>;
+}
+
+export class AttemptTimeoutError extends Error {
+  attempt: number;
+}
+export class RetryableResult extends Error {
+  constructor(result: unknown);
+  result: unknown;
+}
+
+/** In-process circuits (the LOCAL fallback, private breakers). */
+export class LocalStore {
+  allow(name: string, policy: Record<string, unknown>, now: number): AllowAnswer;
+  record(name: string, outcome: Outcome, policy: Record<string, unknown>, now: number, durationMs?: number | null, permit?: string | null): Snapshot;
+  get(name: string, policy: Record<string, unknown>, now: number): Snapshot;
+  setState(name: string, state: State, policy: Record<string, unknown>, now: number): Snapshot;
+  window(name: string, now: number): { calls: number; failures: number; slow: number } | null;
+}
+
+export namespace machine {
+  const CLOSED: 'closed';
+  const OPEN: 'open';
+  const HALF_OPEN: 'half_open';
+  function resolvePolicy(ctx?: Policy): Required<Omit<Policy, 'preset'>>;
+}

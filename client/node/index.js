@@ -1,0 +1,11 @@
+// index.js — cbdclient for Node.js: the public API of client/node (a
+// connection speaking every op of PROTOCOL.md, the breaker with its store
+// policies, the classifiers, retries, and the pure state machine).
+
+export { Client, DEFAULT_SOCKET, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IO_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT, resolveSocket } from './src/connection.js';
+export { Breaker, Permit, LOCAL, ALLOW, REJECT, DEFAULT_TIMEOUT_BACKOFF_MS } from './src/breaker.js';
+export { CbdError, ServerError, UnavailableError, CbdTimeoutError, CircuitOpenError } from './src/errors.js';
+export { SUCCESS, FAILURE, IGNORE, classifyDefault, classifyHttp, httpOutcome, httpStatus } from './src/classify.js';
+export { Retry, AttemptTimeoutError, RetryableResult } from './src/retry.js';
+export { LocalStore } from './src/local.js';
+export * as machine from './src/machine.js';

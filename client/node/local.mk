@@ -1,0 +1,24 @@
+# client/node/local.mk — the Node.js client (cbdclient) in the tarball: its
+# package, TypeScript declarations, node --test suite and example (included
+# by the top Makefile.am; tests/node.sh runs the suite in make check).
+EXTRA_DIST += \
+	client/node/package.json \
+	client/node/index.js \
+	client/node/index.d.ts \
+	client/node/src/breaker.js \
+	client/node/src/classify.js \
+	client/node/src/connection.js \
+	client/node/src/errors.js \
+	client/node/src/local.js \
+	client/node/src/machine.js \
+	client/node/src/retry.js \
+	client/node/test/helpers.js \
+	client/node/test/breaker.test.js \
+	client/node/test/classify.test.js \
+	client/node/test/example.test.js \
+	client/node/test/fallback.test.js \
+	client/node/test/ops.test.js \
+	client/node/test/retry.test.js \
+	client/node/test/trace.test.js \
+	client/node/examples/service.js \
+	client/node/bench.js

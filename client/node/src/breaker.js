@@ -1,0 +1,360 @@
+// breaker.js — the breaker API, as libcbclient's (client/circuit-breaker.c
+// over client/store-resilient.c): execute / call with a fallback, three-way
+// classification, the call's duration (performance.now()) reported as
+// duration_ms, half-open permits always handed back (also when the call
+// throws or is aborted), 'stateChange' events, wrap(asyncFn); and the store
+// policies for when cbd is unreachable:
+//
+//   LOCAL   carry on with a private copy of the circuit (local.js), seeded
+//           from the last state cbd reported and run with the policy cbd
+//           reported for it (a hold too: held open stays open until the
+//           hold's end, held closed never opens);
+//   ALLOW   calls run as if the circuit were closed;
+//   REJECT  acquire rejects with the UnavailableError without running the
+//           call; bookkeeping after a call never throws.
+//
+// No latching: every call asks cbd first, and its first answer makes it
+// authoritative again (the local copy is dropped). After a timeout cbd is
+// skipped for timeoutBackoffMs, so a hung cbd costs one timeout per window.
+
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+import * as m from './machine.js';
+import { LocalStore } from './local.js';
+import { Client } from './connection.js';
+import { CbdError, CbdTimeoutError, CircuitOpenError, storeFailed } from './errors.js';
+import { classifyDefault, FAILURE, IGNORE, OUTCOMES, SUCCESS } from './classify.js';
+
+export const LOCAL = 'local';
+export const ALLOW = 'allow';
+export const REJECT = 'reject';
+export const STORE_POLICIES = Object.freeze([LOCAL, ALLOW, REJECT]);
+// After a timeout, cbd is skipped for this long (CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
+export const DEFAULT_TIMEOUT_BACKOFF_MS = 250;
+export const TIMEOUT_BACKOFF_MAX_MS = 3_600_000;
+// A circuit name's length in bytes (§5).
+export const NAME_MAX_BYTES = 256;
+
+/** A granted call: report its outcome exactly once. */
+export class Permit {
+  constructor(name, state, token = null, local = false) {
+    this.name = name;
+    this.state = state;
+    this.token = token; // allow's permit (a half_open trial slot)
+    this.local = local; // granted by the local fallback
+    this.started = performance.now();
+    this.reported = false;
+  }
+}
+
+/**
+ * A circuit breaker on the cbd circuit `name`. Options: client (a Client;
+ * default one on socketPath, else $CBD_SOCKET, else /run/cbd/cbd.sock),
+ * storePolicy ('local' | 'allow' | 'reject'), classify (error or result ->
+ * 'success' | 'failure' | 'ignore'), classifyResults (also classify
+ * returned values, e.g. fetch Responses), fallback(err), timeoutBackoffMs,
+ * clock (ms since the epoch: virtual time, sent as ctx.now), policy (the
+ * §6 members to declare; normally the operator's config decides).
+ * Events: 'stateChange' (prev, state, error), 'storeError' (error, op).
+ */
+export class Breaker extends EventEmitter {
+  constructor(name, options = {}) {
+    super();
+    if (typeof name !== 'string' || Buffer.byteLength(name) < 1 || Buffer.byteLength(name) > NAME_MAX_BYTES) {
+      throw new RangeError(`name must be a string of 1 to ${NAME_MAX_BYTES} bytes`);
+    }
+    const {
+      client, socketPath, storePolicy = LOCAL, classify = classifyDefault, classifyResults = false, fallback = null,
+      timeoutBackoffMs = DEFAULT_TIMEOUT_BACKOFF_MS, clock = null, policy = {}, private: priv = false,
+    } = options;
+    if (!STORE_POLICIES.includes(storePolicy)) throw new RangeError(`storePolicy must be one of ${STORE_POLICIES.join(', ')}`);
+    if (!(timeoutBackoffMs >= 0 && timeoutBackoffMs <= TIMEOUT_BACKOFF_MAX_MS)) {
+      throw new RangeError(`timeoutBackoffMs must be from 0 to ${TIMEOUT_BACKOFF_MAX_MS}`);
+    }
+    for (const k of Object.keys(policy)) if (!m.POLICY_KEYS.includes(k)) throw new TypeError(`unknown policy member "${k}"`);
+    this.name = name;
+    this.storePolicy = storePolicy;
+    this.classify = classify;
+    this.classifyResults = classifyResults;
+    this.fallback = fallback;
+    this.timeoutBackoffMs = timeoutBackoffMs;
+    this.clock = clock;
+    this.ctx = Object.fromEntries(Object.entries(policy).filter(([, v]) => v != null));
+    this.policy = m.resolvePolicy(this.ctx); // throws on a bad preset
+    this.client = priv ? null : client || new Client(socketPath);
+    this.observed = m.CLOSED;
+    this.local = new LocalStore();
+    this.degraded = priv;
+    this.skipUntil = 0;
+    this.skipError = null;
+    // What cbd last said about the circuit (for the LOCAL fallback).
+    this.seen = m.initialSnapshot();
+    this.seenPolicy = null;
+    this.seenHold = null;
+  }
+
+  /** A breaker on an in-process circuit only (no cbd). */
+  static private(name = 'default', options = {}) {
+    return new Breaker(name, { ...options, private: true });
+  }
+
+  // -- time and observation --------------------------------------------
+  now() {
+    return this.clock ? this.clock() : Date.now();
+  }
+
+  callCtx() {
+    if (!this.clock) return Object.keys(this.ctx).length ? this.ctx : undefined;
+    return { ...this.ctx, now: this.clock() };
+  }
+
+  ctxNow(ctx) {
+    return ctx && 'now' in ctx ? ctx.now : this.now();
+  }
+
+  /** The last state seen, without I/O. */
+  get state() {
+    return this.observed;
+  }
+
+  observe(state, error = null, degraded = false) {
+    if (degraded && this.storePolicy === ALLOW) return; // "as if closed" is no state
+    const prev = this.observed;
+    this.observed = state;
+    if (prev !== state) this.emit('stateChange', prev, state, error);
+  }
+
+  // -- cbd, and falling back ---------------------------------------------
+  failed(err, op, skipped) {
+    if (!skipped && err instanceof CbdTimeoutError && this.timeoutBackoffMs > 0) {
+      this.skipUntil = performance.now() + this.timeoutBackoffMs;
+      this.skipError = err;
+    }
+    this.emit('storeError', err, op);
+  }
+
+  /** Ask cbd: {reply} or {err} when cbd is unavailable. Refusals that are
+   * answers (bad_request, forbidden, capacity) are thrown as they are. */
+  async remote(op, fn) {
+    if (!this.client) return { reply: null, err: null };
+    if (this.skipUntil && performance.now() < this.skipUntil) {
+      this.failed(this.skipError, op, true);
+      return { reply: null, err: this.skipError };
+    }
+    try {
+      const reply = await fn();
+      if (this.degraded) {
+        this.degraded = false;
+        this.local.forget(this.name);
+      }
+      return { reply, err: null };
+    } catch (e) {
+      if (!storeFailed(e)) throw e;
+      this.failed(e, op, false);
+      return { reply: null, err: e };
+    }
+  }
+
+  noteSnapshot(snap) {
+    this.seen = m.snapshotFromReply(snap);
+    if (snap.policy != null) this.seenPolicy = snap.policy;
+    this.seenHold = snap.hold ?? null;
+  }
+
+  noteAllow(reply, now) {
+    const state = reply.state;
+    const seen = this.seen;
+    if (state === m.OPEN && seen.state !== m.OPEN) {
+      seen.state = m.OPEN;
+      seen.opened_at = now - (m.breakMs(seen, this.fallbackPolicy()) - (reply.retry_after_ms || 0));
+    } else if ((state === m.CLOSED || state === m.HALF_OPEN) && seen.state !== state) {
+      m.force(seen, state, now);
+    }
+  }
+
+  /** The policy the local copy runs: cbd's for the circuit when it reported
+   * one (a hold kept through it), else the declared one. One process
+   * reports, so min_reporters is 1. */
+  fallbackPolicy() {
+    if (this.seenPolicy == null) return { ...this.policy, min_reporters: 1 };
+    const policy = m.policyFromReported(this.seenPolicy);
+    policy.min_reporters = 1;
+    const hold = this.seenHold;
+    if (hold && hold.state === m.OPEN) {
+      const until = hold.until;
+      const opened = this.seen.opened_at;
+      policy.break_ms = until == null || opened == null ? m.DURATION_MAX : Math.max(1, until - opened);
+      policy.break_backoff = 1;
+      policy.break_max_ms = 0;
+    } else if (hold) {
+      policy.trip = m.TRIP_CONSECUTIVE;
+      policy.failure_threshold = m.COUNT_MAX;
+    }
+    return policy;
+  }
+
+  /** The break in effect as last seen, else the declared one. */
+  breakMs() {
+    return m.breakMs(this.seen, this.fallbackPolicy());
+  }
+
+  degrade(now) {
+    if (!this.degraded) {
+      this.local.seed(this.name, { ...this.seen }, now);
+      this.degraded = true;
+    }
+  }
+
+  // -- the two-step form --------------------------------------------------
+  /** A Permit for one call; rejects with CircuitOpenError (REJECT: with the
+   * UnavailableError when cbd is unavailable). */
+  async acquire() {
+    const ctx = this.callCtx();
+    const { reply: answer, err } = await this.remote('allow', () => this.client.allow(this.name, ctx));
+    let reply = answer;
+    const degraded = reply === null;
+    const now = this.ctxNow(ctx);
+    if (degraded) {
+      if (this.storePolicy === ALLOW) return new Permit(this.name, m.CLOSED);
+      if (this.storePolicy === REJECT && this.client) throw err;
+      this.degrade(now);
+      reply = this.local.allow(this.name, this.fallbackPolicy(), now);
+    } else {
+      this.noteAllow(reply, now);
+    }
+    this.observe(reply.state, null, degraded);
+    if (!reply.allowed) throw new CircuitOpenError(this.name, reply.state, reply.retry_after_ms || 0);
+    return new Permit(this.name, reply.state, reply.permit ?? null, degraded);
+  }
+
+  /** Record a granted call's outcome (with its duration: by default the
+   * time since acquire) and hand its permit back. Never rejects for cbd's
+   * sake: bookkeeping does not replace the call's own result. */
+  async report(permit, outcome, durationMs = null, error = null) {
+    if (!OUTCOMES.includes(outcome)) throw new RangeError('outcome must be success, failure or ignore');
+    if (permit.reported) throw new Error(`permit for circuit "${this.name}" was already reported`);
+    permit.reported = true;
+    if (durationMs == null) durationMs = Math.max(0, Math.floor(performance.now() - permit.started));
+    const remoteToken = permit.local ? null : permit.token;
+    const ctx = this.callCtx();
+    // An ignored call without a permit changes nothing but cbd's
+    // totals.ignored: sent without waiting for the reply.
+    const noreply = outcome === IGNORE && remoteToken === null;
+    let res;
+    try {
+      res = await this.remote('record', () => this.client.record(this.name, outcome, { permit: remoteToken ?? undefined, durationMs, ctx, noreply }));
+    } catch (e) {
+      if (e instanceof CbdError) return; // an answer such as bad_request
+      throw e;
+    }
+    const { reply, err } = res;
+    if (reply === null && err === null && this.client) return; // noreply
+    if (reply !== null) {
+      if (reply.snapshot) {
+        this.noteSnapshot(reply.snapshot);
+        if (outcome !== IGNORE) this.observe(reply.snapshot.state, outcome === FAILURE ? error : null);
+      }
+      return;
+    }
+    if (this.client && this.storePolicy !== LOCAL) return; // ALLOW, REJECT: nothing kept
+    const now = this.ctxNow(ctx);
+    this.degrade(now);
+    const snap = this.local.record(this.name, outcome, this.fallbackPolicy(), now, durationMs, permit.local ? permit.token : null);
+    if (outcome !== IGNORE) this.observe(snap.state, outcome === FAILURE ? error : null, true);
+  }
+
+  // -- the one-call form --------------------------------------------------
+  classifyValue(value) {
+    try {
+      const o = this.classify(value);
+      return OUTCOMES.includes(o) ? o : FAILURE;
+    } catch {
+      return FAILURE; // a classifier that throws: a failure
+    }
+  }
+
+  /** Run fn() if the circuit permits (await its promise); report its
+   * outcome and duration. While open: fallback(err) if one is given (here
+   * or on the breaker), else CircuitOpenError. */
+  async execute(fn, { fallback } = {}) {
+    const fb = fallback || this.fallback;
+    let permit;
+    try {
+      permit = await this.acquire();
+    } catch (e) {
+      if (e instanceof CircuitOpenError && fb) return fb(e);
+      throw e;
+    }
+    const started = performance.now();
+    let outcome = IGNORE;
+    let error = null;
+    try {
+      const result = await fn();
+      outcome = this.classifyResults ? this.classifyValue(result) : SUCCESS;
+      if (outcome === FAILURE) error = result;
+      return result;
+    } catch (e) {
+      outcome = this.classifyValue(e);
+      error = e;
+      throw e;
+    } finally {
+      // Whatever happened, the permit goes back with the outcome.
+      await this.report(permit, outcome, Math.max(0, Math.floor(performance.now() - started)), error);
+    }
+  }
+
+  /** execute(() => fn(...args)). */
+  call(fn, ...args) {
+    return this.execute(() => fn(...args));
+  }
+
+  /** A protected async function: every call goes through execute. */
+  wrap(asyncFn) {
+    const wrapped = (...args) => this.execute(() => asyncFn(...args));
+    wrapped.breaker = this;
+    return wrapped;
+  }
+
+  // -- reading and forcing --------------------------------------------------
+  /** Read the circuit from cbd (or the local copy); emits stateChange for
+   * changes other processes made. */
+  async refresh() {
+    const ctx = this.callCtx();
+    const { reply, err } = await this.remote('get', () => this.client.get(this.name, ctx));
+    if (reply !== null) {
+      this.noteSnapshot(reply.snapshot);
+      this.observe(reply.snapshot.state);
+      return reply.snapshot.state;
+    }
+    if (this.client && this.storePolicy === REJECT) throw err;
+    if (this.client && this.storePolicy === ALLOW) return m.CLOSED;
+    const state = this.degraded ? this.local.get(this.name, this.fallbackPolicy(), this.ctxNow(ctx)).state : this.seen.state;
+    this.observe(state, null, true);
+    return state;
+  }
+
+  async force(state) {
+    const ctx = this.callCtx();
+    let snap;
+    if (!this.client) {
+      snap = this.local.setState(this.name, state, this.fallbackPolicy(), this.ctxNow(ctx));
+    } else {
+      snap = (await this.client.setState(this.name, state, { ctx })).snapshot;
+      this.noteSnapshot(snap);
+    }
+    this.observe(snap.state);
+    return snap.state;
+  }
+
+  forceOpen() {
+    return this.force(m.OPEN);
+  }
+
+  forceClose() {
+    return this.force(m.CLOSED);
+  }
+
+  forceHalfOpen() {
+    return this.force(m.HALF_OPEN);
+  }
+}

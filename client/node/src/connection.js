@@ -1,0 +1,293 @@
+// connection.js — one connection to cbd for Node's event loop: the socket
+// path (argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and
+// I/O timeouts, reconnection, and every op of PROTOCOL.md §8 as a method
+// returning a promise. Many requests may be in flight at once: they are
+// written in order (pipelined) and cbd answers in order, so the n-th line
+// carrying `ok` answers the n-th request still waiting (event lines, which
+// never carry `ok`, are emitted as 'event' instead). A connection that timed out, broke or
+// sent garbage is dropped at once and every request still waiting on it
+// fails, so a late reply can never be taken for another request's; the
+// next call reconnects.
+
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+import { CbdTimeoutError, ServerError, UnavailableError } from './errors.js';
+
+export const DEFAULT_SOCKET = '/run/cbd/cbd.sock';
+// libcbclient's CBC_DEFAULT_CONNECT_TIMEOUT_MS and CBC_DEFAULT_IO_TIMEOUT_MS.
+export const DEFAULT_CONNECT_TIMEOUT_MS = 100;
+export const DEFAULT_IO_TIMEOUT_MS = 100;
+// The longest reply line accepted (cbd cuts list replies at half of its
+// max_output_bytes, 8 MiB by default).
+export const MAX_REPLY_BYTES = 64 << 20;
+// Requests written and not yet answered on one connection, at most. cbd
+// drops a client whose unread replies pass its max_output_bytes (8 MiB by
+// default, PROTOCOL.md §10); later requests wait in the client until
+// replies come back (each wait counted in limitHits.maxInFlight).
+export const DEFAULT_MAX_IN_FLIGHT = 1024;
+// Ops on which cbd honours noreply (§8: every op but these five).
+export const NOREPLY_REFUSED = Object.freeze(['hello', 'watch', 'unwatch', 'list', 'stats']);
+
+/** The socket path: path, else $CBD_SOCKET, else /run/cbd/cbd.sock. */
+export function resolveSocket(path) {
+  return path || process.env.CBD_SOCKET || DEFAULT_SOCKET;
+}
+
+/** One request line: members set to null or undefined are left out (§3). */
+export function encodeRequest(op, members = {}) {
+  const req = { op };
+  for (const [k, v] of Object.entries(members)) if (v != null) req[k] = v;
+  return `${JSON.stringify(req)}\n`;
+}
+
+/** A connection to cbd. Events: 'event' (a watch event line, §8 watch:
+ * {event, from, snapshot, reason} or {event: 'delete', name, reason}),
+ * 'disconnect' (error) when a connection with watches is lost (watches end
+ * with the connection: watch again after reconnecting). */
+export class Client extends EventEmitter {
+  /** options: connectTimeoutMs, ioTimeoutMs (100 ms each by default),
+   * maxInFlight (requests on the wire at once, DEFAULT_MAX_IN_FLIGHT). */
+  constructor(socketPath, { connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS, ioTimeoutMs = DEFAULT_IO_TIMEOUT_MS, maxInFlight = DEFAULT_MAX_IN_FLIGHT } = {}) {
+    super();
+    if (!(connectTimeoutMs > 0)) throw new RangeError('connectTimeoutMs must be positive (ms)');
+    if (!(ioTimeoutMs > 0)) throw new RangeError('ioTimeoutMs must be positive (ms)');
+    if (!(Number.isInteger(maxInFlight) && maxInFlight >= 1)) throw new RangeError('maxInFlight must be an integer of at least 1');
+    this.maxInFlight = maxInFlight;
+    this.limitHits = { maxInFlight: 0 }; // requests that waited for maxInFlight
+    this.backlog = []; // {op, line, resolve, reject}: waiting for maxInFlight
+    this.socketPath = resolveSocket(socketPath);
+    this.connectTimeoutMs = connectTimeoutMs;
+    this.ioTimeoutMs = ioTimeoutMs;
+    this.policyConflicts = 0; // replies that carried policy_conflict
+    this.lastPolicyConflict = null;
+    this.sock = null;
+    this.pending = []; // {op, resolve, reject, timer}, in request order
+    this.buf = '';
+    this.watching = false; // a watch was answered on this connection
+  }
+
+  close() {
+    this.drop(new UnavailableError('client closed'));
+  }
+
+  /** Forget the connection; every waiting request fails with err. */
+  drop(err) {
+    const sock = this.sock;
+    this.sock = null;
+    this.buf = '';
+    if (sock) sock.destroy();
+    if (this.watching) {
+      this.watching = false;
+      this.emit('disconnect', err);
+    }
+    const pending = this.pending.concat(this.backlog);
+    this.pending = [];
+    this.backlog = [];
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+
+  connect() {
+    const sock = net.createConnection({ path: this.socketPath });
+    sock.setEncoding('utf8');
+    const connectTimer = setTimeout(() => {
+      if (this.sock === sock) this.drop(new CbdTimeoutError(`connecting to ${this.socketPath} timed out`));
+    }, this.connectTimeoutMs);
+    sock.once('connect', () => {
+      clearTimeout(connectTimer);
+      if (this.sock === sock && this.pending.length === 0 && !this.watching) sock.unref(); // idle
+    });
+    sock.on('data', (chunk) => {
+      if (this.sock === sock) this.onData(chunk);
+    });
+    sock.on('error', (e) => {
+      clearTimeout(connectTimer);
+      if (this.sock !== sock) return;
+      const what = sock.connecting ? `cannot connect to ${this.socketPath}` : 'connection to cbd failed';
+      this.drop(new UnavailableError(`${what}: ${e.code || e.message}`));
+    });
+    sock.on('close', () => {
+      clearTimeout(connectTimer);
+      if (this.sock === sock) this.drop(new UnavailableError('cbd closed the connection'));
+    });
+    return sock;
+  }
+
+  onData(chunk) {
+    const sock = this.sock;
+    this.buf += chunk;
+    let start = 0;
+    let nl;
+    while ((nl = this.buf.indexOf('\n', start)) >= 0) {
+      const line = this.buf.slice(start, nl);
+      start = nl + 1;
+      // Dropped (or closed by an 'event' listener): the rest is not ours.
+      if (!this.onLine(line) || this.sock !== sock) return;
+    }
+    this.buf = this.buf.slice(start);
+    if (this.buf.length > MAX_REPLY_BYTES) this.drop(new UnavailableError(`reply longer than ${MAX_REPLY_BYTES} bytes`));
+  }
+
+  /** One line from cbd; false when the connection was dropped. */
+  onLine(line) {
+    if (!line.trim()) return true;
+    let reply;
+    try {
+      reply = JSON.parse(line);
+    } catch (e) {
+      this.drop(new UnavailableError(`cbd sent a line that is not JSON: ${e.message}`));
+      return false;
+    }
+    if (reply === null || typeof reply !== 'object') return true;
+    if (!('ok' in reply)) {
+      if (typeof reply.event === 'string') this.emit('event', reply); // never carries ok
+      return true;
+    }
+    const p = this.pending.shift();
+    if (!p) {
+      this.drop(new UnavailableError('cbd sent a reply nobody asked for'));
+      return false;
+    }
+    clearTimeout(p.timer);
+    while (this.backlog.length > 0 && this.pending.length < this.maxInFlight) {
+      const next = this.backlog.shift();
+      if (next.noreply) this.sock.write(next.line);
+      else this.send(next);
+    }
+    if (reply.ok === false) {
+      const error = reply.error || {};
+      p.reject(new ServerError(String(error.code ?? 'unknown'), String(error.message ?? '')));
+    } else {
+      if (reply.policy_conflict) {
+        this.policyConflicts += 1;
+        this.lastPolicyConflict = reply.policy_conflict;
+      }
+      if (p.op === 'watch') {
+        this.watching = true; // events may come: keep the process alive
+        this.sock?.ref();
+      }
+      p.resolve(reply);
+    }
+    if (this.pending.length === 0 && !this.watching) this.sock?.unref(); // idle: keep no process alive
+    return true;
+  }
+
+  /** Send one request; its reply (null with noreply). Rejects with
+   * ServerError (cbd's code and message), UnavailableError or
+   * CbdTimeoutError. */
+  request(op, members = {}) {
+    let line;
+    try {
+      line = encodeRequest(op, members);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const noreply = members.noreply === true && !NOREPLY_REFUSED.includes(op);
+    if (!this.sock) this.sock = this.connect();
+    const sock = this.sock;
+    if (noreply) {
+      // Behind waiting requests it waits too, so requests keep their order.
+      if (this.backlog.length > 0) this.backlog.push({ op, line, noreply: true, resolve() {}, reject() {} });
+      else sock.write(line);
+      return Promise.resolve(null);
+    }
+    sock.ref();
+    return new Promise((resolve, reject) => {
+      const p = { op, line, resolve, reject, timer: null };
+      if (this.pending.length >= this.maxInFlight) {
+        this.limitHits.maxInFlight += 1;
+        this.backlog.push(p);
+      } else {
+        this.send(p);
+      }
+    });
+  }
+
+  /** Write a request on the connection and start its timeout. */
+  send(p) {
+    const sock = this.sock;
+    // Connecting counts against the connect timeout, the answer against
+    // the I/O timeout.
+    const budget = this.ioTimeoutMs + (sock.connecting ? this.connectTimeoutMs : 0);
+    p.timer = setTimeout(() => {
+      if (this.sock === sock) this.drop(new CbdTimeoutError(`cbd did not answer ${p.op} within ${this.ioTimeoutMs} ms`));
+    }, budget);
+    this.pending.push(p);
+    sock.write(p.line);
+  }
+
+  hello(client) {
+    return this.request('hello', { client });
+  }
+
+  get(name, ctx) {
+    return this.request('get', { name, ctx });
+  }
+
+  allow(name, ctx) {
+    return this.request('allow', { name, ctx });
+  }
+
+  /** record: outcome 'success' | 'failure' | 'ignore'; options permit,
+   * durationMs, ctx, noreply. */
+  record(name, outcome, { permit, durationMs, ctx, noreply } = {}) {
+    return this.request('record', { name, outcome, permit, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  }
+
+  recordSuccess(name, { durationMs, ctx, noreply } = {}) {
+    return this.request('record_success', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  }
+
+  recordFailure(name, { durationMs, ctx, noreply } = {}) {
+    return this.request('record_failure', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  }
+
+  cas(name, from, to, ctx) {
+    return this.request('cas', { name, from, to, ctx });
+  }
+
+  /** set_state (admin): options hold, ttlMs, reason, ctx. */
+  setState(name, state, { hold, ttlMs, reason, ctx } = {}) {
+    return this.request('set_state', { name, state, hold, ttl_ms: ttlMs, reason, ctx });
+  }
+
+  release(name, ctx) {
+    return this.request('release', { name, ctx });
+  }
+
+  acquireSlot(name, ctx) {
+    return this.request('acquire_slot', { name, ctx });
+  }
+
+  releaseSlot(name, token, ctx) {
+    return this.request('release_slot', { name, token, ctx });
+  }
+
+  delete(name) {
+    return this.request('delete', { name });
+  }
+
+  list(state, ctx) {
+    return this.request('list', { state, ctx });
+  }
+
+  /** watch (§8): the current snapshots of names (or of every stored
+   * circuit with names 'all'); then 'event' for each change. */
+  watch(names) {
+    return this.request('watch', names === 'all' ? { all: true } : { names });
+  }
+
+  unwatch(names) {
+    return this.request('unwatch', names === 'all' ? { all: true } : { names });
+  }
+
+  stats() {
+    return this.request('stats');
+  }
+
+  metrics() {
+    return this.request('metrics');
+  }
+}
