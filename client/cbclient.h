@@ -12,7 +12,8 @@
  *   2. cbc_store   — the store interface (a small vtable) with three
  *                    implementations: local (in process), remote (cbd) and
  *                    resilient (wraps another store, degrades per policy).
- *   3. cbc_breaker — the circuit breaker: execute(fn) or acquire/report.
+ *   3. cbc_breaker — the circuit breaker: execute(fn) or acquire/report,
+ *                    and cbc_retry_execute: retries with backoff around it.
  *                    On a remote store it is cached by default: one watch
  *                    connection per process keeps the circuits' state,
  *                    and closed calls send their outcome without waiting
@@ -825,6 +826,98 @@ cbc_status cbc_breaker_refresh(cbc_breaker *breaker, cbc_state *state, cbc_error
 cbc_status cbc_breaker_force_open(cbc_breaker *breaker, cbc_error *err);
 cbc_status cbc_breaker_force_close(cbc_breaker *breaker, cbc_error *err);
 cbc_status cbc_breaker_force_half_open(cbc_breaker *breaker, cbc_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Retries (client/retry.c)                                           */
+/* ------------------------------------------------------------------ */
+
+/* Retries with backoff and a per-attempt timeout around a breaker, as the
+ * Python, Go and Node.js clients do (README "Retries"). The breaker is
+ * asked before every attempt and every attempt's outcome is reported to
+ * it; a refusal from an open circuit ends the retries at once. No thread
+ * is spawned: an attempt is told its deadline and must keep it; one that
+ * returns at or after its deadline counts as a timed-out failure. The
+ * backoff before retry n is drawn from [0, min(max_ms, base_ms * 2^(n-1))]
+ * (full jitter); the clock, sleep and random source can be replaced
+ * (virtual time in tests). */
+
+#define CBC_RETRY_DEFAULT_ATTEMPTS 3
+#define CBC_RETRY_DEFAULT_BASE_MS 100
+#define CBC_RETRY_DEFAULT_MAX_MS 10000
+/* Bounds of the options (CBC_EINVAL naming the field outside them). */
+#define CBC_RETRY_ATTEMPTS_MAX 1000
+#define CBC_RETRY_DELAY_MAX_MS INT64_C(3600000)
+#define CBC_RETRY_TIMEOUT_MAX_MS INT64_C(3600000)
+/* The deadline passed to an attempt when there is no timeout. */
+#define CBC_RETRY_NO_DEADLINE INT64_MAX
+
+/* The protected attempt: deadline_ms is absolute on the options' clock
+ * (monotonic ms), CBC_RETRY_NO_DEADLINE without timeout_ms. Returns 0 on
+ * success, else a result the breaker's classifier judges. */
+typedef int (*cbc_retry_fn)(void *arg, int64_t deadline_ms);
+/* Retry after this failed attempt? result is the attempt's value,
+ * timed_out whether it ran past its deadline. NULL: retry every failure. */
+typedef bool (*cbc_retry_on_fn)(int result, bool timed_out, void *user);
+/* Monotonic milliseconds; sleep ms; a uniform 64-bit random number. */
+typedef int64_t (*cbc_retry_clock_fn)(void *user);
+typedef void (*cbc_retry_sleep_fn)(int64_t ms, void *user);
+typedef uint64_t (*cbc_retry_rand_fn)(void *user);
+
+/* Hooks (each may be NULL), on the calling thread, in this order for a
+ * failed attempt: on_circuit_* (state changes seen), on_timeout,
+ * on_failure, then on_retry before the sleep. */
+typedef struct cbc_retry_hooks {
+	void (*on_retry)(int attempt, int result, int64_t delay_ms, void *user);
+	void (*on_timeout)(int attempt, void *user);
+	void (*on_failure)(int attempt, int result, void *user);
+	/* The circuit refused an attempt (retry_after_ms) or opened on this
+	 * run's report (CBC_TIME_NONE); once per open period of a run. */
+	void (*on_circuit_open)(int64_t retry_after_ms, void *user);
+	void (*on_circuit_half_open)(void *user);
+	void (*on_circuit_closed)(void *user);
+} cbc_retry_hooks;
+
+typedef struct cbc_retry_options {
+	int max_attempts; /* attempts in all, 1..CBC_RETRY_ATTEMPTS_MAX */
+	int64_t timeout_ms; /* per attempt; 0: none; ..CBC_RETRY_TIMEOUT_MAX_MS */
+	int64_t base_ms; /* 0..max_ms */
+	int64_t max_ms; /* base_ms..CBC_RETRY_DELAY_MAX_MS */
+	cbc_retry_on_fn retry_on;
+	cbc_retry_hooks hooks;
+	/* NULL: CLOCK_MONOTONIC, nanosleep, getrandom. */
+	cbc_retry_clock_fn clock;
+	cbc_retry_sleep_fn sleep;
+	cbc_retry_rand_fn rand;
+	void *user; /* passed to every callback above */
+} cbc_retry_options;
+
+/* What a run did. */
+typedef struct cbc_retry_result {
+	int result; /* the last attempt's value */
+	int attempts; /* attempts made (fn calls) */
+	bool succeeded; /* the last attempt counted as a success */
+	bool timed_out; /* the last attempt ran past its deadline */
+	cbc_outcome outcome; /* how the last attempt was reported */
+	int64_t retry_after_ms; /* CBC_EOPEN: the circuit's time left */
+} cbc_retry_result;
+
+/* The defaults above; no callbacks. */
+void cbc_retry_options_init(cbc_retry_options *opts);
+/* CBC_EINVAL naming the first invalid field of opts. */
+cbc_status cbc_retry_options_check(const cbc_retry_options *opts, cbc_error *err);
+/* The backoff before retry number retry (1, 2, ...), drawn with opts'
+ * random source (0 for retry < 1). */
+int64_t cbc_retry_delay_ms(const cbc_retry_options *opts, int retry);
+/* Run fn(arg, deadline) until an attempt succeeds, retry_on says no, the
+ * attempts are spent or the circuit refuses. breaker may be NULL (every
+ * nonzero result is then a failure); opts NULL: the defaults.
+ *   CBC_OK        the last attempt ran: out->succeeded tells how it went.
+ *   CBC_ETIMEOUT  the last attempt ran past its deadline.
+ *   CBC_EOPEN     the circuit refused an attempt (out->retry_after_ms).
+ *   other         invalid options, or the store failed before an attempt
+ *                 (CBC_POLICY_REJECT). out may be NULL. */
+cbc_status cbc_retry_execute(cbc_breaker *breaker, const cbc_retry_options *opts, cbc_retry_fn fn,
+    void *arg, cbc_retry_result *out, cbc_error *err);
 
 #ifdef __cplusplus
 }

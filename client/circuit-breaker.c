@@ -527,8 +527,8 @@ cbc_breaker_report_duration(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, 
 /* The outcome of fn's result: 0 is a success, never classified; a
  * nonzero one goes to classify (or the older error_filter), else counts
  * as a failure. An out-of-range answer of classify counts as a failure. */
-static cbc_outcome
-breaker_classify(cbc_breaker *b, int result)
+cbc_outcome
+cbci_breaker_classify(cbc_breaker *b, int result)
 {
 	cbc_outcome o;
 
@@ -573,7 +573,7 @@ cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *
 		res.result = fn(arg);
 		res.duration_ms = (clock_monotonic_us() - started) / 1000;
 		res.called = true;
-		res.outcome = breaker_classify(b, res.result);
+		res.outcome = cbci_breaker_classify(b, res.result);
 		res.counted_failure = res.outcome == CBC_OUTCOME_FAILURE;
 		report_outcome(b, &p, res.outcome, res.duration_ms,
 		    res.counted_failure ? &res.result : NULL);

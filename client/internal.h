@@ -20,6 +20,10 @@
 cbc_status cbci_fail(cbc_error *err, cbc_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* How breaker's classifier judges a call's result (0: success; nonzero:
+ * classify, else error_filter, else failure) — circuit-breaker.c. */
+cbc_outcome cbci_breaker_classify(cbc_breaker *b, int result);
+
 /* Clear err (may be NULL) to CBC_OK. */
 void cbci_error_clear(cbc_error *err);
 

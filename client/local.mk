@@ -32,6 +32,7 @@ client_libcbclient_la_SOURCES = \
 	client/store-resilient.c \
 	client/cache.c \
 	client/circuit-breaker.c \
+	client/retry.c \
 	client/classify-http.c
 client_libcbclient_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) -pthread
 # The core (state machine, table, codec) is linked in; only cbc_* is exported.

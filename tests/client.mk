@@ -1,6 +1,6 @@
 # tests/client.mk — libcbclient tests (included by Makefile.am).
-# check_client_local needs no daemon; check_client_remote runs real cbd
-# processes (see tests/cbd-harness.h).
+# check_client_local and check_client_retry need no daemon;
+# check_client_remote runs real cbd processes (see tests/cbd-harness.h).
 
 CLIENT_TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS) -pthread
 CLIENT_TEST_LIBS = client/libcbclient.la tests/libcontract.la src/libcbcore.la \
@@ -32,3 +32,9 @@ tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
 TESTS += tests/client-valgrind.sh
 EXTRA_DIST += tests/client-valgrind.sh
 tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT)
+
+# cbc_retry_* in virtual time on a local store (no daemon).
+check_PROGRAMS += tests/check_client_retry
+tests_check_client_retry_SOURCES = tests/check_client_retry.c
+tests_check_client_retry_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_retry_LDADD = $(CLIENT_TEST_LIBS)
