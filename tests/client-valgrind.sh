@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT INT TERM
 status=0
 passed=0
 failed=0
-for t in check_client_local check_client_remote; do
+for t in check_client_local check_client_remote check_client_retry; do
 	echo "== $t under valgrind"
 	CK_FORK=no CBD_HARNESS_TIMEOUT_MS=60000 "$builddir/libtool" --mode=execute \
 		valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible \
