@@ -46,4 +46,3 @@ client_examples_flaky_SOURCES = client/examples/flaky.c
 client_examples_flaky_LDADD = client/libcbclient.la
 
 # The README section on libcbclient (merged into README.md by the lead).
-EXTRA_DIST += client/README-section.md
