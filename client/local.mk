@@ -45,4 +45,3 @@ noinst_PROGRAMS += client/examples/flaky
 client_examples_flaky_SOURCES = client/examples/flaky.c
 client_examples_flaky_LDADD = client/libcbclient.la
 
-# The README section on libcbclient (merged into README.md by the lead).
