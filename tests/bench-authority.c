@@ -66,20 +66,6 @@ rss_kib(pid_t pid)
 	return kib;
 }
 
-static bool
-write_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n <= 0)
-			return false;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
-
 /* Read exactly `lines` reply lines. */
 static bool
 read_lines(int fd, long lines)
@@ -136,7 +122,7 @@ pipeline(int fd, long count, request_fn fn)
 			n++;
 			i++;
 		}
-		if (!write_all(fd, buf, len) || !read_lines(fd, n))
+		if (!harness_send_all(fd, buf, len) || !read_lines(fd, n))
 			return false;
 	}
 	return true;
@@ -193,7 +179,7 @@ changer_run(void *arg)
 		    "{\"op\":\"set_state\",\"name\":\"open-%08ld\",\"state\":\"%s\"}\n",
 		    ch->changes % ch->open,
 		    (ch->changes / ch->open) % 2 == 0 ? "half_open" : "open");
-		if (!write_all(fd, line, strlen(line)) || !read_lines(fd, 1))
+		if (!harness_send_all(fd, line, strlen(line)) || !read_lines(fd, 1))
 			break;
 		ch->changes++;
 		nanosleep(&pause, NULL);
@@ -214,7 +200,7 @@ probe(cbd_harness *h, int seconds, const char *label)
 	while (n < BENCH_SAMPLES_MAX && now_us() < end) {
 		double t = now_us();
 
-		if (!write_all(fd, req, strlen(req)) || !read_lines(fd, 1))
+		if (!harness_send_all(fd, req, strlen(req)) || !read_lines(fd, 1))
 			break;
 		samples[n++] = now_us() - t;
 	}

@@ -59,43 +59,6 @@ typedef struct worker {
 	long lat_count;
 } worker;
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int
-connect_unix(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-		return fd;
-	if (fd >= 0)
-		close(fd);
-	return -1;
-}
-
-static bool
-send_all(int fd, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-
-		if (w <= 0)
-			return false;
-		p += w;
-		n -= (size_t)w;
-	}
-	return true;
-}
-
 /* Where one RESP value starting at p ends (within len), or NULL when more
  * bytes are needed. */
 static const char *
@@ -167,8 +130,8 @@ worker_run(void *arg)
 {
 	worker *w = arg;
 	char req[512], *buf = malloc(BUF);
-	int fd = connect_unix(w->path);
-	double end = now_s() + w->seconds;
+	int fd = harness_connect_path(w->path);
+	double end = harness_now_s() + w->seconds;
 	size_t have = 0;
 	long i = 0;
 
@@ -176,7 +139,7 @@ worker_run(void *arg)
 		free(buf);
 		return NULL;
 	}
-	while (now_s() < end) {
+	while (harness_now_s() < end) {
 		int key = (w->index + (int)i++) % KEYS;
 		char name[32];
 		size_t len;
@@ -198,11 +161,11 @@ worker_run(void *arg)
 			    "*6\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n$%zu\r\n%s\r\n"
 			    "$13\r\n1700000000000\r\n$10\r\n1000000000\r\n",
 			    w->sha, strlen(name), name);
-		t = now_s();
-		if (!send_all(fd, req, len) || !read_reply(fd, w->mode, buf, &have, &error))
+		t = harness_now_s();
+		if (!harness_send_all(fd, req, len) || !read_reply(fd, w->mode, buf, &have, &error))
 			break;
 		if (w->lat_count < SAMPLES_MAX)
-			w->lat[w->lat_count++] = (now_s() - t) * 1e6;
+			w->lat[w->lat_count++] = (harness_now_s() - t) * 1e6;
 		w->requests++;
 		if (error && w->errors++ == 0 && getenv("BENCH_DEBUG") != NULL)
 			fprintf(stderr, "first error reply: %.200s\n", buf);
@@ -270,7 +233,7 @@ redis_start(const char *dir, char *sock, size_t size)
 		_exit(127);
 	}
 	for (int i = 0; i < 200 && pid > 0; i++) {
-		int fd = connect_unix(sock);
+		int fd = harness_connect_path(sock);
 
 		if (fd >= 0) {
 			close(fd);
@@ -291,12 +254,12 @@ redis_load(const char *sock, char *out)
 {
 	char req[2048], reply[128];
 	size_t have = 0;
-	int fd = connect_unix(sock);
+	int fd = harness_connect_path(sock);
 	bool ok;
 
 	snprintf(req, sizeof req, "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n%s\r\n",
 	    strlen(record_failure_lua), record_failure_lua);
-	ok = fd >= 0 && send_all(fd, req, strlen(req));
+	ok = fd >= 0 && harness_send_all(fd, req, strlen(req));
 	/* The reply is "$40\r\n<sha>\r\n": 47 bytes. */
 	while (ok && have < 47) {
 		ssize_t n = read(fd, reply + have, sizeof reply - 1 - have);

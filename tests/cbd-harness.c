@@ -123,9 +123,17 @@ untrack(pid_t pid)
 	}
 }
 
-/* Connect to path; -1 when nobody accepts. */
-static int
-connect_path(const char *path)
+double
+harness_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int
+harness_connect_path(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
@@ -146,12 +154,11 @@ connect_path(const char *path)
 int
 harness_connect(const cbd_harness *h)
 {
-	return connect_path(h->socket_path);
+	return harness_connect_path(h->socket_path);
 }
 
-/* Write the whole buffer. */
-static bool
-write_all(int fd, const char *buf, size_t len)
+bool
+harness_send_all(int fd, const char *buf, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
@@ -369,8 +376,8 @@ harness_request(int fd, const char *line, char *reply, size_t reply_size)
 	size_t len = strlen(line), got = 0;
 	long long deadline = mono_ms() + harness_timeout_ms();
 
-	if (reply_size == 0 || !write_all(fd, line, len) ||
-	    ((len == 0 || line[len - 1] != '\n') && !write_all(fd, "\n", 1)))
+	if (reply_size == 0 || !harness_send_all(fd, line, len) ||
+	    ((len == 0 || line[len - 1] != '\n') && !harness_send_all(fd, "\n", 1)))
 		return false;
 	/* Peek, then take exactly one line, so later replies stay queued. */
 	while (got < reply_size - 1) {

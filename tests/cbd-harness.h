@@ -31,6 +31,12 @@ void harness_stop(cbd_harness *h);
 int harness_connect(const cbd_harness *h);
 /* Send one line, read one reply line (bounded wait). */
 bool harness_request(int fd, const char *line, char *reply, size_t reply_size);
+/* A connected fd to any Unix socket path (cbd's or another server's), or -1. */
+int harness_connect_path(const char *path);
+/* Write all of buf (no SIGPIPE, EINTR retried); false when the peer is gone. */
+bool harness_send_all(int fd, const char *buf, size_t len);
+/* The monotonic clock in seconds, for benchmarks. */
+double harness_now_s(void);
 
 /* --- Extensions used by cbd's own tests (not needed by other users). --- */
 

@@ -66,15 +66,6 @@ static atomic_bool load_stop;
 static atomic_long load_done; /* requests answered (or bytes sent) by the load */
 static atomic_long load_errors; /* load connections lost */
 
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void
 sleep_us(long us)
 {
@@ -82,23 +73,6 @@ sleep_us(long us)
 
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
-}
-
-/* Write all of buf; false when the connection is gone. */
-static bool
-send_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return true;
 }
 
 /* Read until `lines` LFs have come (bounded by the socket's timeout). */
@@ -153,13 +127,13 @@ static void
 probe_run(const cbd_harness *h, double seconds, probe_result *out)
 {
 	static double samples[STRESS_PROBE_MAX];
-	double end = now_s() + seconds;
+	double end = harness_now_s() + seconds;
 	char reply[4096];
 	int fd = harness_connect(h);
 
 	memset(out, 0, sizeof *out);
-	while (now_s() < end && out->count < STRESS_PROBE_MAX) {
-		double t0 = now_s();
+	while (harness_now_s() < end && out->count < STRESS_PROBE_MAX) {
+		double t0 = harness_now_s();
 
 		if (fd < 0 ||
 		    !harness_request(fd, "{\"op\":\"get\",\"name\":\"probe\"}", reply,
@@ -171,7 +145,7 @@ probe_run(const cbd_harness *h, double seconds, probe_result *out)
 			fd = harness_connect(h);
 			continue;
 		}
-		samples[out->count++] = (now_s() - t0) * 1e3;
+		samples[out->count++] = (harness_now_s() - t0) * 1e3;
 		sleep_us(STRESS_PROBE_GAP_US);
 	}
 	if (fd >= 0)
@@ -246,7 +220,7 @@ list_flood_run(void *p)
 	for (int i = 0; i < STRESS_LIST_BATCH; i++)
 		len += (size_t)snprintf(batch + len, sizeof batch - len, "{\"op\":\"list\"}\n");
 	while (buf != NULL && fd >= 0 && !atomic_load(&load_stop)) {
-		if (!send_all(fd, batch, len) || !read_lines(fd, buf, STRESS_LIST_BATCH)) {
+		if (!harness_send_all(fd, batch, len) || !read_lines(fd, buf, STRESS_LIST_BATCH)) {
 			atomic_fetch_add(&load_errors, 1);
 			close(fd);
 			fd = load_connect(a->h);
@@ -284,7 +258,7 @@ churn_run(void *p)
 		for (long i = 0; i < n; i++)
 			len += (size_t)snprintf(batch + len, 64,
 			    "{\"op\":\"record_failure\",\"name\":\"churn-%ld\"}\n", first + i);
-		if (!send_all(fd, batch, len) || !read_lines(fd, buf, n)) {
+		if (!harness_send_all(fd, batch, len) || !read_lines(fd, buf, n)) {
 			atomic_fetch_add(&load_errors, 1);
 			close(fd);
 			fd = load_connect(a->h);
@@ -316,7 +290,7 @@ store_circuits(const cbd_harness *h, long count)
 			len += (size_t)snprintf(batch + len, 96,
 			    "{\"op\":\"set_state\",\"name\":\"listed-%ld\",\"state\":\"open\"}\n",
 			    first + i);
-		ok = send_all(fd, batch, len) && read_lines(fd, buf, n);
+		ok = harness_send_all(fd, batch, len) && read_lines(fd, buf, n);
 	}
 	if (fd >= 0)
 		close(fd);
