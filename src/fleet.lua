@@ -1,0 +1,1082 @@
+--[[
+fleet.lua — one circuit of cbd's fleet mode (backend = redis), kept in
+Redis and changed only by this script, so that every circuit op is one
+atomic step whichever cbd on whichever host makes it.
+
+What it owns: the circuit's state machine and circuit semantics, mirrored
+from the C core (same rule order, same edge cases):
+  breaker.c        breaker_on_outcome (consecutive rule with max_gap_ms
+                   chains, rate rule, slow calls, min_reporters gate,
+                   break_backoff / break_max_ms), breaker_on_allow,
+                   breaker_force, breaker_hold_end, breaker_retry_after_ms
+                   -> on_outcome, on_allow, force, hold_end, retry_after
+  window.c         the rate rule's window: count (last N calls) and time
+                   (1 s buckets, minimum_calls) -> window_* below
+  circuit-table.c  circuit_table_get / record_* / allow / cas / set_state /
+                   release / acquire_slot / release_slot / delete, lazy hold
+                   expiry (hold_expire), transition_done (every transition
+                   empties the window), ext_fit_policy, totals, the
+                   "created by a write" rule -> op_* below
+Policy RESOLUTION is not here: cbd sends the circuit's full effective
+policy with every call.
+
+Call convention (docs: /work/notes/fleet-contract.md, issue 14):
+  EVALSHA <sha> 3 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window
+          <op> <request-json> <channel>
+  KEYS[1] hash: the circuit (fields: see load_circuit / save_circuit)
+  KEYS[2] sorted set: half-open slots, member = token, score = expires_at
+  KEYS[3] hash: the rate rule's window (meta fields, ring "r<i>" of a count
+          window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
+          of a time window)
+  ARGV[1] op: get | success | failure | ignore | allow | cas | set_state |
+          release | acquire_slot | release_slot | delete | merge
+  ARGV[2] request JSON: name, now (ms, or absent/null: Redis TIME), policy
+          (every key), declared, origin, duration_ms, reporter, token,
+          from/to (cas), state + hold (set_state), circuit (merge)
+  ARGV[3] channel for events
+Reply: a JSON string {"now", "existed", "circuit", "change", op results}
+(see the contract). Events: when change ~= null, or a stored circuit is
+deleted, PUBLISH ARGV[3] {"origin","name","now","circuit","change"}.
+A malformed request (unknown op, bad state name, missing token) is an
+error reply ("ERR fleet.lua: ..."), with nothing changed.
+
+Where this differs from, or pins down, the contract (decided here):
+  * "current_break_ms" in the reply is the snapshot's raw field as in
+    cb_snapshot: 0 means "policy.break_ms" (breaker_break_ms); merge's
+    circuit.current_break_ms is read the same way.
+  * declared: the mismatch check runs only when the request carries a
+    "declared" string; a request without one (e.g. delete, release_slot)
+    never mismatches and creates with "".
+  * acquire_slot reports a lazily expired hold as its change (and event);
+    C's circuit_table_acquire_slot drops that change (it has no change out).
+  * "slots" counts unexpired slots at now (C's view counts slots not yet
+    pruned); allow/acquire prune expired ones (score <= now) first.
+  * Expiry (PEXPIRE, refreshed by every call that finds the circuit):
+    24 h; an open circuit 24 h plus its break; a held circuit never (an
+    operator's hold must not vanish with the traffic). The slots zset
+    expires 60 s after its last slot (hosts' clocks differ; `now` may be
+    a virtual clock), and is deleted when its last slot is gone.
+  * Reporters are strings (the request's "reporter"), not process ids.
+Numbers: Lua 5.1 numbers are doubles; every value here is an integer below
+2^53, exact in a double. Seconds of a time window are floor(now / 1000)
+computed in doubles: exact for now below ~2^43 ms (year 2248).
+--]]
+
+local NULL = cjson.null
+local DAY_MS = 86400000
+local SLOTS_GRACE_MS = 60000
+local COUNT_MAX = 1000000000
+local DURATION_MAX = 9007199254740992 -- 2^53
+local BUCKET_MS = 1000
+local USER_MAX = 64
+local REASON_MAX = 256
+
+local K_CIRCUIT, K_SLOTS, K_WINDOW = KEYS[1], KEYS[2], KEYS[3]
+local op, channel = ARGV[1], ARGV[3]
+
+local function fail(msg)
+	return redis.error_reply('ERR fleet.lua: ' .. msg)
+end
+
+local req = cjson.decode(ARGV[2])
+
+-- A request member, with JSON null read as absent.
+local function arg(key)
+	local v = req[key]
+	if v == NULL then
+		return nil
+	end
+	return v
+end
+
+---------------------------------------------------------------- JSON out
+-- cjson.encode prints large integers with an exponent; this encoder prints
+-- integers in full and keeps members in the order given (obj{k, v, ...}).
+
+local OBJ = {}
+
+local function obj(...)
+	return { [OBJ] = true, n = select('#', ...), ... }
+end
+
+local function encode(v)
+	local t = type(v)
+	if v == nil or v == NULL then
+		return 'null'
+	elseif t == 'boolean' then
+		return v and 'true' or 'false'
+	elseif t == 'number' then
+		if v == math.floor(v) then
+			return string.format('%.0f', v)
+		end
+		return string.format('%.17g', v)
+	elseif t == 'string' then
+		return cjson.encode(v)
+	end
+	local out = {}
+	if v[OBJ] then
+		for i = 1, v.n, 2 do
+			out[#out + 1] = cjson.encode(v[i]) .. ':' .. encode(v[i + 1])
+		end
+		return '{' .. table.concat(out, ',') .. '}'
+	end
+	for i = 1, #v do
+		out[i] = encode(v[i])
+	end
+	return '[' .. table.concat(out, ',') .. ']'
+end
+
+---------------------------------------------------------------- clock
+
+local now = arg('now')
+if now == nil then
+	local t = redis.call('TIME')
+	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local policy = arg('policy') or {}
+local function pol(key, default)
+	local v = policy[key]
+	if v == nil or v == NULL then
+		return default
+	end
+	return v
+end
+-- The effective policy (every key is sent; the defaults only guard ops
+-- that do not need it, such as delete).
+local P = {
+	trip = pol('trip', 'consecutive'),
+	failure_threshold = pol('failure_threshold', 5),
+	success_threshold = pol('success_threshold', 2),
+	break_ms = pol('break_ms', 30000),
+	half_open_max = pol('half_open_max', 1),
+	slot_ttl_ms = pol('slot_ttl_ms', pol('break_ms', 30000)),
+	max_gap_ms = pol('max_gap_ms', 0),
+	window = pol('window', 'count'),
+	window_size = pol('window_size', 100),
+	minimum_calls = pol('minimum_calls', 10),
+	failure_rate = pol('failure_rate', 50),
+	slow_call_ms = pol('slow_call_ms', 0),
+	slow_call_rate = pol('slow_call_rate', 100),
+	min_reporters = pol('min_reporters', 1),
+	reporter_window_ms = pol('reporter_window_ms', 60000),
+	break_backoff = pol('break_backoff', 1),
+	break_max_ms = pol('break_max_ms', 0),
+}
+
+local STATES = { closed = true, open = true, half_open = true }
+
+---------------------------------------------------------------- circuit
+-- c = {state, fc, sc, lfa, oa, cbm, totals..., declared, hold, rep_n,
+-- reporters, created_at}; lfa/oa nil when null (CB_TIME_NONE).
+
+local function num_or_nil(s)
+	if s == nil or s == '' then
+		return nil
+	end
+	return tonumber(s)
+end
+
+local function load_circuit()
+	local raw = redis.call('HGETALL', K_CIRCUIT)
+	if #raw == 0 then
+		return nil
+	end
+	local f = {}
+	for i = 1, #raw, 2 do
+		f[raw[i]] = raw[i + 1]
+	end
+	local c = {
+		state = f.state,
+		fc = tonumber(f.fc) or 0,
+		sc = tonumber(f.sc) or 0,
+		lfa = num_or_nil(f.lfa),
+		oa = num_or_nil(f.oa),
+		cbm = tonumber(f.cbm) or 0,
+		t_successes = tonumber(f.t_successes) or 0,
+		t_failures = tonumber(f.t_failures) or 0,
+		t_ignored = tonumber(f.t_ignored) or 0,
+		t_slow = tonumber(f.t_slow) or 0,
+		t_rejected = tonumber(f.t_rejected) or 0,
+		declared = f.declared or '',
+		created_at = tonumber(f.created_at) or now,
+		rep_n = tonumber(f.rep_n) or 0,
+		reporters = {},
+	}
+	if f.hold ~= nil and f.hold ~= '' then
+		local h = cjson.decode(f.hold)
+		c.hold = {
+			state = h[1],
+			since = h[2],
+			["until"] = h[3] ~= NULL and h[3] or nil,
+			by_uid = h[4],
+			by_user = h[5],
+			reason = h[6] ~= NULL and h[6] or nil,
+		}
+	end
+	if f.reporters ~= nil and f.reporters ~= '' then
+		c.reporters = cjson.decode(f.reporters)
+	end
+	return c
+end
+
+local function save_circuit(c)
+	local hold = ''
+	if c.hold then
+		local h = c.hold
+		hold = encode({ h.state, h.since, h['until'] or NULL, h.by_uid, h.by_user,
+			h.reason or NULL })
+	end
+	local reporters = ''
+	if c.rep_n > 1 then
+		reporters = encode(c.reporters)
+	end
+	redis.call('HSET', K_CIRCUIT, 'state', c.state, 'fc', encode(c.fc), 'sc', encode(c.sc),
+		'lfa', c.lfa and encode(c.lfa) or '', 'oa', c.oa and encode(c.oa) or '',
+		'cbm', encode(c.cbm), 't_successes', encode(c.t_successes),
+		't_failures', encode(c.t_failures), 't_ignored', encode(c.t_ignored),
+		't_slow', encode(c.t_slow), 't_rejected', encode(c.t_rejected),
+		'declared', c.declared, 'created_at', encode(c.created_at), 'hold', hold,
+		'rep_n', encode(c.rep_n), 'reporters', reporters)
+end
+
+local function new_circuit(declared)
+	return {
+		state = 'closed', fc = 0, sc = 0, lfa = nil, oa = nil, cbm = 0,
+		t_successes = 0, t_failures = 0, t_ignored = 0, t_slow = 0, t_rejected = 0,
+		declared = declared or '', created_at = now, rep_n = 0, reporters = {},
+	}
+end
+
+---------------------------------------------------------------- window.c
+
+local window -- the window's meta, loaded on first use; false: none stored
+
+local function window_slots(kind, size)
+	if kind == 'count' then
+		return size
+	end
+	return math.floor((size + BUCKET_MS - 1) / BUCKET_MS)
+end
+
+local function window_load()
+	if window ~= nil then
+		return window
+	end
+	local raw = redis.call('HMGET', K_WINDOW, 'kind', 'slots', 'next', 'last', 'calls',
+		'failures', 'slow')
+	if not raw[1] then
+		window = false
+		return window
+	end
+	window = {
+		kind = raw[1],
+		slots = tonumber(raw[2]),
+		next = tonumber(raw[3]),
+		last = num_or_nil(raw[4]),
+		calls = tonumber(raw[5]),
+		failures = tonumber(raw[6]),
+		slow = tonumber(raw[7]),
+		dirty = false,
+	}
+	return window
+end
+
+local function window_save()
+	if not window or not window.dirty then
+		return
+	end
+	redis.call('HSET', K_WINDOW, 'kind', window.kind, 'slots', encode(window.slots),
+		'next', encode(window.next), 'last', window.last and encode(window.last) or '',
+		'calls', encode(window.calls), 'failures', encode(window.failures),
+		'slow', encode(window.slow))
+	window.dirty = false
+end
+
+-- window_init / window_reset: an empty window of this kind and slots.
+local function window_new(kind, slots)
+	redis.call('DEL', K_WINDOW)
+	window = { kind = kind, slots = slots, next = 0, last = nil, calls = 0, failures = 0,
+		slow = 0, dirty = true }
+end
+
+local function window_drop()
+	redis.call('DEL', K_WINDOW)
+	window = false
+end
+
+-- window_reset (every transition empties the window).
+local function window_reset()
+	if window_load() then
+		window_new(window.kind, window.slots)
+	end
+end
+
+-- count_add: the ring of the last `slots` calls.
+local function count_add(w, failure, slow)
+	if w.calls == w.slots then
+		local old = tonumber(redis.call('HGET', K_WINDOW, 'r' .. w.next) or '0')
+		w.calls = w.calls - 1
+		if old % 2 == 1 then
+			w.failures = w.failures - 1
+		end
+		if old >= 2 then
+			w.slow = w.slow - 1
+		end
+	end
+	local v = (failure and 1 or 0) + (slow and 2 or 0)
+	if v == 0 then
+		redis.call('HDEL', K_WINDOW, 'r' .. w.next)
+	else
+		redis.call('HSET', K_WINDOW, 'r' .. w.next, v)
+	end
+	w.next = (w.next + 1) % w.slots
+	w.calls = w.calls + 1
+	w.failures = w.failures + (failure and 1 or 0)
+	w.slow = w.slow + (slow and 1 or 0)
+	w.dirty = true
+end
+
+local function second_of(t)
+	return math.floor(t / BUCKET_MS)
+end
+
+local function bucket_field(w, second)
+	return 'b' .. (second % w.slots)
+end
+
+-- time_advance: move the head to `second`, emptying the buckets that fall
+-- out. When the gap covers the whole ring every bucket falls out: the
+-- window is then empty (C subtracts each bucket and reaches zero too).
+local function time_advance(w, second)
+	if w.last ~= nil and second <= w.last then
+		return
+	end
+	if w.last == nil or second - w.last >= w.slots then
+		if w.calls ~= 0 or w.failures ~= 0 or w.slow ~= 0 then
+			redis.call('DEL', K_WINDOW)
+		end
+		w.calls, w.failures, w.slow = 0, 0, 0
+	else
+		for s = w.last + 1, second do
+			local field = bucket_field(w, s)
+			local b = redis.call('HGET', K_WINDOW, field)
+			if b then
+				local bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
+				w.calls = w.calls - tonumber(bc)
+				w.failures = w.failures - tonumber(bf)
+				w.slow = w.slow - tonumber(bs)
+				redis.call('HDEL', K_WINDOW, field)
+			end
+		end
+	end
+	w.last = second
+	w.dirty = true
+end
+
+local function window_add(failure, slow)
+	local w = window
+	if w.kind == 'count' then
+		count_add(w, failure, slow)
+		return
+	end
+	time_advance(w, second_of(now))
+	-- A clock behind the newest bucket counts in the newest bucket.
+	local field = bucket_field(w, w.last)
+	local b = redis.call('HGET', K_WINDOW, field)
+	local bc, bf, bs = 0, 0, 0
+	if b then
+		bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
+		bc, bf, bs = tonumber(bc), tonumber(bf), tonumber(bs)
+	end
+	bc = bc + 1
+	bf = bf + (failure and 1 or 0)
+	bs = bs + (slow and 1 or 0)
+	redis.call('HSET', K_WINDOW, field, bc .. ':' .. bf .. ':' .. bs)
+	w.calls = w.calls + 1
+	w.failures = w.failures + (failure and 1 or 0)
+	w.slow = w.slow + (slow and 1 or 0)
+	w.dirty = true
+end
+
+-- window_counts: what the window holds at now (drops expired buckets).
+local function window_counts()
+	local w = window_load()
+	if not w then
+		return nil
+	end
+	if w.kind == 'time' and w.last ~= nil then
+		time_advance(w, second_of(now))
+	end
+	return w
+end
+
+---------------------------------------------------------------- breaker.c
+
+local function break_ms(c)
+	if c.cbm > 0 then
+		return c.cbm
+	end
+	return P.break_ms
+end
+
+local function trip_open(c)
+	c.state = 'open'
+	c.oa = now
+	c.sc = 0
+end
+
+local function trial_failed(c)
+	if P.break_backoff > 1 then
+		local grown = break_ms(c)
+		if grown > math.floor(DURATION_MAX / P.break_backoff) then
+			grown = DURATION_MAX
+		else
+			grown = grown * P.break_backoff
+		end
+		if P.break_max_ms > 0 and grown > P.break_max_ms then
+			grown = P.break_max_ms
+		end
+		c.cbm = grown
+	end
+	trip_open(c)
+	c.lfa = now
+end
+
+local function close_after_trials(c)
+	c.state = 'closed'
+	c.fc = 0
+	c.sc = 0
+	c.oa = nil
+	c.cbm = 0
+end
+
+-- breaker_reporters_count: distinct reporters with now - at <= window.
+local function reporters_count(c)
+	local n = 0
+	if c.rep_n <= 1 then
+		return 0
+	end
+	for _, r in ipairs(c.reporters) do
+		if now - r[2] <= P.reporter_window_ms then
+			n = n + 1
+		end
+	end
+	return n
+end
+
+-- reporters_note: refresh id's entry, or let the oldest make room. The
+-- list holds at most rep_n entries (C's empty slots are the missing ones;
+-- an empty slot is always taken before the oldest entry).
+local function reporters_note(c, id)
+	local oldest = nil
+	for i, r in ipairs(c.reporters) do
+		if r[1] == id then
+			if now > r[2] then
+				r[2] = now
+			end
+			return
+		end
+		if oldest == nil or r[2] < c.reporters[oldest][2] then
+			oldest = i
+		end
+	end
+	if #c.reporters < c.rep_n then
+		c.reporters[#c.reporters + 1] = { id, now }
+	else
+		c.reporters[oldest] = { id, now }
+	end
+end
+
+local function reporters_allow_trip(c, gated)
+	if P.min_reporters <= 1 or not gated then
+		return true
+	end
+	return reporters_count(c) >= P.min_reporters
+end
+
+local function rate_trips(failure, slow, use_window)
+	local slow_rule = P.slow_call_ms > 0
+	if not use_window then
+		return false
+	end
+	window_add(failure, slow_rule and slow)
+	local n = window_counts()
+	if n.calls == 0 or n.calls < P.minimum_calls then
+		return false
+	end
+	return n.failures * 100 >= P.failure_rate * n.calls or
+		(slow_rule and n.slow * 100 >= P.slow_call_rate * n.calls)
+end
+
+local function chain_continues(c)
+	if P.max_gap_ms <= 0 or c.lfa == nil then
+		return true
+	end
+	return now - c.lfa <= P.max_gap_ms
+end
+
+-- breaker_on_outcome, with `trip` / `threshold` as record_outcome passes
+-- them (a held circuit: consecutive, COUNT_MAX, no window).
+local function on_outcome(c, failure, slow, trip, threshold, use_window, gated)
+	local bad = failure or (slow and trip == 'rate' and P.slow_call_ms > 0)
+	if bad and gated then
+		reporters_note(c, arg('reporter') or '')
+	end
+	if c.state == 'closed' then
+		if failure then
+			if chain_continues(c) then
+				c.fc = c.fc + 1
+			else
+				c.fc = 1
+			end
+			c.lfa = now
+		else
+			c.fc = 0
+		end
+		local trips
+		if trip == 'rate' then
+			trips = rate_trips(failure, slow, use_window)
+		else
+			trips = failure and c.fc >= threshold
+		end
+		if not trips or not reporters_allow_trip(c, gated) then
+			return nil
+		end
+		trip_open(c)
+		return trip == 'rate' and 'failure_rate' or 'failure_threshold'
+	elseif c.state == 'half_open' then
+		if bad then
+			trial_failed(c)
+			return 'trial_failed'
+		end
+		c.sc = c.sc + 1
+		if c.sc < P.success_threshold then
+			return nil
+		end
+		close_after_trials(c)
+		return 'trial_succeeded'
+	end
+	-- open: a straggler never extends the break window.
+	if failure then
+		c.lfa = now
+	end
+	return nil
+end
+
+local function force(c, state)
+	c.state = state
+	if state == 'closed' then
+		c.fc = 0
+		c.sc = 0
+		c.oa = nil
+		c.cbm = 0
+	elseif state == 'open' then
+		c.oa = now
+		c.sc = 0
+	else
+		c.sc = 0
+	end
+end
+
+local function break_elapsed(c)
+	if c.state ~= 'open' then
+		return false
+	end
+	if c.oa == nil then
+		return true
+	end
+	return now - c.oa >= break_ms(c)
+end
+
+local function on_allow(c)
+	if not break_elapsed(c) then
+		return nil
+	end
+	force(c, 'half_open')
+	return 'break_elapsed'
+end
+
+-- breaker_retry_after_ms
+local function breaker_retry_after(c)
+	if c.state ~= 'open' or break_elapsed(c) then
+		return 0
+	end
+	local elapsed = 0
+	if now > c.oa then
+		elapsed = now - c.oa
+	end
+	return break_ms(c) - elapsed
+end
+
+local function hold_end(c, held)
+	if held == 'open' then
+		force(c, 'half_open')
+	else
+		force(c, 'closed')
+	end
+	return 'hold_expired'
+end
+
+---------------------------------------------------------------- circuit-table.c
+
+local change = nil -- {from, to, reason}
+
+-- change_merge: a later change within the call keeps the first `from`.
+local function change_merge(from, to, reason)
+	if reason == nil then
+		return
+	end
+	if change == nil then
+		change = { from = from, to = to, reason = reason }
+	else
+		change.to = to
+		change.reason = reason
+	end
+end
+
+-- transition_done: every transition empties the window.
+local function transition_done(c, from)
+	if c.state ~= from then
+		window_reset()
+	end
+end
+
+local function hold_expire(c)
+	local h = c.hold
+	if h == nil or h['until'] == nil or now < h['until'] then
+		return false
+	end
+	local from = c.state
+	local reason = hold_end(c, h.state)
+	transition_done(c, from)
+	c.hold = nil
+	change_merge(from, c.state, reason)
+	return true
+end
+
+-- ext_fit_policy: a window for the rate rule (made anew when its shape
+-- changed), a reporters list for min_reporters > 1.
+local function fit_policy(c)
+	local rate = P.trip == 'rate'
+	local w = window_load()
+	local slots = window_slots(P.window, P.window_size)
+	if w and (not rate or w.kind ~= P.window or w.slots ~= slots) then
+		window_drop()
+	end
+	if rate and not window then
+		window_new(P.window, slots)
+	end
+	if P.min_reporters > 1 then
+		if c.rep_n ~= P.min_reporters then
+			c.rep_n = P.min_reporters
+			c.reporters = {}
+		end
+	else
+		c.rep_n = 0
+		c.reporters = {}
+	end
+end
+
+-- text_copy: at most max bytes, cut on a UTF-8 boundary.
+local function text_cut(text, max)
+	if text == nil then
+		return nil
+	end
+	local len = #text
+	if len > max then
+		len = max
+		while len > 0 do
+			local b = string.byte(text, len + 1)
+			if b < 0x80 or b >= 0xc0 then
+				break
+			end
+			len = len - 1
+		end
+	end
+	return string.sub(text, 1, len)
+end
+
+local function slots_prune()
+	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', now)
+end
+
+local function slots_live()
+	return redis.call('ZCOUNT', K_SLOTS, '(' .. now, '+inf')
+end
+
+-- slot_take: a slot with token if fewer than half_open_max are held.
+local function slot_take(token)
+	slots_prune()
+	if redis.call('ZCARD', K_SLOTS) >= P.half_open_max then
+		return nil
+	end
+	local expires_at = now + P.slot_ttl_ms
+	redis.call('ZADD', K_SLOTS, expires_at, token)
+	return { token = token, expires_at = expires_at }
+end
+
+-- circuit_table_retry_after
+local function retry_after(c)
+	local h = c.hold
+	if h and h.state == 'open' then
+		if h['until'] == nil then
+			return P.break_ms
+		end
+		if now >= h['until'] then
+			return 0
+		end
+		if now > h.since then
+			return h['until'] - now
+		end
+		return h['until'] - h.since
+	end
+	return breaker_retry_after(c)
+end
+
+---------------------------------------------------------------- reply
+
+local function circuit_json(c)
+	if c == nil then
+		return NULL
+	end
+	local hold = NULL
+	if c.hold then
+		local h = c.hold
+		hold = obj('state', h.state, 'since', h.since, 'until', h['until'] or NULL,
+			'by_uid', h.by_uid, 'by_user', h.by_user, 'reason', h.reason or NULL)
+	end
+	local w = window_counts()
+	local wj = NULL
+	if w then
+		wj = obj('calls', w.calls, 'failures', w.failures, 'slow', w.slow)
+	end
+	return obj('state', c.state, 'failure_count', c.fc, 'success_count', c.sc,
+		'last_failure_at', c.lfa or NULL, 'opened_at', c.oa or NULL,
+		'current_break_ms', c.cbm,
+		'totals', obj('successes', c.t_successes, 'failures', c.t_failures,
+			'ignored', c.t_ignored, 'slow', c.t_slow, 'rejected', c.t_rejected),
+		'hold', hold, 'declared', c.declared, 'slots', slots_live(), 'window', wj,
+		'reporters', reporters_count(c))
+end
+
+local function change_json()
+	if change == nil then
+		return NULL
+	end
+	return obj('from', change.from, 'to', change.to, 'reason', change.reason)
+end
+
+-- Store c and give every key its expiry (see the header).
+local function persist(c)
+	save_circuit(c)
+	window_save()
+	if c.hold then
+		redis.call('PERSIST', K_CIRCUIT)
+		if window then
+			redis.call('PERSIST', K_WINDOW)
+		end
+	else
+		local ttl = DAY_MS
+		if c.state == 'open' then
+			ttl = ttl + break_ms(c)
+		end
+		redis.call('PEXPIRE', K_CIRCUIT, ttl)
+		if window then
+			redis.call('PEXPIRE', K_WINDOW, ttl)
+		end
+	end
+	local last = redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
+	if #last > 0 then
+		local left = tonumber(last[2]) - now
+		if left <= 0 then
+			redis.call('DEL', K_SLOTS)
+		else
+			redis.call('PEXPIRE', K_SLOTS, left + SLOTS_GRACE_MS)
+		end
+	end
+end
+
+---------------------------------------------------------------- ops
+
+local stored = load_circuit()
+local existed = stored ~= nil
+local declared = arg('declared')
+
+if stored and declared ~= nil and stored.declared ~= declared then
+	return encode(obj('mismatch', true, 'declared', stored.declared, 'now', now))
+end
+
+local c = stored
+local extra = {} -- op results, appended to the reply in order
+
+local function add(key, value)
+	extra[#extra + 1] = key
+	extra[#extra + 1] = value
+end
+
+local function need_circuit()
+	if c == nil then
+		c = new_circuit(declared)
+	end
+	return c
+end
+
+local function state_arg(key)
+	local s = arg(key)
+	if type(s) ~= 'string' or not STATES[s] then
+		return nil
+	end
+	return s
+end
+
+-- record_outcome: 0 ignore, 1 success, 2 failure.
+local function record(outcome)
+	if outcome == 0 and c == nil then
+		return
+	end
+	need_circuit()
+	hold_expire(c)
+	if outcome == 0 then
+		c.t_ignored = c.t_ignored + 1
+		return
+	end
+	fit_policy(c)
+	local failure = outcome == 2
+	local duration = arg('duration_ms') or 0
+	local slow = P.slow_call_ms > 0 and duration >= P.slow_call_ms
+	if slow then
+		c.t_slow = c.t_slow + 1
+	end
+	if failure then
+		c.t_failures = c.t_failures + 1
+	else
+		c.t_successes = c.t_successes + 1
+	end
+	local trip, threshold, use_window = P.trip, P.failure_threshold, P.trip == 'rate'
+	-- A held circuit counts its calls but no rule moves it.
+	if c.hold then
+		trip, threshold, use_window = 'consecutive', COUNT_MAX, false
+	end
+	local from = c.state
+	local reason = on_outcome(c, failure, slow, trip, threshold, use_window, c.rep_n > 1)
+	change_merge(from, c.state, reason)
+	transition_done(c, from)
+end
+
+local ops = {}
+
+function ops.get()
+	if c ~= nil then
+		hold_expire(c)
+	end
+end
+
+function ops.success()
+	record(1)
+end
+
+function ops.failure()
+	record(2)
+end
+
+function ops.ignore()
+	record(0)
+end
+
+function ops.allow()
+	need_circuit()
+	hold_expire(c)
+	if not c.hold then
+		local from = c.state
+		local reason = on_allow(c)
+		change_merge(from, c.state, reason)
+		transition_done(c, from)
+	end
+	local allowed, retry, permit = false, 0, NULL
+	if c.state == 'closed' then
+		allowed = true
+	elseif c.state == 'open' then
+		c.t_rejected = c.t_rejected + 1
+		retry = retry_after(c)
+	else
+		local slot = slot_take(arg('token'))
+		if slot then
+			allowed = true
+			permit = obj('token', slot.token, 'expires_at', slot.expires_at)
+		else
+			c.t_rejected = c.t_rejected + 1
+			local first = redis.call('ZRANGE', K_SLOTS, 0, 0, 'WITHSCORES')
+			if #first > 0 then
+				retry = tonumber(first[2]) - now
+			end
+		end
+	end
+	add('allowed', allowed)
+	add('retry_after_ms', retry)
+	add('permit', permit)
+end
+
+function ops.cas()
+	local from, to = state_arg('from'), state_arg('to')
+	if from == nil or to == nil then
+		return 'cas needs from and to states'
+	end
+	if c ~= nil then
+		hold_expire(c)
+	end
+	local current = c and c.state or 'closed'
+	if current ~= from or (c ~= nil and c.hold) then
+		add('applied', false)
+		return
+	end
+	need_circuit()
+	force(c, to)
+	if from ~= to then
+		change_merge(from, to, 'cas')
+	end
+	transition_done(c, from)
+	add('applied', true)
+end
+
+function ops.set_state()
+	local state = state_arg('state')
+	if state == nil then
+		return 'set_state needs a state'
+	end
+	local hold = arg('hold')
+	need_circuit()
+	local before = c.state
+	force(c, state)
+	transition_done(c, before)
+	if hold ~= nil then
+		local ttl = hold.ttl_ms
+		local user = hold.by_user
+		local reason = hold.reason
+		if ttl == NULL or ttl == nil then
+			ttl = 0
+		end
+		if user == NULL or user == nil then
+			user = ''
+		end
+		if reason == NULL then
+			reason = nil
+		end
+		c.hold = {
+			state = c.state,
+			since = now,
+			["until"] = ttl > 0 and now + ttl or nil,
+			by_uid = (hold.by_uid ~= NULL and hold.by_uid) or 0,
+			by_user = text_cut(user, USER_MAX),
+			reason = text_cut(reason, REASON_MAX),
+		}
+		change_merge(before, state, 'held')
+	else
+		local was_held = c.hold ~= nil
+		c.hold = nil
+		if before ~= state or was_held then
+			change_merge(before, state, 'forced')
+		end
+	end
+end
+
+function ops.release()
+	local released = false
+	if c ~= nil and c.hold then
+		local from = c.state
+		hold_end(c, c.hold.state)
+		transition_done(c, from)
+		c.hold = nil
+		change_merge(from, c.state, 'released')
+		released = true
+	end
+	add('released', released)
+end
+
+function ops.acquire_slot()
+	need_circuit()
+	hold_expire(c)
+	local slot = slot_take(arg('token'))
+	add('acquired', slot ~= nil)
+	add('permit', slot and obj('token', slot.token, 'expires_at', slot.expires_at) or NULL)
+end
+
+function ops.release_slot()
+	local token = arg('token')
+	local released = false
+	if type(token) == 'string' then
+		local at = redis.call('ZSCORE', K_SLOTS, token)
+		if at then
+			redis.call('ZREM', K_SLOTS, token)
+			released = now < tonumber(at)
+		end
+	end
+	add('released', released)
+end
+
+function ops.delete()
+	redis.call('DEL', K_CIRCUIT, K_SLOTS, K_WINDOW)
+	window = false
+	c = nil
+end
+
+function ops.merge()
+	local m = arg('circuit')
+	if type(m) ~= 'table' then
+		return 'merge needs a circuit'
+	end
+	if c ~= nil then
+		hold_expire(c)
+	end
+	if c ~= nil and (c.state == 'open' or c.hold) then
+		return
+	end
+	need_circuit()
+	local from = c.state
+	c.state = 'open'
+	c.sc = 0
+	c.oa = (m.opened_at ~= NULL and m.opened_at) or now
+	c.cbm = (m.current_break_ms ~= NULL and m.current_break_ms) or 0
+	c.fc = (m.failure_count ~= NULL and m.failure_count) or c.fc
+	if m.last_failure_at ~= nil and m.last_failure_at ~= NULL then
+		c.lfa = m.last_failure_at
+	end
+	transition_done(c, from)
+	if from ~= 'open' then
+		change_merge(from, 'open', 'merged')
+	end
+end
+
+local handler = ops[op]
+if handler == nil then
+	return fail('unknown op ' .. tostring(op))
+end
+if (op == 'allow' or op == 'acquire_slot') and type(arg('token')) ~= 'string' then
+	return fail(op .. ' needs a token')
+end
+-- Validate before anything is written: handlers return a message only
+-- before their first write.
+local problem = handler()
+if problem then
+	return fail(problem)
+end
+
+-- The view first: reading a time window at now may drop buckets, which
+-- persist() then stores.
+local cj = circuit_json(c)
+if c ~= nil then
+	persist(c)
+end
+local reply = obj('now', now, 'existed', existed, 'circuit', cj, 'change', change_json())
+for i = 1, #extra, 2 do
+	reply.n = reply.n + 2
+	reply[reply.n - 1] = extra[i]
+	reply[reply.n] = extra[i + 1]
+end
+local text = encode(reply)
+
+if change ~= nil or (op == 'delete' and existed) then
+	redis.call('PUBLISH', channel, encode(obj('origin', arg('origin') or '',
+		'name', arg('name') or '', 'now', now, 'circuit', cj, 'change', change_json())))
+end
+return text
