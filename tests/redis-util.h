@@ -1,0 +1,35 @@
+/*
+ * redis-util.h — a real redis-server for fleet-mode tests: started on a
+ * Unix socket in a fresh temp dir (no TCP port, no persistence), killed
+ * and restarted on the same socket, stopped and cleaned up.
+ */
+#ifndef CBD_REDIS_UTIL_H
+#define CBD_REDIS_UTIL_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct redis_server {
+	pid_t pid; /* -1 when not running */
+	char dir[64];
+	char socket_path[108]; /* fits sockaddr_un.sun_path */
+} redis_server;
+
+/* Is redis-server on PATH? (Tests skip with 77 without it.) */
+bool redis_available(void);
+
+/* Start redis-server in a fresh temp dir; wait (bounded) until it answers
+ * PING. False (nothing left behind) when it did not start. */
+bool redis_start(redis_server *r);
+
+/* SIGKILL the server (the socket file stays, as after a crash). */
+void redis_kill(redis_server *r);
+
+/* Start it again on the same socket (after redis_kill): empty data. */
+bool redis_restart(redis_server *r);
+
+/* Stop the server (SIGTERM, bounded wait, then SIGKILL) and remove the
+ * temp dir. Safe to call twice. */
+void redis_stop(redis_server *r);
+
+#endif
