@@ -96,3 +96,13 @@ EXTRA_DIST += tests/node.sh
 # and exactly one of three processes runs the half-open trial.
 TESTS += tests/cross-language.sh
 EXTRA_DIST += tests/cross-language.sh
+
+# fleet mode's circuit script (src/fleet.lua) in a private redis-server:
+# the trace, each op, and random op sequences against the C core.
+check_PROGRAMS += tests/check_fleet_script
+tests_check_fleet_script_SOURCES = tests/check_fleet_script.c tests/redis-util.c \
+	tests/redis-util.h
+tests_check_fleet_script_CFLAGS = $(TEST_CFLAGS) $(HIREDIS_CFLAGS)
+tests_check_fleet_script_LDADD = tests/libcontract.la $(TEST_CORE_LIBS) $(HIREDIS_LIBS) \
+	$(JANSSON_LIBS) $(CHECK_LIBS)
+EXTRA_DIST += src/fleet.lua
