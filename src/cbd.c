@@ -6,10 +6,12 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
+#include "clock.h"
 #include "conf.h"
 #include "log.h"
 #include "server.h"
@@ -88,6 +90,14 @@ main(int argc, char **argv)
 		fprintf(stderr, "cbd: out of memory\n");
 		return 1;
 	}
+	if (strcmp(srv.conf.backend, "redis") == 0 && srv.conf.redis[0] == '\0') {
+		fprintf(stderr,
+		    "cbd: %s: backend = redis needs redis = unix:/path or "
+		    "tcp://host:port\n",
+		    config_path != NULL ? config_path : "(built-in defaults)");
+		conf_free(&srv.conf);
+		return 1;
+	}
 	if (check && socket_path != NULL && socket_path[0] == '\0') {
 		fprintf(stderr, "cbd: -s: the socket path must not be empty\n");
 		conf_free(&srv.conf);
@@ -99,6 +109,8 @@ main(int argc, char **argv)
 		conf_free(&srv.conf);
 		return 0;
 	}
+	if (getenv("CBD_TEST_CLOCK_SKEW_MS") != NULL)
+		clock_set_realtime_skew_ms(strtoll(getenv("CBD_TEST_CLOCK_SKEW_MS"), NULL, 10));
 	srv.conf_path = config_path;
 	srv.socket_override = socket_path;
 	srv.verbose = verbose;

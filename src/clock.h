@@ -14,4 +14,8 @@ int64_t clock_monotonic_ms(void);
 /* The same clock in microseconds (short pauses). */
 int64_t clock_monotonic_us(void);
 
+/* Shift the realtime clock by skew_ms (tests only: cbd reads
+ * CBD_TEST_CLOCK_SKEW_MS to play a host whose clock is off). */
+void clock_set_realtime_skew_ms(int64_t skew_ms);
+
 #endif

@@ -47,6 +47,8 @@ struct conf_circuit {
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
 #define CONF_IDLE_MAX INT64_C(86400000)
+#define CONF_REDIS_TIMEOUT_MAX INT64_C(60000)
+#define CONF_REDIS_PREFIX_MAX 64
 
 #define CBD_KEY(n, t, lo, hi, def, reload, help)                                                   \
 	{                                                                                          \
@@ -96,6 +98,19 @@ static const conf_key keys[] = {
 	    "loopback HOST:PORT serving Prometheus metrics at /metrics (empty: off)"),
 	CBD_KEY(metrics_max_circuits, CONF_INT, 0, CONF_CIRCUITS_MAX, "1000", true,
 	    "circuits with their own metric series, at most"),
+	CBD_KEY(backend, CONF_STRING, 0, 0, "memory", false,
+	    "memory (this host's circuits) or redis (circuits shared by every cbd on the same "
+	    "Redis: fleet mode)"),
+	CBD_KEY(redis, CONF_STRING, 0, 0, "", false,
+	    "fleet mode: the Redis server, unix:/path/redis.sock or tcp://host:port"),
+	CBD_KEY(redis_prefix, CONF_STRING, 0, 0, "cbd:", false,
+	    "fleet mode: prefix of every Redis key and of the event channel"),
+	CBD_KEY(redis_timeout_ms, CONF_INT, 1, CONF_REDIS_TIMEOUT_MAX, "250", true,
+	    "fleet mode: a request Redis has not answered in this long is answered from this "
+	    "host's copy"),
+	CBD_KEY(redis_password_file, CONF_STRING, 0, 0, "", false,
+	    "fleet mode: file holding the Redis password (AUTH), or user and password on one "
+	    "line (empty: no AUTH)"),
 	POLICY_KEY("failure_threshold", PROTO_CTX_FAILURE_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
 	    "5", "failures in a chain that open a closed circuit"),
 	POLICY_KEY("success_threshold", PROTO_CTX_SUCCESS_THRESHOLD, CB_COUNT_MIN, CB_COUNT_MAX,
@@ -428,6 +443,7 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 	const conf_key *key;
 	proto_ctx *layer;
 	const char *bad;
+	conf_redis_address redis_addr;
 
 	if (ld->error_line != 0)
 		return 1; /* only the first error is reported */
@@ -442,6 +458,15 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 		if (strcmp(name, "metrics_listen") == 0 && value[0] != '\0' &&
 		    !metrics_listen_valid(value, &bad))
 			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
+		if (strcmp(name, "backend") == 0 && strcmp(value, "memory") != 0 &&
+		    strcmp(value, "redis") != 0)
+			return loader_fail(ld, name, "must be memory or redis (got \"%s\")", value);
+		if (strcmp(name, "redis") == 0 && value[0] != '\0' &&
+		    !conf_redis_address_parse(value, &redis_addr, &bad))
+			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
+		if (strcmp(name, "redis_prefix") == 0 && strlen(value) > CONF_REDIS_PREFIX_MAX)
+			return loader_fail(ld, name, "must be at most %d bytes",
+			    CONF_REDIS_PREFIX_MAX);
 		if (strcmp(name, "socket") == 0 && value[0] == '\0')
 			return loader_fail(ld, name, "must not be empty (a path, e.g. %s)",
 			    CONF_DEFAULT_SOCKET);
@@ -624,6 +649,49 @@ admin_group_add(conf_loader *ld, const char *word)
 }
 
 bool
+conf_redis_address_parse(const char *text, conf_redis_address *out, const char **why)
+{
+	const char *colon;
+	char *end;
+	long port;
+
+	memset(out, 0, sizeof *out);
+	if (strncmp(text, "unix:", 5) == 0) {
+		if (text[5] != '/') {
+			*why = "a Unix socket must be an absolute path: unix:/path/redis.sock";
+			return false;
+		}
+		if (strlen(text + 5) >= sizeof out->path) {
+			*why = "the socket path is too long";
+			return false;
+		}
+		out->is_unix = true;
+		strcpy(out->path, text + 5);
+		return true;
+	}
+	if (strncmp(text, "tcp://", 6) != 0) {
+		*why = "must be unix:/path/redis.sock or tcp://host:port";
+		return false;
+	}
+	text += 6;
+	colon = strrchr(text, ':');
+	if (colon == NULL || colon == text || (size_t)(colon - text) >= sizeof out->path) {
+		*why = "must be tcp://host:port";
+		return false;
+	}
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || end == colon + 1 || port < 1 || port > 65535) {
+		*why = "the port must be an integer from 1 to 65535";
+		return false;
+	}
+	memcpy(out->path, text, (size_t)(colon - text));
+	out->path[colon - text] = '\0';
+	out->port = (int)port;
+	return true;
+}
+
+bool
 conf_init_defaults(cbd_conf *cfg)
 {
 	char why[CONF_ERROR_SIZE];
@@ -712,6 +780,10 @@ conf_free(cbd_conf *cfg)
 	free(cfg->admin_groups);
 	free(cfg->state_file);
 	free(cfg->metrics_listen);
+	free(cfg->backend);
+	free(cfg->redis);
+	free(cfg->redis_prefix);
+	free(cfg->redis_password_file);
 	free(cfg->admin_uids);
 	free(cfg->admin_gids);
 	HASH_ITER (hh, cfg->circuits, c, tmp) {

@@ -70,6 +70,11 @@ typedef struct cbd_conf {
 	char *state_file;
 	char *metrics_listen;
 	int64_t metrics_max_circuits;
+	char *backend; /* "memory" or "redis" */
+	char *redis;
+	char *redis_prefix;
+	int64_t redis_timeout_ms;
+	char *redis_password_file;
 	/* Resolved from admin_users, and from the members of admin_groups. */
 	uid_t *admin_uids;
 	size_t admin_uid_count;
@@ -79,6 +84,16 @@ typedef struct cbd_conf {
 	conf_circuit *circuits; /* [circuit "NAME"] */
 	conf_circuit *presets; /* [preset "NAME"] */
 } cbd_conf;
+
+/* A parsed `redis` key: a Unix socket path, or a TCP host and port. */
+typedef struct conf_redis_address {
+	bool is_unix;
+	char path[108]; /* the socket path, or the host */
+	int port;
+} conf_redis_address;
+
+/* Parse unix:/path or tcp://host:port; false with *why on error. */
+bool conf_redis_address_parse(const char *text, conf_redis_address *out, const char **why);
 
 /* The key table. */
 size_t conf_key_count(void);

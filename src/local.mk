@@ -27,10 +27,13 @@ src_libcbdaemon_la_SOURCES = \
 	src/persist.c src/persist.h \
 	src/housekeeping.c src/housekeeping.h \
 	src/watch.c src/watch.h \
-	src/metrics.c src/metrics.h
+	src/metrics.c src/metrics.h \
+	src/fleet.c src/fleet.h src/op-fleet.c
+nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
-	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS)
-src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS)
+	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)
+src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
+	$(HIREDIS_LIBS)
 if HAVE_SYSTEMD
 src_libcbdaemon_la_LIBADD += $(SYSTEMD_LIBS)
 endif
@@ -39,3 +42,15 @@ sbin_PROGRAMS += src/cbd
 src_cbd_SOURCES = src/cbd.c
 src_cbd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 src_cbd_LDADD = src/libcbdaemon.la
+
+# The circuit script of fleet mode, built into cbd as a C string.
+EXTRA_DIST += src/fleet.lua
+BUILT_SOURCES += src/fleet-script.c
+CLEANFILES += src/fleet-script.c
+src/fleet-script.c: $(srcdir)/src/fleet.lua
+	$(AM_V_GEN)$(MKDIR_P) src && { \
+	  echo '/* Generated from src/fleet.lua by src/local.mk: do not edit. */'; \
+	  echo 'const char fleet_script_text[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' \
+	    $(srcdir)/src/fleet.lua; \
+	  echo ';'; } > $@.tmp && mv $@.tmp $@

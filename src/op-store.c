@@ -59,8 +59,8 @@ op_record_failure(op_call *call)
  * (protocol 2, §4): the one move the store interface leaves to clients.
  * False (forbidden) otherwise; *answered when the reply is already made
  * (applied: false for a held circuit or a state that does not match). */
-static bool
-cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered)
+bool
+op_cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered)
 {
 	ct_change change;
 	ct_view view;
@@ -101,7 +101,7 @@ op_cas(op_call *call)
 	if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
 	    !proto_get_state(call->request, "to", true, &to, NULL, &call->err))
 		return false;
-	if (!cas_allowed(call, from, to, &answered))
+	if (!op_cas_allowed(call, from, to, &answered))
 		return false;
 	if (answered)
 		return true;
@@ -131,8 +131,8 @@ get_bool(op_call *call, const char *key, bool *out)
 }
 
 /* set_state's hold members: hold, ttl_ms, reason (protocol 2, §4). */
-static bool
-hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request *req)
+bool
+op_hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request *req)
 {
 	bool has_ttl = false;
 	size_t len;
@@ -156,10 +156,24 @@ hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request *req)
 	return true;
 }
 
+void
+op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_request *req)
+{
+	char what[96];
+
+	if (hold && req->ttl_ms > 0)
+		snprintf(what, sizeof what, "held %s for %lld ms", breaker_state_name(state),
+		    (long long)req->ttl_ms);
+	else
+		snprintf(what, sizeof what, "%s %s", hold ? "held" : "forced",
+		    breaker_state_name(state));
+	op_audit(call, what, req->reason);
+}
+
 bool
 op_set_state(op_call *call)
 {
-	char what[96], user[CT_USER_MAX + 1];
+	char user[CT_USER_MAX + 1];
 	ct_hold_request req;
 	ct_change change;
 	ct_view view;
@@ -167,7 +181,7 @@ op_set_state(op_call *call)
 	bool hold;
 
 	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
-	    !hold_members(call, state, &hold, &req))
+	    !op_hold_members(call, state, &hold, &req))
 		return false;
 	op_peer_user(call, user, sizeof user);
 	req.by_user = user;
@@ -175,13 +189,7 @@ op_set_state(op_call *call)
 		circuit_table_set_state(srv.table, call->name, state, hold ? &req : NULL,
 		    &call->table, &view, &change)))
 		return false;
-	if (hold && req.ttl_ms > 0)
-		snprintf(what, sizeof what, "held %s for %lld ms", breaker_state_name(state),
-		    (long long)req.ttl_ms);
-	else
-		snprintf(what, sizeof what, "%s %s", hold ? "held" : "forced",
-		    breaker_state_name(state));
-	op_audit(call, what, req.reason);
+	op_audit_set_state(call, state, hold, &req);
 	op_log_change(call->name, &change);
 	return op_reply_snapshot(call, "snapshot", &view);
 }

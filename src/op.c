@@ -13,6 +13,7 @@
 #include <uthash.h>
 
 #include "conf.h"
+#include "fleet.h"
 #include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
@@ -30,17 +31,18 @@ static const char *const need_outcome[] = { "name", "outcome", NULL };
 /* Every op of protocol 2. */
 static const op_entry ops[] = {
 	{ "hello", op_hello, OP_REPLIES, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX, need_name },
-	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX, need_name },
-	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX, need_name },
-	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, need_cas },
-	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, need_state },
-	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, need_name },
-	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, need_token },
-	{ "delete", op_delete, OP_ADMIN | OP_NAME, need_name },
-	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name },
-	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX, need_name },
-	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX, need_outcome },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_cas },
+	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX | OP_FLEET,
+	    need_state },
+	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "release_slot", op_release_slot, OP_NAME | OP_CTX | OP_FLEET, need_token },
+	{ "delete", op_delete, OP_ADMIN | OP_NAME | OP_FLEET, need_name },
+	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_outcome },
 	{ "list", op_list, OP_CTX | OP_REPLIES, NULL },
 	{ "stats", op_stats, OP_REPLIES, NULL },
 	{ "watch", op_watch, OP_REPLIES, NULL },
@@ -161,6 +163,53 @@ op_hold_json(const ct_hold *hold)
 	    hold->reason != NULL ? json_string(hold->reason) : json_null(), "since",
 	    (json_int_t)hold->since, "until",
 	    hold->until != CB_TIME_NONE ? json_integer(hold->until) : json_null());
+}
+
+bool
+op_hold_from_json(const json_t *hold, ct_hold *out, proto_error *err)
+{
+	memset(out, 0, sizeof *out);
+	out->until = CB_TIME_NONE;
+	if (hold == NULL || json_is_null(hold))
+		return true;
+	if (!json_is_object(hold))
+		return proto_fail(err, PROTO_BAD_REQUEST, "hold must be an object or null");
+	out->held = true;
+	if (!proto_get_state(hold, "state", true, &out->state, NULL, err) ||
+	    !proto_get_int(hold, "by_uid", -1, INT64_C(4294967295), true, &out->by_uid, NULL,
+		err) ||
+	    !proto_get_text(hold, "by_user", true, &out->by_user, NULL, err) ||
+	    !proto_get_text(hold, "reason", false, &out->reason, NULL, err) ||
+	    !proto_get_int(hold, "since", CB_TIME_MIN, CB_TIME_MAX, true, &out->since, NULL, err) ||
+	    !proto_get_int(hold, "until", CB_TIME_MIN, CB_TIME_MAX, false, &out->until, NULL, err))
+		return false;
+	if (out->state == CB_STATE_HALF_OPEN)
+		return proto_fail(err, PROTO_BAD_REQUEST, "hold.state must be open or closed");
+	return true;
+}
+
+/* A count member (>= 0) into *out; false when absent or not one. */
+static bool
+count_from_json(const json_t *obj, const char *key, uint64_t *out)
+{
+	const json_t *v = json_object_get(obj, key);
+
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return false;
+	*out = (uint64_t)json_integer_value(v);
+	return true;
+}
+
+bool
+op_totals_from_json(const json_t *totals, ct_totals *out, proto_error *err)
+{
+	if (!json_is_object(totals) || !count_from_json(totals, "successes", &out->successes) ||
+	    !count_from_json(totals, "failures", &out->failures) ||
+	    !count_from_json(totals, "ignored", &out->ignored) ||
+	    !count_from_json(totals, "slow", &out->slow) ||
+	    !count_from_json(totals, "rejected", &out->rejected))
+		return proto_fail(err, PROTO_BAD_REQUEST, "totals must hold five counts");
+	return true;
 }
 
 json_t *
@@ -367,9 +416,7 @@ op_warned_reset(void)
 	warned_count = 0;
 }
 
-/* The circuit's effective policy, and what the request's ctx says
- * otherwise (policy_conflict in the reply, a counter, one warning). */
-static void
+void
 op_resolve_policy(op_call *call)
 {
 	bool stored;
@@ -377,8 +424,9 @@ op_resolve_policy(op_call *call)
 	char quoted[LOG_QUOTE_SIZE];
 
 	call->stored = stored;
-	conf_policy(&srv.conf, call->name, stored ? declared : &call->ctx, &call->policy,
-	    &call->sources, &call->preset);
+	call->declared = stored ? declared : &call->ctx;
+	conf_policy(&srv.conf, call->name, call->declared, &call->policy, &call->sources,
+	    &call->preset);
 	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 	if (call->conflicts == 0)
 		return;
@@ -391,9 +439,8 @@ op_resolve_policy(op_call *call)
 		    (unsigned long long)call->client->id, (long)call->client->pid);
 }
 
-/* reply.policy_conflict = the names of the conflicting ctx members. */
-static bool
-reply_conflicts(op_call *call)
+bool
+op_reply_conflicts(op_call *call)
 {
 	json_t *names;
 
@@ -454,7 +501,23 @@ op_run(op_call *call, const op_entry *op)
 			&call->table.duration_ms, NULL, &call->err))
 			return false;
 	}
-	return op->handler(call) && reply_conflicts(call);
+	/* Fleet mode: the circuit script in Redis answers (op-fleet.c);
+	 * while Redis is away, this host's copy does. */
+	if ((op->flags & OP_FLEET) && fleet_enabled()) {
+		if (fleet_up()) {
+			bool answered;
+
+			if (!op_fleet_send(call, &answered))
+				return false;
+			if (call->pending)
+				return true;
+			if (answered)
+				return op_reply_conflicts(call);
+		} else {
+			fleet_count_unavailable();
+		}
+	}
+	return op->handler(call) && op_reply_conflicts(call);
 }
 
 /* Write call's reply: its jansson members, then the members encoded as
@@ -484,6 +547,44 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 }
 
 void
+op_finish(op_call *call, bool ok)
+{
+	server_client *c = call->client;
+
+	if (ok) {
+		if (call->noreply) {
+			json_decref(call->reply);
+			stats.noreply++;
+		} else if (call->tail.len > 0) {
+			reply_with_tail(c, call, call->id);
+		} else {
+			server_client_reply(c, call->reply);
+		}
+	} else {
+		json_t *error;
+
+		json_decref(call->reply);
+		stats.errors[call->err.code]++;
+		if (call->op != NULL)
+			stats.op_errors[call->op - ops]++;
+		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
+		    proto_code_name(call->err.code), call->err.message);
+		if (call->noreply) {
+			stats.noreply++;
+		} else {
+			error = proto_reply_error(call->id, &call->err);
+			if (error != NULL)
+				server_client_reply(c, error);
+			else
+				server_client_reply_oom(c, call->id);
+		}
+	}
+	/* Events this request caused reach its own connection after it. */
+	watch_request_end(c);
+	enc_free(&call->tail);
+}
+
+void
 op_dispatch(server_client *c, const char *line, size_t len)
 {
 	op_call call = { .client = c };
@@ -509,6 +610,10 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	 * answer. */
 	noreply = json_is_true(json_object_get(request, "noreply")) &&
 	    (op == NULL || !(op->flags & OP_REPLIES));
+	/* A request answered later (fleet mode) takes these along. */
+	call.op = op;
+	call.id = id;
+	call.noreply = noreply;
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
@@ -526,36 +631,14 @@ op_dispatch(server_client *c, const char *line, size_t len)
 		ok = op_run(&call, op);
 	}
 reply:
-	if (ok) {
-		if (noreply) {
-			json_decref(call.reply);
-			stats.noreply++;
-		} else if (call.tail.len > 0) {
-			reply_with_tail(c, &call, id);
-		} else {
-			server_client_reply(c, call.reply);
-		}
-	} else {
-		json_t *error;
-
-		json_decref(call.reply);
-		stats.errors[call.err.code]++;
-		if (op != NULL)
-			stats.op_errors[op - ops]++;
-		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
-		    proto_code_name(call.err.code), call.err.message);
-		if (noreply) {
-			stats.noreply++;
-		} else {
-			error = proto_reply_error(id, &call.err);
-			if (error != NULL)
-				server_client_reply(c, error);
-			else
-				server_client_reply_oom(c, id);
-		}
+	call.op = op;
+	call.id = id;
+	call.noreply = noreply;
+	if (call.pending) {
+		/* op-fleet.c answers once Redis has; it holds its own reference. */
+		json_decref(request);
+		return;
 	}
-	/* Events this request caused reach its own connection after it. */
-	watch_request_end(c);
-	enc_free(&call.tail);
+	op_finish(&call, ok);
 	json_decref(request);
 }

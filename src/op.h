@@ -23,6 +23,9 @@
 #define OP_NAME 0x4u /* needs a valid "name" */
 #define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
 #define OP_REPLIES 0x10u /* always answered: "noreply" is ignored */
+#define OP_FLEET 0x20u /* a circuit op: run by the circuit script in fleet mode */
+
+typedef struct op_entry op_entry;
 
 /* One request being answered; filled by generic validation. */
 typedef struct op_call {
@@ -34,6 +37,8 @@ typedef struct op_call {
 	cb_policy policy; /* OP_CTX: the circuit's effective policy */
 	proto_policy_sources sources; /* OP_CTX: where each policy key came from */
 	const char *preset; /* OP_CTX: the effective preset (NULL: none) */
+	const proto_ctx
+	    *declared; /* OP_CTX: the policy the circuit was (or would be) created with */
 	uint32_t conflicts; /* OP_CTX: ctx members that differ from policy */
 	int64_t now; /* OP_CTX: ctx.now or the clock */
 	int64_t clock; /* the daemon's clock (idleness, audit) */
@@ -41,17 +46,21 @@ typedef struct op_call {
 	json_t *reply; /* the ok reply; handlers add their result members */
 	enc_buf tail; /* members already encoded as text, written after reply's */
 	proto_error err; /* set when a handler returns false */
+	const op_entry *op;
+	const json_t *id; /* the request's id (NULL: none) */
+	bool noreply;
+	bool pending; /* answered later, when Redis has (fleet mode) */
 } op_call;
 
 typedef bool (*op_fn)(op_call *call);
 
 /* A row of the op table. */
-typedef struct op_entry {
+struct op_entry {
 	const char *name;
 	op_fn handler;
 	unsigned flags;
 	const char *const *required; /* members that must be present, NULL-ended */
-} op_entry;
+};
 
 /* The table, for stats and docs. */
 size_t op_count(void);
@@ -60,6 +69,17 @@ const char *const *op_names(void);
 
 /* Answer one request line (no LF, no CR) from c. */
 void op_dispatch(server_client *c, const char *line, size_t len);
+
+/* Write call's reply (ok: its members; else call->err) unless noreply,
+ * then the events it caused. */
+void op_finish(op_call *call, bool ok);
+
+/* call->policy, sources, preset, declared and stored for call->name,
+ * and the policy conflicts of its ctx (counted, warned once). */
+void op_resolve_policy(op_call *call);
+
+/* reply.policy_conflict = the names of the conflicting ctx members. */
+bool op_reply_conflicts(op_call *call);
 
 /* Answer an error that has no request (line_too_long, refusal). */
 void op_reply_error(server_client *c, proto_code code, const char *fmt, ...)
@@ -86,6 +106,10 @@ json_t *op_hold_json(const ct_hold *hold);
  * "slow_call_rate"}, rates in percent (0 when empty). */
 json_t *op_window_json(const ct_view *view);
 json_t *op_totals_json(const ct_totals *totals);
+/* Read them back (a hold: null or absent is no hold; strings point into
+ * the JSON). False with err naming the member. */
+bool op_hold_from_json(const json_t *hold, ct_hold *out, proto_error *err);
+bool op_totals_from_json(const json_t *totals, ct_totals *out, proto_error *err);
 
 /* Snapshots collected for one reply (list, watch), cut so that the reply
  * and what is already queued for the connection stay within half of
@@ -120,6 +144,24 @@ void op_log_hold(const char *name, const ct_change *change, const ct_view *view)
 
 /* Forget which connections were warned about policy conflicts. */
 void op_warned_reset(void);
+
+/* cas: may this peer move from -> to? False (forbidden) when not;
+ * *answered when the reply is made already (applied: false). */
+bool op_cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered);
+/* set_state's hold members (hold, ttl_ms, reason) into *hold and req. */
+bool op_hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request *req);
+/* set_state's audit line. */
+void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_request *req);
+
+/* Fleet mode (op-fleet.c): send call's op to the circuit script; sets
+ * call->pending, or *answered when the reply is made already, or neither
+ * to have this host's copy answer (Redis cannot take it now). False with
+ * call->err on bad input. */
+bool op_fleet_send(op_call *call, bool *answered);
+/* c closed: forget its waiting request, give back its fleet slots. */
+void op_fleet_client_closed(server_client *c);
+/* Start fleet mode (server start). */
+bool op_fleet_start(void);
 
 /* Handlers (op-store.c, op-sidecar.c, op-admin.c). */
 bool op_hello(op_call *call);

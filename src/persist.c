@@ -195,18 +195,6 @@ move_aside(const char *path, int64_t clock, const char *why)
 		    path, why, strerror(errno));
 }
 
-/* An integer member within [lo, hi] into *out (absent: false). */
-static bool
-get_count(const json_t *obj, const char *key, uint64_t *out)
-{
-	const json_t *v = json_object_get(obj, key);
-
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return false;
-	*out = (uint64_t)json_integer_value(v);
-	return true;
-}
-
 /* Read one entry into view (strings point into entry). False with why. */
 static bool
 entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char **name,
@@ -226,30 +214,8 @@ entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char *
 	if (!proto_get_int(entry, "grown_break_ms", 0, CB_DURATION_MAX, false,
 		&view->snap.current_break_ms, NULL, err))
 		return false;
-	if (!json_is_object(totals) || !get_count(totals, "successes", &view->totals.successes) ||
-	    !get_count(totals, "failures", &view->totals.failures) ||
-	    !get_count(totals, "ignored", &view->totals.ignored) ||
-	    !get_count(totals, "slow", &view->totals.slow) ||
-	    !get_count(totals, "rejected", &view->totals.rejected))
-		return proto_fail(err, PROTO_BAD_REQUEST, "totals must hold five counts");
-	if (json_is_null(hold))
-		return true;
-	if (!json_is_object(hold))
-		return proto_fail(err, PROTO_BAD_REQUEST, "hold must be an object or null");
-	view->hold.held = true;
-	if (!proto_get_state(hold, "state", true, &view->hold.state, NULL, err) ||
-	    !proto_get_int(hold, "by_uid", -1, INT64_C(4294967295), true, &view->hold.by_uid, NULL,
-		err) ||
-	    !proto_get_text(hold, "by_user", true, &view->hold.by_user, NULL, err) ||
-	    !proto_get_text(hold, "reason", false, &view->hold.reason, NULL, err) ||
-	    !proto_get_int(hold, "since", CB_TIME_MIN, CB_TIME_MAX, true, &view->hold.since, NULL,
-		err) ||
-	    !proto_get_int(hold, "until", CB_TIME_MIN, CB_TIME_MAX, false, &view->hold.until, NULL,
-		err))
-		return false;
-	if (view->hold.state == CB_STATE_HALF_OPEN)
-		return proto_fail(err, PROTO_BAD_REQUEST, "hold.state must be open or closed");
-	return true;
+	return op_totals_from_json(totals, &view->totals, err) &&
+	    op_hold_from_json(hold, &view->hold, err);
 }
 
 uint64_t

@@ -409,6 +409,11 @@ input_process(server_client *c, size_t budget, int64_t ms)
 
 		if (nl == NULL)
 			break;
+		if (c->fleet_wait != NULL) {
+			/* A request waits on Redis: the rest waits for its reply. */
+			more = true;
+			break;
+		}
 		if (answered == budget ||
 		    (ms > 0 && answered > 0 && clock_monotonic_ms() - began >= ms)) {
 			more = true;
@@ -469,10 +474,25 @@ input_turn(server_client *c)
 
 	if (input_process(c, SERVER_CLIENT_LINES_PER_TURN, SERVER_CLIENT_TURN_MS)) {
 		event_del(c->read_ev);
-		evtimer_add(c->turn_ev, &now);
+		if (c->fleet_wait == NULL)
+			evtimer_add(c->turn_ev, &now);
+	} else if (c->fleet_wait != NULL) {
+		/* Read nothing more until the waiting request is answered. */
+		event_del(c->read_ev);
 	} else if (c->state == SERVER_CLIENT_OPEN) {
 		event_add(c->read_ev, NULL);
 	}
+}
+
+void
+server_client_resume(server_client *c)
+{
+	static const struct timeval now = { 0, 0 };
+
+	if (c->state == SERVER_CLIENT_OPEN)
+		evtimer_add(c->turn_ev, &now);
+	else if (c->state == SERVER_CLIENT_CLOSING)
+		server_client_flush(c);
 }
 
 /* Read once into the input buffer. Returns bytes read, 0 at EOF, -1 when
@@ -636,6 +656,7 @@ server_client_close(server_client *c, const char *why)
 	c->fd = -1;
 	/* Slots and permits go back at once, not when the struct is freed. */
 	circuit_table_release_owner(srv.table, &c->owner);
+	op_fleet_client_closed(c);
 	watch_forget(c);
 	server_client_set_state(c, SERVER_CLIENT_DEAD);
 	server_client_dead(c);

@@ -84,6 +84,10 @@ struct server_client {
 	uid_t uid;
 	gid_t gid;
 	ct_owner owner; /* slots and permits this connection holds */
+	/* Fleet mode: the request waiting on Redis (no other line is read
+	 * until it is answered), and the slots held in Redis. */
+	struct op_pending *fleet_wait;
+	struct op_fleet_slot *fleet_slots;
 };
 
 /* A connection on an accepted, non-blocking fd; NULL when out of memory
@@ -113,6 +117,9 @@ void server_client_reply_oom(server_client *c, const json_t *id);
  * many connections (watch events). */
 void server_client_reply_line(server_client *c, const char *line, size_t len);
 
+/* The request c waited on is answered: take its next lines (in a turn
+ * of its own, never inside the caller). */
+void server_client_resume(server_client *c);
 /* Write pending output now; arms EV_WRITE when the socket is full. */
 void server_client_flush(server_client *c);
 

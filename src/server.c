@@ -29,6 +29,7 @@
 
 #include "clock.h"
 #include "encode.h"
+#include "fleet.h"
 #include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
@@ -734,6 +735,10 @@ server_start(void)
 	circuit_table_set_reclaim_hook(srv.table, server_reclaimed, NULL);
 	/* Circuits from the state file are back before the first client. */
 	housekeeping_start();
+	/* Fleet mode connects in the background; until Redis answers, this
+	 * host's copy of each circuit does. */
+	if (!op_fleet_start())
+		return false;
 	srv.socket_path =
 	    strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
 	if (srv.socket_path == NULL)
@@ -822,6 +827,7 @@ server_free(void)
 		event_free(srv.log_limit_ev);
 	log_limit_free();
 	housekeeping_free();
+	fleet_free();
 	metrics_http_stop();
 	encode_cache_clear();
 	if (srv.base != NULL)

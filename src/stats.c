@@ -2,6 +2,8 @@
  * stats.c — cbd's counters and their JSON form for the stats op.
  */
 
+#include "fleet.h"
+#include "server.h"
 #include "stats.h"
 
 cbd_stats stats;
@@ -40,6 +42,26 @@ set_uint(json_t *obj, const char *key, uint64_t v)
 	return json_object_set_new(obj, key, json_integer((json_int_t)v)) == 0;
 }
 
+/* reply.backend: memory, or redis with its health and counters. */
+static bool
+set_backend(json_t *reply)
+{
+	const fleet_stats *f = fleet_counters();
+	json_t *b;
+
+	if (!fleet_enabled())
+		b = json_pack("{s:s, s:s}", "type", "memory", "health", "up");
+	else
+		b = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		    "type", "redis", "health", fleet_health_name(fleet_state()), "redis",
+		    srv.conf.redis, "calls", (json_int_t)f->calls, "timeouts",
+		    (json_int_t)f->timeouts, "errors", (json_int_t)f->errors, "local_answers",
+		    (json_int_t)f->unavailable, "degraded", (json_int_t)f->degraded, "merged",
+		    (json_int_t)f->merged, "events_in", (json_int_t)f->events_in, "events_bad",
+		    (json_int_t)f->events_bad, "noscript", (json_int_t)f->noscript);
+	return b != NULL && json_object_set_new(reply, "backend", b) == 0;
+}
+
 bool
 stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
     const circuit_table *table)
@@ -76,6 +98,7 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	ok = json_object_set_new(reply, "ops", ops) == 0 && ok;
 	ok = json_object_set_new(reply, "errors", errors) == 0 && ok;
 	ok = json_object_set_new(reply, "limits", limits) == 0 && ok;
+	ok = ok && set_backend(reply);
 	return ok &&
 	    json_object_set_new(reply, "uptime_ms",
 		json_integer(clock_monotonic_ms() - stats.started_mono)) == 0 &&

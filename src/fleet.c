@@ -1,0 +1,622 @@
+/*
+ * fleet.c — fleet mode's link to Redis (see fleet.h): two hiredis async
+ * connections on cbd's event loop, one for the circuit script and one
+ * subscribed to the fleet's event channel; loading the script (SCRIPT
+ * LOAD, again after NOSCRIPT); the health of the link; the timeout that
+ * answers a request from this host's copy when Redis is slow or gone.
+ *
+ * Calls are answered in the order they were sent (Redis answers one
+ * connection in order), so they wait in one FIFO and one timer watches
+ * the oldest. When the oldest is older than redis_timeout_ms, Redis is
+ * taken for lost: every waiting call is answered locally at once, both
+ * connections are dropped and cbd reconnects every FLEET_RECONNECT_MS.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "clock.h"
+#include "conf.h"
+#include "fleet.h"
+#include "log.h"
+#include "server.h"
+
+/* The script's text (src/fleet.lua, built into fleet-script.c). */
+extern const char fleet_script_text[];
+
+struct fleet_call {
+	fleet_call *prev, *next; /* the FIFO of calls Redis has not answered */
+	fleet_done_fn done; /* NULL: answered already, or the caller is gone */
+	void *arg;
+	int64_t sent_ms; /* monotonic */
+	char op[16];
+	char name[CT_NAME_MAX + 1];
+	char *args; /* the request JSON, kept to send again after NOSCRIPT */
+	bool resent;
+};
+
+static struct {
+	fleet_health health;
+	conf_redis_address addr;
+	char origin[FLEET_ORIGIN_SIZE];
+	char channel[FLEET_KEY_MAX];
+	char *auth_user; /* NULL: AUTH with the password alone */
+	char *auth_password; /* NULL: no AUTH */
+	redisAsyncContext *main; /* script calls */
+	redisAsyncContext *sub; /* SUBSCRIBE */
+	bool script_ready; /* SCRIPT LOAD answered on main */
+	char sha[41];
+	fleet_call *head, *tail;
+	struct event *timeout_ev;
+	struct event *reconnect_ev;
+	int64_t outage_since; /* realtime ms; 0: none */
+	fleet_event_fn on_event;
+	fleet_recover_fn on_recover;
+	fleet_stats stats;
+} fleet;
+
+static void fleet_connect(void);
+
+const char *
+fleet_health_name(fleet_health health)
+{
+	switch (health) {
+	case FLEET_OFF:
+		return "off";
+	case FLEET_CONNECTING:
+		return "connecting";
+	case FLEET_UP:
+		return "up";
+	case FLEET_DEGRADED:
+		return "degraded";
+	}
+	return "unknown";
+}
+
+fleet_health
+fleet_state(void)
+{
+	return fleet.health;
+}
+
+bool
+fleet_up(void)
+{
+	return fleet.health == FLEET_UP;
+}
+
+bool
+fleet_enabled(void)
+{
+	return fleet.health != FLEET_OFF;
+}
+
+const fleet_stats *
+fleet_counters(void)
+{
+	return &fleet.stats;
+}
+
+const char *
+fleet_origin(void)
+{
+	return fleet.origin;
+}
+
+void
+fleet_count_unavailable(void)
+{
+	fleet.stats.unavailable++;
+}
+
+/* --- the FIFO of waiting calls --- */
+
+static void
+fifo_push(fleet_call *call)
+{
+	call->next = NULL;
+	call->prev = fleet.tail;
+	if (fleet.tail != NULL)
+		fleet.tail->next = call;
+	else
+		fleet.head = call;
+	fleet.tail = call;
+}
+
+static void
+fifo_unlink(fleet_call *call)
+{
+	if (call->prev != NULL)
+		call->prev->next = call->next;
+	else
+		fleet.head = call->next;
+	if (call->next != NULL)
+		call->next->prev = call->prev;
+	else
+		fleet.tail = call->prev;
+	call->prev = call->next = NULL;
+}
+
+static void
+call_free(fleet_call *call)
+{
+	free(call->args);
+	free(call);
+}
+
+/* Run call's done (once). */
+static void
+call_answer(fleet_call *call, const json_t *reply)
+{
+	fleet_done_fn done = call->done;
+
+	call->done = NULL;
+	if (done != NULL)
+		done(reply, call->arg);
+}
+
+/* Arm the timer for the oldest waiting call. */
+static void
+timeout_schedule(void)
+{
+	int64_t due, now = clock_monotonic_ms();
+	struct timeval tv;
+
+	if (fleet.head == NULL) {
+		evtimer_del(fleet.timeout_ev);
+		return;
+	}
+	due = fleet.head->sent_ms + srv.conf.redis_timeout_ms - now;
+	if (due < 0)
+		due = 0;
+	tv.tv_sec = (time_t)(due / 1000);
+	tv.tv_usec = (suseconds_t)(due % 1000) * 1000;
+	evtimer_add(fleet.timeout_ev, &tv);
+}
+
+/* --- health --- */
+
+static void
+reconnect_schedule(void)
+{
+	struct timeval tv = { FLEET_RECONNECT_MS / 1000, (FLEET_RECONNECT_MS % 1000) * 1000 };
+
+	if (!evtimer_pending(fleet.reconnect_ev, NULL))
+		evtimer_add(fleet.reconnect_ev, &tv);
+}
+
+/* Redis is lost (why): answer every waiting call locally, drop both
+ * connections, reconnect later. */
+static void
+fleet_lose(const char *why)
+{
+	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
+
+	if (fleet.health == FLEET_UP) {
+		fleet.health = FLEET_DEGRADED;
+		fleet.stats.degraded++;
+		fleet.outage_since = clock_realtime_ms();
+		log_warning("fleet: redis %s: %s; answering from this host's copy of each circuit "
+			    "until it is back",
+		    srv.conf.redis, why);
+	}
+	fleet.script_ready = false;
+	/* Answered in order, before anything else can be sent. */
+	for (fleet_call *c = fleet.head; c != NULL; c = c->next)
+		call_answer(c, NULL);
+	fleet.main = fleet.sub = NULL;
+	/* hiredis hands every pending callback a NULL reply (they free the
+	 * calls) and runs the disconnect callbacks, which see NULL pointers. */
+	if (main != NULL)
+		redisAsyncFree(main);
+	if (sub != NULL)
+		redisAsyncFree(sub);
+	evtimer_del(fleet.timeout_ev);
+	reconnect_schedule();
+}
+
+static void
+timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (fleet.head == NULL)
+		return;
+	if (clock_monotonic_ms() - fleet.head->sent_ms >= srv.conf.redis_timeout_ms) {
+		for (fleet_call *c = fleet.head; c != NULL; c = c->next)
+			if (c->done != NULL)
+				fleet.stats.timeouts++;
+		fleet_lose("did not answer within redis_timeout_ms");
+		return;
+	}
+	timeout_schedule();
+}
+
+static void
+reconnect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	fleet_connect();
+}
+
+/* --- the script connection --- */
+
+static void script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* EVALSHA call on the script connection. False when it cannot be queued. */
+static bool
+script_queue(fleet_call *call)
+{
+	char keys[3][FLEET_KEY_MAX];
+	const char *prefix = srv.conf.redis_prefix;
+
+	snprintf(keys[0], sizeof keys[0], "%s{%s}", prefix, call->name);
+	snprintf(keys[1], sizeof keys[1], "%s{%s}:slots", prefix, call->name);
+	snprintf(keys[2], sizeof keys[2], "%s{%s}:window", prefix, call->name);
+	if (redisAsyncCommand(fleet.main, script_reply_cb, call, "EVALSHA %s 3 %s %s %s %s %s %s",
+		fleet.sha, keys[0], keys[1], keys[2], call->op, call->args,
+		fleet.channel) != REDIS_OK)
+		return false;
+	call->sent_ms = clock_monotonic_ms();
+	fifo_push(call);
+	fleet.stats.calls++;
+	if (!evtimer_pending(fleet.timeout_ev, NULL))
+		timeout_schedule();
+	return true;
+}
+
+static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata);
+
+static void
+script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	fleet_call *call = privdata;
+	redisReply *r = reply;
+	json_error_t jerr;
+	json_t *doc = NULL;
+
+	(void)ac;
+	fifo_unlink(call);
+	if (r == NULL || call->done == NULL) {
+		call_answer(call, NULL);
+		call_free(call);
+		return;
+	}
+	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !call->resent &&
+	    fleet.main != NULL) {
+		/* Redis lost the script (SCRIPT FLUSH, a failover): load it
+		 * again; this call follows the load on the same connection. */
+		fleet.stats.noscript++;
+		call->resent = true;
+		if (redisAsyncCommand(fleet.main, script_load_cb, NULL, "SCRIPT LOAD %s",
+			fleet_script_text) == REDIS_OK &&
+		    script_queue(call)) {
+			timeout_schedule();
+			return;
+		}
+	}
+	if (r->type == REDIS_REPLY_STRING)
+		doc = json_loadb(r->str, r->len, 0, &jerr);
+	if (doc == NULL) {
+		fleet.stats.errors++;
+		log_warning("fleet: the circuit script failed on %s for circuit of %zu bytes: "
+			    "%.200s",
+		    call->op, strlen(call->name),
+		    r->type == REDIS_REPLY_ERROR ? r->str : "a reply that is not JSON");
+	}
+	call_answer(call, doc);
+	json_decref(doc);
+	call_free(call);
+	timeout_schedule();
+}
+
+fleet_call *
+fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn done, void *arg)
+{
+	fleet_call *call;
+
+	if (fleet.main == NULL || !fleet.script_ready || strlen(op) >= sizeof call->op ||
+	    strlen(name) > CT_NAME_MAX)
+		return NULL;
+	call = calloc(1, sizeof *call);
+	if (call == NULL)
+		return NULL;
+	snprintf(call->op, sizeof call->op, "%s", op);
+	snprintf(call->name, sizeof call->name, "%s", name);
+	if (json_object_set_new(args, "name", json_string(name)) != 0 ||
+	    json_object_set_new(args, "origin", json_string(fleet.origin)) != 0 ||
+	    (call->args = json_dumps(args, JSON_COMPACT)) == NULL || !script_queue(call)) {
+		call_free(call);
+		return NULL;
+	}
+	call->done = done;
+	call->arg = arg;
+	return call;
+}
+
+void
+fleet_call_cancel(fleet_call *call)
+{
+	if (call != NULL)
+		call->done = NULL;
+}
+
+static void
+script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	bool was_up = fleet.health == FLEET_UP;
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.main)
+		return;
+	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", srv.conf.redis,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		fleet_lose("cannot load the circuit script");
+		return;
+	}
+	memcpy(fleet.sha, r->str, 40);
+	fleet.sha[40] = '\0';
+	fleet.script_ready = true;
+	if (was_up)
+		return; /* reloaded after NOSCRIPT */
+	/* Write back what changed while Redis was away before any request
+	 * reaches it: on this connection, in order. */
+	if (fleet.on_recover != NULL && fleet.outage_since != 0)
+		fleet.on_recover(fleet.outage_since);
+	if (fleet.health == FLEET_DEGRADED)
+		log_info("fleet: redis %s is back; circuits are shared again", srv.conf.redis);
+	else
+		log_info("fleet: redis %s reached; circuits are shared through it", srv.conf.redis);
+	fleet.health = FLEET_UP;
+	fleet.outage_since = 0;
+}
+
+static void
+auth_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.main)
+		return;
+	if (r->type == REDIS_REPLY_ERROR) {
+		log_error("fleet: redis %s: AUTH failed: %.200s", srv.conf.redis, r->str);
+		fleet_lose("AUTH failed");
+	}
+}
+
+/* --- the event connection --- */
+
+static void
+event_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	const json_t *origin;
+	json_error_t jerr;
+	json_t *event;
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.sub || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+		return;
+	event = json_loadb(r->element[2]->str, r->element[2]->len, 0, &jerr);
+	origin = json_object_get(event, "origin");
+	if (!json_is_object(event) || !json_is_string(origin)) {
+		fleet.stats.events_bad++;
+		json_decref(event);
+		return;
+	}
+	/* This cbd applied its own changes when their calls returned. */
+	if (strcmp(json_string_value(origin), fleet.origin) != 0 && fleet.on_event != NULL) {
+		fleet.stats.events_in++;
+		fleet.on_event(event);
+	}
+	json_decref(event);
+}
+
+/* --- connecting --- */
+
+static void
+connect_cb(const redisAsyncContext *ac, int status)
+{
+	if (status == REDIS_OK)
+		return;
+	/* hiredis frees ac after this callback. */
+	if (ac == fleet.main)
+		fleet.main = NULL;
+	if (ac == fleet.sub)
+		fleet.sub = NULL;
+	if (fleet.health == FLEET_UP)
+		fleet_lose(ac->errstr);
+	reconnect_schedule();
+}
+
+static void
+disconnect_cb(const redisAsyncContext *ac, int status)
+{
+	(void)status;
+	if (ac != fleet.main && ac != fleet.sub)
+		return; /* freed by fleet_lose */
+	if (ac == fleet.main)
+		fleet.main = NULL;
+	else
+		fleet.sub = NULL;
+	fleet_lose(ac->errstr[0] != '\0' ? ac->errstr : "connection closed");
+}
+
+static redisAsyncContext *
+context_new(void)
+{
+	redisAsyncContext *ac = fleet.addr.is_unix
+	    ? redisAsyncConnectUnix(fleet.addr.path)
+	    : redisAsyncConnect(fleet.addr.path, fleet.addr.port);
+
+	if (ac == NULL)
+		return NULL;
+	if (ac->err != 0) {
+		redisAsyncFree(ac);
+		return NULL;
+	}
+	if (redisLibeventAttach(ac, srv.base) != REDIS_OK) {
+		redisAsyncFree(ac);
+		return NULL;
+	}
+	redisAsyncSetConnectCallback(ac, connect_cb);
+	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+	return ac;
+}
+
+/* Queue AUTH on a new connection (commands wait for the connect). */
+static bool
+context_auth(redisAsyncContext *ac)
+{
+	if (fleet.auth_password == NULL)
+		return true;
+	if (fleet.auth_user != NULL)
+		return redisAsyncCommand(ac, auth_cb, NULL, "AUTH %s %s", fleet.auth_user,
+			   fleet.auth_password) == REDIS_OK;
+	return redisAsyncCommand(ac, auth_cb, NULL, "AUTH %s", fleet.auth_password) == REDIS_OK;
+}
+
+static void
+fleet_connect(void)
+{
+	if (fleet.main == NULL) {
+		fleet.main = context_new();
+		if (fleet.main != NULL &&
+		    (!context_auth(fleet.main) ||
+			redisAsyncCommand(fleet.main, script_load_cb, NULL, "SCRIPT LOAD %s",
+			    fleet_script_text) != REDIS_OK)) {
+			redisAsyncContext *ac = fleet.main;
+
+			fleet.main = NULL;
+			redisAsyncFree(ac);
+		}
+	}
+	if (fleet.sub == NULL) {
+		fleet.sub = context_new();
+		if (fleet.sub != NULL &&
+		    (!context_auth(fleet.sub) ||
+			redisAsyncCommand(fleet.sub, event_cb, NULL, "SUBSCRIBE %s",
+			    fleet.channel) != REDIS_OK)) {
+			redisAsyncContext *ac = fleet.sub;
+
+			fleet.sub = NULL;
+			redisAsyncFree(ac);
+		}
+	}
+	if (fleet.main == NULL || fleet.sub == NULL)
+		reconnect_schedule();
+}
+
+/* Read redis_password_file: "password", or "user password". */
+static bool
+password_read(const char *path)
+{
+	char line[1024], *space;
+	FILE *f = fopen(path, "r");
+
+	if (f == NULL) {
+		log_error("redis_password_file %s: %s", path, strerror(errno));
+		return false;
+	}
+	if (fgets(line, sizeof line, f) == NULL)
+		line[0] = '\0';
+	fclose(f);
+	line[strcspn(line, "\r\n")] = '\0';
+	if (line[0] == '\0') {
+		log_error("redis_password_file %s: empty (a password, or a user and a password)",
+		    path);
+		return false;
+	}
+	space = strchr(line, ' ');
+	if (space != NULL) {
+		*space = '\0';
+		fleet.auth_user = strdup(line);
+		fleet.auth_password = strdup(space + 1);
+	} else {
+		fleet.auth_password = strdup(line);
+	}
+	explicit_bzero(line, sizeof line);
+	if (fleet.auth_password == NULL || (space != NULL && fleet.auth_user == NULL)) {
+		log_error("redis_password_file: out of memory");
+		return false;
+	}
+	return true;
+}
+
+bool
+fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
+{
+	const char *why;
+	uint64_t id;
+
+	memset(&fleet, 0, sizeof fleet);
+	if (strcmp(srv.conf.backend, "redis") != 0)
+		return true;
+	if (!conf_redis_address_parse(srv.conf.redis, &fleet.addr, &why)) {
+		log_error("redis \"%s\": %s", srv.conf.redis, why);
+		return false;
+	}
+	if (srv.conf.redis_password_file[0] != '\0' && !password_read(srv.conf.redis_password_file))
+		return false;
+	if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+		id = (uint64_t)clock_monotonic_us() ^ ((uint64_t)getpid() << 32);
+	snprintf(fleet.origin, sizeof fleet.origin, "%016" PRIx64, id);
+	snprintf(fleet.channel, sizeof fleet.channel, "%sevents", srv.conf.redis_prefix);
+	fleet.on_event = on_event;
+	fleet.on_recover = on_recover;
+	fleet.timeout_ev = evtimer_new(srv.base, timeout_cb, NULL);
+	fleet.reconnect_ev = evtimer_new(srv.base, reconnect_cb, NULL);
+	if (fleet.timeout_ev == NULL || fleet.reconnect_ev == NULL) {
+		log_error("fleet: out of memory");
+		return false;
+	}
+	fleet.health = FLEET_CONNECTING;
+	/* What opens before Redis is first reached is written back to it. */
+	fleet.outage_since = clock_realtime_ms();
+	log_info("fleet: backend redis %s, key prefix \"%s\", origin %s", srv.conf.redis,
+	    srv.conf.redis_prefix, fleet.origin);
+	fleet_connect();
+	return true;
+}
+
+void
+fleet_free(void)
+{
+	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
+
+	if (fleet.health == FLEET_OFF)
+		return;
+	for (fleet_call *c = fleet.head; c != NULL; c = c->next)
+		call_answer(c, NULL);
+	fleet.main = fleet.sub = NULL;
+	if (main != NULL)
+		redisAsyncFree(main);
+	if (sub != NULL)
+		redisAsyncFree(sub);
+	if (fleet.timeout_ev != NULL)
+		event_free(fleet.timeout_ev);
+	if (fleet.reconnect_ev != NULL)
+		event_free(fleet.reconnect_ev);
+	if (fleet.auth_password != NULL)
+		explicit_bzero(fleet.auth_password, strlen(fleet.auth_password));
+	free(fleet.auth_user);
+	free(fleet.auth_password);
+	memset(&fleet, 0, sizeof fleet);
+}

@@ -1,0 +1,86 @@
+/*
+ * fleet.h — fleet mode's link to Redis (backend = redis): the connection
+ * that runs the circuit script (src/fleet.lua) with EVALSHA, the one that
+ * subscribes to the fleet's events, their health, and the timeout that
+ * sends a request to this host's own copy instead of waiting.
+ *
+ * Transport only: what a script call means, and what becomes of its
+ * reply, is op-fleet.c's. cbd never blocks on Redis: hiredis runs on
+ * cbd's libevent loop (its libevent adapter).
+ */
+#ifndef CBD_FLEET_H
+#define CBD_FLEET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* Wait between attempts to reach Redis while it is away (ms). */
+#define FLEET_RECONNECT_MS 1000
+/* Longest origin id (hex of 64 random bits). */
+#define FLEET_ORIGIN_SIZE 17
+/* Longest key prefix + "{" + name + "}:window". */
+#define FLEET_KEY_MAX 512
+
+typedef enum fleet_health {
+	FLEET_OFF = 0, /* backend = memory */
+	FLEET_CONNECTING, /* not yet reached since start: this host's copy answers */
+	FLEET_UP, /* Redis answers circuit ops */
+	FLEET_DEGRADED, /* Redis lost or too slow: this host's copy answers */
+} fleet_health;
+
+/* Counters for stats and metrics. */
+typedef struct fleet_stats {
+	uint64_t calls; /* script calls sent */
+	uint64_t timeouts; /* calls answered locally after redis_timeout_ms */
+	uint64_t errors; /* script errors and undecodable replies */
+	uint64_t unavailable; /* requests answered locally while Redis was away */
+	uint64_t degraded; /* times Redis was lost */
+	uint64_t merged; /* circuits written back after an outage */
+	uint64_t events_in; /* events from other hosts applied */
+	uint64_t events_bad; /* events that could not be read */
+	uint64_t noscript; /* script reloads after NOSCRIPT */
+} fleet_stats;
+
+/* Called once per call: reply is the script's decoded answer (borrowed),
+ * or NULL when Redis did not answer in time, went away, or failed (the
+ * caller answers from this host's copy). */
+typedef void (*fleet_done_fn)(const json_t *reply, void *arg);
+
+/* Called for each event another cbd published (borrowed). */
+typedef void (*fleet_event_fn)(const json_t *event);
+
+/* Called when Redis answers again after an outage, before requests go to
+ * it: write back what changed meanwhile (with fleet_call()). */
+typedef void (*fleet_recover_fn)(int64_t outage_since);
+
+typedef struct fleet_call fleet_call;
+
+/* Start fleet mode when the config asks for it (connects in the
+ * background). False (logged) on a config error such as an unreadable
+ * password file. */
+bool fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover);
+void fleet_free(void);
+
+fleet_health fleet_state(void);
+const char *fleet_health_name(fleet_health health);
+/* Do circuit ops go to Redis now? */
+bool fleet_up(void);
+/* Fleet mode configured (whatever its health)? */
+bool fleet_enabled(void);
+const fleet_stats *fleet_counters(void);
+/* This cbd's id in events and tokens. */
+const char *fleet_origin(void);
+/* Count a request answered locally because Redis is away. */
+void fleet_count_unavailable(void);
+
+/* Run the script's `op` on circuit `name` with args (borrowed; "name"
+ * and "origin" are added). done runs exactly once, never inside this
+ * call; NULL when fleet mode is not up (nothing sent). */
+fleet_call *fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn done,
+    void *arg);
+/* The caller is gone: done will not run (the call still runs in Redis). */
+void fleet_call_cancel(fleet_call *call);
+
+#endif

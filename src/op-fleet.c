@@ -1,0 +1,781 @@
+/*
+ * op-fleet.c — the circuit ops in fleet mode (backend = redis): each
+ * request becomes one call of the circuit script (src/fleet.lua) through
+ * fleet.c; its reply answers the request and refreshes this host's copy
+ * of the circuit (the circuit table, which answers while Redis is away);
+ * events from other cbds refresh the copy and reach this host's
+ * watchers; after an outage, circuits that opened here are written back.
+ *
+ * A connection whose request waits on Redis reads no further request
+ * until it is answered, so replies keep the order of requests. Policy is
+ * resolved here as in memory mode (the config file of this host, the
+ * policy the circuit was created with, [defaults]) and handed to the
+ * script whole; the script only checks that it was resolved against the
+ * policy the circuit really was created with (else cbd resolves again).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "fleet.h"
+#include "housekeeping.h"
+#include "log.h"
+#include "op.h"
+#include "server.h"
+#include "stats.h"
+#include "watch.h"
+
+/* Calls of one request again after the script said the circuit was
+ * created with another policy (another cbd created it meanwhile). */
+#define FLEET_MISMATCH_RETRIES 2
+
+/* A permit or slot this connection holds in Redis: given back when the
+ * connection closes (a dead host's go by their ttl). */
+typedef struct op_fleet_slot {
+	struct op_fleet_slot *next;
+	char token[CT_TOKEN_SIZE];
+	char name[];
+} op_fleet_slot;
+
+/* A request waiting on Redis. */
+typedef struct op_pending {
+	op_call call; /* its client is NULL once the connection closed */
+	json_t *request; /* a reference: call's strings point into it */
+	const char *script_op;
+	json_t *first; /* record with a permit: the outcome's reply */
+	bool permit_next; /* record with a permit: its release is still to send */
+	int in_flight; /* script calls sent and not yet answered */
+	int retries;
+	char *declared_text; /* the policy the circuit was created with */
+	proto_ctx declared; /* parsed from it after a mismatch */
+	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
+} op_pending;
+
+/* Slots held through fleet mode by all connections (bounded by max_slots). */
+static uint64_t fleet_slots_held;
+static uint64_t token_counter;
+
+/* --- the script's view of a circuit --- */
+
+static const struct {
+	const char *name;
+	cb_reason reason;
+} reason_names[] = {
+	{ "failure_threshold", CB_REASON_FAILURE_THRESHOLD },
+	{ "failure_rate", CB_REASON_FAILURE_RATE },
+	{ "trial_failed", CB_REASON_TRIAL_FAILED },
+	{ "trial_succeeded", CB_REASON_TRIAL_SUCCEEDED },
+	{ "break_elapsed", CB_REASON_BREAK_ELAPSED },
+	{ "forced", CB_REASON_FORCED },
+	{ "cas", CB_REASON_CAS },
+	{ "held", CB_REASON_HELD },
+	{ "hold_expired", CB_REASON_HOLD_EXPIRED },
+	{ "released", CB_REASON_RELEASED },
+	{ "merged", CB_REASON_FORCED },
+};
+
+/* The change a script reply or event reports (reason NONE: none). */
+static void
+change_from_json(const json_t *j, ct_change *out)
+{
+	const char *from = json_string_value(json_object_get(j, "from"));
+	const char *to = json_string_value(json_object_get(j, "to"));
+	const char *reason = json_string_value(json_object_get(j, "reason"));
+
+	memset(out, 0, sizeof *out);
+	if (!json_is_object(j) || from == NULL || to == NULL || reason == NULL ||
+	    !breaker_state_parse(from, strlen(from), &out->from) ||
+	    !breaker_state_parse(to, strlen(to), &out->to))
+		return;
+	for (size_t i = 0; i < sizeof reason_names / sizeof reason_names[0]; i++) {
+		if (strcmp(reason, reason_names[i].name) == 0)
+			out->reason = reason_names[i].reason;
+	}
+	if (out->reason == CB_REASON_NONE)
+		out->reason = CB_REASON_FORCED;
+}
+
+/* Parse the canonical text of a declared policy ("" = none). */
+static bool
+declared_parse(const char *text, proto_ctx *out)
+{
+	json_t *wrap, *ctx;
+	proto_error err;
+	bool ok;
+
+	memset(out, 0, sizeof *out);
+	if (text == NULL || text[0] == '\0')
+		return true;
+	ctx = json_loads(text, 0, NULL);
+	wrap = ctx != NULL ? json_pack("{s:o}", "ctx", ctx) : NULL;
+	ok = wrap != NULL && proto_ctx_from_json(wrap, out, &err);
+	json_decref(wrap);
+	return ok;
+}
+
+/* The canonical text of a declared policy: "" for none. NULL: no memory. */
+static char *
+declared_text(const proto_ctx *declared)
+{
+	json_t *obj = declared != NULL ? proto_ctx_members_to_json(declared) : json_object();
+	char *text;
+
+	if (obj == NULL)
+		return NULL;
+	text = json_object_size(obj) == 0 ? strdup("")
+					  : json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(obj);
+	return text;
+}
+
+/* What the script reports of a circuit, as a view. Strings point into
+ * j; declared receives the parsed policy; reporters (room for
+ * CB_REPORTERS_MAX) stands for the reporters the script counted. */
+static bool
+view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, proto_ctx *declared,
+    cb_reporters *reporters)
+{
+	const json_t *window = json_object_get(j, "window");
+	int64_t break_ms = 0, count;
+	proto_policy_sources sources;
+	const char *preset;
+	proto_error err;
+	cb_policy policy;
+
+	memset(view, 0, sizeof *view);
+	view->hold.until = CB_TIME_NONE;
+	if (!json_is_object(j) || !proto_snapshot_from_json(j, &view->snap, NULL, &err) ||
+	    !declared_parse(json_string_value(json_object_get(j, "declared")), declared) ||
+	    !op_totals_from_json(json_object_get(j, "totals"), &view->totals, &err) ||
+	    !op_hold_from_json(json_object_get(j, "hold"), &view->hold, &err))
+		return false;
+	view->stored = true;
+	view->declared = declared;
+	/* As cb_snapshot keeps it: a break break_backoff grew, 0: the policy's. */
+	conf_policy(&srv.conf, name, declared, &policy, &sources, &preset);
+	proto_get_int(j, "current_break_ms", 0, CB_DURATION_MAX, false, &break_ms, NULL, &err);
+	view->snap.current_break_ms = break_ms;
+	count = json_integer_value(json_object_get(j, "slots"));
+	view->slots = count > 0 ? (uint64_t)count : 0;
+	if (json_is_object(window)) {
+		view->has_window = true;
+		view->window.calls = (uint32_t)json_integer_value(json_object_get(window, "calls"));
+		view->window.failures =
+		    (uint32_t)json_integer_value(json_object_get(window, "failures"));
+		view->window.slow = (uint32_t)json_integer_value(json_object_get(window, "slow"));
+	}
+	count = json_integer_value(json_object_get(j, "reporters"));
+	if (policy.min_reporters > 1) {
+		breaker_reporters_init(reporters, policy.min_reporters);
+		for (uint32_t i = 0; i < reporters->slots && (int64_t)i < count; i++)
+			reporters->r[i] = (cb_reporter){ .id = (int64_t)i + 1, .at = now };
+		view->reporters = reporters;
+	}
+	return true;
+}
+
+/* Make this host's copy of name what the script reports (circuit NULL
+ * or null: not stored), log and broadcast its change. *view (may be
+ * NULL) receives the script's view. Returns whether circuit was read. */
+static bool
+copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
+    bool deleted_event, ct_view *view, proto_ctx *declared, cb_reporters *reporters)
+{
+	ct_view local;
+	ct_change change;
+
+	if (view == NULL)
+		view = &local;
+	if (circuit == NULL || json_is_null(circuit)) {
+		memset(view, 0, sizeof *view);
+		breaker_snapshot_init(&view->snap);
+		view->hold.until = CB_TIME_NONE;
+		if (circuit_table_delete(srv.table, name) && deleted_event) {
+			housekeeping_state_changed();
+			watch_deleted(name, "deleted");
+		}
+		return true;
+	}
+	if (!view_from_json(name, circuit, now, view, declared, reporters)) {
+		log_warning("fleet: cannot read the circuit script's view of a circuit");
+		return false;
+	}
+	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
+	circuit_table_restore(srv.table, name, view, clock_realtime_ms());
+	change_from_json(change_json, &change);
+	op_log_change(name, &change);
+	return true;
+}
+
+/* --- requests --- */
+
+static json_t *
+policy_json(const cb_policy *p)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, "
+			 "s:I, s:I, s:I}",
+	    "trip", p->trip == CB_TRIP_RATE ? "rate" : "consecutive", "failure_threshold",
+	    (json_int_t)p->failure_threshold, "success_threshold", (json_int_t)p->success_threshold,
+	    "break_ms", (json_int_t)p->break_ms, "half_open_max", (json_int_t)p->half_open_max,
+	    "slot_ttl_ms", (json_int_t)p->slot_ttl_ms, "max_gap_ms", (json_int_t)p->max_gap_ms,
+	    "window", p->window == CB_WINDOW_TIME ? "time" : "count", "window_size",
+	    (json_int_t)p->window_size, "minimum_calls", (json_int_t)p->minimum_calls,
+	    "failure_rate", (json_int_t)p->failure_rate, "slow_call_ms",
+	    (json_int_t)p->slow_call_ms, "slow_call_rate", (json_int_t)p->slow_call_rate,
+	    "min_reporters", (json_int_t)p->min_reporters, "reporter_window_ms",
+	    (json_int_t)p->reporter_window_ms, "break_backoff", (json_int_t)p->break_backoff,
+	    "break_max_ms", (json_int_t)p->break_max_ms);
+}
+
+/* The members every call of p's request carries. NULL: no memory. */
+static json_t *
+args_common(op_pending *p)
+{
+	op_call *call = &p->call;
+	char reporter[FLEET_ORIGIN_SIZE + 24];
+	json_t *args = json_object();
+
+	snprintf(reporter, sizeof reporter, "%s:%ld", fleet_origin(),
+	    call->client != NULL ? (long)call->client->pid : 0L);
+	if (args == NULL || json_object_set_new(args, "policy", policy_json(&call->policy)) != 0 ||
+	    json_object_set_new(args, "declared", json_string(p->declared_text)) != 0 ||
+	    json_object_set_new(args, "reporter", json_string(reporter)) != 0 ||
+	    (call->table.duration_ms > 0 &&
+		json_object_set_new(args, "duration_ms", json_integer(call->table.duration_ms)) !=
+		    0) ||
+	    (proto_ctx_has(&call->ctx, PROTO_CTX_NOW) &&
+		json_object_set_new(args, "now", json_integer(call->now)) != 0)) {
+		json_decref(args);
+		return NULL;
+	}
+	return args;
+}
+
+static void pending_done(const json_t *reply, void *arg);
+
+/* One script call for p. False when it could not be sent. */
+static bool
+pending_call(op_pending *p, const char *script_op, json_t *extra)
+{
+	json_t *args = args_common(p);
+	bool ok;
+
+	if (args == NULL || (extra != NULL && json_object_update(args, extra) != 0)) {
+		json_decref(args);
+		return false;
+	}
+	ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
+	json_decref(args);
+	p->in_flight += ok;
+	return ok;
+}
+
+/* The op-specific members of the first script call. NULL and *bad when
+ * the request is invalid (call->err), NULL alone when out of memory. */
+static json_t *
+args_for_op(op_pending *p, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	const char *op = call->op->name, *text;
+	json_t *extra = json_object();
+	cb_state from, to, state;
+	ct_hold_request req;
+	char user[CT_USER_MAX + 1];
+	bool hold;
+
+	*bad = *answered = false;
+	if (extra == NULL)
+		return NULL;
+	p->script_op = op;
+	if (strcmp(op, "record_success") == 0)
+		p->script_op = "success";
+	else if (strcmp(op, "record_failure") == 0)
+		p->script_op = "failure";
+	else if (strcmp(op, "record") == 0) {
+		if (!proto_get_text(call->request, "outcome", true, &text, NULL, &call->err))
+			goto bad;
+		if (strcmp(text, "success") != 0 && strcmp(text, "failure") != 0 &&
+		    strcmp(text, "ignore") != 0) {
+			proto_fail(&call->err, PROTO_BAD_REQUEST,
+			    "outcome must be \"success\", \"failure\" or \"ignore\"");
+			goto bad;
+		}
+		p->script_op = text;
+		if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
+			goto bad;
+		p->permit_next = text != NULL;
+	} else if (strcmp(op, "allow") == 0 || strcmp(op, "acquire_slot") == 0) {
+		snprintf(p->token, sizeof p->token, "%s-%016" PRIx64, fleet_origin(),
+		    ++token_counter);
+		if (json_object_set_new(extra, "token", json_string(p->token)) != 0)
+			goto nomem;
+	} else if (strcmp(op, "release_slot") == 0) {
+		if (!proto_get_text(call->request, "token", true, &text, NULL, &call->err))
+			goto bad;
+		if (json_object_set_new(extra, "token", json_string(text)) != 0)
+			goto nomem;
+	} else if (strcmp(op, "cas") == 0) {
+		if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
+		    !proto_get_state(call->request, "to", true, &to, NULL, &call->err) ||
+		    !op_cas_allowed(call, from, to, answered))
+			goto bad;
+		if (json_object_set_new(extra, "from", json_string(breaker_state_name(from))) !=
+			0 ||
+		    json_object_set_new(extra, "to", json_string(breaker_state_name(to))) != 0 ||
+		    json_object_set_new(extra, "admin",
+			json_boolean(server_client_is_admin(call->client))) != 0)
+			goto nomem;
+	} else if (strcmp(op, "set_state") == 0) {
+		if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
+		    !op_hold_members(call, state, &hold, &req))
+			goto bad;
+		op_peer_user(call, user, sizeof user);
+		if (json_object_set_new(extra, "state", json_string(breaker_state_name(state))) !=
+			0 ||
+		    (hold &&
+			json_object_set_new(extra, "hold",
+			    json_pack("{s:I, s:I, s:s, s:o}", "ttl_ms", (json_int_t)req.ttl_ms,
+				"by_uid", (json_int_t)req.by_uid, "by_user", user, "reason",
+				req.reason != NULL ? json_string(req.reason) : json_null())) != 0))
+			goto nomem;
+	}
+	return extra;
+bad:
+	*bad = true;
+	json_decref(extra);
+	return NULL;
+nomem:
+	json_decref(extra);
+	return NULL;
+}
+
+static void
+pending_free(op_pending *p)
+{
+	json_decref(p->first);
+	json_decref(p->call.reply);
+	enc_free(&p->call.tail);
+	json_decref(p->request);
+	free(p->declared_text);
+	free(p);
+}
+
+/* Point p's call at its own members again (it was copied). */
+static void
+pending_fix(op_pending *p)
+{
+	op_call *call = &p->call;
+
+	call->table.policy = &call->policy;
+	call->table.declared = &call->ctx;
+	call->table.owner = call->client != NULL ? &call->client->owner : NULL;
+}
+
+bool
+op_fleet_send(op_call *call, bool *answered)
+{
+	op_pending *p;
+	json_t *extra;
+	bool bad = false;
+
+	*answered = false;
+	if (call->client == NULL || call->name == NULL)
+		return true; /* this host's copy answers */
+	p = calloc(1, sizeof *p);
+	if (p == NULL)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	/* The call lives in p from here; the dispatcher's copy is neither
+	 * answered nor freed while pending is set. */
+	p->call = *call;
+	p->request = json_incref((json_t *)call->request);
+	pending_fix(p);
+	p->declared_text = declared_text(call->declared);
+	extra = p->declared_text != NULL ? args_for_op(p, &bad, answered) : NULL;
+	if (extra == NULL || !pending_call(p, p->script_op, extra)) {
+		bool ok = extra != NULL || *answered;
+
+		if (extra != NULL)
+			fleet_count_unavailable(); /* Redis cannot take it: local */
+		else if (bad || *answered)
+			call->err = p->call.err;
+		else
+			proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+		/* cas may have answered from this host's copy (applied: false). */
+		call->tail = p->call.tail;
+		json_decref(extra);
+		json_decref(p->request);
+		free(p->declared_text);
+		free(p);
+		return ok;
+	}
+	json_decref(extra);
+	call->pending = true;
+	call->client->fleet_wait = p;
+	return true;
+}
+
+/* Remember a slot p's connection got, to give it back when the
+ * connection closes. Past max_slots (or out of memory) it is not
+ * remembered and goes back by its ttl. */
+static void
+slot_note(op_pending *p, const char *token)
+{
+	server_client *c = p->call.client;
+	size_t len = strlen(p->call.name);
+	op_fleet_slot *s;
+
+	if (c == NULL)
+		return;
+	if (fleet_slots_held >= (uint64_t)srv.conf.max_slots) {
+		stats_limit_hit(STATS_LIMIT_SLOTS);
+		return;
+	}
+	s = malloc(sizeof *s + len + 1);
+	if (s == NULL)
+		return; /* it goes back by its ttl */
+	snprintf(s->token, sizeof s->token, "%s", token);
+	memcpy(s->name, p->call.name, len + 1);
+	s->next = c->fleet_slots;
+	c->fleet_slots = s;
+	fleet_slots_held++;
+}
+
+static void
+slot_forget(server_client *c, const char *token)
+{
+	for (op_fleet_slot **sp = &c->fleet_slots; *sp != NULL; sp = &(*sp)->next) {
+		if (strcmp((*sp)->token, token) == 0) {
+			op_fleet_slot *s = *sp;
+
+			*sp = s->next;
+			free(s);
+			fleet_slots_held--;
+			return;
+		}
+	}
+}
+
+/* The reply of p's request from the script's answer. */
+static bool
+pending_reply(op_pending *p, const json_t *reply, const ct_view *view)
+{
+	op_call *call = &p->call;
+	const char *op = call->op->name;
+	json_t *r = call->reply;
+	const json_t *permit = json_object_get(reply, "permit");
+	bool existed = json_is_true(json_object_get(reply, "existed"));
+
+	if (strcmp(op, "get") == 0) {
+		if (json_object_set_new(r, "stored", json_boolean(view->stored)) != 0)
+			goto nomem;
+	} else if (strcmp(op, "allow") == 0) {
+		bool allowed = json_is_true(json_object_get(reply, "allowed"));
+
+		if (json_object_set_new(r, "allowed", json_boolean(allowed)) != 0 ||
+		    json_object_set_new(r, "state",
+			json_string(breaker_state_name(view->snap.state))) != 0 ||
+		    (json_is_object(permit) &&
+			(json_object_set(r, "permit", json_object_get(permit, "token")) != 0 ||
+			    json_object_set(r, "expires_at",
+				json_object_get(permit, "expires_at")) != 0)) ||
+		    (!allowed &&
+			json_object_set(r, "retry_after_ms",
+			    json_object_get(reply, "retry_after_ms")) != 0))
+			goto nomem;
+		if (json_is_object(permit))
+			slot_note(p, p->token);
+		return true;
+	} else if (strcmp(op, "acquire_slot") == 0) {
+		bool acquired = json_is_true(json_object_get(reply, "acquired"));
+
+		if (json_object_set_new(r, "acquired", json_boolean(acquired)) != 0 ||
+		    (acquired && json_is_object(permit) &&
+			(json_object_set(r, "token", json_object_get(permit, "token")) != 0 ||
+			    json_object_set(r, "expires_at",
+				json_object_get(permit, "expires_at")) != 0)))
+			goto nomem;
+		if (acquired)
+			slot_note(p, p->token);
+		return true;
+	} else if (strcmp(op, "release_slot") == 0) {
+		const char *token = json_string_value(json_object_get(call->request, "token"));
+
+		if (call->client != NULL && token != NULL)
+			slot_forget(call->client, token);
+		return json_object_set(r, "released", json_object_get(reply, "released")) == 0
+		    ? true
+		    : proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	} else if (strcmp(op, "delete") == 0) {
+		if (existed) {
+			op_audit(call, "deleted", NULL);
+			housekeeping_state_changed();
+			watch_deleted(call->name, "deleted");
+		}
+		return json_object_set_new(r, "existed", json_boolean(existed)) == 0
+		    ? true
+		    : proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	} else if (strcmp(op, "cas") == 0) {
+		if (json_object_set(r, "applied", json_object_get(reply, "applied")) != 0)
+			goto nomem;
+	} else if (strcmp(op, "release") == 0) {
+		if (json_is_true(json_object_get(reply, "released")))
+			op_audit(call, "released the hold of", NULL);
+		if (json_object_set(r, "released", json_object_get(reply, "released")) != 0)
+			goto nomem;
+	} else if (strcmp(op, "set_state") == 0) {
+		cb_state state;
+		ct_hold_request req;
+		bool hold;
+
+		if (proto_get_state(call->request, "state", true, &state, NULL, &call->err) &&
+		    op_hold_members(call, state, &hold, &req))
+			op_audit_set_state(call, state, hold, &req);
+	}
+	return op_reply_snapshot(call, "snapshot", view);
+nomem:
+	return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+}
+
+/* Answer p (ok or call->err), resume its connection, free p. */
+static void
+pending_finish(op_pending *p, bool ok)
+{
+	server_client *c = p->call.client;
+
+	if (c != NULL) {
+		ok = ok && op_reply_conflicts(&p->call);
+		op_finish(&p->call, ok);
+		p->call.reply = NULL;
+		c->fleet_wait = NULL;
+		server_client_resume(c);
+	}
+	pending_free(p);
+}
+
+/* Redis could not answer: this host's copy does, as in memory mode. */
+static void
+pending_local(op_pending *p)
+{
+	op_call *call = &p->call;
+	bool ok;
+
+	op_resolve_policy(call);
+	pending_fix(p);
+	ok = call->op->handler(call);
+	pending_finish(p, ok);
+}
+
+static void
+pending_done(const json_t *reply, void *arg)
+{
+	op_pending *p = arg;
+	op_call *call = &p->call;
+	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
+	const json_t *circuit;
+	proto_ctx declared;
+	ct_view view;
+
+	p->in_flight--;
+	if (call->client == NULL) {
+		/* The connection closed: nothing to answer (its slots went back
+		 * when it closed). */
+		if (p->in_flight == 0)
+			pending_free(p);
+		return;
+	}
+	if (reply == NULL) {
+		pending_local(p);
+		return;
+	}
+	if (json_is_true(json_object_get(reply, "mismatch"))) {
+		/* Another cbd created the circuit with another policy: resolve
+		 * against that one and call again. */
+		const char *stored = json_string_value(json_object_get(reply, "declared"));
+		bool bad, answered;
+		json_t *extra;
+
+		if (p->first != NULL || p->retries++ >= FLEET_MISMATCH_RETRIES ||
+		    !declared_parse(stored, &p->declared)) {
+			pending_local(p);
+			return;
+		}
+		free(p->declared_text);
+		p->declared_text = strdup(stored != NULL ? stored : "");
+		call->declared = &p->declared;
+		conf_policy(&srv.conf, call->name, &p->declared, &call->policy, &call->sources,
+		    &call->preset);
+		call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
+		extra = p->declared_text != NULL ? args_for_op(p, &bad, &answered) : NULL;
+		if (extra == NULL || !pending_call(p, p->script_op, extra)) {
+			json_decref(extra);
+			pending_local(p);
+			return;
+		}
+		json_decref(extra);
+		return;
+	}
+	if (p->permit_next) {
+		/* record's outcome is in; its permit's release follows. */
+		json_t *extra;
+
+		p->permit_next = false;
+		p->first = json_incref((json_t *)reply);
+		extra = json_pack("{s:s}", "token",
+		    json_string_value(json_object_get(call->request, "permit")));
+		if (extra == NULL || !pending_call(p, "release_slot", extra)) {
+			json_decref(extra);
+			pending_local(p);
+			return;
+		}
+		json_decref(extra);
+		return;
+	}
+	if (p->first != NULL) {
+		/* The outcome's change, the circuit after the release. */
+		const char *permit = json_string_value(json_object_get(call->request, "permit"));
+
+		if (permit != NULL)
+			slot_forget(call->client, permit);
+		copy_apply(call->name, json_object_get(p->first, "circuit"),
+		    json_object_get(p->first, "change"), call->now, false, NULL, &declared,
+		    (cb_reporters *)(void *)reporters);
+	}
+	/* Time and retry_after_ms as the fleet's clock says. */
+	if (json_is_integer(json_object_get(reply, "now")))
+		call->now = json_integer_value(json_object_get(reply, "now"));
+	circuit = json_object_get(reply, "circuit");
+	if (!copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
+		strcmp(call->op->name, "delete") != 0, &view, &declared,
+		(cb_reporters *)(void *)reporters)) {
+		pending_local(p);
+		return;
+	}
+	if (view.stored) {
+		/* The policy the circuit really has (declared by its creator). */
+		call->declared = view.declared;
+		conf_policy(&srv.conf, call->name, view.declared, &call->policy, &call->sources,
+		    &call->preset);
+	}
+	pending_finish(p, pending_reply(p, reply, &view));
+}
+
+void
+op_fleet_client_closed(server_client *c)
+{
+	op_pending *p = c->fleet_wait;
+	op_fleet_slot *s, *next;
+
+	if (p != NULL) {
+		p->call.client = NULL;
+		p->call.table.owner = NULL;
+		c->fleet_wait = NULL;
+	}
+	for (s = c->fleet_slots; s != NULL; s = next) {
+		json_t *args = json_pack("{s:s, s:s}", "token", s->token, "declared", "");
+
+		next = s->next;
+		/* Fire and forget: a slot Redis does not get back expires. */
+		if (args != NULL)
+			fleet_call_script("release_slot", s->name, args, NULL, NULL);
+		json_decref(args);
+		free(s);
+		fleet_slots_held--;
+	}
+	c->fleet_slots = NULL;
+}
+
+/* --- events and recovery --- */
+
+static void
+event_apply(const json_t *event)
+{
+	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
+	const char *name = json_string_value(json_object_get(event, "name"));
+	proto_ctx declared;
+	const char *why;
+
+	if (name == NULL || !proto_name_valid(name, strlen(name), &why))
+		return;
+	copy_apply(name, json_object_get(event, "circuit"), json_object_get(event, "change"),
+	    json_is_integer(json_object_get(event, "now"))
+		? json_integer_value(json_object_get(event, "now"))
+		: clock_realtime_ms(),
+	    true, NULL, &declared, (cb_reporters *)(void *)reporters);
+}
+
+static void
+merge_done(const json_t *reply, void *arg)
+{
+	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
+	char *name = arg;
+	proto_ctx declared;
+
+	if (reply != NULL)
+		copy_apply(name, json_object_get(reply, "circuit"),
+		    json_object_get(reply, "change"), clock_realtime_ms(), false, NULL, &declared,
+		    (cb_reporters *)(void *)reporters);
+	free(name);
+}
+
+typedef struct merge_walk {
+	int64_t since;
+	uint64_t sent;
+} merge_walk;
+
+/* Write back one circuit that opened here during the outage. */
+static void
+merge_visit(const char *name, const ct_view *view, void *arg)
+{
+	merge_walk *w = arg;
+	proto_policy_sources sources;
+	const char *preset;
+	cb_policy policy;
+	char *text, *copy;
+	json_t *args;
+
+	if (view->snap.state != CB_STATE_OPEN || view->hold.held || view->snap.opened_at < w->since)
+		return;
+	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
+	text = declared_text(view->declared);
+	copy = strdup(name);
+	args = text != NULL
+	    ? json_pack("{s:o, s:s, s:{s:s, s:I, s:I, s:o, s:I, s:I}}", "policy",
+		  policy_json(&policy), "declared", text, "circuit", "state", "open",
+		  "failure_count", (json_int_t)view->snap.failure_count, "success_count",
+		  (json_int_t)view->snap.success_count, "last_failure_at",
+		  view->snap.last_failure_at != CB_TIME_NONE
+		      ? json_integer(view->snap.last_failure_at)
+		      : json_null(),
+		  "opened_at", (json_int_t)view->snap.opened_at, "current_break_ms",
+		  (json_int_t)view->snap.current_break_ms)
+	    : NULL;
+	if (args != NULL && copy != NULL &&
+	    fleet_call_script("merge", name, args, merge_done, copy) != NULL) {
+		copy = NULL;
+		w->sent++;
+	}
+	free(copy);
+	free(text);
+	json_decref(args);
+}
+
+static void
+recover(int64_t outage_since)
+{
+	merge_walk w = { .since = outage_since };
+	fleet_stats *counters = (fleet_stats *)fleet_counters();
+
+	circuit_table_foreach_pinned(srv.table, merge_visit, &w);
+	counters->merged += w.sent;
+	if (w.sent > 0)
+		log_info("fleet: wrote back %llu circuits that opened while redis was away",
+		    (unsigned long long)w.sent);
+}
+
+bool
+op_fleet_start(void)
+{
+	return fleet_start(event_apply, recover);
+}
