@@ -599,6 +599,16 @@ reclaim_one(circuit_table *table, int64_t clock, bool only_expired)
 	return true;
 }
 
+ct_status
+circuit_table_make_room(circuit_table *table, int64_t clock)
+{
+	if (table->stats.circuits >= table->max_circuits && !reclaim_one(table, clock, false)) {
+		table->stats.capacity_refusals++;
+		return CT_CAPACITY;
+	}
+	return CT_OK;
+}
+
 /* Store a new closed circuit declaring `declared`, within max_circuits. */
 static ct_status
 circuit_create(circuit_table *table, const char *name, const proto_ctx *declared, int64_t clock,

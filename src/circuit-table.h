@@ -236,6 +236,12 @@ void circuit_table_release_owner(circuit_table *table, ct_owner *owner);
 ct_status circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
     ct_allow *out, ct_view *view, ct_change *change);
 
+/* Room for one more circuit, as a creation would make it: at
+ * max_circuits the longest-idle reclaimable circuit goes; CT_CAPACITY
+ * (counted) when there is none. For a store kept elsewhere (fleet mode)
+ * whose copies live here. */
+ct_status circuit_table_make_room(circuit_table *table, int64_t clock);
+
 /* Drop a circuit and its slots; returns whether it existed. */
 bool circuit_table_delete(circuit_table *table, const char *name);
 

@@ -42,6 +42,7 @@ struct fleet_call {
 	char name[CT_NAME_MAX + 1];
 	char *args; /* the request JSON, kept to send again after NOSCRIPT */
 	bool resent;
+	bool queued; /* waits for the first SCRIPT LOAD (not sent yet) */
 };
 
 static struct {
@@ -91,7 +92,9 @@ fleet_state(void)
 bool
 fleet_up(void)
 {
-	return fleet.health == FLEET_UP;
+	/* At start, requests wait (up to redis_timeout_ms) for the first
+	 * connection rather than be answered by a copy Redis never sees. */
+	return fleet.health == FLEET_UP || (fleet.health == FLEET_CONNECTING && fleet.main != NULL);
 }
 
 bool
@@ -164,6 +167,24 @@ call_answer(fleet_call *call, const json_t *reply)
 		done(reply, call->arg);
 }
 
+/* Answer every waiting call with NULL (this host's copy answers them),
+ * in order, before anything else can be sent. Calls hiredis has are
+ * freed by its callbacks when the connection is freed; calls never handed
+ * to it (waiting for the script) are freed here. */
+static void
+calls_answer_all(void)
+{
+	for (fleet_call *c = fleet.head; c != NULL; c = c->next)
+		call_answer(c, NULL);
+	for (fleet_call *c = fleet.head, *next; c != NULL; c = next) {
+		next = c->next;
+		if (c->queued) {
+			fifo_unlink(c);
+			call_free(c);
+		}
+	}
+}
+
 /* Arm the timer for the oldest waiting call. */
 static void
 timeout_schedule(void)
@@ -201,18 +222,18 @@ fleet_lose(const char *why)
 {
 	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
 
-	if (fleet.health == FLEET_UP) {
+	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING) {
+		/* At start, what this host answers counts from the start. */
+		if (fleet.health == FLEET_UP)
+			fleet.outage_since = clock_realtime_ms();
 		fleet.health = FLEET_DEGRADED;
 		fleet.stats.degraded++;
-		fleet.outage_since = clock_realtime_ms();
 		log_warning("fleet: redis %s: %s; answering from this host's copy of each circuit "
 			    "until it is back",
 		    srv.conf.redis, why);
 	}
 	fleet.script_ready = false;
-	/* Answered in order, before anything else can be sent. */
-	for (fleet_call *c = fleet.head; c != NULL; c = c->next)
-		call_answer(c, NULL);
+	calls_answer_all();
 	fleet.main = fleet.sub = NULL;
 	/* hiredis hands every pending callback a NULL reply (they free the
 	 * calls) and runs the disconnect callbacks, which see NULL pointers. */
@@ -265,12 +286,25 @@ script_queue(fleet_call *call)
 	snprintf(keys[0], sizeof keys[0], "%s{%s}", prefix, call->name);
 	snprintf(keys[1], sizeof keys[1], "%s{%s}:slots", prefix, call->name);
 	snprintf(keys[2], sizeof keys[2], "%s{%s}:window", prefix, call->name);
+	if (!call->queued) {
+		call->sent_ms = clock_monotonic_ms();
+		if (!fleet.script_ready) {
+			/* Sent once the script is loaded (script_load_cb). */
+			call->queued = true;
+			fifo_push(call);
+			if (!evtimer_pending(fleet.timeout_ev, NULL))
+				timeout_schedule();
+			return true;
+		}
+		fifo_push(call);
+	}
+	call->queued = false;
 	if (redisAsyncCommand(fleet.main, script_reply_cb, call, "EVALSHA %s 3 %s %s %s %s %s %s",
 		fleet.sha, keys[0], keys[1], keys[2], call->op, call->args,
-		fleet.channel) != REDIS_OK)
+		fleet.channel) != REDIS_OK) {
+		fifo_unlink(call);
 		return false;
-	call->sent_ms = clock_monotonic_ms();
-	fifo_push(call);
+	}
 	fleet.stats.calls++;
 	if (!evtimer_pending(fleet.timeout_ev, NULL))
 		timeout_schedule();
@@ -327,8 +361,8 @@ fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn 
 {
 	fleet_call *call;
 
-	if (fleet.main == NULL || !fleet.script_ready || strlen(op) >= sizeof call->op ||
-	    strlen(name) > CT_NAME_MAX)
+	if (fleet.main == NULL || (!fleet.script_ready && fleet.health != FLEET_CONNECTING) ||
+	    strlen(op) >= sizeof call->op || strlen(name) > CT_NAME_MAX)
 		return NULL;
 	call = calloc(1, sizeof *call);
 	if (call == NULL)
@@ -373,6 +407,17 @@ script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	fleet.script_ready = true;
 	if (was_up)
 		return; /* reloaded after NOSCRIPT */
+	/* Requests that waited for the first connection go first, in order. */
+	for (fleet_call *c = fleet.head; c != NULL;) {
+		fleet_call *next = c->next;
+
+		if (c->queued && !script_queue(c)) {
+			fifo_unlink(c);
+			call_answer(c, NULL);
+			call_free(c);
+		}
+		c = next;
+	}
 	/* Write back what changed while Redis was away before any request
 	 * reaches it: on this connection, in order. */
 	if (fleet.on_recover != NULL && fleet.outage_since != 0)
@@ -441,7 +486,7 @@ connect_cb(const redisAsyncContext *ac, int status)
 		fleet.main = NULL;
 	if (ac == fleet.sub)
 		fleet.sub = NULL;
-	if (fleet.health == FLEET_UP)
+	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING)
 		fleet_lose(ac->errstr);
 	reconnect_schedule();
 }
@@ -520,8 +565,11 @@ fleet_connect(void)
 			redisAsyncFree(ac);
 		}
 	}
-	if (fleet.main == NULL || fleet.sub == NULL)
+	if (fleet.main == NULL || fleet.sub == NULL) {
+		if (fleet.health == FLEET_CONNECTING)
+			fleet_lose("cannot connect");
 		reconnect_schedule();
+	}
 }
 
 /* Read redis_password_file: "password", or "user password". */
@@ -603,8 +651,7 @@ fleet_free(void)
 
 	if (fleet.health == FLEET_OFF)
 		return;
-	for (fleet_call *c = fleet.head; c != NULL; c = c->next)
-		call_answer(c, NULL);
+	calls_answer_all();
 	fleet.main = fleet.sub = NULL;
 	if (main != NULL)
 		redisAsyncFree(main);

@@ -55,6 +55,12 @@ typedef struct op_pending {
 
 /* Slots held through fleet mode by all connections (bounded by max_slots). */
 static uint64_t fleet_slots_held;
+
+uint64_t
+op_fleet_slots(void)
+{
+	return fleet_slots_held;
+}
 static uint64_t token_counter;
 
 /* --- the script's view of a circuit --- */
@@ -383,6 +389,12 @@ op_fleet_send(op_call *call, bool *answered)
 	*answered = false;
 	if (call->client == NULL || call->name == NULL)
 		return true; /* this host's copy answers */
+	/* max_circuits bounds this host's copies: a circuit it has no copy of
+	 * is created only when there is room for one (a failed cas creates
+	 * nothing, so it needs none). */
+	if ((call->op->flags & OP_WRITE) && !call->stored && strcmp(call->op->name, "cas") != 0 &&
+	    !op_status(call, circuit_table_make_room(srv.table, call->clock)))
+		return false;
 	p = calloc(1, sizeof *p);
 	if (p == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

@@ -160,6 +160,8 @@ void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_
 bool op_fleet_send(op_call *call, bool *answered);
 /* c closed: forget its waiting request, give back its fleet slots. */
 void op_fleet_client_closed(server_client *c);
+/* Slots this cbd's connections hold in Redis now. */
+uint64_t op_fleet_slots(void);
 /* Start fleet mode (server start). */
 bool op_fleet_start(void);
 

@@ -3,6 +3,7 @@
  */
 
 #include "fleet.h"
+#include "op.h"
 #include "server.h"
 #include "stats.h"
 
@@ -103,7 +104,8 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    json_object_set_new(reply, "uptime_ms",
 		json_integer(clock_monotonic_ms() - stats.started_mono)) == 0 &&
 	    json_object_set_new(reply, "started_at", json_integer(stats.started_at)) == 0 &&
-	    set_uint(reply, "circuits", ct.circuits) && set_uint(reply, "slots", ct.slots) &&
+	    set_uint(reply, "circuits", ct.circuits) &&
+	    set_uint(reply, "slots", ct.slots + op_fleet_slots()) &&
 	    set_uint(reply, "slots_expired", ct.slots_expired) &&
 	    set_uint(reply, "requests", stats.requests) &&
 	    set_uint(reply, "transitions", stats.transitions) &&

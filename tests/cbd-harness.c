@@ -186,6 +186,28 @@ write_file(const char *path, const char *text)
 	return fclose(f) == 0 && ok;
 }
 
+/* The config file: config_text, and in fleet runs (CBD_TEST_REDIS_SOCKET
+ * set by tests/fleet-suites.sh) backend = redis on that server, with a
+ * key prefix of this daemon's own so that tests share no circuits. */
+static bool
+write_config(const cbd_harness *h, const char *config_text)
+{
+	const char *redis = getenv("CBD_TEST_REDIS_SOCKET");
+	static unsigned daemons;
+	char *text;
+	bool ok;
+
+	if (redis == NULL || redis[0] == '\0')
+		return write_file(h->config_path, config_text);
+	if (asprintf(&text,
+		"%s\n[cbd]\nbackend = redis\nredis = unix:%s\nredis_prefix = t%ld-%u:\n",
+		config_text != NULL ? config_text : "", redis, (long)getpid(), daemons++) < 0)
+		return false;
+	ok = write_file(h->config_path, text);
+	free(text);
+	return ok;
+}
+
 bool
 harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *opts)
 {
@@ -216,7 +238,7 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 	else
 		snprintf(h->socket_path, sizeof h->socket_path, "%s/cbd.sock", h->dir);
 	snprintf(h->config_path, sizeof h->config_path, "%s/cbd.conf", h->dir);
-	if (!write_file(h->config_path, config_text)) {
+	if (!write_config(h, config_text)) {
 		remove_dir(h->dir);
 		return false;
 	}

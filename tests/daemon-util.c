@@ -155,6 +155,24 @@ util_stats_reach(int conn, const char *path, int64_t want)
 }
 
 bool
+util_stats_reach_str(int conn, const char *path, const char *want)
+{
+	long long deadline = mono_ms() + harness_timeout_ms();
+
+	do {
+		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
+		const char *v = util_str(r, path);
+		bool same = v != NULL && strcmp(v, want) == 0;
+
+		json_decref(r);
+		if (same)
+			return true;
+		usleep(5000);
+	} while (mono_ms() < deadline);
+	return false;
+}
+
+bool
 util_read_line(int fd, char *buf, size_t size)
 {
 	long long deadline = mono_ms() + harness_timeout_ms();

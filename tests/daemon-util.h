@@ -36,6 +36,8 @@ const json_t *util_get(const json_t *obj, const char *path);
 /* Poll stats on conn until member `path` equals want; false when it does
  * not within harness_timeout_ms(). */
 bool util_stats_reach(int conn, const char *path, int64_t want);
+/* The same for a string member ("backend.health"). */
+bool util_stats_reach_str(int conn, const char *path, const char *want);
 
 bool util_write_all(int fd, const void *buf, size_t len);
 /* Read one line (bounded wait); false on EOF, error or timeout. */

@@ -87,3 +87,14 @@ check_PROGRAMS += tests/check_encode
 tests_check_encode_SOURCES = tests/check_encode.c
 tests_check_encode_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_check_encode_LDADD = src/libcbdaemon.la $(DAEMON_TEST_LIBS)
+
+# Fleet mode (backend = redis): two cbds on one private redis-server.
+check_PROGRAMS += tests/cbd-fleet-test
+tests_cbd_fleet_test_SOURCES = tests/cbd-fleet-test.c tests/redis-util.c tests/redis-util.h \
+	$(DAEMON_TEST_COMMON)
+tests_cbd_fleet_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_fleet_test_LDADD = $(DAEMON_TEST_LIBS)
+
+# The integration suites and the store contract again, with backend = redis.
+TESTS += tests/fleet-suites.sh
+EXTRA_DIST += tests/fleet-suites.sh

@@ -2,7 +2,7 @@
  * redis-util.c — start, kill, restart and stop a private redis-server for
  * the fleet-mode tests (see redis-util.h).
  */
-#define _GNU_SOURCE
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -1,0 +1,364 @@
+/*
+ * cbd-fleet-test.c — fleet mode (backend = redis, issue 14) with two real
+ * cbds ("hosts": two sockets) on one real redis-server started here on a
+ * Unix socket in a temp dir: a trip on one host is refused on the other,
+ * half_open_max counts trials across hosts, holds and watch events cross
+ * hosts, a slot goes back when its connection closes and by its ttl when
+ * its host dies, Redis lost or frozen -> each host breaks on its own copy
+ * and writes back what opened meanwhile, a host whose clock is off still
+ * agrees on when a break ends, the script is loaded again after NOSCRIPT.
+ * Skips (77) without redis-server.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "cbd-harness.h"
+#include "check-run.h"
+#include "daemon-util.h"
+#include "redis-util.h"
+
+/* Virtual time of the cases that use ctx.now (the fleet's clock when
+ * given). */
+#define T0 INT64_C(1700000000000)
+
+static redis_server redis;
+static cbd_harness host_a, host_b;
+static int a = -1, b = -1;
+
+/* The config both hosts share (the same Redis, the same prefix). */
+static void
+config_text(char *buf, size_t size, const char *extra)
+{
+	snprintf(buf, size,
+	    "[cbd]\nbackend = redis\nredis = unix:%s\nredis_timeout_ms = 300\n"
+	    "idle_reclaim_ms = 0\n%s",
+	    redis.socket_path, extra != NULL ? extra : "");
+}
+
+static void
+start_host(cbd_harness *h, int *fd, const char *const *env)
+{
+	char config[1024];
+	harness_opts opts = { .env = env };
+
+	config_text(config, sizeof config, NULL);
+	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
+	*fd = harness_connect(h);
+	ck_assert(*fd >= 0);
+	ck_assert_msg(util_stats_reach_str(*fd, "backend.health", "up"), "redis never reached");
+}
+
+static void
+setup(void)
+{
+	ck_assert_msg(redis_start(&redis), "redis-server did not start");
+	start_host(&host_a, &a, NULL);
+	start_host(&host_b, &b, NULL);
+}
+
+static void
+teardown(void)
+{
+	if (a >= 0)
+		close(a);
+	if (b >= 0)
+		close(b);
+	a = b = -1;
+	harness_stop(&host_a);
+	harness_stop(&host_b);
+	redis_stop(&redis);
+}
+
+/* A raw command to Redis ("SCRIPT FLUSH"); its first reply byte. */
+static char
+redis_command(const char *inline_command)
+{
+	char reply[256] = "";
+	int fd = harness_connect_path(redis.socket_path);
+	ssize_t n;
+
+	ck_assert(fd >= 0);
+	ck_assert(harness_send_all(fd, inline_command, strlen(inline_command)));
+	ck_assert(harness_send_all(fd, "\r\n", 2));
+	n = read(fd, reply, sizeof reply - 1);
+	close(fd);
+	return n > 0 ? reply[0] : '\0';
+}
+
+START_TEST(test_trip_on_one_host_is_refused_on_the_other)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"pay\",\"ctx\":{"
+	    "\"failure_threshold\":2,\"break_ms\":60000}}"));
+	r = util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"pay\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	/* Host b's very next call fails fast, with the policy a created. */
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"pay\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_int_gt(util_int(r, "retry_after_ms"), 0);
+	ck_assert_int_le(util_int(r, "retry_after_ms"), 60000);
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"pay\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
+	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "client");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 2);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 1);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_one_trial_across_hosts)
+{
+	json_t *ra, *rb, *r;
+	int granted;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"db\",\"ctx\":{\"failure_threshold\":1,"
+	    "\"break_ms\":1000,\"half_open_max\":1,\"now\":%lld}}",
+	    (long long)T0));
+	ra = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"db\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 1000));
+	rb = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"db\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 1001));
+	granted = util_bool(ra, "allowed") + util_bool(rb, "allowed");
+	ck_assert_int_eq(granted, 1);
+	ck_assert(util_bool(ra, "allowed"));
+	ck_assert_ptr_nonnull(util_str(ra, "permit"));
+	ck_assert_str_eq(util_str(rb, "state"), "half_open");
+	json_decref(rb);
+	/* The permit's connection closes: its slot goes back to the fleet. */
+	close(a);
+	a = harness_connect(&host_a);
+	ck_assert(a >= 0);
+	ck_assert(util_stats_reach(a, "slots", 0));
+	/* Host a's calls reach Redis in order: once this one is answered,
+	 * the slot's release has been applied. */
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"db\"}"));
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"db\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 1002));
+	ck_assert_msg(util_bool(r, "allowed"), "the closed connection's slot stayed taken");
+	json_decref(r);
+	json_decref(ra);
+}
+END_TEST
+
+START_TEST(test_slot_of_a_dead_host_goes_by_its_ttl)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"q\",\"ctx\":{\"failure_threshold\":1,"
+	    "\"break_ms\":1000,\"slot_ttl_ms\":5000,\"now\":%lld}}",
+	    (long long)T0));
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"q\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 1000));
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	/* Host a dies holding the trial: nobody gives the slot back. */
+	kill(host_a.pid, SIGKILL);
+	ck_assert_int_ge(harness_wait(&host_a), 0);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"q\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 2000));
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"q\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 6001));
+	ck_assert_msg(util_bool(r, "allowed"), "the dead host's slot never expired");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_hold_on_one_host_is_seen_on_the_other)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"search\",\"state\":\"open\","
+	    "\"hold\":true,\"ttl_ms\":600000,\"reason\":\"deploy 42\"}"));
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"search\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "deploy 42");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"search\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	/* Released on b: a's next call sees half_open and gets the trial. */
+	r = util_call_ok(b, "{\"op\":\"release\",\"name\":\"search\"}");
+	ck_assert(util_bool(r, "released"));
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"search\"}");
+	ck_assert(util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "half_open");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_watch_on_one_host_sees_a_trip_on_the_other)
+{
+	char line[UTIL_REPLY_SIZE];
+	json_t *r, *e;
+
+	r = util_call_ok(b, "{\"op\":\"watch\",\"names\":[\"mail\"]}");
+	json_decref(r);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"mail\",\"ctx\":{"
+	    "\"failure_threshold\":1}}"));
+	ck_assert_msg(util_read_line(b, line, sizeof line), "no event on host b");
+	e = json_loads(line, 0, NULL);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(util_str(e, "event"), "change");
+	ck_assert_str_eq(util_str(e, "from"), "closed");
+	ck_assert_str_eq(util_str(e, "snapshot.name"), "mail");
+	ck_assert_str_eq(util_str(e, "snapshot.state"), "open");
+	json_decref(e);
+	r = util_call_ok(b, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(r, "backend.events_in"), 1);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_redis_lost_hosts_break_locally_and_write_back)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"before\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	/* b learns of it by the event, before Redis goes. */
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"before\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	redis_kill(&redis);
+	ck_assert(util_stats_reach_str(a, "backend.health", "degraded"));
+	ck_assert(util_stats_reach_str(b, "backend.health", "degraded"));
+	/* An open circuit stays open on both hosts. */
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"before\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	/* New failures open circuits locally. */
+	r = util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"during\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	/* Redis is back (empty): what opened on a meanwhile opens fleet-wide. */
+	ck_assert(redis_restart(&redis));
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"during\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the circuit opened during the outage is closed");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(r, "backend.merged"), 1);
+	ck_assert_int_ge(util_int(r, "backend.degraded"), 1);
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_frozen_redis_is_answered_from_the_copy)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"f\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	kill(redis.pid, SIGSTOP);
+	/* Answered after redis_timeout_ms from a's copy: open stays open. */
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"f\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(r, "backend.timeouts"), 1);
+	ck_assert_str_eq(util_str(r, "backend.health"), "degraded");
+	json_decref(r);
+	kill(redis.pid, SIGCONT);
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"f\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_skewed_host_agrees_on_the_break)
+{
+	static const char *const skew[] = { "CBD_TEST_CLOCK_SKEW_MS=300000", NULL };
+	json_t *ra, *rb;
+	int64_t diff;
+
+	/* Host b's clock runs 5 minutes ahead. */
+	close(b);
+	harness_stop(&host_b);
+	start_host(&host_b, &b, skew);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"skew\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":60000}}"));
+	/* By its own clock the 60 s break is long over; by the fleet's it is
+	 * not. */
+	rb = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"skew\"}");
+	ra = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"skew\"}");
+	ck_assert_msg(!util_bool(rb, "allowed"), "the skewed host let a trial through");
+	ck_assert(!util_bool(ra, "allowed"));
+	diff = util_int(ra, "retry_after_ms") - util_int(rb, "retry_after_ms");
+	ck_assert_msg(diff > -5000 && diff < 5000, "hosts disagree on the break by %lld ms",
+	    (long long)diff);
+	json_decref(ra);
+	json_decref(rb);
+}
+END_TEST
+
+START_TEST(test_script_loaded_again_after_noscript)
+{
+	json_t *r;
+
+	ck_assert_int_eq(redis_command("SCRIPT FLUSH"), '+');
+	r = util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"n\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "backend.noscript"), 1);
+	ck_assert_str_eq(util_str(r, "backend.health"), "up");
+	json_decref(r);
+}
+END_TEST
+
+static Suite *
+fleet_suite(void)
+{
+	Suite *s = suite_create("fleet");
+	TCase *tc = tcase_create("fleet");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_trip_on_one_host_is_refused_on_the_other);
+	tcase_add_test(tc, test_one_trial_across_hosts);
+	tcase_add_test(tc, test_slot_of_a_dead_host_goes_by_its_ttl);
+	tcase_add_test(tc, test_hold_on_one_host_is_seen_on_the_other);
+	tcase_add_test(tc, test_watch_on_one_host_sees_a_trip_on_the_other);
+	tcase_add_test(tc, test_redis_lost_hosts_break_locally_and_write_back);
+	tcase_add_test(tc, test_frozen_redis_is_answered_from_the_copy);
+	tcase_add_test(tc, test_skewed_host_agrees_on_the_break);
+	tcase_add_test(tc, test_script_loaded_again_after_noscript);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	if (!redis_available()) {
+		printf("cbd-fleet-test: SKIP (redis-server not installed)\n");
+		return 77;
+	}
+	return check_run(fleet_suite(), NULL);
+}
