@@ -698,11 +698,11 @@ local function text_cut(text, max)
 end
 
 local function slots_prune()
-	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', now)
+	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', encode(now))
 end
 
 local function slots_live()
-	return redis.call('ZCOUNT', K_SLOTS, '(' .. now, '+inf')
+	return redis.call('ZCOUNT', K_SLOTS, '(' .. encode(now), '+inf')
 end
 
 -- slot_take: a slot with token if fewer than half_open_max are held.
