@@ -49,7 +49,9 @@ Where this differs from, or pins down, the contract (decided here):
     circuit.current_break_ms is read the same way.
   * declared: the mismatch check runs only when the request carries a
     "declared" string; a request without one (e.g. delete, release_slot)
-    never mismatches and creates with "".
+    never mismatches and creates with "". merge never mismatches: it
+    applies to a circuit stored with another declared policy and keeps
+    that one (a write-back after an outage must not be dropped).
   * acquire_slot reports a lazily expired hold as its change (and event);
     C's circuit_table_acquire_slot drops that change (it has no change out).
   * "slots" counts unexpired slots at now (C's view counts slots not yet
@@ -811,7 +813,10 @@ local stored = load_circuit()
 local existed = stored ~= nil
 local declared = arg('declared')
 
-if stored and declared ~= nil and stored.declared ~= declared then
+-- merge carries a snapshot, not a policy decision: it never mismatches
+-- (a write-back must not be lost because another cbd created the circuit
+-- with another policy) and keeps the stored declared.
+if stored and declared ~= nil and stored.declared ~= declared and op ~= 'merge' then
 	return encode(obj('mismatch', true, 'declared', stored.declared, 'now', now))
 end
 

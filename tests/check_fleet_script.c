@@ -684,6 +684,17 @@ START_TEST(merge_opens_never_closes)
 	ck_assert_int_eq(field(r, "current_break_ms"), 4000);
 	assert_reason(r, NULL);
 	json_decref(r);
+	/* merge never mismatches: the stored declared policy stays. */
+	json_decref(fleet_call(ctx, "merge-decl", "success", &p,
+	    with_str(at(T0), "declared", "{\"break_ms\":1000}")));
+	r = fleet_call(ctx, "merge-decl", "merge", &p,
+	    with_str(with_merge(at(T0 + 1), T0, 0), "declared", ""));
+	ck_assert(json_object_get(r, "mismatch") == NULL);
+	ck_assert_str_eq(circuit_state(r), "open");
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_object_get(r, "circuit"), "declared")),
+	    "{\"break_ms\":1000}");
+	json_decref(r);
 	/* A held closed one stays closed. */
 	json_decref(
 	    fleet_call(ctx, "merge-held", "set_state", &p, with_hold(at(T0), "closed", 0, NULL)));
