@@ -37,8 +37,11 @@ Call convention (docs: /work/notes/fleet-contract.md, issue 14):
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (see the contract). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[3] {"origin","name","now","circuit","change"}.
-A malformed request (unknown op, bad state name, missing token) is an
-error reply ("ERR fleet.lua: ..."), with nothing changed.
+Op results: allow: allowed, retry_after_ms, permit; cas: applied;
+acquire_slot: acquired, permit; release, release_slot: released; delete:
+the top-level "existed". A malformed request (unknown op, a bad state
+name, allow/acquire_slot without a token, merge without a circuit) is an
+error reply ("ERR fleet.lua: ..."), checked before anything is written.
 
 Where this differs from, or pins down, the contract (decided here):
   * "current_break_ms" in the reply is the snapshot's raw field as in
@@ -46,7 +49,9 @@ Where this differs from, or pins down, the contract (decided here):
     circuit.current_break_ms is read the same way.
   * declared: the mismatch check runs only when the request carries a
     "declared" string; a request without one (e.g. delete, release_slot)
-    never mismatches and creates with "".
+    never mismatches and creates with "". merge never mismatches: it
+    applies to a circuit stored with another declared policy and keeps
+    that one (a write-back after an outage must not be dropped).
   * acquire_slot reports a lazily expired hold as its change (and event);
     C's circuit_table_acquire_slot drops that change (it has no change out).
   * "slots" counts unexpired slots at now (C's view counts slots not yet
@@ -57,6 +62,11 @@ Where this differs from, or pins down, the contract (decided here):
     expires 60 s after its last slot (hosts' clocks differ; `now` may be
     a virtual clock), and is deleted when its last slot is gone.
   * Reporters are strings (the request's "reporter"), not process ids.
+  * merge ends a lapsed hold first (as every C write does); a half_open
+    fleet circuit is "not open", so merge opens it (its slots stay).
+  * The table-wide bounds of circuit-table.c (max_circuits, max_slots,
+    idle reclaim) have no counterpart: Redis's memory and the expiry
+    above bound the fleet instead.
 Numbers: Lua 5.1 numbers are doubles; every value here is an integer below
 2^53, exact in a double. Seconds of a time window are floor(now / 1000)
 computed in doubles: exact for now below ~2^43 ms (year 2248).
@@ -698,11 +708,11 @@ local function text_cut(text, max)
 end
 
 local function slots_prune()
-	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', now)
+	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', encode(now))
 end
 
 local function slots_live()
-	return redis.call('ZCOUNT', K_SLOTS, '(' .. now, '+inf')
+	return redis.call('ZCOUNT', K_SLOTS, '(' .. encode(now), '+inf')
 end
 
 -- slot_take: a slot with token if fewer than half_open_max are held.
@@ -803,7 +813,10 @@ local stored = load_circuit()
 local existed = stored ~= nil
 local declared = arg('declared')
 
-if stored and declared ~= nil and stored.declared ~= declared then
+-- merge carries a snapshot, not a policy decision: it never mismatches
+-- (a write-back must not be lost because another cbd created the circuit
+-- with another policy) and keeps the stored declared.
+if stored and declared ~= nil and stored.declared ~= declared and op ~= 'merge' then
 	return encode(obj('mismatch', true, 'declared', stored.declared, 'now', now))
 end
 

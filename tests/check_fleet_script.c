@@ -280,8 +280,8 @@ replay_case(redisContext *ctx, const json_t *c, size_t number)
 	json_array_foreach (json_object_get(c, "steps"), i, step) {
 		const char *op = json_string_value(json_object_get(step, "op"));
 		const json_t *want = json_object_get(step, "expect");
-		json_t *request = with_str(
-		    at(json_integer_value(json_object_get(step, "now"))), "declared", declared);
+		json_t *request = with_str(at(json_integer_value(json_object_get(step, "now"))),
+		    "declared", declared);
 		char where[256];
 		json_t *reply;
 
@@ -300,8 +300,8 @@ replay_case(redisContext *ctx, const json_t *c, size_t number)
 			ck_assert_str_eq(circuit_state(reply),
 			    json_string_value(json_object_get(want, "state")));
 			if (!flag(reply, "allowed"))
-				ck_assert_msg(json_integer_value(json_object_get(reply,
-						  "retry_after_ms")) ==
+				ck_assert_msg(json_integer_value(
+						  json_object_get(reply, "retry_after_ms")) ==
 					json_integer_value(json_object_get(want, "retry_after_ms")),
 				    "%s: retry_after_ms", where);
 			permit = json_object_get(reply, "permit");
@@ -337,13 +337,15 @@ replay_case(redisContext *ctx, const json_t *c, size_t number)
 		expect_time(want, "last_failure_at", reply, where);
 		expect_time(want, "opened_at", reply, where);
 		/* The snapshot's raw field: 0 stands for break_ms. */
-		ck_assert_msg((field(reply, "current_break_ms") > 0 ? field(reply, "current_break_ms")
-								     : policy.break_ms) ==
+		ck_assert_msg((field(reply, "current_break_ms") > 0
+				      ? field(reply, "current_break_ms")
+				      : policy.break_ms) ==
 			json_integer_value(json_object_get(want, "current_break_ms")),
 		    "%s: current_break_ms", where);
 		if (json_object_get(want, "window") != NULL) {
 			const json_t *w = json_object_get(want, "window");
-			const json_t *got = json_object_get(json_object_get(reply, "circuit"), "window");
+			const json_t *got =
+			    json_object_get(json_object_get(reply, "circuit"), "window");
 
 			ck_assert_msg(json_is_object(got), "%s: no window", where);
 			ck_assert_msg(json_equal((json_t *)w, (json_t *)got), "%s: window", where);
@@ -422,8 +424,9 @@ START_TEST(hold_open_expires)
 	    with_hold(at(T0), "open", 1000, "maintenance"));
 
 	assert_reason(r, "held");
-	ck_assert_str_eq(json_string_value(json_object_get(
-			     json_object_get(json_object_get(r, "circuit"), "hold"), "reason")),
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_object_get(json_object_get(r, "circuit"), "hold"),
+				 "reason")),
 	    "maintenance");
 	json_decref(r);
 	/* Held open refuses, the hold's end as the hint (not the break). */
@@ -446,8 +449,8 @@ START_TEST(hold_open_expires)
 	ck_assert_str_eq(circuit_state(r), "half_open");
 	ck_assert(json_is_null(json_object_get(json_object_get(r, "circuit"), "hold")));
 	assert_reason(r, "hold_expired");
-	ck_assert_str_eq(
-	    json_string_value(json_object_get(json_object_get(r, "change"), "from")), "open");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(r, "change"), "from")),
+	    "open");
 	json_decref(r);
 	redisFree(ctx);
 }
@@ -459,8 +462,8 @@ START_TEST(hold_closed_and_release)
 	cb_policy p = default_policy();
 	json_t *r;
 
-	json_decref(fleet_call(ctx, "held-closed", "set_state", &p,
-	    with_hold(at(T0), "closed", 0, NULL)));
+	json_decref(
+	    fleet_call(ctx, "held-closed", "set_state", &p, with_hold(at(T0), "closed", 0, NULL)));
 	for (int i = 0; i < 5; i++)
 		json_decref(fleet_call(ctx, "held-closed", "failure", &p, at(T0 + i)));
 	r = fleet_call(ctx, "held-closed", "allow", &p, with_str(at(T0 + 10), "token", "t"));
@@ -469,8 +472,8 @@ START_TEST(hold_closed_and_release)
 	ck_assert_int_eq(field(r, "failure_count"), 5);
 	ck_assert_int_eq(total(r, "failures"), 5);
 	/* No ttl: until null, and no expiry on the key. */
-	ck_assert(json_is_null(json_object_get(
-	    json_object_get(json_object_get(r, "circuit"), "hold"), "until")));
+	ck_assert(json_is_null(
+	    json_object_get(json_object_get(json_object_get(r, "circuit"), "hold"), "until")));
 	json_decref(r);
 	/* cas is refused on a held circuit, even from the right state. */
 	r = fleet_call(ctx, "held-closed", "cas", &p,
@@ -492,8 +495,7 @@ START_TEST(hold_closed_and_release)
 	/* set_state without hold clears one: change forced even if same state. */
 	json_decref(fleet_call(ctx, "held-closed", "set_state", &p,
 	    with_hold(at(T0 + 50), "open", 0, NULL)));
-	r = fleet_call(ctx, "held-closed", "set_state", &p,
-	    with_str(at(T0 + 60), "state", "open"));
+	r = fleet_call(ctx, "held-closed", "set_state", &p, with_str(at(T0 + 60), "state", "open"));
 	assert_reason(r, "forced");
 	ck_assert(json_is_null(json_object_get(json_object_get(r, "circuit"), "hold")));
 	json_decref(r);
@@ -535,14 +537,14 @@ START_TEST(slots_half_open_max)
 	    fleet_call(ctx, "slots", "set_state", &p, with_str(at(T0), "state", "half_open")));
 	r = fleet_call(ctx, "slots", "acquire_slot", &p, with_str(at(T0), "token", "t1"));
 	ck_assert(flag(r, "acquired"));
-	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(r, "permit"),
-			     "expires_at")),
+	ck_assert_int_eq(json_integer_value(
+			     json_object_get(json_object_get(r, "permit"), "expires_at")),
 	    T0 + 500);
 	json_decref(r);
 	r = fleet_call(ctx, "slots", "allow", &p, with_str(at(T0 + 100), "token", "t2"));
 	ck_assert(flag(r, "allowed"));
-	ck_assert_str_eq(
-	    json_string_value(json_object_get(json_object_get(r, "permit"), "token")), "t2");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(r, "permit"), "token")),
+	    "t2");
 	ck_assert_int_eq(field(r, "slots"), 2);
 	json_decref(r);
 	/* Full: refused, hint = the earliest slot's expiry. */
@@ -566,19 +568,28 @@ START_TEST(slots_half_open_max)
 	r = fleet_call(ctx, "slots", "release_slot", &p, with_str(at(T0 + 250), "token", "nope"));
 	ck_assert(!flag(r, "released"));
 	json_decref(r);
-	/* t1 expires at T0 + 500: not counted, then pruned by an acquire. */
+	/* t1 expires at T0 + 500: no longer counted. */
 	r = fleet_call(ctx, "slots", "get", &p, at(T0 + 500));
 	ck_assert_int_eq(field(r, "slots"), 0);
 	json_decref(r);
 	r = fleet_call(ctx, "slots", "acquire_slot", &p, with_str(at(T0 + 500), "token", "t4"));
 	ck_assert(flag(r, "acquired"));
 	json_decref(r);
-	r = fleet_call(ctx, "slots", "acquire_slot", &p, with_str(at(T0 + 501), "token", "t5"));
+	r = fleet_call(ctx, "slots", "acquire_slot", &p, with_str(at(T0 + 700), "token", "t5"));
 	ck_assert(flag(r, "acquired"));
 	json_decref(r);
-	/* Releasing an expired slot frees it but reports false (as C). */
-	r = fleet_call(ctx, "slots", "release_slot", &p, with_str(at(T0 + 1000), "token", "t4"));
+	/* At T0 + 1000 t4 (expiring then) is pruned and its place taken. */
+	r = fleet_call(ctx, "slots", "acquire_slot", &p, with_str(at(T0 + 1000), "token", "t6"));
+	ck_assert(flag(r, "acquired"));
+	ck_assert_int_eq(field(r, "slots"), 2);
+	json_decref(r);
+	/* Releasing an expired slot not yet pruned frees it but reports
+	 * false (as C). */
+	r = fleet_call(ctx, "slots", "release_slot", &p, with_str(at(T0 + 1300), "token", "t5"));
 	ck_assert(!flag(r, "released"));
+	json_decref(r);
+	r = fleet_call(ctx, "slots", "acquire_slot", &p, with_str(at(T0 + 1300), "token", "t7"));
+	ck_assert(flag(r, "acquired"));
 	json_decref(r);
 	redisFree(ctx);
 }
@@ -592,7 +603,8 @@ START_TEST(delete_drops_everything)
 
 	p.trip = CB_TRIP_RATE;
 	json_decref(fleet_call(ctx, "del", "failure", &p, at(T0)));
-	json_decref(fleet_call(ctx, "del", "set_state", &p, with_str(at(T0), "state", "half_open")));
+	json_decref(
+	    fleet_call(ctx, "del", "set_state", &p, with_str(at(T0), "state", "half_open")));
 	json_decref(fleet_call(ctx, "del", "acquire_slot", &p, with_str(at(T0), "token", "t")));
 	json_decref(fleet_call(ctx, "del", "failure", &p, at(T0)));
 	ck_assert(key_exists(ctx, "cbd:{del}"));
@@ -672,9 +684,20 @@ START_TEST(merge_opens_never_closes)
 	ck_assert_int_eq(field(r, "current_break_ms"), 4000);
 	assert_reason(r, NULL);
 	json_decref(r);
+	/* merge never mismatches: the stored declared policy stays. */
+	json_decref(fleet_call(ctx, "merge-decl", "success", &p,
+	    with_str(at(T0), "declared", "{\"break_ms\":1000}")));
+	r = fleet_call(ctx, "merge-decl", "merge", &p,
+	    with_str(with_merge(at(T0 + 1), T0, 0), "declared", ""));
+	ck_assert(json_object_get(r, "mismatch") == NULL);
+	ck_assert_str_eq(circuit_state(r), "open");
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_object_get(r, "circuit"), "declared")),
+	    "{\"break_ms\":1000}");
+	json_decref(r);
 	/* A held closed one stays closed. */
-	json_decref(fleet_call(ctx, "merge-held", "set_state", &p,
-	    with_hold(at(T0), "closed", 0, NULL)));
+	json_decref(
+	    fleet_call(ctx, "merge-held", "set_state", &p, with_hold(at(T0), "closed", 0, NULL)));
 	r = fleet_call(ctx, "merge-held", "merge", &p, with_merge(at(T0 + 1), T0, 0));
 	ck_assert_str_eq(circuit_state(r), "closed");
 	assert_reason(r, NULL);
@@ -684,6 +707,28 @@ START_TEST(merge_opens_never_closes)
 	ck_assert(!flag(r, "existed"));
 	ck_assert_str_eq(circuit_state(r), "open");
 	ck_assert_int_eq(field(r, "opened_at"), T0);
+	json_decref(r);
+	redisFree(ctx);
+}
+END_TEST
+
+START_TEST(max_gap_chain)
+{
+	redisContext *ctx = connect_server();
+	cb_policy p = default_policy();
+	json_t *r;
+
+	p.failure_threshold = 3;
+	p.max_gap_ms = 100;
+	json_decref(fleet_call(ctx, "gap", "failure", &p, at(T0)));
+	/* A gap of exactly max_gap_ms continues the chain... */
+	r = fleet_call(ctx, "gap", "failure", &p, at(T0 + 100));
+	ck_assert_int_eq(field(r, "failure_count"), 2);
+	json_decref(r);
+	/* ...one more ms restarts it. */
+	r = fleet_call(ctx, "gap", "failure", &p, at(T0 + 201));
+	ck_assert_int_eq(field(r, "failure_count"), 1);
+	ck_assert_str_eq(circuit_state(r), "closed");
 	json_decref(r);
 	redisFree(ctx);
 }
@@ -738,7 +783,8 @@ START_TEST(min_reporters_gate)
 	ck_assert_str_eq(circuit_state(r), "closed");
 	ck_assert_int_eq(field(r, "reporters"), 1);
 	json_decref(r);
-	r = fleet_call(ctx, "gate", "failure", &p, with_str(at(T0 + 1020), "reporter", "a"));
+	/* c, with b's report exactly reporter_window_ms old: two. */
+	r = fleet_call(ctx, "gate", "failure", &p, with_str(at(T0 + 2011), "reporter", "c"));
 	ck_assert_str_eq(circuit_state(r), "open");
 	assert_reason(r, "failure_threshold");
 	ck_assert_int_eq(field(r, "reporters"), 2);
@@ -844,6 +890,12 @@ START_TEST(expiry_set)
 	ck_assert_int_gt(reply->integer, 0);
 	ck_assert_int_le(reply->integer, 86400000);
 	freeReplyObject(reply);
+	/* Open: a day plus the break. */
+	json_decref(fleet_call(ctx, "ttl", "set_state", &p, with_str(at(T0 + 1), "state", "open")));
+	reply = redisCommand(ctx, "PTTL cbd:{ttl}");
+	ck_assert_int_gt(reply->integer, 86400000);
+	ck_assert_int_le(reply->integer, 86400000 + p.break_ms);
+	freeReplyObject(reply);
 	/* Held: kept until released. */
 	json_decref(
 	    fleet_call(ctx, "ttl", "set_state", &p, with_hold(at(T0 + 1), "open", 0, NULL)));
@@ -916,8 +968,8 @@ assert_same(const json_t *r, const ct_view *v, const char *where)
 	    where);
 	ck_assert_msg(field(r, "success_count") == v->snap.success_count, "%s: success_count",
 	    where);
-	ck_assert_msg(field(r, "last_failure_at") == v->snap.last_failure_at,
-	    "%s: last_failure_at", where);
+	ck_assert_msg(field(r, "last_failure_at") == v->snap.last_failure_at, "%s: last_failure_at",
+	    where);
 	ck_assert_msg(field(r, "opened_at") == v->snap.opened_at, "%s: opened_at", where);
 	ck_assert_msg(field(r, "current_break_ms") == v->snap.current_break_ms,
 	    "%s: current_break_ms %lld, C %lld", where, (long long)field(r, "current_break_ms"),
@@ -943,15 +995,15 @@ assert_same(const json_t *r, const ct_view *v, const char *where)
 	ck_assert_msg(v->has_window == json_is_object(window), "%s: has_window", where);
 	if (v->has_window)
 		ck_assert_msg(json_integer_value(json_object_get(window, "calls")) ==
-				v->window.calls &&
+			    v->window.calls &&
 			json_integer_value(json_object_get(window, "failures")) ==
 			    v->window.failures &&
 			json_integer_value(json_object_get(window, "slow")) == v->window.slow,
 		    "%s: window %lld/%lld/%lld, C %u/%u/%u", where,
 		    (long long)json_integer_value(json_object_get(window, "calls")),
 		    (long long)json_integer_value(json_object_get(window, "failures")),
-		    (long long)json_integer_value(json_object_get(window, "slow")),
-		    v->window.calls, v->window.failures, v->window.slow);
+		    (long long)json_integer_value(json_object_get(window, "slow")), v->window.calls,
+		    v->window.failures, v->window.slow);
 }
 
 static void
@@ -963,8 +1015,8 @@ assert_change(const json_t *r, const ct_change *change, const char *where)
 	ck_assert_msg(want == NULL ? got == NULL : got != NULL && strcmp(got, want) == 0,
 	    "%s: change %s, C %s", where, got != NULL ? got : "null", want != NULL ? want : "null");
 	if (want != NULL)
-		ck_assert_msg(strcmp(json_string_value(json_object_get(json_object_get(r, "change"),
-					 "from")),
+		ck_assert_msg(strcmp(json_string_value(
+					 json_object_get(json_object_get(r, "change"), "from")),
 				  breaker_state_name(change->from)) == 0,
 		    "%s: change from", where);
 }
@@ -1024,7 +1076,7 @@ differential(redisContext *ctx, const char *name, const cb_policy *policy, uint6
 			circuit_table_allow(table, name, &call, &a, &view, &change);
 			ck_assert_msg(a.allowed == flag(r, "allowed"), "%s: allowed", where);
 			ck_assert_msg(a.retry_after_ms ==
-				    json_integer_value(json_object_get(r, "retry_after_ms")),
+				json_integer_value(json_object_get(r, "retry_after_ms")),
 			    "%s: retry_after_ms %lld, C %lld", where,
 			    (long long)json_integer_value(json_object_get(r, "retry_after_ms")),
 			    (long long)a.retry_after_ms);
@@ -1092,7 +1144,12 @@ differential(redisContext *ctx, const char *name, const cb_policy *policy, uint6
 		assert_same(r, &view, where);
 		assert_change(r, &change, where);
 		json_decref(r);
-		now += (int64_t)rng(5) == 0 ? (int64_t)rng(3000) : (int64_t)rng(120);
+		/* Often a multiple of 50 ms, so that times meet the policy's
+		 * bounds (max_gap_ms, break_ms, ttls) exactly. */
+		if (rng(2) == 0)
+			now += (int64_t)rng(rng(5) == 0 ? 60 : 4) * 50;
+		else
+			now += rng(5) == 0 ? (int64_t)rng(3000) : (int64_t)rng(120);
 	}
 	circuit_table_free(table);
 }
@@ -1206,6 +1263,7 @@ main(void)
 	tcase_add_test(ops, delete_drops_everything);
 	tcase_add_test(ops, declared_mismatch_changes_nothing);
 	tcase_add_test(ops, merge_opens_never_closes);
+	tcase_add_test(ops, max_gap_chain);
 	tcase_add_test(ops, totals_count_every_outcome);
 	tcase_add_test(ops, min_reporters_gate);
 	tcase_add_test(ops, time_when_now_absent);
