@@ -153,6 +153,27 @@ print_other(const char *prefix, json_t *value, bool all, bool *printed)
 	counter("other", printed, prefix, value, all);
 }
 
+/* backend: memory, or redis with where and how it is, then its counters. */
+static void
+print_backend(json_t *obj, bool all)
+{
+	json_t *backend = json_object_get(obj, "backend");
+	const char *type = json_string_value(json_object_get(backend, "type"));
+	const char *health = json_string_value(json_object_get(backend, "health"));
+	const char *redis = json_string_value(json_object_get(backend, "redis"));
+
+	if (!json_is_object(backend) || type == NULL)
+		return;
+	if (redis != NULL)
+		printf("backend: %s %s, %s\n", type, redis, health != NULL ? health : "?");
+	else
+		printf("backend: %s\n", type);
+	json_object_del(backend, "type");
+	json_object_del(backend, "health");
+	json_object_del(backend, "redis");
+	counter_object(obj, "backend", "backend", all);
+}
+
 int
 cbctl_cmd_stats(cbctl *ctl)
 {
@@ -199,6 +220,7 @@ cbctl_cmd_stats(cbctl *ctl)
 		    json_integer_value(json_object_get(conns, "total")));
 		json_object_del(obj, "connections");
 	}
+	print_backend(obj, all);
 	for (size_t g = 0; g < GROUP_COUNT; g++) {
 		printed = false;
 		for (size_t m = 0; groups[g].members[m][0] != NULL; m++) {

@@ -18,6 +18,7 @@
 #include <event2/http.h>
 
 #include "clock.h"
+#include "fleet.h"
 #include "log.h"
 #include "metrics.h"
 #include "op.h"
@@ -189,7 +190,32 @@ metrics_text(size_t *len)
 	family(&t, "cbd_connections", "gauge", "Client connections open now.");
 	put(&t, "cbd_connections %llu\n", (unsigned long long)stats.connections_current);
 	family(&t, "cbd_slots", "gauge", "Half-open slots (permits) held now.");
-	put(&t, "cbd_slots %llu\n", (unsigned long long)ct.slots);
+	put(&t, "cbd_slots %llu\n", (unsigned long long)(ct.slots + op_fleet_slots()));
+	if (fleet_enabled()) {
+		const fleet_stats *f = fleet_counters();
+
+		family(&t, "cbd_backend_health", "gauge",
+		    "Fleet mode: 1 for the health the link to Redis has now.");
+		for (int h = FLEET_CONNECTING; h <= FLEET_DEGRADED; h++)
+			put(&t, "cbd_backend_health{health=\"%s\"} %d\n",
+			    fleet_health_name((fleet_health)h), fleet_state() == (fleet_health)h);
+		family(&t, "cbd_backend_calls_total", "counter",
+		    "Fleet mode: circuit script calls sent to Redis.");
+		put(&t, "cbd_backend_calls_total %llu\n", (unsigned long long)f->calls);
+		family(&t, "cbd_backend_local_answers_total", "counter",
+		    "Fleet mode: circuit requests answered from this host's copy (Redis away).");
+		put(&t, "cbd_backend_local_answers_total %llu\n",
+		    (unsigned long long)(f->unavailable + f->timeouts));
+		family(&t, "cbd_backend_timeouts_total", "counter",
+		    "Fleet mode: calls Redis did not answer within redis_timeout_ms.");
+		put(&t, "cbd_backend_timeouts_total %llu\n", (unsigned long long)f->timeouts);
+		family(&t, "cbd_backend_degraded_total", "counter",
+		    "Fleet mode: times the link to Redis was lost.");
+		put(&t, "cbd_backend_degraded_total %llu\n", (unsigned long long)f->degraded);
+		family(&t, "cbd_backend_events_total", "counter",
+		    "Fleet mode: events from other cbds applied here.");
+		put(&t, "cbd_backend_events_total %llu\n", (unsigned long long)f->events_in);
+	}
 	family(&t, "cbd_transitions_total", "counter", "State changes of all circuits.");
 	put(&t, "cbd_transitions_total %llu\n", (unsigned long long)stats.transitions);
 	family(&t, "cbd_circuits_reclaimed_total", "counter", "Idle circuits dropped.");

@@ -193,6 +193,7 @@ expect out 'inventory did not exist' "delete of an unknown circuit"
 
 run 0 "stats" stats
 expect out '^uptime' "stats prints counters"
+expect out '^backend: memory$' "stats names the backend"
 run 0 "stats --json" --json stats
 expect out '"ok": ?true' "stats --json"
 

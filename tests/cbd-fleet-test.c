@@ -242,6 +242,12 @@ START_TEST(test_redis_lost_hosts_break_locally_and_write_back)
 	redis_kill(&redis);
 	ck_assert(util_stats_reach_str(a, "backend.health", "degraded"));
 	ck_assert(util_stats_reach_str(b, "backend.health", "degraded"));
+	/* Metrics say so too. */
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	ck_assert_ptr_nonnull(
+	    strstr(util_str(r, "text"), "cbd_backend_health{health=\"degraded\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(util_str(r, "text"), "cbd_backend_health{health=\"up\"} 0\n"));
+	json_decref(r);
 	/* An open circuit stays open on both hosts. */
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"before\"}");
 	ck_assert(!util_bool(r, "allowed"));
@@ -332,6 +338,20 @@ START_TEST(test_script_loaded_again_after_noscript)
 }
 END_TEST
 
+START_TEST(test_cbctl_stats_shows_the_backend)
+{
+	const char *cbctl = getenv("CBCTL_BINARY");
+	char out[8192], want[512];
+	const char *argv[] = { cbctl, "-s", host_a.socket_path, "stats", NULL };
+
+	if (cbctl == NULL)
+		return; /* make check sets it */
+	ck_assert_int_eq(util_run(argv, out, sizeof out), 0);
+	snprintf(want, sizeof want, "backend: redis unix:%s, up\n", redis.socket_path);
+	ck_assert_msg(strstr(out, want) != NULL, "cbctl stats said:\n%s", out);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -349,6 +369,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_frozen_redis_is_answered_from_the_copy);
 	tcase_add_test(tc, test_skewed_host_agrees_on_the_break);
 	tcase_add_test(tc, test_script_loaded_again_after_noscript);
+	tcase_add_test(tc, test_cbctl_stats_shows_the_backend);
 	suite_add_tcase(s, tc);
 	return s;
 }
