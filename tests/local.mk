@@ -84,9 +84,20 @@ TESTS += tests/python.sh
 # one load generator; prints figures, asserts nothing; not run by make check.
 #   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50]
 noinst_PROGRAMS += tests/bench-vs-redis
-tests_bench_vs_redis_SOURCES = tests/bench-vs-redis.c tests/cbd-harness.c tests/cbd-harness.h
+tests_bench_vs_redis_SOURCES = tests/bench-vs-redis.c tests/bench-load.c tests/bench-load.h \
+	tests/redis-util.c tests/redis-util.h tests/cbd-harness.c tests/cbd-harness.h
 tests_bench_vs_redis_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_vs_redis_LDFLAGS = $(AM_LDFLAGS) -pthread
+
+# Fleet mode's cost: record_failure through cbd -> Redis vs EVALSHA of the
+# circuit script from the same load generator, and the cross-host event
+# delay; prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd CBD_SRCDIR=.. tests/bench-fleet [-d SECONDS] [-c 8,50] [-n TRIPS]
+noinst_PROGRAMS += tests/bench-fleet
+tests_bench_fleet_SOURCES = tests/bench-fleet.c tests/bench-load.c tests/bench-load.h \
+	tests/redis-util.c tests/redis-util.h tests/cbd-harness.c tests/cbd-harness.h
+tests_bench_fleet_CFLAGS = $(AM_CFLAGS) -pthread
+tests_bench_fleet_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/go.sh
 EXTRA_DIST += tests/go.sh
 TESTS += tests/node.sh

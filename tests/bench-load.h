@@ -1,0 +1,38 @@
+/*
+ * bench-load.h — the load generator the side-by-side benchmarks share
+ * (bench-vs-redis, bench-fleet): N connections, each a thread with one
+ * request in flight, every round trip timed; cbd's lines or Redis's RESP.
+ * Prints figures, asserts nothing.
+ */
+#ifndef CBD_BENCH_LOAD_H
+#define CBD_BENCH_LOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Circuits (or keys) the connections spread over. */
+#define BENCH_KEYS 64
+#define BENCH_CONNS_MAX 256
+/* Room for one request. */
+#define BENCH_REQUEST_MAX 4096
+
+typedef enum bench_framing {
+	BENCH_LINES, /* cbd: one JSON line per reply, ok unless "ok":true is missing */
+	BENCH_RESP, /* Redis: one RESP value per reply, an error when it starts with '-' */
+} bench_framing;
+
+/* Write the request for circuit (or key) number key into req; its length. */
+typedef size_t (*bench_format_fn)(char *req, size_t size, int key, void *arg);
+
+/* Drive the server on path with conns connections for seconds; print one
+ * line (label, req/s, p50, p99, errors); return the requests per second. */
+double bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
+    void *arg, int conns, double seconds);
+
+/* SCRIPT LOAD script into the Redis on sock; its sha in sha (41 bytes). */
+bool bench_redis_load(const char *sock, const char *script, char sha[41]);
+
+/* Parse "8,50" into conns (at most max); how many. */
+int bench_parse_conns(const char *text, int *conns, int max);
+
+#endif
