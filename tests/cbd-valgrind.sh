@@ -25,7 +25,7 @@ chmod +x "$work/cbd"
 status=0
 passed=0
 failed=0
-for t in cbd-ops-test cbd-lifecycle-test; do
+for t in cbd-ops-test cbd-lifecycle-test cbd-fleet-test; do
 	echo "== $t with cbd under valgrind"
 	CBD_BINARY="$work/cbd" CBD_HARNESS_TIMEOUT_MS=60000 CK_DEFAULT_TIMEOUT=300 \
 		"$builddir/tests/$t" >"$work/$t.out" 2>&1 || {
