@@ -6,6 +6,7 @@ EXTRA_DIST += \
 	client/node/index.js \
 	client/node/index.d.ts \
 	client/node/src/breaker.js \
+	client/node/src/cache.js \
 	client/node/src/classify.js \
 	client/node/src/connection.js \
 	client/node/src/errors.js \
