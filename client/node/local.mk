@@ -15,6 +15,7 @@ EXTRA_DIST += \
 	client/node/src/retry.js \
 	client/node/test/helpers.js \
 	client/node/test/breaker.test.js \
+	client/node/test/cache.test.js \
 	client/node/test/classify.test.js \
 	client/node/test/example.test.js \
 	client/node/test/fallback.test.js \

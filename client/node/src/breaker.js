@@ -131,6 +131,12 @@ export class Breaker extends EventEmitter {
     return this.cacheEntry !== null;
   }
 
+  /** Can the cache decide this breaker's calls now (its watch connection
+   * is live and has read the circuit)? Its first call asks cbd anyway. */
+  get cacheLive() {
+    return this.cacheEntry !== null && this.cache.live && this.cacheEntry.valid;
+  }
+
   /** The watch cache's counters (cache.js cacheStats), null when uncached. */
   cacheStats() {
     return this.cacheEntry ? this.cache.snapshotStats() : null;

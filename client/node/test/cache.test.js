@@ -1,0 +1,296 @@
+// cache.test.js — cached mode (watch + noreply) against a real cbd: closed
+// calls cost no request on the breaker's client and their outcomes reach cbd
+// as noreply lines, in order; a trip or an admin hold made on another
+// connection is refused locally once its event arrives; half_open trials go
+// through cbd (exactly one for half_open_max 1); cbd killed and restarted;
+// cached: false; close writes what is queued. Every wait is a bounded poll
+// on a condition, never a timing assertion.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as delay } from 'node:timers/promises';
+import { Daemon, uniqueName } from './helpers.js';
+import { Breaker, Client, CircuitOpenError, cacheStats } from '../index.js';
+
+const WAIT_MS = 10_000;
+const OPTS = { ioTimeoutMs: 2000, connectTimeoutMs: 2000 };
+
+let d;
+let plain; // another connection: cbd's view, and changes made elsewhere
+before(async () => {
+  d = await Daemon.start();
+  plain = new Client(d.socket, OPTS);
+});
+after(async () => {
+  plain?.close();
+  await d?.cleanup();
+});
+
+/** Poll cond (sync or async) every 5 ms until it holds; fail after WAIT_MS. */
+async function waitFor(cond, what) {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    if (await cond()) return;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await delay(5);
+  }
+}
+
+/** A client whose requests are counted (sent.n). */
+function countedClient(socket = d.socket) {
+  const client = new Client(socket, OPTS);
+  const sent = { n: 0, ops: [] };
+  const request = client.request.bind(client);
+  client.request = (op, ...args) => {
+    sent.n += 1;
+    sent.ops.push(op);
+    return request(op, ...args);
+  };
+  return { client, sent };
+}
+
+/** A cached breaker whose first call (through cbd: it creates the circuit)
+ * is done and whose cache has read the circuit. */
+async function primed(name, policy, socket = d.socket) {
+  const { client, sent } = countedClient(socket);
+  const b = new Breaker(name, { client, policy });
+  assert.equal(b.cached, true);
+  assert.equal(await b.call(async () => 'first'), 'first');
+  assert.deepEqual(sent.ops, ['allow', 'record'], 'the first call asks cbd');
+  await waitFor(() => b.cacheLive, 'the watch reply');
+  return { b, client, sent };
+}
+
+const totals = async (name, client = plain) => (await client.get(name)).snapshot.totals;
+const boom = async () => {
+  throw new Error('dependency down');
+};
+
+test('closed calls make no round trip; their outcomes reach cbd', async () => {
+  const name = uniqueName('closed');
+  const { b, client, sent } = await primed(name, { failure_threshold: 1000 });
+  const before = b.cacheStats();
+  const n = 500;
+  for (let i = 0; i < n; i++) assert.equal(await b.call(async () => i), i);
+  const after = b.cacheStats();
+  assert.equal(sent.n, 2, 'no request on the client after the first call');
+  assert.equal(after.cachedCalls - before.cachedCalls, n);
+  assert.equal(after.uncachedCalls - before.uncachedCalls, 0);
+  assert.equal(after.noreplyLines - before.noreplyLines, n);
+  assert.ok(after.writes - before.writes < n, 'successes are written together');
+  await waitFor(async () => (await totals(name)).successes === n + 1, `${n + 1} successes at cbd`);
+  await b.close();
+  client.close();
+});
+
+test('a trip made on another connection is refused locally, with retry_after_ms', async () => {
+  const name = uniqueName('trip');
+  const policy = { failure_threshold: 2, break_ms: 60000 };
+  const { b, client, sent } = await primed(name, policy);
+  const changes = [];
+  b.on('stateChange', (prev, state) => changes.push([prev, state]));
+  await plain.recordFailure(name, { ctx: policy });
+  await plain.recordFailure(name, { ctx: policy });
+  // The change event fires stateChange without any call.
+  await waitFor(() => b.state === 'open', 'the change event');
+  assert.deepEqual(changes, [['closed', 'open']]);
+  const before = b.cacheStats();
+  let ran = false;
+  await assert.rejects(b.call(async () => { ran = true; }), (e) => {
+    assert.ok(e instanceof CircuitOpenError);
+    assert.equal(e.state, 'open');
+    assert.ok(e.retryAfterMs > 0 && e.retryAfterMs <= 60000, `retryAfterMs ${e.retryAfterMs}`);
+    return true;
+  });
+  assert.equal(ran, false);
+  assert.equal(b.cacheStats().refusedCalls - before.refusedCalls, 1);
+  assert.equal(sent.n, 2, 'refused without asking cbd');
+  assert.equal((await totals(name)).rejected, 0, 'cbd never saw the refused call');
+  await b.close();
+  client.close();
+});
+
+test('a trip by the breaker itself is refused once its event comes back', async () => {
+  const name = uniqueName('self');
+  const { b, client, sent } = await primed(name, { failure_threshold: 2, break_ms: 60000 });
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(boom), /dependency down/);
+  await waitFor(() => b.state === 'open', 'the change event of our own trip');
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.equal(sent.n, 2);
+  const t = await totals(name);
+  assert.equal(t.failures, 2);
+  await b.close();
+  client.close();
+});
+
+test('after the break, half_open goes through cbd: one trial for half_open_max 1', async () => {
+  const name = uniqueName('half');
+  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1 };
+  // Two breakers on two clients.
+  const one = await primed(name, policy);
+  const two = await primed(name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => one.b.state === 'open' && two.b.state === 'open', 'both see open');
+  await waitFor(async () => (await plain.get(name)).snapshot.retry_after_ms === 0, 'the break to elapse');
+  const before = one.b.cacheStats();
+  let ran = 0;
+  let openGate;
+  const gate = new Promise((r) => {
+    openGate = r;
+  });
+  const trial = async () => {
+    ran += 1;
+    await gate; // the trial holds its slot until both calls have decided
+    return 'trial';
+  };
+  const calls = [one.b, two.b].map((b) => b.call(trial).then((v) => ['ran', v], (e) => ['refused', e]));
+  const [first] = await Promise.race(calls.map((p) => p.then((r) => [r])));
+  assert.equal(first[0], 'refused');
+  assert.ok(first[1] instanceof CircuitOpenError && first[1].state === 'half_open', String(first[1]));
+  openGate();
+  const results = await Promise.all(calls);
+  assert.equal(ran, 1, 'exactly one trial');
+  assert.deepEqual(results.map(([r]) => r).sort(), ['ran', 'refused']);
+  assert.equal(one.b.cacheStats().uncachedCalls - before.uncachedCalls, 2, 'both asked cbd');
+  // The trial closed the circuit: cached again once the event arrives.
+  await waitFor(() => one.b.state === 'closed' && two.b.state === 'closed', 'the close event');
+  const cached = one.b.cacheStats().cachedCalls;
+  assert.equal(await one.b.call(async () => 'again'), 'again');
+  assert.equal(one.b.cacheStats().cachedCalls, cached + 1);
+  for (const { b, client } of [one, two]) {
+    await b.close();
+    client.close();
+  }
+});
+
+test('an admin hold open refuses locally; release lets calls through', async () => {
+  const name = uniqueName('hold');
+  const { b, client, sent } = await primed(name, { break_ms: 1000, success_threshold: 1 });
+  await plain.setState(name, 'open', { hold: true, ttlMs: 60000, reason: 'cache test' });
+  await waitFor(() => b.state === 'open', 'the hold event');
+  const before = b.cacheStats();
+  await assert.rejects(b.call(async () => 1), (e) => e instanceof CircuitOpenError && e.retryAfterMs > 0 && e.retryAfterMs <= 60000);
+  // Past break_ms the hold still refuses (it is not a break).
+  await delay(1100);
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.equal(b.cacheStats().refusedCalls - before.refusedCalls, 2);
+  assert.equal(sent.n, 2);
+  // A hold without a ttl: refused until released.
+  await plain.setState(name, 'open', { hold: true, reason: 'no ttl' });
+  await waitFor(async () => (await plain.get(name)).snapshot.hold?.until === null, 'the ttl-less hold');
+  await assert.rejects(b.call(async () => 1), (e) => e instanceof CircuitOpenError && e.retryAfterMs > 0);
+  await plain.release(name);
+  await waitFor(() => b.state === 'half_open', 'the release event');
+  assert.equal(await b.call(async () => 'allowed'), 'allowed', 'the trial after release');
+  await b.close();
+  client.close();
+});
+
+test('cbd killed: cache invalid, LOCAL applies; restarted: re-watched, cached again', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const name = uniqueName('kill');
+  const policy = { failure_threshold: 2, break_ms: 60000 };
+  const { b, client } = await primed(name, policy, own.socket);
+  const errors = [];
+  b.on('storeError', (err, op) => errors.push([err.code, op]));
+  assert.equal(await b.call(async () => 'cached'), 'cached');
+  const before = b.cacheStats();
+  await own.kill();
+  await waitFor(() => !b.cacheStats().live, 'the lost watch connection');
+  assert.equal(b.cacheLive, false);
+  // The store policy (LOCAL): the call runs, then the local copy breaks.
+  assert.equal(await b.call(async () => 'local'), 'local');
+  assert.ok(errors.some(([code, op]) => code === 'unavailable' && op === 'allow'), JSON.stringify(errors));
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.equal(b.cacheStats().uncachedCalls - before.uncachedCalls, 4);
+  assert.equal(b.cacheStats().cachedCalls, before.cachedCalls);
+  await own.start();
+  await waitFor(() => b.cacheLive, 're-watched after the restart');
+  const back = b.cacheStats();
+  assert.ok(back.reconnects >= 1 && back.live);
+  // The new cbd has no such circuit: closed, decided by the cache again.
+  assert.equal(await b.call(async () => 'cached again'), 'cached again');
+  assert.equal(b.cacheStats().cachedCalls, back.cachedCalls + 1);
+  assert.equal(b.state, 'closed');
+  // Its noreply line created the circuit with the breaker's policy (ctx).
+  const fresh = new Client(own.socket, OPTS);
+  await waitFor(async () => (await fresh.get(name)).stored, 'the circuit at the new cbd');
+  const snap = (await fresh.get(name)).snapshot;
+  assert.equal(snap.policy.failure_threshold, 2);
+  assert.equal(snap.totals.successes, 1);
+  fresh.close();
+  await b.close();
+  client.close();
+});
+
+test('cached: false keeps two requests per call', async () => {
+  const name = uniqueName('off');
+  const { client, sent } = countedClient();
+  const b = new Breaker(name, { client, cached: false });
+  assert.equal(b.cached, false);
+  assert.equal(b.cacheStats(), null);
+  for (let i = 0; i < 5; i++) await b.call(async () => i);
+  assert.deepEqual(sent.ops, Array(5).fill(['allow', 'record']).flat());
+  assert.equal((await totals(name)).successes, 5, 'each outcome answered before the call returned');
+  client.close();
+  assert.throws(() => Breaker.private('p', { cached: true }), /cached/);
+  assert.throws(() => new Breaker('v', { client, clock: () => 0, cached: true }), /clock/);
+  assert.equal(new Breaker('v', { client, clock: () => 0 }).cached, false, 'a clock: never cached');
+});
+
+test('a failure is written before the successes queued after it, after those before it', async () => {
+  const name = uniqueName('order');
+  // Consecutive failures trip at 2: failure, success, failure in that
+  // order leaves it closed; a failure overtaking the success opens it.
+  const { b, client } = await primed(name, { failure_threshold: 2, break_ms: 60000 });
+  const before = b.cacheStats();
+  await assert.rejects(b.call(boom), /dependency down/);
+  assert.equal(await b.call(async () => 'ok'), 'ok');
+  await assert.rejects(b.call(boom), /dependency down/);
+  for (let i = 0; i < 3; i++) await b.call(async () => i);
+  assert.equal(b.cacheStats().cachedCalls - before.cachedCalls, 6);
+  await waitFor(async () => {
+    const t = await totals(name);
+    return t.failures === 2 && t.successes === 5;
+  }, 'the six outcomes at cbd');
+  const snap = (await plain.get(name)).snapshot;
+  assert.equal(snap.state, 'closed');
+  assert.equal(snap.failure_count, 0);
+  await b.close();
+  client.close();
+});
+
+test('close writes the queued outcomes and stops the watch connection', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const name = uniqueName('close');
+  const b = new Breaker(name, { socketPath: own.socket, client: undefined });
+  await b.call(async () => 'first');
+  await waitFor(() => b.cacheLive, 'the watch reply');
+  const n = 100;
+  for (let i = 0; i < n; i++) await b.call(async () => i); // queued: the loop never yields
+  assert.ok(cacheStats(own.socket).noreplyLines >= n);
+  await b.close();
+  assert.equal(cacheStats(own.socket), null, 'the last breaker closed the cache');
+  assert.equal(b.cached, false);
+  const c = new Client(own.socket, OPTS);
+  await waitFor(async () => (await totals(name, c)).successes === n + 1, 'every queued success at cbd');
+  assert.equal((await c.stats()).noreply, n, 'as noreply lines on the watch connection');
+  c.close();
+});
+
+test('breakers sharing a name share one entry; the cache counts names', async () => {
+  const name = uniqueName('shared');
+  const one = await primed(name, {});
+  const names = one.b.cacheStats().names;
+  const two = new Breaker(name, { client: one.client });
+  assert.equal(two.cacheStats().names, names, 'same name, same entry');
+  await two.close();
+  assert.equal(one.b.cacheLive, true, 'still watched for the other breaker');
+  await one.b.close();
+  one.client.close();
+});
