@@ -3,14 +3,14 @@
 // as noreply lines, in order; a trip or an admin hold made on another
 // connection is refused locally once its event arrives; half_open trials go
 // through cbd (exactly one for half_open_max 1); cbd killed and restarted;
-// cached: false; close writes what is queued. Every wait is a bounded poll
+// cached: false; close writes what is queued; the name limit. Every wait is a bounded poll
 // on a condition, never a timing assertion.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Daemon, uniqueName } from './helpers.js';
-import { Breaker, Client, CircuitOpenError, cacheStats } from '../index.js';
+import { Breaker, CACHE_NAMES_MAX, Client, CircuitOpenError, cacheStats } from '../index.js';
 
 const WAIT_MS = 10_000;
 const OPTS = { ioTimeoutMs: 2000, connectTimeoutMs: 2000 };
@@ -293,4 +293,23 @@ test('breakers sharing a name share one entry; the cache counts names', async ()
   assert.equal(one.b.cacheLive, true, 'still watched for the other breaker');
   await one.b.close();
   one.client.close();
+});
+
+test('past CACHE_NAMES_MAX names a breaker asks cbd (counted)', async () => {
+  const client = new Client(d.socket, OPTS);
+  const first = new Breaker(uniqueName('names'), { client });
+  const already = first.cacheStats().names;
+  const breakers = [first];
+  const namesFull = first.cacheStats().namesFull;
+  for (let i = already; i < CACHE_NAMES_MAX; i++) breakers.push(new Breaker(uniqueName('names'), { client }));
+  assert.ok(breakers.every((b) => b.cached));
+  assert.equal(first.cacheStats().names, CACHE_NAMES_MAX);
+  const past = new Breaker(uniqueName('names'), { client });
+  assert.equal(past.cached, false);
+  assert.equal(past.cacheStats(), null);
+  assert.equal(first.cacheStats().namesFull, namesFull + 1);
+  assert.equal(await past.call(async () => 'asked cbd'), 'asked cbd');
+  assert.equal((await totals(past.name)).successes, 1);
+  await Promise.all([...breakers, past].map((b) => b.close()));
+  client.close();
 });
