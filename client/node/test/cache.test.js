@@ -78,7 +78,16 @@ test('closed calls make no round trip; their outcomes reach cbd', async () => {
   assert.equal(after.uncachedCalls - before.uncachedCalls, 0);
   assert.equal(after.noreplyLines - before.noreplyLines, n);
   assert.ok(after.writes - before.writes < n, 'successes are written together');
-  await waitFor(async () => (await totals(name)).successes === n + 1, `${n + 1} successes at cbd`);
+  // An ignored call (aborted) goes as a noreply record too: totals.ignored.
+  const abort = async () => {
+    throw new DOMException('stop', 'AbortError');
+  };
+  await assert.rejects(b.call(abort), (e) => e.name === 'AbortError');
+  assert.equal(b.cacheStats().noreplyLines - before.noreplyLines, n + 1);
+  await waitFor(async () => {
+    const t = await totals(name);
+    return t.successes === n + 1 && t.ignored === 1;
+  }, `${n + 1} successes and an ignored call at cbd`);
   await b.close();
   client.close();
 });
