@@ -285,26 +285,23 @@ export class Breaker extends EventEmitter {
   /** A Permit for one call; rejects with CircuitOpenError (REJECT: with the
    * UnavailableError when cbd is unavailable). */
   async acquire() {
-    if (this.cacheEntry) {
-      if (this.primed) {
-        const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry);
-        if (verdict !== PERMIT && verdict !== REFUSE) {
-          // left to cbd (counted by decide)
-        } else {
-          if (this.degraded) {
-            // The cache reads cbd again: cbd is authoritative.
-            this.degraded = false;
-            this.local.forget(this.name);
-          }
-          if (verdict === PERMIT) {
-            this.observe(m.CLOSED);
-            return new Permit(this.name, m.CLOSED, null, false, true);
-          }
-          this.observe(m.OPEN);
-          throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+    if (this.cacheEntry && !this.primed) {
+      this.cache.stats.uncachedCalls += 1; // the first call creates the circuit
+    } else if (this.cacheEntry) {
+      // Otherwise ASK (counted by decide): on to cbd below.
+      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry);
+      if (verdict === PERMIT || verdict === REFUSE) {
+        if (this.degraded) {
+          // The cache reads cbd again: cbd is authoritative.
+          this.degraded = false;
+          this.local.forget(this.name);
         }
-      } else {
-        this.cache.stats.uncachedCalls += 1;
+        if (verdict === PERMIT) {
+          this.observe(m.CLOSED);
+          return new Permit(this.name, m.CLOSED, null, false, true);
+        }
+        this.observe(m.OPEN);
+        throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
       }
     }
     const ctx = this.callCtx();

@@ -87,7 +87,7 @@ export class WatchCache {
     this.everConnected = false;
     this.closed = false;
     this.in = '';
-    this.out = []; // {line, bytes, breaker, outcome, durationMs}: unwritten
+    this.out = []; // {line, breaker, outcome, durationMs}: not written yet
     this.outBytes = 0;
     this.flushTimer = null;
     this.reconnectTimer = null;
@@ -131,7 +131,6 @@ export class WatchCache {
       let watch = '';
       for (let i = 0; i < names.length; i += WATCH_BATCH) watch += watchLine(names.slice(i, i + WATCH_BATCH));
       if (watch) this.write(watch, []);
-      this.flush(); // what was queued for the previous connection
     });
     sock.on('data', (chunk) => {
       if (this.sock === sock) this.onData(chunk);

@@ -196,6 +196,25 @@ test('an admin hold open refuses locally; release lets calls through', async () 
   client.close();
 });
 
+test('a deleted circuit reads as closed; the next cached call creates it again', async () => {
+  const name = uniqueName('del');
+  const policy = { failure_threshold: 1, break_ms: 60000 };
+  const { b, client, sent } = await primed(name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => b.state === 'open', 'the trip event');
+  assert.equal((await plain.delete(name)).existed, true);
+  await waitFor(() => b.state === 'closed', 'the delete event');
+  assert.equal(await b.call(async () => 'after delete'), 'after delete');
+  assert.equal(sent.n, 2);
+  // The noreply line carried the breaker's policy (ctx): cbd created it so.
+  await waitFor(async () => (await plain.get(name)).stored, 'the circuit created again');
+  const snap = (await plain.get(name)).snapshot;
+  assert.equal(snap.policy.failure_threshold, 1);
+  assert.equal(snap.totals.successes, 1);
+  await b.close();
+  client.close();
+});
+
 test('cbd killed: cache invalid, LOCAL applies; restarted: re-watched, cached again', async (t) => {
   const own = await Daemon.start();
   t.after(() => own.cleanup());
