@@ -28,7 +28,7 @@ import { performance } from 'node:perf_hooks';
 import * as m from './machine.js';
 import { LocalStore } from './local.js';
 import { Client } from './connection.js';
-import { acquireCache, releaseCache, PERMIT, REFUSE } from './cache.js';
+import { joinCache, leaveCache, PERMIT, REFUSE } from './cache.js';
 import { CbdError, CbdTimeoutError, CircuitOpenError, storeFailed } from './errors.js';
 import { classifyDefault, FAILURE, IGNORE, OUTCOMES, SUCCESS } from './classify.js';
 
@@ -111,12 +111,14 @@ export class Breaker extends EventEmitter {
     this.seenHold = null;
     // Cached mode: the process's cache for the client's socket and this
     // name's entry in it (null past the cache's name limit: uncached).
+    this.cacheMembership = null;
     this.cache = null;
     this.cacheEntry = null;
     this.primed = false; // cbd answered a call: the circuit has our policy
     if (this.client && !clock && cached !== false) {
-      this.cache = acquireCache(this.client.socketPath);
-      this.cacheEntry = this.cache.join(name, this);
+      this.cacheMembership = joinCache(this.client.socketPath, name, this);
+      this.cache = this.cacheMembership.cache;
+      this.cacheEntry = this.cacheMembership.entry;
       const ctx = Object.keys(this.ctx).length ? this.ctx : undefined;
       this.noreplyHead = {};
       for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure'], [IGNORE, 'record']]) {
@@ -146,12 +148,12 @@ export class Breaker extends EventEmitter {
    * queued, waiting 200 ms at most, and closes it); close the client the
    * breaker made itself. Later calls ask cbd. */
   async close() {
-    const cache = this.cache;
-    if (cache) {
+    const membership = this.cacheMembership;
+    if (membership) {
+      this.cacheMembership = null;
       this.cache = null;
-      if (this.cacheEntry) cache.leave(this.cacheEntry, this);
       this.cacheEntry = null;
-      await releaseCache(cache);
+      await leaveCache(membership);
     }
     if (this.ownsClient) this.client.close();
   }

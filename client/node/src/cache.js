@@ -63,7 +63,7 @@ class Entry {
     this.retryAfterMs = 0; // as reported, at receivedAt
     this.receivedAt = 0;
     this.hold = null; // {state, until} while held
-    this.breakers = new Set(); // told of every snapshot
+    this.breakers = new Set(); // WeakRefs of the breakers told of every snapshot
   }
 
   set(snap) {
@@ -205,7 +205,7 @@ export class WatchCache {
         e.state = 'closed';
         e.openedAt = null;
         e.hold = null;
-        for (const b of e.breakers) b.cacheDeleted();
+        for (const ref of e.breakers) ref.deref()?.cacheDeleted();
       }
     } else if (msg.ok === true) {
       // A watch reply (the only requests with replies on this connection
@@ -232,7 +232,7 @@ export class WatchCache {
       return;
     }
     e.set(snap);
-    for (const b of e.breakers) b.cacheUpdated(snap, fromEvent);
+    for (const ref of e.breakers) ref.deref()?.cacheUpdated(snap, fromEvent);
   }
 
   // -- output ----------------------------------------------------------------
@@ -298,8 +298,9 @@ export class WatchCache {
   }
 
   // -- names and decisions ---------------------------------------------------
-  /** The entry of name for breaker (watched from now); null past NAMES_MAX. */
-  join(name, breaker) {
+  /** The entry of name for a breaker (ref: a WeakRef of it), watched from
+   * now; null past NAMES_MAX. */
+  join(name, ref) {
     let e = this.entries.get(name);
     if (!e) {
       if (namesWatched >= NAMES_MAX) {
@@ -311,13 +312,13 @@ export class WatchCache {
       namesWatched += 1;
       if (this.live) this.write(watchLine([name]), []);
     }
-    e.breakers.add(breaker);
+    e.breakers.add(ref);
     return e;
   }
 
-  /** breaker no longer uses e: unwatched once no breaker does. */
-  leave(e, breaker) {
-    e.breakers.delete(breaker);
+  /** A breaker (ref) no longer uses e: unwatched once no breaker does. */
+  leave(e, ref) {
+    e.breakers.delete(ref);
     if (e.breakers.size > 0 || this.entries.get(e.name) !== e) return;
     this.entries.delete(e.name);
     namesWatched -= 1;
@@ -396,9 +397,33 @@ function watchLine(names) {
   return `${JSON.stringify({ op: 'watch', names })}\n`;
 }
 
+// A breaker dropped without close() leaves its cache once collected, so
+// short-lived breakers do not pile up in the cache (nor keep it open).
+const collected = new FinalizationRegistry(({ cache, entry, ref }) => {
+  if (entry) cache.leave(entry, ref);
+  releaseCache(cache);
+});
+
+/** breaker joins the process's cache for socketPath under name: {cache,
+ * entry (null past NAMES_MAX: the breaker asks cbd), ref}. */
+export function joinCache(socketPath, name, breaker) {
+  const cache = acquireCache(socketPath);
+  const ref = new WeakRef(breaker);
+  const entry = cache.join(name, ref);
+  collected.register(breaker, { cache, entry, ref }, ref);
+  return { cache, entry, ref };
+}
+
+/** The breaker of a joinCache membership is done with it. */
+export function leaveCache({ cache, entry, ref }) {
+  collected.unregister(ref);
+  if (entry) cache.leave(entry, ref);
+  return releaseCache(cache);
+}
+
 /** The cache for socketPath, shared by every cached breaker of the process
  * (started by the first). */
-export function acquireCache(socketPath) {
+function acquireCache(socketPath) {
   let c = caches.get(socketPath);
   if (!c) {
     c = new WatchCache(socketPath);
@@ -409,7 +434,7 @@ export function acquireCache(socketPath) {
 }
 
 /** One breaker is done with c: the last one closes it. */
-export async function releaseCache(c) {
+async function releaseCache(c) {
   c.refs -= 1;
   if (c.refs > 0) return;
   if (caches.get(c.socketPath) === c) caches.delete(c.socketPath);

@@ -3,12 +3,15 @@
 // as noreply lines, in order; a trip or an admin hold made on another
 // connection is refused locally once its event arrives; half_open trials go
 // through cbd (exactly one for half_open_max 1); cbd killed and restarted;
-// cached: false; close writes what is queued; the name limit. Every wait is a bounded poll
-// on a condition, never a timing assertion.
+// cached: false; close writes what is queued; breakers dropped without
+// close; the name limit. Every wait is a bounded poll on a condition,
+// never a timing assertion.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { Daemon, uniqueName } from './helpers.js';
 import { Breaker, CACHE_NAMES_MAX, Client, CircuitOpenError, cacheStats } from '../index.js';
 
@@ -355,6 +358,26 @@ test('breakers sharing a name share one entry; the cache counts names', async ()
   assert.equal(one.b.cacheLive, true, 'still watched for the other breaker');
   await one.b.close();
   one.client.close();
+});
+
+test('breakers dropped without close() leave the cache once collected', async () => {
+  // The test runner gives no --expose-gc: turn it on for this process.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  const client = new Client(d.socket, OPTS);
+  const name = uniqueName('dropped');
+  const keep = new Breaker(uniqueName('kept'), { client });
+  const names = keep.cacheStats().names;
+  (() => {
+    for (let i = 0; i < 100; i++) new Breaker(name, { client });
+  })();
+  assert.equal(keep.cacheStats().names, names + 1);
+  await waitFor(() => {
+    gc();
+    return keep.cacheStats().names === names;
+  }, 'the dropped breakers collected and their name unwatched');
+  await keep.close();
+  client.close();
 });
 
 test('past CACHE_NAMES_MAX names a breaker asks cbd (counted)', async () => {
