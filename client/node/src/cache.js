@@ -13,10 +13,12 @@
 //   - Outcomes are queued as noreply lines. A failure (what trips circuits)
 //     is written at once, with everything queued before it (order kept);
 //     successes wait at most FLUSH_MS (or until FLUSH_BYTES are queued), so
-//     a stream of calls costs one write per period. Past OUT_MAX_BYTES unwritten, or with no live connection,
-//     the breaker reports through its client instead; so do the outcomes
-//     of a write that failed or that a lost connection left unwritten (they
-//     reach cbd, or the store policy, rather than vanishing).
+//     a stream of calls costs one write per period. Past OUT_MAX_BYTES
+//     unwritten, or with no live connection, the breaker reports through
+//     its client instead; so do the outcomes of a write that failed or that
+//     a lost connection left unwritten (they reach cbd, or the store
+//     policy, rather than vanishing: libcbclient keeps those for the next
+//     connection).
 //   - The socket never keeps the process alive on its own (unref'd; a write
 //     in progress and the FLUSH_MS timer do, briefly). The last breaker to
 //     leave closes it after writing what is queued (CLOSE_FLUSH_MS at most).
