@@ -16,6 +16,7 @@ EXTRA_DIST += \
 	client/node/test/helpers.js \
 	client/node/test/breaker.test.js \
 	client/node/test/cache.test.js \
+	client/node/test/cached-peer.js \
 	client/node/test/classify.test.js \
 	client/node/test/example.test.js \
 	client/node/test/fallback.test.js \

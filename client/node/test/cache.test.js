@@ -2,7 +2,8 @@
 // calls cost no request on the breaker's client and their outcomes reach cbd
 // as noreply lines, in order; a trip or an admin hold made on another
 // connection is refused locally once its event arrives; half_open trials go
-// through cbd (exactly one for half_open_max 1); cbd killed and restarted;
+// through cbd (exactly one for half_open_max 1, also across two processes:
+// cached-peer.js); cbd killed and restarted;
 // cached: false; close writes what is queued; breakers dropped without
 // close; the name limit. Every wait is a bounded poll on a condition,
 // never a timing assertion.
@@ -10,6 +11,10 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 import { Daemon, uniqueName } from './helpers.js';
@@ -156,13 +161,22 @@ test('after the break, half_open goes through cbd: one trial for half_open_max 1
     await gate; // the trial holds its slot until both calls have decided
     return 'trial';
   };
-  const calls = [one.b, two.b].map((b) => b.call(trial).then((v) => ['ran', v], (e) => ['refused', e]));
-  const [first] = await Promise.race(calls.map((p) => p.then((r) => [r])));
-  assert.equal(first[0], 'refused');
-  assert.ok(first[1] instanceof CircuitOpenError && first[1].state === 'half_open', String(first[1]));
-  openGate();
+  const settled = [];
+  const calls = [one.b, two.b].map((b) => b.call(trial).then((v) => ['ran', v], (e) => ['refused', e]).then((r) => {
+    settled.push(r);
+    return r;
+  }));
+  try {
+    // Both decided: a trial runs (and waits) or the call was refused.
+    await waitFor(() => ran + settled.length >= 2, 'both calls to decide');
+    assert.equal(ran, 1, 'exactly one trial');
+    const [refused] = settled;
+    assert.equal(refused[0], 'refused');
+    assert.ok(refused[1] instanceof CircuitOpenError && refused[1].state === 'half_open', String(refused[1]));
+  } finally {
+    openGate();
+  }
   const results = await Promise.all(calls);
-  assert.equal(ran, 1, 'exactly one trial');
   assert.deepEqual(results.map(([r]) => r).sort(), ['ran', 'refused']);
   assert.equal(one.b.cacheStats().uncachedCalls - before.uncachedCalls, 2, 'both asked cbd');
   // The trial closed the circuit: cached again once the event arrives.
@@ -174,6 +188,107 @@ test('after the break, half_open goes through cbd: one trial for half_open_max 1
     await b.close();
     client.close();
   }
+});
+
+const PEER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'cached-peer.js');
+
+/** A cached breaker in another process (cached-peer.js). */
+class Peer {
+  static async start(t, name, policy) {
+    const peer = new Peer(name, policy);
+    t.after(() => peer.stop());
+    await peer.next((m) => m.ready, 'the peer to be ready');
+    return peer;
+  }
+
+  constructor(name, policy) {
+    this.proc = spawn(process.execPath, [PEER, d.socket, name, JSON.stringify(policy)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    this.exited = new Promise((r) => this.proc.once('exit', r));
+    this.messages = [];
+    this.waiters = [];
+    readline.createInterface({ input: this.proc.stdout }).on('line', (line) => {
+      this.messages.push(JSON.parse(line));
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  send(command) {
+    this.proc.stdin.write(`${command}\n`);
+  }
+
+  /** The first message (not taken yet) matching pred; bounded wait. */
+  async next(pred, what) {
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      const i = this.messages.findIndex(pred);
+      if (i >= 0) return this.messages.splice(i, 1)[0];
+      if (Date.now() > deadline || this.proc.exitCode !== null) assert.fail(`timed out waiting for ${what}`);
+      await Promise.race([new Promise((r) => this.waiters.push(r)), delay(50)]);
+    }
+  }
+
+  async ask(command) {
+    this.send(command);
+    return this.next((m) => command in m, `the peer's ${command}`);
+  }
+
+  /** close, then SIGKILL if it has not exited within WAIT_MS. */
+  async stop() {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.send('close');
+    this.proc.stdin.end();
+    let timer;
+    const exited = await Promise.race([this.exited.then(() => true), new Promise((r) => { timer = setTimeout(() => r(false), WAIT_MS); })]);
+    clearTimeout(timer);
+    if (!exited) {
+      this.proc.kill('SIGKILL');
+      await this.exited;
+    }
+  }
+}
+
+test('two processes: a trip reaches both caches; after the break one trial in all', async (t) => {
+  const name = uniqueName('procs');
+  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1 };
+  const local = await primed(name, policy);
+  const peer = await Peer.start(t, name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => local.b.state === 'open', 'the trip in this process');
+  await waitFor(async () => (await peer.ask('state')).state === 'open', 'the trip in the other process');
+  await waitFor(async () => (await plain.get(name)).snapshot.retry_after_ms === 0, 'the break to elapse');
+  let localRan = false;
+  let localResult = null;
+  let openGate;
+  const gate = new Promise((r) => {
+    openGate = r;
+  });
+  const localCall = local.b.call(async () => {
+    localRan = true;
+    await gate; // the trial holds its slot until both have decided
+  }).then(() => 'ran', (e) => (e instanceof CircuitOpenError ? `refused ${e.state}` : String(e)));
+  localCall.then((r) => {
+    localResult = r;
+  });
+  peer.send('call');
+  let peerRan;
+  try {
+    const peerFirst = await peer.next((m) => m.ran || m.result, "the peer's call");
+    await waitFor(() => localRan || localResult !== null, "this process's call");
+    peerRan = peerFirst.ran === true;
+    assert.notEqual(localRan, peerRan, 'exactly one trial in the two processes');
+    if (!peerRan) assert.deepEqual([peerFirst.result, peerFirst.state], ['refused', 'half_open']);
+  } finally {
+    openGate();
+    peer.send('release');
+  }
+  assert.equal(await localCall, localRan ? 'ran' : 'refused half_open');
+  if (peerRan) assert.equal((await peer.next((m) => m.result, "the peer's trial")).result, 'ran');
+  // The trial closed the circuit: both caches decide again.
+  await waitFor(async () => (await peer.ask('state')).state === 'closed' && local.b.state === 'closed', 'the close event in both');
+  await local.b.close();
+  local.client.close();
+  await peer.stop();
+  assert.equal(peer.proc.exitCode, 0);
 });
 
 test('an admin hold open refuses locally; release lets calls through', async () => {
