@@ -6,11 +6,17 @@
 //
 //   CBD_BINARY=build/src/cbd node client/node/bench.js [-n CALLS]
 
+import { spawn } from 'node:child_process';
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Daemon } from './test/helpers.js';
 import { Breaker, CircuitOpenError, Client } from './index.js';
 
+// A cached breaker in another process, driven over stdin/stdout.
+const PEER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'test', 'cached-peer.js');
 const { values } = parseArgs({ options: { n: { type: 'string', short: 'n', default: '20000' } } });
 const n = Number(values.n);
 
@@ -94,8 +100,48 @@ async function cachedFigures(c) {
     await c.setState('bench-cached', 'closed');
     await waitUntil(() => cached.state === 'closed');
   }
-  percentiles('propagation: trip elsewhere -> cached breaker', samples);
+  percentiles('propagation, same process', samples);
   await cached.close();
+  await propagationToPeer(c);
+}
+
+/** Propagation to another process (test/cached-peer.js): set_state open
+ * here until that process's cached breaker fires stateChange (times from
+ * performance.timeOrigin + now() in each process). */
+async function propagationToPeer(c) {
+  const name = 'bench-peer';
+  const peer = spawn(process.execPath, [PEER, d.socket, name, '{}'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const messages = [];
+  let wake = null;
+  readline.createInterface({ input: peer.stdout }).on('line', (line) => {
+    messages.push(JSON.parse(line));
+    wake?.();
+  });
+  const next = async (pred) => {
+    for (let waited = 0; ; waited += 1) {
+      const i = messages.findIndex(pred);
+      if (i >= 0) return messages.splice(i, 1)[0];
+      if (waited > 10000) throw new Error('bench: the peer did not answer (10 s)');
+      await Promise.race([new Promise((r) => { wake = r; }), new Promise((r) => setTimeout(r, 1))]);
+    }
+  };
+  try {
+    await next((m) => m.ready);
+    peer.stdin.write('changes\n');
+    await next((m) => m.changes);
+    const samples = [];
+    for (let i = 0; i < 1000; i++) {
+      const t0 = performance.timeOrigin + performance.now();
+      c.setState(name, 'open');
+      samples.push((await next((m) => m.change === 'open')).at - t0);
+      await c.setState(name, 'closed');
+      await next((m) => m.change === 'closed');
+    }
+    percentiles('propagation, to another process', samples);
+  } finally {
+    peer.stdin.end('close\n');
+    await new Promise((r) => (peer.exitCode !== null ? r() : peer.once('exit', r)));
+  }
 }
 
 const d = await Daemon.start();

@@ -3,10 +3,9 @@
 // as noreply lines, in order; a trip or an admin hold made on another
 // connection is refused locally once its event arrives; half_open trials go
 // through cbd (exactly one for half_open_max 1, also across two processes:
-// cached-peer.js); cbd killed and restarted;
-// cached: false; close writes what is queued; breakers dropped without
-// close; the name limit. Every wait is a bounded poll on a condition,
-// never a timing assertion.
+// cached-peer.js); cbd killed and restarted; cached: false; close writes
+// what is queued; breakers dropped without close; the name limit. Every
+// wait is a bounded poll on a condition, never a timing assertion.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -3,11 +3,14 @@
 // answering on stdout in JSON lines.
 //
 //   node cached-peer.js SOCKET NAME POLICY_JSON
-//   stdin:  state | stats | call | release | close
+//   stdin:  state | stats | call | release | changes | close
 //   stdout: {ready} once primed and read by its cache; {state}; {stats};
 //           for call: {ran} when the call runs (it then waits for release)
-//           and {result: 'ran' | 'refused' | 'error', state, message}.
+//           and {result: 'ran' | 'refused' | 'error', state, message};
+//           {changes}, then {change: state, at: ms since the epoch, µs
+//           precision} at every stateChange (bench.js's propagation).
 
+import { performance } from 'node:perf_hooks';
 import readline from 'node:readline';
 import { Breaker, CircuitOpenError } from '../index.js';
 
@@ -35,6 +38,9 @@ for await (const line of readline.createInterface({ input: process.stdin })) {
       () => say({ result: 'ran' }),
       (e) => say({ result: e instanceof CircuitOpenError ? 'refused' : 'error', state: e.state, message: e.message }),
     );
+  } else if (line === 'changes') {
+    b.on('stateChange', (prev, state) => say({ change: state, at: performance.timeOrigin + performance.now() }));
+    say({ changes: true });
   } else if (line === 'release') {
     release?.();
   } else if (line === 'close') {
