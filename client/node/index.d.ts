@@ -182,6 +182,8 @@ export class Permit {
   readonly state: State;
   readonly token: string | null;
   readonly local: boolean;
+  /** Granted by the watch cache (closed): its outcome goes as a noreply line. */
+  readonly cached: boolean;
   readonly started: number;
   reported: boolean;
 }
@@ -196,7 +198,51 @@ export interface BreakerOptions {
   timeoutBackoffMs?: number;
   clock?: () => number;
   policy?: Policy;
+  /** Cached mode (watch + noreply): by default on with cbd and no clock;
+   * false: every call asks cbd; true: insist (RangeError without cbd or
+   * with a clock). */
+  cached?: boolean;
 }
+
+/** The counters of a process's watch cache for one socket path. */
+export interface CacheStats {
+  /** Calls permitted from the cache (closed). */
+  cachedCalls: number;
+  /** Calls refused from the cache (open within its break, held open). */
+  refusedCalls: number;
+  /** Calls of cached breakers that asked cbd (half_open, break elapsed,
+   * not read yet, no live watch, a breaker's first call). */
+  uncachedCalls: number;
+  /** Outcomes queued as noreply lines, and the writes that carried them. */
+  noreplyLines: number;
+  writes: number;
+  /** Outcomes of cached calls reported through the client instead (no
+   * live connection, 1 MiB unwritten, a failed write). */
+  storeReports: number;
+  events: number;
+  connects: number;
+  /** Connects after a lost connection. */
+  reconnects: number;
+  disconnects: number;
+  /** Breakers left uncached: CACHE_NAMES_MAX names watched. */
+  namesFull: number;
+  /** Outcomes not queued: CACHE_OUT_MAX_BYTES unwritten. */
+  outFull: number;
+  lineTooLong: number;
+  badLines: number;
+  /** Watch requests answered ok: false (a protocol 1 cbd). */
+  watchRefused: number;
+  /** Connected now (entries may still await their watch reply). */
+  live: boolean;
+  /** Names watched now. */
+  names: number;
+}
+/** The counters of this process's cache for socketPath; null when none runs. */
+export function cacheStats(socketPath: string): CacheStats | null;
+/** Names cached per process (4096); breakers past it ask cbd. */
+export const CACHE_NAMES_MAX: number;
+/** Unwritten outcome bytes per cache (1 MiB); past it outcomes go through the client. */
+export const CACHE_OUT_MAX_BYTES: number;
 
 export interface BreakerEvents {
   stateChange: [prev: State, state: State, error: unknown];
@@ -211,6 +257,16 @@ export class Breaker extends EventEmitter {
   readonly storePolicy: StorePolicy;
   /** The last state seen, without I/O. */
   readonly state: State;
+  /** Does the breaker decide from the watch cache? */
+  readonly cached: boolean;
+  /** Can the cache decide its calls now (live, circuit read)? */
+  readonly cacheLive: boolean;
+  /** The cache's counters; null when not cached. */
+  cacheStats(): CacheStats | null;
+  /** Leave the cache (the last cached breaker of the process writes what is
+   * queued, 200 ms at most, and closes the watch connection); close the
+   * client the breaker made itself. */
+  close(): Promise<void>;
   on<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
   once<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
   off<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;

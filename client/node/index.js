@@ -8,4 +8,5 @@ export { CbdError, ServerError, UnavailableError, CbdTimeoutError, CircuitOpenEr
 export { SUCCESS, FAILURE, IGNORE, classifyDefault, classifyHttp, httpOutcome, httpStatus } from './src/classify.js';
 export { Retry, AttemptTimeoutError, RetryableResult } from './src/retry.js';
 export { LocalStore } from './src/local.js';
+export { cacheStats, NAMES_MAX as CACHE_NAMES_MAX, OUT_MAX_BYTES as CACHE_OUT_MAX_BYTES } from './src/cache.js';
 export * as machine from './src/machine.js';

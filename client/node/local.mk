@@ -6,6 +6,7 @@ EXTRA_DIST += \
 	client/node/index.js \
 	client/node/index.d.ts \
 	client/node/src/breaker.js \
+	client/node/src/cache.js \
 	client/node/src/classify.js \
 	client/node/src/connection.js \
 	client/node/src/errors.js \
@@ -14,6 +15,8 @@ EXTRA_DIST += \
 	client/node/src/retry.js \
 	client/node/test/helpers.js \
 	client/node/test/breaker.test.js \
+	client/node/test/cache.test.js \
+	client/node/test/cached-peer.js \
 	client/node/test/classify.test.js \
 	client/node/test/example.test.js \
 	client/node/test/fallback.test.js \

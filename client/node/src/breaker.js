@@ -16,12 +16,19 @@
 // No latching: every call asks cbd first, and its first answer makes it
 // authoritative again (the local copy is dropped). After a timeout cbd is
 // skipped for timeoutBackoffMs, so a hung cbd costs one timeout per window.
+//
+// Cached mode (cache.js; on by default with cbd, off with cached: false):
+// a call decides from the process's watch cache when it can — closed runs
+// at once and its outcome goes as a noreply line, open within its break is
+// refused locally — and otherwise (half_open, break elapsed, name not read,
+// no live watch, a breaker's first call) asks cbd as above.
 
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import * as m from './machine.js';
 import { LocalStore } from './local.js';
 import { Client } from './connection.js';
+import { joinCache, leaveCache, PERMIT, REFUSE } from './cache.js';
 import { CbdError, CbdTimeoutError, CircuitOpenError, storeFailed } from './errors.js';
 import { classifyDefault, FAILURE, IGNORE, OUTCOMES, SUCCESS } from './classify.js';
 
@@ -37,11 +44,12 @@ export const NAME_MAX_BYTES = 256;
 
 /** A granted call: report its outcome exactly once. */
 export class Permit {
-  constructor(name, state, token = null, local = false) {
+  constructor(name, state, token = null, local = false, cached = false) {
     this.name = name;
     this.state = state;
     this.token = token; // allow's permit (a half_open trial slot)
     this.local = local; // granted by the local fallback
+    this.cached = cached; // granted by the watch cache (closed)
     this.started = performance.now();
     this.reported = false;
   }
@@ -54,8 +62,13 @@ export class Permit {
  * 'success' | 'failure' | 'ignore'), classifyResults (also classify
  * returned values, e.g. fetch Responses), fallback(err), timeoutBackoffMs,
  * clock (ms since the epoch: virtual time, sent as ctx.now), policy (the
- * §6 members to declare; normally the operator's config decides).
+ * §6 members to declare; normally the operator's config decides), cached
+ * (decide from the process's watch cache: by default when on cbd without
+ * a clock; false: every call asks cbd; true: insist, RangeError without cbd
+ * or with a clock — the cache keeps real time).
  * Events: 'stateChange' (prev, state, error), 'storeError' (error, op).
+ * close() leaves the cache (writing what is queued) and closes the client
+ * the breaker made itself.
  */
 export class Breaker extends EventEmitter {
   constructor(name, options = {}) {
@@ -65,8 +78,12 @@ export class Breaker extends EventEmitter {
     }
     const {
       client, socketPath, storePolicy = LOCAL, classify = classifyDefault, classifyResults = false, fallback = null,
-      timeoutBackoffMs = DEFAULT_TIMEOUT_BACKOFF_MS, clock = null, policy = {}, private: priv = false,
+      timeoutBackoffMs = DEFAULT_TIMEOUT_BACKOFF_MS, clock = null, policy = {}, private: priv = false, cached,
     } = options;
+    if (cached !== undefined && typeof cached !== 'boolean') throw new TypeError('cached must be a boolean');
+    if (cached === true && (priv || clock)) {
+      throw new RangeError(priv ? 'cached: true needs cbd (not a private breaker)' : 'cached: true with a clock: the cache keeps real time');
+    }
     if (!STORE_POLICIES.includes(storePolicy)) throw new RangeError(`storePolicy must be one of ${STORE_POLICIES.join(', ')}`);
     if (!(timeoutBackoffMs >= 0 && timeoutBackoffMs <= TIMEOUT_BACKOFF_MAX_MS)) {
       throw new RangeError(`timeoutBackoffMs must be from 0 to ${TIMEOUT_BACKOFF_MAX_MS}`);
@@ -81,6 +98,7 @@ export class Breaker extends EventEmitter {
     this.clock = clock;
     this.ctx = Object.fromEntries(Object.entries(policy).filter(([, v]) => v != null));
     this.policy = m.resolvePolicy(this.ctx); // throws on a bad preset
+    this.ownsClient = !priv && !client;
     this.client = priv ? null : client || new Client(socketPath);
     this.observed = m.CLOSED;
     this.local = new LocalStore();
@@ -91,6 +109,66 @@ export class Breaker extends EventEmitter {
     this.seen = m.initialSnapshot();
     this.seenPolicy = null;
     this.seenHold = null;
+    // Cached mode: the process's cache for the client's socket and this
+    // name's entry in it (null past the cache's name limit: uncached).
+    this.cacheMembership = null;
+    this.cache = null;
+    this.cacheEntry = null;
+    this.primed = false; // cbd answered a call: the circuit has our policy
+    if (this.client && !clock && cached !== false) {
+      this.cacheMembership = joinCache(this.client.socketPath, name, this);
+      this.cache = this.cacheMembership.cache;
+      this.cacheEntry = this.cacheMembership.entry;
+      const ctx = Object.keys(this.ctx).length ? this.ctx : undefined;
+      this.noreplyHead = {};
+      for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure'], [IGNORE, 'record']]) {
+        const head = JSON.stringify({ op, name, outcome: outcome === IGNORE ? IGNORE : undefined, ctx, noreply: true }).slice(0, -1);
+        this.noreplyHead[outcome] = { text: `${head},"duration_ms":`, bytes: Buffer.byteLength(head) + 15 };
+      }
+    }
+  }
+
+  /** Does this breaker decide from the watch cache? */
+  get cached() {
+    return this.cacheEntry !== null;
+  }
+
+  /** Can the cache decide this breaker's calls now (its watch connection
+   * is live and has read the circuit)? Its first call asks cbd anyway. */
+  get cacheLive() {
+    return this.cacheEntry !== null && this.cache.live && this.cacheEntry.valid;
+  }
+
+  /** The watch cache's counters (cache.js cacheStats), null when uncached. */
+  cacheStats() {
+    return this.cacheEntry ? this.cache.snapshotStats() : null;
+  }
+
+  /** Leave the watch cache (the last breaker of the process writes what is
+   * queued, waiting 200 ms at most, and closes it); close the client the
+   * breaker made itself. Later calls ask cbd. */
+  async close() {
+    const membership = this.cacheMembership;
+    if (membership) {
+      this.cacheMembership = null;
+      this.cache = null;
+      this.cacheEntry = null;
+      await leaveCache(membership);
+    }
+    if (this.ownsClient) this.client.close();
+  }
+
+  /** From the cache: a snapshot of the circuit (a watch reply's, or a
+   * change event's: of a stored circuit, remembered for the fallback). */
+  cacheUpdated(snap, fromEvent) {
+    if (fromEvent) this.noteSnapshot(snap);
+    this.observe(snap.state);
+  }
+
+  /** From the cache: the circuit was deleted (the next call creates it). */
+  cacheDeleted() {
+    this.seen = m.initialSnapshot();
+    this.observe(m.CLOSED);
   }
 
   /** A breaker on an in-process circuit only (no cbd). */
@@ -209,10 +287,30 @@ export class Breaker extends EventEmitter {
   /** A Permit for one call; rejects with CircuitOpenError (REJECT: with the
    * UnavailableError when cbd is unavailable). */
   async acquire() {
+    if (this.cacheEntry && !this.primed) {
+      this.cache.stats.uncachedCalls += 1; // the first call creates the circuit
+    } else if (this.cacheEntry) {
+      // Otherwise ASK (counted by decide): on to cbd below.
+      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry);
+      if (verdict === PERMIT || verdict === REFUSE) {
+        if (this.degraded) {
+          // The cache reads cbd again: cbd is authoritative.
+          this.degraded = false;
+          this.local.forget(this.name);
+        }
+        if (verdict === PERMIT) {
+          this.observe(m.CLOSED);
+          return new Permit(this.name, m.CLOSED, null, false, true);
+        }
+        this.observe(m.OPEN);
+        throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+      }
+    }
     const ctx = this.callCtx();
     const { reply: answer, err } = await this.remote('allow', () => this.client.allow(this.name, ctx));
     let reply = answer;
     const degraded = reply === null;
+    if (!degraded) this.primed = true;
     const now = this.ctxNow(ctx);
     if (degraded) {
       if (this.storePolicy === ALLOW) return new Permit(this.name, m.CLOSED);
@@ -235,6 +333,24 @@ export class Breaker extends EventEmitter {
     if (permit.reported) throw new Error(`permit for circuit "${this.name}" was already reported`);
     permit.reported = true;
     if (durationMs == null) durationMs = Math.max(0, Math.floor(performance.now() - permit.started));
+    if (permit.cached && this.cacheEntry) {
+      // Without waiting, on the watch connection; when it cannot take the
+      // line, through the client as uncached calls report.
+      const head = this.noreplyHead[outcome];
+      const tail = `${durationMs}}\n`;
+      if (this.cache.send(head.text + tail, head.bytes + tail.length, outcome === FAILURE, this, outcome, durationMs)) return;
+    }
+    return this.recordThroughClient(permit, outcome, durationMs, error);
+  }
+
+  /** A cached call's outcome that the watch connection could not carry. */
+  reportThroughClient(outcome, durationMs) {
+    this.recordThroughClient(new Permit(this.name, m.CLOSED), outcome, durationMs, null).catch((e) => this.emit('storeError', e, 'record'));
+  }
+
+  /** Record an outcome on cbd through the client (with the local copy when
+   * cbd is unavailable and the policy is LOCAL). */
+  async recordThroughClient(permit, outcome, durationMs, error) {
     const remoteToken = permit.local ? null : permit.token;
     const ctx = this.callCtx();
     // An ignored call without a permit changes nothing but cbd's

@@ -3,6 +3,9 @@
 // half-open permits handed back whatever the call does (returns, throws, is
 // aborted), stateChange events, the duration reported for slow-call rules,
 // many concurrent calls on one connection, a private breaker.
+// Breakers that check what cbd holds right after a call run uncached
+// (cached: false): cached mode learns of its own trips one event later
+// (cache.test.js covers it); virtual-clock breakers are never cached.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -37,7 +40,7 @@ function virtual(policy, options = {}) {
 }
 
 test('execute returns the result and reports a success', async () => {
-  const b = new Breaker(uniqueName('ok'), { client });
+  const b = new Breaker(uniqueName('ok'), { client, cached: false });
   assert.equal(await b.execute(async () => 42), 42);
   assert.equal(await b.call(async (x, y) => x + y, 1, 2), 3);
   assert.equal(await b.call((x) => x * 2, 4), 8, 'a plain function too');
@@ -46,7 +49,7 @@ test('execute returns the result and reports a success', async () => {
 });
 
 test('failures open the circuit; CircuitOpenError carries retryAfterMs', async () => {
-  const b = new Breaker(uniqueName('open'), { client, policy: { failure_threshold: 2, break_ms: 60000 } });
+  const b = new Breaker(uniqueName('open'), { client, cached: false, policy: { failure_threshold: 2, break_ms: 60000 } });
   await fails(b, 2);
   assert.equal(b.state, 'open');
   let ran = false;
@@ -60,7 +63,7 @@ test('failures open the circuit; CircuitOpenError carries retryAfterMs', async (
   assert.equal(ran, false);
   // A fallback answers instead, per call or on the breaker.
   assert.equal(await b.execute(async () => 1, { fallback: (e) => `fallback ${e.state}` }), 'fallback open');
-  const fb = new Breaker(b.name, { client, fallback: () => 'cached' });
+  const fb = new Breaker(b.name, { client, cached: false, fallback: () => 'cached' });
   assert.equal(await fb.call(async () => 1), 'cached');
 });
 
@@ -70,7 +73,7 @@ test('a refusal that is an answer (bad_request) is thrown as it is', async () =>
 });
 
 test('wrap returns a protected async function', async () => {
-  const b = new Breaker(uniqueName('wrap'), { client, policy: { failure_threshold: 1 } });
+  const b = new Breaker(uniqueName('wrap'), { client, cached: false, policy: { failure_threshold: 1 } });
   const get = b.wrap(async (id) => {
     if (id < 0) throw new Error('no');
     return { id };
@@ -83,7 +86,7 @@ test('wrap returns a protected async function', async () => {
 
 test('the classifier: success, failure and ignore; a throwing classifier is a failure', async () => {
   const classify = (e) => (e.message === 'business' ? SUCCESS : e.message === 'cancel' ? IGNORE : e.message === 'weird' ? 'nonsense' : 'failure');
-  const b = new Breaker(uniqueName('cls'), { client, classify, policy: { failure_threshold: 1000 } });
+  const b = new Breaker(uniqueName('cls'), { client, cached: false, classify, policy: { failure_threshold: 1000 } });
   for (const msg of ['business', 'cancel', 'real', 'weird']) {
     await assert.rejects(b.call(async () => { throw new Error(msg); }));
   }
@@ -95,7 +98,7 @@ test('the classifier: success, failure and ignore; a throwing classifier is a fa
 });
 
 test('classifyResults with the HTTP classifier: a fetch-like 503 Response is a failure', async () => {
-  const b = new Breaker(uniqueName('http'), { client, classify: classifyHttp, classifyResults: true, policy: { failure_threshold: 2 } });
+  const b = new Breaker(uniqueName('http'), { client, cached: false, classify: classifyHttp, classifyResults: true, policy: { failure_threshold: 2 } });
   const response = (status) => ({ status, ok: status < 400 });
   assert.equal((await b.call(async () => response(404))).status, 404);
   assert.equal(b.state, 'closed');
@@ -149,7 +152,7 @@ test('stateChange events: closed -> open -> half_open -> closed', async () => {
 });
 
 test('the duration is reported: slow calls open a rate circuit', async () => {
-  const b = new Breaker(uniqueName('slow'), { client, policy: { trip: 'rate', window_size: 4, minimum_calls: 2, slow_call_ms: 20, slow_call_rate: 50 } });
+  const b = new Breaker(uniqueName('slow'), { client, cached: false, policy: { trip: 'rate', window_size: 4, minimum_calls: 2, slow_call_ms: 20, slow_call_rate: 50 } });
   await b.call(() => delay(40));
   await b.call(() => delay(40));
   assert.equal(b.state, 'open');
@@ -159,7 +162,7 @@ test('the duration is reported: slow calls open a rate circuit', async () => {
 
 test('many calls in flight through one breaker share one connection', async () => {
   const c = new Client(d.socket, { ioTimeoutMs: 2000 });
-  const b = new Breaker(uniqueName('conc'), { client: c, policy: { failure_threshold: 1000 } });
+  const b = new Breaker(uniqueName('conc'), { client: c, cached: false, policy: { failure_threshold: 1000 } });
   const results = await Promise.all(Array.from({ length: 100 }, (_, i) => b.call(async () => { await delay(1); return i; })));
   assert.deepEqual(results, Array.from({ length: 100 }, (_, i) => i));
   assert.equal((await c.get(b.name)).snapshot.totals.successes, 100);

@@ -1,6 +1,8 @@
 // fallback.test.js — the store policies when cbd is unreachable
 // (libcbclient's resilient store): cbd killed and cbd SIGSTOPped (bounded:
-// one timeout per backoff window, counted, not timed), then back.
+// one timeout per backoff window, counted, not timed), then back. The
+// breakers run uncached (every call asks cbd first); cache.test.js has the
+// cached breaker's fallback.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -27,7 +29,7 @@ async function withCbd(t) {
 function breaker(d, options = {}) {
   const errors = [];
   const client = new Client(d.socket, { ioTimeoutMs: 500, connectTimeoutMs: 2000 });
-  const b = new Breaker('payments', { client, ...options });
+  const b = new Breaker('payments', { client, cached: false, ...options });
   b.on('storeError', (err, op) => errors.push([err.code, op]));
   return { b, errors, client };
 }

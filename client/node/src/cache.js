@@ -1,0 +1,453 @@
+// cache.js — the cached mode of breakers on cbd, as libcbclient's
+// (client/cache.c): one watch connection per process and socket path,
+// shared by every cached breaker that uses it, keeping the state of each
+// circuit those breakers name and carrying their outcomes to cbd as
+// noreply lines.
+//
+//   - The connection watches every name, applies the watch reply's
+//     snapshots and the change/delete events (PROTOCOL.md §8) to one entry
+//     per name, and reconnects every RECONNECT_MS while cbd is away. An
+//     entry is valid only between the watch reply that read it and the loss
+//     of the connection: a lost connection invalidates every entry at once,
+//     until the next watch reply re-reads them.
+//   - Outcomes are queued as noreply lines. A failure (what trips circuits)
+//     is written at once, with everything queued before it (order kept);
+//     successes wait at most FLUSH_MS (or until FLUSH_BYTES are queued), so
+//     a stream of calls costs one write per period. Past OUT_MAX_BYTES
+//     unwritten, or with no live connection, the breaker reports through
+//     its client instead; so do the outcomes of a write that failed or that
+//     a lost connection left unwritten (they reach cbd, or the store
+//     policy, rather than vanishing: libcbclient keeps those for the next
+//     connection).
+//   - The socket never keeps the process alive on its own (unref'd; a write
+//     in progress and the FLUSH_MS timer do, briefly). The last breaker to
+//     leave closes it after writing what is queued (CLOSE_FLUSH_MS at most).
+
+import net from 'node:net';
+
+// Successes wait at most this long before they are written, together (ms).
+export const FLUSH_MS = 1;
+// Queued successes are written at once when they reach this many bytes (a
+// loop of calls that never yields to the event loop never runs the timer).
+export const FLUSH_BYTES = 16 << 10;
+// Wait between reconnect attempts while cbd is away (ms).
+export const RECONNECT_MS = 20;
+// Unwritten outcomes, at most (bytes); past it the client reports them.
+export const OUT_MAX_BYTES = 1 << 20;
+// Names cached per process; breakers past it ask cbd (counted).
+export const NAMES_MAX = 4096;
+// Longest line accepted from cbd (a watch reply carries a snapshot per
+// name, about 1 KiB each); past it the connection is dropped.
+export const LINE_MAX_BYTES = NAMES_MAX * 2048;
+// How long closing waits for queued outcomes to be written (ms).
+export const CLOSE_FLUSH_MS = 200;
+// Names per watch request (keeps each line far below cbd's max_line_bytes).
+export const WATCH_BATCH = 64;
+
+// What decide() answers.
+export const PERMIT = 'permit';
+export const REFUSE = 'refuse';
+export const ASK = 'ask';
+
+// Every cache of this process, by socket path.
+const caches = new Map();
+// Names watched by every cache of this process.
+let namesWatched = 0;
+
+/** One name's entry: what the last snapshot or event said. */
+class Entry {
+  constructor(name) {
+    this.name = name;
+    this.valid = false; // read by the current connection's watch reply
+    this.state = 'closed';
+    this.openedAt = null;
+    this.breakMs = null; // current_break_ms, else the policy's break_ms
+    this.retryAfterMs = 0; // as reported, at receivedAt
+    this.receivedAt = 0;
+    this.hold = null; // {state, until} while held
+    this.breakers = new Set(); // WeakRefs of the breakers told of every snapshot
+  }
+
+  set(snap) {
+    this.valid = true;
+    this.state = snap.state;
+    this.openedAt = snap.opened_at ?? null;
+    this.breakMs = snap.current_break_ms ?? snap.policy?.break_ms ?? null;
+    this.retryAfterMs = snap.retry_after_ms ?? 0;
+    this.receivedAt = Date.now();
+    this.hold = snap.hold ? { state: snap.hold.state, until: snap.hold.until ?? null } : null;
+  }
+}
+
+export class WatchCache {
+  constructor(socketPath) {
+    this.socketPath = socketPath;
+    this.refs = 0;
+    this.entries = new Map();
+    this.sock = null;
+    this.live = false; // connected, and no write failed
+    this.everConnected = false;
+    this.closed = false;
+    this.in = '';
+    this.out = []; // {line, breaker, outcome, durationMs}: not written yet
+    this.outBytes = 0;
+    this.flushTimer = null;
+    this.reconnectTimer = null;
+    this.writing = 0; // writes not yet completed
+    this.written = []; // resolved when writing drops to 0
+    this.stats = {
+      cachedCalls: 0, // calls permitted from the cache (closed)
+      refusedCalls: 0, // calls refused from the cache (open, held open)
+      uncachedCalls: 0, // calls of cached breakers that asked cbd
+      noreplyLines: 0, // outcomes queued as noreply lines
+      writes: 0, // socket writes that carried them
+      storeReports: 0, // outcomes of cached calls reported through the client
+      events: 0,
+      connects: 0,
+      reconnects: 0, // connects after a lost connection
+      disconnects: 0,
+      namesFull: 0, // breakers not cached: NAMES_MAX names watched
+      outFull: 0, // outcomes not queued: OUT_MAX_BYTES unwritten
+      lineTooLong: 0,
+      badLines: 0,
+      watchRefused: 0, // watch answered ok: false (a protocol 1 cbd)
+    };
+    this.connect();
+  }
+
+  // -- the connection -----------------------------------------------------
+  connect() {
+    this.reconnectTimer = null;
+    if (this.closed) return;
+    const sock = net.createConnection({ path: this.socketPath });
+    this.sock = sock;
+    sock.unref();
+    sock.setEncoding('utf8');
+    sock.once('connect', () => {
+      if (this.sock !== sock) return;
+      this.live = true;
+      this.stats.connects += 1;
+      if (this.everConnected) this.stats.reconnects += 1;
+      this.everConnected = true;
+      const names = [...this.entries.keys()];
+      let watch = '';
+      for (let i = 0; i < names.length; i += WATCH_BATCH) watch += watchLine(names.slice(i, i + WATCH_BATCH));
+      if (watch) this.write(watch, []);
+    });
+    sock.on('data', (chunk) => {
+      if (this.sock === sock) this.onData(chunk);
+    });
+    sock.on('error', () => {
+      if (this.sock === sock) this.disconnect();
+    });
+    sock.on('close', () => {
+      if (this.sock === sock) this.disconnect();
+    });
+  }
+
+  /** The connection is gone: every entry invalid, unwritten outcomes to the
+   * client, and a new attempt in RECONNECT_MS. */
+  disconnect() {
+    const sock = this.sock;
+    if (sock === null) return;
+    this.sock = null;
+    sock.destroy();
+    if (this.live) this.stats.disconnects += 1;
+    this.live = false;
+    this.in = '';
+    for (const e of this.entries.values()) e.valid = false;
+    this.clearFlushTimer();
+    const unwritten = this.out;
+    this.out = [];
+    this.outBytes = 0;
+    this.reroute(unwritten);
+    if (!this.closed) {
+      this.reconnectTimer = setTimeout(() => this.connect(), RECONNECT_MS);
+      this.reconnectTimer.unref();
+    }
+  }
+
+  onData(chunk) {
+    const sock = this.sock;
+    this.in += chunk;
+    let start = 0;
+    let nl;
+    while ((nl = this.in.indexOf('\n', start)) >= 0) {
+      const line = this.in.slice(start, nl);
+      start = nl + 1;
+      this.onLine(line);
+      if (this.sock !== sock) return; // a listener closed it
+    }
+    this.in = this.in.slice(start);
+    if (this.in.length > LINE_MAX_BYTES) {
+      this.stats.lineTooLong += 1;
+      this.disconnect();
+    }
+  }
+
+  onLine(line) {
+    if (!line.trim()) return;
+    let msg;
+    try {
+      msg = JSON.parse(line);
+    } catch {
+      this.stats.badLines += 1;
+      return;
+    }
+    if (msg === null || typeof msg !== 'object') {
+      this.stats.badLines += 1;
+    } else if (msg.event === 'change') {
+      this.stats.events += 1;
+      this.apply(msg.snapshot, true);
+    } else if (msg.event === 'delete') {
+      this.stats.events += 1;
+      const e = this.entries.get(msg.name);
+      if (e?.valid) {
+        // Gone: the next call creates it closed.
+        e.state = 'closed';
+        e.openedAt = null;
+        e.hold = null;
+        for (const ref of e.breakers) ref.deref()?.cacheDeleted();
+      }
+    } else if (msg.ok === true) {
+      // A watch reply (the only requests with replies on this connection
+      // are watch and unwatch; unwatch carries no snapshots).
+      if (Array.isArray(msg.snapshots)) for (const s of msg.snapshots) this.apply(s, false);
+    } else if (msg.ok === false) {
+      this.stats.watchRefused += 1; // entries stay invalid: breakers ask cbd
+    } else if (typeof msg.event === 'string') {
+      this.stats.events += 1;
+    }
+  }
+
+  /** One snapshot from a watch reply or a change event. */
+  apply(snap, fromEvent) {
+    if (snap === null || typeof snap !== 'object' || typeof snap.name !== 'string') {
+      this.stats.badLines += 1;
+      return;
+    }
+    const e = this.entries.get(snap.name);
+    if (!e) return; // unwatched since
+    if (typeof snap.state !== 'string') {
+      this.stats.badLines += 1;
+      e.valid = false; // cannot tell its state: ask cbd
+      return;
+    }
+    e.set(snap);
+    for (const ref of e.breakers) ref.deref()?.cacheUpdated(snap, fromEvent);
+  }
+
+  // -- output ----------------------------------------------------------------
+  /** Write text now (the connection is live); items are the outcomes it
+   * carries, reported through the client if the write fails. */
+  write(text, items) {
+    this.stats.writes += items.length > 0 ? 1 : 0;
+    this.writing += 1;
+    this.sock.write(text, (err) => {
+      if (err && items.length > 0) this.reroute(items);
+      this.writing -= 1;
+      if (this.writing === 0) for (const resolve of this.written.splice(0)) resolve();
+    });
+  }
+
+  flush() {
+    this.clearFlushTimer();
+    if (!this.live || this.out.length === 0) return;
+    const items = this.out;
+    this.out = [];
+    this.outBytes = 0;
+    let text = '';
+    for (const item of items) text += item.line;
+    this.write(text, items);
+  }
+
+  clearFlushTimer() {
+    if (this.flushTimer !== null) {
+      clearTimeout(this.flushTimer);
+      this.flushTimer = null;
+    }
+  }
+
+  /** Queue one outcome line (bytes: its length in UTF-8); false when the
+   * breaker must report it through its client: no live connection, or
+   * OUT_MAX_BYTES already unwritten. urgent (failures): written at once
+   * with everything queued before it. */
+  send(line, bytes, urgent, breaker, outcome, durationMs) {
+    if (!this.live) {
+      this.stats.storeReports += 1;
+      return false;
+    }
+    if (this.outBytes + this.sock.writableLength + bytes > OUT_MAX_BYTES) {
+      this.stats.outFull += 1;
+      this.stats.storeReports += 1;
+      return false;
+    }
+    this.out.push({ line, breaker, outcome, durationMs });
+    this.outBytes += bytes;
+    this.stats.noreplyLines += 1;
+    if (urgent || this.outBytes >= FLUSH_BYTES) this.flush();
+    else if (this.flushTimer === null) this.flushTimer = setTimeout(() => this.flush(), FLUSH_MS);
+    return true;
+  }
+
+  /** Outcomes that did not reach the socket: through each breaker's client
+   * (cbd on its own connection, else the store policy). */
+  reroute(items) {
+    for (const { breaker, outcome, durationMs } of items) {
+      this.stats.storeReports += 1;
+      breaker.reportThroughClient(outcome, durationMs);
+    }
+  }
+
+  // -- names and decisions ---------------------------------------------------
+  /** The entry of name for a breaker (ref: a WeakRef of it), watched from
+   * now; null past NAMES_MAX. */
+  join(name, ref) {
+    let e = this.entries.get(name);
+    if (!e) {
+      if (namesWatched >= NAMES_MAX) {
+        this.stats.namesFull += 1;
+        return null;
+      }
+      e = new Entry(name);
+      this.entries.set(name, e);
+      namesWatched += 1;
+      if (this.live) this.write(watchLine([name]), []);
+    }
+    e.breakers.add(ref);
+    return e;
+  }
+
+  /** A breaker (ref) no longer uses e: unwatched once no breaker does. */
+  leave(e, ref) {
+    e.breakers.delete(ref);
+    if (e.breakers.size > 0 || this.entries.get(e.name) !== e) return;
+    this.entries.delete(e.name);
+    namesWatched -= 1;
+    if (this.live) this.write(`${JSON.stringify({ op: 'unwatch', names: [e.name] })}\n`, []);
+  }
+
+  /** {verdict: PERMIT | REFUSE | ASK, retryAfterMs} for a call on e now. */
+  decide(e) {
+    let verdict = ASK;
+    let left = 0;
+    if (!e.valid || !this.live) {
+      verdict = ASK;
+    } else if (e.hold && e.hold.state === 'open') {
+      // Held open: refused until the hold ends (its until; without one,
+      // until released).
+      const now = Date.now();
+      if (e.hold.until != null) {
+        left = e.hold.until - now;
+        verdict = left > 0 ? REFUSE : ASK;
+      } else {
+        left = Math.max(1, e.retryAfterMs - (now - e.receivedAt));
+        verdict = REFUSE;
+      }
+    } else if (e.state === 'closed') {
+      verdict = PERMIT;
+    } else if (e.state === 'open') {
+      const now = Date.now();
+      left = e.openedAt != null && e.breakMs != null ? e.openedAt + e.breakMs - now : e.retryAfterMs - (now - e.receivedAt);
+      verdict = left > 0 ? REFUSE : ASK;
+    }
+    if (verdict === PERMIT) this.stats.cachedCalls += 1;
+    else if (verdict === REFUSE) this.stats.refusedCalls += 1;
+    else this.stats.uncachedCalls += 1;
+    return { verdict, retryAfterMs: verdict === REFUSE ? Math.ceil(left) : 0 };
+  }
+
+  snapshotStats() {
+    return { ...this.stats, live: this.live, names: this.entries.size };
+  }
+
+  // -- closing ---------------------------------------------------------------
+  /** Write what is queued (waiting CLOSE_FLUSH_MS at most), then close. */
+  async close() {
+    this.closed = true;
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = null;
+    this.flush();
+    if (this.sock && this.writing > 0) {
+      let timer;
+      await Promise.race([
+        new Promise((resolve) => this.written.push(resolve)),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, CLOSE_FLUSH_MS);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    const sock = this.sock;
+    if (sock) {
+      this.sock = null;
+      this.live = false;
+      sock.destroy();
+    }
+    // Outcomes still unwritten (no live connection): through the client.
+    const unwritten = this.out;
+    this.out = [];
+    this.outBytes = 0;
+    this.reroute(unwritten);
+    for (const e of this.entries.values()) e.valid = false;
+    namesWatched -= this.entries.size;
+    this.entries.clear();
+  }
+}
+
+function watchLine(names) {
+  return `${JSON.stringify({ op: 'watch', names })}\n`;
+}
+
+// A breaker dropped without close() leaves its cache once collected, so
+// short-lived breakers do not pile up in the cache (nor keep it open).
+const collected = new FinalizationRegistry(({ cache, entry, ref }) => {
+  if (entry) cache.leave(entry, ref);
+  releaseCache(cache);
+});
+
+/** breaker joins the process's cache for socketPath under name: {cache,
+ * entry (null past NAMES_MAX: the breaker asks cbd), ref}. */
+export function joinCache(socketPath, name, breaker) {
+  const cache = acquireCache(socketPath);
+  const ref = new WeakRef(breaker);
+  const entry = cache.join(name, ref);
+  collected.register(breaker, { cache, entry, ref }, ref);
+  return { cache, entry, ref };
+}
+
+/** The breaker of a joinCache membership is done with it. */
+export function leaveCache({ cache, entry, ref }) {
+  collected.unregister(ref);
+  if (entry) cache.leave(entry, ref);
+  return releaseCache(cache);
+}
+
+/** The cache for socketPath, shared by every cached breaker of the process
+ * (started by the first). */
+function acquireCache(socketPath) {
+  let c = caches.get(socketPath);
+  if (!c) {
+    c = new WatchCache(socketPath);
+    caches.set(socketPath, c);
+  }
+  c.refs += 1;
+  return c;
+}
+
+/** One breaker is done with c: the last one closes it. */
+async function releaseCache(c) {
+  c.refs -= 1;
+  if (c.refs > 0) return;
+  if (caches.get(c.socketPath) === c) caches.delete(c.socketPath);
+  await c.close();
+}
+
+/** The counters of the cache for socketPath (null when none runs): calls
+ * permitted, refused and left to cbd, noreply lines and their writes,
+ * outcomes reported through the client instead, events, connects,
+ * reconnects, disconnects, and the hits of its limits; live and names now. */
+export function cacheStats(socketPath) {
+  const c = caches.get(socketPath);
+  return c ? c.snapshotStats() : null;
+}

@@ -1,0 +1,519 @@
+// cache.test.js — cached mode (watch + noreply) against a real cbd: closed
+// calls cost no request on the breaker's client and their outcomes reach cbd
+// as noreply lines, in order; a trip or an admin hold made on another
+// connection is refused locally once its event arrives; half_open trials go
+// through cbd (exactly one for half_open_max 1, also across two processes:
+// cached-peer.js); cbd killed and restarted; cached: false; close writes
+// what is queued; breakers dropped without close; the name limit. Every
+// wait is a bounded poll on a condition, never a timing assertion.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as delay } from 'node:timers/promises';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { Daemon, uniqueName } from './helpers.js';
+import { Breaker, CACHE_NAMES_MAX, Client, CircuitOpenError, cacheStats } from '../index.js';
+
+const WAIT_MS = 10_000;
+const OPTS = { ioTimeoutMs: 2000, connectTimeoutMs: 2000 };
+
+let d;
+let plain; // another connection: cbd's view, and changes made elsewhere
+before(async () => {
+  d = await Daemon.start();
+  plain = new Client(d.socket, OPTS);
+});
+after(async () => {
+  plain?.close();
+  await d?.cleanup();
+});
+
+/** Poll cond (sync or async) every 5 ms until it holds; fail after WAIT_MS. */
+async function waitFor(cond, what) {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    if (await cond()) return;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await delay(5);
+  }
+}
+
+/** A client whose requests are counted (sent.n). */
+function countedClient(socket = d.socket) {
+  const client = new Client(socket, OPTS);
+  const sent = { n: 0, ops: [] };
+  const request = client.request.bind(client);
+  client.request = (op, ...args) => {
+    sent.n += 1;
+    sent.ops.push(op);
+    return request(op, ...args);
+  };
+  return { client, sent };
+}
+
+/** A cached breaker whose first call (through cbd: it creates the circuit)
+ * is done and whose cache has read the circuit. */
+async function primed(name, policy, socket = d.socket) {
+  const { client, sent } = countedClient(socket);
+  const b = new Breaker(name, { client, policy });
+  assert.equal(b.cached, true);
+  assert.equal(await b.call(async () => 'first'), 'first');
+  assert.deepEqual(sent.ops, ['allow', 'record'], 'the first call asks cbd');
+  await waitFor(() => b.cacheLive, 'the watch reply');
+  return { b, client, sent };
+}
+
+const totals = async (name, client = plain) => (await client.get(name)).snapshot.totals;
+const boom = async () => {
+  throw new Error('dependency down');
+};
+
+test('closed calls make no round trip; their outcomes reach cbd', async () => {
+  const name = uniqueName('closed');
+  const { b, client, sent } = await primed(name, { failure_threshold: 1000 });
+  const before = b.cacheStats();
+  const n = 500;
+  for (let i = 0; i < n; i++) assert.equal(await b.call(async () => i), i);
+  const after = b.cacheStats();
+  assert.equal(sent.n, 2, 'no request on the client after the first call');
+  assert.equal(after.cachedCalls - before.cachedCalls, n);
+  assert.equal(after.uncachedCalls - before.uncachedCalls, 0);
+  assert.equal(after.noreplyLines - before.noreplyLines, n);
+  assert.ok(after.writes - before.writes < n, 'successes are written together');
+  // An ignored call (aborted) goes as a noreply record too: totals.ignored.
+  const abort = async () => {
+    throw new DOMException('stop', 'AbortError');
+  };
+  await assert.rejects(b.call(abort), (e) => e.name === 'AbortError');
+  assert.equal(b.cacheStats().noreplyLines - before.noreplyLines, n + 1);
+  await waitFor(async () => {
+    const t = await totals(name);
+    return t.successes === n + 1 && t.ignored === 1;
+  }, `${n + 1} successes and an ignored call at cbd`);
+  await b.close();
+  client.close();
+});
+
+test('a trip made on another connection is refused locally, with retry_after_ms', async () => {
+  const name = uniqueName('trip');
+  const policy = { failure_threshold: 2, break_ms: 60000 };
+  const { b, client, sent } = await primed(name, policy);
+  const changes = [];
+  b.on('stateChange', (prev, state) => changes.push([prev, state]));
+  await plain.recordFailure(name, { ctx: policy });
+  await plain.recordFailure(name, { ctx: policy });
+  // The change event fires stateChange without any call.
+  await waitFor(() => b.state === 'open', 'the change event');
+  assert.deepEqual(changes, [['closed', 'open']]);
+  const before = b.cacheStats();
+  let ran = false;
+  await assert.rejects(b.call(async () => { ran = true; }), (e) => {
+    assert.ok(e instanceof CircuitOpenError);
+    assert.equal(e.state, 'open');
+    assert.ok(e.retryAfterMs > 0 && e.retryAfterMs <= 60000, `retryAfterMs ${e.retryAfterMs}`);
+    return true;
+  });
+  assert.equal(ran, false);
+  assert.equal(b.cacheStats().refusedCalls - before.refusedCalls, 1);
+  assert.equal(sent.n, 2, 'refused without asking cbd');
+  assert.equal((await totals(name)).rejected, 0, 'cbd never saw the refused call');
+  await b.close();
+  client.close();
+});
+
+test('a trip by the breaker itself is refused once its event comes back', async () => {
+  const name = uniqueName('self');
+  const { b, client, sent } = await primed(name, { failure_threshold: 2, break_ms: 60000 });
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(boom), /dependency down/);
+  await waitFor(() => b.state === 'open', 'the change event of our own trip');
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.equal(sent.n, 2);
+  const t = await totals(name);
+  assert.equal(t.failures, 2);
+  await b.close();
+  client.close();
+});
+
+test('after the break, half_open goes through cbd: one trial for half_open_max 1', async () => {
+  const name = uniqueName('half');
+  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1 };
+  // Two breakers on two clients.
+  const one = await primed(name, policy);
+  const two = await primed(name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => one.b.state === 'open' && two.b.state === 'open', 'both see open');
+  await waitFor(async () => (await plain.get(name)).snapshot.retry_after_ms === 0, 'the break to elapse');
+  const before = one.b.cacheStats();
+  let ran = 0;
+  let openGate;
+  const gate = new Promise((r) => {
+    openGate = r;
+  });
+  const trial = async () => {
+    ran += 1;
+    await gate; // the trial holds its slot until both calls have decided
+    return 'trial';
+  };
+  const settled = [];
+  const calls = [one.b, two.b].map((b) => b.call(trial).then((v) => ['ran', v], (e) => ['refused', e]).then((r) => {
+    settled.push(r);
+    return r;
+  }));
+  try {
+    // Both decided: a trial runs (and waits) or the call was refused.
+    await waitFor(() => ran + settled.length >= 2, 'both calls to decide');
+    assert.equal(ran, 1, 'exactly one trial');
+    const [refused] = settled;
+    assert.equal(refused[0], 'refused');
+    assert.ok(refused[1] instanceof CircuitOpenError && refused[1].state === 'half_open', String(refused[1]));
+  } finally {
+    openGate();
+  }
+  const results = await Promise.all(calls);
+  assert.deepEqual(results.map(([r]) => r).sort(), ['ran', 'refused']);
+  assert.equal(one.b.cacheStats().uncachedCalls - before.uncachedCalls, 2, 'both asked cbd');
+  // The trial closed the circuit: cached again once the event arrives.
+  await waitFor(() => one.b.state === 'closed' && two.b.state === 'closed', 'the close event');
+  const cached = one.b.cacheStats().cachedCalls;
+  assert.equal(await one.b.call(async () => 'again'), 'again');
+  assert.equal(one.b.cacheStats().cachedCalls, cached + 1);
+  for (const { b, client } of [one, two]) {
+    await b.close();
+    client.close();
+  }
+});
+
+const PEER = path.join(path.dirname(fileURLToPath(import.meta.url)), 'cached-peer.js');
+
+/** A cached breaker in another process (cached-peer.js). */
+class Peer {
+  static async start(t, name, policy) {
+    const peer = new Peer(name, policy);
+    t.after(() => peer.stop());
+    await peer.next((m) => m.ready, 'the peer to be ready');
+    return peer;
+  }
+
+  constructor(name, policy) {
+    this.proc = spawn(process.execPath, [PEER, d.socket, name, JSON.stringify(policy)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    this.exited = new Promise((r) => this.proc.once('exit', r));
+    this.messages = [];
+    this.waiters = [];
+    readline.createInterface({ input: this.proc.stdout }).on('line', (line) => {
+      this.messages.push(JSON.parse(line));
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  send(command) {
+    this.proc.stdin.write(`${command}\n`);
+  }
+
+  /** The first message (not taken yet) matching pred; bounded wait. */
+  async next(pred, what) {
+    const deadline = Date.now() + WAIT_MS;
+    for (;;) {
+      const i = this.messages.findIndex(pred);
+      if (i >= 0) return this.messages.splice(i, 1)[0];
+      if (Date.now() > deadline || this.proc.exitCode !== null) assert.fail(`timed out waiting for ${what}`);
+      await Promise.race([new Promise((r) => this.waiters.push(r)), delay(50)]);
+    }
+  }
+
+  async ask(command) {
+    this.send(command);
+    return this.next((m) => command in m, `the peer's ${command}`);
+  }
+
+  /** close, then SIGKILL if it has not exited within WAIT_MS. */
+  async stop() {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.send('close');
+    this.proc.stdin.end();
+    let timer;
+    const exited = await Promise.race([this.exited.then(() => true), new Promise((r) => { timer = setTimeout(() => r(false), WAIT_MS); })]);
+    clearTimeout(timer);
+    if (!exited) {
+      this.proc.kill('SIGKILL');
+      await this.exited;
+    }
+  }
+}
+
+test('two processes: a trip reaches both caches; after the break one trial in all', async (t) => {
+  const name = uniqueName('procs');
+  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1 };
+  const local = await primed(name, policy);
+  const peer = await Peer.start(t, name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => local.b.state === 'open', 'the trip in this process');
+  await waitFor(async () => (await peer.ask('state')).state === 'open', 'the trip in the other process');
+  await waitFor(async () => (await plain.get(name)).snapshot.retry_after_ms === 0, 'the break to elapse');
+  let localRan = false;
+  let localResult = null;
+  let openGate;
+  const gate = new Promise((r) => {
+    openGate = r;
+  });
+  const localCall = local.b.call(async () => {
+    localRan = true;
+    await gate; // the trial holds its slot until both have decided
+  }).then(() => 'ran', (e) => (e instanceof CircuitOpenError ? `refused ${e.state}` : String(e)));
+  localCall.then((r) => {
+    localResult = r;
+  });
+  peer.send('call');
+  let peerRan;
+  try {
+    const peerFirst = await peer.next((m) => m.ran || m.result, "the peer's call");
+    await waitFor(() => localRan || localResult !== null, "this process's call");
+    peerRan = peerFirst.ran === true;
+    assert.notEqual(localRan, peerRan, 'exactly one trial in the two processes');
+    if (!peerRan) assert.deepEqual([peerFirst.result, peerFirst.state], ['refused', 'half_open']);
+  } finally {
+    openGate();
+    peer.send('release');
+  }
+  assert.equal(await localCall, localRan ? 'ran' : 'refused half_open');
+  if (peerRan) assert.equal((await peer.next((m) => m.result, "the peer's trial")).result, 'ran');
+  // The trial closed the circuit: both caches decide again.
+  await waitFor(async () => (await peer.ask('state')).state === 'closed' && local.b.state === 'closed', 'the close event in both');
+  await local.b.close();
+  local.client.close();
+  await peer.stop();
+  assert.equal(peer.proc.exitCode, 0);
+});
+
+test('an admin hold open refuses locally; release lets calls through', async () => {
+  const name = uniqueName('hold');
+  const { b, client, sent } = await primed(name, { break_ms: 1000, success_threshold: 1 });
+  await plain.setState(name, 'open', { hold: true, ttlMs: 60000, reason: 'cache test' });
+  await waitFor(() => b.state === 'open', 'the hold event');
+  const before = b.cacheStats();
+  await assert.rejects(b.call(async () => 1), (e) => e instanceof CircuitOpenError && e.retryAfterMs > 0 && e.retryAfterMs <= 60000);
+  // Past break_ms the hold still refuses (it is not a break).
+  await delay(1100);
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.equal(b.cacheStats().refusedCalls - before.refusedCalls, 2);
+  assert.equal(sent.n, 2);
+  // A hold without a ttl: refused until released.
+  await plain.setState(name, 'open', { hold: true, reason: 'no ttl' });
+  await waitFor(async () => (await plain.get(name)).snapshot.hold?.until === null, 'the ttl-less hold');
+  await assert.rejects(b.call(async () => 1), (e) => e instanceof CircuitOpenError && e.retryAfterMs > 0);
+  await plain.release(name);
+  await waitFor(() => b.state === 'half_open', 'the release event');
+  assert.equal(await b.call(async () => 'allowed'), 'allowed', 'the trial after release');
+  await b.close();
+  client.close();
+});
+
+test('a deleted circuit reads as closed; the next cached call creates it again', async () => {
+  const name = uniqueName('del');
+  const policy = { failure_threshold: 1, break_ms: 60000 };
+  const { b, client, sent } = await primed(name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => b.state === 'open', 'the trip event');
+  assert.equal((await plain.delete(name)).existed, true);
+  await waitFor(() => b.state === 'closed', 'the delete event');
+  assert.equal(await b.call(async () => 'after delete'), 'after delete');
+  assert.equal(sent.n, 2);
+  // The noreply line carried the breaker's policy (ctx): cbd created it so.
+  await waitFor(async () => (await plain.get(name)).stored, 'the circuit created again');
+  const snap = (await plain.get(name)).snapshot;
+  assert.equal(snap.policy.failure_threshold, 1);
+  assert.equal(snap.totals.successes, 1);
+  await b.close();
+  client.close();
+});
+
+test('cbd killed: cache invalid, LOCAL applies; restarted: re-watched, cached again', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const name = uniqueName('kill');
+  const policy = { failure_threshold: 2, break_ms: 60000 };
+  const { b, client } = await primed(name, policy, own.socket);
+  const errors = [];
+  b.on('storeError', (err, op) => errors.push([err.code, op]));
+  assert.equal(await b.call(async () => 'cached'), 'cached');
+  const before = b.cacheStats();
+  await own.kill();
+  await waitFor(() => !b.cacheStats().live, 'the lost watch connection');
+  assert.equal(b.cacheLive, false);
+  // The store policy (LOCAL): the call runs, then the local copy breaks.
+  assert.equal(await b.call(async () => 'local'), 'local');
+  assert.ok(errors.some(([code, op]) => code === 'unavailable' && op === 'allow'), JSON.stringify(errors));
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.equal(b.cacheStats().uncachedCalls - before.uncachedCalls, 4);
+  assert.equal(b.cacheStats().cachedCalls, before.cachedCalls);
+  await own.start();
+  await waitFor(() => b.cacheLive, 're-watched after the restart');
+  const back = b.cacheStats();
+  assert.ok(back.reconnects >= 1 && back.live);
+  // The new cbd has no such circuit: closed, decided by the cache again.
+  assert.equal(await b.call(async () => 'cached again'), 'cached again');
+  assert.equal(b.cacheStats().cachedCalls, back.cachedCalls + 1);
+  assert.equal(b.state, 'closed');
+  // Its noreply line created the circuit with the breaker's policy (ctx).
+  const fresh = new Client(own.socket, OPTS);
+  await waitFor(async () => (await fresh.get(name)).stored, 'the circuit at the new cbd');
+  const snap = (await fresh.get(name)).snapshot;
+  assert.equal(snap.policy.failure_threshold, 2);
+  assert.equal(snap.totals.successes, 1);
+  fresh.close();
+  await b.close();
+  client.close();
+});
+
+test('past 1 MiB unwritten (cbd stopped), outcomes go through the client', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const name = uniqueName('full');
+  const { b, client } = await primed(name, { failure_threshold: 1000 }, own.socket);
+  client.ioTimeoutMs = 100;
+  const errors = [];
+  b.on('storeError', (err, op) => errors.push([err.code, op]));
+  const before = b.cacheStats();
+  own.pause();
+  try {
+    // The socket takes what the kernel buffers, then 1 MiB waits in the
+    // client; the loop turns every 1000 calls so Node can write.
+    for (let i = 0; i < 200_000 && b.cacheStats().outFull === before.outFull; i++) {
+      await b.call(async () => i);
+      if (i % 1000 === 999) await delay(0);
+    }
+    const full = b.cacheStats();
+    assert.ok(full.outFull > before.outFull, 'the 1 MiB limit was reached');
+    assert.ok(full.storeReports > before.storeReports);
+    await waitFor(() => errors.some(([code, op]) => code === 'timeout' && op === 'record'), 'the outcome through the client');
+  } finally {
+    own.resume();
+  }
+  // Every line queued reaches cbd once it runs again (and the requests
+  // that timed out in the client may too: cbd reads them late).
+  const { noreplyLines, storeReports } = b.cacheStats();
+  const queued = noreplyLines - before.noreplyLines;
+  await waitFor(async () => (await totals(name, client)).successes >= 1 + queued, `${1 + queued} successes at cbd`);
+  assert.ok((await totals(name, client)).successes <= 1 + queued + storeReports - before.storeReports);
+  await b.close();
+  client.close();
+});
+
+test('cached: false keeps two requests per call', async () => {
+  const name = uniqueName('off');
+  const { client, sent } = countedClient();
+  const b = new Breaker(name, { client, cached: false });
+  assert.equal(b.cached, false);
+  assert.equal(b.cacheStats(), null);
+  for (let i = 0; i < 5; i++) await b.call(async () => i);
+  assert.deepEqual(sent.ops, Array(5).fill(['allow', 'record']).flat());
+  assert.equal((await totals(name)).successes, 5, 'each outcome answered before the call returned');
+  client.close();
+  assert.throws(() => Breaker.private('p', { cached: true }), /cached/);
+  assert.throws(() => new Breaker('v', { client, clock: () => 0, cached: true }), /clock/);
+  assert.equal(new Breaker('v', { client, clock: () => 0 }).cached, false, 'a clock: never cached');
+});
+
+test('a failure is written before the successes queued after it, after those before it', async () => {
+  const name = uniqueName('order');
+  // Consecutive failures trip at 2: failure, success, failure in that
+  // order leaves it closed; a failure overtaking the success opens it.
+  const { b, client } = await primed(name, { failure_threshold: 2, break_ms: 60000 });
+  const before = b.cacheStats();
+  await assert.rejects(b.call(boom), /dependency down/);
+  assert.equal(await b.call(async () => 'ok'), 'ok');
+  await assert.rejects(b.call(boom), /dependency down/);
+  for (let i = 0; i < 3; i++) await b.call(async () => i);
+  assert.equal(b.cacheStats().cachedCalls - before.cachedCalls, 6);
+  await waitFor(async () => {
+    const t = await totals(name);
+    return t.failures === 2 && t.successes === 5;
+  }, 'the six outcomes at cbd');
+  const snap = (await plain.get(name)).snapshot;
+  assert.equal(snap.state, 'closed');
+  assert.equal(snap.failure_count, 0);
+  await b.close();
+  client.close();
+});
+
+test('close writes the queued outcomes and stops the watch connection', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const name = uniqueName('close');
+  const b = new Breaker(name, { socketPath: own.socket, client: undefined });
+  await b.call(async () => 'first');
+  await waitFor(() => b.cacheLive, 'the watch reply');
+  const n = 100;
+  for (let i = 0; i < n; i++) await b.call(async () => i); // queued: the loop never yields
+  assert.ok(cacheStats(own.socket).noreplyLines >= n);
+  await b.close();
+  assert.equal(cacheStats(own.socket), null, 'the last breaker closed the cache');
+  assert.equal(b.cached, false);
+  const c = new Client(own.socket, OPTS);
+  await waitFor(async () => (await totals(name, c)).successes === n + 1, 'every queued success at cbd');
+  assert.equal((await c.stats()).noreply, n, 'as noreply lines on the watch connection');
+  c.close();
+});
+
+test('breakers sharing a name share one entry; the cache counts names', async () => {
+  const name = uniqueName('shared');
+  const one = await primed(name, {});
+  const names = one.b.cacheStats().names;
+  const two = new Breaker(name, { client: one.client });
+  assert.equal(two.cacheStats().names, names, 'same name, same entry');
+  await two.close();
+  assert.equal(one.b.cacheLive, true, 'still watched for the other breaker');
+  await one.b.close();
+  one.client.close();
+});
+
+test('breakers dropped without close() leave the cache once collected', async () => {
+  // The test runner gives no --expose-gc: turn it on for this process.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  const client = new Client(d.socket, OPTS);
+  const name = uniqueName('dropped');
+  const keep = new Breaker(uniqueName('kept'), { client });
+  const names = keep.cacheStats().names;
+  (() => {
+    for (let i = 0; i < 100; i++) new Breaker(name, { client });
+  })();
+  assert.equal(keep.cacheStats().names, names + 1);
+  await waitFor(() => {
+    gc();
+    return keep.cacheStats().names === names;
+  }, 'the dropped breakers collected and their name unwatched');
+  await keep.close();
+  client.close();
+});
+
+test('past CACHE_NAMES_MAX names a breaker asks cbd (counted)', async () => {
+  const client = new Client(d.socket, OPTS);
+  const first = new Breaker(uniqueName('names'), { client });
+  const breakers = [first];
+  const namesFull = first.cacheStats().namesFull;
+  // (Names still watched by earlier tests' breakers count too.)
+  let past = null;
+  for (let i = 0; i < CACHE_NAMES_MAX && past === null; i++) {
+    const b = new Breaker(uniqueName('names'), { client });
+    if (b.cached) breakers.push(b);
+    else past = b;
+  }
+  assert.ok(past !== null, 'a breaker past the limit');
+  assert.ok(breakers.length <= CACHE_NAMES_MAX);
+  const { names } = first.cacheStats();
+  assert.ok(names >= breakers.length && names <= CACHE_NAMES_MAX, `${names} names`);
+  assert.equal(past.cacheStats(), null);
+  assert.equal(first.cacheStats().namesFull, namesFull + 1);
+  assert.equal(await past.call(async () => 'asked cbd'), 'asked cbd');
+  assert.equal((await totals(past.name)).successes, 1);
+  await Promise.all([...breakers, past].map((b) => b.close()));
+  client.close();
+});
