@@ -271,6 +271,11 @@ func TestCachedWithCbdKilledAndRestarted(t *testing.T) {
 	if err := b.Execute(ctx, succeeding); err != nil || b.CachedCalls() != 1 {
 		t.Fatalf("cached call: %v (%d cached)", err, b.CachedCalls())
 	}
+	// Nothing left queued when cbd dies (a line not written yet would go
+	// to the restarted cbd: counted there below).
+	plain := NewClient(Options{Socket: d.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer plain.Close()
+	waitFor(t, "cbd to count the cached call", func() bool { return totals(t, plain, name).Successes == 2 })
 	reconnects := b.Client().CacheCounters().Reconnects
 	d.Kill()
 	waitFor(t, "the cache to see cbd gone", func() bool { return !b.Client().CacheCounters().Live })
@@ -297,16 +302,32 @@ func TestCachedWithCbdKilledAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Re-watched: cached again (each call until then asks cbd).
+	restarted := int64(0) // successes sent to the restarted cbd
 	waitFor(t, "cached calls again", func() bool {
-		_ = b.Execute(ctx, succeeding)
+		if err := b.Execute(ctx, succeeding); err == nil {
+			restarted++
+		}
 		return b.CachedCalls() > 1
 	})
 	if c := b.Client().CacheCounters(); c.Reconnects <= reconnects || !c.Live {
 		t.Fatalf("after the restart: %+v", c)
 	}
-	// Closing the only client stops the watch goroutine (and its cache).
+	// Closing the only client writes what is queued and stops the watch
+	// goroutine (and its cache).
+	cached := b.CachedCalls()
+	for i := 0; i < 20; i++ {
+		_ = b.Execute(ctx, succeeding)
+	}
+	if b.CachedCalls() != cached+20 {
+		t.Fatalf("%d of 20 calls cached", b.CachedCalls()-cached)
+	}
 	u := b.cacheUse.Load()
 	b.Client().Close()
+	waitFor(t, "cbd to count the successes written at Close", func() bool {
+		// (plain's first request meets the connection cbd's death broke)
+		g, err := plain.Get(ctx, name, nil)
+		return err == nil && g.Snapshot.Totals.Successes == restarted+20
+	})
 	select {
 	case <-u.cache.done:
 	case <-time.After(cacheWait):
@@ -370,6 +391,14 @@ func TestCachedFailureKeepsItsPlace(t *testing.T) {
 		_ = b.Execute(ctx, succeeding)
 	}
 	_ = b.Execute(ctx, failing)
+	// The failure was written by its call, with the successes before it.
+	u := b.cacheUse.Load()
+	u.cache.outMu.Lock()
+	queued := len(u.cache.out)
+	u.cache.outMu.Unlock()
+	if queued != 0 {
+		t.Fatalf("%d bytes still queued after a failure", queued)
+	}
 	if n := failureCount(Totals{Successes: 51, Failures: 1}); n != 1 {
 		t.Fatalf("failure after 50 successes: failure_count %d", n)
 	}
