@@ -2,7 +2,8 @@
 // round trip (their outcomes reach cbd as noreply lines), a trip made on
 // another connection is refused locally once its event arrived, half_open
 // goes through cbd (one trial for two clients), holds, cbd killed and
-// restarted, CacheOff, outcome order, and the watch goroutine stopping.
+// restarted, CacheOff, outcome order, the watch goroutine stopping, and
+// the limits (MaxCachedNames, MaxCachedOutBytes with cbd SIGSTOPped).
 // Every wait is a bounded poll: nothing here asserts how long anything took.
 
 package cbdclient
@@ -10,6 +11,7 @@ package cbdclient
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -413,4 +415,70 @@ func TestCachedFailureKeepsItsPlace(t *testing.T) {
 	if b.CachedCalls() != 102 {
 		t.Fatalf("%d cached calls of 102", b.CachedCalls())
 	}
+}
+
+func TestCachedNamesLimit(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	c := NewClient(Options{Socket: d.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer c.Close()
+	ctx := context.Background()
+	breakers := make([]*Breaker, MaxCachedNames+1)
+	for i := range breakers {
+		b, err := NewBreaker("n"+strconv.Itoa(i), BreakerOptions{Client: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Execute(ctx, succeeding); err != nil {
+			t.Fatal(err)
+		}
+		breakers[i] = b
+	}
+	if cc := c.CacheCounters(); cc.Names != MaxCachedNames || cc.NamesFull != 1 {
+		t.Fatalf("%d names watched, %d refused", cc.Names, cc.NamesFull)
+	}
+	first, past := breakers[0], breakers[MaxCachedNames]
+	waitFor(t, "the first name read", func() bool { _, ok := cachedEntry(first); return ok })
+	requests := c.Counters().Requests
+	if err := first.Execute(ctx, succeeding); err != nil || first.CachedCalls() != 1 {
+		t.Fatalf("a watched name: %v, %d cached", err, first.CachedCalls())
+	}
+	if err := past.Execute(ctx, succeeding); err != nil || past.CachedCalls() != 0 || past.UncachedCalls() != 2 {
+		t.Fatalf("the name past the limit: %v, %d cached", err, past.CachedCalls())
+	}
+	if sent := c.Counters().Requests - requests; sent != 2 {
+		t.Fatalf("%d requests for one cached and one uncached call", sent)
+	}
+}
+
+func TestCachedOutputBound(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "bounded", BreakerOptions{})
+	// Short timeouts: the outcomes past the bound go to a stopped cbd.
+	b.Client().IOTimeout = 50 * time.Millisecond
+	ctx := context.Background()
+	lines := b.Client().CacheCounters().NoReplyLines
+	d.Pause()
+	defer d.Resume()
+	// cbd reads nothing: the socket fills, then the queue up to its bound.
+	for i := 0; b.Client().CacheCounters().OutFull == 0; i++ {
+		if i > 20*MaxCachedOutBytes/64 {
+			t.Fatal("the output never reached its bound")
+		}
+		if err := b.Execute(ctx, succeeding); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	cc := b.Client().CacheCounters()
+	if cc.StoreReports == 0 || !cc.Live {
+		t.Fatalf("past the bound: %+v", cc)
+	}
+	queued := cc.NoReplyLines - lines
+	d.Resume()
+	// Everything queued reaches cbd once it reads again.
+	plain := NewClient(Options{Socket: d.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer plain.Close()
+	waitFor(t, "cbd to count the queued outcomes", func() bool {
+		g, err := plain.Get(ctx, "bounded", nil)
+		return err == nil && g.Snapshot.Totals.Successes >= 1+queued
+	})
 }
