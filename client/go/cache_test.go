@@ -482,3 +482,42 @@ func TestCachedOutputBound(t *testing.T) {
 		return err == nil && g.Snapshot.Totals.Successes >= 1+queued
 	})
 }
+
+func TestCachedLinesCarryCtxAndDuration(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	policy := Ctx{"trip": "rate", "window_size": 10, "minimum_calls": 10, "slow_call_ms": 20,
+		"break_ms": 60000}
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
+	admin := testClient(t)
+	ctx := context.Background()
+	// Deleted: the event makes the entry closed, and the next (cached)
+	// call's noreply line creates the circuit again with the breaker's ctx.
+	if _, err := admin.SetState(ctx, name, StateOpen, SetStateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the open event", func() bool { return cachedState(b) == StateOpen })
+	if existed, err := admin.Delete(ctx, name); err != nil || !existed {
+		t.Fatalf("delete: %v %v", existed, err)
+	}
+	waitFor(t, "the delete event", func() bool { return cachedState(b) == StateClosed })
+	if err := b.Execute(ctx, func(context.Context) error { time.Sleep(30 * time.Millisecond); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b.CachedCalls() != 1 {
+		t.Fatalf("%d cached calls", b.CachedCalls())
+	}
+	var g *GetReply
+	waitFor(t, "the circuit created by the noreply line", func() bool {
+		var err error
+		g, err = admin.Get(ctx, name, nil)
+		return err == nil && g.Stored
+	})
+	if g.Snapshot.Totals.Successes != 1 || g.Snapshot.Totals.Slow != 1 {
+		t.Fatalf("a 30 ms call with slow_call_ms 20: %+v", g.Snapshot.Totals)
+	}
+	if src, _ := g.Snapshot.Policy["source"].(map[string]any); src["slow_call_ms"] != "client" ||
+		g.Snapshot.Policy["trip"] != "rate" {
+		t.Fatalf("policy of the circuit the noreply line created: %v", g.Snapshot.Policy)
+	}
+}
