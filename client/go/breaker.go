@@ -397,7 +397,7 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 		return nil, err // cancelled before the call: cbd is not asked
 	}
 	if b.cached {
-		if permit, err, decided := b.acquireCached(); decided {
+		if decided, permit, err := b.acquireCached(); decided {
 			return permit, err
 		}
 		atomic.AddInt64(&b.uncachedCalls, 1)
@@ -445,10 +445,10 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 }
 
 // acquireCached decides from the watch cache; decided false: ask cbd.
-func (b *Breaker) acquireCached() (permit *Permit, err error, decided bool) {
+func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	u := b.cacheUse.Load()
 	if u == nil {
-		return nil, nil, false // the first call: cbd creates the circuit
+		return false, nil, nil // the first call: cbd creates the circuit
 	}
 	if w := b.client.watchCache(); w != u.cache {
 		// The client was closed and its cache given back: watch again.
@@ -458,7 +458,7 @@ func (b *Breaker) acquireCached() (permit *Permit, err error, decided bool) {
 	}
 	if u.entry == nil {
 		atomic.AddInt64(&u.cache.uncached, 1)
-		return nil, nil, false // past MaxCachedNames
+		return false, nil, nil // past MaxCachedNames
 	}
 	v, retryAfterMs, fresh := u.cache.decide(u.entry, &b.cacheSeen)
 	if fresh != nil {
@@ -470,14 +470,14 @@ func (b *Breaker) acquireCached() (permit *Permit, err error, decided bool) {
 	case cachePermit:
 		atomic.AddInt64(&b.cachedCalls, 1)
 		b.observe(StateClosed, false)
-		return &Permit{Name: b.Name, State: StateClosed, Started: time.Now(), cache: u.cache}, nil, true
+		return true, &Permit{Name: b.Name, State: StateClosed, Started: time.Now(), cache: u.cache}, nil
 	case cacheRefuse:
 		atomic.AddInt64(&b.cacheRefusals, 1)
 		b.observe(StateOpen, false)
-		return nil, &CircuitOpenError{Name: b.Name, State: StateOpen,
-			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond}, true
+		return true, nil, &CircuitOpenError{Name: b.Name, State: StateOpen,
+			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond}
 	}
-	return nil, nil, false
+	return false, nil, nil
 }
 
 // Report records a granted call's outcome with its duration (d < 0: the
