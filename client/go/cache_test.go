@@ -9,9 +9,14 @@
 package cbdclient
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -519,5 +524,127 @@ func TestCachedLinesCarryCtxAndDuration(t *testing.T) {
 	if src, _ := g.Snapshot.Policy["source"].(map[string]any); src["slow_call_ms"] != "client" ||
 		g.Snapshot.Policy["trip"] != "rate" {
 		t.Fatalf("policy of the circuit the noreply line created: %v", g.Snapshot.Policy)
+	}
+}
+
+// peerEnv tells the test binary, re-run as a second process, to be the
+// peer of TestCachedHalfOpenAcrossProcesses: "socket name".
+const peerEnv = "CBD_GO_CACHED_PEER"
+
+// TestCachedPeerProcess is the second process (skipped otherwise): a
+// cached breaker with a cache of its own, that says "ready", waits for
+// "go", waits for its cache to see the trip, acquires, says what it got,
+// and reports its trial (if any) after "done".
+func TestCachedPeerProcess(t *testing.T) {
+	arg := os.Getenv(peerEnv)
+	if arg == "" {
+		t.Skip("only run as the peer of TestCachedHalfOpenAcrossProcesses")
+	}
+	socket, name, _ := strings.Cut(arg, " ")
+	b := cachedBreaker(t, socket, name, BreakerOptions{Policy: halfOpenPolicy})
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("peer: ready")
+	if !in.Scan() || in.Text() != "go" {
+		t.Fatal("no go")
+	}
+	waitFor(t, "the trip's event", func() bool { return cachedState(b) != StateClosed })
+	uncached := b.UncachedCalls()
+	p, err := b.Acquire(context.Background())
+	var open *CircuitOpenError
+	switch {
+	case err == nil && p.Token != "" && b.UncachedCalls() == uncached+1:
+		fmt.Println("peer: trial")
+	case errors.As(err, &open) && open.State == StateHalfOpen && b.UncachedCalls() == uncached+1:
+		fmt.Println("peer: refused")
+	default:
+		fmt.Printf("peer: unexpected %+v %v\n", p, err)
+	}
+	if !in.Scan() || in.Text() != "done" {
+		t.Fatal("no done")
+	}
+	if p != nil {
+		_ = b.Report(p, Success, 0)
+	}
+}
+
+var halfOpenPolicy = Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1}
+
+func TestCachedHalfOpenAcrossProcesses(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	a := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: halfOpenPolicy})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cacheWait)
+	defer cancel()
+	peer := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCachedPeerProcess$", "-test.count=1")
+	peer.Env = append(os.Environ(), peerEnv+"="+d.Socket+" "+name)
+	toPeer, err := peer.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromPeer, err := peer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		toPeer.Close()
+		if err := peer.Wait(); err != nil {
+			t.Errorf("peer: %v", err)
+		}
+	}()
+	lines := bufio.NewScanner(fromPeer)
+	said := func() string {
+		for lines.Scan() {
+			if text := lines.Text(); strings.HasPrefix(text, "peer: ") {
+				return strings.TrimPrefix(text, "peer: ")
+			}
+		}
+		return "(peer gone)"
+	}
+	if s := said(); s != "ready" {
+		t.Fatalf("peer: %s", s)
+	}
+	other := testClient(t)
+	if _, err := other.RecordFailure(ctx, name, RecordOptions{Ctx: halfOpenPolicy, DurationMs: -1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the trip's event", func() bool { return cachedState(a) == StateOpen })
+	var opened int64
+	if e, _ := cachedEntry(a); e.openedAt != nil {
+		opened = *e.openedAt
+	}
+	waitFor(t, "the break to elapse", func() bool { return time.Now().UnixMilli() > opened+200 })
+	fmt.Fprintln(toPeer, "go")
+	uncached := a.UncachedCalls()
+	p, err := a.Acquire(ctx)
+	peerGot := said()
+	t.Logf("this process: %v; peer: %s", err, peerGot)
+	trials := 0
+	var open *CircuitOpenError
+	switch {
+	case err == nil && p.Token != "":
+		trials++
+	case errors.As(err, &open) && open.State == StateHalfOpen:
+	default:
+		t.Errorf("this process: %+v %v", p, err)
+	}
+	if a.UncachedCalls() != uncached+1 {
+		t.Error("half_open was decided from this process's cache")
+	}
+	switch peerGot {
+	case "trial":
+		trials++
+	case "refused":
+	default:
+		t.Errorf("peer: %s", peerGot)
+	}
+	if trials != 1 {
+		t.Errorf("%d trials across two processes with half_open_max 1 (peer: %s)", trials, peerGot)
+	}
+	fmt.Fprintln(toPeer, "done")
+	if p != nil {
+		_ = a.Report(p, Success, 0)
 	}
 }
