@@ -2,9 +2,9 @@
 // round trip (their outcomes reach cbd as noreply lines), a trip made on
 // another connection is refused locally once its event arrived, half_open
 // goes through cbd (one trial for two clients, and for two processes),
-// holds, cbd killed and
-// restarted, CacheOff, outcome order, the watch goroutine stopping, and
-// the limits (MaxCachedNames, MaxCachedOutBytes with cbd SIGSTOPped).
+// holds, cbd killed and restarted, CacheOff, outcome order, the watch
+// goroutine stopping, and the limits (MaxCachedNames, MaxCachedOutBytes
+// with cbd SIGSTOPped).
 // Every wait is a bounded poll: nothing here asserts how long anything took.
 
 package cbdclient
