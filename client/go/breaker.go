@@ -15,11 +15,17 @@
 // No latching: every call asks cbd first, and its first answer makes it
 // authoritative again (the local copy is dropped). After a timeout cbd is
 // skipped for TimeoutBackoff, so a hung cbd costs one timeout per window.
+//
+// Cached mode (cache.go, on by default): closed and open calls are
+// decided from the process's watch cache, without a round trip; half_open,
+// an elapsed break, a name not read yet and a lost watch connection take
+// the path above.
 
 package cbdclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -70,6 +76,9 @@ type BreakerOptions struct {
 	Clock func() int64
 	// Policy is the policy the breaker declares (§6 keys; sent as ctx).
 	Policy Ctx
+	// Cache: CacheAuto (default: cached unless Clock is set), CacheOn or
+	// CacheOff (every call asks cbd: allow, then record).
+	Cache CacheMode
 }
 
 // Permit is a granted call: report its outcome exactly once.
@@ -80,6 +89,7 @@ type Permit struct {
 	Local    bool   // granted by the local fallback
 	Started  time.Time
 	reported bool
+	cache    *watchCache // granted by the watch cache: the outcome goes as noreply
 }
 
 // Breaker is a circuit breaker on the cbd circuit Name (shared by every
@@ -101,7 +111,36 @@ type Breaker struct {
 	seenHold   *Hold
 	skipped    int64 // requests not sent: cbd skipped after a timeout
 	localCalls int64 // permits granted by the local fallback
+
+	cached        bool // decides from the watch cache (BreakerOptions.Cache)
+	ownClient     bool // made by NewBreaker: Close closes it
+	cacheUse      atomic.Pointer[cacheUse]
+	cacheSeen     uint64    // change events of the entry already seen
+	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
+	cachedCalls   int64     // closed calls the cache let run
+	cacheRefusals int64     // calls the cache refused
+	uncachedCalls int64     // calls of a cached breaker that asked cbd
 }
+
+// cacheUse is the entry a breaker decides from, in the cache it belongs
+// to (entry nil: past MaxCachedNames).
+type cacheUse struct {
+	cache *watchCache
+	entry *cacheEntry
+}
+
+// CachedCalls counts the closed calls run from the watch cache.
+func (b *Breaker) CachedCalls() int64 { return atomic.LoadInt64(&b.cachedCalls) }
+
+// CacheRefusals counts the calls the watch cache refused (open, held open).
+func (b *Breaker) CacheRefusals() int64 { return atomic.LoadInt64(&b.cacheRefusals) }
+
+// UncachedCalls counts the calls of a cached breaker that asked cbd
+// (the first one, half_open, an elapsed break, no live watch).
+func (b *Breaker) UncachedCalls() int64 { return atomic.LoadInt64(&b.uncachedCalls) }
+
+// Cached says whether the breaker decides from the watch cache.
+func (b *Breaker) Cached() bool { return b.cached }
 
 // Skipped counts the requests the timeout backoff kept from cbd.
 func (b *Breaker) Skipped() int64 { return atomic.LoadInt64(&b.skipped) }
@@ -126,6 +165,12 @@ func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Cache < CacheAuto || opts.Cache > CacheOff {
+		return nil, fmt.Errorf("Cache must be CacheAuto, CacheOn or CacheOff")
+	}
+	if opts.Cache == CacheOn && opts.Clock != nil {
+		return nil, fmt.Errorf("Cache: CacheOn needs real time (no Clock)")
+	}
 	if opts.TimeoutBackoff == 0 {
 		opts.TimeoutBackoff = DefaultTimeoutBackoff
 	}
@@ -136,8 +181,50 @@ func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
 	if c == nil {
 		c = NewClient(Options{Socket: opts.Socket})
 	}
-	return &Breaker{Name: name, opts: opts, client: c, policy: p, observed: StateClosed,
-		local: NewLocalStore(), seen: NewMachine()}, nil
+	b := &Breaker{Name: name, opts: opts, client: c, policy: p, observed: StateClosed,
+		local: NewLocalStore(), seen: NewMachine(), ownClient: opts.Client == nil,
+		cached: opts.Cache == CacheOn || (opts.Cache == CacheAuto && opts.Clock == nil)}
+	if b.cached {
+		if err := b.makeOutcomeLines(); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// makeOutcomeLines writes once what every noreply outcome line of the
+// breaker starts with (only duration_ms changes from call to call).
+func (b *Breaker) makeOutcomeLines() error {
+	name, err := json.Marshal(b.Name)
+	if err != nil {
+		return err
+	}
+	ctx := []byte{}
+	if len(b.opts.Policy) > 0 {
+		text, err := json.Marshal(map[string]any(b.opts.Policy))
+		if err != nil {
+			return fmt.Errorf("Policy: %v", err)
+		}
+		ctx = append([]byte(`,"ctx":`), text...)
+	}
+	for o, head := range map[Outcome]string{Success: `{"op":"record_success"`,
+		Failure: `{"op":"record_failure"`, Ignore: `{"op":"record","outcome":"ignore"`} {
+		line := append([]byte(head+`,"name":`), name...)
+		line = append(line, ctx...)
+		b.outcomeLines[o] = append(line, `,"noreply":true,"duration_ms":`...)
+	}
+	return nil
+}
+
+// Close gives back what the breaker holds: the client NewBreaker made for
+// it (Options.Client nil), with its share of the watch connection (queued
+// outcomes written first, within 200 ms). A breaker on a Client of yours
+// leaves that to the client's Close.
+func (b *Breaker) Close() error {
+	if b.ownClient {
+		return b.client.Close()
+	}
+	return nil
 }
 
 // Client is the breaker's connection to cbd.
@@ -309,6 +396,12 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // cancelled before the call: cbd is not asked
 	}
+	if b.cached {
+		if decided, permit, err := b.acquireCached(); decided {
+			return permit, err
+		}
+		atomic.AddInt64(&b.uncachedCalls, 1)
+	}
 	cctx, now := b.callCtx()
 	var reply *AllowReply
 	answered, err := b.remote("allow", func() error {
@@ -332,6 +425,12 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 		reply = &r
 	} else {
 		b.noteAllow(reply, now)
+		if b.cached && b.cacheUse.Load() == nil {
+			// The first answer created the circuit with our policy:
+			// from now on the cache decides.
+			w := b.client.watchCache()
+			b.cacheUse.Store(&cacheUse{cache: w, entry: w.watch(b.Name)})
+		}
 	}
 	b.observe(reply.State, degraded)
 	if !reply.Allowed {
@@ -343,6 +442,42 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 	}
 	return &Permit{Name: b.Name, State: reply.State, Token: reply.Permit, Local: degraded,
 		Started: time.Now()}, nil
+}
+
+// acquireCached decides from the watch cache; decided false: ask cbd.
+func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
+	u := b.cacheUse.Load()
+	if u == nil {
+		return false, nil, nil // the first call: cbd creates the circuit
+	}
+	if w := b.client.watchCache(); w != u.cache {
+		// The client was closed and its cache given back: watch again.
+		u = &cacheUse{cache: w, entry: w.watch(b.Name)}
+		b.cacheUse.Store(u)
+		atomic.StoreUint64(&b.cacheSeen, 0)
+	}
+	if u.entry == nil {
+		atomic.AddInt64(&u.cache.uncached, 1)
+		return false, nil, nil // past MaxCachedNames
+	}
+	v, retryAfterMs, fresh := u.cache.decide(u.entry, &b.cacheSeen)
+	if fresh != nil {
+		// A change made anywhere: callbacks fire as for the answers of cbd.
+		b.noteSnapshot(fresh)
+		b.observe(fresh.State, false)
+	}
+	switch v {
+	case cachePermit:
+		atomic.AddInt64(&b.cachedCalls, 1)
+		b.observe(StateClosed, false)
+		return true, &Permit{Name: b.Name, State: StateClosed, Started: time.Now(), cache: u.cache}, nil
+	case cacheRefuse:
+		atomic.AddInt64(&b.cacheRefusals, 1)
+		b.observe(StateOpen, false)
+		return true, nil, &CircuitOpenError{Name: b.Name, State: StateOpen,
+			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond}
+	}
+	return false, nil, nil
 }
 
 // Report records a granted call's outcome with its duration (d < 0: the
@@ -361,6 +496,9 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 		d = time.Since(p.Started)
 	}
 	ms := d.Milliseconds()
+	if p.cache != nil && o >= Success && o <= Ignore && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
+		return nil // cbd applies it without answering
+	}
 	remoteToken := p.Token
 	if p.Local {
 		remoteToken = ""

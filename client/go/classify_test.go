@@ -74,7 +74,10 @@ func TestTransportProtectsAClient(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	b := newTestBreaker(t, BreakerOptions{Policy: Ctx{"failure_threshold": 2, "break_ms": 60000}})
+	// Uncached: the request right after the trip is refused (cached, it
+	// would be once the trip's event arrived).
+	b := newTestBreaker(t, BreakerOptions{Policy: Ctx{"failure_threshold": 2, "break_ms": 60000},
+		Cache: CacheOff})
 	hc := &http.Client{Transport: NewTransport(nil, b), Timeout: 10 * time.Second}
 	for i := 0; i < 2; i++ {
 		resp, err := hc.Get(srv.URL)
@@ -104,7 +107,7 @@ func TestTransportPerHost(t *testing.T) {
 	defer good.Close()
 	c := testClient(t)
 	prefix := circuitName(t) + "-"
-	tr := NewPerHostTransport(nil, prefix, BreakerOptions{Client: c,
+	tr := NewPerHostTransport(nil, prefix, BreakerOptions{Client: c, Cache: CacheOff,
 		Policy: Ctx{"failure_threshold": 1, "break_ms": 60000}})
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	resp, err := hc.Get(bad.URL)

@@ -81,6 +81,11 @@ type Client struct {
 	mu       sync.Mutex
 	conn     net.Conn
 	rd       *bufio.Reader
+
+	// The process's watch cache for Socket while cached breakers use
+	// this client (cache.go); Close gives it back.
+	cacheMu sync.Mutex
+	cache   atomic.Pointer[watchCache]
 }
 
 // NewClient is a client on opts.Socket (else $CBD_SOCKET, else
@@ -110,13 +115,44 @@ func (c *Client) Counters() Counters {
 		PolicyConflicts: atomic.LoadInt64(&c.counters.PolicyConflicts)}
 }
 
-// Close drops the connection (the next request reconnects).
+// Close drops the connection (the next request reconnects) and this
+// client's share of the watch connection of cached breakers: the last
+// share writes the outcomes still queued (waiting at most 200 ms) and
+// closes it. Breakers on the client keep working (the next cached call
+// watches again).
 func (c *Client) Close() error {
+	c.cacheMu.Lock()
+	cache := c.cache.Swap(nil)
+	c.cacheMu.Unlock()
+	if cache != nil {
+		releaseWatchCache(cache)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.drop()
 	return nil
 }
+
+// watchCache is the process's watch cache for the client's socket,
+// taken on first use.
+func (c *Client) watchCache() *watchCache {
+	if w := c.cache.Load(); w != nil {
+		return w
+	}
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	w := c.cache.Load()
+	if w == nil {
+		w = acquireWatchCache(c.Socket)
+		c.cache.Store(w)
+	}
+	return w
+}
+
+// CacheCounters are the counters of the process's watch cache for the
+// client's socket (shared by every client on it; zero when no cached
+// breaker runs).
+func (c *Client) CacheCounters() CacheCounters { return watchCacheCounters(c.Socket) }
 
 func (c *Client) drop() {
 	if c.conn != nil {

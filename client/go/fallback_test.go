@@ -27,7 +27,9 @@ func ownBreaker(t *testing.T, d *cbdtest.Daemon, policy StorePolicy, errs *[]str
 	t.Helper()
 	c := NewClient(Options{Socket: d.Socket})
 	t.Cleanup(func() { c.Close() })
-	b, err := NewBreaker("payments", BreakerOptions{Client: c, StorePolicy: policy,
+	// Uncached: every call asks cbd (the cached mode with cbd killed is
+	// in cache_test.go; a SIGSTOPped cbd keeps its watch connection).
+	b, err := NewBreaker("payments", BreakerOptions{Client: c, StorePolicy: policy, Cache: CacheOff,
 		OnStoreError: func(err error, op string) {
 			var e *Error
 			if errors.As(err, &e) {
@@ -165,10 +167,11 @@ func TestLocalFallbackKeepsHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	payments := ownBreaker(t, d, StoreLocal, &errs)
-	search, err := NewBreaker("search", BreakerOptions{Client: NewClient(Options{Socket: d.Socket})})
+	search, err := NewBreaker("search", BreakerOptions{Socket: d.Socket, Cache: CacheOff})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer search.Close()
 	for _, b := range []*Breaker{payments, search} {
 		if _, err := b.Refresh(ctx); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@
 EXTRA_DIST += \
 	client/go/go.mod \
 	client/go/breaker.go \
+	client/go/cache.go \
 	client/go/classify.go \
 	client/go/conn.go \
 	client/go/errors.go \
@@ -15,6 +16,7 @@ EXTRA_DIST += \
 	client/go/internal/cbdtest/daemon.go \
 	client/go/bench_test.go \
 	client/go/breaker_test.go \
+	client/go/cache_test.go \
 	client/go/classify_test.go \
 	client/go/fallback_test.go \
 	client/go/main_test.go \

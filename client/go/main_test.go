@@ -25,6 +25,14 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	// Every test closed the clients of its cached breakers: no watch
+	// goroutine may outlive them.
+	cacheRegistry.mu.Lock()
+	for socket := range cacheRegistry.bySocket {
+		fmt.Fprintf(os.Stderr, "FAIL: a watch cache for %s still runs\n", socket)
+		code = 1
+	}
+	cacheRegistry.mu.Unlock()
 	if shared != nil {
 		shared.Cleanup()
 	}

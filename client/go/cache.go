@@ -1,0 +1,679 @@
+// cache.go — the cached mode of breakers on cbd (libcbclient's
+// client/cache.c; README "Cached mode"): one watch connection per process
+// and socket path, shared by every cached breaker of the process, keeping
+// the state of each circuit those breakers name, and carrying their
+// outcomes to cbd as noreply lines.
+//
+//   - A goroutine owns the connection (run): it connects, watches every
+//     name, writes queued outcomes on a cacheFlushPeriod timer while calls
+//     flow, and reconnects every cacheReconnectEvery while cbd is away. A
+//     reader goroutine per connection applies the watch replies' snapshots
+//     and the change/delete events (PROTOCOL.md §8 watch).
+//   - An entry is valid only between the watch reply that read it and the
+//     loss of the connection: the reader invalidates every entry the moment
+//     the connection ends, until the next watch reply re-reads them.
+//   - Decisions read entries under mu (a sync.RWMutex: readers do not
+//     contend with each other); output has its own mutex, so queuing an
+//     outcome never waits for an event being applied.
+//   - Writes never block: each is one non-blocking send of everything
+//     queued (in order). A failure is written at once by its caller, after
+//     what was queued before it; successes wait for the owner's timer, so
+//     a stream of closed calls costs one write per period, not one per
+//     call. What the socket does not take waits for the next tick. Past
+//     MaxCachedOutBytes queued, or with no live connection, the caller
+//     reports through the uncached path.
+
+package cbdclient
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Limits of the cached mode (libcbclient's CBC_CACHE_NAMES_MAX and
+// CBC_CACHE_OUT_MAX).
+const (
+	// MaxCachedNames is how many names one process watches per socket;
+	// breakers past it take the uncached path (CacheCounters.NamesFull).
+	MaxCachedNames = 4096
+	// MaxCachedOutBytes bounds the outcomes queued and not yet written;
+	// past it outcomes take the uncached path (CacheCounters.OutFull).
+	MaxCachedOutBytes = 1 << 20
+)
+
+const (
+	// Successes wait at most this long before the owner writes them,
+	// together; failures are written at once.
+	cacheFlushPeriod = time.Millisecond
+	// The owner keeps its timer running this many idle periods after the
+	// last write, so a steady flow of calls never has to wake it.
+	cacheHotPeriods = 50
+	// Wait between reconnect attempts while cbd is away.
+	cacheReconnectEvery = 20 * time.Millisecond
+	// How long the last release waits for queued outcomes to be written.
+	cacheCloseFlush = 200 * time.Millisecond
+	// Names per watch request (each line far below max_line_bytes).
+	cacheWatchBatch = 64
+	// Longest line accepted from cbd (a watch reply carries about 1 KiB
+	// per name); past it the connection is dropped.
+	cacheLineMax = MaxCachedNames * 2048
+)
+
+// CacheMode says whether a breaker decides from the watch cache.
+type CacheMode int
+
+// The cache modes (libcbclient's CBC_CACHE_AUTO, _ON, _OFF).
+const (
+	// CacheAuto: cached unless the breaker has a Clock (the cache keeps
+	// real time).
+	CacheAuto CacheMode = iota
+	// CacheOn: cached; NewBreaker fails when a Clock is given.
+	CacheOn
+	// CacheOff: every decision asks cbd (allow, then record).
+	CacheOff
+)
+
+// CacheCounters count what the process's watch cache for one socket did.
+type CacheCounters struct {
+	Permitted    int64 // closed calls run from the cache (no round trip)
+	Refused      int64 // calls refused from the cache (open, held open)
+	Uncached     int64 // decisions left to cbd (half_open, break elapsed, not read, no live watch)
+	NoReplyLines int64 // outcomes queued as noreply lines
+	Writes       int64 // writes to the watch connection
+	StoreReports int64 // outcomes sent the uncached way instead (no live watch, output full)
+	Events       int64 // change and delete events received
+	Connects     int64 // watch connections made
+	Reconnects   int64 // of them, those after a lost one
+	Disconnects  int64 // watch connections lost or dropped
+	NamesFull    int64 // names not watched: MaxCachedNames reached
+	OutFull      int64 // outcomes that found MaxCachedOutBytes queued
+	BadLines     int64 // lines from cbd not understood (or too long)
+	Refusals     int64 // watch requests cbd refused (ok: false)
+	Names        int64 // names watched now
+	Live         bool  // the watch connection is up
+}
+
+// cacheEntry is what the cache knows of one circuit (fields under
+// watchCache.mu).
+type cacheEntry struct {
+	name         string
+	valid        bool // read by the current connection's watch reply
+	state        string
+	openedAt     *int64
+	breakMs      int64 // current_break_ms, else the policy's break_ms (-1: unknown)
+	retryAfterMs int64 // as reported at receivedAt
+	receivedAt   int64 // ms since the epoch
+	holdState    string
+	holdUntil    *int64 // nil: held until released
+	seq          uint64 // change events applied
+	last         *Snapshot
+}
+
+type cacheVerdict int
+
+const (
+	cacheAsk cacheVerdict = iota
+	cachePermit
+	cacheRefuse
+)
+
+type watchCache struct {
+	socket string
+	refs   int // clients using it (under cacheRegistry.mu)
+
+	mu      sync.RWMutex
+	entries map[string]*cacheEntry
+	live    bool
+
+	outMu     sync.Mutex
+	conn      *net.UnixConn // nil while disconnected
+	raw       syscall.RawConn
+	out       []byte // queued lines; a head sent in part when partial
+	partial   bool
+	broken    bool // a write failed: the owner drops the connection
+	timerOn   bool // the owner flushes every period: no need to wake it
+	connected bool // ever connected (reconnects are the connects after)
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	permitted, refused, uncached, noreplyLines, writes, storeReports   int64
+	events, connects, reconnects, disconnects, namesFull, outFull, bad int64
+	refusals                                                           int64
+}
+
+// cacheRegistry holds every watch cache of the process, one per socket.
+var cacheRegistry struct {
+	mu       sync.Mutex
+	bySocket map[string]*watchCache
+}
+
+// acquireWatchCache is the process's cache for socket, started on first use.
+func acquireWatchCache(socket string) *watchCache {
+	cacheRegistry.mu.Lock()
+	defer cacheRegistry.mu.Unlock()
+	c := cacheRegistry.bySocket[socket]
+	if c == nil {
+		c = &watchCache{socket: socket, entries: map[string]*cacheEntry{},
+			wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		if cacheRegistry.bySocket == nil {
+			cacheRegistry.bySocket = map[string]*watchCache{}
+		}
+		cacheRegistry.bySocket[socket] = c
+		go c.run()
+	}
+	c.refs++
+	return c
+}
+
+// releaseWatchCache drops one use; the last one flushes queued outcomes
+// (at most cacheCloseFlush) and stops the connection.
+func releaseWatchCache(c *watchCache) {
+	cacheRegistry.mu.Lock()
+	c.refs--
+	last := c.refs == 0
+	if last {
+		delete(cacheRegistry.bySocket, c.socket)
+	}
+	cacheRegistry.mu.Unlock()
+	if last {
+		close(c.stop)
+		<-c.done
+	}
+}
+
+// watchCacheCounters is the counters of the process's cache for socket
+// (zero when none runs).
+func watchCacheCounters(socket string) CacheCounters {
+	cacheRegistry.mu.Lock()
+	c := cacheRegistry.bySocket[socket]
+	cacheRegistry.mu.Unlock()
+	if c == nil {
+		return CacheCounters{}
+	}
+	return c.counters()
+}
+
+func (c *watchCache) counters() CacheCounters {
+	c.mu.RLock()
+	names, live := int64(len(c.entries)), c.live
+	c.mu.RUnlock()
+	ld := atomic.LoadInt64
+	return CacheCounters{Permitted: ld(&c.permitted), Refused: ld(&c.refused),
+		Uncached: ld(&c.uncached), NoReplyLines: ld(&c.noreplyLines), Writes: ld(&c.writes),
+		StoreReports: ld(&c.storeReports), Events: ld(&c.events), Connects: ld(&c.connects),
+		Reconnects: ld(&c.reconnects), Disconnects: ld(&c.disconnects),
+		NamesFull: ld(&c.namesFull), OutFull: ld(&c.outFull), BadLines: ld(&c.bad),
+		Refusals: ld(&c.refusals), Names: names, Live: live}
+}
+
+func (c *watchCache) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// watch adds name to the watched names; nil past MaxCachedNames.
+func (c *watchCache) watch(name string) *cacheEntry {
+	c.mu.Lock()
+	e := c.entries[name]
+	created := false
+	if e == nil {
+		if len(c.entries) >= MaxCachedNames {
+			c.mu.Unlock()
+			atomic.AddInt64(&c.namesFull, 1)
+			return nil
+		}
+		e = &cacheEntry{name: name, breakMs: -1}
+		c.entries[name] = e
+		created = true
+	}
+	c.mu.Unlock()
+	if created {
+		// A connection made before the name was added did not watch it
+		// (one made after did: both at worst, which is harmless).
+		c.outMu.Lock()
+		if c.conn != nil && !c.broken {
+			if !c.queueWatchLocked([]string{name}) {
+				c.broken = true
+			}
+			c.flushLocked()
+			if c.broken || len(c.out) > 0 {
+				c.poke()
+			}
+		}
+		c.outMu.Unlock()
+	}
+	return e
+}
+
+// queueWatchLocked appends watch requests for names (outMu held).
+func (c *watchCache) queueWatchLocked(names []string) bool {
+	for i := 0; i < len(names); i += cacheWatchBatch {
+		j := i + cacheWatchBatch
+		if j > len(names) {
+			j = len(names)
+		}
+		line, err := json.Marshal(map[string]any{"op": "watch", "names": names[i:j]})
+		if err != nil || len(c.out)+len(line)+1 > MaxCachedOutBytes {
+			return false
+		}
+		c.out = append(append(c.out, line...), '\n')
+	}
+	return true
+}
+
+// flushLocked sends what the socket takes now, without waiting (outMu held).
+func (c *watchCache) flushLocked() {
+	for c.conn != nil && !c.broken && len(c.out) > 0 {
+		var n int
+		var werr error
+		err := c.raw.Write(func(fd uintptr) bool {
+			n, werr = syscall.Write(int(fd), c.out)
+			return true // one attempt: never wait for room
+		})
+		if err == nil {
+			err = werr
+		}
+		if n > 0 {
+			atomic.AddInt64(&c.writes, 1)
+			c.partial = c.out[n-1] != '\n'
+			c.out = c.out[:copy(c.out, c.out[n:])]
+			continue
+		}
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if !errors.Is(err, syscall.EAGAIN) {
+			c.broken = true
+		}
+		return // full socket: the rest goes on a later tick
+	}
+}
+
+// send queues one outcome line: prefix, then ms and "}\n". An urgent one
+// (a failure) is written at once, after everything queued before it.
+// False: not queued (no live connection, output full): report it the
+// uncached way.
+func (c *watchCache) send(prefix []byte, ms int64, urgent bool) bool {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.conn == nil || c.broken {
+		atomic.AddInt64(&c.storeReports, 1)
+		return false
+	}
+	if len(c.out)+len(prefix)+22 > MaxCachedOutBytes {
+		atomic.AddInt64(&c.outFull, 1)
+		atomic.AddInt64(&c.storeReports, 1)
+		return false
+	}
+	idle := len(c.out) == 0
+	c.out = append(c.out, prefix...)
+	c.out = strconv.AppendInt(c.out, ms, 10)
+	c.out = append(c.out, '}', '\n')
+	if urgent {
+		c.flushLocked()
+		if idle && c.broken {
+			// cbd went away under us and the line was not written: the
+			// uncached path reports it (and degrades as its policy says).
+			c.out = c.out[:0]
+			c.partial = false
+			atomic.AddInt64(&c.storeReports, 1)
+			c.poke()
+			return false
+		}
+	}
+	atomic.AddInt64(&c.noreplyLines, 1)
+	if !c.timerOn && (len(c.out) > 0 || c.broken) {
+		c.timerOn = true
+		c.poke()
+	}
+	return true
+}
+
+// decide is the cache's verdict on one call of e, with the refusal's
+// retry_after_ms; fresh is e's last change event when *seen has not
+// seen it yet.
+func (c *watchCache) decide(e *cacheEntry, seen *uint64) (v cacheVerdict, retryAfterMs int64, fresh *Snapshot) {
+	c.mu.RLock()
+	if seq := e.seq; seq != atomic.LoadUint64(seen) {
+		fresh = e.last
+		atomic.StoreUint64(seen, seq)
+	}
+	v = cacheAsk
+	if c.live && e.valid {
+		now := time.Now().UnixMilli()
+		switch {
+		case e.holdState == StateOpen:
+			// Held open: refused until the hold ends (its until, else
+			// until released whatever the countdown says).
+			if e.holdUntil != nil {
+				retryAfterMs = *e.holdUntil - now
+			} else {
+				retryAfterMs = e.retryAfterMs - (now - e.receivedAt)
+				if retryAfterMs <= 0 {
+					retryAfterMs = 1
+				}
+			}
+			if retryAfterMs > 0 {
+				v = cacheRefuse
+			}
+		case e.state == StateClosed:
+			v = cachePermit
+		case e.state == StateOpen:
+			if e.openedAt != nil && e.breakMs >= 0 {
+				retryAfterMs = *e.openedAt + e.breakMs - now
+			} else {
+				retryAfterMs = e.retryAfterMs - (now - e.receivedAt)
+			}
+			if retryAfterMs > e.breakMs && e.breakMs >= 0 {
+				retryAfterMs = e.breakMs // cbd's clock a little behind ours
+			}
+			if retryAfterMs > 0 {
+				v = cacheRefuse
+			}
+		}
+	}
+	c.mu.RUnlock()
+	switch v {
+	case cachePermit:
+		atomic.AddInt64(&c.permitted, 1)
+	case cacheRefuse:
+		atomic.AddInt64(&c.refused, 1)
+	default:
+		atomic.AddInt64(&c.uncached, 1)
+	}
+	return v, retryAfterMs, fresh
+}
+
+// cacheSnapshot is a snapshot as the cache reads it: current_break_ms
+// absent (protocol 1) is told from 0.
+type cacheSnapshot struct {
+	Snapshot
+	CurrentBreakMs *int64 `json:"current_break_ms"`
+}
+
+// cacheLine is a reply or event line from cbd.
+type cacheLine struct {
+	Ok        *bool            `json:"ok"`
+	Event     string           `json:"event"`
+	Name      string           `json:"name"`
+	Snapshot  *cacheSnapshot   `json:"snapshot"`
+	Snapshots []*cacheSnapshot `json:"snapshots"`
+}
+
+func validState(s string) bool {
+	return s == StateClosed || s == StateOpen || s == StateHalfOpen
+}
+
+// apply sets e from a snapshot (mu held).
+func (e *cacheEntry) apply(s *cacheSnapshot, now int64) {
+	e.valid = true
+	e.state = s.State
+	e.openedAt = s.OpenedAt
+	e.breakMs = -1
+	if s.CurrentBreakMs != nil && *s.CurrentBreakMs >= 0 {
+		e.breakMs = *s.CurrentBreakMs
+	} else if bm, ok := toInt(s.Policy["break_ms"]); ok {
+		e.breakMs = bm
+	}
+	e.retryAfterMs = s.RetryAfterMs
+	e.receivedAt = now
+	e.holdState, e.holdUntil = "", nil
+	if s.Hold != nil {
+		e.holdState, e.holdUntil = s.Hold.State, s.Hold.Until
+	}
+}
+
+// applySnapshot applies one snapshot of a reply or an event.
+func (c *watchCache) applySnapshot(s *cacheSnapshot, event bool) {
+	if s == nil || s.Name == "" {
+		atomic.AddInt64(&c.bad, 1)
+		return
+	}
+	now := time.Now().UnixMilli()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[s.Name]
+	if e == nil {
+		return
+	}
+	if !validState(s.State) {
+		atomic.AddInt64(&c.bad, 1)
+		e.valid = false // cannot tell its state: ask cbd
+		return
+	}
+	e.apply(s, now)
+	if event {
+		snap := s.Snapshot
+		snap.CurrentBreakMs = e.breakMs
+		e.last = &snap
+		e.seq++
+	}
+}
+
+// applyLine applies one line from cbd (the reader goroutine).
+func (c *watchCache) applyLine(raw []byte) {
+	var l cacheLine
+	if err := json.Unmarshal(raw, &l); err != nil {
+		atomic.AddInt64(&c.bad, 1)
+		return
+	}
+	switch {
+	case l.Event == "change":
+		atomic.AddInt64(&c.events, 1)
+		c.applySnapshot(l.Snapshot, true)
+	case l.Event == "delete":
+		atomic.AddInt64(&c.events, 1)
+		c.mu.Lock()
+		if e := c.entries[l.Name]; e != nil && e.valid {
+			// Gone: the next call creates it closed.
+			e.state, e.openedAt, e.holdState, e.holdUntil = StateClosed, nil, "", nil
+		}
+		c.mu.Unlock()
+	case l.Event != "":
+		// An event this client does not know: nothing to apply.
+	case l.Ok != nil && *l.Ok:
+		for _, s := range l.Snapshots {
+			c.applySnapshot(s, false)
+		}
+	case l.Ok != nil:
+		// ok: false to a watch (a protocol 1 cbd): entries stay invalid
+		// and breakers keep asking cbd.
+		atomic.AddInt64(&c.refusals, 1)
+	default:
+		atomic.AddInt64(&c.bad, 1)
+	}
+}
+
+// read applies every line of conn until it ends; then the cache is
+// invalid at once, before the owner even notices.
+func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
+	defer close(lost)
+	rd := bufio.NewReaderSize(conn, readBufBytes)
+	var line []byte
+	for {
+		part, more, err := rd.ReadLine()
+		if err != nil {
+			break
+		}
+		line = append(line, part...)
+		if len(line) > cacheLineMax {
+			atomic.AddInt64(&c.bad, 1)
+			break
+		}
+		if more {
+			continue
+		}
+		if len(line) > 0 {
+			c.applyLine(line)
+		}
+		line = line[:0]
+	}
+	c.invalidate()
+}
+
+// invalidate marks the connection down and every entry unread.
+func (c *watchCache) invalidate() {
+	c.mu.Lock()
+	c.live = false
+	for _, e := range c.entries {
+		e.valid = false
+	}
+	c.mu.Unlock()
+}
+
+// connect makes a watch connection and watches every name; the reader's
+// lost channel, nil when cbd is not there.
+func (c *watchCache) connect() chan struct{} {
+	conn, err := net.DialTimeout("unix", c.socket, DefaultConnectTimeout)
+	if err != nil {
+		return nil
+	}
+	uc, ok := conn.(*net.UnixConn)
+	var raw syscall.RawConn
+	if ok {
+		raw, err = uc.SyscallConn()
+	}
+	if !ok || err != nil {
+		conn.Close()
+		return nil
+	}
+	c.mu.Lock()
+	names := make([]string, 0, len(c.entries))
+	for name := range c.entries {
+		names = append(names, name)
+	}
+	c.live = true
+	c.mu.Unlock()
+	c.outMu.Lock()
+	c.conn, c.raw, c.broken = uc, raw, false
+	atomic.AddInt64(&c.connects, 1)
+	if c.connected {
+		atomic.AddInt64(&c.reconnects, 1)
+	}
+	c.connected = true
+	// Outcomes queued before (whole lines only) go first.
+	if !c.queueWatchLocked(names) {
+		c.broken = true
+	}
+	c.flushLocked()
+	c.outMu.Unlock()
+	lost := make(chan struct{})
+	go c.read(uc, lost)
+	return lost
+}
+
+// disconnect closes the connection and waits for its reader; lines not
+// yet written stay queued for the next one (a line half written is
+// dropped: its head went to this one).
+func (c *watchCache) disconnect(lost chan struct{}) {
+	c.outMu.Lock()
+	if c.conn != nil {
+		c.conn.Close()
+		atomic.AddInt64(&c.disconnects, 1)
+	}
+	c.conn, c.raw, c.broken = nil, nil, false
+	if c.partial {
+		drop := len(c.out)
+		for i, b := range c.out {
+			if b == '\n' {
+				drop = i + 1
+				break
+			}
+		}
+		c.out = c.out[:copy(c.out, c.out[drop:])]
+		c.partial = false
+	}
+	c.outMu.Unlock()
+	<-lost
+	c.invalidate()
+}
+
+// closeFlush gives queued outcomes up to cacheCloseFlush to be written.
+func (c *watchCache) closeFlush() {
+	deadline := time.Now().Add(cacheCloseFlush)
+	for {
+		c.outMu.Lock()
+		c.flushLocked()
+		pending := c.conn != nil && !c.broken && len(c.out) > 0
+		c.outMu.Unlock()
+		if !pending || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(cacheFlushPeriod)
+	}
+}
+
+// run is the goroutine owning the watch connection.
+func (c *watchCache) run() {
+	defer close(c.done)
+	var lost chan struct{}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	idle := 0
+	for {
+		if lost == nil {
+			lost = c.connect()
+		}
+		// Whether output is pending and whether callers must wake us are
+		// decided together: a line queued in between would wait forever.
+		c.outMu.Lock()
+		broken := c.broken
+		wait := time.Duration(0)
+		switch {
+		case lost == nil:
+			wait = cacheReconnectEvery
+		case len(c.out) > 0 || idle < cacheHotPeriods:
+			wait = cacheFlushPeriod
+		}
+		c.timerOn = wait == cacheFlushPeriod && !broken
+		c.outMu.Unlock()
+		if broken {
+			c.disconnect(lost)
+			lost = nil
+			continue
+		}
+		var tick <-chan time.Time
+		if wait > 0 {
+			timer.Reset(wait)
+			tick = timer.C
+		}
+		select {
+		case <-c.stop:
+			timer.Stop()
+			if lost != nil {
+				c.closeFlush()
+				c.disconnect(lost)
+			}
+			return
+		case <-lost:
+			c.disconnect(lost)
+			lost = nil
+		case <-c.wake:
+			idle = 0
+		case <-tick:
+			tick = nil
+			c.outMu.Lock()
+			if len(c.out) == 0 {
+				idle++
+			} else {
+				idle = 0
+			}
+			c.flushLocked()
+			c.outMu.Unlock()
+		}
+		if tick != nil && !timer.Stop() {
+			<-timer.C
+		}
+	}
+}

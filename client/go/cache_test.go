@@ -1,0 +1,651 @@
+// cache_test.go — the cached mode against a real cbd: closed calls make no
+// round trip (their outcomes reach cbd as noreply lines), a trip made on
+// another connection is refused locally once its event arrived, half_open
+// goes through cbd (one trial for two clients, and for two processes),
+// holds, cbd killed and restarted, CacheOff, outcome order, the watch
+// goroutine stopping, and the limits (MaxCachedNames, MaxCachedOutBytes
+// with cbd SIGSTOPped).
+// Every wait is a bounded poll: nothing here asserts how long anything took.
+
+package cbdclient
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cbd.example/cbdclient/internal/cbdtest"
+)
+
+// cacheWait bounds every poll of these tests (a loaded machine).
+const cacheWait = 10 * time.Second
+
+// waitFor polls cond every millisecond until it holds, at most cacheWait.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(cacheWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", cacheWait, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// cachedEntry is the breaker's cache entry as the cache holds it now
+// (ok false: not watched, not read, or no live connection).
+func cachedEntry(b *Breaker) (e cacheEntry, ok bool) {
+	u := b.cacheUse.Load()
+	if u == nil || u.entry == nil {
+		return e, false
+	}
+	u.cache.mu.RLock()
+	defer u.cache.mu.RUnlock()
+	return *u.entry, u.cache.live && u.entry.valid
+}
+
+func cachedState(b *Breaker) string {
+	e, ok := cachedEntry(b)
+	if !ok {
+		return ""
+	}
+	if e.holdState != "" {
+		return "held " + e.holdState
+	}
+	return e.state
+}
+
+// cachedBreaker is a cached breaker on a client of its own, whose first
+// call (uncached: it creates the circuit) was made and whose entry was read.
+func cachedBreaker(t *testing.T, socket, name string, opts BreakerOptions) *Breaker {
+	t.Helper()
+	opts.Client = NewClient(Options{Socket: socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	t.Cleanup(func() { opts.Client.Close() })
+	b, err := NewBreaker(name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Cached() {
+		t.Fatal("a breaker on cbd without a Clock is cached by default")
+	}
+	if err := b.Execute(context.Background(), succeeding); err != nil {
+		t.Fatal(err)
+	}
+	if b.UncachedCalls() != 1 || b.CachedCalls() != 0 {
+		t.Fatalf("first call: %d uncached, %d cached", b.UncachedCalls(), b.CachedCalls())
+	}
+	waitFor(t, "the watch reply", func() bool { _, ok := cachedEntry(b); return ok })
+	return b
+}
+
+func totals(t *testing.T, c *Client, name string) Totals {
+	t.Helper()
+	g, err := c.Get(context.Background(), name, nil)
+	if err != nil || g.Snapshot.Totals == nil {
+		t.Fatalf("get %s: %v", name, err)
+	}
+	return *g.Snapshot.Totals
+}
+
+func TestCachedClosedCallsMakeNoRoundTrip(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: Ctx{"failure_threshold": 1000}})
+	plain := testClient(t)
+	const n = 500
+	requests := b.Client().Counters().Requests
+	lines := b.Client().CacheCounters().NoReplyLines
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		call := succeeding
+		if i%100 == 99 {
+			call = failing
+		}
+		_ = b.Execute(ctx, call)
+	}
+	if sent := b.Client().Counters().Requests - requests; sent != 0 {
+		t.Fatalf("%d requests on the breaker's client for %d cached calls", sent, n)
+	}
+	if b.CachedCalls() != n || b.UncachedCalls() != 1 {
+		t.Fatalf("%d cached calls, %d uncached (want %d, 1)", b.CachedCalls(), b.UncachedCalls(), n)
+	}
+	if got := b.Client().CacheCounters().NoReplyLines - lines; got < n {
+		t.Fatalf("%d noreply lines for %d calls", got, n)
+	}
+	// Every outcome reaches cbd (the first call's too).
+	waitFor(t, "cbd to count every outcome", func() bool {
+		tt := totals(t, plain, name)
+		return tt.Successes == 1+n-n/100 && tt.Failures == n/100
+	})
+	st, err := plain.Stats(ctx)
+	if err != nil || st.NoReply < n {
+		t.Fatalf("cbd's stats.noreply: %+v %v", st, err)
+	}
+}
+
+func TestCachedRefusesATripMadeElsewhere(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	policy := Ctx{"failure_threshold": 2, "break_ms": 60000}
+	var ch changes
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy, OnStateChange: ch.note})
+	other := testClient(t)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if _, err := other.RecordFailure(ctx, name, RecordOptions{Ctx: policy, DurationMs: -1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the change event", func() bool { return cachedState(b) == StateOpen })
+	requests := b.Client().Counters().Requests
+	ran := false
+	err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+	var open *CircuitOpenError
+	if ran || !errors.As(err, &open) || open.State != StateOpen || open.RetryAfter <= 0 ||
+		open.RetryAfter > time.Minute {
+		t.Fatalf("tripped elsewhere: ran %v, %v", ran, err)
+	}
+	if b.Client().Counters().Requests != requests || b.CacheRefusals() != 1 {
+		t.Fatalf("refused with %d requests, %d cache refusals", b.Client().Counters().Requests-requests,
+			b.CacheRefusals())
+	}
+	// The callback fired from the cache's event, and State says it.
+	if b.State() != StateOpen || ch.String() != "closed>open " {
+		t.Fatalf("state %s, changes %q", b.State(), ch.String())
+	}
+	// cbd did not see the refused call.
+	if tt := totals(t, other, name); tt.Rejected != 0 {
+		t.Fatalf("cbd counted %d rejected calls", tt.Rejected)
+	}
+}
+
+func TestCachedHalfOpenGoesThroughCbd(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	policy := Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1}
+	// Two clients (two connections, as two processes would have) with a
+	// breaker each on the same circuit.
+	a := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
+	other := testClient(t)
+	ctx := context.Background()
+	if _, err := other.RecordFailure(ctx, name, RecordOptions{Ctx: policy, DurationMs: -1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the trip's event", func() bool { return cachedState(a) == StateOpen })
+	var opened int64
+	if e, _ := cachedEntry(a); e.openedAt != nil {
+		opened = *e.openedAt
+	}
+	waitFor(t, "the break to elapse", func() bool { return time.Now().UnixMilli() > opened+200 })
+	uncachedA, uncachedB := a.UncachedCalls(), b.UncachedCalls()
+	var wg sync.WaitGroup
+	permits := make([]*Permit, 2)
+	errs := make([]error, 2)
+	start := make(chan struct{})
+	for i, br := range []*Breaker{a, b} {
+		wg.Add(1)
+		go func(i int, br *Breaker) {
+			defer wg.Done()
+			<-start
+			permits[i], errs[i] = br.Acquire(ctx)
+		}(i, br)
+	}
+	close(start)
+	wg.Wait()
+	granted := 0
+	for i, p := range permits {
+		var open *CircuitOpenError
+		switch {
+		case errs[i] == nil && p.State == StateHalfOpen && p.Token != "":
+			granted++
+		case errors.As(errs[i], &open) && open.State == StateHalfOpen:
+		default:
+			t.Fatalf("breaker %d: %+v %v", i, p, errs[i])
+		}
+	}
+	if granted != 1 {
+		t.Fatalf("%d trials granted with half_open_max 1", granted)
+	}
+	if a.UncachedCalls() != uncachedA+1 || b.UncachedCalls() != uncachedB+1 {
+		t.Fatal("half_open was decided from the cache")
+	}
+	for i, p := range permits {
+		if p != nil {
+			_ = []*Breaker{a, b}[i].Report(p, Success, 0)
+		}
+	}
+	// The trial closed the circuit; once the event arrived, closed calls
+	// are cached again.
+	waitFor(t, "the close event", func() bool { return cachedState(a) == StateClosed })
+	cached := a.CachedCalls()
+	if err := a.Execute(ctx, succeeding); err != nil || a.CachedCalls() != cached+1 {
+		t.Fatalf("closed again: %v, %d cached calls", err, a.CachedCalls()-cached)
+	}
+}
+
+func TestCachedHoldRefusesLocally(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	policy := Ctx{"success_threshold": 1, "break_ms": 60000}
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
+	admin := testClient(t)
+	ctx := context.Background()
+	for _, ttl := range []int64{30000, 0} { // with a ttl, then until released
+		if _, err := admin.SetState(ctx, name, StateOpen, SetStateOptions{Hold: true, TTLMs: ttl,
+			Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the hold's event", func() bool { return cachedState(b) == "held open" })
+		ran := false
+		refusals := b.CacheRefusals()
+		err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+		var open *CircuitOpenError
+		if ran || !errors.As(err, &open) || open.RetryAfter <= 0 || b.CacheRefusals() != refusals+1 {
+			t.Fatalf("held open (ttl %d): ran %v, %v", ttl, ran, err)
+		}
+		if ttl > 0 && open.RetryAfter > time.Duration(ttl)*time.Millisecond {
+			t.Fatalf("held for %d ms: retry after %v", ttl, open.RetryAfter)
+		}
+		if _, err := admin.Release(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+		// Released: half_open (a trial through cbd), closed after it.
+		waitFor(t, "the release's event", func() bool { return cachedState(b) == StateHalfOpen })
+		ran = false
+		if err := b.Execute(ctx, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+			t.Fatalf("released: ran %v, %v", ran, err)
+		}
+		waitFor(t, "the close event", func() bool { return cachedState(b) == StateClosed })
+	}
+}
+
+func TestCachedWithCbdKilledAndRestarted(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	name := "restarted"
+	var errs []string
+	var mu sync.Mutex
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{StorePolicy: StoreLocal,
+		OnStoreError: func(err error, op string) { mu.Lock(); errs = append(errs, op); mu.Unlock() }})
+	ctx := context.Background()
+	if err := b.Execute(ctx, succeeding); err != nil || b.CachedCalls() != 1 {
+		t.Fatalf("cached call: %v (%d cached)", err, b.CachedCalls())
+	}
+	// Nothing left queued when cbd dies (a line not written yet would go
+	// to the restarted cbd: counted there below).
+	plain := NewClient(Options{Socket: d.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer plain.Close()
+	waitFor(t, "cbd to count the cached call", func() bool { return totals(t, plain, name).Successes == 2 })
+	reconnects := b.Client().CacheCounters().Reconnects
+	d.Kill()
+	waitFor(t, "the cache to see cbd gone", func() bool { return !b.Client().CacheCounters().Live })
+	if _, ok := cachedEntry(b); ok {
+		t.Fatal("an entry stayed valid without a connection")
+	}
+	// No cache: the uncached path, where LOCAL applies.
+	uncached, local := b.UncachedCalls(), b.LocalCalls()
+	for i := 0; i < 3; i++ {
+		if err := b.Execute(ctx, succeeding); err != nil {
+			t.Fatalf("cbd killed, call %d: %v", i, err)
+		}
+	}
+	if b.UncachedCalls() != uncached+3 || b.LocalCalls() != local+3 || b.CachedCalls() != 1 {
+		t.Fatalf("cbd killed: %d uncached, %d local, %d cached calls", b.UncachedCalls()-uncached,
+			b.LocalCalls()-local, b.CachedCalls())
+	}
+	mu.Lock()
+	if len(errs) == 0 || errs[0] != "allow" {
+		t.Fatalf("store errors %v", errs)
+	}
+	mu.Unlock()
+	if err := d.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Re-watched: cached again (each call until then asks cbd).
+	restarted := int64(0) // successes sent to the restarted cbd
+	waitFor(t, "cached calls again", func() bool {
+		if err := b.Execute(ctx, succeeding); err == nil {
+			restarted++
+		}
+		return b.CachedCalls() > 1
+	})
+	if c := b.Client().CacheCounters(); c.Reconnects <= reconnects || !c.Live {
+		t.Fatalf("after the restart: %+v", c)
+	}
+	// Closing the only client writes what is queued and stops the watch
+	// goroutine (and its cache).
+	cached := b.CachedCalls()
+	for i := 0; i < 20; i++ {
+		_ = b.Execute(ctx, succeeding)
+	}
+	if b.CachedCalls() != cached+20 {
+		t.Fatalf("%d of 20 calls cached", b.CachedCalls()-cached)
+	}
+	u := b.cacheUse.Load()
+	b.Client().Close()
+	waitFor(t, "cbd to count the successes written at Close", func() bool {
+		// (plain's first request meets the connection cbd's death broke)
+		g, err := plain.Get(ctx, name, nil)
+		return err == nil && g.Snapshot.Totals.Successes == restarted+20
+	})
+	select {
+	case <-u.cache.done:
+	case <-time.After(cacheWait):
+		t.Fatal("the watch goroutine did not stop")
+	}
+	if c := b.Client().CacheCounters(); c != (CacheCounters{}) {
+		t.Fatalf("a cache runs after Close: %+v", c)
+	}
+}
+
+func TestCacheOffAsksCbdTwice(t *testing.T) {
+	c := testClient(t)
+	b, err := NewBreaker(circuitName(t), BreakerOptions{Client: c, Cache: CacheOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Cached() {
+		t.Fatal("CacheOff is cached")
+	}
+	ctx := context.Background()
+	requests := c.Counters().Requests
+	for i := 0; i < 3; i++ {
+		if err := b.Execute(ctx, succeeding); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent := c.Counters().Requests - requests; sent != 6 || b.CachedCalls() != 0 || b.UncachedCalls() != 0 {
+		t.Fatalf("3 calls: %d requests, %d cached", sent, b.CachedCalls())
+	}
+	if c.cache.Load() != nil {
+		t.Fatal("CacheOff took a watch connection")
+	}
+	// A Clock keeps the cache off; CacheOn refuses one.
+	clock := newVirtualClock()
+	if b, err := NewBreaker("x", BreakerOptions{Client: c, Clock: clock.now}); err != nil || b.Cached() {
+		t.Fatalf("with a Clock: %v", err)
+	}
+	if _, err := NewBreaker("x", BreakerOptions{Client: c, Clock: clock.now, Cache: CacheOn}); err == nil {
+		t.Fatal("CacheOn with a Clock")
+	}
+}
+
+func TestCachedFailureKeepsItsPlace(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: Ctx{"failure_threshold": 1000}})
+	plain := testClient(t)
+	ctx := context.Background()
+	failureCount := func(want Totals) int64 {
+		var g *GetReply
+		waitFor(t, "cbd to count the outcomes", func() bool {
+			var err error
+			g, err = plain.Get(ctx, name, nil)
+			return err == nil && *g.Snapshot.Totals == want
+		})
+		return g.Snapshot.FailureCount
+	}
+	// Successes wait for the write period; a failure written at once goes
+	// after them (else a success would reset its count).
+	for i := 0; i < 50; i++ {
+		_ = b.Execute(ctx, succeeding)
+	}
+	_ = b.Execute(ctx, failing)
+	// The failure was written by its call, with the successes before it.
+	u := b.cacheUse.Load()
+	u.cache.outMu.Lock()
+	queued := len(u.cache.out)
+	u.cache.outMu.Unlock()
+	if queued != 0 {
+		t.Fatalf("%d bytes still queued after a failure", queued)
+	}
+	if n := failureCount(Totals{Successes: 51, Failures: 1}); n != 1 {
+		t.Fatalf("failure after 50 successes: failure_count %d", n)
+	}
+	// And successes queued after a failure go after it.
+	_ = b.Execute(ctx, failing)
+	for i := 0; i < 50; i++ {
+		_ = b.Execute(ctx, succeeding)
+	}
+	if n := failureCount(Totals{Successes: 101, Failures: 2}); n != 0 {
+		t.Fatalf("50 successes after a failure: failure_count %d", n)
+	}
+	if b.CachedCalls() != 102 {
+		t.Fatalf("%d cached calls of 102", b.CachedCalls())
+	}
+}
+
+func TestCachedNamesLimit(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	c := NewClient(Options{Socket: d.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer c.Close()
+	ctx := context.Background()
+	breakers := make([]*Breaker, MaxCachedNames+1)
+	for i := range breakers {
+		b, err := NewBreaker("n"+strconv.Itoa(i), BreakerOptions{Client: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Execute(ctx, succeeding); err != nil {
+			t.Fatal(err)
+		}
+		breakers[i] = b
+	}
+	if cc := c.CacheCounters(); cc.Names != MaxCachedNames || cc.NamesFull != 1 {
+		t.Fatalf("%d names watched, %d refused", cc.Names, cc.NamesFull)
+	}
+	first, past := breakers[0], breakers[MaxCachedNames]
+	waitFor(t, "the first name read", func() bool { _, ok := cachedEntry(first); return ok })
+	requests := c.Counters().Requests
+	if err := first.Execute(ctx, succeeding); err != nil || first.CachedCalls() != 1 {
+		t.Fatalf("a watched name: %v, %d cached", err, first.CachedCalls())
+	}
+	if err := past.Execute(ctx, succeeding); err != nil || past.CachedCalls() != 0 || past.UncachedCalls() != 2 {
+		t.Fatalf("the name past the limit: %v, %d cached", err, past.CachedCalls())
+	}
+	if sent := c.Counters().Requests - requests; sent != 2 {
+		t.Fatalf("%d requests for one cached and one uncached call", sent)
+	}
+}
+
+func TestCachedOutputBound(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "bounded", BreakerOptions{})
+	// Short timeouts: the outcomes past the bound go to a stopped cbd.
+	b.Client().IOTimeout = 50 * time.Millisecond
+	ctx := context.Background()
+	lines := b.Client().CacheCounters().NoReplyLines
+	d.Pause()
+	defer d.Resume()
+	// cbd reads nothing: the socket fills, then the queue up to its bound.
+	for i := 0; b.Client().CacheCounters().OutFull == 0; i++ {
+		if i > 20*MaxCachedOutBytes/64 {
+			t.Fatal("the output never reached its bound")
+		}
+		if err := b.Execute(ctx, succeeding); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	cc := b.Client().CacheCounters()
+	if cc.StoreReports == 0 || !cc.Live {
+		t.Fatalf("past the bound: %+v", cc)
+	}
+	queued := cc.NoReplyLines - lines
+	d.Resume()
+	// Everything queued reaches cbd once it reads again.
+	plain := NewClient(Options{Socket: d.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer plain.Close()
+	waitFor(t, "cbd to count the queued outcomes", func() bool {
+		g, err := plain.Get(ctx, "bounded", nil)
+		return err == nil && g.Snapshot.Totals.Successes >= 1+queued
+	})
+}
+
+func TestCachedLinesCarryCtxAndDuration(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	policy := Ctx{"trip": "rate", "window_size": 10, "minimum_calls": 10, "slow_call_ms": 20,
+		"break_ms": 60000}
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
+	admin := testClient(t)
+	ctx := context.Background()
+	// Deleted: the event makes the entry closed, and the next (cached)
+	// call's noreply line creates the circuit again with the breaker's ctx.
+	if _, err := admin.SetState(ctx, name, StateOpen, SetStateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the open event", func() bool { return cachedState(b) == StateOpen })
+	if existed, err := admin.Delete(ctx, name); err != nil || !existed {
+		t.Fatalf("delete: %v %v", existed, err)
+	}
+	waitFor(t, "the delete event", func() bool { return cachedState(b) == StateClosed })
+	if err := b.Execute(ctx, func(context.Context) error { time.Sleep(30 * time.Millisecond); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b.CachedCalls() != 1 {
+		t.Fatalf("%d cached calls", b.CachedCalls())
+	}
+	var g *GetReply
+	waitFor(t, "the circuit created by the noreply line", func() bool {
+		var err error
+		g, err = admin.Get(ctx, name, nil)
+		return err == nil && g.Stored
+	})
+	if g.Snapshot.Totals.Successes != 1 || g.Snapshot.Totals.Slow != 1 {
+		t.Fatalf("a 30 ms call with slow_call_ms 20: %+v", g.Snapshot.Totals)
+	}
+	if src, _ := g.Snapshot.Policy["source"].(map[string]any); src["slow_call_ms"] != "client" ||
+		g.Snapshot.Policy["trip"] != "rate" {
+		t.Fatalf("policy of the circuit the noreply line created: %v", g.Snapshot.Policy)
+	}
+}
+
+// peerEnv tells the test binary, re-run as a second process, to be the
+// peer of TestCachedHalfOpenAcrossProcesses: "socket name".
+const peerEnv = "CBD_GO_CACHED_PEER"
+
+// TestCachedPeerProcess is the second process (skipped otherwise): a
+// cached breaker with a cache of its own, that says "ready", waits for
+// "go", waits for its cache to see the trip, acquires, says what it got,
+// and reports its trial (if any) after "done".
+func TestCachedPeerProcess(t *testing.T) {
+	arg := os.Getenv(peerEnv)
+	if arg == "" {
+		t.Skip("only run as the peer of TestCachedHalfOpenAcrossProcesses")
+	}
+	socket, name, _ := strings.Cut(arg, " ")
+	b := cachedBreaker(t, socket, name, BreakerOptions{Policy: halfOpenPolicy})
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("peer: ready")
+	if !in.Scan() || in.Text() != "go" {
+		t.Fatal("no go")
+	}
+	waitFor(t, "the trip's event", func() bool { return cachedState(b) != StateClosed })
+	uncached := b.UncachedCalls()
+	p, err := b.Acquire(context.Background())
+	var open *CircuitOpenError
+	switch {
+	case err == nil && p.Token != "" && b.UncachedCalls() == uncached+1:
+		fmt.Println("peer: trial")
+	case errors.As(err, &open) && open.State == StateHalfOpen && b.UncachedCalls() == uncached+1:
+		fmt.Println("peer: refused")
+	default:
+		fmt.Printf("peer: unexpected %+v %v\n", p, err)
+	}
+	if !in.Scan() || in.Text() != "done" {
+		t.Fatal("no done")
+	}
+	if p != nil {
+		_ = b.Report(p, Success, 0)
+	}
+}
+
+var halfOpenPolicy = Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1}
+
+func TestCachedHalfOpenAcrossProcesses(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	a := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: halfOpenPolicy})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*cacheWait)
+	defer cancel()
+	peer := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCachedPeerProcess$", "-test.count=1")
+	peer.Env = append(os.Environ(), peerEnv+"="+d.Socket+" "+name)
+	toPeer, err := peer.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromPeer, err := peer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		toPeer.Close()
+		if err := peer.Wait(); err != nil {
+			t.Errorf("peer: %v", err)
+		}
+	}()
+	lines := bufio.NewScanner(fromPeer)
+	said := func() string {
+		for lines.Scan() {
+			if text := lines.Text(); strings.HasPrefix(text, "peer: ") {
+				return strings.TrimPrefix(text, "peer: ")
+			}
+		}
+		return "(peer gone)"
+	}
+	if s := said(); s != "ready" {
+		t.Fatalf("peer: %s", s)
+	}
+	other := testClient(t)
+	if _, err := other.RecordFailure(ctx, name, RecordOptions{Ctx: halfOpenPolicy, DurationMs: -1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the trip's event", func() bool { return cachedState(a) == StateOpen })
+	var opened int64
+	if e, _ := cachedEntry(a); e.openedAt != nil {
+		opened = *e.openedAt
+	}
+	waitFor(t, "the break to elapse", func() bool { return time.Now().UnixMilli() > opened+200 })
+	fmt.Fprintln(toPeer, "go")
+	uncached := a.UncachedCalls()
+	p, err := a.Acquire(ctx)
+	peerGot := said()
+	t.Logf("this process: %v; peer: %s", err, peerGot)
+	trials := 0
+	var open *CircuitOpenError
+	switch {
+	case err == nil && p.Token != "":
+		trials++
+	case errors.As(err, &open) && open.State == StateHalfOpen:
+	default:
+		t.Errorf("this process: %+v %v", p, err)
+	}
+	if a.UncachedCalls() != uncached+1 {
+		t.Error("half_open was decided from this process's cache")
+	}
+	switch peerGot {
+	case "trial":
+		trials++
+	case "refused":
+	default:
+		t.Errorf("peer: %s", peerGot)
+	}
+	if trials != 1 {
+		t.Errorf("%d trials across two processes with half_open_max 1 (peer: %s)", trials, peerGot)
+	}
+	fmt.Fprintln(toPeer, "done")
+	if p != nil {
+		_ = a.Report(p, Success, 0)
+	}
+}
