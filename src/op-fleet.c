@@ -41,6 +41,7 @@ typedef struct op_fleet_slot {
 
 /* A request waiting on Redis. */
 typedef struct op_pending {
+	struct op_pending *prev, *next; /* its connection's fleet_pending */
 	op_call call; /* its client is NULL once the connection closed */
 	json_t *request; /* a reference: call's strings point into it */
 	const char *script_op;
@@ -357,6 +358,36 @@ nomem:
 	return NULL;
 }
 
+bool
+op_fleet_blocked(const server_client *c)
+{
+	return c->fleet_wait != NULL || c->fleet_inflight >= OP_FLEET_INFLIGHT_MAX;
+}
+
+static void
+pending_link(op_pending *p, server_client *c)
+{
+	p->prev = NULL;
+	p->next = c->fleet_pending;
+	if (c->fleet_pending != NULL)
+		c->fleet_pending->prev = p;
+	c->fleet_pending = p;
+	c->fleet_inflight++;
+}
+
+static void
+pending_unlink(op_pending *p, server_client *c)
+{
+	if (p->prev != NULL)
+		p->prev->next = p->next;
+	else
+		c->fleet_pending = p->next;
+	if (p->next != NULL)
+		p->next->prev = p->prev;
+	p->prev = p->next = NULL;
+	c->fleet_inflight--;
+}
+
 static void
 pending_free(op_pending *p)
 {
@@ -424,7 +455,12 @@ op_fleet_send(op_call *call, bool *answered)
 	}
 	json_decref(extra);
 	call->pending = true;
-	call->client->fleet_wait = p;
+	pending_link(p, call->client);
+	/* A reply must keep its place among the connection's replies; a
+	 * noreply request has none to keep (Redis runs the connection's
+	 * calls in order all the same). */
+	if (!call->noreply)
+		call->client->fleet_wait = p;
 	return true;
 }
 
@@ -557,11 +593,16 @@ pending_finish(op_pending *p, bool ok)
 	server_client *c = p->call.client;
 
 	if (c != NULL) {
+		bool was_blocked = op_fleet_blocked(c);
+
 		ok = ok && op_reply_conflicts(&p->call);
 		op_finish(&p->call, ok);
 		p->call.reply = NULL;
-		c->fleet_wait = NULL;
-		server_client_resume(c);
+		if (c->fleet_wait == p)
+			c->fleet_wait = NULL;
+		pending_unlink(p, c);
+		if (was_blocked && !op_fleet_blocked(c))
+			server_client_resume(c);
 	}
 	pending_free(p);
 }
@@ -590,9 +631,20 @@ pending_done(const json_t *reply, void *arg)
 	ct_view view;
 
 	p->in_flight--;
+	/* Events this request causes reach its connection after its reply. */
+	if (call->client != NULL)
+		watch_request_begin(call->client);
 	if (call->client == NULL) {
 		/* The connection closed: nothing to answer (its slots went back
-		 * when it closed). */
+		 * when it closed), but what the call did in Redis reaches this
+		 * host's copy and its watchers all the same. */
+		if (reply != NULL && !json_is_true(json_object_get(reply, "mismatch")))
+			copy_apply(call->name, json_object_get(reply, "circuit"),
+			    json_object_get(reply, "change"),
+			    json_is_integer(json_object_get(reply, "now"))
+				? json_integer_value(json_object_get(reply, "now"))
+				: call->now,
+			    true, NULL, &declared, (cb_reporters *)(void *)reporters);
 		if (p->in_flight == 0)
 			pending_free(p);
 		return;
@@ -676,14 +728,17 @@ pending_done(const json_t *reply, void *arg)
 void
 op_fleet_client_closed(server_client *c)
 {
-	op_pending *p = c->fleet_wait;
 	op_fleet_slot *s, *next;
 
-	if (p != NULL) {
+	/* Their calls still run in Redis; nothing is answered. */
+	while (c->fleet_pending != NULL) {
+		op_pending *p = c->fleet_pending;
+
+		pending_unlink(p, c);
 		p->call.client = NULL;
 		p->call.table.owner = NULL;
-		c->fleet_wait = NULL;
 	}
+	c->fleet_wait = NULL;
 	for (s = c->fleet_slots; s != NULL; s = next) {
 		json_t *args = json_pack("{s:s, s:s}", "token", s->token, "declared", "");
 

@@ -635,7 +635,9 @@ reply:
 	call.id = id;
 	call.noreply = noreply;
 	if (call.pending) {
-		/* op-fleet.c answers once Redis has; it holds its own reference. */
+		/* op-fleet.c answers once Redis has; it holds its own reference.
+		 * (Its events are held back again when it is answered.) */
+		watch_request_end(c);
 		json_decref(request);
 		return;
 	}

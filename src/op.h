@@ -158,7 +158,13 @@ void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_
  * to have this host's copy answer (Redis cannot take it now). False with
  * call->err on bad input. */
 bool op_fleet_send(op_call *call, bool *answered);
-/* c closed: forget its waiting request, give back its fleet slots. */
+/* Requests of one connection Redis may be running at once (noreply ones
+ * are not waited for); past it the connection is read no more until one
+ * is answered. */
+#define OP_FLEET_INFLIGHT_MAX 256
+/* Must c's next lines wait (a reply to come, or too many in flight)? */
+bool op_fleet_blocked(const server_client *c);
+/* c closed: forget its waiting requests, give back its fleet slots. */
 void op_fleet_client_closed(server_client *c);
 /* Slots this cbd's connections hold in Redis now. */
 uint64_t op_fleet_slots(void);

@@ -409,7 +409,7 @@ input_process(server_client *c, size_t budget, int64_t ms)
 
 		if (nl == NULL)
 			break;
-		if (c->fleet_wait != NULL) {
+		if (op_fleet_blocked(c)) {
 			/* A request waits on Redis: the rest waits for its reply. */
 			more = true;
 			break;
@@ -474,9 +474,9 @@ input_turn(server_client *c)
 
 	if (input_process(c, SERVER_CLIENT_LINES_PER_TURN, SERVER_CLIENT_TURN_MS)) {
 		event_del(c->read_ev);
-		if (c->fleet_wait == NULL)
+		if (!op_fleet_blocked(c))
 			evtimer_add(c->turn_ev, &now);
-	} else if (c->fleet_wait != NULL) {
+	} else if (op_fleet_blocked(c)) {
 		/* Read nothing more until the waiting request is answered. */
 		event_del(c->read_ev);
 	} else if (c->state == SERVER_CLIENT_OPEN) {

@@ -84,9 +84,13 @@ struct server_client {
 	uid_t uid;
 	gid_t gid;
 	ct_owner owner; /* slots and permits this connection holds */
-	/* Fleet mode: the request waiting on Redis (no other line is read
-	 * until it is answered), and the slots held in Redis. */
+	/* Fleet mode: the request waiting on Redis for its reply (no other
+	 * line is read until it is answered), every request of this
+	 * connection Redis has not answered (noreply ones do not block), and
+	 * the slots held in Redis. */
 	struct op_pending *fleet_wait;
+	struct op_pending *fleet_pending;
+	unsigned fleet_inflight;
 	struct op_fleet_slot *fleet_slots;
 };
 
