@@ -98,6 +98,7 @@ struct circuit_table {
 	uint64_t next_token;
 	ct_reclaim_fn on_reclaim;
 	void *on_reclaim_arg;
+	ct_cursor *cursors; /* open walks (circuit_table_cursor_*) */
 	ct_stats stats;
 };
 
@@ -562,6 +563,11 @@ circuit_find(circuit_table *table, const char *name)
 static void
 circuit_destroy(circuit_table *table, circuit *c)
 {
+	/* A walk standing on c moves on to the circuit after it. */
+	for (ct_cursor *cur = table->cursors; cur != NULL; cur = cur->next) {
+		if (cur->at == c)
+			cur->at = c->hh.next;
+	}
 	if (c->ext != NULL) {
 		while (c->ext->slots_head != NULL)
 			slot_free(table, c->ext->slots_head);
@@ -1190,6 +1196,49 @@ circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void
 		view_at(c, now, &view);
 		visit(c->name, &view, arg);
 	}
+}
+
+void
+circuit_table_cursor_open(circuit_table *table, ct_cursor *cursor)
+{
+	cursor->prev = NULL;
+	cursor->next = table->cursors;
+	if (table->cursors != NULL)
+		table->cursors->prev = cursor;
+	table->cursors = cursor;
+	cursor->at = table->circuits; /* uthash's order: creation order */
+}
+
+uint64_t
+circuit_table_cursor_next(circuit_table *table, ct_cursor *cursor, int64_t now, uint64_t max,
+    ct_visit_fn visit, void *arg)
+{
+	uint64_t n = 0;
+	ct_view view;
+
+	(void)table;
+	while (cursor->at != NULL && n < max) {
+		circuit *c = cursor->at;
+
+		cursor->at = c->hh.next;
+		view_at(c, now, &view);
+		visit(c->name, &view, arg);
+		n++;
+	}
+	return n;
+}
+
+void
+circuit_table_cursor_close(circuit_table *table, ct_cursor *cursor)
+{
+	if (cursor->prev != NULL)
+		cursor->prev->next = cursor->next;
+	else if (table->cursors == cursor)
+		table->cursors = cursor->next;
+	if (cursor->next != NULL)
+		cursor->next->prev = cursor->prev;
+	cursor->prev = cursor->next = NULL;
+	cursor->at = NULL;
 }
 
 uint64_t

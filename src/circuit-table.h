@@ -49,6 +49,7 @@
 #define CT_RECLAIM_PER_USE 2
 
 typedef struct circuit_table circuit_table;
+struct circuit;
 typedef struct ct_slot ct_slot;
 
 /* Who holds slots (one per daemon connection): released all at once by
@@ -267,6 +268,26 @@ int64_t circuit_table_retry_after(const ct_view *view, const cb_policy *policy, 
  * The callback must not change the table. */
 void circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void *arg);
 void circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg);
+
+/* A walk over every circuit in steps (list answered across turns of the
+ * event loop): it survives changes to the table between steps. Every
+ * circuit stored for the whole walk is visited once; one created during
+ * it is visited at most once; one re-created (restored) may be visited
+ * twice. Embed it; the table keeps a link to it while it is open. */
+typedef struct ct_cursor {
+	struct ct_cursor *prev, *next; /* the table's open cursors */
+	struct circuit *at; /* the next circuit to visit; NULL: done */
+} ct_cursor;
+
+/* Start a walk at the first circuit. */
+void circuit_table_cursor_open(circuit_table *table, ct_cursor *cursor);
+/* Visit up to max circuits (windows read at now) from where the walk
+ * stands; returns how many. The callback must not change the table.
+ * Done when cursor->at is NULL. */
+uint64_t circuit_table_cursor_next(circuit_table *table, ct_cursor *cursor, int64_t now,
+    uint64_t max, ct_visit_fn visit, void *arg);
+/* End a walk (done or not). */
+void circuit_table_cursor_close(circuit_table *table, ct_cursor *cursor);
 
 /* Visit at most max circuits: those that are open, half_open, held or hold
  * slots, then closed ones, most recently used first. Returns how many. */

@@ -153,6 +153,15 @@ bool op_hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request 
 /* set_state's audit line. */
 void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_request *req);
 
+/* Circuits one step of a list visits: a list of more is answered in
+ * steps, one per turn of the event loop, other connections served in
+ * between. */
+#define OP_LIST_STEP_CIRCUITS 256
+/* The next step of c's list; true when it was answered (or there is none). */
+bool op_list_continue(server_client *c);
+/* c closed: drop its list in progress. */
+void op_list_client_closed(server_client *c);
+
 /* Fleet mode (op-fleet.c): send call's op to the circuit script; sets
  * call->pending, or *answered when the reply is made already, or neither
  * to have this host's copy answer (Redis cannot take it now). False with

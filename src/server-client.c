@@ -409,8 +409,9 @@ input_process(server_client *c, size_t budget, int64_t ms)
 
 		if (nl == NULL)
 			break;
-		if (op_fleet_blocked(c)) {
-			/* A request waits on Redis: the rest waits for its reply. */
+		if (op_fleet_blocked(c) || c->list_job != NULL) {
+			/* A request waits on Redis, or a list is answered in steps:
+			 * the rest waits for its reply. */
 			more = true;
 			break;
 		}
@@ -472,7 +473,13 @@ input_turn(server_client *c)
 {
 	static const struct timeval now = { 0, 0 };
 
-	if (input_process(c, SERVER_CLIENT_LINES_PER_TURN, SERVER_CLIENT_TURN_MS)) {
+	bool more = input_process(c, SERVER_CLIENT_LINES_PER_TURN, SERVER_CLIENT_TURN_MS);
+
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	if (more || c->list_job != NULL) {
+		/* Lines left, or the next step of a list: another turn (a
+		 * request waiting on Redis resumes c when it is answered). */
 		event_del(c->read_ev);
 		if (!op_fleet_blocked(c))
 			evtimer_add(c->turn_ev, &now);
@@ -563,6 +570,13 @@ server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (c->state != SERVER_CLIENT_OPEN)
 		return;
+	if (!op_list_continue(c)) {
+		static const struct timeval now = { 0, 0 };
+
+		evtimer_add(c->turn_ev, &now);
+		server_client_flush(c);
+		return;
+	}
 	input_turn(c);
 	if (c->state != SERVER_CLIENT_DEAD)
 		server_client_flush(c);
@@ -620,8 +634,11 @@ void
 server_client_drain(server_client *c)
 {
 	if (c->state == SERVER_CLIENT_OPEN) {
-		/* Lines already sent are answered (shutting_down); then no more. */
+		/* A list in progress is finished, lines already sent are
+		 * answered (shutting_down); then no more. */
 		evtimer_del(c->turn_ev);
+		while (!op_list_continue(c))
+			;
 		input_process(c, SIZE_MAX, 0);
 		for (int i = 0; i < SERVER_CLIENT_DRAIN_READS && c->state == SERVER_CLIENT_OPEN;
 		     i++) {
@@ -657,6 +674,7 @@ server_client_close(server_client *c, const char *why)
 	/* Slots and permits go back at once, not when the struct is freed. */
 	circuit_table_release_owner(srv.table, &c->owner);
 	op_fleet_client_closed(c);
+	op_list_client_closed(c);
 	watch_forget(c);
 	server_client_set_state(c, SERVER_CLIENT_DEAD);
 	server_client_dead(c);

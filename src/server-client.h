@@ -92,6 +92,8 @@ struct server_client {
 	struct op_pending *fleet_pending;
 	unsigned fleet_inflight;
 	struct op_fleet_slot *fleet_slots;
+	/* A list being answered in steps (no other line is read meanwhile). */
+	struct op_list_job *list_job;
 };
 
 /* A connection on an accepted, non-blocking fd; NULL when out of memory
