@@ -18,6 +18,7 @@ EXTRA_DIST += \
 	client/python/tests/conftest.py \
 	client/python/tests/test_aio.py \
 	client/python/tests/test_breaker.py \
+	client/python/tests/test_cache.py \
 	client/python/tests/test_classify.py \
 	client/python/tests/test_example.py \
 	client/python/tests/test_fallback.py \
