@@ -6,7 +6,10 @@ outcomes, cached=False, the limits, the asyncio owners, and closing.
 Every wait is a bounded poll; nothing asserts a duration."""
 
 import asyncio
+import os
+import signal
 import threading
+import time
 
 import pytest
 
@@ -332,3 +335,31 @@ def test_a_failure_is_written_by_its_caller(cbd, client, name):
     b.report(p, FAILURE)
     assert b.cache_stats().sends > sends and not b._cache._out
     wait_until(lambda: totals(client, name)["failures"] == 1)
+
+
+def test_forked_child_asks_cbd_then_caches_on_its_own(cbd, client, name):
+    b = Breaker(name, Client(cbd.socket, io_timeout=2.0), failure_threshold=1000)
+    primed = prime(b)
+    pid = os.fork()
+    if pid == 0:  # the child: no reader thread of the parent's survives
+        code = 1
+        try:
+            c = CountingClient(cbd.socket, io_timeout=2.0)
+            b.client = c  # the inherited breaker, on a connection of the child's
+            b.call(lambda: None)
+            asks = c.sent  # allow + record: the parent's cache is not used
+            own = Breaker(name + "-child", c)
+            prime(own)  # a breaker the child creates is cached on its own
+            code = 0 if asks == 2 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child did not finish")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    wait_until(lambda: totals(client, name)["successes"] == primed + 1)
+    b.client.close()

@@ -210,7 +210,9 @@ class WatchCache:
             elif e.state == OPEN:
                 now = _wall_ms()
                 if e.opened_at is not None and e.break_ms is not None:
-                    left = e.opened_at + e.break_ms - now
+                    # Never more than the break (a clock behind opened_at
+                    # counts as no time elapsed, as cbd's).
+                    left = min(e.opened_at + e.break_ms - now, e.break_ms)
                 else:
                     left = e.retry_after_ms - (now - e.received_at)
                 verdict = REFUSE if left > 0 else ASK
@@ -624,7 +626,7 @@ def acquire(path: str, loop=None) -> WatchCache:
     with _registry_lock:
         for key in [k for k, c in _registry.items()
                     if isinstance(c, LoopWatchCache) and c.loop.is_closed()]:
-            del _registry[key]  # its loop is gone, and so are its callbacks
+            _registry.pop(key).close()  # its loop is gone: close its socket
         key = path if loop is None else (id(loop), path)
         c = _registry.get(key)
         if c is None:
@@ -637,7 +639,7 @@ def acquire(path: str, loop=None) -> WatchCache:
 def release(c: WatchCache) -> None:
     """One user less; the last one stops the cache (its queued outcomes
     written first, at most CLOSE_FLUSH_S)."""
-    if not c.usable():
+    if c.pid != os.getpid() or c._stop:
         return  # a parent's cache, abandoned at fork, or stopped
     with _registry_lock:
         c.refs -= 1
@@ -662,7 +664,7 @@ def _close_all() -> None:
         caches = list(_registry.values())
         _registry.clear()
     for c in caches:
-        if c.usable() and not (isinstance(c, LoopWatchCache) and c.loop.is_closed()):
+        if c.pid == os.getpid():
             c.close()
 
 
