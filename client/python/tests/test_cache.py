@@ -363,3 +363,17 @@ def test_forked_child_asks_cbd_then_caches_on_its_own(cbd, client, name):
     assert os.waitstatus_to_exitcode(done[1]) == 0
     wait_until(lambda: totals(client, name)["successes"] == primed + 1)
     b.client.close()
+
+
+def test_deleted_circuit_reads_closed(cbd, client, name):
+    b = Breaker(name, client, failure_threshold=1, break_ms=600000)
+    prime(b)
+    client.record_failure(name, ctx={"failure_threshold": 1, "break_ms": 600000})
+    wait_until(lambda: refused(b))
+    assert client.delete(name)["existed"] is True
+    # The delete event: closed again, decided by the cache (a noreply
+    # success creates the circuit anew).
+    cached = b.cache_stats().cached_calls
+    wait_until(lambda: refused(b) is None)
+    assert b.cache_stats().cached_calls > cached
+    wait_until(lambda: client.get(name)["stored"])

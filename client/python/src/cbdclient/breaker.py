@@ -177,10 +177,11 @@ class Breaker:
     def _wants_cache(self, cached: bool | None) -> bool:
         if cached is False:
             return False
-        if cached and (self.client is None or self.clock is not None):
-            raise ValueError("cached=True needs a cbd connection and no clock "
-                             "(the cache keeps real time)")
-        return self.client is not None and self.clock is None
+        remote = isinstance(self.client, (Client, AsyncClient))
+        if cached and (not remote or self.clock is not None):
+            raise ValueError("cached=True needs a cbd connection (Client or AsyncClient) "
+                             "and no clock (the cache keeps real time)")
+        return remote and self.clock is None
 
     def _join_cache(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Join the process's cache (for loop: the one that loop owns)."""
@@ -638,6 +639,7 @@ class AsyncBreaker:
 
     def __init__(self, breaker: Breaker) -> None:
         self.breaker = breaker
+        self._handing_back: set[asyncio.Task] = set()  # cancelled calls' reports
 
     async def acquire(self) -> Permit:
         """Breaker.acquire without blocking the event loop."""
@@ -674,8 +676,10 @@ class AsyncBreaker:
             return
         if b._async:
             # Sent by a task of its own (a slot is released with it).
-            asyncio.get_running_loop().create_task(
+            task = asyncio.get_running_loop().create_task(
                 b._report_uncached_async(permit, outcome, ms, None))
+            self._handing_back.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._handing_back.discard)
         else:
             b._report_uncached(permit, outcome, ms, None)
 
