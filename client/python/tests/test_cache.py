@@ -8,6 +8,7 @@ Every wait is a bounded poll; nothing asserts a duration."""
 import asyncio
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -377,3 +378,35 @@ def test_deleted_circuit_reads_closed(cbd, client, name):
     wait_until(lambda: refused(b) is None)
     assert b.cache_stats().cached_calls > cached
     wait_until(lambda: client.get(name)["stored"])
+
+
+def test_lines_of_unexpected_shape_do_not_stop_the_cache(tmp_path):
+    # A stand-in for cbd that answers the watch with lines the cache must
+    # survive, then a good change event.
+    path = str(tmp_path / "fake.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    server.settimeout(10)
+    c = cache.acquire(path)
+    try:
+        entry = c.watch("x")
+        conn, _ = server.accept()
+        conn.settimeout(10)
+        assert b'"op":"watch"' in conn.recv(4096)
+        now = int(time.time() * 1000)
+        conn.sendall(b"not json\n"
+                     b'{"event":"delete","name":[1]}\n'
+                     b'{"ok":true,"snapshots":[{"name":"x","state":"open","opened_at":"soon"}]}\n'
+                     b'{"event":"change","snapshot":{"name":"x","state":"open","opened_at":%d,'
+                     b'"current_break_ms":60000,"retry_after_ms":60000,"hold":null}}\n' % now)
+        wait_until(lambda: c.decide(entry, 0)[0] == cache.REFUSE)
+        verdict, left, fresh, seq = c.decide(entry, 0)
+        assert 0 < left <= 60000 and fresh["state"] == "open" and seq == 1
+        assert c.stats().bad_lines == 2  # not JSON; a snapshot with a bad time
+        conn.close()  # cbd gone: every entry invalid at once
+        wait_until(lambda: c.decide(entry, seq)[0] == cache.ASK and not c.stats().live)
+    finally:
+        cache.release(c)
+        server.close()
+    assert cache.stats(path) is None

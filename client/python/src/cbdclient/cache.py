@@ -120,19 +120,27 @@ class Entry:
         """Read a snapshot; False when it cannot be read."""
         state = snap.get("state")
         hold = snap.get("hold")
-        policy = snap.get("policy") or {}
+        policy = snap.get("policy")
         if state not in STATES or not (hold is None or isinstance(hold, dict)):
             return False
         cur = snap.get("current_break_ms")
+        brk = cur if _time(cur) else policy.get("break_ms") if isinstance(policy, dict) else None
+        times = (snap.get("opened_at"), brk, hold.get("until") if hold else None)
+        if not all(t is None or _time(t) for t in times) or not _time(
+                snap.get("retry_after_ms", 0)):
+            return False
         self.valid = True
         self.state = state
-        self.opened_at = snap.get("opened_at")
-        self.break_ms = cur if isinstance(cur, int) and cur >= 0 else policy.get("break_ms")
-        self.retry_after_ms = snap.get("retry_after_ms") or 0
+        self.opened_at, self.break_ms, self.hold_until = times
+        self.retry_after_ms = snap.get("retry_after_ms", 0)
         self.received_at = _wall_ms()
         self.hold_state = hold.get("state") if hold else None
-        self.hold_until = hold.get("until") if hold else None
         return True
+
+
+def _time(v: object) -> bool:
+    """A time or duration as the protocol sends them (§5)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 class WatchCache:
@@ -388,7 +396,12 @@ class WatchCache:
             self._in += data
             start = 0
             while (nl := self._in.find(b"\n", start)) >= 0:
-                self._apply_line(bytes(self._in[start:nl]))
+                try:
+                    self._apply_line(bytes(self._in[start:nl]))
+                except (TypeError, ValueError, AttributeError):
+                    # A line of unexpected shape must not stop the owner.
+                    with self._lock:
+                        self._stats.bad_lines += 1
                 start = nl + 1
             del self._in[:start]
             if len(self._in) > LINE_MAX:
@@ -433,8 +446,9 @@ class WatchCache:
         if event == "change":
             self._apply_snapshot(msg.get("snapshot"), True)
         elif event == "delete":
+            name = msg.get("name")
             with self._lock:
-                e = self._entries.get(msg.get("name"))
+                e = self._entries.get(name) if isinstance(name, str) else None
                 if e is not None and e.valid:
                     # Gone: the next call creates it closed.
                     e.state, e.hold_state, e.opened_at = CLOSED, None, None
