@@ -404,8 +404,11 @@ def test_lines_of_unexpected_shape_do_not_stop_the_cache(tmp_path):
         verdict, left, fresh, seq = c.decide(entry, 0)
         assert 0 < left <= 60000 and fresh["state"] == "open" and seq == 1
         assert c.stats().bad_lines == 2  # not JSON; a snapshot with a bad time
+        server.close()
+        os.unlink(path)
         conn.close()  # cbd gone: every entry invalid at once
-        wait_until(lambda: c.decide(entry, seq)[0] == cache.ASK and not c.stats().live)
+        wait_until(lambda: not c.stats().live)
+        assert c.decide(entry, seq)[0] == cache.ASK and c.stats().disconnects == 1
     finally:
         cache.release(c)
         server.close()
