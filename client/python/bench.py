@@ -21,7 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "src"))
 
-from cbdclient import AsyncClient, Breaker, CircuitOpenError, Client  # noqa: E402
+from cbdclient import AsyncBreaker, AsyncClient, Breaker, CircuitOpenError, Client  # noqa: E402
 
 # Bound on waiting for cbd to answer at start, and for one propagation
 # sample (seconds).
@@ -112,9 +112,32 @@ def bench_cached(sock, n, trips):
     cached.client.close()
     uncached.client.close()
 
+    asyncio.run(bench_async(sock, n))
     for pause, label in ((0.0001, "polling every 100 µs"), (0, "polling busily")):
         propagation(sock, admin, trips, pause, label)
     admin.close()
+
+
+async def bench_async(sock, n):
+    """AsyncBreaker on an AsyncClient: the cache the event loop owns."""
+    async def nothing():
+        return None
+
+    clock = time.perf_counter_ns
+    for label, cached in (("cached", None), ("uncached", False)):
+        ac = AsyncClient(sock, io_timeout=2.0)
+        ab = AsyncBreaker(Breaker(f"async-{label}", ac, cached=cached))
+        await ab.call(nothing)
+        while cached is None and ab.breaker.cache_stats().cached_calls == 0:
+            await ab.call(nothing)
+            await asyncio.sleep(0.001)
+        samples = []
+        for _ in range(n):
+            t = clock()
+            await ab.call(nothing)
+            samples.append(clock() - t)
+        percentiles(f"closed, {label}, AsyncBreaker on an AsyncClient", samples)
+        await ac.close()
 
 
 def propagation(sock, admin, trips, pause, label):
