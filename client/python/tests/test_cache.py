@@ -307,8 +307,8 @@ def test_async_client_breaker_is_cached_on_the_loop(cbd, client, name):
         stats = ac.cache_stats()
         assert stats.live and stats.cached_calls >= 101
         # A trip made elsewhere: refused locally once its event is read.
-        Client(cbd.socket, io_timeout=2.0).record_failure(
-            name, ctx={"failure_threshold": 1, "break_ms": 60000})
+        with Client(cbd.socket, io_timeout=2.0) as other:
+            other.record_failure(name, ctx={"failure_threshold": 1, "break_ms": 60000})
         while True:
             try:
                 await ab.call(ok)
