@@ -252,6 +252,7 @@ def test_close_flushes_and_stops_the_watch(own_cbd):
     # The closed breaker still works, uncached.
     assert b.call(lambda: "after") == "after" and b.cache_stats() is None
     check.close()
+    c.close()
 
 
 def test_async_breaker_on_a_thread_client_is_cached(cbd, client, name):
