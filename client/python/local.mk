@@ -8,6 +8,7 @@ EXTRA_DIST += \
 	client/python/src/cbdclient/__init__.py \
 	client/python/src/cbdclient/aio.py \
 	client/python/src/cbdclient/breaker.py \
+	client/python/src/cbdclient/cache.py \
 	client/python/src/cbdclient/classify.py \
 	client/python/src/cbdclient/connection.py \
 	client/python/src/cbdclient/errors.py \
@@ -17,6 +18,7 @@ EXTRA_DIST += \
 	client/python/tests/conftest.py \
 	client/python/tests/test_aio.py \
 	client/python/tests/test_breaker.py \
+	client/python/tests/test_cache.py \
 	client/python/tests/test_classify.py \
 	client/python/tests/test_example.py \
 	client/python/tests/test_fallback.py \

@@ -23,6 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 # Bounded waits (seconds): cbd starting to answer, and stopping.
 START_WAIT = 10.0
 STOP_WAIT = 10.0
+# Bound on waiting for a condition (an event, a queued outcome to land).
+WAIT = 10.0
 
 _names = itertools.count(1)
 
@@ -112,6 +114,18 @@ class Daemon:
         for f in os.listdir(self.dir):
             os.unlink(os.path.join(self.dir, f))
         os.rmdir(self.dir)
+
+
+def wait_until(cond, timeout: float = WAIT):
+    """Poll cond() until it is true (returned), at most timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.002)
 
 
 @pytest.fixture(scope="session")

@@ -84,7 +84,7 @@ def test_unreachable_and_reconnect(own_cbd, tmp_path):
 
 def test_async_breaker(cbd, name):
     b = Breaker(name, Client(cbd.socket, io_timeout=2.0), failure_threshold=2,
-                break_ms=60000, fallback=lambda e: "fallback")
+                break_ms=60000, fallback=lambda e: "fallback", cached=False)
     ab = AsyncBreaker(b)
 
     @b

@@ -23,6 +23,9 @@ def fails(b, n):
 def breaker(d, **kw):
     errors = []
     kw.setdefault("on_store_error", lambda err, op: errors.append((err.code, op)))
+    # Uncached: these are the store policies of the uncached path (cached
+    # breakers take it too once the watch connection is lost: test_cache).
+    kw.setdefault("cached", False)
     b = Breaker("payments", Client(d.socket, io_timeout=0.2), **kw)
     return b, errors
 
@@ -116,7 +119,7 @@ def test_stopped_cbd_costs_one_timeout_per_backoff_window(own_cbd):
     errors = []
     c = CountingClient(own_cbd.socket, io_timeout=0.2)
     b = Breaker("payments", c, failure_threshold=3, timeout_backoff_ms=60000,
-                on_store_error=lambda err, op: errors.append(err.code))
+                on_store_error=lambda err, op: errors.append(err.code), cached=False)
     b.call(lambda: 1)
     sent = c.sent
     own_cbd.pause()
@@ -143,7 +146,7 @@ def test_stopped_cbd_costs_one_timeout_per_backoff_window(own_cbd):
 
 def test_backoff_ends_and_cbd_is_asked_again(own_cbd):
     c = CountingClient(own_cbd.socket, io_timeout=0.1)
-    b = Breaker("payments", c, timeout_backoff_ms=50)
+    b = Breaker("payments", c, timeout_backoff_ms=50, cached=False)
     own_cbd.pause()
     try:
         b.call(lambda: 1)

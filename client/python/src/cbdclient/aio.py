@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import weakref
 from typing import Any
 
 from .connection import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_REPLY_BYTES,
@@ -39,6 +40,7 @@ class AsyncClient(Ops):
         self._pending: collections.deque = collections.deque()
         self._read_task: asyncio.Task | None = None
         self._connecting: asyncio.Lock | None = None
+        self._cached_breakers: weakref.WeakSet = weakref.WeakSet()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -47,6 +49,10 @@ class AsyncClient(Ops):
         await self.close()
 
     async def close(self) -> None:
+        """Close the connection, and the watch cache of the breakers on
+        it (queued outcomes written first, at most 200 ms)."""
+        for b in list(self._cached_breakers):
+            b.close()
         self._fail_all(UnavailableError("connection closed by the client"))
         task, self._read_task = self._read_task, None
         if task is not None and task is not asyncio.current_task():
@@ -55,6 +61,12 @@ class AsyncClient(Ops):
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
+
+    def cache_stats(self):
+        """The counters of this event loop's watch cache on this socket
+        (cache.CacheStats), None when no cached breaker uses it."""
+        from . import cache
+        return cache.stats(self.socket_path, asyncio.get_running_loop())
 
     def _fail_all(self, err: Exception) -> None:
         """Close the connection and fail every request in flight with err."""

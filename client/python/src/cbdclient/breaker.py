@@ -16,21 +16,30 @@ unreachable:
 No latching: every call asks cbd first, and its first answer makes it
 authoritative again (the local copy is dropped). After a timeout cbd is
 skipped for timeout_backoff_ms, so a hung cbd costs one timeout per window.
+
+Cached mode (cache.py; on by default on a cbd connection without a clock):
+a call that the process's watch cache sees closed runs at once and its
+outcome goes to cbd as a noreply line; one it sees open (break or open
+hold not elapsed) is refused locally; everything else, and a breaker's
+first call, takes the uncached path above.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 import inspect
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from . import machine
+from . import cache, machine
+from .aio import AsyncClient
 from .classify import FAILURE, IGNORE, SUCCESS, Outcome
-from .connection import Client
+from .connection import Client, encode_request
 from .errors import CbdError, CbdTimeoutError, CircuitOpenError, ServerError, store_failed
 from .local import LocalStore
 from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
@@ -71,6 +80,7 @@ class Permit:
     state: str
     token: str | None = None  # allow's permit (a half_open trial slot)
     local: bool = False  # granted by the local fallback
+    cached: bool = False  # granted by the watch cache: report with noreply
     started: float = field(default_factory=time.monotonic)
     reported: bool = False
 
@@ -87,9 +97,13 @@ class Breaker:
     classified), ``fallback`` (called with the CircuitOpenError instead of
     raising it), ``on_state_change(prev, state, error)``,
     ``on_store_error(error, op)``, ``timeout_backoff_ms``, ``clock`` (ms
-    since the epoch, virtual time: sent as ctx.now), and the policy members
-    of PROTOCOL.md §6 as keywords (sent only when given; normally the
-    operator's config decides).
+    since the epoch, virtual time: sent as ctx.now), ``cached`` (None: the
+    watch cache when on cbd without a clock; False: every call asks cbd;
+    True: insist), and the policy members of PROTOCOL.md §6 as keywords
+    (sent only when given; normally the operator's config decides).
+
+    A breaker on an ``AsyncClient`` is used through ``AsyncBreaker``.
+    ``close()`` (or ``with``) leaves the watch cache.
     """
 
     def __init__(self, name: str, client: Client | None = None, *,
@@ -102,6 +116,7 @@ class Breaker:
                  on_store_error: Callable[[CbdError, str], None] | None = None,
                  timeout_backoff_ms: int = DEFAULT_TIMEOUT_BACKOFF_MS,
                  clock: Callable[[], int] | None = None,
+                 cached: bool | None = None,
                  _private: bool = False,
                  **policy: Any) -> None:
         if not isinstance(name, str) or not 1 <= len(name.encode()) <= 256:
@@ -133,6 +148,79 @@ class Breaker:
         self._seen = Snapshot()
         self._seen_policy: dict | None = None
         self._seen_hold: dict | None = None
+        # Cached mode: the process's cache, this circuit's entry in it, the
+        # change events seen, and whether an uncached call created the
+        # circuit (the first call always asks cbd).
+        self._async = isinstance(self.client, AsyncClient)
+        self._cache: cache.WatchCache | None = None
+        self._entry: cache.Entry | None = None
+        self._cache_release: weakref.finalize | None = None
+        self._seen_seq = 0
+        self._told: tuple[int, str] | None = None  # see WatchCache.decide
+        self._primed = False
+        self.cached = self._wants_cache(cached)
+        if self.cached:
+            # The noreply lines, less ,"duration_ms":N}\n (built once).
+            ctx = self.ctx or None
+            self._lines = {
+                SUCCESS: encode_request("record_success", dict(
+                    name=name, ctx=ctx, noreply=True))[:-2],
+                FAILURE: encode_request("record_failure", dict(
+                    name=name, ctx=ctx, noreply=True))[:-2],
+                IGNORE: encode_request("record", dict(
+                    name=name, outcome="ignore", ctx=ctx, noreply=True))[:-2],
+            }
+            self.client._cached_breakers.add(self)
+            if not self._async:
+                self._join_cache(None)
+
+    def _wants_cache(self, cached: bool | None) -> bool:
+        if cached is False:
+            return False
+        remote = isinstance(self.client, (Client, AsyncClient))
+        if cached and (not remote or self.clock is not None):
+            raise ValueError("cached=True needs a cbd connection (Client or AsyncClient) "
+                             "and no clock (the cache keeps real time)")
+        return remote and self.clock is None
+
+    def _join_cache(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Join the process's cache (for loop: the one that loop owns)."""
+        self._leave_cache()
+        c = cache.acquire(self.client.socket_path, loop)
+        self._cache_release = weakref.finalize(self, c.release_soon)
+        self._cache_release.atexit = False  # cache's own atexit closes it
+        entry = c.watch(self.name)
+        with self._lock:
+            self._cache, self._entry = c, entry
+            self._seen_seq = 0
+            self._told = None
+            self._primed = False
+
+    def _leave_cache(self) -> None:
+        with self._lock:
+            finalizer, self._cache_release = self._cache_release, None
+            c, self._cache, self._entry = self._cache, None, None
+        if finalizer is not None and finalizer.detach() is not None:
+            cache.release(c)
+
+    def close(self) -> None:
+        """Leave the watch cache (the last breaker to leave writes what is
+        queued, waiting at most 200 ms, and closes the connection); later
+        calls take the uncached path."""
+        self.cached = False
+        self._leave_cache()
+
+    def __enter__(self) -> "Breaker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def cache_stats(self) -> "cache.CacheStats | None":
+        """The counters of the watch cache this breaker uses (None when
+        it is not cached)."""
+        c = self._cache
+        return c.stats() if c is not None else None
 
     @classmethod
     def private(cls, name: str = "default", **options: Any) -> "Breaker":
@@ -185,6 +273,8 @@ class Breaker:
         Refusals that are answers are raised as they are."""
         if self.client is None:
             return None, None
+        if self._async:
+            raise TypeError("a breaker on an AsyncClient is used through AsyncBreaker")
         err = self._skipping()
         if err is None:
             try:
@@ -195,14 +285,37 @@ class Breaker:
                 err = e
                 self._failed(e, op, False)
             else:
-                with self._lock:
-                    if self._degraded:
-                        self._degraded = False
-                        self._local.forget(self.name)
+                self._answered()
                 return reply, None
         else:
             self._failed(err, op, True)
         return None, err
+
+    async def _remote_async(self, op: str, fn: Callable[[], Any]
+                            ) -> tuple[dict | None, CbdError | None]:
+        """_remote for an AsyncClient (fn returns the request's coroutine)."""
+        err = self._skipping()
+        if err is None:
+            try:
+                reply = await fn()
+            except CbdError as e:
+                if not store_failed(e):
+                    raise
+                err = e
+                self._failed(e, op, False)
+            else:
+                self._answered()
+                return reply, None
+        else:
+            self._failed(err, op, True)
+        return None, err
+
+    def _answered(self) -> None:
+        """cbd answered: authoritative again."""
+        with self._lock:
+            if self._degraded:
+                self._degraded = False
+                self._local.forget(self.name)
 
     def _note_snapshot(self, snap: dict) -> None:
         with self._lock:
@@ -262,9 +375,58 @@ class Breaker:
     def acquire(self) -> Permit:
         """A permit for one call, or CircuitOpenError (REJECT: the
         UnavailableError when cbd is unavailable)."""
+        permit = self._acquire_cached()
+        return permit if permit is not None else self._acquire_uncached()
+
+    def _acquire_cached(self) -> Permit | None:
+        """The cache's answer: a permit (closed), CircuitOpenError (open,
+        break not elapsed), or None: ask cbd."""
+        with self._lock:
+            c, entry, seen, primed = self._cache, self._entry, self._seen_seq, self._primed
+            told = self._told
+        if entry is None or not primed or not c.usable():
+            return None
+        verdict, left, fresh, seq = c.decide(entry, seen, told)
+        if fresh is not None:
+            # Another process's change (or our own trip), as cbd sent it:
+            # the state callbacks fire, the LOCAL fallback starts from it.
+            with self._lock:
+                self._seen_seq = seq
+            self._note_snapshot(fresh)
+            self._observe(fresh["state"])
+        if verdict == cache.PERMIT:
+            self._observe(CLOSED)
+            return Permit(self.name, CLOSED, cached=True)
+        if verdict == cache.REFUSE:
+            self._observe(OPEN)
+            raise CircuitOpenError(self.name, OPEN, left)
+        return None
+
+    def _told_state(self, state: str) -> None:
+        """cbd answered an uncached request with state: the cache decides
+        again once it agrees (or an event comes). The circuit exists now."""
+        with self._lock:
+            c, entry = self._cache, self._entry
+        if entry is not None:
+            told = (c.seq(entry), state)
+            with self._lock:
+                self._told = told
+                self._primed = True
+
+    def _acquire_uncached(self) -> Permit:
         ctx = self._call_ctx()
         now = ctx["now"] if ctx and "now" in ctx else None
         reply, err = self._remote("allow", lambda: self.client.allow(self.name, ctx))
+        return self._granted(reply, err, now)
+
+    async def _acquire_uncached_async(self) -> Permit:
+        ctx = self._call_ctx()
+        now = ctx["now"] if ctx and "now" in ctx else None
+        reply, err = await self._remote_async("allow", lambda: self.client.allow(self.name, ctx))
+        return self._granted(reply, err, now)
+
+    def _granted(self, reply: dict | None, err: CbdError | None, now: int | None) -> Permit:
+        """acquire's answer from cbd's allow reply, else the store policy."""
         degraded = reply is None
         if degraded:
             now = now if now is not None else self._now()
@@ -276,6 +438,7 @@ class Breaker:
             reply = self._local.allow(self.name, self._fallback_policy(), now)
         else:
             self._note_allow(reply, now if now is not None else self._now())
+            self._told_state(reply["state"])
         state = reply["state"]
         self._observe(state, degraded=degraded)
         if not reply["allowed"]:
@@ -287,29 +450,65 @@ class Breaker:
         """Record a granted call's outcome (with its duration: by default
         the time since acquire) and hand its permit back. Never raises for
         cbd's sake: bookkeeping does not replace the call's own result."""
+        outcome, duration_ms = self._report_begin(permit, outcome, duration_ms)
+        if not self._report_cached(permit, outcome, duration_ms):
+            self._report_uncached(permit, outcome, duration_ms, error)
+
+    def _report_begin(self, permit: Permit, outcome: Outcome | str,
+                      duration_ms: int | None) -> tuple[Outcome, int]:
         outcome = Outcome(outcome)
         if permit.reported:
             raise ValueError(f'permit for circuit "{self.name}" was already reported')
         permit.reported = True
         if duration_ms is None:
             duration_ms = max(0, int((time.monotonic() - permit.started) * 1000))
+        return outcome, duration_ms
+
+    def _report_cached(self, permit: Permit, outcome: Outcome, duration_ms: int) -> bool:
+        """A cached permit's outcome as a noreply line on the watch
+        connection (a failure written at once); False: report it uncached."""
+        c = self._cache
+        if not permit.cached or c is None or not c.usable():
+            return False
+        line = self._lines[outcome] + b',"duration_ms":%d}\n' % duration_ms
+        return c.send(line, outcome == FAILURE)
+
+    def _record_args(self, permit: Permit, outcome: Outcome, duration_ms: int) -> dict:
         remote_token = None if permit.local else permit.token
-        ctx = self._call_ctx()
-        reply = None
         # An ignored call without a permit changes nothing but cbd's
         # totals.ignored: sent without waiting for the reply.
-        noreply = outcome == IGNORE and remote_token is None
+        return dict(name=self.name, outcome=outcome.value, permit=remote_token,
+                    duration_ms=duration_ms, ctx=self._call_ctx(),
+                    noreply=outcome == IGNORE and remote_token is None)
+
+    def _report_uncached(self, permit: Permit, outcome: Outcome, duration_ms: int,
+                         error: Any) -> None:
+        args = self._record_args(permit, outcome, duration_ms)
         try:
-            reply, err = self._remote("record", lambda: self.client.record(
-                self.name, outcome.value, permit=remote_token, duration_ms=duration_ms,
-                ctx=ctx, noreply=noreply))
+            reply, err = self._remote("record", lambda: self.client.record(**args))
         except CbdError:
             return  # an answer such as bad_request: nothing to fall back to
+        self._recorded(permit, outcome, duration_ms, error, args["ctx"], reply, err)
+
+    async def _report_uncached_async(self, permit: Permit, outcome: Outcome, duration_ms: int,
+                                     error: Any) -> None:
+        args = self._record_args(permit, outcome, duration_ms)
+        try:
+            reply, err = await self._remote_async("record", lambda: self.client.record(**args))
+        except CbdError:
+            return
+        self._recorded(permit, outcome, duration_ms, error, args["ctx"], reply, err)
+
+    def _recorded(self, permit: Permit, outcome: Outcome, duration_ms: int, error: Any,
+                  ctx: dict | None, reply: dict | None, err: CbdError | None) -> None:
+        """report's bookkeeping from cbd's record reply, else the store
+        policy's."""
         if reply is None and err is None and self.client is not None:
             return  # sent with noreply
         if reply is not None:
             if "snapshot" in reply:
                 self._note_snapshot(reply["snapshot"])
+                self._told_state(reply["snapshot"]["state"])
                 if outcome != IGNORE:
                     self._observe(reply["snapshot"]["state"],
                                   error if outcome == FAILURE else None)
@@ -431,23 +630,66 @@ def circuit_breaker(name: str, **options: Any) -> Callable[[Callable], Callable]
 
 class AsyncBreaker:
     """A Breaker for coroutine functions: ``await ab.call(fetch, url)``.
-    The breaker's requests to cbd (a few hundred microseconds, bounded by
-    the client's io_timeout) run in asyncio's default thread pool, so the
-    event loop never blocks on cbd; the protected coroutine runs on the
-    loop. A cancelled call hands its permit back (outcome ignore)."""
+    Cached decisions and noreply outcomes are taken on the event loop
+    (they never block); the uncached path awaits the breaker's
+    AsyncClient, or, on a thread Client, runs in asyncio's default thread
+    pool (a few hundred microseconds, bounded by the client's io_timeout),
+    so the event loop never blocks on cbd. The protected coroutine runs on
+    the loop. A cancelled call hands its permit back (outcome ignore)."""
 
     def __init__(self, breaker: Breaker) -> None:
         self.breaker = breaker
+        self._handing_back: set[asyncio.Task] = set()  # cancelled calls' reports
+
+    async def acquire(self) -> Permit:
+        """Breaker.acquire without blocking the event loop."""
+        b = self.breaker
+        if b._async and b.cached:
+            loop = asyncio.get_running_loop()
+            c = b._cache
+            if c is None or c.loop is not loop or not c.usable():
+                b._join_cache(loop)  # the cache this loop owns
+        permit = b._acquire_cached()
+        if permit is not None:
+            return permit
+        if b._async:
+            return await b._acquire_uncached_async()
+        return await asyncio.to_thread(b._acquire_uncached)
+
+    async def report(self, permit: Permit, outcome: Outcome | str,
+                     duration_ms: int | None = None, error: Any = None) -> None:
+        """Breaker.report without blocking the event loop."""
+        b = self.breaker
+        outcome, duration_ms = b._report_begin(permit, outcome, duration_ms)
+        if b._report_cached(permit, outcome, duration_ms):
+            return
+        if b._async:
+            await b._report_uncached_async(permit, outcome, duration_ms, error)
+        else:
+            await asyncio.to_thread(b._report_uncached, permit, outcome, duration_ms, error)
+
+    def _report_cancelled(self, permit: Permit, ms: int) -> None:
+        """Hand a cancelled call's permit back: no await may run now."""
+        b = self.breaker
+        outcome, ms = b._report_begin(permit, IGNORE, ms)
+        if b._report_cached(permit, outcome, ms):
+            return
+        if b._async:
+            # Sent by a task of its own (a slot is released with it).
+            task = asyncio.get_running_loop().create_task(
+                b._report_uncached_async(permit, outcome, ms, None))
+            self._handing_back.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._handing_back.discard)
+        else:
+            b._report_uncached(permit, outcome, ms, None)
 
     async def execute(self, fn: Callable[..., Any], args: tuple = (),
                       kwargs: dict | None = None, *,
                       fallback: Callable[[CircuitOpenError], Any] | None = None) -> Any:
-        import asyncio
-
         b = self.breaker
         fallback = fallback or b.fallback
         try:
-            permit = await asyncio.to_thread(b.acquire)
+            permit = await self.acquire()
         except CircuitOpenError as e:
             if fallback is None:
                 raise
@@ -457,20 +699,22 @@ class AsyncBreaker:
             result = await fn(*args, **(kwargs or {}))
         except Exception as e:
             ms = int((time.monotonic() - started) * 1000)
-            await asyncio.to_thread(b.report, permit, b._classify(e), ms, e)
+            await self.report(permit, b._classify(e), ms, e)
             raise
         except BaseException:
             ms = int((time.monotonic() - started) * 1000)
-            b.report(permit, IGNORE, ms)  # cancelled: no await may run now
+            self._report_cancelled(permit, ms)
             raise
         ms = int((time.monotonic() - started) * 1000)
         outcome = b._classify(result) if b.classify_results else SUCCESS
-        await asyncio.to_thread(b.report, permit, outcome, ms,
-                                result if outcome == FAILURE else None)
+        await self.report(permit, outcome, ms, result if outcome == FAILURE else None)
         return result
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self.execute(fn, args, kwargs)
+
+    def close(self) -> None:
+        self.breaker.close()
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The decorator form for ``async def`` functions."""

@@ -17,6 +17,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from typing import Any
 
 from .errors import CbdTimeoutError, ServerError, UnavailableError
@@ -143,6 +144,7 @@ class Client(Ops):
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._buf = b""
+        self._cached_breakers: weakref.WeakSet = weakref.WeakSet()
 
     def __enter__(self) -> "Client":
         return self
@@ -151,8 +153,18 @@ class Client(Ops):
         self.close()
 
     def close(self) -> None:
+        """Close the connection, and the watch cache of the breakers on
+        it (queued outcomes written first, at most 200 ms)."""
+        for b in list(self._cached_breakers):
+            b.close()
         with self._lock:
             self._drop()
+
+    def cache_stats(self):
+        """The counters of this process's watch cache on this socket
+        (cache.CacheStats), None when no cached breaker uses it."""
+        from . import cache
+        return cache.stats(self.socket_path)
 
     def _drop(self) -> None:
         if self._sock is not None:

@@ -1,0 +1,696 @@
+"""cache.py — cached mode (libcbclient's client/cache.c, in Python): one
+watch connection per process and socket path, shared by every cached
+breaker that uses it, keeping the snapshot of each circuit those breakers
+name, and carrying their outcomes to cbd as noreply lines.
+
+  - The connection has one owner: a reader thread (``ThreadWatchCache``,
+    for breakers on a ``Client``) or the event loop (``LoopWatchCache``,
+    for breakers on an ``AsyncClient``: a reader callback and timers on
+    that loop). The owner connects, sends one watch for every name,
+    applies the watch reply's snapshots and the change/delete events as
+    they arrive, and reconnects every RECONNECT_S while cbd is away.
+  - An entry is valid only between the watch reply that read it and the
+    loss of the connection: a lost connection invalidates every entry at
+    once, until the next watch reply re-reads them.
+  - Outcomes are appended to one output buffer as noreply lines. A failure
+    (what trips circuits) is written at once by its caller, after
+    everything queued before it; successes are written by the owner every
+    FLUSH_S while calls flow, so a stream of closed calls costs no write
+    each. Past OUT_MAX unwritten bytes, or with no live connection, the
+    caller reports through the uncached path instead.
+  - After fork() the child forgets its parent's caches: breakers it
+    inherited take the uncached path, breakers it creates get a cache of
+    its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import os
+import select
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from .connection import encode_request
+from .machine import CLOSED, OPEN, STATES
+
+# Successes wait at most this long in the output before the owner writes
+# them, together (seconds); failures are written at once.
+FLUSH_S = 0.001
+# The owner keeps that timer running this long after the last queued
+# success, so a steady flow of calls never has to wake it; after it the
+# owner sleeps, and a lone success is written by its caller.
+HOT_S = 0.05
+# Wait between reconnect attempts while cbd is away (seconds).
+RECONNECT_S = 0.02
+# How long closing waits for queued outcomes to be written (seconds).
+CLOSE_FLUSH_S = 0.2
+# Unwritten outcome bytes past which outcomes take the uncached path.
+OUT_MAX = 1 << 20
+# Names cached per process and socket path; past it breakers ask cbd.
+NAMES_MAX = 4096
+# Longest line accepted from cbd (a watch reply carries about 1 KiB per
+# name); past it the connection is dropped.
+LINE_MAX = NAMES_MAX * 2048
+# Names per watch request (keeps each line far below max_line_bytes).
+WATCH_BATCH = 64
+# Bytes read at a time.
+READ_CHUNK = 65536
+
+# What the cache says about a call.
+PERMIT = "permit"  # closed: run it now, report with noreply
+REFUSE = "refuse"  # open (or held open), break not elapsed
+ASK = "ask"  # anything else: the uncached path through cbd
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class CacheStats:
+    """The counters of one cache (shared by its breakers)."""
+
+    cached_calls: int = 0  # closed in the cache: ran without a round trip
+    local_refusals: int = 0  # refused from the cache
+    uncached: int = 0  # decisions left to cbd (the uncached path)
+    noreply_lines: int = 0  # outcomes queued as noreply lines
+    sends: int = 0  # writes that carried them
+    store_reports: int = 0  # outcomes sent the uncached way instead
+    events: int = 0  # change/delete events read
+    connects: int = 0
+    reconnects: int = 0  # connects after the first
+    disconnects: int = 0
+    names_full: int = 0  # breakers left uncached at NAMES_MAX
+    out_full: int = 0  # outcomes that found OUT_MAX queued
+    bad_lines: int = 0  # lines from cbd that could not be read
+    watch_refused: int = 0  # ok: false to a watch (a protocol 1 cbd)
+    line_too_long: int = 0
+    live: bool = False  # a watch connection is up now
+    names: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Entry:
+    """What the cache knows of one circuit."""
+
+    __slots__ = ("name", "valid", "state", "opened_at", "break_ms", "retry_after_ms",
+                 "received_at", "hold_state", "hold_until", "seq", "last")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.valid = False  # read by the current connection's watch reply
+        self.state = CLOSED
+        self.opened_at: int | None = None
+        self.break_ms: int | None = None  # current_break_ms, else the policy's
+        self.retry_after_ms = 0  # as reported, at received_at (wall ms)
+        self.received_at = 0
+        self.hold_state: str | None = None  # None: not held
+        self.hold_until: int | None = None  # None: until released
+        self.seq = 0  # change events applied
+        self.last: dict | None = None  # the last change event's snapshot
+
+    def set(self, snap: dict) -> bool:
+        """Read a snapshot; False when it cannot be read."""
+        state = snap.get("state")
+        hold = snap.get("hold")
+        policy = snap.get("policy")
+        if state not in STATES or not (hold is None or isinstance(hold, dict)):
+            return False
+        cur = snap.get("current_break_ms")
+        brk = cur if _time(cur) else policy.get("break_ms") if isinstance(policy, dict) else None
+        times = (snap.get("opened_at"), brk, hold.get("until") if hold else None)
+        if not all(t is None or _time(t) for t in times) or not _time(
+                snap.get("retry_after_ms", 0)):
+            return False
+        self.valid = True
+        self.state = state
+        self.opened_at, self.break_ms, self.hold_until = times
+        self.retry_after_ms = snap.get("retry_after_ms", 0)
+        self.received_at = _wall_ms()
+        self.hold_state = hold.get("state") if hold else None
+        return True
+
+
+def _time(v: object) -> bool:
+    """A time or duration as the protocol sends them (§5)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+class WatchCache:
+    """The connection, entries and output shared by one process's cached
+    breakers on one socket path. Subclasses own the connection (``_wake``
+    tells the owner there is work: reconnect, output waiting, timer)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.pid = os.getpid()
+        self.refs = 0
+        self._lock = threading.Lock()
+        self._entries: dict[str, Entry] = {}
+        self._sock: socket.socket | None = None
+        self._broken = False  # a send failed: the owner reconnects
+        self._blocked = False  # the socket took less than all: wait for room
+        self._stop = False
+        self._cold = True  # the owner sleeps without a timer: wake it
+        self._lazy_at = -HOT_S  # monotonic time of the last queued success
+        self._out = bytearray()  # pending lines
+        self._out_partial = False  # _out starts with a line's unsent tail
+        self._in = bytearray()  # bytes read, not yet a full line
+        # Users gone with the garbage collector, released by the owner
+        # (a finalizer may run while this thread holds a lock of ours).
+        self._dropped: collections.deque = collections.deque()
+        self._stats = CacheStats()
+
+    # -- for breakers ---------------------------------------------------
+    def usable(self) -> bool:
+        """Not a parent's cache inherited through fork, not stopped."""
+        return self.pid == os.getpid() and not self._stop
+
+    def watch(self, name: str) -> Entry | None:
+        """The entry of name, watched from now; None past NAMES_MAX."""
+        with self._lock:
+            e = self._entries.get(name)
+            if e is not None:
+                return e
+            if len(self._entries) >= NAMES_MAX:
+                self._stats.names_full += 1
+                return None
+            e = self._entries[name] = Entry(name)
+            if self._sock is not None and not self._queue_watch_locked([name]):
+                self._broken = True
+            self._flush_locked()
+            wake = bool(self._out) or self._broken
+        if wake:
+            self._wake()
+        return e
+
+    def decide(self, e: Entry, seen_seq: int, told: tuple[int, str] | None = None
+               ) -> tuple[str, int, dict | None, int]:
+        """(verdict, retry_after_ms, the last change event's snapshot when
+        newer than seen_seq else None, the entry's seq). told: (seq, state)
+        cbd answered the caller's last uncached request with, at that seq:
+        until an event comes, a different cached state is older than it."""
+        left = 0
+        with self._lock:
+            fresh = e.last if e.seq != seen_seq else None
+            seq = e.seq
+            if not e.valid or self._sock is None or self._broken:
+                verdict = ASK
+            elif told is not None and told[0] == e.seq and told[1] != e.state:
+                verdict = ASK  # the event of what cbd told us is on its way
+            elif e.hold_state == OPEN:
+                # Held open: refused until the hold ends (its until, else
+                # for as long as it is held).
+                if e.hold_until is None:
+                    left = max(1, e.retry_after_ms - (_wall_ms() - e.received_at))
+                else:
+                    left = e.hold_until - _wall_ms()
+                verdict = REFUSE if left > 0 else ASK
+            elif e.state == CLOSED:
+                verdict = PERMIT
+            elif e.state == OPEN:
+                now = _wall_ms()
+                if e.opened_at is not None and e.break_ms is not None:
+                    # Never more than the break (a clock behind opened_at
+                    # counts as no time elapsed, as cbd's).
+                    left = min(e.opened_at + e.break_ms - now, e.break_ms)
+                else:
+                    left = e.retry_after_ms - (now - e.received_at)
+                verdict = REFUSE if left > 0 else ASK
+            else:
+                verdict = ASK  # half_open: trial slots are cbd's
+            if verdict == PERMIT:
+                self._stats.cached_calls += 1
+            elif verdict == REFUSE:
+                self._stats.local_refusals += 1
+            else:
+                self._stats.uncached += 1
+        return verdict, max(0, left), fresh, seq
+
+    def send(self, line: bytes, urgent: bool) -> bool:
+        """Queue one noreply line (urgent: written now, after what is
+        queued). False when it cannot go this way: report it uncached."""
+        queued = wake = False
+        with self._lock:
+            if self._sock is not None and not self._broken and self.usable():
+                idle = not self._out
+                now = time.monotonic()
+                # Another success within the hot period: calls are flowing.
+                dense = not urgent and now - self._lazy_at < HOT_S
+                # Failures, and sparse successes while the owner sleeps
+                # (waking it would cost more than the write), go now.
+                write_now = urgent or (self._cold and not dense)
+                if len(self._out) + len(line) > OUT_MAX:
+                    self._stats.out_full += 1
+                else:
+                    self._out += line
+                    queued = True
+                    if not urgent:
+                        self._lazy_at = now
+                    if write_now:
+                        self._flush_locked()
+                        if idle and self._broken:
+                            # cbd went away under us: not written, the
+                            # uncached path reports it.
+                            self._out.clear()
+                            queued = False
+                if queued:
+                    self._stats.noreply_lines += 1
+                # Wake the owner: to reconnect, to wait for room, or to run
+                # its timer now that successes flow.
+                if self._cold and (self._broken or self._blocked or (queued and dense)):
+                    self._cold = False
+                    wake = True
+            if not queued:
+                self._stats.store_reports += 1
+        if wake:
+            self._wake()
+        return queued
+
+    def seq(self, e: Entry) -> int:
+        with self._lock:
+            return e.seq
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            s = CacheStats(**asdict(self._stats))
+            s.live = self._sock is not None and not self._broken
+            s.names = len(self._entries)
+        return s
+
+    # -- the connection (lock held unless said) --------------------------
+    def _wake(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def release_soon(self) -> None:
+        """One user less, from a finalizer: takes no lock, the owner
+        releases it."""
+        self._dropped.append(None)
+        self._wake()
+
+    def _release_dropped(self) -> None:
+        """The owner's side of release_soon (no lock of ours held)."""
+        while self._dropped:
+            self._dropped.popleft()
+            release(self)
+
+    def _flush_locked(self) -> None:
+        """Send as much pending output as the socket takes now."""
+        while self._sock is not None and not self._broken and self._out:
+            try:
+                n = self._sock.send(self._out)
+            except InterruptedError:
+                continue
+            except BlockingIOError:
+                self._blocked = True  # the owner sends the rest when writable
+                return
+            except OSError:
+                self._broken = True
+                return
+            self._blocked = False
+            self._stats.sends += 1
+            self._out_partial = self._out[n - 1] != 0x0A
+            del self._out[:n]
+
+    def _queue_watch_locked(self, names: list[str]) -> bool:
+        for i in range(0, len(names), WATCH_BATCH):
+            line = encode_request("watch", {"names": names[i:i + WATCH_BATCH]})
+            if len(self._out) + len(line) > OUT_MAX:
+                self._stats.out_full += 1
+                return False
+            self._out += line
+        return True
+
+    def _connect_locked(self) -> bool:
+        """Try to connect and watch every name."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(self.path)
+        except OSError:  # absent, refused, or a full backlog: retry later
+            s.close()
+            return False
+        self._sock = s
+        self._stats.connects += 1
+        if self._stats.connects > 1:
+            self._stats.reconnects += 1
+        if not self._queue_watch_locked(list(self._entries)):
+            self._broken = True
+        self._flush_locked()
+        return True
+
+    def _disconnect_locked(self) -> None:
+        """Drop the connection: every entry invalid until re-watched."""
+        if self._sock is not None:
+            self._sock.close()
+            self._stats.disconnects += 1
+        self._sock = None
+        self._broken = self._blocked = False
+        self._in.clear()
+        # Lines not yet written stay queued for the next connection (a
+        # line half written is dropped: its head went to the old one).
+        if self._out_partial:
+            nl = self._out.find(b"\n")
+            del self._out[:nl + 1 if nl >= 0 else len(self._out)]
+            self._out_partial = False
+        for e in self._entries.values():
+            e.valid = False
+
+    def _close_flush_locked(self) -> None:
+        """At close: give queued outcomes up to CLOSE_FLUSH_S to go."""
+        deadline = time.monotonic() + CLOSE_FLUSH_S
+        self._flush_locked()
+        while self._sock is not None and not self._broken and self._out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            poller = select.poll()
+            poller.register(self._sock, select.POLLOUT)
+            self._lock.release()
+            try:
+                poller.poll(left * 1000)
+            finally:
+                self._lock.acquire()
+            self._flush_locked()
+
+    # -- reading (the owner only, lock not held) -------------------------
+    def _read(self, sock: socket.socket) -> bool:
+        """Read what cbd sent and apply every full line. False: the
+        connection is gone."""
+        while True:
+            try:
+                data = sock.recv(READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            self._in += data
+            start = 0
+            while (nl := self._in.find(b"\n", start)) >= 0:
+                try:
+                    self._apply_line(bytes(self._in[start:nl]))
+                except (TypeError, ValueError, AttributeError):
+                    # A line of unexpected shape must not stop the owner.
+                    with self._lock:
+                        self._stats.bad_lines += 1
+                start = nl + 1
+            del self._in[:start]
+            if len(self._in) > LINE_MAX:
+                with self._lock:
+                    self._stats.line_too_long += 1
+                return False
+
+    def _apply_snapshot(self, snap: object, event: bool) -> None:
+        name = snap.get("name") if isinstance(snap, dict) else None
+        if not isinstance(name, str):
+            with self._lock:
+                self._stats.bad_lines += 1
+            return
+        with self._lock:
+            e = self._entries.get(name)
+            if e is None:
+                return
+            if not e.set(snap):
+                self._stats.bad_lines += 1
+                e.valid = False  # cannot tell its state: ask cbd
+            elif event:
+                # An event's snapshot is of a stored circuit (a watch
+                # reply's may be the initial one of a name not created).
+                e.last = snap
+                e.seq += 1
+
+    def _apply_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            with self._lock:
+                self._stats.bad_lines += 1
+            return
+        event = msg.get("event")
+        if event is not None:
+            with self._lock:
+                self._stats.events += 1
+        if event == "change":
+            self._apply_snapshot(msg.get("snapshot"), True)
+        elif event == "delete":
+            name = msg.get("name")
+            with self._lock:
+                e = self._entries.get(name) if isinstance(name, str) else None
+                if e is not None and e.valid:
+                    # Gone: the next call creates it closed.
+                    e.state, e.hold_state, e.opened_at = CLOSED, None, None
+        elif msg.get("ok") is True:
+            snaps = msg.get("snapshots")
+            for snap in snaps if isinstance(snaps, list) else ():
+                self._apply_snapshot(snap, False)
+        elif event is None:
+            # ok: false to a watch (a protocol 1 cbd): entries stay invalid
+            # and breakers keep asking cbd.
+            with self._lock:
+                self._stats.watch_refused += 1
+
+
+class ThreadWatchCache(WatchCache):
+    """A cache whose connection a reader thread owns (breakers on a
+    Client, any thread)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._thread = threading.Thread(target=self._run, name=f"cbd-watch {path}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # full: the reader is awake already; closed: stopped
+
+    def _run(self) -> None:
+        """Connect, read events, flush output (successes on a FLUSH_S timer
+        while calls flow), reconnect."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            while not self._stop:
+                if self._sock is None:
+                    self._connect_locked()
+                self._flush_locked()
+                if self._broken:
+                    self._disconnect_locked()
+                self._cold = False
+                if self._sock is None:
+                    timeout = RECONNECT_S * 1000
+                elif time.monotonic() - self._lazy_at < HOT_S:
+                    timeout = FLUSH_S * 1000
+                else:
+                    timeout = None
+                    self._cold = True
+                sock = self._sock
+                poller = select.poll()
+                poller.register(self._wake_r, select.POLLIN)
+                if sock is not None:
+                    poller.register(sock, select.POLLIN | (select.POLLOUT if self._blocked
+                                                           else 0))
+                lock.release()
+                try:
+                    ready = dict(poller.poll(timeout))
+                    if self._wake_r.fileno() in ready:
+                        try:
+                            while self._wake_r.recv(4096):
+                                pass
+                        except (BlockingIOError, InterruptedError):
+                            pass
+                    gone = (sock is not None and ready.get(sock.fileno(), 0)
+                            & (select.POLLIN | select.POLLHUP | select.POLLERR)
+                            and not self._read(sock))
+                    self._release_dropped()
+                finally:
+                    lock.acquire()
+                if gone:
+                    self._disconnect_locked()
+            self._close_flush_locked()
+            self._disconnect_locked()
+        finally:
+            lock.release()
+            if threading.current_thread() is self._thread and self._stop:
+                self._wake_r.close()
+                self._wake_w.close()
+
+    def close(self) -> None:
+        """Write what is queued (at most CLOSE_FLUSH_S), stop the reader."""
+        with self._lock:
+            self._stop = True
+        self._wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+
+class LoopWatchCache(WatchCache):
+    """A cache whose connection an asyncio event loop owns (breakers on an
+    AsyncClient, used from that loop): a reader callback and timers."""
+
+    def __init__(self, path: str, loop) -> None:
+        super().__init__(path)
+        self.loop = loop
+        self._hooked: socket.socket | None = None  # registered with the loop
+        self._writing = False
+        self._timer = None
+        self._scheduled = False
+        self._wake()
+
+    def usable(self) -> bool:
+        return super().usable() and not self.loop.is_closed()
+
+    def _wake(self) -> None:
+        if not self._scheduled and not self.loop.is_closed():
+            self._scheduled = True
+            self.loop.call_soon_threadsafe(self._service)
+
+    def _unhook(self) -> None:
+        if self._hooked is not None and not self.loop.is_closed():
+            self.loop.remove_reader(self._hooked)
+            if self._writing:
+                self.loop.remove_writer(self._hooked)
+        self._hooked = None
+        self._writing = False
+
+    def _service(self) -> None:
+        """One turn of the owner: connect, flush, arm the reader, the
+        writer and the next timer."""
+        self._scheduled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._release_dropped()
+        if self._stop:
+            return
+        with self._lock:
+            if self._sock is None and self._connect_locked():
+                self._hooked = self._sock
+                self.loop.add_reader(self._sock, self._readable)
+            self._flush_locked()
+            if self._broken:
+                self._unhook()
+                self._disconnect_locked()
+            self._cold = False
+            if self._sock is None:
+                delay = RECONNECT_S
+            elif time.monotonic() - self._lazy_at < HOT_S:
+                delay = FLUSH_S
+            else:
+                delay = None
+                self._cold = True
+            if self._sock is not None and self._blocked != self._writing:
+                if self._blocked:
+                    self.loop.add_writer(self._sock, self._service)
+                else:
+                    self.loop.remove_writer(self._sock)
+                self._writing = self._blocked
+        if delay is not None:
+            self._timer = self.loop.call_later(delay, self._service)
+
+    def _readable(self) -> None:
+        sock = self._sock
+        if sock is not None and not self._read(sock):
+            with self._lock:
+                if self._sock is sock:
+                    self._unhook()
+                    self._disconnect_locked()
+            self._service()
+
+    def close(self) -> None:
+        """Write what is queued (at most CLOSE_FLUSH_S), drop the
+        connection and the loop's callbacks."""
+        with self._lock:
+            self._stop = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._unhook()
+            self._close_flush_locked()
+            self._disconnect_locked()
+
+
+# Every cache of this process: thread-owned ones by socket path,
+# loop-owned ones by (loop, socket path).
+_registry_lock = threading.Lock()
+_registry: dict = {}
+
+
+def acquire(path: str, loop=None) -> WatchCache:
+    """The process's cache for path (for loop: owned by that event loop),
+    started on first use; release it when done."""
+    with _registry_lock:
+        for key in [k for k, c in _registry.items()
+                    if isinstance(c, LoopWatchCache) and c.loop.is_closed()]:
+            _registry.pop(key).close()  # its loop is gone: close its socket
+        key = path if loop is None else (id(loop), path)
+        c = _registry.get(key)
+        if c is None:
+            c = _registry[key] = (ThreadWatchCache(path) if loop is None
+                                  else LoopWatchCache(path, loop))
+        c.refs += 1
+    return c
+
+
+def release(c: WatchCache) -> None:
+    """One user less; the last one stops the cache (its queued outcomes
+    written first, at most CLOSE_FLUSH_S)."""
+    if c.pid != os.getpid() or c._stop:
+        return  # a parent's cache, abandoned at fork, or stopped
+    with _registry_lock:
+        c.refs -= 1
+        if c.refs > 0:
+            return
+        for key, other in list(_registry.items()):
+            if other is c:
+                del _registry[key]
+    c.close()
+
+
+def stats(path: str, loop=None) -> CacheStats | None:
+    """The counters of the process's cache for path, if it has one."""
+    with _registry_lock:
+        c = _registry.get(path if loop is None else (id(loop), path))
+    return c.stats() if c is not None else None
+
+
+def _close_all() -> None:
+    """At exit: write what every cache has queued, stop their owners."""
+    with _registry_lock:
+        caches = list(_registry.values())
+        _registry.clear()
+    for c in caches:
+        if c.pid == os.getpid():
+            c.close()
+
+
+def _forget_after_fork() -> None:
+    """The child has no reader threads: forget the parent's caches."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _registry.clear()
+
+
+atexit.register(_close_all)
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+__all__ = ["CacheStats", "WatchCache", "ThreadWatchCache", "LoopWatchCache", "acquire",
+           "release", "stats", "PERMIT", "REFUSE", "ASK", "NAMES_MAX", "OUT_MAX"]

@@ -1,0 +1,416 @@
+"""Cached mode against a real cbd: closed calls without a round trip (their
+outcomes arrive as noreply lines), trips and holds made elsewhere refused
+locally once their event arrives, half_open through cbd (one trial across
+two clients), a killed cbd (LOCAL) and its restart (re-watched), order of
+outcomes, cached=False, the limits, the asyncio owners, and closing.
+Every wait is a bounded poll; nothing asserts a duration."""
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import wait_until
+
+from cbdclient import (AsyncBreaker, AsyncClient, Breaker, CircuitOpenError, Client,
+                       FAILURE, SUCCESS)
+from cbdclient import cache
+
+# Bound on every asyncio test's event loop (seconds).
+LOOP_BOUND = 30
+
+
+class CountingClient(Client):
+    """Counts the requests that reach the wire (the uncached path)."""
+
+    sent = 0
+
+    def request(self, op, **members):
+        self.sent += 1
+        return super().request(op, **members)
+
+
+class CountingAsyncClient(AsyncClient):
+    sent = 0
+
+    async def request(self, op, **members):
+        self.sent += 1
+        return await super().request(op, **members)
+
+
+def boom():
+    raise ConnectionError("dependency down")
+
+
+def totals(client, name):
+    return client.get(name)["snapshot"]["totals"]
+
+
+def prime(b):
+    """Calls until the cache decides (the first call and any before the
+    watch reply ask cbd); returns how many calls were made."""
+    before = b.cache_stats().cached_calls
+    n = 0
+
+    def cached():
+        nonlocal n
+        b.call(lambda: None)
+        n += 1
+        return b.cache_stats().cached_calls > before
+    wait_until(cached)
+    return n
+
+
+def refused(b):
+    """The CircuitOpenError of a call, else None (the call ran)."""
+    try:
+        b.call(lambda: None)
+    except CircuitOpenError as e:
+        return e
+    return None
+
+
+def watch_threads(path):
+    return [t for t in threading.enumerate() if t.name == f"cbd-watch {path}"]
+
+
+def test_closed_calls_make_no_round_trip(cbd, client, name):
+    c = CountingClient(cbd.socket, io_timeout=2.0)
+    b = Breaker(name, c, failure_threshold=1000)
+    primed = prime(b)
+    sent, before = c.sent, b.cache_stats()
+    n = 500
+    for _ in range(n):
+        b.call(lambda: None)
+    after = b.cache_stats()
+    assert c.sent == sent  # not one request on the breaker's connection
+    assert after.cached_calls - before.cached_calls == n
+    assert after.uncached == before.uncached
+    assert after.noreply_lines - before.noreply_lines == n
+    wait_until(lambda: totals(client, name)["successes"] == primed + n)
+    c.close()
+
+
+def test_trip_elsewhere_is_refused_locally(cbd, client, name):
+    changes = []
+    c = CountingClient(cbd.socket, io_timeout=2.0)
+    b = Breaker(name, c, failure_threshold=1, break_ms=60000,
+                on_state_change=lambda prev, new, err: changes.append((prev, new)))
+    prime(b)
+    # Another process's failure trips the circuit.
+    other = Client(cbd.socket, io_timeout=2.0)
+    other.record_failure(name, ctx={"failure_threshold": 1, "break_ms": 60000})
+    e = wait_until(lambda: refused(b))
+    assert 0 < e.retry_after_ms <= 60000 and e.state == "open"
+    sent, local = c.sent, b.cache_stats().local_refusals
+    with pytest.raises(CircuitOpenError):
+        b.call(lambda: "never")
+    assert c.sent == sent and b.cache_stats().local_refusals == local + 1
+    assert changes == [("closed", "open")]  # fired from the change event
+    assert totals(client, name)["rejected"] == 0  # cbd never saw the refusals
+    other.close()
+    c.close()
+
+
+def test_half_open_trial_is_exact_across_clients(cbd, client, name):
+    policy = dict(failure_threshold=1, break_ms=200, half_open_max=1, slot_ttl_ms=60000)
+    b1 = Breaker(name, Client(cbd.socket, io_timeout=2.0), **policy)
+    b2 = Breaker(name, Client(cbd.socket, io_timeout=2.0), **policy)
+    prime(b1)
+    prime(b2)
+    client.record_failure(name, ctx=policy)
+    wait_until(lambda: refused(b1) and refused(b2))
+
+    def trial():  # refused locally until the break elapses, then cbd's slot
+        try:
+            return b1.acquire()
+        except CircuitOpenError:
+            return None
+    events = b1.cache_stats().events
+    permit = wait_until(trial)
+    assert permit.state == "half_open" and permit.token and not permit.cached
+    # The cache reads half_open too (the event of b1's move) and leaves
+    # the decision to cbd.
+    wait_until(lambda: b2.cache_stats().events > events)
+    asked = b2.cache_stats().uncached
+    with pytest.raises(CircuitOpenError) as e:
+        b2.acquire()  # cbd's answer: its one slot is taken
+    assert e.value.state == "half_open"
+    assert b2.cache_stats().uncached == asked + 1
+    assert client.acquire_slot(name)["acquired"] is False
+    b1.report(permit, SUCCESS)
+    assert client.get(name)["snapshot"]["success_count"] == 1
+    b1.client.close()
+    b2.client.close()
+
+
+def test_hold_refuses_locally_until_released(cbd, client, name):
+    b = Breaker(name, client, break_ms=1000)
+    prime(b)
+    client.set_state(name, "open", hold=True, ttl_ms=600000, reason="cache test")
+    e = wait_until(lambda: refused(b))
+    assert 0 < e.retry_after_ms <= 600000
+    # A hold without ttl: refused for as long as it is held.
+    client.set_state(name, "open", hold=True, reason="no ttl")
+    wait_until(lambda: b._entry.hold_until is None and b._entry.hold_state == "open")
+    local = b.cache_stats().local_refusals
+    assert refused(b).retry_after_ms > 0
+    assert b.cache_stats().local_refusals == local + 1
+    client.release(name)  # held open -> half_open: trial calls through cbd
+    wait_until(lambda: refused(b) is None)
+    wait_until(lambda: client.get(name)["snapshot"]["totals"]["successes"] >= 1)
+
+
+def test_killed_cbd_invalidates_and_restart_rewatches(own_cbd):
+    errors = []
+    c = Client(own_cbd.socket, io_timeout=0.2)
+    b = Breaker("payments", c, failure_threshold=2, break_ms=60000,
+                on_store_error=lambda err, op: errors.append(op))
+    prime(b)
+    assert b.cache_stats().live
+    own_cbd.kill()
+    wait_until(lambda: not b.cache_stats().live)
+    asked = b.cache_stats().uncached
+    assert b.call(lambda: "local") == "local"  # LOCAL: the private copy runs it
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            b.call(boom)
+    with pytest.raises(CircuitOpenError):
+        b.call(lambda: "never")  # the local copy opened
+    assert errors and b.cache_stats().uncached > asked
+    reconnects = b.cache_stats().reconnects
+    own_cbd.start()
+    wait_until(lambda: b.cache_stats().reconnects > reconnects and b.cache_stats().live)
+    # cbd answers again (a fresh circuit, closed): cached once more.
+    prime(b)
+    c.close()
+
+
+def test_cached_false_keeps_two_round_trips(cbd, name):
+    c = CountingClient(cbd.socket, io_timeout=2.0)
+    b = Breaker(name, c, cached=False)
+    for _ in range(10):
+        b.call(lambda: None)
+    assert c.sent == 20  # allow + record each
+    assert b.cache_stats() is None
+    assert c.get(name)["snapshot"]["totals"]["successes"] == 10
+    with pytest.raises(ValueError):
+        Breaker(name, c, cached=True, clock=lambda: 0)  # the cache keeps real time
+    assert Breaker(name, c, clock=lambda: 0).cache_stats() is None
+    c.close()
+
+
+def test_failure_goes_after_the_successes_before_it(cbd, client, name):
+    # threshold 2, S F S F ...: only a reordering (F F together) opens it.
+    b = Breaker(name, client, failure_threshold=2, break_ms=60000)
+    primed = prime(b)
+    n = 200
+    for _ in range(n):
+        b.call(lambda: None)
+        with pytest.raises(ConnectionError):
+            b.call(boom)
+    wait_until(lambda: totals(client, name)["failures"] == n)
+    snap = client.get(name)["snapshot"]
+    assert snap["state"] == "closed" and snap["failure_count"] == 1
+    assert snap["totals"]["successes"] == primed + n
+
+
+def test_limits_fall_back_to_the_uncached_path(own_cbd, monkeypatch):
+    monkeypatch.setattr(cache, "NAMES_MAX", 1)
+    c = CountingClient(own_cbd.socket, io_timeout=2.0)
+    b = Breaker("first", c)
+    prime(b)
+    second = Breaker("second", c)
+    for _ in range(3):
+        second.call(lambda: None)
+    assert second.cache_stats().names_full == 1 and second.cache_stats().names == 1
+    assert c.get("second")["snapshot"]["totals"]["successes"] == 3  # uncached
+    # No room for an outcome: it goes the uncached way (counted).
+    monkeypatch.setattr(cache, "OUT_MAX", 0)
+    sent, reports = c.sent, b.cache_stats().store_reports
+    b.call(lambda: None)
+    assert b.cache_stats().store_reports == reports + 1 and c.sent == sent + 1
+    c.close()
+
+
+def test_close_flushes_and_stops_the_watch(own_cbd):
+    c = Client(own_cbd.socket, io_timeout=2.0)
+    b = Breaker("payments", c, failure_threshold=1000)
+    primed = prime(b)
+    assert len(watch_threads(own_cbd.socket)) == 1
+    for _ in range(100):
+        b.call(lambda: None)
+    c.close()  # closes the breaker's cache too: queued outcomes written
+    assert watch_threads(own_cbd.socket) == []
+    assert cache.stats(own_cbd.socket) is None
+    check = Client(own_cbd.socket, io_timeout=2.0)
+    wait_until(lambda: totals(check, "payments")["successes"] == primed + 100)
+    # The closed breaker still works, uncached.
+    assert b.call(lambda: "after") == "after" and b.cache_stats() is None
+    check.close()
+    c.close()
+
+
+def test_async_breaker_on_a_thread_client_is_cached(cbd, client, name):
+    c = CountingClient(cbd.socket, io_timeout=2.0)
+    ab = AsyncBreaker(Breaker(name, c, failure_threshold=1, break_ms=60000))
+
+    async def ok():
+        return "ok"
+
+    async def main():
+        before = ab.breaker.cache_stats().cached_calls
+        calls = 0
+
+        async def cached():
+            nonlocal calls
+            await ab.call(ok)
+            calls += 1
+            return ab.breaker.cache_stats().cached_calls > before
+        while not await cached():
+            await asyncio.sleep(0.002)
+        sent = c.sent
+        for _ in range(100):
+            assert await ab.call(ok) == "ok"
+        assert c.sent == sent
+        return calls + 100
+
+    n = asyncio.run(asyncio.wait_for(main(), LOOP_BOUND))
+    wait_until(lambda: totals(client, name)["successes"] == n)
+    c.close()
+
+
+def test_async_client_breaker_is_cached_on_the_loop(cbd, client, name):
+    async def ok():
+        return "ok"
+
+    async def main():
+        ac = CountingAsyncClient(cbd.socket, io_timeout=2.0)
+        ab = AsyncBreaker(Breaker(name, ac, failure_threshold=1, break_ms=60000))
+        calls = 0
+        while True:  # the first calls ask cbd, until the watch reply is read
+            await ab.call(ok)
+            calls += 1
+            s = ab.breaker.cache_stats()
+            if s is not None and s.cached_calls > 0:
+                break
+            assert calls < 5000
+            await asyncio.sleep(0.002)
+        assert isinstance(ab.breaker._cache, cache.LoopWatchCache)
+        sent = ac.sent
+        for _ in range(100):
+            assert await ab.call(ok) == "ok"
+        assert ac.sent == sent
+        stats = ac.cache_stats()
+        assert stats.live and stats.cached_calls >= 101
+        # A trip made elsewhere: refused locally once its event is read.
+        with Client(cbd.socket, io_timeout=2.0) as other:
+            other.record_failure(name, ctx={"failure_threshold": 1, "break_ms": 60000})
+        while True:
+            try:
+                await ab.call(ok)
+                calls += 1
+            except CircuitOpenError as e:
+                assert 0 < e.retry_after_ms <= 60000
+                break
+            await asyncio.sleep(0.002)
+        assert ab.breaker.cache_stats().local_refusals >= 1
+        await ac.close()
+        assert ab.breaker.cache_stats() is None
+        return calls + 100
+
+    n = asyncio.run(asyncio.wait_for(main(), LOOP_BOUND))
+    wait_until(lambda: totals(client, name)["successes"] == n)
+
+
+def test_a_failure_is_written_by_its_caller(cbd, client, name):
+    # Not left for the owner's timer: written before report returns.
+    b = Breaker(name, client, failure_threshold=1000)
+    prime(b)
+    p = b.acquire()
+    assert p.cached
+    sends = b.cache_stats().sends
+    b.report(p, FAILURE)
+    assert b.cache_stats().sends > sends and not b._cache._out
+    wait_until(lambda: totals(client, name)["failures"] == 1)
+
+
+def test_forked_child_asks_cbd_then_caches_on_its_own(cbd, client, name):
+    b = Breaker(name, Client(cbd.socket, io_timeout=2.0), failure_threshold=1000)
+    primed = prime(b)
+    pid = os.fork()
+    if pid == 0:  # the child: no reader thread of the parent's survives
+        code = 1
+        try:
+            c = CountingClient(cbd.socket, io_timeout=2.0)
+            b.client = c  # the inherited breaker, on a connection of the child's
+            b.call(lambda: None)
+            asks = c.sent  # allow + record: the parent's cache is not used
+            own = Breaker(name + "-child", c)
+            prime(own)  # a breaker the child creates is cached on its own
+            code = 0 if asks == 2 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child did not finish")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    wait_until(lambda: totals(client, name)["successes"] == primed + 1)
+    b.client.close()
+
+
+def test_deleted_circuit_reads_closed(cbd, client, name):
+    b = Breaker(name, client, failure_threshold=1, break_ms=600000)
+    prime(b)
+    client.record_failure(name, ctx={"failure_threshold": 1, "break_ms": 600000})
+    wait_until(lambda: refused(b))
+    assert client.delete(name)["existed"] is True
+    # The delete event: closed again, decided by the cache (a noreply
+    # success creates the circuit anew).
+    cached = b.cache_stats().cached_calls
+    wait_until(lambda: refused(b) is None)
+    assert b.cache_stats().cached_calls > cached
+    wait_until(lambda: client.get(name)["stored"])
+
+
+def test_lines_of_unexpected_shape_do_not_stop_the_cache(tmp_path):
+    # A stand-in for cbd that answers the watch with lines the cache must
+    # survive, then a good change event.
+    path = str(tmp_path / "fake.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    server.settimeout(10)
+    c = cache.acquire(path)
+    try:
+        entry = c.watch("x")
+        conn, _ = server.accept()
+        conn.settimeout(10)
+        assert b'"op":"watch"' in conn.recv(4096)
+        now = int(time.time() * 1000)
+        conn.sendall(b"not json\n"
+                     b'{"event":"delete","name":[1]}\n'
+                     b'{"ok":true,"snapshots":[{"name":"x","state":"open","opened_at":"soon"}]}\n'
+                     b'{"event":"change","snapshot":{"name":"x","state":"open","opened_at":%d,'
+                     b'"current_break_ms":60000,"retry_after_ms":60000,"hold":null}}\n' % now)
+        wait_until(lambda: c.decide(entry, 0)[0] == cache.REFUSE)
+        verdict, left, fresh, seq = c.decide(entry, 0)
+        assert 0 < left <= 60000 and fresh["state"] == "open" and seq == 1
+        assert c.stats().bad_lines == 2  # not JSON; a snapshot with a bad time
+        server.close()
+        os.unlink(path)
+        conn.close()  # cbd gone: every entry invalid at once
+        wait_until(lambda: not c.stats().live)
+        assert c.decide(entry, seq)[0] == cache.ASK and c.stats().disconnects == 1
+    finally:
+        cache.release(c)
+        server.close()
+    assert cache.stats(path) is None
