@@ -136,6 +136,7 @@ op_list_client_closed(server_client *c)
 	op_snapshots_free(&job->w.snapshots);
 	json_decref(job->call.reply);
 	enc_free(&job->call.tail);
+	enc_free(&job->call.tail_more);
 	json_decref(job->request);
 	free(job);
 	c->list_job = NULL;

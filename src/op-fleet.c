@@ -394,6 +394,7 @@ pending_free(op_pending *p)
 	json_decref(p->first);
 	json_decref(p->call.reply);
 	enc_free(&p->call.tail);
+	enc_free(&p->call.tail_more);
 	json_decref(p->request);
 	free(p->declared_text);
 	free(p);

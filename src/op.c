@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include <uthash.h>
 
@@ -335,8 +336,16 @@ op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool alwa
 	enc_puts(&call->tail, ",\"");
 	enc_puts(&call->tail, member);
 	enc_puts(&call->tail, "\":[");
-	enc_put(&call->tail, s->items.buf, s->items.len);
-	enc_puts(&call->tail, "]");
+	/* The items (up to half of max_output_bytes) go after the tail as
+	 * they are: moved, not copied. */
+	if (call->tail_more.len == 0) {
+		enc_free(&call->tail_more);
+		call->tail_more = s->items;
+		s->items = (enc_buf){ 0 };
+		enc_puts(&call->tail_more, "]");
+	} else {
+		enc_puts(&call->tail, "]");
+	}
 	op_snapshots_free(s);
 	if (call->tail.nomem ||
 	    ((always_truncated || s->truncated) &&
@@ -521,29 +530,29 @@ op_run(op_call *call, const op_entry *op)
 }
 
 /* Write call's reply: its jansson members, then the members encoded as
- * text (call->tail), as one line. Steals call->reply. */
+ * text (call->tail, then call->tail_more), as one line, copied once into
+ * the connection's output. Steals call->reply. */
 static void
 reply_with_tail(server_client *c, op_call *call, const json_t *id)
 {
-	enc_buf line = { 0 };
+	enc_buf head = { 0 };
+	struct iovec parts[4];
 
-	enc_value(&line, call->reply);
+	enc_value(&head, call->reply);
 	json_decref(call->reply);
 	call->reply = NULL;
-	if (line.nomem || line.len < 2 || line.buf[line.len - 1] != '}') {
-		enc_free(&line);
+	if (head.nomem || head.len < 2 || head.buf[head.len - 1] != '}') {
+		enc_free(&head);
 		server_client_reply_oom(c, id);
 		return;
 	}
 	/* "{...}" + ",\"snapshot\":{...}" -> "{...,\"snapshot\":{...}}" */
-	line.len--;
-	enc_put(&line, call->tail.buf, call->tail.len);
-	enc_put(&line, "}", 1);
-	if (line.nomem)
-		server_client_reply_oom(c, id);
-	else
-		server_client_reply_line(c, line.buf, line.len);
-	enc_free(&line);
+	parts[0] = (struct iovec){ head.buf, head.len - 1 };
+	parts[1] = (struct iovec){ call->tail.buf, call->tail.len };
+	parts[2] = (struct iovec){ call->tail_more.buf, call->tail_more.len };
+	parts[3] = (struct iovec){ (void *)"}", 1 };
+	server_client_reply_parts(c, parts, 4);
+	enc_free(&head);
 }
 
 void
@@ -555,7 +564,7 @@ op_finish(op_call *call, bool ok)
 		if (call->noreply) {
 			json_decref(call->reply);
 			stats.noreply++;
-		} else if (call->tail.len > 0) {
+		} else if (call->tail.len > 0 || call->tail_more.len > 0) {
 			reply_with_tail(c, call, call->id);
 		} else {
 			server_client_reply(c, call->reply);
@@ -582,6 +591,7 @@ op_finish(op_call *call, bool ok)
 	/* Events this request caused reach its own connection after it. */
 	watch_request_end(c);
 	enc_free(&call->tail);
+	enc_free(&call->tail_more);
 }
 
 void

@@ -45,6 +45,7 @@ typedef struct op_call {
 	ct_call table; /* OP_CTX: what the circuit table takes */
 	json_t *reply; /* the ok reply; handlers add their result members */
 	enc_buf tail; /* members already encoded as text, written after reply's */
+	enc_buf tail_more; /* a large member's text moved in whole, after tail */
 	proto_error err; /* set when a handler returns false */
 	const op_entry *op;
 	const json_t *id; /* the request's id (NULL: none) */

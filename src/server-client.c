@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <linux/sockios.h>
@@ -276,14 +277,29 @@ server_client_reply_oom(server_client *c, const json_t *id)
 void
 server_client_reply_line(server_client *c, const char *line, size_t len)
 {
+	struct iovec part = { (void *)line, len };
+
+	server_client_reply_parts(c, &part, 1);
+}
+
+void
+server_client_reply_parts(server_client *c, const struct iovec *parts, int n)
+{
+	size_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += parts[i].iov_len;
 	if (c->state != SERVER_CLIENT_OPEN || out_over_bound(c, len + 1))
 		return;
 	if (!out_reserve(c, len + 1)) {
 		server_client_nomem(c, "for output");
 		return;
 	}
-	memcpy(c->out + c->out_len, line, len);
-	c->out_len += len;
+	for (int i = 0; i < n; i++) {
+		if (parts[i].iov_len > 0)
+			memcpy(c->out + c->out_len, parts[i].iov_base, parts[i].iov_len);
+		c->out_len += parts[i].iov_len;
+	}
 	c->out[c->out_len++] = '\n';
 }
 

@@ -122,6 +122,9 @@ void server_client_reply_oom(server_client *c, const json_t *id);
  * with the same bound as server_client_reply: one encoding shared by
  * many connections (watch events). */
 void server_client_reply_line(server_client *c, const char *line, size_t len);
+/* The same for a line given in n parts (copied once). */
+struct iovec;
+void server_client_reply_parts(server_client *c, const struct iovec *parts, int n);
 
 /* The request c waited on is answered: take its next lines (in a turn
  * of its own, never inside the caller). */
