@@ -185,6 +185,22 @@ calls_answer_all(void)
 	}
 }
 
+/* Answer every waiting call locally and drop both connections. hiredis
+ * hands every call it has a NULL reply (its callback frees it) and runs
+ * the disconnect callbacks, which find the pointers already NULL. */
+static void
+contexts_free(void)
+{
+	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
+
+	calls_answer_all();
+	fleet.main = fleet.sub = NULL;
+	if (main != NULL)
+		redisAsyncFree(main);
+	if (sub != NULL)
+		redisAsyncFree(sub);
+}
+
 /* Arm the timer for the oldest waiting call. */
 static void
 timeout_schedule(void)
@@ -220,8 +236,6 @@ reconnect_schedule(void)
 static void
 fleet_lose(const char *why)
 {
-	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
-
 	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING) {
 		/* At start, what this host answers counts from the start. */
 		if (fleet.health == FLEET_UP)
@@ -233,14 +247,7 @@ fleet_lose(const char *why)
 		    srv.conf.redis, why);
 	}
 	fleet.script_ready = false;
-	calls_answer_all();
-	fleet.main = fleet.sub = NULL;
-	/* hiredis hands every pending callback a NULL reply (they free the
-	 * calls) and runs the disconnect callbacks, which see NULL pointers. */
-	if (main != NULL)
-		redisAsyncFree(main);
-	if (sub != NULL)
-		redisAsyncFree(sub);
+	contexts_free();
 	evtimer_del(fleet.timeout_ev);
 	reconnect_schedule();
 }
@@ -647,16 +654,9 @@ fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
 void
 fleet_free(void)
 {
-	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
-
 	if (fleet.health == FLEET_OFF)
 		return;
-	calls_answer_all();
-	fleet.main = fleet.sub = NULL;
-	if (main != NULL)
-		redisAsyncFree(main);
-	if (sub != NULL)
-		redisAsyncFree(sub);
+	contexts_free();
 	if (fleet.timeout_ev != NULL)
 		event_free(fleet.timeout_ev);
 	if (fleet.reconnect_ev != NULL)

@@ -218,24 +218,6 @@ copy_apply(const char *name, const json_t *circuit, const json_t *change_json, i
 
 /* --- requests --- */
 
-static json_t *
-policy_json(const cb_policy *p)
-{
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I}",
-	    "trip", p->trip == CB_TRIP_RATE ? "rate" : "consecutive", "failure_threshold",
-	    (json_int_t)p->failure_threshold, "success_threshold", (json_int_t)p->success_threshold,
-	    "break_ms", (json_int_t)p->break_ms, "half_open_max", (json_int_t)p->half_open_max,
-	    "slot_ttl_ms", (json_int_t)p->slot_ttl_ms, "max_gap_ms", (json_int_t)p->max_gap_ms,
-	    "window", p->window == CB_WINDOW_TIME ? "time" : "count", "window_size",
-	    (json_int_t)p->window_size, "minimum_calls", (json_int_t)p->minimum_calls,
-	    "failure_rate", (json_int_t)p->failure_rate, "slow_call_ms",
-	    (json_int_t)p->slow_call_ms, "slow_call_rate", (json_int_t)p->slow_call_rate,
-	    "min_reporters", (json_int_t)p->min_reporters, "reporter_window_ms",
-	    (json_int_t)p->reporter_window_ms, "break_backoff", (json_int_t)p->break_backoff,
-	    "break_max_ms", (json_int_t)p->break_max_ms);
-}
-
 /* The members every call of p's request carries. NULL: no memory. */
 static json_t *
 args_common(op_pending *p)
@@ -246,7 +228,8 @@ args_common(op_pending *p)
 
 	snprintf(reporter, sizeof reporter, "%s:%ld", fleet_origin(),
 	    call->client != NULL ? (long)call->client->pid : 0L);
-	if (args == NULL || json_object_set_new(args, "policy", policy_json(&call->policy)) != 0 ||
+	if (args == NULL ||
+	    json_object_set_new(args, "policy", proto_policy_flat_json(&call->policy)) != 0 ||
 	    json_object_set_new(args, "declared", json_string(p->declared_text)) != 0 ||
 	    json_object_set_new(args, "reporter", json_string(reporter)) != 0 ||
 	    (call->table.duration_ms > 0 &&
@@ -810,7 +793,7 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	copy = strdup(name);
 	args = text != NULL
 	    ? json_pack("{s:o, s:s, s:{s:s, s:I, s:I, s:o, s:I, s:I}}", "policy",
-		  policy_json(&policy), "declared", text, "circuit", "state", "open",
+		  proto_policy_flat_json(&policy), "declared", text, "circuit", "state", "open",
 		  "failure_count", (json_int_t)view->snap.failure_count, "success_count",
 		  (json_int_t)view->snap.success_count, "last_failure_at",
 		  view->snap.last_failure_at != CB_TIME_NONE

@@ -977,3 +977,21 @@ proto_reply_error(const json_t *id, const proto_error *err)
 	}
 	return reply;
 }
+
+json_t *
+proto_policy_flat_json(const cb_policy *p)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, "
+			 "s:I, s:I, s:I}",
+	    "trip", p->trip == CB_TRIP_RATE ? "rate" : "consecutive", "failure_threshold",
+	    (json_int_t)p->failure_threshold, "success_threshold", (json_int_t)p->success_threshold,
+	    "break_ms", (json_int_t)p->break_ms, "half_open_max", (json_int_t)p->half_open_max,
+	    "slot_ttl_ms", (json_int_t)p->slot_ttl_ms, "max_gap_ms", (json_int_t)p->max_gap_ms,
+	    "window", p->window == CB_WINDOW_TIME ? "time" : "count", "window_size",
+	    (json_int_t)p->window_size, "minimum_calls", (json_int_t)p->minimum_calls,
+	    "failure_rate", (json_int_t)p->failure_rate, "slow_call_ms",
+	    (json_int_t)p->slow_call_ms, "slow_call_rate", (json_int_t)p->slow_call_rate,
+	    "min_reporters", (json_int_t)p->min_reporters, "reporter_window_ms",
+	    (json_int_t)p->reporter_window_ms, "break_backoff", (json_int_t)p->break_backoff,
+	    "break_max_ms", (json_int_t)p->break_max_ms);
+}

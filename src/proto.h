@@ -189,6 +189,10 @@ json_t *proto_policy_to_json(const cb_policy *policy, const char *preset,
     const proto_policy_sources *sources);
 /* A ctx's policy members as a JSON object (the state file). */
 json_t *proto_ctx_members_to_json(const proto_ctx *ctx);
+/* A resolved policy with every key, as fleet mode's circuit script takes
+ * it: enums by name, 0 for an unset max_gap_ms, slow_call_ms or
+ * break_max_ms. NULL when out of memory. */
+json_t *proto_policy_flat_json(const cb_policy *policy);
 
 /* Read the "ctx" member of a request (absent or null: empty). */
 bool proto_ctx_from_json(const json_t *request, proto_ctx *out, proto_error *err);

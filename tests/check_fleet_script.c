@@ -72,25 +72,6 @@ script_text(void)
 	return text;
 }
 
-/* The policy as cbd sends it: every key, enums by name. */
-static json_t *
-policy_json(const cb_policy *p)
-{
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I}",
-	    "trip", p->trip == CB_TRIP_RATE ? "rate" : "consecutive", "failure_threshold",
-	    (json_int_t)p->failure_threshold, "success_threshold", (json_int_t)p->success_threshold,
-	    "break_ms", (json_int_t)p->break_ms, "half_open_max", (json_int_t)p->half_open_max,
-	    "slot_ttl_ms", (json_int_t)p->slot_ttl_ms, "max_gap_ms", (json_int_t)p->max_gap_ms,
-	    "window", p->window == CB_WINDOW_TIME ? "time" : "count", "window_size",
-	    (json_int_t)p->window_size, "minimum_calls", (json_int_t)p->minimum_calls,
-	    "failure_rate", (json_int_t)p->failure_rate, "slow_call_ms",
-	    (json_int_t)p->slow_call_ms, "slow_call_rate", (json_int_t)p->slow_call_rate,
-	    "min_reporters", (json_int_t)p->min_reporters, "reporter_window_ms",
-	    (json_int_t)p->reporter_window_ms, "break_backoff", (json_int_t)p->break_backoff,
-	    "break_max_ms", (json_int_t)p->break_max_ms);
-}
-
 /* Run op on circuit `name` with request (stolen; name, policy, declared
  * and origin filled in when missing); returns the decoded reply. */
 static json_t *
@@ -109,7 +90,7 @@ fleet_call(redisContext *ctx, const char *name, const char *op, const cb_policy 
 	if (json_object_get(request, "name") == NULL)
 		json_object_set_new(request, "name", json_string(name));
 	if (json_object_get(request, "policy") == NULL)
-		json_object_set_new(request, "policy", policy_json(policy));
+		json_object_set_new(request, "policy", proto_policy_flat_json(policy));
 	if (json_object_get(request, "origin") == NULL)
 		json_object_set_new(request, "origin", json_string("host-a"));
 	text = json_dumps(request, JSON_COMPACT);
