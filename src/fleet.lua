@@ -52,6 +52,9 @@ Where this differs from, or pins down, the contract (decided here):
     never mismatches and creates with "". merge never mismatches: it
     applies to a circuit stored with another declared policy and keeps
     that one (a write-back after an outage must not be dropped).
+  * merge with circuit.hold (an operator's hold placed on one host while
+    Redis was away): placed as it was (state, since, until, by, reason)
+    unless the fleet's circuit is held already; change reason "held".
   * acquire_slot reports a lazily expired hold as its change (and event);
     C's circuit_table_acquire_slot drops that change (it has no change out).
   * "slots" counts unexpired slots at now (C's view counts slots not yet
@@ -1040,6 +1043,36 @@ function ops.merge()
 	end
 	if c ~= nil then
 		hold_expire(c)
+	end
+	local h = m.hold
+	if type(h) == 'table' then
+		-- An operator's hold placed on this host during the outage holds
+		-- fleet-wide, unless the fleet's circuit is held already.
+		if c ~= nil and c.hold then
+			return
+		end
+		local state = (h.state == 'closed') and 'closed' or 'open'
+		need_circuit()
+		local from = c.state
+		if from ~= state then
+			force(c, state)
+			if state == 'open' and m.opened_at ~= nil and m.opened_at ~= NULL then
+				c.oa = m.opened_at
+			end
+			transition_done(c, from)
+		end
+		local user = (h.by_user ~= nil and h.by_user ~= NULL) and h.by_user or ''
+		local reason = (h.reason ~= nil and h.reason ~= NULL) and h.reason or nil
+		c.hold = {
+			state = state,
+			since = (h.since ~= nil and h.since ~= NULL) and h.since or now,
+			["until"] = (h["until"] ~= nil and h["until"] ~= NULL) and h["until"] or nil,
+			by_uid = (h.by_uid ~= nil and h.by_uid ~= NULL) and h.by_uid or 0,
+			by_user = text_cut(user, USER_MAX),
+			reason = text_cut(reason, REASON_MAX),
+		}
+		change_merge(from, state, 'held')
+		return
 	end
 	if c ~= nil and (c.state == 'open' or c.hold) then
 		return

@@ -775,7 +775,8 @@ typedef struct merge_walk {
 	uint64_t sent;
 } merge_walk;
 
-/* Write back one circuit that opened here during the outage. */
+/* Write back one circuit that opened here during the outage, or that an
+ * operator held here then. */
 static void
 merge_visit(const char *name, const ct_view *view, void *arg)
 {
@@ -786,22 +787,36 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	char *text, *copy;
 	json_t *args;
 
-	if (view->snap.state != CB_STATE_OPEN || view->hold.held || view->snap.opened_at < w->since)
+	bool held_here = view->hold.held && view->hold.since >= w->since;
+
+	/* Opened here during the outage, or held here by an operator then. */
+	if (!held_here &&
+	    (view->snap.state != CB_STATE_OPEN || view->hold.held ||
+		view->snap.opened_at < w->since))
 		return;
 	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
 	text = declared_text(view->declared);
 	copy = strdup(name);
 	args = text != NULL
-	    ? json_pack("{s:o, s:s, s:{s:s, s:I, s:I, s:o, s:I, s:I}}", "policy",
-		  proto_policy_flat_json(&policy), "declared", text, "circuit", "state", "open",
-		  "failure_count", (json_int_t)view->snap.failure_count, "success_count",
+	    ? json_pack("{s:o, s:s, s:{s:s, s:I, s:I, s:o, s:o, s:I}}", "policy",
+		  proto_policy_flat_json(&policy), "declared", text, "circuit", "state",
+		  breaker_state_name(view->snap.state), "failure_count",
+		  (json_int_t)view->snap.failure_count, "success_count",
 		  (json_int_t)view->snap.success_count, "last_failure_at",
 		  view->snap.last_failure_at != CB_TIME_NONE
 		      ? json_integer(view->snap.last_failure_at)
 		      : json_null(),
-		  "opened_at", (json_int_t)view->snap.opened_at, "current_break_ms",
-		  (json_int_t)view->snap.current_break_ms)
+		  "opened_at",
+		  view->snap.opened_at != CB_TIME_NONE ? json_integer(view->snap.opened_at)
+						       : json_null(),
+		  "current_break_ms", (json_int_t)view->snap.current_break_ms)
 	    : NULL;
+	if (args != NULL && held_here &&
+	    json_object_set_new(json_object_get(args, "circuit"), "hold",
+		op_hold_json(&view->hold)) != 0) {
+		json_decref(args);
+		args = NULL;
+	}
 	if (args != NULL && copy != NULL &&
 	    fleet_call_script("merge", name, args, merge_done, copy) != NULL) {
 		copy = NULL;
@@ -821,7 +836,8 @@ recover(int64_t outage_since)
 	circuit_table_foreach_pinned(srv.table, merge_visit, &w);
 	counters->merged += w.sent;
 	if (w.sent > 0)
-		log_info("fleet: wrote back %llu circuits that opened while redis was away",
+		log_info("fleet: wrote back %llu circuits that opened or were held while redis was "
+			 "away",
 		    (unsigned long long)w.sent);
 }
 
