@@ -252,6 +252,11 @@ START_TEST(test_redis_lost_hosts_break_locally_and_write_back)
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"before\"}");
 	ck_assert(!util_bool(r, "allowed"));
 	json_decref(r);
+	/* An operator's hold placed while Redis is away holds fleet-wide
+	 * once it is back. */
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"maint\",\"state\":\"open\","
+	    "\"hold\":true,\"reason\":\"outage work\"}"));
 	/* New failures open circuits locally. */
 	r = util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"during\",\"ctx\":{"
@@ -265,8 +270,12 @@ START_TEST(test_redis_lost_hosts_break_locally_and_write_back)
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"during\"}");
 	ck_assert_msg(!util_bool(r, "allowed"), "the circuit opened during the outage is closed");
 	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"maint\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "outage work");
+	json_decref(r);
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
-	ck_assert_int_ge(util_int(r, "backend.merged"), 1);
+	ck_assert_int_ge(util_int(r, "backend.merged"), 2);
 	ck_assert_int_ge(util_int(r, "backend.degraded"), 1);
 	json_decref(r);
 }

@@ -693,6 +693,49 @@ START_TEST(merge_opens_never_closes)
 }
 END_TEST
 
+/* merge with an operator's hold placed on one host during an outage. */
+START_TEST(merge_places_a_hold_unless_held)
+{
+	redisContext *ctx = connect_server();
+	cb_policy p = default_policy();
+	json_t *r, *req, *hold;
+
+	json_decref(fleet_call(ctx, "mh", "success", &p, at(T0)));
+	req = with_merge(at(T0 + 100), T0 + 50, 0);
+	hold = json_pack("{s:s, s:I, s:I, s:I, s:s, s:s}", "state", "open", "since",
+	    (json_int_t)(T0 + 60), "until", (json_int_t)(T0 + 60000), "by_uid", (json_int_t)0,
+	    "by_user", "root", "reason", "outage work");
+	json_object_set_new(json_object_get(req, "circuit"), "hold", hold);
+	r = fleet_call(ctx, "mh", "merge", &p, req);
+	ck_assert_str_eq(circuit_state(r), "open");
+	ck_assert_int_eq(field(r, "opened_at"), T0 + 50);
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_object_get(json_object_get(r, "circuit"), "hold"),
+				 "reason")),
+	    "outage work");
+	ck_assert_int_eq(json_integer_value(
+			     json_object_get(json_object_get(json_object_get(r, "circuit"), "hold"),
+				 "until")),
+	    T0 + 60000);
+	assert_reason(r, "held");
+	json_decref(r);
+	/* The fleet's circuit is held already: the write-back changes nothing. */
+	req = with_merge(at(T0 + 200), T0 + 150, 0);
+	json_object_set_new(json_object_get(req, "circuit"), "hold",
+	    json_pack("{s:s, s:I, s:I, s:s}", "state", "closed", "since", (json_int_t)(T0 + 150),
+		"by_uid", (json_int_t)0, "by_user", "other"));
+	r = fleet_call(ctx, "mh", "merge", &p, req);
+	ck_assert_str_eq(circuit_state(r), "open");
+	ck_assert_str_eq(json_string_value(
+			     json_object_get(json_object_get(json_object_get(r, "circuit"), "hold"),
+				 "reason")),
+	    "outage work");
+	assert_reason(r, NULL);
+	json_decref(r);
+	redisFree(ctx);
+}
+END_TEST
+
 START_TEST(max_gap_chain)
 {
 	redisContext *ctx = connect_server();
@@ -1244,6 +1287,7 @@ main(void)
 	tcase_add_test(ops, delete_drops_everything);
 	tcase_add_test(ops, declared_mismatch_changes_nothing);
 	tcase_add_test(ops, merge_opens_never_closes);
+	tcase_add_test(ops, merge_places_a_hold_unless_held);
 	tcase_add_test(ops, max_gap_chain);
 	tcase_add_test(ops, totals_count_every_outcome);
 	tcase_add_test(ops, min_reporters_gate);
