@@ -656,6 +656,12 @@ pending_done(const json_t *reply, void *arg)
 		    &call->preset);
 		call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 		extra = p->declared_text != NULL ? args_for_op(p, &bad, &answered) : NULL;
+		if (extra == NULL && (bad || answered)) {
+			/* cas, judged again against the right policy, was answered
+			 * (or refused) from this host's copy. */
+			pending_finish(p, answered);
+			return;
+		}
 		if (extra == NULL || !pending_call(p, p->script_op, extra)) {
 			json_decref(extra);
 			pending_local(p);
