@@ -105,7 +105,7 @@ static const conf_key keys[] = {
 	    "fleet mode: the Redis server, unix:/path/redis.sock or tcp://host:port"),
 	CBD_KEY(redis_prefix, CONF_STRING, 0, 0, "cbd:", false,
 	    "fleet mode: prefix of every Redis key and of the event channel"),
-	CBD_KEY(redis_timeout_ms, CONF_INT, 1, CONF_REDIS_TIMEOUT_MAX, "250", true,
+	CBD_KEY(redis_timeout_ms, CONF_INT, 1, CONF_REDIS_TIMEOUT_MAX, "50", true,
 	    "fleet mode: a request Redis has not answered in this long is answered from this "
 	    "host's copy"),
 	CBD_KEY(redis_password_file, CONF_STRING, 0, 0, "", false,
