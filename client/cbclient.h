@@ -493,6 +493,18 @@ cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot 
  * (truncated may be NULL; false when cbd does not say). */
 cbc_status cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
     size_t *count, bool *truncated, cbc_error *err);
+/* Most circuits one page may be asked for; room for a cursor. */
+#define CBC_LIST_LIMIT_MAX 100000
+#define CBC_CURSOR_SIZE 64
+/* One page of a listing: at most limit circuits (0: as many as fit cbd's
+ * output bound) from where cursor (NULL or "": the start) left off.
+ * next_cursor (next_size bytes, CBC_CURSOR_SIZE is enough) receives the
+ * cursor of the next page, "" after the last. A cursor is good only on the
+ * same conn, until its next list. Every circuit stored for the whole
+ * listing comes exactly once. */
+cbc_status cbc_list_page(cbc_conn *conn, const cbc_state *state_filter, size_t limit,
+    const char *cursor, cbc_snapshot **out, size_t *count, char *next_cursor, size_t next_size,
+    cbc_error *err);
 cbc_status cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err);
 
 /* ------------------------------------------------------------------ */

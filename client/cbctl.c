@@ -372,23 +372,13 @@ format_retry(const cbc_snapshot *s, char *buf, size_t size)
 	}
 }
 
-/* The circuits as an aligned table; the name column fits the longest. A
- * held circuit's row is followed by an indented line saying who holds it,
- * until when and why. */
+/* The circuits' rows, the name column `width` wide. A held circuit's row
+ * is followed by an indented line saying who holds it, until when and why. */
 static void
-print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
+print_table_rows(const cbctl *ctl, const cbc_snapshot *snaps, size_t count, int width)
 {
-	int width = 4;
 	char opened[32], retry[48], hold[CBC_REASON_MAX + 256];
 
-	for (size_t i = 0; i < count; i++) {
-		int len = (int)strlen(snaps[i].name);
-
-		if (len > width)
-			width = len;
-	}
-	printf("%-*s  %-9s  %8s  %9s  %-19s  %s\n", width, "NAME", "STATE", "FAILURES", "SUCCESSES",
-	    "OPENED AT", "RETRY");
 	for (size_t i = 0; i < count; i++) {
 		const cbc_snapshot *s = &snaps[i];
 
@@ -403,6 +393,38 @@ print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 			printf("  %s\n", hold);
 		}
 	}
+}
+
+/* The name column's width for these snapshots; its heading. */
+static int
+table_width(const cbc_snapshot *snaps, size_t count)
+{
+	int width = 4;
+
+	for (size_t i = 0; i < count; i++) {
+		int len = (int)strlen(snaps[i].name);
+
+		if (len > width)
+			width = len;
+	}
+	return width;
+}
+
+static void
+print_table_head(int width)
+{
+	printf("%-*s  %-9s  %8s  %9s  %-19s  %s\n", width, "NAME", "STATE", "FAILURES", "SUCCESSES",
+	    "OPENED AT", "RETRY");
+}
+
+/* The circuits as an aligned table; the name column fits the longest. */
+static void
+print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
+{
+	int width = table_width(snaps, count);
+
+	print_table_head(width);
+	print_table_rows(ctl, snaps, count, width);
 }
 
 /* A policy duration: "1.5s" under two minutes when not whole seconds, else
@@ -523,15 +545,18 @@ cmd_ping(cbctl *ctl)
 }
 
 /* list [--state S] [--names]: the table, or one name a line (for shell
- * completion and scripts). */
+ * completion and scripts), every circuit however many: pages are followed
+ * by their cursor (--json prints each page's reply, one a line). */
 static int
 cmd_list(cbctl *ctl)
 {
 	cbc_state filter;
 	bool filtered = false, names = false;
 	const char *value = cbctl_option_get(ctl, "--state", &filtered);
+	char cursor[CBC_CURSOR_SIZE] = "", next[CBC_CURSOR_SIZE];
 	cbc_snapshot *snaps = NULL;
-	size_t count = 0;
+	size_t count = 0, total = 0;
+	int width = -1;
 	cbc_error err;
 	cbc_status status;
 
@@ -545,22 +570,37 @@ cmd_list(cbctl *ctl)
 		errorf("list: --names and --json are two output modes: give one");
 		return EXIT_USAGE;
 	}
-	status = cbc_list(ctl->conn, filtered ? &filter : NULL, &snaps, &count, &err);
-	if (status != CBC_OK)
-		return fail_status(ctl, status, &err);
-	if (ctl->json) {
+	do {
+		status = cbc_list_page(ctl->conn, filtered ? &filter : NULL, 0, cursor, &snaps,
+		    &count, next, sizeof next, &err);
+		if (status != CBC_OK)
+			return fail_status(ctl, status, &err);
+		if (ctl->json) {
+			int rc = print_reply(ctl);
+
+			if (rc != EXIT_OK) {
+				cbc_free(snaps);
+				return rc;
+			}
+		} else if (names) {
+			for (size_t i = 0; i < count; i++)
+				puts(snaps[i].name);
+		} else if (count > 0) {
+			/* The first page sets the name column. */
+			if (width < 0) {
+				width = table_width(snaps, count);
+				print_table_head(width);
+			}
+			print_table_rows(ctl, snaps, count, width);
+		}
+		total += count;
 		cbc_free(snaps);
-		return print_reply(ctl);
-	}
-	if (names)
-		for (size_t i = 0; i < count; i++)
-			puts(snaps[i].name);
-	else if (count == 0)
+		snaps = NULL;
+		memcpy(cursor, next, sizeof cursor);
+	} while (cursor[0] != '\0');
+	if (!ctl->json && !names && total == 0)
 		printf("no circuits%s%s\n", filtered ? " in state " : "",
 		    filtered ? cbc_state_name(filter) : "");
-	else
-		print_table(ctl, snaps, count);
-	cbc_free(snaps);
 	return EXIT_OK;
 }
 

@@ -486,28 +486,43 @@ cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size
 	return cbc_list_ex(conn, state_filter, out, count, NULL, err);
 }
 
-cbc_status
-cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size_t *count,
-    bool *truncated, cbc_error *err)
+/* One list request: state filter, limit (0: none) and cursor (NULL:
+ * none); the snapshots, truncated and the next cursor ("" when none). */
+static cbc_status
+list_request(cbc_conn *conn, const cbc_state *state_filter, size_t limit, const char *cursor,
+    cbc_snapshot **out, size_t *count, bool *truncated, char *next_cursor, size_t next_size,
+    cbc_error *err)
 {
-	json_t *reply;
+	json_t *req, *reply;
 	const json_t *circuits;
+	const char *next;
 	cbc_snapshot *snaps = NULL;
 	cbc_status st;
 	size_t n = 0;
 
 	*out = NULL;
 	*count = 0;
-	if (state_filter != NULL)
-		st = state_check(*state_filter, "state_filter", err);
-	else
-		st = CBC_OK;
+	if (next_cursor != NULL && next_size > 0)
+		next_cursor[0] = '\0';
+	st = state_filter != NULL ? state_check(*state_filter, "state_filter", err) : CBC_OK;
+	if (st == CBC_OK && limit > CBC_LIST_LIMIT_MAX)
+		st = cbci_fail(err, CBC_EINVAL, "limit must be at most %d", CBC_LIST_LIMIT_MAX);
+	if (st == CBC_OK)
+		st = request_new("list", NULL, &req, err);
 	if (st != CBC_OK)
 		return st;
-	const request_member members[] = {
-		{ "state", state_filter != NULL ? cbc_state_name(*state_filter) : NULL },
-	};
-	st = request_call(conn, "list", NULL, members, 1, NULL, &reply, err);
+	if (state_filter != NULL)
+		st = request_string(req, "state", cbc_state_name(*state_filter), err);
+	if (st == CBC_OK && cursor != NULL && cursor[0] != '\0')
+		st = request_string(req, "cursor", cursor, err);
+	if (st == CBC_OK && limit > 0 &&
+	    json_object_set_new(req, "limit", json_integer((json_int_t)limit)) != 0)
+		st = cbci_fail(err, CBC_ENOMEM, "out of memory building limit");
+	if (st != CBC_OK) {
+		json_decref(req);
+		return st;
+	}
+	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
 	circuits = json_object_get(reply, "circuits");
@@ -527,6 +542,10 @@ cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, s
 		else
 			st = cbci_reply_snapshot(item, NULL, &snaps[i], err);
 	}
+	next = json_string_value(json_object_get(reply, "cursor"));
+	if (st == CBC_OK && next != NULL && next_cursor != NULL && strlen(next) >= next_size)
+		st = cbci_fail(err, CBC_EPROTO, "reply member cursor is longer than %zu bytes",
+		    next_size);
 	if (st != CBC_OK) {
 		free(snaps);
 		return op_done(reply, st, err);
@@ -535,7 +554,29 @@ cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, s
 	*count = n;
 	if (truncated != NULL)
 		*truncated = json_is_true(json_object_get(reply, "truncated"));
+	if (next != NULL && next_cursor != NULL)
+		snprintf(next_cursor, next_size, "%s", next);
 	return op_done(reply, st, err);
+}
+
+cbc_status
+cbc_list_ex(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out, size_t *count,
+    bool *truncated, cbc_error *err)
+{
+	return list_request(conn, state_filter, 0, NULL, out, count, truncated, NULL, 0, err);
+}
+
+cbc_status
+cbc_list_page(cbc_conn *conn, const cbc_state *state_filter, size_t limit, const char *cursor,
+    cbc_snapshot **out, size_t *count, char *next_cursor, size_t next_size, cbc_error *err)
+{
+	if (next_cursor == NULL || next_size == 0) {
+		*out = NULL;
+		*count = 0;
+		return cbci_fail(err, CBC_EINVAL, "next_cursor must be a buffer");
+	}
+	return list_request(conn, state_filter, limit, cursor, out, count, NULL, next_cursor,
+	    next_size, err);
 }
 
 /* An integer member of obj, or -1. */

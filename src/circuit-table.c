@@ -1229,6 +1229,15 @@ circuit_table_cursor_next(circuit_table *table, ct_cursor *cursor, int64_t now, 
 }
 
 void
+circuit_table_cursor_seek(circuit_table *table, ct_cursor *cursor, const char *name)
+{
+	circuit *c = circuit_find(table, name);
+
+	if (c != NULL)
+		cursor->at = c;
+}
+
+void
 circuit_table_cursor_close(circuit_table *table, ct_cursor *cursor)
 {
 	if (cursor->prev != NULL)

@@ -286,6 +286,8 @@ void circuit_table_cursor_open(circuit_table *table, ct_cursor *cursor);
  * Done when cursor->at is NULL. */
 uint64_t circuit_table_cursor_next(circuit_table *table, ct_cursor *cursor, int64_t now,
     uint64_t max, ct_visit_fn visit, void *arg);
+/* Put the walk back on circuit `name` (it is visited next), when stored. */
+void circuit_table_cursor_seek(circuit_table *table, ct_cursor *cursor, const char *name);
 /* End a walk (done or not). */
 void circuit_table_cursor_close(circuit_table *table, ct_cursor *cursor);
 

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,20 +35,44 @@ op_hello(op_call *call)
 	return true;
 }
 
+/* A listing that goes on in a later request: one per connection, its walk
+ * linked into the table (so it survives changes between pages). */
+typedef struct op_list_cursor {
+	ct_cursor walk;
+	uint64_t id; /* "lN" on the wire */
+	bool filter;
+	cb_state state;
+} op_list_cursor;
+
 /* What list's visitor needs. */
 typedef struct list_walk {
 	op_snapshots snapshots;
 	bool filter;
 	cb_state state;
+	int64_t limit; /* circuits in this reply at most; 0: only the output bound */
+	int64_t added;
+	char resume[CT_NAME_MAX + 1]; /* the first circuit left for the next page */
 } list_walk;
+
+static uint64_t list_cursor_ids;
 
 static void
 list_visit(const char *name, const ct_view *view, void *arg)
 {
 	list_walk *w = arg;
+	bool was_cut = w->snapshots.truncated;
 
-	if (!w->filter || view->snap.state == w->state)
-		op_snapshots_add(&w->snapshots, name, view);
+	if (w->resume[0] != '\0' || (w->filter && view->snap.state != w->state))
+		return;
+	if (w->limit > 0 && w->added >= w->limit) {
+		snprintf(w->resume, sizeof w->resume, "%s", name);
+		return;
+	}
+	op_snapshots_add(&w->snapshots, name, view);
+	if (!was_cut && w->snapshots.truncated)
+		snprintf(w->resume, sizeof w->resume, "%s", name); /* did not fit */
+	else if (!w->snapshots.truncated)
+		w->added++;
 }
 
 /* A list longer than one step, answered across turns of the event loop
@@ -57,15 +82,97 @@ typedef struct op_list_job {
 	op_call call;
 	json_t *request; /* a reference: call's strings point into it */
 	list_walk w;
-	ct_cursor cursor;
+	op_list_cursor *cursor;
 } op_list_job;
 
-/* One step of a walk; true when the listing is complete. */
+/* One step of a walk; true when this reply is complete. */
 static bool
-list_step(list_walk *w, ct_cursor *cursor, int64_t now)
+list_step(list_walk *w, op_list_cursor *cursor, int64_t now)
 {
-	circuit_table_cursor_next(srv.table, cursor, now, OP_LIST_STEP_CIRCUITS, list_visit, w);
-	return cursor->at == NULL || w->snapshots.truncated || w->snapshots.nomem;
+	circuit_table_cursor_next(srv.table, &cursor->walk, now, OP_LIST_STEP_CIRCUITS, list_visit,
+	    w);
+	return cursor->walk.at == NULL || w->resume[0] != '\0' || w->snapshots.nomem;
+}
+
+static void
+list_cursor_free(op_list_cursor *cursor)
+{
+	if (cursor == NULL)
+		return;
+	circuit_table_cursor_close(srv.table, &cursor->walk);
+	free(cursor);
+}
+
+/* The reply of a complete step: the circuits, truncated, and a cursor
+ * kept by the connection when circuits are left. Takes the cursor. */
+static bool
+list_reply(op_call *call, list_walk *w, op_list_cursor *cursor)
+{
+	server_client *c = call->client;
+	bool more = w->resume[0] != '\0';
+	char id[24];
+
+	if (!op_snapshots_reply(&w->snapshots, call, "circuits", true)) {
+		list_cursor_free(cursor);
+		return false;
+	}
+	if (!more) {
+		list_cursor_free(cursor);
+		return true;
+	}
+	/* The next page starts at the circuit that was left out. */
+	circuit_table_cursor_seek(srv.table, &cursor->walk, w->resume);
+	snprintf(id, sizeof id, "l%llu", (unsigned long long)cursor->id);
+	if (json_object_set_new(call->reply, "truncated", json_true()) != 0 ||
+	    json_object_set_new(call->reply, "cursor", json_string(id)) != 0) {
+		list_cursor_free(cursor);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	list_cursor_free(c->list_cursor);
+	c->list_cursor = cursor;
+	return true;
+}
+
+/* The walk a list request goes on with: the connection's cursor when it
+ * names it, else a new one from the first circuit. NULL with call->err. */
+static op_list_cursor *
+list_cursor_take(op_call *call, list_walk *w)
+{
+	server_client *c = call->client;
+	op_list_cursor *cursor = c->list_cursor;
+	const char *given;
+	char id[24];
+
+	if (!proto_get_text(call->request, "cursor", false, &given, NULL, &call->err))
+		return NULL;
+	c->list_cursor = NULL;
+	if (given != NULL) {
+		if (cursor != NULL)
+			snprintf(id, sizeof id, "l%llu", (unsigned long long)cursor->id);
+		if (cursor == NULL || strcmp(given, id) != 0) {
+			list_cursor_free(cursor);
+			proto_fail(&call->err, PROTO_BAD_REQUEST,
+			    "cursor \"%.40s\" is not this connection's: a cursor lasts until the "
+			    "connection's next list or its end",
+			    given);
+			return NULL;
+		}
+		/* The listing goes on with the filter it started with. */
+		w->filter = cursor->filter;
+		w->state = cursor->state;
+		return cursor;
+	}
+	list_cursor_free(cursor);
+	cursor = calloc(1, sizeof *cursor);
+	if (cursor == NULL) {
+		proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+		return NULL;
+	}
+	cursor->id = ++list_cursor_ids;
+	cursor->filter = w->filter;
+	cursor->state = w->state;
+	circuit_table_cursor_open(srv.table, &cursor->walk);
+	return cursor;
 }
 
 bool
@@ -77,21 +184,22 @@ op_list(op_call *call)
 	job = calloc(1, sizeof *job);
 	if (job == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	if (!proto_get_state(call->request, "state", false, &job->w.state, &present, &call->err)) {
+	if (!proto_get_state(call->request, "state", false, &job->w.state, &present, &call->err) ||
+	    !proto_get_int(call->request, "limit", 1, OP_LIST_LIMIT_MAX, false, &job->w.limit, NULL,
+		&call->err)) {
 		free(job);
 		return false;
 	}
 	job->w.filter = present;
-	if (!op_snapshots_init(&job->w.snapshots, call)) {
+	job->cursor = list_cursor_take(call, &job->w);
+	if (job->cursor == NULL || !op_snapshots_init(&job->w.snapshots, call)) {
+		list_cursor_free(job->cursor);
 		free(job);
 		return false;
 	}
-	circuit_table_cursor_open(srv.table, &job->cursor);
-	if (list_step(&job->w, &job->cursor, call->now)) {
-		bool ok;
+	if (list_step(&job->w, job->cursor, call->now)) {
+		bool ok = list_reply(call, &job->w, job->cursor);
 
-		circuit_table_cursor_close(srv.table, &job->cursor);
-		ok = op_snapshots_reply(&job->w.snapshots, call, "circuits", true);
 		free(job);
 		return ok;
 	}
@@ -112,13 +220,11 @@ op_list_continue(server_client *c)
 
 	if (job == NULL)
 		return true;
-	if (!list_step(&job->w, &job->cursor, job->call.now))
+	if (!list_step(&job->w, job->cursor, job->call.now))
 		return false;
-	circuit_table_cursor_close(srv.table, &job->cursor);
 	c->list_job = NULL;
 	watch_request_begin(c);
-	ok = op_snapshots_reply(&job->w.snapshots, &job->call, "circuits", true) &&
-	    op_reply_conflicts(&job->call);
+	ok = list_reply(&job->call, &job->w, job->cursor) && op_reply_conflicts(&job->call);
 	op_finish(&job->call, ok);
 	json_decref(job->request);
 	free(job);
@@ -130,9 +236,11 @@ op_list_client_closed(server_client *c)
 {
 	op_list_job *job = c->list_job;
 
+	list_cursor_free(c->list_cursor);
+	c->list_cursor = NULL;
 	if (job == NULL)
 		return;
-	circuit_table_cursor_close(srv.table, &job->cursor);
+	list_cursor_free(job->cursor);
 	op_snapshots_free(&job->w.snapshots);
 	json_decref(job->call.reply);
 	enc_free(&job->call.tail);

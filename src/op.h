@@ -158,6 +158,8 @@ void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_
  * steps, one per turn of the event loop, other connections served in
  * between. */
 #define OP_LIST_STEP_CIRCUITS 256
+/* Most circuits one list reply may be asked for (its limit member). */
+#define OP_LIST_LIMIT_MAX 100000
 /* The next step of c's list; true when it was answered (or there is none). */
 bool op_list_continue(server_client *c);
 /* c closed: drop its list in progress. */

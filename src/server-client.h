@@ -94,6 +94,8 @@ struct server_client {
 	struct op_fleet_slot *fleet_slots;
 	/* A list being answered in steps (no other line is read meanwhile). */
 	struct op_list_job *list_job;
+	/* Where this connection's paged listing stands (its last list). */
+	struct op_list_cursor *list_cursor;
 };
 
 /* A connection on an accepted, non-blocking fd; NULL when out of memory

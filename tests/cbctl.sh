@@ -329,6 +329,7 @@ reject out '^kept$' "--names keeps the state filter"
 run 2 "--names with --json" list --names --json
 expect err '^cbctl: list: --names and --json' "--names and --json conflict named"
 
+
 # watch: the current snapshots, then a line per event as it happens.
 # The trip comes from another client; waits are bounded (10 s).
 # wait_for FILE PATTERN: until grep -E finds it, at most 10 s.
@@ -552,6 +553,35 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 		expect err '^cbctl: hint: .*join (it|group cbd)' "$c: hint to join group cbd"
 	done
 fi
+
+# list follows the cursor: more circuits than one reply may carry (half of
+# max_output_bytes, 4 MiB: about 6,000 snapshots).
+i=0
+while [ $i -lt 7000 ]; do
+	echo "{\"op\":\"record_success\",\"name\":\"bulk-$i\",\"noreply\":true}"
+	i=$((i + 1))
+done | socat -t 10 - UNIX-CONNECT:"$sock"
+i=0
+bulk=0
+while [ $i -lt 100 ]; do
+	bulk=$("$CBCTL_BINARY" list --names 2>/dev/null | grep -c '^bulk-')
+	[ "$bulk" -ge 7000 ] && break
+	sleep 0.1
+	i=$((i + 1))
+done
+[ "$bulk" -eq 7000 ] && pass "list --names shows all 7000 circuits, page after page" ||
+	fail "list --names showed $bulk of 7000 circuits"
+# (Last: the bulk circuits would crowd the tests above.)
+run 0 "list, 7000+ circuits" list
+[ "$(grep -c ' closed ' "$tmp/out")" -ge 7000 ] && pass "list's table has every row" ||
+	fail "list's table has $(grep -c ' closed ' "$tmp/out") closed rows"
+[ "$(grep -c '^NAME ' "$tmp/out")" -eq 1 ] && pass "list prints one heading for all pages" ||
+	fail "list headings: $(grep -c '^NAME ' "$tmp/out")"
+run 0 "list --json, 7000+ circuits" list --json
+[ "$(wc -l <"$tmp/out")" -ge 2 ] && pass "list --json prints one reply per page" ||
+	fail "list --json printed $(wc -l <"$tmp/out") lines"
+grep -Eq '"cursor": ?"l[0-9]+"' "$tmp/out" && pass "a page's reply carries its cursor" ||
+	fail "no page's reply carries a cursor"
 
 # watch ends with exit 3 and a message when cbd goes away.
 "$CBCTL_BINARY" watch >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
