@@ -12,6 +12,9 @@
 //   - An entry is valid only between the watch reply that read it and the
 //     loss of the connection: the reader invalidates every entry the moment
 //     the connection ends, until the next watch reply re-reads them.
+//   - A frozen or hung cbd keeps the connection open: the owner sends a
+//     hello on a connection silent for cacheProbeInterval, and one
+//     unanswered for cacheProbeTimeout counts as a lost connection.
 //   - Decisions read entries under mu (a sync.RWMutex: readers do not
 //     contend with each other); output has its own mutex, so queuing an
 //     outcome never waits for an event being applied.
@@ -31,6 +34,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -64,6 +68,18 @@ const (
 	// Longest line accepted from cbd (a watch reply carries about 1 KiB
 	// per name); past it the connection is dropped.
 	cacheLineMax = MaxCachedNames * 2048
+	// A SIGSTOPped or hung cbd keeps the watch connection open, so
+	// without a probe the cache would stay live and closed calls would
+	// run from it while their failures queue unread. A connection silent
+	// this long gets a hello; any line received counts as life.
+	cacheProbeInterval = 500 * time.Millisecond
+	// A probe unanswered this long (a live cbd answers within a
+	// millisecond; the rest is room for a loaded machine) drops the
+	// connection as if lost: a frozen cbd is noticed within about 1.5 s,
+	// then calls take the uncached path, where the store policy applies.
+	cacheProbeTimeout = 1000 * time.Millisecond
+	// The probes' ids; the cache sends no other request with an id.
+	cacheProbeIDPrefix = "cache-probe-"
 )
 
 // CacheMode says whether a breaker decides from the watch cache.
@@ -82,22 +98,23 @@ const (
 
 // CacheCounters count what the process's watch cache for one socket did.
 type CacheCounters struct {
-	Permitted    int64 // closed calls run from the cache (no round trip)
-	Refused      int64 // calls refused from the cache (open, held open)
-	Uncached     int64 // decisions left to cbd (half_open, break elapsed, not read, no live watch)
-	NoReplyLines int64 // outcomes queued as noreply lines
-	Writes       int64 // writes to the watch connection
-	StoreReports int64 // outcomes sent the uncached way instead (no live watch, output full)
-	Events       int64 // change and delete events received
-	Connects     int64 // watch connections made
-	Reconnects   int64 // of them, those after a lost one
-	Disconnects  int64 // watch connections lost or dropped
-	NamesFull    int64 // names not watched: MaxCachedNames reached
-	OutFull      int64 // outcomes that found MaxCachedOutBytes queued
-	BadLines     int64 // lines from cbd not understood (or too long)
-	Refusals     int64 // watch requests cbd refused (ok: false)
-	Names        int64 // names watched now
-	Live         bool  // the watch connection is up
+	Permitted     int64 // closed calls run from the cache (no round trip)
+	Refused       int64 // calls refused from the cache (open, held open)
+	Uncached      int64 // decisions left to cbd (half_open, break elapsed, not read, no live watch)
+	NoReplyLines  int64 // outcomes queued as noreply lines
+	Writes        int64 // writes to the watch connection
+	StoreReports  int64 // outcomes sent the uncached way instead (no live watch, output full)
+	Events        int64 // change and delete events received
+	Connects      int64 // watch connections made
+	Reconnects    int64 // of them, those after a lost one
+	Disconnects   int64 // watch connections lost or dropped
+	NamesFull     int64 // names not watched: MaxCachedNames reached
+	OutFull       int64 // outcomes that found MaxCachedOutBytes queued
+	BadLines      int64 // lines from cbd not understood (or too long)
+	Refusals      int64 // watch requests cbd refused (ok: false)
+	ProbeTimeouts int64 // connections dropped as cbd left a probe unanswered
+	Names         int64 // names watched now
+	Live          bool  // the watch connection is up
 }
 
 // cacheEntry is what the cache knows of one circuit (fields under
@@ -145,9 +162,17 @@ type watchCache struct {
 	stop chan struct{}
 	done chan struct{}
 
+	// Times are durations since epoch (monotonic). lastRecv is set by the
+	// reader (atomic); the probe's state belongs to the owner.
+	epoch     time.Time
+	lastRecv  int64
+	probing   bool          // a probe was sent and nothing received since
+	probeSent time.Duration // when it was queued
+	probeSeq  uint64
+
 	permitted, refused, uncached, noreplyLines, writes, storeReports   int64
 	events, connects, reconnects, disconnects, namesFull, outFull, bad int64
-	refusals                                                           int64
+	refusals, probeTimeouts                                            int64
 }
 
 // cacheRegistry holds every watch cache of the process, one per socket.
@@ -163,7 +188,8 @@ func acquireWatchCache(socket string) *watchCache {
 	c := cacheRegistry.bySocket[socket]
 	if c == nil {
 		c = &watchCache{socket: socket, entries: map[string]*cacheEntry{},
-			wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+			wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+			epoch: time.Now()}
 		if cacheRegistry.bySocket == nil {
 			cacheRegistry.bySocket = map[string]*watchCache{}
 		}
@@ -212,7 +238,7 @@ func (c *watchCache) counters() CacheCounters {
 		StoreReports: ld(&c.storeReports), Events: ld(&c.events), Connects: ld(&c.connects),
 		Reconnects: ld(&c.reconnects), Disconnects: ld(&c.disconnects),
 		NamesFull: ld(&c.namesFull), OutFull: ld(&c.outFull), BadLines: ld(&c.bad),
-		Refusals: ld(&c.refusals), Names: names, Live: live}
+		Refusals: ld(&c.refusals), ProbeTimeouts: ld(&c.probeTimeouts), Names: names, Live: live}
 }
 
 func (c *watchCache) poke() {
@@ -409,6 +435,7 @@ type cacheLine struct {
 	Name      string           `json:"name"`
 	Snapshot  *cacheSnapshot   `json:"snapshot"`
 	Snapshots []*cacheSnapshot `json:"snapshots"`
+	ID        any              `json:"id"`
 }
 
 func validState(s string) bool {
@@ -469,6 +496,8 @@ func (c *watchCache) applyLine(raw []byte) {
 		return
 	}
 	switch {
+	case isProbeID(l.ID):
+		// A probe's reply: its arrival (counted by the reader) was the point.
 	case l.Event == "change":
 		atomic.AddInt64(&c.events, 1)
 		c.applySnapshot(l.Snapshot, true)
@@ -495,6 +524,14 @@ func (c *watchCache) applyLine(raw []byte) {
 	}
 }
 
+func isProbeID(id any) bool {
+	s, ok := id.(string)
+	return ok && strings.HasPrefix(s, cacheProbeIDPrefix)
+}
+
+// sinceEpoch is now on the cache's monotonic clock.
+func (c *watchCache) sinceEpoch() time.Duration { return time.Since(c.epoch) }
+
 // read applies every line of conn until it ends; then the cache is
 // invalid at once, before the owner even notices.
 func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
@@ -506,6 +543,9 @@ func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
 		if err != nil {
 			break
 		}
+		// Anything received, even part of a long watch reply, shows cbd
+		// is alive.
+		atomic.StoreInt64(&c.lastRecv, int64(c.sinceEpoch()))
 		line = append(line, part...)
 		if len(line) > cacheLineMax {
 			atomic.AddInt64(&c.bad, 1)
@@ -555,6 +595,9 @@ func (c *watchCache) connect() chan struct{} {
 	}
 	c.live = true
 	c.mu.Unlock()
+	// A new connection starts silent, with no probe outstanding.
+	atomic.StoreInt64(&c.lastRecv, int64(c.sinceEpoch()))
+	c.probing = false
 	c.outMu.Lock()
 	c.conn, c.raw, c.broken = uc, raw, false
 	atomic.AddInt64(&c.connects, 1)
@@ -599,6 +642,46 @@ func (c *watchCache) disconnect(lost chan struct{}) {
 	c.invalidate()
 }
 
+// probe checks that cbd still answers on the connection (the owner):
+// expired when a probe went unanswered for cacheProbeTimeout; else how
+// long until the next look (0: no names, nothing to look after). A
+// connection silent for cacheProbeInterval gets a probe.
+func (c *watchCache) probe() (wait time.Duration, expired bool) {
+	c.mu.RLock()
+	names := len(c.entries)
+	c.mu.RUnlock()
+	if names == 0 {
+		c.probing = false
+		return 0, false
+	}
+	now := c.sinceEpoch()
+	last := time.Duration(atomic.LoadInt64(&c.lastRecv))
+	if c.probing && last >= c.probeSent {
+		c.probing = false // a line since the probe: cbd is alive
+	}
+	if c.probing {
+		if left := c.probeSent + cacheProbeTimeout - now; left > 0 {
+			return left, false
+		}
+		return 0, true
+	}
+	if left := last + cacheProbeInterval - now; left > 0 {
+		return left, false
+	}
+	c.probeSeq++
+	line := `{"op":"hello","id":"` + cacheProbeIDPrefix + strconv.FormatUint(c.probeSeq, 10) + "\"}\n"
+	c.outMu.Lock()
+	if c.conn != nil && !c.broken {
+		// After whatever is queued, past MaxCachedOutBytes too: a full
+		// queue is what a frozen cbd leaves.
+		c.out = append(c.out, line...)
+		c.flushLocked()
+	}
+	c.outMu.Unlock()
+	c.probing, c.probeSent = true, now
+	return cacheProbeTimeout, false
+}
+
 // closeFlush gives queued outcomes up to cacheCloseFlush to be written.
 func (c *watchCache) closeFlush() {
 	deadline := time.Now().Add(cacheCloseFlush)
@@ -625,6 +708,19 @@ func (c *watchCache) run() {
 		if lost == nil {
 			lost = c.connect()
 		}
+		var probeWait time.Duration
+		if lost != nil {
+			var expired bool
+			if probeWait, expired = c.probe(); expired {
+				// cbd does not answer: as if the connection were lost
+				// (reconnecting to a frozen cbd may succeed, but its
+				// watch reply never comes: entries stay invalid).
+				atomic.AddInt64(&c.probeTimeouts, 1)
+				c.disconnect(lost)
+				lost = nil
+				continue
+			}
+		}
 		// Whether output is pending and whether callers must wake us are
 		// decided together: a line queued in between would wait forever.
 		c.outMu.Lock()
@@ -642,6 +738,9 @@ func (c *watchCache) run() {
 			c.disconnect(lost)
 			lost = nil
 			continue
+		}
+		if probeWait > 0 && (wait == 0 || probeWait < wait) {
+			wait = probeWait
 		}
 		var tick <-chan time.Time
 		if wait > 0 {

@@ -3,8 +3,9 @@
 // another connection is refused locally once its event arrived, half_open
 // goes through cbd (one trial for two clients, and for two processes),
 // holds, cbd killed and restarted, CacheOff, outcome order, the watch
-// goroutine stopping, and the limits (MaxCachedNames, MaxCachedOutBytes
-// with cbd SIGSTOPped).
+// goroutine stopping, the limits (MaxCachedNames, MaxCachedOutBytes
+// with cbd SIGSTOPped), and the probe noticing a SIGSTOPped cbd (and
+// keeping an idle healthy connection).
 // Every wait is a bounded poll: nothing here asserts how long anything took.
 
 package cbdclient
@@ -487,6 +488,95 @@ func TestCachedOutputBound(t *testing.T) {
 		g, err := plain.Get(ctx, "bounded", nil)
 		return err == nil && g.Snapshot.Totals.Successes >= 1+queued
 	})
+}
+
+func TestCachedProbeNoticesAFrozenCbd(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	name := "frozen"
+	policy := Ctx{"failure_threshold": 3, "break_ms": 60000}
+	var errs []string
+	var mu sync.Mutex
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy, StorePolicy: StoreLocal,
+		OnStoreError: func(err error, op string) { mu.Lock(); errs = append(errs, op); mu.Unlock() }})
+	// Short timeouts: the uncached calls below meet a stopped cbd.
+	b.Client().IOTimeout = 100 * time.Millisecond
+	ctx := context.Background()
+	if err := b.Execute(ctx, succeeding); err != nil || b.CachedCalls() != 1 {
+		t.Fatalf("cached call: %v (%d cached)", err, b.CachedCalls())
+	}
+	d.Pause()
+	// Runs first (before the client's Close and cbd's stop), even when
+	// the test fails.
+	t.Cleanup(d.Resume)
+	// The watch connection stays open: only the probe can tell.
+	waitFor(t, "the probe to time out", func() bool { return b.Client().CacheCounters().ProbeTimeouts >= 1 })
+	if _, ok := cachedEntry(b); ok {
+		t.Fatal("an entry stayed valid after the probe timed out")
+	}
+	// Failures take the uncached path, where LOCAL breaks on its copy
+	// (failure_threshold 3), instead of queuing unread.
+	uncached, local, lines := b.UncachedCalls(), b.LocalCalls(), b.Client().CacheCounters().NoReplyLines
+	for i := 0; i < 3; i++ {
+		if err := b.Execute(ctx, failing); !errors.Is(err, errBoom) {
+			t.Fatalf("cbd stopped, call %d: %v", i, err)
+		}
+	}
+	cc := b.Client().CacheCounters()
+	if b.UncachedCalls() != uncached+3 || b.LocalCalls() != local+3 || b.CachedCalls() != 1 ||
+		cc.NoReplyLines != lines {
+		t.Fatalf("cbd stopped: %d uncached, %d local, %d cached calls, %d noreply lines",
+			b.UncachedCalls()-uncached, b.LocalCalls()-local, b.CachedCalls(), cc.NoReplyLines-lines)
+	}
+	if b.State() != StateOpen {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("local copy after 3 failures: %s (store errors %v)", b.State(), errs)
+	}
+	ran := false
+	err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+	var open *CircuitOpenError
+	if ran || !errors.As(err, &open) {
+		t.Fatalf("opened locally: ran %v, %v", ran, err)
+	}
+	d.Resume()
+	// cbd reads again: the cache is re-read (cbd never saw the failures:
+	// closed there) and closed calls are cached again.
+	waitFor(t, "cached calls again", func() bool {
+		_ = b.Execute(ctx, succeeding)
+		return b.CachedCalls() > 1
+	})
+	if cc := b.Client().CacheCounters(); !cc.Live || cc.ProbeTimeouts < 1 {
+		t.Fatalf("after SIGCONT: %+v", cc)
+	}
+}
+
+func TestCachedIdleConnectionKept(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "idle", BreakerOptions{})
+	before := b.Client().CacheCounters()
+	// No calls: only probes cross the connection, and cbd answers them.
+	time.Sleep(4 * cacheProbeInterval)
+	cc := b.Client().CacheCounters()
+	if cc.ProbeTimeouts != 0 || !cc.Live || cc.Disconnects != before.Disconnects ||
+		cc.BadLines != before.BadLines || cc.Refusals != before.Refusals {
+		t.Fatalf("idle for %v: %+v (before %+v)", 4*cacheProbeInterval, cc, before)
+	}
+	if cc.Writes == before.Writes {
+		t.Fatal("no probe was sent on an idle connection")
+	}
+	if _, ok := cachedEntry(b); !ok {
+		t.Fatal("the entry of an idle connection was invalidated")
+	}
+	if err := b.Execute(context.Background(), succeeding); err != nil || b.CachedCalls() != 1 {
+		t.Fatalf("after the idle time: %v, %d cached calls", err, b.CachedCalls())
+	}
+	// A probe's reply is told by its id: even a refusal is not a watch's.
+	u := b.cacheUse.Load()
+	u.cache.applyLine([]byte(`{"id":"` + cacheProbeIDPrefix + `9","ok":false,` +
+		`"error":{"code":"shutting_down","message":"x"},"later":1}`))
+	if c := b.Client().CacheCounters(); c.Refusals != cc.Refusals || c.BadLines != cc.BadLines {
+		t.Fatalf("a probe's reply taken for a watch reply: %+v", c)
+	}
 }
 
 func TestCachedLinesCarryCtxAndDuration(t *testing.T) {

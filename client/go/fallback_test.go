@@ -28,7 +28,7 @@ func ownBreaker(t *testing.T, d *cbdtest.Daemon, policy StorePolicy, errs *[]str
 	c := NewClient(Options{Socket: d.Socket})
 	t.Cleanup(func() { c.Close() })
 	// Uncached: every call asks cbd (the cached mode with cbd killed is
-	// in cache_test.go; a SIGSTOPped cbd keeps its watch connection).
+	// in cache_test.go, as is the cache noticing a SIGSTOPped cbd).
 	b, err := NewBreaker("payments", BreakerOptions{Client: c, StorePolicy: policy, Cache: CacheOff,
 		OnStoreError: func(err error, op string) {
 			var e *Error
