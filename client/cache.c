@@ -23,6 +23,11 @@
  *     take it all, the rest waits for POLLOUT. Past CBC_CACHE_OUT_MAX
  *     pending bytes, or with no live connection, the caller reports
  *     through the store instead.
+ *   - A frozen cbd (SIGSTOP, hung) keeps the connection open, so the
+ *     reader checks that cbd still answers: PROBE_INTERVAL_MS after the
+ *     last line received it sends a hello on the watch connection, and
+ *     when nothing at all has come back PROBE_TIMEOUT_MS later it drops
+ *     the connection as if cbd had gone away (counted in probe_timeouts).
  *   - After fork() the child forgets its parent's caches (pthread_atfork):
  *     breakers the child inherited fall back to the store; breakers it
  *     creates get a cache of their own.
@@ -68,6 +73,21 @@
 #define CACHE_CLOSE_FLUSH_MS 200
 /* Names per watch request (keeps each line far below max_line_bytes). */
 #define CACHE_WATCH_BATCH 64u
+/* A frozen cbd (SIGSTOP, hung) keeps the watch connection open: without a
+ * check the cache would stay live, closed calls would run from it and
+ * their failures would queue unread, tripping nothing. So when nothing
+ * has been received for PROBE_INTERVAL_MS the reader sends a hello, and
+ * when still nothing has come PROBE_TIMEOUT_MS after it, it drops the
+ * connection as lost: a frozen cbd is noticed within ~1.5 s of its last
+ * line, and calls take the uncached path (timeouts, the store policy).
+ * The timeout leaves a busy cbd (a backlog of noreply lines read before
+ * the hello) time to answer; the interval costs an idle process two
+ * wake-ups a second. */
+#define PROBE_INTERVAL_MS 500
+#define PROBE_TIMEOUT_MS 1000
+/* The probe's id: "cache-probe-N". Nothing else the cache sends has an
+ * id (watch requests carry none, noreply lines get no reply). */
+#define PROBE_ID_PREFIX "cache-probe-"
 
 struct cbci_cache_entry {
 	UT_hash_handle hh;
@@ -105,6 +125,12 @@ struct cbci_cache {
 	int64_t lazy_at; /* monotonic µs of the last success queued */
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
+	/* The probe (reader thread only): monotonic µs of the last line
+	 * received (or of the connect), of the outstanding probe (0: none),
+	 * and the last probe's number. */
+	int64_t rx_at;
+	int64_t probe_at;
+	uint64_t probe_seq;
 	cbc_cache_stats stats;
 };
 
@@ -305,8 +331,15 @@ cache_apply_line(cbci_cache *c, const char *line, size_t len)
 {
 	json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
 	const char *event = json_string_value(json_object_get(msg, "event"));
+	const char *id = json_string_value(json_object_get(msg, "id"));
 	const json_t *ok = json_object_get(msg, "ok");
 
+	if (id != NULL && strncmp(id, PROBE_ID_PREFIX, strlen(PROBE_ID_PREFIX)) == 0) {
+		/* A probe's reply (this one's or an earlier one's): the line
+		 * itself was the sign of life (cache_read); nothing to apply. */
+		json_decref(msg);
+		return;
+	}
 	if (event != NULL) {
 		pthread_mutex_lock(&c->lock);
 		c->stats.events++;
@@ -404,6 +437,10 @@ cache_connect_locked(cbci_cache *c)
 		all[n++] = e;
 	c->fd = fd;
 	c->stats.connects++;
+	/* The first probe comes PROBE_INTERVAL_MS after the connect when
+	 * nothing (the watch reply) arrives before. */
+	c->rx_at = clock_monotonic_us();
+	c->probe_at = 0;
 	if (!cache_queue_watch_locked(c, all, n))
 		c->broken = true;
 	free(all);
@@ -430,6 +467,11 @@ cache_read(cbci_cache *c)
 		for (char *nl; (nl = memchr(c->in + start, '\n', c->in_len - start)) != NULL;) {
 			cache_apply_line(c, c->in + start, (size_t)(nl - (c->in + start)));
 			start = (size_t)(nl - c->in) + 1;
+		}
+		if (start > 0) {
+			/* Any line is life: it answers the outstanding probe. */
+			c->rx_at = clock_monotonic_us();
+			c->probe_at = 0;
 		}
 		memmove(c->in, c->in + start, c->in_len - start);
 		c->in_len -= start;
@@ -463,8 +505,46 @@ cache_close_flush_locked(cbci_cache *c)
 	}
 }
 
+/* Check that cbd still answers (lock held; reader thread only): queue a
+ * probe when nothing was received for PROBE_INTERVAL_MS, drop the
+ * connection when nothing came PROBE_TIMEOUT_MS after the probe. Returns
+ * the monotonic µs of the next check, or -1 when none is due (no
+ * connection, or no names: nothing to keep valid). */
+static int64_t
+cache_probe_locked(cbci_cache *c, int64_t now)
+{
+	char line[64];
+	int len;
+
+	if (c->fd < 0 || c->broken || c->names == 0)
+		return -1;
+	if (c->probe_at != 0) {
+		if (now - c->probe_at < PROBE_TIMEOUT_MS * 1000LL)
+			return c->probe_at + PROBE_TIMEOUT_MS * 1000LL;
+		/* cbd is not answering: as if it had gone away. */
+		c->stats.probe_timeouts++;
+		cache_disconnect_locked(c);
+		return -1;
+	}
+	if (now - c->rx_at < PROBE_INTERVAL_MS * 1000LL)
+		return c->rx_at + PROBE_INTERVAL_MS * 1000LL;
+	len = snprintf(line, sizeof line, "{\"op\":\"hello\",\"id\":\"" PROBE_ID_PREFIX "%llu\"}\n",
+	    (unsigned long long)++c->probe_seq);
+	/* Queued after whatever waits (cbd answers it once it has read
+	 * those), past CBC_CACHE_OUT_MAX too: a full output is when the
+	 * question matters most. Out of memory it is not sent, and the
+	 * connection is dropped unless another line comes. */
+	if (cache_buf_reserve(&c->out, c->out_len, &c->out_cap, (size_t)len)) {
+		memcpy(c->out + c->out_len, line, (size_t)len);
+		c->out_len += (size_t)len;
+	}
+	c->probe_at = now;
+	return c->probe_at + PROBE_TIMEOUT_MS * 1000LL;
+}
+
 /* The reader thread: connect, read events, flush output (successes on
- * a CACHE_FLUSH_US timer while calls flow), reconnect. */
+ * a CACHE_FLUSH_US timer while calls flow), probe an idle connection,
+ * reconnect. */
 static void *
 cache_thread(void *arg)
 {
@@ -474,24 +554,34 @@ cache_thread(void *arg)
 	while (!c->stop) {
 		struct pollfd pfd[2] = { { .fd = c->wake[0], .events = POLLIN } };
 		struct timespec ts, *timeout = NULL;
+		int64_t now, probe_due, wait_us = -1;
 		char drain[64];
 
 		if (c->fd < 0)
 			cache_connect_locked(c);
+		now = clock_monotonic_us();
+		probe_due = cache_probe_locked(c, now);
 		cache_flush_locked(c);
-		if (c->broken)
+		if (c->broken) {
 			cache_disconnect_locked(c);
+			probe_due = -1;
+		}
 		c->cold = false;
 		if (c->fd < 0) {
-			ts.tv_sec = 0;
-			ts.tv_nsec = CACHE_RECONNECT_MS * 1000000L;
-			timeout = &ts;
-		} else if (clock_monotonic_us() - c->lazy_at < CACHE_HOT_US) {
-			ts.tv_sec = 0;
-			ts.tv_nsec = CACHE_FLUSH_US * 1000L; /* < 1 s */
-			timeout = &ts;
+			wait_us = CACHE_RECONNECT_MS * 1000LL;
+		} else if (now - c->lazy_at < CACHE_HOT_US) {
+			wait_us = CACHE_FLUSH_US;
 		} else {
+			/* Cold means no flush timer (callers write sparse
+			 * successes themselves), even with a probe due. */
 			c->cold = true;
+		}
+		if (probe_due >= 0 && (wait_us < 0 || probe_due - now < wait_us))
+			wait_us = probe_due > now ? probe_due - now : 0;
+		if (wait_us >= 0) {
+			ts.tv_sec = (time_t)(wait_us / 1000000);
+			ts.tv_nsec = (long)(wait_us % 1000000) * 1000L;
+			timeout = &ts;
 		}
 		pfd[1].fd = c->fd;
 		pfd[1].events = (short)(POLLIN | (c->blocked ? POLLOUT : 0));

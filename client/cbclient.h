@@ -651,7 +651,9 @@ typedef struct cbc_breaker cbc_breaker;
  * here once cbd's event is delivered, one write and one read after the
  * request that caused it; until then calls decide on the previous state.
  * The same holds for this process's own outcomes: a failure that trips
- * the circuit is known when its event comes back. */
+ * the circuit is known when its event comes back. A cbd that stops
+ * answering but keeps the connection open (frozen) is noticed within
+ * about 1.5 s (probe_timeouts): from then on, no live watch. */
 typedef enum cbc_cache_mode {
 	CBC_CACHE_AUTO = 0, /* on for a remote store without a clock option */
 	CBC_CACHE_OFF, /* every decision asks cbd (protocol 1 behaviour) */
@@ -684,6 +686,10 @@ typedef struct cbc_cache_stats {
 	uint64_t names_full; /* limit hits: CBC_CACHE_NAMES_MAX */
 	uint64_t line_too_long; /* limit hits: a line from cbd too long */
 	int64_t last_event_us; /* monotonic µs when the last event was applied */
+	/* Watch connections dropped because cbd did not answer: nothing
+	 * received for 500 ms brings a hello, and nothing received within
+	 * 1 s after it drops the connection as lost (a frozen cbd). */
+	uint64_t probe_timeouts;
 } cbc_cache_stats;
 
 /* The protected operation: returns 0 on success, anything else is a

@@ -1535,7 +1535,10 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	 * through the store (which times out and degrades: LOCAL). */
 	kill(h->pid, SIGSTOP);
 	/* Bounded by calls (a line is more than 32 bytes, the socket's own
-	 * buffers far less than the limit) and, loosely, by time. */
+	 * buffers far less than the limit) and, loosely, by time. The limit
+	 * must be reached before the cache's probe gives up on the stopped
+	 * cbd (about 1.5 s after its last line; the fill takes about 0.1 s),
+	 * after which calls are not cached at all. */
 	deadline = mono_ms() + 12 * CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
@@ -1544,8 +1547,10 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 	} while (
 	    cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) && mono_ms() < deadline);
-	ck_assert_msg(cs.out_full >= 1, "no out_full after %d calls (%llu lines, %llu sends)",
-	    calls, (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends);
+	ck_assert_msg(cs.out_full >= 1,
+	    "no out_full after %d calls (%llu lines, %llu sends, %llu probe timeouts)", calls,
+	    (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends,
+	    (unsigned long long)cs.probe_timeouts);
 	ck_assert_int_ge(cs.store_reports, 1);
 	ck_assert_int_eq(cs.noreply_lines + cs.store_reports, (uint64_t)calls);
 	kill(h->pid, SIGCONT);
@@ -1554,6 +1559,143 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	s = cbd_wait_totals(h, "backlog", (int64_t)cs.noreply_lines);
 	ck_assert_int_ge(s.totals.failures, (int64_t)cs.noreply_lines);
 	ck_assert_int_le(s.totals.failures, (int64_t)(cs.noreply_lines + cs.store_reports));
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* Wait (at most CACHE_WAIT_MS) until b's cache decides a call itself
+ * again: a permit or a refusal counted past `before`'s (permits are
+ * reported ignored: nothing recorded). */
+static bool
+cached_wait_decides_again(cbc_breaker *b, const cbc_cache_stats *before)
+{
+	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	cbc_cache_stats cs;
+	cbc_permit p;
+
+	while (mono_ms() < deadline) {
+		if (cbc_breaker_acquire(b, &p, NULL) == CBC_OK)
+			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
+		if (cbc_breaker_cache_stats(b, &cs, NULL) == CBC_OK &&
+		    cs.permitted + cs.refused_calls > before->permitted + before->refused_calls)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+START_TEST(cached_frozen_cbd_goes_uncached_until_it_answers)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs, before;
+	int64_t deadline;
+	cbc_status st = CBC_OK;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	memset(&r, 0, sizeof r);
+	r.conn = cbc_conn_new(h->socket_path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	    CBC_OK);
+	r.store = cbc_store_new_remote(r.conn, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = "frozen";
+	o.failure_threshold = 3;
+	o.success_threshold = 10;
+	o.break_ms = LONG_BREAK_MS;
+	o.store = r.store;
+	o.store_policy = CBC_POLICY_LOCAL;
+	o.cache = CBC_CACHE_ON;
+	o.on_state_change = on_change;
+	o.on_store_error = on_store_error;
+	o.user = &r.rec;
+	r.b = cbc_breaker_new(&o, NULL);
+	ck_assert_ptr_nonnull(r.b);
+	ck_assert(cached_wait_live(r.b));
+	/* Frozen: the watch connection stays open, but cbd answers nothing;
+	 * the cache's probe notices (bounded wait). */
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	deadline = mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		if (cs.probe_timeouts >= 1)
+			break;
+		usleep(10000);
+	} while (mono_ms() < deadline);
+	ck_assert_msg(cs.probe_timeouts >= 1,
+	    "a frozen cbd went unnoticed (live %d, %llu permitted)", (int)cs.live,
+	    (unsigned long long)cs.permitted);
+	ck_assert_int_ge(cs.disconnects, 1);
+	before = cs;
+	/* A failing call goes the uncached way: asked cbd (timed out), run
+	 * on the LOCAL policy's copy, its outcome recorded there. */
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
+	ck_assert(res.called);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_uint_gt(cs.asked, before.asked);
+	ck_assert_uint_eq(cs.permitted, before.permitted);
+	ck_assert_uint_eq(cs.noreply_lines, before.noreply_lines);
+	ck_assert_int_gt(r.rec.store_errors, 0);
+	ck_assert_int_eq(r.rec.last_status, CBC_ETIMEOUT);
+	/* More failures open it locally (the local copy's threshold, 3);
+	 * bounded by calls. */
+	for (int i = 0; i < 10; i++) {
+		st = cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL);
+		if (st == CBC_EOPEN)
+			break;
+		ck_assert_int_eq(st, CBC_OK);
+	}
+	ck_assert_int_eq(st, CBC_EOPEN);
+	ck_assert(!res.called);
+	ck_assert_int_eq(r.rec.last_next, CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_uint_eq(cs.permitted, before.permitted);
+	ck_assert_uint_eq(cs.refused_calls, before.refused_calls);
+	/* cbd answers again: the cache re-watches and decides by itself. */
+	ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
+	ck_assert(cached_wait_decides_again(r.b, &before));
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert(cs.live);
+	ck_assert_int_ge(cs.connects, 2);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* Longer than a probe's interval and timeout together (1.5 s): an idle
+ * connection whose probe replies were not taken as life is dropped by
+ * then. */
+#define IDLE_MS 2000
+
+START_TEST(cached_idle_connection_stays_live)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_cache_stats cs, before;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert(cached_open(&r, h->socket_path, "idle", 3, 1));
+	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &before, NULL), CBC_OK);
+	usleep(IDLE_MS * 1000);
+	/* Probed and answered: the same connection, still live, and the
+	 * probes' replies taken for nothing else. */
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert(cs.live);
+	ck_assert_uint_eq(cs.probe_timeouts, 0);
+	ck_assert_uint_eq(cs.connects, before.connects);
+	ck_assert_uint_eq(cs.disconnects, before.disconnects);
+	ck_assert_uint_eq(cs.refused, 0);
+	ck_assert_uint_eq(cs.bad_lines, 0);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_uint_eq(cs.permitted, before.permitted + 1);
 	rig_close(&r);
 	cbd_stop(h);
 }
@@ -1671,6 +1813,8 @@ remote_suite(void)
 	tcase_add_test(tc, cached_holds_and_deletes);
 	tcase_add_test(tc, cached_output_limit_sends_outcomes_through_the_store);
 	tcase_add_test(tc, cached_names_limit_leaves_the_rest_uncached);
+	tcase_add_test(tc, cached_frozen_cbd_goes_uncached_until_it_answers);
+	tcase_add_test(tc, cached_idle_connection_stays_live);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");
