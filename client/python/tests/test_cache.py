@@ -6,6 +6,7 @@ outcomes, cached=False, the limits, the asyncio owners, and closing.
 Every wait is a bounded poll; nothing asserts a duration."""
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -188,6 +189,176 @@ def test_killed_cbd_invalidates_and_restart_rewatches(own_cbd):
     # cbd answers again (a fresh circuit, closed): cached once more.
     prime(b)
     c.close()
+
+
+# Bound on noticing a frozen cbd (the probe's worst case is ~1.5 s).
+FROZEN_WAIT = 5.0
+
+
+def test_frozen_cbd_is_noticed_and_the_store_policy_applies(own_cbd):
+    # SIGSTOP keeps the watch connection open: only the probe notices.
+    errors = []
+    c = CountingClient(own_cbd.socket, io_timeout=0.2)
+    b = Breaker("payments", c, failure_threshold=2, break_ms=60000,
+                on_store_error=lambda err, op: errors.append(op))
+    try:
+        prime(b)
+        assert b.cache_stats().live and b.cache_stats().probe_timeouts == 0
+        own_cbd.pause()
+        try:
+            wait_until(lambda: b.cache_stats().probe_timeouts >= 1, FROZEN_WAIT)
+            before = b.cache_stats()
+            sent = c.sent
+            for _ in range(2):  # LOCAL: the private copy counts them
+                with pytest.raises(ConnectionError):
+                    b.call(boom)
+            with pytest.raises(CircuitOpenError):
+                b.call(lambda: "never")  # the local copy opened
+            after = b.cache_stats()
+            assert after.uncached == before.uncached + 3
+            assert after.cached_calls == before.cached_calls
+            assert c.sent > sent and errors  # cbd was asked, and did not answer
+            # Reconnecting to the frozen cbd (the kernel accepts) brings no
+            # watch reply: the entry stays invalid.
+            wait_until(lambda: b.cache_stats().probe_timeouts >= 2, FROZEN_WAIT)
+            asked = b.cache_stats().uncached
+            with pytest.raises(CircuitOpenError):
+                b.call(lambda: "never")
+            assert b.cache_stats().uncached == asked + 1
+            reconnects = b.cache_stats().reconnects
+            assert reconnects >= 2
+        finally:
+            own_cbd.resume()
+        # cbd answers again: the watch reply of the current connection
+        # makes the entry valid (live alone is only the kernel's accept),
+        # closed calls are cached once more.
+        wait_until(lambda: b.cache_stats().live and b._entry.valid, FROZEN_WAIT)
+        prime(b)
+        assert b.cache_stats().reconnects >= reconnects
+    finally:
+        c.close()
+
+
+def test_frozen_cbd_is_noticed_by_a_loop_owned_cache(own_cbd):
+    async def main():
+        ac = AsyncClient(own_cbd.socket, io_timeout=0.2)
+        ab = AsyncBreaker(Breaker("payments", ac, failure_threshold=1000))
+
+        async def ok():
+            return "ok"
+
+        async def poll(cond):  # bounded, letting the loop run its owner
+            deadline = time.monotonic() + FROZEN_WAIT
+            while not cond():
+                assert time.monotonic() < deadline, "condition not met"
+                await asyncio.sleep(0.002)
+
+        def cached_calls():  # the breaker joins the loop's cache at its first call
+            s = ab.breaker.cache_stats()
+            return s.cached_calls if s is not None else 0
+
+        async def cached_again():
+            before = cached_calls()
+            while True:
+                await ab.call(ok)
+                if cached_calls() > before:
+                    return
+                await asyncio.sleep(0.002)
+        try:
+            await asyncio.wait_for(cached_again(), FROZEN_WAIT)
+            assert isinstance(ab.breaker._cache, cache.LoopWatchCache)
+            own_cbd.pause()
+            try:
+                await poll(lambda: ab.breaker.cache_stats().probe_timeouts >= 1)
+                before = ab.breaker.cache_stats()
+                assert await ab.call(ok) == "ok"  # LOCAL, after cbd's timeout
+                after = ab.breaker.cache_stats()
+                assert after.uncached == before.uncached + 1
+                assert after.cached_calls == before.cached_calls
+            finally:
+                own_cbd.resume()
+            await asyncio.wait_for(cached_again(), FROZEN_WAIT)
+        finally:
+            await ac.close()
+
+    asyncio.run(asyncio.wait_for(main(), LOOP_BOUND))
+
+
+def test_an_idle_healthy_connection_is_kept(cbd, client, name):
+    b = Breaker(name, client)
+    prime(b)
+    before = b.cache_stats()
+    # No calls: the probes go out and their replies keep the cache live.
+    wait_until(lambda: b.cache_stats().probes >= before.probes + 2, FROZEN_WAIT)
+    time.sleep(0.5)
+    after = b.cache_stats()
+    assert after.live and after.probe_timeouts == 0
+    assert after.disconnects == before.disconnects
+    # The replies were taken for nothing else (not a watch reply, nor bad).
+    assert after.watch_refused == 0 and after.bad_lines == 0
+    cached = after.cached_calls
+    b.call(lambda: None)
+    assert b.cache_stats().cached_calls == cached + 1
+
+
+def read_lines(conn):
+    """The requests a stand-in for cbd reads, a line at a time (b"" at the
+    end)."""
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            data = conn.recv(4096)
+            if not data:
+                yield b""
+                return
+            buf += data
+        line, buf = buf.split(b"\n", 1)
+        yield line
+
+
+def test_a_silent_server_is_probed_then_dropped(tmp_path):
+    # A stand-in for a frozen cbd: it answers the watch, then stays silent
+    # to the probe; the cache drops the connection and connects again.
+    path = str(tmp_path / "silent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    server.settimeout(10)
+    c = cache.acquire(path)
+    try:
+        entry = c.watch("x")
+        conn, _ = server.accept()
+        conn.settimeout(10)
+        first = read_lines(conn)
+        assert b'"op":"watch"' in next(first)
+        conn.sendall(b'{"ok":true,"snapshots":[{"name":"x","state":"closed","hold":null}]}\n')
+        wait_until(lambda: c.decide(entry, 0)[0] == cache.PERMIT)
+        probe = json.loads(next(first))
+        assert probe["op"] == "hello" and probe["id"].startswith("cache-probe-")
+        assert c.stats().probes == 1
+        again, _ = server.accept()  # unanswered: dropped, connected again
+        assert next(first) == b""
+        assert c.stats().probe_timeouts == 1 and c.decide(entry, 0)[0] == cache.ASK
+        # A watch reply and a probe's reply on the new connection: the
+        # probe's is recognised by its id and read as nothing else.
+        again.settimeout(10)
+        second = read_lines(again)
+        assert b'"op":"watch"' in next(second)
+        again.sendall(b'{"ok":true,"snapshots":[{"name":"x","state":"closed","hold":null}]}\n')
+        wait_until(lambda: c.decide(entry, 0)[0] == cache.PERMIT)
+        probe = json.loads(next(second))
+        assert probe["id"].startswith("cache-probe-") and c.stats().probes == 2
+        again.sendall(b'{"id":"%s","ok":true,"server":"cbd","protocol":2,"new":1}\n'
+                      % probe["id"].encode())
+        wait_until(lambda: c.stats().probes == 3)  # quiet again: the next probe
+        s = c.stats()
+        assert s.probe_timeouts == 1 and s.bad_lines == 0 and s.watch_refused == 0
+        assert c.decide(entry, 0)[0] == cache.PERMIT
+        conn.close()
+        again.close()
+    finally:
+        cache.release(c)
+        server.close()
 
 
 def test_cached_false_keeps_two_round_trips(cbd, name):

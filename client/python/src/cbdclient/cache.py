@@ -12,6 +12,10 @@ name, and carrying their outcomes to cbd as noreply lines.
   - An entry is valid only between the watch reply that read it and the
     loss of the connection: a lost connection invalidates every entry at
     once, until the next watch reply re-reads them.
+  - A frozen or hung cbd keeps the connection open and says nothing: when
+    nothing has arrived for PROBE_INTERVAL_S the owner sends a hello (the
+    probe), and one unanswered for PROBE_TIMEOUT_S counts as a lost
+    connection (PROTOCOL.md §14 item 9).
   - Outcomes are appended to one output buffer as noreply lines. A failure
     (what trips circuits) is written at once by its caller, after
     everything queued before it; successes are written by the owner every
@@ -60,6 +64,16 @@ LINE_MAX = NAMES_MAX * 2048
 WATCH_BATCH = 64
 # Bytes read at a time.
 READ_CHUNK = 65536
+# A cbd that is frozen (SIGSTOP) or hung keeps the watch connection open,
+# so without a probe the cache would stay valid and failures would queue
+# unread. After this long with nothing received the owner sends a hello;
+# one unanswered for PROBE_TIMEOUT_S drops the connection like a lost one.
+# Worst case, a frozen cbd is noticed within ~1.5 s (interval + timeout),
+# and an idle healthy connection costs one hello every 0.5 s.
+PROBE_INTERVAL_S = 0.5
+PROBE_TIMEOUT_S = 1.0
+# The probes' ids (the cache's watch requests carry none).
+PROBE_ID_PREFIX = "cache-probe-"
 
 # What the cache says about a call.
 PERMIT = "permit"  # closed: run it now, report with noreply
@@ -90,6 +104,8 @@ class CacheStats:
     bad_lines: int = 0  # lines from cbd that could not be read
     watch_refused: int = 0  # ok: false to a watch (a protocol 1 cbd)
     line_too_long: int = 0
+    probes: int = 0  # hellos sent on a quiet connection
+    probe_timeouts: int = 0  # probes unanswered: connection dropped
     live: bool = False  # a watch connection is up now
     names: int = 0
 
@@ -163,6 +179,11 @@ class WatchCache:
         self._out = bytearray()  # pending lines
         self._out_partial = False  # _out starts with a line's unsent tail
         self._in = bytearray()  # bytes read, not yet a full line
+        # The owner's: when the connection last brought anything
+        # (monotonic), and the outstanding probe's sending time.
+        self._received_at = 0.0
+        self._probe_at: float | None = None
+        self._probe_n = 0  # the last probe's number, for its id
         # Users gone with the garbage collector, released by the owner
         # (a finalizer may run while this thread holds a lock of ours).
         self._dropped: collections.deque = collections.deque()
@@ -338,6 +359,8 @@ class WatchCache:
             s.close()
             return False
         self._sock = s
+        self._received_at = time.monotonic()
+        self._probe_at = None
         self._stats.connects += 1
         if self._stats.connects > 1:
             self._stats.reconnects += 1
@@ -353,6 +376,7 @@ class WatchCache:
             self._stats.disconnects += 1
         self._sock = None
         self._broken = self._blocked = False
+        self._probe_at = None
         self._in.clear()
         # Lines not yet written stay queued for the next connection (a
         # line half written is dropped: its head went to the old one).
@@ -362,6 +386,34 @@ class WatchCache:
             self._out_partial = False
         for e in self._entries.values():
             e.valid = False
+
+    def _probe_expired_locked(self) -> bool:
+        """The outstanding probe went unanswered for PROBE_TIMEOUT_S:
+        cbd is not answering (counted; the owner drops the connection)."""
+        if self._probe_at is None or time.monotonic() - self._probe_at < PROBE_TIMEOUT_S:
+            return False
+        self._stats.probe_timeouts += 1
+        return True
+
+    def _probe_locked(self) -> float | None:
+        """Queue a probe when the connection has been quiet for
+        PROBE_INTERVAL_S (none while one is outstanding). The seconds
+        until the owner must look again; None without a connection or
+        entries (no timer then)."""
+        if self._sock is None or self._broken or not self._entries:
+            return None
+        now = time.monotonic()
+        if self._probe_at is None:
+            quiet = now - self._received_at
+            if quiet < PROBE_INTERVAL_S:
+                return PROBE_INTERVAL_S - quiet
+            self._probe_n += 1
+            # Past OUT_MAX too: it is small, and what it tells matters most
+            # when output is stuck.
+            self._out += encode_request("hello", {"id": f"{PROBE_ID_PREFIX}{self._probe_n}"})
+            self._probe_at = now
+            self._stats.probes += 1
+        return max(0.0, self._probe_at + PROBE_TIMEOUT_S - now)
 
     def _close_flush_locked(self) -> None:
         """At close: give queued outcomes up to CLOSE_FLUSH_S to go."""
@@ -393,6 +445,11 @@ class WatchCache:
                 return False
             if not data:
                 return False
+            # Anything from cbd shows it answers (a long line arriving in
+            # pieces too).
+            with self._lock:
+                self._received_at = time.monotonic()
+                self._probe_at = None
             self._in += data
             start = 0
             while (nl := self._in.find(b"\n", start)) >= 0:
@@ -439,6 +496,9 @@ class WatchCache:
             with self._lock:
                 self._stats.bad_lines += 1
             return
+        msg_id = msg.get("id")
+        if isinstance(msg_id, str) and msg_id.startswith(PROBE_ID_PREFIX):
+            return  # a probe's reply: its arrival was all it had to say
         event = msg.get("event")
         if event is not None:
             with self._lock:
@@ -489,8 +549,11 @@ class ThreadWatchCache(WatchCache):
         lock.acquire()
         try:
             while not self._stop:
+                if self._sock is not None and self._probe_expired_locked():
+                    self._disconnect_locked()  # cbd does not answer: as if lost
                 if self._sock is None:
                     self._connect_locked()
+                probe_wait = self._probe_locked()
                 self._flush_locked()
                 if self._broken:
                     self._disconnect_locked()
@@ -501,7 +564,12 @@ class ThreadWatchCache(WatchCache):
                     timeout = FLUSH_S * 1000
                 else:
                     timeout = None
+                    # The probe's timer is no reason to wake the owner for
+                    # output: it still counts as asleep.
                     self._cold = True
+                if self._sock is not None and probe_wait is not None:
+                    probe_ms = probe_wait * 1000
+                    timeout = probe_ms if timeout is None else min(timeout, probe_ms)
                 sock = self._sock
                 poller = select.poll()
                 poller.register(self._wake_r, select.POLLIN)
@@ -582,9 +650,13 @@ class LoopWatchCache(WatchCache):
         if self._stop:
             return
         with self._lock:
+            if self._sock is not None and self._probe_expired_locked():
+                self._unhook()  # cbd does not answer: as if lost
+                self._disconnect_locked()
             if self._sock is None and self._connect_locked():
                 self._hooked = self._sock
                 self.loop.add_reader(self._sock, self._readable)
+            probe_wait = self._probe_locked()
             self._flush_locked()
             if self._broken:
                 self._unhook()
@@ -596,7 +668,9 @@ class LoopWatchCache(WatchCache):
                 delay = FLUSH_S
             else:
                 delay = None
-                self._cold = True
+                self._cold = True  # the probe's timer aside (see _run)
+            if self._sock is not None and probe_wait is not None:
+                delay = probe_wait if delay is None else min(delay, probe_wait)
             if self._sock is not None and self._blocked != self._writing:
                 if self._blocked:
                     self.loop.add_writer(self._sock, self._service)
@@ -693,4 +767,5 @@ atexit.register(_close_all)
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 __all__ = ["CacheStats", "WatchCache", "ThreadWatchCache", "LoopWatchCache", "acquire",
-           "release", "stats", "PERMIT", "REFUSE", "ASK", "NAMES_MAX", "OUT_MAX"]
+           "release", "stats", "PERMIT", "REFUSE", "ASK", "NAMES_MAX", "OUT_MAX",
+           "PROBE_INTERVAL_S", "PROBE_TIMEOUT_S"]
