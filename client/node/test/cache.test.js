@@ -455,6 +455,8 @@ test('past 1 MiB unwritten (cbd stopped), outcomes go through the client', async
       if (i % 1000 === 999) await delay(0);
     }
     const full = b.cacheStats();
+    // (Within the probe's ~1.5 s: past it the cache drops the connection.)
+    assert.equal(full.probeTimeouts, before.probeTimeouts, 'filled before the probe noticed');
     assert.ok(full.outFull > before.outFull, 'the 1 MiB limit was reached');
     assert.ok(full.storeReports > before.storeReports);
     await waitFor(() => errors.some(([code, op]) => code === 'timeout' && op === 'record'), 'the outcome through the client');
