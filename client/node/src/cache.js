@@ -197,8 +197,15 @@ export class WatchCache {
     const sock = this.sock;
     // Anything received shows cbd is answering: the outstanding probe
     // (if any) is no longer needed; its reply is ignored when it comes.
+    // Its timer waited for the timeout: the next probe is due sooner.
     this.receivedAt = performance.now();
-    this.probeSentAt = null;
+    if (this.probeSentAt !== null) {
+      this.probeSentAt = null;
+      if (this.probeTimer !== null) {
+        this.clearProbeTimer();
+        this.armProbe(PROBE_INTERVAL_MS);
+      }
+    }
     this.in += chunk;
     let start = 0;
     let nl;
