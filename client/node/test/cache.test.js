@@ -4,9 +4,9 @@
 // connection is refused locally once its event arrives; half_open trials go
 // through cbd (exactly one for half_open_max 1, also across two processes:
 // cached-peer.js); cbd killed and restarted; cbd frozen (SIGSTOP) and
-// noticed by the probe, then resumed; an idle healthy connection kept;
-// cached: false; close writes
-// what is queued; breakers dropped without close; the name limit. Every
+// noticed by the probe, then resumed; an idle healthy connection kept, and
+// a probe answered while the process was busy; cached: false; close
+// writes what is queued; breakers dropped without close; the name limit. Every
 // wait is a bounded poll on a condition, never a timing assertion.
 
 import { test, before, after } from 'node:test';
@@ -434,6 +434,38 @@ test('an idle healthy watch connection is kept: probes answered, none timed out'
   assert.equal(await b.call(async () => 'still cached'), 'still cached');
   assert.equal(b.cacheStats().cachedCalls, idle.cachedCalls + 1);
   assert.equal(sent.n, 2, 'no request on the client after the first call');
+  await b.close();
+  client.close();
+});
+
+test('a probe answered while this process was busy is not taken for a frozen cbd', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup()); // SIGCONT, then stopped, even if this fails
+  const { b, client } = await primed(uniqueName('busy'), {}, own.socket);
+  // The next probe: cbd held until this process is busy (so the answer
+  // cannot be read before), then the event loop blocked past
+  // PROBE_TIMEOUT_MS: when the loop turns, the timeout's timer is due
+  // while the answer waits unread (timers run before sockets are read).
+  const write = b.cache.write.bind(b.cache);
+  let probe = null;
+  b.cache.write = (text, items) => {
+    if (probe === null && text.includes('"op":"hello"')) {
+      probe = b.cacheStats().probes + 1;
+      own.pause();
+      setImmediate(() => {
+        own.resume();
+        const end = performance.now() + 1500;
+        while (performance.now() < end);
+      });
+    }
+    write(text, items);
+  };
+  // The probe after it is sent once this one was judged answered.
+  await waitFor(() => probe !== null && b.cacheStats().probes > probe, 'the probe after the busy one', 5000);
+  const after = b.cacheStats();
+  assert.equal(after.probeTimeouts, 0);
+  assert.equal(after.disconnects, 0);
+  assert.equal(b.cacheLive, true);
   await b.close();
   client.close();
 });
