@@ -112,7 +112,6 @@ export class WatchCache {
     this.written = []; // resolved when writing drops to 0
     this.probeTimer = null; // armed while connected
     this.probeJudge = null; // the setImmediate that judges a late probe
-    this.probes = 0; // probes sent on every connection (their ids count up)
     this.probeSentAt = null; // the outstanding probe's performance.now()
     this.receivedAt = 0; // performance.now() of the last data received
     this.stats = {
@@ -325,10 +324,9 @@ export class WatchCache {
       this.armProbe(PROBE_INTERVAL_MS - idle);
       return;
     }
-    this.probes += 1;
-    this.stats.probes += 1;
+    this.stats.probes += 1; // also the probe's number in its id
     this.probeSentAt = now;
-    this.write(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.probes}` })}\n`, []);
+    this.write(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.stats.probes}` })}\n`, []);
     this.armProbe(PROBE_TIMEOUT_MS);
   }
 

@@ -6,8 +6,8 @@
 // cached-peer.js); cbd killed and restarted; cbd frozen (SIGSTOP) and
 // noticed by the probe, then resumed; an idle healthy connection kept, and
 // a probe answered while the process was busy; cached: false; close
-// writes what is queued; breakers dropped without close; the name limit. Every
-// wait is a bounded poll on a condition, never a timing assertion.
+// writes what is queued; breakers dropped without close; the name limit.
+// Every wait is a bounded poll on a condition, never a timing assertion.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
