@@ -232,6 +232,11 @@ export interface CacheStats {
   badLines: number;
   /** Watch requests answered ok: false (a protocol 1 cbd). */
   watchRefused: number;
+  /** Probes (hellos) sent after 500 ms with nothing received from cbd. */
+  probes: number;
+  /** Probes unanswered for 1000 ms: cbd not answering (frozen), the
+   * connection dropped as lost. */
+  probeTimeouts: number;
   /** Connected now (entries may still await their watch reply). */
   live: boolean;
   /** Names watched now. */

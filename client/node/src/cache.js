@@ -19,6 +19,11 @@
 //     a lost connection left unwritten (they reach cbd, or the store
 //     policy, rather than vanishing: libcbclient keeps those for the next
 //     connection).
+//   - A frozen cbd (SIGSTOP, hung) keeps the connection open but answers
+//     nothing, so the cache would stay live while outcomes queue unread.
+//     When nothing has arrived for PROBE_INTERVAL_MS the connection sends
+//     a hello with a probe id; one unanswered for PROBE_TIMEOUT_MS (no
+//     line at all arrived) is taken as a lost connection (counted).
 //   - The socket never keeps the process alive on its own (unref'd; a write
 //     in progress and the FLUSH_MS timer do, briefly). The last breaker to
 //     leave closes it after writing what is queued (CLOSE_FLUSH_MS at most).
@@ -43,6 +48,16 @@ export const LINE_MAX_BYTES = NAMES_MAX * 2048;
 export const CLOSE_FLUSH_MS = 200;
 // Names per watch request (keeps each line far below cbd's max_line_bytes).
 export const WATCH_BATCH = 64;
+// A frozen cbd keeps the watch connection open: after this long with
+// nothing received (ms) the connection sends a probe (a hello)...
+export const PROBE_INTERVAL_MS = 500;
+// ...and a probe unanswered this long (ms) drops the connection as lost,
+// so a frozen cbd is noticed within about 1.5 s at worst (the interval,
+// then the timeout) and the store policy applies from then on.
+export const PROBE_TIMEOUT_MS = 1000;
+// Ids of probes: strings, where the cache's other requests (watch,
+// unwatch) carry no id, so their replies are never taken for each other.
+const PROBE_ID_PREFIX = 'cache-probe-';
 
 // What decide() answers.
 export const PERMIT = 'permit';
@@ -95,6 +110,10 @@ export class WatchCache {
     this.reconnectTimer = null;
     this.writing = 0; // writes not yet completed
     this.written = []; // resolved when writing drops to 0
+    this.probeTimer = null; // armed while connected
+    this.probeJudge = null; // the setImmediate that judges a late probe
+    this.probeSentAt = null; // the outstanding probe's performance.now()
+    this.receivedAt = 0; // performance.now() of the last data received
     this.stats = {
       cachedCalls: 0, // calls permitted from the cache (closed)
       refusedCalls: 0, // calls refused from the cache (open, held open)
@@ -111,6 +130,8 @@ export class WatchCache {
       lineTooLong: 0,
       badLines: 0,
       watchRefused: 0, // watch answered ok: false (a protocol 1 cbd)
+      probes: 0, // hellos sent after PROBE_INTERVAL_MS with nothing received
+      probeTimeouts: 0, // probes unanswered for PROBE_TIMEOUT_MS: connection dropped
     };
     this.connect();
   }
@@ -129,6 +150,9 @@ export class WatchCache {
       this.stats.connects += 1;
       if (this.everConnected) this.stats.reconnects += 1;
       this.everConnected = true;
+      this.receivedAt = performance.now();
+      this.probeSentAt = null;
+      this.armProbe(PROBE_INTERVAL_MS);
       const names = [...this.entries.keys()];
       let watch = '';
       for (let i = 0; i < names.length; i += WATCH_BATCH) watch += watchLine(names.slice(i, i + WATCH_BATCH));
@@ -157,6 +181,7 @@ export class WatchCache {
     this.in = '';
     for (const e of this.entries.values()) e.valid = false;
     this.clearFlushTimer();
+    this.clearProbeTimer();
     const unwritten = this.out;
     this.out = [];
     this.outBytes = 0;
@@ -169,6 +194,17 @@ export class WatchCache {
 
   onData(chunk) {
     const sock = this.sock;
+    // Anything received shows cbd is answering: the outstanding probe
+    // (if any) is no longer needed; its reply is ignored when it comes.
+    // Its timer waited for the timeout: the next probe is due sooner.
+    this.receivedAt = performance.now();
+    if (this.probeSentAt !== null) {
+      this.probeSentAt = null;
+      if (this.probeTimer !== null) {
+        this.clearProbeTimer();
+        this.armProbe(PROBE_INTERVAL_MS);
+      }
+    }
     this.in += chunk;
     let start = 0;
     let nl;
@@ -196,6 +232,8 @@ export class WatchCache {
     }
     if (msg === null || typeof msg !== 'object') {
       this.stats.badLines += 1;
+    } else if (typeof msg.id === 'string' && msg.id.startsWith(PROBE_ID_PREFIX)) {
+      // A probe's reply: its arrival was the point (onData).
     } else if (msg.event === 'change') {
       this.stats.events += 1;
       this.apply(msg.snapshot, true);
@@ -235,6 +273,61 @@ export class WatchCache {
     }
     e.set(snap);
     for (const ref of e.breakers) ref.deref()?.cacheUpdated(snap, fromEvent);
+  }
+
+  // -- the probe ---------------------------------------------------------------
+  armProbe(ms) {
+    this.probeTimer = setTimeout(() => this.onProbeTimer(), ms);
+    this.probeTimer.unref();
+  }
+
+  clearProbeTimer() {
+    if (this.probeTimer !== null) {
+      clearTimeout(this.probeTimer);
+      this.probeTimer = null;
+    }
+    if (this.probeJudge !== null) {
+      clearImmediate(this.probeJudge);
+      this.probeJudge = null;
+    }
+  }
+
+  /** Due: send a probe after PROBE_INTERVAL_MS with nothing received, judge
+   * one outstanding for PROBE_TIMEOUT_MS, else wait for whichever is next. */
+  onProbeTimer() {
+    this.probeTimer = null;
+    if (this.sock === null || !this.live) return;
+    const now = performance.now();
+    if (this.probeSentAt !== null) {
+      const waited = now - this.probeSentAt;
+      if (waited < PROBE_TIMEOUT_MS) {
+        this.armProbe(PROBE_TIMEOUT_MS - waited);
+        return;
+      }
+      // Timers run before the loop reads sockets: after a busy stretch of
+      // this process the reply may be waiting unread. Judge once the loop
+      // has read what arrived (setImmediate runs after the poll phase).
+      this.probeJudge = setImmediate(() => {
+        this.probeJudge = null;
+        if (this.probeSentAt === null) {
+          this.armProbe(PROBE_INTERVAL_MS);
+          return;
+        }
+        this.stats.probeTimeouts += 1;
+        this.disconnect(); // cbd is not answering: as a lost connection
+      });
+      this.probeJudge.unref();
+      return;
+    }
+    const idle = now - this.receivedAt;
+    if (idle < PROBE_INTERVAL_MS) {
+      this.armProbe(PROBE_INTERVAL_MS - idle);
+      return;
+    }
+    this.stats.probes += 1; // also the probe's number in its id
+    this.probeSentAt = now;
+    this.write(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.stats.probes}` })}\n`, []);
+    this.armProbe(PROBE_TIMEOUT_MS);
   }
 
   // -- output ----------------------------------------------------------------
@@ -367,6 +460,7 @@ export class WatchCache {
     this.closed = true;
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
+    this.clearProbeTimer();
     this.flush();
     if (this.sock && this.writing > 0) {
       let timer;

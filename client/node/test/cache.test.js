@@ -3,9 +3,11 @@
 // as noreply lines, in order; a trip or an admin hold made on another
 // connection is refused locally once its event arrives; half_open trials go
 // through cbd (exactly one for half_open_max 1, also across two processes:
-// cached-peer.js); cbd killed and restarted; cached: false; close writes
-// what is queued; breakers dropped without close; the name limit. Every
-// wait is a bounded poll on a condition, never a timing assertion.
+// cached-peer.js); cbd killed and restarted; cbd frozen (SIGSTOP) and
+// noticed by the probe, then resumed; an idle healthy connection kept, and
+// a probe answered while the process was busy; cached: false; close
+// writes what is queued; breakers dropped without close; the name limit.
+// Every wait is a bounded poll on a condition, never a timing assertion.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -33,9 +35,9 @@ after(async () => {
   await d?.cleanup();
 });
 
-/** Poll cond (sync or async) every 5 ms until it holds; fail after WAIT_MS. */
-async function waitFor(cond, what) {
-  const deadline = Date.now() + WAIT_MS;
+/** Poll cond (sync or async) every 5 ms until it holds; fail after waitMs. */
+async function waitFor(cond, what, waitMs = WAIT_MS) {
+  const deadline = Date.now() + waitMs;
   for (;;) {
     if (await cond()) return;
     if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
@@ -58,9 +60,9 @@ function countedClient(socket = d.socket) {
 
 /** A cached breaker whose first call (through cbd: it creates the circuit)
  * is done and whose cache has read the circuit. */
-async function primed(name, policy, socket = d.socket) {
+async function primed(name, policy, socket = d.socket, options = {}) {
   const { client, sent } = countedClient(socket);
-  const b = new Breaker(name, { client, policy });
+  const b = new Breaker(name, { client, policy, ...options });
   assert.equal(b.cached, true);
   assert.equal(await b.call(async () => 'first'), 'first');
   assert.deepEqual(sent.ops, ['allow', 'record'], 'the first call asks cbd');
@@ -372,6 +374,102 @@ test('cbd killed: cache invalid, LOCAL applies; restarted: re-watched, cached ag
   client.close();
 });
 
+test('cbd frozen (SIGSTOP): the probe drops the cache, LOCAL applies; SIGCONT: cached again', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup()); // SIGCONT, then stopped, even if this fails
+  const name = uniqueName('frozen');
+  const policy = { failure_threshold: 2, break_ms: 60000 };
+  // One client timeout, then cbd skipped for the rest of the test: no
+  // request of it reaches cbd later to change the circuit there.
+  const { b, client } = await primed(name, policy, own.socket, { timeoutBackoffMs: 60000 });
+  client.ioTimeoutMs = 100;
+  const errors = [];
+  b.on('storeError', (err, op) => errors.push([err.code, op]));
+  assert.equal(await b.call(async () => 'cached'), 'cached');
+  const before = b.cacheStats();
+  own.pause();
+  try {
+    // The watch connection stays open; only the probe can tell.
+    await waitFor(() => b.cacheStats().probeTimeouts > before.probeTimeouts, 'the probe to time out', 5000);
+    assert.equal(b.cacheLive, false);
+    // The uncached way: one timeout, then the store policy (LOCAL): the
+    // call runs, then the local copy breaks after two failures.
+    assert.equal(await b.call(async () => 'local'), 'local');
+    assert.ok(errors.some(([code, op]) => code === 'timeout' && op === 'allow'), JSON.stringify(errors));
+    await assert.rejects(b.call(boom), /dependency down/);
+    await assert.rejects(b.call(boom), /dependency down/);
+    await assert.rejects(b.call(async () => 1), CircuitOpenError);
+    const frozen = b.cacheStats();
+    assert.equal(frozen.uncachedCalls - before.uncachedCalls, 4);
+    assert.equal(frozen.cachedCalls, before.cachedCalls);
+    assert.equal(frozen.noreplyLines, before.noreplyLines, 'no outcome queued for the frozen cbd');
+  } finally {
+    own.resume();
+  }
+  await waitFor(() => b.cacheLive, 're-watched after SIGCONT');
+  // cbd never saw the local failures: closed there, decided by the cache.
+  const back = b.cacheStats();
+  assert.equal(await b.call(async () => 'cached again'), 'cached again');
+  assert.equal(b.cacheStats().cachedCalls, back.cachedCalls + 1);
+  assert.equal(b.state, 'closed');
+  await b.close();
+  client.close();
+});
+
+test('an idle healthy watch connection is kept: probes answered, none timed out', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const name = uniqueName('idle');
+  const { b, client, sent } = await primed(name, {}, own.socket);
+  const before = b.cacheStats();
+  // No calls, no events: only probes and their replies (one per 500 ms
+  // idle; a fourth is sent only once the third was answered): ~2 s.
+  await waitFor(() => b.cacheStats().probes >= before.probes + 4, 'four probes', 5000);
+  const idle = b.cacheStats();
+  assert.equal(idle.probeTimeouts, 0);
+  assert.equal(idle.disconnects, 0);
+  assert.equal(idle.connects, 1);
+  assert.equal(idle.badLines, 0, "the probes' replies are recognised");
+  assert.equal(b.cacheLive, true);
+  assert.equal(await b.call(async () => 'still cached'), 'still cached');
+  assert.equal(b.cacheStats().cachedCalls, idle.cachedCalls + 1);
+  assert.equal(sent.n, 2, 'no request on the client after the first call');
+  await b.close();
+  client.close();
+});
+
+test('a probe answered while this process was busy is not taken for a frozen cbd', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup()); // SIGCONT, then stopped, even if this fails
+  const { b, client } = await primed(uniqueName('busy'), {}, own.socket);
+  // The next probe: cbd held until this process is busy (so the answer
+  // cannot be read before), then the event loop blocked past
+  // PROBE_TIMEOUT_MS: when the loop turns, the timeout's timer is due
+  // while the answer waits unread (timers run before sockets are read).
+  const write = b.cache.write.bind(b.cache);
+  let probe = null;
+  b.cache.write = (text, items) => {
+    if (probe === null && text.includes('"op":"hello"')) {
+      probe = b.cacheStats().probes + 1;
+      own.pause();
+      setImmediate(() => {
+        own.resume();
+        const end = performance.now() + 1500;
+        while (performance.now() < end);
+      });
+    }
+    write(text, items);
+  };
+  // The probe after it is sent once this one was judged answered.
+  await waitFor(() => probe !== null && b.cacheStats().probes > probe, 'the probe after the busy one', 5000);
+  const after = b.cacheStats();
+  assert.equal(after.probeTimeouts, 0);
+  assert.equal(after.disconnects, 0);
+  assert.equal(b.cacheLive, true);
+  await b.close();
+  client.close();
+});
+
 test('past 1 MiB unwritten (cbd stopped), outcomes go through the client', async (t) => {
   const own = await Daemon.start();
   t.after(() => own.cleanup());
@@ -390,6 +488,8 @@ test('past 1 MiB unwritten (cbd stopped), outcomes go through the client', async
       if (i % 1000 === 999) await delay(0);
     }
     const full = b.cacheStats();
+    // (Within the probe's ~1.5 s: past it the cache drops the connection.)
+    assert.equal(full.probeTimeouts, before.probeTimeouts, 'filled before the probe noticed');
     assert.ok(full.outFull > before.outFull, 'the 1 MiB limit was reached');
     assert.ok(full.storeReports > before.storeReports);
     await waitFor(() => errors.some(([code, op]) => code === 'timeout' && op === 'record'), 'the outcome through the client');
