@@ -35,14 +35,6 @@ static const char request_json[] =
     "\"reporter_window_ms\":60000,\"break_backoff\":1,\"break_max_ms\":0},\"declared\":\"\","
     "\"reporter\":\"bench:1\",\"name\":\"circuit-%02d\",\"origin\":\"bench\"}";
 
-static size_t
-format_cbd(char *req, size_t size, int key, void *arg)
-{
-	(void)arg;
-	return (size_t)snprintf(req, size,
-	    "{\"op\":\"record_failure\",\"name\":\"circuit-%02d\"}\n", key);
-}
-
 /* EVALSHA sha 3 direct:{circuit-NN} ...:slots ...:window failure JSON direct:events */
 static size_t
 format_evalsha(char *req, size_t size, int key, void *arg)
@@ -199,7 +191,7 @@ main(int argc, char **argv)
 	usleep(200000); /* both reach Redis */
 	for (int i = 0; i < nconns; i++) {
 		double via = bench_run("cbd (fleet) record_failure", a.socket_path, BENCH_LINES,
-		    format_cbd, NULL, conns[i], seconds);
+		    bench_format_record_failure, NULL, conns[i], seconds);
 		double direct = bench_run("redis EVALSHA fleet.lua failure", redis.socket_path,
 		    BENCH_RESP, format_evalsha, sha, conns[i], seconds);
 

@@ -209,3 +209,11 @@ bench_parse_conns(const char *text, int *conns, int max)
 	}
 	return n;
 }
+
+size_t
+bench_format_record_failure(char *req, size_t size, int key, void *arg)
+{
+	(void)arg;
+	return (size_t)snprintf(req, size,
+	    "{\"op\":\"record_failure\",\"name\":\"circuit-%02d\"}\n", key);
+}

@@ -29,6 +29,9 @@ typedef size_t (*bench_format_fn)(char *req, size_t size, int key, void *arg);
 double bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
     void *arg, int conns, double seconds);
 
+/* cbd's record_failure on circuit-NN (a bench_format_fn). */
+size_t bench_format_record_failure(char *req, size_t size, int key, void *arg);
+
 /* SCRIPT LOAD script into the Redis on sock; its sha in sha (41 bytes). */
 bool bench_redis_load(const char *sock, const char *script, char sha[41]);
 

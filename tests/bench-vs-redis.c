@@ -33,14 +33,6 @@ static const char *const record_failure_lua =
     "redis.call('HSET', KEYS[1], 'state', 'open', 'opened_at', ARGV[1]) end "
     "return redis.call('HGETALL', KEYS[1])";
 
-static size_t
-format_cbd(char *req, size_t size, int key, void *arg)
-{
-	(void)arg;
-	return (size_t)snprintf(req, size,
-	    "{\"op\":\"record_failure\",\"name\":\"circuit-%02d\"}\n", key);
-}
-
 /* GET reads keys of its own: the script makes circuit-NN hashes, and GET
  * on a hash is a WRONGTYPE error. */
 static size_t
@@ -92,8 +84,8 @@ main(int argc, char **argv)
 		printf("redis-server not found or did not start: cbd only\n");
 	for (int i = 0; i < nconns; i++) {
 		int c = conns[i];
-		double cbd = bench_run("cbd record_failure", h.socket_path, BENCH_LINES, format_cbd,
-		    NULL, c, seconds);
+		double cbd = bench_run("cbd record_failure", h.socket_path, BENCH_LINES,
+		    bench_format_record_failure, NULL, c, seconds);
 
 		if (have_redis) {
 			double get = bench_run("redis GET", redis.socket_path, BENCH_RESP,
