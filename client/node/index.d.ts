@@ -78,6 +78,8 @@ export interface AllowReply extends Reply, AllowAnswer {}
 export const DEFAULT_SOCKET: '/run/cbd/cbd.sock';
 export const DEFAULT_CONNECT_TIMEOUT_MS: number;
 export const DEFAULT_IO_TIMEOUT_MS: number;
+/** The largest list limit (and listAll pageSize) cbd takes: 100000. */
+export const LIST_LIMIT_MAX: number;
 export const DEFAULT_MAX_IN_FLIGHT: number;
 export const DEFAULT_TIMEOUT_BACKOFF_MS: number;
 export function resolveSocket(path?: string): string;
@@ -93,6 +95,21 @@ interface RecordOptions {
   durationMs?: number;
   ctx?: Ctx;
   noreply?: boolean;
+}
+
+/** list's paging (PROTOCOL.md §8 list, Pages). */
+export interface ListOptions {
+  /** At most this many circuits (1..LIST_LIMIT_MAX). */
+  limit?: number;
+  /** The previous page's cursor, from this same connection. */
+  cursor?: string | null;
+}
+export interface ListReply extends Reply {
+  circuits: Snapshot[];
+  /** Circuits were left out (by limit or by cbd's output bound). */
+  truncated: boolean;
+  /** The next page's cursor; null on the last page. */
+  cursor: string | null;
 }
 
 /** A watch event line (PROTOCOL.md §8 watch). */
@@ -135,7 +152,15 @@ export class Client extends EventEmitter {
   acquireSlot(name: string, ctx?: Ctx): Promise<Reply & { acquired: boolean; token?: string; expires_at?: number }>;
   releaseSlot(name: string, token: string, ctx?: Ctx): Promise<Reply & { released: boolean }>;
   delete(name: string): Promise<Reply & { existed: boolean }>;
-  list(state?: State, ctx?: Ctx): Promise<Reply & { circuits: Snapshot[]; truncated: boolean }>;
+  /** One page of stored circuits; cursor (null on the last page) asks
+   * for the next page on this same connection. Waits while a listAll on
+   * this client walks its pages. */
+  list(state?: State, ctx?: Ctx, options?: ListOptions): Promise<ListReply>;
+  /** Every stored circuit, following the cursor page after page on this
+   * client's one connection; other lists on this client wait until the
+   * iteration ends (finish it or break out of it). Fails with
+   * UnavailableError if the connection is lost between pages. */
+  listAll(state?: State, ctx?: Ctx, options?: { pageSize?: number }): AsyncGenerator<Snapshot, void, undefined>;
   watch(names: string[] | 'all'): Promise<Reply & { snapshots: Snapshot[]; truncated?: boolean }>;
   unwatch(names: string[] | 'all'): Promise<Reply>;
   on<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;

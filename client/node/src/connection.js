@@ -27,6 +27,9 @@ export const MAX_REPLY_BYTES = 64 << 20;
 export const DEFAULT_MAX_IN_FLIGHT = 1024;
 // Ops on which cbd honours noreply (§8: every op but these five).
 export const NOREPLY_REFUSED = Object.freeze(['hello', 'watch', 'unwatch', 'list', 'stats']);
+// The largest list limit cbd takes (PROTOCOL.md §8 list, Pages;
+// libcbclient's CBC_LIST_LIMIT_MAX).
+export const LIST_LIMIT_MAX = 100000;
 
 /** The socket path: path, else $CBD_SOCKET, else /run/cbd/cbd.sock. */
 export function resolveSocket(path) {
@@ -64,6 +67,10 @@ export class Client extends EventEmitter {
     this.pending = []; // {op, resolve, reject, timer}, in request order
     this.buf = '';
     this.watching = false; // a watch was answered on this connection
+    // The listAll holding this client's list turn ({done}: settles when it
+    // ends), or null. A list cursor dies at the connection's next list, so
+    // no other list is written while one walks its pages.
+    this.listing = null;
   }
 
   close() {
@@ -269,8 +276,63 @@ export class Client extends EventEmitter {
     return this.request('delete', { name });
   }
 
-  list(state, ctx) {
-    return this.request('list', { state, ctx });
+  /** list (§8): one page of stored circuits (those in state, if given):
+   * {circuits, truncated, cursor}. Without options it is one reply, cut by
+   * cbd's output bound (truncated: true). options: limit (1..LIST_LIMIT_MAX
+   * circuits at most), cursor (the previous page's, on this same
+   * connection: its filter applies). cursor is null on the last page. A
+   * list waits while a listAll on this client walks its pages; a list of
+   * its own in between pages ends a cursor it holds (cbd then answers
+   * bad_request). */
+  async list(state, ctx, { limit, cursor } = {}) {
+    if (limit != null && !(Number.isInteger(limit) && limit >= 1 && limit <= LIST_LIMIT_MAX)) {
+      throw new RangeError(`limit must be an integer from 1 to ${LIST_LIMIT_MAX} (got ${limit})`);
+    }
+    while (this.listing) await this.listing.done;
+    return this.listPage(state, ctx, limit, cursor);
+  }
+
+  /** One list request, written now; the reply with cursor null when cbd
+   * gave none. */
+  async listPage(state, ctx, limit, cursor) {
+    const reply = await this.request('list', { state, ctx, limit, cursor });
+    reply.cursor ??= null;
+    return reply;
+  }
+
+  /** Every stored circuit (those in state, if given), one snapshot at a
+   * time: an async iterator following the cursor page after page on this
+   * client's one connection. options: pageSize (the limit of each page;
+   * default: as many as cbd's output bound lets one reply carry). Other
+   * lists on this client wait until the iteration ends (finish it or
+   * break out of it). If the connection is lost between pages, it fails
+   * with UnavailableError rather than start again (the cursor died with
+   * the connection). */
+  async *listAll(state, ctx, { pageSize } = {}) {
+    if (pageSize != null && !(Number.isInteger(pageSize) && pageSize >= 1 && pageSize <= LIST_LIMIT_MAX)) {
+      throw new RangeError(`pageSize must be an integer from 1 to ${LIST_LIMIT_MAX} (got ${pageSize})`);
+    }
+    while (this.listing) await this.listing.done;
+    let end;
+    const listing = { done: new Promise((resolve) => { end = resolve; }) };
+    this.listing = listing;
+    try {
+      let cursor;
+      let sock = null; // the connection the cursor belongs to
+      do {
+        if (sock !== null && this.sock !== sock) {
+          throw new UnavailableError('connection to cbd lost during listAll: its list cursor died with it (list again)');
+        }
+        const reply = this.listPage(state, ctx, pageSize, cursor);
+        sock = this.sock; // request() wrote on it (connecting first if needed)
+        const page = await reply;
+        yield* page.circuits;
+        cursor = page.cursor;
+      } while (cursor !== null);
+    } finally {
+      this.listing = null;
+      end();
+    }
   }
 
   /** watch (§8): the current snapshots of names (or of every stored
