@@ -158,7 +158,8 @@ export class Client extends EventEmitter {
   list(state?: State, ctx?: Ctx, options?: ListOptions): Promise<ListReply>;
   /** Every stored circuit, following the cursor page after page on this
    * client's one connection; other lists on this client wait until the
-   * iteration ends (finish it or break out of it). Fails with
+   * iteration ends (finish it or break out of it; not awaited inside the
+   * loop, where it would wait for ever). Fails with
    * UnavailableError if the connection is lost between pages. */
   listAll(state?: State, ctx?: Ctx, options?: { pageSize?: number }): AsyncGenerator<Snapshot, void, undefined>;
   watch(names: string[] | 'all'): Promise<Reply & { snapshots: Snapshot[]; truncated?: boolean }>;

@@ -305,7 +305,8 @@ export class Client extends EventEmitter {
    * client's one connection. options: pageSize (the limit of each page;
    * default: as many as cbd's output bound lets one reply carry). Other
    * lists on this client wait until the iteration ends (finish it or
-   * break out of it). If the connection is lost between pages, it fails
+   * break out of it; a list awaited inside the loop on this same client
+   * would wait for ever: use another Client there). If the connection is lost between pages, it fails
    * with UnavailableError rather than start again (the cursor died with
    * the connection). */
   async *listAll(state, ctx, { pageSize } = {}) {
