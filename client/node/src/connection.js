@@ -306,17 +306,16 @@ export class Client extends EventEmitter {
    * default: as many as cbd's output bound lets one reply carry). Other
    * lists on this client wait until the iteration ends (finish it or
    * break out of it; a list awaited inside the loop on this same client
-   * would wait for ever: use another Client there). If the connection is lost between pages, it fails
-   * with UnavailableError rather than start again (the cursor died with
-   * the connection). */
+   * would wait for ever: use another Client there). If the connection is
+   * lost between pages, it fails with UnavailableError rather than start
+   * again (the cursor died with the connection). */
   async *listAll(state, ctx, { pageSize } = {}) {
     if (pageSize != null && !(Number.isInteger(pageSize) && pageSize >= 1 && pageSize <= LIST_LIMIT_MAX)) {
       throw new RangeError(`pageSize must be an integer from 1 to ${LIST_LIMIT_MAX} (got ${pageSize})`);
     }
     while (this.listing) await this.listing.done;
     let end;
-    const listing = { done: new Promise((resolve) => { end = resolve; }) };
-    this.listing = listing;
+    this.listing = { done: new Promise((resolve) => { end = resolve; }) };
     try {
       let cursor;
       let sock = null; // the connection the cursor belongs to
