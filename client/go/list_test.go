@@ -322,3 +322,52 @@ func TestListAllPastTheOutputBound(t *testing.T) {
 		t.Fatalf("list_truncated not counted: %+v %v", st, err)
 	}
 }
+
+func TestListAllWhileOtherGoroutinesList(t *testing.T) {
+	// Lists from other goroutines on the same Client wait for a listing's
+	// pages (each would end its cursor); other ops go between them.
+	d := cbdtest.StartT(t, "")
+	c := ownClient(t, d)
+	ctx := context.Background()
+	names := createCircuits(t, c, "busy", 200)
+	done := make(chan error, 4)
+	for g := 0; g < 3; g++ {
+		go func() {
+			for i := 0; i < 20; i++ {
+				if _, err := c.List(ctx, "", nil, ListLimit(7)); err != nil {
+					done <- err
+					return
+				}
+				if _, err := c.Get(ctx, "busy-0001", nil); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	go func() {
+		for i := 0; i < 10; i++ {
+			all, err := c.ListAll(ctx, "", nil, ListLimit(9))
+			if err != nil {
+				done <- err
+				return
+			}
+			if len(all) != len(names) {
+				done <- fmt.Errorf("ListAll %d: %d circuits, want %d", i, len(all), len(names))
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < 4; i++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("listings did not finish in 30 s")
+		}
+	}
+}
