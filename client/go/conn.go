@@ -81,6 +81,15 @@ type Client struct {
 	mu       sync.Mutex
 	conn     net.Conn
 	rd       *bufio.Reader
+	connID   uint64 // numbers the connections made, conn's number (0: none)
+	lastConn uint64 // the number of the last connection made
+
+	// One listing at a time (a cursor is the connection's, until its next
+	// list): every list request holds listMu, ListEach across its pages.
+	// listCursor is the cursor cbd gave last, on connection listConn.
+	listMu     sync.Mutex
+	listCursor string
+	listConn   uint64
 
 	// The process's watch cache for Socket while cached breakers use
 	// this client (cache.go); Close gives it back.
@@ -158,7 +167,7 @@ func (c *Client) drop() {
 	if c.conn != nil {
 		c.conn.Close()
 	}
-	c.conn, c.rd = nil, nil
+	c.conn, c.rd, c.connID = nil, nil, 0
 }
 
 // stale says whether cbd closed the idle connection (say, it restarted).
@@ -183,7 +192,8 @@ func (c *Client) connect(ctx context.Context) error {
 		return &Error{Code: CodeUnavailable, Message: fmt.Sprintf("cannot connect to %s: %v", c.Socket, err)}
 	}
 	atomic.AddInt64(&c.counters.Connects, 1)
-	c.conn, c.rd = conn, bufio.NewReaderSize(conn, readBufBytes)
+	c.lastConn++
+	c.conn, c.rd, c.connID = conn, bufio.NewReaderSize(conn, readBufBytes), c.lastConn
 	return nil
 }
 
@@ -219,6 +229,15 @@ type envelope struct {
 // its reply into out (may be nil). With noreply true (outcome ops), it
 // returns once the line is written. ctx bounds the wait besides IOTimeout.
 func (c *Client) Request(ctx context.Context, op string, members map[string]any, out any) error {
+	_, err := c.requestOn(ctx, 0, op, members, out)
+	return err
+}
+
+// requestOn is Request on connection number onConn (0: the current one,
+// or a new one): when that connection is gone it fails with
+// ErrListingLost instead of reconnecting. It returns the number of the
+// connection the request went over.
+func (c *Client) requestOn(ctx context.Context, onConn uint64, op string, members map[string]any, out any) (uint64, error) {
 	req := map[string]any{"op": op}
 	for k, v := range members {
 		if v != nil {
@@ -227,7 +246,7 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 	}
 	line, err := json.Marshal(req)
 	if err != nil {
-		return &Error{Op: op, Code: "bad_request", Message: err.Error()}
+		return 0, &Error{Op: op, Code: "bad_request", Message: err.Error()}
 	}
 	line = append(line, '\n')
 	noreply := members["noreply"] == true && !noreplyRefused[op]
@@ -237,11 +256,15 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	atomic.AddInt64(&c.counters.Requests, 1)
-	raw, err := c.exchange(ctx, op, line, noreply)
+	raw, err := c.exchange(ctx, onConn, op, line, noreply)
+	used := c.connID
+	if errors.Is(err, ErrListingLost) {
+		return 0, err // nothing went over the connection there is now
+	}
 	if err != nil {
 		c.drop()
 		if cerr := ctx.Err(); cerr != nil {
-			return cerr // the caller's cancel or deadline, not cbd's fault
+			return 0, cerr // the caller's cancel or deadline, not cbd's fault
 		}
 		var e *Error
 		if errors.As(err, &e) && e.Code == CodeTimeout {
@@ -249,15 +272,15 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 		} else {
 			atomic.AddInt64(&c.counters.Unavailable, 1)
 		}
-		return err
+		return 0, err
 	}
 	if noreply {
-		return nil
+		return used, nil
 	}
 	var env envelope
 	if err := json.Unmarshal(raw, &env); err != nil {
 		c.drop()
-		return &Error{Op: op, Code: CodeUnavailable, Message: "cbd sent a line that is not JSON: " + err.Error()}
+		return 0, &Error{Op: op, Code: CodeUnavailable, Message: "cbd sent a line that is not JSON: " + err.Error()}
 	}
 	if len(env.PolicyConflict) > 0 && string(env.PolicyConflict) != "null" {
 		atomic.AddInt64(&c.counters.PolicyConflicts, 1)
@@ -267,19 +290,23 @@ func (c *Client) Request(ctx context.Context, op string, members map[string]any,
 		if env.Error != nil {
 			e.Code, e.Message = env.Error.Code, env.Error.Message
 		}
-		return e
+		return used, e
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return &Error{Op: op, Code: CodeUnavailable, Message: "unexpected reply: " + err.Error()}
+			return used, &Error{Op: op, Code: CodeUnavailable, Message: "unexpected reply: " + err.Error()}
 		}
 	}
-	return nil
+	return used, nil
 }
 
-func (c *Client) exchange(ctx context.Context, op string, line []byte, noreply bool) ([]byte, error) {
+func (c *Client) exchange(ctx context.Context, onConn uint64, op string, line []byte, noreply bool) ([]byte, error) {
 	if c.conn != nil && c.stale() {
 		c.drop()
+	}
+	if onConn != 0 && c.connID != onConn {
+		return nil, &Error{Op: op, Code: CodeUnavailable, cause: ErrListingLost,
+			Message: "the connection the listing went over was lost, and its cursor with it: list again from the start"}
 	}
 	if c.conn == nil {
 		if err := c.connect(ctx); err != nil {

@@ -23,7 +23,13 @@ type Error struct {
 	Op      string
 	Code    string
 	Message string
+	cause   error // what errors.Is also matches (ErrListingLost)
 }
+
+// ErrListingLost matches (errors.Is) the *Error (code CodeUnavailable) of
+// a listing whose connection was lost between two pages: a cursor lives on
+// its connection only, so the listing is not restarted behind the caller.
+var ErrListingLost = errors.New("cbd listing lost its connection")
 
 func (e *Error) Error() string {
 	if e.Op != "" {
@@ -31,6 +37,10 @@ func (e *Error) Error() string {
 	}
 	return fmt.Sprintf("cbd: %s: %s", e.Code, e.Message)
 }
+
+// Unwrap is what the error stands for besides its code (nil, or
+// ErrListingLost).
+func (e *Error) Unwrap() error { return e.cause }
 
 // Timeout is true for CodeTimeout (as net.Error's).
 func (e *Error) Timeout() bool { return e.Code == CodeTimeout }

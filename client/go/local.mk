@@ -19,6 +19,7 @@ EXTRA_DIST += \
 	client/go/cache_test.go \
 	client/go/classify_test.go \
 	client/go/fallback_test.go \
+	client/go/list_test.go \
 	client/go/main_test.go \
 	client/go/ops_test.go \
 	client/go/retry_test.go \

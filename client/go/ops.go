@@ -1,14 +1,16 @@
 // ops.go — every op of PROTOCOL.md §8 as a Client method with typed
 // results: hello, get, allow, record (with duration_ms and permit),
 // record_success, record_failure, cas, set_state (hold, ttl_ms, reason),
-// release, acquire_slot, release_slot, delete, list, stats, metrics.
-// Refusals come back as *Error with cbd's code and message.
+// release, acquire_slot, release_slot, delete, list (one page, or every
+// circuit by following the cursor), stats, metrics. Refusals come back as
+// *Error with cbd's code and message.
 
 package cbdclient
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 )
 
 // Hold is who holds a circuit in which state (§9).
@@ -116,10 +118,49 @@ type Slot struct {
 	ExpiresAt int64  `json:"expires_at"`
 }
 
-// ListReply is list's answer.
+// ListReply is list's answer (one page). Truncated says circuits were left
+// out (by ListLimit or by cbd's output bound); Cursor, "" on the last page,
+// asks for the next page with ListCursor on the same Client.
 type ListReply struct {
 	Circuits  []Snapshot `json:"circuits"`
 	Truncated bool       `json:"truncated"`
+	Cursor    string     `json:"cursor"`
+}
+
+// MaxListLimit is the most circuits one list page may be asked for.
+const MaxListLimit = 100000
+
+// ListOption is a paging member of a list request: ListLimit, ListCursor.
+type ListOption func(*listPaging)
+
+type listPaging struct {
+	limit    int // 0: as many as fit cbd's output bound
+	limitSet bool
+	cursor   string
+}
+
+// ListLimit asks for at most n circuits (1..MaxListLimit) in the page.
+func ListLimit(n int) ListOption {
+	return func(p *listPaging) { p.limit, p.limitSet = n, true }
+}
+
+// ListCursor asks for the page after the one whose reply carried cursor.
+// A cursor is good on the Client it came from, until that Client's next
+// list; the listing keeps the state filter it started with.
+func ListCursor(cursor string) ListOption {
+	return func(p *listPaging) { p.cursor = cursor }
+}
+
+func listPagingOf(opts []ListOption) (listPaging, error) {
+	var p listPaging
+	for _, o := range opts {
+		o(&p)
+	}
+	if p.limitSet && (p.limit < 1 || p.limit > MaxListLimit) {
+		return p, &Error{Op: "list", Code: "bad_request",
+			Message: fmt.Sprintf("limit must be from 1 to %d (got %d)", MaxListLimit, p.limit)}
+	}
+	return p, nil
 }
 
 // OpCount is one row of stats.ops.
@@ -298,17 +339,108 @@ func (c *Client) Delete(ctx context.Context, name string) (bool, error) {
 	return r.Existed, nil
 }
 
-// List is the stored circuits, only those in state unless it is "".
-func (c *Client) List(ctx context.Context, state string, cctx Ctx) (*ListReply, error) {
+// List is one page of the stored circuits, only those in state unless it
+// is "". Without options it is cbd's whole reply: every circuit that fits
+// cbd's output bound (Truncated when some did not). ListLimit(n) caps the
+// page; ListCursor(r.Cursor) reads the next page, over the connection the
+// cursor came from (should it be lost meanwhile: ErrListingLost). A
+// Client runs one listing at a time: a List without a cursor, here or in
+// another goroutine, ends the listing before it (its cursor becomes
+// cbd's bad_request). ListAll and ListEach follow the cursor for you.
+func (c *Client) List(ctx context.Context, state string, cctx Ctx, opts ...ListOption) (*ListReply, error) {
+	paging, err := listPagingOf(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	var onConn uint64
+	if paging.cursor != "" && paging.cursor == c.listCursor {
+		onConn = c.listConn
+	}
+	return c.listPage(ctx, onConn, state, cctx, paging)
+}
+
+// listPage sends one list request (listMu held) on connection onConn (0:
+// any) and remembers the cursor of its reply.
+func (c *Client) listPage(ctx context.Context, onConn uint64, state string, cctx Ctx, paging listPaging) (*ListReply, error) {
 	var r ListReply
 	m := map[string]any{"ctx": ctxMember(cctx)}
 	if state != "" {
 		m["state"] = state
 	}
-	if err := c.Request(ctx, "list", m, &r); err != nil {
+	if paging.limitSet {
+		m["limit"] = paging.limit
+	}
+	if paging.cursor != "" {
+		m["cursor"] = paging.cursor
+	}
+	used, err := c.requestOn(ctx, onConn, "list", m, &r)
+	// A list request ends the connection's listing whatever its answer.
+	c.listCursor, c.listConn = "", 0
+	if err != nil {
 		return nil, err
 	}
+	if r.Cursor != "" {
+		c.listCursor, c.listConn = r.Cursor, used
+	}
 	return &r, nil
+}
+
+// ListEach calls fn with every stored circuit (only those in state unless
+// it is ""), page after page over one connection, following the cursor;
+// ListLimit(n) sets the page size (default: as many as fit cbd's output
+// bound). Every circuit stored for the whole listing comes exactly once;
+// one created meanwhile at most once; one deleted meanwhile not after its
+// deletion. fn's error stops the listing and is returned. Should the
+// connection be lost between pages, ListEach fails with ErrListingLost
+// rather than start again. The Client's other lists wait until ListEach
+// returns (fn must not list on the same Client; other ops are fine).
+func (c *Client) ListEach(ctx context.Context, state string, cctx Ctx, fn func(Snapshot) error, opts ...ListOption) error {
+	paging, err := listPagingOf(opts)
+	if err != nil {
+		return err
+	}
+	if paging.cursor != "" {
+		return &Error{Op: "list", Code: "bad_request",
+			Message: "ListEach and ListAll read a listing from its start: continue one with List and ListCursor"}
+	}
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	var onConn uint64
+	for {
+		r, err := c.listPage(ctx, onConn, state, cctx, paging)
+		if err != nil {
+			return err
+		}
+		for _, snap := range r.Circuits {
+			if err := fn(snap); err != nil {
+				return err
+			}
+		}
+		if r.Cursor == "" {
+			if r.Truncated {
+				return &Error{Op: "list", Code: CodeUnavailable,
+					Message: "cbd cut the list without a cursor to go on with (a cbd without list pages)"}
+			}
+			return nil
+		}
+		paging.cursor, onConn = r.Cursor, c.listConn
+	}
+}
+
+// ListAll is every stored circuit (only those in state unless it is ""),
+// read by ListEach: pages followed over one connection, never cut.
+func (c *Client) ListAll(ctx context.Context, state string, cctx Ctx, opts ...ListOption) ([]Snapshot, error) {
+	var all []Snapshot
+	err := c.ListEach(ctx, state, cctx, func(s Snapshot) error {
+		all = append(all, s)
+		return nil
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return all, nil
 }
 
 // Stats is cbd's counters.
