@@ -6,6 +6,7 @@ mid-listing, and a cbd whose output bound cuts a reply of a few hundred
 circuits."""
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -25,6 +26,9 @@ SMALL_OUTPUT_BYTES = 65536
 SMALL_OUTPUT_CIRCUITS = 600
 # Bound on every test's event loop (seconds).
 LOOP_BOUND = 30
+# Bound on the pages of one listing read by a test (a cursor that never
+# ends fails the test rather than loop).
+MAX_PAGES = 100
 
 
 def run(coro):
@@ -48,12 +52,19 @@ def read_pages(client: Client, limit: int, **first: object) -> list[dict]:
     """Every page of one listing, each reply as it came."""
     pages = [client.list(limit=limit, **first)]
     while pages[-1]["cursor"] is not None:
+        assert len(pages) < MAX_PAGES, "the listing does not end"
         pages.append(client.list(limit=limit, cursor=pages[-1]["cursor"]))
     return pages
 
 
 def names_of(circuits) -> list[str]:
     return [c["name"] for c in circuits]
+
+
+def read_names(circuits, expected: int) -> list[str]:
+    """The names iter_circuits yields, reading at most one past the
+    expected count (a listing that repeats itself would never end)."""
+    return names_of(itertools.islice(circuits, expected + 1))
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +124,9 @@ def test_pages_keep_the_state_filter_they_started_with(paged):
 def test_iter_circuits_returns_every_circuit_once(paged):
     everyone = sorted(paged.names + paged.open_names)
     with connect(paged) as c:
-        assert sorted(names_of(c.iter_circuits())) == everyone
-        assert sorted(names_of(c.iter_circuits(page_size=PAGE))) == everyone
-        assert sorted(names_of(c.iter_circuits("open", page_size=4))) == \
+        assert sorted(read_names(c.iter_circuits(), len(everyone))) == everyone
+        assert sorted(read_names(c.iter_circuits(page_size=PAGE), len(everyone))) == everyone
+        assert sorted(read_names(c.iter_circuits("open", page_size=4), OPEN_CIRCUITS)) == \
             sorted(paged.open_names)
 
 
@@ -124,7 +135,8 @@ def test_iter_circuits_is_not_ended_by_lists_on_its_client(paged):
     on theirs) sent on the client between its pages change nothing."""
     with connect(paged) as c:
         listed = []
-        for circuit in c.iter_circuits(page_size=50):
+        bound = CIRCUITS + OPEN_CIRCUITS + 1
+        for circuit in itertools.islice(c.iter_circuits(page_size=50), bound):
             listed.append(circuit["name"])
             if len(listed) % 50 == 1:
                 assert c.list(limit=1)["cursor"] is not None
@@ -143,6 +155,7 @@ def test_circuit_deleted_between_pages_is_not_returned_after(own_cbd):
         assert c.delete(gone)["existed"] is True
         rest = [first]
         while rest[-1]["cursor"] is not None:
+            assert len(rest) < MAX_PAGES, "the listing does not end"
             rest.append(c.list(limit=PAGE, cursor=rest[-1]["cursor"]))
     listed = [n for p in rest for n in names_of(p["circuits"])]
     assert gone not in listed
@@ -194,7 +207,7 @@ def test_connection_lost_mid_listing_fails_clearly(own_cbd):
     own_cbd.start()
     # The first page was read; the second needs the lost connection.
     with pytest.raises(UnavailableError) as e:
-        for circuit in circuits:
+        for circuit in itertools.islice(circuits, len(names)):
             listed.append(circuit["name"])
     assert "start the listing again" in e.value.message
     assert len(listed) == 5
@@ -215,7 +228,8 @@ def test_output_bound_truncates_one_reply_and_pages_read_all(small_output):
         assert len(pages) > 2
         listed = [n for p in pages for n in names_of(p["circuits"])]
         assert sorted(listed) == sorted(small_output.names)
-        assert sorted(names_of(c.iter_circuits())) == sorted(small_output.names)
+        assert sorted(read_names(c.iter_circuits(), SMALL_OUTPUT_CIRCUITS)) == \
+            sorted(small_output.names)
         assert c.stats()["limits"]["list_truncated"] >= 1
 
 
@@ -225,18 +239,24 @@ def test_async_pages_and_iter_circuits(paged):
     async def main():
         async with AsyncClient(paged.socket, io_timeout=5.0) as c:
             pages = [await c.list(limit=PAGE)]
-            while pages[-1]["cursor"] is not None:
+            while pages[-1]["cursor"] is not None and len(pages) < MAX_PAGES:
                 pages.append(await c.list(limit=PAGE, cursor=pages[-1]["cursor"]))
             assert [p["truncated"] for p in pages] == [True, True, False]
             assert sorted(n for p in pages for n in names_of(p["circuits"])) == everyone
             listed = []
             async for circuit in c.iter_circuits(page_size=PAGE):
                 listed.append(circuit["name"])
+                if len(listed) > len(everyone):
+                    break  # a listing that repeats itself: fails below
                 if len(listed) % PAGE == 1:
                     # Pipelined lists on the client do not touch the listing.
                     await asyncio.gather(c.list(limit=1), c.list(limit=2))
             assert sorted(listed) == everyone
-            opened = [x["name"] async for x in c.iter_circuits("open", page_size=3)]
+            opened = []
+            async for circuit in c.iter_circuits("open", page_size=3):
+                opened.append(circuit["name"])
+                if len(opened) > OPEN_CIRCUITS:
+                    break  # a listing that repeats itself: fails below
             assert sorted(opened) == sorted(paged.open_names)
             with pytest.raises(ValueError):
                 c.iter_circuits(page_size=0)
@@ -265,6 +285,8 @@ def test_async_connection_lost_mid_listing_fails_clearly(own_cbd):
             with pytest.raises(UnavailableError):
                 async for circuit in circuits:
                     listed.append(circuit["name"])
+                    if len(listed) > len(names):
+                        break  # restarted: fails below
             assert len(listed) == 5
             with pytest.raises(UnavailableError) as e:
                 await c.list(cursor=cursor)
