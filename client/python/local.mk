@@ -24,6 +24,7 @@ EXTRA_DIST += \
 	client/python/tests/test_fallback.py \
 	client/python/tests/test_machine.py \
 	client/python/tests/test_ops.py \
+	client/python/tests/test_pages.py \
 	client/python/tests/test_retry.py \
 	client/python/tests/test_trace.py \
 	client/python/examples/service.py \

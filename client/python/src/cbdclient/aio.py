@@ -6,6 +6,8 @@ order, PROTOCOL.md §2), matched through a FIFO of futures.
 Every op of connection.Ops is a coroutine here. A timeout or a broken
 connection fails every request in flight (their replies can no longer be
 paired) and closes the connection; the next request reconnects.
+``iter_circuits`` is an async iterator over every circuit, following the
+list cursor on a connection of its own.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import asyncio
 import collections
 import json
 import weakref
-from typing import Any
+from typing import Any, AsyncIterator
 
 from .connection import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_REPLY_BYTES,
-                         NOREPLY_REFUSED, Ops, encode_request, resolve_socket)
+                         NOREPLY_REFUSED, Ops, check_list_limit, encode_request,
+                         lost_cursor_error, next_cursor, resolve_socket)
 from .errors import CbdTimeoutError, ServerError, UnavailableError
 
 # Unsent bytes past which a request waits for the socket (drain).
@@ -40,6 +43,10 @@ class AsyncClient(Ops):
         self._pending: collections.deque = collections.deque()
         self._read_task: asyncio.Task | None = None
         self._connecting: asyncio.Lock | None = None
+        # The cursor of the listing going on on this connection (None when
+        # none), and the last one lost with its connection.
+        self._page_cursor: str | None = None
+        self._lost_cursor: str | None = None
         self._cached_breakers: weakref.WeakSet = weakref.WeakSet()
 
     async def __aenter__(self) -> "AsyncClient":
@@ -68,8 +75,40 @@ class AsyncClient(Ops):
         from . import cache
         return cache.stats(self.socket_path, asyncio.get_running_loop())
 
+    def iter_circuits(self, state: str | None = None, ctx: dict | None = None, *,
+                      page_size: int | None = None) -> AsyncIterator[dict]:
+        """Every circuit's snapshot (optionally only those in ``state``),
+        read page by page (``page_size`` circuits at most, else as many as
+        cbd's output bound lets into one reply), for ``async for``. The
+        pages go over a connection of the listing's own, so no request
+        pipelined on this client can end the listing; it is closed when the
+        iteration ends. Each circuit stored for the whole listing comes
+        exactly once; if the connection closes mid-listing the iteration
+        raises UnavailableError rather than start again."""
+        check_list_limit(page_size)
+        return self._circuits(state, ctx, page_size)
+
+    async def _circuits(self, state: str | None, ctx: dict | None,
+                        page_size: int | None) -> AsyncIterator[dict]:
+        listing = AsyncClient(self.socket_path, connect_timeout=self.connect_timeout,
+                              io_timeout=self.io_timeout)
+        try:
+            cursor = None
+            while True:
+                reply = await listing.list(state, ctx, limit=page_size, cursor=cursor)
+                cursor = next_cursor(reply)
+                for circuit in reply["circuits"]:
+                    yield circuit
+                if cursor is None:
+                    return
+        finally:
+            await listing.close()
+
     def _fail_all(self, err: Exception) -> None:
         """Close the connection and fail every request in flight with err."""
+        if self._page_cursor is not None:
+            self._lost_cursor = self._page_cursor
+            self._page_cursor = None
         writer, self._writer, self._reader = self._writer, None, None
         if writer is not None:
             writer.close()
@@ -134,6 +173,9 @@ class AsyncClient(Ops):
         """Send one request; await its reply (None with noreply)."""
         line = encode_request(op, members)
         noreply = members.get("noreply") is True and op not in NOREPLY_REFUSED
+        cursor = members.get("cursor") if op == "list" else None
+        if cursor is not None and cursor == self._lost_cursor:
+            raise lost_cursor_error(cursor)
         await self._ensure()
         writer = self._writer
         loop = asyncio.get_running_loop()
@@ -167,6 +209,15 @@ class AsyncClient(Ops):
             reply = await fut
         finally:
             timer.cancel()
+        if op == "list":
+            # Any list ends the connection's previous listing; a cursor that
+            # came back after its connection closed is already lost.
+            page_cursor = reply.get("cursor") if reply.get("ok") else None
+            if writer is self._writer:
+                self._page_cursor = page_cursor
+            elif page_cursor is not None:
+                self._lost_cursor = page_cursor
+            reply.setdefault("cursor", None)
         if reply.get("ok") is False:
             error = reply.get("error") or {}
             raise ServerError(str(error.get("code", "unknown")), str(error.get("message", "")))

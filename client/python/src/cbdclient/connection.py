@@ -1,7 +1,8 @@
 """connection.py — one connection to cbd for threads: the socket path
 (argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and I/O
 timeouts, reconnection, one lock per connection, and every op of
-PROTOCOL.md §8 as a method.
+PROTOCOL.md §8 as a method. ``list`` takes pages (``limit``, ``cursor``);
+``iter_circuits`` follows the cursor to read every circuit.
 
 A request is one JSON line; its reply is the next line that carries
 ``ok`` (watch events, which never do, are skipped). A connection that timed
@@ -18,7 +19,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import CbdTimeoutError, ServerError, UnavailableError
 
@@ -34,6 +35,9 @@ MAX_REPLY_BYTES = 64 << 20
 READ_CHUNK = 65536
 # Ops on which cbd honours noreply (§8: every op but these five).
 NOREPLY_REFUSED = frozenset({"hello", "watch", "unwatch", "list", "stats"})
+# The largest page of list (PROTOCOL.md, list, "Pages."; libcbclient's
+# CBC_LIST_LIMIT_MAX).
+LIST_LIMIT_MAX = 100000
 
 
 def resolve_socket(path: str | None = None) -> str:
@@ -46,6 +50,32 @@ def encode_request(op: str, members: dict) -> bytes:
     req = {"op": op}
     req.update({k: v for k, v in members.items() if v is not None})
     return json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def check_list_limit(limit: int | None) -> None:
+    """Raise ValueError unless limit is None or an int in 1..LIST_LIMIT_MAX."""
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, int) \
+            or not 1 <= limit <= LIST_LIMIT_MAX:
+        raise ValueError(f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, not {limit!r}")
+
+
+def next_cursor(reply: dict) -> str | None:
+    """The cursor of a list reply's next page, None after the last page.
+    A reply that left circuits out without a cursor (a cbd older than list
+    pages) raises UnavailableError rather than end the listing short."""
+    cursor = reply.get("cursor")
+    if cursor is None and reply.get("truncated") is True:
+        raise UnavailableError("cbd left circuits out of a list reply without a cursor "
+                               "(a cbd without list pages): the listing cannot go on")
+    return cursor
+
+
+def lost_cursor_error(cursor: str) -> UnavailableError:
+    """The error for a cursor whose connection closed mid-listing."""
+    return UnavailableError(f'the connection to cbd closed during a listing: cursor "{cursor}" '
+                            "went with it (start the listing again)")
 
 
 def decode_reply(line: bytes) -> dict:
@@ -115,8 +145,21 @@ class Ops:
     def delete(self, name: str):
         return self.request("delete", name=name)
 
-    def list(self, state: str | None = None, ctx: dict | None = None):
-        return self.request("list", state=state, ctx=ctx)
+    def list(self, state: str | None = None, ctx: dict | None = None, *,
+             limit: int | None = None, cursor: str | None = None):
+        """Circuits' snapshots: ``{"circuits": [...], "truncated": bool,
+        "cursor": str | None}``. ``limit`` (1..100000) caps the page;
+        ``truncated`` says circuits were left out (by ``limit`` or by cbd's
+        output bound) and ``cursor`` then names the next page: pass it back
+        to this client, with no other ``list`` in between, for the next
+        page (the listing keeps the ``state`` it started with). The last
+        page's ``cursor`` is None. A cursor belongs to the connection: one
+        from another client, or used after another list, is ServerError
+        ``bad_request``; one whose connection closed raises
+        UnavailableError (the listing cannot be resumed). ``iter_circuits``
+        follows the cursor for you."""
+        check_list_limit(limit)
+        return self.request("list", state=state, ctx=ctx, limit=limit, cursor=cursor)
 
     def stats(self):
         return self.request("stats")
@@ -144,6 +187,11 @@ class Client(Ops):
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._buf = b""
+        # The cursor of the listing going on on this connection (None when
+        # none), and the last one lost with its connection (for a clear
+        # error instead of cbd's bad_request on the next connection).
+        self._page_cursor: str | None = None
+        self._lost_cursor: str | None = None
         self._cached_breakers: weakref.WeakSet = weakref.WeakSet()
 
     def __enter__(self) -> "Client":
@@ -166,7 +214,35 @@ class Client(Ops):
         from . import cache
         return cache.stats(self.socket_path)
 
+    def iter_circuits(self, state: str | None = None, ctx: dict | None = None, *,
+                      page_size: int | None = None) -> Iterator[dict]:
+        """Every circuit's snapshot (optionally only those in ``state``),
+        read page by page (``page_size`` circuits at most, else as many as
+        cbd's output bound lets into one reply). The pages go over a
+        connection of the listing's own, so no other request on this client
+        can end the listing, and it is closed when the iteration ends. Each
+        circuit stored for the whole listing comes exactly once; if the
+        connection closes mid-listing the iteration raises UnavailableError
+        rather than start again."""
+        check_list_limit(page_size)
+        return self._circuits(state, ctx, page_size)
+
+    def _circuits(self, state: str | None, ctx: dict | None,
+                  page_size: int | None) -> Iterator[dict]:
+        with Client(self.socket_path, connect_timeout=self.connect_timeout,
+                    io_timeout=self.io_timeout) as listing:
+            cursor = None
+            while True:
+                reply = listing.list(state, ctx, limit=page_size, cursor=cursor)
+                cursor = next_cursor(reply)
+                yield from reply["circuits"]
+                if cursor is None:
+                    return
+
     def _drop(self) -> None:
+        if self._page_cursor is not None:
+            self._lost_cursor = self._page_cursor
+            self._page_cursor = None
         if self._sock is not None:
             try:
                 self._sock.close()
@@ -226,10 +302,13 @@ class Client(Ops):
         """Send one request, return its reply (None with noreply)."""
         line = encode_request(op, members)
         noreply = members.get("noreply") is True and op not in NOREPLY_REFUSED
+        cursor = members.get("cursor") if op == "list" else None
         with self._lock:
+            if self._sock is not None and self._stale():
+                self._drop()
+            if cursor is not None and cursor == self._lost_cursor:
+                raise lost_cursor_error(cursor)
             try:
-                if self._sock is not None and self._stale():
-                    self._drop()
                 if self._sock is None:
                     self._sock = self._connect()
                 deadline = time.monotonic() + self.io_timeout
@@ -244,6 +323,9 @@ class Client(Ops):
                     reply = json.loads(raw) if b'"ok"' in raw else None
                     if isinstance(reply, dict) and "ok" in reply:
                         break  # else an event line (no ok): skip it
+                if op == "list":
+                    # Any list ends the connection's previous listing.
+                    self._page_cursor = reply.get("cursor") if reply.get("ok") else None
             except socket.timeout:
                 self._drop()
                 raise CbdTimeoutError(f"cbd did not answer {op} within "
@@ -261,4 +343,8 @@ class Client(Ops):
         if conflict:
             self.policy_conflicts += 1
             self.last_policy_conflict = conflict
-        return decode_reply(raw) if reply.get("ok") is False else reply
+        if reply.get("ok") is False:
+            return decode_reply(raw)
+        if op == "list":
+            reply.setdefault("cursor", None)
+        return reply
