@@ -745,21 +745,68 @@ op_fleet_client_closed(server_client *c)
 
 /* --- events and recovery --- */
 
+/* An event applied from the fleet: the circuit as a get read it after
+ * the event arrived (events and this host's own replies travel on two
+ * connections; reading the circuit again on the script connection keeps
+ * this host's copy from going back to an older state). */
 static void
-event_apply(const json_t *event)
+event_apply_now(const json_t *event, const json_t *circuit)
 {
 	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
 	const char *name = json_string_value(json_object_get(event, "name"));
 	proto_ctx declared;
-	const char *why;
 
-	if (name == NULL || !proto_name_valid(name, strlen(name), &why))
-		return;
-	copy_apply(name, json_object_get(event, "circuit"), json_object_get(event, "change"),
+	copy_apply(name, circuit, json_object_get(event, "change"),
 	    json_is_integer(json_object_get(event, "now"))
 		? json_integer_value(json_object_get(event, "now"))
 		: clock_realtime_ms(),
 	    true, NULL, &declared, (cb_reporters *)(void *)reporters);
+}
+
+static void
+event_read_done(const json_t *reply, void *arg)
+{
+	json_t *event = arg;
+
+	/* Redis gone meanwhile (or the read failed): the event's own view. */
+	if (reply == NULL || json_is_true(json_object_get(reply, "mismatch")))
+		event_apply_now(event, json_object_get(event, "circuit"));
+	else
+		event_apply_now(event, json_object_get(reply, "circuit"));
+	json_decref(event);
+}
+
+static void
+event_apply(const json_t *event)
+{
+	const char *name = json_string_value(json_object_get(event, "name"));
+	const json_t *circuit = json_object_get(event, "circuit");
+	proto_policy_sources sources;
+	proto_ctx declared;
+	const char *preset, *why;
+	cb_policy policy;
+	json_t *args, *kept;
+
+	if (name == NULL || !proto_name_valid(name, strlen(name), &why))
+		return;
+	/* A get never creates and, sent without "declared", never
+	 * mismatches; the policy only shapes what it reads. */
+	declared_parse(json_string_value(json_object_get(circuit, "declared")), &declared);
+	conf_policy(&srv.conf, name, &declared, &policy, &sources, &preset);
+	/* At the event's own clock (ctx.now of the request that caused it,
+	 * else Redis's then): a read at another time could end holds or
+	 * slots early. */
+	args = json_pack("{s:o, s:O}", "policy", proto_policy_flat_json(&policy), "now",
+	    json_object_get(event, "now") != NULL ? json_object_get(event, "now") : json_null());
+	kept = json_deep_copy(event);
+	if (args != NULL && kept != NULL &&
+	    fleet_call_script("get", name, args, event_read_done, kept) != NULL) {
+		json_decref(args);
+		return;
+	}
+	json_decref(args);
+	json_decref(kept);
+	event_apply_now(event, circuit);
 }
 
 static void
