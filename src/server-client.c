@@ -512,10 +512,14 @@ server_client_resume(server_client *c)
 {
 	static const struct timeval now = { 0, 0 };
 
-	if (c->state == SERVER_CLIENT_OPEN)
+	if (c->drain_waiting && c->fleet_wait == NULL) {
+		c->drain_waiting = false;
+		server_client_drain(c);
+	} else if (c->state == SERVER_CLIENT_OPEN) {
 		evtimer_add(c->turn_ev, &now);
-	else if (c->state == SERVER_CLIENT_CLOSING)
+	} else if (c->state == SERVER_CLIENT_CLOSING) {
 		server_client_flush(c);
+	}
 }
 
 /* Read once into the input buffer. Returns bytes read, 0 at EOF, -1 when
@@ -655,6 +659,13 @@ server_client_drain(server_client *c)
 		evtimer_del(c->turn_ev);
 		while (!op_list_continue(c))
 			;
+		if (c->fleet_wait != NULL) {
+			/* A request waits on Redis (at most redis_timeout_ms): its
+			 * reply first, then the drain goes on (resume). */
+			c->drain_waiting = true;
+			event_del(c->read_ev);
+			return;
+		}
 		input_process(c, SIZE_MAX, 0);
 		for (int i = 0; i < SERVER_CLIENT_DRAIN_READS && c->state == SERVER_CLIENT_OPEN;
 		     i++) {

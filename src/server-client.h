@@ -96,6 +96,9 @@ struct server_client {
 	struct op_list_job *list_job;
 	/* Where this connection's paged listing stands (its last list). */
 	struct op_list_cursor *list_cursor;
+	/* Shutdown came while a request waited on Redis: drain once it is
+	 * answered. */
+	bool drain_waiting;
 };
 
 /* A connection on an accepted, non-blocking fd; NULL when out of memory

@@ -305,6 +305,32 @@ START_TEST(test_frozen_redis_is_answered_from_the_copy)
 }
 END_TEST
 
+/* SIGTERM while a request waits on Redis: the request is answered (here
+ * from the copy, Redis being frozen) before the connection closes. */
+START_TEST(test_shutdown_answers_a_request_waiting_on_redis)
+{
+	char line[UTIL_REPLY_SIZE];
+	json_t *r;
+
+	json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"sd\"}"));
+	kill(redis.pid, SIGSTOP);
+	ck_assert(util_write_all(a, "{\"id\":9,\"op\":\"get\",\"name\":\"sd\"}\n", 32));
+	/* The request is read and waits on the frozen Redis; then SIGTERM. */
+	usleep(50000);
+	kill(host_a.pid, SIGTERM);
+	ck_assert_msg(util_read_line(a, line, sizeof line),
+	    "no reply before the connection closed");
+	r = json_loads(line, 0, NULL);
+	kill(redis.pid, SIGCONT);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(util_int(r, "id"), 9);
+	ck_assert(util_bool(r, "ok"));
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);
+	json_decref(r);
+	ck_assert(util_wait_eof(a));
+}
+END_TEST
+
 START_TEST(test_skewed_host_agrees_on_the_break)
 {
 	static const char *const skew[] = { "CBD_TEST_CLOCK_SKEW_MS=300000", NULL };
@@ -376,6 +402,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_watch_on_one_host_sees_a_trip_on_the_other);
 	tcase_add_test(tc, test_redis_lost_hosts_break_locally_and_write_back);
 	tcase_add_test(tc, test_frozen_redis_is_answered_from_the_copy);
+	tcase_add_test(tc, test_shutdown_answers_a_request_waiting_on_redis);
 	tcase_add_test(tc, test_skewed_host_agrees_on_the_break);
 	tcase_add_test(tc, test_script_loaded_again_after_noscript);
 	tcase_add_test(tc, test_cbctl_stats_shows_the_backend);
