@@ -183,12 +183,20 @@ view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, pr
 	return true;
 }
 
+/* What copy_apply's view points into besides the JSON it read: valid
+ * until the next copy_apply (cbd is single-threaded). */
+static proto_ctx copy_declared;
+static union {
+	cb_reporters r;
+	unsigned char room[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
+} copy_reporters;
+
 /* Make this host's copy of name what the script reports (circuit NULL
  * or null: not stored), log and broadcast its change. *view (may be
  * NULL) receives the script's view. Returns whether circuit was read. */
 static bool
 copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
-    bool deleted_event, ct_view *view, proto_ctx *declared, cb_reporters *reporters)
+    bool deleted_event, ct_view *view)
 {
 	ct_view local;
 	ct_change change;
@@ -205,7 +213,7 @@ copy_apply(const char *name, const json_t *circuit, const json_t *change_json, i
 		}
 		return true;
 	}
-	if (!view_from_json(name, circuit, now, view, declared, reporters)) {
+	if (!view_from_json(name, circuit, now, view, &copy_declared, &copy_reporters.r)) {
 		log_warning("fleet: cannot read the circuit script's view of a circuit");
 		return false;
 	}
@@ -609,9 +617,7 @@ pending_done(const json_t *reply, void *arg)
 {
 	op_pending *p = arg;
 	op_call *call = &p->call;
-	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
 	const json_t *circuit;
-	proto_ctx declared;
 	ct_view view;
 
 	p->in_flight--;
@@ -628,7 +634,7 @@ pending_done(const json_t *reply, void *arg)
 			    json_is_integer(json_object_get(reply, "now"))
 				? json_integer_value(json_object_get(reply, "now"))
 				: call->now,
-			    true, NULL, &declared, (cb_reporters *)(void *)reporters);
+			    true, NULL);
 		if (p->in_flight == 0)
 			pending_free(p);
 		return;
@@ -693,16 +699,14 @@ pending_done(const json_t *reply, void *arg)
 		if (permit != NULL)
 			slot_forget(call->client, permit);
 		copy_apply(call->name, json_object_get(p->first, "circuit"),
-		    json_object_get(p->first, "change"), call->now, false, NULL, &declared,
-		    (cb_reporters *)(void *)reporters);
+		    json_object_get(p->first, "change"), call->now, false, NULL);
 	}
 	/* Time and retry_after_ms as the fleet's clock says. */
 	if (json_is_integer(json_object_get(reply, "now")))
 		call->now = json_integer_value(json_object_get(reply, "now"));
 	circuit = json_object_get(reply, "circuit");
 	if (!copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
-		strcmp(call->op->name, "delete") != 0, &view, &declared,
-		(cb_reporters *)(void *)reporters)) {
+		strcmp(call->op->name, "delete") != 0, &view)) {
 		pending_local(p);
 		return;
 	}
@@ -752,15 +756,13 @@ op_fleet_client_closed(server_client *c)
 static void
 event_apply_now(const json_t *event, const json_t *circuit)
 {
-	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
 	const char *name = json_string_value(json_object_get(event, "name"));
-	proto_ctx declared;
 
 	copy_apply(name, circuit, json_object_get(event, "change"),
 	    json_is_integer(json_object_get(event, "now"))
 		? json_integer_value(json_object_get(event, "now"))
 		: clock_realtime_ms(),
-	    true, NULL, &declared, (cb_reporters *)(void *)reporters);
+	    true, NULL);
 }
 
 static void
@@ -812,14 +814,11 @@ event_apply(const json_t *event)
 static void
 merge_done(const json_t *reply, void *arg)
 {
-	unsigned char reporters[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
 	char *name = arg;
-	proto_ctx declared;
 
 	if (reply != NULL)
 		copy_apply(name, json_object_get(reply, "circuit"),
-		    json_object_get(reply, "change"), clock_realtime_ms(), false, NULL, &declared,
-		    (cb_reporters *)(void *)reporters);
+		    json_object_get(reply, "change"), clock_realtime_ms(), false, NULL);
 	free(name);
 }
 
@@ -837,10 +836,9 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	proto_policy_sources sources;
 	const char *preset;
 	cb_policy policy;
-	char *text, *copy;
-	json_t *args;
-
 	bool held_here = view->hold.held && view->hold.since >= w->since;
+	char *text, *copy;
+	json_t *args, *circuit;
 
 	/* Opened here during the outage, or held here by an operator then. */
 	if (!held_here &&
@@ -850,26 +848,22 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
 	text = declared_text(view->declared);
 	copy = strdup(name);
-	args = text != NULL
-	    ? json_pack("{s:o, s:s, s:{s:s, s:I, s:I, s:o, s:o, s:I}}", "policy",
-		  proto_policy_flat_json(&policy), "declared", text, "circuit", "state",
-		  breaker_state_name(view->snap.state), "failure_count",
-		  (json_int_t)view->snap.failure_count, "success_count",
-		  (json_int_t)view->snap.success_count, "last_failure_at",
-		  view->snap.last_failure_at != CB_TIME_NONE
-		      ? json_integer(view->snap.last_failure_at)
-		      : json_null(),
-		  "opened_at",
-		  view->snap.opened_at != CB_TIME_NONE ? json_integer(view->snap.opened_at)
-						       : json_null(),
-		  "current_break_ms", (json_int_t)view->snap.current_break_ms)
-	    : NULL;
-	if (args != NULL && held_here &&
-	    json_object_set_new(json_object_get(args, "circuit"), "hold",
-		op_hold_json(&view->hold)) != 0) {
-		json_decref(args);
-		args = NULL;
+	/* The copy's snapshot, its raw current_break_ms and, when an operator
+	 * held it here, the hold. */
+	circuit = proto_snapshot_to_json(name, &view->snap, 0);
+	if (circuit != NULL &&
+	    (json_object_set_new(circuit, "current_break_ms",
+		 json_integer(view->snap.current_break_ms)) != 0 ||
+		(held_here &&
+		    json_object_set_new(circuit, "hold", op_hold_json(&view->hold)) != 0))) {
+		json_decref(circuit);
+		circuit = NULL;
 	}
+	args = text != NULL && circuit != NULL
+	    ? json_pack("{s:o, s:s, s:O}", "policy", proto_policy_flat_json(&policy), "declared",
+		  text, "circuit", circuit)
+	    : NULL;
+	json_decref(circuit);
 	if (args != NULL && copy != NULL &&
 	    fleet_call_script("merge", name, args, merge_done, copy) != NULL) {
 		copy = NULL;
