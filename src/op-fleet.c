@@ -816,9 +816,11 @@ merge_done(const json_t *reply, void *arg)
 {
 	char *name = arg;
 
+	/* This host's copy was in that state already (it opened or was held
+	 * here): refreshed, not logged or sent to watchers a second time. */
 	if (reply != NULL)
-		copy_apply(name, json_object_get(reply, "circuit"),
-		    json_object_get(reply, "change"), clock_realtime_ms(), false, NULL);
+		copy_apply(name, json_object_get(reply, "circuit"), NULL, clock_realtime_ms(),
+		    false, NULL);
 	free(name);
 }
 
