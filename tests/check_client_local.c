@@ -1427,18 +1427,6 @@ START_TEST(http_classifier_in_a_breaker)
 }
 END_TEST
 
-/* A call that takes about *(int *)arg ms. */
-static int
-sleep_call(void *arg)
-{
-	int ms = *(int *)arg;
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-	return 0;
-}
-
 START_TEST(execute_measures_the_duration_and_a_slow_rule_opens)
 {
 	recorder rec = { 0 };
@@ -1457,14 +1445,14 @@ START_TEST(execute_measures_the_duration_and_a_slow_rule_opens)
 	o.slow_call_ms = 40;
 	o.slow_call_rate = 100;
 	b = breaker_new_ok(&o);
-	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &fast, &res, NULL), CBC_OK);
-	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &fast, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &slow, &res, NULL), CBC_OK);
 	ck_assert_int_ge(res.duration_ms, 50);
 	ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
 	/* One fast, one slow: 50 % slow, not 100 %. */
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
 	/* Slow, slow: 100 %. */
-	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &slow, &res, NULL), CBC_OK);
 	ck_assert_int_eq(res.result, 0);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
 	ck_assert_int_eq(rec.count, 1);
@@ -1510,7 +1498,7 @@ START_TEST(report_sends_a_duration)
 	ck_assert_int_eq(snap.window.slow, 1);
 	/* Measured between acquire and report: >= 50 ms, slow. */
 	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_OK);
-	sleep_call(&slow);
+	client_call_sleep(&slow);
 	ck_assert_int_eq(cbc_breaker_report(b, &p, CBC_OUTCOME_FAILURE, &err), CBC_OK);
 	ck_assert_int_eq(cbc_store_get(store, "reported", &rate, &snap, NULL), CBC_OK);
 	ck_assert_int_eq(snap.window.calls, 2);

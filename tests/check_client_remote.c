@@ -655,18 +655,6 @@ END_TEST
 	"[circuit \"ratecfg\"]\ntrip = rate\nwindow_size = 4\nminimum_calls = 4\n"                 \
 	"failure_rate = 50\nbreak_ms = 60000\n"
 
-/* A call that takes at least *(int *)arg ms. */
-static int
-sleep_call(void *arg)
-{
-	int ms = *(int *)arg;
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-	return 0;
-}
-
 START_TEST(slow_calls_open_a_circuit_in_cbd)
 {
 	cbd_harness *h = cbd_start("");
@@ -693,7 +681,7 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	b = cbc_breaker_new(&o, NULL);
 	ck_assert_ptr_nonnull(b);
 	/* A successful call of ~50 ms: cbd counts it slow. */
-	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &slow, &res, NULL), CBC_OK);
 	ck_assert_int_ge(res.duration_ms, 50);
 	ck_assert_int_eq(cbc_get(c, "slowpoke", NULL, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.totals.successes, 1);
@@ -708,7 +696,7 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	ck_assert_int_eq(s.current_break_ms, 30000);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
 	/* A second slow success: 2 of 2 slow, the circuit opens. */
-	ck_assert_int_eq(cbc_breaker_execute(b, sleep_call, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &slow, &res, NULL), CBC_OK);
 	ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
 	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
 	ck_assert_int_eq(cbc_get(c, "slowpoke", NULL, &s, NULL), CBC_OK);

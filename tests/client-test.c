@@ -3,8 +3,10 @@
  * (see client-test.h): each contract operation is the cbc_store_* call of
  * the same name with the policy as a full ctx and `now` as ctx.now.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client-test.h"
 
@@ -194,4 +196,15 @@ int
 client_call_fail(void *arg)
 {
 	return client_call(arg, CLIENT_CALL_ERROR);
+}
+
+int
+client_call_sleep(void *arg)
+{
+	int ms = *(int *)arg;
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return 0;
 }

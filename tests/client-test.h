@@ -35,6 +35,8 @@ void client_box_free_stores(client_box *box);
  * NULL) and succeed (0) or fail (CLIENT_CALL_ERROR). */
 int client_call_ok(void *arg);
 int client_call_fail(void *arg);
+/* A protected call that takes at least *(int *)arg ms and succeeds. */
+int client_call_sleep(void *arg);
 
 /* A full ctx from a core policy and a virtual `now`. */
 cbc_ctx client_ctx(const cb_policy *policy, int64_t now);
