@@ -32,18 +32,7 @@ static double samples[BENCH_SAMPLES_MAX];
 static double
 now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
+	return harness_now_s() * 1e6;
 }
 
 /* The resident set of pid in KiB (VmRSS), or -1. */
@@ -205,7 +194,7 @@ probe(cbd_harness *h, int seconds, const char *label)
 		samples[n++] = now_us() - t;
 	}
 	close(fd);
-	qsort(samples, n, sizeof samples[0], cmp_double);
+	harness_sort_samples(samples, (size_t)n);
 	printf("state file: %-34s %7zu gets: p50 %7.1f us  p99 %7.1f us  max %8.1f us\n", label, n,
 	    n ? samples[n / 2] : 0, n ? samples[n * 99 / 100] : 0, n ? samples[n - 1] : 0);
 }

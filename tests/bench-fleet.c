@@ -77,14 +77,6 @@ read_script(void)
 	return text;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Read one line from fd into buf (blocking); false at EOF. */
 static bool
 read_line(int fd, char *buf, size_t size)
@@ -136,7 +128,7 @@ event_delay(const cbd_harness *a, const cbd_harness *b, int n)
 	}
 	close(fa);
 	close(fb);
-	qsort(delay, (size_t)got, sizeof delay[0], cmp_double);
+	harness_sort_samples(delay, (size_t)got);
 	if (got > 0)
 		printf("cross-host event delay (trip on A -> event on B's watcher), %d trips: "
 		       "p50 %.3f ms  p99 %.3f ms  max %.3f ms\n",

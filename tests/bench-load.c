@@ -122,14 +122,6 @@ worker_run(void *arg)
 	return NULL;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 double
 bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
     void *arg, int conns, double seconds)
@@ -163,7 +155,7 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 		n += w[i].lat_count;
 		free(w[i].lat);
 	}
-	qsort(all, (size_t)n, sizeof(double), cmp_double);
+	harness_sort_samples(all, (size_t)n);
 	rate = (double)total / seconds;
 	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld\n", label,
 	    conns, rate, n ? all[n / 2] : 0, n ? all[n * 99 / 100] : 0, errors);

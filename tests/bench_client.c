@@ -30,25 +30,14 @@ static double samples[SAMPLES_MAX];
 static double
 now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
+	return harness_now_s() * 1e6;
 }
 
 /* Print p50/p99/max of the first n samples (µs). */
 static void
 report(const char *what, int n)
 {
-	qsort(samples, (size_t)n, sizeof samples[0], cmp_double);
+	harness_sort_samples(samples, (size_t)n);
 	printf("%-52s n=%-6d p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what, n, samples[n / 2],
 	    samples[n * 99 / 100], samples[n - 1]);
 }

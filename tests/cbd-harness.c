@@ -35,6 +35,20 @@ static struct {
 } running[HARNESS_MAX];
 static bool cleanup_registered;
 
+static int
+sample_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+void
+harness_sort_samples(double *v, size_t n)
+{
+	qsort(v, n, sizeof *v, sample_cmp);
+}
+
 int
 harness_timeout_ms(void)
 {

@@ -37,6 +37,8 @@ int harness_connect_path(const char *path);
 bool harness_send_all(int fd, const char *buf, size_t len);
 /* The monotonic clock in seconds, for benchmarks. */
 double harness_now_s(void);
+/* Sort n samples in place, smallest first (benchmarks' percentiles). */
+void harness_sort_samples(double *v, size_t n);
 
 /* --- Extensions used by cbd's own tests (not needed by other users). --- */
 
