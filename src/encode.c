@@ -115,11 +115,112 @@ enc_value(enc_buf *b, const json_t *v)
 	b->buf[b->len] = '\0';
 }
 
+/* A string as json_dumpb writes it: '"', '\\' and control bytes escaped,
+ * everything else (UTF-8 included) as it is. */
+static void
+enc_string(enc_buf *b, const char *text, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const char *run = text, *end = text + len;
+
+	enc_put(b, "\"", 1);
+	for (const char *p = text; p < end; p++) {
+		unsigned char c = (unsigned char)*p;
+		char esc[6] = { '\\', 0 };
+		size_t n = 2;
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		switch (c) {
+		case '"':
+			esc[1] = '"';
+			break;
+		case '\\':
+			esc[1] = '\\';
+			break;
+		case '\b':
+			esc[1] = 'b';
+			break;
+		case '\f':
+			esc[1] = 'f';
+			break;
+		case '\n':
+			esc[1] = 'n';
+			break;
+		case '\r':
+			esc[1] = 'r';
+			break;
+		case '\t':
+			esc[1] = 't';
+			break;
+		default:
+			memcpy(esc + 1, "u00", 3);
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 15];
+			n = 6;
+		}
+		enc_put(b, run, (size_t)(p - run));
+		enc_put(b, esc, n);
+		run = p + 1;
+	}
+	enc_put(b, run, (size_t)(end - run));
+	enc_put(b, "\"", 1);
+}
+
+void
+enc_compact(enc_buf *b, const json_t *v)
+{
+	const char *key;
+	json_t *member;
+	size_t i = 0;
+
+	switch (v != NULL ? json_typeof(v) : JSON_REAL) {
+	case JSON_NULL:
+		enc_put(b, "null", 4);
+		return;
+	case JSON_TRUE:
+		enc_put(b, "true", 4);
+		return;
+	case JSON_FALSE:
+		enc_put(b, "false", 5);
+		return;
+	case JSON_INTEGER:
+		enc_int(b, json_integer_value(v));
+		return;
+	case JSON_STRING:
+		enc_string(b, json_string_value(v), json_string_length(v));
+		return;
+	case JSON_OBJECT:
+		enc_put(b, "{", 1);
+		json_object_foreach ((json_t *)v, key, member) {
+			if (i++ > 0)
+				enc_put(b, ",", 1);
+			enc_string(b, key, strlen(key));
+			enc_put(b, ":", 1);
+			enc_compact(b, member);
+		}
+		enc_put(b, "}", 1);
+		return;
+	case JSON_ARRAY:
+		enc_put(b, "[", 1);
+		json_array_foreach (v, i, member) {
+			if (i > 0)
+				enc_put(b, ",", 1);
+			enc_compact(b, member);
+		}
+		enc_put(b, "]", 1);
+		return;
+	case JSON_REAL: /* and NULL: jansson's own formatting (and failure) */
+		break;
+	}
+	enc_value(b, v);
+}
+
 /* enc_value of a value built for it (stolen). */
 static void
 enc_json(enc_buf *b, json_t *v)
 {
-	enc_value(b, v);
+	enc_compact(b, v);
 	json_decref(v);
 }
 
@@ -154,6 +255,39 @@ typedef struct policy_text {
 static policy_text *cache;
 static unsigned cache_count;
 
+/* The last policy encoded, compared as it is given (no key to build, no
+ * hash to compute): requests in a row mostly name circuits of one policy.
+ * Bytes equal means the same policy; a difference in padding only misses. */
+static struct {
+	policy_text *text; /* NULL: none */
+	cb_policy policy;
+	proto_policy_sources sources;
+} last;
+
+/* Remember text as the encoding of (policy, sources); its key holds the
+ * preset. */
+static void
+last_set(policy_text *text, const cb_policy *policy, const proto_policy_sources *sources)
+{
+	last.text = sources != NULL ? text : NULL;
+	last.policy = *policy;
+	if (sources != NULL)
+		last.sources = *sources;
+}
+
+static bool
+last_is(const cb_policy *policy, const char *preset, const proto_policy_sources *sources)
+{
+	const policy_key *key = last.text != NULL ? &last.text->key : NULL;
+
+	return key != NULL && sources != NULL &&
+	    memcmp(&last.policy, policy, sizeof *policy) == 0 &&
+	    memcmp(&last.sources, sources, sizeof *sources) == 0 &&
+	    (preset != NULL ? key->has_preset &&
+			strncmp(key->preset, preset, PROTO_PRESET_NAME_MAX + 1) == 0
+			    : !key->has_preset);
+}
+
 void
 encode_cache_clear(void)
 {
@@ -164,6 +298,7 @@ encode_cache_clear(void)
 		free(p);
 	}
 	cache_count = 0;
+	last.text = NULL;
 }
 
 static void
@@ -176,6 +311,10 @@ enc_policy(enc_buf *b, const cb_policy *policy, const char *preset,
 	char *text;
 	size_t len;
 
+	if (last_is(policy, preset, sources)) {
+		enc_put(b, last.text->text, last.text->len);
+		return;
+	}
 	memset(&key, 0, sizeof key);
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		if (proto_policy_value(policy, (proto_ctx_key)k, &key.value[k]))
@@ -188,6 +327,7 @@ enc_policy(enc_buf *b, const cb_policy *policy, const char *preset,
 	}
 	HASH_FIND(hh, cache, &key, sizeof key, p);
 	if (p != NULL) {
+		last_set(p, policy, sources);
 		enc_put(b, p->text, p->len);
 		return;
 	}
@@ -214,10 +354,12 @@ enc_policy(enc_buf *b, const cb_policy *policy, const char *preset,
 		memcpy(p->text, text, len + 1);
 		hash_oom = 0;
 		HASH_ADD(hh, cache, key, sizeof p->key, p);
-		if (hash_oom)
+		if (hash_oom) {
 			free(p);
-		else
+		} else {
 			cache_count++;
+			last_set(p, policy, sources);
+		}
 	}
 	free(text);
 }

@@ -40,6 +40,11 @@ void enc_name(enc_buf *b, const char *name);
 /* A jansson value's compact text (nomem when it cannot be written). */
 void enc_value(enc_buf *b, const json_t *v);
 void enc_free(enc_buf *b);
+/* A jansson value as json_dumpb(JSON_COMPACT | JSON_ENCODE_ANY) writes it,
+ * without its allocations (it keeps a hash table of the objects it is in
+ * and names each by printing its address). Keys in insertion order, as
+ * jansson 2.14 dumps them. Reals go through enc_value. */
+void enc_compact(enc_buf *b, const json_t *v);
 
 /* The snapshot object of a circuit, as op_snapshot_json() builds it. */
 void encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_policy *policy,

@@ -8,6 +8,7 @@ src_libcbcore_la_SOURCES = \
 	src/window.c src/window.h \
 	src/circuit-table.c src/circuit-table.h \
 	src/proto.c src/proto.h \
+	src/proto-scan.c src/proto-scan.h \
 	src/clock.c src/clock.h
 src_libcbcore_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 src_libcbcore_la_LIBADD = $(JANSSON_LIBS)

@@ -538,7 +538,7 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 	enc_buf head = { 0 };
 	struct iovec parts[4];
 
-	enc_value(&head, call->reply);
+	enc_compact(&head, call->reply);
 	json_decref(call->reply);
 	call->reply = NULL;
 	if (head.nomem || head.len < 2 || head.buf[head.len - 1] != '}') {

@@ -10,6 +10,7 @@
 
 #include "circuit-table.h"
 #include "proto.h"
+#include "proto-scan.h"
 
 static const char *const code_names[PROTO_CODE_COUNT] = {
 	[PROTO_OK] = "ok",
@@ -865,6 +866,10 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 	json_t *request;
 	char key[64];
 
+	/* Most requests are plain: built without jansson's lexer. */
+	request = proto_scan_request(line, len);
+	if (request != NULL)
+		return request;
 	request = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	/* jansson leaves no error text when it runs out of memory. */
 	if (request == NULL &&

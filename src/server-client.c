@@ -17,6 +17,7 @@
 #include <linux/sockios.h>
 
 #include "clock.h"
+#include "encode.h"
 #include "log.h"
 #include "op.h"
 #include "server-client.h"
@@ -303,11 +304,15 @@ server_client_reply_parts(server_client *c, const struct iovec *parts, int n)
 	c->out[c->out_len++] = '\n';
 }
 
+/* A reply's text before it is copied into the output: one buffer kept
+ * between replies (cbd is one thread), given back when a large one grew it
+ * past SERVER_CLIENT_TEXT_KEEP. */
+#define SERVER_CLIENT_TEXT_KEEP 65536
+static enc_buf reply_text;
+
 void
 server_client_reply(server_client *c, json_t *reply)
 {
-	size_t n;
-
 	if (c->state != SERVER_CLIENT_OPEN) {
 		json_decref(reply);
 		return;
@@ -316,34 +321,16 @@ server_client_reply(server_client *c, json_t *reply)
 		server_client_reply_oom(c, NULL);
 		return;
 	}
-	if (!out_reserve(c, SERVER_CLIENT_REPLY_GUESS)) {
-		json_decref(reply);
-		server_client_nomem(c, "for output");
-		return;
-	}
-	n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1, JSON_COMPACT);
-	if (n > 0 && out_over_bound(c, n + 1)) {
-		json_decref(reply);
-		return;
-	}
-	if (n > c->out_cap - c->out_len - 1) {
-		if (!out_reserve(c, n + 1)) {
-			json_decref(reply);
-			server_client_nomem(c, "for output");
-			return;
-		}
-		n = json_dumpb(reply, c->out + c->out_len, c->out_cap - c->out_len - 1,
-		    JSON_COMPACT);
-	}
-	/* jansson allocates while dumping an object: 0 is out of memory. */
-	if (n == 0 || n > c->out_cap - c->out_len - 1) {
+	reply_text.len = 0;
+	reply_text.nomem = false;
+	enc_compact(&reply_text, reply);
+	if (reply_text.nomem)
 		server_client_reply_oom(c, json_object_get(reply, "id"));
-		json_decref(reply);
-		return;
-	}
+	else
+		server_client_reply_line(c, reply_text.buf, reply_text.len);
 	json_decref(reply);
-	c->out_len += n;
-	c->out[c->out_len++] = '\n';
+	if (reply_text.cap > SERVER_CLIENT_TEXT_KEEP)
+		enc_free(&reply_text);
 }
 
 /* Arm or disarm EV_WRITE. */

@@ -35,8 +35,6 @@
  * its own buffer, and how much of them the peer has read (SIOCOUTQ) shows
  * in steps of one. */
 #define SERVER_CLIENT_WRITE_MAX 16384
-/* Room made for a reply before serializing it (most replies fit). */
-#define SERVER_CLIENT_REPLY_GUESS 256
 /* A closing connection whose peer reads nothing for this long loses its
  * unsent whole lines; if it then reads nothing of the line already partly
  * written for this long again, it is closed anyway (cutting that line:

@@ -1,31 +1,41 @@
 /*
- * bench-load.c — the benchmarks' shared load generator (see bench-load.h).
+ * bench-load.c — the benchmarks' shared load generator (see bench-load.h):
+ * one thread, one epoll set, every connection with one request in flight.
+ *
+ * Why not a thread per connection: a thread blocked in read() on a Unix
+ * socket is woken (for nothing) whenever the server frees the request it
+ * sent, since readers and writers of a Unix socket share one wait queue;
+ * epoll filters that wake-up by event mask. The threads also spent the
+ * load generator's core on context switches, so the server was not what
+ * the figures measured.
  */
-#include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench-load.h"
 #include "cbd-harness.h"
 
-#define SAMPLES_MAX 400000
+#define SAMPLES_MAX 2000000
 #define READ_BUF 65536
 
-typedef struct worker {
-	pthread_t thread;
-	const char *path;
-	bench_framing framing;
-	bench_format_fn fmt;
-	void *arg;
+typedef struct bench_conn {
+	int fd;
 	int index;
-	double seconds;
-	long requests;
-	long errors;
-	double *lat;
-	long lat_count;
-} worker;
+	long sent; /* requests sent on this connection */
+	double sent_at; /* when the request in flight was sent */
+	size_t have; /* reply bytes read so far */
+	char *buf;
+} bench_conn;
 
 /* Where one RESP value starting at p ends, or NULL when more bytes are
  * needed. */
@@ -55,112 +65,210 @@ resp_end(const char *p, const char *end)
 	return nl + 1; /* + - : */
 }
 
-/* Read one reply. */
-static bool
-read_reply(int fd, bench_framing framing, char *buf, size_t *have, bool *error)
+/* The end of the reply at the start of c's buffer, or NULL when it is not
+ * complete yet; *error when it is an error reply. */
+static const char *
+reply_end(const bench_conn *c, bench_framing framing, bool *error)
 {
-	for (;;) {
-		const char *end = NULL;
+	const char *end;
 
-		if (*have > 0) {
-			if (framing == BENCH_LINES) {
-				char *nl = memchr(buf, '\n', *have);
-
-				end = nl != NULL ? nl + 1 : NULL;
-				*error = end != NULL && strstr(buf, "\"ok\":true") == NULL;
-			} else {
-				end = resp_end(buf, buf + *have);
-				*error = end != NULL && buf[0] == '-';
-			}
-		}
-		if (end != NULL) {
-			size_t used = (size_t)(end - buf);
-
-			memmove(buf, end, *have - used);
-			*have -= used;
-			return true;
-		}
-		ssize_t n = read(fd, buf + *have, READ_BUF - 1 - *have);
-
-		if (n <= 0)
-			return false;
-		*have += (size_t)n;
-		buf[*have] = '\0';
+	if (framing == BENCH_RESP) {
+		end = resp_end(c->buf, c->buf + c->have);
+		*error = end != NULL && c->buf[0] == '-';
+		return end;
 	}
+	end = memchr(c->buf, '\n', c->have);
+	if (end == NULL)
+		return NULL;
+	end++;
+	/* Lines and echo: an echoed request has no "ok" and is not an error. */
+	*error = framing == BENCH_LINES && strstr(c->buf, "\"ok\":true") == NULL;
+	return end;
 }
 
-static void *
-worker_run(void *arg)
+static bool
+send_request(bench_conn *c, bench_format_fn fmt, void *arg)
 {
-	worker *w = arg;
-	char req[BENCH_REQUEST_MAX], *buf = malloc(READ_BUF);
-	int fd = harness_connect_path(w->path);
-	double end = harness_now_s() + w->seconds;
-	size_t have = 0;
-	long i = 0;
+	char req[BENCH_REQUEST_MAX];
+	size_t len = fmt(req, sizeof req, (c->index + (int)c->sent++) % BENCH_KEYS, arg);
 
-	if (fd < 0 || buf == NULL) {
-		free(buf);
-		return NULL;
-	}
-	while (harness_now_s() < end) {
-		size_t len = w->fmt(req, sizeof req, (w->index + (int)i++) % BENCH_KEYS, w->arg);
-		bool error;
-		double t = harness_now_s();
-
-		if (!harness_send_all(fd, req, len) ||
-		    !read_reply(fd, w->framing, buf, &have, &error))
-			break;
-		if (w->lat_count < SAMPLES_MAX)
-			w->lat[w->lat_count++] = (harness_now_s() - t) * 1e6;
-		w->requests++;
-		if (error && w->errors++ == 0 && getenv("BENCH_DEBUG") != NULL)
-			fprintf(stderr, "first error reply: %.200s\n", buf);
-	}
-	close(fd);
-	free(buf);
-	return NULL;
+	c->sent_at = harness_now_s();
+	return harness_send_all(c->fd, req, len);
 }
 
 double
 bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
     void *arg, int conns, double seconds)
 {
-	static worker w[BENCH_CONNS_MAX];
-	double *all, rate;
+	static bench_conn conn[BENCH_CONNS_MAX];
+	struct epoll_event ev[BENCH_CONNS_MAX];
+	double *lat = malloc(sizeof(double) * SAMPLES_MAX), start, end, rate;
 	long total = 0, errors = 0, n = 0;
+	int ep = epoll_create1(0), open = 0;
 
 	if (conns > BENCH_CONNS_MAX)
 		conns = BENCH_CONNS_MAX;
 	for (int i = 0; i < conns; i++) {
-		w[i] = (worker){ .path = path,
-			.framing = framing,
-			.fmt = fmt,
-			.arg = arg,
-			.index = i,
-			.seconds = seconds };
-		w[i].lat = malloc(sizeof(double) * SAMPLES_MAX);
-		pthread_create(&w[i].thread, NULL, worker_run, &w[i]);
+		conn[i] = (bench_conn){ .fd = harness_connect_path(path), .index = i };
+		conn[i].buf = malloc(READ_BUF);
+		if (conn[i].fd < 0 || conn[i].buf == NULL)
+			continue;
+		/* Writes of one small request do not block; reads wait in epoll. */
+		fcntl(conn[i].fd, F_SETFL, fcntl(conn[i].fd, F_GETFL) | O_NONBLOCK);
+		epoll_ctl(ep, EPOLL_CTL_ADD, conn[i].fd,
+		    &(struct epoll_event){ .events = EPOLLIN, .data.ptr = &conn[i] });
+		open++;
 	}
+	start = harness_now_s();
+	end = start + seconds;
 	for (int i = 0; i < conns; i++) {
-		pthread_join(w[i].thread, NULL);
-		total += w[i].requests;
-		errors += w[i].errors;
-		n += w[i].lat_count;
+		if (conn[i].fd >= 0 && !send_request(&conn[i], fmt, arg))
+			open--;
 	}
-	all = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-	n = 0;
+	while (open > 0) {
+		double now = harness_now_s();
+		int ready;
+
+		if (now >= end)
+			break;
+		ready = epoll_wait(ep, ev, BENCH_CONNS_MAX, (int)((end - now) * 1000) + 1);
+		if (ready < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < ready; i++) {
+			bench_conn *c = ev[i].data.ptr;
+			ssize_t got = read(c->fd, c->buf + c->have, READ_BUF - 1 - c->have);
+			const char *reply;
+			bool error;
+
+			if (got <= 0) {
+				if (got < 0 && errno == EAGAIN)
+					continue;
+				epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+				open--;
+				continue;
+			}
+			c->have += (size_t)got;
+			c->buf[c->have] = '\0';
+			reply = reply_end(c, framing, &error);
+			if (reply == NULL)
+				continue;
+			now = harness_now_s();
+			if (n < SAMPLES_MAX)
+				lat[n++] = (now - c->sent_at) * 1e6;
+			total++;
+			if (error && errors++ == 0 && getenv("BENCH_DEBUG") != NULL)
+				fprintf(stderr, "first error reply: %.200s\n", c->buf);
+			c->have -= (size_t)(reply - c->buf);
+			memmove(c->buf, reply, c->have);
+			if (now < end && !send_request(c, fmt, arg)) {
+				epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+				open--;
+			}
+		}
+	}
+	rate = (double)total / (harness_now_s() - start);
 	for (int i = 0; i < conns; i++) {
-		memcpy(all + n, w[i].lat, sizeof(double) * (size_t)w[i].lat_count);
-		n += w[i].lat_count;
-		free(w[i].lat);
+		if (conn[i].fd >= 0)
+			close(conn[i].fd);
+		free(conn[i].buf);
 	}
-	harness_sort_samples(all, (size_t)n);
-	rate = (double)total / seconds;
+	close(ep);
+	harness_sort_samples(lat, (size_t)n);
 	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld\n", label,
-	    conns, rate, n ? all[n / 2] : 0, n ? all[n * 99 / 100] : 0, errors);
-	free(all);
+	    conns, rate, n ? lat[n / 2] : 0, n ? lat[n * 99 / 100] : 0, errors);
+	fflush(stdout);
+	free(lat);
 	return rate;
+}
+
+bool
+bench_pin(pid_t pid, int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(pid, sizeof set, &set) == 0;
+}
+
+int
+bench_cpus(void)
+{
+	cpu_set_t set;
+
+	return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* The echo server's loop: every byte read is written back. */
+static void
+echo_serve(int listener)
+{
+	struct epoll_event ev[64];
+	char buf[READ_BUF];
+	int ep = epoll_create1(0);
+
+	epoll_ctl(ep, EPOLL_CTL_ADD, listener,
+	    &(struct epoll_event){ .events = EPOLLIN, .data.fd = listener });
+	for (;;) {
+		int ready = epoll_wait(ep, ev, 64, -1);
+
+		for (int i = 0; i < ready; i++) {
+			int fd = ev[i].data.fd;
+
+			if (fd == listener) {
+				int c = accept4(listener, NULL, NULL, SOCK_NONBLOCK);
+
+				if (c >= 0)
+					epoll_ctl(ep, EPOLL_CTL_ADD, c,
+					    &(struct epoll_event){ .events = EPOLLIN,
+						.data.fd = c });
+				continue;
+			}
+			ssize_t got = read(fd, buf, sizeof buf);
+
+			if (got <= 0) {
+				if (got == 0 || errno != EAGAIN)
+					close(fd);
+				continue;
+			}
+			if (write(fd, buf, (size_t)got) != got)
+				close(fd);
+		}
+	}
+}
+
+pid_t
+bench_echo_start(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int listener = socket(AF_UNIX, SOCK_STREAM, 0);
+	pid_t pid;
+
+	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+	unlink(path);
+	if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+	    listen(listener, 512) != 0) {
+		if (listener >= 0)
+			close(listener);
+		return -1;
+	}
+	pid = fork();
+	if (pid == 0) {
+		echo_serve(listener);
+		_exit(0);
+	}
+	close(listener);
+	return pid;
+}
+
+void
+bench_echo_stop(pid_t pid, const char *path)
+{
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	unlink(path);
 }
 
 bool

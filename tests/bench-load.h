@@ -1,14 +1,16 @@
 /*
  * bench-load.h — the load generator the side-by-side benchmarks share
- * (bench-vs-redis, bench-fleet): N connections, each a thread with one
- * request in flight, every round trip timed; cbd's lines or Redis's RESP.
- * Prints figures, asserts nothing.
+ * (bench-vs-redis, bench-fleet): N connections driven from one thread
+ * through epoll, each with one request in flight, every round trip timed;
+ * cbd's lines, Redis's RESP or an echo server's echo. Prints figures,
+ * asserts nothing.
  */
 #ifndef CBD_BENCH_LOAD_H
 #define CBD_BENCH_LOAD_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Circuits (or keys) the connections spread over. */
 #define BENCH_KEYS 64
@@ -19,6 +21,7 @@
 typedef enum bench_framing {
 	BENCH_LINES, /* cbd: one JSON line per reply, ok unless "ok":true is missing */
 	BENCH_RESP, /* Redis: one RESP value per reply, an error when it starts with '-' */
+	BENCH_ECHO, /* the echo server: the request's own line comes back */
 } bench_framing;
 
 /* Write the request for circuit (or key) number key into req; its length. */
@@ -28,6 +31,17 @@ typedef size_t (*bench_format_fn)(char *req, size_t size, int key, void *arg);
  * line (label, req/s, p50, p99, errors); return the requests per second. */
 double bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
     void *arg, int conns, double seconds);
+
+/* Keep process pid (0: this one) on CPU number cpu. */
+bool bench_pin(pid_t pid, int cpu);
+
+/* The CPUs this process may run on. */
+int bench_cpus(void);
+
+/* An echo server on a Unix socket at path, in a child process (the floor
+ * a server on this machine cannot beat); its pid or -1. */
+pid_t bench_echo_start(const char *path);
+void bench_echo_stop(pid_t pid, const char *path);
 
 /* cbd's record_failure on circuit-NN (a bench_format_fn). */
 size_t bench_format_record_failure(char *req, size_t size, int key, void *arg);

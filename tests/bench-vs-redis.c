@@ -5,12 +5,16 @@
  *   - cbd `record_failure` (the write a sidecar answers most);
  *   - Redis EVALSHA of a Lua script doing the same bookkeeping (count the
  *     failure, stamp it, open at the threshold, return the fields);
- *   - Redis GET (what a user compares "a lookup" with).
+ *   - Redis GET (what a user compares "a lookup" with);
+ *   - an echo server (the floor: what the kernel alone costs a server).
  *
- * Each connection is a thread with one request in flight (depth 1), on
- * its own circuit/key among 64; every round trip is timed.
+ * Every connection has one request in flight (depth 1), on its own
+ * circuit/key among 64; every round trip is timed. With two CPUs or more
+ * the servers run on CPU 0 and the load generator on CPU 1, so the figures
+ * are the server's own cost, not the two fighting for one core (-P: leave
+ * the scheduler to place them).
  *
- *   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50]
+ *   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-P]
  *
  * Starts cbd on a temporary socket and, when redis-server is on PATH, a
  * Redis on a Unix socket in the same temporary directory (no TCP); stops
@@ -56,18 +60,22 @@ main(int argc, char **argv)
 {
 	int conns[8] = { 8, 50 }, nconns = 2, opt;
 	double seconds = 3;
-	char sha[41] = "";
+	bool pin = bench_cpus() >= 2;
+	char sha[41] = "", echo_path[sizeof((cbd_harness *)0)->socket_path + 8];
+	pid_t echo;
 	redis_server redis;
 	bool have_redis;
 	cbd_harness h;
 
-	while ((opt = getopt(argc, argv, "d:c:")) != -1) {
-		if (opt == 'd') {
+	while ((opt = getopt(argc, argv, "d:c:P")) != -1) {
+		if (opt == 'P') {
+			pin = false;
+		} else if (opt == 'd') {
 			seconds = atof(optarg);
 		} else if (opt == 'c') {
 			nconns = bench_parse_conns(optarg, conns, 8);
 		} else {
-			fprintf(stderr, "usage: bench-vs-redis [-d SECONDS] [-c 8,50]\n");
+			fprintf(stderr, "usage: bench-vs-redis [-d SECONDS] [-c 8,50] [-P]\n");
 			return 2;
 		}
 	}
@@ -82,6 +90,15 @@ main(int argc, char **argv)
 	}
 	if (!have_redis)
 		printf("redis-server not found or did not start: cbd only\n");
+	snprintf(echo_path, sizeof echo_path, "%s.echo", h.socket_path);
+	echo = bench_echo_start(echo_path);
+	if (pin) {
+		bool pinned = bench_pin(0, 1) && bench_pin(h.pid, 0) &&
+		    (!have_redis || bench_pin(redis.pid, 0)) && (echo < 0 || bench_pin(echo, 0));
+
+		printf(pinned ? "servers on CPU 0, load generator on CPU 1\n"
+			      : "pinning failed: the scheduler places servers and load\n");
+	}
 	for (int i = 0; i < nconns; i++) {
 		int c = conns[i];
 		double cbd = bench_run("cbd record_failure", h.socket_path, BENCH_LINES,
@@ -98,7 +115,11 @@ main(int argc, char **argv)
 			printf("ratios at %d conns: cbd/GET %.2f  cbd/EVALSHA %.2f\n", c, cbd / get,
 			    eval > 0 ? cbd / eval : 0);
 		}
+		if (echo > 0)
+			bench_run("echo server (the floor)", echo_path, BENCH_ECHO,
+			    bench_format_record_failure, NULL, c, seconds);
 	}
+	bench_echo_stop(echo, echo_path);
 	if (have_redis)
 		redis_stop(&redis);
 	harness_stop(&h);
