@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "conf.h"
+#include "json-alloc.h"
 #include "log.h"
 #include "server.h"
 
@@ -81,6 +82,9 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* Before the first jansson value (the configuration makes none, but
+	 * everything after it does). */
+	json_alloc_install();
 	if (config_path != NULL) {
 		if (!conf_load(config_path, &srv.conf, err, sizeof err)) {
 			fprintf(stderr, "cbd: %s\n", err);
@@ -124,5 +128,6 @@ main(int argc, char **argv)
 	rc = server_loop();
 	server_free();
 	libevent_global_shutdown();
+	json_alloc_release();
 	return rc;
 }

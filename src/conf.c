@@ -691,6 +691,9 @@ conf_redis_address_parse(const char *text, conf_redis_address *out, const char *
 	return true;
 }
 
+/* The last generation handed out. */
+static uint64_t conf_generations;
+
 bool
 conf_init_defaults(cbd_conf *cfg)
 {
@@ -704,6 +707,7 @@ conf_init_defaults(cbd_conf *cfg)
 			return false;
 		}
 	}
+	cfg->generation = ++conf_generations;
 	return true;
 }
 
@@ -765,6 +769,7 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 		conf_free(cfg);
 		return false;
 	}
+	cfg->generation = ++conf_generations;
 	return true;
 }
 
@@ -816,6 +821,31 @@ layer_preset(const cbd_conf *cfg, const proto_ctx *ctx)
 	return conf_preset_find(cfg, ctx->preset);
 }
 
+/* conf_policy's last answer and what it was asked: most requests in a row
+ * name circuits of one policy, and resolving costs more than comparing.
+ * A configuration is told by its address and generation, a circuit's
+ * declared policy by its address and bytes (an address can be reused). */
+static struct {
+	uint64_t generation; /* 0: nothing remembered */
+	const cbd_conf *cfg;
+	const conf_circuit *section;
+	const proto_ctx *declared;
+	proto_ctx declared_bytes;
+	cb_policy policy;
+	proto_policy_sources sources;
+	const char *preset;
+} policy_memo;
+
+static bool
+policy_memo_is(const cbd_conf *cfg, const conf_circuit *section, const proto_ctx *declared)
+{
+	return cfg->generation != 0 && policy_memo.generation == cfg->generation &&
+	    policy_memo.cfg == cfg && policy_memo.section == section &&
+	    policy_memo.declared == declared &&
+	    (declared == NULL ||
+		memcmp(&policy_memo.declared_bytes, declared, sizeof *declared) == 0);
+}
+
 void
 conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb_policy *out,
     proto_policy_sources *sources, const char **preset)
@@ -826,14 +856,28 @@ conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb
 
 	if (cfg->circuits != NULL)
 		HASH_FIND(hh, cfg->circuits, name, strlen(name), c);
-	section = c != NULL ? &c->ctx : NULL;
-	layers[0] = (proto_layer){ section, layer_preset(cfg, section), PROTO_SOURCE_CONFIG };
-	layers[1] = (proto_layer){ declared, layer_preset(cfg, declared), PROTO_SOURCE_CLIENT };
-	layers[2] = (proto_layer){ &cfg->defaults, layer_preset(cfg, &cfg->defaults),
-		PROTO_SOURCE_DEFAULTS };
-	proto_policy_resolve(layers, 3, out, sources);
+	if (!policy_memo_is(cfg, c, declared)) {
+		section = c != NULL ? &c->ctx : NULL;
+		layers[0] =
+		    (proto_layer){ section, layer_preset(cfg, section), PROTO_SOURCE_CONFIG };
+		layers[1] =
+		    (proto_layer){ declared, layer_preset(cfg, declared), PROTO_SOURCE_CLIENT };
+		layers[2] = (proto_layer){ &cfg->defaults, layer_preset(cfg, &cfg->defaults),
+			PROTO_SOURCE_DEFAULTS };
+		proto_policy_resolve(layers, 3, &policy_memo.policy, &policy_memo.sources);
+		policy_memo.preset = proto_policy_preset(layers, 3);
+		policy_memo.generation = cfg->generation;
+		policy_memo.cfg = cfg;
+		policy_memo.section = c;
+		policy_memo.declared = declared;
+		if (declared != NULL)
+			memcpy(&policy_memo.declared_bytes, declared, sizeof *declared);
+	}
+	*out = policy_memo.policy;
+	if (sources != NULL)
+		*sources = policy_memo.sources;
 	if (preset != NULL)
-		*preset = proto_policy_preset(layers, 3);
+		*preset = policy_memo.preset;
 }
 
 /* A [preset] section with a built-in's name starts from the built-in's

@@ -51,6 +51,9 @@ typedef struct conf_key {
 typedef struct conf_circuit conf_circuit;
 
 typedef struct cbd_conf {
+	/* Distinct for every configuration loaded (0: none, or freed): what
+	 * conf_policy's memo compares. */
+	uint64_t generation;
 	char *path; /* the file read, or NULL for built-in defaults */
 	char *socket;
 	int64_t socket_mode;

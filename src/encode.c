@@ -15,29 +15,26 @@ static int hash_oom;
 #include "encode.h"
 #include "op.h"
 
-void
-enc_put(enc_buf *b, const char *text, size_t len)
+bool
+enc_reserve(enc_buf *b, size_t len)
 {
-	if (b->nomem)
-		return;
-	if (b->cap - b->len < len + 1) {
-		size_t cap = b->cap > 0 ? b->cap : 2048;
-		char *grown;
+	size_t cap = b->cap > 0 ? b->cap : 2048;
+	char *grown;
 
-		while (cap - b->len < len + 1)
-			cap *= 2;
-		grown = realloc(b->buf, cap);
-		if (grown == NULL) {
-			b->nomem = true;
-			return;
-		}
-		b->buf = grown;
-		b->cap = cap;
+	if (b->nomem)
+		return false;
+	if (b->cap - b->len >= len + 1)
+		return true;
+	while (cap - b->len < len + 1)
+		cap *= 2;
+	grown = realloc(b->buf, cap);
+	if (grown == NULL) {
+		b->nomem = true;
+		return false;
 	}
-	if (len > 0) /* text may be NULL then (an empty buffer's) */
-		memcpy(b->buf + b->len, text, len);
-	b->len += len;
-	b->buf[b->len] = '\0';
+	b->buf = grown;
+	b->cap = cap;
+	return true;
 }
 
 void
@@ -49,12 +46,27 @@ enc_puts(enc_buf *b, const char *text)
 void
 enc_int(enc_buf *b, int64_t v)
 {
+	static const char pairs[] = "00010203040506070809101112131415161718192021222324"
+				    "25262728293031323334353637383940414243444546474849"
+				    "50515253545556575859606162636465666768697071727374"
+				    "75767778798081828384858687888990919293949596979899";
 	char digits[24], *p = digits + sizeof digits;
 	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
 
-	do
-		*--p = (char)('0' + u % 10);
-	while ((u /= 10) != 0);
+	/* Two digits a division: most numbers here are counts and times. */
+	while (u >= 100) {
+		unsigned pair = (unsigned)(u % 100) * 2;
+
+		u /= 100;
+		*--p = pairs[pair + 1];
+		*--p = pairs[pair];
+	}
+	if (u >= 10) {
+		*--p = pairs[u * 2 + 1];
+		*--p = pairs[u * 2];
+	} else {
+		*--p = (char)('0' + u);
+	}
 	if (v < 0)
 		*--p = '-';
 	enc_put(b, p, (size_t)(digits + sizeof digits - p));
@@ -82,6 +94,35 @@ enc_free(enc_buf *b)
 {
 	free(b->buf);
 	*b = (enc_buf){ 0 };
+}
+
+/* The buffers enc_recycle kept. */
+static enc_buf spares[ENC_SPARES];
+static int spare_count;
+
+void
+enc_recycle(enc_buf *b)
+{
+	if (spare_count < ENC_SPARES && b->buf != NULL && !b->nomem && b->cap <= ENC_SPARE_MAX) {
+		spares[spare_count] = *b;
+		spares[spare_count++].len = 0;
+		*b = (enc_buf){ 0 };
+	} else {
+		enc_free(b);
+	}
+}
+
+enc_buf
+enc_take(void)
+{
+	return spare_count > 0 ? spares[--spare_count] : (enc_buf){ 0 };
+}
+
+void
+enc_spares_free(void)
+{
+	while (spare_count > 0)
+		enc_free(&spares[--spare_count]);
 }
 
 void
@@ -192,12 +233,15 @@ enc_compact(enc_buf *b, const json_t *v)
 		return;
 	case JSON_OBJECT:
 		enc_put(b, "{", 1);
-		json_object_foreach ((json_t *)v, key, member) {
+		/* A name's length from jansson: it may hold a NUL. */
+		for (void *it = json_object_iter((json_t *)v); it != NULL;
+		     it = json_object_iter_next((json_t *)v, it)) {
+			key = json_object_iter_key(it);
 			if (i++ > 0)
 				enc_put(b, ",", 1);
-			enc_string(b, key, strlen(key));
+			enc_string(b, key, json_object_iter_key_len(it));
 			enc_put(b, ":", 1);
-			enc_compact(b, member);
+			enc_compact(b, json_object_iter_value(it));
 		}
 		enc_put(b, "}", 1);
 		return;
@@ -229,7 +273,7 @@ static void
 enc_time(enc_buf *b, int64_t t)
 {
 	if (t == CB_TIME_NONE)
-		enc_puts(b, "null");
+		ENC_LIT(b, "null");
 	else
 		enc_int(b, t);
 }
@@ -371,49 +415,49 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	const cb_snapshot *s = &view->snap;
 	const ct_totals *t = &view->totals;
 
-	enc_puts(b, "{\"name\":");
+	ENC_LIT(b, "{\"name\":");
 	enc_name(b, name);
-	enc_puts(b, ",\"state\":\"");
+	ENC_LIT(b, ",\"state\":\"");
 	enc_puts(b, breaker_state_name(s->state));
-	enc_puts(b, "\",\"failure_count\":");
+	ENC_LIT(b, "\",\"failure_count\":");
 	enc_int(b, s->failure_count);
-	enc_puts(b, ",\"success_count\":");
+	ENC_LIT(b, ",\"success_count\":");
 	enc_int(b, s->success_count);
-	enc_puts(b, ",\"last_failure_at\":");
+	ENC_LIT(b, ",\"last_failure_at\":");
 	enc_time(b, s->last_failure_at);
-	enc_puts(b, ",\"opened_at\":");
+	ENC_LIT(b, ",\"opened_at\":");
 	enc_time(b, s->opened_at);
-	enc_puts(b, ",\"retry_after_ms\":");
+	ENC_LIT(b, ",\"retry_after_ms\":");
 	enc_int(b, circuit_table_retry_after(view, policy, now));
-	enc_puts(b, ",\"policy\":");
+	ENC_LIT(b, ",\"policy\":");
 	enc_policy(b, policy, preset, sources);
-	enc_puts(b, ",\"hold\":");
+	ENC_LIT(b, ",\"hold\":");
 	if (view->hold.held)
 		enc_json(b, op_hold_json(&view->hold));
 	else
-		enc_puts(b, "null");
-	enc_puts(b, ",\"totals\":{\"successes\":");
+		ENC_LIT(b, "null");
+	ENC_LIT(b, ",\"totals\":{\"successes\":");
 	enc_int(b, (int64_t)t->successes);
-	enc_puts(b, ",\"failures\":");
+	ENC_LIT(b, ",\"failures\":");
 	enc_int(b, (int64_t)t->failures);
-	enc_puts(b, ",\"ignored\":");
+	ENC_LIT(b, ",\"ignored\":");
 	enc_int(b, (int64_t)t->ignored);
-	enc_puts(b, ",\"slow\":");
+	ENC_LIT(b, ",\"slow\":");
 	enc_int(b, (int64_t)t->slow);
-	enc_puts(b, ",\"rejected\":");
+	ENC_LIT(b, ",\"rejected\":");
 	enc_int(b, (int64_t)t->rejected);
-	enc_puts(b, "},\"current_break_ms\":");
+	ENC_LIT(b, "},\"current_break_ms\":");
 	enc_int(b, breaker_break_ms(s, policy));
 	if (policy->trip == CB_TRIP_RATE) {
-		enc_puts(b, ",\"window\":");
+		ENC_LIT(b, ",\"window\":");
 		enc_json(b, op_window_json(view));
 	}
 	if (policy->min_reporters > 1) {
-		enc_puts(b, ",\"reporters\":");
+		ENC_LIT(b, ",\"reporters\":");
 		enc_int(b,
 		    view->reporters != NULL
 			? breaker_reporters_count(view->reporters, now, policy->reporter_window_ms)
 			: 0);
 	}
-	enc_puts(b, "}");
+	ENC_LIT(b, "}");
 }

@@ -265,9 +265,9 @@ bool
 op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 {
 	/* Encoded straight as text (encode.c): the reply's largest member. */
-	enc_puts(&call->tail, ",\"");
+	ENC_LIT(&call->tail, ",\"");
 	enc_puts(&call->tail, member);
-	enc_puts(&call->tail, "\":");
+	ENC_LIT(&call->tail, "\":");
 	encode_snapshot(&call->tail, call->name, view, &call->policy, call->preset, &call->sources,
 	    call->now);
 	if (call->tail.nomem)
@@ -333,18 +333,18 @@ op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool alwa
 	}
 	if (s->truncated)
 		stats_limit_hit(STATS_LIMIT_LIST);
-	enc_puts(&call->tail, ",\"");
+	ENC_LIT(&call->tail, ",\"");
 	enc_puts(&call->tail, member);
-	enc_puts(&call->tail, "\":[");
+	ENC_LIT(&call->tail, "\":[");
 	/* The items (up to half of max_output_bytes) go after the tail as
 	 * they are: moved, not copied. */
 	if (call->tail_more.len == 0) {
 		enc_free(&call->tail_more);
 		call->tail_more = s->items;
 		s->items = (enc_buf){ 0 };
-		enc_puts(&call->tail_more, "]");
+		ENC_LIT(&call->tail_more, "]");
 	} else {
-		enc_puts(&call->tail, "]");
+		ENC_LIT(&call->tail, "]");
 	}
 	op_snapshots_free(s);
 	if (call->tail.nomem ||
@@ -535,7 +535,7 @@ op_run(op_call *call, const op_entry *op)
 static void
 reply_with_tail(server_client *c, op_call *call, const json_t *id)
 {
-	enc_buf head = { 0 };
+	enc_buf head = enc_take();
 	struct iovec parts[4];
 
 	enc_compact(&head, call->reply);
@@ -552,7 +552,7 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 	parts[2] = (struct iovec){ call->tail_more.buf, call->tail_more.len };
 	parts[3] = (struct iovec){ (void *)"}", 1 };
 	server_client_reply_parts(c, parts, 4);
-	enc_free(&head);
+	enc_recycle(&head);
 }
 
 void
@@ -590,14 +590,14 @@ op_finish(op_call *call, bool ok)
 	}
 	/* Events this request caused reach its own connection after it. */
 	watch_request_end(c);
-	enc_free(&call->tail);
+	enc_recycle(&call->tail);
 	enc_free(&call->tail_more);
 }
 
 void
 op_dispatch(server_client *c, const char *line, size_t len)
 {
-	op_call call = { .client = c };
+	op_call call = { .client = c, .tail = enc_take() };
 	const op_entry *op = NULL;
 	const json_t *id = NULL;
 	json_t *request;

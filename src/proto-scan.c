@@ -68,10 +68,11 @@ scan_integer(scanner *s)
 		s->p++;
 	digits = s->p;
 	while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+		/* Counted before it is added: no overflow, ever. */
+		if (s->p - digits >= PROTO_SCAN_DIGITS_MAX)
+			return NULL;
 		v = v * 10 + (*s->p - '0');
 		s->p++;
-		if (s->p - digits > PROTO_SCAN_DIGITS_MAX)
-			return NULL;
 	}
 	if (s->p == digits || (digits[0] == '0' && s->p - digits > 1) || at(s, '.') || at(s, 'e') ||
 	    at(s, 'E'))

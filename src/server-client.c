@@ -304,12 +304,6 @@ server_client_reply_parts(server_client *c, const struct iovec *parts, int n)
 	c->out[c->out_len++] = '\n';
 }
 
-/* A reply's text before it is copied into the output: one buffer kept
- * between replies (cbd is one thread), given back when a large one grew it
- * past SERVER_CLIENT_TEXT_KEEP. */
-#define SERVER_CLIENT_TEXT_KEEP 65536
-static enc_buf reply_text;
-
 void
 server_client_reply(server_client *c, json_t *reply)
 {
@@ -321,16 +315,17 @@ server_client_reply(server_client *c, json_t *reply)
 		server_client_reply_oom(c, NULL);
 		return;
 	}
-	reply_text.len = 0;
-	reply_text.nomem = false;
-	enc_compact(&reply_text, reply);
-	if (reply_text.nomem)
+	/* The text, then copied into the output (a buffer kept between
+	 * replies: encode.c's spares). */
+	enc_buf text = enc_take();
+
+	enc_compact(&text, reply);
+	if (text.nomem)
 		server_client_reply_oom(c, json_object_get(reply, "id"));
 	else
-		server_client_reply_line(c, reply_text.buf, reply_text.len);
+		server_client_reply_line(c, text.buf, text.len);
 	json_decref(reply);
-	if (reply_text.cap > SERVER_CLIENT_TEXT_KEEP)
-		enc_free(&reply_text);
+	enc_recycle(&text);
 }
 
 /* Arm or disarm EV_WRITE. */

@@ -830,6 +830,7 @@ server_free(void)
 	fleet_free();
 	metrics_http_stop();
 	encode_cache_clear();
+	enc_spares_free();
 	if (srv.base != NULL)
 		event_base_free(srv.base);
 	circuit_table_free(srv.table);

@@ -199,14 +199,19 @@ bench_cpus(void)
 	return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
-/* The echo server's loop: every byte read is written back. */
+/* The echo server's loop: every byte read is written back, or, with
+ * reply_bytes > 0, a line of that many bytes for every line read. */
 static void
-echo_serve(int listener)
+echo_serve(int listener, size_t reply_bytes)
 {
 	struct epoll_event ev[64];
-	char buf[READ_BUF];
+	char buf[READ_BUF], *reply = NULL;
 	int ep = epoll_create1(0);
 
+	if (reply_bytes > 0 && (reply = malloc(reply_bytes)) != NULL) {
+		memset(reply, 'x', reply_bytes - 1);
+		reply[reply_bytes - 1] = '\n';
+	}
 	epoll_ctl(ep, EPOLL_CTL_ADD, listener,
 	    &(struct epoll_event){ .events = EPOLLIN, .data.fd = listener });
 	for (;;) {
@@ -231,14 +236,23 @@ echo_serve(int listener)
 					close(fd);
 				continue;
 			}
-			if (write(fd, buf, (size_t)got) != got)
+			if (reply != NULL) {
+				for (ssize_t j = 0; j < got; j++) {
+					if (buf[j] == '\n' &&
+					    write(fd, reply, reply_bytes) != (ssize_t)reply_bytes) {
+						close(fd);
+						break;
+					}
+				}
+			} else if (write(fd, buf, (size_t)got) != got) {
 				close(fd);
+			}
 		}
 	}
 }
 
 pid_t
-bench_echo_start(const char *path)
+bench_echo_start(const char *path, size_t reply_bytes)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int listener = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -254,7 +268,7 @@ bench_echo_start(const char *path)
 	}
 	pid = fork();
 	if (pid == 0) {
-		echo_serve(listener);
+		echo_serve(listener, reply_bytes);
 		_exit(0);
 	}
 	close(listener);

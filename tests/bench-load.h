@@ -39,8 +39,10 @@ bool bench_pin(pid_t pid, int cpu);
 int bench_cpus(void);
 
 /* An echo server on a Unix socket at path, in a child process (the floor
- * a server on this machine cannot beat); its pid or -1. */
-pid_t bench_echo_start(const char *path);
+ * a server on this machine cannot beat); with reply_bytes > 0 it answers
+ * every line with a line of that many bytes instead (the floor for a
+ * server whose replies are that long). Its pid or -1. */
+pid_t bench_echo_start(const char *path, size_t reply_bytes);
 void bench_echo_stop(pid_t pid, const char *path);
 
 /* cbd's record_failure on circuit-NN (a bench_format_fn). */

@@ -6,7 +6,10 @@
  *   - Redis EVALSHA of a Lua script doing the same bookkeeping (count the
  *     failure, stamp it, open at the threshold, return the fields);
  *   - Redis GET (what a user compares "a lookup" with);
- *   - an echo server (the floor: what the kernel alone costs a server).
+ *   - an echo server (the floor: what the kernel alone costs a server),
+ *     and one answering every line with as many bytes as cbd's
+ *     record_failure reply (the floor for a server that must send a
+ *     snapshot: the spec's policy and totals make it ~1.1 KB).
  *
  * Every connection has one request in flight (depth 1), on its own
  * circuit/key among 64; every round trip is timed. With two CPUs or more
@@ -61,8 +64,11 @@ main(int argc, char **argv)
 	int conns[8] = { 8, 50 }, nconns = 2, opt;
 	double seconds = 3;
 	bool pin = bench_cpus() >= 2;
-	char sha[41] = "", echo_path[sizeof((cbd_harness *)0)->socket_path + 8];
-	pid_t echo;
+	char sha[41] = "", echo_path[sizeof((cbd_harness *)0)->socket_path + 8],
+			   sized_path[sizeof echo_path], reply[8192];
+	size_t reply_bytes = 0;
+	pid_t echo, sized = -1;
+	int fd;
 	redis_server redis;
 	bool have_redis;
 	cbd_harness h;
@@ -91,10 +97,21 @@ main(int argc, char **argv)
 	if (!have_redis)
 		printf("redis-server not found or did not start: cbd only\n");
 	snprintf(echo_path, sizeof echo_path, "%s.echo", h.socket_path);
-	echo = bench_echo_start(echo_path);
+	echo = bench_echo_start(echo_path, 0);
+	/* How long cbd's answer is (a circuit of the run's, as it will be). */
+	fd = harness_connect(&h);
+	if (fd >= 0 && harness_request(fd,
+			   "{\"op\":\"record_failure\",\"name\":\"circuit-00\",\"ctx\":{\"now\":1}}",
+			   reply, sizeof reply))
+		reply_bytes = strlen(reply) + 1;
+	if (fd >= 0)
+		close(fd);
+	snprintf(sized_path, sizeof sized_path, "%s.sized", h.socket_path);
+	if (reply_bytes > 0)
+		sized = bench_echo_start(sized_path, reply_bytes);
 	if (pin) {
 		bool pinned = bench_pin(0, 1) && bench_pin(h.pid, 0) &&
-		    (!have_redis || bench_pin(redis.pid, 0)) && (echo < 0 || bench_pin(echo, 0));
+		    (!have_redis || bench_pin(redis.pid, 0)) && (echo < 0 || bench_pin(echo, 0)) && (sized < 0 || bench_pin(sized, 0));
 
 		printf(pinned ? "servers on CPU 0, load generator on CPU 1\n"
 			      : "pinning failed: the scheduler places servers and load\n");
@@ -118,8 +135,16 @@ main(int argc, char **argv)
 		if (echo > 0)
 			bench_run("echo server (the floor)", echo_path, BENCH_ECHO,
 			    bench_format_record_failure, NULL, c, seconds);
+		if (sized > 0) {
+			char label[64];
+
+			snprintf(label, sizeof label, "echo answering %zu bytes (cbd's)", reply_bytes);
+			bench_run(label, sized_path, BENCH_ECHO, bench_format_record_failure, NULL,
+			    c, seconds);
+		}
 	}
 	bench_echo_stop(echo, echo_path);
+	bench_echo_stop(sized, sized_path);
 	if (have_redis)
 		redis_stop(&redis);
 	harness_stop(&h);
