@@ -176,7 +176,7 @@ enc_quote(const char *text, size_t len)
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];
 
-		if (c >= 0x20 && c < 0x7f && c != '\\')
+		if (c >= 0x20 && c < 0x7f)
 			*p++ = (char)c;
 		else
 			p += sprintf(p, "\\x%02x", c);
