@@ -759,6 +759,156 @@ START_TEST(scan_random_differential)
 }
 END_TEST
 
+/* Generated lines: a line being written, cut short when it is full. */
+typedef struct scan_gen {
+	uint64_t state;
+	char text[4 * SCAN_LINE_MAX];
+	size_t len;
+} scan_gen;
+
+static void
+scan_gen_put(scan_gen *g, const char *text, size_t len)
+{
+	if (len > sizeof g->text - g->len)
+		len = sizeof g->text - g->len;
+	memcpy(g->text + g->len, text, len);
+	g->len += len;
+}
+
+static void
+scan_gen_space(scan_gen *g)
+{
+	while (scan_below(&g->state, 4) == 0)
+		scan_gen_put(g, &" \t\r\n"[scan_below(&g->state, 4)], 1);
+}
+
+/* A name: mostly short ones from a few letters (so names repeat), some
+ * around PROTO_SCAN_KEY_MAX, a few with a byte outside the subset. */
+static void
+scan_gen_name(scan_gen *g)
+{
+	static const char odd[] = "\\\x7f\x01\xc3\xa9";
+	char name[PROTO_SCAN_KEY_MAX + 8];
+	size_t len;
+
+	if (scan_below(&g->state, 6) == 0)
+		len = PROTO_SCAN_KEY_MAX - 2 + scan_below(&g->state, 5);
+	else
+		len = scan_below(&g->state, 4);
+	for (size_t i = 0; i < len; i++)
+		name[i] = "abn"[scan_below(&g->state, 3)];
+	if (len > 0 && scan_below(&g->state, 30) == 0)
+		name[scan_below(&g->state, len)] = odd[scan_below(&g->state, sizeof odd - 1)];
+	scan_gen_put(g, "\"", 1);
+	scan_gen_put(g, name, len);
+	scan_gen_put(g, "\"", 1);
+}
+
+/* An integer of 1 to 21 digits, sometimes negative, rarely with a leading
+ * zero, a fraction or an exponent. */
+static void
+scan_gen_number(scan_gen *g)
+{
+	size_t digits = scan_below(&g->state, 3) == 0 ? 16 + scan_below(&g->state, 6)
+						      : 1 + scan_below(&g->state, 4);
+
+	if (scan_below(&g->state, 3) == 0)
+		scan_gen_put(g, "-", 1);
+	for (size_t i = 0; i < digits; i++) {
+		char d = (char)('0' + scan_below(&g->state, 10));
+
+		if (i == 0 && d == '0' && digits > 1 && scan_below(&g->state, 8) != 0)
+			d = '9'; /* mostly no leading zero */
+		scan_gen_put(g, &d, 1);
+	}
+	if (scan_below(&g->state, 20) == 0)
+		scan_gen_put(g, scan_below(&g->state, 2) ? ".5" : "e3", 2);
+}
+
+static void scan_gen_object(scan_gen *g, int depth);
+
+static void
+scan_gen_value(scan_gen *g, int depth)
+{
+	static const char *const words[] = { "true", "false", "null", "[]", "[1]", "\"\"",
+		"\"plain text\"", "\"caf\xc3\xa9\"", "\"a\\\"b\"", "\"tab\tin\"" };
+	const char *w;
+
+	switch (scan_below(&g->state, 6)) {
+	case 0:
+	case 1:
+		scan_gen_number(g);
+		break;
+	case 2:
+		if (depth < PROTO_SCAN_DEPTH_MAX + 1) {
+			scan_gen_object(g, depth + 1);
+			break;
+		}
+		/* fall through */
+	case 3:
+		scan_gen_put(g, "\"", 1);
+		for (size_t n = scan_below(&g->state, 12); n > 0; n--) {
+			char c = (char)(0x20 + scan_below(&g->state, 0x5f));
+
+			scan_gen_put(g, c == '"' || c == '\\' ? "x" : &c, 1);
+		}
+		scan_gen_put(g, "\"", 1);
+		break;
+	default:
+		w = words[scan_below(&g->state, scan_below(&g->state, 4) == 0 ? 10 : 5)];
+		scan_gen_put(g, w, strlen(w));
+		break;
+	}
+}
+
+/* An object at depth (the line's is 1), up to 4 members. */
+static void
+scan_gen_object(scan_gen *g, int depth)
+{
+	size_t members = scan_below(&g->state, 5);
+
+	scan_gen_put(g, "{", 1);
+	for (size_t i = 0; i < members; i++) {
+		scan_gen_space(g);
+		if (i > 0) {
+			scan_gen_put(g, ",", 1);
+			scan_gen_space(g);
+		}
+		scan_gen_name(g);
+		scan_gen_space(g);
+		scan_gen_put(g, ":", 1);
+		scan_gen_space(g);
+		scan_gen_value(g, depth);
+	}
+	scan_gen_space(g);
+	scan_gen_put(g, "}", 1);
+}
+
+START_TEST(scan_generated_differential)
+{
+	scan_gen g = { .state = UINT64_C(7) };
+	long iterations = scan_iterations() / 4, answered = 0, refused = 0;
+
+	for (long i = 0; i < iterations; i++) {
+		bool jansson_refused;
+
+		g.len = 0;
+		scan_gen_space(&g);
+		scan_gen_object(&g, 1);
+		scan_gen_space(&g);
+		if (scan_same(g.text, g.len, &jansson_refused))
+			answered++;
+		if (jansson_refused)
+			refused++;
+	}
+	/* Mostly in the subset or just past one of its edges. */
+	ck_assert_msg(answered > iterations / 4, "the fast path took only %ld of %ld lines",
+	    answered, iterations);
+	ck_assert_msg(refused > iterations / 20, "jansson refused only %ld of %ld lines", refused,
+	    iterations);
+}
+END_TEST
+
 /* What proto_request_decode answered before the fast path: json_loadb, an
  * object or nothing. */
 static json_t *
@@ -833,6 +983,7 @@ main(void)
 	tcase_add_test(tc, scan_hand_picked);
 	tcase_add_test(tc, scan_key_lengths);
 	tcase_add_test(tc, scan_random_differential);
+	tcase_add_test(tc, scan_generated_differential);
 	tcase_add_test(tc, decode_unchanged_by_scan);
 	suite_add_tcase(suite, tc);
 	return check_run(suite, NULL);
