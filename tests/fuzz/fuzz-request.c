@@ -4,6 +4,9 @@
  * on a fresh in-memory circuit table. Every request must get exactly one
  * reply (unless a limit drops the connection), each one valid JSON object
  * line and none `internal`; anything else aborts so the fuzzer flags it.
+ * Each line is also decoded by the fast path (proto-scan.c) and by
+ * json_loadb: where the fast path answers, jansson must answer the same
+ * text; where jansson refuses, the fast path must refuse too.
  *
  * Leading directive bytes (dropped before the lines): '!' the peer is not
  * an admin; '%' tiny limits (FUZZ_TIGHT_*), so that max_circuits,
@@ -19,7 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "fuzz-daemon.h"
+#include "proto-scan.h"
 #include "server.h"
 
 /* The '%' limits. max_output_bytes is below the config file's minimum on
@@ -47,6 +53,51 @@ no_internal(const json_t *reply, size_t i, void *arg)
 	if (code != NULL && strcmp(code, "internal") == 0) {
 		fprintf(stderr, "fuzz-request: reply %zu is internal\n", i);
 		abort();
+	}
+}
+
+/* The fast path against json_loadb on one line (as line_answer passes
+ * it: no LF, no CR before it); abort on a difference. */
+static void
+scan_check_line(const char *line, size_t len)
+{
+	json_error_t jerr;
+	json_t *scan, *ref;
+	char *got, *want;
+
+	if (len > 0 && line[len - 1] == '\r')
+		len--;
+	if ((scan = proto_scan_request(line, len)) == NULL)
+		return; /* json_loadb decodes it, whatever it is */
+	ref = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+	if (ref == NULL) {
+		fprintf(stderr, "fuzz-request: the fast path took a line json_loadb refuses: %s\n",
+		    jerr.text);
+		abort();
+	}
+	got = json_dumps(scan, JSON_COMPACT);
+	want = json_dumps(ref, JSON_COMPACT);
+	if (got == NULL || want == NULL || strcmp(got, want) != 0 || !json_equal(scan, ref)) {
+		fprintf(stderr, "fuzz-request: fast path %s, json_loadb %s\n", got ? got : "?",
+		    want ? want : "?");
+		abort();
+	}
+	free(got);
+	free(want);
+	json_decref(scan);
+	json_decref(ref);
+}
+
+/* scan_check_line on every line of the input. */
+static void
+scan_check(const char *text, size_t size)
+{
+	const char *end = text + size, *lf;
+
+	for (; text < end; text = lf + 1) {
+		if ((lf = memchr(text, '\n', (size_t)(end - text))) == NULL)
+			lf = end;
+		scan_check_line(text, (size_t)(lf - text));
 	}
 }
 
@@ -91,5 +142,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	fuzz_daemon_stop();
+	scan_check(text, size);
 	return 0;
 }
