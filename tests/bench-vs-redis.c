@@ -17,7 +17,10 @@
  * are the server's own cost, not the two fighting for one core (-P: leave
  * the scheduler to place them).
  *
- *   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-P]
+ * Each server runs once a round, in turn (-r rounds, default 3); the
+ * ratios are of the medians, so a noisy moment does not decide them.
+ *
+ *   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-r 3] [-P]
  *
  * Starts cbd on a temporary socket and, when redis-server is on PATH, a
  * Redis on a Unix socket in the same temporary directory (no TCP); stops
@@ -58,14 +61,27 @@ format_evalsha(char *req, size_t size, int key, void *arg)
 	    (const char *)arg, key);
 }
 
+/* Rounds: each server runs once a round (-r). */
+#define ROUNDS_MAX 15
+
+enum { CBD, GET, EVALSHA, ECHO, SIZED, SERVERS };
+
+/* The median of n rates (sorts them). */
+static double
+median(double *v, int n)
+{
+	harness_sort_samples(v, (size_t)n);
+	return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 int
 main(int argc, char **argv)
 {
-	int conns[8] = { 8, 50 }, nconns = 2, opt;
+	int conns[8] = { 8, 50 }, nconns = 2, opt, rounds = 3;
 	double seconds = 3;
 	bool pin = bench_cpus() >= 2;
 	char sha[41] = "", echo_path[sizeof((cbd_harness *)0)->socket_path + 8],
-			   sized_path[sizeof echo_path], reply[8192];
+	     sized_path[sizeof echo_path], reply[8192];
 	size_t reply_bytes = 0;
 	pid_t echo, sized = -1;
 	int fd;
@@ -73,15 +89,19 @@ main(int argc, char **argv)
 	bool have_redis;
 	cbd_harness h;
 
-	while ((opt = getopt(argc, argv, "d:c:P")) != -1) {
+	while ((opt = getopt(argc, argv, "d:c:r:P")) != -1) {
 		if (opt == 'P') {
 			pin = false;
+		} else if (opt == 'r') {
+			rounds = atoi(optarg);
+			rounds = rounds < 1 ? 1 : rounds > ROUNDS_MAX ? ROUNDS_MAX : rounds;
 		} else if (opt == 'd') {
 			seconds = atof(optarg);
 		} else if (opt == 'c') {
 			nconns = bench_parse_conns(optarg, conns, 8);
 		} else {
-			fprintf(stderr, "usage: bench-vs-redis [-d SECONDS] [-c 8,50] [-P]\n");
+			fprintf(stderr,
+			    "usage: bench-vs-redis [-d SECONDS] [-c 8,50] [-r ROUNDS] [-P]\n");
 			return 2;
 		}
 	}
@@ -100,9 +120,10 @@ main(int argc, char **argv)
 	echo = bench_echo_start(echo_path, 0);
 	/* How long cbd's answer is (a circuit of the run's, as it will be). */
 	fd = harness_connect(&h);
-	if (fd >= 0 && harness_request(fd,
-			   "{\"op\":\"record_failure\",\"name\":\"circuit-00\",\"ctx\":{\"now\":1}}",
-			   reply, sizeof reply))
+	if (fd >= 0 &&
+	    harness_request(fd,
+		"{\"op\":\"record_failure\",\"name\":\"circuit-00\",\"ctx\":{\"now\":1}}", reply,
+		sizeof reply))
 		reply_bytes = strlen(reply) + 1;
 	if (fd >= 0)
 		close(fd);
@@ -111,37 +132,48 @@ main(int argc, char **argv)
 		sized = bench_echo_start(sized_path, reply_bytes);
 	if (pin) {
 		bool pinned = bench_pin(0, 1) && bench_pin(h.pid, 0) &&
-		    (!have_redis || bench_pin(redis.pid, 0)) && (echo < 0 || bench_pin(echo, 0)) && (sized < 0 || bench_pin(sized, 0));
+		    (!have_redis || bench_pin(redis.pid, 0)) && (echo < 0 || bench_pin(echo, 0)) &&
+		    (sized < 0 || bench_pin(sized, 0));
 
 		printf(pinned ? "servers on CPU 0, load generator on CPU 1\n"
 			      : "pinning failed: the scheduler places servers and load\n");
 	}
 	for (int i = 0; i < nconns; i++) {
 		int c = conns[i];
-		double cbd = bench_run("cbd record_failure", h.socket_path, BENCH_LINES,
-		    bench_format_record_failure, NULL, c, seconds);
+		double rate[SERVERS][ROUNDS_MAX] = { { 0 } };
+		char label[64];
 
-		if (have_redis) {
-			double get = bench_run("redis GET", redis.socket_path, BENCH_RESP,
-			    format_get, NULL, c, seconds);
-			double eval = sha[0] != '\0'
-			    ? bench_run("redis EVALSHA record-failure script", redis.socket_path,
-				  BENCH_RESP, format_evalsha, sha, c, seconds)
-			    : 0;
-
-			printf("ratios at %d conns: cbd/GET %.2f  cbd/EVALSHA %.2f\n", c, cbd / get,
-			    eval > 0 ? cbd / eval : 0);
-		}
-		if (echo > 0)
-			bench_run("echo server (the floor)", echo_path, BENCH_ECHO,
+		snprintf(label, sizeof label, "echo answering %zu bytes (cbd's)", reply_bytes);
+		/* Every server once a round, in turn: a noisy second hits all of
+		 * them alike, and the medians are compared. */
+		for (int r = 0; r < rounds; r++) {
+			rate[CBD][r] = bench_run("cbd record_failure", h.socket_path, BENCH_LINES,
 			    bench_format_record_failure, NULL, c, seconds);
-		if (sized > 0) {
-			char label[64];
-
-			snprintf(label, sizeof label, "echo answering %zu bytes (cbd's)", reply_bytes);
-			bench_run(label, sized_path, BENCH_ECHO, bench_format_record_failure, NULL,
-			    c, seconds);
+			if (have_redis)
+				rate[GET][r] = bench_run("redis GET", redis.socket_path, BENCH_RESP,
+				    format_get, NULL, c, seconds);
+			if (have_redis && sha[0] != '\0')
+				rate[EVALSHA][r] = bench_run("redis EVALSHA record-failure script",
+				    redis.socket_path, BENCH_RESP, format_evalsha, sha, c, seconds);
+			if (echo > 0)
+				rate[ECHO][r] = bench_run("echo server (the floor)", echo_path,
+				    BENCH_ECHO, bench_format_record_failure, NULL, c, seconds);
+			if (sized > 0)
+				rate[SIZED][r] = bench_run(label, sized_path, BENCH_ECHO,
+				    bench_format_record_failure, NULL, c, seconds);
 		}
+		for (int k = 0; k < SERVERS; k++)
+			rate[k][0] = median(rate[k], rounds);
+		printf("medians of %d rounds at %d conns: cbd %.0f, GET %.0f, EVALSHA %.0f, echo "
+		       "%.0f, "
+		       "echo %zu bytes %.0f req/s\n",
+		    rounds, c, rate[CBD][0], rate[GET][0], rate[EVALSHA][0], rate[ECHO][0],
+		    reply_bytes, rate[SIZED][0]);
+		if (rate[GET][0] > 0 && rate[EVALSHA][0] > 0)
+			printf("ratios at %d conns: cbd/GET %.2f  cbd/EVALSHA %.2f  cbd/echo-%zu "
+			       "%.2f\n",
+			    c, rate[CBD][0] / rate[GET][0], rate[CBD][0] / rate[EVALSHA][0],
+			    reply_bytes, rate[SIZED][0] > 0 ? rate[CBD][0] / rate[SIZED][0] : 0);
 	}
 	bench_echo_stop(echo, echo_path);
 	bench_echo_stop(sized, sized_path);

@@ -183,7 +183,6 @@ END_TEST
 START_TEST(test_slow_watcher_dropped)
 {
 	char line[512];
-	json_t *r;
 
 	start("[cbd]\nmax_output_bytes = 65536\n");
 	send_line(a, "{\"op\":\"watch\",\"all\":true}");
@@ -196,9 +195,9 @@ START_TEST(test_slow_watcher_dropped)
 	ck_assert(util_stats_reach(b, "limits.max_output_bytes", 1));
 	/* Gone once the line it was sent part of is finished, or given up. */
 	ck_assert(util_stats_reach(b, "connections.current", 1));
-	r = util_call(b, "{\"op\":\"stats\"}");
-	ck_assert_int_eq(util_int(r, "circuits"), 400);
-	json_decref(r);
+	/* Every request was carried out (in fleet mode noreply requests are
+	 * still on their way to Redis when stats answers: wait for them). */
+	ck_assert(util_stats_reach(b, "circuits", 400));
 }
 END_TEST
 
