@@ -368,7 +368,7 @@ op_metrics(op_call *call)
 	json_t *body = buf != NULL ? json_stringn(buf, len) : NULL;
 
 	free(buf);
-	if (body == NULL || json_object_set_new(call->reply, "text", body) != 0)
+	if (body == NULL || json_object_set_new(op_reply(call), "text", body) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

@@ -28,9 +28,9 @@ op_hello(op_call *call)
 		log_debug("connection %llu: hello from %s", (unsigned long long)call->client->id,
 		    log_quote(client, quoted, sizeof quoted));
 	}
-	if (json_object_set_new(call->reply, "server", json_string(PACKAGE_NAME)) != 0 ||
-	    json_object_set_new(call->reply, "version", json_string(PACKAGE_VERSION)) != 0 ||
-	    json_object_set_new(call->reply, "protocol", json_integer(PROTO_VERSION)) != 0)
+	if (json_object_set_new(op_reply(call), "server", json_string(PACKAGE_NAME)) != 0 ||
+	    json_object_set_new(op_reply(call), "version", json_string(PACKAGE_VERSION)) != 0 ||
+	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
@@ -123,8 +123,8 @@ list_reply(op_call *call, list_walk *w, op_list_cursor *cursor)
 	/* The next page starts at the circuit that was left out. */
 	circuit_table_cursor_seek(srv.table, &cursor->walk, w->resume);
 	snprintf(id, sizeof id, "l%llu", (unsigned long long)cursor->id);
-	if (json_object_set_new(call->reply, "truncated", json_true()) != 0 ||
-	    json_object_set_new(call->reply, "cursor", json_string(id)) != 0) {
+	if (json_object_set_new(op_reply(call), "truncated", json_true()) != 0 ||
+	    json_object_set_new(op_reply(call), "cursor", json_string(id)) != 0) {
 		list_cursor_free(cursor);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	}
@@ -253,7 +253,7 @@ op_list_client_closed(server_client *c)
 bool
 op_stats(op_call *call)
 {
-	if (!stats_to_json(call->reply, op_names(), op_count(), srv.table))
+	if (!stats_to_json(op_reply(call), op_names(), op_count(), srv.table))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

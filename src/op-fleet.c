@@ -503,7 +503,7 @@ pending_reply(op_pending *p, const json_t *reply, const ct_view *view)
 {
 	op_call *call = &p->call;
 	const char *op = call->op->name;
-	json_t *r = call->reply;
+	json_t *r = op_reply(call);
 	const json_t *permit = json_object_get(reply, "permit");
 	bool existed = json_is_true(json_object_get(reply, "existed"));
 

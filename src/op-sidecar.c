@@ -13,7 +13,7 @@ op_allow(op_call *call)
 	ct_allow allow;
 	ct_change change;
 	ct_view view;
-	json_t *r = call->reply;
+	json_t *r = op_reply(call);
 
 	if (!op_status(call,
 		circuit_table_allow(srv.table, call->name, &call->table, &allow, &view, &change)))

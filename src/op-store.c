@@ -18,7 +18,7 @@ op_get(op_call *call)
 
 	circuit_table_get(srv.table, call->name, call->now, &view, &change);
 	op_log_change(call->name, &change);
-	if (json_object_set_new(call->reply, "stored", json_boolean(view.stored)) != 0)
+	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
 }
@@ -77,7 +77,7 @@ op_cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered)
 	op_log_change(call->name, &change);
 	if (view.hold.held || view.snap.state != from) {
 		*answered = true;
-		if (json_object_set_new(call->reply, "applied", json_false()) != 0)
+		if (json_object_set_new(op_reply(call), "applied", json_false()) != 0)
 			return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 		return op_reply_snapshot(call, "snapshot", &view);
 	}
@@ -110,7 +110,7 @@ op_cas(op_call *call)
 		    &change)))
 		return false;
 	op_log_change(call->name, &change);
-	if (json_object_set_new(call->reply, "applied", json_boolean(applied)) != 0)
+	if (json_object_set_new(op_reply(call), "applied", json_boolean(applied)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
 }
@@ -206,7 +206,7 @@ op_release(op_call *call)
 		op_audit(call, "released the hold of", NULL);
 	op_log_change(call->name, &change);
 	op_log_hold(call->name, &change, &view);
-	if (json_object_set_new(call->reply, "released", json_boolean(released)) != 0)
+	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
 }
@@ -220,10 +220,10 @@ op_acquire_slot(op_call *call)
 	if (!op_status(call,
 		circuit_table_acquire_slot(srv.table, call->name, &call->table, &acquired, &grant)))
 		return false;
-	if (json_object_set_new(call->reply, "acquired", json_boolean(acquired)) != 0 ||
+	if (json_object_set_new(op_reply(call), "acquired", json_boolean(acquired)) != 0 ||
 	    (acquired &&
-		(json_object_set_new(call->reply, "token", json_string(grant.token)) != 0 ||
-		    json_object_set_new(call->reply, "expires_at",
+		(json_object_set_new(op_reply(call), "token", json_string(grant.token)) != 0 ||
+		    json_object_set_new(op_reply(call), "expires_at",
 			json_integer(grant.expires_at)) != 0)))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
@@ -238,7 +238,7 @@ op_release_slot(op_call *call)
 	if (!proto_get_text(call->request, "token", true, &token, NULL, &call->err))
 		return false;
 	released = circuit_table_release_slot(srv.table, call->name, token, call->now);
-	if (json_object_set_new(call->reply, "released", json_boolean(released)) != 0)
+	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
@@ -253,7 +253,7 @@ op_delete(op_call *call)
 		housekeeping_state_changed();
 		watch_deleted(call->name, "deleted");
 	}
-	if (json_object_set_new(call->reply, "existed", json_boolean(existed)) != 0)
+	if (json_object_set_new(op_reply(call), "existed", json_boolean(existed)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

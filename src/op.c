@@ -349,7 +349,7 @@ op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool alwa
 	op_snapshots_free(s);
 	if (call->tail.nomem ||
 	    ((always_truncated || s->truncated) &&
-		json_object_set_new(call->reply, "truncated", json_boolean(s->truncated)) != 0))
+		json_object_set_new(op_reply(call), "truncated", json_boolean(s->truncated)) != 0))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
@@ -464,7 +464,7 @@ op_reply_conflicts(op_call *call)
 			names = NULL;
 		}
 	}
-	if (names == NULL || json_object_set_new(call->reply, "policy_conflict", names) != 0)
+	if (names == NULL || json_object_set_new(op_reply(call), "policy_conflict", names) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
@@ -529,6 +529,28 @@ op_run(op_call *call, const op_entry *op)
 	return op->handler(call) && op_reply_conflicts(call);
 }
 
+json_t *
+op_reply(op_call *call)
+{
+	if (call->reply == NULL)
+		call->reply = proto_reply_ok(call->id);
+	return call->reply;
+}
+
+/* The text of {"id": id, "ok": true} as proto_reply_ok makes it (no
+ * member added: no object to build). */
+static void
+reply_head(enc_buf *b, const json_t *id)
+{
+	if (id != NULL) {
+		ENC_LIT(b, "{\"id\":");
+		enc_compact(b, id);
+		ENC_LIT(b, ",\"ok\":true}");
+	} else {
+		ENC_LIT(b, "{\"ok\":true}");
+	}
+}
+
 /* Write call's reply: its jansson members, then the members encoded as
  * text (call->tail, then call->tail_more), as one line, copied once into
  * the connection's output. Steals call->reply. */
@@ -538,7 +560,10 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 	enc_buf head = enc_take();
 	struct iovec parts[4];
 
-	enc_compact(&head, call->reply);
+	if (call->reply != NULL)
+		enc_compact(&head, call->reply);
+	else
+		reply_head(&head, id);
 	json_decref(call->reply);
 	call->reply = NULL;
 	if (head.nomem || head.len < 2 || head.buf[head.len - 1] != '}') {
@@ -564,7 +589,7 @@ op_finish(op_call *call, bool ok)
 		if (call->noreply) {
 			json_decref(call->reply);
 			stats.noreply++;
-		} else if (call->tail.len > 0 || call->tail_more.len > 0) {
+		} else if (call->tail.len > 0 || call->tail_more.len > 0 || call->reply == NULL) {
 			reply_with_tail(c, call, call->id);
 		} else {
 			server_client_reply(c, call->reply);
@@ -633,13 +658,8 @@ op_dispatch(server_client *c, const char *line, size_t len)
 		proto_fail(&call.err, PROTO_SHUTTING_DOWN, "cbd is shutting down");
 		goto reply;
 	}
-	call.reply = proto_reply_ok(id);
-	if (call.reply == NULL)
-		proto_fail(&call.err, PROTO_INTERNAL, "out of memory");
-	else {
-		watch_request_begin(c);
-		ok = op_run(&call, op);
-	}
+	watch_request_begin(c);
+	ok = op_run(&call, op);
 reply:
 	call.op = op;
 	call.id = id;

@@ -43,7 +43,7 @@ typedef struct op_call {
 	int64_t now; /* OP_CTX: ctx.now or the clock */
 	int64_t clock; /* the daemon's clock (idleness, audit) */
 	ct_call table; /* OP_CTX: what the circuit table takes */
-	json_t *reply; /* the ok reply; handlers add their result members */
+	json_t *reply; /* the ok reply's members (op_reply): NULL until one is added */
 	enc_buf tail; /* members already encoded as text, written after reply's */
 	enc_buf tail_more; /* a large member's text moved in whole, after tail */
 	proto_error err; /* set when a handler returns false */
@@ -78,6 +78,12 @@ void op_finish(op_call *call, bool ok);
 /* call->policy, sources, preset, declared and stored for call->name,
  * and the policy conflicts of its ctx (counted, warned once). */
 void op_resolve_policy(op_call *call);
+
+/* The ok reply, {"id", "ok": true}, made on first use: handlers add their
+ * result members to it. A reply with none is written without it (most
+ * replies: a snapshot, encoded as text). NULL when out of memory (adding a
+ * member to NULL fails, which handlers answer as internal). */
+json_t *op_reply(op_call *call);
 
 /* reply.policy_conflict = the names of the conflicting ctx members. */
 bool op_reply_conflicts(op_call *call);
