@@ -53,8 +53,8 @@ op_record(op_call *call)
 	ct_status status = CT_OK;
 	ct_view view;
 
-	if (!proto_get_text(call->request, "outcome", true, &outcome, NULL, &call->err) ||
-	    !proto_get_text(call->request, "permit", false, &permit, NULL, &call->err))
+	if (!proto_req_text(&call->req, "outcome", true, &outcome, NULL, &call->err) ||
+	    !proto_req_text(&call->req, "permit", false, &permit, NULL, &call->err))
 		return false;
 	for (int i = 0; i < (int)(sizeof outcome_names / sizeof outcome_names[0]); i++) {
 		if (strcmp(outcome, outcome_names[i]) == 0)

@@ -32,9 +32,11 @@ static const char *const need_outcome[] = { "name", "outcome", NULL };
 /* Every op of protocol 2. */
 static const op_entry ops[] = {
 	{ "hello", op_hello, OP_REPLIES, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX | OP_FLEET, need_name },
-	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
-	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLEET | OP_FLAT, need_name },
+	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT,
+	    need_name },
+	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT,
+	    need_name },
 	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_cas },
 	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX | OP_FLEET,
 	    need_state },
@@ -42,8 +44,8 @@ static const op_entry ops[] = {
 	{ "release_slot", op_release_slot, OP_NAME | OP_CTX | OP_FLEET, need_token },
 	{ "delete", op_delete, OP_ADMIN | OP_NAME | OP_FLEET, need_name },
 	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX | OP_FLEET, need_name },
-	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
-	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_outcome },
+	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT, need_name },
+	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT, need_outcome },
 	{ "list", op_list, OP_CTX | OP_REPLIES, NULL },
 	{ "stats", op_stats, OP_REPLIES, NULL },
 	{ "watch", op_watch, OP_REPLIES, NULL },
@@ -478,17 +480,14 @@ op_run(op_call *call, const op_entry *op)
 		    "%s is an admin op and uid %ld is not an admin", op->name,
 		    (long)call->client->uid);
 	for (const char *const *m = op->required; m != NULL && *m != NULL; m++) {
-		const json_t *v = json_object_get(call->request, *m);
-
-		if (v == NULL || json_is_null(v))
+		if (!proto_req_has(&call->req, *m))
 			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required", *m);
 	}
-	if ((op->flags & OP_NAME) &&
-	    !proto_get_name(call->request, "name", &call->name, &call->err))
+	if ((op->flags & OP_NAME) && !proto_req_name(&call->req, "name", &call->name, &call->err))
 		return false;
 	call->clock = clock_realtime_ms();
 	if (op->flags & OP_CTX) {
-		if (!proto_ctx_from_json(call->request, &call->ctx, &call->err))
+		if (!proto_req_ctx(&call->req, &call->ctx, &call->err))
 			return false;
 		call->now = proto_ctx_has(&call->ctx, PROTO_CTX_NOW)
 		    ? call->ctx.value[PROTO_CTX_NOW]
@@ -506,7 +505,7 @@ op_run(op_call *call, const op_entry *op)
 			.owner = &call->client->owner,
 			.reporter = (int64_t)call->client->pid };
 		/* How long the reported call took (slow-call rule). */
-		if (!proto_get_int(call->request, "duration_ms", 0, CB_DURATION_MAX, false,
+		if (!proto_req_int(&call->req, "duration_ms", 0, CB_DURATION_MAX, false,
 			&call->table.duration_ms, NULL, &call->err))
 			return false;
 	}
@@ -624,40 +623,59 @@ op_dispatch(server_client *c, const char *line, size_t len)
 {
 	op_call call = { .client = c, .tail = enc_take() };
 	const op_entry *op = NULL;
-	const json_t *id = NULL;
-	json_t *request;
+	json_t *request = NULL, *id = NULL;
+	proto_flat flat;
 	const char *opname;
 	size_t oplen;
 	bool ok = false, noreply = false;
 
 	stats.requests++;
-	request = proto_request_decode(line, len, &call.err);
-	if (request == NULL)
-		goto reply;
-	call.request = request;
-	if (!proto_request_id(request, &id, &call.err))
-		goto reply;
-	if (!proto_get_text(request, "op", true, &opname, &oplen, &call.err))
+	if (proto_scan_flat(line, len, &flat)) {
+		call.req.flat = &flat;
+	} else {
+		request = proto_request_decode(line, len, &call.err);
+		if (request == NULL)
+			goto reply;
+		call.req.json = request;
+	}
+	if (!proto_req_id(&call.req, &id, &call.err) ||
+	    !proto_req_text(&call.req, "op", true, &opname, &oplen, &call.err))
 		goto reply;
 	op = op_find(opname, oplen);
 	/* noreply (protocol 2, §6): carried out, nothing written back, not
 	 * even an error (counted as usual), except for the ops that exist to
 	 * answer. */
-	noreply = json_is_true(json_object_get(request, "noreply")) &&
-	    (op == NULL || !(op->flags & OP_REPLIES));
-	/* A request answered later (fleet mode) takes these along. */
-	call.op = op;
-	call.id = id;
-	call.noreply = noreply;
+	noreply = proto_req_true(&call.req, "noreply") && (op == NULL || !(op->flags & OP_REPLIES));
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
 	}
+	/* Every op but the OP_FLAT ones (and all of them in fleet mode, where
+	 * they may be answered later) reads jansson values. */
+	if (call.req.flat != NULL && (!(op->flags & OP_FLAT) || fleet_enabled())) {
+		request = proto_req_json(&call.req);
+		if (request == NULL) {
+			proto_fail(&call.err, PROTO_INTERNAL, "out of memory");
+			goto reply;
+		}
+		call.req = (proto_req){ .json = request };
+		/* The id a later answer echoes must live as long as the request
+		 * it keeps: the one inside it. */
+		if (id != NULL) {
+			json_decref(id);
+			id = json_incref(json_object_get(request, "id"));
+		}
+	}
+	call.request = call.req.json;
 	stats.op_requests[op - ops]++;
 	if (srv.state == SERVER_STOPPING) {
 		proto_fail(&call.err, PROTO_SHUTTING_DOWN, "cbd is shutting down");
 		goto reply;
 	}
+	/* A request answered later (fleet mode) takes these along. */
+	call.op = op;
+	call.id = id;
+	call.noreply = noreply;
 	watch_request_begin(c);
 	ok = op_run(&call, op);
 reply:
@@ -665,12 +683,15 @@ reply:
 	call.id = id;
 	call.noreply = noreply;
 	if (call.pending) {
-		/* op-fleet.c answers once Redis has; it holds its own reference.
-		 * (Its events are held back again when it is answered.) */
+		/* op-fleet.c answers once Redis has; it holds its own references
+		 * (to the request and the id). (Its events are held back again
+		 * when it is answered.) */
 		watch_request_end(c);
+		json_decref(id);
 		json_decref(request);
 		return;
 	}
 	op_finish(&call, ok);
+	json_decref(id);
 	json_decref(request);
 }

@@ -24,13 +24,19 @@
 #define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
 #define OP_REPLIES 0x10u /* always answered: "noreply" is ignored */
 #define OP_FLEET 0x20u /* a circuit op: run by the circuit script in fleet mode */
+/* Reads its request only through call->req (never call->request) and is
+ * answered at once: takes the decoder's flat view as it is. Other ops get
+ * the request as jansson values (call->request). */
+#define OP_FLAT 0x40u
 
 typedef struct op_entry op_entry;
 
 /* One request being answered; filled by generic validation. */
 typedef struct op_call {
 	server_client *client;
-	const json_t *request;
+	proto_req req; /* the request, flat or as jansson values */
+	const json_t *request; /* the request as jansson values; NULL for OP_FLAT ops
+				  given a flat view */
 	const char *name; /* OP_NAME */
 	bool stored; /* OP_NAME + OP_CTX: the circuit existed before this request */
 	proto_ctx ctx; /* OP_CTX: the request's ctx */

@@ -3,7 +3,6 @@
  * only ever says "this is the object" or "not mine": anything unusual is
  * left to json_loadb, so it needs no error messages of its own.
  */
-#include <stdbool.h>
 #include <string.h>
 
 #include "proto-scan.h"
@@ -11,6 +10,7 @@
 typedef struct scanner {
 	const char *p;
 	const char *end;
+	proto_flat *f;
 } scanner;
 
 static void
@@ -26,19 +26,30 @@ at(const scanner *s, char c)
 	return s->p < s->end && *s->p == c;
 }
 
-/* A string of bytes 0x20..0x7e other than '"' and '\\': no escapes to
- * undo, nothing to check for UTF-8. */
+/* A string of bytes 0x20..0x7e other than '"' and '\\' (no escapes to
+ * undo, nothing to check for UTF-8), copied with a NUL into the view's
+ * text. */
 static bool
-scan_plain_string(scanner *s, const char **start, size_t *len)
+scan_plain_string(scanner *s, const char **out, size_t *len)
 {
+	const char *start;
+
 	if (!at(s, '"'))
 		return false;
-	*start = ++s->p;
+	start = ++s->p;
 	for (; s->p < s->end; s->p++) {
 		unsigned char c = (unsigned char)*s->p;
 
 		if (c == '"') {
-			*len = (size_t)(s->p++ - *start);
+			proto_flat *f = s->f;
+
+			*len = (size_t)(s->p++ - start);
+			if (PROTO_FLAT_TEXT_MAX - f->text_len < *len + 1)
+				return false;
+			memcpy(f->text + f->text_len, start, *len);
+			f->text[f->text_len + *len] = '\0';
+			*out = f->text + f->text_len;
+			f->text_len += *len + 1;
 			return true;
 		}
 		if (c < 0x20 || c > 0x7e || c == '\\')
@@ -57,12 +68,12 @@ scan_word(scanner *s, const char *word, size_t len)
 }
 
 /* -?(0|[1-9][0-9]*) with no fraction or exponent after it. */
-static json_t *
-scan_integer(scanner *s)
+static bool
+scan_integer(scanner *s, int64_t *out)
 {
 	bool negative = at(s, '-');
 	const char *digits;
-	json_int_t v = 0;
+	int64_t v = 0;
 
 	if (negative)
 		s->p++;
@@ -70,82 +81,91 @@ scan_integer(scanner *s)
 	while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
 		/* Counted before it is added: no overflow, ever. */
 		if (s->p - digits >= PROTO_SCAN_DIGITS_MAX)
-			return NULL;
+			return false;
 		v = v * 10 + (*s->p - '0');
 		s->p++;
 	}
 	if (s->p == digits || (digits[0] == '0' && s->p - digits > 1) || at(s, '.') || at(s, 'e') ||
 	    at(s, 'E'))
-		return NULL;
-	return json_integer(negative ? -v : v);
+		return false;
+	*out = negative ? -v : v;
+	return true;
 }
 
-static json_t *scan_object(scanner *s, int depth);
+static bool scan_object(scanner *s, int obj, int depth);
 
-static json_t *
-scan_value(scanner *s, int depth)
+/* The value at s into v (its key set by the caller). */
+static bool
+scan_value(scanner *s, int i, int depth)
 {
-	const char *text;
-	size_t len;
+	proto_flat_value *v = &s->f->v[i];
 
 	if (s->p >= s->end)
-		return NULL;
+		return false;
 	switch (*s->p) {
 	case '"':
-		return scan_plain_string(s, &text, &len) ? json_stringn_nocheck(text, len) : NULL;
+		v->type = PROTO_FLAT_STRING;
+		return scan_plain_string(s, &v->text, &v->len);
 	case '{':
-		return scan_object(s, depth + 1);
+		v->type = PROTO_FLAT_OBJECT;
+		return scan_object(s, i, depth + 1);
 	case 't':
-		return scan_word(s, "true", 4) ? json_true() : NULL;
+		v->type = PROTO_FLAT_TRUE;
+		return scan_word(s, "true", 4);
 	case 'f':
-		return scan_word(s, "false", 5) ? json_false() : NULL;
+		v->type = PROTO_FLAT_FALSE;
+		return scan_word(s, "false", 5);
 	case 'n':
-		return scan_word(s, "null", 4) ? json_null() : NULL;
+		v->type = PROTO_FLAT_NULL;
+		return scan_word(s, "null", 4);
 	default:
-		return scan_integer(s);
+		v->type = PROTO_FLAT_INT;
+		return scan_integer(s, &v->integer);
 	}
 }
 
-/* An object starting at '{'. */
-static json_t *
-scan_object(scanner *s, int depth)
+/* The members of object obj, starting at its '{'. */
+static bool
+scan_object(scanner *s, int obj, int depth)
 {
-	json_t *obj;
+	proto_flat *f = s->f;
+	int last = -1;
 
-	if (depth > PROTO_SCAN_DEPTH_MAX || (obj = json_object()) == NULL)
-		return NULL;
+	f->v[obj].first = -1;
+	if (depth > PROTO_SCAN_DEPTH_MAX)
+		return false;
 	s->p++;
 	skip_space(s);
 	if (at(s, '}')) {
 		s->p++;
-		return obj;
+		return true;
 	}
 	for (;;) {
-		char key[PROTO_SCAN_KEY_MAX + 1];
-		const char *text;
+		const char *key;
 		size_t len;
-		json_t *value;
+		int i;
 
 		skip_space(s);
-		if (!scan_plain_string(s, &text, &len) || len > PROTO_SCAN_KEY_MAX)
-			break;
-		memcpy(key, text, len);
-		key[len] = '\0';
+		if (f->count >= PROTO_FLAT_VALUES_MAX || !scan_plain_string(s, &key, &len) ||
+		    len > PROTO_SCAN_KEY_MAX)
+			return false;
+		/* A name twice: json_loadb's error (JSON_REJECT_DUPLICATES). */
+		if (proto_flat_find(f, obj, key) >= 0)
+			return false;
+		i = f->count++;
+		f->v[i] = (proto_flat_value){ .key = key, .first = -1, .next = -1 };
+		if (last < 0)
+			f->v[obj].first = i;
+		else
+			f->v[last].next = i;
+		last = i;
 		skip_space(s);
 		if (!at(s, ':'))
-			break;
+			return false;
 		s->p++;
 		skip_space(s);
-		if ((value = scan_value(s, depth)) == NULL)
-			break;
-		/* A name twice: json_loadb's error (JSON_REJECT_DUPLICATES). */
-		if (json_object_get(obj, key) != NULL) {
-			json_decref(value);
-			break;
-		}
-		/* Takes value even when it fails. */
-		if (json_object_set_new_nocheck(obj, key, value) != 0)
-			break;
+		if (!scan_value(s, i, depth))
+			return false;
 		skip_space(s);
 		if (at(s, ',')) {
 			s->p++;
@@ -153,27 +173,74 @@ scan_object(scanner *s, int depth)
 		}
 		if (at(s, '}')) {
 			s->p++;
-			return obj;
+			return true;
 		}
+		return false;
+	}
+}
+
+bool
+proto_scan_flat(const char *line, size_t len, proto_flat *out)
+{
+	scanner s = { line, line + len, out };
+
+	out->count = 1;
+	out->text_len = 0;
+	out->v[0] =
+	    (proto_flat_value){ .key = "", .type = PROTO_FLAT_OBJECT, .first = -1, .next = -1 };
+	skip_space(&s);
+	if (!at(&s, '{') || !scan_object(&s, 0, 1))
+		return false;
+	skip_space(&s);
+	return s.p == s.end;
+}
+
+int
+proto_flat_find(const proto_flat *f, int obj, const char *key)
+{
+	for (int i = f->v[obj].first; i >= 0; i = f->v[i].next) {
+		if (strcmp(f->v[i].key, key) == 0)
+			return i;
+	}
+	return -1;
+}
+
+json_t *
+proto_flat_to_json(const proto_flat *f, int i)
+{
+	const proto_flat_value *v = &f->v[i];
+	json_t *obj;
+
+	switch (v->type) {
+	case PROTO_FLAT_STRING:
+		return json_stringn_nocheck(v->text, v->len);
+	case PROTO_FLAT_INT:
+		return json_integer(v->integer);
+	case PROTO_FLAT_TRUE:
+		return json_true();
+	case PROTO_FLAT_FALSE:
+		return json_false();
+	case PROTO_FLAT_NULL:
+		return json_null();
+	case PROTO_FLAT_OBJECT:
 		break;
 	}
-	json_decref(obj);
-	return NULL;
+	if ((obj = json_object()) == NULL)
+		return NULL;
+	for (int m = v->first; m >= 0; m = f->v[m].next) {
+		/* Takes the value even when it fails. */
+		if (json_object_set_new_nocheck(obj, f->v[m].key, proto_flat_to_json(f, m)) != 0) {
+			json_decref(obj);
+			return NULL;
+		}
+	}
+	return obj;
 }
 
 json_t *
 proto_scan_request(const char *line, size_t len)
 {
-	scanner s = { line, line + len };
-	json_t *request;
+	proto_flat f;
 
-	skip_space(&s);
-	if (!at(&s, '{') || (request = scan_object(&s, 1)) == NULL)
-		return NULL;
-	skip_space(&s);
-	if (s.p != s.end) {
-		json_decref(request);
-		return NULL;
-	}
-	return request;
+	return proto_scan_flat(line, len, &f) ? proto_flat_to_json(&f, 0) : NULL;
 }

@@ -1,12 +1,17 @@
 /*
  * proto-scan.h — the request decoder's fast path: a line in a plain subset
- * of JSON is built into jansson values directly, without json_loadb's
- * general lexer (which cost a third of a request's instructions). Pure.
+ * of JSON is read into a flat view (no allocation, no hashing), which the
+ * dispatcher reads through proto_req (proto.h) and turns into jansson
+ * values only for the ops that want them. jansson's general lexer and a
+ * jansson object per request cost more than half of a request's
+ * instructions. Pure.
  */
 #ifndef CBD_PROTO_SCAN_H
 #define CBD_PROTO_SCAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -16,15 +21,57 @@
 #define PROTO_SCAN_KEY_MAX 64
 /* Most digits of an integer the fast path takes (fits int64_t). */
 #define PROTO_SCAN_DIGITS_MAX 18
+/* Most values in one flat view (every object and member counts one). */
+#define PROTO_FLAT_VALUES_MAX 64
+/* Room for the view's names and strings, each with a NUL. */
+#define PROTO_FLAT_TEXT_MAX 2048
 
-/* The object on line (len bytes, no LF) when the whole line is in the
+typedef enum proto_flat_type {
+	PROTO_FLAT_STRING,
+	PROTO_FLAT_INT,
+	PROTO_FLAT_TRUE,
+	PROTO_FLAT_FALSE,
+	PROTO_FLAT_NULL,
+	PROTO_FLAT_OBJECT,
+} proto_flat_type;
+
+/* One value: a member of its object (key), or the top object (index 0). */
+typedef struct proto_flat_value {
+	const char *key; /* NUL-ended, in the view's text */
+	const char *text; /* PROTO_FLAT_STRING: NUL-ended, in the view's text */
+	size_t len; /* PROTO_FLAT_STRING: bytes */
+	int64_t integer; /* PROTO_FLAT_INT */
+	int first; /* PROTO_FLAT_OBJECT: its first member's index, -1 when empty */
+	int next; /* the next member of the same object, -1 when last */
+	proto_flat_type type;
+} proto_flat_value;
+
+typedef struct proto_flat {
+	proto_flat_value v[PROTO_FLAT_VALUES_MAX];
+	int count;
+	size_t text_len;
+	char text[PROTO_FLAT_TEXT_MAX];
+} proto_flat;
+
+/* Read line (len bytes, no LF) into *out when the whole line is in the
  * subset: one object whose members are strings of printable ASCII without
  * escapes, integers of up to PROTO_SCAN_DIGITS_MAX digits, true, false,
- * null or such objects, no name twice in one object. NULL otherwise (and
- * when out of memory): the caller decodes the line with json_loadb, so
- * every error, and every text outside the subset, is decoded exactly as
- * json_loadb decodes it. Where it answers, the value equals json_loadb's
+ * null or such objects (nested up to PROTO_SCAN_DEPTH_MAX), no name twice
+ * in one object, within the view's room. False otherwise: the caller
+ * decodes the line with json_loadb, so every error, and every text outside
+ * the subset, is decoded exactly as json_loadb decodes it. Where it
+ * answers, proto_flat_to_json gives the value json_loadb gives
  * (tests/check_proto.c compares them). */
+bool proto_scan_flat(const char *line, size_t len, proto_flat *out);
+
+/* Member key of object obj (an index), or -1. */
+int proto_flat_find(const proto_flat *f, int obj, const char *key);
+
+/* Value i as jansson values (a new reference); NULL when out of memory. */
+json_t *proto_flat_to_json(const proto_flat *f, int i);
+
+/* proto_scan_flat then proto_flat_to_json: the line's object, or NULL when
+ * it is outside the subset (or out of memory). */
 json_t *proto_scan_request(const char *line, size_t len);
 
 #endif

@@ -565,44 +565,192 @@ member(const json_t *obj, const char *key)
 	return json_is_null(v) ? NULL : v;
 }
 
-bool
-proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max, bool required,
-    int64_t *out, bool *present, proto_error *err)
-{
-	const json_t *v = member(obj, key);
+/* ---- member values, from jansson or from a flat view ------------------ */
 
+/* What the member readers check, whichever form the request is in. */
+typedef enum pval_type {
+	PVAL_ABSENT = 0, /* missing or null */
+	PVAL_STRING,
+	PVAL_INT,
+	PVAL_TRUE,
+	PVAL_FALSE,
+	PVAL_OBJECT,
+	PVAL_OTHER, /* a real or an array */
+} pval_type;
+
+typedef struct pval {
+	pval_type type;
+	int64_t integer;
+	const char *text; /* PVAL_STRING: NUL-ended */
+	size_t len;
+	const json_t *json; /* the jansson value, when the request is one */
+	int flat; /* its index in the flat view, when the request is one */
+} pval;
+
+static pval
+pval_json(const json_t *v)
+{
+	pval p = { .json = v, .flat = -1 };
+
+	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
+	case JSON_NULL:
+		p.type = PVAL_ABSENT;
+		break;
+	case JSON_STRING:
+		p.type = PVAL_STRING;
+		p.text = json_string_value(v);
+		p.len = json_string_length(v);
+		break;
+	case JSON_INTEGER:
+		p.type = PVAL_INT;
+		p.integer = json_integer_value(v);
+		break;
+	case JSON_TRUE:
+		p.type = PVAL_TRUE;
+		break;
+	case JSON_FALSE:
+		p.type = PVAL_FALSE;
+		break;
+	case JSON_OBJECT:
+		p.type = PVAL_OBJECT;
+		break;
+	default:
+		p.type = PVAL_OTHER;
+	}
+	return p;
+}
+
+static pval
+pval_flat(const proto_flat *f, int i)
+{
+	pval p = { .flat = i };
+	const proto_flat_value *v;
+
+	if (i < 0)
+		return p;
+	v = &f->v[i];
+	switch (v->type) {
+	case PROTO_FLAT_NULL:
+		p.type = PVAL_ABSENT;
+		break;
+	case PROTO_FLAT_STRING:
+		p.type = PVAL_STRING;
+		p.text = v->text;
+		p.len = v->len;
+		break;
+	case PROTO_FLAT_INT:
+		p.type = PVAL_INT;
+		p.integer = v->integer;
+		break;
+	case PROTO_FLAT_TRUE:
+		p.type = PVAL_TRUE;
+		break;
+	case PROTO_FLAT_FALSE:
+		p.type = PVAL_FALSE;
+		break;
+	case PROTO_FLAT_OBJECT:
+		p.type = PVAL_OBJECT;
+		break;
+	}
+	return p;
+}
+
+/* Member key of the request's top object. */
+static pval
+req_member(const proto_req *r, const char *key)
+{
+	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, 0, key))
+			       : pval_json(json_object_get(r->json, key));
+}
+
+/* Member key of obj, an object member of request r. */
+static pval
+req_member_of(const proto_req *r, const pval *obj, const char *key)
+{
+	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, obj->flat, key))
+			       : pval_json(json_object_get(obj->json, key));
+}
+
+static bool
+pval_int(const pval *v, const char *key, int64_t min, int64_t max, bool required, int64_t *out,
+    bool *present, proto_error *err)
+{
 	if (present != NULL)
-		*present = v != NULL;
-	if (v == NULL) {
+		*present = v->type != PVAL_ABSENT;
+	if (v->type == PVAL_ABSENT) {
 		if (required)
 			return proto_fail(err, PROTO_BAD_REQUEST, "%s is required", key);
 		return true;
 	}
-	if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+	if (v->type != PVAL_INT || v->integer < min || v->integer > max)
 		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be an integer from %lld to %lld",
 		    key, (long long)min, (long long)max);
-	*out = json_integer_value(v);
+	*out = v->integer;
 	return true;
+}
+
+static bool
+pval_string(const pval *v, const char *key, bool required, const char **out, size_t *len,
+    proto_error *err)
+{
+	if (v->type == PVAL_ABSENT) {
+		*out = NULL;
+		if (required)
+			return proto_fail(err, PROTO_BAD_REQUEST, "%s is required", key);
+		return true;
+	}
+	if (v->type != PVAL_STRING)
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be a string", key);
+	*out = v->text;
+	if (len != NULL)
+		*len = v->len;
+	return true;
+}
+
+static bool
+pval_text(const pval *v, const char *key, bool required, const char **out, size_t *len,
+    proto_error *err)
+{
+	size_t n = 0;
+
+	if (!pval_string(v, key, required, out, &n, err))
+		return false;
+	if (*out != NULL && strlen(*out) != n)
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must not contain NUL bytes", key);
+	if (len != NULL)
+		*len = *out != NULL ? n : 0;
+	return true;
+}
+
+static bool
+pval_name(const pval *v, const char *key, const char **out, proto_error *err)
+{
+	const char *why;
+	size_t len = 0;
+
+	if (!pval_string(v, key, true, out, &len, err))
+		return false;
+	if (!proto_name_valid(*out, len, &why))
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s %s", key, why);
+	return true;
+}
+
+bool
+proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max, bool required,
+    int64_t *out, bool *present, proto_error *err)
+{
+	pval v = pval_json(json_object_get(obj, key));
+
+	return pval_int(&v, key, min, max, required, out, present, err);
 }
 
 bool
 proto_get_string(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	const json_t *v = member(obj, key);
+	pval v = pval_json(json_object_get(obj, key));
 
-	if (v == NULL) {
-		*out = NULL;
-		if (required)
-			return proto_fail(err, PROTO_BAD_REQUEST, "%s is required", key);
-		return true;
-	}
-	if (!json_is_string(v))
-		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be a string", key);
-	*out = json_string_value(v);
-	if (len != NULL)
-		*len = json_string_length(v);
-	return true;
+	return pval_string(&v, key, required, out, len, err);
 }
 
 bool
@@ -670,22 +818,17 @@ proto_name_valid(const char *text, size_t len, const char **why)
 bool
 proto_get_name(const json_t *obj, const char *key, const char **out, proto_error *err)
 {
-	const char *why;
-	size_t len;
+	pval v = pval_json(json_object_get(obj, key));
 
-	if (!proto_get_string(obj, key, true, out, &len, err))
-		return false;
-	if (!proto_name_valid(*out, len, &why))
-		return proto_fail(err, PROTO_BAD_REQUEST, "%s %s", key, why);
-	return true;
+	return pval_name(&v, key, out, err);
 }
 
 bool
 proto_get_state(const json_t *obj, const char *key, bool required, cb_state *out, bool *present,
     proto_error *err)
 {
-	const char *text;
-	size_t len;
+	const char *text = NULL;
+	size_t len = 0;
 
 	if (present != NULL)
 		*present = false;
@@ -701,45 +844,54 @@ proto_get_state(const json_t *obj, const char *key, bool required, cb_state *out
 	return true;
 }
 
-bool
-proto_ctx_from_json(const json_t *request, proto_ctx *out, proto_error *err)
+/* The "ctx" member of request r into out. */
+static bool
+req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
 {
-	const json_t *ctx = member(request, "ctx");
+	pval ctx = req_member(r, "ctx");
 	char field[64];
 
 	memset(out, 0, sizeof *out);
-	if (ctx == NULL)
+	if (ctx.type == PVAL_ABSENT)
 		return true;
-	if (!json_is_object(ctx))
+	if (ctx.type != PVAL_OBJECT)
 		return proto_fail(err, PROTO_BAD_REQUEST, "ctx must be an object");
+	/* In the table's order, so that of two bad members the same one is
+	 * named whichever form the request is in. */
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		const proto_ctx_def *def = &ctx_defs[k];
-		const json_t *v = member(ctx, def->name);
+		pval v = req_member_of(r, &ctx, def->name);
 
-		if (v == NULL)
+		if (v.type == PVAL_ABSENT)
 			continue;
 		snprintf(field, sizeof field, "ctx.%s", def->name);
 		if (def->type != PROTO_CTX_INT) {
-			if (!json_is_string(v) ||
-			    strlen(json_string_value(v)) != json_string_length(v))
+			if (v.type != PVAL_STRING || strlen(v.text) != v.len)
 				return def->type == PROTO_CTX_ENUM
 				    ? enum_fail(def, field, err)
 				    : proto_fail(err, PROTO_BAD_REQUEST, "%s must be a string",
 					  field);
-			if (!proto_ctx_parse_text(out, (proto_ctx_key)k, json_string_value(v),
-				field, err))
+			if (!proto_ctx_parse_text(out, (proto_ctx_key)k, v.text, field, err))
 				return false;
 			continue;
 		}
-		if (!json_is_integer(v))
+		if (v.type != PVAL_INT)
 			return proto_fail(err, PROTO_BAD_REQUEST,
 			    "%s must be an integer from %lld to %lld", field, (long long)def->min,
 			    (long long)def->max);
-		if (!proto_ctx_check((proto_ctx_key)k, json_integer_value(v), field, err))
+		if (!proto_ctx_check((proto_ctx_key)k, v.integer, field, err))
 			return false;
-		proto_ctx_set(out, (proto_ctx_key)k, json_integer_value(v));
+		proto_ctx_set(out, (proto_ctx_key)k, v.integer);
 	}
 	return proto_ctx_check_combination(out, "ctx.", err);
+}
+
+bool
+proto_ctx_from_json(const json_t *request, proto_ctx *out, proto_error *err)
+{
+	proto_req r = { .json = request };
+
+	return req_ctx(&r, out, err);
 }
 
 bool
@@ -924,15 +1076,78 @@ bool
 proto_get_text(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	size_t n;
+	pval v = pval_json(json_object_get(obj, key));
 
-	if (!proto_get_string(obj, key, required, out, &n, err))
-		return false;
-	if (*out != NULL && strlen(*out) != n)
-		return proto_fail(err, PROTO_BAD_REQUEST, "%s must not contain NUL bytes", key);
-	if (len != NULL)
-		*len = *out != NULL ? n : 0;
+	return pval_text(&v, key, required, out, len, err);
+}
+
+/* ---- requests, in either form ----------------------------------------- */
+
+bool
+proto_req_int(const proto_req *r, const char *key, int64_t min, int64_t max, bool required,
+    int64_t *out, bool *present, proto_error *err)
+{
+	pval v = req_member(r, key);
+
+	return pval_int(&v, key, min, max, required, out, present, err);
+}
+
+bool
+proto_req_text(const proto_req *r, const char *key, bool required, const char **out, size_t *len,
+    proto_error *err)
+{
+	pval v = req_member(r, key);
+
+	return pval_text(&v, key, required, out, len, err);
+}
+
+bool
+proto_req_name(const proto_req *r, const char *key, const char **out, proto_error *err)
+{
+	pval v = req_member(r, key);
+
+	return pval_name(&v, key, out, err);
+}
+
+bool
+proto_req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
+{
+	return req_ctx(r, out, err);
+}
+
+bool
+proto_req_has(const proto_req *r, const char *key)
+{
+	return req_member(r, key).type != PVAL_ABSENT;
+}
+
+bool
+proto_req_true(const proto_req *r, const char *key)
+{
+	return req_member(r, key).type == PVAL_TRUE;
+}
+
+bool
+proto_req_id(const proto_req *r, json_t **id, proto_error *err)
+{
+	pval v = req_member(r, "id");
+
+	*id = NULL;
+	if (v.type == PVAL_ABSENT)
+		return true;
+	if (v.type != PVAL_INT && v.type != PVAL_STRING)
+		return proto_fail(err, PROTO_BAD_REQUEST, "id must be an integer or a string");
+	*id = v.json != NULL ? json_incref((json_t *)v.json) : proto_flat_to_json(r->flat, v.flat);
+	/* As if jansson had run out while decoding it: no id to echo. */
+	if (*id == NULL)
+		return proto_fail(err, PROTO_INTERNAL, "out of memory decoding the request");
 	return true;
+}
+
+json_t *
+proto_req_json(const proto_req *r)
+{
+	return r->json != NULL ? json_incref((json_t *)r->json) : proto_flat_to_json(r->flat, 0);
 }
 
 json_t *
