@@ -52,6 +52,7 @@ enc_int(enc_buf *b, int64_t v)
 				    "75767778798081828384858687888990919293949596979899";
 	char digits[24], *p = digits + sizeof digits;
 	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+	size_t n;
 
 	/* Two digits a division: most numbers here are counts and times. */
 	while (u >= 100) {
@@ -69,7 +70,8 @@ enc_int(enc_buf *b, int64_t v)
 	}
 	if (v < 0)
 		*--p = '-';
-	enc_put(b, p, (size_t)(digits + sizeof digits - p));
+	n = (size_t)(digits + sizeof digits - p);
+	enc_put(b, p, n);
 }
 
 void

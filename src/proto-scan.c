@@ -26,9 +26,16 @@ at(const scanner *s, char c)
 	return s->p < s->end && *s->p == c;
 }
 
-/* A string of bytes 0x20..0x7e other than '"' and '\\' (no escapes to
- * undo, nothing to check for UTF-8), copied with a NUL into the view's
- * text. */
+/* Bytes a plain string holds: 0x20..0x7e other than '"' and '\\'. */
+static const bool plain_byte[256] = {
+	[0x20] = true,
+	[0x21] = true,
+	[0x23 ... 0x5b] = true,
+	[0x5d ... 0x7e] = true,
+};
+
+/* A string of plain bytes (no escapes to undo, nothing to check for
+ * UTF-8), copied with a NUL into the view's text. */
 static bool
 scan_plain_string(scanner *s, const char **out, size_t *len)
 {
@@ -37,6 +44,8 @@ scan_plain_string(scanner *s, const char **out, size_t *len)
 	if (!at(s, '"'))
 		return false;
 	start = ++s->p;
+	while (s->p < s->end && plain_byte[(unsigned char)*s->p])
+		s->p++;
 	for (; s->p < s->end; s->p++) {
 		unsigned char c = (unsigned char)*s->p;
 
@@ -153,7 +162,7 @@ scan_object(scanner *s, int obj, int depth)
 		if (proto_flat_find(f, obj, key) >= 0)
 			return false;
 		i = f->count++;
-		f->v[i] = (proto_flat_value){ .key = key, .first = -1, .next = -1 };
+		f->v[i] = (proto_flat_value){ .key = key, .key_len = len, .first = -1, .next = -1 };
 		if (last < 0)
 			f->v[obj].first = i;
 		else
@@ -198,8 +207,10 @@ proto_scan_flat(const char *line, size_t len, proto_flat *out)
 int
 proto_flat_find(const proto_flat *f, int obj, const char *key)
 {
+	size_t len = strlen(key);
+
 	for (int i = f->v[obj].first; i >= 0; i = f->v[i].next) {
-		if (strcmp(f->v[i].key, key) == 0)
+		if (f->v[i].key_len == len && memcmp(f->v[i].key, key, len) == 0)
 			return i;
 	}
 	return -1;

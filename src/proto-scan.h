@@ -38,6 +38,7 @@ typedef enum proto_flat_type {
 /* One value: a member of its object (key), or the top object (index 0). */
 typedef struct proto_flat_value {
 	const char *key; /* NUL-ended, in the view's text */
+	size_t key_len;
 	const char *text; /* PROTO_FLAT_STRING: NUL-ended, in the view's text */
 	size_t len; /* PROTO_FLAT_STRING: bytes */
 	int64_t integer; /* PROTO_FLAT_INT */

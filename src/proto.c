@@ -466,7 +466,8 @@ proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy, const 
 {
 	uint32_t conflicts = 0;
 
-	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+	for (int k = 0; (request->present & PROTO_CTX_POLICY_MASK) != 0 && k < PROTO_CTX_KEY_COUNT;
+	     k++) {
 		int64_t v;
 
 		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) ||
