@@ -472,9 +472,13 @@ static cbc_status
 conn_parse_reply_locked(cbc_conn *conn, const char *line, json_t **out, cbc_error *err)
 {
 	const char *path = conn->path;
-	json_error_t jerr;
-	json_t *reply = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
+	json_error_t jerr = { .text = "" };
+	/* Most replies are plain (proto-scan.h): no lexer. */
+	json_t *reply = proto_scan_request(line, strlen(line));
 	const json_t *ok;
+
+	if (reply == NULL)
+		reply = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
 
 	*out = NULL;
 	conn_note_conflict_locked(conn, json_is_object(reply) ? reply : NULL);

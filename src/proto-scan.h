@@ -21,10 +21,11 @@
 #define PROTO_SCAN_KEY_MAX 64
 /* Most digits of an integer the fast path takes (fits int64_t). */
 #define PROTO_SCAN_DIGITS_MAX 18
-/* Most values in one flat view (every object and member counts one). */
-#define PROTO_FLAT_VALUES_MAX 64
+/* Most values in one flat view (every object and member counts one; a
+ * snapshot with its policy, sources, hold and totals is ~70). */
+#define PROTO_FLAT_VALUES_MAX 128
 /* Room for the view's names and strings, each with a NUL. */
-#define PROTO_FLAT_TEXT_MAX 2048
+#define PROTO_FLAT_TEXT_MAX 4096
 
 typedef enum proto_flat_type {
 	PROTO_FLAT_STRING,

@@ -7,7 +7,9 @@
  * closed, open and half_open, and the propagation delay of a trip made in
  * one process to the caches of PROP_WATCHERS others.
  *
- *   CBD_BINARY=src/cbd tests/bench_client
+ *   CBD_BINARY=src/cbd tests/bench_client [-p]
+ *
+ * -p: the propagation measurement alone.
  *
  * Starts its own cbd on a temporary socket (tests/cbd-harness API).
  * Prints one line per measurement; not run by make check.
@@ -274,8 +276,9 @@ time_calls(cbc_breaker *b, const char *what, int n, int gap_us)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
+	bool only_propagation = argc > 1 && strcmp(argv[1], "-p") == 0;
 	cbd_harness h;
 	cbc_conn *conn;
 	cbc_store *remote, *local;
@@ -290,6 +293,17 @@ main(void)
 	}
 	conn = cbc_conn_new(h.socket_path, NULL);
 	remote = cbc_store_new_remote(conn, NULL);
+	if (only_propagation) {
+		cbc_conn *admin = cbc_conn_new(h.socket_path, NULL);
+
+		cbc_conn_set_timeouts(admin, 5000, 5000, NULL);
+		bench_propagation(h.socket_path, admin);
+		cbc_conn_free(admin);
+		cbc_store_free(remote);
+		cbc_conn_free(conn);
+		harness_stop(&h);
+		return 0;
+	}
 
 	for (int i = 0; i < 2000; i++) {
 		double t0 = now_us();
