@@ -1,8 +1,10 @@
 /*
  * check_proto.c — unit tests for the shared codec pieces: member readers
  * and their messages, name validation, the ctx table, policy layering,
- * snapshots to and from JSON, and the request fast path (proto-scan.c)
- * against json_loadb, on hand-picked and on seeded random lines.
+ * snapshots to and from JSON, the request fast path (proto-scan.c)
+ * against json_loadb, on hand-picked and on seeded random lines, and the
+ * request readers (proto_req_*) on a line's flat view against the same
+ * readers on its jansson value.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -958,6 +960,1117 @@ START_TEST(decode_unchanged_by_scan)
 }
 END_TEST
 
+/* ---- proto_req: the flat view read as its jansson values -------------- */
+
+/* Random request lines by default; $CBD_REQ_ITERATIONS overrides. */
+#define REQ_ITERATIONS 100000
+/* What an output holds before a reader runs: the same in both forms. */
+#define REQ_UNSET_INT INT64_C(-7777777)
+#define REQ_UNSET_LEN ((size_t)4242)
+
+static const char req_unset[] = "unset";
+
+/* ck_assert_msg without check's mark point (a write per passing check):
+ * the generated lines make millions of checks. */
+#define REQ_CHECK(cond, ...)                                                                       \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			ck_abort_msg(__VA_ARGS__);                                                 \
+	} while (0)
+
+/* One line in both forms: proto_scan_flat's view and json_loadb's value
+ * (what proto_request_decode used to hand the dispatcher). */
+typedef struct req_pair {
+	const char *line;
+	size_t len;
+	proto_flat flat;
+	json_t *json;
+	proto_req f; /* .flat = &flat */
+	proto_req j; /* .json = json */
+} req_pair;
+
+/* Read line into both forms; false when the fast path leaves it to
+ * jansson. p must stay where it is while open (p->f points into it). */
+static bool
+req_open(req_pair *p, const char *line, size_t len)
+{
+	json_error_t jerr;
+
+	memset(p, 0, sizeof *p);
+	p->line = line;
+	p->len = len;
+	if (!proto_scan_flat(line, len, &p->flat))
+		return false;
+	p->json = json_loadb(line, len, SCAN_JANSSON_FLAGS, &jerr);
+	REQ_CHECK(p->json != NULL && json_is_object(p->json),
+	    "the fast path took a line json_loadb refuses (%s): \"%s\"", jerr.text,
+	    scan_quote(line, len));
+	p->f.flat = &p->flat;
+	p->j.json = p->json;
+	return true;
+}
+
+/* req_open on a C string the fast path must take. */
+static void
+req_open_must(req_pair *p, const char *line)
+{
+	REQ_CHECK(req_open(p, line, strlen(line)), "the fast path refused \"%s\"",
+	    scan_quote(line, strlen(line)));
+}
+
+static void
+req_close(req_pair *p)
+{
+	json_decref(p->json);
+	p->json = NULL;
+}
+
+/* A line only json_loadb takes (an escape, a byte outside the subset):
+ * the fast path must refuse it. A new reference. */
+static json_t *
+req_json_only(const char *line, size_t len)
+{
+	proto_flat flat;
+	json_error_t jerr;
+	json_t *v;
+
+	REQ_CHECK(!proto_scan_flat(line, len, &flat), "the fast path took \"%s\"",
+	    scan_quote(line, len));
+	v = json_loadb(line, len, SCAN_JANSSON_FLAGS, &jerr);
+	REQ_CHECK(v != NULL, "bad test line \"%s\": %s", scan_quote(line, len), jerr.text);
+	return v;
+}
+
+/* Same return value, and when it is false the same code and message. */
+static void
+req_same_result(const req_pair *p, const char *reader, const char *key, const char *form, bool fok,
+    bool jok, const proto_error *fe, const proto_error *je)
+{
+	REQ_CHECK(fok == jok, "%s(\"%s\") on \"%s\": flat %s, %s %s", reader, key,
+	    scan_quote(p->line, p->len), fok ? "ok" : fe->message, form, jok ? "ok" : je->message);
+	if (fok)
+		return;
+	REQ_CHECK(fe->code == je->code && strcmp(fe->message, je->message) == 0,
+	    "%s(\"%s\") on \"%s\": flat %s \"%s\", %s %s \"%s\"", reader, key,
+	    scan_quote(p->line, p->len), proto_code_name(fe->code), fe->message, form,
+	    proto_code_name(je->code), je->message);
+}
+
+/* proto_req_int on both forms (and proto_get_int on the jansson value):
+ * the same everything. The flat form's results in *out, *present, *err. */
+static bool
+req_int_both(const req_pair *p, const char *key, int64_t min, int64_t max, bool required,
+    int64_t *out, bool *present, proto_error *err)
+{
+	int64_t fv = REQ_UNSET_INT, jv = REQ_UNSET_INT, gv = REQ_UNSET_INT;
+	bool fp = true, jp = true, gp = true;
+	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
+	bool fok = proto_req_int(&p->f, key, min, max, required, &fv, &fp, &fe);
+	bool jok = proto_req_int(&p->j, key, min, max, required, &jv, &jp, &je);
+	bool gok = proto_get_int(p->json, key, min, max, required, &gv, &gp, &ge);
+
+	req_same_result(p, "proto_req_int", key, "json", fok, jok, &fe, &je);
+	req_same_result(p, "proto_req_int", key, "proto_get_int", fok, gok, &fe, &ge);
+	REQ_CHECK(fv == jv && fv == gv && fp == jp && fp == gp,
+	    "proto_req_int(\"%s\", %lld, %lld) on \"%s\": flat %lld%s, json %lld%s, "
+	    "proto_get_int %lld%s",
+	    key, (long long)min, (long long)max, scan_quote(p->line, p->len), (long long)fv,
+	    fp ? "" : " (absent)", (long long)jv, jp ? "" : " (absent)", (long long)gv,
+	    gp ? "" : " (absent)");
+	*out = fv;
+	*present = fp;
+	*err = fe;
+	return fok;
+}
+
+/* Two string outputs are the same: both untouched, both NULL, or the same
+ * bytes (and the NUL after them). */
+static bool
+req_same_text(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (a == req_unset || b == req_unset || a == NULL || b == NULL)
+		return a == b && alen == blen;
+	return alen == blen && memcmp(a, b, alen + 1) == 0;
+}
+
+/* proto_req_text on both forms (and proto_get_text on the jansson
+ * value). */
+static bool
+req_text_both(const req_pair *p, const char *key, bool required, const char **out, size_t *len,
+    proto_error *err)
+{
+	const char *fs = req_unset, *js = req_unset, *gs = req_unset;
+	size_t fl = REQ_UNSET_LEN, jl = REQ_UNSET_LEN, gl = REQ_UNSET_LEN;
+	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
+	bool fok = proto_req_text(&p->f, key, required, &fs, &fl, &fe);
+	bool jok = proto_req_text(&p->j, key, required, &js, &jl, &je);
+	bool gok = proto_get_text(p->json, key, required, &gs, &gl, &ge);
+
+	req_same_result(p, "proto_req_text", key, "json", fok, jok, &fe, &je);
+	req_same_result(p, "proto_req_text", key, "proto_get_text", fok, gok, &fe, &ge);
+	REQ_CHECK(req_same_text(fs, fl, js, jl) && req_same_text(fs, fl, gs, gl),
+	    "proto_req_text(\"%s\", %d) on \"%s\": flat %s (%zu bytes), json %s (%zu bytes)", key,
+	    required, scan_quote(p->line, p->len), fs != NULL ? fs : "NULL", fl,
+	    js != NULL ? js : "NULL", jl);
+	*out = fs;
+	*len = fl;
+	*err = fe;
+	return fok;
+}
+
+/* The length of a name output (0 when untouched or NULL). */
+static size_t
+req_len(const char *s)
+{
+	return s == NULL || s == req_unset ? 0 : strlen(s);
+}
+
+/* proto_req_name on both forms (and proto_get_name). */
+static bool
+req_name_both(const req_pair *p, const char *key, const char **out, proto_error *err)
+{
+	const char *fs = req_unset, *js = req_unset, *gs = req_unset;
+	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
+	bool fok = proto_req_name(&p->f, key, &fs, &fe);
+	bool jok = proto_req_name(&p->j, key, &js, &je);
+	bool gok = proto_get_name(p->json, key, &gs, &ge);
+
+	req_same_result(p, "proto_req_name", key, "json", fok, jok, &fe, &je);
+	req_same_result(p, "proto_req_name", key, "proto_get_name", fok, gok, &fe, &ge);
+	REQ_CHECK(req_same_text(fs, req_len(fs), js, req_len(js)) &&
+		req_same_text(fs, req_len(fs), gs, req_len(gs)),
+	    "proto_req_name(\"%s\") on \"%s\": flat %s, json %s", key, scan_quote(p->line, p->len),
+	    fs != NULL ? fs : "NULL", js != NULL ? js : "NULL");
+	*out = fs;
+	*err = fe;
+	return fok;
+}
+
+/* Two ctx outputs are the same: present bits, the values of the members
+ * present, the preset name when present. */
+static bool
+req_same_ctx(const proto_ctx *a, const proto_ctx *b)
+{
+	if (a->present != b->present)
+		return false;
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		if (proto_ctx_has(a, (proto_ctx_key)k) && a->value[k] != b->value[k])
+			return false;
+	}
+	return !proto_ctx_has(a, PROTO_CTX_PRESET) || strcmp(a->preset, b->preset) == 0;
+}
+
+/* proto_req_ctx on both forms (and proto_ctx_from_json). */
+static bool
+req_ctx_both(const req_pair *p, proto_ctx *out, proto_error *err)
+{
+	proto_ctx fc, jc, gc;
+	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
+	bool fok, jok, gok;
+
+	memset(&fc, 0xa5, sizeof fc);
+	memset(&jc, 0xa5, sizeof jc);
+	memset(&gc, 0xa5, sizeof gc);
+	fok = proto_req_ctx(&p->f, &fc, &fe);
+	jok = proto_req_ctx(&p->j, &jc, &je);
+	gok = proto_ctx_from_json(p->json, &gc, &ge);
+	req_same_result(p, "proto_req_ctx", "ctx", "json", fok, jok, &fe, &je);
+	req_same_result(p, "proto_req_ctx", "ctx", "proto_ctx_from_json", fok, gok, &fe, &ge);
+	REQ_CHECK(req_same_ctx(&fc, &jc) && req_same_ctx(&fc, &gc),
+	    "proto_req_ctx on \"%s\": flat present 0x%x, json 0x%x (or values differ)",
+	    scan_quote(p->line, p->len), (unsigned)fc.present, (unsigned)jc.present);
+	*out = fc;
+	*err = fe;
+	return fok;
+}
+
+/* proto_req_id on both forms (and proto_request_id): the same id, of the
+ * same type. *out: the flat form's id (a new reference, or NULL). */
+static bool
+req_id_both(const req_pair *p, json_t **out, proto_error *err)
+{
+	json_t *fi = NULL, *ji = NULL;
+	const json_t *gi = NULL;
+	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
+	bool fok = proto_req_id(&p->f, &fi, &fe);
+	bool jok = proto_req_id(&p->j, &ji, &je);
+	bool gok = proto_request_id(p->json, &gi, &ge);
+
+	req_same_result(p, "proto_req_id", "id", "json", fok, jok, &fe, &je);
+	req_same_result(p, "proto_req_id", "id", "proto_request_id", fok, gok, &fe, &ge);
+	REQ_CHECK((fi == NULL) == (ji == NULL) && (fi == NULL) == (gi == NULL),
+	    "proto_req_id on \"%s\": flat %s, json %s, proto_request_id %s",
+	    scan_quote(p->line, p->len), fi != NULL ? "an id" : "none",
+	    ji != NULL ? "an id" : "none", gi != NULL ? "an id" : "none");
+	if (fi != NULL) {
+		REQ_CHECK(json_typeof(fi) == json_typeof(ji) &&
+			json_typeof(fi) == json_typeof(gi) && json_equal(fi, ji) &&
+			json_equal(fi, gi),
+		    "proto_req_id on \"%s\": the ids differ", scan_quote(p->line, p->len));
+	}
+	json_decref(ji);
+	*out = fi;
+	*err = fe;
+	return fok;
+}
+
+/* proto_req_has and proto_req_true on both forms. */
+static void
+req_flags_both(const req_pair *p, const char *key, bool *has, bool *is_true)
+{
+	bool fh = proto_req_has(&p->f, key), jh = proto_req_has(&p->j, key);
+	bool ft = proto_req_true(&p->f, key), jt = proto_req_true(&p->j, key);
+
+	REQ_CHECK(fh == jh, "proto_req_has(\"%s\") on \"%s\": flat %d, json %d", key,
+	    scan_quote(p->line, p->len), fh, jh);
+	REQ_CHECK(ft == jt, "proto_req_true(\"%s\") on \"%s\": flat %d, json %d", key,
+	    scan_quote(p->line, p->len), ft, jt);
+	*has = fh;
+	*is_true = ft;
+}
+
+/* proto_req_json on both forms: json_loadb's value, members in order. */
+static void
+req_json_both(const req_pair *p)
+{
+	json_t *fj = proto_req_json(&p->f), *jj = proto_req_json(&p->j);
+	char *got, *want;
+
+	REQ_CHECK(fj != NULL && jj == p->json, "proto_req_json on \"%s\"",
+	    scan_quote(p->line, p->len));
+	got = json_dumps(fj, JSON_COMPACT);
+	want = json_dumps(jj, JSON_COMPACT);
+	REQ_CHECK(got != NULL && want != NULL, "json_dumps: out of memory");
+	REQ_CHECK(json_equal(fj, jj) && strcmp(got, want) == 0,
+	    "proto_req_json on \"%s\":\n flat %s\n json %s", scan_quote(p->line, p->len), got,
+	    want);
+	free(got);
+	free(want);
+	json_decref(fj);
+	json_decref(jj);
+}
+
+/* The members the readers are asked for: the dispatcher's, one unknown,
+ * one never generated, the empty name. */
+static const char *const req_keys[] = { "op", "name", "id", "noreply", "duration_ms", "outcome",
+	"permit", "token", "ctx", "x", "absent", "" };
+
+#define REQ_KEY_COUNT (sizeof req_keys / sizeof req_keys[0])
+
+/* Bounds proto_req_int is asked with. */
+static const int64_t req_bounds[][2] = {
+	{ 0, CB_DURATION_MAX },
+	{ INT64_MIN, INT64_MAX },
+	{ 1, 10 },
+	{ -5, -1 },
+	{ CB_TIME_MIN, CB_TIME_MAX },
+};
+
+/* How often each reader answered ok and not ok over a run. */
+typedef struct req_tally {
+	long ok[4], bad[4]; /* int (duration_ms), name, ctx, id */
+} req_tally;
+
+/* Count a reader's answer on a member the line has (t may be NULL). */
+static void
+req_count(req_tally *t, int reader, const req_pair *p, const char *key, bool ok)
+{
+	if (t == NULL || !proto_req_has(&p->f, key))
+		return;
+	if (ok)
+		t->ok[reader]++;
+	else
+		t->bad[reader]++;
+}
+
+/* Every reader, with every key and bound, on both forms of p. */
+static void
+req_compare_all(const req_pair *p, req_tally *t)
+{
+	proto_error err;
+	proto_ctx ctx;
+	json_t *id;
+	bool ok;
+
+	for (size_t k = 0; k < REQ_KEY_COUNT; k++) {
+		const char *key = req_keys[k], *text;
+		size_t len;
+		int64_t v;
+		bool present, has, is_true;
+
+		for (size_t b = 0; b < sizeof req_bounds / sizeof req_bounds[0]; b++) {
+			for (int required = 0; required <= 1; required++) {
+				ok = req_int_both(p, key, req_bounds[b][0], req_bounds[b][1],
+				    required, &v, &present, &err);
+				if (b == 0 && required && strcmp(key, "duration_ms") == 0)
+					req_count(t, 0, p, key, ok);
+			}
+		}
+		req_text_both(p, key, false, &text, &len, &err);
+		req_text_both(p, key, true, &text, &len, &err);
+		ok = req_name_both(p, key, &text, &err);
+		if (strcmp(key, "name") == 0)
+			req_count(t, 1, p, key, ok);
+		req_flags_both(p, key, &has, &is_true);
+	}
+	req_count(t, 2, p, "ctx", req_ctx_both(p, &ctx, &err));
+	ok = req_id_both(p, &id, &err);
+	json_decref(id);
+	req_count(t, 3, p, "id", ok);
+	req_json_both(p);
+}
+
+/* One proto_req_int case: key duration_ms with bounds 0..CB_DURATION_MAX. */
+typedef struct req_int_case {
+	const char *line;
+	bool required;
+	bool ok;
+	int64_t value; /* REQ_UNSET_INT: untouched */
+	bool present;
+} req_int_case;
+
+#define REQ_DURATION_RANGE "duration_ms must be an integer from 0 to 9007199254740992"
+
+static const req_int_case req_int_cases[] = {
+	{ "{}", false, true, REQ_UNSET_INT, false },
+	{ "{}", true, false, REQ_UNSET_INT, false },
+	{ "{\"duration_ms\":null}", false, true, REQ_UNSET_INT, false },
+	{ "{\"duration_ms\":null}", true, false, REQ_UNSET_INT, false },
+	{ "{\"duration_ms\":0}", true, true, 0, true },
+	{ "{\"duration_ms\":-0}", true, true, 0, true },
+	{ "{\"duration_ms\":1234}", false, true, 1234, true },
+	{ "{\"duration_ms\":9007199254740992}", true, true, CB_DURATION_MAX, true },
+	{ "{\"duration_ms\":9007199254740993}", true, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":-1}", false, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":999999999999999999}", true, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":-999999999999999999}", true, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":\"5\"}", false, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":true}", false, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":false}", false, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":{}}", false, false, REQ_UNSET_INT, true },
+	{ "{\"duration_ms\":{\"duration_ms\":5}}", false, false, REQ_UNSET_INT, true },
+	{ "{\"ctx\":{\"duration_ms\":5}}", false, true, REQ_UNSET_INT, false },
+};
+
+START_TEST(req_int_hand_picked)
+{
+	for (size_t i = 0; i < sizeof req_int_cases / sizeof req_int_cases[0]; i++) {
+		const req_int_case *c = &req_int_cases[i];
+		proto_error err;
+		req_pair p;
+		int64_t v;
+		bool present, ok;
+
+		req_open_must(&p, c->line);
+		ok = req_int_both(&p, "duration_ms", 0, CB_DURATION_MAX, c->required, &v, &present,
+		    &err);
+		ck_assert_msg(ok == c->ok && v == c->value && present == c->present,
+		    "%s: ok %d value %lld present %d", c->line, ok, (long long)v, present);
+		if (!ok) {
+			ck_assert_int_eq(err.code, PROTO_BAD_REQUEST);
+			ck_assert_str_eq(err.message,
+			    c->present ? REQ_DURATION_RANGE : "duration_ms is required");
+		}
+		req_compare_all(&p, NULL);
+		req_close(&p);
+	}
+}
+END_TEST
+
+START_TEST(req_text_hand_picked)
+{
+	static const char printable[] = "{\"token\":\" !#$%&'()*+,-./09:;<=>?@AZ[]^_`az{|}~\"}";
+	proto_error err;
+	const char *text;
+	size_t len;
+	req_pair p;
+	json_t *v;
+
+	req_open_must(&p, "{\"token\":\"abc\",\"outcome\":\"\",\"op\":5,\"id\":{},\"x\":true}");
+	ck_assert(req_text_both(&p, "token", true, &text, &len, &err));
+	ck_assert_str_eq(text, "abc");
+	ck_assert_uint_eq(len, 3);
+	ck_assert(req_text_both(&p, "outcome", true, &text, &len, &err));
+	ck_assert_str_eq(text, "");
+	ck_assert_uint_eq(len, 0);
+	ck_assert(!req_text_both(&p, "op", false, &text, &len, &err));
+	ck_assert_str_eq(err.message, "op must be a string");
+	ck_assert(text == req_unset && len == REQ_UNSET_LEN);
+	ck_assert(!req_text_both(&p, "id", false, &text, &len, &err));
+	ck_assert_str_eq(err.message, "id must be a string");
+	ck_assert(!req_text_both(&p, "x", false, &text, &len, &err));
+	ck_assert(req_text_both(&p, "permit", false, &text, &len, &err));
+	ck_assert_ptr_null(text);
+	ck_assert_uint_eq(len, 0);
+	ck_assert(!req_text_both(&p, "permit", true, &text, &len, &err));
+	ck_assert_str_eq(err.message, "permit is required");
+	req_compare_all(&p, NULL);
+	req_close(&p);
+
+	req_open_must(&p, "{\"token\":null}");
+	ck_assert(req_text_both(&p, "token", false, &text, &len, &err));
+	ck_assert_ptr_null(text);
+	ck_assert(!req_text_both(&p, "token", true, &text, &len, &err));
+	ck_assert_str_eq(err.message, "token is required");
+	req_compare_all(&p, NULL);
+	req_close(&p);
+
+	req_open_must(&p, printable);
+	ck_assert(req_text_both(&p, "token", true, &text, &len, &err));
+	ck_assert_uint_eq(len, sizeof printable - 1 - strlen("{\"token\":\"\"}"));
+	ck_assert(memcmp(text, printable + 10, len) == 0);
+	req_compare_all(&p, NULL);
+	req_close(&p);
+
+	/* A NUL inside: jansson's only (an escape), and refused. */
+	v = req_json_only("{\"token\":\"a\\u0000b\"}", 20);
+	ck_assert(!proto_req_text(&(proto_req){ .json = v }, "token", false, &text, &len, &err));
+	ck_assert_str_eq(err.message, "token must not contain NUL bytes");
+	json_decref(v);
+}
+END_TEST
+
+START_TEST(req_name_hand_picked)
+{
+	static const char *const json_only[][2] = {
+		{ "{\"name\":\"a\\u0001b\"}", "name must not contain control characters" },
+		{ "{\"name\":\"a\\u007f\"}", "name must not contain control characters" },
+		{ "{\"name\":\"\x7f\"}", "name must not contain control characters" },
+		{ "{\"name\":\"a\\tb\"}", "name must not contain control characters" },
+		{ "{\"name\":\"\\u0085\"}", "name must not contain control characters" },
+		{ "{\"name\":\"a\\u0000b\"}", "name must not contain control characters" },
+		{ "{\"name\":\"caf\\u00e9\"}", NULL },
+		{ "{\"name\":\"caf\xc3\xa9\"}", NULL },
+		{ "{\"name\":\"a\\\"b\"}", NULL },
+	};
+	char line[CT_NAME_MAX + 64];
+	proto_error err;
+	const char *name;
+	req_pair p;
+	int n;
+
+	req_open_must(&p, "{\"name\":\"payments\",\"op\":\"\",\"id\":5,\"token\":\" ~\"}");
+	ck_assert(req_name_both(&p, "name", &name, &err));
+	ck_assert_str_eq(name, "payments");
+	ck_assert(!req_name_both(&p, "op", &name, &err));
+	ck_assert_str_eq(err.message, "op must be 1 to 256 bytes");
+	ck_assert(!req_name_both(&p, "id", &name, &err));
+	ck_assert_str_eq(err.message, "id must be a string");
+	ck_assert(req_name_both(&p, "token", &name, &err));
+	ck_assert_str_eq(name, " ~");
+	ck_assert(!req_name_both(&p, "permit", &name, &err));
+	ck_assert_str_eq(err.message, "permit is required");
+	req_compare_all(&p, NULL);
+	req_close(&p);
+
+	req_open_must(&p, "{\"name\":null}");
+	ck_assert(!req_name_both(&p, "name", &name, &err));
+	ck_assert_str_eq(err.message, "name is required");
+	req_close(&p);
+
+	/* 255, 256 and 257 bytes. */
+	for (int len = CT_NAME_MAX - 1; len <= CT_NAME_MAX + 1; len++) {
+		n = snprintf(line, sizeof line, "{\"name\":\"%0*d\"}", len, 7);
+		ck_assert(req_open(&p, line, (size_t)n));
+		ck_assert_int_eq(req_name_both(&p, "name", &name, &err), len <= CT_NAME_MAX);
+		if (len > CT_NAME_MAX)
+			ck_assert_str_eq(err.message, "name must be 1 to 256 bytes");
+		else
+			ck_assert_uint_eq(strlen(name), (size_t)len);
+		req_compare_all(&p, NULL);
+		req_close(&p);
+	}
+
+	/* Control characters and other bytes never reach the flat view. */
+	for (size_t i = 0; i < sizeof json_only / sizeof json_only[0]; i++) {
+		json_t *v = req_json_only(json_only[i][0], strlen(json_only[i][0]));
+		bool ok = proto_req_name(&(proto_req){ .json = v }, "name", &name, &err);
+
+		ck_assert_msg(ok == (json_only[i][1] == NULL), "%s", json_only[i][0]);
+		if (!ok)
+			ck_assert_str_eq(err.message, json_only[i][1]);
+		json_decref(v);
+	}
+}
+END_TEST
+
+/* One proto_req_ctx case: the message when it fails. */
+typedef struct req_ctx_case {
+	const char *line;
+	const char *message; /* NULL: ok */
+} req_ctx_case;
+
+static const req_ctx_case req_ctx_cases[] = {
+	{ "{}", NULL },
+	{ "{\"ctx\":null}", NULL },
+	{ "{\"ctx\":{}}", NULL },
+	{ "{\"ctx\":{\"now\":null,\"x\":1,\"Now\":\"a\",\"ctx\":{}}}", NULL },
+	{ "{\"ctx\":5}", "ctx must be an object" },
+	{ "{\"ctx\":\"{}\"}", "ctx must be an object" },
+	{ "{\"ctx\":true}", "ctx must be an object" },
+	{ "{\"ctx\":false}", "ctx must be an object" },
+	{ "{\"x\":{\"ctx\":5}}", NULL },
+	/* Two bad members: the table's first is named, in either order. */
+	{ "{\"ctx\":{\"now\":-1,\"failure_threshold\":0}}",
+	    "ctx.failure_threshold must be an integer from 1 to 1000000000" },
+	{ "{\"ctx\":{\"failure_threshold\":0,\"now\":-1}}",
+	    "ctx.failure_threshold must be an integer from 1 to 1000000000" },
+	{ "{\"ctx\":{\"preset\":\"a b\",\"trip\":\"x\"}}",
+	    "ctx.trip must be \"consecutive\" or \"rate\"" },
+	{ "{\"ctx\":{\"window\":5,\"break_ms\":\"5\"}}",
+	    "ctx.break_ms must be an integer from 1 to 9007199254740992" },
+	{ "{\"ctx\":{\"break_max_ms\":1,\"break_ms\":2,\"window_size\":0}}",
+	    "ctx.window_size must be an integer from 1 to 3600000" },
+	/* Combinations. */
+	{ "{\"ctx\":{\"window_size\":10000}}", NULL },
+	{ "{\"ctx\":{\"window_size\":10001}}",
+	    "ctx.window_size must be from 1 to 10000 for a count (calls) window" },
+	{ "{\"ctx\":{\"window\":\"count\",\"window_size\":3600000}}",
+	    "ctx.window_size must be from 1 to 10000 for a count (calls) window" },
+	{ "{\"ctx\":{\"window_size\":1000,\"window\":\"time\"}}", NULL },
+	{ "{\"ctx\":{\"window\":\"time\",\"window_size\":999}}",
+	    "ctx.window_size must be from 1000 to 3600000 for a time (ms) window" },
+	{ "{\"ctx\":{\"window\":\"time\",\"window_size\":3600000}}", NULL },
+	{ "{\"ctx\":{\"window\":null,\"window_size\":3600000}}",
+	    "ctx.window_size must be from 1 to 10000 for a count (calls) window" },
+	{ "{\"ctx\":{\"break_ms\":100,\"break_max_ms\":100}}", NULL },
+	{ "{\"ctx\":{\"break_max_ms\":99,\"break_ms\":100}}",
+	    "ctx.break_max_ms must not be below ctx.break_ms" },
+	{ "{\"ctx\":{\"break_max_ms\":1}}", NULL },
+	{ "{\"ctx\":{\"window\":\"time\",\"window_size\":5,\"break_ms\":2,\"break_max_ms\":1}}",
+	    "ctx.window_size must be from 1000 to 3600000 for a time (ms) window" },
+	/* Enums and presets. */
+	{ "{\"ctx\":{\"trip\":\"rate\",\"window\":\"count\"}}", NULL },
+	{ "{\"ctx\":{\"trip\":\"RATE\"}}", "ctx.trip must be \"consecutive\" or \"rate\"" },
+	{ "{\"ctx\":{\"trip\":1}}", "ctx.trip must be \"consecutive\" or \"rate\"" },
+	{ "{\"ctx\":{\"trip\":\"\"}}", "ctx.trip must be \"consecutive\" or \"rate\"" },
+	{ "{\"ctx\":{\"window\":{}}}", "ctx.window must be \"count\" or \"time\"" },
+	{ "{\"ctx\":{\"window\":true}}", "ctx.window must be \"count\" or \"time\"" },
+	{ "{\"ctx\":{\"preset\":\"service\"}}", NULL },
+	{ "{\"ctx\":{\"preset\":\"my-own_preset.2\"}}", NULL },
+	{ "{\"ctx\":{\"preset\":5}}", "ctx.preset must be a string" },
+	{ "{\"ctx\":{\"preset\":false}}", "ctx.preset must be a string" },
+	{ "{\"ctx\":{\"preset\":\"\"}}",
+	    "ctx.preset must be a preset name (1 to 64 letters, digits, '-', '_', '.')" },
+	{ "{\"ctx\":{\"preset\":\"a b\"}}",
+	    "ctx.preset must be a preset name (1 to 64 letters, digits, '-', '_', '.')" },
+	{ "{\"ctx\":{\"failure_threshold\":{\"failure_threshold\":1}}}",
+	    "ctx.failure_threshold must be an integer from 1 to 1000000000" },
+	{ "{\"ctx\":{\"now\":0,\"break_ms\":9007199254740992}}", NULL },
+	{ "{\"ctx\":{\"now\":9007199254740993}}",
+	    "ctx.now must be an integer from 0 to 9007199254740992" },
+};
+
+/* proto_req_ctx on line: ok, or failing with message. */
+static void
+req_ctx_expect(const char *line, const char *message)
+{
+	proto_error err;
+	proto_ctx ctx;
+	req_pair p;
+	bool ok;
+
+	req_open_must(&p, line);
+	ok = req_ctx_both(&p, &ctx, &err);
+	ck_assert_msg(ok == (message == NULL), "%s: %s", line, ok ? "ok" : err.message);
+	if (!ok) {
+		ck_assert_int_eq(err.code, PROTO_BAD_REQUEST);
+		ck_assert_msg(strcmp(err.message, message) == 0, "%s: \"%s\", not \"%s\"", line,
+		    err.message, message);
+	}
+	req_compare_all(&p, NULL);
+	req_close(&p);
+}
+
+START_TEST(req_ctx_hand_picked)
+{
+	static const char *const json_only[][2] = {
+		{ "{\"ctx\":[]}", "ctx must be an object" },
+		{ "{\"ctx\":1.5}", "ctx must be an object" },
+		{ "{\"ctx\":{\"now\":1.5}}",
+		    "ctx.now must be an integer from 0 to 9007199254740992" },
+		{ "{\"ctx\":{\"preset\":\"a\\u0000b\"}}", "ctx.preset must be a string" },
+		{ "{\"ctx\":{\"trip\":\"rate\\u0000\"}}",
+		    "ctx.trip must be \"consecutive\" or \"rate\"" },
+		{ "{\"ctx\":{\"preset\":\"caf\\u00e9\"}}",
+		    "ctx.preset must be a preset name (1 to 64 letters, digits, '-', '_', '.')" },
+	};
+	char line[256], field[64];
+	proto_error err;
+	proto_ctx ctx;
+	req_pair p;
+
+	for (size_t i = 0; i < sizeof req_ctx_cases / sizeof req_ctx_cases[0]; i++)
+		req_ctx_expect(req_ctx_cases[i].line, req_ctx_cases[i].message);
+
+	/* Every key of the table: its bounds and one past them, other types. */
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		const proto_ctx_def *def = proto_ctx_def_get((proto_ctx_key)k);
+		char range[160];
+
+		snprintf(field, sizeof field, "ctx.%s", def->name);
+		if (def->type == PROTO_CTX_INT) {
+			snprintf(range, sizeof range, "%s must be an integer from %lld to %lld",
+			    field, (long long)def->min, (long long)def->max);
+			/* window_size: its table bounds are both windows'. */
+			snprintf(line, sizeof line, "{\"ctx\":{\"window\":\"time\",\"%s\":%lld}}",
+			    def->name, (long long)def->min);
+			req_ctx_expect(line,
+			    k == PROTO_CTX_WINDOW_SIZE
+				? "ctx.window_size must be from 1000 to 3600000 for a time (ms) "
+				  "window"
+				: NULL);
+			snprintf(line, sizeof line, "{\"ctx\":{\"window\":\"time\",\"%s\":%lld}}",
+			    def->name, (long long)def->max);
+			req_ctx_expect(line, NULL);
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":%lld}}", def->name,
+			    (long long)def->min - 1);
+			req_ctx_expect(line, range);
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":%lld}}", def->name,
+			    (long long)def->max + 1);
+			req_ctx_expect(line, range);
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":\"1\"}}", def->name);
+			req_ctx_expect(line, range);
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":true}}", def->name);
+			req_ctx_expect(line, range);
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":{}}}", def->name);
+			req_ctx_expect(line, range);
+		} else if (def->type == PROTO_CTX_ENUM) {
+			snprintf(range, sizeof range, "%s must be \"%s\" or \"%s\"", field,
+			    def->names[0], def->names[1]);
+			for (int i = 0; def->names[i] != NULL; i++) {
+				snprintf(line, sizeof line, "{\"ctx\":{\"%s\":\"%s\"}}", def->name,
+				    def->names[i]);
+				req_open_must(&p, line);
+				ck_assert(req_ctx_both(&p, &ctx, &err));
+				ck_assert(proto_ctx_has(&ctx, (proto_ctx_key)k));
+				ck_assert_int_eq(ctx.value[k], i);
+				req_close(&p);
+				snprintf(line, sizeof line, "{\"ctx\":{\"%s\":\"%s \"}}", def->name,
+				    def->names[i]);
+				req_ctx_expect(line, range);
+			}
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":0}}", def->name);
+			req_ctx_expect(line, range);
+			snprintf(line, sizeof line, "{\"ctx\":{\"%s\":false}}", def->name);
+			req_ctx_expect(line, range);
+		} else {
+			snprintf(range, sizeof range,
+			    "%s must be a preset name (1 to 64 letters, digits, '-', '_', '.')",
+			    field);
+			for (int len = PROTO_PRESET_NAME_MAX - 1; len <= PROTO_PRESET_NAME_MAX + 1;
+			     len++) {
+				snprintf(line, sizeof line, "{\"ctx\":{\"%s\":\"%0*d\"}}",
+				    def->name, len, 3);
+				req_open_must(&p, line);
+				ck_assert_int_eq(req_ctx_both(&p, &ctx, &err),
+				    len <= PROTO_PRESET_NAME_MAX);
+				if (len <= PROTO_PRESET_NAME_MAX)
+					ck_assert_uint_eq(strlen(ctx.preset), (size_t)len);
+				else
+					ck_assert_str_eq(err.message, range);
+				req_close(&p);
+			}
+		}
+		/* null reads as absent. */
+		snprintf(line, sizeof line, "{\"ctx\":{\"%s\":null}}", def->name);
+		req_open_must(&p, line);
+		ck_assert(req_ctx_both(&p, &ctx, &err));
+		ck_assert_uint_eq(ctx.present, 0);
+		req_close(&p);
+	}
+
+	req_open_must(&p,
+	    "{\"ctx\":{\"failure_threshold\":3,\"trip\":\"rate\",\"preset\":"
+	    "\"database\",\"now\":0}}");
+	ck_assert(req_ctx_both(&p, &ctx, &err));
+	ck_assert_uint_eq(ctx.present,
+	    (1u << PROTO_CTX_FAILURE_THRESHOLD) | (1u << PROTO_CTX_TRIP) |
+		(1u << PROTO_CTX_PRESET) | (1u << PROTO_CTX_NOW));
+	ck_assert_int_eq(ctx.value[PROTO_CTX_FAILURE_THRESHOLD], 3);
+	ck_assert_int_eq(ctx.value[PROTO_CTX_TRIP], CB_TRIP_RATE);
+	ck_assert_str_eq(ctx.preset, "database");
+	req_close(&p);
+
+	for (size_t i = 0; i < sizeof json_only / sizeof json_only[0]; i++) {
+		json_t *v = req_json_only(json_only[i][0], strlen(json_only[i][0]));
+
+		ck_assert_msg(!proto_req_ctx(&(proto_req){ .json = v }, &ctx, &err), "%s",
+		    json_only[i][0]);
+		ck_assert_str_eq(err.message, json_only[i][1]);
+		json_decref(v);
+	}
+}
+END_TEST
+
+START_TEST(req_id_and_flags_hand_picked)
+{
+	static const struct {
+		const char *line;
+		json_type type; /* JSON_NULL: no id; JSON_FALSE: bad_request */
+	} ids[] = {
+		{ "{\"id\":7}", JSON_INTEGER },
+		{ "{\"id\":-7}", JSON_INTEGER },
+		{ "{\"id\":0}", JSON_INTEGER },
+		{ "{\"id\":999999999999999999}", JSON_INTEGER },
+		{ "{\"id\":\"abc\"}", JSON_STRING },
+		{ "{\"id\":\"\"}", JSON_STRING },
+		{ "{\"id\":\"7\"}", JSON_STRING },
+		{ "{\"id\":null}", JSON_NULL },
+		{ "{}", JSON_NULL },
+		{ "{\"x\":{\"id\":1}}", JSON_NULL },
+		{ "{\"id\":true}", JSON_FALSE },
+		{ "{\"id\":false}", JSON_FALSE },
+		{ "{\"id\":{}}", JSON_FALSE },
+		{ "{\"id\":{\"id\":1}}", JSON_FALSE },
+	};
+	static const struct {
+		const char *line;
+		bool has, is_true;
+	} flags[] = {
+		{ "{\"noreply\":true}", true, true },
+		{ "{\"noreply\":false}", true, false },
+		{ "{\"noreply\":1}", true, false },
+		{ "{\"noreply\":\"true\"}", true, false },
+		{ "{\"noreply\":{}}", true, false },
+		{ "{\"noreply\":null}", false, false },
+		{ "{}", false, false },
+		{ "{\"x\":{\"noreply\":true}}", false, false },
+	};
+	proto_error err;
+	req_pair p;
+	json_t *id;
+
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+		bool ok;
+
+		req_open_must(&p, ids[i].line);
+		ok = req_id_both(&p, &id, &err);
+		ck_assert_msg(ok == (ids[i].type != JSON_FALSE), "%s", ids[i].line);
+		if (!ok) {
+			ck_assert_int_eq(err.code, PROTO_BAD_REQUEST);
+			ck_assert_str_eq(err.message, "id must be an integer or a string");
+		}
+		if (ok && ids[i].type == JSON_NULL)
+			ck_assert_ptr_null(id);
+		else if (ok)
+			ck_assert_msg(id != NULL && json_typeof(id) == ids[i].type &&
+				json_equal(id, json_object_get(p.json, "id")),
+			    "%s", ids[i].line);
+		json_decref(id);
+		req_compare_all(&p, NULL);
+		req_close(&p);
+	}
+	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+		bool has, is_true;
+
+		req_open_must(&p, flags[i].line);
+		req_flags_both(&p, "noreply", &has, &is_true);
+		ck_assert_msg(has == flags[i].has && is_true == flags[i].is_true, "%s",
+		    flags[i].line);
+		req_compare_all(&p, NULL);
+		req_close(&p);
+	}
+	/* Ids only jansson reads: refused as the flat path would. */
+	for (int i = 0; i < 2; i++) {
+		const char *line = i == 0 ? "{\"id\":1.5}" : "{\"id\":[1]}";
+		json_t *v = req_json_only(line, strlen(line));
+
+		ck_assert(!proto_req_id(&(proto_req){ .json = v }, &id, &err));
+		ck_assert_ptr_null(id);
+		ck_assert_str_eq(err.message, "id must be an integer or a string");
+		json_decref(v);
+	}
+}
+END_TEST
+
+/* ---- proto_req on generated request lines ----------------------------- */
+
+/* A string: names the readers know (ops, enums, presets), junk of
+ * printable ASCII, lengths at the name and preset limits, and now and then
+ * one outside the fast path's subset. */
+static void
+req_gen_string(scan_gen *g)
+{
+	static const char *const words[] = { "get", "allow", "record", "record_success", "success",
+		"failure", "consecutive", "rate", "count", "time", "Rate", "rate ", "service",
+		"http-external", "database", "my.preset_1", "a b", "payments", "", "null", "true",
+		"0", "1", "-1", "~" };
+	static const char *const odd[] = { "a\\u0000b", "\\n", "caf\xc3\xa9", "a\\\"b", "\x7f",
+		"\\u0085" };
+	char junk[CT_NAME_MAX + 8];
+	size_t len = 0;
+
+	switch (scan_below(&g->state, 10)) {
+	case 0:
+	case 1:
+		len = scan_below(&g->state, 12);
+		for (size_t i = 0; i < len; i++) {
+			char c = (char)(0x20 + scan_below(&g->state, 0x5f));
+
+			junk[i] = c == '"' || c == '\\' ? '.' : c;
+		}
+		break;
+	case 2: /* around CT_NAME_MAX or PROTO_PRESET_NAME_MAX */
+		len = scan_below(&g->state, 2) == 0
+		    ? CT_NAME_MAX - 1 + scan_below(&g->state, 3)
+		    : PROTO_PRESET_NAME_MAX - 1 + scan_below(&g->state, 3);
+		memset(junk, "nP-"[scan_below(&g->state, 3)], len);
+		break;
+	case 3:
+		if (scan_below(&g->state, 4) == 0) {
+			const char *w = odd[scan_below(&g->state, sizeof odd / sizeof odd[0])];
+
+			len = strlen(w);
+			memcpy(junk, w, len);
+			break;
+		}
+		/* fall through */
+	default: {
+		const char *w = words[scan_below(&g->state, sizeof words / sizeof words[0])];
+
+		len = strlen(w);
+		memcpy(junk, w, len);
+	} break;
+	}
+	scan_gen_put(g, "\"", 1);
+	scan_gen_put(g, junk, len);
+	scan_gen_put(g, "\"", 1);
+}
+
+/* An integer: the table's bounds and one past them, small ones, random
+ * ones of up to PROTO_SCAN_DIGITS_MAX digits, now and then one the fast
+ * path leaves to jansson. */
+static void
+req_gen_int(scan_gen *g)
+{
+	static const char *const edges[] = { "0", "-0", "1", "-1", "2", "10", "11", "64", "65",
+		"99", "100", "101", "999", "1000", "10000", "10001", "3600000", "3600001",
+		"1000000000", "1000000001", "9007199254740992", "9007199254740993",
+		"999999999999999999", "-999999999999999999", "1.5", "1e3", "01",
+		"1000000000000000000" };
+	char text[32];
+	size_t len = 0;
+
+	switch (scan_below(&g->state, 3)) {
+	case 0: {
+		size_t n = scan_below(&g->state, 25) == 0 ? sizeof edges / sizeof edges[0]
+							  : sizeof edges / sizeof edges[0] - 4;
+		const char *w = edges[scan_below(&g->state, n)];
+
+		scan_gen_put(g, w, strlen(w));
+		return;
+	}
+	case 1:
+		len = (size_t)snprintf(text, sizeof text, "%d", (int)scan_below(&g->state, 31));
+		break;
+	default: {
+		size_t digits = 1 + scan_below(&g->state, PROTO_SCAN_DIGITS_MAX);
+
+		if (scan_below(&g->state, 3) == 0)
+			text[len++] = '-';
+		text[len++] = (char)('1' + scan_below(&g->state, 9));
+		for (size_t i = 1; i < digits; i++)
+			text[len++] = (char)('0' + scan_below(&g->state, 10));
+	} break;
+	}
+	scan_gen_put(g, text, len);
+}
+
+static void req_gen_object(scan_gen *g, int depth);
+
+/* Any value, objects down to PROTO_SCAN_DEPTH_MAX. */
+static void
+req_gen_value(scan_gen *g, int depth)
+{
+	static const char *const words[] = { "true", "false", "null", "{}" };
+
+	switch (scan_below(&g->state, 8)) {
+	case 0:
+	case 1:
+		req_gen_string(g);
+		break;
+	case 2:
+	case 3:
+		req_gen_int(g);
+		break;
+	case 4:
+		if (depth < PROTO_SCAN_DEPTH_MAX) {
+			req_gen_object(g, depth + 1);
+			break;
+		}
+		/* fall through */
+	default: {
+		const char *w = words[scan_below(&g->state, 4)];
+
+		scan_gen_put(g, w, strlen(w));
+	} break;
+	}
+}
+
+/* Write members names[order[0..n-1]] of an object, each value written by
+ * value(g, name, depth). */
+static void
+req_gen_members(scan_gen *g, const char *const *names, size_t n, int depth,
+    void (*value)(scan_gen *g, const char *name, int depth))
+{
+	size_t order[32];
+	size_t count = 0;
+
+	/* Each name with probability 1/3, in a random order. */
+	for (size_t i = 0; i < n && count < sizeof order / sizeof order[0]; i++) {
+		if (scan_below(&g->state, 3) == 0)
+			order[count++] = i;
+	}
+	for (size_t i = count; i > 1; i--) {
+		size_t j = scan_below(&g->state, i), t = order[i - 1];
+
+		order[i - 1] = order[j];
+		order[j] = t;
+	}
+	scan_gen_put(g, "{", 1);
+	for (size_t i = 0; i < count; i++) {
+		if (i > 0)
+			scan_gen_put(g, ",", 1);
+		scan_gen_space(g);
+		scan_gen_put(g, "\"", 1);
+		scan_gen_put(g, names[order[i]], strlen(names[order[i]]));
+		scan_gen_put(g, "\"", 1);
+		scan_gen_space(g);
+		scan_gen_put(g, ":", 1);
+		scan_gen_space(g);
+		value(g, names[order[i]], depth);
+	}
+	scan_gen_space(g);
+	scan_gen_put(g, "}", 1);
+}
+
+static void
+req_gen_any(scan_gen *g, const char *name, int depth)
+{
+	(void)name;
+	req_gen_value(g, depth);
+}
+
+/* A nested object of a few of the request's names. */
+static void
+req_gen_object(scan_gen *g, int depth)
+{
+	static const char *const names[] = { "a", "id", "ctx", "now", "name", "" };
+
+	req_gen_members(g, names, sizeof names / sizeof names[0], depth, req_gen_any);
+}
+
+/* A ctx member's value: four times in five one its row takes, else
+ * anything. */
+static void
+req_gen_ctx_value(scan_gen *g, const char *name, int depth)
+{
+	const proto_ctx_def *def = NULL;
+	proto_ctx_key key;
+	char text[32];
+	int n;
+
+	if (proto_ctx_key_parse(name, &key))
+		def = proto_ctx_def_get(key);
+	if (def == NULL || scan_below(&g->state, 5) == 0) {
+		req_gen_value(g, depth);
+		return;
+	}
+	switch (def->type) {
+	case PROTO_CTX_ENUM:
+		n = snprintf(text, sizeof text, "\"%s\"", def->names[scan_below(&g->state, 2)]);
+		scan_gen_put(g, text, (size_t)n);
+		break;
+	case PROTO_CTX_NAME:
+		req_gen_string(g);
+		break;
+	case PROTO_CTX_INT:
+		switch (scan_below(&g->state, 4)) {
+		case 0:
+			n = snprintf(text, sizeof text, "%lld", (long long)def->min);
+			break;
+		case 1:
+			n = snprintf(text, sizeof text, "%lld", (long long)def->max);
+			break;
+		default:
+			n = snprintf(text, sizeof text, "%lld",
+			    (long long)(def->min +
+				(int64_t)scan_below(&g->state,
+				    (size_t)(def->max - def->min < 20000 ? def->max - def->min + 1
+									 : 20000))));
+			break;
+		}
+		scan_gen_put(g, text, (size_t)n);
+		break;
+	}
+}
+
+/* The ctx keys and a few others, for req_gen_members. */
+static const char *req_ctx_names[PROTO_CTX_KEY_COUNT + 3];
+
+static void
+req_gen_ctx(scan_gen *g, int depth)
+{
+	if (req_ctx_names[0] == NULL) {
+		for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++)
+			req_ctx_names[k] = proto_ctx_def_get((proto_ctx_key)k)->name;
+		req_ctx_names[PROTO_CTX_KEY_COUNT] = "unknown";
+		req_ctx_names[PROTO_CTX_KEY_COUNT + 1] = "Now";
+		req_ctx_names[PROTO_CTX_KEY_COUNT + 2] = "";
+	}
+	req_gen_members(g, req_ctx_names, sizeof req_ctx_names / sizeof req_ctx_names[0], depth,
+	    req_gen_ctx_value);
+}
+
+/* A request member's value: ctx mostly an object of ctx keys, noreply
+ * mostly a boolean, the rest anything. */
+static void
+req_gen_request_value(scan_gen *g, const char *name, int depth)
+{
+	if (strcmp(name, "ctx") == 0 && scan_below(&g->state, 4) != 0)
+		req_gen_ctx(g, depth + 1);
+	else if (strcmp(name, "noreply") == 0 && scan_below(&g->state, 2) == 0)
+		scan_gen_put(g, scan_below(&g->state, 2) ? "true" : "false",
+		    scan_below(&g->state, 2) ? 4 : 5);
+	else
+		req_gen_value(g, depth);
+}
+
+START_TEST(req_generated_differential)
+{
+	static const char *const names[] = { "op", "name", "id", "noreply", "duration_ms",
+		"outcome", "permit", "token", "ctx", "x", "" };
+	const char *env = getenv("CBD_REQ_ITERATIONS");
+	long iterations = env != NULL && atol(env) > 0 ? atol(env) : REQ_ITERATIONS;
+	scan_gen g = { .state = UINT64_C(20261130) };
+	req_tally t = { { 0 }, { 0 } };
+	long taken = 0;
+	req_pair p;
+
+	for (long i = 0; i < iterations; i++) {
+		g.len = 0;
+		scan_gen_space(&g);
+		req_gen_members(&g, names, sizeof names / sizeof names[0], 1,
+		    req_gen_request_value);
+		scan_gen_space(&g);
+		if (!req_open(&p, g.text, g.len))
+			continue;
+		taken++;
+		req_compare_all(&p, &t);
+		req_close(&p);
+	}
+	/* The lines must reach the readers, and each reader must answer
+	 * both ways on members given, or the loop proves nothing. */
+	ck_assert_msg(taken > iterations / 2, "the fast path took only %ld of %ld lines", taken,
+	    iterations);
+	for (int r = 0; r < 4; r++) {
+		ck_assert_msg(t.ok[r] > taken / 100 && t.bad[r] > taken / 100,
+		    "reader %d: %ld ok, %ld not of %ld lines", r, t.ok[r], t.bad[r], taken);
+	}
+}
+END_TEST
+
 int
 main(void)
 {
@@ -985,6 +2098,17 @@ main(void)
 	tcase_add_test(tc, scan_random_differential);
 	tcase_add_test(tc, scan_generated_differential);
 	tcase_add_test(tc, decode_unchanged_by_scan);
+	suite_add_tcase(suite, tc);
+
+	tc = tcase_create("req");
+	/* 100000 generated lines, every reader on both forms of each. */
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, req_int_hand_picked);
+	tcase_add_test(tc, req_text_hand_picked);
+	tcase_add_test(tc, req_name_hand_picked);
+	tcase_add_test(tc, req_ctx_hand_picked);
+	tcase_add_test(tc, req_id_and_flags_hand_picked);
+	tcase_add_test(tc, req_generated_differential);
 	suite_add_tcase(suite, tc);
 	return check_run(suite, NULL);
 }
