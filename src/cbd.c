@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 #include "json-alloc.h"
 #include "log.h"
 #include "server.h"
+
+/* Allocations this large or larger are mapped on their own (mallopt). */
+#define CBD_MMAP_THRESHOLD (1024 * 1024)
 
 static void
 usage(FILE *out)
@@ -85,6 +89,11 @@ main(int argc, char **argv)
 	/* Before the first jansson value (the configuration makes none, but
 	 * everything after it does). */
 	json_alloc_install();
+	/* Output buffers of long lists grow by megabytes: mapped on their own,
+	 * realloc moves their pages (mremap) instead of copying them, and a
+	 * freed one goes back to the system. Fixed: glibc's own threshold
+	 * rises after such frees, and then every growth is a copy. */
+	mallopt(M_MMAP_THRESHOLD, CBD_MMAP_THRESHOLD);
 	if (config_path != NULL) {
 		if (!conf_load(config_path, &srv.conf, err, sizeof err)) {
 			fprintf(stderr, "cbd: %s\n", err);

@@ -83,7 +83,12 @@ typedef struct op_list_job {
 	json_t *request; /* a reference: call's strings point into it */
 	list_walk w;
 	op_list_cursor *cursor;
+	bool streaming; /* the reply is written as the steps are done */
 } op_list_job;
+
+/* Room for the end of a list written in pieces:
+ * `],"truncated":true,"cursor":"l<digits>"}`. */
+#define OP_LIST_END_BYTES 64
 
 /* One step of a walk; true when this reply is complete. */
 static bool
@@ -103,12 +108,24 @@ list_cursor_free(op_list_cursor *cursor)
 	free(cursor);
 }
 
+/* A complete walk with circuits left: the connection keeps the cursor,
+ * standing on the first circuit left out; its name in id. Takes it. */
+static void
+list_keep_cursor(op_call *call, list_walk *w, op_list_cursor *cursor, char id[24])
+{
+	server_client *c = call->client;
+
+	circuit_table_cursor_seek(srv.table, &cursor->walk, w->resume);
+	snprintf(id, 24, "l%llu", (unsigned long long)cursor->id);
+	list_cursor_free(c->list_cursor);
+	c->list_cursor = cursor;
+}
+
 /* The reply of a complete step: the circuits, truncated, and a cursor
  * kept by the connection when circuits are left. Takes the cursor. */
 static bool
 list_reply(op_call *call, list_walk *w, op_list_cursor *cursor)
 {
-	server_client *c = call->client;
 	bool more = w->resume[0] != '\0';
 	char id[24];
 
@@ -121,16 +138,84 @@ list_reply(op_call *call, list_walk *w, op_list_cursor *cursor)
 		return true;
 	}
 	/* The next page starts at the circuit that was left out. */
-	circuit_table_cursor_seek(srv.table, &cursor->walk, w->resume);
-	snprintf(id, sizeof id, "l%llu", (unsigned long long)cursor->id);
+	list_keep_cursor(call, w, cursor, id);
 	if (json_object_set_new(op_reply(call), "truncated", json_true()) != 0 ||
-	    json_object_set_new(op_reply(call), "cursor", json_string(id)) != 0) {
-		list_cursor_free(cursor);
+	    json_object_set_new(op_reply(call), "cursor", json_string(id)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	}
-	list_cursor_free(c->list_cursor);
-	c->list_cursor = cursor;
 	return true;
+}
+
+/* ---- a list written as its steps are done ----------------------------- */
+
+/* A long list's reply goes out piece by piece: each step's circuits are
+ * appended to the connection's output as they are encoded, instead of
+ * the whole (up to half of max_output_bytes) being copied into it at the
+ * end, a pause of milliseconds for every other connection. The line is
+ * {"id":..,"ok":true,"circuits":[...],"truncated":..,"cursor":..}: the
+ * members known only at the end come after the array. */
+
+/* The circuits encoded since the last piece. */
+static void
+list_stream_items(op_list_job *job)
+{
+	op_snapshots *s = &job->w.snapshots;
+
+	/* The room was kept when the line began: this cannot fail but for a
+	 * connection no longer open. */
+	if (s->items.len > 0)
+		server_client_write_piece(job->call.client, s->items.buf, s->items.len,
+		    OP_LIST_END_BYTES);
+	s->items.len = 0;
+}
+
+/* Begin the line: its head and the circuits so far, with room kept for
+ * the whole budget. False when there is no room: the reply is then made
+ * whole at the end, as a short list's is. */
+static bool
+list_stream_begin(op_list_job *job)
+{
+	op_snapshots *s = &job->w.snapshots;
+	enc_buf head = enc_take();
+	bool ok;
+
+	op_reply_head(&head, job->call.id);
+	if (!head.nomem) {
+		head.len--; /* the '}' */
+		ENC_LIT(&head, ",\"circuits\":[");
+	}
+	ok = !head.nomem &&
+	    server_client_write_piece(job->call.client, head.buf, head.len,
+		s->items.len + s->budget + OP_LIST_END_BYTES);
+	enc_recycle(&head);
+	if (!ok)
+		return false;
+	job->streaming = true;
+	list_stream_items(job);
+	return true;
+}
+
+/* End the line: the last circuits, truncated and the cursor. */
+static void
+list_stream_end(op_list_job *job)
+{
+	list_walk *w = &job->w;
+	char end[OP_LIST_END_BYTES], id[24];
+	int len;
+
+	list_stream_items(job);
+	if (w->snapshots.truncated)
+		stats_limit_hit(STATS_LIMIT_LIST);
+	if (w->resume[0] != '\0') {
+		list_keep_cursor(&job->call, w, job->cursor, id);
+		len = snprintf(end, sizeof end, "],\"truncated\":true,\"cursor\":\"%s\"}", id);
+	} else {
+		list_cursor_free(job->cursor);
+		len = snprintf(end, sizeof end, "],\"truncated\":false}");
+	}
+	job->cursor = NULL;
+	op_snapshots_free(&w->snapshots);
+	server_client_write_end(job->call.client, end, (size_t)len);
+	job->call.written = true;
 }
 
 /* The walk a list request goes on with: the connection's cursor when it
@@ -209,6 +294,7 @@ op_list(op_call *call)
 	job->request = json_incref((json_t *)call->request);
 	call->pending = true;
 	call->client->list_job = job;
+	list_stream_begin(job);
 	return true;
 }
 
@@ -220,11 +306,17 @@ op_list_continue(server_client *c)
 
 	if (job == NULL)
 		return true;
-	if (!list_step(&job->w, job->cursor, job->call.now))
+	if (!list_step(&job->w, job->cursor, job->call.now)) {
+		if (job->streaming)
+			list_stream_items(job);
 		return false;
+	}
+	if (job->streaming)
+		list_stream_end(job);
 	c->list_job = NULL;
 	watch_request_begin(c);
-	ok = list_reply(&job->call, &job->w, job->cursor) && op_reply_conflicts(&job->call);
+	ok = job->streaming ||
+	    (list_reply(&job->call, &job->w, job->cursor) && op_reply_conflicts(&job->call));
 	op_finish(&job->call, ok);
 	json_decref(job->request);
 	free(job);

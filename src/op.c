@@ -304,7 +304,7 @@ op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
 	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
 	/* Encoded straight as text (encode.c), a comma before all but the
 	 * first: the entry's exact cost is what the buffer grew by. */
-	if (before > 0)
+	if (s->count > 0)
 		enc_put(&s->items, ",", 1);
 	encode_snapshot(&s->items, name, view, &policy, preset, &sources, s->now);
 	if (s->items.nomem) {
@@ -318,6 +318,7 @@ op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
 		return;
 	}
 	s->budget -= cost;
+	s->count++;
 }
 
 void
@@ -536,10 +537,8 @@ op_reply(op_call *call)
 	return call->reply;
 }
 
-/* The text of {"id": id, "ok": true} as proto_reply_ok makes it (no
- * member added: no object to build). */
-static void
-reply_head(enc_buf *b, const json_t *id)
+void
+op_reply_head(enc_buf *b, const json_t *id)
 {
 	if (id != NULL) {
 		ENC_LIT(b, "{\"id\":");
@@ -562,7 +561,7 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 	if (call->reply != NULL)
 		enc_compact(&head, call->reply);
 	else
-		reply_head(&head, id);
+		op_reply_head(&head, id);
 	json_decref(call->reply);
 	call->reply = NULL;
 	if (head.nomem || head.len < 2 || head.buf[head.len - 1] != '}') {
@@ -584,7 +583,9 @@ op_finish(op_call *call, bool ok)
 {
 	server_client *c = call->client;
 
-	if (ok) {
+	if (ok && call->written) {
+		json_decref(call->reply); /* written piece by piece already */
+	} else if (ok) {
 		if (call->noreply) {
 			json_decref(call->reply);
 			stats.noreply++;

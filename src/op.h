@@ -57,6 +57,7 @@ typedef struct op_call {
 	const json_t *id; /* the request's id (NULL: none) */
 	bool noreply;
 	bool pending; /* answered later, when Redis has (fleet mode) */
+	bool written; /* the reply is in the output already (a list in pieces) */
 } op_call;
 
 typedef bool (*op_fn)(op_call *call);
@@ -90,6 +91,10 @@ void op_resolve_policy(op_call *call);
  * replies: a snapshot, encoded as text). NULL when out of memory (adding a
  * member to NULL fails, which handlers answer as internal). */
 json_t *op_reply(op_call *call);
+
+/* The text of {"id": id, "ok": true} as proto_reply_ok makes it (no
+ * member added: no object to build). */
+void op_reply_head(enc_buf *b, const json_t *id);
 
 /* reply.policy_conflict = the names of the conflicting ctx members. */
 bool op_reply_conflicts(op_call *call);
@@ -129,6 +134,7 @@ bool op_totals_from_json(const json_t *totals, ct_totals *out, proto_error *err)
  * max_output_bytes. */
 typedef struct op_snapshots {
 	enc_buf items; /* the array's elements, comma separated (encode.c) */
+	size_t count; /* elements added, those already written out included */
 	size_t budget; /* bytes the reply may still take */
 	int64_t now;
 	bool truncated;
@@ -169,7 +175,7 @@ void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_
 /* Circuits one step of a list visits: a list of more is answered in
  * steps, one per turn of the event loop, other connections served in
  * between. */
-#define OP_LIST_STEP_CIRCUITS 256
+#define OP_LIST_STEP_CIRCUITS 8
 /* Most circuits one list reply may be asked for (its limit member). */
 #define OP_LIST_LIMIT_MAX 100000
 /* The next step of c's list; true when it was answered (or there is none). */

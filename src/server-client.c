@@ -123,8 +123,12 @@ out_reserve(server_client *c, size_t need)
 	}
 	if (c->out_cap - c->out_len >= need)
 		return true;
-	if (c->out_off > 0) {
-		/* Slide unsent bytes to the front before growing. */
+	if (c->out_off > 0 &&
+	    (c->out_len - c->out_off <= SERVER_CLIENT_OUT_KEEP || c->out_off >= max)) {
+		/* Slide unsent bytes to the front before growing. A large unsent
+		 * part (a long list being written) grows at the end instead of
+		 * being copied again, until the space already sent reaches
+		 * max_output_bytes. */
 		memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
 		c->out_len -= c->out_off;
 		c->out_off = 0;
@@ -145,16 +149,19 @@ out_reserve(server_client *c, size_t need)
 	return true;
 }
 
-/* Write what the socket takes now. Returns 0, or the errno of a failed
- * write (closing the connection is left to the caller). Never moves the
- * buffer. */
+/* Write what the socket takes now, at most `most` bytes. Returns 0, or
+ * the errno of a failed write (closing the connection is left to the
+ * caller). Never moves the buffer. */
 static int
-out_send(server_client *c)
+out_send_most(server_client *c, size_t most)
 {
+	size_t stop =
+	    c->out_off + (most < c->out_len - c->out_off ? most : c->out_len - c->out_off);
+
 	if (c->fd < 0)
 		return 0; /* no socket (the fuzz targets' connections) */
-	while (c->out_off < c->out_len) {
-		size_t len = c->out_len - c->out_off;
+	while (c->out_off < stop) {
+		size_t len = stop - c->out_off;
 		ssize_t n = write(c->fd, c->out + c->out_off,
 		    len < SERVER_CLIENT_WRITE_MAX ? len : SERVER_CLIENT_WRITE_MAX);
 
@@ -171,6 +178,13 @@ out_send(server_client *c)
 		return n < 0 ? errno : EPIPE;
 	}
 	return 0;
+}
+
+/* Write all the socket takes now. */
+static int
+out_send(server_client *c)
+{
+	return out_send_most(c, SIZE_MAX);
 }
 
 /* Discard the unsent whole lines of c's output; the rest of a line already
@@ -304,6 +318,32 @@ server_client_reply_parts(server_client *c, const struct iovec *parts, int n)
 	c->out[c->out_len++] = '\n';
 }
 
+bool
+server_client_write_piece(server_client *c, const char *piece, size_t len, size_t keep)
+{
+	if (c->state != SERVER_CLIENT_OPEN || !out_reserve(c, len + keep))
+		return false;
+	if (len > 0)
+		memcpy(c->out + c->out_len, piece, len);
+	c->out_len += len;
+	return true;
+}
+
+void
+server_client_write_end(server_client *c, const char *end, size_t len)
+{
+	if (c->state != SERVER_CLIENT_OPEN)
+		return;
+	/* The room server_client_write_piece kept; reserve only in case. */
+	if (!out_reserve(c, len + 1)) {
+		server_client_nomem(c, "for the end of a line");
+		return;
+	}
+	memcpy(c->out + c->out_len, end, len);
+	c->out_len += len;
+	c->out[c->out_len++] = '\n';
+}
+
 void
 server_client_reply(server_client *c, json_t *reply)
 {
@@ -348,7 +388,9 @@ server_client_flush(server_client *c)
 
 	if (c->state == SERVER_CLIENT_DEAD)
 		return;
-	err = out_send(c);
+	/* The rest, if the socket takes more, at the next turn of the loop
+	 * (EV_WRITE). */
+	err = out_send_most(c, SERVER_CLIENT_FLUSH_MAX);
 	if (err != 0) {
 		server_client_close(c, strerror(err));
 		return;
@@ -358,7 +400,8 @@ server_client_flush(server_client *c)
 		return;
 	}
 	c->out_off = c->out_len = 0;
-	if (c->out_cap > SERVER_CLIENT_OUT_KEEP) {
+	/* (A list written piece by piece keeps its room.) */
+	if (c->out_cap > SERVER_CLIENT_OUT_KEEP && c->list_job == NULL) {
 		free(c->out);
 		c->out = NULL;
 		c->out_cap = 0;

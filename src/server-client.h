@@ -22,7 +22,7 @@
 /* Lines answered for one connection, and milliseconds spent answering
  * them, before the others get their turn; the rest wait (and the
  * connection is not read) until its next turn. */
-#define SERVER_CLIENT_LINES_PER_TURN 128
+#define SERVER_CLIENT_LINES_PER_TURN 32
 #define SERVER_CLIENT_TURN_MS 2
 /* Reads of pending input when shutting down, at most. */
 #define SERVER_CLIENT_DRAIN_READS 16
@@ -35,6 +35,10 @@
  * its own buffer, and how much of them the peer has read (SIOCOUTQ) shows
  * in steps of one. */
 #define SERVER_CLIENT_WRITE_MAX 16384
+/* Bytes one flush writes at most before the loop serves others: a peer
+ * that reads as fast as cbd writes would otherwise keep cbd in one write
+ * loop for a whole multi-megabyte list. */
+#define SERVER_CLIENT_FLUSH_MAX 16384
 /* A closing connection whose peer reads nothing for this long loses its
  * unsent whole lines; if it then reads nothing of the line already partly
  * written for this long again, it is closed anyway (cutting that line:
@@ -128,6 +132,15 @@ void server_client_reply_line(server_client *c, const char *line, size_t len);
 /* The same for a line given in n parts (copied once). */
 struct iovec;
 void server_client_reply_parts(server_client *c, const struct iovec *parts, int n);
+
+/* A line written piece by piece (a long list, as its steps are done):
+ * append part of it, keeping room for `keep` more bytes (its end). False
+ * (nothing appended) when there is no room: the caller ends the line in
+ * the room kept by the last piece. Nothing else may be written to c
+ * until the line ends (its input waits; watch events are held back). */
+bool server_client_write_piece(server_client *c, const char *piece, size_t len, size_t keep);
+/* The line's last part, and its LF. */
+void server_client_write_end(server_client *c, const char *end, size_t len);
 
 /* The request c waited on is answered: take its next lines (in a turn
  * of its own, never inside the caller). */

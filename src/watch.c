@@ -166,11 +166,21 @@ watcher_watch(watcher *w, const char *name)
 static void
 event_send(watcher *w, json_t *event, const char *text, size_t len)
 {
-	if (w->conn == current) {
+	/* Held back for the request running on its connection, and while a
+	 * long list is written to it piece by piece (an event must not land
+	 * inside that line). */
+	if (w->conn == current || w->conn->list_job != NULL) {
 		if (w->pending == NULL)
 			w->pending = json_array();
 		if (w->pending != NULL && json_array_append(w->pending, event) == 0)
 			return;
+		if (w->conn->list_job != NULL) {
+			/* Out of memory: the event cannot wait and cannot go now. */
+			stats_limit_hit(STATS_LIMIT_NOMEM);
+			log_warning("connection %llu: an event was lost: out of memory",
+			    (unsigned long long)w->conn->id);
+			return;
+		}
 	}
 	server_client_reply_line(w->conn, text, len);
 	stats.watch_events++;

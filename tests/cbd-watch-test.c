@@ -201,6 +201,49 @@ START_TEST(test_slow_watcher_dropped)
 }
 END_TEST
 
+/* A long list is written piece by piece as its steps are done: events
+ * for its connection wait until the list's line is whole, then come. */
+START_TEST(test_events_wait_for_a_long_list)
+{
+	char line[256];
+	json_t *r;
+	int events = 0;
+
+	start("");
+	for (int i = 0; i < 800; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"record_success\",\"name\":\"l%d\",\"noreply\":true}", i);
+		send_line(b, line);
+	}
+	ck_assert(util_stats_reach(b, "circuits", 800));
+	json_decref(util_call_ok(a, "{\"op\":\"watch\",\"names\":[\"l1\",\"l2\",\"l3\"]}"));
+	/* The list, then trips of watched circuits while it is written. */
+	send_line(a, "{\"op\":\"list\",\"id\":9}");
+	for (int round = 0; round < 5; round++) {
+		for (int i = 1; i <= 3; i++) {
+			snprintf(line, sizeof line,
+			    "{\"op\":\"record_failure\",\"name\":\"l%d\",\"noreply\":true}", i);
+			send_line(b, line);
+		}
+	}
+	r = next_line(a);
+	ck_assert_int_eq(util_int(r, "id"), 9);
+	ck_assert(util_bool(r, "ok"));
+	ck_assert_int_eq((long)json_array_size(json_object_get(r, "circuits")), 800);
+	ck_assert(json_is_false(json_object_get(r, "truncated")));
+	json_decref(r);
+	/* Each of the three opened: one event each, whole lines. */
+	while (events < 3) {
+		json_t *e = next_line(a);
+
+		ck_assert_str_eq(util_str(e, "event"), "change");
+		ck_assert_str_eq(util_str(e, "snapshot.state"), "open");
+		events++;
+		json_decref(e);
+	}
+}
+END_TEST
+
 START_TEST(test_noreply)
 {
 	json_t *r;
@@ -286,6 +329,7 @@ main(void)
 	tcase_add_test(tc, test_change_events);
 	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
 	tcase_add_test(tc, test_slow_watcher_dropped);
+	tcase_add_test(tc, test_events_wait_for_a_long_list);
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
 	suite_add_tcase(s, tc);

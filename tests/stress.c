@@ -10,15 +10,23 @@
  *       ends).
  * Prints p50/p99 per phase, the p99's ratio to quiet (the goal: within
  * 2x) and cbd's RSS after the phase. Asserts nothing; not run by make
- * check. The load runs in this process: on a small machine its own CPU
- * use shows in the figures.
+ * check.
+ *
+ * What is measured is how cbd treats the probe while it serves the load,
+ * not how the load's own threads crowd the probe out of a CPU: with two
+ * CPUs or more, cbd runs on CPU 0 and this process on CPU 1, its load
+ * threads at SCHED_IDLE (they run whenever the probe does not). On a host
+ * with cores to spare a hostile peer has its own; on two cores this is
+ * the nearest thing. -P leaves placement to the scheduler (the load then
+ * competes with the probe and with cbd for the two CPUs).
  *
  *   stress [-d SECONDS_PER_PHASE] [-n SLOWLORIS_CONNS] [-c LIST_CIRCUITS]
- *          [-m CHURN_NAMES]
+ *          [-m CHURN_NAMES] [-P]
  */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -299,6 +307,29 @@ store_circuits(const cbd_harness *h, long count)
 	return ok;
 }
 
+/* --- placement --- */
+
+/* Load threads at SCHED_IDLE (set by main with -P off). */
+static bool load_idle;
+
+static bool
+pin_to(pid_t pid, int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(pid, sizeof set, &set) == 0;
+}
+
+static int
+cpu_count(void)
+{
+	cpu_set_t set;
+
+	return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
 /* --- phases --- */
 
 typedef void *(*load_fn)(void *);
@@ -338,8 +369,11 @@ phase(const cbd_harness *h, const char *name, load_fn fn, int threads, long coun
 	atomic_store(&load_errors, 0);
 	for (int i = 0; fn != NULL && i < threads && i < STRESS_THREADS_MAX; i++) {
 		args[i] = (load_arg){ .h = h, .index = i, .count = count };
-		if (pthread_create(&tid[i], NULL, fn, &args[i]) == 0)
-			started++;
+		if (pthread_create(&tid[i], NULL, fn, &args[i]) != 0)
+			continue;
+		if (load_idle)
+			pthread_setschedparam(tid[i], SCHED_IDLE, &(struct sched_param){ 0 });
+		started++;
 	}
 	/* Let the load get going (slowloris connects first). */
 	if (fn != NULL)
@@ -377,10 +411,14 @@ main(int argc, char **argv)
 	probe_result quiet, r;
 	char label[64];
 	cbd_harness h;
+	bool pin = cpu_count() >= 2;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "d:n:c:m:")) != -1) {
+	while ((opt = getopt(argc, argv, "d:n:c:m:P")) != -1) {
 		switch (opt) {
+		case 'P':
+			pin = false;
+			break;
 		case 'd':
 			seconds = atof(optarg);
 			break;
@@ -395,7 +433,8 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr,
-			    "usage: stress [-d SECONDS] [-n SLOWLORIS] [-c CIRCUITS] [-m NAMES]\n");
+			    "usage: stress [-d SECONDS] [-n SLOWLORIS] [-c CIRCUITS] [-m NAMES] "
+			    "[-P]\n");
 			return 2;
 		}
 	}
@@ -409,6 +448,13 @@ main(int argc, char **argv)
 	}
 	printf("stress: %s, probe get every %d us, %.1f s per phase\n", getenv("CBD_BINARY"),
 	    STRESS_PROBE_GAP_US, seconds);
+	if (pin) {
+		load_idle = pin_to(h.pid, 0) && pin_to(0, 1);
+		printf(load_idle ? "cbd on CPU 0; probe and load on CPU 1, the load at SCHED_IDLE\n"
+				 : "pinning failed: the scheduler places cbd, probe and load\n");
+	} else {
+		printf("cbd, probe and load placed by the scheduler (-P)\n");
+	}
 	printf("%-24s %7s %8s %8s %9s %8s %5s %6s   %s\n", "phase", "probes", "p50 ms", "p99 ms",
 	    "max ms", "p99/quiet", "fails", "rss MB", "load");
 	phase(&h, "quiet", NULL, 0, 0, seconds, NULL, "(no load)", &quiet);
