@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "conf.h"
 #include "log.h"
 #include "op.h"
@@ -298,14 +300,34 @@ op_list(op_call *call)
 	return true;
 }
 
+/* Is there room for one more list step in this turn of the event loop?
+ * A turn is told by libevent's cached time, taken once a turn. */
+static bool
+list_step_allowed(void)
+{
+	static struct timeval turn;
+	static int steps;
+	struct timeval now;
+
+	if (event_base_gettimeofday_cached(srv.base, &now) != 0)
+		return true;
+	if (now.tv_sec != turn.tv_sec || now.tv_usec != turn.tv_usec) {
+		turn = now;
+		steps = 0;
+	}
+	return steps++ < OP_LIST_STEPS_PER_LOOP;
+}
+
 bool
-op_list_continue(server_client *c)
+op_list_continue(server_client *c, bool paced)
 {
 	op_list_job *job = c->list_job;
 	bool ok;
 
 	if (job == NULL)
 		return true;
+	if (paced && !list_step_allowed())
+		return false;
 	if (!list_step(&job->w, job->cursor, job->call.now)) {
 		if (job->streaming)
 			list_stream_items(job);

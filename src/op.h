@@ -176,10 +176,15 @@ void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_
  * steps, one per turn of the event loop, other connections served in
  * between. */
 #define OP_LIST_STEP_CIRCUITS 8
+/* List steps taken in one turn of the event loop, all listing connections
+ * together (paced): the others' requests wait for at most these. */
+#define OP_LIST_STEPS_PER_LOOP 1
 /* Most circuits one list reply may be asked for (its limit member). */
 #define OP_LIST_LIMIT_MAX 100000
-/* The next step of c's list; true when it was answered (or there is none). */
-bool op_list_continue(server_client *c);
+/* The next step of c's list; true when it was answered (or there is none).
+ * paced: not when this turn of the loop had its OP_LIST_STEPS_PER_LOOP (false,
+ * to be asked again next turn); unpaced: the drain, which finishes lists. */
+bool op_list_continue(server_client *c, bool paced);
 /* c closed: drop its list in progress. */
 void op_list_client_closed(server_client *c);
 

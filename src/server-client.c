@@ -615,7 +615,7 @@ server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (c->state != SERVER_CLIENT_OPEN)
 		return;
-	if (!op_list_continue(c)) {
+	if (!op_list_continue(c, true)) {
 		static const struct timeval now = { 0, 0 };
 
 		evtimer_add(c->turn_ev, &now);
@@ -682,7 +682,7 @@ server_client_drain(server_client *c)
 		/* A list in progress is finished, lines already sent are
 		 * answered (shutting_down); then no more. */
 		evtimer_del(c->turn_ev);
-		while (!op_list_continue(c))
+		while (!op_list_continue(c, false))
 			;
 		if (c->fleet_wait != NULL) {
 			/* A request waits on Redis (at most redis_timeout_ms): its

@@ -100,7 +100,7 @@ fuzz_line(server_client *c, const char *line, size_t len)
 	op_dispatch(c, line, len);
 	/* A long list is answered in steps across turns of the loop, its
 	 * connection reading nothing meanwhile: here, all at once. */
-	while (!op_list_continue(c))
+	while (!op_list_continue(c, false))
 		;
 	return 1;
 }
