@@ -82,7 +82,7 @@ TESTS += tests/python.sh
 
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
 # one load generator; prints figures, asserts nothing; not run by make check.
-#   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50]
+#   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-r ROUNDS] [-P]
 noinst_PROGRAMS += tests/bench-vs-redis
 tests_bench_vs_redis_SOURCES = tests/bench-vs-redis.c tests/bench-load.c tests/bench-load.h \
 	tests/redis-util.c tests/redis-util.h tests/cbd-harness.c tests/cbd-harness.h
