@@ -267,6 +267,10 @@ START_TEST(test_redis_lost_hosts_break_locally_and_write_back)
 	ck_assert(redis_restart(&redis));
 	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
 	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+	/* a's write-back (the open and the hold) is sent, and in Redis once
+	 * a request a sends after it is answered (one connection, in order). */
+	ck_assert(util_stats_reach_min(a, "backend.merged", 2));
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"during\"}"));
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"during\"}");
 	ck_assert_msg(!util_bool(r, "allowed"), "the circuit opened during the outage is closed");
 	json_decref(r);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "check-run.h"
+#include "test-rand.h"
 #include "encode.h"
 #include "op.h"
 
@@ -323,22 +324,6 @@ START_TEST(compact_key_with_nul)
 }
 END_TEST
 
-static uint64_t
-enc_rand(uint64_t *state)
-{
-	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-static uint32_t
-enc_below(uint64_t *state, uint32_t n)
-{
-	return (uint32_t)(enc_rand(state) % n);
-}
-
 /* A random code point: control bytes, ASCII, and every UTF-8 length; no
  * surrogates (not UTF-8). NUL only when nul. */
 static uint32_t
@@ -346,24 +331,24 @@ enc_codepoint(uint64_t *state, bool nul)
 {
 	uint32_t cp;
 
-	switch (enc_below(state, 6)) {
+	switch (test_below(state, 6)) {
 	case 0:
-		cp = enc_below(state, 0x20);
+		cp = test_below(state, 0x20);
 		break;
 	case 1:
-		cp = "\"\\/\x7f"[enc_below(state, 4)];
+		cp = "\"\\/\x7f"[test_below(state, 4)];
 		break;
 	case 2:
-		cp = 0x80 + enc_below(state, 0x780);
+		cp = 0x80 + test_below(state, 0x780);
 		break;
 	case 3:
-		cp = 0x800 + enc_below(state, 0xf800);
+		cp = 0x800 + test_below(state, 0xf800);
 		break;
 	case 4:
-		cp = 0x10000 + enc_below(state, 0x100000);
+		cp = 0x10000 + test_below(state, 0x100000);
 		break;
 	default:
-		cp = 0x20 + enc_below(state, 0x5f);
+		cp = 0x20 + test_below(state, 0x5f);
 		break;
 	}
 	if (cp >= 0xd800 && cp <= 0xdfff)
@@ -378,7 +363,7 @@ enc_codepoint(uint64_t *state, bool nul)
 static size_t
 enc_utf8(uint64_t *state, char *out, bool nul)
 {
-	uint32_t n = enc_below(state, ENC_STRING_MAX + 1);
+	uint32_t n = test_below(state, ENC_STRING_MAX + 1);
 	unsigned char *p = (unsigned char *)out;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -413,29 +398,29 @@ enc_random(uint64_t *state, int depth)
 	double d;
 	uint64_t bits;
 
-	switch (enc_below(state, depth < ENC_DEPTH_MAX ? 9 : 7)) {
+	switch (test_below(state, depth < ENC_DEPTH_MAX ? 9 : 7)) {
 	case 0:
 		return json_null();
 	case 1:
-		return json_boolean(enc_below(state, 2));
+		return json_boolean(test_below(state, 2));
 	case 2:
-		switch (enc_below(state, 4)) {
+		switch (test_below(state, 4)) {
 		case 0:
-			return json_integer(enc_below(state, 2) ? INT64_MAX : INT64_MIN);
+			return json_integer(test_below(state, 2) ? INT64_MAX : INT64_MIN);
 		case 1:
-			return json_integer((json_int_t)enc_below(state, 2001) - 1000);
+			return json_integer((json_int_t)test_below(state, 2001) - 1000);
 		default:
-			return json_integer((json_int_t)enc_rand(state));
+			return json_integer((json_int_t)test_rand(state));
 		}
 	case 3:
 		/* Any finite double, or a short decimal one. */
-		if (enc_below(state, 2)) {
-			bits = enc_rand(state);
+		if (test_below(state, 2)) {
+			bits = test_rand(state);
 			memcpy(&d, &bits, sizeof d);
 			if (d != d || d - d != 0)
 				d = 0.5;
 		} else {
-			d = ((double)enc_below(state, 200001) - 100000) / 1000;
+			d = ((double)test_below(state, 200001) - 100000) / 1000;
 		}
 		return json_real(d);
 	case 4:
@@ -445,14 +430,14 @@ enc_random(uint64_t *state, int depth)
 		return json_stringn(text, n);
 	case 7:
 		v = json_object();
-		for (n = enc_below(state, ENC_WIDTH_MAX + 1); n > 0; n--) {
+		for (n = test_below(state, ENC_WIDTH_MAX + 1); n > 0; n--) {
 			enc_utf8(state, text, false);
 			json_object_set_new(v, text, enc_random(state, depth + 1));
 		}
 		return v;
 	default:
 		v = json_array();
-		for (n = enc_below(state, ENC_WIDTH_MAX + 1); n > 0; n--)
+		for (n = test_below(state, ENC_WIDTH_MAX + 1); n > 0; n--)
 			json_array_append_new(v, enc_random(state, depth + 1));
 		return v;
 	}

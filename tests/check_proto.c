@@ -14,6 +14,7 @@
 #include <check.h>
 
 #include "check-run.h"
+#include "test-rand.h"
 
 #include "circuit-table.h"
 #include "proto.h"
@@ -622,23 +623,6 @@ START_TEST(scan_key_lengths)
 }
 END_TEST
 
-/* splitmix64: a fixed seed gives the same lines on every machine. */
-static uint64_t
-scan_rand(uint64_t *state)
-{
-	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-static size_t
-scan_below(uint64_t *state, size_t n)
-{
-	return n > 0 ? (size_t)(scan_rand(state) % n) : 0;
-}
-
 /* A byte a mutation puts in: mostly JSON's own, sometimes anything. */
 static char
 scan_byte(uint64_t *state)
@@ -646,9 +630,9 @@ scan_byte(uint64_t *state)
 	static const char json_bytes[] = "{}[]\":,-+.0123456789eE \t\r\n\\u/truefalsenull\x00\x01"
 					 "\x1f\x7f\x80\xc3\xa9\xff";
 
-	if (scan_below(state, 8) == 0)
-		return (char)scan_rand(state);
-	return json_bytes[scan_below(state, sizeof json_bytes - 1)];
+	if (test_below(state, 8) == 0)
+		return (char)test_rand(state);
+	return json_bytes[test_below(state, sizeof json_bytes - 1)];
 }
 
 /* Mutate line (len bytes, room for SCAN_LINE_MAX) in place: a few byte
@@ -659,16 +643,16 @@ scan_mutate(uint64_t *state, char *line, size_t len)
 {
 	/* Half the lines one change away from their seed: most of those are
 	 * still in the fast path's subset, or just out of it. */
-	size_t rounds = scan_below(state, 2) == 0 ? 1 : 1 + scan_below(state, 4);
+	size_t rounds = test_below(state, 2) == 0 ? 1 : 1 + test_below(state, 4);
 
 	for (size_t r = 0; r < rounds; r++) {
-		size_t at = scan_below(state, len + 1), n;
+		size_t at = test_below(state, len + 1), n;
 		const scan_case *other;
 
-		switch (scan_below(state, 7)) {
+		switch (test_below(state, 7)) {
 		case 0: /* flip */
 			if (len > 0)
-				line[scan_below(state, len)] = scan_byte(state);
+				line[test_below(state, len)] = scan_byte(state);
 			break;
 		case 1: /* insert */
 			if (len < SCAN_LINE_MAX) {
@@ -678,25 +662,25 @@ scan_mutate(uint64_t *state, char *line, size_t len)
 			}
 			break;
 		case 2: /* delete a few */
-			n = 1 + scan_below(state, 3);
+			n = 1 + test_below(state, 3);
 			if (at + n <= len) {
 				memmove(line + at, line + at + n, len - at - n);
 				len -= n;
 			}
 			break;
 		case 3: /* splice: our head, another line's tail */
-			other = &scan_cases[scan_below(state,
+			other = &scan_cases[test_below(state,
 			    sizeof scan_cases / sizeof scan_cases[0])];
-			n = scan_below(state, other->len + 1);
+			n = test_below(state, other->len + 1);
 			if (at + other->len - n <= SCAN_LINE_MAX) {
 				memcpy(line + at, other->text + n, other->len - n);
 				len = at + other->len - n;
 			}
 			break;
 		case 4: /* copy a piece of ourselves (duplicates, depth) */
-			n = scan_below(state, len - at + 1);
+			n = test_below(state, len - at + 1);
 			if (len + n <= SCAN_LINE_MAX) {
-				size_t to = scan_below(state, len + 1);
+				size_t to = test_below(state, len + 1);
 
 				memmove(line + to + n, line + to, len - to);
 				memmove(line + to, line + (at <= to ? at : at + n), n);
@@ -708,10 +692,10 @@ scan_mutate(uint64_t *state, char *line, size_t len)
 			break;
 		default: /* digits: long integers, leading zeros */
 			if (len + 4 <= SCAN_LINE_MAX) {
-				n = 1 + scan_below(state, 4);
+				n = 1 + test_below(state, 4);
 				memmove(line + at + n, line + at, len - at);
 				for (size_t i = 0; i < n; i++)
-					line[at + i] = (char)('0' + scan_below(state, 10));
+					line[at + i] = (char)('0' + test_below(state, 10));
 				len += n;
 			}
 			break;
@@ -737,13 +721,13 @@ START_TEST(scan_random_differential)
 	char line[SCAN_LINE_MAX];
 
 	for (long i = 0; i < iterations; i++) {
-		const scan_case *seed = &scan_cases[scan_below(&state, ncases)];
+		const scan_case *seed = &scan_cases[test_below(&state, ncases)];
 		size_t len;
 		bool jansson_refused;
 
 		/* Half the seeds from the fast path's own lines. */
-		while (scan_below(&state, 2) == 0 && seed->scans != 1)
-			seed = &scan_cases[scan_below(&state, ncases)];
+		while (test_below(&state, 2) == 0 && seed->scans != 1)
+			seed = &scan_cases[test_below(&state, ncases)];
 		len = seed->len;
 
 		memcpy(line, seed->text, len);
@@ -780,8 +764,8 @@ scan_gen_put(scan_gen *g, const char *text, size_t len)
 static void
 scan_gen_space(scan_gen *g)
 {
-	while (scan_below(&g->state, 4) == 0)
-		scan_gen_put(g, &" \t\r\n"[scan_below(&g->state, 4)], 1);
+	while (test_below(&g->state, 4) == 0)
+		scan_gen_put(g, &" \t\r\n"[test_below(&g->state, 4)], 1);
 }
 
 /* A name: mostly short ones from a few letters (so names repeat), some
@@ -793,14 +777,14 @@ scan_gen_name(scan_gen *g)
 	char name[PROTO_SCAN_KEY_MAX + 8];
 	size_t len;
 
-	if (scan_below(&g->state, 6) == 0)
-		len = PROTO_SCAN_KEY_MAX - 2 + scan_below(&g->state, 5);
+	if (test_below(&g->state, 6) == 0)
+		len = PROTO_SCAN_KEY_MAX - 2 + test_below(&g->state, 5);
 	else
-		len = scan_below(&g->state, 4);
+		len = test_below(&g->state, 4);
 	for (size_t i = 0; i < len; i++)
-		name[i] = "abn"[scan_below(&g->state, 3)];
-	if (len > 0 && scan_below(&g->state, 30) == 0)
-		name[scan_below(&g->state, len)] = odd[scan_below(&g->state, sizeof odd - 1)];
+		name[i] = "abn"[test_below(&g->state, 3)];
+	if (len > 0 && test_below(&g->state, 30) == 0)
+		name[test_below(&g->state, len)] = odd[test_below(&g->state, sizeof odd - 1)];
 	scan_gen_put(g, "\"", 1);
 	scan_gen_put(g, name, len);
 	scan_gen_put(g, "\"", 1);
@@ -811,20 +795,20 @@ scan_gen_name(scan_gen *g)
 static void
 scan_gen_number(scan_gen *g)
 {
-	size_t digits = scan_below(&g->state, 3) == 0 ? 16 + scan_below(&g->state, 6)
-						      : 1 + scan_below(&g->state, 4);
+	size_t digits = test_below(&g->state, 3) == 0 ? 16 + test_below(&g->state, 6)
+						      : 1 + test_below(&g->state, 4);
 
-	if (scan_below(&g->state, 3) == 0)
+	if (test_below(&g->state, 3) == 0)
 		scan_gen_put(g, "-", 1);
 	for (size_t i = 0; i < digits; i++) {
-		char d = (char)('0' + scan_below(&g->state, 10));
+		char d = (char)('0' + test_below(&g->state, 10));
 
-		if (i == 0 && d == '0' && digits > 1 && scan_below(&g->state, 8) != 0)
+		if (i == 0 && d == '0' && digits > 1 && test_below(&g->state, 8) != 0)
 			d = '9'; /* mostly no leading zero */
 		scan_gen_put(g, &d, 1);
 	}
-	if (scan_below(&g->state, 20) == 0)
-		scan_gen_put(g, scan_below(&g->state, 2) ? ".5" : "e3", 2);
+	if (test_below(&g->state, 20) == 0)
+		scan_gen_put(g, test_below(&g->state, 2) ? ".5" : "e3", 2);
 }
 
 static void scan_gen_object(scan_gen *g, int depth);
@@ -836,7 +820,7 @@ scan_gen_value(scan_gen *g, int depth)
 		"\"plain text\"", "\"caf\xc3\xa9\"", "\"a\\\"b\"", "\"tab\tin\"" };
 	const char *w;
 
-	switch (scan_below(&g->state, 6)) {
+	switch (test_below(&g->state, 6)) {
 	case 0:
 	case 1:
 		scan_gen_number(g);
@@ -849,15 +833,15 @@ scan_gen_value(scan_gen *g, int depth)
 		/* fall through */
 	case 3:
 		scan_gen_put(g, "\"", 1);
-		for (size_t n = scan_below(&g->state, 12); n > 0; n--) {
-			char c = (char)(0x20 + scan_below(&g->state, 0x5f));
+		for (size_t n = test_below(&g->state, 12); n > 0; n--) {
+			char c = (char)(0x20 + test_below(&g->state, 0x5f));
 
 			scan_gen_put(g, c == '"' || c == '\\' ? "x" : &c, 1);
 		}
 		scan_gen_put(g, "\"", 1);
 		break;
 	default:
-		w = words[scan_below(&g->state, scan_below(&g->state, 4) == 0 ? 10 : 5)];
+		w = words[test_below(&g->state, test_below(&g->state, 4) == 0 ? 10 : 5)];
 		scan_gen_put(g, w, strlen(w));
 		break;
 	}
@@ -867,7 +851,7 @@ scan_gen_value(scan_gen *g, int depth)
 static void
 scan_gen_object(scan_gen *g, int depth)
 {
-	size_t members = scan_below(&g->state, 5);
+	size_t members = test_below(&g->state, 5);
 
 	scan_gen_put(g, "{", 1);
 	for (size_t i = 0; i < members; i++) {
@@ -1801,25 +1785,25 @@ req_gen_string(scan_gen *g)
 	char junk[CT_NAME_MAX + 8];
 	size_t len = 0;
 
-	switch (scan_below(&g->state, 10)) {
+	switch (test_below(&g->state, 10)) {
 	case 0:
 	case 1:
-		len = scan_below(&g->state, 12);
+		len = test_below(&g->state, 12);
 		for (size_t i = 0; i < len; i++) {
-			char c = (char)(0x20 + scan_below(&g->state, 0x5f));
+			char c = (char)(0x20 + test_below(&g->state, 0x5f));
 
 			junk[i] = c == '"' || c == '\\' ? '.' : c;
 		}
 		break;
 	case 2: /* around CT_NAME_MAX or PROTO_PRESET_NAME_MAX */
-		len = scan_below(&g->state, 2) == 0
-		    ? CT_NAME_MAX - 1 + scan_below(&g->state, 3)
-		    : PROTO_PRESET_NAME_MAX - 1 + scan_below(&g->state, 3);
-		memset(junk, "nP-"[scan_below(&g->state, 3)], len);
+		len = test_below(&g->state, 2) == 0
+		    ? CT_NAME_MAX - 1 + test_below(&g->state, 3)
+		    : PROTO_PRESET_NAME_MAX - 1 + test_below(&g->state, 3);
+		memset(junk, "nP-"[test_below(&g->state, 3)], len);
 		break;
 	case 3:
-		if (scan_below(&g->state, 4) == 0) {
-			const char *w = odd[scan_below(&g->state, sizeof odd / sizeof odd[0])];
+		if (test_below(&g->state, 4) == 0) {
+			const char *w = odd[test_below(&g->state, sizeof odd / sizeof odd[0])];
 
 			len = strlen(w);
 			memcpy(junk, w, len);
@@ -1827,7 +1811,7 @@ req_gen_string(scan_gen *g)
 		}
 		/* fall through */
 	default: {
-		const char *w = words[scan_below(&g->state, sizeof words / sizeof words[0])];
+		const char *w = words[test_below(&g->state, sizeof words / sizeof words[0])];
 
 		len = strlen(w);
 		memcpy(junk, w, len);
@@ -1852,26 +1836,26 @@ req_gen_int(scan_gen *g)
 	char text[32];
 	size_t len = 0;
 
-	switch (scan_below(&g->state, 3)) {
+	switch (test_below(&g->state, 3)) {
 	case 0: {
-		size_t n = scan_below(&g->state, 25) == 0 ? sizeof edges / sizeof edges[0]
+		size_t n = test_below(&g->state, 25) == 0 ? sizeof edges / sizeof edges[0]
 							  : sizeof edges / sizeof edges[0] - 4;
-		const char *w = edges[scan_below(&g->state, n)];
+		const char *w = edges[test_below(&g->state, n)];
 
 		scan_gen_put(g, w, strlen(w));
 		return;
 	}
 	case 1:
-		len = (size_t)snprintf(text, sizeof text, "%d", (int)scan_below(&g->state, 31));
+		len = (size_t)snprintf(text, sizeof text, "%d", (int)test_below(&g->state, 31));
 		break;
 	default: {
-		size_t digits = 1 + scan_below(&g->state, PROTO_SCAN_DIGITS_MAX);
+		size_t digits = 1 + test_below(&g->state, PROTO_SCAN_DIGITS_MAX);
 
-		if (scan_below(&g->state, 3) == 0)
+		if (test_below(&g->state, 3) == 0)
 			text[len++] = '-';
-		text[len++] = (char)('1' + scan_below(&g->state, 9));
+		text[len++] = (char)('1' + test_below(&g->state, 9));
 		for (size_t i = 1; i < digits; i++)
-			text[len++] = (char)('0' + scan_below(&g->state, 10));
+			text[len++] = (char)('0' + test_below(&g->state, 10));
 	} break;
 	}
 	scan_gen_put(g, text, len);
@@ -1885,7 +1869,7 @@ req_gen_value(scan_gen *g, int depth)
 {
 	static const char *const words[] = { "true", "false", "null", "{}" };
 
-	switch (scan_below(&g->state, 8)) {
+	switch (test_below(&g->state, 8)) {
 	case 0:
 	case 1:
 		req_gen_string(g);
@@ -1901,7 +1885,7 @@ req_gen_value(scan_gen *g, int depth)
 		}
 		/* fall through */
 	default: {
-		const char *w = words[scan_below(&g->state, 4)];
+		const char *w = words[test_below(&g->state, 4)];
 
 		scan_gen_put(g, w, strlen(w));
 	} break;
@@ -1919,11 +1903,11 @@ req_gen_members(scan_gen *g, const char *const *names, size_t n, int depth,
 
 	/* Each name with probability 1/3, in a random order. */
 	for (size_t i = 0; i < n && count < sizeof order / sizeof order[0]; i++) {
-		if (scan_below(&g->state, 3) == 0)
+		if (test_below(&g->state, 3) == 0)
 			order[count++] = i;
 	}
 	for (size_t i = count; i > 1; i--) {
-		size_t j = scan_below(&g->state, i), t = order[i - 1];
+		size_t j = test_below(&g->state, i), t = order[i - 1];
 
 		order[i - 1] = order[j];
 		order[j] = t;
@@ -1973,20 +1957,20 @@ req_gen_ctx_value(scan_gen *g, const char *name, int depth)
 
 	if (proto_ctx_key_parse(name, &key))
 		def = proto_ctx_def_get(key);
-	if (def == NULL || scan_below(&g->state, 5) == 0) {
+	if (def == NULL || test_below(&g->state, 5) == 0) {
 		req_gen_value(g, depth);
 		return;
 	}
 	switch (def->type) {
 	case PROTO_CTX_ENUM:
-		n = snprintf(text, sizeof text, "\"%s\"", def->names[scan_below(&g->state, 2)]);
+		n = snprintf(text, sizeof text, "\"%s\"", def->names[test_below(&g->state, 2)]);
 		scan_gen_put(g, text, (size_t)n);
 		break;
 	case PROTO_CTX_NAME:
 		req_gen_string(g);
 		break;
 	case PROTO_CTX_INT:
-		switch (scan_below(&g->state, 4)) {
+		switch (test_below(&g->state, 4)) {
 		case 0:
 			n = snprintf(text, sizeof text, "%lld", (long long)def->min);
 			break;
@@ -1996,7 +1980,7 @@ req_gen_ctx_value(scan_gen *g, const char *name, int depth)
 		default:
 			n = snprintf(text, sizeof text, "%lld",
 			    (long long)(def->min +
-				(int64_t)scan_below(&g->state,
+				(int64_t)test_below(&g->state,
 				    (size_t)(def->max - def->min < 20000 ? def->max - def->min + 1
 									 : 20000))));
 			break;
@@ -2028,11 +2012,11 @@ req_gen_ctx(scan_gen *g, int depth)
 static void
 req_gen_request_value(scan_gen *g, const char *name, int depth)
 {
-	if (strcmp(name, "ctx") == 0 && scan_below(&g->state, 4) != 0)
+	if (strcmp(name, "ctx") == 0 && test_below(&g->state, 4) != 0)
 		req_gen_ctx(g, depth + 1);
-	else if (strcmp(name, "noreply") == 0 && scan_below(&g->state, 2) == 0)
-		scan_gen_put(g, scan_below(&g->state, 2) ? "true" : "false",
-		    scan_below(&g->state, 2) ? 4 : 5);
+	else if (strcmp(name, "noreply") == 0 && test_below(&g->state, 2) == 0)
+		scan_gen_put(g, test_below(&g->state, 2) ? "true" : "false",
+		    test_below(&g->state, 2) ? 4 : 5);
 	else
 		req_gen_value(g, depth);
 }

@@ -137,8 +137,9 @@ util_write_all(int fd, const void *buf, size_t len)
 	return true;
 }
 
-bool
-util_stats_reach(int conn, const char *path, int64_t want)
+/* Poll stats until member path is want (or, at_least, no less). */
+static bool
+stats_poll(int conn, const char *path, int64_t want, bool at_least)
 {
 	long long deadline = mono_ms() + harness_timeout_ms();
 
@@ -147,11 +148,23 @@ util_stats_reach(int conn, const char *path, int64_t want)
 		int64_t v = util_int(r, path);
 
 		json_decref(r);
-		if (v == want)
+		if (v == want || (at_least && v > want))
 			return true;
 		usleep(5000);
 	} while (mono_ms() < deadline);
 	return false;
+}
+
+bool
+util_stats_reach(int conn, const char *path, int64_t want)
+{
+	return stats_poll(conn, path, want, false);
+}
+
+bool
+util_stats_reach_min(int conn, const char *path, int64_t least)
+{
+	return stats_poll(conn, path, least, true);
 }
 
 bool

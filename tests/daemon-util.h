@@ -36,6 +36,8 @@ const json_t *util_get(const json_t *obj, const char *path);
 /* Poll stats on conn until member `path` equals want; false when it does
  * not within harness_timeout_ms(). */
 bool util_stats_reach(int conn, const char *path, int64_t want);
+/* The same until it is at least `least`. */
+bool util_stats_reach_min(int conn, const char *path, int64_t least);
 /* The same for a string member ("backend.health"). */
 bool util_stats_reach_str(int conn, const char *path, const char *want);
 
