@@ -23,6 +23,15 @@ typedef struct free_block {
 static free_block *free_lists[JSON_ALLOC_CLASSES + 1];
 static unsigned free_counts[JSON_ALLOC_CLASSES + 1];
 
+#if defined(__SANITIZE_ADDRESS__)
+#define JSON_ALLOC_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define JSON_ALLOC_SANITIZED 1
+#endif
+#endif
+
+#ifndef JSON_ALLOC_SANITIZED
 /* Every block is a plain malloc block (no header): what jansson hands out
  * (json_dumps' text) may be given back with free(). A block of class c is
  * malloc(c * JSON_ALLOC_CLASS_BYTES); its class is read back from its
@@ -67,13 +76,7 @@ json_release(void *p)
 	free(p);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define JSON_ALLOC_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define JSON_ALLOC_SANITIZED 1
-#endif
-#endif
+#endif /* !JSON_ALLOC_SANITIZED */
 
 void
 json_alloc_install(void)
