@@ -86,7 +86,12 @@ typedef struct op_list_job {
 	list_walk w;
 	op_list_cursor *cursor;
 	bool streaming; /* the reply is written as the steps are done */
+	bool cut; /* streaming: a piece found no room; the line ends now */
 } op_list_job;
+
+/* Output room kept for a list written in pieces when it begins (its
+ * budget, up to this): more is taken as it grows. */
+#define OP_LIST_RESERVE_MAX (8u << 20)
 
 /* Room for the end of a list written in pieces:
  * `],"truncated":true,"cursor":"l<digits>"}`. */
@@ -162,11 +167,14 @@ list_stream_items(op_list_job *job)
 {
 	op_snapshots *s = &job->w.snapshots;
 
-	/* The room was kept when the line began: this cannot fail but for a
-	 * connection no longer open. */
-	if (s->items.len > 0)
-		server_client_write_piece(job->call.client, s->items.buf, s->items.len,
-		    OP_LIST_END_BYTES);
+	/* Each piece keeps room for the line's end: when one finds no room
+	 * (out of memory), the line ends there, cut short. */
+	if (s->items.len > 0 && !job->cut &&
+	    !server_client_write_piece(job->call.client, s->items.buf, s->items.len,
+		OP_LIST_END_BYTES)) {
+		stats_limit_hit(STATS_LIMIT_NOMEM);
+		job->cut = true;
+	}
 	s->items.len = 0;
 }
 
@@ -187,7 +195,9 @@ list_stream_begin(op_list_job *job)
 	}
 	ok = !head.nomem &&
 	    server_client_write_piece(job->call.client, head.buf, head.len,
-		s->items.len + s->budget + OP_LIST_END_BYTES);
+		(s->items.len + s->budget < OP_LIST_RESERVE_MAX ? s->items.len + s->budget
+								: OP_LIST_RESERVE_MAX) +
+		    OP_LIST_END_BYTES);
 	enc_recycle(&head);
 	if (!ok)
 		return false;
@@ -207,7 +217,12 @@ list_stream_end(op_list_job *job)
 	list_stream_items(job);
 	if (w->snapshots.truncated)
 		stats_limit_hit(STATS_LIMIT_LIST);
-	if (w->resume[0] != '\0') {
+	if (job->cut) {
+		/* Circuits were left out with no way to go on: as a list cut by
+		 * the output bound was in protocol 1. */
+		list_cursor_free(job->cursor);
+		len = snprintf(end, sizeof end, "],\"truncated\":true}");
+	} else if (w->resume[0] != '\0') {
 		list_keep_cursor(&job->call, w, job->cursor, id);
 		len = snprintf(end, sizeof end, "],\"truncated\":true,\"cursor\":\"%s\"}", id);
 	} else {
@@ -331,7 +346,8 @@ op_list_continue(server_client *c, bool paced)
 	if (!list_step(&job->w, job->cursor, job->call.now)) {
 		if (job->streaming)
 			list_stream_items(job);
-		return false;
+		if (!job->cut)
+			return false;
 	}
 	if (job->streaming)
 		list_stream_end(job);

@@ -180,6 +180,13 @@ static const char *const session[] = {
 	"{\"op\":\"get\" \"name\"}",
 	"{\"id\":26,\"op\":\"frobnicate\"}",
 	"[\"not\",\"an\",\"object\"]",
+	/* Enough circuits for a list written in pieces (more than a step). */
+	"{\"id\":100,\"op\":\"record_success\",\"name\":\"p1\"}",
+	"{\"id\":101,\"op\":\"record_success\",\"name\":\"p2\"}",
+	"{\"id\":102,\"op\":\"record_success\",\"name\":\"p3\"}",
+	"{\"id\":103,\"op\":\"record_success\",\"name\":\"p4\"}",
+	"{\"id\":104,\"op\":\"record_success\",\"name\":\"p5\"}",
+	"{\"id\":105,\"op\":\"list\"}",
 };
 
 #define SESSION_LINES (sizeof session / sizeof session[0])
