@@ -54,6 +54,12 @@ enc_int(enc_buf *b, int64_t v)
 	uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
 	size_t n;
 
+	/* Counts are mostly 0 or a few. */
+	if (v >= 0 && v < 10) {
+		digits[0] = (char)('0' + v);
+		enc_put(b, digits, 1);
+		return;
+	}
 	/* Two digits a division: most numbers here are counts and times. */
 	while (u >= 100) {
 		unsigned pair = (unsigned)(u % 100) * 2;
