@@ -160,6 +160,10 @@ out_send_most(server_client *c, size_t most)
 
 	if (c->fd < 0)
 		return 0; /* no socket (the fuzz targets' connections) */
+	if (c->fd_broken) {
+		c->out_off = c->out_len; /* the peer is gone: nowhere to go */
+		return 0;
+	}
 	while (c->out_off < stop) {
 		size_t len = stop - c->out_off;
 		ssize_t n = write(c->fd, c->out + c->out_off,
@@ -381,6 +385,29 @@ write_arm(server_client *c, bool on)
 	c->write_armed = on;
 }
 
+static bool input_process(server_client *c, size_t budget, int64_t ms);
+static ssize_t input_read(server_client *c);
+
+/* The peer is gone (a write failed): carry out the whole lines it sent
+ * before it went, their replies having nowhere to go. A client that
+ * streams noreply outcomes and closes at once (a cached client's close)
+ * counts on them; answering 32 lines a turn, the first reply's failed
+ * write came before the rest were read. Not a list or a request waiting
+ * on Redis: those end with the connection. */
+static void
+input_finish(server_client *c)
+{
+	for (int reads = 0; c->state == SERVER_CLIENT_OPEN && c->list_job == NULL &&
+	     !op_fleet_blocked(c) && reads <= SERVER_CLIENT_DRAIN_READS;
+	     reads++) {
+		input_process(c, SIZE_MAX, 0);
+		if (c->state != SERVER_CLIENT_OPEN || input_read(c) <= 0)
+			break;
+	}
+	if (c->state == SERVER_CLIENT_OPEN)
+		input_process(c, SIZE_MAX, 0);
+}
+
 void
 server_client_flush(server_client *c)
 {
@@ -392,6 +419,10 @@ server_client_flush(server_client *c)
 	 * (EV_WRITE). */
 	err = out_send_most(c, SERVER_CLIENT_FLUSH_MAX);
 	if (err != 0) {
+		/* Nothing more can be written: discard it, finish the input. */
+		c->out_off = c->out_len = 0;
+		c->fd_broken = true;
+		input_finish(c);
 		server_client_close(c, strerror(err));
 		return;
 	}

@@ -70,6 +70,7 @@ struct server_client {
 	int linger_outq; /* the socket's unread bytes then (SIOCOUTQ) */
 	bool cut; /* output cut to the rest of a partly written line */
 	bool mid_line; /* the last byte written is not a line's LF */
+	bool fd_broken; /* a write failed: output is discarded from then on */
 
 	char *in; /* unanswered input: at most one partial line */
 	size_t in_len;

@@ -244,6 +244,38 @@ START_TEST(test_events_wait_for_a_long_list)
 }
 END_TEST
 
+/* A client that streams noreply outcomes and closes at once (a cached
+ * client's close) gets every whole line it sent carried out, even though
+ * the reply to its first line has nowhere to go. cbd is stopped while the
+ * client writes and closes, so the reply's write fails for sure. */
+START_TEST(test_lines_sent_before_close_are_carried_out)
+{
+	static char lines[300 * 64 + 64];
+	int c;
+
+	start("");
+	c = harness_connect(&h);
+	ck_assert(c >= 0);
+	json_decref(util_call_ok(c, "{\"op\":\"hello\"}")); /* accepted */
+	ck_assert_int_eq(kill(h.pid, SIGSTOP), 0);
+	/* One write (many small ones would fill the socket's send buffer
+	 * with cbd stopped). */
+	snprintf(lines, sizeof lines, "{\"op\":\"watch\",\"names\":[\"gone\"]}\n");
+	for (int i = 0; i < 300; i++)
+		strcat(lines, "{\"op\":\"record_success\",\"name\":\"gone\",\"noreply\":true}\n");
+	ck_assert(util_write_all(c, lines, strlen(lines)));
+	close(c);
+	ck_assert_int_eq(kill(h.pid, SIGCONT), 0);
+	ck_assert(util_stats_reach(b, "connections.current", 2));
+	{
+		json_t *r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"gone\"}");
+
+		ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 300);
+		json_decref(r);
+	}
+}
+END_TEST
+
 START_TEST(test_noreply)
 {
 	json_t *r;
@@ -330,6 +362,7 @@ main(void)
 	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
 	tcase_add_test(tc, test_slow_watcher_dropped);
 	tcase_add_test(tc, test_events_wait_for_a_long_list);
+	tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
 	suite_add_tcase(s, tc);
