@@ -631,14 +631,8 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	bool ok = false, noreply = false;
 
 	stats.requests++;
-	if (proto_scan_flat(line, len, &flat)) {
-		call.req.flat = &flat;
-	} else {
-		request = proto_request_decode(line, len, &call.err);
-		if (request == NULL)
-			goto reply;
-		call.req.json = request;
-	}
+	if (!proto_request_read(line, len, &flat, &call.req, &request, &call.err))
+		goto reply;
 	if (!proto_req_id(&call.req, &id, &call.err) ||
 	    !proto_req_text(&call.req, "op", true, &opname, &oplen, &call.err))
 		goto reply;

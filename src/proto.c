@@ -557,15 +557,6 @@ proto_ctx_members_to_json(const proto_ctx *ctx)
 	return obj;
 }
 
-/* A member, or NULL when absent or null. */
-static const json_t *
-member(const json_t *obj, const char *key)
-{
-	const json_t *v = json_object_get(obj, key);
-
-	return json_is_null(v) ? NULL : v;
-}
-
 /* ---- member values, from jansson or from a flat view ------------------ */
 
 /* What the member readers check, whichever form the request is in. */
@@ -1012,17 +1003,14 @@ number_is_real(const char *line, size_t len, size_t pos)
 	return false;
 }
 
-json_t *
-proto_request_decode(const char *line, size_t len, proto_error *err)
+/* The line by json_loadb, with the spec's errors (no fast path). */
+static json_t *
+request_decode_jansson(const char *line, size_t len, proto_error *err)
 {
 	json_error_t jerr;
 	json_t *request;
 	char key[64];
 
-	/* Most requests are plain: built without jansson's lexer. */
-	request = proto_scan_request(line, len);
-	if (request != NULL)
-		return request;
 	request = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	/* jansson leaves no error text when it runs out of memory. */
 	if (request == NULL &&
@@ -1059,17 +1047,49 @@ proto_request_decode(const char *line, size_t len, proto_error *err)
 	return request;
 }
 
+json_t *
+proto_request_decode(const char *line, size_t len, proto_error *err)
+{
+	/* Most requests are plain: built without jansson's lexer. */
+	json_t *request = proto_scan_request(line, len);
+
+	return request != NULL ? request : request_decode_jansson(line, len, err);
+}
+
+bool
+proto_request_read(const char *line, size_t len, proto_flat *flat, proto_req *out, json_t **owned,
+    proto_error *err)
+{
+	*out = (proto_req){ 0 };
+	*owned = NULL;
+	if (proto_scan_flat(line, len, flat)) {
+		out->flat = flat;
+		return true;
+	}
+	*owned = request_decode_jansson(line, len, err);
+	out->json = *owned;
+	return *owned != NULL;
+}
+
+/* An id is an integer or a string (absent or null: none). */
+static bool
+pval_id(const pval *v, proto_error *err)
+{
+	if (v->type != PVAL_ABSENT && v->type != PVAL_INT && v->type != PVAL_STRING)
+		return proto_fail(err, PROTO_BAD_REQUEST, "id must be an integer or a string");
+	return true;
+}
+
 bool
 proto_request_id(const json_t *request, const json_t **id, proto_error *err)
 {
-	const json_t *v = member(request, "id");
+	pval v = pval_json(json_object_get(request, "id"));
 
 	*id = NULL;
-	if (v == NULL)
-		return true;
-	if (!json_is_integer(v) && !json_is_string(v))
-		return proto_fail(err, PROTO_BAD_REQUEST, "id must be an integer or a string");
-	*id = v;
+	if (!pval_id(&v, err))
+		return false;
+	if (v.type != PVAL_ABSENT)
+		*id = v.json;
 	return true;
 }
 
@@ -1134,10 +1154,10 @@ proto_req_id(const proto_req *r, json_t **id, proto_error *err)
 	pval v = req_member(r, "id");
 
 	*id = NULL;
+	if (!pval_id(&v, err))
+		return false;
 	if (v.type == PVAL_ABSENT)
 		return true;
-	if (v.type != PVAL_INT && v.type != PVAL_STRING)
-		return proto_fail(err, PROTO_BAD_REQUEST, "id must be an integer or a string");
 	*id = v.json != NULL ? json_incref((json_t *)v.json) : proto_flat_to_json(r->flat, v.flat);
 	/* As if jansson had run out while decoding it: no id to echo. */
 	if (*id == NULL)

@@ -263,6 +263,11 @@ bool proto_req_id(const proto_req *r, json_t **id, proto_error *err);
 /* The whole request as jansson values (a new reference); NULL when out of
  * memory. */
 json_t *proto_req_json(const proto_req *r);
+/* Decode a request line into *out: the flat view (in *flat) when the line
+ * is plain, else jansson values (*owned, the caller's reference) as
+ * proto_request_decode gives them. False with err filled, as there. */
+bool proto_request_read(const char *line, size_t len, proto_flat *flat, proto_req *out,
+    json_t **owned, proto_error *err);
 
 /* {"id": id (when not NULL), "ok": true}; NULL when out of memory. */
 json_t *proto_reply_ok(const json_t *id);
