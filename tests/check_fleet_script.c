@@ -20,6 +20,7 @@
 #include "circuit-table.h"
 #include "proto.h"
 #include "redis-util.h"
+#include "trace-load.h"
 
 #define T0 INT64_C(1700000000000)
 #define CHANNEL "cbd:events"
@@ -339,15 +340,9 @@ replay_case(redisContext *ctx, const json_t *c, size_t number)
 START_TEST(trace_replays)
 {
 	redisContext *ctx = connect_server();
-	char path[1024];
-	json_error_t err;
-	json_t *doc, *c;
+	json_t *doc = trace_load(), *c;
 	size_t i;
 
-	snprintf(path, sizeof path, "%s/proto/traces/state-machine.json", getenv("CBD_SRCDIR"));
-	doc = json_load_file(path, 0, &err);
-	ck_assert_msg(doc != NULL, "%s: %s", path, err.text);
-	ck_assert_int_gt(json_array_size(json_object_get(doc, "cases")), 10);
 	json_array_foreach (json_object_get(doc, "cases"), i, c)
 		replay_case(ctx, c, i);
 	json_decref(doc);

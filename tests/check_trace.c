@@ -14,6 +14,7 @@
 #include "check-run.h"
 #include "circuit-table.h"
 #include "proto.h"
+#include "trace-load.h"
 
 /* The case's policy: its ctx members resolved like a creating request's. */
 static void
@@ -137,16 +138,9 @@ replay_case(const json_t *c)
 
 START_TEST(trace_replays)
 {
-	char path[1024];
-	json_error_t err;
-	json_t *doc, *c;
+	json_t *doc = trace_load(), *c;
 	size_t i;
 
-	snprintf(path, sizeof path, "%s/proto/traces/state-machine.json", getenv("CBD_SRCDIR"));
-	doc = json_load_file(path, 0, &err);
-	ck_assert_msg(doc != NULL, "%s: %s", path, err.text);
-	ck_assert_int_eq(json_integer_value(json_object_get(doc, "version")), 1);
-	ck_assert_int_gt(json_array_size(json_object_get(doc, "cases")), 10);
 	json_array_foreach (json_object_get(doc, "cases"), i, c)
 		replay_case(c);
 	json_decref(doc);

@@ -8,7 +8,8 @@ TEST_CORE_LIBS = src/libcbcore.la $(CHECK_LIBS) $(JANSSON_LIBS)
 # The store contract suite and check_run(), linked into the unit tests.
 check_LTLIBRARIES += tests/libcontract.la
 tests_libcontract_la_SOURCES = tests/store-contract.c tests/store-contract.h \
-	tests/check-run.c tests/check-run.h tests/test-rand.h
+	tests/check-run.c tests/check-run.h tests/test-rand.h \
+	tests/trace-load.c tests/trace-load.h
 tests_libcontract_la_CFLAGS = $(TEST_CFLAGS)
 
 check_PROGRAMS += tests/check_breaker
