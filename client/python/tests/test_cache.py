@@ -316,14 +316,20 @@ def read_lines(conn):
         yield line
 
 
+def stand_in_server(path, backlog):
+    """A listening socket at path standing in for cbd (10 s timeouts)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(backlog)
+    server.settimeout(10)
+    return server
+
+
 def test_a_silent_server_is_probed_then_dropped(tmp_path):
     # A stand-in for a frozen cbd: it answers the watch, then stays silent
     # to the probe; the cache drops the connection and connects again.
     path = str(tmp_path / "silent.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(4)
-    server.settimeout(10)
+    server = stand_in_server(path, 4)
     c = cache.acquire(path)
     try:
         entry = c.watch("x")
@@ -556,10 +562,7 @@ def test_lines_of_unexpected_shape_do_not_stop_the_cache(tmp_path):
     # A stand-in for cbd that answers the watch with lines the cache must
     # survive, then a good change event.
     path = str(tmp_path / "fake.sock")
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    server.listen(1)
-    server.settimeout(10)
+    server = stand_in_server(path, 1)
     c = cache.acquire(path)
     try:
         entry = c.watch("x")
