@@ -86,6 +86,9 @@ struct circuit {
 
 struct circuit_table {
 	circuit *circuits;
+	/* The circuit last found: a request looks its circuit up two or
+	 * three times (its policy, then its op). */
+	circuit *found;
 	ct_slot *slots_by_token;
 	ct_layer *layers;
 	circuit *idle_head, *idle_tail;
@@ -553,9 +556,13 @@ hold_expire(circuit_table *table, circuit *c, int64_t now, ct_change *change)
 static circuit *
 circuit_find(circuit_table *table, const char *name)
 {
-	circuit *c;
+	circuit *c = table->found;
 
+	if (c != NULL && strcmp(c->name, name) == 0)
+		return c;
 	HASH_FIND(hh, table->circuits, name, strlen(name), c);
+	if (c != NULL)
+		table->found = c;
 	return c;
 }
 
@@ -577,6 +584,8 @@ circuit_destroy(circuit_table *table, circuit *c)
 		free(c->ext->transitions);
 		free(c->ext);
 	}
+	if (table->found == c)
+		table->found = NULL;
 	list_unlink(table, c);
 	HASH_DEL(table->circuits, c);
 	layer_put(table, c->declared);

@@ -50,6 +50,9 @@ enc_put(enc_buf *b, const char *text, size_t len)
 /* Append a string literal (its length known at compile time). */
 #define ENC_LIT(b, lit) enc_put((b), "" lit, sizeof(lit) - 1)
 
+/* Most bytes an int64_t takes in decimal ("-9223372036854775808"). */
+#define ENC_INT_MAX 20
+
 void enc_puts(enc_buf *b, const char *text);
 void enc_int(enc_buf *b, int64_t v);
 /* A circuit name as a JSON string: names are valid UTF-8 without control

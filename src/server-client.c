@@ -35,6 +35,7 @@ static void server_client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_write_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_timer_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_turn_cb(evutil_socket_t fd, short what, void *arg);
+static void read_arm(server_client *c, bool on);
 
 server_client *
 server_client_new(int fd)
@@ -55,6 +56,7 @@ server_client_new(int fd)
 		server_client_free(c);
 		return NULL;
 	}
+	c->read_armed = true;
 	return c;
 }
 
@@ -222,7 +224,7 @@ server_client_drop(server_client *c, const char *why)
 {
 	if (c->state == SERVER_CLIENT_DEAD)
 		return;
-	event_del(c->read_ev);
+	read_arm(c, false);
 	evtimer_del(c->turn_ev);
 	out_cut(c);
 	log_debug("connection %llu: dropped (%s)%s", (unsigned long long)c->id, why,
@@ -370,6 +372,20 @@ server_client_reply(server_client *c, json_t *reply)
 		server_client_reply_line(c, text.buf, text.len);
 	json_decref(reply);
 	enc_recycle(&text);
+}
+
+/* Arm or disarm EV_READ (an event_add per request when armed already
+ * was a libevent lock and queue check for nothing). */
+static void
+read_arm(server_client *c, bool on)
+{
+	if (on == c->read_armed)
+		return;
+	if (on)
+		event_add(c->read_ev, NULL);
+	else
+		event_del(c->read_ev);
+	c->read_armed = on;
 }
 
 /* Arm or disarm EV_WRITE. */
@@ -552,14 +568,14 @@ input_turn(server_client *c)
 	if (more || c->list_job != NULL) {
 		/* Lines left, or the next step of a list: another turn (a
 		 * request waiting on Redis resumes c when it is answered). */
-		event_del(c->read_ev);
+		read_arm(c, false);
 		if (!op_fleet_blocked(c))
 			evtimer_add(c->turn_ev, &now);
 	} else if (op_fleet_blocked(c)) {
 		/* Read nothing more until the waiting request is answered. */
-		event_del(c->read_ev);
+		read_arm(c, false);
 	} else if (c->state == SERVER_CLIENT_OPEN) {
-		event_add(c->read_ev, NULL);
+		read_arm(c, true);
 	}
 }
 
@@ -615,7 +631,7 @@ input_read(server_client *c)
 static void
 input_eof(server_client *c)
 {
-	event_del(c->read_ev);
+	read_arm(c, false);
 	server_client_set_state(c, SERVER_CLIENT_CLOSING);
 }
 
@@ -719,7 +735,7 @@ server_client_drain(server_client *c)
 			/* A request waits on Redis (at most redis_timeout_ms): its
 			 * reply first, then the drain goes on (resume). */
 			c->drain_waiting = true;
-			event_del(c->read_ev);
+			read_arm(c, false);
 			return;
 		}
 		input_process(c, SIZE_MAX, 0);
@@ -733,7 +749,7 @@ server_client_drain(server_client *c)
 		}
 		if (c->state == SERVER_CLIENT_DEAD)
 			return;
-		event_del(c->read_ev);
+		read_arm(c, false);
 		server_client_set_state(c, SERVER_CLIENT_CLOSING);
 	}
 	if (c->state != SERVER_CLIENT_DEAD)
@@ -747,7 +763,7 @@ server_client_close(server_client *c, const char *why)
 		return;
 	log_debug("connection %llu (uid %ld) closed: %s", (unsigned long long)c->id, (long)c->uid,
 	    why);
-	event_del(c->read_ev);
+	read_arm(c, false);
 	event_del(c->write_ev);
 	evtimer_del(c->timer_ev);
 	evtimer_del(c->turn_ev);

@@ -61,6 +61,7 @@ struct server_client {
 	server_client_state state;
 	struct event *read_ev;
 	struct event *write_ev;
+	bool read_armed;
 	bool write_armed;
 	struct event *timer_ev; /* open: client_idle_ms; closing: linger */
 	struct event *turn_ev; /* answers the lines left from the last turn */

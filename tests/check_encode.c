@@ -138,18 +138,46 @@ START_TEST(rate_reporters_backoff_preset)
 }
 END_TEST
 
+/* enc_int's text must be printf's. */
+static void
+same_int(enc_buf *b, int64_t v)
+{
+	char want[32];
+
+	b->len = 0;
+	enc_int(b, v);
+	snprintf(want, sizeof want, "%lld", (long long)v);
+	ck_assert_str_eq(b->buf, want);
+}
+
 START_TEST(integers_at_the_edges)
 {
 	enc_buf b = { 0 };
 	const int64_t values[] = { 0, 1, -1, 9, 10, INT64_C(9007199254740992), INT64_MAX,
 		INT64_MIN };
-	char want[32];
+	uint64_t state = UINT64_C(1130);
+	int64_t pow10 = 1;
 
-	for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
-		b.len = 0;
-		enc_int(&b, values[i]);
-		snprintf(want, sizeof want, "%lld", (long long)values[i]);
-		ck_assert_str_eq(b.buf, want);
+	for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+		same_int(&b, values[i]);
+	/* Around every power of ten and the 32-bit and 8-digit splits the
+	 * encoder makes. */
+	for (int e = 0; e <= 18; e++, pow10 *= 10) {
+		for (int64_t d = -2; d <= 2; d++) {
+			same_int(&b, pow10 + d);
+			same_int(&b, -(pow10 + d));
+			same_int(&b, pow10 * 10 - 1 + d);
+		}
+	}
+	same_int(&b, (int64_t)UINT32_MAX);
+	same_int(&b, (int64_t)UINT32_MAX + 1);
+	same_int(&b, INT64_C(1700000000000));
+	same_int(&b, INT64_C(100000000) * 99999 + 5);
+	/* Random magnitudes: every digit count equally often. */
+	for (int i = 0; i < 200000; i++) {
+		int64_t v = (int64_t)(test_rand(&state) >> test_below(&state, 64));
+
+		same_int(&b, test_below(&state, 2) ? v : -v);
 	}
 	enc_free(&b);
 	encode_cache_clear();
