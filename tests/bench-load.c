@@ -96,6 +96,44 @@ send_request(bench_conn *c, bench_format_fn fmt, void *arg)
 	return harness_send_all(c->fd, req, len);
 }
 
+/* The server whose CPU time the next bench_run reports (0: none). */
+static pid_t server_pid;
+
+void
+bench_server_pid(pid_t pid)
+{
+	server_pid = pid;
+}
+
+/* CPU seconds pid has used: all (schedstat, nanoseconds) and user (stat,
+ * clock ticks). False when /proc does not say. */
+static bool
+proc_cpu(pid_t pid, double *all, double *user)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long on_cpu, utime;
+	FILE *f;
+	bool ok;
+
+	snprintf(path, sizeof path, "/proc/%ld/schedstat", (long)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	ok = fscanf(f, "%llu", &on_cpu) == 1;
+	fclose(f);
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	if (!ok || (f = fopen(path, "r")) == NULL)
+		return false;
+	ok = fgets(buf, sizeof buf, f) != NULL;
+	fclose(f);
+	/* After "(comm) ": state is field 3, utime field 14. */
+	if (!ok || (p = strrchr(buf, ')')) == NULL ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu", &utime) != 1)
+		return false;
+	*all = (double)on_cpu / 1e9;
+	*user = (double)utime / (double)sysconf(_SC_CLK_TCK);
+	return true;
+}
+
 double
 bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
     void *arg, int conns, double seconds)
@@ -105,6 +143,8 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 	double *lat = malloc(sizeof(double) * SAMPLES_MAX), start, end, rate;
 	long total = 0, errors = 0, n = 0;
 	int ep = epoll_create1(0), open = 0;
+	double cpu0 = 0, user0 = 0, cpu1 = 0, user1 = 0;
+	bool cpu = server_pid > 0 && proc_cpu(server_pid, &cpu0, &user0);
 
 	if (conns > BENCH_CONNS_MAX)
 		conns = BENCH_CONNS_MAX;
@@ -167,6 +207,8 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 		}
 	}
 	rate = (double)total / (harness_now_s() - start);
+	cpu = cpu && proc_cpu(server_pid, &cpu1, &user1) && total > 0;
+	server_pid = 0;
 	for (int i = 0; i < conns; i++) {
 		if (conn[i].fd >= 0)
 			close(conn[i].fd);
@@ -174,8 +216,14 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 	}
 	close(ep);
 	harness_sort_samples(lat, (size_t)n);
-	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld\n", label,
+	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld", label,
 	    conns, rate, n ? lat[n / 2] : 0, n ? lat[n * 99 / 100] : 0, errors);
+	/* The server's own CPU a request: what it costs, whatever else the
+	 * machine runs meanwhile. */
+	if (cpu)
+		printf("  cpu %.2f us/req (user %.2f)", (cpu1 - cpu0) * 1e6 / (double)total,
+		    (user1 - user0) * 1e6 / (double)total);
+	printf("\n");
 	fflush(stdout);
 	free(lat);
 	return rate;

@@ -32,6 +32,10 @@ typedef size_t (*bench_format_fn)(char *req, size_t size, int key, void *arg);
 double bench_run(const char *label, const char *path, bench_framing framing, bench_format_fn fmt,
     void *arg, int conns, double seconds);
 
+/* Have the next bench_run also print the CPU time process pid (the
+ * server) spent a request, all and user (from /proc). */
+void bench_server_pid(pid_t pid);
+
 /* Keep process pid (0: this one) on CPU number cpu. */
 bool bench_pin(pid_t pid, int cpu);
 

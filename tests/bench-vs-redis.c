@@ -147,17 +147,22 @@ main(int argc, char **argv)
 		/* Every server once a round, in turn: a noisy second hits all of
 		 * them alike, and the medians are compared. */
 		for (int r = 0; r < rounds; r++) {
+			bench_server_pid(h.pid);
 			rate[CBD][r] = bench_run("cbd record_failure", h.socket_path, BENCH_LINES,
 			    bench_format_record_failure, NULL, c, seconds);
+			bench_server_pid(have_redis ? redis.pid : 0);
 			if (have_redis)
 				rate[GET][r] = bench_run("redis GET", redis.socket_path, BENCH_RESP,
 				    format_get, NULL, c, seconds);
+			bench_server_pid(have_redis ? redis.pid : 0);
 			if (have_redis && sha[0] != '\0')
 				rate[EVALSHA][r] = bench_run("redis EVALSHA record-failure script",
 				    redis.socket_path, BENCH_RESP, format_evalsha, sha, c, seconds);
+			bench_server_pid(echo);
 			if (echo > 0)
 				rate[ECHO][r] = bench_run("echo server (the floor)", echo_path,
 				    BENCH_ECHO, bench_format_record_failure, NULL, c, seconds);
+			bench_server_pid(sized);
 			if (sized > 0)
 				rate[SIZED][r] = bench_run(label, sized_path, BENCH_ECHO,
 				    bench_format_record_failure, NULL, c, seconds);
