@@ -63,8 +63,8 @@ void cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out);
 void cbci_snapshot_v2_clear(cbc_snapshot *out);
 /* Read a snapshot object's protocol 2 members (hold, totals, policy) into
  * out (may be NULL: only checked); absent members read as not reported,
- * mistyped ones are CBC_EPROTO naming them. */
-cbc_status cbci_snapshot_v2(const json_t *obj, cbc_snapshot *out, cbc_error *err);
+ * mistyped ones are CBC_EPROTO naming them. obj in either form. */
+cbc_status cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err);
 /* The names of a policy_conflict array joined by commas into buf (cut to
  * fit; size may be 0); returns how many names it held. */
 size_t cbci_conflict_join(const json_t *conflict, char *buf, size_t size);
@@ -108,6 +108,10 @@ cbc_conn *cbci_store_remote_conn(const cbc_store *store);
  * it has none; out may be NULL: only checked). ops.c. */
 cbc_status cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out,
     cbc_error *err);
+/* The same from a node (jansson values or a flat view): one reader, the
+ * same answers and messages for both forms. */
+cbc_status cbci_reply_snapshot_node(proto_node *obj, const char *fallback_name, cbc_snapshot *out,
+    cbc_error *err);
 
 /* The watch cache of cached breakers (cache.c). */
 typedef struct cbci_cache cbci_cache;
@@ -144,6 +148,10 @@ cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *
 bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
 /* A copy of the cache's counters. */
 void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
+/* Apply one line from cbd (no LF): the reader thread's handler. Tests and
+ * the line benchmark call it on a cache that has no connection (nothing
+ * else applies lines then). */
+void cbci_cache_apply_line(cbci_cache *cache, const char *line, size_t len);
 
 /* Did the store fail (unreachable, timed out, broken, out of memory, or
  * cbd answered shutting_down / internal)? A refusal that is an answer

@@ -113,20 +113,30 @@ request_call(cbc_conn *conn, const char *op, const char *name, const request_mem
 
 /* A reply member as a snapshot (internal.h). */
 cbc_status
-cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
+cbci_reply_snapshot_node(proto_node *obj, const char *fallback_name, cbc_snapshot *out,
+    cbc_error *err)
 {
 	proto_error perr;
 	cb_snapshot snap;
 	int64_t retry = 0;
-	const char *name = json_string_value(json_object_get(obj, "name"));
+	proto_node name_node = proto_node_get(obj, "name");
+	const char *name = proto_node_string(&name_node, NULL);
 
-	if (!proto_snapshot_from_json(obj, &snap, &retry, &perr))
+	if (!proto_snapshot_from_node(obj, &snap, &retry, &perr))
 		return cbci_fail(err, CBC_EPROTO, "reply snapshot: %s", perr.message);
 	if (name == NULL)
 		name = fallback_name != NULL ? fallback_name : "";
 	if (out != NULL)
 		cbci_snapshot_fill(out, name, &snap, retry);
 	return cbci_snapshot_v2(obj, out, err);
+}
+
+cbc_status
+cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
+{
+	proto_node n = proto_node_json(obj);
+
+	return cbci_reply_snapshot_node(&n, fallback_name, out, err);
 }
 
 /* Read a boolean reply member. */

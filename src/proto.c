@@ -557,7 +557,125 @@ proto_ctx_members_to_json(const proto_ctx *ctx)
 	return obj;
 }
 
-/* ---- member values, from jansson or from a flat view ------------------ */
+/* ---- values of a line, from jansson or from a flat view --------------- */
+
+proto_node
+proto_node_json(const json_t *v)
+{
+	return (proto_node){ .json = v, .index = -1, .hint = -1 };
+}
+
+proto_node
+proto_node_flat(const proto_flat *f, int i)
+{
+	return (proto_node){ .flat = f, .index = i, .hint = -1 };
+}
+
+proto_node_type
+proto_node_typeof(const proto_node *n)
+{
+	if (n->flat != NULL) {
+		if (n->index < 0)
+			return PROTO_NODE_ABSENT;
+		switch (n->flat->v[n->index].type) {
+		case PROTO_FLAT_STRING:
+			return PROTO_NODE_STRING;
+		case PROTO_FLAT_INT:
+			return PROTO_NODE_INT;
+		case PROTO_FLAT_TRUE:
+			return PROTO_NODE_TRUE;
+		case PROTO_FLAT_FALSE:
+			return PROTO_NODE_FALSE;
+		case PROTO_FLAT_NULL:
+			return PROTO_NODE_NULL;
+		case PROTO_FLAT_OBJECT:
+			return PROTO_NODE_OBJECT;
+		}
+		return PROTO_NODE_ABSENT;
+	}
+	if (n->json == NULL)
+		return PROTO_NODE_ABSENT;
+	switch (json_typeof(n->json)) {
+	case JSON_OBJECT:
+		return PROTO_NODE_OBJECT;
+	case JSON_ARRAY:
+		return PROTO_NODE_ARRAY;
+	case JSON_STRING:
+		return PROTO_NODE_STRING;
+	case JSON_INTEGER:
+		return PROTO_NODE_INT;
+	case JSON_REAL:
+		return PROTO_NODE_REAL;
+	case JSON_TRUE:
+		return PROTO_NODE_TRUE;
+	case JSON_FALSE:
+		return PROTO_NODE_FALSE;
+	case JSON_NULL:
+		return PROTO_NODE_NULL;
+	}
+	return PROTO_NODE_ABSENT;
+}
+
+proto_node
+proto_node_get(proto_node *obj, const char *key)
+{
+	const proto_flat *f = obj->flat;
+	int i;
+
+	if (f == NULL)
+		return proto_node_json(json_object_get(obj->json, key));
+	if (obj->index < 0 || f->v[obj->index].type != PROTO_FLAT_OBJECT)
+		return proto_node_flat(f, -1);
+	i = proto_flat_find_from(f, obj->index, obj->hint, key, strlen(key));
+	if (i >= 0)
+		obj->hint = f->v[i].next;
+	return proto_node_flat(f, i);
+}
+
+int64_t
+proto_node_int(const proto_node *n)
+{
+	if (n->flat != NULL)
+		return proto_node_typeof(n) == PROTO_NODE_INT ? n->flat->v[n->index].integer : 0;
+	return json_integer_value(n->json);
+}
+
+double
+proto_node_number(const proto_node *n)
+{
+	if (n->flat != NULL)
+		return (double)proto_node_int(n);
+	return json_number_value(n->json);
+}
+
+const char *
+proto_node_string(const proto_node *n, size_t *len)
+{
+	if (n->flat != NULL) {
+		if (proto_node_typeof(n) != PROTO_NODE_STRING)
+			return NULL;
+		if (len != NULL)
+			*len = n->flat->v[n->index].len;
+		return n->flat->v[n->index].text;
+	}
+	if (!json_is_string(n->json))
+		return NULL;
+	if (len != NULL)
+		*len = json_string_length(n->json);
+	return json_string_value(n->json);
+}
+
+size_t
+proto_node_array_size(const proto_node *n)
+{
+	return n->flat != NULL ? 0 : json_array_size(n->json);
+}
+
+proto_node
+proto_node_array_get(const proto_node *n, size_t i)
+{
+	return proto_node_json(n->flat != NULL ? NULL : json_array_get(n->json, i));
+}
 
 /* What the member readers check, whichever form the request is in. */
 typedef enum pval_type {
@@ -575,92 +693,72 @@ typedef struct pval {
 	int64_t integer;
 	const char *text; /* PVAL_STRING: NUL-ended */
 	size_t len;
-	const json_t *json; /* the jansson value, when the request is one */
-	int flat; /* its index in the flat view, when the request is one */
+	proto_node node; /* the value itself */
 } pval;
 
 static pval
-pval_json(const json_t *v)
+pval_of(proto_node n)
 {
-	pval p = { .json = v, .flat = -1 };
+	pval p = { .node = n };
 
-	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
-	case JSON_NULL:
+	switch (proto_node_typeof(&n)) {
+	case PROTO_NODE_ABSENT:
+	case PROTO_NODE_NULL:
 		p.type = PVAL_ABSENT;
 		break;
-	case JSON_STRING:
+	case PROTO_NODE_STRING:
 		p.type = PVAL_STRING;
-		p.text = json_string_value(v);
-		p.len = json_string_length(v);
+		p.text = proto_node_string(&n, &p.len);
 		break;
-	case JSON_INTEGER:
+	case PROTO_NODE_INT:
 		p.type = PVAL_INT;
-		p.integer = json_integer_value(v);
+		p.integer = proto_node_int(&n);
 		break;
-	case JSON_TRUE:
+	case PROTO_NODE_TRUE:
 		p.type = PVAL_TRUE;
 		break;
-	case JSON_FALSE:
+	case PROTO_NODE_FALSE:
 		p.type = PVAL_FALSE;
 		break;
-	case JSON_OBJECT:
+	case PROTO_NODE_OBJECT:
 		p.type = PVAL_OBJECT;
 		break;
-	default:
+	case PROTO_NODE_REAL:
+	case PROTO_NODE_ARRAY:
 		p.type = PVAL_OTHER;
+		break;
 	}
 	return p;
 }
 
+/* Member key of obj, as the member readers check it. */
 static pval
-pval_flat(const proto_flat *f, int i)
+node_member(proto_node *obj, const char *key)
 {
-	pval p = { .flat = i };
-	const proto_flat_value *v;
+	return pval_of(proto_node_get(obj, key));
+}
 
-	if (i < 0)
-		return p;
-	v = &f->v[i];
-	switch (v->type) {
-	case PROTO_FLAT_NULL:
-		p.type = PVAL_ABSENT;
-		break;
-	case PROTO_FLAT_STRING:
-		p.type = PVAL_STRING;
-		p.text = v->text;
-		p.len = v->len;
-		break;
-	case PROTO_FLAT_INT:
-		p.type = PVAL_INT;
-		p.integer = v->integer;
-		break;
-	case PROTO_FLAT_TRUE:
-		p.type = PVAL_TRUE;
-		break;
-	case PROTO_FLAT_FALSE:
-		p.type = PVAL_FALSE;
-		break;
-	case PROTO_FLAT_OBJECT:
-		p.type = PVAL_OBJECT;
-		break;
-	}
-	return p;
+/* Member key of a jansson object. */
+static pval
+pval_json(const json_t *obj, const char *key)
+{
+	return pval_of(proto_node_json(json_object_get(obj, key)));
+}
+
+/* The request's top object. */
+static proto_node
+req_node(const proto_req *r)
+{
+	return r->flat != NULL ? proto_node_flat(r->flat, 0) : proto_node_json(r->json);
 }
 
 /* Member key of the request's top object. */
 static pval
 req_member(const proto_req *r, const char *key)
 {
-	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, 0, key))
-			       : pval_json(json_object_get(r->json, key));
-}
+	proto_node top = req_node(r);
 
-/* Member key of obj, an object member of request r. */
-static pval
-req_member_of(const proto_req *r, const pval *obj, const char *key)
-{
-	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, obj->flat, key))
-			       : pval_json(json_object_get(obj->json, key));
+	return node_member(&top, key);
 }
 
 static bool
@@ -731,7 +829,7 @@ bool
 proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max, bool required,
     int64_t *out, bool *present, proto_error *err)
 {
-	pval v = pval_json(json_object_get(obj, key));
+	pval v = pval_json(obj, key);
 
 	return pval_int(&v, key, min, max, required, out, present, err);
 }
@@ -740,7 +838,7 @@ bool
 proto_get_string(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	pval v = pval_json(json_object_get(obj, key));
+	pval v = pval_json(obj, key);
 
 	return pval_string(&v, key, required, out, len, err);
 }
@@ -810,7 +908,7 @@ proto_name_valid(const char *text, size_t len, const char **why)
 bool
 proto_get_name(const json_t *obj, const char *key, const char **out, proto_error *err)
 {
-	pval v = pval_json(json_object_get(obj, key));
+	pval v = pval_json(obj, key);
 
 	return pval_name(&v, key, out, err);
 }
@@ -852,7 +950,7 @@ req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
 	 * named whichever form the request is in. */
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		const proto_ctx_def *def = &ctx_defs[k];
-		pval v = req_member_of(r, &ctx, def->name);
+		pval v = node_member(&ctx.node, def->name);
 
 		if (v.type == PVAL_ABSENT)
 			continue;
@@ -926,35 +1024,63 @@ proto_snapshot_to_json(const char *name, const cb_snapshot *snap, int64_t retry_
 
 /* Read a time member that may be null. */
 static bool
-time_from_json(const json_t *obj, const char *key, int64_t *out, proto_error *err)
+time_from_node(proto_node *obj, const char *key, int64_t *out, proto_error *err)
 {
+	pval v = node_member(obj, key);
 	bool present;
 
 	*out = CB_TIME_NONE;
-	return proto_get_int(obj, key, CB_TIME_MIN, CB_TIME_MAX, false, out, &present, err);
+	return pval_int(&v, key, CB_TIME_MIN, CB_TIME_MAX, false, out, &present, err);
+}
+
+/* A required integer member from 0. */
+static bool
+count_from_node(proto_node *obj, const char *key, int64_t *out, proto_error *err)
+{
+	pval v = node_member(obj, key);
+
+	return pval_int(&v, key, 0, INT64_MAX, true, out, NULL, err);
+}
+
+bool
+proto_snapshot_from_node(proto_node *obj, cb_snapshot *out, int64_t *retry_after_ms,
+    proto_error *err)
+{
+	int64_t retry = 0;
+	const char *state = NULL;
+	size_t len = 0;
+	pval v;
+
+	if (!proto_node_is_object(obj))
+		return proto_fail(err, PROTO_INTERNAL, "snapshot must be an object");
+	breaker_snapshot_init(out);
+	/* In the order cbd writes them (a flat view finds each at once). */
+	v = node_member(obj, "state");
+	if (!pval_string(&v, "state", true, &state, &len, err))
+		return false;
+	if (!breaker_state_parse(state, len, &out->state))
+		return proto_fail(err, PROTO_BAD_REQUEST,
+		    "%s must be \"closed\", \"open\" or \"half_open\"", "state");
+	if (!count_from_node(obj, "failure_count", &out->failure_count, err) ||
+	    !count_from_node(obj, "success_count", &out->success_count, err) ||
+	    !time_from_node(obj, "last_failure_at", &out->last_failure_at, err) ||
+	    !time_from_node(obj, "opened_at", &out->opened_at, err))
+		return false;
+	v = node_member(obj, "retry_after_ms");
+	if (!pval_int(&v, "retry_after_ms", 0, INT64_MAX, false, &retry, NULL, err))
+		return false;
+	if (retry_after_ms != NULL)
+		*retry_after_ms = retry;
+	return true;
 }
 
 bool
 proto_snapshot_from_json(const json_t *obj, cb_snapshot *out, int64_t *retry_after_ms,
     proto_error *err)
 {
-	int64_t retry = 0;
+	proto_node n = proto_node_json(obj);
 
-	if (!json_is_object(obj))
-		return proto_fail(err, PROTO_INTERNAL, "snapshot must be an object");
-	breaker_snapshot_init(out);
-	if (!proto_get_state(obj, "state", true, &out->state, NULL, err) ||
-	    !proto_get_int(obj, "failure_count", 0, INT64_MAX, true, &out->failure_count, NULL,
-		err) ||
-	    !proto_get_int(obj, "success_count", 0, INT64_MAX, true, &out->success_count, NULL,
-		err) ||
-	    !time_from_json(obj, "last_failure_at", &out->last_failure_at, err) ||
-	    !time_from_json(obj, "opened_at", &out->opened_at, err) ||
-	    !proto_get_int(obj, "retry_after_ms", 0, INT64_MAX, false, &retry, NULL, err))
-		return false;
-	if (retry_after_ms != NULL)
-		*retry_after_ms = retry;
-	return true;
+	return proto_snapshot_from_node(&n, out, retry_after_ms, err);
 }
 
 /* The member whose value ends near byte pos of line: the last `"key":`
@@ -1083,13 +1209,13 @@ pval_id(const pval *v, proto_error *err)
 bool
 proto_request_id(const json_t *request, const json_t **id, proto_error *err)
 {
-	pval v = pval_json(json_object_get(request, "id"));
+	pval v = pval_json(request, "id");
 
 	*id = NULL;
 	if (!pval_id(&v, err))
 		return false;
 	if (v.type != PVAL_ABSENT)
-		*id = v.json;
+		*id = v.node.json;
 	return true;
 }
 
@@ -1097,7 +1223,7 @@ bool
 proto_get_text(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	pval v = pval_json(json_object_get(obj, key));
+	pval v = pval_json(obj, key);
 
 	return pval_text(&v, key, required, out, len, err);
 }
@@ -1158,7 +1284,8 @@ proto_req_id(const proto_req *r, json_t **id, proto_error *err)
 		return false;
 	if (v.type == PVAL_ABSENT)
 		return true;
-	*id = v.json != NULL ? json_incref((json_t *)v.json) : proto_flat_to_json(r->flat, v.flat);
+	*id = v.node.flat == NULL ? json_incref((json_t *)v.node.json)
+				  : proto_flat_to_json(v.node.flat, v.node.index);
 	/* As if jansson had run out while decoding it: no id to echo. */
 	if (*id == NULL)
 		return proto_fail(err, PROTO_INTERNAL, "out of memory decoding the request");
