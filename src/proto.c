@@ -562,119 +562,84 @@ proto_ctx_members_to_json(const proto_ctx *ctx)
 proto_node
 proto_node_json(const json_t *v)
 {
-	return (proto_node){ .json = v, .index = -1, .hint = -1 };
+	proto_node n = { .index = -1, .hint = -1, .json = v };
+
+	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
+	case JSON_OBJECT:
+		n.type = PROTO_NODE_OBJECT;
+		break;
+	case JSON_ARRAY:
+		n.type = PROTO_NODE_ARRAY;
+		break;
+	case JSON_STRING:
+		n.type = PROTO_NODE_STRING;
+		break;
+	case JSON_INTEGER:
+		n.type = PROTO_NODE_INT;
+		break;
+	case JSON_REAL:
+		n.type = PROTO_NODE_REAL;
+		break;
+	case JSON_TRUE:
+		n.type = PROTO_NODE_TRUE;
+		break;
+	case JSON_FALSE:
+		n.type = PROTO_NODE_FALSE;
+		break;
+	case JSON_NULL:
+		n.type = v != NULL ? PROTO_NODE_NULL : PROTO_NODE_ABSENT;
+		break;
+	}
+	return n;
 }
+
+/* The node type of each flat type. */
+static const proto_node_type flat_node_types[] = {
+	[PROTO_FLAT_STRING] = PROTO_NODE_STRING,
+	[PROTO_FLAT_INT] = PROTO_NODE_INT,
+	[PROTO_FLAT_TRUE] = PROTO_NODE_TRUE,
+	[PROTO_FLAT_FALSE] = PROTO_NODE_FALSE,
+	[PROTO_FLAT_NULL] = PROTO_NODE_NULL,
+	[PROTO_FLAT_OBJECT] = PROTO_NODE_OBJECT,
+};
 
 proto_node
 proto_node_flat(const proto_flat *f, int i)
 {
-	return (proto_node){ .flat = f, .index = i, .hint = -1 };
-}
-
-proto_node_type
-proto_node_typeof(const proto_node *n)
-{
-	if (n->flat != NULL) {
-		if (n->index < 0)
-			return PROTO_NODE_ABSENT;
-		switch (n->flat->v[n->index].type) {
-		case PROTO_FLAT_STRING:
-			return PROTO_NODE_STRING;
-		case PROTO_FLAT_INT:
-			return PROTO_NODE_INT;
-		case PROTO_FLAT_TRUE:
-			return PROTO_NODE_TRUE;
-		case PROTO_FLAT_FALSE:
-			return PROTO_NODE_FALSE;
-		case PROTO_FLAT_NULL:
-			return PROTO_NODE_NULL;
-		case PROTO_FLAT_OBJECT:
-			return PROTO_NODE_OBJECT;
-		}
-		return PROTO_NODE_ABSENT;
-	}
-	if (n->json == NULL)
-		return PROTO_NODE_ABSENT;
-	switch (json_typeof(n->json)) {
-	case JSON_OBJECT:
-		return PROTO_NODE_OBJECT;
-	case JSON_ARRAY:
-		return PROTO_NODE_ARRAY;
-	case JSON_STRING:
-		return PROTO_NODE_STRING;
-	case JSON_INTEGER:
-		return PROTO_NODE_INT;
-	case JSON_REAL:
-		return PROTO_NODE_REAL;
-	case JSON_TRUE:
-		return PROTO_NODE_TRUE;
-	case JSON_FALSE:
-		return PROTO_NODE_FALSE;
-	case JSON_NULL:
-		return PROTO_NODE_NULL;
-	}
-	return PROTO_NODE_ABSENT;
+	return (proto_node){
+		.type = i >= 0 ? flat_node_types[f->v[i].type] : PROTO_NODE_ABSENT,
+		.index = i,
+		.hint = -1,
+		.flat = f,
+	};
 }
 
 proto_node
-proto_node_get(proto_node *obj, const char *key)
+proto_node_getn(proto_node *obj, const char *key, size_t len)
 {
 	const proto_flat *f = obj->flat;
 	int i;
 
+	if (obj->type != PROTO_NODE_OBJECT)
+		return f != NULL ? proto_node_flat(f, -1) : proto_node_json(NULL);
 	if (f == NULL)
-		return proto_node_json(json_object_get(obj->json, key));
-	if (obj->index < 0 || f->v[obj->index].type != PROTO_FLAT_OBJECT)
-		return proto_node_flat(f, -1);
-	i = proto_flat_find_from(f, obj->index, obj->hint, key, strlen(key));
+		return proto_node_json(json_object_get(obj->json, key)); /* key is NUL-ended */
+	i = proto_flat_find_from(f, obj->index, obj->hint, key, len);
 	if (i >= 0)
 		obj->hint = f->v[i].next;
 	return proto_node_flat(f, i);
 }
 
-int64_t
-proto_node_int(const proto_node *n)
-{
-	if (n->flat != NULL)
-		return proto_node_typeof(n) == PROTO_NODE_INT ? n->flat->v[n->index].integer : 0;
-	return json_integer_value(n->json);
-}
-
-double
-proto_node_number(const proto_node *n)
-{
-	if (n->flat != NULL)
-		return (double)proto_node_int(n);
-	return json_number_value(n->json);
-}
-
-const char *
-proto_node_string(const proto_node *n, size_t *len)
-{
-	if (n->flat != NULL) {
-		if (proto_node_typeof(n) != PROTO_NODE_STRING)
-			return NULL;
-		if (len != NULL)
-			*len = n->flat->v[n->index].len;
-		return n->flat->v[n->index].text;
-	}
-	if (!json_is_string(n->json))
-		return NULL;
-	if (len != NULL)
-		*len = json_string_length(n->json);
-	return json_string_value(n->json);
-}
-
 size_t
 proto_node_array_size(const proto_node *n)
 {
-	return n->flat != NULL ? 0 : json_array_size(n->json);
+	return n->type == PROTO_NODE_ARRAY ? json_array_size(n->json) : 0;
 }
 
 proto_node
 proto_node_array_get(const proto_node *n, size_t i)
 {
-	return proto_node_json(n->flat != NULL ? NULL : json_array_get(n->json, i));
+	return proto_node_json(n->type == PROTO_NODE_ARRAY ? json_array_get(n->json, i) : NULL);
 }
 
 /* What the member readers check, whichever form the request is in. */
@@ -701,7 +666,7 @@ pval_of(proto_node n)
 {
 	pval p = { .node = n };
 
-	switch (proto_node_typeof(&n)) {
+	switch (n.type) {
 	case PROTO_NODE_ABSENT:
 	case PROTO_NODE_NULL:
 		p.type = PVAL_ABSENT;

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <jansson.h>
 
@@ -216,20 +217,6 @@ bool proto_get_state(const json_t *obj, const char *key, bool required, cb_state
  * control characters? On false, *why says what is wrong. */
 bool proto_name_valid(const char *text, size_t len, const char **why);
 
-/* A value of a decoded line in either form lines are read in: jansson
- * values (json), or a value of a flat view (flat, index; proto-scan.h).
- * One set of readers serves both: the request readers below, the
- * snapshot reader, libcbclient's reply and event readers. A member that
- * is not there is a node of type PROTO_NODE_ABSENT. An object node
- * remembers where its last member was found (hint): members read in the
- * order they were written cost one comparison each in a flat view. */
-typedef struct proto_node {
-	const json_t *json;
-	const proto_flat *flat;
-	int index; /* in flat; -1: absent */
-	int hint; /* an object in flat: where the next lookup starts, -1: first */
-} proto_node;
-
 typedef enum proto_node_type {
 	PROTO_NODE_ABSENT = 0,
 	PROTO_NODE_NULL,
@@ -242,44 +229,102 @@ typedef enum proto_node_type {
 	PROTO_NODE_ARRAY, /* jansson only */
 } proto_node_type;
 
+/* A value of a decoded line in either form lines are read in: jansson
+ * values (json), or a value of a flat view (flat, index; proto-scan.h).
+ * One set of readers serves both: the request readers below, the
+ * snapshot reader, libcbclient's reply and event readers. A member that
+ * is not there is a node of type PROTO_NODE_ABSENT. An object node
+ * remembers where its last member was found (hint): members read in the
+ * order they were written cost one comparison each in a flat view. */
+typedef struct proto_node {
+	proto_node_type type;
+	int index; /* in flat; -1: absent */
+	int hint; /* an object in flat: where the next lookup starts, -1: first */
+	const json_t *json;
+	const proto_flat *flat;
+} proto_node;
+
 /* A node of a jansson value (NULL: absent) or of flat value i (-1: absent). */
 proto_node proto_node_json(const json_t *v);
 proto_node proto_node_flat(const proto_flat *f, int i);
-proto_node_type proto_node_typeof(const proto_node *n);
-/* Member key of obj (absent when obj is not an object or has none);
- * moves obj's hint past it. */
-proto_node proto_node_get(proto_node *obj, const char *key);
-/* The value of an integer (0 otherwise); of an integer or a real as a
- * double; a string's NUL-ended text and length (NULL otherwise). */
-int64_t proto_node_int(const proto_node *n);
-double proto_node_number(const proto_node *n);
-const char *proto_node_string(const proto_node *n, size_t *len);
+/* Member key (len bytes) of obj: absent when obj is not an object or has
+ * none. Moves obj's hint past it. */
+proto_node proto_node_getn(proto_node *obj, const char *key, size_t len);
 /* An array's size (0 for anything else) and item i (absent past it). */
 size_t proto_node_array_size(const proto_node *n);
 proto_node proto_node_array_get(const proto_node *n, size_t i);
 
+/* Member key of obj (proto_node_getn; a literal key's length is known at
+ * compile time). */
+static inline proto_node
+proto_node_get(proto_node *obj, const char *key)
+{
+	return proto_node_getn(obj, key, strlen(key));
+}
+
+static inline proto_node_type
+proto_node_typeof(const proto_node *n)
+{
+	return n->type;
+}
+
 static inline bool
 proto_node_is_absent(const proto_node *n)
 {
-	return proto_node_typeof(n) == PROTO_NODE_ABSENT;
+	return n->type == PROTO_NODE_ABSENT;
 }
 
 static inline bool
 proto_node_is_null(const proto_node *n)
 {
-	return proto_node_typeof(n) == PROTO_NODE_NULL;
+	return n->type == PROTO_NODE_NULL;
 }
 
 static inline bool
 proto_node_is_object(const proto_node *n)
 {
-	return proto_node_typeof(n) == PROTO_NODE_OBJECT;
+	return n->type == PROTO_NODE_OBJECT;
 }
 
 static inline bool
 proto_node_is_true(const proto_node *n)
 {
-	return proto_node_typeof(n) == PROTO_NODE_TRUE;
+	return n->type == PROTO_NODE_TRUE;
+}
+
+/* An integer's value (0 for anything else). */
+static inline int64_t
+proto_node_int(const proto_node *n)
+{
+	if (n->type != PROTO_NODE_INT)
+		return 0;
+	return n->flat != NULL ? n->flat->v[n->index].integer : json_integer_value(n->json);
+}
+
+/* An integer's or a real's value as a double (0 for anything else). */
+static inline double
+proto_node_number(const proto_node *n)
+{
+	if (n->type == PROTO_NODE_INT)
+		return (double)proto_node_int(n);
+	return n->type == PROTO_NODE_REAL ? json_real_value(n->json) : 0;
+}
+
+/* A string's NUL-ended text and its length (len may be NULL); NULL for
+ * anything else. */
+static inline const char *
+proto_node_string(const proto_node *n, size_t *len)
+{
+	if (n->type != PROTO_NODE_STRING)
+		return NULL;
+	if (n->flat != NULL) {
+		if (len != NULL)
+			*len = n->flat->v[n->index].len;
+		return n->flat->v[n->index].text;
+	}
+	if (len != NULL)
+		*len = json_string_length(n->json);
+	return json_string_value(n->json);
 }
 
 /* A snapshot as the spec's JSON object (name, ..., retry_after_ms). */

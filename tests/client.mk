@@ -38,3 +38,11 @@ check_PROGRAMS += tests/check_client_retry
 tests_check_client_retry_SOURCES = tests/check_client_retry.c
 tests_check_client_retry_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_retry_LDADD = $(CLIENT_TEST_LIBS)
+
+# Instructions per event line in a watching process (built, not run by
+# make check): see its header. Static: it calls libcbclient's internals.
+noinst_PROGRAMS += tests/bench-cache-line
+tests_bench_cache_line_SOURCES = tests/bench-cache-line.c
+tests_bench_cache_line_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_bench_cache_line_LDFLAGS = -static
+tests_bench_cache_line_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
