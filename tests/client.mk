@@ -12,6 +12,14 @@ tests_check_client_local_SOURCES = tests/check_client_local.c \
 tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
 
+# Snapshots and events read from a flat view against the same lines read
+# through jansson (no daemon). Static: it calls libcbclient's internals.
+check_PROGRAMS += tests/check_client_snapshot
+tests_check_client_snapshot_SOURCES = tests/check_client_snapshot.c tests/test-rand.h
+tests_check_client_snapshot_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_snapshot_LDFLAGS = -static
+tests_check_client_snapshot_LDADD = $(CLIENT_TEST_LIBS)
+
 # Against real cbd processes, started with the daemon's test harness.
 check_PROGRAMS += tests/check_client_remote
 tests_check_client_remote_SOURCES = tests/check_client_remote.c \
@@ -31,7 +39,8 @@ tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
 # in libcbclient fails (skipped without valgrind and in sanitizer builds).
 TESTS += tests/client-valgrind.sh
 EXTRA_DIST += tests/client-valgrind.sh
-tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT)
+tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT) \
+	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT)
 
 # cbc_retry_* in virtual time on a local store (no daemon).
 check_PROGRAMS += tests/check_client_retry
