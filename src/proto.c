@@ -603,8 +603,8 @@ static const proto_node_type flat_node_types[] = {
 	[PROTO_FLAT_OBJECT] = PROTO_NODE_OBJECT,
 };
 
-proto_node
-proto_node_flat(const proto_flat *f, int i)
+static inline proto_node
+node_flat(const proto_flat *f, int i)
 {
 	return (proto_node){
 		.type = i >= 0 ? flat_node_types[f->v[i].type] : PROTO_NODE_ABSENT,
@@ -615,19 +615,27 @@ proto_node_flat(const proto_flat *f, int i)
 }
 
 proto_node
+proto_node_flat(const proto_flat *f, int i)
+{
+	return node_flat(f, i);
+}
+
+proto_node
 proto_node_getn(proto_node *obj, const char *key, size_t len)
 {
 	const proto_flat *f = obj->flat;
-	int i;
+	int i = obj->hint;
 
 	if (obj->type != PROTO_NODE_OBJECT)
-		return f != NULL ? proto_node_flat(f, -1) : proto_node_json(NULL);
+		return f != NULL ? node_flat(f, -1) : proto_node_json(NULL);
 	if (f == NULL)
 		return proto_node_json(json_object_get(obj->json, key)); /* key is NUL-ended */
-	i = proto_flat_find_from(f, obj->index, obj->hint, key, len);
+	/* Most often the member after the last one read. */
+	if (i < 0 || f->v[i].key_len != len || memcmp(f->v[i].key, key, len) != 0)
+		i = proto_flat_find_from(f, obj->index, obj->hint, key, len);
 	if (i >= 0)
 		obj->hint = f->v[i].next;
-	return proto_node_flat(f, i);
+	return node_flat(f, i);
 }
 
 size_t
