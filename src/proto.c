@@ -593,49 +593,12 @@ proto_node_json(const json_t *v)
 	return n;
 }
 
-/* The node type of each flat type. */
-static const proto_node_type flat_node_types[] = {
-	[PROTO_FLAT_STRING] = PROTO_NODE_STRING,
-	[PROTO_FLAT_INT] = PROTO_NODE_INT,
-	[PROTO_FLAT_TRUE] = PROTO_NODE_TRUE,
-	[PROTO_FLAT_FALSE] = PROTO_NODE_FALSE,
-	[PROTO_FLAT_NULL] = PROTO_NODE_NULL,
-	[PROTO_FLAT_OBJECT] = PROTO_NODE_OBJECT,
-};
-
-static inline proto_node
-node_flat(const proto_flat *f, int i)
-{
-	return (proto_node){
-		.type = i >= 0 ? flat_node_types[f->v[i].type] : PROTO_NODE_ABSENT,
-		.index = i,
-		.hint = -1,
-		.flat = f,
-	};
-}
-
 proto_node
-proto_node_flat(const proto_flat *f, int i)
+proto_node_json_get(const proto_node *obj, const char *key)
 {
-	return node_flat(f, i);
-}
-
-proto_node
-proto_node_getn(proto_node *obj, const char *key, size_t len)
-{
-	const proto_flat *f = obj->flat;
-	int i = obj->hint;
-
-	if (obj->type != PROTO_NODE_OBJECT)
-		return f != NULL ? node_flat(f, -1) : proto_node_json(NULL);
-	if (f == NULL)
-		return proto_node_json(json_object_get(obj->json, key)); /* key is NUL-ended */
-	/* Most often the member after the last one read. */
-	if (i < 0 || f->v[i].key_len != len || memcmp(f->v[i].key, key, len) != 0)
-		i = proto_flat_find_from(f, obj->index, obj->hint, key, len);
-	if (i >= 0)
-		obj->hint = f->v[i].next;
-	return node_flat(f, i);
+	if (obj->flat != NULL)
+		return proto_node_flat(obj->flat, -1);
+	return proto_node_json(json_object_get(obj->json, key));
 }
 
 size_t
@@ -649,6 +612,8 @@ proto_node_array_get(const proto_node *n, size_t i)
 {
 	return proto_node_json(n->type == PROTO_NODE_ARRAY ? json_array_get(n->json, i) : NULL);
 }
+
+/* ---- member values, from jansson or from a flat view ------------------ */
 
 /* What the member readers check, whichever form the request is in. */
 typedef enum pval_type {
@@ -666,72 +631,108 @@ typedef struct pval {
 	int64_t integer;
 	const char *text; /* PVAL_STRING: NUL-ended */
 	size_t len;
-	proto_node node; /* the value itself */
+	const json_t *json; /* the jansson value, when the request is one */
+	int flat; /* its index in the flat view, when the request is one */
 } pval;
 
-static pval
-pval_of(proto_node n)
+static inline pval
+pval_json(const json_t *v)
 {
-	pval p = { .node = n };
+	pval p = { .json = v, .flat = -1 };
 
-	switch (n.type) {
-	case PROTO_NODE_ABSENT:
-	case PROTO_NODE_NULL:
+	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
+	case JSON_NULL:
 		p.type = PVAL_ABSENT;
 		break;
-	case PROTO_NODE_STRING:
+	case JSON_STRING:
 		p.type = PVAL_STRING;
-		p.text = proto_node_string(&n, &p.len);
+		p.text = json_string_value(v);
+		p.len = json_string_length(v);
 		break;
-	case PROTO_NODE_INT:
+	case JSON_INTEGER:
 		p.type = PVAL_INT;
-		p.integer = proto_node_int(&n);
+		p.integer = json_integer_value(v);
 		break;
-	case PROTO_NODE_TRUE:
+	case JSON_TRUE:
 		p.type = PVAL_TRUE;
 		break;
-	case PROTO_NODE_FALSE:
+	case JSON_FALSE:
 		p.type = PVAL_FALSE;
 		break;
-	case PROTO_NODE_OBJECT:
+	case JSON_OBJECT:
 		p.type = PVAL_OBJECT;
 		break;
-	case PROTO_NODE_REAL:
-	case PROTO_NODE_ARRAY:
+	default:
 		p.type = PVAL_OTHER;
+	}
+	return p;
+}
+
+static inline pval
+pval_flat(const proto_flat *f, int i)
+{
+	pval p = { .flat = i };
+	const proto_flat_value *v;
+
+	if (i < 0)
+		return p;
+	v = &f->v[i];
+	switch (v->type) {
+	case PROTO_FLAT_NULL:
+		p.type = PVAL_ABSENT;
+		break;
+	case PROTO_FLAT_STRING:
+		p.type = PVAL_STRING;
+		p.text = v->text;
+		p.len = v->len;
+		break;
+	case PROTO_FLAT_INT:
+		p.type = PVAL_INT;
+		p.integer = v->integer;
+		break;
+	case PROTO_FLAT_TRUE:
+		p.type = PVAL_TRUE;
+		break;
+	case PROTO_FLAT_FALSE:
+		p.type = PVAL_FALSE;
+		break;
+	case PROTO_FLAT_OBJECT:
+		p.type = PVAL_OBJECT;
 		break;
 	}
 	return p;
 }
 
-/* Member key of obj, as the member readers check it. */
+/* A node as the member readers check it. */
+static pval
+pval_node(const proto_node *n)
+{
+	return n->flat != NULL ? pval_flat(n->flat, n->index) : pval_json(n->json);
+}
+
+/* Member key of object obj. */
 static pval
 node_member(proto_node *obj, const char *key)
 {
-	return pval_of(proto_node_get(obj, key));
-}
+	proto_node v = proto_node_get(obj, key);
 
-/* Member key of a jansson object. */
-static pval
-pval_json(const json_t *obj, const char *key)
-{
-	return pval_of(proto_node_json(json_object_get(obj, key)));
-}
-
-/* The request's top object. */
-static proto_node
-req_node(const proto_req *r)
-{
-	return r->flat != NULL ? proto_node_flat(r->flat, 0) : proto_node_json(r->json);
+	return pval_node(&v);
 }
 
 /* Member key of the request's top object. */
 static pval
 req_member(const proto_req *r, const char *key)
 {
-	proto_node top = req_node(r);
+	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, 0, key))
+			       : pval_json(json_object_get(r->json, key));
+}
 
-	return node_member(&top, key);
+/* Member key of obj, an object member of request r. */
+static pval
+req_member_of(const proto_req *r, const pval *obj, const char *key)
+{
+	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, obj->flat, key))
+			       : pval_json(json_object_get(obj->json, key));
 }
 
 static bool
@@ -802,7 +803,7 @@ bool
 proto_get_int(const json_t *obj, const char *key, int64_t min, int64_t max, bool required,
     int64_t *out, bool *present, proto_error *err)
 {
-	pval v = pval_json(obj, key);
+	pval v = pval_json(json_object_get(obj, key));
 
 	return pval_int(&v, key, min, max, required, out, present, err);
 }
@@ -811,7 +812,7 @@ bool
 proto_get_string(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	pval v = pval_json(obj, key);
+	pval v = pval_json(json_object_get(obj, key));
 
 	return pval_string(&v, key, required, out, len, err);
 }
@@ -881,7 +882,7 @@ proto_name_valid(const char *text, size_t len, const char **why)
 bool
 proto_get_name(const json_t *obj, const char *key, const char **out, proto_error *err)
 {
-	pval v = pval_json(obj, key);
+	pval v = pval_json(json_object_get(obj, key));
 
 	return pval_name(&v, key, out, err);
 }
@@ -923,7 +924,7 @@ req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
 	 * named whichever form the request is in. */
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
 		const proto_ctx_def *def = &ctx_defs[k];
-		pval v = node_member(&ctx.node, def->name);
+		pval v = req_member_of(r, &ctx, def->name);
 
 		if (v.type == PVAL_ABSENT)
 			continue;
@@ -1182,13 +1183,13 @@ pval_id(const pval *v, proto_error *err)
 bool
 proto_request_id(const json_t *request, const json_t **id, proto_error *err)
 {
-	pval v = pval_json(request, "id");
+	pval v = pval_json(json_object_get(request, "id"));
 
 	*id = NULL;
 	if (!pval_id(&v, err))
 		return false;
 	if (v.type != PVAL_ABSENT)
-		*id = v.node.json;
+		*id = v.json;
 	return true;
 }
 
@@ -1196,7 +1197,7 @@ bool
 proto_get_text(const json_t *obj, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	pval v = pval_json(obj, key);
+	pval v = pval_json(json_object_get(obj, key));
 
 	return pval_text(&v, key, required, out, len, err);
 }
@@ -1257,8 +1258,7 @@ proto_req_id(const proto_req *r, json_t **id, proto_error *err)
 		return false;
 	if (v.type == PVAL_ABSENT)
 		return true;
-	*id = v.node.flat == NULL ? json_incref((json_t *)v.node.json)
-				  : proto_flat_to_json(v.node.flat, v.node.index);
+	*id = v.json != NULL ? json_incref((json_t *)v.json) : proto_flat_to_json(r->flat, v.flat);
 	/* As if jansson had run out while decoding it: no id to echo. */
 	if (*id == NULL)
 		return proto_fail(err, PROTO_INTERNAL, "out of memory decoding the request");

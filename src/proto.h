@@ -244,18 +244,64 @@ typedef struct proto_node {
 	const proto_flat *flat;
 } proto_node;
 
-/* A node of a jansson value (NULL: absent) or of flat value i (-1: absent). */
+/* A node of a jansson value (NULL: absent). */
 proto_node proto_node_json(const json_t *v);
-proto_node proto_node_flat(const proto_flat *f, int i);
-/* Member key (len bytes) of obj: absent when obj is not an object or has
- * none. Moves obj's hint past it. */
-proto_node proto_node_getn(proto_node *obj, const char *key, size_t len);
+/* Member key of obj in jansson values, or of anything not a flat object
+ * (absent). */
+proto_node proto_node_json_get(const proto_node *obj, const char *key);
 /* An array's size (0 for anything else) and item i (absent past it). */
 size_t proto_node_array_size(const proto_node *n);
 proto_node proto_node_array_get(const proto_node *n, size_t i);
 
-/* Member key of obj (proto_node_getn; a literal key's length is known at
- * compile time). */
+/* A node of flat value i (-1: absent). Inline, with the lookups below:
+ * the dispatcher reads every request's members through them. */
+static inline proto_node
+proto_node_flat(const proto_flat *f, int i)
+{
+	proto_node n = { .type = PROTO_NODE_ABSENT, .index = i, .hint = -1, .flat = f };
+
+	switch (i >= 0 ? f->v[i].type : PROTO_FLAT_NULL) {
+	case PROTO_FLAT_STRING:
+		n.type = PROTO_NODE_STRING;
+		break;
+	case PROTO_FLAT_INT:
+		n.type = PROTO_NODE_INT;
+		break;
+	case PROTO_FLAT_TRUE:
+		n.type = PROTO_NODE_TRUE;
+		break;
+	case PROTO_FLAT_FALSE:
+		n.type = PROTO_NODE_FALSE;
+		break;
+	case PROTO_FLAT_NULL:
+		n.type = i >= 0 ? PROTO_NODE_NULL : PROTO_NODE_ABSENT;
+		break;
+	case PROTO_FLAT_OBJECT:
+		n.type = PROTO_NODE_OBJECT;
+		break;
+	}
+	return n;
+}
+
+/* Member key (len bytes, NUL-ended) of obj: absent when obj is not an
+ * object or has none. Moves obj's hint past it. */
+static inline proto_node
+proto_node_getn(proto_node *obj, const char *key, size_t len)
+{
+	const proto_flat *f = obj->flat;
+	int i = obj->hint;
+
+	if (f == NULL || obj->type != PROTO_NODE_OBJECT)
+		return proto_node_json_get(obj, key);
+	/* Most often the member after the last one read. */
+	if (i < 0 || f->v[i].key_len != len || memcmp(f->v[i].key, key, len) != 0)
+		i = proto_flat_find_from(f, obj->index, obj->hint, key, len);
+	if (i >= 0)
+		obj->hint = f->v[i].next;
+	return proto_node_flat(f, i);
+}
+
+/* Member key of obj (a literal key's length is known at compile time). */
 static inline proto_node
 proto_node_get(proto_node *obj, const char *key)
 {
