@@ -75,6 +75,20 @@ size_t cbci_conflict_join(const json_t *conflict, char *buf, size_t size);
  * its code and message. Anything else: a transport or framing error. */
 cbc_status cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err);
 
+/* A reply as the ops read it: its top object (top) over its flat view
+ * (a plain line: no jansson values) or over jansson values it owns. */
+typedef struct cbci_reply {
+	proto_node top;
+	json_t *json; /* when not flat */
+	proto_flat flat;
+} cbci_reply;
+
+/* cbci_conn_call, the reply read into *reply (CBC_OK: to cbci_reply_free).
+ * ~11 KiB: as much stack as the view proto_scan_request took before. */
+cbc_status cbci_conn_call_node(cbc_conn *conn, json_t *request, cbci_reply *reply, cbc_error *err);
+/* Drop a reply's jansson values (a flat one holds none). */
+void cbci_reply_free(cbci_reply *reply);
+
 /* hello's client name copied into buf; false when none was set. */
 bool cbci_conn_client_name(cbc_conn *conn, char *buf, size_t size);
 
