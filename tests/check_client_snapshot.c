@@ -7,14 +7,20 @@
  * types, missing and unknown members, policy and source junk, members in
  * any order). The cache's line handler is compared the same way: a line
  * it reads flat against the same line made non-flat by an array member
- * it ignores. No daemon; linked statically (libcbclient's internals).
+ * it ignores; and so are the uncached ops' replies, from a stand-in
+ * daemon that answers each request plain or padded the same way. No cbd;
+ * linked statically (libcbclient's internals).
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <check.h>
 #include <jansson.h>
@@ -718,12 +724,239 @@ START_TEST(cache_reads_lines_outside_the_flat_subset)
 }
 END_TEST
 
+/* ---- uncached replies, from a stand-in daemon ---------------------------- */
+
+/* What the stand-in answers to a request naming `name`: the reply's
+ * members after its "id" (the text ends with the object's '}'). */
+typedef struct scripted {
+	const char *name;
+	const char *rest;
+} scripted;
+
+static const scripted replies[] = {
+	{ "real", "\"ok\":true,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "ajar", "\"ok\":true,\"snapshot\":{\"name\":\"ajar\",\"state\":\"ajar\"}}" },
+	{ "nosnap", "\"ok\":true}" },
+	{ "badhold",
+	    "\"ok\":true,\"snapshot\":{\"state\":\"open\",\"failure_count\":1,"
+	    "\"success_count\":0,\"hold\":{\"state\":\"open\",\"since\":\"x\"}}}" },
+	{ "refused",
+	    "\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":\"admin only\"}}" },
+	{ "full", "\"ok\":false,\"error\":{\"code\":\"capacity\",\"message\":\"full\"}}" },
+	{ "nocode", "\"ok\":false,\"error\":{\"message\":\"what\"}}" },
+	{ "okint", "\"ok\":1,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "nook", "\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "allowed",
+	    "\"ok\":true,\"allowed\":true,\"state\":\"half_open\",\"permit\":\"p-1\","
+	    "\"retry_after_ms\":null,\"applied\":false,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "refusedcall",
+	    "\"ok\":true,\"allowed\":false,\"state\":\"open\",\"retry_after_ms\":250,"
+	    "\"applied\":true,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "badallow",
+	    "\"ok\":true,\"allowed\":\"yes\",\"state\":5,\"applied\":1,\"snapshot\":"
+	    "{}}" },
+	{ "badstate", "\"ok\":true,\"allowed\":true,\"state\":\"ajar\",\"applied\":null}" },
+	{ "badretry",
+	    "\"ok\":true,\"allowed\":false,\"state\":\"open\",\"retry_after_ms\":\"soon\"}" },
+	{ "longpermit",
+	    "\"ok\":true,\"allowed\":true,\"state\":\"closed\",\"permit\":\"aaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}" },
+	{ "wrongid", NULL }, /* echoes another id */
+};
+
+#define SCRIPTED_COUNT (sizeof replies / sizeof replies[0])
+
+typedef struct stand_in {
+	char path[108];
+	int listen_fd;
+	pthread_t thread;
+	bool pad; /* answer with an array member added (set between calls) */
+} stand_in;
+
+/* The reply line (with its newline) to one request line into out. */
+static void
+stand_in_reply(stand_in *d, const char *line, char *out, size_t size)
+{
+	json_t *req = json_loads(line, 0, NULL);
+	const char *name = json_string_value(json_object_get(req, "name"));
+	long long id = (long long)json_integer_value(json_object_get(req, "id"));
+	const char *rest = "\"ok\":true}";
+	size_t len;
+
+	for (size_t i = 0; name != NULL && i < SCRIPTED_COUNT; i++) {
+		if (strcmp(name, replies[i].name) != 0)
+			continue;
+		if (replies[i].rest == NULL)
+			id++;
+		else
+			rest = replies[i].rest;
+	}
+	if (name != NULL && strcmp(name, "wrongid") == 0)
+		rest = "\"ok\":true,\"snapshot\":" REAL_SNAPSHOT "}";
+	snprintf(out, size, "{\"id\":%lld,%s", id, rest);
+	len = strlen(out);
+	if (__atomic_load_n(&d->pad, __ATOMIC_ACQUIRE))
+		snprintf(out + len - 1, size - (len - 1), ",\"zz_pad\":[0]}");
+	len = strlen(out);
+	snprintf(out + len, size - len, "\n");
+	json_decref(req);
+}
+
+static void *
+stand_in_serve(void *arg)
+{
+	stand_in *d = arg;
+	static char buf[LINE_MAX], reply[LINE_MAX];
+
+	for (;;) {
+		int c = accept(d->listen_fd, NULL, NULL);
+		size_t len = 0;
+
+		if (c < 0)
+			return NULL;
+		for (;;) {
+			ssize_t n = recv(c, buf + len, sizeof buf - 1 - len, 0);
+			char *nl;
+
+			if (n <= 0)
+				break;
+			len += (size_t)n;
+			buf[len] = '\0';
+			while ((nl = strchr(buf, '\n')) != NULL) {
+				*nl = '\0';
+				stand_in_reply(d, buf, reply, sizeof reply);
+				if (send(c, reply, strlen(reply), MSG_NOSIGNAL) < 0)
+					break;
+				len -= (size_t)(nl + 1 - buf);
+				memmove(buf, nl + 1, len + 1);
+			}
+		}
+		close(c);
+	}
+}
+
+static void
+stand_in_start(stand_in *d)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+	memset(d, 0, sizeof *d);
+	snprintf(d->path, sizeof d->path, "/tmp/cbc-snapshot-%d.sock", (int)getpid());
+	unlink(d->path);
+	memcpy(addr.sun_path, d->path, strlen(d->path) + 1);
+	d->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_ge(d->listen_fd, 0);
+	ck_assert_int_eq(bind(d->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+	ck_assert_int_eq(listen(d->listen_fd, 4), 0);
+	ck_assert_int_eq(pthread_create(&d->thread, NULL, stand_in_serve, d), 0);
+}
+
+static void
+stand_in_stop(stand_in *d)
+{
+	shutdown(d->listen_fd, SHUT_RDWR);
+	close(d->listen_fd);
+	pthread_join(d->thread, NULL);
+	unlink(d->path);
+}
+
+/* What one op made of a reply. */
+typedef struct op_result {
+	cbc_status st;
+	cbc_error err;
+	cbc_snapshot snap;
+	cbc_allow_result allow;
+	bool applied;
+} op_result;
+
+/* Run op `which` (0 get, 1 allow, 2 cas) on name against the stand-in,
+ * answering plain or padded. */
+static void
+op_run(stand_in *d, cbc_conn *conn, int which, const char *name, bool pad, op_result *r)
+{
+	memset(r, 0, sizeof *r);
+	__atomic_store_n(&d->pad, pad, __ATOMIC_RELEASE);
+	switch (which) {
+	case 0:
+		r->st = cbc_get(conn, name, NULL, &r->snap, &r->err);
+		break;
+	case 1:
+		r->st = cbc_allow(conn, name, NULL, &r->allow, &r->err);
+		break;
+	default:
+		r->st = cbc_cas(conn, name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL, &r->applied,
+		    &r->snap, &r->err);
+		break;
+	}
+}
+
+/* Drop the digits of text. */
+static void
+strip_digits(char *text)
+{
+	char *to = text;
+
+	for (const char *p = text; *p != '\0'; p++)
+		if (*p < '0' || *p > '9')
+			*to++ = *p;
+	*to = '\0';
+}
+
+START_TEST(uncached_replies_read_the_same_both_ways)
+{
+	static const char *const ops[] = { "get", "allow", "cas" };
+	stand_in d;
+	cbc_conn *conn;
+	cbc_error err;
+	int failed = 0;
+
+	stand_in_start(&d);
+	conn = cbc_conn_new(d.path, &err);
+	ck_assert_ptr_nonnull(conn);
+	ck_assert_int_eq(cbc_conn_set_timeouts(conn, 5000, 5000, &err), CBC_OK);
+	for (int which = 0; which < 3; which++) {
+		for (size_t i = 0; i < SCRIPTED_COUNT; i++) {
+			const char *name = replies[i].name;
+			op_result a, b;
+			char line[128];
+
+			op_run(&d, conn, which, name, false, &a);
+			op_run(&d, conn, which, name, true, &b);
+			snprintf(line, sizeof line, "%s of %s", ops[which], name);
+			ck_assert_msg(a.st == b.st, "status %d (flat) != %d (jansson): %s", a.st,
+			    b.st, line);
+			/* The request ids differ (wrongid's message names them). */
+			strip_digits(a.err.message);
+			strip_digits(b.err.message);
+			ck_assert_msg(strcmp(a.err.message, b.err.message) == 0,
+			    "\"%s\" (flat) != \"%s\" (jansson): %s", a.err.message, b.err.message,
+			    line);
+			ck_assert_str_eq(a.err.code, b.err.code);
+			snapshot_same(&a.snap, &b.snap, line);
+			ck_assert_int_eq(a.allow.allowed, b.allow.allowed);
+			ck_assert_int_eq(a.allow.state, b.allow.state);
+			ck_assert_int_eq(a.allow.retry_after_ms, b.allow.retry_after_ms);
+			ck_assert_int_eq(a.allow.has_permit, b.allow.has_permit);
+			ck_assert_str_eq(a.allow.permit, b.allow.permit);
+			ck_assert_int_eq(a.applied, b.applied);
+			failed += a.st != CBC_OK;
+		}
+	}
+	/* Answers and refusals of every kind were compared. */
+	ck_assert_int_gt(failed, 10);
+	ck_assert_int_lt(failed, 3 * (int)SCRIPTED_COUNT - 5);
+	cbc_conn_free(conn);
+	stand_in_stop(&d);
+}
+END_TEST
+
 static Suite *
 snapshot_suite(void)
 {
 	Suite *s = suite_create("snapshots from a flat view and from jansson");
 	TCase *tc = tcase_create("snapshot");
 	TCase *cache = tcase_create("cache");
+	TCase *replies_tc = tcase_create("replies");
 
 	tcase_add_test(tc, picked_snapshots_read_the_same_both_ways);
 	tcase_add_test(tc, generated_snapshots_read_the_same_both_ways);
@@ -734,6 +967,9 @@ snapshot_suite(void)
 	tcase_add_test(cache, cache_reads_lines_outside_the_flat_subset);
 	tcase_set_timeout(cache, 60);
 	suite_add_tcase(s, cache);
+	tcase_add_test(replies_tc, uncached_replies_read_the_same_both_ways);
+	tcase_set_timeout(replies_tc, 60);
+	suite_add_tcase(s, replies_tc);
 	return s;
 }
 
