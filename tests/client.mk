@@ -12,8 +12,9 @@ tests_check_client_local_SOURCES = tests/check_client_local.c \
 tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
 
-# Snapshots and events read from a flat view against the same lines read
-# through jansson (no daemon). Static: it calls libcbclient's internals.
+# Snapshots, events and uncached replies read from a flat view against the
+# same lines read through jansson (a stand-in daemon, no cbd). Static: it
+# calls libcbclient's internals.
 check_PROGRAMS += tests/check_client_snapshot
 tests_check_client_snapshot_SOURCES = tests/check_client_snapshot.c tests/test-rand.h
 tests_check_client_snapshot_CFLAGS = $(CLIENT_TEST_CFLAGS)
