@@ -125,6 +125,9 @@ struct cbci_cache {
 	int64_t lazy_at; /* monotonic µs of the last success queued */
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
+	/* The line being applied as a flat view (reader thread only; ~11 KiB,
+	 * kept off the reader's stack). */
+	proto_flat flat;
 	/* The probe (reader thread only): monotonic µs of the last line
 	 * received (or of the connect), of the outstanding probe (0: none),
 	 * and the last probe's number. */
@@ -295,9 +298,10 @@ cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
 /* Apply one snapshot object from a reply or an event: parsed without
  * the lock (callers keep deciding meanwhile), applied under it. */
 static void
-cache_apply_snapshot(cbci_cache *c, const json_t *obj, bool event)
+cache_apply_snapshot(cbci_cache *c, proto_node *obj, bool event)
 {
-	const char *name = json_string_value(json_object_get(obj, "name"));
+	proto_node name_node = proto_node_get(obj, "name");
+	const char *name = proto_node_string(&name_node, NULL);
 	cbci_cache_entry *e = NULL;
 	cbc_snapshot snap;
 	cbc_error err;
@@ -305,7 +309,7 @@ cache_apply_snapshot(cbci_cache *c, const json_t *obj, bool event)
 
 	if (name == NULL)
 		return;
-	ok = cbci_reply_snapshot(obj, name, &snap, &err) == CBC_OK;
+	ok = cbci_reply_snapshot_node(obj, name, &snap, &err) == CBC_OK;
 	pthread_mutex_lock(&c->lock);
 	HASH_FIND_STR(c->entries, name, e);
 	if (!ok) {
@@ -325,30 +329,20 @@ cache_apply_snapshot(cbci_cache *c, const json_t *obj, bool event)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* A line from cbd as jansson values. Events are plain (proto-scan.h):
- * decoded without jansson's lexer, a third of the work (and every watching
- * process decodes every event). */
-static json_t *
-cache_decode(const char *line, size_t len)
-{
-	json_t *msg = proto_scan_request(line, len);
-
-	return msg != NULL ? msg : json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
-}
-
-/* Apply one line from cbd (lock not held: only the reader calls this). */
+/* Apply one message from cbd, in either form. */
 static void
-cache_apply_line(cbci_cache *c, const char *line, size_t len)
+cache_apply_message(cbci_cache *c, proto_node *msg)
 {
-	json_t *msg = cache_decode(line, len);
-	const char *event = json_string_value(json_object_get(msg, "event"));
-	const char *id = json_string_value(json_object_get(msg, "id"));
-	const json_t *ok = json_object_get(msg, "ok");
+	/* Read in the order cbd writes an event's members. */
+	proto_node event_node = proto_node_get(msg, "event");
+	proto_node id_node = proto_node_get(msg, "id");
+	proto_node ok = proto_node_get(msg, "ok");
+	const char *event = proto_node_string(&event_node, NULL);
+	const char *id = proto_node_string(&id_node, NULL);
 
 	if (id != NULL && strncmp(id, PROBE_ID_PREFIX, strlen(PROBE_ID_PREFIX)) == 0) {
 		/* A probe's reply (this one's or an earlier one's): the line
 		 * itself was the sign of life (cache_read); nothing to apply. */
-		json_decref(msg);
 		return;
 	}
 	if (event != NULL) {
@@ -357,14 +351,17 @@ cache_apply_line(cbci_cache *c, const char *line, size_t len)
 		c->stats.last_event_us = clock_monotonic_us();
 		pthread_mutex_unlock(&c->lock);
 	}
-	if (!json_is_object(msg)) {
+	if (!proto_node_is_object(msg)) {
 		pthread_mutex_lock(&c->lock);
 		c->stats.bad_lines++;
 		pthread_mutex_unlock(&c->lock);
 	} else if (event != NULL && strcmp(event, "change") == 0) {
-		cache_apply_snapshot(c, json_object_get(msg, "snapshot"), true);
+		proto_node snap = proto_node_get(msg, "snapshot");
+
+		cache_apply_snapshot(c, &snap, true);
 	} else if (event != NULL && strcmp(event, "delete") == 0) {
-		const char *name = json_string_value(json_object_get(msg, "name"));
+		proto_node name_node = proto_node_get(msg, "name");
+		const char *name = proto_node_string(&name_node, NULL);
 		cbci_cache_entry *e = NULL;
 
 		pthread_mutex_lock(&c->lock);
@@ -377,13 +374,17 @@ cache_apply_line(cbci_cache *c, const char *line, size_t len)
 			e->opened_at = CBC_TIME_NONE;
 		}
 		pthread_mutex_unlock(&c->lock);
-	} else if (json_is_true(ok)) {
-		const json_t *snaps = json_object_get(msg, "snapshots");
-		size_t i;
-		const json_t *s;
+	} else if (proto_node_is_true(&ok)) {
+		/* A watch reply: its snapshots are in an array, never in a
+		 * flat view. */
+		proto_node snaps = proto_node_get(msg, "snapshots");
+		size_t n = proto_node_array_size(&snaps);
 
-		json_array_foreach (snaps, i, s)
-			cache_apply_snapshot(c, s, false);
+		for (size_t i = 0; i < n; i++) {
+			proto_node s = proto_node_array_get(&snaps, i);
+
+			cache_apply_snapshot(c, &s, false);
+		}
 	} else if (event == NULL) {
 		/* ok:false to a watch (a protocol 1 cbd): entries stay invalid
 		 * and breakers keep asking cbd. */
@@ -391,7 +392,27 @@ cache_apply_line(cbci_cache *c, const char *line, size_t len)
 		c->stats.refused++;
 		pthread_mutex_unlock(&c->lock);
 	}
-	json_decref(msg);
+}
+
+void
+cbci_cache_apply_line(cbci_cache *c, const char *line, size_t len)
+{
+	proto_node msg;
+	json_t *decoded;
+
+	/* Events and probe replies are plain (proto-scan.h): read from the
+	 * flat view, no jansson values at all (every watching process reads
+	 * every event). Anything else (a watch reply's array, escapes,
+	 * reals) is json_loadb's. */
+	if (proto_scan_flat(line, len, &c->flat)) {
+		msg = proto_node_flat(&c->flat, 0);
+		cache_apply_message(c, &msg);
+		return;
+	}
+	decoded = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+	msg = proto_node_json(decoded);
+	cache_apply_message(c, &msg);
+	json_decref(decoded);
 }
 
 /* Drop the connection: every entry invalid until re-watched (lock held). */
@@ -476,7 +497,7 @@ cache_read(cbci_cache *c)
 			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 		c->in_len += (size_t)n;
 		for (char *nl; (nl = memchr(c->in + start, '\n', c->in_len - start)) != NULL;) {
-			cache_apply_line(c, c->in + start, (size_t)(nl - (c->in + start)));
+			cbci_cache_apply_line(c, c->in + start, (size_t)(nl - (c->in + start)));
 			start = (size_t)(nl - c->in) + 1;
 		}
 		if (start > 0) {

@@ -417,11 +417,13 @@ cbc_conn_last_reply(cbc_conn *conn)
 /* Read an ok:false reply's error into err: CBC_EREFUSED, or CBC_ECAPACITY
  * for the capacity code. */
 static cbc_status
-conn_daemon_error(const json_t *reply, const char *path, cbc_error *err)
+conn_daemon_error(proto_node *reply, const char *path, cbc_error *err)
 {
-	const json_t *e = json_object_get(reply, "error");
-	const char *code = json_string_value(json_object_get(e, "code"));
-	const char *message = json_string_value(json_object_get(e, "message"));
+	proto_node e = proto_node_get(reply, "error");
+	proto_node code_node = proto_node_get(&e, "code");
+	proto_node message_node = proto_node_get(&e, "message");
+	const char *code = proto_node_string(&code_node, NULL);
+	const char *message = proto_node_string(&message_node, NULL);
 	cbc_status st;
 
 	if (code == NULL)
@@ -467,39 +469,51 @@ conn_note_conflict_locked(cbc_conn *conn, const json_t *reply)
 		conn->conflicts++;
 }
 
-/* Parse a reply line (lock held); CBC_OK with *out for ok:true. */
+void
+cbci_reply_free(cbci_reply *reply)
+{
+	json_decref(reply->json);
+	reply->json = NULL;
+	reply->top = proto_node_json(NULL);
+}
+
+/* Parse a reply line (lock held) into *out: its flat view when the line is
+ * plain (most replies: no jansson values at all), else jansson values.
+ * CBC_OK for ok:true (*out to cbci_reply_free); otherwise nothing is
+ * kept. */
 static cbc_status
-conn_parse_reply_locked(cbc_conn *conn, const char *line, json_t **out, cbc_error *err)
+conn_parse_reply_locked(cbc_conn *conn, const char *line, cbci_reply *out, cbc_error *err)
 {
 	const char *path = conn->path;
 	json_error_t jerr = { .text = "" };
-	/* Most replies are plain (proto-scan.h): no lexer. */
-	json_t *reply = proto_scan_request(line, strlen(line));
-	const json_t *ok;
+	proto_node ok;
 
-	if (reply == NULL)
-		reply = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
-
-	*out = NULL;
-	conn_note_conflict_locked(conn, json_is_object(reply) ? reply : NULL);
-	if (reply == NULL)
+	out->json = NULL;
+	if (proto_scan_flat(line, strlen(line), &out->flat)) {
+		out->top = proto_node_flat(&out->flat, 0);
+	} else {
+		out->json = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
+		out->top = proto_node_json(out->json);
+	}
+	/* A flat view holds no arrays: no policy_conflict. */
+	conn_note_conflict_locked(conn, json_is_object(out->json) ? out->json : NULL);
+	if (proto_node_is_absent(&out->top))
 		return cbci_fail(err, CBC_EPROTO, "reply from %s is not JSON: %s", path, jerr.text);
-	if (!json_is_object(reply)) {
-		json_decref(reply);
+	if (!proto_node_is_object(&out->top)) {
+		cbci_reply_free(out);
 		return cbci_fail(err, CBC_EPROTO, "reply from %s is not an object", path);
 	}
-	ok = json_object_get(reply, "ok");
-	if (!json_is_boolean(ok)) {
-		json_decref(reply);
+	ok = proto_node_get(&out->top, "ok");
+	if (ok.type != PROTO_NODE_TRUE && ok.type != PROTO_NODE_FALSE) {
+		cbci_reply_free(out);
 		return cbci_fail(err, CBC_EPROTO, "reply from %s has no boolean ok", path);
 	}
-	if (!json_is_true(ok)) {
-		cbc_status st = conn_daemon_error(reply, path, err);
+	if (ok.type != PROTO_NODE_TRUE) {
+		cbc_status st = conn_daemon_error(&out->top, path, err);
 
-		json_decref(reply);
+		cbci_reply_free(out);
 		return st;
 	}
-	*out = reply;
 	return CBC_OK;
 }
 
@@ -507,7 +521,7 @@ cbc_status
 cbc_request(cbc_conn *conn, const char *request_json, char **reply, cbc_error *err)
 {
 	char *line = NULL;
-	json_t *parsed = NULL;
+	cbci_reply parsed; /* only checked */
 	cbc_status st;
 
 	if (reply != NULL)
@@ -523,9 +537,10 @@ cbc_request(cbc_conn *conn, const char *request_json, char **reply, cbc_error *e
 	else
 		conn_note_conflict_locked(conn, NULL);
 	pthread_mutex_unlock(&conn->lock);
+	if (st == CBC_OK)
+		cbci_reply_free(&parsed);
 	if (line == NULL)
 		return st;
-	json_decref(parsed);
 	if (reply != NULL)
 		*reply = line;
 	else
@@ -536,14 +551,15 @@ cbc_request(cbc_conn *conn, const char *request_json, char **reply, cbc_error *e
 }
 
 cbc_status
-cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err)
+cbci_conn_call_node(cbc_conn *conn, json_t *request, cbci_reply *reply, cbc_error *err)
 {
 	char *text, *line = NULL;
-	const json_t *id;
+	proto_node id;
 	json_int_t sent_id;
 	cbc_status st;
 
-	*reply = NULL;
+	reply->json = NULL;
+	reply->top = proto_node_json(NULL);
 	pthread_mutex_lock(&conn->lock);
 	sent_id = (json_int_t)conn->next_id++;
 	if (json_object_set_new(request, "id", json_integer(sent_id)) != 0 ||
@@ -564,10 +580,9 @@ cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err)
 	pthread_mutex_unlock(&conn->lock);
 	if (st == CBC_OK) {
 		/* The daemon echoes the id: anything else means we lost step. */
-		id = json_object_get(*reply, "id");
-		if (!json_is_integer(id) || json_integer_value(id) != sent_id) {
-			json_decref(*reply);
-			*reply = NULL;
+		id = proto_node_get(&reply->top, "id");
+		if (id.type != PROTO_NODE_INT || proto_node_int(&id) != sent_id) {
+			cbci_reply_free(reply);
 			cbc_conn_close(conn);
 			st = cbci_fail(err, CBC_EPROTO,
 			    "reply from %s does not echo the request id %lld", conn->path,
@@ -578,4 +593,19 @@ cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err)
 	if (st == CBC_OK)
 		cbci_error_clear(err);
 	return st;
+}
+
+cbc_status
+cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err)
+{
+	cbci_reply r;
+	cbc_status st = cbci_conn_call_node(conn, request, &r, err);
+
+	*reply = NULL;
+	if (st != CBC_OK)
+		return st;
+	*reply = r.json != NULL ? r.json : proto_flat_to_json(&r.flat, 0);
+	if (*reply == NULL)
+		return cbci_fail(err, CBC_ENOMEM, "out of memory reading a reply");
+	return CBC_OK;
 }

@@ -63,8 +63,8 @@ void cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out);
 void cbci_snapshot_v2_clear(cbc_snapshot *out);
 /* Read a snapshot object's protocol 2 members (hold, totals, policy) into
  * out (may be NULL: only checked); absent members read as not reported,
- * mistyped ones are CBC_EPROTO naming them. */
-cbc_status cbci_snapshot_v2(const json_t *obj, cbc_snapshot *out, cbc_error *err);
+ * mistyped ones are CBC_EPROTO naming them. obj in either form. */
+cbc_status cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err);
 /* The names of a policy_conflict array joined by commas into buf (cut to
  * fit; size may be 0); returns how many names it held. */
 size_t cbci_conflict_join(const json_t *conflict, char *buf, size_t size);
@@ -74,6 +74,20 @@ size_t cbci_conflict_join(const json_t *conflict, char *buf, size_t size);
  * CBC_EREFUSED / CBC_ECAPACITY: the daemon answered ok:false; err holds
  * its code and message. Anything else: a transport or framing error. */
 cbc_status cbci_conn_call(cbc_conn *conn, json_t *request, json_t **reply, cbc_error *err);
+
+/* A reply as the ops read it: its top object (top) over its flat view
+ * (a plain line: no jansson values) or over jansson values it owns. */
+typedef struct cbci_reply {
+	proto_node top;
+	json_t *json; /* when not flat */
+	proto_flat flat;
+} cbci_reply;
+
+/* cbci_conn_call, the reply read into *reply (CBC_OK: to cbci_reply_free).
+ * ~11 KiB: as much stack as the view proto_scan_request took before. */
+cbc_status cbci_conn_call_node(cbc_conn *conn, json_t *request, cbci_reply *reply, cbc_error *err);
+/* Drop a reply's jansson values (a flat one holds none). */
+void cbci_reply_free(cbci_reply *reply);
 
 /* hello's client name copied into buf; false when none was set. */
 bool cbci_conn_client_name(cbc_conn *conn, char *buf, size_t size);
@@ -107,6 +121,10 @@ cbc_conn *cbci_store_remote_conn(const cbc_store *store);
 /* A reply's snapshot object as the public snapshot (fallback_name when
  * it has none; out may be NULL: only checked). ops.c. */
 cbc_status cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out,
+    cbc_error *err);
+/* The same from a node (jansson values or a flat view): one reader, the
+ * same answers and messages for both forms. */
+cbc_status cbci_reply_snapshot_node(proto_node *obj, const char *fallback_name, cbc_snapshot *out,
     cbc_error *err);
 
 /* The watch cache of cached breakers (cache.c). */
@@ -144,6 +162,10 @@ cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *
 bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
 /* A copy of the cache's counters. */
 void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
+/* Apply one line from cbd (no LF): the reader thread's handler. Tests and
+ * the line benchmark call it on a cache that has no connection (nothing
+ * else applies lines then). */
+void cbci_cache_apply_line(cbci_cache *cache, const char *line, size_t len);
 
 /* Did the store fail (unreachable, timed out, broken, out of memory, or
  * cbd answered shutting_down / internal)? A refusal that is an answer

@@ -63,9 +63,9 @@ request_string(json_t *req, const char *key, const char *value, cbc_error *err)
 
 /* Send req (consumed) and get its ok reply. */
 static cbc_status
-request_send(cbc_conn *conn, json_t *req, json_t **reply, cbc_error *err)
+request_send(cbc_conn *conn, json_t *req, cbci_reply *reply, cbc_error *err)
 {
-	cbc_status st = cbci_conn_call(conn, req, reply, err);
+	cbc_status st = cbci_conn_call_node(conn, req, reply, err);
 
 	json_decref(req);
 	return st;
@@ -90,7 +90,7 @@ typedef struct request_member {
  * reply. */
 static cbc_status
 request_call(cbc_conn *conn, const char *op, const char *name, const request_member *members,
-    size_t n, const cbc_ctx *ctx, json_t **reply, cbc_error *err)
+    size_t n, const cbc_ctx *ctx, cbci_reply *reply, cbc_error *err)
 {
 	json_t *req;
 	cbc_status st = request_new(op, name, &req, err);
@@ -113,14 +113,16 @@ request_call(cbc_conn *conn, const char *op, const char *name, const request_mem
 
 /* A reply member as a snapshot (internal.h). */
 cbc_status
-cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
+cbci_reply_snapshot_node(proto_node *obj, const char *fallback_name, cbc_snapshot *out,
+    cbc_error *err)
 {
 	proto_error perr;
 	cb_snapshot snap;
 	int64_t retry = 0;
-	const char *name = json_string_value(json_object_get(obj, "name"));
+	proto_node name_node = proto_node_get(obj, "name");
+	const char *name = proto_node_string(&name_node, NULL);
 
-	if (!proto_snapshot_from_json(obj, &snap, &retry, &perr))
+	if (!proto_snapshot_from_node(obj, &snap, &retry, &perr))
 		return cbci_fail(err, CBC_EPROTO, "reply snapshot: %s", perr.message);
 	if (name == NULL)
 		name = fallback_name != NULL ? fallback_name : "";
@@ -129,60 +131,89 @@ cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *
 	return cbci_snapshot_v2(obj, out, err);
 }
 
+cbc_status
+cbci_reply_snapshot(const json_t *obj, const char *fallback_name, cbc_snapshot *out, cbc_error *err)
+{
+	proto_node n = proto_node_json(obj);
+
+	return cbci_reply_snapshot_node(&n, fallback_name, out, err);
+}
+
 /* Read a boolean reply member. */
 static cbc_status
-reply_bool(const json_t *reply, const char *key, bool *out, cbc_error *err)
+reply_bool(cbci_reply *reply, const char *key, bool *out, cbc_error *err)
 {
-	const json_t *v = json_object_get(reply, key);
+	proto_node v = proto_node_get(&reply->top, key);
 
-	if (!json_is_boolean(v))
+	if (v.type != PROTO_NODE_TRUE && v.type != PROTO_NODE_FALSE)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be a boolean", key);
-	*out = json_is_true(v);
+	*out = v.type == PROTO_NODE_TRUE;
 	return CBC_OK;
 }
 
 /* Read an integer reply member; optional ones leave *out alone when absent. */
 static cbc_status
-reply_int(const json_t *reply, const char *key, bool required, int64_t *out, cbc_error *err)
+reply_int(cbci_reply *reply, const char *key, bool required, int64_t *out, cbc_error *err)
 {
-	const json_t *v = json_object_get(reply, key);
+	proto_node v = proto_node_get(&reply->top, key);
 
-	if (v == NULL || json_is_null(v)) {
+	if (proto_node_is_absent(&v) || proto_node_is_null(&v)) {
 		if (required)
 			return cbci_fail(err, CBC_EPROTO, "reply member %s is missing", key);
 		return CBC_OK;
 	}
-	if (!json_is_integer(v))
+	if (v.type != PROTO_NODE_INT)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an integer", key);
-	*out = json_integer_value(v);
+	*out = proto_node_int(&v);
 	return CBC_OK;
 }
 
 /* Copy a string reply member into buf; false-ish status when too long. */
 static cbc_status
-reply_string(const json_t *reply, const char *key, bool required, char *buf, size_t size,
+reply_string(cbci_reply *reply, const char *key, bool required, char *buf, size_t size,
     cbc_error *err)
 {
-	const json_t *v = json_object_get(reply, key);
+	proto_node v = proto_node_get(&reply->top, key);
+	const char *text;
+	size_t len = 0;
 
-	if (v == NULL || json_is_null(v)) {
+	if (proto_node_is_absent(&v) || proto_node_is_null(&v)) {
 		buf[0] = '\0';
 		if (required)
 			return cbci_fail(err, CBC_EPROTO, "reply member %s is missing", key);
 		return CBC_OK;
 	}
-	if (!json_is_string(v))
+	if ((text = proto_node_string(&v, &len)) == NULL)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be a string", key);
-	if (json_string_length(v) >= size)
+	if (len >= size)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s is longer than %zu bytes", key,
 		    size - 1);
-	memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+	memcpy(buf, text, len + 1);
 	return CBC_OK;
+}
+
+/* The reply's "snapshot" member as the public snapshot. */
+static cbc_status
+reply_snapshot(cbci_reply *reply, const char *name, cbc_snapshot *out, cbc_error *err)
+{
+	proto_node snap = proto_node_get(&reply->top, "snapshot");
+
+	return cbci_reply_snapshot_node(&snap, name, out, err);
 }
 
 /* Finish an op: clear err on success, drop the reply. */
 static cbc_status
-op_done(json_t *reply, cbc_status st, cbc_error *err)
+op_done(cbci_reply *reply, cbc_status st, cbc_error *err)
+{
+	cbci_reply_free(reply);
+	if (st == CBC_OK)
+		cbci_error_clear(err);
+	return st;
+}
+
+/* The same for a reply read as jansson values. */
+static cbc_status
+op_done_json(json_t *reply, cbc_status st, cbc_error *err)
 {
 	json_decref(reply);
 	if (st == CBC_OK)
@@ -195,7 +226,7 @@ cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err)
 {
 	char client[160];
 	request_member members[] = { { "client", client } };
-	json_t *reply;
+	cbci_reply reply;
 	cbc_status st;
 
 	if (!cbci_conn_client_name(conn, client, sizeof client))
@@ -205,14 +236,14 @@ cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err)
 		return st;
 	cbc_hello_info info;
 	memset(&info, 0, sizeof info);
-	st = reply_string(reply, "server", true, info.server, sizeof info.server, err);
+	st = reply_string(&reply, "server", true, info.server, sizeof info.server, err);
 	if (st == CBC_OK)
-		st = reply_string(reply, "version", true, info.version, sizeof info.version, err);
+		st = reply_string(&reply, "version", true, info.version, sizeof info.version, err);
 	if (st == CBC_OK)
-		st = reply_int(reply, "protocol", true, &info.protocol, err);
+		st = reply_int(&reply, "protocol", true, &info.protocol, err);
 	if (st == CBC_OK && out != NULL)
 		*out = info;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 /* get, record_success, record_failure: name + ctx -> snapshot. */
@@ -220,13 +251,13 @@ static cbc_status
 op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
     cbc_error *err)
 {
-	json_t *reply;
+	cbci_reply reply;
 	cbc_status st = request_call(conn, op, name, NULL, 0, ctx, &reply, err);
 
 	if (st != CBC_OK)
 		return st;
-	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
-	return op_done(reply, st, err);
+	st = reply_snapshot(&reply, name, out, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
@@ -267,7 +298,7 @@ cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to, const cb
 		{ "from", cbc_state_name(from) },
 		{ "to", cbc_state_name(to) },
 	};
-	json_t *reply;
+	cbci_reply reply;
 	cbc_status st;
 	bool done = false;
 
@@ -278,12 +309,12 @@ cbc_cas(cbc_conn *conn, const char *name, cbc_state from, cbc_state to, const cb
 		st = request_call(conn, "cas", name, members, 2, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = reply_bool(reply, "applied", &done, err);
+	st = reply_bool(&reply, "applied", &done, err);
 	if (st == CBC_OK)
-		st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+		st = reply_snapshot(&reply, name, out, err);
 	if (st == CBC_OK && applied != NULL)
 		*applied = done;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
@@ -291,7 +322,7 @@ cbc_set_state(cbc_conn *conn, const char *name, cbc_state state, const cbc_ctx *
     cbc_snapshot *out, cbc_error *err)
 {
 	const request_member members[] = { { "state", cbc_state_name(state) } };
-	json_t *reply;
+	cbci_reply reply;
 	cbc_status st;
 
 	st = state_check(state, "state", err);
@@ -299,30 +330,30 @@ cbc_set_state(cbc_conn *conn, const char *name, cbc_state state, const cbc_ctx *
 		st = request_call(conn, "set_state", name, members, 1, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
-	return op_done(reply, st, err);
+	st = reply_snapshot(&reply, name, out, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
 cbc_acquire_slot(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_slot *out,
     cbc_error *err)
 {
-	json_t *reply;
+	cbci_reply reply;
 	cbc_slot slot;
 	cbc_status st = request_call(conn, "acquire_slot", name, NULL, 0, ctx, &reply, err);
 
 	if (st != CBC_OK)
 		return st;
 	memset(&slot, 0, sizeof slot);
-	st = reply_bool(reply, "acquired", &slot.acquired, err);
+	st = reply_bool(&reply, "acquired", &slot.acquired, err);
 	if (st == CBC_OK && slot.acquired) {
-		st = reply_string(reply, "token", true, slot.token, sizeof slot.token, err);
+		st = reply_string(&reply, "token", true, slot.token, sizeof slot.token, err);
 		if (st == CBC_OK)
-			st = reply_int(reply, "expires_at", true, &slot.expires_at, err);
+			st = reply_int(&reply, "expires_at", true, &slot.expires_at, err);
 	}
 	if (st == CBC_OK && out != NULL)
 		*out = slot;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
@@ -330,7 +361,7 @@ cbc_release_slot(cbc_conn *conn, const char *name, const char *token, const cbc_
     cbc_error *err)
 {
 	const request_member members[] = { { "token", token } };
-	json_t *reply;
+	cbci_reply reply;
 	cbc_status st;
 
 	if (token == NULL)
@@ -338,14 +369,14 @@ cbc_release_slot(cbc_conn *conn, const char *name, const char *token, const cbc_
 	st = request_call(conn, "release_slot", name, members, 1, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
 cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
     cbc_error *err)
 {
-	json_t *reply;
+	cbci_reply reply;
 	cbc_allow_result res;
 	char state[16];
 	cbc_status st = request_call(conn, "allow", name, NULL, 0, ctx, &reply, err);
@@ -353,19 +384,19 @@ cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result
 	if (st != CBC_OK)
 		return st;
 	memset(&res, 0, sizeof res);
-	st = reply_bool(reply, "allowed", &res.allowed, err);
+	st = reply_bool(&reply, "allowed", &res.allowed, err);
 	if (st == CBC_OK)
-		st = reply_string(reply, "state", true, state, sizeof state, err);
+		st = reply_string(&reply, "state", true, state, sizeof state, err);
 	if (st == CBC_OK && !cbc_state_parse(state, &res.state))
 		st = cbci_fail(err, CBC_EPROTO, "reply member state is not a state: %s", state);
 	if (st == CBC_OK)
-		st = reply_int(reply, "retry_after_ms", false, &res.retry_after_ms, err);
+		st = reply_int(&reply, "retry_after_ms", false, &res.retry_after_ms, err);
 	if (st == CBC_OK)
-		st = reply_string(reply, "permit", false, res.permit, sizeof res.permit, err);
+		st = reply_string(&reply, "permit", false, res.permit, sizeof res.permit, err);
 	res.has_permit = res.permit[0] != '\0';
 	if (st == CBC_OK && out != NULL)
 		*out = res;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
@@ -373,7 +404,7 @@ cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *pe
     const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
 	static const char *const outcomes[] = { "success", "failure", "ignore" };
-	json_t *reply;
+	cbci_reply reply;
 	cbc_status st;
 
 	if ((unsigned)outcome > CBC_OUTCOME_IGNORE)
@@ -387,23 +418,23 @@ cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *pe
 	st = request_call(conn, "record", name, members, 2, ctx, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
-	return op_done(reply, st, err);
+	st = reply_snapshot(&reply, name, out, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
 cbc_delete(cbc_conn *conn, const char *name, bool *existed, cbc_error *err)
 {
-	json_t *reply;
+	cbci_reply reply;
 	bool was = false;
 	cbc_status st = request_call(conn, "delete", name, NULL, 0, NULL, &reply, err);
 
 	if (st != CBC_OK)
 		return st;
-	st = reply_bool(reply, "existed", &was, err);
+	st = reply_bool(&reply, "existed", &was, err);
 	if (st == CBC_OK && existed != NULL)
 		*existed = was;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 /* Longest hold ttl: the protocol's 2^53. */
@@ -429,7 +460,9 @@ cbc_status
 cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t ttl_ms, const char *reason,
     cbc_snapshot *out, cbc_error *err)
 {
-	json_t *req, *reply, *text = NULL;
+	json_t *req, *text = NULL;
+	cbci_reply reply;
+	proto_node snap, hold;
 	cbc_status st = hold_check(state, ttl_ms, reason, err);
 
 	if (st != CBC_OK)
@@ -452,31 +485,33 @@ cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t ttl_ms, cons
 	st = request_send(conn, req, &reply, err);
 	if (st != CBC_OK)
 		return st;
-	st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+	st = reply_snapshot(&reply, name, out, err);
 	/* A protocol 1 cbd ignores hold and forces: say so rather than let
 	 * the caller believe the state is held. */
-	if (st == CBC_OK && json_object_get(json_object_get(reply, "snapshot"), "hold") == NULL)
+	snap = proto_node_get(&reply.top, "snapshot");
+	hold = proto_node_get(&snap, "hold");
+	if (st == CBC_OK && proto_node_is_absent(&hold))
 		st = cbci_fail(err, CBC_EPROTO,
 		    "cbd at %s did not report a hold (protocol 1?): %s was forced %s, not held",
 		    cbc_conn_socket_path(conn), name, cbc_state_name(state));
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
 cbc_release(cbc_conn *conn, const char *name, bool *released, cbc_snapshot *out, cbc_error *err)
 {
-	json_t *reply;
+	cbci_reply reply;
 	bool done = false;
 	cbc_status st = request_call(conn, "release", name, NULL, 0, NULL, &reply, err);
 
 	if (st != CBC_OK)
 		return st;
-	st = reply_bool(reply, "released", &done, err);
+	st = reply_bool(&reply, "released", &done, err);
 	if (st == CBC_OK)
-		st = cbci_reply_snapshot(json_object_get(reply, "snapshot"), name, out, err);
+		st = reply_snapshot(&reply, name, out, err);
 	if (st == CBC_OK && released != NULL)
 		*released = done;
-	return op_done(reply, st, err);
+	return op_done(&reply, st, err);
 }
 
 cbc_status
@@ -522,18 +557,21 @@ list_request(cbc_conn *conn, const cbc_state *state_filter, size_t limit, const 
 		json_decref(req);
 		return st;
 	}
-	st = request_send(conn, req, &reply, err);
+	/* Its circuits are an array: jansson values. */
+	st = cbci_conn_call(conn, req, &reply, err);
+	json_decref(req);
 	if (st != CBC_OK)
 		return st;
 	circuits = json_object_get(reply, "circuits");
 	if (!json_is_array(circuits)) {
 		st = cbci_fail(err, CBC_EPROTO, "reply member circuits must be an array");
-		return op_done(reply, st, err);
+		return op_done_json(reply, st, err);
 	}
 	n = json_array_size(circuits);
 	snaps = calloc(n > 0 ? n : 1, sizeof *snaps);
 	if (snaps == NULL)
-		return op_done(reply, cbci_fail(err, CBC_ENOMEM, "out of memory listing"), err);
+		return op_done_json(reply, cbci_fail(err, CBC_ENOMEM, "out of memory listing"),
+		    err);
 	for (size_t i = 0; i < n && st == CBC_OK; i++) {
 		const json_t *item = json_array_get(circuits, i);
 
@@ -548,7 +586,7 @@ list_request(cbc_conn *conn, const cbc_state *state_filter, size_t limit, const 
 		    next_size);
 	if (st != CBC_OK) {
 		free(snaps);
-		return op_done(reply, st, err);
+		return op_done_json(reply, st, err);
 	}
 	*out = snaps;
 	*count = n;
@@ -556,7 +594,7 @@ list_request(cbc_conn *conn, const cbc_state *state_filter, size_t limit, const 
 		*truncated = json_is_true(json_object_get(reply, "truncated"));
 	if (next != NULL && next_cursor != NULL)
 		snprintf(next_cursor, next_size, "%s", next);
-	return op_done(reply, st, err);
+	return op_done_json(reply, st, err);
 }
 
 cbc_status
@@ -638,11 +676,16 @@ stats_codes(cbc_stats *out, const json_t *errors)
 cbc_status
 cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err)
 {
-	json_t *reply;
+	json_t *req, *reply;
 	const json_t *conns;
 	cbc_stats s;
-	cbc_status st = request_call(conn, "stats", NULL, NULL, 0, NULL, &reply, err);
+	/* Its members are walked: jansson values. */
+	cbc_status st = request_new("stats", NULL, &req, err);
 
+	if (st != CBC_OK)
+		return st;
+	st = cbci_conn_call(conn, req, &reply, err);
+	json_decref(req);
 	if (st != CBC_OK)
 		return st;
 	memset(&s, 0, sizeof s);
@@ -668,5 +711,5 @@ cbc_stats_get(cbc_conn *conn, cbc_stats *out, cbc_error *err)
 	stats_codes(&s, json_object_get(reply, "errors"));
 	if (out != NULL)
 		*out = s;
-	return op_done(reply, CBC_OK, err);
+	return op_done_json(reply, CBC_OK, err);
 }

@@ -105,32 +105,34 @@ cbci_snapshot_v2_clear(cbc_snapshot *out)
 /* An optional integer member of obj (path names obj in messages): absent
  * leaves *out alone, null stores null_value. */
 static cbc_status
-read_int(const json_t *obj, const char *path, const char *key, int64_t null_value, int64_t *out,
+read_int(proto_node *obj, const char *path, const char *key, int64_t null_value, int64_t *out,
     cbc_error *err)
 {
-	const json_t *v = json_object_get(obj, key);
+	proto_node v = proto_node_get(obj, key);
 
-	if (v == NULL)
+	switch (proto_node_typeof(&v)) {
+	case PROTO_NODE_ABSENT:
 		return CBC_OK;
-	if (json_is_null(v)) {
+	case PROTO_NODE_NULL:
 		*out = null_value;
 		return CBC_OK;
-	}
-	if (!json_is_integer(v))
+	case PROTO_NODE_INT:
+		*out = proto_node_int(&v);
+		return CBC_OK;
+	default:
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s must be an integer", path,
 		    key);
-	*out = json_integer_value(v);
-	return CBC_OK;
+	}
 }
 
 /* A required integer member (a time may be null with null_ok). */
 static cbc_status
-read_int_required(const json_t *obj, const char *path, const char *key, bool null_ok, int64_t *out,
+read_int_required(proto_node *obj, const char *path, const char *key, bool null_ok, int64_t *out,
     cbc_error *err)
 {
-	const json_t *v = json_object_get(obj, key);
+	proto_node v = proto_node_get(obj, key);
 
-	if (v == NULL || (json_is_null(v) && !null_ok))
+	if (proto_node_is_absent(&v) || (proto_node_is_null(&v) && !null_ok))
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s is missing", path, key);
 	return read_int(obj, path, key, CBC_TIME_NONE, out, err);
 }
@@ -138,22 +140,24 @@ read_int_required(const json_t *obj, const char *path, const char *key, bool nul
 /* An optional string member copied into buf; *present says whether it
  * was a string (null and absent are not). */
 static cbc_status
-read_string(const json_t *obj, const char *path, const char *key, char *buf, size_t size,
+read_string(proto_node *obj, const char *path, const char *key, char *buf, size_t size,
     bool *present, cbc_error *err)
 {
-	const json_t *v = json_object_get(obj, key);
+	proto_node v = proto_node_get(obj, key);
+	const char *text;
+	size_t len = 0;
 
 	buf[0] = '\0';
 	if (present != NULL)
 		*present = false;
-	if (v == NULL || json_is_null(v))
+	if (proto_node_is_absent(&v) || proto_node_is_null(&v))
 		return CBC_OK;
-	if (!json_is_string(v))
+	if ((text = proto_node_string(&v, &len)) == NULL)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s must be a string", path, key);
-	if (json_string_length(v) >= size)
+	if (len >= size)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s is longer than %zu bytes",
 		    path, key, size - 1);
-	memcpy(buf, json_string_value(v), json_string_length(v) + 1);
+	memcpy(buf, text, len + 1);
 	if (present != NULL)
 		*present = true;
 	return CBC_OK;
@@ -162,16 +166,16 @@ read_string(const json_t *obj, const char *path, const char *key, char *buf, siz
 /* snapshot.hold: null or {"state", "by_uid", "by_user", "reason", "since",
  * "until"}. */
 static cbc_status
-read_hold(const json_t *v, cbc_hold_info *out, cbc_error *err)
+read_hold(proto_node *v, cbc_hold_info *out, cbc_error *err)
 {
 	static const char path[] = "snapshot.hold";
 	char state[16];
 	cbc_hold_info h;
 	cbc_status st;
 
-	if (v == NULL || json_is_null(v))
+	if (proto_node_is_absent(v) || proto_node_is_null(v))
 		return CBC_OK;
-	if (!json_is_object(v))
+	if (!proto_node_is_object(v))
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object or null",
 		    path);
 	memset(&h, 0, sizeof h);
@@ -199,14 +203,14 @@ read_hold(const json_t *v, cbc_hold_info *out, cbc_error *err)
 /* snapshot.totals: {"successes", "failures", "ignored", "slow",
  * "rejected"}; a member left out stays -1. */
 static cbc_status
-read_totals(const json_t *v, cbc_totals *out, cbc_error *err)
+read_totals(proto_node *v, cbc_totals *out, cbc_error *err)
 {
 	static const char path[] = "snapshot.totals";
 	cbc_status st;
 
-	if (v == NULL || json_is_null(v))
+	if (proto_node_is_absent(v) || proto_node_is_null(v))
 		return CBC_OK;
-	if (!json_is_object(v))
+	if (!proto_node_is_object(v))
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object", path);
 	st = read_int(v, path, "successes", -1, &out->successes, err);
 	if (st == CBC_OK)
@@ -224,17 +228,18 @@ read_totals(const json_t *v, cbc_totals *out, cbc_error *err)
  * absent leave it UNSET; a name this library does not know too (a later
  * protocol's value). */
 static cbc_status
-read_enum(const json_t *obj, const char *path, const char *key, const char *const *names, int *out,
+read_enum(proto_node *obj, const char *path, const char *key, const char *const *names, int *out,
     cbc_error *err)
 {
-	const json_t *v = json_object_get(obj, key);
+	proto_node v = proto_node_get(obj, key);
+	const char *text;
 
-	if (v == NULL || json_is_null(v))
+	if (proto_node_is_absent(&v) || proto_node_is_null(&v))
 		return CBC_OK;
-	if (!json_is_string(v))
+	if ((text = proto_node_string(&v, NULL)) == NULL)
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s must be a string", path, key);
 	for (int i = 1; names[i] != NULL; i++) {
-		if (strcmp(json_string_value(v), names[i]) == 0) {
+		if (strcmp(text, names[i]) == 0) {
 			*out = i;
 			return CBC_OK;
 		}
@@ -247,7 +252,7 @@ static const char *const window_wire[] = { "", "count", "time", NULL };
 
 /* One policy row's value into p. */
 static cbc_status
-read_policy_value(const json_t *v, const char *path, const policy_row *row, cbc_policy *p,
+read_policy_value(proto_node *v, const char *path, const policy_row *row, cbc_policy *p,
     cbc_error *err)
 {
 	void *at = (char *)p + row->value;
@@ -274,35 +279,36 @@ read_policy_value(const json_t *v, const char *path, const policy_row *row, cbc_
 
 /* snapshot.policy: every key (null when it has no value) and "source". */
 static cbc_status
-read_policy(const json_t *v, cbc_policy *out, cbc_error *err)
+read_policy(proto_node *v, cbc_policy *out, cbc_error *err)
 {
 	static const char path[] = "snapshot.policy";
-	const json_t *sources;
+	proto_node sources;
 	cbc_policy p;
 	cbc_status st = CBC_OK;
 
-	if (v == NULL || json_is_null(v))
+	if (proto_node_is_absent(v) || proto_node_is_null(v))
 		return CBC_OK;
-	if (!json_is_object(v))
+	if (!proto_node_is_object(v))
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object", path);
-	sources = json_object_get(v, "source");
-	if (sources != NULL && !json_is_object(sources))
+	sources = proto_node_get(v, "source");
+	if (!proto_node_is_absent(&sources) && !proto_node_is_object(&sources))
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.source must be an object", path);
 	memset(&p, 0, sizeof p);
 	p.known = true;
 	for (size_t i = 0; i < POLICY_ROW_COUNT && st == CBC_OK; i++) {
 		const policy_row *row = &policy_rows[i];
-		const json_t *src = json_object_get(sources, row->key);
+		proto_node src = proto_node_get(&sources, row->key);
 		cbc_policy_source *source = (cbc_policy_source *)((char *)&p.source + row->source);
+		const char *text;
 
 		st = read_policy_value(v, path, row, &p, err);
-		if (st != CBC_OK || src == NULL || json_is_null(src))
+		if (st != CBC_OK || proto_node_is_absent(&src) || proto_node_is_null(&src))
 			continue;
-		if (!json_is_string(src))
+		if ((text = proto_node_string(&src, NULL)) == NULL)
 			st = cbci_fail(err, CBC_EPROTO,
 			    "reply member %s.source.%s must be a string", path, row->key);
 		else
-			*source = source_parse(json_string_value(src));
+			*source = source_parse(text);
 	}
 	if (st == CBC_OK)
 		*out = p;
@@ -311,30 +317,35 @@ read_policy(const json_t *v, cbc_policy *out, cbc_error *err)
 
 /* A number member (an integer or a real) of obj; absent or null: 0. */
 static cbc_status
-read_number(const json_t *obj, const char *path, const char *key, double *out, cbc_error *err)
+read_number(proto_node *obj, const char *path, const char *key, double *out, cbc_error *err)
 {
-	const json_t *v = json_object_get(obj, key);
+	proto_node v = proto_node_get(obj, key);
 
-	if (v == NULL || json_is_null(v))
+	switch (proto_node_typeof(&v)) {
+	case PROTO_NODE_ABSENT:
+	case PROTO_NODE_NULL:
 		return CBC_OK;
-	if (!json_is_number(v))
+	case PROTO_NODE_INT:
+	case PROTO_NODE_REAL:
+		*out = proto_node_number(&v);
+		return CBC_OK;
+	default:
 		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s must be a number", path, key);
-	*out = json_number_value(v);
-	return CBC_OK;
+	}
 }
 
 /* snapshot.window: {"calls", "failures", "slow", "failure_rate",
  * "slow_call_rate"} (a rate circuit), rates in percent. */
 static cbc_status
-read_window(const json_t *v, cbc_window_counts *out, cbc_error *err)
+read_window(proto_node *v, cbc_window_counts *out, cbc_error *err)
 {
 	static const char path[] = "snapshot.window";
 	cbc_window_counts w;
 	cbc_status st;
 
-	if (v == NULL || json_is_null(v))
+	if (proto_node_is_absent(v) || proto_node_is_null(v))
 		return CBC_OK;
-	if (!json_is_object(v))
+	if (!proto_node_is_object(v))
 		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object", path);
 	memset(&w, 0, sizeof w);
 	w.known = true;
@@ -353,21 +364,29 @@ read_window(const json_t *v, cbc_window_counts *out, cbc_error *err)
 }
 
 cbc_status
-cbci_snapshot_v2(const json_t *obj, cbc_snapshot *out, cbc_error *err)
+cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err)
 {
 	cbc_snapshot s;
 	cbc_status st;
+	proto_node v;
 
 	cbci_snapshot_v2_clear(&s);
-	st = read_hold(json_object_get(obj, "hold"), &s.hold, err);
-	if (st == CBC_OK)
-		st = read_totals(json_object_get(obj, "totals"), &s.totals, err);
-	if (st == CBC_OK)
-		st = read_policy(json_object_get(obj, "policy"), &s.policy, err);
+	v = proto_node_get(obj, "hold");
+	st = read_hold(&v, &s.hold, err);
+	if (st == CBC_OK) {
+		v = proto_node_get(obj, "totals");
+		st = read_totals(&v, &s.totals, err);
+	}
+	if (st == CBC_OK) {
+		v = proto_node_get(obj, "policy");
+		st = read_policy(&v, &s.policy, err);
+	}
 	if (st == CBC_OK)
 		st = read_int(obj, "snapshot", "current_break_ms", -1, &s.current_break_ms, err);
-	if (st == CBC_OK)
-		st = read_window(json_object_get(obj, "window"), &s.window, err);
+	if (st == CBC_OK) {
+		v = proto_node_get(obj, "window");
+		st = read_window(&v, &s.window, err);
+	}
 	if (st == CBC_OK)
 		st = read_int(obj, "snapshot", "reporters", -1, &s.reporters, err);
 	if (st == CBC_OK && out != NULL) {

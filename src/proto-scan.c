@@ -260,3 +260,18 @@ proto_scan_request(const char *line, size_t len)
 
 	return proto_scan_flat(line, len, &f) ? proto_flat_to_json(&f, 0) : NULL;
 }
+
+int
+proto_flat_find_from(const proto_flat *f, int obj, int from, const char *key, size_t len)
+{
+	/* From `from` to the last member, then from the first up to `from`. */
+	for (int i = from >= 0 ? from : f->v[obj].first; i >= 0; i = f->v[i].next) {
+		if (f->v[i].key_len == len && memcmp(f->v[i].key, key, len) == 0)
+			return i;
+	}
+	for (int i = f->v[obj].first; from >= 0 && i >= 0 && i != from; i = f->v[i].next) {
+		if (f->v[i].key_len == len && memcmp(f->v[i].key, key, len) == 0)
+			return i;
+	}
+	return -1;
+}

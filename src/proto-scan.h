@@ -76,4 +76,9 @@ json_t *proto_flat_to_json(const proto_flat *f, int i);
  * it is outside the subset (or out of memory). */
 json_t *proto_scan_request(const char *line, size_t len);
 
+/* proto_flat_find for a key of len bytes, starting at member `from` of obj
+ * (-1: its first) and wrapping around: members read in the order they were
+ * written are found at once. */
+int proto_flat_find_from(const proto_flat *f, int obj, int from, const char *key, size_t len);
+
 #endif

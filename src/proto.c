@@ -557,6 +557,62 @@ proto_ctx_members_to_json(const proto_ctx *ctx)
 	return obj;
 }
 
+/* ---- values of a line, from jansson or from a flat view --------------- */
+
+proto_node
+proto_node_json(const json_t *v)
+{
+	proto_node n = { .index = -1, .hint = -1, .json = v };
+
+	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
+	case JSON_OBJECT:
+		n.type = PROTO_NODE_OBJECT;
+		break;
+	case JSON_ARRAY:
+		n.type = PROTO_NODE_ARRAY;
+		break;
+	case JSON_STRING:
+		n.type = PROTO_NODE_STRING;
+		break;
+	case JSON_INTEGER:
+		n.type = PROTO_NODE_INT;
+		break;
+	case JSON_REAL:
+		n.type = PROTO_NODE_REAL;
+		break;
+	case JSON_TRUE:
+		n.type = PROTO_NODE_TRUE;
+		break;
+	case JSON_FALSE:
+		n.type = PROTO_NODE_FALSE;
+		break;
+	case JSON_NULL:
+		n.type = v != NULL ? PROTO_NODE_NULL : PROTO_NODE_ABSENT;
+		break;
+	}
+	return n;
+}
+
+proto_node
+proto_node_json_get(const proto_node *obj, const char *key)
+{
+	if (obj->flat != NULL)
+		return proto_node_flat(obj->flat, -1);
+	return proto_node_json(json_object_get(obj->json, key));
+}
+
+size_t
+proto_node_array_size(const proto_node *n)
+{
+	return n->type == PROTO_NODE_ARRAY ? json_array_size(n->json) : 0;
+}
+
+proto_node
+proto_node_array_get(const proto_node *n, size_t i)
+{
+	return proto_node_json(n->type == PROTO_NODE_ARRAY ? json_array_get(n->json, i) : NULL);
+}
+
 /* ---- member values, from jansson or from a flat view ------------------ */
 
 /* What the member readers check, whichever form the request is in. */
@@ -579,7 +635,7 @@ typedef struct pval {
 	int flat; /* its index in the flat view, when the request is one */
 } pval;
 
-static pval
+static inline pval
 pval_json(const json_t *v)
 {
 	pval p = { .json = v, .flat = -1 };
@@ -612,7 +668,7 @@ pval_json(const json_t *v)
 	return p;
 }
 
-static pval
+static inline pval
 pval_flat(const proto_flat *f, int i)
 {
 	pval p = { .flat = i };
@@ -645,6 +701,22 @@ pval_flat(const proto_flat *f, int i)
 		break;
 	}
 	return p;
+}
+
+/* A node as the member readers check it. */
+static pval
+pval_node(const proto_node *n)
+{
+	return n->flat != NULL ? pval_flat(n->flat, n->index) : pval_json(n->json);
+}
+
+/* Member key of object obj. */
+static pval
+node_member(proto_node *obj, const char *key)
+{
+	proto_node v = proto_node_get(obj, key);
+
+	return pval_node(&v);
 }
 
 /* Member key of the request's top object. */
@@ -926,35 +998,63 @@ proto_snapshot_to_json(const char *name, const cb_snapshot *snap, int64_t retry_
 
 /* Read a time member that may be null. */
 static bool
-time_from_json(const json_t *obj, const char *key, int64_t *out, proto_error *err)
+time_from_node(proto_node *obj, const char *key, int64_t *out, proto_error *err)
 {
+	pval v = node_member(obj, key);
 	bool present;
 
 	*out = CB_TIME_NONE;
-	return proto_get_int(obj, key, CB_TIME_MIN, CB_TIME_MAX, false, out, &present, err);
+	return pval_int(&v, key, CB_TIME_MIN, CB_TIME_MAX, false, out, &present, err);
+}
+
+/* A required integer member from 0. */
+static bool
+count_from_node(proto_node *obj, const char *key, int64_t *out, proto_error *err)
+{
+	pval v = node_member(obj, key);
+
+	return pval_int(&v, key, 0, INT64_MAX, true, out, NULL, err);
+}
+
+bool
+proto_snapshot_from_node(proto_node *obj, cb_snapshot *out, int64_t *retry_after_ms,
+    proto_error *err)
+{
+	int64_t retry = 0;
+	const char *state = NULL;
+	size_t len = 0;
+	pval v;
+
+	if (!proto_node_is_object(obj))
+		return proto_fail(err, PROTO_INTERNAL, "snapshot must be an object");
+	breaker_snapshot_init(out);
+	/* In the order cbd writes them (a flat view finds each at once). */
+	v = node_member(obj, "state");
+	if (!pval_string(&v, "state", true, &state, &len, err))
+		return false;
+	if (!breaker_state_parse(state, len, &out->state))
+		return proto_fail(err, PROTO_BAD_REQUEST,
+		    "%s must be \"closed\", \"open\" or \"half_open\"", "state");
+	if (!count_from_node(obj, "failure_count", &out->failure_count, err) ||
+	    !count_from_node(obj, "success_count", &out->success_count, err) ||
+	    !time_from_node(obj, "last_failure_at", &out->last_failure_at, err) ||
+	    !time_from_node(obj, "opened_at", &out->opened_at, err))
+		return false;
+	v = node_member(obj, "retry_after_ms");
+	if (!pval_int(&v, "retry_after_ms", 0, INT64_MAX, false, &retry, NULL, err))
+		return false;
+	if (retry_after_ms != NULL)
+		*retry_after_ms = retry;
+	return true;
 }
 
 bool
 proto_snapshot_from_json(const json_t *obj, cb_snapshot *out, int64_t *retry_after_ms,
     proto_error *err)
 {
-	int64_t retry = 0;
+	proto_node n = proto_node_json(obj);
 
-	if (!json_is_object(obj))
-		return proto_fail(err, PROTO_INTERNAL, "snapshot must be an object");
-	breaker_snapshot_init(out);
-	if (!proto_get_state(obj, "state", true, &out->state, NULL, err) ||
-	    !proto_get_int(obj, "failure_count", 0, INT64_MAX, true, &out->failure_count, NULL,
-		err) ||
-	    !proto_get_int(obj, "success_count", 0, INT64_MAX, true, &out->success_count, NULL,
-		err) ||
-	    !time_from_json(obj, "last_failure_at", &out->last_failure_at, err) ||
-	    !time_from_json(obj, "opened_at", &out->opened_at, err) ||
-	    !proto_get_int(obj, "retry_after_ms", 0, INT64_MAX, false, &retry, NULL, err))
-		return false;
-	if (retry_after_ms != NULL)
-		*retry_after_ms = retry;
-	return true;
+	return proto_snapshot_from_node(&n, out, retry_after_ms, err);
 }
 
 /* The member whose value ends near byte pos of line: the last `"key":`

@@ -12,6 +12,15 @@ tests_check_client_local_SOURCES = tests/check_client_local.c \
 tests_check_client_local_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
 
+# Snapshots, events and uncached replies read from a flat view against the
+# same lines read through jansson (a stand-in daemon, no cbd). Static: it
+# calls libcbclient's internals.
+check_PROGRAMS += tests/check_client_snapshot
+tests_check_client_snapshot_SOURCES = tests/check_client_snapshot.c tests/test-rand.h
+tests_check_client_snapshot_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_snapshot_LDFLAGS = -static
+tests_check_client_snapshot_LDADD = $(CLIENT_TEST_LIBS)
+
 # Against real cbd processes, started with the daemon's test harness.
 check_PROGRAMS += tests/check_client_remote
 tests_check_client_remote_SOURCES = tests/check_client_remote.c \
@@ -31,10 +40,19 @@ tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
 # in libcbclient fails (skipped without valgrind and in sanitizer builds).
 TESTS += tests/client-valgrind.sh
 EXTRA_DIST += tests/client-valgrind.sh
-tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT)
+tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT) \
+	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT)
 
 # cbc_retry_* in virtual time on a local store (no daemon).
 check_PROGRAMS += tests/check_client_retry
 tests_check_client_retry_SOURCES = tests/check_client_retry.c
 tests_check_client_retry_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_retry_LDADD = $(CLIENT_TEST_LIBS)
+
+# Instructions per event line in a watching process (built, not run by
+# make check): see its header. Static: it calls libcbclient's internals.
+noinst_PROGRAMS += tests/bench-cache-line
+tests_bench_cache_line_SOURCES = tests/bench-cache-line.c
+tests_bench_cache_line_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_bench_cache_line_LDFLAGS = -static
+tests_bench_cache_line_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread

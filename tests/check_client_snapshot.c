@@ -1,0 +1,980 @@
+/*
+ * check_client_snapshot.c — one reader, two forms: a snapshot (or an event
+ * carrying one) read from a flat view (proto-scan.h) gives exactly what
+ * the same line read through jansson gives: the same status, the same
+ * snapshot field by field, the same error message. Hand-picked lines and
+ * a seeded generator (states, holds, totals, windows, null times, wrong
+ * types, missing and unknown members, policy and source junk, members in
+ * any order). The cache's line handler is compared the same way: a line
+ * it reads flat against the same line made non-flat by an array member
+ * it ignores; and so are the uncached ops' replies, from a stand-in
+ * daemon that answers each request plain or padded the same way. No cbd;
+ * linked statically (libcbclient's internals).
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <jansson.h>
+
+#include "check-run.h"
+#include "internal.h"
+#include "test-rand.h"
+
+/* Generated lines per test. */
+#define GEN_LINES 4000
+/* Room for one generated line. */
+#define LINE_MAX 8192
+
+/* ---- comparing ---------------------------------------------------------- */
+
+#define SAME_INT(f)                                                                                \
+	ck_assert_msg(a->f == b->f, "%s: %lld (flat) != %lld (jansson) in %s", #f,                 \
+	    (long long)a->f, (long long)b->f, line)
+#define SAME_DBL(f)                                                                                \
+	ck_assert_msg(a->f == b->f, "%s: %g (flat) != %g (jansson) in %s", #f, a->f, b->f, line)
+#define SAME_STR(f)                                                                                \
+	ck_assert_msg(strcmp(a->f, b->f) == 0, "%s: \"%s\" (flat) != \"%s\" (jansson) in %s", #f,  \
+	    a->f, b->f, line)
+
+/* a and b (from zeroed memory) hold the same snapshot, field by field. */
+static void
+snapshot_same(const cbc_snapshot *a, const cbc_snapshot *b, const char *line)
+{
+	SAME_STR(name);
+	SAME_INT(state);
+	SAME_INT(failure_count);
+	SAME_INT(success_count);
+	SAME_INT(last_failure_at);
+	SAME_INT(opened_at);
+	SAME_INT(retry_after_ms);
+	SAME_INT(hold.held);
+	SAME_INT(hold.state);
+	SAME_INT(hold.by_uid);
+	SAME_STR(hold.by_user);
+	SAME_INT(hold.has_reason);
+	SAME_STR(hold.reason);
+	SAME_INT(hold.since);
+	SAME_INT(hold.until);
+	SAME_INT(totals.successes);
+	SAME_INT(totals.failures);
+	SAME_INT(totals.ignored);
+	SAME_INT(totals.slow);
+	SAME_INT(totals.rejected);
+	SAME_INT(policy.known);
+	SAME_INT(policy.failure_threshold);
+	SAME_INT(policy.success_threshold);
+	SAME_INT(policy.break_ms);
+	SAME_INT(policy.half_open_max);
+	SAME_INT(policy.slot_ttl_ms);
+	SAME_INT(policy.max_gap_ms);
+	SAME_INT(policy.trip);
+	SAME_INT(policy.window);
+	SAME_INT(policy.window_size);
+	SAME_INT(policy.minimum_calls);
+	SAME_INT(policy.failure_rate);
+	SAME_INT(policy.slow_call_ms);
+	SAME_INT(policy.slow_call_rate);
+	SAME_INT(policy.min_reporters);
+	SAME_INT(policy.reporter_window_ms);
+	SAME_INT(policy.break_backoff);
+	SAME_INT(policy.break_max_ms);
+	SAME_INT(policy.has_preset);
+	SAME_STR(policy.preset);
+	SAME_INT(policy.source.failure_threshold);
+	SAME_INT(policy.source.success_threshold);
+	SAME_INT(policy.source.break_ms);
+	SAME_INT(policy.source.half_open_max);
+	SAME_INT(policy.source.slot_ttl_ms);
+	SAME_INT(policy.source.max_gap_ms);
+	SAME_INT(policy.source.trip);
+	SAME_INT(policy.source.window);
+	SAME_INT(policy.source.window_size);
+	SAME_INT(policy.source.minimum_calls);
+	SAME_INT(policy.source.failure_rate);
+	SAME_INT(policy.source.slow_call_ms);
+	SAME_INT(policy.source.slow_call_rate);
+	SAME_INT(policy.source.min_reporters);
+	SAME_INT(policy.source.reporter_window_ms);
+	SAME_INT(policy.source.break_backoff);
+	SAME_INT(policy.source.break_max_ms);
+	SAME_INT(policy.source.preset);
+	SAME_INT(current_break_ms);
+	SAME_INT(window.known);
+	SAME_INT(window.calls);
+	SAME_INT(window.failures);
+	SAME_INT(window.slow);
+	SAME_DBL(window.failure_rate);
+	SAME_DBL(window.slow_call_rate);
+	SAME_INT(reporters);
+}
+
+/* What both readers make of one snapshot object. */
+typedef struct reading {
+	cbc_status st;
+	cbc_error err;
+	cbc_snapshot snap;
+	bool core_ok;
+	proto_error perr;
+	cb_snapshot core;
+	int64_t retry;
+} reading;
+
+/* The readers over a node (each from a fresh copy: its own hints). */
+static void
+read_node(const proto_node *n, reading *r)
+{
+	proto_node copy = *n;
+
+	memset(r, 0, sizeof *r);
+	r->st = cbci_reply_snapshot_node(&copy, "fallback", &r->snap, &r->err);
+	copy = *n;
+	r->core_ok = proto_snapshot_from_node(&copy, &r->core, &r->retry, &r->perr);
+}
+
+/* The readers over jansson values, through the json entry points. */
+static void
+read_json(const json_t *obj, reading *r)
+{
+	memset(r, 0, sizeof *r);
+	r->st = cbci_reply_snapshot(obj, "fallback", &r->snap, &r->err);
+	r->core_ok = proto_snapshot_from_json(obj, &r->core, &r->retry, &r->perr);
+}
+
+static void
+reading_same(const reading *ra, const reading *rb, const char *line)
+{
+	const cbc_snapshot *a = &ra->snap, *b = &rb->snap;
+
+	ck_assert_msg(ra->st == rb->st, "status %d (flat) != %d (jansson) in %s", ra->st, rb->st,
+	    line);
+	ck_assert_msg(strcmp(ra->err.message, rb->err.message) == 0,
+	    "message \"%s\" (flat) != \"%s\" (jansson) in %s", ra->err.message, rb->err.message,
+	    line);
+	snapshot_same(a, b, line);
+	ck_assert_msg(ra->core_ok == rb->core_ok, "core reader disagrees in %s", line);
+	ck_assert_int_eq(ra->perr.code, rb->perr.code);
+	ck_assert_str_eq(ra->perr.message, rb->perr.message);
+	ck_assert_int_eq(ra->core.state, rb->core.state);
+	ck_assert_int_eq(ra->core.failure_count, rb->core.failure_count);
+	ck_assert_int_eq(ra->core.success_count, rb->core.success_count);
+	ck_assert_int_eq(ra->core.last_failure_at, rb->core.last_failure_at);
+	ck_assert_int_eq(ra->core.opened_at, rb->core.opened_at);
+	ck_assert_int_eq(ra->retry, rb->retry);
+}
+
+/* The flat view of a line (static: ~11 KiB). */
+static proto_flat flat;
+
+/* Read the snapshot object `text` both ways and compare. False (nothing
+ * compared) when the text is outside the flat subset; *ok says whether
+ * it read as a snapshot. */
+static bool
+compare_snapshot(const char *text, bool *ok)
+{
+	reading a, b;
+	json_t *obj;
+	proto_node n;
+
+	if (!proto_scan_flat(text, strlen(text), &flat))
+		return false;
+	obj = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+	ck_assert_msg(obj != NULL, "flat but not JSON: %s", text);
+	n = proto_node_flat(&flat, 0);
+	read_node(&n, &a);
+	read_json(obj, &b);
+	reading_same(&a, &b, text);
+	json_decref(obj);
+	if (ok != NULL)
+		*ok = a.st == CBC_OK;
+	return true;
+}
+
+/* ---- hand-picked snapshots ---------------------------------------------- */
+
+/* A trip's snapshot as cbd writes it. */
+#define REAL_POLICY                                                                                \
+	"{\"failure_threshold\":5,\"success_threshold\":2,\"break_ms\":30000,\"half_open_max\":1," \
+	"\"slot_ttl_ms\":30000,\"max_gap_ms\":null,\"trip\":\"consecutive\",\"window\":\"count\"," \
+	"\"window_size\":100,\"minimum_calls\":10,\"failure_rate\":50,\"slow_call_ms\":null,"      \
+	"\"slow_call_rate\":100,\"min_reporters\":1,\"reporter_window_ms\":60000,"                 \
+	"\"break_backoff\":1,\"break_max_ms\":null,\"preset\":null,\"source\":{"                   \
+	"\"failure_threshold\":\"builtin\",\"success_threshold\":\"builtin\",\"break_ms\":"        \
+	"\"builtin\",\"half_open_max\":\"builtin\",\"slot_ttl_ms\":\"builtin\",\"max_gap_ms\":"    \
+	"\"builtin\",\"trip\":\"builtin\",\"window\":\"builtin\",\"window_size\":\"builtin\","     \
+	"\"minimum_calls\":\"builtin\",\"failure_rate\":\"builtin\",\"slow_call_ms\":\"builtin\"," \
+	"\"slow_call_rate\":\"builtin\",\"min_reporters\":\"builtin\",\"reporter_window_ms\":"     \
+	"\"builtin\",\"break_backoff\":\"builtin\",\"break_max_ms\":\"builtin\",\"preset\":"       \
+	"\"builtin\"}}"
+#define REAL_SNAPSHOT                                                                              \
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"failure_count\":5,\"success_count\":0,"          \
+	"\"last_failure_at\":1796052888151,\"opened_at\":1796052888151,\"retry_after_ms\":30000,"  \
+	"\"policy\":" REAL_POLICY ",\"hold\":null,\"totals\":{\"successes\":0,\"failures\":5,"     \
+	"\"ignored\":0,\"slow\":0,\"rejected\":0},\"current_break_ms\":30000}"
+
+static const char *const picked[] = {
+	REAL_SNAPSHOT,
+	"{\"name\":\"svc.a\",\"state\":\"closed\",\"failure_count\":0,\"success_count\":0,"
+	"\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0}",
+	/* v1: no protocol 2 members; no name: the fallback. */
+	"{\"state\":\"half_open\",\"failure_count\":1,\"success_count\":1,\"last_failure_at\":7,"
+	"\"opened_at\":8}",
+	/* Held open, a rate circuit's window, reporters, a preset. */
+	"{\"name\":\"db\",\"state\":\"open\",\"failure_count\":3,\"success_count\":9,"
+	"\"last_failure_at\":1,\"opened_at\":2,\"retry_after_ms\":10,\"hold\":{\"state\":\"open\","
+	"\"by_uid\":0,\"by_user\":\"root\",\"reason\":\"maintenance window\",\"since\":5,"
+	"\"until\":null},\"window\":{\"calls\":20,\"failures\":7,\"slow\":1,\"failure_rate\":35,"
+	"\"slow_call_rate\":5},\"reporters\":2,\"policy\":{\"trip\":\"rate\",\"window\":\"time\","
+	"\"preset\":\"database\",\"source\":{\"trip\":\"config\",\"preset\":\"client\"}}}",
+	/* Members in another order than cbd's. */
+	"{\"current_break_ms\":60000,\"totals\":{\"rejected\":4,\"successes\":1},\"policy\":"
+	"{\"source\":{\"break_ms\":\"defaults\"},\"break_ms\":60000},\"opened_at\":null,"
+	"\"success_count\":2,\"state\":\"closed\",\"failure_count\":0,\"name\":\"x\","
+	"\"last_failure_at\":null}",
+	/* Errors: each reader names the member. */
+	"{\"name\":\"svc.a\",\"state\":\"ajar\",\"failure_count\":0,\"success_count\":0}",
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"success_count\":0}",
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"failure_count\":-1,\"success_count\":0}",
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"failure_count\":0,\"success_count\":0,"
+	"\"opened_at\":\"soon\"}",
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"failure_count\":0,\"success_count\":0,"
+	"\"opened_at\":9007199254740993}",
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"failure_count\":0,\"success_count\":0,"
+	"\"retry_after_ms\":-1}",
+	"{\"name\":5,\"state\":\"open\",\"failure_count\":0,\"success_count\":0}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"hold\":5}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"hold\":{\"state\":"
+	"\"half_open\",\"since\":1}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"hold\":{\"state\":"
+	"\"open\"}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"hold\":{\"state\":"
+	"\"open\",\"since\":null}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"hold\":{\"state\":"
+	"\"open\",\"since\":1,\"by_user\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	"aaaaaaaaaaaaaaaa\"}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"totals\":true}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"totals\":{\"slow\":\"x\"}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":\"x\"}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":{\"source\":null}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":{\"trip\":5}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":{\"trip\":"
+	"\"sometimes\",\"window\":\"sliding\",\"future_key\":{\"a\":1}}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":{\"source\":"
+	"{\"trip\":7}}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":{\"source\":"
+	"{\"trip\":\"elsewhere\",\"window\":null}}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy\":{\"preset\":"
+	"\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"window\":{\"calls\":null,"
+	"\"failure_rate\":\"high\"}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"current_break_ms\":false}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"reporters\":{}}",
+	"{}",
+};
+
+START_TEST(picked_snapshots_read_the_same_both_ways)
+{
+	int ok = 0;
+
+	for (size_t i = 0; i < sizeof picked / sizeof picked[0]; i++) {
+		bool read_ok = false;
+
+		ck_assert_msg(compare_snapshot(picked[i], &read_ok), "not flat: %s", picked[i]);
+		ok += read_ok;
+	}
+	/* Both outcomes were compared. */
+	ck_assert_int_ge(ok, 5);
+	ck_assert_int_le(ok, (int)(sizeof picked / sizeof picked[0]) - 20);
+}
+END_TEST
+
+/* ---- generated snapshots ------------------------------------------------ */
+
+/* A member list being built: "key":value texts, then joined in any
+ * order. */
+typedef struct members {
+	char text[48][LINE_MAX / 4];
+	int n;
+} members;
+
+typedef struct gen {
+	uint64_t rng;
+	int junk; /* one value in `junk` is wrong (0: none) */
+} gen;
+
+static bool
+chance(gen *g, int percent)
+{
+	return (int)test_below(&g->rng, 100) < percent;
+}
+
+/* Is this value to be a wrong one? */
+static bool
+junk(gen *g)
+{
+	return g->junk > 0 && test_below(&g->rng, (size_t)g->junk) == 0;
+}
+
+static const char *
+pick(gen *g, const char *const *from, size_t n)
+{
+	return from[test_below(&g->rng, n)];
+}
+
+#define PICK(g, arr) pick(g, arr, sizeof arr / sizeof arr[0])
+
+/* Values of the wrong type for anything. */
+static const char *const wrong[] = {
+	"\"x\"",
+	"true",
+	"false",
+	"{}",
+	"{\"a\":1}",
+	"-1",
+	"9007199254740993",
+	"123456789012345678",
+	"\"\"",
+};
+
+static void add(members *m, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Add "key":value (value printf-style) to m. */
+static void
+add(members *m, const char *key, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	ck_assert_int_lt(m->n, 48);
+	w = snprintf(m->text[m->n], sizeof m->text[m->n], "\"%s\":", key);
+	va_start(ap, fmt);
+	vsnprintf(m->text[m->n] + w, sizeof m->text[m->n] - (size_t)w, fmt, ap);
+	va_end(ap);
+	m->n++;
+}
+
+/* Join m's members into "{...}" at out, in cbd's order or shuffled. */
+static void
+join(gen *g, members *m, char *out, size_t size)
+{
+	size_t used = 0;
+
+	if (chance(g, 40)) {
+		for (int i = m->n - 1; i > 0; i--) {
+			size_t j = test_below(&g->rng, (size_t)i + 1);
+			char tmp[sizeof m->text[0]];
+
+			memcpy(tmp, m->text[i], sizeof tmp);
+			memcpy(m->text[i], m->text[j], sizeof tmp);
+			memcpy(m->text[j], tmp, sizeof tmp);
+		}
+	}
+	used += (size_t)snprintf(out + used, size - used, "{");
+	for (int i = 0; i < m->n && used < size; i++)
+		used +=
+		    (size_t)snprintf(out + used, size - used, "%s%s", i > 0 ? "," : "", m->text[i]);
+	if (used < size)
+		snprintf(out + used, size - used, "}");
+}
+
+/* An integer member: mostly valid, else null, wrong or absent. */
+static void
+add_int(gen *g, members *m, const char *key, int64_t valid, bool null_ok)
+{
+	if (chance(g, 5))
+		return; /* absent */
+	if (junk(g))
+		add(m, key, "%s", PICK(g, wrong));
+	else if (null_ok && chance(g, 30))
+		add(m, key, "null");
+	else
+		add(m, key, "%lld", (long long)valid);
+}
+
+/* A string member from `valid`, or null, wrong or absent. */
+static void
+add_str(gen *g, members *m, const char *key, const char *const *valid, size_t n)
+{
+	if (chance(g, 5))
+		return;
+	if (junk(g))
+		add(m, key, "%s", PICK(g, wrong));
+	else if (chance(g, 10))
+		add(m, key, "null");
+	else
+		add(m, key, "\"%s\"", pick(g, valid, n));
+}
+
+/* Now and then a member this library does not know. */
+static void
+add_unknown(gen *g, members *m)
+{
+	static const char *const values[] = { "1", "\"v\"", "null", "{\"a\":{}}", "true" };
+
+	if (chance(g, 10))
+		add(m, chance(g, 50) ? "zz_later" : "x", "%s", PICK(g, values));
+}
+
+static const char *const states[] = { "closed", "open", "half_open", "ajar", "" };
+static const char *const sources[] = { "builtin", "defaults", "client", "config", "cosmic" };
+static const char *const trips[] = { "consecutive", "rate", "sometimes" };
+static const char *const windows[] = { "count", "time", "sliding" };
+static const char *const presets[] = { "database", "service", "x",
+	"a-preset-name-that-is-longer-than-sixty-four-bytes-which-is-the-room-for-it" };
+static const char *const users[] = { "root", "",
+	"a-user-name-longer-than-the-sixty-three-bytes-a-hold-has-room-for-in-it" };
+
+/* The policy object's text into out. */
+static void
+gen_policy(gen *g, char *out, size_t size)
+{
+	static const char *const int_keys[] = { "failure_threshold", "success_threshold",
+		"break_ms", "half_open_max", "slot_ttl_ms", "max_gap_ms", "window_size",
+		"minimum_calls", "failure_rate", "slow_call_ms", "slow_call_rate", "min_reporters",
+		"reporter_window_ms", "break_backoff", "break_max_ms" };
+	static const char *const all_keys[] = { "failure_threshold", "success_threshold",
+		"break_ms", "half_open_max", "slot_ttl_ms", "max_gap_ms", "trip", "window",
+		"window_size", "minimum_calls", "failure_rate", "slow_call_ms", "slow_call_rate",
+		"min_reporters", "reporter_window_ms", "break_backoff", "break_max_ms", "preset" };
+	char source[LINE_MAX / 4];
+	members m = { .n = 0 }, s = { .n = 0 };
+
+	for (size_t i = 0; i < sizeof int_keys / sizeof int_keys[0]; i++)
+		add_int(g, &m, int_keys[i], (int64_t)test_below(&g->rng, 100000), true);
+	add_str(g, &m, "trip", trips, 3);
+	add_str(g, &m, "window", windows, 3);
+	add_str(g, &m, "preset", presets, 4);
+	add_unknown(g, &m);
+	if (chance(g, 85)) {
+		for (size_t i = 0; i < sizeof all_keys / sizeof all_keys[0]; i++)
+			add_str(g, &s, all_keys[i], sources, 5);
+		add_unknown(g, &s);
+		join(g, &s, source, sizeof source);
+		add(&m, "source", "%s", junk(g) ? PICK(g, wrong) : chance(g, 5) ? "null" : source);
+	}
+	join(g, &m, out, size);
+}
+
+/* A generated snapshot object's text into out. */
+static void
+gen_snapshot(gen *g, char *out, size_t size)
+{
+	char policy[LINE_MAX / 2], obj[LINE_MAX / 4];
+	members m = { .n = 0 };
+
+	if (chance(g, 95))
+		add(&m, "name", "%s", junk(g) ? "5" : chance(g, 95) ? "\"svc.a\"" : "\"other\"");
+	if (junk(g))
+		add(&m, "state", "%s", PICK(g, wrong));
+	else if (chance(g, 98))
+		add(&m, "state", "\"%s\"", states[test_below(&g->rng, chance(g, 3) ? 5 : 3)]);
+	add_int(g, &m, "failure_count", (int64_t)test_below(&g->rng, 50), false);
+	add_int(g, &m, "success_count", (int64_t)test_below(&g->rng, 50), false);
+	add_int(g, &m, "last_failure_at", INT64_C(1796052888151), true);
+	add_int(g, &m, "opened_at", INT64_C(1796052888151), true);
+	add_int(g, &m, "retry_after_ms", (int64_t)test_below(&g->rng, 30000), false);
+	if (chance(g, 80)) {
+		gen_policy(g, policy, sizeof policy);
+		add(&m, "policy", "%s", junk(g) ? PICK(g, wrong) : chance(g, 5) ? "null" : policy);
+	}
+	if (chance(g, 70)) {
+		members h = { .n = 0 };
+
+		add_str(g, &h, "state", states, chance(g, 5) ? 5 : 2);
+		add_int(g, &h, "by_uid", (int64_t)test_below(&g->rng, 2000), true);
+		add_str(g, &h, "by_user", users, 3);
+		add_str(g, &h, "reason", users, 3);
+		add_int(g, &h, "since", INT64_C(1796052888000), true);
+		add_int(g, &h, "until", INT64_C(1796052899000), true);
+		add_unknown(g, &h);
+		join(g, &h, obj, sizeof obj);
+		add(&m, "hold", "%s", junk(g) ? PICK(g, wrong) : chance(g, 50) ? "null" : obj);
+	}
+	if (chance(g, 80)) {
+		members t = { .n = 0 };
+
+		add_int(g, &t, "successes", (int64_t)test_below(&g->rng, 1000), true);
+		add_int(g, &t, "failures", (int64_t)test_below(&g->rng, 1000), true);
+		add_int(g, &t, "ignored", (int64_t)test_below(&g->rng, 1000), true);
+		add_int(g, &t, "slow", (int64_t)test_below(&g->rng, 1000), true);
+		add_int(g, &t, "rejected", (int64_t)test_below(&g->rng, 1000), true);
+		add_unknown(g, &t);
+		join(g, &t, obj, sizeof obj);
+		add(&m, "totals", "%s", junk(g) ? PICK(g, wrong) : chance(g, 5) ? "null" : obj);
+	}
+	add_int(g, &m, "current_break_ms", 30000, true);
+	if (chance(g, 40)) {
+		members w = { .n = 0 };
+
+		add_int(g, &w, "calls", (int64_t)test_below(&g->rng, 100), true);
+		add_int(g, &w, "failures", (int64_t)test_below(&g->rng, 100), true);
+		add_int(g, &w, "slow", (int64_t)test_below(&g->rng, 100), true);
+		add_int(g, &w, "failure_rate", (int64_t)test_below(&g->rng, 101), true);
+		add_int(g, &w, "slow_call_rate", (int64_t)test_below(&g->rng, 101), true);
+		join(g, &w, obj, sizeof obj);
+		add(&m, "window", "%s", junk(g) ? PICK(g, wrong) : chance(g, 5) ? "null" : obj);
+	}
+	if (chance(g, 30))
+		add_int(g, &m, "reporters", (int64_t)test_below(&g->rng, 5), true);
+	add_unknown(g, &m);
+	join(g, &m, out, size);
+}
+
+/* A generator with seed s and a junk rate of its own per line. */
+static void
+gen_next_line(gen *g)
+{
+	static const int rates[] = { 0, 0, 200, 60, 20, 5 };
+
+	g->junk = rates[test_below(&g->rng, sizeof rates / sizeof rates[0])];
+}
+
+START_TEST(generated_snapshots_read_the_same_both_ways)
+{
+	gen g = { .rng = UINT64_C(0x5eed0f1a75) };
+	static char line[LINE_MAX];
+	int compared = 0, ok = 0;
+
+	for (int i = 0; i < GEN_LINES; i++) {
+		bool read_ok = false;
+
+		gen_next_line(&g);
+		gen_snapshot(&g, line, sizeof line);
+		if (compare_snapshot(line, &read_ok)) {
+			compared++;
+			ok += read_ok;
+		}
+	}
+	/* Most lines are in the flat subset (too deep an unknown member is
+	 * not), and both outcomes are frequent. */
+	ck_assert_int_ge(compared, GEN_LINES * 8 / 10);
+	ck_assert_int_ge(ok, compared / 5);
+	ck_assert_int_le(ok, compared * 4 / 5);
+}
+END_TEST
+
+/* ---- the cache's line handler ------------------------------------------- */
+
+/* Two caches without a connection (no socket there): one is fed lines as
+ * they are, the other the same lines made non-flat. */
+typedef struct pair {
+	cbci_cache *cache[2];
+	cbci_cache_entry *entry[2];
+	uint64_t seen[2];
+} pair;
+
+static void
+pair_open(pair *p)
+{
+	static const char *const paths[2] = { "/nonexistent/check-snapshot-flat.sock",
+		"/nonexistent/check-snapshot-jansson.sock" };
+
+	memset(p, 0, sizeof *p);
+	for (int i = 0; i < 2; i++) {
+		p->cache[i] = cbci_cache_acquire(paths[i], NULL);
+		ck_assert_ptr_nonnull(p->cache[i]);
+		p->entry[i] = cbci_cache_watch(p->cache[i], "svc.a");
+		ck_assert_ptr_nonnull(p->entry[i]);
+	}
+}
+
+static void
+pair_close(pair *p)
+{
+	for (int i = 0; i < 2; i++)
+		cbci_cache_release(p->cache[i], cbci_cache_generation());
+}
+
+/* Feed line (an object's text) to both caches, the second one with an
+ * array member added (outside the flat subset, ignored by the handler),
+ * and compare what they made of it. */
+static void
+pair_feed(pair *p, const char *line)
+{
+	static char padded[LINE_MAX + 32];
+	size_t len = strlen(line);
+	cbc_snapshot fresh[2];
+	cbc_cache_stats stats[2];
+	bool has_fresh[2];
+	int64_t retry[2];
+
+	ck_assert_msg(len >= 2 && line[len - 1] == '}', "not an object: %s", line);
+	snprintf(padded, sizeof padded, "%.*s%s\"zz_pad\":[0]}", (int)(len - 1), line,
+	    len > 2 ? "," : "");
+	ck_assert_msg(proto_scan_flat(line, len, &flat), "not flat: %s", line);
+	ck_assert(!proto_scan_flat(padded, strlen(padded), &flat));
+	cbci_cache_apply_line(p->cache[0], line, len);
+	cbci_cache_apply_line(p->cache[1], padded, strlen(padded));
+	for (int i = 0; i < 2; i++) {
+		memset(&fresh[i], 0, sizeof fresh[i]);
+		cbci_cache_decide(p->cache[i], p->entry[i], &p->seen[i], &fresh[i], &has_fresh[i],
+		    &retry[i]);
+		cbci_cache_stats(p->cache[i], &stats[i]);
+	}
+	ck_assert_msg(has_fresh[0] == has_fresh[1], "applied one way only: %s", line);
+	if (has_fresh[0])
+		snapshot_same(&fresh[0], &fresh[1], line);
+	ck_assert_int_eq(stats[0].events, stats[1].events);
+	ck_assert_msg(stats[0].bad_lines == stats[1].bad_lines, "bad_lines %llu != %llu: %s",
+	    (unsigned long long)stats[0].bad_lines, (unsigned long long)stats[1].bad_lines, line);
+	ck_assert_int_eq(stats[0].refused, stats[1].refused);
+}
+
+START_TEST(cache_reads_lines_the_same_both_ways)
+{
+	static const char *const lines[] = {
+		"{\"event\":\"change\",\"from\":\"closed\",\"snapshot\":" REAL_SNAPSHOT
+		",\"reason\":\"failure threshold reached\"}",
+		"{\"event\":\"delete\",\"name\":\"svc.a\",\"reason\":\"deleted\"}",
+		"{\"id\":\"cache-probe-3\",\"ok\":true,\"server\":\"cbd\",\"protocol\":2}",
+		"{\"ok\":false,\"error\":{\"code\":\"unknown_op\",\"message\":\"watch\"}}",
+		"{\"event\":\"change\"}",
+		"{\"event\":\"change\",\"snapshot\":5}",
+		"{\"event\":\"change\",\"snapshot\":{\"name\":\"svc.a\",\"state\":\"ajar\"}}",
+		"{\"event\":\"change\",\"snapshot\":{\"name\":\"svc.a\",\"state\":\"open\","
+		"\"failure_count\":\"x\"}}",
+		"{\"event\":5,\"ok\":true}",
+		"{\"event\":\"rename\",\"name\":\"svc.a\"}",
+		"{\"ok\":true}",
+		"{}",
+	};
+	pair p;
+	cbc_cache_stats st;
+
+	pair_open(&p);
+	for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+		pair_feed(&p, lines[i]);
+	cbci_cache_stats(p.cache[0], &st);
+	/* The change events (5; two without a snapshot object to read, which
+	 * are no bad lines), the delete and the rename; two bad snapshots;
+	 * two refusals (ok:false, and a line that is neither reply nor
+	 * event). */
+	ck_assert_int_eq(st.events, 7);
+	ck_assert_int_eq(st.bad_lines, 2);
+	ck_assert_int_eq(st.refused, 2);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(cache_reads_generated_events_the_same_both_ways)
+{
+	gen g = { .rng = UINT64_C(0xca5e0f1a75) };
+	static char snap[LINE_MAX], line[LINE_MAX + 128];
+	cbc_cache_stats st;
+	int fed = 0;
+	pair p;
+
+	pair_open(&p);
+	for (int i = 0; i < GEN_LINES / 4; i++) {
+		gen_next_line(&g);
+		gen_snapshot(&g, snap, sizeof snap);
+		snprintf(line, sizeof line,
+		    "{\"event\":\"change\",\"from\":\"closed\",\"snapshot\":%s,\"reason\":\"x\"}",
+		    snap);
+		if (!proto_scan_flat(line, strlen(line), &flat))
+			continue; /* too deep an unknown member */
+		pair_feed(&p, line);
+		fed++;
+	}
+	cbci_cache_stats(p.cache[0], &st);
+	ck_assert_int_ge(fed, GEN_LINES / 4 * 8 / 10);
+	ck_assert_int_eq(st.events, (uint64_t)fed);
+	/* Both applied and refused snapshots. */
+	ck_assert_uint_gt(st.bad_lines, 0);
+	ck_assert_uint_lt(st.bad_lines, (uint64_t)fed * 4 / 5);
+	pair_close(&p);
+}
+END_TEST
+
+/* A line outside the flat subset still goes through jansson: garbage and
+ * arrays are bad lines, a watch reply's snapshots are applied. */
+START_TEST(cache_reads_lines_outside_the_flat_subset)
+{
+	static const char watch_reply[] = "{\"ok\":true,\"snapshots\":[" REAL_SNAPSHOT "]}";
+	cbc_cache_stats st;
+	cbci_cache *c = cbci_cache_acquire("/nonexistent/check-snapshot-other.sock", NULL);
+	cbci_cache_entry *e;
+	cbc_snapshot fresh;
+	bool has_fresh;
+	uint64_t seen = 0;
+	int64_t retry;
+
+	ck_assert_ptr_nonnull(c);
+	e = cbci_cache_watch(c, "svc.a");
+	ck_assert_ptr_nonnull(e);
+	cbci_cache_apply_line(c, "not json", 8);
+	cbci_cache_apply_line(c, "[1,2]", 5);
+	cbci_cache_apply_line(c, watch_reply, strlen(watch_reply));
+	cbci_cache_stats(c, &st);
+	ck_assert_int_eq(st.bad_lines, 2);
+	ck_assert_int_eq(st.events, 0);
+	/* A watch reply's snapshot is no event: nothing fresh. */
+	cbci_cache_decide(c, e, &seen, &fresh, &has_fresh, &retry);
+	ck_assert(!has_fresh);
+	cbci_cache_release(c, cbci_cache_generation());
+}
+END_TEST
+
+/* ---- uncached replies, from a stand-in daemon ---------------------------- */
+
+/* What the stand-in answers to a request naming `name`: the reply's
+ * members after its "id" (the text ends with the object's '}'). */
+typedef struct scripted {
+	const char *name;
+	const char *rest;
+} scripted;
+
+static const scripted replies[] = {
+	{ "real", "\"ok\":true,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "ajar", "\"ok\":true,\"snapshot\":{\"name\":\"ajar\",\"state\":\"ajar\"}}" },
+	{ "nosnap", "\"ok\":true}" },
+	{ "badhold",
+	    "\"ok\":true,\"snapshot\":{\"state\":\"open\",\"failure_count\":1,"
+	    "\"success_count\":0,\"hold\":{\"state\":\"open\",\"since\":\"x\"}}}" },
+	{ "refused",
+	    "\"ok\":false,\"error\":{\"code\":\"forbidden\",\"message\":\"admin only\"}}" },
+	{ "full", "\"ok\":false,\"error\":{\"code\":\"capacity\",\"message\":\"full\"}}" },
+	{ "nocode", "\"ok\":false,\"error\":{\"message\":\"what\"}}" },
+	{ "okint", "\"ok\":1,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "nook", "\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "allowed",
+	    "\"ok\":true,\"allowed\":true,\"state\":\"half_open\",\"permit\":\"p-1\","
+	    "\"retry_after_ms\":null,\"applied\":false,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "refusedcall",
+	    "\"ok\":true,\"allowed\":false,\"state\":\"open\",\"retry_after_ms\":250,"
+	    "\"applied\":true,\"snapshot\":" REAL_SNAPSHOT "}" },
+	{ "badallow",
+	    "\"ok\":true,\"allowed\":\"yes\",\"state\":5,\"applied\":1,\"snapshot\":"
+	    "{}}" },
+	{ "badstate", "\"ok\":true,\"allowed\":true,\"state\":\"ajar\",\"applied\":null}" },
+	{ "badretry",
+	    "\"ok\":true,\"allowed\":false,\"state\":\"open\",\"retry_after_ms\":\"soon\"}" },
+	{ "longpermit",
+	    "\"ok\":true,\"allowed\":true,\"state\":\"closed\",\"permit\":\"aaaaaaaaaaaa"
+	    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}" },
+	{ "wrongid", NULL }, /* echoes another id */
+};
+
+#define SCRIPTED_COUNT (sizeof replies / sizeof replies[0])
+
+typedef struct stand_in {
+	char path[108];
+	int listen_fd;
+	pthread_t thread;
+	bool pad; /* answer with an array member added (set between calls) */
+} stand_in;
+
+/* The reply line (with its newline) to one request line into out. */
+static void
+stand_in_reply(stand_in *d, const char *line, char *out, size_t size)
+{
+	json_t *req = json_loads(line, 0, NULL);
+	const char *name = json_string_value(json_object_get(req, "name"));
+	long long id = (long long)json_integer_value(json_object_get(req, "id"));
+	const char *rest = "\"ok\":true}";
+	size_t len;
+
+	for (size_t i = 0; name != NULL && i < SCRIPTED_COUNT; i++) {
+		if (strcmp(name, replies[i].name) != 0)
+			continue;
+		if (replies[i].rest == NULL)
+			id++;
+		else
+			rest = replies[i].rest;
+	}
+	if (name != NULL && strcmp(name, "wrongid") == 0)
+		rest = "\"ok\":true,\"snapshot\":" REAL_SNAPSHOT "}";
+	snprintf(out, size, "{\"id\":%lld,%s", id, rest);
+	len = strlen(out);
+	if (__atomic_load_n(&d->pad, __ATOMIC_ACQUIRE))
+		snprintf(out + len - 1, size - (len - 1), ",\"zz_pad\":[0]}");
+	len = strlen(out);
+	snprintf(out + len, size - len, "\n");
+	json_decref(req);
+}
+
+static void *
+stand_in_serve(void *arg)
+{
+	stand_in *d = arg;
+	static char buf[LINE_MAX], reply[LINE_MAX];
+
+	for (;;) {
+		int c = accept(d->listen_fd, NULL, NULL);
+		size_t len = 0;
+
+		if (c < 0)
+			return NULL;
+		for (;;) {
+			ssize_t n = recv(c, buf + len, sizeof buf - 1 - len, 0);
+			char *nl;
+
+			if (n <= 0)
+				break;
+			len += (size_t)n;
+			buf[len] = '\0';
+			while ((nl = strchr(buf, '\n')) != NULL) {
+				*nl = '\0';
+				stand_in_reply(d, buf, reply, sizeof reply);
+				if (send(c, reply, strlen(reply), MSG_NOSIGNAL) < 0)
+					break;
+				len -= (size_t)(nl + 1 - buf);
+				memmove(buf, nl + 1, len + 1);
+			}
+		}
+		close(c);
+	}
+}
+
+static void
+stand_in_start(stand_in *d)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+	memset(d, 0, sizeof *d);
+	snprintf(d->path, sizeof d->path, "/tmp/cbc-snapshot-%d.sock", (int)getpid());
+	unlink(d->path);
+	memcpy(addr.sun_path, d->path, strlen(d->path) + 1);
+	d->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	ck_assert_int_ge(d->listen_fd, 0);
+	ck_assert_int_eq(bind(d->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+	ck_assert_int_eq(listen(d->listen_fd, 4), 0);
+	ck_assert_int_eq(pthread_create(&d->thread, NULL, stand_in_serve, d), 0);
+}
+
+static void
+stand_in_stop(stand_in *d)
+{
+	shutdown(d->listen_fd, SHUT_RDWR);
+	close(d->listen_fd);
+	pthread_join(d->thread, NULL);
+	unlink(d->path);
+}
+
+/* What one op made of a reply. */
+typedef struct op_result {
+	cbc_status st;
+	cbc_error err;
+	cbc_snapshot snap;
+	cbc_allow_result allow;
+	bool applied;
+} op_result;
+
+/* Run op `which` (0 get, 1 allow, 2 cas) on name against the stand-in,
+ * answering plain or padded. */
+static void
+op_run(stand_in *d, cbc_conn *conn, int which, const char *name, bool pad, op_result *r)
+{
+	memset(r, 0, sizeof *r);
+	__atomic_store_n(&d->pad, pad, __ATOMIC_RELEASE);
+	switch (which) {
+	case 0:
+		r->st = cbc_get(conn, name, NULL, &r->snap, &r->err);
+		break;
+	case 1:
+		r->st = cbc_allow(conn, name, NULL, &r->allow, &r->err);
+		break;
+	default:
+		r->st = cbc_cas(conn, name, CBC_STATE_OPEN, CBC_STATE_HALF_OPEN, NULL, &r->applied,
+		    &r->snap, &r->err);
+		break;
+	}
+}
+
+/* Drop the digits of text. */
+static void
+strip_digits(char *text)
+{
+	char *to = text;
+
+	for (const char *p = text; *p != '\0'; p++)
+		if (*p < '0' || *p > '9')
+			*to++ = *p;
+	*to = '\0';
+}
+
+START_TEST(uncached_replies_read_the_same_both_ways)
+{
+	static const char *const ops[] = { "get", "allow", "cas" };
+	stand_in d;
+	cbc_conn *conn;
+	cbc_error err;
+	int failed = 0;
+
+	stand_in_start(&d);
+	conn = cbc_conn_new(d.path, &err);
+	ck_assert_ptr_nonnull(conn);
+	ck_assert_int_eq(cbc_conn_set_timeouts(conn, 5000, 5000, &err), CBC_OK);
+	for (int which = 0; which < 3; which++) {
+		for (size_t i = 0; i < SCRIPTED_COUNT; i++) {
+			const char *name = replies[i].name;
+			op_result a, b;
+			char line[128];
+
+			op_run(&d, conn, which, name, false, &a);
+			op_run(&d, conn, which, name, true, &b);
+			snprintf(line, sizeof line, "%s of %s", ops[which], name);
+			ck_assert_msg(a.st == b.st, "status %d (flat) != %d (jansson): %s", a.st,
+			    b.st, line);
+			/* The request ids differ (wrongid's message names them). */
+			strip_digits(a.err.message);
+			strip_digits(b.err.message);
+			ck_assert_msg(strcmp(a.err.message, b.err.message) == 0,
+			    "\"%s\" (flat) != \"%s\" (jansson): %s", a.err.message, b.err.message,
+			    line);
+			ck_assert_str_eq(a.err.code, b.err.code);
+			snapshot_same(&a.snap, &b.snap, line);
+			ck_assert_int_eq(a.allow.allowed, b.allow.allowed);
+			ck_assert_int_eq(a.allow.state, b.allow.state);
+			ck_assert_int_eq(a.allow.retry_after_ms, b.allow.retry_after_ms);
+			ck_assert_int_eq(a.allow.has_permit, b.allow.has_permit);
+			ck_assert_str_eq(a.allow.permit, b.allow.permit);
+			ck_assert_int_eq(a.applied, b.applied);
+			failed += a.st != CBC_OK;
+		}
+	}
+	/* Answers and refusals of every kind were compared. */
+	ck_assert_int_gt(failed, 10);
+	ck_assert_int_lt(failed, 3 * (int)SCRIPTED_COUNT - 5);
+	cbc_conn_free(conn);
+	stand_in_stop(&d);
+}
+END_TEST
+
+static Suite *
+snapshot_suite(void)
+{
+	Suite *s = suite_create("snapshots from a flat view and from jansson");
+	TCase *tc = tcase_create("snapshot");
+	TCase *cache = tcase_create("cache");
+	TCase *replies_tc = tcase_create("replies");
+
+	tcase_add_test(tc, picked_snapshots_read_the_same_both_ways);
+	tcase_add_test(tc, generated_snapshots_read_the_same_both_ways);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	tcase_add_test(cache, cache_reads_lines_the_same_both_ways);
+	tcase_add_test(cache, cache_reads_generated_events_the_same_both_ways);
+	tcase_add_test(cache, cache_reads_lines_outside_the_flat_subset);
+	tcase_set_timeout(cache, 60);
+	suite_add_tcase(s, cache);
+	tcase_add_test(replies_tc, uncached_replies_read_the_same_both_ways);
+	tcase_set_timeout(replies_tc, 60);
+	suite_add_tcase(s, replies_tc);
+	return s;
+}
+
+int
+main(void)
+{
+	return check_run(snapshot_suite(), NULL);
+}
