@@ -14,10 +14,18 @@ typedef struct scanner {
 } scanner;
 
 static void
-skip_space(scanner *s)
+skip_some_space(scanner *s)
 {
 	while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\r' || *s->p == '\n'))
 		s->p++;
+}
+
+/* Lines cbd and libcbclient write have no spaces: one test, inline. */
+static inline void
+skip_space(scanner *s)
+{
+	if (s->p >= s->end || (unsigned char)*s->p <= ' ')
+		skip_some_space(s);
 }
 
 static bool
@@ -46,7 +54,11 @@ scan_plain_string(scanner *s, const char **out, size_t *len)
 	if (p >= end || *p != '"')
 		return false;
 	start = ++p;
-	/* Local pointers: through s, every byte reloaded s->p. */
+	/* Four bytes a step while there are four, then byte by byte. Local
+	 * pointers: through s, every byte reloaded s->p. */
+	while (end - p >= 4 && plain_byte[(unsigned char)p[0]] && plain_byte[(unsigned char)p[1]] &&
+	    plain_byte[(unsigned char)p[2]] && plain_byte[(unsigned char)p[3]])
+		p += 4;
 	while (p < end && plain_byte[(unsigned char)*p])
 		p++;
 	/* Anything but the closing quote (an escape, a control or non-ASCII
@@ -101,6 +113,20 @@ scan_integer(scanner *s, int64_t *out)
 
 static bool scan_object(scanner *s, int obj, int depth);
 
+/* One of 64 bits for a key, from its length and its first, middle and
+ * last bytes (a snapshot's 19 policy keys share first and last bytes:
+ * break_ms, break_max_ms; this spreads them over 18 bits). */
+static uint64_t
+key_bit(const char *key, size_t len)
+{
+	unsigned h = (unsigned)len * 31;
+
+	if (len > 0)
+		h += (unsigned char)key[0] * 7u + (unsigned char)key[len / 2] * 3u +
+		    (unsigned char)key[len - 1];
+	return UINT64_C(1) << (h & 63);
+}
+
 /* The value at s into v (its key set by the caller). */
 static bool
 scan_value(scanner *s, int i, int depth)
@@ -137,6 +163,10 @@ scan_object(scanner *s, int obj, int depth)
 {
 	proto_flat *f = s->f;
 	int last = -1;
+	/* A bit per key seen, by key_bit: a key whose bit is clear is not a
+	 * repeat, and only the others are compared with the object's keys
+	 * (a snapshot's policy has 19 members). */
+	uint64_t seen = 0;
 
 	f->v[obj].first = -1;
 	if (depth > PROTO_SCAN_DEPTH_MAX)
@@ -150,6 +180,7 @@ scan_object(scanner *s, int obj, int depth)
 	for (;;) {
 		const char *key;
 		size_t len;
+		uint64_t bit;
 		int i;
 
 		skip_space(s);
@@ -157,8 +188,10 @@ scan_object(scanner *s, int obj, int depth)
 		    len > PROTO_SCAN_KEY_MAX)
 			return false;
 		/* A name twice: json_loadb's error (JSON_REJECT_DUPLICATES). */
-		if (proto_flat_find(f, obj, key) >= 0)
+		bit = key_bit(key, len);
+		if ((seen & bit) != 0 && proto_flat_find(f, obj, key) >= 0)
 			return false;
+		seen |= bit;
 		i = f->count++;
 		f->v[i] = (proto_flat_value){ .key = key, .key_len = len, .first = -1, .next = -1 };
 		if (last < 0)

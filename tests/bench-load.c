@@ -216,8 +216,8 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 	}
 	close(ep);
 	harness_sort_samples(lat, (size_t)n);
-	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld", label,
-	    conns, rate, n ? lat[n / 2] : 0, n ? lat[n * 99 / 100] : 0, errors);
+	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld", label, conns,
+	    rate, n ? lat[n / 2] : 0, n ? lat[n * 99 / 100] : 0, errors);
 	/* The server's own CPU a request: what it costs, whatever else the
 	 * machine runs meanwhile. */
 	if (cpu)
