@@ -60,8 +60,8 @@ Where this differs from, or pins down, the contract (decided here):
   * writeback (not in the contract): an operator's release, delete or
     unheld set_state made on one host while Redis was away, written back
     after the outage. `known` is the circuit as that host knew it before
-    its first such action: {stored, state, opened_at, hold} (hold: null
-    or {state, since, by_uid, by_user}, which identify a hold). Applied
+    its first such action: {opened_at, hold} (hold: null or {state,
+    since, by_uid, by_user}, which identify a hold). Applied
     only to the circuit that host knew: never when none is stored; never
     when the fleet's circuit is held by a hold other than known.hold (an
     operator elsewhere placed it meanwhile); a release only when it is

@@ -768,7 +768,6 @@ typedef enum wb_action {
 /* A circuit as this host knew it (a hold is identified by its state,
  * since, by_uid and by_user). */
 typedef struct wb_known {
-	bool stored;
 	int64_t opened_at; /* CB_TIME_NONE: none */
 	bool held;
 	cb_state hold_state;
@@ -796,7 +795,6 @@ static bool wb_full_logged; /* OP_FLEET_WRITEBACK_MAX reached: logged */
 static void
 wb_known_read(wb_known *k, const ct_view *view)
 {
-	k->stored = view->stored;
 	k->opened_at = view->stored ? view->snap.opened_at : CB_TIME_NONE;
 	k->held = view->hold.held;
 	k->hold_state = view->hold.state;
@@ -978,7 +976,7 @@ wb_args(const wb_entry *e)
 	circuit_table_get(srv.table, e->name, clock_realtime_ms(), &view, &change);
 	op_log_change(e->name, &change);
 	conf_policy(&srv.conf, e->name, view.declared, &policy, &sources, &preset);
-	known = json_pack("{s:b, s:o, s:o}", "stored", k->stored, "opened_at",
+	known = json_pack("{s:o, s:o}", "opened_at",
 	    k->opened_at != CB_TIME_NONE ? json_integer(k->opened_at) : json_null(), "hold",
 	    k->held ? json_pack("{s:s, s:I, s:I, s:s}", "state", breaker_state_name(k->hold_state),
 			  "since", (json_int_t)k->hold_since, "by_uid", (json_int_t)k->hold_by_uid,

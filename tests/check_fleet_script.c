@@ -742,7 +742,7 @@ with_writeback(json_t *request, const char *action, const char *state, int64_t o
 	if (state != NULL)
 		json_object_set_new(request, "state", json_string(state));
 	json_object_set_new(request, "known",
-	    json_pack("{s:b, s:o, s:o}", "stored", 1, "opened_at",
+	    json_pack("{s:o, s:o}", "opened_at",
 		opened_at != CB_TIME_NONE ? json_integer(opened_at) : json_null(), "hold",
 		hold != NULL ? hold : json_null()));
 	return request;
