@@ -813,10 +813,8 @@ wb_add(wb_entry *e)
 	if (wb_count >= OP_FLEET_WRITEBACK_MAX) {
 		counters->writeback_dropped++;
 		if (!wb_full_logged)
-			log_warning("fleet: %d circuits changed by an operator while redis is "
-				    "away: "
-				    "further releases, deletes and forced states are not written "
-				    "back",
+			log_warning("fleet: an operator changed %d circuits while redis is away; "
+				    "changes to more are not written back",
 			    OP_FLEET_WRITEBACK_MAX);
 		wb_full_logged = true;
 		free(e);
@@ -936,7 +934,13 @@ wb_done(const json_t *reply, void *arg)
 			wb_add(e);
 			return;
 		}
-		/* An action made since supersedes e, against what e knew. */
+		/* e came first: as wb_note would have kept them, against what
+		 * e knew (a release after e ended a hold placed since). */
+		if (newer->action == WB_RELEASE) {
+			newer->action = e->action;
+			newer->state = e->state;
+			newer->at = e->at;
+		}
 		newer->known = e->known;
 		free(e);
 		return;
