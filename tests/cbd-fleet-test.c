@@ -210,6 +210,43 @@ START_TEST(test_release_during_outage_spares_a_newer_hold)
 }
 END_TEST
 
+/* A hold replaced on a during the outage: the fleet's old hold is
+ * released first, then the new one placed (merge). */
+START_TEST(test_hold_replaced_during_outage_is_written_back)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"first\"}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep2\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"first\"}"));
+	host_a_cut_off();
+	/* rep: released, then held anew; rep2: held anew over the old hold. */
+	json_decref(util_call_ok(a, "{\"op\":\"release\",\"name\":\"rep\"}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"second\"}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep2\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"second\"}"));
+	host_a_let_in(2, 0);
+	ck_assert(util_stats_reach(a, "backend.merged", 2));
+	/* The merges were sent after the write-backs, on a's one script
+	 * connection: answered once a request a sends after them is. */
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"rep\"}"));
+	for (int i = 0; i < 2; i++) {
+		r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"%s\"}", i == 0 ? "rep" : "rep2");
+		ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "not held");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "second");
+		ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+		json_decref(r);
+	}
+}
+END_TEST
+
 START_TEST(test_delete_during_outage_is_written_back)
 {
 	json_t *r;
@@ -622,6 +659,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_cbctl_stats_shows_the_backend);
 	tcase_add_test(tc, test_release_during_outage_is_written_back);
 	tcase_add_test(tc, test_release_during_outage_spares_a_newer_hold);
+	tcase_add_test(tc, test_hold_replaced_during_outage_is_written_back);
 	tcase_add_test(tc, test_delete_during_outage_is_written_back);
 	tcase_add_test(tc, test_forced_state_during_outage_is_written_back);
 	tcase_add_test(tc, test_writeback_bound_is_counted);
