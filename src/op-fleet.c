@@ -920,6 +920,30 @@ op_fleet_free(void)
 	wb_full_logged = false;
 }
 
+/* This host's copy of name becomes the fleet's circuit after a
+ * write-back. The operator's action was logged and sent to watchers when
+ * it was made here; a state the fleet's circuit has otherwise (the
+ * write-back skipped, or the copy moved on since) is news here. A copy
+ * the fleet no longer stores goes quietly: watchers saw the delete, and
+ * a circuit that opened here since comes back by its merge. */
+static void
+wb_copy_refresh(const char *name, const json_t *circuit)
+{
+	const char *to = json_string_value(json_object_get(circuit, "state"));
+	int64_t now = clock_realtime_ms();
+	json_t *change = NULL;
+	ct_change lapsed;
+	ct_view local;
+
+	circuit_table_get(srv.table, name, now, &local, &lapsed);
+	op_log_change(name, &lapsed);
+	if (to != NULL && strcmp(to, breaker_state_name(local.snap.state)) != 0)
+		change = json_pack("{s:s, s:s, s:s}", "from", breaker_state_name(local.snap.state),
+		    "to", to, "reason", "merged");
+	copy_apply(name, circuit, change, now, false, NULL);
+	json_decref(change);
+}
+
 /* The write-back of e answered (reply NULL: Redis went away again, e is
  * kept for the next recovery). */
 static void
@@ -956,10 +980,7 @@ wb_done(const json_t *reply, void *arg)
 						 : "a forced state",
 		    e->name);
 	}
-	/* This host's copy is the fleet's again (already logged and sent to
-	 * watchers when the action was made here). */
-	copy_apply(e->name, json_object_get(reply, "circuit"), NULL, clock_realtime_ms(), true,
-	    NULL);
+	wb_copy_refresh(e->name, json_object_get(reply, "circuit"));
 	free(e);
 }
 

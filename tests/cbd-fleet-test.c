@@ -281,7 +281,9 @@ END_TEST
 
 START_TEST(test_forced_state_during_outage_is_written_back)
 {
-	json_t *r;
+	char line[UTIL_REPLY_SIZE];
+	json_t *r, *e;
+	int watcher;
 
 	host_a_as_own_user();
 	json_decref(util_call_ok(a,
@@ -304,7 +306,20 @@ START_TEST(test_forced_state_during_outage_is_written_back)
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
 	ck_assert(!util_bool(r, "allowed"));
 	json_decref(r);
+	/* A watcher on a: fc2 is closed there. */
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"fc2\"]}"));
 	host_a_let_in(1, 1);
+	/* The trip that stands is news on a. */
+	ck_assert_msg(util_read_line(watcher, line, sizeof line), "no event on host a");
+	e = json_loads(line, 0, NULL);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(util_str(e, "event"), "change");
+	ck_assert_str_eq(util_str(e, "from"), "closed");
+	ck_assert_str_eq(util_str(e, "snapshot.state"), "open");
+	json_decref(e);
+	close(watcher);
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
 	ck_assert_msg(util_bool(r, "allowed"), "the circuit closed during the outage is open");
 	ck_assert_str_eq(util_str(r, "state"), "closed");
