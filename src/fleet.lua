@@ -60,9 +60,9 @@ Where this differs from, or pins down, the contract (decided here):
   * writeback (not in the contract): an operator's release, delete or
     unheld set_state made on one host while Redis was away, written back
     after the outage. `known` is the circuit as that host knew it before
-    its first such action: {opened_at, hold} (hold: null or {state,
-    since, by_uid, by_user}, which identify a hold). Applied
-    only to the circuit that host knew: never when none is stored; never
+    its first such action: {opened_at, hold} (hold: null or {state, since,
+    by_uid, by_user}, which identify a hold). Applied only to the circuit
+    that host knew: never when none is stored (nothing is created); never
     when the fleet's circuit is held by a hold other than known.hold (an
     operator elsewhere placed it meanwhile); a release only when it is
     held by known.hold (ends it as release does, reason "released"); a
@@ -70,7 +70,8 @@ Where this differs from, or pins down, the contract (decided here):
     opened_at other than known.opened_at (it tripped elsewhere since).
     set_state clears the hold as set_state does (reason "forced"); a
     forced open takes `at` (the operator's time) as opened_at. A deleting
-    writeback publishes like delete.
+    writeback publishes like delete. A lapsed hold ends first, as in
+    every op.
   * acquire_slot reports a lazily expired hold as its change (and event);
     C's circuit_table_acquire_slot drops that change (it has no change out).
   * "slots" counts unexpired slots at now (C's view counts slots not yet
