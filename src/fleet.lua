@@ -29,19 +29,21 @@ Call convention (docs: /work/notes/fleet-contract.md, issue 14):
           window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
           of a time window)
   ARGV[1] op: get | success | failure | ignore | allow | cas | set_state |
-          release | acquire_slot | release_slot | delete | merge
+          release | acquire_slot | release_slot | delete | merge | writeback
   ARGV[2] request JSON: name, now (ms, or absent/null: Redis TIME), policy
           (every key), declared, origin, duration_ms, reporter, token,
-          from/to (cas), state + hold (set_state), circuit (merge)
+          from/to (cas), state + hold (set_state), circuit (merge),
+          action + state + at + known (writeback)
   ARGV[3] channel for events
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (see the contract). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[3] {"origin","name","now","circuit","change"}.
 Op results: allow: allowed, retry_after_ms, permit; cas: applied;
 acquire_slot: acquired, permit; release, release_slot: released; delete:
-the top-level "existed". A malformed request (unknown op, a bad state
-name, allow/acquire_slot without a token, merge without a circuit) is an
-error reply ("ERR fleet.lua: ..."), checked before anything is written.
+the top-level "existed"; writeback: applied. A malformed request (unknown
+op, a bad state name, allow/acquire_slot without a token, merge without a
+circuit, writeback without an action or known) is an error reply
+("ERR fleet.lua: ..."), checked before anything is written.
 
 Where this differs from, or pins down, the contract (decided here):
   * "current_break_ms" in the reply is the snapshot's raw field as in
@@ -55,6 +57,21 @@ Where this differs from, or pins down, the contract (decided here):
   * merge with circuit.hold (an operator's hold placed on one host while
     Redis was away): placed as it was (state, since, until, by, reason)
     unless the fleet's circuit is held already; change reason "held".
+  * writeback (not in the contract): an operator's release, delete or
+    unheld set_state made on one host while Redis was away, written back
+    after the outage. `known` is the circuit as that host knew it before
+    its first such action: {opened_at, hold} (hold: null or {state, since,
+    by_uid, by_user}, which identify a hold). Applied only to the circuit
+    that host knew: never when none is stored (nothing is created); never
+    when the fleet's circuit is held by a hold other than known.hold (an
+    operator elsewhere placed it meanwhile); a release only when it is
+    held by known.hold (ends it as release does, reason "released"); a
+    delete or set_state not when the circuit is open or half_open with an
+    opened_at other than known.opened_at (it tripped elsewhere since).
+    set_state clears the hold as set_state does (reason "forced"); a
+    forced open takes `at` (the operator's time) as opened_at. A deleting
+    writeback publishes like delete. A lapsed hold ends first, as in
+    every op.
   * acquire_slot reports a lazily expired hold as its change (and event);
     C's circuit_table_acquire_slot drops that change (it has no change out).
   * "slots" counts unexpired slots at now (C's view counts slots not yet
@@ -842,6 +859,7 @@ if stored and declared ~= nil and stored.declared ~= declared and op ~= 'merge' 
 end
 
 local c = stored
+local deleted = false -- a writeback deleted the circuit
 local extra = {} -- op results, appended to the reply in order
 
 local function add(key, value)
@@ -1054,6 +1072,65 @@ function ops.delete()
 	c = nil
 end
 
+-- Does the stored hold h match known hold k (the hold a host saw)?
+local function hold_is(h, k)
+	return h ~= nil and type(k) == 'table' and h.state == k.state and h.since == k.since and
+		h.by_uid == k.by_uid and h.by_user == k.by_user
+end
+
+-- writeback: see the header (an operator's action made during an outage).
+function ops.writeback()
+	local action, known = arg('action'), arg('known')
+	local state = state_arg('state')
+	if action ~= 'release' and action ~= 'delete' and action ~= 'set_state' then
+		return 'writeback needs an action'
+	end
+	if action == 'set_state' and state == nil then
+		return 'writeback set_state needs a state'
+	end
+	if type(known) ~= 'table' then
+		return 'writeback needs known'
+	end
+	if c == nil then
+		add('applied', false)
+		return
+	end
+	hold_expire(c)
+	local kh = known.hold
+	local same = hold_is(c.hold, kh)
+	local oa = known.opened_at
+	if oa == NULL then
+		oa = nil
+	end
+	if (c.hold and not same) or (action == 'release' and not same) or
+		(action ~= 'release' and c.state ~= 'closed' and c.oa ~= oa) then
+		add('applied', false)
+		return
+	end
+	local from = c.state
+	if action == 'release' then
+		hold_end(c, c.hold.state)
+		transition_done(c, from)
+		c.hold = nil
+		change_merge(from, c.state, 'released')
+	elseif action == 'delete' then
+		ops.delete()
+		deleted = true
+	else
+		local was_held = c.hold ~= nil
+		force(c, state)
+		if state == 'open' and arg('at') ~= nil then
+			c.oa = arg('at')
+		end
+		transition_done(c, from)
+		c.hold = nil
+		if from ~= state or was_held then
+			change_merge(from, state, 'forced')
+		end
+	end
+	add('applied', true)
+end
+
 function ops.merge()
 	local m = arg('circuit')
 	if type(m) ~= 'table' then
@@ -1139,7 +1216,7 @@ for i = 1, #extra, 2 do
 end
 local text = encode(reply)
 
-if change ~= nil or (op == 'delete' and existed) then
+if change ~= nil or ((op == 'delete' or deleted) and existed) then
 	redis.call('PUBLISH', channel, encode(obj('origin', arg('origin') or '',
 		'name', arg('name') or '', 'now', now, 'circuit', cj, 'change', change_json())))
 end

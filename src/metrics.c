@@ -215,6 +215,16 @@ metrics_text(size_t *len)
 		family(&t, "cbd_backend_events_total", "counter",
 		    "Fleet mode: events from other cbds applied here.");
 		put(&t, "cbd_backend_events_total %llu\n", (unsigned long long)f->events_in);
+		family(&t, "cbd_backend_writebacks_total", "counter",
+		    "Fleet mode: operator releases, deletes and forced states made while Redis "
+		    "was away: written back, skipped (the fleet's circuit changed meanwhile), "
+		    "dropped (too many to remember).");
+		put(&t, "cbd_backend_writebacks_total{result=\"applied\"} %llu\n",
+		    (unsigned long long)f->written_back);
+		put(&t, "cbd_backend_writebacks_total{result=\"skipped\"} %llu\n",
+		    (unsigned long long)f->writeback_skipped);
+		put(&t, "cbd_backend_writebacks_total{result=\"dropped\"} %llu\n",
+		    (unsigned long long)f->writeback_dropped);
 	}
 	family(&t, "cbd_transitions_total", "counter", "State changes of all circuits.");
 	put(&t, "cbd_transitions_total %llu\n", (unsigned long long)stats.transitions);

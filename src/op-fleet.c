@@ -4,7 +4,9 @@
  * fleet.c; its reply answers the request and refreshes this host's copy
  * of the circuit (the circuit table, which answers while Redis is away);
  * events from other cbds refresh the copy and reach this host's
- * watchers; after an outage, circuits that opened here are written back.
+ * watchers; after an outage, circuits that opened here, holds placed
+ * here and an operator's release, delete or unheld set_state made here
+ * are written back.
  *
  * A connection whose request waits on Redis reads no further request
  * until it is answered, so replies keep the order of requests. Policy is
@@ -17,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <uthash.h>
 
 #include "clock.h"
 #include "fleet.h"
@@ -439,10 +443,16 @@ op_fleet_send(op_call *call, bool *answered)
 			proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 		/* cas may have answered from this host's copy (applied: false). */
 		call->tail = p->call.tail;
-		json_decref(extra);
 		json_decref(p->request);
 		free(p->declared_text);
 		free(p);
+		if (extra != NULL) {
+			/* This host's copy answers now (and remembers an operator's
+			 * action for the write-back). */
+			json_decref(extra);
+			*answered = true;
+			return op_fleet_local(call);
+		}
 		return ok;
 	}
 	json_decref(extra);
@@ -608,7 +618,7 @@ pending_local(op_pending *p)
 
 	op_resolve_policy(call);
 	pending_fix(p);
-	ok = call->op->handler(call);
+	ok = op_fleet_local(call);
 	pending_finish(p, ok);
 }
 
@@ -747,6 +757,285 @@ op_fleet_client_closed(server_client *c)
 	c->fleet_slots = NULL;
 }
 
+/* --- operator actions made while Redis is away --- */
+
+typedef enum wb_action {
+	WB_RELEASE, /* ends the hold the circuit had */
+	WB_DELETE,
+	WB_SET_STATE, /* unheld: forces state, clears a hold */
+} wb_action;
+
+/* A circuit as this host knew it (a hold is identified by its state,
+ * since, by_uid and by_user). */
+typedef struct wb_known {
+	int64_t opened_at; /* CB_TIME_NONE: none */
+	bool held;
+	cb_state hold_state;
+	int64_t hold_since;
+	int64_t hold_by_uid;
+	char hold_by_user[CT_USER_MAX + 1];
+} wb_known;
+
+/* What an operator did to one circuit on this host while Redis was away,
+ * against the circuit as this host knew it before the first such action. */
+typedef struct wb_entry {
+	UT_hash_handle hh;
+	wb_action action; /* the last action (see wb_note) */
+	cb_state state; /* WB_SET_STATE: the state forced */
+	int64_t at; /* the action's decision clock */
+	wb_known known;
+	char name[];
+} wb_entry;
+
+static wb_entry *wb_entries;
+static uint64_t wb_count;
+static bool wb_full_logged; /* OP_FLEET_WRITEBACK_MAX reached: logged */
+
+/* The circuit as this host knows it (view) into k. */
+static void
+wb_known_read(wb_known *k, const ct_view *view)
+{
+	k->opened_at = view->stored ? view->snap.opened_at : CB_TIME_NONE;
+	k->held = view->hold.held;
+	k->hold_state = view->hold.state;
+	k->hold_since = view->hold.since;
+	k->hold_by_uid = view->hold.by_uid;
+	snprintf(k->hold_by_user, sizeof k->hold_by_user, "%s",
+	    view->hold.held && view->hold.by_user != NULL ? view->hold.by_user : "");
+}
+
+/* Keep e (a new entry) unless OP_FLEET_WRITEBACK_MAX are kept already. */
+static void
+wb_add(wb_entry *e)
+{
+	fleet_stats *counters = (fleet_stats *)fleet_counters();
+
+	if (wb_count >= OP_FLEET_WRITEBACK_MAX) {
+		counters->writeback_dropped++;
+		if (!wb_full_logged)
+			log_warning("fleet: an operator changed %d circuits while redis is away; "
+				    "changes to more are not written back",
+			    OP_FLEET_WRITEBACK_MAX);
+		wb_full_logged = true;
+		free(e);
+		return;
+	}
+	HASH_ADD_KEYPTR(hh, wb_entries, e->name, strlen(e->name), e);
+	wb_count++;
+}
+
+static void
+wb_remove(wb_entry *e)
+{
+	HASH_DEL(wb_entries, e);
+	wb_count--;
+}
+
+/* Remember an operator's action on name (before: the circuit before it).
+ * hold_placed: a held set_state, which merge writes back; it is noted
+ * only when it replaced a hold (as a release of that one). Every noted
+ * action ends the hold the circuit had, so a later release ends a hold
+ * placed here since, which the fleet never had: the earlier action stays.
+ * A later delete or unheld set_state supersedes the earlier action; what
+ * the fleet must match stays what this host knew before the first. */
+static void
+wb_note(const char *name, wb_action action, cb_state state, int64_t at, const wb_known *before,
+    bool hold_placed)
+{
+	size_t len = strlen(name);
+	wb_entry *e;
+
+	HASH_FIND(hh, wb_entries, name, len, e);
+	if (hold_placed) {
+		if (e != NULL || !before->held)
+			return;
+		action = WB_RELEASE;
+	}
+	if (e != NULL) {
+		if (action != WB_RELEASE) {
+			e->action = action;
+			e->state = state;
+			e->at = at;
+		}
+		return;
+	}
+	if (action == WB_RELEASE && !before->held)
+		return; /* nothing released */
+	e = calloc(1, sizeof *e + len + 1);
+	if (e == NULL)
+		return; /* not written back */
+	memcpy(e->name, name, len + 1);
+	e->action = action;
+	e->state = state;
+	e->at = at;
+	e->known = *before;
+	wb_add(e);
+}
+
+bool
+op_fleet_local(op_call *call)
+{
+	const char *op = call->op->name;
+	ct_hold_request req;
+	ct_change change;
+	ct_view view;
+	wb_known before;
+	cb_state state = CB_STATE_CLOSED;
+	bool hold = false;
+	int64_t now;
+
+	if (call->name == NULL || fleet_up() ||
+	    (strcmp(op, "release") != 0 && strcmp(op, "delete") != 0 &&
+		strcmp(op, "set_state") != 0))
+		return call->op->handler(call);
+	/* The circuit before the action (a lapsed hold ends here, as the
+	 * action would end it); delete has no ctx, so no ctx.now. */
+	now = (call->op->flags & OP_CTX) ? call->now : call->clock;
+	circuit_table_get(srv.table, call->name, now, &view, &change);
+	op_log_change(call->name, &change);
+	wb_known_read(&before, &view);
+	if (!call->op->handler(call))
+		return false;
+	if (strcmp(op, "set_state") == 0 &&
+	    (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
+		!op_hold_members(call, state, &hold, &req)))
+		return true; /* answered: it was read once already */
+	wb_note(call->name,
+	    strcmp(op, "release") == 0      ? WB_RELEASE
+		: strcmp(op, "delete") == 0 ? WB_DELETE
+					    : WB_SET_STATE,
+	    state, now, &before, hold);
+	return true;
+}
+
+void
+op_fleet_free(void)
+{
+	wb_entry *e, *tmp;
+
+	HASH_ITER (hh, wb_entries, e, tmp) {
+		wb_remove(e);
+		free(e);
+	}
+	wb_full_logged = false;
+}
+
+/* This host's copy of name becomes the fleet's circuit after a
+ * write-back. The operator's action was logged and sent to watchers when
+ * it was made here; a state the fleet's circuit has otherwise (the
+ * write-back skipped, or the copy moved on since) is news here. A copy
+ * the fleet no longer stores goes quietly: watchers saw the delete, and
+ * a circuit that opened here since comes back by its merge. */
+static void
+wb_copy_refresh(const char *name, const json_t *circuit)
+{
+	const char *to = json_string_value(json_object_get(circuit, "state"));
+	int64_t now = clock_realtime_ms();
+	json_t *change = NULL;
+	ct_change lapsed;
+	ct_view local;
+
+	circuit_table_get(srv.table, name, now, &local, &lapsed);
+	op_log_change(name, &lapsed);
+	if (to != NULL && strcmp(to, breaker_state_name(local.snap.state)) != 0)
+		change = json_pack("{s:s, s:s, s:s}", "from", breaker_state_name(local.snap.state),
+		    "to", to, "reason", "merged");
+	copy_apply(name, circuit, change, now, false, NULL);
+	json_decref(change);
+}
+
+/* The write-back of e answered (reply NULL: Redis went away again, e is
+ * kept for the next recovery). */
+static void
+wb_done(const json_t *reply, void *arg)
+{
+	fleet_stats *counters = (fleet_stats *)fleet_counters();
+	wb_entry *e = arg, *newer;
+
+	if (reply == NULL) {
+		HASH_FIND(hh, wb_entries, e->name, strlen(e->name), newer);
+		if (newer == NULL) {
+			wb_add(e);
+			return;
+		}
+		/* e came first: as wb_note would have kept them, against what
+		 * e knew (a release after e ended a hold placed since). */
+		if (newer->action == WB_RELEASE) {
+			newer->action = e->action;
+			newer->state = e->state;
+			newer->at = e->at;
+		}
+		newer->known = e->known;
+		free(e);
+		return;
+	}
+	if (json_is_true(json_object_get(reply, "applied")))
+		counters->written_back++;
+	else {
+		counters->writeback_skipped++;
+		log_info("fleet: %s made on circuit \"%s\" while redis was away is not written "
+			 "back: the fleet's circuit changed meanwhile",
+		    e->action == WB_RELEASE      ? "a release"
+			: e->action == WB_DELETE ? "a delete"
+						 : "a forced state",
+		    e->name);
+	}
+	wb_copy_refresh(e->name, json_object_get(reply, "circuit"));
+	free(e);
+}
+
+/* The script call that writes e back. NULL: no memory. */
+static json_t *
+wb_args(const wb_entry *e)
+{
+	static const char *const actions[] = { "release", "delete", "set_state" };
+	proto_policy_sources sources;
+	const char *preset;
+	cb_policy policy;
+	ct_change change;
+	ct_view view;
+	json_t *known;
+	const wb_known *k = &e->known;
+
+	/* The policy only bounds how long Redis keeps a forced open circuit. */
+	circuit_table_get(srv.table, e->name, clock_realtime_ms(), &view, &change);
+	op_log_change(e->name, &change);
+	conf_policy(&srv.conf, e->name, view.declared, &policy, &sources, &preset);
+	known = json_pack("{s:o, s:o}", "opened_at",
+	    k->opened_at != CB_TIME_NONE ? json_integer(k->opened_at) : json_null(), "hold",
+	    k->held ? json_pack("{s:s, s:I, s:I, s:s}", "state", breaker_state_name(k->hold_state),
+			  "since", (json_int_t)k->hold_since, "by_uid", (json_int_t)k->hold_by_uid,
+			  "by_user", k->hold_by_user)
+		    : json_null());
+	if (known == NULL)
+		return NULL;
+	return json_pack("{s:o, s:s, s:s, s:I, s:o}", "policy", proto_policy_flat_json(&policy),
+	    "action", actions[e->action], "state", breaker_state_name(e->state), "at",
+	    (json_int_t)e->at, "known", known);
+}
+
+/* Send every remembered action to Redis (recovery); those that cannot be
+ * sent stay for the next. Returns how many were sent. */
+static uint64_t
+wb_send_all(void)
+{
+	wb_entry *e, *tmp;
+	uint64_t sent = 0;
+
+	HASH_ITER (hh, wb_entries, e, tmp) {
+		json_t *args = wb_args(e);
+
+		if (args != NULL &&
+		    fleet_call_script("writeback", e->name, args, wb_done, e) != NULL) {
+			wb_remove(e);
+			sent++;
+		}
+		json_decref(args);
+	}
+	wb_full_logged = false;
+	return sent;
+}
+
 /* --- events and recovery --- */
 
 /* An event applied from the fleet: the circuit as a get read it after
@@ -881,13 +1170,18 @@ recover(int64_t outage_since)
 {
 	merge_walk w = { .since = outage_since };
 	fleet_stats *counters = (fleet_stats *)fleet_counters();
+	uint64_t actions;
 
+	/* An operator's actions first: a hold placed here after a release
+	 * must find the released one gone, a circuit opened here after a
+	 * delete must find the deleted one gone. */
+	actions = wb_send_all();
 	circuit_table_foreach_pinned(srv.table, merge_visit, &w);
 	counters->merged += w.sent;
-	if (w.sent > 0)
-		log_info("fleet: wrote back %llu circuits that opened or were held while redis was "
-			 "away",
-		    (unsigned long long)w.sent);
+	if (w.sent > 0 || actions > 0)
+		log_info("fleet: wrote back %llu circuits that opened or were held and %llu "
+			 "releases, deletes or forced states made while redis was away",
+		    (unsigned long long)w.sent, (unsigned long long)actions);
 }
 
 bool

@@ -524,6 +524,7 @@ op_run(op_call *call, const op_entry *op)
 				return op_reply_conflicts(call);
 		} else {
 			fleet_count_unavailable();
+			return op_fleet_local(call) && op_reply_conflicts(call);
 		}
 	}
 	return op->handler(call) && op_reply_conflicts(call);

@@ -193,6 +193,15 @@ void op_list_client_closed(server_client *c);
  * to have this host's copy answer (Redis cannot take it now). False with
  * call->err on bad input. */
 bool op_fleet_send(op_call *call, bool *answered);
+/* Fleet mode, Redis away: this host's copy answers call, and an
+ * operator's release, delete or unheld set_state is remembered to be
+ * written back when Redis is back. */
+bool op_fleet_local(op_call *call);
+/* Circuits whose operator actions are remembered while Redis is away;
+ * past it an action is not written back (counted, logged once). */
+#define OP_FLEET_WRITEBACK_MAX 4096
+/* Forget the remembered actions (shutdown). */
+void op_fleet_free(void);
 /* Requests of one connection Redis may be running at once (noreply ones
  * are not waited for); past it the connection is read no more until one
  * is answered. */

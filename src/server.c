@@ -841,6 +841,7 @@ server_free(void)
 	log_limit_free();
 	housekeeping_free();
 	fleet_free();
+	op_fleet_free();
 	metrics_http_stop();
 	encode_cache_clear();
 	enc_spares_free();

@@ -53,13 +53,17 @@ set_backend(json_t *reply)
 	if (!fleet_enabled())
 		b = json_pack("{s:s, s:s}", "type", "memory", "health", "up");
 	else
-		b = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		b = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+			      "s:I, "
+			      "s:I}",
 		    "type", "redis", "health", fleet_health_name(fleet_state()), "redis",
 		    srv.conf.redis, "calls", (json_int_t)f->calls, "timeouts",
 		    (json_int_t)f->timeouts, "errors", (json_int_t)f->errors, "local_answers",
 		    (json_int_t)f->unavailable, "degraded", (json_int_t)f->degraded, "merged",
-		    (json_int_t)f->merged, "events_in", (json_int_t)f->events_in, "events_bad",
-		    (json_int_t)f->events_bad, "noscript", (json_int_t)f->noscript);
+		    (json_int_t)f->merged, "written_back", (json_int_t)f->written_back,
+		    "writeback_skipped", (json_int_t)f->writeback_skipped, "writeback_dropped",
+		    (json_int_t)f->writeback_dropped, "events_in", (json_int_t)f->events_in,
+		    "events_bad", (json_int_t)f->events_bad, "noscript", (json_int_t)f->noscript);
 	return b != NULL && json_object_set_new(reply, "backend", b) == 0;
 }
 

@@ -6,7 +6,9 @@
  * hosts, a slot goes back when its connection closes and by its ttl when
  * its host dies, Redis lost or frozen -> each host breaks on its own copy
  * and writes back what opened meanwhile, a host whose clock is off still
- * agrees on when a break ends, the script is loaded again after NOSCRIPT.
+ * agrees on when a break ends, the script is loaded again after NOSCRIPT,
+ * an operator's release, delete or forced state made on a host cut off
+ * from Redis is written back unless the fleet's circuit changed meanwhile.
  * Skips (77) without redis-server.
  */
 #include <signal.h>
@@ -30,6 +32,8 @@
 
 static redis_server redis;
 static cbd_harness host_a, host_b;
+/* Host a's redis_password_file, when it logs in as its own user. */
+static char host_a_pw[256];
 static int a = -1, b = -1;
 
 /* The config both hosts share (the same Redis, the same prefix). */
@@ -73,6 +77,9 @@ teardown(void)
 	a = b = -1;
 	harness_stop(&host_a);
 	harness_stop(&host_b);
+	if (host_a_pw[0] != '\0')
+		unlink(host_a_pw);
+	host_a_pw[0] = '\0';
 	redis_stop(&redis);
 }
 
@@ -91,6 +98,261 @@ redis_command(const char *inline_command)
 	close(fd);
 	return n > 0 ? reply[0] : '\0';
 }
+
+/* --- an outage of host a alone ---
+ * Host a logs in to Redis as its own ACL user; disabling that user and
+ * killing its connections takes Redis away from a while b keeps it (a
+ * retries every second and is refused until the user is enabled again). */
+
+#define HOST_A_USER "cbd-host-a"
+
+/* Restart host a as HOST_A_USER (created here). */
+static void
+host_a_as_own_user(void)
+{
+	char config[1024], extra[512];
+	harness_opts opts = { .env = NULL };
+	FILE *f;
+
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " on >host-a-pw ~* &* +@all"),
+	    '+');
+	snprintf(host_a_pw, sizeof host_a_pw, "%s/host-a.pw", redis.dir);
+	f = fopen(host_a_pw, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(HOST_A_USER " host-a-pw\n", f);
+	fclose(f);
+	close(a);
+	harness_stop(&host_a);
+	snprintf(extra, sizeof extra, "redis_password_file = %s\n", host_a_pw);
+	config_text(config, sizeof config, extra);
+	ck_assert_msg(harness_start_opts(&host_a, config, &opts), "cbd did not start");
+	a = harness_connect(&host_a);
+	ck_assert(a >= 0);
+	ck_assert_msg(util_stats_reach_str(a, "backend.health", "up"), "redis never reached");
+}
+
+/* Take Redis away from host a alone. */
+static void
+host_a_cut_off(void)
+{
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " off"), '+');
+	ck_assert_int_eq(redis_command("CLIENT KILL USER " HOST_A_USER), ':');
+	ck_assert(util_stats_reach_str(a, "backend.health", "degraded"));
+}
+
+/* Give it back; wait until a's write-back of operator actions was
+ * answered (counts reached: written back, skipped). */
+static void
+host_a_let_in(int64_t written_back, int64_t skipped)
+{
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " on"), '+');
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert_msg(util_stats_reach(a, "backend.written_back", written_back),
+	    "backend.written_back never was %lld", (long long)written_back);
+	ck_assert_msg(util_stats_reach(a, "backend.writeback_skipped", skipped),
+	    "backend.writeback_skipped never was %lld", (long long)skipped);
+}
+
+START_TEST(test_release_during_outage_is_written_back)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rel\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"deploy 7\"}"));
+	host_a_cut_off();
+	r = util_call_ok(a, "{\"op\":\"release\",\"name\":\"rel\"}");
+	ck_assert(util_bool(r, "released"));
+	json_decref(r);
+	/* The fleet still holds it meanwhile. */
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"rel\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "deploy 7");
+	json_decref(r);
+	host_a_let_in(1, 0);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"rel\"}");
+	ck_assert_msg(json_is_null(util_get(r, "snapshot.hold")),
+	    "the hold released during the outage came back");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"rel\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_release_during_outage_spares_a_newer_hold)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rel2\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"old\"}"));
+	host_a_cut_off();
+	json_decref(util_call_ok(a, "{\"op\":\"release\",\"name\":\"rel2\"}"));
+	/* Meanwhile an operator on b places a new hold. */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"set_state\",\"name\":\"rel2\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"new on b\"}"));
+	host_a_let_in(0, 1);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"rel2\"}");
+	ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")),
+	    "the hold placed on b meanwhile was released");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "new on b");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	/* Host a's copy (what list reads) is the fleet's again. */
+	r = util_call_ok(a, "{\"op\":\"list\"}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), 1);
+	ck_assert_str_eq(util_str(r, "circuits.0.hold.reason"), "new on b");
+	json_decref(r);
+}
+END_TEST
+
+/* A hold replaced on a during the outage: the fleet's old hold is
+ * released first, then the new one placed (merge). */
+START_TEST(test_hold_replaced_during_outage_is_written_back)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"first\"}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep2\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"first\"}"));
+	host_a_cut_off();
+	/* rep: released, then held anew; rep2: held anew over the old hold. */
+	json_decref(util_call_ok(a, "{\"op\":\"release\",\"name\":\"rep\"}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"second\"}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"rep2\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"second\"}"));
+	host_a_let_in(2, 0);
+	ck_assert(util_stats_reach(a, "backend.merged", 2));
+	/* The merges were sent after the write-backs, on a's one script
+	 * connection: answered once a request a sends after them is. */
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"rep\"}"));
+	for (int i = 0; i < 2; i++) {
+		r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"%s\"}", i == 0 ? "rep" : "rep2");
+		ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "not held");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "second");
+		ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+		json_decref(r);
+	}
+}
+END_TEST
+
+START_TEST(test_delete_during_outage_is_written_back)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"gone\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"kept\"}"));
+	host_a_cut_off();
+	r = util_call_ok(a, "{\"op\":\"delete\",\"name\":\"gone\"}");
+	ck_assert(util_bool(r, "existed"));
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"delete\",\"name\":\"kept\"}");
+	ck_assert(util_bool(r, "existed"));
+	json_decref(r);
+	/* "kept" trips on b meanwhile: a trip a never saw stands. */
+	json_decref(util_call_ok(b, "{\"op\":\"set_state\",\"name\":\"kept\",\"state\":\"open\"}"));
+	host_a_let_in(1, 1);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"gone\"}");
+	ck_assert_msg(!util_bool(r, "stored"), "the circuit deleted during the outage is back");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"gone\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"kept\"}");
+	ck_assert(util_bool(r, "stored"));
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_forced_state_during_outage_is_written_back)
+{
+	char line[UTIL_REPLY_SIZE];
+	json_t *r, *e;
+	int watcher;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"fc\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"fc2\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	host_a_cut_off();
+	/* The operator closes both open circuits on a. */
+	r = util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"fc\",\"state\":\"closed\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	json_decref(
+	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"fc2\",\"state\":\"closed\"}"));
+	/* fc2 closes and trips again on b meanwhile: a new trip. */
+	json_decref(
+	    util_call_ok(b, "{\"op\":\"set_state\",\"name\":\"fc2\",\"state\":\"closed\"}"));
+	json_decref(util_call_ok(b, "{\"op\":\"record_failure\",\"name\":\"fc2\"}"));
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	/* A watcher on a: fc2 is closed there. */
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"fc2\"]}"));
+	host_a_let_in(1, 1);
+	/* The trip that stands is news on a. */
+	ck_assert_msg(util_read_line(watcher, line, sizeof line), "no event on host a");
+	e = json_loads(line, 0, NULL);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(util_str(e, "event"), "change");
+	ck_assert_str_eq(util_str(e, "from"), "closed");
+	ck_assert_str_eq(util_str(e, "snapshot.state"), "open");
+	json_decref(e);
+	close(watcher);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
+	ck_assert_msg(util_bool(r, "allowed"), "the circuit closed during the outage is open");
+	ck_assert_str_eq(util_str(r, "state"), "closed");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc2\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "a trip the operator never saw was undone");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	ck_assert_ptr_nonnull(
+	    strstr(util_str(r, "text"), "cbd_backend_writebacks_total{result=\"applied\"} 1\n"));
+	ck_assert_ptr_nonnull(
+	    strstr(util_str(r, "text"), "cbd_backend_writebacks_total{result=\"skipped\"} 1\n"));
+	json_decref(r);
+}
+END_TEST
+
+/* Past OP_FLEET_WRITEBACK_MAX (4096) circuits an action is not remembered:
+ * counted. */
+START_TEST(test_writeback_bound_is_counted)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	host_a_cut_off();
+	for (int i = 0; i < 4097; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"delete\",\"name\":\"d%d\"}", i));
+	/* A circuit already remembered is not another one. */
+	json_decref(util_call_ok(a, "{\"op\":\"delete\",\"name\":\"d0\"}"));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "backend.writeback_dropped"), 1);
+	json_decref(r);
+}
+END_TEST
 
 START_TEST(test_trip_on_one_host_is_refused_on_the_other)
 {
@@ -410,6 +672,12 @@ fleet_suite(void)
 	tcase_add_test(tc, test_skewed_host_agrees_on_the_break);
 	tcase_add_test(tc, test_script_loaded_again_after_noscript);
 	tcase_add_test(tc, test_cbctl_stats_shows_the_backend);
+	tcase_add_test(tc, test_release_during_outage_is_written_back);
+	tcase_add_test(tc, test_release_during_outage_spares_a_newer_hold);
+	tcase_add_test(tc, test_hold_replaced_during_outage_is_written_back);
+	tcase_add_test(tc, test_delete_during_outage_is_written_back);
+	tcase_add_test(tc, test_forced_state_during_outage_is_written_back);
+	tcase_add_test(tc, test_writeback_bound_is_counted);
 	suite_add_tcase(s, tc);
 	return s;
 }

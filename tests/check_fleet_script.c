@@ -3,7 +3,7 @@
  * real redis-server (a private one on a Unix socket, tests/redis-util.h):
  * the language-neutral trace replayed through it, one case per op for what
  * the trace does not cover (holds, cas, slots, delete, declared, merge,
- * totals, TIME, events), and a differential run of random op sequences
+ * writeback, totals, TIME, events), and a differential run of random op sequences
  * against the C core's circuit table, which the script must mirror.
  */
 #include <stdarg.h>
@@ -731,6 +731,134 @@ START_TEST(merge_places_a_hold_unless_held)
 }
 END_TEST
 
+/* writeback's request: an operator's action made on a host while Redis
+ * was away, against the circuit as that host knew it (opened_at
+ * CB_TIME_NONE: null; hold NULL: none, else stolen). */
+static json_t *
+with_writeback(json_t *request, const char *action, const char *state, int64_t opened_at,
+    json_t *hold)
+{
+	json_object_set_new(request, "action", json_string(action));
+	if (state != NULL)
+		json_object_set_new(request, "state", json_string(state));
+	json_object_set_new(request, "known",
+	    json_pack("{s:o, s:o}", "opened_at",
+		opened_at != CB_TIME_NONE ? json_integer(opened_at) : json_null(), "hold",
+		hold != NULL ? hold : json_null()));
+	return request;
+}
+
+/* The hold with_hold places at since, as a host knew it. */
+static json_t *
+known_hold(const char *state, int64_t since)
+{
+	return json_pack("{s:s, s:I, s:i, s:s}", "state", state, "since", (json_int_t)since,
+	    "by_uid", 1000, "by_user", "ops");
+}
+
+static json_t *
+circuit_hold(const json_t *reply)
+{
+	return json_object_get(json_object_get(reply, "circuit"), "hold");
+}
+
+START_TEST(writeback_applies_to_the_circuit_the_host_knew)
+{
+	redisContext *ctx = connect_server();
+	cb_policy p = default_policy();
+	redisReply *bad;
+	json_t *r;
+
+	/* A release of the hold the fleet still has: ended as release does. */
+	json_decref(fleet_call(ctx, "wr", "set_state", &p, with_hold(at(T0), "open", 0, NULL)));
+	r = fleet_call(ctx, "wr", "writeback", &p,
+	    with_writeback(at(T0 + 10), "release", NULL, T0, known_hold("open", T0)));
+	ck_assert(flag(r, "applied"));
+	ck_assert(json_is_null(circuit_hold(r)));
+	ck_assert_str_eq(circuit_state(r), "half_open");
+	assert_reason(r, "released");
+	json_decref(r);
+	/* Another operator placed a new hold meanwhile: it stands. */
+	json_decref(fleet_call(ctx, "wr2", "set_state", &p, with_hold(at(T0), "open", 0, NULL)));
+	json_decref(
+	    fleet_call(ctx, "wr2", "set_state", &p, with_hold(at(T0 + 5), "closed", 0, NULL)));
+	r = fleet_call(ctx, "wr2", "writeback", &p,
+	    with_writeback(at(T0 + 10), "release", NULL, T0, known_hold("open", T0)));
+	ck_assert(!flag(r, "applied"));
+	ck_assert_int_eq(json_integer_value(json_object_get(circuit_hold(r), "since")), T0 + 5);
+	assert_reason(r, NULL);
+	json_decref(r);
+	/* ... and neither a delete nor a forced state removes it. */
+	r = fleet_call(ctx, "wr2", "writeback", &p,
+	    with_writeback(at(T0 + 11), "delete", NULL, T0, known_hold("open", T0)));
+	ck_assert(!flag(r, "applied"));
+	ck_assert(key_exists(ctx, "cbd:{wr2}"));
+	json_decref(r);
+	r = fleet_call(ctx, "wr2", "writeback", &p,
+	    with_writeback(at(T0 + 12), "set_state", "open", CB_TIME_NONE, NULL));
+	ck_assert(!flag(r, "applied"));
+	ck_assert_str_eq(circuit_state(r), "closed");
+	json_decref(r);
+	/* A delete of the circuit the host knew (held by the hold it knew). */
+	r = fleet_call(ctx, "wr2", "writeback", &p,
+	    with_writeback(at(T0 + 13), "delete", NULL, CB_TIME_NONE,
+		known_hold("closed", T0 + 5)));
+	ck_assert(flag(r, "applied"));
+	ck_assert(json_is_null(json_object_get(r, "circuit")));
+	ck_assert(!key_exists(ctx, "cbd:{wr2}"));
+	json_decref(r);
+	/* Nothing stored: nothing to apply, nothing created. */
+	r = fleet_call(ctx, "wr2", "writeback", &p,
+	    with_writeback(at(T0 + 14), "set_state", "open", CB_TIME_NONE, NULL));
+	ck_assert(!flag(r, "applied"));
+	ck_assert(!key_exists(ctx, "cbd:{wr2}"));
+	json_decref(r);
+	/* A forced close of the open circuit the host knew: closed. */
+	json_decref(fleet_call(ctx, "ws", "set_state", &p, with_str(at(T0), "state", "open")));
+	r = fleet_call(ctx, "ws", "writeback", &p,
+	    with_writeback(at(T0 + 20), "set_state", "closed", T0, NULL));
+	ck_assert(flag(r, "applied"));
+	ck_assert_str_eq(circuit_state(r), "closed");
+	assert_reason(r, "forced");
+	json_decref(r);
+	/* It tripped since (the host knew it closed): the trip stands. */
+	json_decref(fleet_call(ctx, "ws", "set_state", &p, with_str(at(T0 + 30), "state", "open")));
+	r = fleet_call(ctx, "ws", "writeback", &p,
+	    with_writeback(at(T0 + 40), "set_state", "closed", CB_TIME_NONE, NULL));
+	ck_assert(!flag(r, "applied"));
+	ck_assert_str_eq(circuit_state(r), "open");
+	json_decref(r);
+	r = fleet_call(ctx, "ws", "writeback", &p,
+	    with_writeback(at(T0 + 41), "delete", NULL, T0, NULL));
+	ck_assert(!flag(r, "applied"));
+	json_decref(r);
+	/* A forced open takes the operator's time as opened_at. */
+	json_decref(fleet_call(ctx, "wo", "success", &p, at(T0)));
+	r = fleet_call(ctx, "wo", "writeback", &p,
+	    with_int(with_writeback(at(T0 + 50), "set_state", "open", CB_TIME_NONE, NULL), "at",
+		T0 + 7));
+	ck_assert(flag(r, "applied"));
+	ck_assert_str_eq(circuit_state(r), "open");
+	ck_assert_int_eq(field(r, "opened_at"), T0 + 7);
+	json_decref(r);
+	/* Refused before anything is written: no action, no known. */
+	bad = redisCommand(ctx,
+	    "EVALSHA %s 3 cbd:{wo} cbd:{wo}:slots cbd:{wo}:window writeback "
+	    "{\"known\":{}} " CHANNEL,
+	    sha);
+	ck_assert(bad != NULL && bad->type == REDIS_REPLY_ERROR);
+	freeReplyObject(bad);
+	bad = redisCommand(ctx,
+	    "EVALSHA %s 3 cbd:{wo} cbd:{wo}:slots cbd:{wo}:window writeback "
+	    "{\"action\":\"delete\"} " CHANNEL,
+	    sha);
+	ck_assert(bad != NULL && bad->type == REDIS_REPLY_ERROR);
+	freeReplyObject(bad);
+	ck_assert(key_exists(ctx, "cbd:{wo}"));
+	redisFree(ctx);
+}
+END_TEST
+
 START_TEST(max_gap_chain)
 {
 	redisContext *ctx = connect_server();
@@ -1283,6 +1411,7 @@ main(void)
 	tcase_add_test(ops, declared_mismatch_changes_nothing);
 	tcase_add_test(ops, merge_opens_never_closes);
 	tcase_add_test(ops, merge_places_a_hold_unless_held);
+	tcase_add_test(ops, writeback_applies_to_the_circuit_the_host_knew);
 	tcase_add_test(ops, max_gap_chain);
 	tcase_add_test(ops, totals_count_every_outcome);
 	tcase_add_test(ops, min_reporters_gate);
