@@ -637,19 +637,6 @@ input_eof(server_client *c)
 	server_client_set_state(c, SERVER_CLIENT_CLOSING);
 }
 
-/* Write c's output after the loop has run the other connections that are
- * ready now (its write event joins the end of the loop's active queue):
- * their replies then leave together, and a peer waiting on several is
- * woken once, not once a reply (Redis writes its replies before it sleeps
- * for the same reason). */
-static void
-flush_soon(server_client *c)
-{
-	if (c->state != SERVER_CLIENT_DEAD &&
-	    (c->out_off < c->out_len || c->state == SERVER_CLIENT_CLOSING))
-		event_active(c->write_ev, EV_WRITE, 1);
-}
-
 static void
 server_client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -665,7 +652,8 @@ server_client_read_cb(evutil_socket_t fd, short what, void *arg)
 		input_eof(c);
 	else
 		input_turn(c);
-	flush_soon(c);
+	if (c->state != SERVER_CLIENT_DEAD)
+		server_client_flush(c);
 }
 
 /* The next turn of lines left from the last one. */
@@ -684,7 +672,8 @@ server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	input_turn(c);
-	flush_soon(c);
+	if (c->state != SERVER_CLIENT_DEAD)
+		server_client_flush(c);
 }
 
 static void
