@@ -7,8 +7,13 @@
 
 #include "proto-scan.h"
 
+/* The scanner walks the view's own copy of the line, which ends in a NUL
+ * (a byte no test below takes: every loop stops there without a bounds
+ * test), and ends each string in place (its closing quote becomes its
+ * NUL). A NUL inside the line stops the scan the same way: such a line is
+ * json_loadb's. */
 typedef struct scanner {
-	const char *p;
+	char *p;
 	const char *end;
 	proto_flat *f;
 } scanner;
@@ -16,7 +21,7 @@ typedef struct scanner {
 static void
 skip_some_space(scanner *s)
 {
-	while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\r' || *s->p == '\n'))
+	while (*s->p == ' ' || *s->p == '\t' || *s->p == '\r' || *s->p == '\n')
 		s->p++;
 }
 
@@ -24,14 +29,14 @@ skip_some_space(scanner *s)
 static inline void
 skip_space(scanner *s)
 {
-	if (s->p >= s->end || (unsigned char)*s->p <= ' ')
+	if ((unsigned char)*s->p <= ' ')
 		skip_some_space(s);
 }
 
 static bool
 at(const scanner *s, char c)
 {
-	return s->p < s->end && *s->p == c;
+	return *s->p == c;
 }
 
 /* Bytes a plain string holds: 0x20..0x7e other than '"' and '\\'. */
@@ -44,35 +49,29 @@ static const bool plain_byte[256] = {
 
 /* A string of plain bytes (no escapes to undo, nothing to check for
  * UTF-8), copied with a NUL into the view's text. */
+/* A string of plain bytes (no escapes to undo, nothing to check for
+ * UTF-8), ended in place. */
 static bool
 scan_plain_string(scanner *s, const char **out, size_t *len)
 {
-	proto_flat *f = s->f;
-	const char *p = s->p, *end = s->end, *start;
-	size_t n;
+	char *p = s->p, *start;
 
-	if (p >= end || *p != '"')
+	if (*p != '"')
 		return false;
 	start = ++p;
-	/* Four bytes a step while there are four, then byte by byte. Local
-	 * pointers: through s, every byte reloaded s->p. */
-	while (end - p >= 4 && plain_byte[(unsigned char)p[0]] && plain_byte[(unsigned char)p[1]] &&
+	/* Four bytes a step (the NUL at the end stops it too), then one. */
+	while (plain_byte[(unsigned char)p[0]] && plain_byte[(unsigned char)p[1]] &&
 	    plain_byte[(unsigned char)p[2]] && plain_byte[(unsigned char)p[3]])
 		p += 4;
-	while (p < end && plain_byte[(unsigned char)*p])
+	while (plain_byte[(unsigned char)*p])
 		p++;
 	/* Anything but the closing quote (an escape, a control or non-ASCII
 	 * byte, the end) is json_loadb's to read. */
-	if (p >= end || *p != '"')
+	if (*p != '"')
 		return false;
-	n = (size_t)(p - start);
-	if (PROTO_FLAT_TEXT_MAX - f->text_len < n + 1)
-		return false;
-	memcpy(f->text + f->text_len, start, n);
-	f->text[f->text_len + n] = '\0';
-	*out = f->text + f->text_len;
-	*len = n;
-	f->text_len += n + 1;
+	*p = '\0';
+	*out = start;
+	*len = (size_t)(p - start);
 	s->p = p + 1;
 	return true;
 }
@@ -97,7 +96,7 @@ scan_integer(scanner *s, int64_t *out)
 	if (negative)
 		s->p++;
 	digits = s->p;
-	while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+	while (*s->p >= '0' && *s->p <= '9') {
 		/* Counted before it is added: no overflow, ever. */
 		if (s->p - digits >= PROTO_SCAN_DIGITS_MAX)
 			return false;
@@ -222,10 +221,16 @@ scan_object(scanner *s, int obj, int depth)
 bool
 proto_scan_flat(const char *line, size_t len, proto_flat *out)
 {
-	scanner s = { line, line + len, out };
+	scanner s = { out->text, out->text + len, out };
 
+	/* The copy the scan walks and ends strings in: one copy of the line
+	 * instead of one a string. */
+	if (len >= PROTO_FLAT_TEXT_MAX)
+		return false;
+	memcpy(out->text, line, len);
+	out->text[len] = '\0';
+	out->text_len = len + 1;
 	out->count = 1;
-	out->text_len = 0;
 	out->v[0] =
 	    (proto_flat_value){ .key = "", .type = PROTO_FLAT_OBJECT, .first = -1, .next = -1 };
 	skip_space(&s);

@@ -24,7 +24,8 @@
 /* Most values in one flat view (every object and member counts one; a
  * snapshot with its policy, sources, hold and totals is ~70). */
 #define PROTO_FLAT_VALUES_MAX 128
-/* Room for the view's names and strings, each with a NUL. */
+/* Room for the view's copy of the line and a NUL: longer lines are
+ * json_loadb's (a snapshot event is ~1.1 KB, a request ~50-300 bytes). */
 #define PROTO_FLAT_TEXT_MAX 4096
 
 typedef enum proto_flat_type {
@@ -52,14 +53,14 @@ typedef struct proto_flat {
 	proto_flat_value v[PROTO_FLAT_VALUES_MAX];
 	int count;
 	size_t text_len;
-	char text[PROTO_FLAT_TEXT_MAX];
+	char text[PROTO_FLAT_TEXT_MAX]; /* the line, its strings ended in place */
 } proto_flat;
 
 /* Read line (len bytes, no LF) into *out when the whole line is in the
  * subset: one object whose members are strings of printable ASCII without
  * escapes, integers of up to PROTO_SCAN_DIGITS_MAX digits, true, false,
  * null or such objects (nested up to PROTO_SCAN_DEPTH_MAX), no name twice
- * in one object, within the view's room. False otherwise: the caller
+ * in one object, shorter than PROTO_FLAT_TEXT_MAX. False otherwise: the caller
  * decodes the line with json_loadb, so every error, and every text outside
  * the subset, is decoded exactly as json_loadb decodes it. Where it
  * answers, proto_flat_to_json gives the value json_loadb gives
