@@ -374,31 +374,31 @@ server_client_reply(server_client *c, json_t *reply)
 	enc_recycle(&text);
 }
 
-/* Arm or disarm EV_READ (an event_add per request when armed already
- * was a libevent lock and queue check for nothing). */
+/* Add or delete ev, whose state *armed remembers: an event_add per
+ * request on an event added already was a libevent lock and queue check
+ * for nothing. */
+static void
+event_arm(struct event *ev, bool *armed, bool on)
+{
+	if (on == *armed)
+		return;
+	if (on)
+		event_add(ev, NULL);
+	else
+		event_del(ev);
+	*armed = on;
+}
+
 static void
 read_arm(server_client *c, bool on)
 {
-	if (on == c->read_armed)
-		return;
-	if (on)
-		event_add(c->read_ev, NULL);
-	else
-		event_del(c->read_ev);
-	c->read_armed = on;
+	event_arm(c->read_ev, &c->read_armed, on);
 }
 
-/* Arm or disarm EV_WRITE. */
 static void
 write_arm(server_client *c, bool on)
 {
-	if (on == c->write_armed)
-		return;
-	if (on)
-		event_add(c->write_ev, NULL);
-	else
-		event_del(c->write_ev);
-	c->write_armed = on;
+	event_arm(c->write_ev, &c->write_armed, on);
 }
 
 static bool input_process(server_client *c, size_t budget, int64_t ms);

@@ -7,14 +7,17 @@
  * closed, open and half_open, and the propagation delay of a trip made in
  * one process to the caches of PROP_WATCHERS others.
  *
- *   CBD_BINARY=src/cbd tests/bench_client [-p]
+ *   CBD_BINARY=src/cbd tests/bench_client [-p] [-n NICE]
  *
- * -p: the propagation measurement alone.
+ * -p: the propagation measurement alone. -n: run cbd at that nice value
+ * (what a unit's Nice= does; it needs root for a negative one).
  *
  * Starts its own cbd on a temporary socket (tests/cbd-harness API).
  * Prints one line per measurement; not run by make check.
  */
+#include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,7 +281,8 @@ time_calls(cbc_breaker *b, const char *what, int n, int gap_us)
 int
 main(int argc, char **argv)
 {
-	bool only_propagation = argc > 1 && strcmp(argv[1], "-p") == 0;
+	bool only_propagation = false;
+	int cbd_nice = 0, opt;
 	cbd_harness h;
 	cbc_conn *conn;
 	cbc_store *remote, *local;
@@ -286,10 +290,30 @@ main(int argc, char **argv)
 	cbc_snapshot s;
 	char what[96];
 
+	while ((opt = getopt(argc, argv, "pn:")) != -1) {
+		if (opt == 'p') {
+			only_propagation = true;
+		} else if (opt == 'n') {
+			cbd_nice = atoi(optarg);
+		} else {
+			fprintf(stderr, "usage: bench_client [-p] [-n NICE]\n");
+			return 2;
+		}
+	}
 	signal(SIGPIPE, SIG_IGN);
 	if (!harness_start(&h, "")) {
 		fprintf(stderr, "bench_client: cannot start cbd (is CBD_BINARY set?)\n");
 		return 1;
+	}
+	/* -n: cbd's priority, as a unit's Nice= would set it (a trip's
+	 * events reach 100 woken watchers sooner when they do not preempt
+	 * cbd between its writes). */
+	if (cbd_nice != 0) {
+		if (setpriority(PRIO_PROCESS, (id_t)h.pid, cbd_nice) != 0)
+			fprintf(stderr, "bench_client: cannot set cbd's nice to %d: %s\n", cbd_nice,
+			    strerror(errno));
+		else
+			printf("cbd runs at nice %d\n", cbd_nice);
 	}
 	conn = cbc_conn_new(h.socket_path, NULL);
 	remote = cbc_store_new_remote(conn, NULL);

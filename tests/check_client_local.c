@@ -1970,6 +1970,13 @@ fake_reply(const char *line, char *out, size_t size)
 	return keep;
 }
 
+static bool
+fake_line(const char *line, char *reply, size_t size, void *arg)
+{
+	(void)arg;
+	return fake_reply(line, reply, size);
+}
+
 static void *
 fake_serve(void *arg)
 {
@@ -1977,32 +1984,11 @@ fake_serve(void *arg)
 
 	for (;;) {
 		int c = accept(fd->listen_fd, NULL, NULL);
-		char buf[4096], reply[4096];
-		size_t len = 0;
 
 		if (c < 0)
 			return NULL;
 		fd->accepted++;
-		for (;;) {
-			ssize_t n = recv(c, buf + len, sizeof buf - 1 - len, 0);
-			char *nl;
-
-			if (n <= 0)
-				break;
-			len += (size_t)n;
-			buf[len] = '\0';
-			while ((nl = strchr(buf, '\n')) != NULL) {
-				*nl = '\0';
-				if (!fake_reply(buf, reply, sizeof reply)) {
-					len = 0;
-					goto done;
-				}
-				send(c, reply, strlen(reply), MSG_NOSIGNAL);
-				memmove(buf, nl + 1, len - (size_t)(nl + 1 - buf) + 1);
-				len -= (size_t)(nl + 1 - buf);
-			}
-		}
-	done:
+		client_serve_lines(c, fake_line, NULL);
 		close(c);
 	}
 }

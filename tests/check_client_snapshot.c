@@ -27,6 +27,7 @@
 
 #include "check-run.h"
 #include "internal.h"
+#include "client-test.h"
 #include "test-rand.h"
 
 /* Generated lines per test. */
@@ -802,35 +803,24 @@ stand_in_reply(stand_in *d, const char *line, char *out, size_t size)
 	json_decref(req);
 }
 
+static bool
+stand_in_line(const char *line, char *reply, size_t size, void *arg)
+{
+	stand_in_reply(arg, line, reply, size);
+	return true;
+}
+
 static void *
 stand_in_serve(void *arg)
 {
 	stand_in *d = arg;
-	static char buf[LINE_MAX], reply[LINE_MAX];
 
 	for (;;) {
 		int c = accept(d->listen_fd, NULL, NULL);
-		size_t len = 0;
 
 		if (c < 0)
 			return NULL;
-		for (;;) {
-			ssize_t n = recv(c, buf + len, sizeof buf - 1 - len, 0);
-			char *nl;
-
-			if (n <= 0)
-				break;
-			len += (size_t)n;
-			buf[len] = '\0';
-			while ((nl = strchr(buf, '\n')) != NULL) {
-				*nl = '\0';
-				stand_in_reply(d, buf, reply, sizeof reply);
-				if (send(c, reply, strlen(reply), MSG_NOSIGNAL) < 0)
-					break;
-				len -= (size_t)(nl + 1 - buf);
-				memmove(buf, nl + 1, len + 1);
-			}
-		}
+		client_serve_lines(c, stand_in_line, d);
 		close(c);
 	}
 }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "client-test.h"
@@ -207,4 +208,31 @@ client_call_sleep(void *arg)
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 	return 0;
+}
+
+void
+client_serve_lines(int fd, client_line_fn answer, void *arg)
+{
+	char buf[CLIENT_SERVE_LINE_MAX], reply[CLIENT_SERVE_LINE_MAX];
+	size_t len = 0;
+
+	for (;;) {
+		ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+		char *nl;
+
+		if (n <= 0)
+			return;
+		len += (size_t)n;
+		buf[len] = '\0';
+		while ((nl = strchr(buf, '\n')) != NULL) {
+			*nl = '\0';
+			reply[0] = '\0';
+			if (!answer(buf, reply, sizeof reply, arg))
+				return;
+			if (reply[0] != '\0' && send(fd, reply, strlen(reply), MSG_NOSIGNAL) < 0)
+				return;
+			len -= (size_t)(nl + 1 - buf);
+			memmove(buf, nl + 1, len + 1);
+		}
+	}
 }

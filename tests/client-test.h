@@ -41,4 +41,12 @@ int client_call_sleep(void *arg);
 /* A full ctx from a core policy and a virtual `now`. */
 cbc_ctx client_ctx(const cb_policy *policy, int64_t now);
 
+/* A stand-in daemon's connection: the lines a peer sends on fd, each
+ * answered by answer into reply (a line with its LF; left empty: no
+ * answer), until the peer closes or answer returns false. The caller
+ * closes fd. */
+#define CLIENT_SERVE_LINE_MAX 8192
+typedef bool (*client_line_fn)(const char *line, char *reply, size_t size, void *arg);
+void client_serve_lines(int fd, client_line_fn answer, void *arg);
+
 #endif
