@@ -490,7 +490,9 @@ cache_read(cbci_cache *c)
 
 		if (!cache_buf_reserve(&c->in, c->in_len, &c->in_cap, CACHE_BUF_INITIAL))
 			return false;
-		n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
+		size_t room = c->in_cap - c->in_len;
+
+		n = recv(c->fd, c->in + c->in_len, room, MSG_DONTWAIT);
 		if (n == 0)
 			return false;
 		if (n < 0)
@@ -513,6 +515,11 @@ cache_read(cbci_cache *c)
 			pthread_mutex_unlock(&c->lock);
 			return false;
 		}
+		/* A short read took all there was: back to poll, without a
+		 * recv that says EAGAIN (a syscall per event in every watching
+		 * process; an EOF shows at the next poll). */
+		if ((size_t)n < room)
+			return true;
 	}
 }
 
