@@ -322,14 +322,9 @@ list_step_allowed(void)
 {
 	static struct timeval turn;
 	static int steps;
-	struct timeval now;
 
-	if (event_base_gettimeofday_cached(srv.base, &now) != 0)
-		return true;
-	if (now.tv_sec != turn.tv_sec || now.tv_usec != turn.tv_usec) {
-		turn = now;
+	if (server_new_turn(&turn))
 		steps = 0;
-	}
 	return steps++ < OP_LIST_STEPS_PER_LOOP;
 }
 

@@ -485,7 +485,7 @@ input_process(server_client *c, size_t budget, int64_t ms)
 {
 	size_t start = 0, answered = 0;
 	size_t max = (size_t)srv.conf.max_line_bytes;
-	int64_t began = clock_monotonic_ms();
+	int64_t began = server_turn_monotonic_ms();
 	bool more = false;
 
 	if (c->in == NULL)

@@ -720,6 +720,49 @@ random_instance_id(void)
 }
 
 bool
+server_new_turn(struct timeval *seen)
+{
+	struct timeval now;
+
+	if (srv.base == NULL || event_base_gettimeofday_cached(srv.base, &now) != 0)
+		return true;
+	if (now.tv_sec == seen->tv_sec && now.tv_usec == seen->tv_usec)
+		return false;
+	*seen = now;
+	return true;
+}
+
+/* The clocks as of the turn the cache was read in. */
+static struct {
+	struct timeval turn;
+	int64_t realtime_ms;
+	int64_t monotonic_ms;
+} turn_clock;
+
+static void
+turn_clock_read(void)
+{
+	if (server_new_turn(&turn_clock.turn)) {
+		turn_clock.realtime_ms = clock_realtime_ms();
+		turn_clock.monotonic_ms = clock_monotonic_ms();
+	}
+}
+
+int64_t
+server_turn_realtime_ms(void)
+{
+	turn_clock_read();
+	return turn_clock.realtime_ms;
+}
+
+int64_t
+server_turn_monotonic_ms(void)
+{
+	turn_clock_read();
+	return turn_clock.monotonic_ms;
+}
+
+bool
 server_start(void)
 {
 	static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
