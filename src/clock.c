@@ -39,6 +39,12 @@ clock_monotonic_ms(void)
 }
 
 int64_t
+clock_monotonic_coarse_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC_COARSE);
+}
+
+int64_t
 clock_monotonic_us(void)
 {
 	struct timespec ts;

@@ -11,6 +11,9 @@
 int64_t clock_realtime_ms(void);
 /* Milliseconds of a clock that never jumps (timeouts, uptime). */
 int64_t clock_monotonic_ms(void);
+/* The same clock as of the last kernel tick (a few ms behind at most;
+ * cheaper: no timestamp counter read), for idleness. */
+int64_t clock_monotonic_coarse_ms(void);
 /* The same clock in microseconds (short pauses). */
 int64_t clock_monotonic_us(void);
 

@@ -56,6 +56,8 @@ typedef struct list_walk {
 	char resume[CT_NAME_MAX + 1]; /* the first circuit left for the next page */
 } list_walk;
 
+/* Lists answered in steps now (connections with a list_job). */
+static unsigned lists_stepping;
 static uint64_t list_cursor_ids;
 
 static void
@@ -99,10 +101,9 @@ typedef struct op_list_job {
 
 /* One step of a walk; true when this reply is complete. */
 static bool
-list_step(list_walk *w, op_list_cursor *cursor, int64_t now)
+list_step(list_walk *w, op_list_cursor *cursor, int64_t now, unsigned circuits)
 {
-	circuit_table_cursor_next(srv.table, &cursor->walk, now, OP_LIST_STEP_CIRCUITS, list_visit,
-	    w);
+	circuit_table_cursor_next(srv.table, &cursor->walk, now, circuits, list_visit, w);
 	return cursor->walk.at == NULL || w->resume[0] != '\0' || w->snapshots.nomem;
 }
 
@@ -299,7 +300,7 @@ op_list(op_call *call)
 		free(job);
 		return false;
 	}
-	if (list_step(&job->w, job->cursor, call->now)) {
+	if (list_step(&job->w, job->cursor, call->now, OP_LIST_STEP_CIRCUITS)) {
 		bool ok = list_reply(call, &job->w, job->cursor);
 
 		free(job);
@@ -311,21 +312,22 @@ op_list(op_call *call)
 	job->request = json_incref((json_t *)call->request);
 	call->pending = true;
 	call->client->list_job = job;
+	lists_stepping++;
 	list_stream_begin(job);
 	return true;
 }
 
-/* Is there room for one more list step in this turn of the event loop?
- * A turn is told by libevent's cached time, taken once a turn. */
-static bool
-list_step_allowed(void)
+/* This list's share of a turn: each listing connection steps once a turn
+ * (its turn event), so the turn's list work stays OP_LIST_STEP_CIRCUITS
+ * however many lists are in progress. Counting turns needed libevent's
+ * precise timer, which rearms a timerfd every turn (a syscall per request
+ * at low load). */
+static unsigned
+list_share(void)
 {
-	static struct timeval turn;
-	static int steps;
+	unsigned n = lists_stepping > 0 ? lists_stepping : 1;
 
-	if (server_new_turn(&turn))
-		steps = 0;
-	return steps++ < OP_LIST_STEPS_PER_LOOP;
+	return OP_LIST_STEP_CIRCUITS / n > 0 ? OP_LIST_STEP_CIRCUITS / n : 1;
 }
 
 bool
@@ -336,9 +338,8 @@ op_list_continue(server_client *c, bool paced)
 
 	if (job == NULL)
 		return true;
-	if (paced && !list_step_allowed())
-		return false;
-	if (!list_step(&job->w, job->cursor, job->call.now)) {
+	if (!list_step(&job->w, job->cursor, job->call.now,
+		paced ? list_share() : OP_LIST_STEP_CIRCUITS)) {
 		if (job->streaming)
 			list_stream_items(job);
 		if (!job->cut)
@@ -347,6 +348,7 @@ op_list_continue(server_client *c, bool paced)
 	if (job->streaming)
 		list_stream_end(job);
 	c->list_job = NULL;
+	lists_stepping--;
 	watch_request_begin(c);
 	ok = job->streaming ||
 	    (list_reply(&job->call, &job->w, job->cursor) && op_reply_conflicts(&job->call));
@@ -365,6 +367,7 @@ op_list_client_closed(server_client *c)
 	c->list_cursor = NULL;
 	if (job == NULL)
 		return;
+	lists_stepping--;
 	list_cursor_free(job->cursor);
 	op_snapshots_free(&job->w.snapshots);
 	json_decref(job->call.reply);

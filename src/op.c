@@ -486,7 +486,7 @@ op_run(op_call *call, const op_entry *op)
 	}
 	if ((op->flags & OP_NAME) && !proto_req_name(&call->req, "name", &call->name, &call->err))
 		return false;
-	call->clock = server_turn_realtime_ms();
+	call->clock = clock_realtime_ms();
 	if (op->flags & OP_CTX) {
 		if (!proto_req_ctx(&call->req, &call->ctx, &call->err))
 			return false;

@@ -172,18 +172,18 @@ bool op_hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request 
 /* set_state's audit line. */
 void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_request *req);
 
-/* Circuits one step of a list visits: a list of more is answered in
- * steps, one per turn of the event loop, other connections served in
- * between. */
+/* Circuits a turn of the event loop lists, all listing connections
+ * together: a list of more is answered in steps, one per turn, other
+ * connections served in between. Each listing connection steps once a
+ * turn, over OP_LIST_STEP_CIRCUITS / (lists in progress) circuits (at
+ * least one), so the others' requests wait for about this many. */
 #define OP_LIST_STEP_CIRCUITS 8
-/* List steps taken in one turn of the event loop, all listing connections
- * together (paced): the others' requests wait for at most these. */
-#define OP_LIST_STEPS_PER_LOOP 1
 /* Most circuits one list reply may be asked for (its limit member). */
 #define OP_LIST_LIMIT_MAX 100000
-/* The next step of c's list; true when it was answered (or there is none).
- * paced: not when this turn of the loop had its OP_LIST_STEPS_PER_LOOP (false,
- * to be asked again next turn); unpaced: the drain, which finishes lists. */
+/* The next step of c's list; true when it was answered (or there is none),
+ * false when a later turn takes the next. paced: its share of
+ * OP_LIST_STEP_CIRCUITS; unpaced (the drain, which finishes lists): all of
+ * it. */
 bool op_list_continue(server_client *c, bool paced);
 /* c closed: drop its list in progress. */
 void op_list_client_closed(server_client *c);

@@ -46,7 +46,7 @@ server_client_new(int fd)
 		return NULL;
 	c->fd = fd;
 	c->state = SERVER_CLIENT_OPEN;
-	c->last_request_ms = clock_monotonic_ms();
+	c->last_request_ms = clock_monotonic_coarse_ms();
 	c->read_ev = event_new(srv.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
 	c->write_ev = event_new(srv.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
 	c->timer_ev = evtimer_new(srv.base, server_client_timer_cb, c);
@@ -485,7 +485,7 @@ input_process(server_client *c, size_t budget, int64_t ms)
 {
 	size_t start = 0, answered = 0;
 	size_t max = (size_t)srv.conf.max_line_bytes;
-	int64_t began = server_turn_monotonic_ms();
+	int64_t began = 0;
 	bool more = false;
 
 	if (c->in == NULL)
@@ -503,8 +503,12 @@ input_process(server_client *c, size_t budget, int64_t ms)
 			more = true;
 			break;
 		}
+		/* The time limit counts from the end of the first line: most
+		 * turns answer one, and read no clock for it. */
+		if (answered == 1 && ms > 0)
+			began = clock_monotonic_ms();
 		if (answered == budget ||
-		    (ms > 0 && answered > 0 && clock_monotonic_ms() - began >= ms)) {
+		    (ms > 0 && answered > 1 && clock_monotonic_ms() - began >= ms)) {
 			more = true;
 			break;
 		}
@@ -519,10 +523,10 @@ input_process(server_client *c, size_t budget, int64_t ms)
 	}
 	if (c->state != SERVER_CLIENT_OPEN)
 		return false;
-	/* When the turn began is recent enough for idleness (client_idle_ms
-	 * is seconds; a clock read per request was 1% of cbd's time). */
+	/* Idleness is seconds: the coarse clock (no timestamp counter read;
+	 * a precise read per request was 1% of cbd's time). */
 	if (start > 0)
-		c->last_request_ms = began;
+		c->last_request_ms = clock_monotonic_coarse_ms();
 	if (more) {
 		/* The rest is scanned again next turn. */
 		memmove(c->in, c->in + start, c->in_len - start);
@@ -711,7 +715,7 @@ server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	if (c->state != SERVER_CLIENT_OPEN || idle <= 0)
 		return;
-	now = clock_monotonic_ms();
+	now = clock_monotonic_coarse_ms();
 	if (now - c->last_request_ms < idle) {
 		timer_arm(c, c->last_request_ms + idle - now);
 		return;

@@ -73,18 +73,6 @@ typedef struct server {
 /* The one server of this process (cbd is single-threaded). */
 extern server srv;
 
-/* Has the event loop turned since *seen? libevent takes its cached time
- * once a turn (the precise clock: EVENT_BASE_FLAG_PRECISE_TIMER), so a
- * new cached time is a new turn; *seen is updated. True outside the loop. */
-bool server_new_turn(struct timeval *seen);
-
-/* The realtime and monotonic clocks (ms) as of this turn of the loop: read
- * once a turn, not once a request. At 50 busy connections a turn answers
- * ~50 requests, and the reads were 2% of cbd's time. Within a turn they
- * stand still (a turn lasts well under a millisecond to a few). */
-int64_t server_turn_realtime_ms(void);
-int64_t server_turn_monotonic_ms(void);
-
 /* Set up everything up to listening; false (logged) on failure. */
 bool server_start(void);
 /* Run the event loop until shutdown; returns the exit code. */
