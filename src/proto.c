@@ -794,7 +794,9 @@ pval_name(const pval *v, const char *key, const char **out, proto_error *err)
 
 	if (!pval_string(v, key, true, out, &len, err))
 		return false;
-	if (!proto_name_valid(*out, len, &why))
+	/* A string from the flat view is printable ASCII (proto-scan.h): of
+	 * the rules, only its length is left to check. */
+	if ((v->flat < 0 || len == 0 || len > CT_NAME_MAX) && !proto_name_valid(*out, len, &why))
 		return proto_fail(err, PROTO_BAD_REQUEST, "%s %s", key, why);
 	return true;
 }
