@@ -36,17 +36,12 @@
 #endif
 
 static cbd_harness h;
-static char log_path[64];
+static char log_path[UTIL_LOG_PATH_SIZE];
 
 static void
 setup(void)
 {
-	int fd;
-
-	snprintf(log_path, sizeof log_path, "/tmp/cbd-log-XXXXXX");
-	fd = mkstemp(log_path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	util_log_create(log_path);
 }
 
 static void
@@ -54,23 +49,6 @@ teardown(void)
 {
 	harness_stop(&h);
 	unlink(log_path);
-}
-
-/* Start cbd with config text and extra arguments, logging to log_path. */
-static void
-start_logged(const char *config, const char *const *args)
-{
-	harness_opts opts = { .log_path = log_path, .args = args };
-
-	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
-}
-
-static bool
-path_exists(const char *p)
-{
-	struct stat st;
-
-	return lstat(p, &st) == 0;
 }
 
 /* A fresh connection, asserted. */
@@ -234,28 +212,11 @@ assert_whole_lines(const char *buf, size_t len)
 	return lines;
 }
 
-/* Lines of the log holding text. */
-static int
-log_count(const char *text)
-{
-	static char line[8192];
-	FILE *f = fopen(log_path, "r");
-	int n = 0;
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof line, f) != NULL) {
-		if (strstr(line, text) != NULL)
-			n++;
-	}
-	fclose(f);
-	return n;
-}
-
 START_TEST(test_socket_replaced_by_a_file_is_kept)
 {
 	int fd, st;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	ck_assert_int_eq(unlink(h.socket_path), 0);
 	fd = open(h.socket_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	ck_assert_int_ge(fd, 0);
@@ -263,7 +224,7 @@ START_TEST(test_socket_replaced_by_a_file_is_kept)
 	kill(h.pid, SIGTERM);
 	st = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-	ck_assert_msg(path_exists(h.socket_path), "cbd removed a file it did not create");
+	ck_assert_msg(util_path_exists(h.socket_path), "cbd removed a file it did not create");
 	ck_assert(util_wait_file(log_path, "is no longer the socket cbd bound"));
 	unlink(h.socket_path);
 }
@@ -276,7 +237,7 @@ START_TEST(test_socket_taken_by_another_cbd_is_kept)
 	char sock[400];
 	int fd, st;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	/* Someone removes A's socket and B binds the same path. */
 	snprintf(sock, sizeof sock, "%s", h.socket_path);
 	ck_assert_int_eq(unlink(sock), 0);
@@ -285,12 +246,12 @@ START_TEST(test_socket_taken_by_another_cbd_is_kept)
 	kill(h.pid, SIGTERM);
 	st = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-	ck_assert_msg(path_exists(sock), "stopping A removed B's socket");
+	ck_assert_msg(util_path_exists(sock), "stopping A removed B's socket");
 	fd = connect_ok(&b);
 	call_ok(fd, "{\"op\":\"hello\"}");
 	close(fd);
 	harness_stop(&b);
-	ck_assert_msg(!path_exists(sock), "B left its own socket behind");
+	ck_assert_msg(!util_path_exists(sock), "B left its own socket behind");
 }
 END_TEST
 
@@ -313,7 +274,7 @@ START_TEST(test_list_flood_dropped_per_reply)
 	json_t *r;
 	char *buf;
 
-	start_logged(config, NULL);
+	util_start_logged(&h, config, NULL, log_path);
 	a = connect_ok(&h);
 	b = connect_ok(&h);
 	pipeline_ok(a, "{\"op\":\"record_failure\",\"name\":\"flood-", "\"}", CIRCUITS);
@@ -350,7 +311,7 @@ START_TEST(test_list_flood_dropped_per_reply)
 	 * (1 MiB of slack for malloc). ASan keeps freed memory, so not there. */
 	ck_assert_msg(SANITIZED || hwm_after <= hwm_before + 3 * MAX_OUTPUT / 1024 + 1024,
 	    "peak RSS %ld kB, was %ld kB before the flood", hwm_after, hwm_before);
-	ck_assert_int_eq(log_count("would pass max_output_bytes"), 1);
+	ck_assert_int_eq(util_log_count(log_path, "would pass max_output_bytes"), 1);
 	close(f);
 	close(b);
 	close(a);
@@ -366,7 +327,7 @@ START_TEST(test_pipelining_non_reader_dropped)
 	long long deadline;
 	pid_t writer;
 
-	start_logged("[cbd]\nmax_output_bytes = 65536\n", NULL);
+	util_start_logged(&h, "[cbd]\nmax_output_bytes = 65536\n", NULL, log_path);
 	b = connect_ok(&h);
 	f = connect_ok(&h);
 	writer = fork();
@@ -418,7 +379,8 @@ START_TEST(test_idle_connections_closed)
 	char line[4096];
 	json_t *r;
 
-	start_logged("[cbd]\nmax_connections = 64\nclient_idle_ms = 300\n", NULL);
+	util_start_logged(&h, "[cbd]\nmax_connections = 64\nclient_idle_ms = 300\n", NULL,
+	    log_path);
 	for (int i = 0; i < N; i++)
 		idle[i] = connect_ok(&h);
 	/* Full: one more is refused. */
@@ -448,7 +410,7 @@ START_TEST(test_idle_reload)
 	int c;
 	FILE *f;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	c = connect_ok(&h);
 	call_ok(c, "{\"op\":\"hello\"}");
 	f = fopen(h.config_path, "w");
@@ -520,7 +482,7 @@ START_TEST(test_emfile_refuses_with_capacity)
 	long long started;
 	json_t *r;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	started = mono_ms();
 	ck_assert_int_eq(prlimit(h.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	served = connect_all_answered(fds, N);
@@ -534,7 +496,7 @@ START_TEST(test_emfile_refuses_with_capacity)
 	ck_assert_int_eq(util_int(r, "limits.descriptors"), N - served);
 	json_decref(r);
 	close(c);
-	warnings = log_count("refusing new clients until a descriptor frees");
+	warnings = util_log_count(log_path, "refusing new clients until a descriptor frees");
 	ck_assert_int_ge(warnings, 1);
 	ck_assert_int_le(warnings, 1 + (mono_ms() - started) / 1000);
 }
@@ -548,7 +510,7 @@ START_TEST(test_fd_count_after_2000_connects)
 	static int fds[N];
 	int c, before, after;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	c = connect_ok(&h);
 	call_ok(c, "{\"op\":\"hello\"}");
 	before = proc_fd_count(h.pid);
@@ -576,7 +538,7 @@ START_TEST(test_whole_lines_at_shutdown)
 	char *buf;
 	int s, lines;
 
-	start_logged("[cbd]\nmax_output_bytes = 16777216\n", NULL);
+	util_start_logged(&h, "[cbd]\nmax_output_bytes = 16777216\n", NULL, log_path);
 	s = connect_ok(&h);
 	buf = malloc((size_t)N * 64);
 	ck_assert_ptr_nonnull(buf);
@@ -635,7 +597,7 @@ START_TEST(test_transition_logs_rate_limited)
 	json_t *r;
 	FILE *f;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	c = connect_ok(&h);
 	for (int i = 0; i < FLAPS; i += 2) {
 		call_ok(c, "{\"op\":\"set_state\",\"name\":\"flap\",\"state\":\"open\"}");
@@ -648,7 +610,7 @@ START_TEST(test_transition_logs_rate_limited)
 	json_decref(r);
 	close(c);
 	harness_stop(&h); /* the summary of the last window is logged at exit */
-	logged = log_count("info: circuit \"flap\": ");
+	logged = util_log_count(log_path, "info: circuit \"flap\": ");
 	/* At most 5 a window; the run may straddle a window or two. */
 	ck_assert_int_ge(logged, 1);
 	ck_assert_int_le(logged, 3 * 5);
@@ -677,7 +639,7 @@ START_TEST(test_control_bytes_escaped_in_log)
 	int c;
 	FILE *f;
 
-	start_logged(NULL, verbose);
+	util_start_logged(&h, NULL, verbose, log_path);
 	c = connect_ok(&h);
 	call_ok(c, "{\"op\":\"hello\",\"client\":\"a\\u0001b\\u007fc\\nd\"}");
 	json_decref(util_call(c, "{\"op\":\"x\\u0002y\"}"));

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -306,6 +307,49 @@ util_wait_file(const char *path, const char *text)
 		nanosleep(&ts, NULL);
 	}
 	return false;
+}
+
+void
+util_log_create(char path[UTIL_LOG_PATH_SIZE])
+{
+	int fd;
+
+	snprintf(path, UTIL_LOG_PATH_SIZE, "/tmp/cbd-log-XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+void
+util_start_logged(cbd_harness *h, const char *config, const char *const *args, const char *log_path)
+{
+	harness_opts opts = { .log_path = log_path, .args = args };
+
+	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
+}
+
+int
+util_log_count(const char *path, const char *text)
+{
+	static char line[8192];
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (strstr(line, text) != NULL)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+bool
+util_path_exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
 }
 
 bool
