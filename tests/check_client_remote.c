@@ -1135,6 +1135,21 @@ END_TEST
 #define COUNT_PROCS 4
 #define COUNT_CALLS 50
 
+/* The breaker o describes with the cache on, over a remote store on
+ * r->conn (made by the caller; NULL fails). Plain C: also used in forked
+ * children. */
+static bool
+cached_rig(rig *r, cbc_breaker_options *o)
+{
+	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
+	if (r->store == NULL)
+		return false;
+	o->store = r->store;
+	o->cache = CBC_CACHE_ON;
+	r->b = cbc_breaker_new(o, NULL);
+	return r->b != NULL;
+}
+
 /* A cached breaker named name on the socket at path (plain C: also used
  * in forked children). */
 static bool
@@ -1144,22 +1159,16 @@ cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64
 
 	memset(r, 0, sizeof *r);
 	r->conn = conn_new_patient(path);
-	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
-	if (r->store == NULL)
-		return false;
 	cbc_breaker_options_init(&o);
 	o.name = name;
 	o.failure_threshold = threshold;
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
 	o.half_open_max = half_open_max;
-	o.store = r->store;
-	o.cache = CBC_CACHE_ON;
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r->rec;
-	r->b = cbc_breaker_new(&o, NULL);
-	return r->b != NULL;
+	return cached_rig(r, &o);
 }
 
 /* Wait (at most CACHE_WAIT_MS) until b's cache decides a call itself:
@@ -1188,6 +1197,20 @@ cached_wait_live(cbc_breaker *b)
 		usleep(1000);
 	}
 	return false;
+}
+
+/* For the tests that stop cbd: the breaker o describes, cached, on a
+ * connection to h whose calls give up after STOP_TIMEOUT_MS; returns once
+ * its cache decides calls itself. */
+static void
+cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
+{
+	memset(r, 0, sizeof *r);
+	r->conn = cbc_conn_new(h->socket_path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	    CBC_OK);
+	ck_assert(cached_rig(r, o));
+	ck_assert(cached_wait_live(r->b));
 }
 
 /* Wait (at most CACHE_WAIT_MS) until cbd's totals of name reach
@@ -1507,11 +1530,6 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	memset(&r, 0, sizeof r);
-	r.conn = cbc_conn_new(h->socket_path, NULL);
-	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
-	    CBC_OK);
-	r.store = cbc_store_new_remote(r.conn, NULL);
 	cbc_breaker_options_init(&o);
 	/* A long name makes each queued line long, so that 1 MiB fills in
 	 * few calls: far faster than the probe gives up on the stopped cbd. */
@@ -1519,11 +1537,7 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	backlog[sizeof backlog - 1] = '\0';
 	o.name = backlog;
 	o.failure_threshold = 1000000000; /* never trips: every failure counts */
-	o.store = r.store;
-	o.cache = CBC_CACHE_ON;
-	r.b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(r.b);
-	ck_assert(cached_wait_live(r.b));
+	cached_open_stoppable(&r, h, &o);
 	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX, then go
 	 * through the store (which times out and degrades: LOCAL). */
 	kill(h->pid, SIGSTOP);
@@ -1589,25 +1603,16 @@ START_TEST(cached_frozen_cbd_goes_uncached_until_it_answers)
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	memset(&r, 0, sizeof r);
-	r.conn = cbc_conn_new(h->socket_path, NULL);
-	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
-	    CBC_OK);
-	r.store = cbc_store_new_remote(r.conn, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "frozen";
 	o.failure_threshold = 3;
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
-	o.store = r.store;
 	o.store_policy = CBC_POLICY_LOCAL;
-	o.cache = CBC_CACHE_ON;
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r.rec;
-	r.b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(r.b);
-	ck_assert(cached_wait_live(r.b));
+	cached_open_stoppable(&r, h, &o);
 	/* Frozen: the watch connection stays open, but cbd answers nothing;
 	 * the cache's probe notices (bounded wait). */
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
