@@ -58,23 +58,6 @@ teardown(void)
 	rmdir(state_dir);
 }
 
-static int64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void
-sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
-}
-
 /* The config text of the state tests: state_file plus extra lines. */
 static const char *
 state_config(const char *extra)
@@ -104,7 +87,7 @@ as_nobody(const char *req)
 static void
 writes_settle(int fd)
 {
-	int64_t deadline = mono_ms() + harness_timeout_ms(), last = -1;
+	int64_t deadline = harness_mono_ms() + harness_timeout_ms(), last = -1;
 
 	for (;;) {
 		json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
@@ -114,8 +97,8 @@ writes_settle(int fd)
 		if (writes >= 1 && writes == last)
 			return;
 		last = writes;
-		ck_assert_msg(mono_ms() < deadline, "the state file was never written");
-		sleep_ms(300);
+		ck_assert_msg(harness_mono_ms() < deadline, "the state file was never written");
+		harness_sleep_ms(300);
 	}
 }
 
@@ -259,7 +242,7 @@ END_TEST
 /* cbd also ends a hold on its own clock, with no request naming it. */
 START_TEST(test_hold_ends_on_cbds_clock)
 {
-	int64_t t0 = mono_ms();
+	int64_t t0 = harness_mono_ms();
 	int a;
 	json_t *r;
 
@@ -270,7 +253,7 @@ START_TEST(test_hold_ends_on_cbds_clock)
 	    "\"hold\":true,\"ttl_ms\":300}"));
 	ck_assert(util_wait_file(log_path, "open -> half_open (hold expired)"));
 	/* Never before its ttl. */
-	ck_assert_int_ge(mono_ms() - t0, 300);
+	ck_assert_int_ge(harness_mono_ms() - t0, 300);
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "held"), 0);
 	json_decref(r);
@@ -348,12 +331,12 @@ START_TEST(test_state_survives_kill9)
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\","
 	    "\"hold\":true,\"reason\":\"db migration\"}"));
-	short_set = mono_ms();
+	short_set = harness_mono_ms();
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"short\",\"state\":\"open\","
 	    "\"hold\":true,\"ttl_ms\":1500}"));
 	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"healthy\"}"));
-	sleep_ms(200);
+	harness_sleep_ms(200);
 	/* The changes are written within 100 ms on a quiet machine; a loaded
 	 * one may take longer, so wait for the writes to settle. */
 	writes_settle(a);
@@ -363,8 +346,8 @@ START_TEST(test_state_survives_kill9)
 	harness_stop(&h);
 	/* "short"'s ttl passes while cbd is down (unless the machine is so
 	 * slow that it passed before the kill: then cbd ended it itself). */
-	while (mono_ms() - short_set < 1600)
-		sleep_ms(50);
+	while (harness_mono_ms() - short_set < 1600)
+		harness_sleep_ms(50);
 
 	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);

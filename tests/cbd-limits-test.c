@@ -71,23 +71,6 @@ call_ok(int fd, const char *line)
 	json_decref(r);
 }
 
-static long long
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void
-sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
-}
-
 /* Send n lines "<before><number, 5 digits><after>\n" in batches, reading
  * every reply; each must be ok. */
 static void
@@ -160,14 +143,14 @@ proc_fd_count(pid_t pid)
 static char *
 read_to_eof(int fd, size_t *len, int pause_ms, size_t chunk)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	size_t cap = 1 << 20, got = 0;
 	char *buf = malloc(cap);
 
 	ck_assert_ptr_nonnull(buf);
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		ssize_t n;
 
 		ck_assert_msg(left > 0 && poll(&p, 1, (int)left) == 1, "no EOF in time");
@@ -182,7 +165,7 @@ read_to_eof(int fd, size_t *len, int pause_ms, size_t chunk)
 		ck_assert_msg(n > 0, "read: %s", strerror(errno));
 		got += (size_t)n;
 		if (pause_ms > 0)
-			sleep_ms(pause_ms);
+			harness_sleep_ms(pause_ms);
 	}
 	*len = got;
 	return buf;
@@ -356,9 +339,9 @@ START_TEST(test_pipelining_non_reader_dropped)
 	}
 	ck_assert(util_stats_reach(b, "limits.max_output_bytes", 1));
 	ck_assert(util_stats_reach(b, "connections.current", 1));
-	deadline = mono_ms() + harness_timeout_ms();
-	while (mono_ms() < deadline && waitpid(writer, &status, WNOHANG) != writer)
-		sleep_ms(5);
+	deadline = harness_mono_ms() + harness_timeout_ms();
+	while (harness_mono_ms() < deadline && waitpid(writer, &status, WNOHANG) != writer)
+		harness_sleep_ms(5);
 	if (!WIFEXITED(status)) {
 		kill(writer, SIGKILL);
 		waitpid(writer, &status, 0);
@@ -483,7 +466,7 @@ START_TEST(test_emfile_refuses_with_capacity)
 	json_t *r;
 
 	util_start_logged(&h, NULL, NULL, log_path);
-	started = mono_ms();
+	started = harness_mono_ms();
 	ck_assert_int_eq(prlimit(h.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	served = connect_all_answered(fds, N);
 	ck_assert_int_gt(served, 0);
@@ -498,7 +481,7 @@ START_TEST(test_emfile_refuses_with_capacity)
 	close(c);
 	warnings = util_log_count(log_path, "refusing new clients until a descriptor frees");
 	ck_assert_int_ge(warnings, 1);
-	ck_assert_int_le(warnings, 1 + (mono_ms() - started) / 1000);
+	ck_assert_int_le(warnings, 1 + (harness_mono_ms() - started) / 1000);
 }
 END_TEST
 
@@ -554,11 +537,11 @@ START_TEST(test_whole_lines_at_shutdown)
 	}
 	kill(h.pid, SIGTERM);
 	/* A bit at a time until the drain time has passed, then the rest. */
-	slow_until = mono_ms() + DRAIN_MS + 1000;
+	slow_until = harness_mono_ms() + DRAIN_MS + 1000;
 	buf = malloc(1 << 22);
 	ck_assert_ptr_nonnull(buf);
 	got = 0;
-	while (mono_ms() < slow_until) {
+	while (harness_mono_ms() < slow_until) {
 		struct pollfd p = { .fd = s, .events = POLLIN };
 		ssize_t n;
 
@@ -566,7 +549,7 @@ START_TEST(test_whole_lines_at_shutdown)
 		n = read(s, buf + got, SLOW_CHUNK);
 		ck_assert_int_gt(n, 0);
 		got += (size_t)n;
-		sleep_ms(SLOW_PAUSE_MS);
+		harness_sleep_ms(SLOW_PAUSE_MS);
 	}
 	{
 		size_t rest_len;

@@ -34,15 +34,6 @@
  * (tests must not be timing-flaky), well below "hung". */
 #define STOP_BOUND_MS (10 * STOP_TIMEOUT_MS)
 
-static int64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Timeouts of connections whose test is about answers, not about
  * timeouts: far above any real delay, so a loaded machine (make check -j
  * beside other work) cannot turn an answer into a degraded one. */
@@ -1027,9 +1018,9 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 	rig_trip(&r);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int round = 0; round < 3; round++) {
-		t0 = mono_ms();
+		t0 = harness_mono_ms();
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, &err);
-		took = mono_ms() - t0;
+		took = harness_mono_ms() - t0;
 		ck_assert_msg(took < STOP_BOUND_MS, "call %d took %lld ms", round, (long long)took);
 		switch (policy) {
 		case CBC_POLICY_LOCAL:
@@ -1178,10 +1169,10 @@ cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64
 static bool
 cached_wait_live(cbc_breaker *b)
 {
-	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	cbc_permit p;
 
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		cbc_status st = cbc_breaker_acquire(b, &p, NULL);
 
 		if (st == CBC_OK)
@@ -1218,7 +1209,7 @@ cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
 static cbc_snapshot
 cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
 {
-	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	cbc_snapshot s;
 
 	do {
@@ -1226,7 +1217,7 @@ cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
 		if (s.totals.failures + s.totals.successes >= total)
 			break;
 		usleep(2000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	return s;
 }
 
@@ -1264,8 +1255,8 @@ START_TEST(cached_trip_in_one_process_refuses_in_another)
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	/* Process B (here) refuses within one event delivery: poll, bounded. */
-	deadline = mono_ms() + CACHE_WAIT_MS;
-	while (mono_ms() < deadline) {
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	while (harness_mono_ms() < deadline) {
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
 		if (st == CBC_EOPEN)
 			break;
@@ -1350,13 +1341,13 @@ START_TEST(cached_clients_rewatch_after_cbd_restarts)
 	cbd_kill(h);
 	/* The cache notices (bounded wait); until then a call may still be
 	 * decided from it, and its success queued for the next cbd. */
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 		if (!cs.live)
 			break;
 		usleep(1000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert(!cs.live);
 	/* cbd away: calls keep running (the LOCAL policy's copy: closed). */
 	for (int i = 0; i < 5; i++)
@@ -1380,8 +1371,8 @@ START_TEST(cached_clients_rewatch_after_cbd_restarts)
 	/* A trip made by someone else on the new cbd reaches this cache. */
 	admin = conn_new_patient(h2->socket_path);
 	ck_assert_int_eq(cbc_set_state(admin, "restarts", CBC_STATE_OPEN, NULL, &s, NULL), CBC_OK);
-	deadline = mono_ms() + CACHE_WAIT_MS;
-	while (mono_ms() < deadline) {
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	while (harness_mono_ms() < deadline) {
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
 		if (st == CBC_EOPEN)
 			break;
@@ -1477,13 +1468,13 @@ START_TEST(cached_holds_and_deletes)
 	 * hold's time left. */
 	ck_assert_int_eq(cbc_hold(admin, "held", CBC_STATE_OPEN, 60000, "deploy", &s, NULL),
 	    CBC_OK);
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
 		if (st == CBC_EOPEN)
 			break;
 		usleep(1000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert_int_eq(st, CBC_EOPEN);
 	ck_assert_int_gt(res.retry_after_ms, 50000);
 	ck_assert_int_le(res.retry_after_ms, 60000);
@@ -1491,13 +1482,13 @@ START_TEST(cached_holds_and_deletes)
 	ck_assert_int_ge(cs.refused_calls, 1);
 	/* Released: half_open, so calls ask cbd for a trial slot again. */
 	ck_assert_int_eq(cbc_release(admin, "held", NULL, &s, NULL), CBC_OK);
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		st = cbc_breaker_acquire(r.b, &p, NULL);
 		if (st == CBC_OK)
 			break;
 		usleep(1000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert_int_eq(st, CBC_OK);
 	ck_assert(p.has_slot);
 	ck_assert(!p.cached);
@@ -1546,14 +1537,14 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	 * must be reached before the cache's probe gives up on the stopped
 	 * cbd (about 1.5 s after its last line; the fill takes about 0.1 s),
 	 * after which calls are not cached at all. */
-	deadline = mono_ms() + 12 * CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + 12 * CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
 		    CBC_OK);
 		calls++;
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
-	} while (
-	    cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) && mono_ms() < deadline);
+	} while (cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) &&
+	    harness_mono_ms() < deadline);
 	ck_assert_msg(cs.out_full >= 1,
 	    "no out_full after %d calls (%llu lines, %llu sends, %llu probe timeouts)", calls,
 	    (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends,
@@ -1577,11 +1568,11 @@ END_TEST
 static bool
 cached_wait_decides_again(cbc_breaker *b, const cbc_cache_stats *before)
 {
-	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	cbc_cache_stats cs;
 	cbc_permit p;
 
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		if (cbc_breaker_acquire(b, &p, NULL) == CBC_OK)
 			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
 		if (cbc_breaker_cache_stats(b, &cs, NULL) == CBC_OK &&
@@ -1616,13 +1607,13 @@ START_TEST(cached_frozen_cbd_goes_uncached_until_it_answers)
 	/* Frozen: the watch connection stays open, but cbd answers nothing;
 	 * the cache's probe notices (bounded wait). */
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 		if (cs.probe_timeouts >= 1)
 			break;
 		usleep(10000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert_msg(cs.probe_timeouts >= 1,
 	    "a frozen cbd went unnoticed (live %d, %llu permitted)", (int)cs.live,
 	    (unsigned long long)cs.permitted);

@@ -21,15 +21,6 @@
 
 #include "daemon-util.h"
 
-static long long
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 json_t *
 util_call(int fd, const char *fmt, ...)
 {
@@ -142,7 +133,7 @@ util_write_all(int fd, const void *buf, size_t len)
 static bool
 stats_poll(int conn, const char *path, int64_t want, bool at_least)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 
 	do {
 		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
@@ -152,7 +143,7 @@ stats_poll(int conn, const char *path, int64_t want, bool at_least)
 		if (v == want || (at_least && v > want))
 			return true;
 		usleep(5000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	return false;
 }
 
@@ -171,7 +162,7 @@ util_stats_reach_min(int conn, const char *path, int64_t least)
 bool
 util_stats_reach_str(int conn, const char *path, const char *want)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 
 	do {
 		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
@@ -182,19 +173,19 @@ util_stats_reach_str(int conn, const char *path, const char *want)
 		if (same)
 			return true;
 		usleep(5000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	return false;
 }
 
 bool
 util_read_line(int fd, char *buf, size_t size)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	size_t got = 0;
 
 	while (got + 1 < size) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		ssize_t n;
 
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
@@ -214,12 +205,12 @@ util_read_line(int fd, char *buf, size_t size)
 bool
 util_wait_eof(int fd)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	char buf[4096];
 
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		ssize_t n;
 
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
@@ -235,7 +226,7 @@ util_wait_eof(int fd)
 int
 util_run(const char *const *argv, char *out, size_t size)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	size_t got = 0;
 	int pipefd[2], status;
 	pid_t pid;
@@ -257,7 +248,7 @@ util_run(const char *const *argv, char *out, size_t size)
 	close(pipefd[1]);
 	for (;;) {
 		struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		char sink[256];
 		ssize_t n;
 
@@ -275,7 +266,7 @@ util_run(const char *const *argv, char *out, size_t size)
 	if (size > 0)
 		out[got] = '\0';
 	close(pipefd[0]);
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		if (waitpid(pid, &status, WNOHANG) == pid)
 			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 		struct timespec ts = { 0, 5000000 };
@@ -289,10 +280,10 @@ util_run(const char *const *argv, char *out, size_t size)
 bool
 util_wait_file(const char *path, const char *text)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	static char buf[1 << 20];
 
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		FILE *f = fopen(path, "r");
 
 		if (f != NULL) {
