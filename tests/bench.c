@@ -9,6 +9,11 @@
  * and stops it at the end. Each connection is a thread sending the sidecar
  * pair a service sends per outbound call — allow, then record — on its own
  * circuit name among a shared set of 64, `depth` requests in flight.
+ *
+ * It shares connecting, sending, the clock, sorting samples, starting cbd
+ * and the -c list with the other benchmarks (cbd-harness, bench-load) but
+ * keeps its own threads rather than bench_run's one epoll thread: its
+ * figures stay comparable with its earlier ones.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,14 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define BENCH_CIRCUITS 64
-#define BENCH_MAX_CONNS 256
+#include "bench-load.h"
+#include "cbd-harness.h"
+
 #define BENCH_MAX_DEPTH 1024
 #define BENCH_LAT_SAMPLES 200000
 #define BENCH_BUF 65536
@@ -40,47 +42,6 @@ typedef struct worker {
 	double *latencies; /* per request, depth 1 only */
 	long latency_count;
 } worker;
-
-static double
-now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int
-connect_to(const char *path)
-{
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -1;
-	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
-	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-static bool
-write_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
 
 /* Read until `lines` newlines arrived; count replies that are not ok. */
 static bool
@@ -112,7 +73,7 @@ worker_run(void *arg)
 	worker *w = arg;
 	char *out = malloc((size_t)w->depth * 160 + 1);
 	char *in = malloc(BENCH_BUF);
-	int fd = connect_to(w->socket_path);
+	int fd = harness_connect_path(w->socket_path);
 	double end;
 
 	if (fd < 0 || out == NULL || in == NULL) {
@@ -121,13 +82,13 @@ worker_run(void *arg)
 		w->errors++;
 		goto done;
 	}
-	end = now_s() + w->seconds;
-	while (now_s() < end) {
+	end = harness_now_s() + w->seconds;
+	while (harness_now_s() < end) {
 		size_t len = 0;
-		double t0 = now_s();
+		double t0 = harness_now_s();
 
 		for (int i = 0; i < w->depth; i++) {
-			int circuit = (w->index * 7 + i) % BENCH_CIRCUITS;
+			int circuit = (w->index * 7 + i) % BENCH_KEYS;
 
 			len += (size_t)sprintf(out + len,
 			    (i % 2 == 0) ? "{\"op\":\"allow\",\"name\":\"svc-%d\"}\n"
@@ -135,13 +96,14 @@ worker_run(void *arg)
 					   "\"success\"}\n",
 			    circuit);
 		}
-		if (!write_all(fd, out, len) || !read_replies(fd, in, w->depth, &w->errors)) {
+		if (!harness_send_all(fd, out, len) ||
+		    !read_replies(fd, in, w->depth, &w->errors)) {
 			w->errors++;
 			break;
 		}
 		w->requests += w->depth;
 		if (w->latencies != NULL && w->latency_count < BENCH_LAT_SAMPLES)
-			w->latencies[w->latency_count++] = now_s() - t0;
+			w->latencies[w->latency_count++] = harness_now_s() - t0;
 	}
 done:
 	if (fd >= 0)
@@ -149,14 +111,6 @@ done:
 	free(out);
 	free(in);
 	return NULL;
-}
-
-static int
-compare_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
 }
 
 /* One run: conns threads at depth for seconds; prints one line. */
@@ -169,7 +123,7 @@ run(const char *path, int conns, int depth, double seconds)
 	double *all = NULL;
 	long all_count = 0;
 
-	t0 = now_s();
+	t0 = harness_now_s();
 	for (int i = 0; i < conns; i++) {
 		w[i].socket_path = path;
 		w[i].index = i;
@@ -185,7 +139,7 @@ run(const char *path, int conns, int depth, double seconds)
 		errors += w[i].errors;
 		all_count += w[i].latency_count;
 	}
-	elapsed = now_s() - t0;
+	elapsed = harness_now_s() - t0;
 	printf("conns %4d  depth %4d  %10.0f req/s  errors %ld", conns, depth,
 	    (double)total / elapsed, errors);
 	if (depth == 1 && all_count > 0) {
@@ -195,7 +149,7 @@ run(const char *path, int conns, int depth, double seconds)
 		for (int i = 0; i < conns; i++)
 			for (long j = 0; j < w[i].latency_count; j++)
 				all[k++] = w[i].latencies[j];
-		qsort(all, (size_t)all_count, sizeof(double), compare_double);
+		harness_sort_samples(all, (size_t)all_count);
 		printf("  p50 %.1f us  p99 %.1f us", all[all_count / 2] * 1e6,
 		    all[all_count * 99 / 100] * 1e6);
 		free(all);
@@ -207,56 +161,15 @@ run(const char *path, int conns, int depth, double seconds)
 	free(w);
 }
 
-/* Start cbd on a temporary socket; returns its pid or -1. */
-static pid_t
-start_cbd(char *dir, size_t dir_size, char *path, size_t path_size)
-{
-	const char *binary = getenv("CBD_BINARY");
-	char conf[512];
-	FILE *f;
-	pid_t pid;
-
-	if (binary == NULL)
-		binary = "./src/cbd";
-	snprintf(dir, dir_size, "/tmp/cbd-bench.XXXXXX");
-	if (mkdtemp(dir) == NULL)
-		return -1;
-	snprintf(path, path_size, "%s/cbd.sock", dir);
-	snprintf(conf, sizeof conf, "%s/cbd.conf", dir);
-	f = fopen(conf, "w");
-	if (f == NULL)
-		return -1;
-	fprintf(f, "[cbd]\nsocket = %s\nmax_connections = %d\nlog_level = warning\n", path,
-	    BENCH_MAX_CONNS + 8);
-	fclose(f);
-	pid = fork();
-	if (pid == 0) {
-		execl(binary, binary, "-c", conf, (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 200; i++) {
-		int fd = connect_to(path);
-
-		if (fd >= 0) {
-			close(fd);
-			return pid;
-		}
-		usleep(10000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	return -1;
-}
-
 int
 main(int argc, char **argv)
 {
 	const char *path = NULL;
-	char conns_list[256] = "1,8,50";
-	char dir[256], own_path[300];
+	const char *conns_text = "1,8,50";
+	int conns[BENCH_CONNS_MAX], runs;
+	cbd_harness cbd = { 0 };
 	double seconds = 2.0;
 	int depth = 0;
-	pid_t cbd = -1;
 	int opt;
 
 	while ((opt = getopt(argc, argv, "s:d:c:p:h")) != -1) {
@@ -272,7 +185,7 @@ main(int argc, char **argv)
 			}
 			break;
 		case 'c':
-			snprintf(conns_list, sizeof conns_list, "%s", optarg);
+			conns_text = optarg;
 			break;
 		case 'p':
 			depth = atoi(optarg);
@@ -289,32 +202,30 @@ main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	if (path == NULL) {
-		cbd = start_cbd(dir, sizeof dir, own_path, sizeof own_path);
-		if (cbd < 0) {
+		char config[128];
+
+		setenv("CBD_BINARY", "./src/cbd", 0);
+		snprintf(config, sizeof config,
+		    "[cbd]\nmax_connections = %d\nlog_level = warning\n", BENCH_CONNS_MAX + 8);
+		if (!harness_start(&cbd, config)) {
 			fprintf(stderr, "bench: could not start cbd (set CBD_BINARY)\n");
 			return 1;
 		}
-		path = own_path;
+		path = cbd.socket_path;
 	}
 	printf("cbd benchmark: allow/record pairs over %s, %.1f s per run\n", path, seconds);
-	for (char *tok = strtok(conns_list, ","); tok != NULL; tok = strtok(NULL, ",")) {
-		int conns = atoi(tok);
-
-		if (conns < 1 || conns > BENCH_MAX_CONNS)
+	runs = bench_parse_conns(conns_text, conns, BENCH_CONNS_MAX);
+	for (int i = 0; i < runs; i++) {
+		if (conns[i] < 1 || conns[i] > BENCH_CONNS_MAX)
 			continue;
 		if (depth > 0) {
-			run(path, conns, depth, seconds);
+			run(path, conns[i], depth, seconds);
 			continue;
 		}
-		run(path, conns, 1, seconds);
-		run(path, conns, 64, seconds);
+		run(path, conns[i], 1, seconds);
+		run(path, conns[i], 64, seconds);
 	}
-	if (cbd > 0) {
-		kill(cbd, SIGTERM);
-		waitpid(cbd, NULL, 0);
-		snprintf(own_path, sizeof own_path, "%s/cbd.conf", dir);
-		unlink(own_path);
-		rmdir(dir);
-	}
+	if (cbd.pid > 0)
+		harness_stop(&cbd);
 	return 0;
 }

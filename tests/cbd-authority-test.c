@@ -24,19 +24,14 @@
 #include "daemon-util.h"
 
 static cbd_harness h;
-static char log_path[64];
+static char log_path[UTIL_LOG_PATH_SIZE];
 static char state_dir[64];
 static char state_path[128];
 
 static void
 setup(void)
 {
-	int fd;
-
-	snprintf(log_path, sizeof log_path, "/tmp/cbd-log-XXXXXX");
-	fd = mkstemp(log_path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	util_log_create(log_path);
 	snprintf(state_dir, sizeof state_dir, "/tmp/cbd-state-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(state_dir));
 	snprintf(state_path, sizeof state_path, "%s/state.json", state_dir);
@@ -63,32 +58,6 @@ teardown(void)
 	rmdir(state_dir);
 }
 
-static int64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void
-sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
-}
-
-/* Start cbd with config text, logging to log_path. */
-static void
-start_logged(const char *config)
-{
-	harness_opts opts = { .log_path = log_path };
-
-	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
-}
-
 /* The config text of the state tests: state_file plus extra lines. */
 static const char *
 state_config(const char *extra)
@@ -97,24 +66,6 @@ state_config(const char *extra)
 
 	snprintf(text, sizeof text, "[cbd]\nstate_file = %s\n%s", state_path, extra);
 	return text;
-}
-
-/* How many times text occurs in the log. */
-static int
-log_count(const char *text)
-{
-	FILE *f = fopen(log_path, "r");
-	char line[8192];
-	int n = 0;
-
-	if (f == NULL)
-		return 0;
-	while (fgets(line, sizeof line, f) != NULL) {
-		if (strstr(line, text) != NULL)
-			n++;
-	}
-	fclose(f);
-	return n;
 }
 
 /* A request as uid/gid 65534 (nobody); the reply parsed. */
@@ -136,7 +87,7 @@ as_nobody(const char *req)
 static void
 writes_settle(int fd)
 {
-	int64_t deadline = mono_ms() + harness_timeout_ms(), last = -1;
+	int64_t deadline = harness_mono_ms() + harness_timeout_ms(), last = -1;
 
 	for (;;) {
 		json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
@@ -146,8 +97,8 @@ writes_settle(int fd)
 		if (writes >= 1 && writes == last)
 			return;
 		last = writes;
-		ck_assert_msg(mono_ms() < deadline, "the state file was never written");
-		sleep_ms(300);
+		ck_assert_msg(harness_mono_ms() < deadline, "the state file was never written");
+		harness_sleep_ms(300);
 	}
 }
 
@@ -156,7 +107,7 @@ START_TEST(test_first_declaration_wins)
 	int a, b, c;
 	json_t *r;
 
-	start_logged(NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	a = harness_connect(&h);
 	b = harness_connect(&h);
 	c = harness_connect(&h);
@@ -182,7 +133,7 @@ START_TEST(test_first_declaration_wins)
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "policy_conflicts"), 3);
 	json_decref(r);
-	ck_assert_int_eq(log_count("declares a policy that differs"), 2);
+	ck_assert_int_eq(util_log_count(log_path, "declares a policy that differs"), 2);
 	/* v1's surprise, gone: a record declaring a short break, then a plain
 	 * allow, answers with the circuit's own break. */
 	json_decref(util_call_ok(a,
@@ -203,7 +154,8 @@ START_TEST(test_config_beats_client_and_reload_changes_live_policy)
 	int a;
 	json_t *r;
 
-	start_logged("[circuit \"payments\"]\nfailure_threshold = 2\nbreak_ms = 100000\n");
+	util_start_logged(&h, "[circuit \"payments\"]\nfailure_threshold = 2\nbreak_ms = 100000\n",
+	    NULL, log_path);
 	a = harness_connect(&h);
 	/* The README's client snippet declares 5: the operator's 2 rules. */
 	r = util_call_ok(a,
@@ -253,7 +205,7 @@ START_TEST(test_hold_outlasts_break_and_ends_at_ttl)
 	int a;
 	json_t *r;
 
-	start_logged("[defaults]\nbreak_ms = 50\n");
+	util_start_logged(&h, "[defaults]\nbreak_ms = 50\n", NULL, log_path);
 	a = harness_connect(&h);
 	r = util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"db\",\"state\":\"open\",\"hold\":true,"
@@ -290,18 +242,18 @@ END_TEST
 /* cbd also ends a hold on its own clock, with no request naming it. */
 START_TEST(test_hold_ends_on_cbds_clock)
 {
-	int64_t t0 = mono_ms();
+	int64_t t0 = harness_mono_ms();
 	int a;
 	json_t *r;
 
-	start_logged(NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	a = harness_connect(&h);
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"db\",\"state\":\"open\","
 	    "\"hold\":true,\"ttl_ms\":300}"));
 	ck_assert(util_wait_file(log_path, "open -> half_open (hold expired)"));
 	/* Never before its ttl. */
-	ck_assert_int_ge(mono_ms() - t0, 300);
+	ck_assert_int_ge(harness_mono_ms() - t0, 300);
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "held"), 0);
 	json_decref(r);
@@ -314,7 +266,7 @@ START_TEST(test_cas_for_non_admins)
 	int a;
 	json_t *r;
 
-	start_logged("[cbd]\nsocket_mode = 0666\n");
+	util_start_logged(&h, "[cbd]\nsocket_mode = 0666\n", NULL, log_path);
 	a = harness_connect(&h);
 	/* Only open -> half_open, and only after the break. */
 	r = as_nobody("{\"op\":\"cas\",\"name\":\"c\",\"from\":\"closed\",\"to\":\"open\"}");
@@ -371,7 +323,7 @@ START_TEST(test_state_survives_kill9)
 	int a;
 	json_t *r;
 
-	start_logged(config);
+	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"tripped\",\"ctx\":{"
@@ -379,12 +331,12 @@ START_TEST(test_state_survives_kill9)
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\","
 	    "\"hold\":true,\"reason\":\"db migration\"}"));
-	short_set = mono_ms();
+	short_set = harness_mono_ms();
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"short\",\"state\":\"open\","
 	    "\"hold\":true,\"ttl_ms\":1500}"));
 	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"healthy\"}"));
-	sleep_ms(200);
+	harness_sleep_ms(200);
 	/* The changes are written within 100 ms on a quiet machine; a loaded
 	 * one may take longer, so wait for the writes to settle. */
 	writes_settle(a);
@@ -394,10 +346,10 @@ START_TEST(test_state_survives_kill9)
 	harness_stop(&h);
 	/* "short"'s ttl passes while cbd is down (unless the machine is so
 	 * slow that it passed before the kill: then cbd ended it itself). */
-	while (mono_ms() - short_set < 1600)
-		sleep_ms(50);
+	while (harness_mono_ms() - short_set < 1600)
+		harness_sleep_ms(50);
 
-	start_logged(config);
+	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);
 	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"tripped\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
@@ -432,13 +384,13 @@ START_TEST(test_shutdown_writes_state)
 	int a;
 	json_t *r;
 
-	start_logged(config);
+	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);
 	json_decref(
 	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"half_open\"}"));
 	close(a);
 	harness_stop(&h);
-	start_logged(config);
+	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);
 	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"x\"}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
@@ -447,7 +399,7 @@ START_TEST(test_shutdown_writes_state)
 	json_decref(util_call_ok(a, "{\"op\":\"delete\",\"name\":\"x\"}"));
 	close(a);
 	harness_stop(&h);
-	start_logged(config);
+	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "circuits"), 0);
@@ -489,7 +441,7 @@ START_TEST(test_corrupt_state_file_moved_aside)
 		ck_assert_ptr_nonnull(f);
 		fputs(bad[i], f);
 		fclose(f);
-		start_logged(state_config(""));
+		util_start_logged(&h, state_config(""), NULL, log_path);
 		a = harness_connect(&h);
 		r = util_call_ok(a, "{\"op\":\"stats\"}");
 		ck_assert_int_eq(util_int(r, "circuits"), 0);

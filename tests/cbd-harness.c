@@ -58,8 +58,8 @@ harness_timeout_ms(void)
 	return v > 0 ? v : HARNESS_TIMEOUT_MS;
 }
 
-static long long
-mono_ms(void)
+long long
+harness_mono_ms(void)
 {
 	struct timespec ts;
 
@@ -67,8 +67,8 @@ mono_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void
-sleep_ms(int ms)
+void
+harness_sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
 
@@ -332,8 +332,8 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 	track(h->pid, h->dir);
 	if (opts->no_wait)
 		return true;
-	deadline = mono_ms() + harness_timeout_ms();
-	while (mono_ms() < deadline) {
+	deadline = harness_mono_ms() + harness_timeout_ms();
+	while (harness_mono_ms() < deadline) {
 		int status, fd;
 
 		if (waitpid(h->pid, &status, WNOHANG) == h->pid) {
@@ -349,7 +349,7 @@ harness_start_opts(cbd_harness *h, const char *config_text, const harness_opts *
 			close(fd);
 			return true;
 		}
-		sleep_ms(5);
+		harness_sleep_ms(5);
 	}
 	fprintf(stderr, "harness: cbd did not accept within %d ms\n", harness_timeout_ms());
 	harness_stop(h);
@@ -365,12 +365,12 @@ harness_start(cbd_harness *h, const char *config_text)
 int
 harness_wait(cbd_harness *h)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	int status;
 
 	if (h->pid <= 0)
 		return -1;
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		pid_t r = waitpid(h->pid, &status, WNOHANG);
 
 		if (r == h->pid) {
@@ -380,7 +380,7 @@ harness_wait(cbd_harness *h)
 		}
 		if (r < 0 && errno != EINTR)
 			return -1;
-		sleep_ms(5);
+		harness_sleep_ms(5);
 	}
 	return -1;
 }
@@ -413,7 +413,7 @@ bool
 harness_request(int fd, const char *line, char *reply, size_t reply_size)
 {
 	size_t len = strlen(line), got = 0;
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 
 	if (reply_size == 0 || !harness_send_all(fd, line, len) ||
 	    ((len == 0 || line[len - 1] != '\n') && !harness_send_all(fd, "\n", 1)))
@@ -421,7 +421,7 @@ harness_request(int fd, const char *line, char *reply, size_t reply_size)
 	/* Peek, then take exactly one line, so later replies stay queued. */
 	while (got < reply_size - 1) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		char *nl;
 		ssize_t n;
 

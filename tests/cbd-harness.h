@@ -37,6 +37,10 @@ int harness_connect_path(const char *path);
 bool harness_send_all(int fd, const char *buf, size_t len);
 /* The monotonic clock in seconds, for benchmarks. */
 double harness_now_s(void);
+/* The monotonic clock in milliseconds, for tests' bounded waits. */
+long long harness_mono_ms(void);
+/* Sleep ms milliseconds. */
+void harness_sleep_ms(int ms);
 /* Sort n samples in place, smallest first (benchmarks' percentiles). */
 void harness_sort_samples(double *v, size_t n);
 

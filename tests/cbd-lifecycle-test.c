@@ -28,17 +28,12 @@
 #include "daemon-util.h"
 
 static cbd_harness h;
-static char log_path[64];
+static char log_path[UTIL_LOG_PATH_SIZE];
 
 static void
 setup(void)
 {
-	int fd;
-
-	snprintf(log_path, sizeof log_path, "/tmp/cbd-log-XXXXXX");
-	fd = mkstemp(log_path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	util_log_create(log_path);
 }
 
 static void
@@ -46,23 +41,6 @@ teardown(void)
 {
 	harness_stop(&h);
 	unlink(log_path);
-}
-
-/* Start cbd with config text, logging to log_path. */
-static void
-start_logged(const char *config)
-{
-	harness_opts opts = { .log_path = log_path };
-
-	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
-}
-
-static bool
-path_exists(const char *p)
-{
-	struct stat st;
-
-	return lstat(p, &st) == 0;
 }
 
 START_TEST(test_sigterm_flushes_and_removes_socket)
@@ -73,7 +51,7 @@ START_TEST(test_sigterm_flushes_and_removes_socket)
 	static char reply[4096];
 	int a, b, status;
 
-	start_logged(NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	a = harness_connect(&h);
 	b = harness_connect(&h);
 	/* a pipelines N requests and reads nothing yet: their replies pile up
@@ -90,7 +68,7 @@ START_TEST(test_sigterm_flushes_and_removes_socket)
 	ck_assert(util_wait_eof(b));
 	status = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-	ck_assert_msg(!path_exists(h.socket_path), "socket file left behind");
+	ck_assert_msg(!util_path_exists(h.socket_path), "socket file left behind");
 	ck_assert(util_wait_file(log_path, "info: stopping (SIGTERM)"));
 	close(a);
 	close(b);
@@ -101,11 +79,11 @@ START_TEST(test_sigint_stops_too)
 {
 	int status;
 
-	start_logged(NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	ck_assert_int_eq(kill(h.pid, SIGINT), 0);
 	status = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
-	ck_assert(!path_exists(h.socket_path));
+	ck_assert(!util_path_exists(h.socket_path));
 }
 END_TEST
 
@@ -115,7 +93,7 @@ START_TEST(test_shutting_down_for_lines_sent_before_stop)
 	int a, st;
 	json_t *r;
 
-	start_logged(NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	a = harness_connect(&h);
 	r = util_call(a, "{\"op\":\"hello\"}");
 	ck_assert(util_code(r) == NULL);
@@ -156,7 +134,7 @@ START_TEST(test_sighup_reload)
 	int a;
 	json_t *r;
 
-	start_logged("[defaults]\nfailure_threshold = 5\n");
+	util_start_logged(&h, "[defaults]\nfailure_threshold = 5\n", NULL, log_path);
 	a = harness_connect(&h);
 	r = util_call(a, "{\"op\":\"record_failure\",\"name\":\"kept\"}");
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);
@@ -203,7 +181,7 @@ START_TEST(test_sighup_limits_apply)
 	json_t *r;
 	char reply[4096];
 
-	start_logged("[cbd]\nmax_circuits = 1\n");
+	util_start_logged(&h, "[cbd]\nmax_circuits = 1\n", NULL, log_path);
 	a = harness_connect(&h);
 	/* An open circuit is never reclaimed to make room. */
 	json_decref(util_call(a, "{\"op\":\"set_state\",\"name\":\"one\",\"state\":\"open\"}"));
@@ -237,7 +215,7 @@ START_TEST(test_stale_socket_replaced)
 	/* SIGKILL leaves the socket file behind, with nobody listening. */
 	kill(first.pid, SIGKILL);
 	harness_wait(&first);
-	ck_assert(path_exists(first.socket_path));
+	ck_assert(util_path_exists(first.socket_path));
 	snprintf(sock, sizeof sock, "%s", first.socket_path);
 	opts.socket = sock;
 	ck_assert(harness_start_opts(&h, NULL, &opts));
@@ -267,7 +245,7 @@ START_TEST(test_live_socket_refused)
 	ck_assert(util_wait_file(log_path, "another cbd is already listening"));
 	harness_stop(&second);
 	/* The first one is untouched. */
-	ck_assert(path_exists(h.socket_path));
+	ck_assert(util_path_exists(h.socket_path));
 	a = harness_connect(&h);
 	r = util_call(a, "{\"op\":\"hello\"}");
 	ck_assert(util_code(r) == NULL);
@@ -291,7 +269,7 @@ START_TEST(test_not_a_socket_refused)
 	st = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
 	ck_assert(util_wait_file(log_path, "is not a socket"));
-	ck_assert(path_exists(p));
+	ck_assert(util_path_exists(p));
 	unlink(p);
 }
 END_TEST
@@ -311,7 +289,8 @@ START_TEST(test_logs_transitions_and_open_warning)
 {
 	int a;
 
-	start_logged("[cbd]\nopen_warning_interval = 1\nlog_timestamps = 1\n");
+	util_start_logged(&h, "[cbd]\nopen_warning_interval = 1\nlog_timestamps = 1\n", NULL,
+	    log_path);
 	a = harness_connect(&h);
 	json_decref(
 	    util_call(a, "{\"op\":\"set_state\",\"name\":\"pay \\\"q\\\"\",\"state\":\"open\"}"));

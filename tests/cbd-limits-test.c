@@ -36,17 +36,12 @@
 #endif
 
 static cbd_harness h;
-static char log_path[64];
+static char log_path[UTIL_LOG_PATH_SIZE];
 
 static void
 setup(void)
 {
-	int fd;
-
-	snprintf(log_path, sizeof log_path, "/tmp/cbd-log-XXXXXX");
-	fd = mkstemp(log_path);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
+	util_log_create(log_path);
 }
 
 static void
@@ -54,23 +49,6 @@ teardown(void)
 {
 	harness_stop(&h);
 	unlink(log_path);
-}
-
-/* Start cbd with config text and extra arguments, logging to log_path. */
-static void
-start_logged(const char *config, const char *const *args)
-{
-	harness_opts opts = { .log_path = log_path, .args = args };
-
-	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
-}
-
-static bool
-path_exists(const char *p)
-{
-	struct stat st;
-
-	return lstat(p, &st) == 0;
 }
 
 /* A fresh connection, asserted. */
@@ -91,23 +69,6 @@ call_ok(int fd, const char *line)
 
 	ck_assert_msg(r != NULL && util_code(r) == NULL, "%s failed", line);
 	json_decref(r);
-}
-
-static long long
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void
-sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
 }
 
 /* Send n lines "<before><number, 5 digits><after>\n" in batches, reading
@@ -182,14 +143,14 @@ proc_fd_count(pid_t pid)
 static char *
 read_to_eof(int fd, size_t *len, int pause_ms, size_t chunk)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	size_t cap = 1 << 20, got = 0;
 	char *buf = malloc(cap);
 
 	ck_assert_ptr_nonnull(buf);
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		ssize_t n;
 
 		ck_assert_msg(left > 0 && poll(&p, 1, (int)left) == 1, "no EOF in time");
@@ -204,7 +165,7 @@ read_to_eof(int fd, size_t *len, int pause_ms, size_t chunk)
 		ck_assert_msg(n > 0, "read: %s", strerror(errno));
 		got += (size_t)n;
 		if (pause_ms > 0)
-			sleep_ms(pause_ms);
+			harness_sleep_ms(pause_ms);
 	}
 	*len = got;
 	return buf;
@@ -234,28 +195,11 @@ assert_whole_lines(const char *buf, size_t len)
 	return lines;
 }
 
-/* Lines of the log holding text. */
-static int
-log_count(const char *text)
-{
-	static char line[8192];
-	FILE *f = fopen(log_path, "r");
-	int n = 0;
-
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof line, f) != NULL) {
-		if (strstr(line, text) != NULL)
-			n++;
-	}
-	fclose(f);
-	return n;
-}
-
 START_TEST(test_socket_replaced_by_a_file_is_kept)
 {
 	int fd, st;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	ck_assert_int_eq(unlink(h.socket_path), 0);
 	fd = open(h.socket_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	ck_assert_int_ge(fd, 0);
@@ -263,7 +207,7 @@ START_TEST(test_socket_replaced_by_a_file_is_kept)
 	kill(h.pid, SIGTERM);
 	st = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-	ck_assert_msg(path_exists(h.socket_path), "cbd removed a file it did not create");
+	ck_assert_msg(util_path_exists(h.socket_path), "cbd removed a file it did not create");
 	ck_assert(util_wait_file(log_path, "is no longer the socket cbd bound"));
 	unlink(h.socket_path);
 }
@@ -276,7 +220,7 @@ START_TEST(test_socket_taken_by_another_cbd_is_kept)
 	char sock[400];
 	int fd, st;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	/* Someone removes A's socket and B binds the same path. */
 	snprintf(sock, sizeof sock, "%s", h.socket_path);
 	ck_assert_int_eq(unlink(sock), 0);
@@ -285,12 +229,12 @@ START_TEST(test_socket_taken_by_another_cbd_is_kept)
 	kill(h.pid, SIGTERM);
 	st = harness_wait(&h);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-	ck_assert_msg(path_exists(sock), "stopping A removed B's socket");
+	ck_assert_msg(util_path_exists(sock), "stopping A removed B's socket");
 	fd = connect_ok(&b);
 	call_ok(fd, "{\"op\":\"hello\"}");
 	close(fd);
 	harness_stop(&b);
-	ck_assert_msg(!path_exists(sock), "B left its own socket behind");
+	ck_assert_msg(!util_path_exists(sock), "B left its own socket behind");
 }
 END_TEST
 
@@ -313,7 +257,7 @@ START_TEST(test_list_flood_dropped_per_reply)
 	json_t *r;
 	char *buf;
 
-	start_logged(config, NULL);
+	util_start_logged(&h, config, NULL, log_path);
 	a = connect_ok(&h);
 	b = connect_ok(&h);
 	pipeline_ok(a, "{\"op\":\"record_failure\",\"name\":\"flood-", "\"}", CIRCUITS);
@@ -350,7 +294,7 @@ START_TEST(test_list_flood_dropped_per_reply)
 	 * (1 MiB of slack for malloc). ASan keeps freed memory, so not there. */
 	ck_assert_msg(SANITIZED || hwm_after <= hwm_before + 3 * MAX_OUTPUT / 1024 + 1024,
 	    "peak RSS %ld kB, was %ld kB before the flood", hwm_after, hwm_before);
-	ck_assert_int_eq(log_count("would pass max_output_bytes"), 1);
+	ck_assert_int_eq(util_log_count(log_path, "would pass max_output_bytes"), 1);
 	close(f);
 	close(b);
 	close(a);
@@ -366,7 +310,7 @@ START_TEST(test_pipelining_non_reader_dropped)
 	long long deadline;
 	pid_t writer;
 
-	start_logged("[cbd]\nmax_output_bytes = 65536\n", NULL);
+	util_start_logged(&h, "[cbd]\nmax_output_bytes = 65536\n", NULL, log_path);
 	b = connect_ok(&h);
 	f = connect_ok(&h);
 	writer = fork();
@@ -395,9 +339,9 @@ START_TEST(test_pipelining_non_reader_dropped)
 	}
 	ck_assert(util_stats_reach(b, "limits.max_output_bytes", 1));
 	ck_assert(util_stats_reach(b, "connections.current", 1));
-	deadline = mono_ms() + harness_timeout_ms();
-	while (mono_ms() < deadline && waitpid(writer, &status, WNOHANG) != writer)
-		sleep_ms(5);
+	deadline = harness_mono_ms() + harness_timeout_ms();
+	while (harness_mono_ms() < deadline && waitpid(writer, &status, WNOHANG) != writer)
+		harness_sleep_ms(5);
 	if (!WIFEXITED(status)) {
 		kill(writer, SIGKILL);
 		waitpid(writer, &status, 0);
@@ -418,7 +362,8 @@ START_TEST(test_idle_connections_closed)
 	char line[4096];
 	json_t *r;
 
-	start_logged("[cbd]\nmax_connections = 64\nclient_idle_ms = 300\n", NULL);
+	util_start_logged(&h, "[cbd]\nmax_connections = 64\nclient_idle_ms = 300\n", NULL,
+	    log_path);
 	for (int i = 0; i < N; i++)
 		idle[i] = connect_ok(&h);
 	/* Full: one more is refused. */
@@ -448,7 +393,7 @@ START_TEST(test_idle_reload)
 	int c;
 	FILE *f;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	c = connect_ok(&h);
 	call_ok(c, "{\"op\":\"hello\"}");
 	f = fopen(h.config_path, "w");
@@ -520,8 +465,8 @@ START_TEST(test_emfile_refuses_with_capacity)
 	long long started;
 	json_t *r;
 
-	start_logged(NULL, NULL);
-	started = mono_ms();
+	util_start_logged(&h, NULL, NULL, log_path);
+	started = harness_mono_ms();
 	ck_assert_int_eq(prlimit(h.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	served = connect_all_answered(fds, N);
 	ck_assert_int_gt(served, 0);
@@ -534,9 +479,9 @@ START_TEST(test_emfile_refuses_with_capacity)
 	ck_assert_int_eq(util_int(r, "limits.descriptors"), N - served);
 	json_decref(r);
 	close(c);
-	warnings = log_count("refusing new clients until a descriptor frees");
+	warnings = util_log_count(log_path, "refusing new clients until a descriptor frees");
 	ck_assert_int_ge(warnings, 1);
-	ck_assert_int_le(warnings, 1 + (mono_ms() - started) / 1000);
+	ck_assert_int_le(warnings, 1 + (harness_mono_ms() - started) / 1000);
 }
 END_TEST
 
@@ -548,7 +493,7 @@ START_TEST(test_fd_count_after_2000_connects)
 	static int fds[N];
 	int c, before, after;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	c = connect_ok(&h);
 	call_ok(c, "{\"op\":\"hello\"}");
 	before = proc_fd_count(h.pid);
@@ -576,7 +521,7 @@ START_TEST(test_whole_lines_at_shutdown)
 	char *buf;
 	int s, lines;
 
-	start_logged("[cbd]\nmax_output_bytes = 16777216\n", NULL);
+	util_start_logged(&h, "[cbd]\nmax_output_bytes = 16777216\n", NULL, log_path);
 	s = connect_ok(&h);
 	buf = malloc((size_t)N * 64);
 	ck_assert_ptr_nonnull(buf);
@@ -592,11 +537,11 @@ START_TEST(test_whole_lines_at_shutdown)
 	}
 	kill(h.pid, SIGTERM);
 	/* A bit at a time until the drain time has passed, then the rest. */
-	slow_until = mono_ms() + DRAIN_MS + 1000;
+	slow_until = harness_mono_ms() + DRAIN_MS + 1000;
 	buf = malloc(1 << 22);
 	ck_assert_ptr_nonnull(buf);
 	got = 0;
-	while (mono_ms() < slow_until) {
+	while (harness_mono_ms() < slow_until) {
 		struct pollfd p = { .fd = s, .events = POLLIN };
 		ssize_t n;
 
@@ -604,7 +549,7 @@ START_TEST(test_whole_lines_at_shutdown)
 		n = read(s, buf + got, SLOW_CHUNK);
 		ck_assert_int_gt(n, 0);
 		got += (size_t)n;
-		sleep_ms(SLOW_PAUSE_MS);
+		harness_sleep_ms(SLOW_PAUSE_MS);
 	}
 	{
 		size_t rest_len;
@@ -635,7 +580,7 @@ START_TEST(test_transition_logs_rate_limited)
 	json_t *r;
 	FILE *f;
 
-	start_logged(NULL, NULL);
+	util_start_logged(&h, NULL, NULL, log_path);
 	c = connect_ok(&h);
 	for (int i = 0; i < FLAPS; i += 2) {
 		call_ok(c, "{\"op\":\"set_state\",\"name\":\"flap\",\"state\":\"open\"}");
@@ -648,7 +593,7 @@ START_TEST(test_transition_logs_rate_limited)
 	json_decref(r);
 	close(c);
 	harness_stop(&h); /* the summary of the last window is logged at exit */
-	logged = log_count("info: circuit \"flap\": ");
+	logged = util_log_count(log_path, "info: circuit \"flap\": ");
 	/* At most 5 a window; the run may straddle a window or two. */
 	ck_assert_int_ge(logged, 1);
 	ck_assert_int_le(logged, 3 * 5);
@@ -677,7 +622,7 @@ START_TEST(test_control_bytes_escaped_in_log)
 	int c;
 	FILE *f;
 
-	start_logged(NULL, verbose);
+	util_start_logged(&h, NULL, verbose, log_path);
 	c = connect_ok(&h);
 	call_ok(c, "{\"op\":\"hello\",\"client\":\"a\\u0001b\\u007fc\\nd\"}");
 	json_decref(util_call(c, "{\"op\":\"x\\u0002y\"}"));

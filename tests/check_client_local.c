@@ -1747,15 +1747,9 @@ box_teardown(void *box)
  * timeouts: far above any real delay (a loaded machine, valgrind). */
 #define FAKE_SLOW_TIMEOUT_MS 10000
 
-/* The fake daemon: accepts connections one at a time and answers each
+/* The fake daemon is a client_stand_in answering with fake_line: each
  * request by its "name" member (get) or op (hello, release, set_state
  * with hold). */
-typedef struct fake_daemon {
-	char path[108];
-	int listen_fd;
-	pthread_t thread;
-	int accepted;
-} fake_daemon;
 
 /* Every request line the fake daemon read, in order (the last
  * FAKE_LOG_MAX of them). */
@@ -1977,50 +1971,6 @@ fake_line(const char *line, char *reply, size_t size, void *arg)
 	return fake_reply(line, reply, size);
 }
 
-static void *
-fake_serve(void *arg)
-{
-	fake_daemon *fd = arg;
-
-	for (;;) {
-		int c = accept(fd->listen_fd, NULL, NULL);
-
-		if (c < 0)
-			return NULL;
-		fd->accepted++;
-		client_serve_lines(c, fake_line, NULL);
-		close(c);
-	}
-}
-
-/* Listen on a temp socket; serve it from a thread when `serve`. */
-static void
-fake_start(fake_daemon *fd, bool serve)
-{
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-
-	memset(fd, 0, sizeof *fd);
-	snprintf(fd->path, sizeof fd->path, "/tmp/cbc-fake-%ld-%d.sock", (long)getpid(), rand());
-	fd->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	ck_assert_int_ge(fd->listen_fd, 0);
-	memcpy(addr.sun_path, fd->path, strlen(fd->path) + 1);
-	unlink(fd->path);
-	ck_assert_int_eq(bind(fd->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
-	ck_assert_int_eq(listen(fd->listen_fd, 8), 0);
-	if (serve)
-		ck_assert_int_eq(pthread_create(&fd->thread, NULL, fake_serve, fd), 0);
-}
-
-static void
-fake_stop(fake_daemon *fd, bool served)
-{
-	shutdown(fd->listen_fd, SHUT_RDWR);
-	if (served)
-		pthread_join(fd->thread, NULL);
-	close(fd->listen_fd);
-	unlink(fd->path);
-}
-
 START_TEST(conn_socket_path_resolution)
 {
 	cbc_conn *c;
@@ -2070,13 +2020,13 @@ END_TEST
 
 START_TEST(conn_silent_daemon_times_out)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_conn *c;
 	cbc_snapshot s;
 	cbc_error err;
 	int64_t t0, took;
 
-	fake_start(&fd, false); /* listens, never accepts or answers */
+	client_stand_in_start(&fd, NULL, NULL); /* listens, never accepts or answers */
 	c = cbc_conn_new(fd.path, NULL);
 	ck_assert_int_eq(cbc_conn_set_timeouts(c, 50, 50, NULL), CBC_OK);
 	t0 = mono_ms();
@@ -2088,20 +2038,20 @@ START_TEST(conn_silent_daemon_times_out)
 	/* Closed after the timeout; the next call tries again and times out. */
 	ck_assert_int_eq(cbc_get(c, "x", NULL, &s, &err), CBC_ETIMEOUT);
 	cbc_conn_free(c);
-	fake_stop(&fd, false);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 
 START_TEST(conn_replies_are_checked)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_conn *c;
 	cbc_snapshot s;
 	cbc_hello_info h;
 	cbc_error err;
 	char *raw;
 
-	fake_start(&fd, true);
+	client_stand_in_start(&fd, fake_line, NULL);
 	c = cbc_conn_new(fd.path, NULL);
 	ck_assert_int_eq(cbc_conn_set_timeouts(c, FAKE_SLOW_TIMEOUT_MS, FAKE_SLOW_TIMEOUT_MS, NULL),
 	    CBC_OK);
@@ -2147,19 +2097,19 @@ START_TEST(conn_replies_are_checked)
 	ck_assert_int_eq(cbc_record(c, "x", (cbc_outcome)5, NULL, NULL, &s, &err), CBC_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.message, "outcome"));
 	cbc_conn_free(c);
-	fake_stop(&fd, true);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 
 START_TEST(conn_reads_protocol_2_snapshots)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_conn *c;
 	cbc_snapshot s;
 	cbc_error err;
 	char keys[64];
 
-	fake_start(&fd, true);
+	client_stand_in_start(&fd, fake_line, NULL);
 	c = cbc_conn_new(fd.path, NULL);
 	ck_assert_int_eq(cbc_get(c, "v2held", NULL, &s, &err), CBC_OK);
 	ck_assert_str_eq(s.name, "v2held");
@@ -2220,13 +2170,13 @@ START_TEST(conn_reads_protocol_2_snapshots)
 	ck_assert_int_eq(cbc_get(c, "v2badpolicy", NULL, &s, &err), CBC_EPROTO);
 	ck_assert_msg(strstr(err.message, "snapshot.policy.break_ms") != NULL, "%s", err.message);
 	cbc_conn_free(c);
-	fake_stop(&fd, true);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 
 START_TEST(conn_hold_and_release)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_conn *c;
 	cbc_snapshot s;
 	cbc_error err;
@@ -2235,7 +2185,7 @@ START_TEST(conn_hold_and_release)
 	bool released = false;
 	int sent;
 
-	fake_start(&fd, true);
+	client_stand_in_start(&fd, fake_line, NULL);
 	c = cbc_conn_new(fd.path, NULL);
 	ck_assert_int_eq(cbc_hold(c, "pay", CBC_STATE_OPEN, 90000, "deploy", &s, &err), CBC_OK);
 	req = fake_log_get(fake_log_total() - 1);
@@ -2291,7 +2241,7 @@ START_TEST(conn_hold_and_release)
 	ck_assert_int_eq(cbc_hold(c, "v1", CBC_STATE_OPEN, 0, NULL, &s, &err), CBC_EPROTO);
 	ck_assert_msg(strstr(err.message, "not held") != NULL, "%s", err.message);
 	cbc_conn_free(c);
-	fake_stop(&fd, true);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 
@@ -2323,7 +2273,7 @@ assert_sent_ctx(int first, const char *name, size_t members, int64_t failure_thr
 
 START_TEST(breaker_sends_only_the_policy_it_was_given)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_breaker_options o;
 	cbc_exec_result res;
 	cbc_breaker *b;
@@ -2331,7 +2281,7 @@ START_TEST(breaker_sends_only_the_policy_it_was_given)
 	cbc_conn *c;
 	int first, calls = 0;
 
-	fake_start(&fd, true);
+	client_stand_in_start(&fd, fake_line, NULL);
 	c = cbc_conn_new(fd.path, NULL);
 	store = cbc_store_new_remote(c, NULL);
 	/* No option set: no ctx at all, so cbd's config rules. */
@@ -2360,18 +2310,18 @@ START_TEST(breaker_sends_only_the_policy_it_was_given)
 	cbc_breaker_free(b);
 	cbc_store_free(store);
 	cbc_conn_free(c);
-	fake_stop(&fd, true);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 
 START_TEST(conn_reads_trip_rule_members)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_conn *c;
 	cbc_snapshot s;
 	cbc_error err;
 
-	fake_start(&fd, true);
+	client_stand_in_start(&fd, fake_line, NULL);
 	c = cbc_conn_new(fd.path, NULL);
 	ck_assert_int_eq(cbc_get(c, "v2rate", NULL, &s, &err), CBC_OK);
 	ck_assert(s.policy.known);
@@ -2423,13 +2373,13 @@ START_TEST(conn_reads_trip_rule_members)
 	ck_assert_int_eq(cbc_get(c, "v2badtrip", NULL, &s, &err), CBC_EPROTO);
 	ck_assert_msg(strstr(err.message, "snapshot.policy.trip") != NULL, "%s", err.message);
 	cbc_conn_free(c);
-	fake_stop(&fd, true);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 
 START_TEST(breaker_sends_every_trip_rule_option)
 {
-	fake_daemon fd;
+	client_stand_in fd;
 	cbc_breaker_options o;
 	cbc_exec_result res;
 	cbc_breaker *b;
@@ -2438,7 +2388,7 @@ START_TEST(breaker_sends_every_trip_rule_option)
 	int first, calls = 0, records = 0, gets = 0;
 	char preset[] = "service";
 
-	fake_start(&fd, true);
+	client_stand_in_start(&fd, fake_line, NULL);
 	c = cbc_conn_new(fd.path, NULL);
 	/* Every request must reach the fake, also under valgrind on a busy
 	 * machine: timeouts far above any real delay (a bound, not a speed). */
@@ -2506,7 +2456,7 @@ START_TEST(breaker_sends_every_trip_rule_option)
 	cbc_breaker_free(b);
 	cbc_store_free(store);
 	cbc_conn_free(c);
-	fake_stop(&fd, true);
+	client_stand_in_stop(&fd);
 }
 END_TEST
 

@@ -34,15 +34,6 @@
  * (tests must not be timing-flaky), well below "hung". */
 #define STOP_BOUND_MS (10 * STOP_TIMEOUT_MS)
 
-static int64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Timeouts of connections whose test is about answers, not about
  * timeouts: far above any real delay, so a loaded machine (make check -j
  * beside other work) cannot turn an answer into a degraded one. */
@@ -1027,9 +1018,9 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 	rig_trip(&r);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int round = 0; round < 3; round++) {
-		t0 = mono_ms();
+		t0 = harness_mono_ms();
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, &err);
-		took = mono_ms() - t0;
+		took = harness_mono_ms() - t0;
 		ck_assert_msg(took < STOP_BOUND_MS, "call %d took %lld ms", round, (long long)took);
 		switch (policy) {
 		case CBC_POLICY_LOCAL:
@@ -1135,6 +1126,21 @@ END_TEST
 #define COUNT_PROCS 4
 #define COUNT_CALLS 50
 
+/* The breaker o describes with the cache on, over a remote store on
+ * r->conn (made by the caller; NULL fails). Plain C: also used in forked
+ * children. */
+static bool
+cached_rig(rig *r, cbc_breaker_options *o)
+{
+	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
+	if (r->store == NULL)
+		return false;
+	o->store = r->store;
+	o->cache = CBC_CACHE_ON;
+	r->b = cbc_breaker_new(o, NULL);
+	return r->b != NULL;
+}
+
 /* A cached breaker named name on the socket at path (plain C: also used
  * in forked children). */
 static bool
@@ -1144,22 +1150,16 @@ cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64
 
 	memset(r, 0, sizeof *r);
 	r->conn = conn_new_patient(path);
-	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
-	if (r->store == NULL)
-		return false;
 	cbc_breaker_options_init(&o);
 	o.name = name;
 	o.failure_threshold = threshold;
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
 	o.half_open_max = half_open_max;
-	o.store = r->store;
-	o.cache = CBC_CACHE_ON;
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r->rec;
-	r->b = cbc_breaker_new(&o, NULL);
-	return r->b != NULL;
+	return cached_rig(r, &o);
 }
 
 /* Wait (at most CACHE_WAIT_MS) until b's cache decides a call itself:
@@ -1169,10 +1169,10 @@ cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64
 static bool
 cached_wait_live(cbc_breaker *b)
 {
-	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	cbc_permit p;
 
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		cbc_status st = cbc_breaker_acquire(b, &p, NULL);
 
 		if (st == CBC_OK)
@@ -1190,12 +1190,26 @@ cached_wait_live(cbc_breaker *b)
 	return false;
 }
 
+/* For the tests that stop cbd: the breaker o describes, cached, on a
+ * connection to h whose calls give up after STOP_TIMEOUT_MS; returns once
+ * its cache decides calls itself. */
+static void
+cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
+{
+	memset(r, 0, sizeof *r);
+	r->conn = cbc_conn_new(h->socket_path, NULL);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	    CBC_OK);
+	ck_assert(cached_rig(r, o));
+	ck_assert(cached_wait_live(r->b));
+}
+
 /* Wait (at most CACHE_WAIT_MS) until cbd's totals of name reach
  * failures + successes; returns the snapshot last read. */
 static cbc_snapshot
 cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
 {
-	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	cbc_snapshot s;
 
 	do {
@@ -1203,7 +1217,7 @@ cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
 		if (s.totals.failures + s.totals.successes >= total)
 			break;
 		usleep(2000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	return s;
 }
 
@@ -1241,8 +1255,8 @@ START_TEST(cached_trip_in_one_process_refuses_in_another)
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	/* Process B (here) refuses within one event delivery: poll, bounded. */
-	deadline = mono_ms() + CACHE_WAIT_MS;
-	while (mono_ms() < deadline) {
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	while (harness_mono_ms() < deadline) {
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
 		if (st == CBC_EOPEN)
 			break;
@@ -1327,13 +1341,13 @@ START_TEST(cached_clients_rewatch_after_cbd_restarts)
 	cbd_kill(h);
 	/* The cache notices (bounded wait); until then a call may still be
 	 * decided from it, and its success queued for the next cbd. */
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 		if (!cs.live)
 			break;
 		usleep(1000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert(!cs.live);
 	/* cbd away: calls keep running (the LOCAL policy's copy: closed). */
 	for (int i = 0; i < 5; i++)
@@ -1357,8 +1371,8 @@ START_TEST(cached_clients_rewatch_after_cbd_restarts)
 	/* A trip made by someone else on the new cbd reaches this cache. */
 	admin = conn_new_patient(h2->socket_path);
 	ck_assert_int_eq(cbc_set_state(admin, "restarts", CBC_STATE_OPEN, NULL, &s, NULL), CBC_OK);
-	deadline = mono_ms() + CACHE_WAIT_MS;
-	while (mono_ms() < deadline) {
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	while (harness_mono_ms() < deadline) {
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
 		if (st == CBC_EOPEN)
 			break;
@@ -1454,13 +1468,13 @@ START_TEST(cached_holds_and_deletes)
 	 * hold's time left. */
 	ck_assert_int_eq(cbc_hold(admin, "held", CBC_STATE_OPEN, 60000, "deploy", &s, NULL),
 	    CBC_OK);
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		st = cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
 		if (st == CBC_EOPEN)
 			break;
 		usleep(1000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert_int_eq(st, CBC_EOPEN);
 	ck_assert_int_gt(res.retry_after_ms, 50000);
 	ck_assert_int_le(res.retry_after_ms, 60000);
@@ -1468,13 +1482,13 @@ START_TEST(cached_holds_and_deletes)
 	ck_assert_int_ge(cs.refused_calls, 1);
 	/* Released: half_open, so calls ask cbd for a trial slot again. */
 	ck_assert_int_eq(cbc_release(admin, "held", NULL, &s, NULL), CBC_OK);
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		st = cbc_breaker_acquire(r.b, &p, NULL);
 		if (st == CBC_OK)
 			break;
 		usleep(1000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert_int_eq(st, CBC_OK);
 	ck_assert(p.has_slot);
 	ck_assert(!p.cached);
@@ -1507,11 +1521,6 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	memset(&r, 0, sizeof r);
-	r.conn = cbc_conn_new(h->socket_path, NULL);
-	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
-	    CBC_OK);
-	r.store = cbc_store_new_remote(r.conn, NULL);
 	cbc_breaker_options_init(&o);
 	/* A long name makes each queued line long, so that 1 MiB fills in
 	 * few calls: far faster than the probe gives up on the stopped cbd. */
@@ -1519,11 +1528,7 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	backlog[sizeof backlog - 1] = '\0';
 	o.name = backlog;
 	o.failure_threshold = 1000000000; /* never trips: every failure counts */
-	o.store = r.store;
-	o.cache = CBC_CACHE_ON;
-	r.b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(r.b);
-	ck_assert(cached_wait_live(r.b));
+	cached_open_stoppable(&r, h, &o);
 	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX, then go
 	 * through the store (which times out and degrades: LOCAL). */
 	kill(h->pid, SIGSTOP);
@@ -1532,14 +1537,14 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	 * must be reached before the cache's probe gives up on the stopped
 	 * cbd (about 1.5 s after its last line; the fill takes about 0.1 s),
 	 * after which calls are not cached at all. */
-	deadline = mono_ms() + 12 * CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + 12 * CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
 		    CBC_OK);
 		calls++;
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
-	} while (
-	    cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) && mono_ms() < deadline);
+	} while (cs.out_full == 0 && calls < (int)(2 * CBC_CACHE_OUT_MAX / 32) &&
+	    harness_mono_ms() < deadline);
 	ck_assert_msg(cs.out_full >= 1,
 	    "no out_full after %d calls (%llu lines, %llu sends, %llu probe timeouts)", calls,
 	    (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends,
@@ -1563,11 +1568,11 @@ END_TEST
 static bool
 cached_wait_decides_again(cbc_breaker *b, const cbc_cache_stats *before)
 {
-	int64_t deadline = mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	cbc_cache_stats cs;
 	cbc_permit p;
 
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		if (cbc_breaker_acquire(b, &p, NULL) == CBC_OK)
 			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
 		if (cbc_breaker_cache_stats(b, &cs, NULL) == CBC_OK &&
@@ -1589,35 +1594,26 @@ START_TEST(cached_frozen_cbd_goes_uncached_until_it_answers)
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	memset(&r, 0, sizeof r);
-	r.conn = cbc_conn_new(h->socket_path, NULL);
-	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
-	    CBC_OK);
-	r.store = cbc_store_new_remote(r.conn, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "frozen";
 	o.failure_threshold = 3;
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
-	o.store = r.store;
 	o.store_policy = CBC_POLICY_LOCAL;
-	o.cache = CBC_CACHE_ON;
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r.rec;
-	r.b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(r.b);
-	ck_assert(cached_wait_live(r.b));
+	cached_open_stoppable(&r, h, &o);
 	/* Frozen: the watch connection stays open, but cbd answers nothing;
 	 * the cache's probe notices (bounded wait). */
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
-	deadline = mono_ms() + CACHE_WAIT_MS;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
 	do {
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 		if (cs.probe_timeouts >= 1)
 			break;
 		usleep(10000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	ck_assert_msg(cs.probe_timeouts >= 1,
 	    "a frozen cbd went unnoticed (live %d, %llu permitted)", (int)cs.live,
 	    (unsigned long long)cs.permitted);

@@ -768,9 +768,7 @@ static const scripted replies[] = {
 #define SCRIPTED_COUNT (sizeof replies / sizeof replies[0])
 
 typedef struct stand_in {
-	char path[108];
-	int listen_fd;
-	pthread_t thread;
+	client_stand_in server;
 	bool pad; /* answer with an array member added (set between calls) */
 } stand_in;
 
@@ -808,46 +806,6 @@ stand_in_line(const char *line, char *reply, size_t size, void *arg)
 {
 	stand_in_reply(arg, line, reply, size);
 	return true;
-}
-
-static void *
-stand_in_serve(void *arg)
-{
-	stand_in *d = arg;
-
-	for (;;) {
-		int c = accept(d->listen_fd, NULL, NULL);
-
-		if (c < 0)
-			return NULL;
-		client_serve_lines(c, stand_in_line, d);
-		close(c);
-	}
-}
-
-static void
-stand_in_start(stand_in *d)
-{
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-
-	memset(d, 0, sizeof *d);
-	snprintf(d->path, sizeof d->path, "/tmp/cbc-snapshot-%d.sock", (int)getpid());
-	unlink(d->path);
-	memcpy(addr.sun_path, d->path, strlen(d->path) + 1);
-	d->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	ck_assert_int_ge(d->listen_fd, 0);
-	ck_assert_int_eq(bind(d->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
-	ck_assert_int_eq(listen(d->listen_fd, 4), 0);
-	ck_assert_int_eq(pthread_create(&d->thread, NULL, stand_in_serve, d), 0);
-}
-
-static void
-stand_in_stop(stand_in *d)
-{
-	shutdown(d->listen_fd, SHUT_RDWR);
-	close(d->listen_fd);
-	pthread_join(d->thread, NULL);
-	unlink(d->path);
 }
 
 /* What one op made of a reply. */
@@ -900,8 +858,9 @@ START_TEST(uncached_replies_read_the_same_both_ways)
 	cbc_error err;
 	int failed = 0;
 
-	stand_in_start(&d);
-	conn = cbc_conn_new(d.path, &err);
+	d.pad = false;
+	client_stand_in_start(&d.server, stand_in_line, &d);
+	conn = cbc_conn_new(d.server.path, &err);
 	ck_assert_ptr_nonnull(conn);
 	ck_assert_int_eq(cbc_conn_set_timeouts(conn, 5000, 5000, &err), CBC_OK);
 	for (int which = 0; which < 3; which++) {
@@ -936,7 +895,7 @@ START_TEST(uncached_replies_read_the_same_both_ways)
 	ck_assert_int_gt(failed, 10);
 	ck_assert_int_lt(failed, 3 * (int)SCRIPTED_COUNT - 5);
 	cbc_conn_free(conn);
-	stand_in_stop(&d);
+	client_stand_in_stop(&d.server);
 }
 END_TEST
 

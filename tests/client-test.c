@@ -4,10 +4,15 @@
  * the same name with the policy as a full ctx and `now` as ctx.now.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <check.h>
 
 #include "client-test.h"
 
@@ -235,4 +240,53 @@ client_serve_lines(int fd, client_line_fn answer, void *arg)
 			memmove(buf, nl + 1, len + 1);
 		}
 	}
+}
+
+/* The stand-in's thread: one connection at a time until the socket is
+ * shut down. */
+static void *
+stand_in_serve(void *arg)
+{
+	client_stand_in *d = arg;
+
+	for (;;) {
+		int c = accept(d->listen_fd, NULL, NULL);
+
+		if (c < 0)
+			return NULL;
+		d->accepted++;
+		client_serve_lines(c, d->answer, d->arg);
+		close(c);
+	}
+}
+
+void
+client_stand_in_start(client_stand_in *d, client_line_fn answer, void *arg)
+{
+	static unsigned count;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+
+	memset(d, 0, sizeof *d);
+	d->answer = answer;
+	d->arg = arg;
+	snprintf(d->path, sizeof d->path, "/tmp/cbc-stand-in-%ld-%u.sock", (long)getpid(), count++);
+	d->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(d->listen_fd, 0);
+	memcpy(addr.sun_path, d->path, strlen(d->path) + 1);
+	unlink(d->path);
+	ck_assert_int_eq(bind(d->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+	ck_assert_int_eq(listen(d->listen_fd, 8), 0);
+	if (answer != NULL)
+		ck_assert_int_eq(pthread_create(&d->thread, NULL, stand_in_serve, d), 0);
+}
+
+void
+client_stand_in_stop(client_stand_in *d)
+{
+	/* shutdown wakes the thread's accept. */
+	shutdown(d->listen_fd, SHUT_RDWR);
+	if (d->answer != NULL)
+		pthread_join(d->thread, NULL);
+	close(d->listen_fd);
+	unlink(d->path);
 }

@@ -1,10 +1,13 @@
 /*
  * client-test.h — helpers shared by libcbclient's test programs: the store
- * contract adapter (any cbc_store behind contract_impl) and ctx building.
+ * contract adapter (any cbc_store behind contract_impl), ctx building and
+ * stand-in daemons.
  */
 #ifndef CBD_CLIENT_TEST_H
 #define CBD_CLIENT_TEST_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,5 +51,23 @@ cbc_ctx client_ctx(const cb_policy *policy, int64_t now);
 #define CLIENT_SERVE_LINE_MAX 8192
 typedef bool (*client_line_fn)(const char *line, char *reply, size_t size, void *arg);
 void client_serve_lines(int fd, client_line_fn answer, void *arg);
+
+/* A stand-in daemon: a Unix socket at a fresh path in /tmp whose
+ * connections a thread accepts one at a time and serves with
+ * client_serve_lines(answer, arg); with answer NULL there is no thread
+ * (it listens, never accepts or answers). */
+typedef struct client_stand_in {
+	char path[108];
+	int listen_fd;
+	pthread_t thread;
+	client_line_fn answer;
+	void *arg;
+	int accepted; /* connections accepted so far */
+} client_stand_in;
+
+/* Listen and start serving (check assertions when it cannot). */
+void client_stand_in_start(client_stand_in *d, client_line_fn answer, void *arg);
+/* Stop serving, close the socket and remove its path. */
+void client_stand_in_stop(client_stand_in *d);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,15 +20,6 @@
 #include <check.h>
 
 #include "daemon-util.h"
-
-static long long
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 json_t *
 util_call(int fd, const char *fmt, ...)
@@ -141,7 +133,7 @@ util_write_all(int fd, const void *buf, size_t len)
 static bool
 stats_poll(int conn, const char *path, int64_t want, bool at_least)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 
 	do {
 		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
@@ -151,7 +143,7 @@ stats_poll(int conn, const char *path, int64_t want, bool at_least)
 		if (v == want || (at_least && v > want))
 			return true;
 		usleep(5000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	return false;
 }
 
@@ -170,7 +162,7 @@ util_stats_reach_min(int conn, const char *path, int64_t least)
 bool
 util_stats_reach_str(int conn, const char *path, const char *want)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 
 	do {
 		json_t *r = util_call(conn, "{\"op\":\"stats\"}");
@@ -181,19 +173,19 @@ util_stats_reach_str(int conn, const char *path, const char *want)
 		if (same)
 			return true;
 		usleep(5000);
-	} while (mono_ms() < deadline);
+	} while (harness_mono_ms() < deadline);
 	return false;
 }
 
 bool
 util_read_line(int fd, char *buf, size_t size)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	size_t got = 0;
 
 	while (got + 1 < size) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		ssize_t n;
 
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
@@ -213,12 +205,12 @@ util_read_line(int fd, char *buf, size_t size)
 bool
 util_wait_eof(int fd)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	char buf[4096];
 
 	for (;;) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		ssize_t n;
 
 		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
@@ -234,7 +226,7 @@ util_wait_eof(int fd)
 int
 util_run(const char *const *argv, char *out, size_t size)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	size_t got = 0;
 	int pipefd[2], status;
 	pid_t pid;
@@ -256,7 +248,7 @@ util_run(const char *const *argv, char *out, size_t size)
 	close(pipefd[1]);
 	for (;;) {
 		struct pollfd p = { .fd = pipefd[0], .events = POLLIN };
-		long long left = deadline - mono_ms();
+		long long left = deadline - harness_mono_ms();
 		char sink[256];
 		ssize_t n;
 
@@ -274,7 +266,7 @@ util_run(const char *const *argv, char *out, size_t size)
 	if (size > 0)
 		out[got] = '\0';
 	close(pipefd[0]);
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		if (waitpid(pid, &status, WNOHANG) == pid)
 			return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 		struct timespec ts = { 0, 5000000 };
@@ -288,10 +280,10 @@ util_run(const char *const *argv, char *out, size_t size)
 bool
 util_wait_file(const char *path, const char *text)
 {
-	long long deadline = mono_ms() + harness_timeout_ms();
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
 	static char buf[1 << 20];
 
-	while (mono_ms() < deadline) {
+	while (harness_mono_ms() < deadline) {
 		FILE *f = fopen(path, "r");
 
 		if (f != NULL) {
@@ -306,6 +298,49 @@ util_wait_file(const char *path, const char *text)
 		nanosleep(&ts, NULL);
 	}
 	return false;
+}
+
+void
+util_log_create(char path[UTIL_LOG_PATH_SIZE])
+{
+	int fd;
+
+	snprintf(path, UTIL_LOG_PATH_SIZE, "/tmp/cbd-log-XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+void
+util_start_logged(cbd_harness *h, const char *config, const char *const *args, const char *log_path)
+{
+	harness_opts opts = { .log_path = log_path, .args = args };
+
+	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
+}
+
+int
+util_log_count(const char *path, const char *text)
+{
+	static char line[8192];
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof line, f) != NULL) {
+		if (strstr(line, text) != NULL)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+bool
+util_path_exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
 }
 
 bool

@@ -54,6 +54,22 @@ int util_run(const char *const *argv, char *out, size_t size);
 /* Wait (bounded) until the file at path contains text. */
 bool util_wait_file(const char *path, const char *text);
 
+/* The log-file fixture of the tests that read cbd's log. */
+#define UTIL_LOG_PATH_SIZE 64
+/* A fresh empty file for the log; its name in path (a check assertion
+ * when it cannot be made). The test unlinks it at teardown. */
+void util_log_create(char path[UTIL_LOG_PATH_SIZE]);
+/* Start cbd into h with config text (NULL: none) and extra arguments
+ * (NULL-ended; NULL: none), its stderr into log_path (a check assertion
+ * when it does not start). */
+void util_start_logged(cbd_harness *h, const char *config, const char *const *args,
+    const char *log_path);
+/* Lines of the file at path holding text (a check assertion when it
+ * cannot be read). */
+int util_log_count(const char *path, const char *text);
+/* Is there anything (a socket, a file, a link) at path? */
+bool util_path_exists(const char *path);
+
 /* Connect as uid/gid (a forked child setuid()s), send line, read one
  * reply into reply. False when anything failed. */
 bool util_request_as(const cbd_harness *h, unsigned uid, unsigned gid, const char *line,

@@ -55,7 +55,8 @@ tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
 # The benchmark: prints figures, asserts nothing; not run by make check.
 #   CBD_BINARY=src/cbd tests/bench [-c 1,8,50] [-d SECONDS]
 noinst_PROGRAMS += tests/bench
-tests_bench_SOURCES = tests/bench.c
+tests_bench_SOURCES = tests/bench.c tests/bench-load.c tests/bench-load.h \
+	tests/cbd-harness.c tests/cbd-harness.h
 tests_bench_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread
 # Socket activation needs the daemon built first.
