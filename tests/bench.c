@@ -90,10 +90,14 @@ worker_run(void *arg)
 		for (int i = 0; i < w->depth; i++) {
 			int circuit = (w->index * 7 + i) % BENCH_KEYS;
 
+			/* Counted over the whole run: at depth 1 the batches
+			 * alternate allow and record (by position in a batch,
+			 * depth 1 only ever sent allow). */
 			len += (size_t)sprintf(out + len,
-			    (i % 2 == 0) ? "{\"op\":\"allow\",\"name\":\"svc-%d\"}\n"
-					 : "{\"op\":\"record\",\"name\":\"svc-%d\",\"outcome\":"
-					   "\"success\"}\n",
+			    ((w->requests + i) % 2 == 0)
+				? "{\"op\":\"allow\",\"name\":\"svc-%d\"}\n"
+				: "{\"op\":\"record\",\"name\":\"svc-%d\",\"outcome\":"
+				  "\"success\"}\n",
 			    circuit);
 		}
 		if (!harness_send_all(fd, out, len) ||
