@@ -543,6 +543,9 @@ op_reply(op_call *call)
 	return call->reply;
 }
 
+/* An ok reply without an id, up to its first member. */
+#define OK_HEAD "{\"ok\":true"
+
 void
 op_reply_head(enc_buf *b, const json_t *id)
 {
@@ -551,7 +554,7 @@ op_reply_head(enc_buf *b, const json_t *id)
 		enc_compact(b, id);
 		ENC_LIT(b, ",\"ok\":true}");
 	} else {
-		ENC_LIT(b, "{\"ok\":true}");
+		ENC_LIT(b, OK_HEAD "}");
 	}
 }
 
@@ -561,9 +564,20 @@ op_reply_head(enc_buf *b, const json_t *id)
 static void
 reply_with_tail(server_client *c, op_call *call, const json_t *id)
 {
-	enc_buf head = enc_take();
+	static const char plain_head[] = OK_HEAD;
+	enc_buf head;
 	struct iovec parts[4];
 
+	parts[1] = (struct iovec){ call->tail.buf, call->tail.len };
+	parts[2] = (struct iovec){ call->tail_more.buf, call->tail_more.len };
+	parts[3] = (struct iovec){ (void *)"}", 1 };
+	/* Most replies: no id, no member beyond the tail's. */
+	if (call->reply == NULL && id == NULL) {
+		parts[0] = (struct iovec){ (void *)plain_head, sizeof plain_head - 1 };
+		server_client_reply_parts(c, parts, 4);
+		return;
+	}
+	head = enc_take();
 	if (call->reply != NULL)
 		enc_compact(&head, call->reply);
 	else
@@ -577,9 +591,6 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 	}
 	/* "{...}" + ",\"snapshot\":{...}" -> "{...,\"snapshot\":{...}}" */
 	parts[0] = (struct iovec){ head.buf, head.len - 1 };
-	parts[1] = (struct iovec){ call->tail.buf, call->tail.len };
-	parts[2] = (struct iovec){ call->tail_more.buf, call->tail_more.len };
-	parts[3] = (struct iovec){ (void *)"}", 1 };
 	server_client_reply_parts(c, parts, 4);
 	enc_recycle(&head);
 }
