@@ -70,13 +70,8 @@ setup(void)
 static void
 teardown(void)
 {
-	if (a >= 0)
-		close(a);
-	if (b >= 0)
-		close(b);
-	a = b = -1;
-	harness_stop(&host_a);
-	harness_stop(&host_b);
+	util_stop_conn(&host_a, &a);
+	util_stop_conn(&host_b, &b);
 	if (host_a_pw[0] != '\0')
 		unlink(host_a_pw);
 	host_a_pw[0] = '\0';
@@ -281,8 +276,7 @@ END_TEST
 
 START_TEST(test_forced_state_during_outage_is_written_back)
 {
-	char line[UTIL_REPLY_SIZE];
-	json_t *r, *e;
+	json_t *r;
 	int watcher;
 
 	host_a_as_own_user();
@@ -312,13 +306,7 @@ START_TEST(test_forced_state_during_outage_is_written_back)
 	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"fc2\"]}"));
 	host_a_let_in(1, 1);
 	/* The trip that stands is news on a. */
-	ck_assert_msg(util_read_line(watcher, line, sizeof line), "no event on host a");
-	e = json_loads(line, 0, NULL);
-	ck_assert_ptr_nonnull(e);
-	ck_assert_str_eq(util_str(e, "event"), "change");
-	ck_assert_str_eq(util_str(e, "from"), "closed");
-	ck_assert_str_eq(util_str(e, "snapshot.state"), "open");
-	json_decref(e);
+	json_decref(util_next_event(watcher, "change", NULL, "closed", "open"));
 	close(watcher);
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
 	ck_assert_msg(util_bool(r, "allowed"), "the circuit closed during the outage is open");
@@ -468,22 +456,14 @@ END_TEST
 
 START_TEST(test_watch_on_one_host_sees_a_trip_on_the_other)
 {
-	char line[UTIL_REPLY_SIZE];
-	json_t *r, *e;
+	json_t *r;
 
 	r = util_call_ok(b, "{\"op\":\"watch\",\"names\":[\"mail\"]}");
 	json_decref(r);
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"record_failure\",\"name\":\"mail\",\"ctx\":{"
 	    "\"failure_threshold\":1}}"));
-	ck_assert_msg(util_read_line(b, line, sizeof line), "no event on host b");
-	e = json_loads(line, 0, NULL);
-	ck_assert_ptr_nonnull(e);
-	ck_assert_str_eq(util_str(e, "event"), "change");
-	ck_assert_str_eq(util_str(e, "from"), "closed");
-	ck_assert_str_eq(util_str(e, "snapshot.name"), "mail");
-	ck_assert_str_eq(util_str(e, "snapshot.state"), "open");
-	json_decref(e);
+	json_decref(util_next_event(b, "change", "mail", "closed", "open"));
 	r = util_call_ok(b, "{\"op\":\"stats\"}");
 	ck_assert_int_ge(util_int(r, "backend.events_in"), 1);
 	json_decref(r);
@@ -575,7 +555,6 @@ END_TEST
  * from the copy, Redis being frozen) before the connection closes. */
 START_TEST(test_shutdown_answers_a_request_waiting_on_redis)
 {
-	char line[UTIL_REPLY_SIZE];
 	json_t *r;
 
 	json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"sd\"}"));
@@ -584,11 +563,8 @@ START_TEST(test_shutdown_answers_a_request_waiting_on_redis)
 	/* The request is read and waits on the frozen Redis; then SIGTERM. */
 	usleep(50000);
 	kill(host_a.pid, SIGTERM);
-	ck_assert_msg(util_read_line(a, line, sizeof line),
-	    "no reply before the connection closed");
-	r = json_loads(line, 0, NULL);
+	r = util_next_json(a, "reply before the connection closed");
 	kill(redis.pid, SIGCONT);
-	ck_assert_ptr_nonnull(r);
 	ck_assert_int_eq(util_int(r, "id"), 9);
 	ck_assert(util_bool(r, "ok"));
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);

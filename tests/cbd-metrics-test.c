@@ -28,10 +28,7 @@ static int port;
 static void
 teardown(void)
 {
-	if (fd >= 0)
-		close(fd);
-	fd = -1;
-	harness_stop(&h);
+	util_stop_conn(&h, &fd);
 }
 
 /* A free loopback port (bound then released; a race with another program
@@ -59,9 +56,7 @@ start(const char *extra)
 
 	port = free_port();
 	snprintf(config, sizeof config, "[cbd]\nmetrics_listen = 127.0.0.1:%d\n%s", port, extra);
-	ck_assert_msg(harness_start(&h, config), "cbd did not start");
-	fd = harness_connect(&h);
-	ck_assert_int_ge(fd, 0);
+	util_start_conn(&h, &fd, config);
 }
 
 /* The text of the metrics op (a copy to free). */

@@ -35,37 +35,17 @@ static const char *const fixture_config = "[cbd]\n"
 static void
 setup(void)
 {
-	ck_assert_msg(harness_start(&h, fixture_config), "cbd did not start");
-	fd = harness_connect(&h);
-	ck_assert_int_ge(fd, 0);
+	util_start_conn(&h, &fd, fixture_config);
 }
 
 static void
 teardown(void)
 {
-	if (fd >= 0)
-		close(fd);
-	fd = -1;
-	harness_stop(&h);
+	util_stop_conn(&h, &fd);
 }
 
-/* A reply that must be ok. */
-#define CALL_OK(...) call_ok(__LINE__, __VA_ARGS__)
-static json_t *__attribute__((format(printf, 2, 3))) call_ok(int line, const char *fmt, ...)
-{
-	static char req[1 << 18];
-	va_list ap;
-	json_t *r;
-
-	va_start(ap, fmt);
-	vsnprintf(req, sizeof req, fmt, ap);
-	va_end(ap);
-	r = util_call(fd, "%s", req);
-	ck_assert_msg(r != NULL, "line %d: no reply to %.200s", line, req);
-	ck_assert_msg(util_code(r) == NULL, "line %d: %.200s failed: %s", line, req,
-	    util_str(r, "error.message"));
-	return r;
-}
+/* A reply on the fixture's connection that must be ok. */
+#define CALL_OK(...) util_call_ok(fd, __VA_ARGS__)
 
 /* The error code of a request that must fail; its message must say
  * `mention` when not NULL. */

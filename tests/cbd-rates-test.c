@@ -25,18 +25,13 @@ static int fd = -1;
 static void
 start(const char *config)
 {
-	ck_assert_msg(harness_start(&h, config), "cbd did not start");
-	fd = harness_connect(&h);
-	ck_assert_int_ge(fd, 0);
+	util_start_conn(&h, &fd, config);
 }
 
 static void
 teardown(void)
 {
-	if (fd >= 0)
-		close(fd);
-	fd = -1;
-	harness_stop(&h);
+	util_stop_conn(&h, &fd);
 }
 
 /* Fork `procs` processes; each sends `count` copies of line on its own

@@ -230,28 +230,39 @@ typedef struct rig {
 	recorder rec;
 } rig;
 
+/* r anew: conn (NULL fails), a remote store on it and the breaker o
+ * describes on that store. Plain C (err may be NULL): also used in forked
+ * children. */
+static bool
+rig_build(rig *r, cbc_conn *conn, cbc_breaker_options *o, cbc_error *err)
+{
+	memset(r, 0, sizeof *r);
+	r->conn = conn;
+	r->store = conn != NULL ? cbc_store_new_remote(conn, err) : NULL;
+	if (r->store == NULL)
+		return false;
+	o->store = r->store;
+	r->b = cbc_breaker_new(o, err);
+	return r->b != NULL;
+}
+
 /* A breaker named name on the cbd at h, with the given policy. */
 static void
 rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy, int timeout_ms)
 {
 	cbc_breaker_options o;
 	cbc_error err;
+	cbc_conn *conn = cbc_conn_new(h->socket_path, &err);
 
-	memset(r, 0, sizeof *r);
-	r->conn = cbc_conn_new(h->socket_path, &err);
-	ck_assert_ptr_nonnull(r->conn);
+	ck_assert_ptr_nonnull(conn);
 	if (timeout_ms > 0)
-		ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, timeout_ms, timeout_ms, NULL),
-		    CBC_OK);
-	r->store = cbc_store_new_remote(r->conn, &err);
-	ck_assert_ptr_nonnull(r->store);
+		ck_assert_int_eq(cbc_conn_set_timeouts(conn, timeout_ms, timeout_ms, NULL), CBC_OK);
 	cbc_breaker_options_init(&o);
 	o.name = name;
 	o.failure_threshold = 3;
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
 	o.half_open_max = 1;
-	o.store = r->store;
 	o.store_policy = policy;
 	/* These rigs test the uncached path, where a breaker reads its own
 	 * writes (a trip is seen by the call that caused it); the cached
@@ -260,8 +271,7 @@ rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r->rec;
-	r->b = cbc_breaker_new(&o, &err);
-	ck_assert_msg(r->b != NULL, "%s", err.message);
+	ck_assert_msg(rig_build(r, conn, &o, &err), "%s", err.message);
 }
 
 /* Plain-C variant for forked children (no check assertions there). */
@@ -270,22 +280,15 @@ rig_open_child(rig *r, const char *socket_path, const char *name, int64_t half_o
 {
 	cbc_breaker_options o;
 
-	memset(r, 0, sizeof *r);
-	r->conn = cbc_conn_new(socket_path, NULL);
-	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
-	if (r->store == NULL)
-		return false;
 	cbc_breaker_options_init(&o);
 	o.name = name;
 	o.failure_threshold = 3;
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
 	o.half_open_max = half_open_max;
-	o.store = r->store;
 	o.store_policy = CBC_POLICY_REJECT; /* a child must see cbd, not a copy */
 	o.cache = CBC_CACHE_OFF; /* as rig_open */
-	r->b = cbc_breaker_new(&o, NULL);
-	return r->b != NULL;
+	return rig_build(r, cbc_conn_new(socket_path, NULL), &o, NULL);
 }
 
 static void
@@ -567,32 +570,24 @@ START_TEST(breaker_without_options_runs_cbds_policy)
 	cbd_harness *h = cbd_start(P2_CONFIG);
 	cbc_breaker_options o;
 	cbc_exec_result res;
-	cbc_store *store;
-	cbc_breaker *b;
-	cbc_conn *c;
 	int calls = 0;
+	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	c = cbc_conn_new(h->socket_path, NULL);
-	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "cfg";
-	o.store = store;
 	o.cache = CBC_CACHE_OFF; /* reads its own trip at once */
-	b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(b);
+	ck_assert(rig_build(&r, cbc_conn_new(h->socket_path, NULL), &o, NULL));
 	/* [circuit "cfg"] says 2 failures (the built-in default is 5). */
 	for (int i = 0; i < 2; i++)
-		ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL),
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, &calls, &res, NULL),
 		    CBC_OK);
-	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
 	ck_assert_int_eq(calls, 2);
 	ck_assert_int_gt(res.retry_after_ms, 50000); /* [defaults] break_ms 60000 */
-	ck_assert_uint_eq(cbc_conn_policy_conflicts(c), 0);
-	cbc_breaker_free(b);
-	cbc_store_free(store);
-	cbc_conn_free(c);
+	ck_assert_uint_eq(cbc_conn_policy_conflicts(r.conn), 0);
+	rig_close(&r);
 	cbd_stop(h);
 }
 END_TEST
@@ -602,39 +597,29 @@ START_TEST(local_fallback_runs_the_policy_cbd_reported)
 	cbd_harness *h = cbd_start(P2_CONFIG);
 	cbc_breaker_options o;
 	cbc_exec_result res;
-	cbc_store *store;
-	cbc_breaker *b;
-	cbc_conn *c;
-	recorder rec;
 	int calls = 0;
+	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	memset(&rec, 0, sizeof rec);
-	c = cbc_conn_new(h->socket_path, NULL);
-	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "cfg";
-	o.store = store;
 	o.store_policy = CBC_POLICY_LOCAL;
 	o.on_store_error = on_store_error;
-	o.user = &rec;
-	b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(b);
+	o.user = &r.rec;
+	ck_assert(rig_build(&r, cbc_conn_new(h->socket_path, NULL), &o, NULL));
 	/* cbd answers once (reporting the circuit's policy), then dies. */
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
 	cbd_kill(h);
 	/* The local copy breaks after cbd's 2 failures, not the built-in 5. */
 	for (int i = 0; i < 2; i++)
-		ck_assert_int_eq(cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL),
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, &calls, &res, NULL),
 		    CBC_OK);
-	ck_assert_int_gt(rec.store_errors, 0);
-	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
+	ck_assert_int_gt(r.rec.store_errors, 0);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
 	ck_assert_int_eq(calls, 3);
 	ck_assert_int_gt(res.retry_after_ms, 50000); /* with cbd's break */
-	cbc_breaker_free(b);
-	cbc_store_free(store);
-	cbc_conn_free(c);
+	rig_close(&r);
 	cbd_stop(h);
 }
 END_TEST
@@ -652,29 +637,23 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	cbc_breaker_options o;
 	cbc_exec_result res;
 	cbc_snapshot s;
-	cbc_store *store;
-	cbc_breaker *b;
-	cbc_conn *c;
 	int slow = 50;
+	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	c = conn_new_patient(h->socket_path);
-	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "slowpoke";
-	o.store = store;
 	o.cache = CBC_CACHE_OFF; /* reads its own writes at once */
 	o.trip = CBC_TRIP_RATE;
 	o.window_size = 2;
 	o.minimum_calls = 2;
 	o.slow_call_ms = 40;
 	o.slow_call_rate = 100;
-	b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(b);
+	ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, NULL));
 	/* A successful call of ~50 ms: cbd counts it slow. */
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_sleep, &slow, &res, NULL), CBC_OK);
 	ck_assert_int_ge(res.duration_ms, 50);
-	ck_assert_int_eq(cbc_get(c, "slowpoke", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_get(r.conn, "slowpoke", NULL, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.totals.successes, 1);
 	ck_assert_int_eq(s.totals.slow, 1);
 	ck_assert(s.window.known);
@@ -685,18 +664,16 @@ START_TEST(slow_calls_open_a_circuit_in_cbd)
 	ck_assert_int_eq(s.policy.slow_call_ms, 40);
 	ck_assert_int_eq(s.policy.source.slow_call_ms, CBC_SOURCE_CLIENT);
 	ck_assert_int_eq(s.current_break_ms, 30000);
-	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_CLOSED);
 	/* A second slow success: 2 of 2 slow, the circuit opens. */
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_sleep, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_sleep, &slow, &res, NULL), CBC_OK);
 	ck_assert_int_eq(res.outcome, CBC_OUTCOME_SUCCESS);
-	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
-	ck_assert_int_eq(cbc_get(c, "slowpoke", NULL, &s, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_get(r.conn, "slowpoke", NULL, &s, NULL), CBC_OK);
 	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
 	ck_assert_int_eq(s.totals.slow, 2);
 	ck_assert_int_eq(s.totals.failures, 0);
-	cbc_breaker_free(b);
-	cbc_store_free(store);
-	cbc_conn_free(c);
+	rig_close(&r);
 	cbd_stop(h);
 }
 END_TEST
@@ -769,43 +746,33 @@ START_TEST(local_fallback_runs_the_rate_rule_cbd_reported)
 	cbd_harness *h = cbd_start(RATE_CONFIG);
 	cbc_breaker_options o;
 	cbc_exec_result res;
-	cbc_store *store;
-	cbc_breaker *b;
-	cbc_conn *c;
-	recorder rec;
 	int calls = 0;
+	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	memset(&rec, 0, sizeof rec);
-	c = conn_new_patient(h->socket_path);
-	store = cbc_store_new_remote(c, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "ratecfg";
-	o.store = store;
 	o.store_policy = CBC_POLICY_LOCAL;
 	o.on_store_error = on_store_error;
-	o.user = &rec;
+	o.user = &r.rec;
 	o.failure_threshold = 2; /* the caller's rule; cbd's config wins */
-	b = cbc_breaker_new(&o, NULL);
-	ck_assert_ptr_nonnull(b);
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_OK);
+	ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, NULL));
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
 	cbd_kill(h);
 	/* Locally, from an empty window: f f s keeps it closed (2 failures
 	 * in a row would open the caller's rule; 3 calls are below
 	 * minimum_calls), then f: 3 of 4 failed, 75 % >= 50 %: open. */
-	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
-	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
-	cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL);
-	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_CLOSED);
-	cbc_breaker_execute(b, client_call_fail, &calls, &res, NULL);
-	ck_assert_int_gt(rec.store_errors, 0);
-	ck_assert_int_eq(cbc_breaker_state(b), CBC_STATE_OPEN);
-	ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
+	cbc_breaker_execute(r.b, client_call_fail, &calls, &res, NULL);
+	cbc_breaker_execute(r.b, client_call_fail, &calls, &res, NULL);
+	cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_CLOSED);
+	cbc_breaker_execute(r.b, client_call_fail, &calls, &res, NULL);
+	ck_assert_int_gt(r.rec.store_errors, 0);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_EOPEN);
 	ck_assert_int_eq(calls, 5);
 	ck_assert_int_gt(res.retry_after_ms, 50000); /* cbd's break */
-	cbc_breaker_free(b);
-	cbc_store_free(store);
-	cbc_conn_free(c);
+	rig_close(&r);
 	cbd_stop(h);
 }
 END_TEST
@@ -892,18 +859,13 @@ START_TEST(half_open_max_across_processes)
 	ck_assert_int_eq(pipe(ready), 0);
 	ck_assert_int_eq(pipe(go1), 0);
 	ck_assert_int_eq(pipe(go2), 0);
-	memset(&r, 0, sizeof r);
-	r.conn = cbc_conn_new(h->socket_path, NULL);
-	r.store = cbc_store_new_remote(r.conn, NULL);
 	cbc_breaker_options_init(&o);
 	o.name = "trial";
 	o.success_threshold = 10;
 	o.break_ms = LONG_BREAK_MS;
 	o.half_open_max = 2;
-	o.store = r.store;
 	o.store_policy = CBC_POLICY_REJECT;
-	r.b = cbc_breaker_new(&o, &err);
-	ck_assert_ptr_nonnull(r.b);
+	ck_assert(rig_build(&r, cbc_conn_new(h->socket_path, NULL), &o, &err));
 	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
 	c1 = permit_holder(h->socket_path, ready[1], go1[0]);
 	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
@@ -1126,19 +1088,12 @@ END_TEST
 #define COUNT_PROCS 4
 #define COUNT_CALLS 50
 
-/* The breaker o describes with the cache on, over a remote store on
- * r->conn (made by the caller; NULL fails). Plain C: also used in forked
- * children. */
+/* rig_build with the cache on. */
 static bool
-cached_rig(rig *r, cbc_breaker_options *o)
+cached_rig(rig *r, cbc_conn *conn, cbc_breaker_options *o)
 {
-	r->store = r->conn != NULL ? cbc_store_new_remote(r->conn, NULL) : NULL;
-	if (r->store == NULL)
-		return false;
-	o->store = r->store;
 	o->cache = CBC_CACHE_ON;
-	r->b = cbc_breaker_new(o, NULL);
-	return r->b != NULL;
+	return rig_build(r, conn, o, NULL);
 }
 
 /* A cached breaker named name on the socket at path (plain C: also used
@@ -1148,8 +1103,6 @@ cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64
 {
 	cbc_breaker_options o;
 
-	memset(r, 0, sizeof *r);
-	r->conn = conn_new_patient(path);
 	cbc_breaker_options_init(&o);
 	o.name = name;
 	o.failure_threshold = threshold;
@@ -1159,7 +1112,7 @@ cached_open(rig *r, const char *path, const char *name, int64_t threshold, int64
 	o.on_state_change = on_change;
 	o.on_store_error = on_store_error;
 	o.user = &r->rec;
-	return cached_rig(r, &o);
+	return cached_rig(r, conn_new_patient(path), &o);
 }
 
 /* Wait (at most CACHE_WAIT_MS) until b's cache decides a call itself:
@@ -1196,11 +1149,11 @@ cached_wait_live(cbc_breaker *b)
 static void
 cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
 {
-	memset(r, 0, sizeof *r);
-	r->conn = cbc_conn_new(h->socket_path, NULL);
-	ck_assert_int_eq(cbc_conn_set_timeouts(r->conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	cbc_conn *conn = cbc_conn_new(h->socket_path, NULL);
+
+	ck_assert_int_eq(cbc_conn_set_timeouts(conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
 	    CBC_OK);
-	ck_assert(cached_rig(r, o));
+	ck_assert(cached_rig(r, conn, o));
 	ck_assert(cached_wait_live(r->b));
 }
 

@@ -66,9 +66,9 @@ util_get(const json_t *obj, const char *path)
 }
 
 json_t *
-util_call_ok(int fd, const char *fmt, ...)
+util_call_ok_at(int line, int fd, const char *fmt, ...)
 {
-	static char req[1 << 16];
+	static char req[1 << 18];
 	va_list ap;
 	json_t *r;
 
@@ -76,8 +76,9 @@ util_call_ok(int fd, const char *fmt, ...)
 	vsnprintf(req, sizeof req, fmt, ap);
 	va_end(ap);
 	r = util_call(fd, "%s", req);
-	ck_assert_msg(r != NULL, "no reply to %.200s", req);
-	ck_assert_msg(util_code(r) == NULL, "%.200s failed: %s", req, util_str(r, "error.message"));
+	ck_assert_msg(r != NULL, "line %d: no reply to %.200s", line, req);
+	ck_assert_msg(util_code(r) == NULL, "line %d: %.200s failed: %s", line, req,
+	    util_str(r, "error.message"));
 	return r;
 }
 
@@ -223,6 +224,35 @@ util_wait_eof(int fd)
 	}
 }
 
+json_t *
+util_next_json(int fd, const char *what)
+{
+	static char line[UTIL_REPLY_SIZE];
+	json_t *v;
+
+	ck_assert_msg(util_read_line(fd, line, sizeof line), "no %s", what);
+	v = json_loads(line, 0, NULL);
+	ck_assert_msg(v != NULL, "not JSON: %.200s", line);
+	return v;
+}
+
+json_t *
+util_next_event(int fd, const char *event, const char *name, const char *from, const char *state)
+{
+	json_t *e = util_next_json(fd, "event");
+
+	ck_assert_str_eq(util_str(e, "event"), event);
+	if (name != NULL)
+		ck_assert_str_eq(util_str(e,
+				     strcmp(event, "delete") == 0 ? "name" : "snapshot.name"),
+		    name);
+	if (from != NULL)
+		ck_assert_str_eq(util_str(e, "from"), from);
+	if (state != NULL)
+		ck_assert_str_eq(util_str(e, "snapshot.state"), state);
+	return e;
+}
+
 int
 util_run(const char *const *argv, char *out, size_t size)
 {
@@ -341,6 +371,29 @@ util_path_exists(const char *path)
 	struct stat st;
 
 	return lstat(path, &st) == 0;
+}
+
+void
+util_start_conn(cbd_harness *h, int *fd, const char *config)
+{
+	ck_assert_msg(harness_start(h, config), "cbd did not start");
+	*fd = harness_connect(h);
+	ck_assert_int_ge(*fd, 0);
+}
+
+void
+util_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+void
+util_stop_conn(cbd_harness *h, int *fd)
+{
+	util_close(fd);
+	harness_stop(h);
 }
 
 bool

@@ -20,8 +20,10 @@
 json_t *util_call(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* util_call that must answer ok (a check assertion otherwise, naming the
- * request and cbd's message). */
-json_t *util_call_ok(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ * caller's line, the request and cbd's message). A macro for __LINE__. */
+#define util_call_ok(fd, ...) util_call_ok_at(__LINE__, (fd), __VA_ARGS__)
+json_t *util_call_ok_at(int line, int fd, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* The error code of a reply, or NULL when it is ok. */
 const char *util_code(const json_t *reply);
@@ -46,6 +48,14 @@ bool util_write_all(int fd, const void *buf, size_t len);
 bool util_read_line(int fd, char *buf, size_t size);
 /* Is the peer's side closed (EOF within the bounded wait)? */
 bool util_wait_eof(int fd);
+/* The next line on fd, parsed (a check assertion saying "no <what>" when
+ * none comes within the bounded wait, or when it is not JSON). */
+json_t *util_next_json(int fd, const char *what);
+/* The next line on fd as a watch event, checked: its "event" and, when not
+ * NULL, its name ("name" for a delete, else "snapshot.name"), "from" and
+ * "snapshot.state". Returned for more checks; json_decref it. */
+json_t *util_next_event(int fd, const char *event, const char *name, const char *from,
+    const char *state);
 
 /* Run argv (NULL-ended) with stdout+stderr captured into out; returns the
  * exit code, or -1 when it did not exit within the bounded wait. */
@@ -69,6 +79,15 @@ void util_start_logged(cbd_harness *h, const char *config, const char *const *ar
 int util_log_count(const char *path, const char *text);
 /* Is there anything (a socket, a file, a link) at path? */
 bool util_path_exists(const char *path);
+
+/* The fixture of one cbd and a connection: start cbd into h with config
+ * (NULL: none) and connect *fd to it (a check assertion when either
+ * fails). */
+void util_start_conn(cbd_harness *h, int *fd, const char *config);
+/* Close *fd when it is open; -1 after. */
+void util_close(int *fd);
+/* Its teardown: close *fd, stop h. */
+void util_stop_conn(cbd_harness *h, int *fd);
 
 /* Connect as uid/gid (a forked child setuid()s), send line, read one
  * reply into reply. False when anything failed. */
