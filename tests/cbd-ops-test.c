@@ -962,6 +962,60 @@ START_TEST(test_list_truncated_to_fit_output)
 }
 END_TEST
 
+/* Several long lists at once, each stepped with its share of a turn, and
+ * one abandoned midway: every list is whole, every circuit once, and cbd
+ * lists again afterwards. */
+START_TEST(test_lists_in_parallel)
+{
+	enum { N = 600, LISTERS = 4 };
+	int lister[LISTERS], quitter;
+	char *line = malloc(UTIL_REPLY_SIZE);
+	json_t *r;
+
+	ck_assert_ptr_nonnull(line);
+	close(fd);
+	harness_stop(&h);
+	ck_assert(harness_start(&h, "[cbd]\nmax_circuits = 1000\n"));
+	fd = harness_connect(&h);
+	for (int i = 0; i < N; i++)
+		json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"q-%04d\"}", i));
+	for (int k = 0; k < LISTERS; k++) {
+		lister[k] = harness_connect(&h);
+		ck_assert(lister[k] >= 0);
+		ck_assert(util_write_all(lister[k], "{\"op\":\"list\"}\n", 14));
+	}
+	quitter = harness_connect(&h);
+	ck_assert(quitter >= 0);
+	ck_assert(util_write_all(quitter, "{\"op\":\"list\"}\n", 14));
+	close(quitter);
+	for (int k = 0; k < LISTERS; k++) {
+		static bool seen[N];
+		const json_t *c;
+		size_t i;
+
+		ck_assert_msg(util_read_line(lister[k], line, UTIL_REPLY_SIZE), "no list %d", k);
+		r = json_loads(line, 0, NULL);
+		ck_assert_ptr_nonnull(r);
+		ck_assert(util_bool(r, "ok"));
+		ck_assert(!util_bool(r, "truncated"));
+		ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), N);
+		memset(seen, 0, sizeof seen);
+		json_array_foreach (json_object_get(r, "circuits"), i, c) {
+			int n = atoi(json_string_value(json_object_get(c, "name")) + 2);
+
+			ck_assert_msg(n >= 0 && n < N && !seen[n], "list %d: q-%04d twice", k, n);
+			seen[n] = true;
+		}
+		json_decref(r);
+		close(lister[k]);
+	}
+	r = CALL_OK("{\"op\":\"list\"}");
+	ck_assert_int_eq(json_array_size(json_object_get(r, "circuits")), N);
+	json_decref(r);
+	free(line);
+}
+END_TEST
+
 /* Pages: limit and cursor; a list longer than one step (256). */
 START_TEST(test_list_pages)
 {
@@ -1283,6 +1337,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_slow_reader_dropped);
 	tcase_add_test(tc, test_list_truncated_to_fit_output);
 	tcase_add_test(tc, test_list_pages);
+	tcase_add_test(tc, test_lists_in_parallel);
 	tcase_add_test(tc, test_client_vanishing_mid_reply);
 	tcase_add_test(tc, test_unknown_members_ignored);
 	tcase_add_test(tc, test_utf8_names);
