@@ -459,7 +459,7 @@ enc_policy(enc_buf *b, const cb_policy *policy, const char *preset,
 typedef struct time_memo {
 	int64_t t;
 	size_t len;
-	char text[ENC_INT_MAX + 4];
+	char text[ENC_INT_MAX];
 } time_memo;
 
 /* t (an integer, or null for CB_TIME_NONE) at p, in room for ENC_INT_MAX
@@ -486,9 +486,9 @@ put_time(char *p, int64_t t, time_memo *memo)
 
 /* Start an unchecked part at b's end; NULL when there is no room. */
 static char *
-part_begin(enc_buf *b, size_t extra)
+part_begin(enc_buf *b)
 {
-	return enc_reserve(b, SNAPSHOT_PART_MAX + extra) ? b->buf + b->len : NULL;
+	return enc_reserve(b, SNAPSHOT_PART_MAX) ? b->buf + b->len : NULL;
 }
 
 static void
@@ -511,7 +511,7 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 
 	ENC_LIT(b, "{\"name\":");
 	enc_name(b, name);
-	if ((p = part_begin(b, 0)) == NULL)
+	if ((p = part_begin(b)) == NULL)
 		return;
 	/* 4 integers, 124 bytes of text. */
 	PUT_LIT(p, ",\"state\":\"");
@@ -535,7 +535,7 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 		enc_json(b, op_hold_json(&view->hold));
 	else
 		ENC_LIT(b, "null");
-	if ((p = part_begin(b, 0)) == NULL)
+	if ((p = part_begin(b)) == NULL)
 		return;
 	/* 6 integers, 98 bytes of text. */
 	PUT_LIT(p, ",\"totals\":{\"successes\":");
