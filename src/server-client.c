@@ -408,8 +408,9 @@ static ssize_t input_read(server_client *c);
  * before it went, their replies having nowhere to go. A client that
  * streams noreply outcomes and closes at once (a cached client's close)
  * counts on them; answering 32 lines a turn, the first reply's failed
- * write came before the rest were read. Not a list or a request waiting
- * on Redis: those end with the connection. */
+ * write came before the rest were read. A list ends with the connection;
+ * lines behind requests waiting on Redis wait for them
+ * (server_client_flush keeps the connection). */
 static void
 input_finish(server_client *c)
 {
@@ -439,6 +440,11 @@ server_client_flush(server_client *c)
 		c->out_off = c->out_len = 0;
 		c->fd_broken = true;
 		input_finish(c);
+		/* Lines behind requests in flight to Redis (fleet mode) are
+		 * carried out as those are answered: the connection stays,
+		 * its output thrown away, until its input is done. */
+		if (c->state == SERVER_CLIENT_OPEN && c->list_job == NULL && op_fleet_blocked(c))
+			return;
 		server_client_close(c, strerror(err));
 		return;
 	}

@@ -333,11 +333,7 @@ main(void)
 	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
 	tcase_add_test(tc, test_slow_watcher_dropped);
 	tcase_add_test(tc, test_events_wait_for_a_long_list);
-	/* Fleet mode holds 256 noreply requests in flight to Redis a
-	 * connection; past them the rest of a closed peer's lines is lost
-	 * (PROTOCOL.md, noreply). */
-	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL)
-		tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
+	tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
 	suite_add_tcase(s, tc);
