@@ -440,10 +440,12 @@ server_client_flush(server_client *c)
 		c->out_off = c->out_len = 0;
 		c->fd_broken = true;
 		input_finish(c);
-		/* Lines behind requests in flight to Redis (fleet mode) are
-		 * carried out as those are answered: the connection stays,
-		 * its output thrown away, until its input is done. */
-		if (c->state == SERVER_CLIENT_OPEN && c->list_job == NULL && op_fleet_blocked(c))
+		/* The peer is gone: lines behind requests in flight to Redis
+		 * (fleet mode) are carried out as those are answered; the
+		 * connection stays, its output thrown away, until its input
+		 * is done. */
+		if ((err == EPIPE || err == ECONNRESET) && c->state == SERVER_CLIENT_OPEN &&
+		    c->list_job == NULL && op_fleet_blocked(c))
 			return;
 		server_client_close(c, strerror(err));
 		return;
