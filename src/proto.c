@@ -635,79 +635,58 @@ typedef struct pval {
 	int flat; /* its index in the flat view, when the request is one */
 } pval;
 
+/* A node as the member readers check it: nodes tell the two forms'
+ * types apart once (proto_node_json, proto_node_flat); a pval adds the
+ * value itself. Inline, so a request's lookups build no node in memory. */
+static inline pval
+pval_node(const proto_node *n)
+{
+	pval p = { .json = n->json, .flat = n->flat != NULL ? n->index : -1 };
+
+	switch (n->type) {
+	case PROTO_NODE_ABSENT:
+	case PROTO_NODE_NULL:
+		p.type = PVAL_ABSENT;
+		break;
+	case PROTO_NODE_STRING:
+		p.type = PVAL_STRING;
+		p.text = proto_node_string(n, &p.len);
+		break;
+	case PROTO_NODE_INT:
+		p.type = PVAL_INT;
+		p.integer = proto_node_int(n);
+		break;
+	case PROTO_NODE_TRUE:
+		p.type = PVAL_TRUE;
+		break;
+	case PROTO_NODE_FALSE:
+		p.type = PVAL_FALSE;
+		break;
+	case PROTO_NODE_OBJECT:
+		p.type = PVAL_OBJECT;
+		break;
+	case PROTO_NODE_REAL:
+	case PROTO_NODE_ARRAY:
+		p.type = PVAL_OTHER;
+		break;
+	}
+	return p;
+}
+
 static inline pval
 pval_json(const json_t *v)
 {
-	pval p = { .json = v, .flat = -1 };
+	proto_node n = proto_node_json(v);
 
-	switch (v != NULL ? json_typeof(v) : JSON_NULL) {
-	case JSON_NULL:
-		p.type = PVAL_ABSENT;
-		break;
-	case JSON_STRING:
-		p.type = PVAL_STRING;
-		p.text = json_string_value(v);
-		p.len = json_string_length(v);
-		break;
-	case JSON_INTEGER:
-		p.type = PVAL_INT;
-		p.integer = json_integer_value(v);
-		break;
-	case JSON_TRUE:
-		p.type = PVAL_TRUE;
-		break;
-	case JSON_FALSE:
-		p.type = PVAL_FALSE;
-		break;
-	case JSON_OBJECT:
-		p.type = PVAL_OBJECT;
-		break;
-	default:
-		p.type = PVAL_OTHER;
-	}
-	return p;
+	return pval_node(&n);
 }
 
 static inline pval
 pval_flat(const proto_flat *f, int i)
 {
-	pval p = { .flat = i };
-	const proto_flat_value *v;
+	proto_node n = proto_node_flat(f, i);
 
-	if (i < 0)
-		return p;
-	v = &f->v[i];
-	switch (v->type) {
-	case PROTO_FLAT_NULL:
-		p.type = PVAL_ABSENT;
-		break;
-	case PROTO_FLAT_STRING:
-		p.type = PVAL_STRING;
-		p.text = v->text;
-		p.len = v->len;
-		break;
-	case PROTO_FLAT_INT:
-		p.type = PVAL_INT;
-		p.integer = v->integer;
-		break;
-	case PROTO_FLAT_TRUE:
-		p.type = PVAL_TRUE;
-		break;
-	case PROTO_FLAT_FALSE:
-		p.type = PVAL_FALSE;
-		break;
-	case PROTO_FLAT_OBJECT:
-		p.type = PVAL_OBJECT;
-		break;
-	}
-	return p;
-}
-
-/* A node as the member readers check it. */
-static pval
-pval_node(const proto_node *n)
-{
-	return n->flat != NULL ? pval_flat(n->flat, n->index) : pval_json(n->json);
+	return pval_node(&n);
 }
 
 /* Member key of object obj. */

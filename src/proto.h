@@ -232,9 +232,8 @@ typedef enum proto_node_type {
 /* A value of a decoded line in either form lines are read in: jansson
  * values (json), or a value of a flat view (flat, index; proto-scan.h).
  * One set of readers serves both: the snapshot reader below and
- * libcbclient's reply and event readers. (The request readers keep their
- * own pair, pval in proto.c: built on nodes they cost cbd ~8 % more
- * instructions per request.) A member that is not there is a node of type
+ * libcbclient's reply and event readers; the request readers' pval
+ * (proto.c) is a node with its value read out. A member that is not there is a node of type
  * PROTO_NODE_ABSENT. An object node remembers where its last member was
  * found (hint): members read in the order they were written cost one
  * comparison each in a flat view. */
