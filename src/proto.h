@@ -233,10 +233,10 @@ typedef enum proto_node_type {
  * values (json), or a value of a flat view (flat, index; proto-scan.h).
  * One set of readers serves both: the snapshot reader below and
  * libcbclient's reply and event readers; the request readers' pval
- * (proto.c) is a node with its value read out. A member that is not there is a node of type
- * PROTO_NODE_ABSENT. An object node remembers where its last member was
- * found (hint): members read in the order they were written cost one
- * comparison each in a flat view. */
+ * (proto.c) is a node with its value read out. A member that is not there
+ * is a node of type PROTO_NODE_ABSENT. An object node remembers where its
+ * last member was found (hint): members read in the order they were
+ * written cost one comparison each in a flat view. */
 typedef struct proto_node {
 	proto_node_type type;
 	int index; /* in flat; -1: absent */
