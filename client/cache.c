@@ -125,9 +125,9 @@ struct cbci_cache {
 	int64_t lazy_at; /* monotonic µs of the last success queued */
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
-	/* The line being applied as a flat view (reader thread only; ~11 KiB,
-	 * kept off the reader's stack). */
-	proto_flat flat;
+	/* The line being applied (reader thread only; its flat view is
+	 * ~11 KiB, kept off the reader's stack). */
+	cbci_reply line;
 	/* The probe (reader thread only): monotonic µs of the last line
 	 * received (or of the connect), of the outstanding probe (0: none),
 	 * and the last probe's number. */
@@ -397,22 +397,13 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 void
 cbci_cache_apply_line(cbci_cache *c, const char *line, size_t len)
 {
-	proto_node msg;
-	json_t *decoded;
-
 	/* Events and probe replies are plain (proto-scan.h): read from the
 	 * flat view, no jansson values at all (every watching process reads
 	 * every event). Anything else (a watch reply's array, escapes,
 	 * reals) is json_loadb's. */
-	if (proto_scan_flat(line, len, &c->flat)) {
-		msg = proto_node_flat(&c->flat, 0);
-		cache_apply_message(c, &msg);
-		return;
-	}
-	decoded = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
-	msg = proto_node_json(decoded);
-	cache_apply_message(c, &msg);
-	json_decref(decoded);
+	cbci_reply_decode(&c->line, line, len, NULL);
+	cache_apply_message(c, &c->line.top);
+	cbci_reply_free(&c->line);
 }
 
 /* Drop the connection: every entry invalid until re-watched (lock held). */

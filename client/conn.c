@@ -470,6 +470,18 @@ conn_note_conflict_locked(cbc_conn *conn, const json_t *reply)
 }
 
 void
+cbci_reply_decode(cbci_reply *out, const char *line, size_t len, json_error_t *jerr)
+{
+	out->json = NULL;
+	if (proto_scan_flat(line, len, &out->flat)) {
+		out->top = proto_node_flat(&out->flat, 0);
+	} else {
+		out->json = json_loadb(line, len, JSON_REJECT_DUPLICATES, jerr);
+		out->top = proto_node_json(out->json);
+	}
+}
+
+void
 cbci_reply_free(cbci_reply *reply)
 {
 	json_decref(reply->json);
@@ -488,13 +500,7 @@ conn_parse_reply_locked(cbc_conn *conn, const char *line, cbci_reply *out, cbc_e
 	json_error_t jerr = { .text = "" };
 	proto_node ok;
 
-	out->json = NULL;
-	if (proto_scan_flat(line, strlen(line), &out->flat)) {
-		out->top = proto_node_flat(&out->flat, 0);
-	} else {
-		out->json = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
-		out->top = proto_node_json(out->json);
-	}
+	cbci_reply_decode(out, line, strlen(line), &jerr);
 	/* A flat view holds no arrays: no policy_conflict. */
 	conn_note_conflict_locked(conn, json_is_object(out->json) ? out->json : NULL);
 	if (proto_node_is_absent(&out->top))

@@ -86,6 +86,11 @@ typedef struct cbci_reply {
 /* cbci_conn_call, the reply read into *reply (CBC_OK: to cbci_reply_free).
  * ~11 KiB: as much stack as the view proto_scan_request took before. */
 cbc_status cbci_conn_call_node(cbc_conn *conn, json_t *request, cbci_reply *reply, cbc_error *err);
+/* Decode a line from cbd (len bytes, no LF) into *out: its flat view when
+ * the line is plain (proto-scan.h: no jansson values at all), else
+ * jansson values (out->top absent when the line is not JSON; jerr, when
+ * not NULL, says why). Then to cbci_reply_free. */
+void cbci_reply_decode(cbci_reply *out, const char *line, size_t len, json_error_t *jerr);
 /* Drop a reply's jansson values (a flat one holds none). */
 void cbci_reply_free(cbci_reply *reply);
 
