@@ -715,8 +715,10 @@ func (c *watchCache) run() {
 				// cbd does not answer: as if the connection were lost
 				// (reconnecting to a frozen cbd may succeed, but its
 				// watch reply never comes: entries stay invalid).
-				atomic.AddInt64(&c.probeTimeouts, 1)
+				// Counted once the entries are invalid: a reader who
+				// sees the count sees them invalid.
 				c.disconnect(lost)
+				atomic.AddInt64(&c.probeTimeouts, 1)
 				lost = nil
 				continue
 			}
