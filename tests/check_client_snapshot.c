@@ -27,6 +27,7 @@
 
 #include "check-run.h"
 #include "internal.h"
+#include "client-readers.h"
 #include "client-test.h"
 #include "test-rand.h"
 
@@ -35,141 +36,15 @@
 /* Room for one generated line. */
 #define LINE_MAX 8192
 
-/* ---- comparing ---------------------------------------------------------- */
+/* ---- comparing (client-readers.c) -------------------------------------- */
 
-#define SAME_INT(f)                                                                                \
-	ck_assert_msg(a->f == b->f, "%s: %lld (flat) != %lld (jansson) in %s", #f,                 \
-	    (long long)a->f, (long long)b->f, line)
-#define SAME_DBL(f)                                                                                \
-	ck_assert_msg(a->f == b->f, "%s: %g (flat) != %g (jansson) in %s", #f, a->f, b->f, line)
-#define SAME_STR(f)                                                                                \
-	ck_assert_msg(strcmp(a->f, b->f) == 0, "%s: \"%s\" (flat) != \"%s\" (jansson) in %s", #f,  \
-	    a->f, b->f, line)
-
-/* a and b (from zeroed memory) hold the same snapshot, field by field. */
+/* a and b hold the same snapshot, field by field. */
 static void
 snapshot_same(const cbc_snapshot *a, const cbc_snapshot *b, const char *line)
 {
-	SAME_STR(name);
-	SAME_INT(state);
-	SAME_INT(failure_count);
-	SAME_INT(success_count);
-	SAME_INT(last_failure_at);
-	SAME_INT(opened_at);
-	SAME_INT(retry_after_ms);
-	SAME_INT(hold.held);
-	SAME_INT(hold.state);
-	SAME_INT(hold.by_uid);
-	SAME_STR(hold.by_user);
-	SAME_INT(hold.has_reason);
-	SAME_STR(hold.reason);
-	SAME_INT(hold.since);
-	SAME_INT(hold.until);
-	SAME_INT(totals.successes);
-	SAME_INT(totals.failures);
-	SAME_INT(totals.ignored);
-	SAME_INT(totals.slow);
-	SAME_INT(totals.rejected);
-	SAME_INT(policy.known);
-	SAME_INT(policy.failure_threshold);
-	SAME_INT(policy.success_threshold);
-	SAME_INT(policy.break_ms);
-	SAME_INT(policy.half_open_max);
-	SAME_INT(policy.slot_ttl_ms);
-	SAME_INT(policy.max_gap_ms);
-	SAME_INT(policy.trip);
-	SAME_INT(policy.window);
-	SAME_INT(policy.window_size);
-	SAME_INT(policy.minimum_calls);
-	SAME_INT(policy.failure_rate);
-	SAME_INT(policy.slow_call_ms);
-	SAME_INT(policy.slow_call_rate);
-	SAME_INT(policy.min_reporters);
-	SAME_INT(policy.reporter_window_ms);
-	SAME_INT(policy.break_backoff);
-	SAME_INT(policy.break_max_ms);
-	SAME_INT(policy.has_preset);
-	SAME_STR(policy.preset);
-	SAME_INT(policy.source.failure_threshold);
-	SAME_INT(policy.source.success_threshold);
-	SAME_INT(policy.source.break_ms);
-	SAME_INT(policy.source.half_open_max);
-	SAME_INT(policy.source.slot_ttl_ms);
-	SAME_INT(policy.source.max_gap_ms);
-	SAME_INT(policy.source.trip);
-	SAME_INT(policy.source.window);
-	SAME_INT(policy.source.window_size);
-	SAME_INT(policy.source.minimum_calls);
-	SAME_INT(policy.source.failure_rate);
-	SAME_INT(policy.source.slow_call_ms);
-	SAME_INT(policy.source.slow_call_rate);
-	SAME_INT(policy.source.min_reporters);
-	SAME_INT(policy.source.reporter_window_ms);
-	SAME_INT(policy.source.break_backoff);
-	SAME_INT(policy.source.break_max_ms);
-	SAME_INT(policy.source.preset);
-	SAME_INT(current_break_ms);
-	SAME_INT(window.known);
-	SAME_INT(window.calls);
-	SAME_INT(window.failures);
-	SAME_INT(window.slow);
-	SAME_DBL(window.failure_rate);
-	SAME_DBL(window.slow_call_rate);
-	SAME_INT(reporters);
-}
+	char why[READERS_WHY_SIZE];
 
-/* What both readers make of one snapshot object. */
-typedef struct reading {
-	cbc_status st;
-	cbc_error err;
-	cbc_snapshot snap;
-	bool core_ok;
-	proto_error perr;
-	cb_snapshot core;
-	int64_t retry;
-} reading;
-
-/* The readers over a node (each from a fresh copy: its own hints). */
-static void
-read_node(const proto_node *n, reading *r)
-{
-	proto_node copy = *n;
-
-	memset(r, 0, sizeof *r);
-	r->st = cbci_reply_snapshot_node(&copy, "fallback", &r->snap, &r->err);
-	copy = *n;
-	r->core_ok = proto_snapshot_from_node(&copy, &r->core, &r->retry, &r->perr);
-}
-
-/* The readers over jansson values, through the json entry points. */
-static void
-read_json(const json_t *obj, reading *r)
-{
-	memset(r, 0, sizeof *r);
-	r->st = cbci_reply_snapshot(obj, "fallback", &r->snap, &r->err);
-	r->core_ok = proto_snapshot_from_json(obj, &r->core, &r->retry, &r->perr);
-}
-
-static void
-reading_same(const reading *ra, const reading *rb, const char *line)
-{
-	const cbc_snapshot *a = &ra->snap, *b = &rb->snap;
-
-	ck_assert_msg(ra->st == rb->st, "status %d (flat) != %d (jansson) in %s", ra->st, rb->st,
-	    line);
-	ck_assert_msg(strcmp(ra->err.message, rb->err.message) == 0,
-	    "message \"%s\" (flat) != \"%s\" (jansson) in %s", ra->err.message, rb->err.message,
-	    line);
-	snapshot_same(a, b, line);
-	ck_assert_msg(ra->core_ok == rb->core_ok, "core reader disagrees in %s", line);
-	ck_assert_int_eq(ra->perr.code, rb->perr.code);
-	ck_assert_str_eq(ra->perr.message, rb->perr.message);
-	ck_assert_int_eq(ra->core.state, rb->core.state);
-	ck_assert_int_eq(ra->core.failure_count, rb->core.failure_count);
-	ck_assert_int_eq(ra->core.success_count, rb->core.success_count);
-	ck_assert_int_eq(ra->core.last_failure_at, rb->core.last_failure_at);
-	ck_assert_int_eq(ra->core.opened_at, rb->core.opened_at);
-	ck_assert_int_eq(ra->retry, rb->retry);
+	ck_assert_msg(!snapshot_differ(a, b, why, sizeof why), "%s in %s", why, line);
 }
 
 /* The flat view of a line (static: ~11 KiB). */
@@ -181,6 +56,7 @@ static proto_flat flat;
 static bool
 compare_snapshot(const char *text, bool *ok)
 {
+	char why[READERS_WHY_SIZE];
 	reading a, b;
 	json_t *obj;
 	proto_node n;
@@ -190,9 +66,9 @@ compare_snapshot(const char *text, bool *ok)
 	obj = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
 	ck_assert_msg(obj != NULL, "flat but not JSON: %s", text);
 	n = proto_node_flat(&flat, 0);
-	read_node(&n, &a);
-	read_json(obj, &b);
-	reading_same(&a, &b, text);
+	reading_of_node(&n, &a);
+	reading_of_json(obj, &b);
+	ck_assert_msg(!readings_differ(&a, &b, why, sizeof why), "%s in %s", why, text);
 	json_decref(obj);
 	if (ok != NULL)
 		*ok = a.st == CBC_OK;
@@ -565,69 +441,26 @@ END_TEST
 
 /* ---- the cache's line handler ------------------------------------------- */
 
-/* Two caches without a connection (no socket there): one is fed lines as
- * they are, the other the same lines made non-flat. */
-typedef struct pair {
-	cbci_cache *cache[2];
-	cbci_cache_entry *entry[2];
-	uint64_t seen[2];
-} pair;
-
 static void
-pair_open(pair *p)
+pair_open(cache_pair *p)
 {
-	static const char *const paths[2] = { "/nonexistent/check-snapshot-flat.sock",
-		"/nonexistent/check-snapshot-jansson.sock" };
-
-	memset(p, 0, sizeof *p);
-	for (int i = 0; i < 2; i++) {
-		p->cache[i] = cbci_cache_acquire(paths[i], NULL);
-		ck_assert_ptr_nonnull(p->cache[i]);
-		p->entry[i] = cbci_cache_watch(p->cache[i], "svc.a");
-		ck_assert_ptr_nonnull(p->entry[i]);
-	}
-}
-
-static void
-pair_close(pair *p)
-{
-	for (int i = 0; i < 2; i++)
-		cbci_cache_release(p->cache[i], cbci_cache_generation());
+	ck_assert(cache_pair_open(p, "check-snapshot"));
 }
 
 /* Feed line (an object's text) to both caches, the second one with an
- * array member added (outside the flat subset, ignored by the handler),
- * and compare what they made of it. */
+ * array member added, and compare what they made of it. */
 static void
-pair_feed(pair *p, const char *line)
+pair_feed(cache_pair *p, const char *line)
 {
 	static char padded[LINE_MAX + 32];
+	char why[READERS_WHY_SIZE];
 	size_t len = strlen(line);
-	cbc_snapshot fresh[2];
-	cbc_cache_stats stats[2];
-	bool has_fresh[2];
-	int64_t retry[2];
 
-	ck_assert_msg(len >= 2 && line[len - 1] == '}', "not an object: %s", line);
-	snprintf(padded, sizeof padded, "%.*s%s\"zz_pad\":[0]}", (int)(len - 1), line,
-	    len > 2 ? "," : "");
+	ck_assert_msg(line_padded(line, len, padded, sizeof padded), "not an object: %s", line);
 	ck_assert_msg(proto_scan_flat(line, len, &flat), "not flat: %s", line);
 	ck_assert(!proto_scan_flat(padded, strlen(padded), &flat));
-	cbci_cache_apply_line(p->cache[0], line, len);
-	cbci_cache_apply_line(p->cache[1], padded, strlen(padded));
-	for (int i = 0; i < 2; i++) {
-		memset(&fresh[i], 0, sizeof fresh[i]);
-		cbci_cache_decide(p->cache[i], p->entry[i], &p->seen[i], &fresh[i], &has_fresh[i],
-		    &retry[i]);
-		cbci_cache_stats(p->cache[i], &stats[i]);
-	}
-	ck_assert_msg(has_fresh[0] == has_fresh[1], "applied one way only: %s", line);
-	if (has_fresh[0])
-		snapshot_same(&fresh[0], &fresh[1], line);
-	ck_assert_int_eq(stats[0].events, stats[1].events);
-	ck_assert_msg(stats[0].bad_lines == stats[1].bad_lines, "bad_lines %llu != %llu: %s",
-	    (unsigned long long)stats[0].bad_lines, (unsigned long long)stats[1].bad_lines, line);
-	ck_assert_int_eq(stats[0].refused, stats[1].refused);
+	ck_assert_msg(!cache_pair_differ(p, line, len, padded, why, sizeof why), "%s: %s", why,
+	    line);
 }
 
 START_TEST(cache_reads_lines_the_same_both_ways)
@@ -648,7 +481,7 @@ START_TEST(cache_reads_lines_the_same_both_ways)
 		"{\"ok\":true}",
 		"{}",
 	};
-	pair p;
+	cache_pair p;
 	cbc_cache_stats st;
 
 	pair_open(&p);
@@ -662,7 +495,7 @@ START_TEST(cache_reads_lines_the_same_both_ways)
 	ck_assert_int_eq(st.events, 7);
 	ck_assert_int_eq(st.bad_lines, 2);
 	ck_assert_int_eq(st.refused, 2);
-	pair_close(&p);
+	cache_pair_close(&p);
 }
 END_TEST
 
@@ -672,7 +505,7 @@ START_TEST(cache_reads_generated_events_the_same_both_ways)
 	static char snap[LINE_MAX], line[LINE_MAX + 128];
 	cbc_cache_stats st;
 	int fed = 0;
-	pair p;
+	cache_pair p;
 
 	pair_open(&p);
 	for (int i = 0; i < GEN_LINES / 4; i++) {
@@ -692,7 +525,7 @@ START_TEST(cache_reads_generated_events_the_same_both_ways)
 	/* Both applied and refused snapshots. */
 	ck_assert_uint_gt(st.bad_lines, 0);
 	ck_assert_uint_lt(st.bad_lines, (uint64_t)fed * 4 / 5);
-	pair_close(&p);
+	cache_pair_close(&p);
 }
 END_TEST
 

@@ -17,7 +17,7 @@ tests_check_client_local_LDADD = $(CLIENT_TEST_LIBS)
 # calls libcbclient's internals.
 check_PROGRAMS += tests/check_client_snapshot
 tests_check_client_snapshot_SOURCES = tests/check_client_snapshot.c tests/test-rand.h \
-	tests/client-test.c tests/client-test.h
+	tests/client-test.c tests/client-test.h tests/client-readers.c tests/client-readers.h
 tests_check_client_snapshot_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_snapshot_LDFLAGS = -static
 tests_check_client_snapshot_LDADD = $(CLIENT_TEST_LIBS)
