@@ -10,7 +10,8 @@
 
 #include "client-readers.h"
 
-static bool
+/* printf into why; returns true (they differ). */
+static bool __attribute__((format(printf, 3, 4)))
 differ(char *why, size_t size, const char *fmt, ...)
 {
 	va_list ap;
