@@ -976,8 +976,12 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
-	rig_open(&r, h, "stopped", policy, STOP_TIMEOUT_MS);
+	/* Tripped on a running cbd, whose answers a loaded machine may delay
+	 * past STOP_TIMEOUT_MS: patient timeouts until cbd is stopped. */
+	rig_open(&r, h, "stopped", policy, PATIENT_TIMEOUT_MS);
 	rig_trip(&r);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, STOP_TIMEOUT_MS, STOP_TIMEOUT_MS, NULL),
+	    CBC_OK);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int round = 0; round < 3; round++) {
 		t0 = harness_mono_ms();
@@ -1003,8 +1007,12 @@ START_TEST(cbd_stopped_calls_stay_bounded)
 	ck_assert_int_eq(r.rec.last_status, CBC_ETIMEOUT);
 	ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
 	/* Past the timeout backoff, cbd answers again and is authoritative:
-	 * the circuit is open there, whatever the policy did meanwhile. */
+	 * the circuit is open there, whatever the policy did meanwhile. (Its
+	 * answer is the subject, not how soon it comes: patient again.) */
 	usleep((CBC_DEFAULT_TIMEOUT_BACKOFF_MS + 50) * 1000);
+	ck_assert_int_eq(cbc_conn_set_timeouts(r.conn, PATIENT_TIMEOUT_MS, PATIENT_TIMEOUT_MS,
+			     NULL),
+	    CBC_OK);
 	calls = 0;
 	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, &err), CBC_EOPEN);
 	ck_assert_int_eq(calls, 0);
