@@ -246,7 +246,8 @@ rig_build(rig *r, cbc_conn *conn, cbc_breaker_options *o, cbc_error *err)
 	return r->b != NULL;
 }
 
-/* A breaker named name on the cbd at h, with the given policy. */
+/* A breaker named name on the cbd at h, with the given policy; its
+ * connection's timeouts timeout_ms (0: PATIENT_TIMEOUT_MS). */
 static void
 rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy, int timeout_ms)
 {
@@ -255,8 +256,9 @@ rig_open(rig *r, const cbd_harness *h, const char *name, cbc_store_policy policy
 	cbc_conn *conn = cbc_conn_new(h->socket_path, &err);
 
 	ck_assert_ptr_nonnull(conn);
-	if (timeout_ms > 0)
-		ck_assert_int_eq(cbc_conn_set_timeouts(conn, timeout_ms, timeout_ms, NULL), CBC_OK);
+	if (timeout_ms <= 0)
+		timeout_ms = PATIENT_TIMEOUT_MS;
+	ck_assert_int_eq(cbc_conn_set_timeouts(conn, timeout_ms, timeout_ms, NULL), CBC_OK);
 	cbc_breaker_options_init(&o);
 	o.name = name;
 	o.failure_threshold = 3;
@@ -288,7 +290,7 @@ rig_open_child(rig *r, const char *socket_path, const char *name, int64_t half_o
 	o.half_open_max = half_open_max;
 	o.store_policy = CBC_POLICY_REJECT; /* a child must see cbd, not a copy */
 	o.cache = CBC_CACHE_OFF; /* as rig_open */
-	return rig_build(r, cbc_conn_new(socket_path, NULL), &o, NULL);
+	return rig_build(r, conn_new_patient(socket_path), &o, NULL);
 }
 
 static void
@@ -349,7 +351,7 @@ START_TEST(every_op_against_cbd)
 	char *raw;
 
 	ck_assert_ptr_nonnull(h);
-	c = cbc_conn_new(h->socket_path, NULL);
+	c = conn_new_patient(h->socket_path);
 	ck_assert_int_eq(cbc_conn_set_client_name(c, "check_client_remote", NULL), CBC_OK);
 	ck_assert_int_eq(cbc_hello(c, &hello, &err), CBC_OK);
 	ck_assert_str_eq(hello.server, "cbd");
@@ -449,7 +451,7 @@ START_TEST(holds_against_cbd)
 	char *raw;
 
 	ck_assert_ptr_nonnull(h);
-	c = cbc_conn_new(h->socket_path, NULL);
+	c = conn_new_patient(h->socket_path);
 	/* Held open for a minute, with a reason. */
 	ck_assert_int_eq(cbc_hold(c, "h", CBC_STATE_OPEN, 60000, "deploy", &s, &err), CBC_OK);
 	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
@@ -519,7 +521,7 @@ START_TEST(policy_sources_and_conflicts_against_cbd)
 	char keys[128];
 
 	ck_assert_ptr_nonnull(h);
-	c = cbc_conn_new(h->socket_path, NULL);
+	c = conn_new_patient(h->socket_path);
 	/* Nothing declared: [defaults] and built-ins. */
 	ck_assert_int_eq(cbc_record_failure(c, "plain", NULL, &s, &err), CBC_OK);
 	ck_assert(s.policy.known);
@@ -577,7 +579,7 @@ START_TEST(breaker_without_options_runs_cbds_policy)
 	cbc_breaker_options_init(&o);
 	o.name = "cfg";
 	o.cache = CBC_CACHE_OFF; /* reads its own trip at once */
-	ck_assert(rig_build(&r, cbc_conn_new(h->socket_path, NULL), &o, NULL));
+	ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, NULL));
 	/* [circuit "cfg"] says 2 failures (the built-in default is 5). */
 	for (int i = 0; i < 2; i++)
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, &calls, &res, NULL),
@@ -606,7 +608,7 @@ START_TEST(local_fallback_runs_the_policy_cbd_reported)
 	o.store_policy = CBC_POLICY_LOCAL;
 	o.on_store_error = on_store_error;
 	o.user = &r.rec;
-	ck_assert(rig_build(&r, cbc_conn_new(h->socket_path, NULL), &o, NULL));
+	ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, NULL));
 	/* cbd answers once (reporting the circuit's policy), then dies. */
 	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
 	cbd_kill(h);
@@ -865,7 +867,7 @@ START_TEST(half_open_max_across_processes)
 	o.break_ms = LONG_BREAK_MS;
 	o.half_open_max = 2;
 	o.store_policy = CBC_POLICY_REJECT;
-	ck_assert(rig_build(&r, cbc_conn_new(h->socket_path, NULL), &o, &err));
+	ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, &err));
 	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
 	c1 = permit_holder(h->socket_path, ready[1], go1[0]);
 	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
