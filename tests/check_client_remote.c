@@ -1167,12 +1167,14 @@ cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
 	ck_assert(cached_wait_live(r->b));
 }
 
-/* Wait (at most CACHE_WAIT_MS) until cbd's totals of name reach
- * failures + successes; returns the snapshot last read. */
+/* Wait (at most harness_timeout_ms()) until cbd's totals of name reach
+ * failures + successes; returns the snapshot last read. Not CACHE_WAIT_MS:
+ * a backlog of thousands of lines is carried out one at a time, and in
+ * fleet mode each is a round trip to Redis. */
 static cbc_snapshot
 cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
 {
-	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	int64_t deadline = harness_mono_ms() + harness_timeout_ms();
 	cbc_snapshot s;
 
 	do {
