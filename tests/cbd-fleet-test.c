@@ -555,13 +555,21 @@ END_TEST
  * from the copy, Redis being frozen) before the connection closes. */
 START_TEST(test_shutdown_answers_a_request_waiting_on_redis)
 {
+	int watcher = harness_connect(&host_a);
+	int64_t gets;
 	json_t *r;
 
+	ck_assert(watcher >= 0);
 	json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"sd\"}"));
+	r = util_call_ok(watcher, "{\"op\":\"stats\"}");
+	gets = util_int(r, "ops.get.requests");
+	json_decref(r);
 	kill(redis.pid, SIGSTOP);
 	ck_assert(util_write_all(a, "{\"id\":9,\"op\":\"get\",\"name\":\"sd\"}\n", 32));
-	/* The request is read and waits on the frozen Redis; then SIGTERM. */
-	usleep(50000);
+	/* SIGTERM once the request is read and waits on the frozen Redis
+	 * (counted as it is read, then sent at once). A request not read
+	 * yet when SIGTERM comes is refused as shutting_down instead. */
+	ck_assert(util_stats_reach(watcher, "ops.get.requests", gets + 1));
 	kill(host_a.pid, SIGTERM);
 	r = util_next_json(a, "reply before the connection closed");
 	kill(redis.pid, SIGCONT);
@@ -570,6 +578,7 @@ START_TEST(test_shutdown_answers_a_request_waiting_on_redis)
 	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);
 	json_decref(r);
 	ck_assert(util_wait_eof(a));
+	close(watcher);
 }
 END_TEST
 

@@ -466,6 +466,11 @@ START_TEST(test_emfile_refuses_with_capacity)
 	json_t *r;
 
 	util_start_logged(&h, NULL, NULL, log_path);
+	/* cbd accepts connections (the harness's probe) as soon as it
+	 * listens, before it sets its descriptor limit and max_connections
+	 * from it; it logs "listening" after. A limit lowered before that
+	 * would make max_connections refuse the clients instead. */
+	ck_assert(util_wait_file(log_path, " listening on "));
 	started = harness_mono_ms();
 	ck_assert_int_eq(prlimit(h.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	served = connect_all_answered(fds, N);
