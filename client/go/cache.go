@@ -621,9 +621,9 @@ func (c *watchCache) connect() chan struct{} {
 // dropped: its head went to this one).
 func (c *watchCache) disconnect(lost chan struct{}) {
 	c.outMu.Lock()
-	if c.conn != nil {
+	closed := c.conn != nil
+	if closed {
 		c.conn.Close()
-		atomic.AddInt64(&c.disconnects, 1)
 	}
 	c.conn, c.raw, c.broken = nil, nil, false
 	if c.partial {
@@ -640,6 +640,11 @@ func (c *watchCache) disconnect(lost chan struct{}) {
 	c.outMu.Unlock()
 	<-lost
 	c.invalidate()
+	// Counted once the entries are invalid (as a probe timeout): a reader
+	// who sees the count sees the cache down.
+	if closed {
+		atomic.AddInt64(&c.disconnects, 1)
+	}
 }
 
 // probe checks that cbd still answers on the connection (the owner):

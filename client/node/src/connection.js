@@ -31,6 +31,16 @@ export const NOREPLY_REFUSED = Object.freeze(['hello', 'watch', 'unwatch', 'list
 // libcbclient's CBC_LIST_LIMIT_MAX).
 export const LIST_LIMIT_MAX = 100000;
 
+/** Run judge once the event loop has polled its sockets. A timeout's timer
+ * runs before the loop reads them (and before it reports a connect that
+ * completed): after a busy stretch of this process (or a starved CPU) the
+ * connection may be made, or the reply waiting unread, though the timer is
+ * due. setImmediate runs after the poll phase, as the watch cache's probe
+ * judges (cache.js). */
+function judgeLate(judge) {
+  setImmediate(judge);
+}
+
 /** The socket path: path, else $CBD_SOCKET, else /run/cbd/cbd.sock. */
 export function resolveSocket(path) {
   return path || process.env.CBD_SOCKET || DEFAULT_SOCKET;
@@ -100,7 +110,10 @@ export class Client extends EventEmitter {
     const sock = net.createConnection({ path: this.socketPath });
     sock.setEncoding('utf8');
     const connectTimer = setTimeout(() => {
-      if (this.sock === sock) this.drop(new CbdTimeoutError(`connecting to ${this.socketPath} timed out`));
+      // Judged once the loop has looked at the socket (judgeLate).
+      judgeLate(() => {
+        if (this.sock === sock && sock.connecting) this.drop(new CbdTimeoutError(`connecting to ${this.socketPath} timed out`));
+      });
     }, this.connectTimeoutMs);
     sock.once('connect', () => {
       clearTimeout(connectTimer);
@@ -219,7 +232,10 @@ export class Client extends EventEmitter {
     // the I/O timeout.
     const budget = this.ioTimeoutMs + (sock.connecting ? this.connectTimeoutMs : 0);
     p.timer = setTimeout(() => {
-      if (this.sock === sock) this.drop(new CbdTimeoutError(`cbd did not answer ${p.op} within ${this.ioTimeoutMs} ms`));
+      // Judged once the loop has read what arrived (judgeLate).
+      judgeLate(() => {
+        if (this.sock === sock && this.pending.includes(p)) this.drop(new CbdTimeoutError(`cbd did not answer ${p.op} within ${this.ioTimeoutMs} ms`));
+      });
     }, budget);
     this.pending.push(p);
     sock.write(p.line);

@@ -1,12 +1,13 @@
 // example.test.js — the example service (examples/service.js) end to end:
 // its demo upstream goes down, the retries fail, the circuit opens in cbd
-// and the service answers from its fallback.
+// and, once the service has read the trip, it answers from its fallback.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Daemon } from './helpers.js';
 import { Client } from '../index.js';
 
@@ -14,10 +15,19 @@ const SERVICE = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'e
 // Bounds (ms) on the service starting and on each HTTP request.
 const START_WAIT_MS = 10_000;
 const HTTP_WAIT_MS = 10_000;
+// Bound on waiting for a condition (an outcome at cbd, a line of the service).
+const WAIT_MS = 10_000;
+
+// The operator's policy for the circuit (the service declares 5 only for
+// circuits nobody configured): the third failure, the last attempt of one
+// request, opens it. A trip between two attempts of a request would race
+// the next attempt (a jittered delay of 0 to 100 ms) against the trip's
+// event reaching the service's cache.
+const CONFIG = '[circuit "upstream"]\nfailure_threshold = 3\n';
 
 let d;
 before(async () => {
-  d = await Daemon.start();
+  d = await Daemon.start(CONFIG);
 });
 after(async () => {
   await d?.cleanup();
@@ -28,39 +38,53 @@ async function get(url) {
   return res.text();
 }
 
+/** Poll cond (sync or async) every 10 ms until it holds, at most waitMs. */
+async function waitFor(cond, what, waitMs = WAIT_MS) {
+  const deadline = Date.now() + waitMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await delay(10);
+  }
+}
+
 test('the example service falls back once the circuit opens', async () => {
   const proc = spawn(process.execPath, [SERVICE, '--demo', '--port', '0', '--demo-port', '0'], {
     env: { ...process.env, CBD_SOCKET: d.socket }, stdio: ['ignore', 'ignore', 'pipe'],
   });
   const exited = new Promise((r) => proc.once('exit', r));
   try {
-    const line = await new Promise((resolve, reject) => {
-      let err = '';
-      const t = setTimeout(() => reject(new Error(`the service did not start: ${err}`)), START_WAIT_MS);
-      proc.stderr.on('data', (chunk) => {
-        err += chunk;
-        if (err.includes('\n')) {
-          clearTimeout(t);
-          resolve(err.split('\n')[0]);
-        }
-      });
+    let err = ''; // the service's stderr, all of it
+    proc.stderr.on('data', (chunk) => {
+      err += chunk;
     });
+    await waitFor(() => err.includes('\n'), 'the service to start', START_WAIT_MS);
+    const line = err.split('\n')[0];
     const m = /serving on (\S+), upstream (\S+)/.exec(line);
     assert.ok(m, `no startup line: ${line}`);
     const [service, upstream] = [`http://${m[1]}/`, m[2]];
-    assert.equal(await get(service), 'upstream says hello\n');
-    assert.equal(await get(`${upstream}toggle`), 'upstream down\n');
-    const answers = [await get(service), await get(service), await get(service)];
-    // 3 attempts failed (a 502), then 2 more opened the circuit
-    // (failure_threshold 5) and the third attempt fell back.
-    assert.match(answers[0], /^upstream failed: HTTP 503/);
-    assert.match(answers[1], /^cached answer/);
-    assert.match(answers[2], /^cached answer/);
-    const c = new Client(d.socket, { ioTimeoutMs: 2000 });
-    const snap = (await c.get('upstream')).snapshot;
-    c.close();
-    assert.equal(snap.state, 'open');
-    assert.equal(snap.totals.failures, 5);
+    const c = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000 });
+    try {
+      assert.equal(await get(service), 'upstream says hello\n');
+      // That request's outcomes at cbd: its success (a cached one is
+      // written after a timer), after the failure of any attempt that timed
+      // out first (on a loaded machine; the success reset its count).
+      const totals = async () => (await c.get('upstream')).snapshot.totals;
+      await waitFor(async () => (await totals()).successes === 1, 'the first success at cbd');
+      const failed = (await totals()).failures;
+      assert.equal(await get(`${upstream}toggle`), 'upstream down\n');
+      // 3 attempts failed (a 502); the third opened the circuit.
+      assert.match(await get(service), /^upstream failed: HTTP 503/);
+      // Once the trip's event has reached the service (its stateChange
+      // line), it falls back without trying the upstream.
+      await waitFor(() => err.includes('circuit upstream: closed -> open'), 'the service to see the circuit open');
+      assert.match(await get(service), /^cached answer/);
+      assert.match(await get(service), /^cached answer/);
+      const snap = (await c.get('upstream')).snapshot;
+      assert.equal(snap.state, 'open');
+      assert.equal(snap.totals.failures - failed, 3);
+    } finally {
+      c.close();
+    }
   } finally {
     proc.kill('SIGTERM');
     let timer;
