@@ -20,30 +20,48 @@ from the C core (same rule order, same edge cases):
 Policy RESOLUTION is not here: cbd sends the circuit's full effective
 policy with every call.
 
-Call convention (docs: /work/notes/fleet-contract.md, issue 14):
+Call convention (docs: /work/notes/fleet-contract.md, issue 14; the
+request is positional rather than the contract's JSON object, so that the
+common ops decode no JSON):
   EVALSHA <sha> 3 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window
-          <op> <request-json> <channel>
+          <op> <channel> <name> <origin> <now> <declared> <policy>
+          <reporter> <duration_ms> <token> <extra>
   KEYS[1] hash: the circuit (fields: see load_circuit / save_circuit)
   KEYS[2] sorted set: half-open slots, member = token, score = expires_at
   KEYS[3] hash: the rate rule's window (meta fields, ring "r<i>" of a count
           window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
           of a time window)
-  ARGV[1] op: get | success | failure | ignore | allow | cas | set_state |
-          release | acquire_slot | release_slot | delete | merge | writeback
-  ARGV[2] request JSON: name, now (ms, or absent/null: Redis TIME), policy
-          (every key), declared, origin, duration_ms, reporter, token,
-          from/to (cas), state + hold (set_state), circuit (merge),
-          action + state + at + known (writeback)
-  ARGV[3] channel for events
+  ARGV[1]  op: get | success | failure | ignore | allow | cas | set_state |
+           release | acquire_slot | release_slot | delete | merge | writeback
+  ARGV[2]  channel for events
+  ARGV[3]  name (for events)       ARGV[4] origin (the calling cbd's id)
+  ARGV[5]  now: integer ms, or "": Redis TIME
+  ARGV[6]  declared: the canonical JSON of the creating request's policy
+           members ("" = none), or "-": not given (never mismatches)
+  ARGV[7]  policy: the 17 members of the effective policy, one space
+           apart, in this order: trip failure_threshold success_threshold
+           break_ms half_open_max slot_ttl_ms max_gap_ms window window_size
+           minimum_calls failure_rate slow_call_ms slow_call_rate
+           min_reporters reporter_window_ms break_backoff break_max_ms
+           (e.g. "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1
+           60000 1 0"); "": not given (built-in defaults)
+  ARGV[8]  reporter (for min_reporters)
+  ARGV[9]  duration_ms: integer, or "": not given
+  ARGV[10] token (allow, acquire_slot, release_slot), or "": none
+  ARGV[11] extra: a JSON object of an op's own members, or "": none:
+           from/to (cas), state + hold (set_state), circuit (merge),
+           action + state + at + known (writeback)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (see the contract). Events: when change ~= null, or a stored circuit is
-deleted, PUBLISH ARGV[3] {"origin","name","now","circuit","change"}.
+deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
 Op results: allow: allowed, retry_after_ms, permit; cas: applied;
 acquire_slot: acquired, permit; release, release_slot: released; delete:
-the top-level "existed"; writeback: applied. A malformed request (unknown
-op, a bad state name, allow/acquire_slot without a token, merge without a
-circuit, writeback without an action or known) is an error reply
-("ERR fleet.lua: ..."), checked before anything is written.
+the top-level "existed"; writeback: applied. A malformed request (not 11
+arguments, now or duration_ms not an integer, a policy member missing or
+malformed, extra not a JSON object, unknown op, a bad state name,
+allow/acquire_slot without a token, merge without a circuit, writeback
+without an action or known) is an error reply ("ERR fleet.lua: ...",
+naming what is wrong), checked before anything is written.
 
 Where this differs from, or pins down, the contract (decided here):
   * "current_break_ms" in the reply is the snapshot's raw field as in
@@ -100,19 +118,64 @@ local DURATION_MAX = 9007199254740992 -- 2^53
 local BUCKET_MS = 1000
 local USER_MAX = 64
 local REASON_MAX = 256
+local ARGC = 11
 
 local K_CIRCUIT, K_SLOTS, K_WINDOW = KEYS[1], KEYS[2], KEYS[3]
-local op, channel = ARGV[1], ARGV[3]
+local format, match = string.format, string.match
 
 local function fail(msg)
 	return redis.error_reply('ERR fleet.lua: ' .. msg)
 end
 
-local req = cjson.decode(ARGV[2])
+---------------------------------------------------------------- request
+-- Positional (see the header): no JSON to decode on the hot path.
 
--- A request member, with JSON null read as absent.
+if #ARGV ~= ARGC then
+	return fail('the request needs ' .. ARGC .. ' arguments (op channel name origin now ' ..
+		'declared policy reporter duration_ms token extra), got ' .. #ARGV)
+end
+local op, channel, name, origin = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local reporter, token = ARGV[8], ARGV[10]
+if token == '' then
+	token = nil
+end
+-- declared: '-' when not given (the call never mismatches).
+local declared = ARGV[6]
+if declared == '-' then
+	declared = nil
+end
+
+-- An integer argument ('' = not given: nil); false when malformed.
+local function int_arg(s)
+	if s == '' then
+		return nil
+	end
+	if not match(s, '^%-?%d+$') then
+		return false
+	end
+	return tonumber(s)
+end
+
+local duration = int_arg(ARGV[9])
+if duration == false then
+	return fail('duration_ms is not an integer: ' .. ARGV[9])
+end
+duration = duration or 0
+
+-- The members of a rare op (cas, set_state, merge, writeback), a JSON
+-- object in ARGV[11]; decoded only when sent.
+local ext = {}
+if ARGV[11] ~= '' then
+	local ok, v = pcall(cjson.decode, ARGV[11])
+	if not ok or type(v) ~= 'table' or v[1] ~= nil then
+		return fail('extra is not a JSON object')
+	end
+	ext = v
+end
+
+-- A member of extra, with JSON null read as absent.
 local function arg(key)
-	local v = req[key]
+	local v = ext[key]
 	if v == NULL then
 		return nil
 	end
@@ -120,14 +183,9 @@ local function arg(key)
 end
 
 ---------------------------------------------------------------- JSON out
--- cjson.encode prints large integers with an exponent; this encoder prints
--- integers in full and keeps members in the order given (obj{k, v, ...}).
-
-local OBJ = {}
-
-local function obj(...)
-	return { [OBJ] = true, n = select('#', ...), ... }
-end
+-- Replies and events are built as text (string.format); this encoder is
+-- for the stored hold and reporters lists: integers in full (cjson.encode
+-- prints large ones with an exponent), strings as cjson.encode does.
 
 local function encode(v)
 	local t = type(v)
@@ -137,62 +195,91 @@ local function encode(v)
 		return v and 'true' or 'false'
 	elseif t == 'number' then
 		if v == math.floor(v) then
-			return string.format('%.0f', v)
+			return format('%.0f', v)
 		end
-		return string.format('%.17g', v)
+		return format('%.17g', v)
 	elseif t == 'string' then
 		return cjson.encode(v)
 	end
 	local out = {}
-	if v[OBJ] then
-		for i = 1, v.n, 2 do
-			out[#out + 1] = cjson.encode(v[i]) .. ':' .. encode(v[i + 1])
-		end
-		return '{' .. table.concat(out, ',') .. '}'
-	end
 	for i = 1, #v do
 		out[i] = encode(v[i])
 	end
 	return '[' .. table.concat(out, ',') .. ']'
 end
 
+-- An integer in full; a nullable one (nil: null).
+local function int(v)
+	return format('%.0f', v)
+end
+
+local function int_or_null(v)
+	if v == nil then
+		return 'null'
+	end
+	return format('%.0f', v)
+end
+
 ---------------------------------------------------------------- clock
 
-local now = arg('now')
+local now = int_arg(ARGV[5])
+if now == false then
+	return fail('now is not an integer: ' .. ARGV[5])
+end
 if now == nil then
 	local t = redis.call('TIME')
 	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local policy = arg('policy') or {}
-local function pol(key, default)
-	local v = policy[key]
-	if v == nil or v == NULL then
-		return default
+---------------------------------------------------------------- policy
+-- ARGV[7]: the effective policy, its 17 members in this order, separated
+-- by one space; '' when not given (defaults: ops that do not need it,
+-- such as delete or release_slot).
+local POLICY_KEYS = { 'trip', 'failure_threshold', 'success_threshold', 'break_ms',
+	'half_open_max', 'slot_ttl_ms', 'max_gap_ms', 'window', 'window_size', 'minimum_calls',
+	'failure_rate', 'slow_call_ms', 'slow_call_rate', 'min_reporters', 'reporter_window_ms',
+	'break_backoff', 'break_max_ms' }
+local P
+if ARGV[7] == '' then
+	P = {
+		trip = 'consecutive', failure_threshold = 5, success_threshold = 2, break_ms = 30000,
+		half_open_max = 1, slot_ttl_ms = 30000, max_gap_ms = 0, window = 'count',
+		window_size = 100, minimum_calls = 10, failure_rate = 50, slow_call_ms = 0,
+		slow_call_rate = 100, min_reporters = 1, reporter_window_ms = 60000,
+		break_backoff = 1, break_max_ms = 0,
+	}
+else
+	local trip, ft, st, bm, hom, stm, mgm, win, ws, mc, fr, scm, scr, mr, rwm, bb, bmm =
+		match(ARGV[7], '^(%a+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%a+) (%d+) (%d+) ' ..
+			'(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+	if trip == nil or (trip ~= 'consecutive' and trip ~= 'rate') or
+		(win ~= 'count' and win ~= 'time') then
+		-- Name the first member that is wrong.
+		local i = 0
+		for v in string.gmatch(ARGV[7] .. ' ', '([^ ]*) ') do
+			i = i + 1
+			local key = POLICY_KEYS[i]
+			if key == nil then
+				return fail('policy has more than ' .. #POLICY_KEYS .. ' members')
+			end
+			if (key == 'trip' and v ~= 'consecutive' and v ~= 'rate') or
+				(key == 'window' and v ~= 'count' and v ~= 'time') or
+				(key ~= 'trip' and key ~= 'window' and not match(v, '^%d+$')) then
+				return fail('policy.' .. key .. ' is malformed: ' .. v)
+			end
+		end
+		return fail('policy needs ' .. #POLICY_KEYS .. ' members, got ' .. i)
 	end
-	return v
+	P = {
+		trip = trip, failure_threshold = tonumber(ft), success_threshold = tonumber(st),
+		break_ms = tonumber(bm), half_open_max = tonumber(hom), slot_ttl_ms = tonumber(stm),
+		max_gap_ms = tonumber(mgm), window = win, window_size = tonumber(ws),
+		minimum_calls = tonumber(mc), failure_rate = tonumber(fr), slow_call_ms = tonumber(scm),
+		slow_call_rate = tonumber(scr), min_reporters = tonumber(mr),
+		reporter_window_ms = tonumber(rwm), break_backoff = tonumber(bb),
+		break_max_ms = tonumber(bmm),
+	}
 end
--- The effective policy (every key is sent; the defaults only guard ops
--- that do not need it, such as delete).
-local P = {
-	trip = pol('trip', 'consecutive'),
-	failure_threshold = pol('failure_threshold', 5),
-	success_threshold = pol('success_threshold', 2),
-	break_ms = pol('break_ms', 30000),
-	half_open_max = pol('half_open_max', 1),
-	slot_ttl_ms = pol('slot_ttl_ms', pol('break_ms', 30000)),
-	max_gap_ms = pol('max_gap_ms', 0),
-	window = pol('window', 'count'),
-	window_size = pol('window_size', 100),
-	minimum_calls = pol('minimum_calls', 10),
-	failure_rate = pol('failure_rate', 50),
-	slow_call_ms = pol('slow_call_ms', 0),
-	slow_call_rate = pol('slow_call_rate', 100),
-	min_reporters = pol('min_reporters', 1),
-	reporter_window_ms = pol('reporter_window_ms', 60000),
-	break_backoff = pol('break_backoff', 1),
-	break_max_ms = pol('break_max_ms', 0),
-}
 
 local STATES = { closed = true, open = true, half_open = true }
 
@@ -200,42 +287,51 @@ local STATES = { closed = true, open = true, half_open = true }
 -- c = {state, fc, sc, lfa, oa, cbm, totals..., declared, hold, rep_n,
 -- reporters, created_at}; lfa/oa nil when null (CB_TIME_NONE).
 
+-- The circuit hash's fields, in the order load_circuit reads them.
+local FIELDS = { 'state', 'fc', 'sc', 'lfa', 'oa', 'cbm', 't_successes', 't_failures',
+	't_ignored', 't_slow', 't_rejected', 'declared', 'created_at', 'hold', 'rep_n', 'reporters' }
+local F_STATE, F_LFA, F_OA, F_DECLARED, F_HOLD, F_REPORTERS = 1, 4, 5, 12, 14, 16
+
 local function num_or_nil(s)
-	if s == nil or s == '' then
+	if not s or s == '' then
 		return nil
 	end
 	return tonumber(s)
 end
 
 local function load_circuit()
-	local raw = redis.call('HGETALL', K_CIRCUIT)
-	if #raw == 0 then
-		return nil
-	end
-	local f = {}
-	for i = 1, #raw, 2 do
-		f[raw[i]] = raw[i + 1]
+	local raw = redis.call('HMGET', K_CIRCUIT, unpack(FIELDS))
+	if not raw[F_STATE] then
+		for i = 2, #FIELDS do
+			if raw[i] then
+				break
+			end
+			if i == #FIELDS then
+				return nil
+			end
+		end
 	end
 	local c = {
-		state = f.state,
-		fc = tonumber(f.fc) or 0,
-		sc = tonumber(f.sc) or 0,
-		lfa = num_or_nil(f.lfa),
-		oa = num_or_nil(f.oa),
-		cbm = tonumber(f.cbm) or 0,
-		t_successes = tonumber(f.t_successes) or 0,
-		t_failures = tonumber(f.t_failures) or 0,
-		t_ignored = tonumber(f.t_ignored) or 0,
-		t_slow = tonumber(f.t_slow) or 0,
-		t_rejected = tonumber(f.t_rejected) or 0,
-		declared = f.declared or '',
-		created_at = tonumber(f.created_at) or now,
-		rep_n = tonumber(f.rep_n) or 0,
+		state = raw[1] or nil,
+		fc = tonumber(raw[2]) or 0,
+		sc = tonumber(raw[3]) or 0,
+		lfa = num_or_nil(raw[4]),
+		oa = num_or_nil(raw[5]),
+		cbm = tonumber(raw[6]) or 0,
+		t_successes = tonumber(raw[7]) or 0,
+		t_failures = tonumber(raw[8]) or 0,
+		t_ignored = tonumber(raw[9]) or 0,
+		t_slow = tonumber(raw[10]) or 0,
+		t_rejected = tonumber(raw[11]) or 0,
+		declared = raw[12] or '',
+		created_at = tonumber(raw[13]) or now,
+		rep_n = tonumber(raw[15]) or 0,
 		reporters = {},
-		stored_fields = f, -- as read: save_circuit writes only what changed
+		raw = raw, -- as read: save_circuit writes only what changed
 	}
-	if f.hold ~= nil and f.hold ~= '' then
-		local h = cjson.decode(f.hold)
+	local hold = raw[F_HOLD]
+	if hold and hold ~= '' then
+		local h = cjson.decode(hold)
 		c.hold = {
 			state = h[1],
 			since = h[2],
@@ -245,47 +341,58 @@ local function load_circuit()
 			reason = h[6] ~= NULL and h[6] or nil,
 		}
 	end
-	if f.reporters ~= nil and f.reporters ~= '' then
-		c.reporters = cjson.decode(f.reporters)
+	if raw[F_REPORTERS] and raw[F_REPORTERS] ~= '' then
+		c.reporters = cjson.decode(raw[F_REPORTERS])
 	end
+	-- The values as loaded, by field (hold: the table itself, which ops
+	-- replace rather than change; reporters change in place).
+	c.old = { c.state, c.fc, c.sc, c.lfa, c.oa, c.cbm, c.t_successes, c.t_failures, c.t_ignored,
+		c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n }
 	return c
 end
 
+-- The stored text of field i of c, whose value is v.
+local function field_text(c, i, v)
+	if i == F_STATE or i == F_DECLARED then
+		return v
+	elseif i == F_LFA or i == F_OA then
+		return v and int(v) or ''
+	elseif i == F_HOLD then
+		if v == nil then
+			return ''
+		end
+		return encode({ v.state, v.since, v['until'] or NULL, v.by_uid, v.by_user,
+			v.reason or NULL })
+	elseif i == F_REPORTERS then
+		return c.rep_n > 1 and encode(v) or ''
+	end
+	return int(v)
+end
+
+-- Write the fields whose stored text changed since load_circuit read them
+-- (every field of a new circuit): a failure on a closed circuit changes
+-- three of sixteen. A value equal to the one loaded is not formatted.
 local function save_circuit(c)
-	local hold = ''
-	if c.hold then
-		local h = c.hold
-		hold = encode({ h.state, h.since, h['until'] or NULL, h.by_uid, h.by_user,
-			h.reason or NULL })
-	end
-	local reporters = ''
-	if c.rep_n > 1 then
-		reporters = encode(c.reporters)
-	end
-	local fields = {
-		'state', c.state, 'fc', encode(c.fc), 'sc', encode(c.sc),
-		'lfa', c.lfa and encode(c.lfa) or '', 'oa', c.oa and encode(c.oa) or '',
-		'cbm', encode(c.cbm), 't_successes', encode(c.t_successes),
-		't_failures', encode(c.t_failures), 't_ignored', encode(c.t_ignored),
-		't_slow', encode(c.t_slow), 't_rejected', encode(c.t_rejected),
-		'declared', c.declared, 'created_at', encode(c.created_at), 'hold', hold,
-		'rep_n', encode(c.rep_n), 'reporters', reporters,
-	}
-	-- Only the fields that changed since load_circuit read them (a
-	-- failure on a closed circuit changes three of sixteen): Redis's
-	-- cost per call is mostly this write and the read.
-	local stored = c.stored_fields
-	local changed = {}
-	for i = 1, #fields, 2 do
-		if stored == nil or stored[fields[i]] ~= fields[i + 1] then
-			changed[#changed + 1] = fields[i]
-			changed[#changed + 1] = fields[i + 1]
+	local raw, old = c.raw, c.old
+	local vals = { c.state, c.fc, c.sc, c.lfa, c.oa, c.cbm, c.t_successes, c.t_failures,
+		c.t_ignored, c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n,
+		c.reporters }
+	local changed, n = {}, 0
+	for i = 1, #FIELDS do
+		local v = vals[i]
+		if old == nil or not raw[i] or v ~= old[i] or i == F_REPORTERS then
+			local text = field_text(c, i, v)
+			if old == nil or raw[i] ~= text then
+				changed[n + 1] = FIELDS[i]
+				changed[n + 2] = text
+				n = n + 2
+			end
 		end
 	end
-	if #changed > 0 then
+	if n > 0 then
 		redis.call('HSET', K_CIRCUIT, unpack(changed))
 	end
-	c.stored_fields = nil
+	c.raw, c.old = nil, nil
 end
 
 local function new_circuit(declared)
@@ -334,10 +441,9 @@ local function window_save()
 	if not window or not window.dirty then
 		return
 	end
-	redis.call('HSET', K_WINDOW, 'kind', window.kind, 'slots', encode(window.slots),
-		'next', encode(window.next), 'last', window.last and encode(window.last) or '',
-		'calls', encode(window.calls), 'failures', encode(window.failures),
-		'slow', encode(window.slow))
+	redis.call('HSET', K_WINDOW, 'kind', window.kind, 'slots', int(window.slots),
+		'next', int(window.next), 'last', window.last and int(window.last) or '',
+		'calls', int(window.calls), 'failures', int(window.failures), 'slow', int(window.slow))
 	window.dirty = false
 end
 
@@ -569,7 +675,7 @@ end
 local function on_outcome(c, failure, slow, trip, threshold, use_window, gated)
 	local bad = failure or (slow and trip == 'rate' and P.slow_call_ms > 0)
 	if bad and gated then
-		reporters_note(c, arg('reporter') or '')
+		reporters_note(c, reporter)
 	end
 	if c.state == 'closed' then
 		if failure then
@@ -746,11 +852,7 @@ local function text_cut(text, max)
 end
 
 local function slots_prune()
-	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', encode(now))
-end
-
-local function slots_live()
-	return redis.call('ZCOUNT', K_SLOTS, '(' .. encode(now), '+inf')
+	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', int(now))
 end
 
 -- slot_take: a slot with token if fewer than half_open_max are held.
@@ -783,36 +885,61 @@ local function retry_after(c)
 end
 
 ---------------------------------------------------------------- reply
+-- Built as text with string.format: one call per object, members in the
+-- order of the contract, integers in full ('%.0f': every value is an
+-- integer below 2^53).
+
+-- The slots zset's last slot, read by slots_live for persist (nothing
+-- changes the slots between the two).
+local slots_last = nil
+
+-- Unexpired slots at now (one ZRANGE when there are none).
+local function slots_live()
+	slots_last = redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
+	if #slots_last == 0 or tonumber(slots_last[2]) <= now then
+		return 0
+	end
+	return redis.call('ZCOUNT', K_SLOTS, '(' .. int(now), '+inf')
+end
 
 local function circuit_json(c)
 	if c == nil then
-		return NULL
+		return 'null'
 	end
-	local hold = NULL
+	local hold = 'null'
 	if c.hold then
 		local h = c.hold
-		hold = obj('state', h.state, 'since', h.since, 'until', h['until'] or NULL,
-			'by_uid', h.by_uid, 'by_user', h.by_user, 'reason', h.reason or NULL)
+		hold = format('{"state":%s,"since":%s,"until":%s,"by_uid":%s,"by_user":%s,"reason":%s}',
+			encode(h.state), encode(h.since), encode(h['until']), encode(h.by_uid),
+			encode(h.by_user), encode(h.reason))
 	end
 	local w = window_counts()
-	local wj = NULL
+	local wj = 'null'
 	if w then
-		wj = obj('calls', w.calls, 'failures', w.failures, 'slow', w.slow)
+		wj = format('{"calls":%.0f,"failures":%.0f,"slow":%.0f}', w.calls, w.failures, w.slow)
 	end
-	return obj('state', c.state, 'failure_count', c.fc, 'success_count', c.sc,
-		'last_failure_at', c.lfa or NULL, 'opened_at', c.oa or NULL,
-		'current_break_ms', c.cbm,
-		'totals', obj('successes', c.t_successes, 'failures', c.t_failures,
-			'ignored', c.t_ignored, 'slow', c.t_slow, 'rejected', c.t_rejected),
-		'hold', hold, 'declared', c.declared, 'slots', slots_live(), 'window', wj,
-		'reporters', reporters_count(c))
+	local declared_json = '""'
+	if c.declared ~= '' then
+		declared_json = cjson.encode(c.declared)
+	end
+	return format('{"state":"%s","failure_count":%.0f,"success_count":%.0f,"last_failure_at":%s,"opened_at":%s,"current_break_ms":%.0f,"totals":{"successes":%.0f,"failures":%.0f,"ignored":%.0f,"slow":%.0f,"rejected":%.0f},"hold":%s,"declared":%s,"slots":%.0f,"window":%s,"reporters":%.0f}',
+		c.state, c.fc, c.sc, int_or_null(c.lfa), int_or_null(c.oa), c.cbm, c.t_successes,
+		c.t_failures, c.t_ignored, c.t_slow, c.t_rejected, hold, declared_json, slots_live(), wj,
+		reporters_count(c))
 end
 
 local function change_json()
 	if change == nil then
-		return NULL
+		return 'null'
 	end
-	return obj('from', change.from, 'to', change.to, 'reason', change.reason)
+	return format('{"from":"%s","to":"%s","reason":"%s"}', change.from, change.to, change.reason)
+end
+
+local function permit_json(slot)
+	if slot == nil then
+		return 'null'
+	end
+	return format('{"token":%s,"expires_at":%.0f}', cjson.encode(slot.token), slot.expires_at)
 end
 
 -- Store c and give every key its expiry (see the header).
@@ -834,7 +961,7 @@ local function persist(c)
 			redis.call('PEXPIRE', K_WINDOW, ttl)
 		end
 	end
-	local last = redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
+	local last = slots_last or redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
 	if #last > 0 then
 		local left = tonumber(last[2]) - now
 		if left <= 0 then
@@ -849,22 +976,25 @@ end
 
 local stored = load_circuit()
 local existed = stored ~= nil
-local declared = arg('declared')
 
 -- merge carries a snapshot, not a policy decision: it never mismatches
 -- (a write-back must not be lost because another cbd created the circuit
 -- with another policy) and keeps the stored declared.
 if stored and declared ~= nil and stored.declared ~= declared and op ~= 'merge' then
-	return encode(obj('mismatch', true, 'declared', stored.declared, 'now', now))
+	return format('{"mismatch":true,"declared":%s,"now":%.0f}', cjson.encode(stored.declared),
+		now)
 end
 
 local c = stored
 local deleted = false -- a writeback deleted the circuit
-local extra = {} -- op results, appended to the reply in order
+local extra = {} -- op results as JSON members, appended to the reply in order
 
-local function add(key, value)
-	extra[#extra + 1] = key
-	extra[#extra + 1] = value
+local function add(key, json)
+	extra[#extra + 1] = ',"' .. key .. '":' .. json
+end
+
+local function bool_json(b)
+	return b and 'true' or 'false'
 end
 
 local function need_circuit()
@@ -895,7 +1025,6 @@ local function record(outcome)
 	end
 	fit_policy(c)
 	local failure = outcome == 2
-	local duration = arg('duration_ms') or 0
 	local slow = P.slow_call_ms > 0 and duration >= P.slow_call_ms
 	if slow then
 		c.t_slow = c.t_slow + 1
@@ -945,17 +1074,17 @@ function ops.allow()
 		change_merge(from, c.state, reason)
 		transition_done(c, from)
 	end
-	local allowed, retry, permit = false, 0, NULL
+	local allowed, retry, permit = false, 0, nil
 	if c.state == 'closed' then
 		allowed = true
 	elseif c.state == 'open' then
 		c.t_rejected = c.t_rejected + 1
 		retry = retry_after(c)
 	else
-		local slot = slot_take(arg('token'))
+		local slot = slot_take(token)
 		if slot then
 			allowed = true
-			permit = obj('token', slot.token, 'expires_at', slot.expires_at)
+			permit = slot
 		else
 			c.t_rejected = c.t_rejected + 1
 			local first = redis.call('ZRANGE', K_SLOTS, 0, 0, 'WITHSCORES')
@@ -964,9 +1093,9 @@ function ops.allow()
 			end
 		end
 	end
-	add('allowed', allowed)
-	add('retry_after_ms', retry)
-	add('permit', permit)
+	add('allowed', bool_json(allowed))
+	add('retry_after_ms', int(retry))
+	add('permit', permit_json(permit))
 end
 
 function ops.cas()
@@ -979,7 +1108,7 @@ function ops.cas()
 	end
 	local current = c and c.state or 'closed'
 	if current ~= from or (c ~= nil and c.hold) then
-		add('applied', false)
+		add('applied', 'false')
 		return
 	end
 	need_circuit()
@@ -988,7 +1117,7 @@ function ops.cas()
 		change_merge(from, to, 'cas')
 	end
 	transition_done(c, from)
-	add('applied', true)
+	add('applied', 'true')
 end
 
 function ops.set_state()
@@ -1042,28 +1171,27 @@ function ops.release()
 		change_merge(from, c.state, 'released')
 		released = true
 	end
-	add('released', released)
+	add('released', bool_json(released))
 end
 
 function ops.acquire_slot()
 	need_circuit()
 	hold_expire(c)
-	local slot = slot_take(arg('token'))
-	add('acquired', slot ~= nil)
-	add('permit', slot and obj('token', slot.token, 'expires_at', slot.expires_at) or NULL)
+	local slot = slot_take(token)
+	add('acquired', bool_json(slot ~= nil))
+	add('permit', permit_json(slot))
 end
 
 function ops.release_slot()
-	local token = arg('token')
 	local released = false
-	if type(token) == 'string' then
+	if token ~= nil then
 		local at = redis.call('ZSCORE', K_SLOTS, token)
 		if at then
 			redis.call('ZREM', K_SLOTS, token)
 			released = now < tonumber(at)
 		end
 	end
-	add('released', released)
+	add('released', bool_json(released))
 end
 
 function ops.delete()
@@ -1092,7 +1220,7 @@ function ops.writeback()
 		return 'writeback needs known'
 	end
 	if c == nil then
-		add('applied', false)
+		add('applied', 'false')
 		return
 	end
 	hold_expire(c)
@@ -1104,7 +1232,7 @@ function ops.writeback()
 	end
 	if (c.hold and not same) or (action == 'release' and not same) or
 		(action ~= 'release' and c.state ~= 'closed' and c.oa ~= oa) then
-		add('applied', false)
+		add('applied', 'false')
 		return
 	end
 	local from = c.state
@@ -1128,7 +1256,7 @@ function ops.writeback()
 			change_merge(from, state, 'forced')
 		end
 	end
-	add('applied', true)
+	add('applied', 'true')
 end
 
 function ops.merge()
@@ -1192,7 +1320,7 @@ local handler = ops[op]
 if handler == nil then
 	return fail('unknown op ' .. tostring(op))
 end
-if (op == 'allow' or op == 'acquire_slot') and type(arg('token')) ~= 'string' then
+if (op == 'allow' or op == 'acquire_slot') and token == nil then
 	return fail(op .. ' needs a token')
 end
 -- Validate before anything is written: handlers return a message only
@@ -1208,16 +1336,12 @@ local cj = circuit_json(c)
 if c ~= nil then
 	persist(c)
 end
-local reply = obj('now', now, 'existed', existed, 'circuit', cj, 'change', change_json())
-for i = 1, #extra, 2 do
-	reply.n = reply.n + 2
-	reply[reply.n - 1] = extra[i]
-	reply[reply.n] = extra[i + 1]
-end
-local text = encode(reply)
+local change_text = change_json()
+local text = format('{"now":%.0f,"existed":%s,"circuit":%s,"change":%s%s}', now,
+	bool_json(existed), cj, change_text, table.concat(extra))
 
 if change ~= nil or ((op == 'delete' or deleted) and existed) then
-	redis.call('PUBLISH', channel, encode(obj('origin', arg('origin') or '',
-		'name', arg('name') or '', 'now', now, 'circuit', cj, 'change', change_json())))
+	redis.call('PUBLISH', channel, format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',
+		cjson.encode(origin), cjson.encode(name), now, cj, change_text))
 end
 return text
