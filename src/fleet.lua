@@ -105,6 +105,13 @@ Where this differs from, or pins down, the contract (decided here):
   * The table-wide bounds of circuit-table.c (max_circuits, max_slots,
     idle reclaim) have no counterpart: Redis's memory and the expiry
     above bound the fleet instead.
+Shape, for Redis's CPU (every call runs this whole chunk): the request is
+positional (no JSON decoded for the common ops); each function defined at
+the top is a closure made on every call, so functions are fields of `fn`
+(few upvalues each), those most calls do not need are defined on first
+use (fn.later), and only the running op's handler is defined; the circuit
+is read with one HMGET and only changed fields are formatted and written;
+replies and events are string.format of one literal each.
 Numbers: Lua 5.1 numbers are doubles; every value here is an integer below
 2^53, exact in a double. Seconds of a time window are floor(now / 1000)
 computed in doubles: exact for now below ~2^43 ms (year 2248).
@@ -951,6 +958,7 @@ function fn.circuit_json(c)
 	if c.declared ~= '' then
 		declared_json = cjson.encode(c.declared)
 	end
+	-- One literal (a concatenation would run on every call).
 	return format('{"state":"%s","failure_count":%.0f,"success_count":%.0f,"last_failure_at":%s,"opened_at":%s,"current_break_ms":%.0f,"totals":{"successes":%.0f,"failures":%.0f,"ignored":%.0f,"slow":%.0f,"rejected":%.0f},"hold":%s,"declared":%s,"slots":%.0f,"window":%s,"reporters":%.0f}',
 		c.state, c.fc, c.sc, fn.int_or_null(c.lfa), fn.int_or_null(c.oa), c.cbm, c.t_successes,
 		c.t_failures, c.t_ignored, c.t_slow, c.t_rejected, hold, declared_json, fn.slots_live(), wj,
@@ -1398,7 +1406,8 @@ local text = format('{"now":%.0f,"existed":%s,"circuit":%s,"change":%s%s}', now,
 	fn.bool_json(existed), cj, change_text, table.concat(extra))
 
 if change ~= nil or ((op == 'delete' or deleted) and existed) then
-	redis.call('PUBLISH', channel, format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',
-		cjson.encode(origin), cjson.encode(name), now, cj, change_text))
+	redis.call('PUBLISH', channel,
+		format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',
+			cjson.encode(origin), cjson.encode(name), now, cj, change_text))
 end
 return text
