@@ -445,6 +445,12 @@ function fn.window_load()
 	if window ~= nil then
 		return window
 	end
+	-- Without the rate rule there is seldom a window: EXISTS costs Redis
+	-- less than an HMGET of seven missing fields.
+	if P.trip ~= 'rate' and redis.call('EXISTS', K_WINDOW) == 0 then
+		window = false
+		return window
+	end
 	local raw = redis.call('HMGET', K_WINDOW, 'kind', 'slots', 'next', 'last', 'calls',
 		'failures', 'slow')
 	if not raw[1] then
