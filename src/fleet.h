@@ -78,9 +78,11 @@ const char *fleet_origin(void);
 /* Count a request answered locally because Redis is away. */
 void fleet_count_unavailable(void);
 
-/* Run the script's `op` on circuit `name` with args (borrowed; "name"
- * and "origin" are added). done runs exactly once, never inside this
- * call; NULL when fleet mode is not up (nothing sent). */
+/* Run the script's `op` on circuit `name` with the request members in
+ * args (borrowed; sent as the script's positional arguments, with name
+ * and this cbd's origin). done runs exactly once, never inside this
+ * call; NULL when fleet mode is not up (nothing sent) or args has a
+ * member of the wrong type. */
 fleet_call *fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn done,
     void *arg);
 /* The caller is gone: done will not run (the call still runs in Redis). */

@@ -20,30 +20,48 @@ from the C core (same rule order, same edge cases):
 Policy RESOLUTION is not here: cbd sends the circuit's full effective
 policy with every call.
 
-Call convention (docs: /work/notes/fleet-contract.md, issue 14):
+Call convention (docs: /work/notes/fleet-contract.md, issue 14; the
+request is positional rather than the contract's JSON object, so that the
+common ops decode no JSON):
   EVALSHA <sha> 3 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window
-          <op> <request-json> <channel>
+          <op> <channel> <name> <origin> <now> <declared> <policy>
+          <reporter> <duration_ms> <token> <extra>
   KEYS[1] hash: the circuit (fields: see load_circuit / save_circuit)
   KEYS[2] sorted set: half-open slots, member = token, score = expires_at
   KEYS[3] hash: the rate rule's window (meta fields, ring "r<i>" of a count
           window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
           of a time window)
-  ARGV[1] op: get | success | failure | ignore | allow | cas | set_state |
-          release | acquire_slot | release_slot | delete | merge | writeback
-  ARGV[2] request JSON: name, now (ms, or absent/null: Redis TIME), policy
-          (every key), declared, origin, duration_ms, reporter, token,
-          from/to (cas), state + hold (set_state), circuit (merge),
-          action + state + at + known (writeback)
-  ARGV[3] channel for events
+  ARGV[1]  op: get | success | failure | ignore | allow | cas | set_state |
+           release | acquire_slot | release_slot | delete | merge | writeback
+  ARGV[2]  channel for events
+  ARGV[3]  name (for events)       ARGV[4] origin (the calling cbd's id)
+  ARGV[5]  now: integer ms, or "": Redis TIME
+  ARGV[6]  declared: the canonical JSON of the creating request's policy
+           members ("" = none), or "-": not given (never mismatches)
+  ARGV[7]  policy: the 17 members of the effective policy, one space
+           apart, in this order: trip failure_threshold success_threshold
+           break_ms half_open_max slot_ttl_ms max_gap_ms window window_size
+           minimum_calls failure_rate slow_call_ms slow_call_rate
+           min_reporters reporter_window_ms break_backoff break_max_ms
+           (e.g. "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1
+           60000 1 0"); "": not given (built-in defaults)
+  ARGV[8]  reporter (for min_reporters)
+  ARGV[9]  duration_ms: integer, or "": not given
+  ARGV[10] token (allow, acquire_slot, release_slot), or "": none
+  ARGV[11] extra: a JSON object of an op's own members, or "": none:
+           from/to (cas), state + hold (set_state), circuit (merge),
+           action + state + at + known (writeback)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (see the contract). Events: when change ~= null, or a stored circuit is
-deleted, PUBLISH ARGV[3] {"origin","name","now","circuit","change"}.
+deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
 Op results: allow: allowed, retry_after_ms, permit; cas: applied;
 acquire_slot: acquired, permit; release, release_slot: released; delete:
-the top-level "existed"; writeback: applied. A malformed request (unknown
-op, a bad state name, allow/acquire_slot without a token, merge without a
-circuit, writeback without an action or known) is an error reply
-("ERR fleet.lua: ..."), checked before anything is written.
+the top-level "existed"; writeback: applied. A malformed request (not 11
+arguments, now or duration_ms not an integer, a policy member missing or
+malformed, extra not a JSON object, unknown op, a bad state name,
+allow/acquire_slot without a token, merge without a circuit, writeback
+without an action or known) is an error reply ("ERR fleet.lua: ...",
+naming what is wrong), checked before anything is written.
 
 Where this differs from, or pins down, the contract (decided here):
   * "current_break_ms" in the reply is the snapshot's raw field as in
@@ -87,6 +105,13 @@ Where this differs from, or pins down, the contract (decided here):
   * The table-wide bounds of circuit-table.c (max_circuits, max_slots,
     idle reclaim) have no counterpart: Redis's memory and the expiry
     above bound the fleet instead.
+Shape, for Redis's CPU (every call runs this whole chunk): the request is
+positional (no JSON decoded for the common ops); each function defined at
+the top is a closure made on every call, so functions are fields of `fn`
+(few upvalues each), those most calls do not need are defined on first
+use (fn.later), and only the running op's handler is defined; the circuit
+is read with one HMGET and only changed fields are formatted and written;
+replies and events are string.format of one literal each.
 Numbers: Lua 5.1 numbers are doubles; every value here is an integer below
 2^53, exact in a double. Seconds of a time window are floor(now / 1000)
 computed in doubles: exact for now below ~2^43 ms (year 2248).
@@ -100,19 +125,87 @@ local DURATION_MAX = 9007199254740992 -- 2^53
 local BUCKET_MS = 1000
 local USER_MAX = 64
 local REASON_MAX = 256
+local ARGC = 11
 
 local K_CIRCUIT, K_SLOTS, K_WINDOW = KEYS[1], KEYS[2], KEYS[3]
-local op, channel = ARGV[1], ARGV[3]
+local format, match = string.format, string.match
+-- The script's functions: fields of one table rather than locals, so that
+-- a closure made (every call) finds its few upvalues in a short list.
+local fn = {}
+-- Functions most calls do not need are defined on first use by these
+-- loaders, tried in order until one defines the function asked for.
+fn.later = {}
+setmetatable(fn, {
+	__index = function(t, key)
+		local later = rawget(t, 'later')
+		for i = 1, #later do
+			local define = later[i]
+			if define then
+				later[i] = false
+				define()
+				local f = rawget(t, key)
+				if f ~= nil then
+					return f
+				end
+			end
+		end
+		return nil
+	end,
+})
 
-local function fail(msg)
+function fn.fail(msg)
 	return redis.error_reply('ERR fleet.lua: ' .. msg)
 end
 
-local req = cjson.decode(ARGV[2])
+---------------------------------------------------------------- request
+-- Positional (see the header): no JSON to decode on the hot path.
 
--- A request member, with JSON null read as absent.
-local function arg(key)
-	local v = req[key]
+if #ARGV ~= ARGC then
+	return fn.fail('the request needs ' .. ARGC .. ' arguments (op channel name origin now ' ..
+		'declared policy reporter duration_ms token extra), got ' .. #ARGV)
+end
+local op, channel, name, origin = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local reporter, token = ARGV[8], ARGV[10]
+if token == '' then
+	token = nil
+end
+-- declared: '-' when not given (the call never mismatches).
+local declared = ARGV[6]
+if declared == '-' then
+	declared = nil
+end
+
+-- An integer argument ('' = not given: nil); false when malformed.
+function fn.int_arg(s)
+	if s == '' then
+		return nil
+	end
+	if not match(s, '^%-?%d+$') then
+		return false
+	end
+	return tonumber(s)
+end
+
+local duration = fn.int_arg(ARGV[9])
+if duration == false then
+	return fn.fail('duration_ms is not an integer: ' .. ARGV[9])
+end
+duration = duration or 0
+
+-- The members of a rare op (cas, set_state, merge, writeback), a JSON
+-- object in ARGV[11]; decoded only when sent.
+local ext = {}
+if ARGV[11] ~= '' then
+	local ok, v = pcall(cjson.decode, ARGV[11])
+	if not ok or type(v) ~= 'table' or v[1] ~= nil then
+		return fn.fail('extra is not a JSON object')
+	end
+	ext = v
+end
+
+-- A member of extra, with JSON null read as absent.
+function fn.arg(key)
+	local v = ext[key]
 	if v == NULL then
 		return nil
 	end
@@ -120,16 +213,11 @@ local function arg(key)
 end
 
 ---------------------------------------------------------------- JSON out
--- cjson.encode prints large integers with an exponent; this encoder prints
--- integers in full and keeps members in the order given (obj{k, v, ...}).
+-- Replies and events are built as text (string.format); this encoder is
+-- for the stored hold and reporters lists: integers in full (cjson.encode
+-- prints large ones with an exponent), strings as cjson.encode does.
 
-local OBJ = {}
-
-local function obj(...)
-	return { [OBJ] = true, n = select('#', ...), ... }
-end
-
-local function encode(v)
+function fn.encode(v)
 	local t = type(v)
 	if v == nil or v == NULL then
 		return 'null'
@@ -137,105 +225,140 @@ local function encode(v)
 		return v and 'true' or 'false'
 	elseif t == 'number' then
 		if v == math.floor(v) then
-			return string.format('%.0f', v)
+			return format('%.0f', v)
 		end
-		return string.format('%.17g', v)
+		return format('%.17g', v)
 	elseif t == 'string' then
 		return cjson.encode(v)
 	end
 	local out = {}
-	if v[OBJ] then
-		for i = 1, v.n, 2 do
-			out[#out + 1] = cjson.encode(v[i]) .. ':' .. encode(v[i + 1])
-		end
-		return '{' .. table.concat(out, ',') .. '}'
-	end
 	for i = 1, #v do
-		out[i] = encode(v[i])
+		out[i] = fn.encode(v[i])
 	end
 	return '[' .. table.concat(out, ',') .. ']'
 end
 
+-- An integer in full; a nullable one (nil: null).
+function fn.int(v)
+	return format('%.0f', v)
+end
+
+function fn.int_or_null(v)
+	if v == nil then
+		return 'null'
+	end
+	return format('%.0f', v)
+end
+
 ---------------------------------------------------------------- clock
 
-local now = arg('now')
+local now = fn.int_arg(ARGV[5])
+if now == false then
+	return fn.fail('now is not an integer: ' .. ARGV[5])
+end
 if now == nil then
 	local t = redis.call('TIME')
 	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local policy = arg('policy') or {}
-local function pol(key, default)
-	local v = policy[key]
-	if v == nil or v == NULL then
-		return default
+---------------------------------------------------------------- policy
+-- ARGV[7]: the effective policy, its 17 members in this order, separated
+-- by one space; '' when not given (defaults: ops that do not need it,
+-- such as delete or release_slot).
+local P
+if ARGV[7] == '' then
+	P = {
+		trip = 'consecutive', failure_threshold = 5, success_threshold = 2, break_ms = 30000,
+		half_open_max = 1, slot_ttl_ms = 30000, max_gap_ms = 0, window = 'count',
+		window_size = 100, minimum_calls = 10, failure_rate = 50, slow_call_ms = 0,
+		slow_call_rate = 100, min_reporters = 1, reporter_window_ms = 60000,
+		break_backoff = 1, break_max_ms = 0,
+	}
+else
+	local trip, ft, st, bm, hom, stm, mgm, win, ws, mc, fr, scm, scr, mr, rwm, bb, bmm =
+		match(ARGV[7], '^(%a+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%a+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
+	if trip == nil or (trip ~= 'consecutive' and trip ~= 'rate') or
+		(win ~= 'count' and win ~= 'time') then
+		-- Name the first member that is wrong.
+		local POLICY_KEYS = { 'trip', 'failure_threshold', 'success_threshold',
+			'break_ms', 'half_open_max', 'slot_ttl_ms', 'max_gap_ms', 'window', 'window_size',
+			'minimum_calls', 'failure_rate', 'slow_call_ms', 'slow_call_rate', 'min_reporters',
+			'reporter_window_ms', 'break_backoff', 'break_max_ms' }
+		local i = 0
+		for v in string.gmatch(ARGV[7] .. ' ', '([^ ]*) ') do
+			i = i + 1
+			local key = POLICY_KEYS[i]
+			if key == nil then
+				return fn.fail('policy has more than ' .. #POLICY_KEYS .. ' members')
+			end
+			if (key == 'trip' and v ~= 'consecutive' and v ~= 'rate') or
+				(key == 'window' and v ~= 'count' and v ~= 'time') or
+				(key ~= 'trip' and key ~= 'window' and not match(v, '^%d+$')) then
+				return fn.fail('policy.' .. key .. ' is malformed: ' .. v)
+			end
+		end
+		return fn.fail('policy needs ' .. #POLICY_KEYS .. ' members, got ' .. i)
 	end
-	return v
+	P = {
+		trip = trip, failure_threshold = tonumber(ft), success_threshold = tonumber(st),
+		break_ms = tonumber(bm), half_open_max = tonumber(hom), slot_ttl_ms = tonumber(stm),
+		max_gap_ms = tonumber(mgm), window = win, window_size = tonumber(ws),
+		minimum_calls = tonumber(mc), failure_rate = tonumber(fr), slow_call_ms = tonumber(scm),
+		slow_call_rate = tonumber(scr), min_reporters = tonumber(mr),
+		reporter_window_ms = tonumber(rwm), break_backoff = tonumber(bb),
+		break_max_ms = tonumber(bmm),
+	}
 end
--- The effective policy (every key is sent; the defaults only guard ops
--- that do not need it, such as delete).
-local P = {
-	trip = pol('trip', 'consecutive'),
-	failure_threshold = pol('failure_threshold', 5),
-	success_threshold = pol('success_threshold', 2),
-	break_ms = pol('break_ms', 30000),
-	half_open_max = pol('half_open_max', 1),
-	slot_ttl_ms = pol('slot_ttl_ms', pol('break_ms', 30000)),
-	max_gap_ms = pol('max_gap_ms', 0),
-	window = pol('window', 'count'),
-	window_size = pol('window_size', 100),
-	minimum_calls = pol('minimum_calls', 10),
-	failure_rate = pol('failure_rate', 50),
-	slow_call_ms = pol('slow_call_ms', 0),
-	slow_call_rate = pol('slow_call_rate', 100),
-	min_reporters = pol('min_reporters', 1),
-	reporter_window_ms = pol('reporter_window_ms', 60000),
-	break_backoff = pol('break_backoff', 1),
-	break_max_ms = pol('break_max_ms', 0),
-}
-
-local STATES = { closed = true, open = true, half_open = true }
 
 ---------------------------------------------------------------- circuit
 -- c = {state, fc, sc, lfa, oa, cbm, totals..., declared, hold, rep_n,
 -- reporters, created_at}; lfa/oa nil when null (CB_TIME_NONE).
 
-local function num_or_nil(s)
-	if s == nil or s == '' then
+-- The circuit hash's fields, in the order load_circuit reads them.
+local FIELDS = { 'state', 'fc', 'sc', 'lfa', 'oa', 'cbm', 't_successes', 't_failures',
+	't_ignored', 't_slow', 't_rejected', 'declared', 'created_at', 'hold', 'rep_n', 'reporters' }
+local F_STATE, F_LFA, F_OA, F_DECLARED, F_HOLD, F_REPORTERS = 1, 4, 5, 12, 14, 16
+
+function fn.num_or_nil(s)
+	if not s or s == '' then
 		return nil
 	end
 	return tonumber(s)
 end
 
-local function load_circuit()
-	local raw = redis.call('HGETALL', K_CIRCUIT)
-	if #raw == 0 then
-		return nil
-	end
-	local f = {}
-	for i = 1, #raw, 2 do
-		f[raw[i]] = raw[i + 1]
+function fn.load_circuit()
+	local raw = redis.call('HMGET', K_CIRCUIT, unpack(FIELDS))
+	if not raw[F_STATE] then
+		for i = 2, #FIELDS do
+			if raw[i] then
+				break
+			end
+			if i == #FIELDS then
+				return nil
+			end
+		end
 	end
 	local c = {
-		state = f.state,
-		fc = tonumber(f.fc) or 0,
-		sc = tonumber(f.sc) or 0,
-		lfa = num_or_nil(f.lfa),
-		oa = num_or_nil(f.oa),
-		cbm = tonumber(f.cbm) or 0,
-		t_successes = tonumber(f.t_successes) or 0,
-		t_failures = tonumber(f.t_failures) or 0,
-		t_ignored = tonumber(f.t_ignored) or 0,
-		t_slow = tonumber(f.t_slow) or 0,
-		t_rejected = tonumber(f.t_rejected) or 0,
-		declared = f.declared or '',
-		created_at = tonumber(f.created_at) or now,
-		rep_n = tonumber(f.rep_n) or 0,
+		state = raw[1] or nil,
+		fc = tonumber(raw[2]) or 0,
+		sc = tonumber(raw[3]) or 0,
+		lfa = fn.num_or_nil(raw[4]),
+		oa = fn.num_or_nil(raw[5]),
+		cbm = tonumber(raw[6]) or 0,
+		t_successes = tonumber(raw[7]) or 0,
+		t_failures = tonumber(raw[8]) or 0,
+		t_ignored = tonumber(raw[9]) or 0,
+		t_slow = tonumber(raw[10]) or 0,
+		t_rejected = tonumber(raw[11]) or 0,
+		declared = raw[12] or '',
+		created_at = tonumber(raw[13]) or now,
+		rep_n = tonumber(raw[15]) or 0,
 		reporters = {},
-		stored_fields = f, -- as read: save_circuit writes only what changed
+		raw = raw, -- as read: save_circuit writes only what changed
 	}
-	if f.hold ~= nil and f.hold ~= '' then
-		local h = cjson.decode(f.hold)
+	local hold = raw[F_HOLD]
+	if hold and hold ~= '' then
+		local h = cjson.decode(hold)
 		c.hold = {
 			state = h[1],
 			since = h[2],
@@ -245,50 +368,61 @@ local function load_circuit()
 			reason = h[6] ~= NULL and h[6] or nil,
 		}
 	end
-	if f.reporters ~= nil and f.reporters ~= '' then
-		c.reporters = cjson.decode(f.reporters)
+	if raw[F_REPORTERS] and raw[F_REPORTERS] ~= '' then
+		c.reporters = cjson.decode(raw[F_REPORTERS])
 	end
+	-- The values as loaded, by field (hold: the table itself, which ops
+	-- replace rather than change; reporters change in place).
+	c.old = { c.state, c.fc, c.sc, c.lfa, c.oa, c.cbm, c.t_successes, c.t_failures, c.t_ignored,
+		c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n }
 	return c
 end
 
-local function save_circuit(c)
-	local hold = ''
-	if c.hold then
-		local h = c.hold
-		hold = encode({ h.state, h.since, h['until'] or NULL, h.by_uid, h.by_user,
-			h.reason or NULL })
-	end
-	local reporters = ''
-	if c.rep_n > 1 then
-		reporters = encode(c.reporters)
-	end
-	local fields = {
-		'state', c.state, 'fc', encode(c.fc), 'sc', encode(c.sc),
-		'lfa', c.lfa and encode(c.lfa) or '', 'oa', c.oa and encode(c.oa) or '',
-		'cbm', encode(c.cbm), 't_successes', encode(c.t_successes),
-		't_failures', encode(c.t_failures), 't_ignored', encode(c.t_ignored),
-		't_slow', encode(c.t_slow), 't_rejected', encode(c.t_rejected),
-		'declared', c.declared, 'created_at', encode(c.created_at), 'hold', hold,
-		'rep_n', encode(c.rep_n), 'reporters', reporters,
-	}
-	-- Only the fields that changed since load_circuit read them (a
-	-- failure on a closed circuit changes three of sixteen): Redis's
-	-- cost per call is mostly this write and the read.
-	local stored = c.stored_fields
-	local changed = {}
-	for i = 1, #fields, 2 do
-		if stored == nil or stored[fields[i]] ~= fields[i + 1] then
-			changed[#changed + 1] = fields[i]
-			changed[#changed + 1] = fields[i + 1]
+-- The stored text of field i of c, whose value is v.
+function fn.field_text(c, i, v)
+	if i == F_STATE or i == F_DECLARED then
+		return v
+	elseif i == F_LFA or i == F_OA then
+		return v and fn.int(v) or ''
+	elseif i == F_HOLD then
+		if v == nil then
+			return ''
 		end
+		return fn.encode({ v.state, v.since, v['until'] or NULL, v.by_uid, v.by_user,
+			v.reason or NULL })
+	elseif i == F_REPORTERS then
+		return c.rep_n > 1 and fn.encode(v) or ''
 	end
-	if #changed > 0 then
-		redis.call('HSET', K_CIRCUIT, unpack(changed))
-	end
-	c.stored_fields = nil
+	return fn.int(v)
 end
 
-local function new_circuit(declared)
+-- Write the fields whose stored text changed since load_circuit read them
+-- (every field of a new circuit): a failure on a closed circuit changes
+-- three of sixteen. A value equal to the one loaded is not formatted.
+function fn.save_circuit(c)
+	local raw, old = c.raw, c.old
+	local vals = { c.state, c.fc, c.sc, c.lfa, c.oa, c.cbm, c.t_successes, c.t_failures,
+		c.t_ignored, c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n,
+		c.reporters }
+	local changed, n = {}, 0
+	for i = 1, #FIELDS do
+		local v = vals[i]
+		if old == nil or not raw[i] or v ~= old[i] or i == F_REPORTERS then
+			local text = fn.field_text(c, i, v)
+			if old == nil or raw[i] ~= text then
+				changed[n + 1] = FIELDS[i]
+				changed[n + 2] = text
+				n = n + 2
+			end
+		end
+	end
+	if n > 0 then
+		redis.call('HSET', K_CIRCUIT, unpack(changed))
+	end
+	c.raw, c.old = nil, nil
+end
+
+function fn.new_circuit(declared)
 	return {
 		state = 'closed', fc = 0, sc = 0, lfa = nil, oa = nil, cbm = 0,
 		t_successes = 0, t_failures = 0, t_ignored = 0, t_slow = 0, t_rejected = 0,
@@ -300,15 +434,21 @@ end
 
 local window -- the window's meta, loaded on first use; false: none stored
 
-local function window_slots(kind, size)
+function fn.window_slots(kind, size)
 	if kind == 'count' then
 		return size
 	end
 	return math.floor((size + BUCKET_MS - 1) / BUCKET_MS)
 end
 
-local function window_load()
+function fn.window_load()
 	if window ~= nil then
+		return window
+	end
+	-- Without the rate rule there is seldom a window: EXISTS costs Redis
+	-- less than an HMGET of seven missing fields.
+	if P.trip ~= 'rate' and redis.call('EXISTS', K_WINDOW) == 0 then
+		window = false
 		return window
 	end
 	local raw = redis.call('HMGET', K_WINDOW, 'kind', 'slots', 'next', 'last', 'calls',
@@ -321,7 +461,7 @@ local function window_load()
 		kind = raw[1],
 		slots = tonumber(raw[2]),
 		next = tonumber(raw[3]),
-		last = num_or_nil(raw[4]),
+		last = fn.num_or_nil(raw[4]),
 		calls = tonumber(raw[5]),
 		failures = tonumber(raw[6]),
 		slow = tonumber(raw[7]),
@@ -330,177 +470,148 @@ local function window_load()
 	return window
 end
 
-local function window_save()
+function fn.window_save()
 	if not window or not window.dirty then
 		return
 	end
-	redis.call('HSET', K_WINDOW, 'kind', window.kind, 'slots', encode(window.slots),
-		'next', encode(window.next), 'last', window.last and encode(window.last) or '',
-		'calls', encode(window.calls), 'failures', encode(window.failures),
-		'slow', encode(window.slow))
+	redis.call('HSET', K_WINDOW, 'kind', window.kind, 'slots', fn.int(window.slots),
+		'next', fn.int(window.next), 'last', window.last and fn.int(window.last) or '',
+		'calls', fn.int(window.calls), 'failures', fn.int(window.failures), 'slow', fn.int(window.slow))
 	window.dirty = false
 end
 
--- window_init / window_reset: an empty window of this kind and slots.
-local function window_new(kind, slots)
-	redis.call('DEL', K_WINDOW)
-	window = { kind = kind, slots = slots, next = 0, last = nil, calls = 0, failures = 0,
-		slow = 0, dirty = true }
-end
-
-local function window_drop()
-	redis.call('DEL', K_WINDOW)
-	window = false
-end
-
--- window_reset (every transition empties the window).
-local function window_reset()
-	if window_load() then
-		window_new(window.kind, window.slots)
+-- Defined on first use (the rate rule's window changing).
+fn.later[#fn.later + 1] = function()
+	-- window_init / window_reset: an empty window of this kind and slots.
+	function fn.window_new(kind, slots)
+		redis.call('DEL', K_WINDOW)
+		window = { kind = kind, slots = slots, next = 0, last = nil, calls = 0, failures = 0,
+			slow = 0, dirty = true }
 	end
-end
 
--- count_add: the ring of the last `slots` calls.
-local function count_add(w, failure, slow)
-	if w.calls == w.slots then
-		local old = tonumber(redis.call('HGET', K_WINDOW, 'r' .. w.next) or '0')
-		w.calls = w.calls - 1
-		if old % 2 == 1 then
-			w.failures = w.failures - 1
-		end
-		if old >= 2 then
-			w.slow = w.slow - 1
+	function fn.window_drop()
+		redis.call('DEL', K_WINDOW)
+		window = false
+	end
+
+	-- window_reset (every transition empties the window).
+	function fn.window_reset()
+		if fn.window_load() then
+			fn.window_new(window.kind, window.slots)
 		end
 	end
-	local v = (failure and 1 or 0) + (slow and 2 or 0)
-	if v == 0 then
-		redis.call('HDEL', K_WINDOW, 'r' .. w.next)
-	else
-		redis.call('HSET', K_WINDOW, 'r' .. w.next, v)
-	end
-	w.next = (w.next + 1) % w.slots
-	w.calls = w.calls + 1
-	w.failures = w.failures + (failure and 1 or 0)
-	w.slow = w.slow + (slow and 1 or 0)
-	w.dirty = true
-end
 
-local function second_of(t)
-	return math.floor(t / BUCKET_MS)
-end
-
-local function bucket_field(w, second)
-	return 'b' .. (second % w.slots)
-end
-
--- time_advance: move the head to `second`, emptying the buckets that fall
--- out. When the gap covers the whole ring every bucket falls out: the
--- window is then empty (C subtracts each bucket and reaches zero too).
-local function time_advance(w, second)
-	if w.last ~= nil and second <= w.last then
-		return
-	end
-	if w.last == nil or second - w.last >= w.slots then
-		if w.calls ~= 0 or w.failures ~= 0 or w.slow ~= 0 then
-			redis.call('DEL', K_WINDOW)
-		end
-		w.calls, w.failures, w.slow = 0, 0, 0
-	else
-		for s = w.last + 1, second do
-			local field = bucket_field(w, s)
-			local b = redis.call('HGET', K_WINDOW, field)
-			if b then
-				local bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
-				w.calls = w.calls - tonumber(bc)
-				w.failures = w.failures - tonumber(bf)
-				w.slow = w.slow - tonumber(bs)
-				redis.call('HDEL', K_WINDOW, field)
+	-- count_add: the ring of the last `slots` calls.
+	function fn.count_add(w, failure, slow)
+		if w.calls == w.slots then
+			local old = tonumber(redis.call('HGET', K_WINDOW, 'r' .. w.next) or '0')
+			w.calls = w.calls - 1
+			if old % 2 == 1 then
+				w.failures = w.failures - 1
+			end
+			if old >= 2 then
+				w.slow = w.slow - 1
 			end
 		end
+		local v = (failure and 1 or 0) + (slow and 2 or 0)
+		if v == 0 then
+			redis.call('HDEL', K_WINDOW, 'r' .. w.next)
+		else
+			redis.call('HSET', K_WINDOW, 'r' .. w.next, v)
+		end
+		w.next = (w.next + 1) % w.slots
+		w.calls = w.calls + 1
+		w.failures = w.failures + (failure and 1 or 0)
+		w.slow = w.slow + (slow and 1 or 0)
+		w.dirty = true
 	end
-	w.last = second
-	w.dirty = true
-end
 
-local function window_add(failure, slow)
-	local w = window
-	if w.kind == 'count' then
-		count_add(w, failure, slow)
-		return
+	function fn.second_of(t)
+		return math.floor(t / BUCKET_MS)
 	end
-	time_advance(w, second_of(now))
-	-- A clock behind the newest bucket counts in the newest bucket.
-	local field = bucket_field(w, w.last)
-	local b = redis.call('HGET', K_WINDOW, field)
-	local bc, bf, bs = 0, 0, 0
-	if b then
-		bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
-		bc, bf, bs = tonumber(bc), tonumber(bf), tonumber(bs)
+
+	function fn.bucket_field(w, second)
+		return 'b' .. (second % w.slots)
 	end
-	bc = bc + 1
-	bf = bf + (failure and 1 or 0)
-	bs = bs + (slow and 1 or 0)
-	redis.call('HSET', K_WINDOW, field, bc .. ':' .. bf .. ':' .. bs)
-	w.calls = w.calls + 1
-	w.failures = w.failures + (failure and 1 or 0)
-	w.slow = w.slow + (slow and 1 or 0)
-	w.dirty = true
+
+	-- time_advance: move the head to `second`, emptying the buckets that fall
+	-- out. When the gap covers the whole ring every bucket falls out: the
+	-- window is then empty (C subtracts each bucket and reaches zero too).
+	function fn.time_advance(w, second)
+		if w.last ~= nil and second <= w.last then
+			return
+		end
+		if w.last == nil or second - w.last >= w.slots then
+			if w.calls ~= 0 or w.failures ~= 0 or w.slow ~= 0 then
+				redis.call('DEL', K_WINDOW)
+			end
+			w.calls, w.failures, w.slow = 0, 0, 0
+		else
+			for s = w.last + 1, second do
+				local field = fn.bucket_field(w, s)
+				local b = redis.call('HGET', K_WINDOW, field)
+				if b then
+					local bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
+					w.calls = w.calls - tonumber(bc)
+					w.failures = w.failures - tonumber(bf)
+					w.slow = w.slow - tonumber(bs)
+					redis.call('HDEL', K_WINDOW, field)
+				end
+			end
+		end
+		w.last = second
+		w.dirty = true
+	end
+
+	function fn.window_add(failure, slow)
+		local w = window
+		if w.kind == 'count' then
+			fn.count_add(w, failure, slow)
+			return
+		end
+		fn.time_advance(w, fn.second_of(now))
+		-- A clock behind the newest bucket counts in the newest bucket.
+		local field = fn.bucket_field(w, w.last)
+		local b = redis.call('HGET', K_WINDOW, field)
+		local bc, bf, bs = 0, 0, 0
+		if b then
+			bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
+			bc, bf, bs = tonumber(bc), tonumber(bf), tonumber(bs)
+		end
+		bc = bc + 1
+		bf = bf + (failure and 1 or 0)
+		bs = bs + (slow and 1 or 0)
+		redis.call('HSET', K_WINDOW, field, bc .. ':' .. bf .. ':' .. bs)
+		w.calls = w.calls + 1
+		w.failures = w.failures + (failure and 1 or 0)
+		w.slow = w.slow + (slow and 1 or 0)
+		w.dirty = true
+	end
 end
 
 -- window_counts: what the window holds at now (drops expired buckets).
-local function window_counts()
-	local w = window_load()
+function fn.window_counts()
+	local w = fn.window_load()
 	if not w then
 		return nil
 	end
 	if w.kind == 'time' and w.last ~= nil then
-		time_advance(w, second_of(now))
+		fn.time_advance(w, fn.second_of(now))
 	end
 	return w
 end
 
 ---------------------------------------------------------------- breaker.c
 
-local function break_ms(c)
+function fn.break_ms(c)
 	if c.cbm > 0 then
 		return c.cbm
 	end
 	return P.break_ms
 end
 
-local function trip_open(c)
-	c.state = 'open'
-	c.oa = now
-	c.sc = 0
-end
-
-local function trial_failed(c)
-	if P.break_backoff > 1 then
-		local grown = break_ms(c)
-		if grown > math.floor(DURATION_MAX / P.break_backoff) then
-			grown = DURATION_MAX
-		else
-			grown = grown * P.break_backoff
-		end
-		if P.break_max_ms > 0 and grown > P.break_max_ms then
-			grown = P.break_max_ms
-		end
-		c.cbm = grown
-	end
-	trip_open(c)
-	c.lfa = now
-end
-
-local function close_after_trials(c)
-	c.state = 'closed'
-	c.fc = 0
-	c.sc = 0
-	c.oa = nil
-	c.cbm = 0
-end
-
 -- breaker_reporters_count: distinct reporters with now - at <= window.
-local function reporters_count(c)
+function fn.reporters_count(c)
 	local n = 0
 	if c.rep_n <= 1 then
 		return 0
@@ -513,51 +624,7 @@ local function reporters_count(c)
 	return n
 end
 
--- reporters_note: refresh id's entry, or let the oldest make room. The
--- list holds at most rep_n entries (C's empty slots are the missing ones;
--- an empty slot is always taken before the oldest entry).
-local function reporters_note(c, id)
-	local oldest = nil
-	for i, r in ipairs(c.reporters) do
-		if r[1] == id then
-			if now > r[2] then
-				r[2] = now
-			end
-			return
-		end
-		if oldest == nil or r[2] < c.reporters[oldest][2] then
-			oldest = i
-		end
-	end
-	if #c.reporters < c.rep_n then
-		c.reporters[#c.reporters + 1] = { id, now }
-	else
-		c.reporters[oldest] = { id, now }
-	end
-end
-
-local function reporters_allow_trip(c, gated)
-	if P.min_reporters <= 1 or not gated then
-		return true
-	end
-	return reporters_count(c) >= P.min_reporters
-end
-
-local function rate_trips(failure, slow, use_window)
-	local slow_rule = P.slow_call_ms > 0
-	if not use_window then
-		return false
-	end
-	window_add(failure, slow_rule and slow)
-	local n = window_counts()
-	if n.calls == 0 or n.calls < P.minimum_calls then
-		return false
-	end
-	return n.failures * 100 >= P.failure_rate * n.calls or
-		(slow_rule and n.slow * 100 >= P.slow_call_rate * n.calls)
-end
-
-local function chain_continues(c)
+function fn.chain_continues(c)
 	if P.max_gap_ms <= 0 or c.lfa == nil then
 		return true
 	end
@@ -566,14 +633,14 @@ end
 
 -- breaker_on_outcome, with `trip` / `threshold` as record_outcome passes
 -- them (a held circuit: consecutive, COUNT_MAX, no window).
-local function on_outcome(c, failure, slow, trip, threshold, use_window, gated)
+function fn.on_outcome(c, failure, slow, trip, threshold, use_window, gated)
 	local bad = failure or (slow and trip == 'rate' and P.slow_call_ms > 0)
 	if bad and gated then
-		reporters_note(c, arg('reporter') or '')
+		fn.reporters_note(c, reporter)
 	end
 	if c.state == 'closed' then
 		if failure then
-			if chain_continues(c) then
+			if fn.chain_continues(c) then
 				c.fc = c.fc + 1
 			else
 				c.fc = 1
@@ -584,25 +651,25 @@ local function on_outcome(c, failure, slow, trip, threshold, use_window, gated)
 		end
 		local trips
 		if trip == 'rate' then
-			trips = rate_trips(failure, slow, use_window)
+			trips = fn.rate_trips(failure, slow, use_window)
 		else
 			trips = failure and c.fc >= threshold
 		end
-		if not trips or not reporters_allow_trip(c, gated) then
+		if not trips or not fn.reporters_allow_trip(c, gated) then
 			return nil
 		end
-		trip_open(c)
+		fn.trip_open(c)
 		return trip == 'rate' and 'failure_rate' or 'failure_threshold'
 	elseif c.state == 'half_open' then
 		if bad then
-			trial_failed(c)
+			fn.trial_failed(c)
 			return 'trial_failed'
 		end
 		c.sc = c.sc + 1
 		if c.sc < P.success_threshold then
 			return nil
 		end
-		close_after_trials(c)
+		fn.close_after_trials(c)
 		return 'trial_succeeded'
 	end
 	-- open: a straggler never extends the break window.
@@ -612,58 +679,136 @@ local function on_outcome(c, failure, slow, trip, threshold, use_window, gated)
 	return nil
 end
 
-local function force(c, state)
-	c.state = state
-	if state == 'closed' then
-		c.fc = 0
-		c.sc = 0
-		c.oa = nil
-		c.cbm = 0
-	elseif state == 'open' then
-		c.oa = now
-		c.sc = 0
-	else
-		c.sc = 0
-	end
-end
-
-local function break_elapsed(c)
+function fn.break_elapsed(c)
 	if c.state ~= 'open' then
 		return false
 	end
 	if c.oa == nil then
 		return true
 	end
-	return now - c.oa >= break_ms(c)
+	return now - c.oa >= fn.break_ms(c)
 end
 
-local function on_allow(c)
-	if not break_elapsed(c) then
+function fn.on_allow(c)
+	if not fn.break_elapsed(c) then
 		return nil
 	end
-	force(c, 'half_open')
+	fn.force(c, 'half_open')
 	return 'break_elapsed'
 end
 
--- breaker_retry_after_ms
-local function breaker_retry_after(c)
-	if c.state ~= 'open' or break_elapsed(c) then
-		return 0
+-- Defined on first use (transitions, reporters, the rate rule, retry).
+fn.later[#fn.later + 1] = function()
+	function fn.trip_open(c)
+		c.state = 'open'
+		c.oa = now
+		c.sc = 0
 	end
-	local elapsed = 0
-	if now > c.oa then
-		elapsed = now - c.oa
-	end
-	return break_ms(c) - elapsed
-end
 
-local function hold_end(c, held)
-	if held == 'open' then
-		force(c, 'half_open')
-	else
-		force(c, 'closed')
+	function fn.trial_failed(c)
+		if P.break_backoff > 1 then
+			local grown = fn.break_ms(c)
+			if grown > math.floor(DURATION_MAX / P.break_backoff) then
+				grown = DURATION_MAX
+			else
+				grown = grown * P.break_backoff
+			end
+			if P.break_max_ms > 0 and grown > P.break_max_ms then
+				grown = P.break_max_ms
+			end
+			c.cbm = grown
+		end
+		fn.trip_open(c)
+		c.lfa = now
 	end
-	return 'hold_expired'
+
+	function fn.close_after_trials(c)
+		c.state = 'closed'
+		c.fc = 0
+		c.sc = 0
+		c.oa = nil
+		c.cbm = 0
+	end
+
+	-- reporters_note: refresh id's entry, or let the oldest make room. The
+	-- list holds at most rep_n entries (C's empty slots are the missing ones;
+	-- an empty slot is always taken before the oldest entry).
+	function fn.reporters_note(c, id)
+		local oldest = nil
+		for i, r in ipairs(c.reporters) do
+			if r[1] == id then
+				if now > r[2] then
+					r[2] = now
+				end
+				return
+			end
+			if oldest == nil or r[2] < c.reporters[oldest][2] then
+				oldest = i
+			end
+		end
+		if #c.reporters < c.rep_n then
+			c.reporters[#c.reporters + 1] = { id, now }
+		else
+			c.reporters[oldest] = { id, now }
+		end
+	end
+
+	function fn.reporters_allow_trip(c, gated)
+		if P.min_reporters <= 1 or not gated then
+			return true
+		end
+		return fn.reporters_count(c) >= P.min_reporters
+	end
+
+	function fn.rate_trips(failure, slow, use_window)
+		local slow_rule = P.slow_call_ms > 0
+		if not use_window then
+			return false
+		end
+		fn.window_add(failure, slow_rule and slow)
+		local n = fn.window_counts()
+		if n.calls == 0 or n.calls < P.minimum_calls then
+			return false
+		end
+		return n.failures * 100 >= P.failure_rate * n.calls or
+			(slow_rule and n.slow * 100 >= P.slow_call_rate * n.calls)
+	end
+
+	function fn.force(c, state)
+		c.state = state
+		if state == 'closed' then
+			c.fc = 0
+			c.sc = 0
+			c.oa = nil
+			c.cbm = 0
+		elseif state == 'open' then
+			c.oa = now
+			c.sc = 0
+		else
+			c.sc = 0
+		end
+	end
+
+	-- breaker_retry_after_ms
+	function fn.breaker_retry_after(c)
+		if c.state ~= 'open' or fn.break_elapsed(c) then
+			return 0
+		end
+		local elapsed = 0
+		if now > c.oa then
+			elapsed = now - c.oa
+		end
+		return fn.break_ms(c) - elapsed
+	end
+
+	function fn.hold_end(c, held)
+		if held == 'open' then
+			fn.force(c, 'half_open')
+		else
+			fn.force(c, 'closed')
+		end
+		return 'hold_expired'
+	end
 end
 
 ---------------------------------------------------------------- circuit-table.c
@@ -671,7 +816,7 @@ end
 local change = nil -- {from, to, reason}
 
 -- change_merge: a later change within the call keeps the first `from`.
-local function change_merge(from, to, reason)
+function fn.change_merge(from, to, reason)
 	if reason == nil then
 		return
 	end
@@ -684,36 +829,36 @@ local function change_merge(from, to, reason)
 end
 
 -- transition_done: every transition empties the window.
-local function transition_done(c, from)
+function fn.transition_done(c, from)
 	if c.state ~= from then
-		window_reset()
+		fn.window_reset()
 	end
 end
 
-local function hold_expire(c)
+function fn.hold_expire(c)
 	local h = c.hold
 	if h == nil or h['until'] == nil or now < h['until'] then
 		return false
 	end
 	local from = c.state
-	local reason = hold_end(c, h.state)
-	transition_done(c, from)
+	local reason = fn.hold_end(c, h.state)
+	fn.transition_done(c, from)
 	c.hold = nil
-	change_merge(from, c.state, reason)
+	fn.change_merge(from, c.state, reason)
 	return true
 end
 
 -- ext_fit_policy: a window for the rate rule (made anew when its shape
 -- changed), a reporters list for min_reporters > 1.
-local function fit_policy(c)
+function fn.fit_policy(c)
 	local rate = P.trip == 'rate'
-	local w = window_load()
-	local slots = window_slots(P.window, P.window_size)
+	local w = fn.window_load()
+	local slots = fn.window_slots(P.window, P.window_size)
 	if w and (not rate or w.kind ~= P.window or w.slots ~= slots) then
-		window_drop()
+		fn.window_drop()
 	end
 	if rate and not window then
-		window_new(P.window, slots)
+		fn.window_new(P.window, slots)
 	end
 	if P.min_reporters > 1 then
 		if c.rep_n ~= P.min_reporters then
@@ -726,99 +871,124 @@ local function fit_policy(c)
 	end
 end
 
--- text_copy: at most max bytes, cut on a UTF-8 boundary.
-local function text_cut(text, max)
-	if text == nil then
-		return nil
-	end
-	local len = #text
-	if len > max then
-		len = max
-		while len > 0 do
-			local b = string.byte(text, len + 1)
-			if b < 0x80 or b >= 0xc0 then
-				break
+-- Defined on first use (holds placed, slots taken, refusals).
+fn.later[#fn.later + 1] = function()
+	-- text_copy: at most max bytes, cut on a UTF-8 boundary.
+	function fn.text_cut(text, max)
+		if text == nil then
+			return nil
+		end
+		local len = #text
+		if len > max then
+			len = max
+			while len > 0 do
+				local b = string.byte(text, len + 1)
+				if b < 0x80 or b >= 0xc0 then
+					break
+				end
+				len = len - 1
 			end
-			len = len - 1
 		end
+		return string.sub(text, 1, len)
 	end
-	return string.sub(text, 1, len)
-end
 
-local function slots_prune()
-	redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', encode(now))
-end
-
-local function slots_live()
-	return redis.call('ZCOUNT', K_SLOTS, '(' .. encode(now), '+inf')
-end
-
--- slot_take: a slot with token if fewer than half_open_max are held.
-local function slot_take(token)
-	slots_prune()
-	if redis.call('ZCARD', K_SLOTS) >= P.half_open_max then
-		return nil
+	function fn.slots_prune()
+		redis.call('ZREMRANGEBYSCORE', K_SLOTS, '-inf', fn.int(now))
 	end
-	local expires_at = now + P.slot_ttl_ms
-	redis.call('ZADD', K_SLOTS, expires_at, token)
-	return { token = token, expires_at = expires_at }
-end
 
--- circuit_table_retry_after
-local function retry_after(c)
-	local h = c.hold
-	if h and h.state == 'open' then
-		if h['until'] == nil then
-			return P.break_ms
+	-- slot_take: a slot with token if fewer than half_open_max are held.
+	function fn.slot_take(token)
+		fn.slots_prune()
+		if redis.call('ZCARD', K_SLOTS) >= P.half_open_max then
+			return nil
 		end
-		if now >= h['until'] then
-			return 0
-		end
-		if now > h.since then
-			return h['until'] - now
-		end
-		return h['until'] - h.since
+		local expires_at = now + P.slot_ttl_ms
+		redis.call('ZADD', K_SLOTS, expires_at, token)
+		return { token = token, expires_at = expires_at }
 	end
-	return breaker_retry_after(c)
+
+	-- circuit_table_retry_after
+	function fn.retry_after(c)
+		local h = c.hold
+		if h and h.state == 'open' then
+			if h['until'] == nil then
+				return P.break_ms
+			end
+			if now >= h['until'] then
+				return 0
+			end
+			if now > h.since then
+				return h['until'] - now
+			end
+			return h['until'] - h.since
+		end
+		return fn.breaker_retry_after(c)
+	end
 end
 
 ---------------------------------------------------------------- reply
+-- Built as text with string.format: one call per object, members in the
+-- order of the contract, integers in full ('%.0f': every value is an
+-- integer below 2^53).
 
-local function circuit_json(c)
-	if c == nil then
-		return NULL
+-- The slots zset's last slot, read by slots_live for persist (nothing
+-- changes the slots between the two).
+local slots_last = nil
+
+-- Unexpired slots at now (one ZRANGE when there are none).
+function fn.slots_live()
+	slots_last = redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
+	if #slots_last == 0 or tonumber(slots_last[2]) <= now then
+		return 0
 	end
-	local hold = NULL
-	if c.hold then
-		local h = c.hold
-		hold = obj('state', h.state, 'since', h.since, 'until', h['until'] or NULL,
-			'by_uid', h.by_uid, 'by_user', h.by_user, 'reason', h.reason or NULL)
-	end
-	local w = window_counts()
-	local wj = NULL
-	if w then
-		wj = obj('calls', w.calls, 'failures', w.failures, 'slow', w.slow)
-	end
-	return obj('state', c.state, 'failure_count', c.fc, 'success_count', c.sc,
-		'last_failure_at', c.lfa or NULL, 'opened_at', c.oa or NULL,
-		'current_break_ms', c.cbm,
-		'totals', obj('successes', c.t_successes, 'failures', c.t_failures,
-			'ignored', c.t_ignored, 'slow', c.t_slow, 'rejected', c.t_rejected),
-		'hold', hold, 'declared', c.declared, 'slots', slots_live(), 'window', wj,
-		'reporters', reporters_count(c))
+	return redis.call('ZCOUNT', K_SLOTS, '(' .. fn.int(now), '+inf')
 end
 
-local function change_json()
-	if change == nil then
-		return NULL
+function fn.circuit_json(c)
+	if c == nil then
+		return 'null'
 	end
-	return obj('from', change.from, 'to', change.to, 'reason', change.reason)
+	local hold = 'null'
+	if c.hold then
+		local h = c.hold
+		hold = format('{"state":%s,"since":%s,"until":%s,"by_uid":%s,"by_user":%s,"reason":%s}',
+			fn.encode(h.state), fn.encode(h.since), fn.encode(h['until']), fn.encode(h.by_uid),
+			fn.encode(h.by_user), fn.encode(h.reason))
+	end
+	local w = fn.window_counts()
+	local wj = 'null'
+	if w then
+		wj = format('{"calls":%.0f,"failures":%.0f,"slow":%.0f}', w.calls, w.failures, w.slow)
+	end
+	local declared_json = '""'
+	if c.declared ~= '' then
+		declared_json = cjson.encode(c.declared)
+	end
+	-- One literal (a concatenation would run on every call).
+	return format('{"state":"%s","failure_count":%.0f,"success_count":%.0f,"last_failure_at":%s,"opened_at":%s,"current_break_ms":%.0f,"totals":{"successes":%.0f,"failures":%.0f,"ignored":%.0f,"slow":%.0f,"rejected":%.0f},"hold":%s,"declared":%s,"slots":%.0f,"window":%s,"reporters":%.0f}',
+		c.state, c.fc, c.sc, fn.int_or_null(c.lfa), fn.int_or_null(c.oa), c.cbm, c.t_successes,
+		c.t_failures, c.t_ignored, c.t_slow, c.t_rejected, hold, declared_json, fn.slots_live(), wj,
+		fn.reporters_count(c))
+end
+
+function fn.change_json()
+	if change == nil then
+		return 'null'
+	end
+	return format('{"from":"%s","to":"%s","reason":"%s"}', change.from, change.to, change.reason)
+end
+
+function fn.permit_json(slot)
+	if slot == nil then
+		return 'null'
+	end
+	return format('{"token":%s,"expires_at":%.0f}', cjson.encode(slot.token), slot.expires_at)
 end
 
 -- Store c and give every key its expiry (see the header).
-local function persist(c)
-	save_circuit(c)
-	window_save()
+function fn.persist(c)
+	fn.save_circuit(c)
+	fn.window_save()
 	if c.hold then
 		redis.call('PERSIST', K_CIRCUIT)
 		if window then
@@ -827,14 +997,14 @@ local function persist(c)
 	else
 		local ttl = DAY_MS
 		if c.state == 'open' then
-			ttl = ttl + break_ms(c)
+			ttl = ttl + fn.break_ms(c)
 		end
 		redis.call('PEXPIRE', K_CIRCUIT, ttl)
 		if window then
 			redis.call('PEXPIRE', K_WINDOW, ttl)
 		end
 	end
-	local last = redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
+	local last = slots_last or redis.call('ZRANGE', K_SLOTS, -1, -1, 'WITHSCORES')
 	if #last > 0 then
 		local left = tonumber(last[2]) - now
 		if left <= 0 then
@@ -847,55 +1017,57 @@ end
 
 ---------------------------------------------------------------- ops
 
-local stored = load_circuit()
+local stored = fn.load_circuit()
 local existed = stored ~= nil
-local declared = arg('declared')
 
 -- merge carries a snapshot, not a policy decision: it never mismatches
 -- (a write-back must not be lost because another cbd created the circuit
 -- with another policy) and keeps the stored declared.
 if stored and declared ~= nil and stored.declared ~= declared and op ~= 'merge' then
-	return encode(obj('mismatch', true, 'declared', stored.declared, 'now', now))
+	return format('{"mismatch":true,"declared":%s,"now":%.0f}', cjson.encode(stored.declared),
+		now)
 end
 
 local c = stored
 local deleted = false -- a writeback deleted the circuit
-local extra = {} -- op results, appended to the reply in order
+local extra = {} -- op results as JSON members, appended to the reply in order
 
-local function add(key, value)
-	extra[#extra + 1] = key
-	extra[#extra + 1] = value
+function fn.add(key, json)
+	extra[#extra + 1] = ',"' .. key .. '":' .. json
 end
 
-local function need_circuit()
+function fn.bool_json(b)
+	return b and 'true' or 'false'
+end
+
+function fn.need_circuit()
 	if c == nil then
-		c = new_circuit(declared)
+		c = fn.new_circuit(declared)
 	end
 	return c
 end
 
-local function state_arg(key)
-	local s = arg(key)
-	if type(s) ~= 'string' or not STATES[s] then
+function fn.state_arg(key)
+	local s = fn.arg(key)
+	if s ~= 'closed' and s ~= 'open' and s ~= 'half_open' then
 		return nil
 	end
 	return s
 end
 
 -- record_outcome: 0 ignore, 1 success, 2 failure.
-local function record(outcome)
+function fn.record(outcome)
 	if outcome == 0 and c == nil then
 		return
 	end
-	need_circuit()
-	hold_expire(c)
+	fn.need_circuit()
+	fn.hold_expire(c)
 	if outcome == 0 then
 		c.t_ignored = c.t_ignored + 1
 		return
 	end
-	fit_policy(c)
+	fn.fit_policy(c)
 	local failure = outcome == 2
-	local duration = arg('duration_ms') or 0
 	local slow = P.slow_call_ms > 0 and duration >= P.slow_call_ms
 	if slow then
 		c.t_slow = c.t_slow + 1
@@ -911,313 +1083,337 @@ local function record(outcome)
 		trip, threshold, use_window = 'consecutive', COUNT_MAX, false
 	end
 	local from = c.state
-	local reason = on_outcome(c, failure, slow, trip, threshold, use_window, c.rep_n > 1)
-	change_merge(from, c.state, reason)
-	transition_done(c, from)
+	local reason = fn.on_outcome(c, failure, slow, trip, threshold, use_window, c.rep_n > 1)
+	fn.change_merge(from, c.state, reason)
+	fn.transition_done(c, from)
 end
 
+-- The op handlers: only the one this call runs is defined (a closure made
+-- per call costs Redis CPU).
 local ops = {}
 
-function ops.get()
-	if c ~= nil then
-		hold_expire(c)
+if op == 'get' then
+	function ops.get()
+		if c ~= nil then
+			fn.hold_expire(c)
+		end
 	end
 end
 
-function ops.success()
-	record(1)
-end
-
-function ops.failure()
-	record(2)
-end
-
-function ops.ignore()
-	record(0)
-end
-
-function ops.allow()
-	need_circuit()
-	hold_expire(c)
-	if not c.hold then
-		local from = c.state
-		local reason = on_allow(c)
-		change_merge(from, c.state, reason)
-		transition_done(c, from)
+if op == 'success' then
+	function ops.success()
+		fn.record(1)
 	end
-	local allowed, retry, permit = false, 0, NULL
-	if c.state == 'closed' then
-		allowed = true
-	elseif c.state == 'open' then
-		c.t_rejected = c.t_rejected + 1
-		retry = retry_after(c)
-	else
-		local slot = slot_take(arg('token'))
-		if slot then
+end
+
+if op == 'failure' then
+	function ops.failure()
+		fn.record(2)
+	end
+end
+
+if op == 'ignore' then
+	function ops.ignore()
+		fn.record(0)
+	end
+end
+
+if op == 'allow' then
+	function ops.allow()
+		fn.need_circuit()
+		fn.hold_expire(c)
+		if not c.hold then
+			local from = c.state
+			local reason = fn.on_allow(c)
+			fn.change_merge(from, c.state, reason)
+			fn.transition_done(c, from)
+		end
+		local allowed, retry, permit = false, 0, nil
+		if c.state == 'closed' then
 			allowed = true
-			permit = obj('token', slot.token, 'expires_at', slot.expires_at)
-		else
+		elseif c.state == 'open' then
 			c.t_rejected = c.t_rejected + 1
-			local first = redis.call('ZRANGE', K_SLOTS, 0, 0, 'WITHSCORES')
-			if #first > 0 then
-				retry = tonumber(first[2]) - now
+			retry = fn.retry_after(c)
+		else
+			local slot = fn.slot_take(token)
+			if slot then
+				allowed = true
+				permit = slot
+			else
+				c.t_rejected = c.t_rejected + 1
+				local first = redis.call('ZRANGE', K_SLOTS, 0, 0, 'WITHSCORES')
+				if #first > 0 then
+					retry = tonumber(first[2]) - now
+				end
+			end
+		end
+		fn.add('allowed', fn.bool_json(allowed))
+		fn.add('retry_after_ms', fn.int(retry))
+		fn.add('permit', fn.permit_json(permit))
+	end
+end
+
+if op == 'cas' then
+	function ops.cas()
+		local from, to = fn.state_arg('from'), fn.state_arg('to')
+		if from == nil or to == nil then
+			return 'cas needs from and to states'
+		end
+		if c ~= nil then
+			fn.hold_expire(c)
+		end
+		local current = c and c.state or 'closed'
+		if current ~= from or (c ~= nil and c.hold) then
+			fn.add('applied', 'false')
+			return
+		end
+		fn.need_circuit()
+		fn.force(c, to)
+		if from ~= to then
+			fn.change_merge(from, to, 'cas')
+		end
+		fn.transition_done(c, from)
+		fn.add('applied', 'true')
+	end
+end
+
+if op == 'set_state' then
+	function ops.set_state()
+		local state = fn.state_arg('state')
+		if state == nil then
+			return 'set_state needs a state'
+		end
+		local hold = fn.arg('hold')
+		fn.need_circuit()
+		local before = c.state
+		fn.force(c, state)
+		fn.transition_done(c, before)
+		if hold ~= nil then
+			local ttl = hold.ttl_ms
+			local user = hold.by_user
+			local reason = hold.reason
+			if ttl == NULL or ttl == nil then
+				ttl = 0
+			end
+			if user == NULL or user == nil then
+				user = ''
+			end
+			if reason == NULL then
+				reason = nil
+			end
+			c.hold = {
+				state = c.state,
+				since = now,
+				["until"] = ttl > 0 and now + ttl or nil,
+				by_uid = (hold.by_uid ~= NULL and hold.by_uid) or 0,
+				by_user = fn.text_cut(user, USER_MAX),
+				reason = fn.text_cut(reason, REASON_MAX),
+			}
+			fn.change_merge(before, state, 'held')
+		else
+			local was_held = c.hold ~= nil
+			c.hold = nil
+			if before ~= state or was_held then
+				fn.change_merge(before, state, 'forced')
 			end
 		end
 	end
-	add('allowed', allowed)
-	add('retry_after_ms', retry)
-	add('permit', permit)
 end
 
-function ops.cas()
-	local from, to = state_arg('from'), state_arg('to')
-	if from == nil or to == nil then
-		return 'cas needs from and to states'
-	end
-	if c ~= nil then
-		hold_expire(c)
-	end
-	local current = c and c.state or 'closed'
-	if current ~= from or (c ~= nil and c.hold) then
-		add('applied', false)
-		return
-	end
-	need_circuit()
-	force(c, to)
-	if from ~= to then
-		change_merge(from, to, 'cas')
-	end
-	transition_done(c, from)
-	add('applied', true)
-end
-
-function ops.set_state()
-	local state = state_arg('state')
-	if state == nil then
-		return 'set_state needs a state'
-	end
-	local hold = arg('hold')
-	need_circuit()
-	local before = c.state
-	force(c, state)
-	transition_done(c, before)
-	if hold ~= nil then
-		local ttl = hold.ttl_ms
-		local user = hold.by_user
-		local reason = hold.reason
-		if ttl == NULL or ttl == nil then
-			ttl = 0
+if op == 'release' then
+	function ops.release()
+		local released = false
+		if c ~= nil and c.hold then
+			local from = c.state
+			fn.hold_end(c, c.hold.state)
+			fn.transition_done(c, from)
+			c.hold = nil
+			fn.change_merge(from, c.state, 'released')
+			released = true
 		end
-		if user == NULL or user == nil then
-			user = ''
-		end
-		if reason == NULL then
-			reason = nil
-		end
-		c.hold = {
-			state = c.state,
-			since = now,
-			["until"] = ttl > 0 and now + ttl or nil,
-			by_uid = (hold.by_uid ~= NULL and hold.by_uid) or 0,
-			by_user = text_cut(user, USER_MAX),
-			reason = text_cut(reason, REASON_MAX),
-		}
-		change_merge(before, state, 'held')
-	else
-		local was_held = c.hold ~= nil
-		c.hold = nil
-		if before ~= state or was_held then
-			change_merge(before, state, 'forced')
-		end
+		fn.add('released', fn.bool_json(released))
 	end
 end
 
-function ops.release()
-	local released = false
-	if c ~= nil and c.hold then
-		local from = c.state
-		hold_end(c, c.hold.state)
-		transition_done(c, from)
-		c.hold = nil
-		change_merge(from, c.state, 'released')
-		released = true
+if op == 'acquire_slot' then
+	function ops.acquire_slot()
+		fn.need_circuit()
+		fn.hold_expire(c)
+		local slot = fn.slot_take(token)
+		fn.add('acquired', fn.bool_json(slot ~= nil))
+		fn.add('permit', fn.permit_json(slot))
 	end
-	add('released', released)
 end
 
-function ops.acquire_slot()
-	need_circuit()
-	hold_expire(c)
-	local slot = slot_take(arg('token'))
-	add('acquired', slot ~= nil)
-	add('permit', slot and obj('token', slot.token, 'expires_at', slot.expires_at) or NULL)
-end
-
-function ops.release_slot()
-	local token = arg('token')
-	local released = false
-	if type(token) == 'string' then
-		local at = redis.call('ZSCORE', K_SLOTS, token)
-		if at then
-			redis.call('ZREM', K_SLOTS, token)
-			released = now < tonumber(at)
+if op == 'release_slot' then
+	function ops.release_slot()
+		local released = false
+		if token ~= nil then
+			local at = redis.call('ZSCORE', K_SLOTS, token)
+			if at then
+				redis.call('ZREM', K_SLOTS, token)
+				released = now < tonumber(at)
+			end
 		end
+		fn.add('released', fn.bool_json(released))
 	end
-	add('released', released)
 end
 
-function ops.delete()
-	redis.call('DEL', K_CIRCUIT, K_SLOTS, K_WINDOW)
-	window = false
-	c = nil
-end
-
--- Does the stored hold h match known hold k (the hold a host saw)?
-local function hold_is(h, k)
-	return h ~= nil and type(k) == 'table' and h.state == k.state and h.since == k.since and
-		h.by_uid == k.by_uid and h.by_user == k.by_user
+if op == 'delete' or op == 'writeback' then
+	function ops.delete()
+		redis.call('DEL', K_CIRCUIT, K_SLOTS, K_WINDOW)
+		window = false
+		c = nil
+	end
 end
 
 -- writeback: see the header (an operator's action made during an outage).
-function ops.writeback()
-	local action, known = arg('action'), arg('known')
-	local state = state_arg('state')
-	if action ~= 'release' and action ~= 'delete' and action ~= 'set_state' then
-		return 'writeback needs an action'
+if op == 'writeback' then
+	-- Does the stored hold h match known hold k (the hold a host saw)?
+	function fn.hold_is(h, k)
+		return h ~= nil and type(k) == 'table' and h.state == k.state and h.since == k.since and
+			h.by_uid == k.by_uid and h.by_user == k.by_user
 	end
-	if action == 'set_state' and state == nil then
-		return 'writeback set_state needs a state'
-	end
-	if type(known) ~= 'table' then
-		return 'writeback needs known'
-	end
-	if c == nil then
-		add('applied', false)
-		return
-	end
-	hold_expire(c)
-	local kh = known.hold
-	local same = hold_is(c.hold, kh)
-	local oa = known.opened_at
-	if oa == NULL then
-		oa = nil
-	end
-	if (c.hold and not same) or (action == 'release' and not same) or
-		(action ~= 'release' and c.state ~= 'closed' and c.oa ~= oa) then
-		add('applied', false)
-		return
-	end
-	local from = c.state
-	if action == 'release' then
-		hold_end(c, c.hold.state)
-		transition_done(c, from)
-		c.hold = nil
-		change_merge(from, c.state, 'released')
-	elseif action == 'delete' then
-		ops.delete()
-		deleted = true
-	else
-		local was_held = c.hold ~= nil
-		force(c, state)
-		if state == 'open' and arg('at') ~= nil then
-			c.oa = arg('at')
-		end
-		transition_done(c, from)
-		c.hold = nil
-		if from ~= state or was_held then
-			change_merge(from, state, 'forced')
-		end
-	end
-	add('applied', true)
-end
 
-function ops.merge()
-	local m = arg('circuit')
-	if type(m) ~= 'table' then
-		return 'merge needs a circuit'
-	end
-	if c ~= nil then
-		hold_expire(c)
-	end
-	local h = m.hold
-	if type(h) == 'table' then
-		-- An operator's hold placed on this host during the outage holds
-		-- fleet-wide, unless the fleet's circuit is held already.
-		if c ~= nil and c.hold then
+	function ops.writeback()
+		local action, known = fn.arg('action'), fn.arg('known')
+		local state = fn.state_arg('state')
+		if action ~= 'release' and action ~= 'delete' and action ~= 'set_state' then
+			return 'writeback needs an action'
+		end
+		if action == 'set_state' and state == nil then
+			return 'writeback set_state needs a state'
+		end
+		if type(known) ~= 'table' then
+			return 'writeback needs known'
+		end
+		if c == nil then
+			fn.add('applied', 'false')
 			return
 		end
-		local state = (h.state == 'closed') and 'closed' or 'open'
-		need_circuit()
-		local from = c.state
-		if from ~= state then
-			force(c, state)
-			if state == 'open' and m.opened_at ~= nil and m.opened_at ~= NULL then
-				c.oa = m.opened_at
-			end
-			transition_done(c, from)
+		fn.hold_expire(c)
+		local kh = known.hold
+		local same = fn.hold_is(c.hold, kh)
+		local oa = known.opened_at
+		if oa == NULL then
+			oa = nil
 		end
-		local user = (h.by_user ~= nil and h.by_user ~= NULL) and h.by_user or ''
-		local reason = (h.reason ~= nil and h.reason ~= NULL) and h.reason or nil
-		c.hold = {
-			state = state,
-			since = (h.since ~= nil and h.since ~= NULL) and h.since or now,
-			["until"] = (h["until"] ~= nil and h["until"] ~= NULL) and h["until"] or nil,
-			by_uid = (h.by_uid ~= nil and h.by_uid ~= NULL) and h.by_uid or 0,
-			by_user = text_cut(user, USER_MAX),
-			reason = text_cut(reason, REASON_MAX),
-		}
-		change_merge(from, state, 'held')
-		return
+		if (c.hold and not same) or (action == 'release' and not same) or
+			(action ~= 'release' and c.state ~= 'closed' and c.oa ~= oa) then
+			fn.add('applied', 'false')
+			return
+		end
+		local from = c.state
+		if action == 'release' then
+			fn.hold_end(c, c.hold.state)
+			fn.transition_done(c, from)
+			c.hold = nil
+			fn.change_merge(from, c.state, 'released')
+		elseif action == 'delete' then
+			ops.delete()
+			deleted = true
+		else
+			local was_held = c.hold ~= nil
+			fn.force(c, state)
+			if state == 'open' and fn.arg('at') ~= nil then
+				c.oa = fn.arg('at')
+			end
+			fn.transition_done(c, from)
+			c.hold = nil
+			if from ~= state or was_held then
+				fn.change_merge(from, state, 'forced')
+			end
+		end
+		fn.add('applied', 'true')
 	end
-	if c ~= nil and (c.state == 'open' or c.hold) then
-		return
-	end
-	need_circuit()
-	local from = c.state
-	c.state = 'open'
-	c.sc = 0
-	c.oa = (m.opened_at ~= NULL and m.opened_at) or now
-	c.cbm = (m.current_break_ms ~= NULL and m.current_break_ms) or 0
-	c.fc = (m.failure_count ~= NULL and m.failure_count) or c.fc
-	if m.last_failure_at ~= nil and m.last_failure_at ~= NULL then
-		c.lfa = m.last_failure_at
-	end
-	transition_done(c, from)
-	if from ~= 'open' then
-		change_merge(from, 'open', 'merged')
+end
+
+if op == 'merge' then
+	function ops.merge()
+		local m = fn.arg('circuit')
+		if type(m) ~= 'table' then
+			return 'merge needs a circuit'
+		end
+		if c ~= nil then
+			fn.hold_expire(c)
+		end
+		local h = m.hold
+		if type(h) == 'table' then
+			-- An operator's hold placed on this host during the outage holds
+			-- fleet-wide, unless the fleet's circuit is held already.
+			if c ~= nil and c.hold then
+				return
+			end
+			local state = (h.state == 'closed') and 'closed' or 'open'
+			fn.need_circuit()
+			local from = c.state
+			if from ~= state then
+				fn.force(c, state)
+				if state == 'open' and m.opened_at ~= nil and m.opened_at ~= NULL then
+					c.oa = m.opened_at
+				end
+				fn.transition_done(c, from)
+			end
+			local user = (h.by_user ~= nil and h.by_user ~= NULL) and h.by_user or ''
+			local reason = (h.reason ~= nil and h.reason ~= NULL) and h.reason or nil
+			c.hold = {
+				state = state,
+				since = (h.since ~= nil and h.since ~= NULL) and h.since or now,
+				["until"] = (h["until"] ~= nil and h["until"] ~= NULL) and h["until"] or nil,
+				by_uid = (h.by_uid ~= nil and h.by_uid ~= NULL) and h.by_uid or 0,
+				by_user = fn.text_cut(user, USER_MAX),
+				reason = fn.text_cut(reason, REASON_MAX),
+			}
+			fn.change_merge(from, state, 'held')
+			return
+		end
+		if c ~= nil and (c.state == 'open' or c.hold) then
+			return
+		end
+		fn.need_circuit()
+		local from = c.state
+		c.state = 'open'
+		c.sc = 0
+		c.oa = (m.opened_at ~= NULL and m.opened_at) or now
+		c.cbm = (m.current_break_ms ~= NULL and m.current_break_ms) or 0
+		c.fc = (m.failure_count ~= NULL and m.failure_count) or c.fc
+		if m.last_failure_at ~= nil and m.last_failure_at ~= NULL then
+			c.lfa = m.last_failure_at
+		end
+		fn.transition_done(c, from)
+		if from ~= 'open' then
+			fn.change_merge(from, 'open', 'merged')
+		end
 	end
 end
 
 local handler = ops[op]
 if handler == nil then
-	return fail('unknown op ' .. tostring(op))
+	return fn.fail('unknown op ' .. tostring(op))
 end
-if (op == 'allow' or op == 'acquire_slot') and type(arg('token')) ~= 'string' then
-	return fail(op .. ' needs a token')
+if (op == 'allow' or op == 'acquire_slot') and token == nil then
+	return fn.fail(op .. ' needs a token')
 end
 -- Validate before anything is written: handlers return a message only
 -- before their first write.
 local problem = handler()
 if problem then
-	return fail(problem)
+	return fn.fail(problem)
 end
 
 -- The view first: reading a time window at now may drop buckets, which
 -- persist() then stores.
-local cj = circuit_json(c)
+local cj = fn.circuit_json(c)
 if c ~= nil then
-	persist(c)
+	fn.persist(c)
 end
-local reply = obj('now', now, 'existed', existed, 'circuit', cj, 'change', change_json())
-for i = 1, #extra, 2 do
-	reply.n = reply.n + 2
-	reply[reply.n - 1] = extra[i]
-	reply[reply.n] = extra[i + 1]
-end
-local text = encode(reply)
+local change_text = fn.change_json()
+local text = format('{"now":%.0f,"existed":%s,"circuit":%s,"change":%s%s}', now,
+	fn.bool_json(existed), cj, change_text, table.concat(extra))
 
 if change ~= nil or ((op == 'delete' or deleted) and existed) then
-	redis.call('PUBLISH', channel, encode(obj('origin', arg('origin') or '',
-		'name', arg('name') or '', 'now', now, 'circuit', cj, 'change', change_json())))
+	redis.call('PUBLISH', channel,
+		format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',
+			cjson.encode(origin), cjson.encode(name), now, cj, change_text))
 end
 return text

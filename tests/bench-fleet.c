@@ -26,29 +26,42 @@
 #define TRIPS_MAX 10000
 
 /* What cbd sends for a record_failure on a circuit with the built-in
- * policy (op-fleet.c), less name and origin. */
-static const char request_json[] =
-    "{\"policy\":{\"trip\":\"consecutive\",\"failure_threshold\":5,\"success_threshold\":2,"
-    "\"break_ms\":30000,\"half_open_max\":1,\"slot_ttl_ms\":30000,\"max_gap_ms\":0,"
-    "\"window\":\"count\",\"window_size\":100,\"minimum_calls\":10,\"failure_rate\":50,"
-    "\"slow_call_ms\":0,\"slow_call_rate\":100,\"min_reporters\":1,"
-    "\"reporter_window_ms\":60000,\"break_backoff\":1,\"break_max_ms\":0},\"declared\":\"\","
-    "\"reporter\":\"bench:1\",\"name\":\"circuit-%02d\",\"origin\":\"bench\"}";
+ * policy (op-fleet.c, fleet.c): the script's positional arguments after
+ * op and channel, less name: origin, now ("": Redis TIME), declared,
+ * policy, reporter, duration_ms, token, extra. */
+static const char *const request_args[] = { "bench", "", "",
+	"consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0", "bench:1", "", "",
+	"" };
 
-/* EVALSHA sha 3 direct:{circuit-NN} ...:slots ...:window failure JSON direct:events */
+/* EVALSHA sha 3 direct:{circuit-NN} ...:slots ...:window failure direct:events
+ * circuit-NN <request_args> */
 static size_t
 format_evalsha(char *req, size_t size, int key, void *arg)
 {
-	char json[1024], k1[48], k2[64], k3[64];
-	int jl = snprintf(json, sizeof json, request_json, key);
+	char name[32], k1[48], k2[64], k3[64];
+	const char *argv[8 + 1 + sizeof request_args / sizeof request_args[0]];
+	size_t argc = 0, len;
 
-	snprintf(k1, sizeof k1, "direct:{circuit-%02d}", key);
+	snprintf(name, sizeof name, "circuit-%02d", key);
+	snprintf(k1, sizeof k1, "direct:{%s}", name);
 	snprintf(k2, sizeof k2, "%s:slots", k1);
 	snprintf(k3, sizeof k3, "%s:window", k1);
-	return (size_t)snprintf(req, size,
-	    "*9\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n3\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n"
-	    "$%zu\r\n%s\r\n$7\r\nfailure\r\n$%d\r\n%s\r\n$13\r\ndirect:events\r\n",
-	    (const char *)arg, strlen(k1), k1, strlen(k2), k2, strlen(k3), k3, jl, json);
+	argv[argc++] = "EVALSHA";
+	argv[argc++] = arg;
+	argv[argc++] = "3";
+	argv[argc++] = k1;
+	argv[argc++] = k2;
+	argv[argc++] = k3;
+	argv[argc++] = "failure";
+	argv[argc++] = "direct:events";
+	argv[argc++] = name;
+	for (size_t i = 0; i < sizeof request_args / sizeof request_args[0]; i++)
+		argv[argc++] = request_args[i];
+	len = (size_t)snprintf(req, size, "*%zu\r\n", argc);
+	for (size_t i = 0; i < argc && len < size; i++)
+		len += (size_t)snprintf(req + len, size - len, "$%zu\r\n%s\r\n", strlen(argv[i]),
+		    argv[i]);
+	return len;
 }
 
 static char *

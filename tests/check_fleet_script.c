@@ -73,21 +73,105 @@ script_text(void)
 	return text;
 }
 
+/* The policy's members in the order the script reads them. */
+static const char *const policy_members[] = { "trip", "failure_threshold", "success_threshold",
+	"break_ms", "half_open_max", "slot_ttl_ms", "max_gap_ms", "window", "window_size",
+	"minimum_calls", "failure_rate", "slow_call_ms", "slow_call_rate", "min_reporters",
+	"reporter_window_ms", "break_backoff", "break_max_ms" };
+
+/* Number of the script's arguments (ARGV). */
+#define SCRIPT_ARGC 11
+
+/* A request member as the script's positional argument (as fleet.c sends
+ * it): a string as is, an integer in decimal, "" when absent or null. */
+static char *
+member_text(const json_t *v)
+{
+	char num[32];
+
+	if (v == NULL || json_is_null(v))
+		return strdup("");
+	if (json_is_string(v))
+		return strdup(json_string_value(v));
+	ck_assert_msg(json_is_integer(v), "a member that is neither string nor integer");
+	snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+	return strdup(num);
+}
+
+/* EVALSHA of op on circuit name with the script's positional arguments
+ * made from request (src/fleet.lua's header; as fleet.c makes them). */
+static redisReply *
+script_command(redisContext *ctx, const char *name, const char *op, const json_t *request)
+{
+	static const char *const hot[] = { "name", "origin", "now", "declared", "policy",
+		"reporter", "duration_ms", "token" };
+	char key[300], slots[310], window[310], policy[512] = "";
+	const json_t *declared = json_object_get(request, "declared");
+	const json_t *pol = json_object_get(request, "policy");
+	json_t *extra = json_object(), *v;
+	char *args[SCRIPT_ARGC];
+	const char *argv[6 + SCRIPT_ARGC];
+	const char *member;
+	redisReply *reply;
+	size_t len = 0;
+
+	snprintf(key, sizeof key, "cbd:{%s}", name);
+	snprintf(slots, sizeof slots, "%s:slots", key);
+	snprintf(window, sizeof window, "%s:window", key);
+	json_object_foreach ((json_t *)request, member, v) {
+		bool is_hot = false;
+
+		for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++)
+			is_hot = is_hot || strcmp(member, hot[i]) == 0;
+		if (!is_hot)
+			json_object_set(extra, member, v);
+	}
+	for (size_t i = 0; pol != NULL && i < sizeof policy_members / sizeof policy_members[0];
+	     i++) {
+		char *text = member_text(json_object_get(pol, policy_members[i]));
+
+		len += (size_t)snprintf(policy + len, sizeof policy - len, "%s%s", i > 0 ? " " : "",
+		    text);
+		free(text);
+	}
+	args[0] = strdup(op);
+	args[1] = strdup(CHANNEL);
+	args[2] = member_text(json_object_get(request, "name"));
+	args[3] = member_text(json_object_get(request, "origin"));
+	args[4] = member_text(json_object_get(request, "now"));
+	args[5] = declared != NULL && !json_is_null(declared) ? member_text(declared) : strdup("-");
+	args[6] = strdup(policy);
+	args[7] = member_text(json_object_get(request, "reporter"));
+	args[8] = member_text(json_object_get(request, "duration_ms"));
+	args[9] = member_text(json_object_get(request, "token"));
+	args[10] = json_object_size(extra) > 0 ? json_dumps(extra, JSON_COMPACT) : strdup("");
+	json_decref(extra);
+	argv[0] = "EVALSHA";
+	argv[1] = sha;
+	argv[2] = "3";
+	argv[3] = key;
+	argv[4] = slots;
+	argv[5] = window;
+	for (int i = 0; i < SCRIPT_ARGC; i++)
+		argv[6 + i] = args[i];
+	reply = redisCommandArgv(ctx, 6 + SCRIPT_ARGC, argv, NULL);
+	for (int i = 0; i < SCRIPT_ARGC; i++)
+		free(args[i]);
+	ck_assert_msg(reply != NULL, "EVALSHA %s: %s", op, ctx->errstr);
+	return reply;
+}
+
 /* Run op on circuit `name` with request (stolen; name, policy, declared
  * and origin filled in when missing); returns the decoded reply. */
 static json_t *
 fleet_call(redisContext *ctx, const char *name, const char *op, const cb_policy *policy,
     json_t *request)
 {
-	char key[300], slots[310], window[310];
 	redisReply *reply;
 	json_error_t err;
 	json_t *out;
 	char *text;
 
-	snprintf(key, sizeof key, "cbd:{%s}", name);
-	snprintf(slots, sizeof slots, "%s:slots", key);
-	snprintf(window, sizeof window, "%s:window", key);
 	if (json_object_get(request, "name") == NULL)
 		json_object_set_new(request, "name", json_string(name));
 	if (json_object_get(request, "policy") == NULL)
@@ -95,11 +179,9 @@ fleet_call(redisContext *ctx, const char *name, const char *op, const cb_policy 
 	if (json_object_get(request, "origin") == NULL)
 		json_object_set_new(request, "origin", json_string("host-a"));
 	text = json_dumps(request, JSON_COMPACT);
-	json_decref(request);
 	ck_assert_ptr_nonnull(text);
-	reply = redisCommand(ctx, "EVALSHA %s 3 %s %s %s %s %s %s", sha, key, slots, window, op,
-	    text, CHANNEL);
-	ck_assert_msg(reply != NULL, "EVALSHA %s: %s", op, ctx->errstr);
+	reply = script_command(ctx, name, op, request);
+	json_decref(request);
 	ck_assert_msg(reply->type == REDIS_REPLY_STRING, "%s %s: %s", op, text,
 	    reply->type == REDIS_REPLY_ERROR ? reply->str : "not a string");
 	out = json_loads(reply->str, 0, &err);
@@ -767,7 +849,7 @@ START_TEST(writeback_applies_to_the_circuit_the_host_knew)
 	redisContext *ctx = connect_server();
 	cb_policy p = default_policy();
 	redisReply *bad;
-	json_t *r;
+	json_t *r, *req;
 
 	/* A release of the hold the fleet still has: ended as release does. */
 	json_decref(fleet_call(ctx, "wr", "set_state", &p, with_hold(at(T0), "open", 0, NULL)));
@@ -842,17 +924,15 @@ START_TEST(writeback_applies_to_the_circuit_the_host_knew)
 	ck_assert_int_eq(field(r, "opened_at"), T0 + 7);
 	json_decref(r);
 	/* Refused before anything is written: no action, no known. */
-	bad = redisCommand(ctx,
-	    "EVALSHA %s 3 cbd:{wo} cbd:{wo}:slots cbd:{wo}:window writeback "
-	    "{\"known\":{}} " CHANNEL,
-	    sha);
-	ck_assert(bad != NULL && bad->type == REDIS_REPLY_ERROR);
+	req = json_pack("{s:{}}", "known");
+	bad = script_command(ctx, "wo", "writeback", req);
+	json_decref(req);
+	ck_assert(bad->type == REDIS_REPLY_ERROR);
 	freeReplyObject(bad);
-	bad = redisCommand(ctx,
-	    "EVALSHA %s 3 cbd:{wo} cbd:{wo}:slots cbd:{wo}:window writeback "
-	    "{\"action\":\"delete\"} " CHANNEL,
-	    sha);
-	ck_assert(bad != NULL && bad->type == REDIS_REPLY_ERROR);
+	req = json_pack("{s:s}", "action", "delete");
+	bad = script_command(ctx, "wo", "writeback", req);
+	json_decref(req);
+	ck_assert(bad->type == REDIS_REPLY_ERROR);
 	freeReplyObject(bad);
 	ck_assert(key_exists(ctx, "cbd:{wo}"));
 	redisFree(ctx);
@@ -1056,16 +1136,89 @@ END_TEST
 START_TEST(bad_requests_refused)
 {
 	redisContext *ctx = connect_server();
-	redisReply *reply = redisCommand(ctx,
-	    "EVALSHA %s 3 cbd:{bad} cbd:{bad}:slots cbd:{bad}:window nonsense {} " CHANNEL, sha);
+	json_t *req = json_object();
+	redisReply *reply = script_command(ctx, "bad", "nonsense", req);
 
-	ck_assert(reply != NULL && reply->type == REDIS_REPLY_ERROR);
+	ck_assert(reply->type == REDIS_REPLY_ERROR);
 	freeReplyObject(reply);
-	reply = redisCommand(ctx,
-	    "EVALSHA %s 3 cbd:{bad} cbd:{bad}:slots cbd:{bad}:window allow {\"now\":1} " CHANNEL,
-	    sha);
-	ck_assert(reply != NULL && reply->type == REDIS_REPLY_ERROR);
+	json_decref(req);
+	req = json_pack("{s:i}", "now", 1);
+	reply = script_command(ctx, "bad", "allow", req);
+	json_decref(req);
+	ck_assert(reply->type == REDIS_REPLY_ERROR);
 	freeReplyObject(reply);
+	ck_assert(!key_exists(ctx, "cbd:{bad}"));
+	redisFree(ctx);
+}
+END_TEST
+
+/* EVALSHA of a failure on cbd:{bad} with these positional arguments
+ * (after op and channel); returns the reply's error text ("" when it is
+ * not an error). */
+static char *
+raw_failure(redisContext *ctx, int argc, const char *const *args)
+{
+	const char *argv[8 + SCRIPT_ARGC + 1] = { "EVALSHA", sha, "3", "cbd:{bad}",
+		"cbd:{bad}:slots", "cbd:{bad}:window", "failure", CHANNEL };
+	redisReply *reply;
+	char *text;
+
+	ck_assert_int_le(argc, SCRIPT_ARGC + 1 - 2);
+	for (int i = 0; i < argc; i++)
+		argv[8 + i] = args[i];
+	reply = redisCommandArgv(ctx, 8 + argc, argv, NULL);
+	ck_assert_ptr_nonnull(reply);
+	text = strdup(reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+	freeReplyObject(reply);
+	return text;
+}
+
+/* Is msg an error reply that names `what`? */
+static void
+assert_names(char *msg, const char *what)
+{
+	ck_assert_msg(strstr(msg, "fleet.lua") != NULL && strstr(msg, what) != NULL,
+	    "error \"%s\" does not name %s", msg, what);
+	free(msg);
+}
+
+/* A malformed positional request is an error reply naming what is wrong,
+ * and writes nothing. */
+START_TEST(malformed_arguments_refused)
+{
+	redisContext *ctx = connect_server();
+	const char *good_policy =
+	    "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0";
+	/* name origin now declared policy reporter duration_ms token extra */
+	const char *args[SCRIPT_ARGC - 2] = { "bad", "host-a", "1", "", good_policy, "r", "", "",
+		"" };
+	const char *copy[SCRIPT_ARGC - 2];
+	cb_policy p = default_policy();
+
+	/* The good request works (then the circuit goes again). */
+	free(raw_failure(ctx, SCRIPT_ARGC - 2, args));
+	ck_assert(key_exists(ctx, "cbd:{bad}"));
+	json_decref(fleet_call(ctx, "bad", "delete", &p, json_object()));
+	assert_names(raw_failure(ctx, SCRIPT_ARGC - 3, args), "11 arguments");
+#define BAD(index, value, what)                                                                    \
+	do {                                                                                       \
+		memcpy(copy, args, sizeof copy);                                                   \
+		copy[index] = value;                                                               \
+		assert_names(raw_failure(ctx, SCRIPT_ARGC - 2, copy), what);                       \
+	} while (0)
+	BAD(2, "soon", "now");
+	BAD(2, "1.5", "now");
+	BAD(6, "12ms", "duration_ms");
+	BAD(8, "{\"from\":", "extra");
+	BAD(8, "[1]", "extra");
+	BAD(4, "consecutive 5 2", "17 members");
+	BAD(4, "sometimes 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0", "policy.trip");
+	BAD(4, "consecutive 5 x 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0",
+	    "policy.success_threshold");
+	BAD(4, "consecutive 5 2 30000 1 30000 0 ring 100 10 50 0 100 1 60000 1 0", "policy.window");
+	BAD(4, "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0 7",
+	    "more than 17");
+#undef BAD
 	ck_assert(!key_exists(ctx, "cbd:{bad}"));
 	redisFree(ctx);
 }
@@ -1419,6 +1572,7 @@ main(void)
 	tcase_add_test(ops, events_published);
 	tcase_add_test(ops, expiry_set);
 	tcase_add_test(ops, bad_requests_refused);
+	tcase_add_test(ops, malformed_arguments_refused);
 	tcase_add_test(diff, mirrors_the_c_core);
 	/* Bounds for a loaded machine, not timing assertions. */
 	tcase_set_timeout(trace, 60);
