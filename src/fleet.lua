@@ -20,9 +20,10 @@ from the C core (same rule order, same edge cases):
 Policy RESOLUTION is not here: cbd sends the circuit's full effective
 policy with every call.
 
-Call convention (docs: /work/notes/fleet-contract.md, issue 14; the
-request is positional rather than the contract's JSON object, so that the
-common ops decode no JSON):
+Call convention (between cbd and its own copy of this script: src/fleet.c
+sends it, src/op-fleet.c reads the reply; what cbds of any version share
+through Redis is in proto/PROTOCOL.md section 15). The request is
+positional, not one JSON object, so that the common ops decode no JSON:
   EVALSHA <sha> 3 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window
           <op> <channel> <name> <origin> <now> <declared> <policy>
           <reporter> <duration_ms> <token> <extra>
@@ -52,7 +53,7 @@ common ops decode no JSON):
            from/to (cas), state + hold (set_state), circuit (merge),
            action + state + at + known (writeback)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
-(see the contract). Events: when change ~= null, or a stored circuit is
+(op-fleet.c reads it). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
 Op results: allow: allowed, retry_after_ms, permit; cas: applied;
 acquire_slot: acquired, permit; release, release_slot: released; delete:
@@ -63,7 +64,7 @@ allow/acquire_slot without a token, merge without a circuit, writeback
 without an action or known) is an error reply ("ERR fleet.lua: ...",
 naming what is wrong), checked before anything is written.
 
-Where this differs from, or pins down, the contract (decided here):
+Decided here (the fleet design of issue 14 left these open):
   * "current_break_ms" in the reply is the snapshot's raw field as in
     cb_snapshot: 0 means "policy.break_ms" (breaker_break_ms); merge's
     circuit.current_break_ms is read the same way.
@@ -75,7 +76,7 @@ Where this differs from, or pins down, the contract (decided here):
   * merge with circuit.hold (an operator's hold placed on one host while
     Redis was away): placed as it was (state, since, until, by, reason)
     unless the fleet's circuit is held already; change reason "held".
-  * writeback (not in the contract): an operator's release, delete or
+  * writeback (added after the first design): an operator's release, delete or
     unheld set_state made on one host while Redis was away, written back
     after the outage. `known` is the circuit as that host knew it before
     its first such action: {opened_at, hold} (hold: null or {state, since,
@@ -927,9 +928,9 @@ fn.later[#fn.later + 1] = function()
 end
 
 ---------------------------------------------------------------- reply
--- Built as text with string.format: one call per object, members in the
--- order of the contract, integers in full ('%.0f': every value is an
--- integer below 2^53).
+-- Built as text with string.format: one call per object, members in a
+-- fixed order (the JSON encoder's of earlier versions, byte for byte),
+-- integers in full ('%.0f': every value is an integer below 2^53).
 
 -- The slots zset's last slot, read by slots_live for persist (nothing
 -- changes the slots between the two).
