@@ -19,7 +19,7 @@ def run(coro):
 
 def test_pipelined_requests_match_in_order(cbd, name):
     async def main():
-        async with AsyncClient(cbd.socket, io_timeout=5.0) as c:
+        async with AsyncClient(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as c:
             names = [f"{name}-{i}" for i in range(200)]
             replies = await asyncio.gather(
                 *(c.record_failure(n, ctx={"failure_threshold": 1000}) for n in names),
@@ -35,7 +35,7 @@ def test_pipelined_requests_match_in_order(cbd, name):
 
 def test_every_op_is_a_coroutine(cbd, name):
     async def main():
-        async with AsyncClient(cbd.socket, io_timeout=5.0) as c:
+        async with AsyncClient(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as c:
             assert (await c.allow(name))["allowed"] is True
             assert (await c.record(name, "success", duration_ms=1))["snapshot"]["state"] == \
                 "closed"
