@@ -171,7 +171,10 @@ func TestCachedRefusesATripMadeElsewhere(t *testing.T) {
 func TestCachedHalfOpenGoesThroughCbd(t *testing.T) {
 	d := sharedCbd(t)
 	name := circuitName(t)
-	policy := Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1}
+	// The first trial's slot outlives the second acquire (its ttl is
+	// break_ms unless set).
+	policy := Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1,
+		"slot_ttl_ms": 60000}
 	// Two clients (two connections, as two processes would have) with a
 	// breaker each on the same circuit.
 	a := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
@@ -658,7 +661,10 @@ func TestCachedPeerProcess(t *testing.T) {
 	}
 }
 
-var halfOpenPolicy = Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1}
+// The trial's slot outlives the other process's acquire (its ttl is
+// break_ms unless set).
+var halfOpenPolicy = Ctx{"failure_threshold": 1, "success_threshold": 1, "break_ms": 200, "half_open_max": 1,
+	"slot_ttl_ms": 60000}
 
 func TestCachedHalfOpenAcrossProcesses(t *testing.T) {
 	d := sharedCbd(t)

@@ -145,7 +145,8 @@ test('a trip by the breaker itself is refused once its event comes back', async 
 
 test('after the break, half_open goes through cbd: one trial for half_open_max 1', async () => {
   const name = uniqueName('half');
-  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1 };
+  // The trial's slot outlives the gate below (its ttl is break_ms unless set).
+  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1, slot_ttl_ms: 60000 };
   // Two breakers on two clients.
   const one = await primed(name, policy);
   const two = await primed(name, policy);
@@ -251,7 +252,8 @@ class Peer {
 
 test('two processes: a trip reaches both caches; after the break one trial in all', async (t) => {
   const name = uniqueName('procs');
-  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1 };
+  // The trial's slot outlives the gate below (its ttl is break_ms unless set).
+  const policy = { failure_threshold: 1, break_ms: 200, half_open_max: 1, success_threshold: 1, slot_ttl_ms: 60000 };
   const local = await primed(name, policy);
   const peer = await Peer.start(t, name, policy);
   await plain.recordFailure(name, { ctx: policy });

@@ -19,7 +19,7 @@ def run(coro):
 
 def test_pipelined_requests_match_in_order(cbd, name):
     async def main():
-        async with AsyncClient(cbd.socket, io_timeout=5.0) as c:
+        async with AsyncClient(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as c:
             names = [f"{name}-{i}" for i in range(200)]
             replies = await asyncio.gather(
                 *(c.record_failure(n, ctx={"failure_threshold": 1000}) for n in names),
@@ -35,7 +35,7 @@ def test_pipelined_requests_match_in_order(cbd, name):
 
 def test_every_op_is_a_coroutine(cbd, name):
     async def main():
-        async with AsyncClient(cbd.socket, io_timeout=5.0) as c:
+        async with AsyncClient(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as c:
             assert (await c.allow(name))["allowed"] is True
             assert (await c.record(name, "success", duration_ms=1))["snapshot"]["state"] == \
                 "closed"
@@ -62,13 +62,17 @@ def test_unreachable_and_reconnect(own_cbd, tmp_path):
     async def main():
         with pytest.raises(UnavailableError):
             await AsyncClient(str(tmp_path / "none.sock")).hello()
-        c = AsyncClient(own_cbd.socket, io_timeout=0.1)
+        # A short timeout only while cbd is stopped: a loaded machine's cbd
+        # may take longer than 100 ms to answer a running one.
+        c = AsyncClient(own_cbd.socket, io_timeout=5.0, connect_timeout=5.0)
         assert (await c.hello())["ok"]
         own_cbd.pause()
         try:
+            c.io_timeout = 0.1
             results = await asyncio.gather(c.hello(), c.get("x"), return_exceptions=True)
             assert all(isinstance(r, CbdTimeoutError) for r in results)
         finally:
+            c.io_timeout = 5.0
             own_cbd.resume()
         # A fresh connection; the late replies of the old one are not taken.
         assert (await c.get("y"))["snapshot"]["name"] == "y"

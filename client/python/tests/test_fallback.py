@@ -154,6 +154,9 @@ def test_backoff_ends_and_cbd_is_asked_again(own_cbd):
         assert c.sent == 1
     finally:
         own_cbd.resume()
+    # The running cbd may take longer than 100 ms on a loaded machine: the
+    # short timeout was for the stopped one.
+    c.io_timeout = 5.0
     time.sleep(0.1)  # past the backoff
     b.call(lambda: 1)
     assert c.sent == 3  # allow and record reached cbd again
