@@ -26,30 +26,13 @@
 
 #include "clock.h"
 #include "conf.h"
+#include "fleet-args.h"
 #include "fleet.h"
 #include "log.h"
 #include "server.h"
 
 /* The script's text (src/fleet.lua, built into fleet-script.c). */
 extern const char fleet_script_text[];
-
-/* The script's positional arguments after op and channel, in order
- * (ARGV[3] .. ARGV[11]; src/fleet.lua's header). */
-enum {
-	FLEET_ARG_NAME,
-	FLEET_ARG_ORIGIN,
-	FLEET_ARG_NOW, /* "": Redis TIME */
-	FLEET_ARG_DECLARED, /* "-": not given */
-	FLEET_ARG_POLICY, /* 17 members, one space apart; "": not given */
-	FLEET_ARG_REPORTER,
-	FLEET_ARG_DURATION, /* duration_ms; "": not given */
-	FLEET_ARG_TOKEN, /* "": none */
-	FLEET_ARG_EXTRA, /* a JSON object of the op's own members; "": none */
-	FLEET_ARGS
-};
-
-/* Room for the policy argument: 17 members of at most 20 characters. */
-#define FLEET_POLICY_TEXT_MAX 512
 
 struct fleet_call {
 	fleet_call *prev, *next; /* the FIFO of calls Redis has not answered */
@@ -58,7 +41,7 @@ struct fleet_call {
 	int64_t sent_ms; /* monotonic */
 	char op[16];
 	char name[CT_NAME_MAX + 1];
-	/* The script's arguments after op and channel (fleet_request_argv),
+	/* The script's arguments after op and channel (fleet-args.h),
 	 * kept to send again after NOSCRIPT. */
 	char *argv[FLEET_ARGS];
 	bool resent;
@@ -172,8 +155,7 @@ fifo_unlink(fleet_call *call)
 static void
 call_free(fleet_call *call)
 {
-	for (int i = 0; i < FLEET_ARGS; i++)
-		free(call->argv[i]);
+	fleet_args_free(call->argv);
 	free(call);
 }
 
@@ -394,115 +376,6 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	timeout_schedule();
 }
 
-/* The policy's members in the order the script reads them (ARGV[7]). */
-static const char *const policy_members[] = { "trip", "failure_threshold", "success_threshold",
-	"break_ms", "half_open_max", "slot_ttl_ms", "max_gap_ms", "window", "window_size",
-	"minimum_calls", "failure_rate", "slow_call_ms", "slow_call_rate", "min_reporters",
-	"reporter_window_ms", "break_backoff", "break_max_ms" };
-
-/* args' policy object as the script reads it: its members' values in
- * policy_members order, one space apart; "" when absent. NULL when a
- * member is missing or not a string or integer, or out of memory. */
-static char *
-policy_text(const json_t *policy)
-{
-	char text[FLEET_POLICY_TEXT_MAX];
-	size_t len = 0;
-
-	if (policy == NULL || json_is_null(policy))
-		return strdup("");
-	for (size_t i = 0; i < sizeof policy_members / sizeof policy_members[0]; i++) {
-		const json_t *v = json_object_get(policy, policy_members[i]);
-		int n;
-
-		if (json_is_string(v))
-			n = snprintf(text + len, sizeof text - len, "%s%s", i > 0 ? " " : "",
-			    json_string_value(v));
-		else if (json_is_integer(v))
-			n = snprintf(text + len, sizeof text - len, "%s%" JSON_INTEGER_FORMAT,
-			    i > 0 ? " " : "", json_integer_value(v));
-		else
-			return NULL;
-		if (n < 0 || (size_t)n >= sizeof text - len)
-			return NULL;
-		len += (size_t)n;
-	}
-	return strdup(text);
-}
-
-/* A string member ("" when absent or null), or the text of an integer
- * member. NULL: another type, or out of memory. */
-static char *
-member_text(const json_t *v)
-{
-	char num[32];
-
-	if (v == NULL || json_is_null(v))
-		return strdup("");
-	if (json_is_string(v))
-		return strdup(json_string_value(v));
-	if (json_is_integer(v)) {
-		snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-		return strdup(num);
-	}
-	return NULL;
-}
-
-/* The script's arguments after op and channel (src/fleet.lua's header)
- * from a request object: name and origin as given, the hot members each
- * in its place, every other member in the extra object. False when a
- * member has the wrong type, or out of memory (argv then all NULL). */
-static bool
-fleet_request_argv(const char *name, const char *origin, const json_t *args, char *argv[FLEET_ARGS])
-{
-	static const char *const hot[] = { "name", "origin", "now", "declared", "policy",
-		"reporter", "duration_ms", "token" };
-	const json_t *declared = json_object_get(args, "declared");
-	json_t *extra = json_object();
-	const char *key;
-	json_t *v;
-	bool ok;
-
-	memset(argv, 0, FLEET_ARGS * sizeof argv[0]);
-	/* Every other member (an op's own: from, to, state, hold, circuit,
-	 * action, known, ...) goes in the extra object. */
-	json_object_foreach ((json_t *)args, key, v) {
-		bool is_hot = false;
-
-		for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++)
-			is_hot = is_hot || strcmp(key, hot[i]) == 0;
-		if (!is_hot && extra != NULL && json_object_set(extra, key, v) != 0) {
-			json_decref(extra);
-			extra = NULL;
-		}
-	}
-	argv[FLEET_ARG_NAME] = strdup(name);
-	argv[FLEET_ARG_ORIGIN] = strdup(origin);
-	argv[FLEET_ARG_NOW] = member_text(json_object_get(args, "now"));
-	/* "-": not given (the call never mismatches a stored declared). */
-	argv[FLEET_ARG_DECLARED] = json_is_string(declared) ? strdup(json_string_value(declared))
-	    : declared == NULL || json_is_null(declared)    ? strdup("-")
-							    : NULL;
-	argv[FLEET_ARG_POLICY] = policy_text(json_object_get(args, "policy"));
-	argv[FLEET_ARG_REPORTER] = member_text(json_object_get(args, "reporter"));
-	argv[FLEET_ARG_DURATION] = member_text(json_object_get(args, "duration_ms"));
-	argv[FLEET_ARG_TOKEN] = member_text(json_object_get(args, "token"));
-	argv[FLEET_ARG_EXTRA] = extra == NULL ? NULL
-	    : json_object_size(extra) == 0    ? strdup("")
-					      : json_dumps(extra, JSON_COMPACT);
-	json_decref(extra);
-	ok = true;
-	for (int i = 0; i < FLEET_ARGS; i++)
-		ok = ok && argv[i] != NULL;
-	if (!ok) {
-		for (int i = 0; i < FLEET_ARGS; i++) {
-			free(argv[i]);
-			argv[i] = NULL;
-		}
-	}
-	return ok;
-}
-
 fleet_call *
 fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn done, void *arg)
 {
@@ -516,7 +389,7 @@ fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn 
 		return NULL;
 	snprintf(call->op, sizeof call->op, "%s", op);
 	snprintf(call->name, sizeof call->name, "%s", name);
-	if (!fleet_request_argv(name, fleet.origin, args, call->argv) || !script_queue(call)) {
+	if (!fleet_args_make(name, fleet.origin, args, call->argv) || !script_queue(call)) {
 		call_free(call);
 		return NULL;
 	}

@@ -30,7 +30,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/housekeeping.c src/housekeeping.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
-	src/fleet.c src/fleet.h src/op-fleet.c
+	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h src/op-fleet.c
 nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)

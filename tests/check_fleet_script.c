@@ -18,6 +18,7 @@
 
 #include "check-run.h"
 #include "circuit-table.h"
+#include "fleet-args.h"
 #include "proto.h"
 #include "redis-util.h"
 #include "trace-load.h"
@@ -73,90 +74,39 @@ script_text(void)
 	return text;
 }
 
-/* The policy's members in the order the script reads them. */
-static const char *const policy_members[] = { "trip", "failure_threshold", "success_threshold",
-	"break_ms", "half_open_max", "slot_ttl_ms", "max_gap_ms", "window", "window_size",
-	"minimum_calls", "failure_rate", "slow_call_ms", "slow_call_rate", "min_reporters",
-	"reporter_window_ms", "break_backoff", "break_max_ms" };
-
-/* Number of the script's arguments (ARGV). */
-#define SCRIPT_ARGC 11
-
-/* A request member as the script's positional argument (as fleet.c sends
- * it): a string as is, an integer in decimal, "" when absent or null. */
-static char *
-member_text(const json_t *v)
-{
-	char num[32];
-
-	if (v == NULL || json_is_null(v))
-		return strdup("");
-	if (json_is_string(v))
-		return strdup(json_string_value(v));
-	ck_assert_msg(json_is_integer(v), "a member that is neither string nor integer");
-	snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-	return strdup(num);
-}
-
 /* EVALSHA of op on circuit name with the script's positional arguments
- * made from request (src/fleet.lua's header; as fleet.c makes them). */
+ * made from request as cbd makes them (fleet-args.c). */
 static redisReply *
 script_command(redisContext *ctx, const char *name, const char *op, const json_t *request)
 {
-	static const char *const hot[] = { "name", "origin", "now", "declared", "policy",
-		"reporter", "duration_ms", "token" };
-	char key[300], slots[310], window[310], policy[512] = "";
-	const json_t *declared = json_object_get(request, "declared");
-	const json_t *pol = json_object_get(request, "policy");
-	json_t *extra = json_object(), *v;
-	char *args[SCRIPT_ARGC];
-	const char *argv[6 + SCRIPT_ARGC];
-	const char *member;
+	char key[300], slots[310], window[310];
+	const char *origin = "";
+	char *args[FLEET_ARGS];
+	const char *argv[8 + FLEET_ARGS];
 	redisReply *reply;
-	size_t len = 0;
 
 	snprintf(key, sizeof key, "cbd:{%s}", name);
 	snprintf(slots, sizeof slots, "%s:slots", key);
 	snprintf(window, sizeof window, "%s:window", key);
-	json_object_foreach ((json_t *)request, member, v) {
-		bool is_hot = false;
-
-		for (size_t i = 0; i < sizeof hot / sizeof hot[0]; i++)
-			is_hot = is_hot || strcmp(member, hot[i]) == 0;
-		if (!is_hot)
-			json_object_set(extra, member, v);
-	}
-	for (size_t i = 0; pol != NULL && i < sizeof policy_members / sizeof policy_members[0];
-	     i++) {
-		char *text = member_text(json_object_get(pol, policy_members[i]));
-
-		len += (size_t)snprintf(policy + len, sizeof policy - len, "%s%s", i > 0 ? " " : "",
-		    text);
-		free(text);
-	}
-	args[0] = strdup(op);
-	args[1] = strdup(CHANNEL);
-	args[2] = member_text(json_object_get(request, "name"));
-	args[3] = member_text(json_object_get(request, "origin"));
-	args[4] = member_text(json_object_get(request, "now"));
-	args[5] = declared != NULL && !json_is_null(declared) ? member_text(declared) : strdup("-");
-	args[6] = strdup(policy);
-	args[7] = member_text(json_object_get(request, "reporter"));
-	args[8] = member_text(json_object_get(request, "duration_ms"));
-	args[9] = member_text(json_object_get(request, "token"));
-	args[10] = json_object_size(extra) > 0 ? json_dumps(extra, JSON_COMPACT) : strdup("");
-	json_decref(extra);
+	/* name and origin: the request's, else the key's name and none. */
+	if (json_is_string(json_object_get(request, "name")))
+		name = json_string_value(json_object_get(request, "name"));
+	if (json_is_string(json_object_get(request, "origin")))
+		origin = json_string_value(json_object_get(request, "origin"));
+	ck_assert_msg(fleet_args_make(name, origin, request, args),
+	    "%s: a request member of the wrong type", op);
 	argv[0] = "EVALSHA";
 	argv[1] = sha;
 	argv[2] = "3";
 	argv[3] = key;
 	argv[4] = slots;
 	argv[5] = window;
-	for (int i = 0; i < SCRIPT_ARGC; i++)
-		argv[6 + i] = args[i];
-	reply = redisCommandArgv(ctx, 6 + SCRIPT_ARGC, argv, NULL);
-	for (int i = 0; i < SCRIPT_ARGC; i++)
-		free(args[i]);
+	argv[6] = op;
+	argv[7] = CHANNEL;
+	for (int i = 0; i < FLEET_ARGS; i++)
+		argv[8 + i] = args[i];
+	reply = redisCommandArgv(ctx, 8 + FLEET_ARGS, argv, NULL);
+	fleet_args_free(args);
 	ck_assert_msg(reply != NULL, "EVALSHA %s: %s", op, ctx->errstr);
 	return reply;
 }
@@ -1158,12 +1108,12 @@ END_TEST
 static char *
 raw_failure(redisContext *ctx, int argc, const char *const *args)
 {
-	const char *argv[8 + SCRIPT_ARGC + 1] = { "EVALSHA", sha, "3", "cbd:{bad}",
+	const char *argv[8 + FLEET_ARGS + 1] = { "EVALSHA", sha, "3", "cbd:{bad}",
 		"cbd:{bad}:slots", "cbd:{bad}:window", "failure", CHANNEL };
 	redisReply *reply;
 	char *text;
 
-	ck_assert_int_le(argc, SCRIPT_ARGC + 1 - 2);
+	ck_assert_int_le(argc, FLEET_ARGS + 1);
 	for (int i = 0; i < argc; i++)
 		argv[8 + i] = args[i];
 	reply = redisCommandArgv(ctx, 8 + argc, argv, NULL);
@@ -1190,33 +1140,34 @@ START_TEST(malformed_arguments_refused)
 	const char *good_policy =
 	    "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0";
 	/* name origin now declared policy reporter duration_ms token extra */
-	const char *args[SCRIPT_ARGC - 2] = { "bad", "host-a", "1", "", good_policy, "r", "", "",
-		"" };
-	const char *copy[SCRIPT_ARGC - 2];
+	const char *args[FLEET_ARGS] = { "bad", "host-a", "1", "", good_policy, "r", "", "", "" };
+	const char *copy[FLEET_ARGS];
 	cb_policy p = default_policy();
 
 	/* The good request works (then the circuit goes again). */
-	free(raw_failure(ctx, SCRIPT_ARGC - 2, args));
+	free(raw_failure(ctx, FLEET_ARGS, args));
 	ck_assert(key_exists(ctx, "cbd:{bad}"));
 	json_decref(fleet_call(ctx, "bad", "delete", &p, json_object()));
-	assert_names(raw_failure(ctx, SCRIPT_ARGC - 3, args), "11 arguments");
+	assert_names(raw_failure(ctx, FLEET_ARGS - 1, args), "11 arguments");
 #define BAD(index, value, what)                                                                    \
 	do {                                                                                       \
 		memcpy(copy, args, sizeof copy);                                                   \
 		copy[index] = value;                                                               \
-		assert_names(raw_failure(ctx, SCRIPT_ARGC - 2, copy), what);                       \
+		assert_names(raw_failure(ctx, FLEET_ARGS, copy), what);                            \
 	} while (0)
-	BAD(2, "soon", "now");
-	BAD(2, "1.5", "now");
-	BAD(6, "12ms", "duration_ms");
-	BAD(8, "{\"from\":", "extra");
-	BAD(8, "[1]", "extra");
-	BAD(4, "consecutive 5 2", "17 members");
-	BAD(4, "sometimes 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0", "policy.trip");
-	BAD(4, "consecutive 5 x 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0",
+	BAD(FLEET_ARG_NOW, "soon", "now");
+	BAD(FLEET_ARG_NOW, "1.5", "now");
+	BAD(FLEET_ARG_DURATION, "12ms", "duration_ms");
+	BAD(FLEET_ARG_EXTRA, "{\"from\":", "extra");
+	BAD(FLEET_ARG_EXTRA, "[1]", "extra");
+	BAD(FLEET_ARG_POLICY, "consecutive 5 2", "17 members");
+	BAD(FLEET_ARG_POLICY, "sometimes 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0",
+	    "policy.trip");
+	BAD(FLEET_ARG_POLICY, "consecutive 5 x 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0",
 	    "policy.success_threshold");
-	BAD(4, "consecutive 5 2 30000 1 30000 0 ring 100 10 50 0 100 1 60000 1 0", "policy.window");
-	BAD(4, "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0 7",
+	BAD(FLEET_ARG_POLICY, "consecutive 5 2 30000 1 30000 0 ring 100 10 50 0 100 1 60000 1 0",
+	    "policy.window");
+	BAD(FLEET_ARG_POLICY, "consecutive 5 2 30000 1 30000 0 count 100 10 50 0 100 1 60000 1 0 7",
 	    "more than 17");
 #undef BAD
 	ck_assert(!key_exists(ctx, "cbd:{bad}"));
