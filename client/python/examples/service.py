@@ -24,7 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
-from cbdclient import Breaker, CircuitOpenError, Retry, classify_http  # noqa: E402
+from cbdclient import Breaker, CircuitOpenError, Client, Retry, classify_http  # noqa: E402
 
 
 def flaky_upstream(port: int) -> str:
@@ -56,13 +56,18 @@ def main() -> None:
     ap.add_argument("--upstream", default="http://127.0.0.1:8081/")
     ap.add_argument("--demo", action="store_true", help="run a flaky upstream")
     ap.add_argument("--demo-port", type=int, default=8081, help="0: any free port")
+    ap.add_argument("--cbd-timeout-ms", type=int, default=100,
+                    help="how long to wait for cbd (connect, and each answer) before "
+                    "the breaker decides locally")
     args = ap.parse_args()
     if args.demo:
         args.upstream = flaky_upstream(args.demo_port)
 
     # The circuit's policy is the operator's ([circuit "upstream"] in
     # cbd.conf); declared here only for circuits nobody configured.
-    breaker = Breaker("upstream", classify=classify_http, failure_threshold=5,
+    cbd = Client(connect_timeout=args.cbd_timeout_ms / 1000,
+                 io_timeout=args.cbd_timeout_ms / 1000)
+    breaker = Breaker("upstream", cbd, classify=classify_http, failure_threshold=5,
                       break_ms=10000,
                       on_state_change=lambda prev, new, err: print(
                           f"circuit upstream: {prev} -> {new}", file=sys.stderr))

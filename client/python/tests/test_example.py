@@ -65,8 +65,10 @@ def test_example_service():
     up = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=up.serve_forever, daemon=True).start()
     env = dict(os.environ, CBD_SOCKET=cbd.socket, PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.Popen([sys.executable, SERVICE, "--port", "0", "--upstream",
-                             f"http://127.0.0.1:{up.server_address[1]}/"],
+    # cbd's answers wait up to 2 s: a loaded machine must not turn the
+    # service's outcomes into local ones (cbd would not count them).
+    proc = subprocess.Popen([sys.executable, SERVICE, "--port", "0", "--cbd-timeout-ms", "2000",
+                             "--upstream", f"http://127.0.0.1:{up.server_address[1]}/"],
                             env=env, stderr=subprocess.PIPE, text=True)
 
     def totals():
