@@ -585,10 +585,8 @@ START_TEST(test_capacity)
 {
 	json_t *r;
 
-	harness_stop(&h);
-	close(fd);
-	ck_assert(harness_start(&h, "[cbd]\nmax_circuits = 2\n"));
-	fd = harness_connect(&h);
+	util_stop_conn(&h, &fd);
+	util_start_conn(&h, &fd, "[cbd]\nmax_circuits = 2\n");
 	/* Neither circuit is reclaimable: one is open, one holds a slot. */
 	json_decref(CALL_OK(
 	    "{\"op\":\"record_failure\",\"name\":\"c1\",\"ctx\":{\"failure_threshold\":2}}"));
@@ -626,11 +624,8 @@ START_TEST(test_dynamic_names_cannot_make_a_circuit_fail_open)
 {
 	json_t *r;
 
-	harness_stop(&h);
-	close(fd);
-	ck_assert(
-	    harness_start(&h, "[cbd]\nmax_circuits = 50\n[defaults]\nfailure_threshold = 3\n"));
-	fd = harness_connect(&h);
+	util_stop_conn(&h, &fd);
+	util_start_conn(&h, &fd, "[cbd]\nmax_circuits = 50\n[defaults]\nfailure_threshold = 3\n");
 	for (int i = 0; i < 500; i++)
 		json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"user-%d\",\"outcome\":"
 				    "\"success\"}",
@@ -664,10 +659,8 @@ START_TEST(test_idle_reclaim)
 {
 	json_t *r;
 
-	harness_stop(&h);
-	close(fd);
-	ck_assert(harness_start(&h, "[cbd]\nidle_reclaim_ms = 200\n"));
-	fd = harness_connect(&h);
+	util_stop_conn(&h, &fd);
+	util_start_conn(&h, &fd, "[cbd]\nidle_reclaim_ms = 200\n");
 	/* (No check that both are listed at first: under valgrind 200 ms may
 	 * pass before the next request.) */
 	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"idle\"}");
@@ -868,10 +861,8 @@ START_TEST(test_slow_reader_dropped)
 	int slow;
 	json_t *r;
 
-	close(fd);
-	harness_stop(&h);
-	ck_assert(harness_start(&h, "[cbd]\nmax_output_bytes = 65536\n"));
-	fd = harness_connect(&h);
+	util_stop_conn(&h, &fd);
+	util_start_conn(&h, &fd, "[cbd]\nmax_output_bytes = 65536\n");
 	slow = harness_connect(&h);
 	/* Never read: megabytes of replies cannot all fit in socket buffers.
 	 * cbd keeps reading while it queues, so these writes never block for
@@ -895,12 +886,10 @@ START_TEST(test_list_truncated_to_fit_output)
 	char *buf = malloc(cap), reply[4096];
 	json_t *r;
 
-	close(fd);
-	harness_stop(&h);
+	util_stop_conn(&h, &fd);
 	/* A list reply may take half of max_output_bytes: 32 KiB, fewer than
 	 * N snapshots. */
-	ck_assert(harness_start(&h, "[cbd]\nmax_output_bytes = 65536\n"));
-	fd = harness_connect(&h);
+	util_start_conn(&h, &fd, "[cbd]\nmax_output_bytes = 65536\n");
 	/* In batches of 10: the replies of a whole pipeline would pass
 	 * max_output_bytes and get this client dropped. */
 	for (int i = 0; i < N; i++) {
@@ -973,10 +962,8 @@ START_TEST(test_lists_in_parallel)
 	json_t *r;
 
 	ck_assert_ptr_nonnull(line);
-	close(fd);
-	harness_stop(&h);
-	ck_assert(harness_start(&h, "[cbd]\nmax_circuits = 1000\n"));
-	fd = harness_connect(&h);
+	util_stop_conn(&h, &fd);
+	util_start_conn(&h, &fd, "[cbd]\nmax_circuits = 1000\n");
 	for (int i = 0; i < N; i++)
 		json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"q-%04d\"}", i));
 	for (int k = 0; k < LISTERS; k++) {
@@ -1026,10 +1013,8 @@ START_TEST(test_list_pages)
 	json_t *r;
 	int other;
 
-	close(fd);
-	harness_stop(&h);
-	ck_assert(harness_start(&h, "[cbd]\nmax_circuits = 1000\n"));
-	fd = harness_connect(&h);
+	util_stop_conn(&h, &fd);
+	util_start_conn(&h, &fd, "[cbd]\nmax_circuits = 1000\n");
 	for (int i = 0; i < N; i++)
 		json_decref(CALL_OK("{\"op\":\"record_failure\",\"name\":\"p-%04d\"}", i));
 	/* Unpaged: every circuit, over three steps, in one reply. */
