@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache.c — the cached mode of remote breakers: one watch connection per
  * process and socket path, shared by every breaker that uses it, keeping

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbclient.h — libcbclient, the C client library of cbd, the circuit-breaker
  * sidecar daemon. Installed header; every handle is opaque.

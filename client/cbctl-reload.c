@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbctl-reload.c — `cbctl reload`: SIGHUP to cbd, found through the
  * socket's peer credentials (SO_PEERCRED names the process that listens),

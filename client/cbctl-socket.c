@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbctl-socket.c — cbctl's own connection to cbd's Unix socket, for the
  * commands libcbclient's request/reply calls do not fit: watch (event

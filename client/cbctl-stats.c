@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbctl-stats.c — `cbctl stats`: the daemon's counters grouped for people
  * (uptime as a duration, started_at as a local date, requests by op, errors

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbctl-watch.c — `cbctl watch [NAME...]`: the watch op on cbctl's own
  * connection; prints the current snapshots, then one timestamped line per

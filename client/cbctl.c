@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbctl.c — the operator's command line for cbd: the command table, the
  * argument parser (global and command options anywhere), and the commands

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbctl.h — what cbctl's files share: the invocation (connection, output
  * mode, parsed options), exit codes, messages and time formatting. Not

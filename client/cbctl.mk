@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # client/cbctl.mk — cbctl, the operator's command line (built on libcbclient),
 # its manual page and its bash and zsh completion.
 bin_PROGRAMS += client/cbctl

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * circuit-breaker.c — the breaker API over a store: permit decisions
  * (get, cas open -> half_open once the break elapsed, a trial slot in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * classify-http.c — the HTTP status classifier for breakers: which
  * answers of an HTTP dependency count against it (5xx, 408, 429 and

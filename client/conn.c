@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn.c — one connection to cbd: lazy connect with a timeout, one
  * request/reply round trip under a per-connection mutex and an I/O

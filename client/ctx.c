@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctx.c — the public cbc_ctx against the core's ctx table (src/proto.c):
  * which cbc_ctx member is which ctx key, conversion to the core's partial

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * error.c — libcbclient's small shared pieces: status strings, error
  * values, state names, names and snapshot conversions (the ctx is in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * internal.h — libcbclient's private helpers shared by its files: error
  * filling, ctx conversion to the core's types (ctx.c), the clock, and the store

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # client/local.mk — libcbclient (shared and static), its installed header
 # and pkg-config file, and the example (included by the top Makefile.am).
 pkgconfigdir = $(libdir)/pkgconfig

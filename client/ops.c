@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ops.c — the protocol's ops as functions over a cbc_conn: each builds its
  * request object, makes one round trip and reads the result members into

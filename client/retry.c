@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * retry.c — cbc_retry_*: retries with exponential backoff (full jitter)
  * and a per-attempt deadline around a breaker. The breaker is asked

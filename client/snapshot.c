@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * snapshot.c — protocol 2's snapshot members (hold, totals, policy with
  * its sources, current_break_ms, a rate circuit's window, reporters) read

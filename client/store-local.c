@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store-local.c — the in-process store: cbd's own circuit table and state
  * machine (src/circuit-table.c, src/breaker.c) behind one mutex. Also the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store-remote.c — the store interface over cbd: each operation is the
  * protocol op of the same name on a borrowed cbc_conn (see ops.c).

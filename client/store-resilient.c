@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store-resilient.c — a store that wraps another one and keeps answering
  * when it fails, per policy (see cbc_store_policy in cbclient.h):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c — the store interface: a handle holding a vtable, and the
  * dispatchers that check arguments (names, states, ctx) once for every

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # conf/local.mk — the example configuration, installed as an example (not
 # as the live /etc/cbd/cbd.conf, which belongs to the administrator).
 cbdexampledir = $(docdir)/examples

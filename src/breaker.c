@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * breaker.c — the circuit-breaker state machine (see breaker.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * breaker.h — the circuit-breaker state machine: protocol v1's rules, and
  * protocol 2's rate rule (with window.c), slow calls, min_reporters,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd.c — main: command line, configuration, then the server's loop.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * circuit-table.c — name -> circuit; see circuit-table.h for the contract.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * circuit-table.h — name -> circuit: snapshot, totals, the policy its
  * creating request declared, an operator's hold, half-open slots, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.c — reads the realtime and monotonic clocks in milliseconds, for
  * cbd and libcbclient alike.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.h — the clocks, read in one place. The pure modules (breaker,
  * circuit-table, proto) never call these: their callers pass `now`.

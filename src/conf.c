@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conf.c — the configuration key table and the INI loader (libinih):
  * every key is a row with type, bounds, default and SIGHUP reloadability;

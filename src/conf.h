@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conf.h — cbd's configuration: the key table, loading an INI file
  * (libinih) into a cbd_conf, and the policy layers it adds to a ctx.

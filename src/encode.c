@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * encode.c — the hot path's snapshot encoder (see encode.h).
  */

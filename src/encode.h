@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * encode.h — the hot path's encoder: a snapshot written straight as JSON
  * text into a buffer, without building a jansson object and dumping it

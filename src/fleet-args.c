@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fleet-args.c — the circuit script's positional arguments from a request
  * object (see fleet-args.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fleet-args.h — the circuit script's positional arguments (src/fleet.lua's
  * header: ARGV[3] .. ARGV[11], after op and channel) made from the request

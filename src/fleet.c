@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fleet.c — fleet mode's link to Redis (see fleet.h): two hiredis async
  * connections on cbd's event loop, one for the circuit script and one

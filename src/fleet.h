@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fleet.h — fleet mode's link to Redis (backend = redis): the connection
  * that runs the circuit script (src/fleet.lua) with EVALSHA, the one that

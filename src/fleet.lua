@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[
 fleet.lua — one circuit of cbd's fleet mode (backend = redis), kept in
 Redis and changed only by this script, so that every circuit op is one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * housekeeping.c — the periodic chores (see housekeeping.h) and the
  * state file's writer process.

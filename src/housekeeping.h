@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * housekeeping.h — cbd's periodic chores on its own clock: ending holds
  * whose ttl ran out, reclaiming idle circuits, and keeping the state file

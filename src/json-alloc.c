@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json-alloc.c — jansson's allocator in cbd (see json-alloc.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json-alloc.h — jansson's allocator in cbd: free lists by size class in
  * front of malloc, for the small values every request makes and frees.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # src/local.mk — the pure core shared by cbd and libcbclient, and the daemon.
 
 # The core: state machine, circuit table, codec. One convenience library so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log-limit.c — keeps circuit transitions from flooding the log: at most
  * LOG_LIMIT_BURST lines per circuit per window, the rest counted and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log-limit.h — rate limiting of the transition log lines, per circuit,
  * with a summary of what was suppressed.

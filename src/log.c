@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c — one line per event on stderr, level first; under systemd each
  * line also carries the journal's <N> priority prefix.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h — cbd's logging: one line per event on stderr, level first.
  */

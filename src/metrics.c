@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.c — the Prometheus text of cbd (see metrics.h) and its HTTP
  * endpoint. Daemon-wide series come from the stats counters; per-circuit

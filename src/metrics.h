@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics.h — Prometheus metrics (protocol 2, §8): the text exposition
  * format 0.0.4 of cbd's counters and of its circuits, for the `metrics` op

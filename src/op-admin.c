@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op-admin.c — the read and service ops: hello, list (long ones answered
  * in steps across turns of the event loop), stats.

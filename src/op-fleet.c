@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op-fleet.c — the circuit ops in fleet mode (backend = redis): each
  * request becomes one call of the circuit script (src/fleet.lua) through

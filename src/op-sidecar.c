@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op-sidecar.c — the sidecar ops: allow ("may I call?") and record ("how
  * did it go?", giving back allow's permit).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op-store.c — the store ops: get, record_success, record_failure, cas,
  * set_state (with holds), release, acquire_slot, release_slot, delete.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op.c — the op table and the dispatcher: decode the line, check the
  * envelope, the op, admin rights, required members, name and ctx; resolve

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op.h — the op table of protocol 2 and the dispatcher: one request line
  * in, one reply appended to the connection's output.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * persist.c — the state file (see persist.h): its JSON form, atomic
  * writes in a forked child or in process, and loading at start.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * persist.h — durable state (protocol 2, §7): the circuits that are open,
  * half_open or held, with the policy their creating request declared and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto-scan.c — the request decoder's fast path (see proto-scan.h). It
  * only ever says "this is the object" or "not mine": anything unusual is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto-scan.h — the request decoder's fast path: a line in a plain subset
  * of JSON is read into a flat view (no allocation, no hashing), which the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto.c — protocol v1's shared codec pieces (see proto.h): validation
  * that names the member, the ctx key table, policy resolution, snapshots.

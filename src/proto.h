@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proto.h — the pure pieces of protocol v1's codec, shared by cbd and
  * libcbclient: error codes, member validation with messages that name the

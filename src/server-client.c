@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server-client.c — one client connection: reads into the connection's own
  * buffer, answers every complete line already read, appends the replies to

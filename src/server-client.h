@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server-client.h — one client connection: framing of request lines into
  * the connection's own input buffer, the output buffer written straight to

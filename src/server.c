@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.c — the server: the listening Unix socket (or one inherited from
  * systemd), accept with peer credentials and max_connections (clamped

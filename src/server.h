@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * server.h — the server: listening socket (or an inherited one), accept,
  * peer credentials, the connection list, signals, reload and shutdown.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats.h — cbd's counters: connections, requests and errors by op and
  * by code, and one counter per limit hit. Reported by the stats op.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.c — the watch and unwatch ops and their events (see watch.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watch.h — watch and unwatch (protocol 2, §5): which connections watch
  * which circuits, and the event lines they are sent after every state

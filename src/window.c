@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * window.c — the failure-rate rule's sliding window (see window.h).
  */

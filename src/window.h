@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * window.h — the sliding window of the failure-rate trip rule (protocol 2,
  * §3): the outcomes of the last `window_size` calls (a count window, two

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # systemd/local.mk — the unit files (paths filled in at build time), the
 # sysusers.d entry for cbd's user, and the metrics timer examples.
 systemdsystemunit_DATA = systemd/cbd.service systemd/cbd.socket

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-authority.c — the figures protocol 2's authority issue asks for,
  * measured on a real cbd (prints figures, asserts nothing; not run by make

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-cache-line.c — what one event costs a watching process: a change
  * event line, as cbd writes it on a trip, fed N times to the watch cache's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-fleet.c — fleet mode's cost (prints figures, asserts nothing; not
  * run by make check):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-load.c — the benchmarks' shared load generator (see bench-load.h):
  * one thread, one epoll set, every connection with one request in flight.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-load.h — the load generator the side-by-side benchmarks share
  * (bench-vs-redis, bench-fleet): N connections driven from one thread

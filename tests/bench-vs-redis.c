@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-vs-redis.c — cbd side by side with Redis, driven by one load
  * generator (prints figures, asserts nothing; not run by make check):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench.c — throughput and latency of cbd over its Unix socket. Prints
  * figures; asserts nothing (speed targets are judged by people reading

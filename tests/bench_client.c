@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_client.c — latency of libcbclient calls, for the numbers the tests
  * only bound loosely: a round trip to a live cbd, a breaker call on cbd and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cbctl.sh — cbctl against a real cbd: every command, both output modes,
 # colours, holds (open/close --for/--reason, release, --no-hold), the
 # policy with its sources, and every exit code (0 ok, 1 refused, 2 usage,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-authority-test.c — protocol 2's "cbd is the host's authority" rules
  * against a real cbd: the circuit owns its policy (first declaration wins,

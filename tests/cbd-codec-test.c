@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-codec-test.c — unit tests of the request codec added to proto.c for
  * cbd (and shareable with clients): decoding a framed line, the id rules,

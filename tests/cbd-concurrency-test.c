@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-concurrency-test.c — many clients at once against a real cbd: exact
  * counts from 16+ concurrent connections (one request at a time and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-config-test.c — cbd's configuration: the loader (good files, every
  * kind of error naming file, line and key), policy layering, `cbd -t`,

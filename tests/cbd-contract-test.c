@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-contract-test.c — the store contract suite (store-contract.h) run
  * against a real cbd through its socket: each store is a fresh cbd

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-fleet-test.c — fleet mode (backend = redis, issue 14) with two real
  * cbds ("hosts": two sockets) on one real redis-server started here on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-harness.c — starts a real cbd on a private socket for tests (see
  * cbd-harness.h): temp dir, config file, fork/exec, wait until it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-harness.h — start a real cbd on a private socket for tests, talk to
  * it one line at a time, and stop it (cleaning up even when a test fails).

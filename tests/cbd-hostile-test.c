@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-hostile-test.c — mutated requests against a real cbd: thousands of
  * lines made by corrupting valid requests (bytes flipped, inserted, cut;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-lifecycle-test.c — cbd's life as a process: SIGTERM shutdown (flush,
  * socket removed, exit 0, shutting_down), SIGHUP reload (good and bad

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-limits-test.c — every peer bounded (issue 9), against a real cbd:
  * the output bound per reply, idle connections, the descriptor limit,

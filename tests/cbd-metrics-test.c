@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-metrics-test.c — Prometheus metrics (protocol 2, §8) from a real
  * cbd: the metrics op and GET /metrics on metrics_listen give the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-oom-test.c — the malloc failure sweep: no allocation failure aborts
  * cbd. A scripted session (every op, errors included) runs through cbd's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-ops-test.c — every op and every error code of protocol 2 against a
  * real cbd over its socket, plus framing, limits and hostile input.

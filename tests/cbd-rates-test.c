@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-rates-test.c — protocol 2's trip rules against a real cbd: presets
  * from ctx and from the config file, several processes recording into one

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/cbd-valgrind.sh — run cbd's integration tests with every cbd they
 # start under valgrind (memcheck); fail on any memory error or leak.
 # Skipped (77) without valgrind or in a sanitizer build.

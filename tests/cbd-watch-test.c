@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cbd-watch-test.c — protocol 2's watch/unwatch events (§5) and noreply
  * (§6) against a real cbd: change events after state and hold changes,

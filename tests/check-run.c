@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check-run.c — runs check suites for a test program's main().
  */

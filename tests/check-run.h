@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check-run.h — the main() of every check unit suite: run the suites given,
  * exit status 0 only when every test passed.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_breaker.c — unit tests for the pure state machine, one case per
  * rule of protocol-v1.md's "The state machine" section.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_circuit_table.c — the store contract suite against the in-memory
  * circuit table, plus what only the table has: slot owners, allow,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_client_local.c — libcbclient without a real cbd: the store
  * contract on the local and resilient(local) stores, the breaker API in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_client_remote.c — libcbclient against real cbd processes: the
  * store contract on the remote and resilient(remote) stores, every

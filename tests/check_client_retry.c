@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_client_retry.c — libcbclient's cbc_retry_* in virtual time: the
  * backoff bounds (full jitter, cap), retry_on, the per-attempt deadline,

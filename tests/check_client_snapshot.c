@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_client_snapshot.c — one reader, two forms: a snapshot (or an event
  * carrying one) read from a flat view (proto-scan.h) gives exactly what

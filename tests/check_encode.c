@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_encode.c — the hot path's snapshot encoder (src/encode.c) writes
  * exactly the text jansson writes for the same snapshot

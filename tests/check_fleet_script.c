@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_fleet_script.c — src/fleet.lua, fleet mode's circuit script, in a
  * real redis-server (a private one on a Unix socket, tests/redis-util.h):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_proto.c — unit tests for the shared codec pieces: member readers
  * and their messages, name validation, the ctx table, policy layering,

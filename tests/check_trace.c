@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_trace.c — replays proto/traces/state-machine.json, the
  * language-neutral trace of the state machine, against the core's circuit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_window.c — unit tests of protocol 2's trip rules in virtual time:
  * the sliding windows (count and time, against a naive recount of random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client-readers.c — libcbclient's flat and jansson readings of one line
  * compared field by field (see client-readers.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client-readers.h — libcbclient's two readings of one line from cbd,
  * compared: a snapshot read from a flat view (proto-scan.h) against the

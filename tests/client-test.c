@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client-test.c — the store contract adapter for libcbclient's stores
  * (see client-test.h): each contract operation is the cbc_store_* call of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client-test.h — helpers shared by libcbclient's test programs: the store
  * contract adapter (any cbc_store behind contract_impl), ctx building and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/client-valgrind.sh — libcbclient's test programs under valgrind
 # (memcheck, in-process: CK_FORK=no); fails on any memory error or leak.
 # Skipped (77) without valgrind or in a sanitizer build.

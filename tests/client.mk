@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/client.mk — libcbclient tests (included by Makefile.am).
 # check_client_local and check_client_retry need no daemon;
 # check_client_remote runs real cbd processes (see tests/cbd-harness.h).

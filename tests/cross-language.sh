@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cross-language.sh — one circuit, three languages: a Python process trips
 # `payments` through cbd; a Node.js and a Go process fail fast on their
 # very next call; half open (as after the break), with half_open_max = 1,

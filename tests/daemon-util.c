@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon-util.c — helpers for cbd's integration tests (see daemon-util.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon-util.h — helpers shared by cbd's integration tests: JSON calls
  * over a harness connection, bounded reads, running programs, logs.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/daemon.mk — integration tests against a real cbd (included by Makefile.am).
 
 # Shared by every cbd integration test (and by libcbclient's remote-store

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fleet-suites.sh — the daemon's integration suites and libcbclient's store
 # contract against cbd in fleet mode: a private redis-server on a Unix
 # socket in a temp dir, and every cbd the suites start (tests/cbd-harness.c)

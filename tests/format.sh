@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # format.sh — every C file is as .clang-format says (STYLE.md habit 11).
 # The formatter is pinned to clang-format 14 (Debian 12); another version
 # may format differently, so it skips rather than fail on one.

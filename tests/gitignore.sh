@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gitignore.sh — an in-tree build (./configure && make in the source tree)
 # leaves `git status` clean: every program and generated file the build
 # makes is ignored by the checkout's .gitignore. Skipped (77) outside a

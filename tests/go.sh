@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # go.sh — the Go client's suite (client/go: go test ./...) against a real
 # cbd: every op, the breaker, the store policies with cbd killed and
 # SIGSTOPped, the classifiers and the RoundTripper, retries in virtual

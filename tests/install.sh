@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # install.sh — `make install DESTDIR=...` lays out what an operator and a C
 # developer need, and the examples build against the installed tree with
 # pkg-config alone. Run by make check from the build tree.
@@ -38,7 +39,7 @@ done
 # Units and sysusers.d where systemd looks (pkg-config systemd), the
 # protocol where client authors look.
 for f in "$unitdir/cbd.service" "$unitdir/cbd.socket" "$sysusersdir/cbd.conf" \
-	"$docdir/PROTOCOL.md" "$docdir/examples/grafana-cbd.json" \
+	"$docdir/PROTOCOL.md" "$docdir/LICENSE" "$docdir/examples/grafana-cbd.json" \
 	"$docdir/examples/cbd-metrics.service" "$docdir/examples/cbd-metrics.timer" \
 	"$datadir/bash-completion/completions/cbctl" "$datadir/zsh/site-functions/_cbctl"; do
 	if [ -e "$dest$f" ]; then pass "installed $f"; else fail "missing $f"; fi

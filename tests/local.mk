@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/local.mk — unit suites (check) for the pure core and the store
 # contract suite run against each store.
 
@@ -46,9 +47,9 @@ SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	DATADIR='$(datadir)' \
 	SAN_CFLAGS='$(SAN_CFLAGS)' HAVE_SYSTEMD='$(have_systemd)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
-	tests/format.sh tests/gitignore.sh
+	tests/format.sh tests/gitignore.sh tests/licence.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
-EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh
+EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh tests/licence.sh
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # node.sh — the Node.js client's suite (client/node/test, node --test)
 # against a real cbd: every op, the breaker, the store policies with cbd
 # killed and SIGSTOPped, the classifiers, retries in virtual time, the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/oom-valgrind.sh — the malloc failure sweep (tests/cbd-oom-test)
 # under valgrind: every run, each in its own child, must end without a
 # memory error or a leak. Valgrind's leak check per child is slow, so only

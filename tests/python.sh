@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # python.sh — the Python client's pytest suite (client/python/tests) against
 # a real cbd: every op, the breaker, the store policies with cbd killed and
 # SIGSTOPped, the classifiers, retries in virtual time, the state machine

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis-util.c — start, kill, restart and stop a private redis-server for
  * the fleet-mode tests (see redis-util.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * redis-util.h — a real redis-server for fleet-mode tests: started on a
  * Unix socket in a fresh temp dir (no TCP port, no persistence), killed

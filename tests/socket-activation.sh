@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # socket-activation.sh — cbd started the way cbd.socket starts it: by
 # systemd-socket-activate, which listens first and hands cbd the socket on
 # the first connection. A client gets an answer, and cbd tells the notify

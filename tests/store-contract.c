@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store-contract.c — the store contract suite (see store-contract.h): the
  * spec's state-machine rules and store operations, phrased only through

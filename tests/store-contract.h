@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store-contract.h — the cases every circuit store must pass, written once
  * and run against each store: the in-memory table (check_circuit_table),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stress.c — how much one misbehaving peer slows everyone else. Starts a
  * fresh cbd ($CBD_BINARY, else ./src/cbd), measures a probe client's

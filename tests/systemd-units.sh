@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # systemd-units.sh — the unit files are valid and hardened: systemd-analyze
 # verify must print nothing, and the service's exposure score must stay low.
 # Run by make check (units generated in the build tree).

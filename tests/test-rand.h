@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test-rand.h — the tests' random numbers: splitmix64 from a fixed seed,
  * so generated cases are the same on every machine and every run.

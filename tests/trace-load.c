@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace-load.c — loads the shared state-machine trace (see trace-load.h).
  */

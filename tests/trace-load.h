@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace-load.h — proto/traces/state-machine.json, the state machine's
  * shared trace, for the suites that replay it (check_trace against the

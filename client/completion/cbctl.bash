@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cbctl.bash — bash completion for cbctl: commands, options, states, and
 # circuit names (asked of cbd with `cbctl list --names`, on the socket the
 # command line names). Installed as .../bash-completion/completions/cbctl;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * flaky.c — libcbclient's example: protect calls to a flaky dependency
  * with a circuit shared through cbd.

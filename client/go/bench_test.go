@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // bench_test.go — figures only (go test -run XXX -bench .; never run by
 // make check): a protected call against cbd (allow + record), the same
 // with 8 goroutines sharing the breaker, and with cbd unreachable (LOCAL);

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // breaker.go — the breaker API, as libcbclient's (client/circuit-breaker.c
 // over client/store-resilient.c): Execute with a fallback, three-way
 // classification, the call's duration reported as duration_ms, half-open

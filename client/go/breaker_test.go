@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // breaker_test.go — the Breaker against a real cbd: Execute trips the
 // circuit, ErrCircuitOpen with RetryAfter, the fallback, state-change
 // callbacks, the duration reported (slow calls), half-open permits handed

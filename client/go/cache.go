@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // cache.go — the cached mode of breakers on cbd (libcbclient's
 // client/cache.c; README "Cached mode"): one watch connection per process
 // and socket path, shared by every cached breaker of the process, keeping

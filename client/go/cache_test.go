@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // cache_test.go — the cached mode against a real cbd: closed calls make no
 // round trip (their outcomes reach cbd as noreply lines), a trip made on
 // another connection is refused locally once its event arrived, half_open

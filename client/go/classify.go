@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // classify.go — what a call's outcome means for the breaker: Success,
 // Failure or Ignore (PROTOCOL.md §14 item 8); the default classifier and
 // the HTTP classifier: 5xx, 408, 429 and transport errors (net.Error

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // classify_test.go — the outcome classifiers (default, HTTP status,
 // net.Error timeouts) and the http.RoundTripper against a loopback HTTP
 // server and a real cbd: a failing host's circuit opens and refuses

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // conn.go — one connection to cbd, safe for goroutines: the socket path
 // (argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and I/O
 // timeouts, reconnection, one mutex for the connection, and the request /

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // errors.go — the errors of the client: cbd's refusals (carrying its error
 // code and message), an unreachable or hung cbd (codes "unavailable" and
 // "timeout"), and an open circuit (ErrCircuitOpen, with RetryAfter).

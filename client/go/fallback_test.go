@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // fallback_test.go — the store policies with cbd killed and SIGSTOPped:
 // LOCAL breaks on a private copy seeded from cbd's last snapshot and run
 // with the policy cbd reported (here from its config, not the breaker's

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // list_test.go — list pages against a real cbd of the test's own (so the
 // circuits listed are exactly the test's): ListLimit and ListCursor, the
 // last page without a cursor, ListAll and ListEach following the cursor

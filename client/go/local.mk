@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: Apache-2.0
 # client/go/local.mk — the Go client (module cbd.example/cbdclient) in the
 # tarball: its package, go test suite and example (included by the top
 # Makefile.am; tests/go.sh runs the suite in make check).
 EXTRA_DIST += \
+	client/go/LICENSE \
 	client/go/go.mod \
 	client/go/breaker.go \
 	client/go/cache.go \

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // main_test.go — one cbd shared by the tests that only use their own
 // circuit names (started on first use, stopped after every test ran), and
 // the helpers every test file uses.

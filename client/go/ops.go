@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // ops.go — every op of PROTOCOL.md §8 as a Client method with typed
 // results: hello, get, allow, record (with duration_ms and permit),
 // record_success, record_failure, cas, set_state (hold, ttl_ms, reason),

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // ops_test.go — every op against a real cbd: typed results, cbd's error
 // code and message on refusals, noreply, reconnection, the socket path
 // resolution, and goroutines sharing one Client.

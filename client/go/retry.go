@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // retry.go — retries, backoff and timeouts around a breaker (issue 13's
 // "Retries, backoff and timeouts"): a per-attempt timeout (the attempt's
 // context carries its deadline), retries with exponential backoff (base,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // retry_test.go — Retry in virtual time (injected clock, sleep and random
 // source): backoff bounds with and without jitter, RetryOn, per-attempt
 // timeouts, hooks, and against a real cbd the breaker asked before every

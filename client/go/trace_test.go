@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // trace_test.go — the local state machine replays the shared trace
 // proto/traces/state-machine.json (generated from cbd), every expectation
 // checked, as tests/check_trace.c does for the C core.

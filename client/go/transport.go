@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // transport.go — an http.RoundTripper that protects every request of an
 // http.Client with a breaker: one circuit for the client, or one per host
 // (PerHost: the circuit is Prefix + the request's host). A refused request

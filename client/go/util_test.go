@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // util_test.go — small helpers of the tests: comparing JSON values.
 
 package cbdclient

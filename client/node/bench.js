@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // bench.js — what the Node.js client costs per call against a real cbd.
 // Prints figures, asserts nothing; not run by make check. Cached mode: the
 // median and p99 of one protected call closed (cached, uncached) and open

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // index.d.ts — hand-written TypeScript declarations of cbdclient (client/node).
 
 import { EventEmitter } from 'node:events';

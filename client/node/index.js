@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // index.js — cbdclient for Node.js: the public API of client/node (a
 // connection speaking every op of PROTOCOL.md, the breaker with its store
 // policies, the classifiers, retries, and the pure state machine).

@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: Apache-2.0
 # client/node/local.mk — the Node.js client (cbdclient) in the tarball: its
 # package, TypeScript declarations, node --test suite and example (included
 # by the top Makefile.am; tests/node.sh runs the suite in make check).
 EXTRA_DIST += \
+	client/node/LICENSE \
 	client/node/package.json \
 	client/node/index.js \
 	client/node/index.d.ts \

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench.py — what the Python client costs per call against a real cbd.
 Prints figures, asserts nothing; not run by make check.
 

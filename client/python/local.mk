@@ -1,7 +1,9 @@
+# SPDX-License-Identifier: Apache-2.0
 # client/python/local.mk — the Python client (cbdclient) in the tarball:
 # its package, pytest suite and example (included by the top Makefile.am;
 # tests/python.sh runs the suite in make check).
 EXTRA_DIST += \
+	client/python/LICENSE \
 	client/python/README.md \
 	client/python/pyproject.toml \
 	client/python/.gitignore \

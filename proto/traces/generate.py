@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """generate.py — regenerate state-machine.json from a real cbd.
 
     python3 proto/traces/generate.py build/src/cbd proto/traces/state-machine.json

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-client-line.c — fuzz target for libcbclient's readers of what cbd
  * sends: the input is one or more lines (LF-separated), each read the way

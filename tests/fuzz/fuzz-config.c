@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-config.c — fuzz target for cbd's config loader: the input is a
  * config file, loaded with conf_load() (from a memfd, so nothing touches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-daemon.c — cbd's request path in-process without a socket (see
  * fuzz-daemon.h): srv set up by hand, descriptor-less connections, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-daemon.h — cbd's request path in-process, without a socket: the
  * server's globals set up as server_start() would (config defaults, an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-request.c — fuzz target for cbd's whole request path: the input is
  * one or more request lines from one connection, answered by op_dispatch

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/fuzz/local.mk — the adversarial tests: the fuzz targets (request
 # path, config loader, libcbclient's readers of cbd's lines), the malloc
 # failure sweep and the stress benchmark.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.c — main() for a fuzz target built without libFuzzer: feeds
  * every file named on the command line, or every file of the directories

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+// SPDX-License-Identifier: Apache-2.0
 // service.js — an example service protecting its upstream with cbd.
 //
 // A small HTTP server (Node built-ins only) whose every request fetches an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // breaker.js — the breaker API, as libcbclient's (client/circuit-breaker.c
 // over client/store-resilient.c): execute / call with a fallback, three-way
 // classification, the call's duration (performance.now()) reported as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cache.js — the cached mode of breakers on cbd, as libcbclient's
 // (client/cache.c): one watch connection per process and socket path,
 // shared by every cached breaker that uses it, keeping the state of each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // classify.js — what a call's outcome means for the breaker: 'success',
 // 'failure' or 'ignore' (PROTOCOL.md §14 item 8), and the HTTP classifier
 // (libcbclient's cbc_http_outcome): 5xx, 408, 429 and transport errors are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // connection.js — one connection to cbd for Node's event loop: the socket
 // path (argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and
 // I/O timeouts, reconnection, and every op of PROTOCOL.md §8 as a method

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // errors.js — the client's errors: cbd's refusals (its error code and
 // message), an unreachable or hung cbd, and an open circuit (retryAfterMs).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // retry.js — retries, backoff and timeouts around a breaker (issue 13's
 // "Retries, backoff and timeouts"): a per-attempt timeout, retries with
 // exponential backoff (base, max, full jitter), retryOn, hooks. The breaker

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // breaker.test.js — the Breaker against a real cbd: execute / call / wrap,
 // opening and CircuitOpenError with retryAfterMs, fallbacks, classifiers,
 // half-open permits handed back whatever the call does (returns, throws, is

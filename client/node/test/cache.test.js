@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cache.test.js — cached mode (watch + noreply) against a real cbd: closed
 // calls cost no request on the breaker's client and their outcomes reach cbd
 // as noreply lines, in order; a trip or an admin hold made on another

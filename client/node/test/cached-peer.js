@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cached-peer.js — another process for cache.test.js: one cached breaker
 // (its own watch cache, as any other process has), driven over stdin and
 // answering on stdout in JSON lines.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // classify.test.js — the classifiers: the default (an error is a failure,
 // an abort ignored) and the HTTP one for fetch Responses (status) and
 // errors carrying .status / .statusCode / .response.status.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // example.test.js — the example service (examples/service.js) end to end:
 // its demo upstream goes down, the retries fail, the circuit opens in cbd
 // and, once the service has read the trip, it answers from its fallback.

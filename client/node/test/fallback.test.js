@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fallback.test.js — the store policies when cbd is unreachable
 // (libcbclient's resilient store): cbd killed and cbd SIGSTOPped (bounded:
 // one timeout per backoff window, counted, not timed), then back. The

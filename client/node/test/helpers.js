@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // helpers.js — a real cbd for the tests: started from $CBD_BINARY on a
 // socket in a temporary directory, stopped at the end (SIGCONT then
 // SIGTERM, SIGKILL after a bounded wait); every wait bounded. Also a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // list.test.js — list in pages (PROTOCOL.md §8 list, Pages) through
 // Client against a real cbd: limit and cursor, listAll following the cursor
 // on one connection (every circuit exactly once, a circuit deleted between

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ops.test.js — every op of PROTOCOL.md §8 through Client against a real
 // cbd, cbd's error code and message on refusals, pipelining (many calls in
 // flight on one connection, answered in order), noreply, the socket path

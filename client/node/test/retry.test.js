@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // retry.test.js — retries, backoff and timeouts in virtual time (injected
 // clock, sleep and random): exponential backoff with full jitter, retryOn,
 // retryOnResult, the per-attempt timeout (the attempt's signal aborted),

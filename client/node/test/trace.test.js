@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // trace.test.js — the local state machine replays the shared trace
 // proto/traces/state-machine.json (generated from cbd), every expectation
 // checked: allow (allowed, state, retry_after_ms; a permit handed back at

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """service.py — an example service protecting its upstream with cbd.
 
 A small HTTP server (standard library only) whose every request calls an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """conftest.py — the pytest fixtures: a real cbd started on a socket in a
 temporary directory (path from $CBD_BINARY), stopped at the end; every
 wait bounded."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AsyncClient (pipelined asyncio streams) and AsyncBreaker against a real
 cbd: many requests in flight on one connection, replies matched in order,
 errors, noreply, a stopped cbd, reconnection."""

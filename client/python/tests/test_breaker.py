@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The breaker against a real cbd: tripping and CircuitOpenError with
 retry_after_ms, fallback, half-open permits reserved and always handed
 back, classification (never asked about a success), state-change

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cached mode against a real cbd: closed calls without a round trip (their
 outcomes arrive as noreply lines), trips and holds made elsewhere refused
 locally once their event arrives, half_open through cbd (one trial across

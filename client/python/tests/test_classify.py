@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The HTTP classifier: 5xx, 408, 429 and transport errors are failures;
 1xx-3xx and the other 4xx successes (urllib and http.client errors, any
 object with .status or .status_code)."""

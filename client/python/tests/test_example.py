@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The example service (examples/service.py) end to end: its upstream goes
 down, the retries fail, the circuit opens in cbd and, once the service's
 cache has read the trip, it answers from its fallback. The upstream is

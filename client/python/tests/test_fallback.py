@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The store policies when cbd is unreachable (PROTOCOL.md §11, libcbclient's
 resilient store): cbd killed, and cbd SIGSTOPped (bounded latency: one
 timeout per backoff window), then back."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The state machine (machine.py) replays the sequences of the C unit tests
 tests/check_breaker.c and tests/check_window.c, case by case."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every op of PROTOCOL.md §8 through Client, against a real cbd: results,
 errors as exceptions with cbd's code, noreply, policy_conflict, threads,
 the socket from $CBD_SOCKET, reconnection and timeouts."""

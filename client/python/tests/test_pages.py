@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """list in pages (PROTOCOL.md, list, "Pages."), against a real cbd: limit
 and cursor on Client.list and AsyncClient.list, iter_circuits following the
 cursor on one connection of its own, a circuit deleted between pages, a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Retries, backoff and timeouts in virtual time (an injected clock, sleep
 and random source): exponential backoff with full jitter, retry_on, hooks,
 per-attempt timeouts; the breaker asked before every attempt, every

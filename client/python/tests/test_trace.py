@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shared state-machine trace (proto/traces/state-machine.json, made
 from cbd's own answers) replayed on the local store: the Python fallback
 breaks exactly as cbd and libcbclient do."""

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command service is an example service protecting its upstream with cbd.
 //
 // A small HTTP server whose every request calls an upstream through a cbd

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // main_test.go — the example service against a real cbd and its flaky
 // upstream: answers while the upstream is up, the fallback once the
 // circuit opened (the breaker is cached: polled, bounded).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cbdtest starts a real cbd for the tests: the binary from
 // $CBD_BINARY (else ../../build/src/cbd from client/go), on a socket in a
 // temporary directory, stopped at the end; every wait bounded.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cbdclient — the Python client of cbd, the circuit-breaker sidecar.
 
 ``Client`` (threads) and ``AsyncClient`` (asyncio, pipelined) speak every op

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """aio.py — the asyncio client: one connection (asyncio streams), many
 requests in flight on it, pipelined: each request's line is written at
 once and its reply is the next reply line read (cbd answers in request

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """breaker.py — the breaker API, as libcbclient's (client/circuit-breaker.c
 over client/store-resilient.c): ``call`` / ``execute`` with a fallback,
 three-way classification, the call's duration reported as duration_ms,

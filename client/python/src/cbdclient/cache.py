@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """cache.py — cached mode (libcbclient's client/cache.c, in Python): one
 watch connection per process and socket path, shared by every cached
 breaker that uses it, keeping the snapshot of each circuit those breakers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """classify.py — what a call's outcome means for the breaker: SUCCESS,
 FAILURE or IGNORE (PROTOCOL.md §14 item 8), and the HTTP classifier:
 5xx, 408, 429 and transport errors are failures; the other statuses

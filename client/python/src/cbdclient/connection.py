@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """connection.py — one connection to cbd for threads: the socket path
 (argument, else $CBD_SOCKET, else /run/cbd/cbd.sock), connect and I/O
 timeouts, reconnection, one lock per connection, and every op of

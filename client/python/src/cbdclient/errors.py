@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """errors.py — the exceptions of the client: cbd's refusals (carrying its
 error code and message), an unreachable or hung cbd, and an open circuit
 (carrying retry_after_ms)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """local.py — circuits kept in this process: cbd's allow / record / get /
 set_state semantics (PROTOCOL.md §7, §7a, §8 "allow and record") over the
 pure state machine in machine.py, with trial slots (half_open_max,
