@@ -1,16 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
 # src/local.mk — the pure core shared by cbd and libcbclient, and the daemon.
 
-# The core: state machine, circuit table, codec. One convenience library so
-# the same object code links into cbd, libcbclient and the unit tests.
+# The base both cbd and libcbclient stand on: the clocks.
+noinst_LTLIBRARIES += src/libcbbase.la
+src_libcbbase_la_SOURCES = src/clock.c src/clock.h
+
+# The core (src/core/): state machine, windows, circuit table, codec, the
+# circuit's JSON and the hot path's encoder. Pure: no I/O, no clock read.
+# One convenience library so the same object code links into cbd,
+# libcbclient and the unit tests.
 noinst_LTLIBRARIES += src/libcbcore.la
 src_libcbcore_la_SOURCES = \
-	src/breaker.c src/breaker.h \
-	src/window.c src/window.h \
-	src/circuit-table.c src/circuit-table.h \
-	src/proto.c src/proto.h \
-	src/proto-scan.c src/proto-scan.h \
-	src/clock.c src/clock.h
+	src/core/breaker.c src/core/breaker.h \
+	src/core/window.c src/core/window.h \
+	src/core/circuit-table.c src/core/circuit-table.h \
+	src/core/circuit-json.c src/core/circuit-json.h \
+	src/core/proto.c src/core/proto.h \
+	src/core/proto-scan.c src/core/proto-scan.h \
+	src/core/encode.c src/core/encode.h
 src_libcbcore_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 src_libcbcore_la_LIBADD = $(JANSSON_LIBS)
 
@@ -23,7 +30,6 @@ src_libcbdaemon_la_SOURCES = \
 	src/log-limit.c src/log-limit.h \
 	src/stats.c src/stats.h \
 	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
-	src/encode.c src/encode.h \
 	src/json-alloc.c src/json-alloc.h \
 	src/server.c src/server.h \
 	src/server-client.c src/server-client.h \
@@ -35,7 +41,7 @@ src_libcbdaemon_la_SOURCES = \
 nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)
-src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
+src_libcbdaemon_la_LIBADD = src/libcbcore.la src/libcbbase.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
 	$(HIREDIS_LIBS)
 if HAVE_SYSTEMD
 src_libcbdaemon_la_LIBADD += $(SYSTEMD_LIBS)

@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "fleet.h"
 #include "housekeeping.h"
+#include "circuit-json.h"
 #include "log.h"
 #include "op.h"
 #include "server.h"
@@ -160,8 +161,8 @@ view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, pr
 	view->hold.until = CB_TIME_NONE;
 	if (!json_is_object(j) || !proto_snapshot_from_json(j, &view->snap, NULL, &err) ||
 	    !declared_parse(json_string_value(json_object_get(j, "declared")), declared) ||
-	    !op_totals_from_json(json_object_get(j, "totals"), &view->totals, &err) ||
-	    !op_hold_from_json(json_object_get(j, "hold"), &view->hold, &err))
+	    !circuit_json_totals_read(json_object_get(j, "totals"), &view->totals, &err) ||
+	    !circuit_json_hold_read(json_object_get(j, "hold"), &view->hold, &err))
 		return false;
 	view->stored = true;
 	view->declared = declared;
@@ -1147,7 +1148,7 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	    (json_object_set_new(circuit, "current_break_ms",
 		 json_integer(view->snap.current_break_ms)) != 0 ||
 		(held_here &&
-		    json_object_set_new(circuit, "hold", op_hold_json(&view->hold)) != 0))) {
+		    json_object_set_new(circuit, "hold", circuit_json_hold(&view->hold)) != 0))) {
 		json_decref(circuit);
 		circuit = NULL;
 	}

@@ -114,22 +114,6 @@ bool op_status(op_call *call, ct_status status);
  * totals) for call->name at call->now; false (internal) when out of memory. */
 bool op_reply_snapshot(op_call *call, const char *member, const ct_view *view);
 
-/* A circuit's full snapshot object; policy resolved for name. */
-json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
-    const char *preset, const proto_policy_sources *sources, int64_t now);
-
-/* A hold as JSON: null, or {"state", "by_uid", "by_user", "reason",
- * "since", "until"}; the totals as {"successes", ...}. NULL: no memory. */
-json_t *op_hold_json(const ct_hold *hold);
-/* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
- * "slow_call_rate"}, rates in percent (0 when empty). */
-json_t *op_window_json(const ct_view *view);
-json_t *op_totals_json(const ct_totals *totals);
-/* Read them back (a hold: null or absent is no hold; strings point into
- * the JSON). False with err naming the member. */
-bool op_hold_from_json(const json_t *hold, ct_hold *out, proto_error *err);
-bool op_totals_from_json(const json_t *totals, ct_totals *out, proto_error *err);
-
 /* Snapshots collected for one reply (list, watch), cut so that the reply
  * and what is already queued for the connection stay within half of
  * max_output_bytes. */

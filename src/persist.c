@@ -21,7 +21,7 @@
 #include <jansson.h>
 
 #include "log.h"
-#include "op.h"
+#include "circuit-json.h"
 #include "persist.h"
 #include "proto.h"
 
@@ -46,8 +46,8 @@ persist_visit(const char *name, const ct_view *view, void *arg)
 	    json_object_set_new(entry, "ctx",
 		view->declared != NULL ? proto_ctx_members_to_json(view->declared)
 				       : json_object()) != 0 ||
-	    json_object_set_new(entry, "totals", op_totals_json(&view->totals)) != 0 ||
-	    json_object_set_new(entry, "hold", op_hold_json(&view->hold)) != 0 ||
+	    json_object_set_new(entry, "totals", circuit_json_totals(&view->totals)) != 0 ||
+	    json_object_set_new(entry, "hold", circuit_json_hold(&view->hold)) != 0 ||
 	    json_object_set_new(entry, "grown_break_ms",
 		json_integer(view->snap.current_break_ms)) != 0 ||
 	    json_array_append_new(w->circuits, entry) != 0) {
@@ -215,8 +215,8 @@ entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char *
 	if (!proto_get_int(entry, "grown_break_ms", 0, CB_DURATION_MAX, false,
 		&view->snap.current_break_ms, NULL, err))
 		return false;
-	return op_totals_from_json(totals, &view->totals, err) &&
-	    op_hold_from_json(hold, &view->hold, err);
+	return circuit_json_totals_read(totals, &view->totals, err) &&
+	    circuit_json_hold_read(hold, &view->hold, err);
 }
 
 uint64_t

@@ -12,6 +12,7 @@
 
 #include <uthash.h>
 
+#include "circuit-json.h"
 #include "log.h"
 #include "op.h"
 #include "server.h"
@@ -248,7 +249,7 @@ snapshot_now(const char *name, const cbd_conf *cfg)
 
 	circuit_table_get(srv.table, name, now, &view, NULL);
 	conf_policy(cfg, name, view.declared, &policy, &sources, &preset);
-	return op_snapshot_json(name, &view, &policy, preset, &sources, now);
+	return circuit_json_snapshot(name, &view, &policy, preset, &sources, now);
 }
 
 /* A change event; cfg resolves the snapshot's policy. */

@@ -4,7 +4,7 @@
 
 TESTS += $(check_PROGRAMS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-TEST_CORE_LIBS = src/libcbcore.la $(CHECK_LIBS) $(JANSSON_LIBS)
+TEST_CORE_LIBS = src/libcbcore.la src/libcbbase.la $(CHECK_LIBS) $(JANSSON_LIBS)
 
 # The store contract suite and check_run(), linked into the unit tests.
 check_LTLIBRARIES += tests/libcontract.la

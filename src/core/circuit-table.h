@@ -37,8 +37,8 @@
 #include "breaker.h"
 #include "proto.h"
 
-/* Longest circuit name in bytes (spec: 1..256). */
-#define CT_NAME_MAX 256
+/* Longest circuit name in bytes (the protocol's). */
+#define CT_NAME_MAX PROTO_NAME_MAX
 /* Longest hold reason in bytes (protocol 2, §4). */
 #define CT_REASON_MAX 256
 /* Longest user name kept with a hold. */

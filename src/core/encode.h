@@ -5,7 +5,7 @@
  * (that was two thirds of a request's instructions). The policy part,
  * identical for every circuit with the same effective policy, is encoded
  * once by jansson and cached. tests/check_encode.c checks the text equals
- * what op_snapshot_json() + json_dumps() write.
+ * what circuit_json_snapshot() + json_dumps() write.
  */
 #ifndef CBD_ENCODE_H
 #define CBD_ENCODE_H
@@ -81,7 +81,7 @@ void enc_spares_free(void);
  * jansson 2.14 dumps them. Reals go through enc_value. */
 void enc_compact(enc_buf *b, const json_t *v);
 
-/* The snapshot object of a circuit, as op_snapshot_json() builds it. */
+/* The snapshot object of a circuit, as circuit_json_snapshot() builds it. */
 void encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_policy *policy,
     const char *preset, const proto_policy_sources *sources, int64_t now);
 
