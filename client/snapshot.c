@@ -2,7 +2,8 @@
 /*
  * snapshot.c — protocol 2's snapshot members (hold, totals, policy with
  * its sources, current_break_ms, a rate circuit's window, reporters) read
- * into the public snapshot. Tolerant of a protocol 1
+ * into the public snapshot, and the conversions between the public
+ * snapshot and the core's. Tolerant of a protocol 1
  * cbd: an absent member reads as not held, totals -1, policy not known.
  * Strict on what is there: a mistyped member is CBC_EPROTO naming it.
  * Policy keys this library does not know are skipped (later protocol
@@ -428,4 +429,41 @@ cbci_conflict_join(const json_t *conflict, char *buf, size_t size)
 			used += (size_t)w;
 	}
 	return n;
+}
+
+/* A core snapshot as the public one (name copied, retry_after_ms given). */
+void
+cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *snap,
+    int64_t retry_after_ms)
+{
+	size_t len = strlen(name);
+
+	if (len > CBC_NAME_MAX)
+		len = CBC_NAME_MAX;
+	memcpy(out->name, name, len);
+	out->name[len] = '\0';
+	out->state = (cbc_state)snap->state;
+	out->failure_count = snap->failure_count;
+	out->success_count = snap->success_count;
+	out->last_failure_at = snap->last_failure_at;
+	out->opened_at = snap->opened_at;
+	out->retry_after_ms = retry_after_ms;
+	cbci_snapshot_v2_clear(out);
+}
+
+/* The public snapshot as a core one. */
+void
+cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out)
+{
+	out->state = (cb_state)in->state;
+	out->failure_count = in->failure_count;
+	out->success_count = in->success_count;
+	out->last_failure_at = in->last_failure_at;
+	out->opened_at = in->opened_at;
+	/* Only a break grown by break_backoff is kept: the policy gives the
+	 * others (and a hold's break is carried through the policy). */
+	out->current_break_ms = in->policy.known && !in->hold.held && in->policy.break_ms > 0 &&
+		in->current_break_ms > in->policy.break_ms
+	    ? in->current_break_ms
+	    : 0;
 }
