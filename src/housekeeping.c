@@ -13,7 +13,7 @@
 #include "log.h"
 #include "op.h"
 #include "persist.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 
 static struct event *tick_ev;
@@ -36,12 +36,12 @@ state_write_maybe(void)
 	int64_t pause_start, pause;
 
 	/* Once stopping, housekeeping_stop() writes the file in process. */
-	if (!dirty || writer > 0 || srv.conf.state_file[0] == '\0' || srv.state == SERVER_STOPPING)
+	if (!dirty || writer > 0 || cbd.conf.state_file[0] == '\0' || cbd.state == DAEMON_STOPPING)
 		return;
 	dirty = false;
 	writer_started = clock_monotonic_ms();
 	pause_start = clock_monotonic_us();
-	writer = persist_write_async(srv.conf.state_file, srv.table, clock_realtime_ms());
+	writer = persist_write_async(cbd.conf.state_file, cbd.table, clock_realtime_ms());
 	/* fork() is the only pause requests see; keep the longest. */
 	pause = clock_monotonic_us() - pause_start;
 	if ((uint64_t)pause > stats.state_write_pause_max_us)
@@ -57,8 +57,8 @@ housekeeping_tick(evutil_socket_t fd, short what, void *arg)
 {
 	int64_t now = clock_realtime_ms();
 
-	circuit_table_expire_holds(srv.table, now, hold_ended, NULL);
-	circuit_table_reclaim_idle(srv.table, now, HOUSEKEEPING_RECLAIM_BUDGET);
+	circuit_table_expire_holds(cbd.table, now, hold_ended, NULL);
+	circuit_table_reclaim_idle(cbd.table, now, HOUSEKEEPING_RECLAIM_BUDGET);
 	state_write_maybe();
 }
 
@@ -79,7 +79,7 @@ writer_reap(bool block)
 	writer = -1;
 	if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
 		stats.state_writes++;
-		log_debug("state_file %s written in %lld ms", srv.conf.state_file,
+		log_debug("state_file %s written in %lld ms", cbd.conf.state_file,
 		    (long long)(clock_monotonic_ms() - writer_started));
 		return;
 	}
@@ -102,17 +102,17 @@ housekeeping_start(void)
 	struct timeval tv = { 0, HOUSEKEEPING_INTERVAL_MS * 1000 };
 	int64_t now = clock_realtime_ms();
 
-	if (srv.conf.state_file[0] != '\0') {
-		uint64_t n = persist_load(srv.conf.state_file, srv.table, now);
+	if (cbd.conf.state_file[0] != '\0') {
+		uint64_t n = persist_load(cbd.conf.state_file, cbd.table, now);
 
 		if (n > 0)
-			log_info("state_file %s: %llu circuits restored", srv.conf.state_file,
+			log_info("state_file %s: %llu circuits restored", cbd.conf.state_file,
 			    (unsigned long long)n);
 		/* Holds whose ttl passed while cbd was down end now. */
-		circuit_table_expire_holds(srv.table, now, hold_ended, NULL);
+		circuit_table_expire_holds(cbd.table, now, hold_ended, NULL);
 	}
-	tick_ev = event_new(srv.base, -1, EV_PERSIST, housekeeping_tick, NULL);
-	child_ev = evsignal_new(srv.base, SIGCHLD, housekeeping_sigchld, NULL);
+	tick_ev = event_new(cbd.base, -1, EV_PERSIST, housekeeping_tick, NULL);
+	child_ev = evsignal_new(cbd.base, SIGCHLD, housekeeping_sigchld, NULL);
 	if (tick_ev == NULL || child_ev == NULL || event_add(tick_ev, &tv) != 0 ||
 	    event_add(child_ev, NULL) != 0)
 		fatal("cannot start the housekeeping timer");
@@ -130,9 +130,9 @@ housekeeping_stop(void)
 	if (tick_ev != NULL)
 		event_del(tick_ev);
 	writer_reap(true);
-	if (srv.conf.state_file[0] == '\0' || srv.table == NULL)
+	if (cbd.conf.state_file[0] == '\0' || cbd.table == NULL)
 		return;
-	if (persist_write_sync(srv.conf.state_file, srv.table, clock_realtime_ms()))
+	if (persist_write_sync(cbd.conf.state_file, cbd.table, clock_realtime_ms()))
 		stats.state_writes++;
 	else
 		stats.state_write_failures++;

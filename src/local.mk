@@ -31,6 +31,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/stats.c src/stats.h \
 	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
 	src/json-alloc.c src/json-alloc.h \
+	src/daemon.c src/daemon.h \
 	src/server.c src/server.h \
 	src/server-client.c src/server-client.h \
 	src/persist.c src/persist.h \

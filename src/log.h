@@ -18,8 +18,8 @@ typedef enum log_level {
 #define LOG_LEVEL_COUNT 4
 /* Longest log line; longer ones are cut. */
 #define LOG_LINE_MAX 4096
-/* Longest text quoted whole: a circuit name (op.c checks
- * CT_NAME_MAX fits). */
+/* Longest text quoted whole: a circuit name (daemon.c
+ * checks CT_NAME_MAX fits). */
 #define LOG_QUOTE_TEXT_MAX 256
 /* Room for a quoted text: every byte escaped (\xNN), two quotes, NUL. */
 #define LOG_QUOTE_SIZE (4 * LOG_QUOTE_TEXT_MAX + 3)

@@ -23,7 +23,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 
 /* A growing text buffer; nomem sticks once an allocation failed. */
@@ -157,12 +157,12 @@ metrics_text(size_t *len)
 {
 	text_buf t = { 0 };
 	uint64_t by_state[CB_STATE_COUNT] = { 0 }, listed = 0;
-	uint64_t max = (uint64_t)srv.conf.metrics_max_circuits;
+	uint64_t max = (uint64_t)cbd.conf.metrics_max_circuits;
 	int64_t now = clock_realtime_ms();
 	const char *const *names = op_names();
 	ct_stats ct;
 
-	circuit_table_stats(srv.table, &ct);
+	circuit_table_stats(cbd.table, &ct);
 	family(&t, "cbd_up", "gauge", "1 while cbd answers.");
 	put(&t, "cbd_up 1\n");
 	family(&t, "cbd_build_info", "gauge", "cbd's version, as a label.");
@@ -171,7 +171,7 @@ metrics_text(size_t *len)
 	put(&t, "cbd_uptime_seconds %.3f\n",
 	    (double)(clock_monotonic_ms() - stats.started_mono) / 1000.0);
 	/* Closed circuits are not pinned: count the pinned ones. */
-	circuit_table_foreach_pinned(srv.table, state_visit, by_state);
+	circuit_table_foreach_pinned(cbd.table, state_visit, by_state);
 	by_state[CB_STATE_CLOSED] =
 	    ct.circuits - by_state[CB_STATE_OPEN] - by_state[CB_STATE_HALF_OPEN];
 	family(&t, "cbd_circuits", "gauge", "Circuits stored, by state.");
@@ -244,7 +244,7 @@ metrics_text(size_t *len)
 		else
 			family(&t, "cbd_circuit_transitions_total", "counter",
 			    "State changes of a circuit since it was created.");
-		listed = circuit_table_foreach_recent(srv.table, now, max, series_visit, &w);
+		listed = circuit_table_foreach_recent(cbd.table, now, max, series_visit, &w);
 	}
 	family(&t, "cbd_metrics_circuits_omitted", "gauge",
 	    "Circuits left out of the per-circuit series (metrics_max_circuits).");
@@ -325,7 +325,7 @@ metrics_http_other(struct evhttp_request *req, void *arg)
 bool
 metrics_http_start(void)
 {
-	const char *listen = srv.conf.metrics_listen, *colon, *why;
+	const char *listen = cbd.conf.metrics_listen, *colon, *why;
 	char host[64];
 
 	if (listen[0] == '\0')
@@ -340,7 +340,7 @@ metrics_http_start(void)
 		snprintf(host, sizeof host, "::1");
 	else if (strcmp(host, "localhost") == 0)
 		snprintf(host, sizeof host, "127.0.0.1");
-	http = evhttp_new(srv.base);
+	http = evhttp_new(cbd.base);
 	if (http == NULL) {
 		log_error("metrics_listen: out of memory");
 		return false;

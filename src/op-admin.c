@@ -14,7 +14,7 @@
 #include "conf.h"
 #include "log.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -104,7 +104,7 @@ typedef struct op_list_job {
 static bool
 list_step(list_walk *w, op_list_cursor *cursor, int64_t now, unsigned circuits)
 {
-	circuit_table_cursor_next(srv.table, &cursor->walk, now, circuits, list_visit, w);
+	circuit_table_cursor_next(cbd.table, &cursor->walk, now, circuits, list_visit, w);
 	return cursor->walk.at == NULL || w->resume[0] != '\0' || w->snapshots.nomem;
 }
 
@@ -113,7 +113,7 @@ list_cursor_free(op_list_cursor *cursor)
 {
 	if (cursor == NULL)
 		return;
-	circuit_table_cursor_close(srv.table, &cursor->walk);
+	circuit_table_cursor_close(cbd.table, &cursor->walk);
 	free(cursor);
 }
 
@@ -124,7 +124,7 @@ list_keep_cursor(op_call *call, list_walk *w, op_list_cursor *cursor, char id[24
 {
 	server_client *c = call->client;
 
-	circuit_table_cursor_seek(srv.table, &cursor->walk, w->resume);
+	circuit_table_cursor_seek(cbd.table, &cursor->walk, w->resume);
 	snprintf(id, 24, "l%llu", (unsigned long long)cursor->id);
 	list_cursor_free(c->list_cursor);
 	c->list_cursor = cursor;
@@ -275,7 +275,7 @@ list_cursor_take(op_call *call, list_walk *w)
 	cursor->id = ++list_cursor_ids;
 	cursor->filter = w->filter;
 	cursor->state = w->state;
-	circuit_table_cursor_open(srv.table, &cursor->walk);
+	circuit_table_cursor_open(cbd.table, &cursor->walk);
 	return cursor;
 }
 
@@ -382,7 +382,7 @@ op_list_client_closed(server_client *c)
 bool
 op_stats(op_call *call)
 {
-	if (!stats_to_json(op_reply(call), op_names(), op_count(), srv.table))
+	if (!stats_to_json(op_reply(call), op_names(), op_count(), cbd.table))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

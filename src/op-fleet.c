@@ -29,7 +29,7 @@
 #include "circuit-json.h"
 #include "log.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -167,7 +167,7 @@ view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, pr
 	view->stored = true;
 	view->declared = declared;
 	/* As cb_snapshot keeps it: a break break_backoff grew, 0: the policy's. */
-	conf_policy(&srv.conf, name, declared, &policy, &sources, &preset);
+	conf_policy(&cbd.conf, name, declared, &policy, &sources, &preset);
 	proto_get_int(j, "current_break_ms", 0, CB_DURATION_MAX, false, &break_ms, NULL, &err);
 	view->snap.current_break_ms = break_ms;
 	count = json_integer_value(json_object_get(j, "slots"));
@@ -213,7 +213,7 @@ copy_apply(const char *name, const json_t *circuit, const json_t *change_json, i
 		memset(view, 0, sizeof *view);
 		breaker_snapshot_init(&view->snap);
 		view->hold.until = CB_TIME_NONE;
-		if (circuit_table_delete(srv.table, name) && deleted_event) {
+		if (circuit_table_delete(cbd.table, name) && deleted_event) {
 			housekeeping_state_changed();
 			watch_deleted(name, "deleted");
 		}
@@ -224,7 +224,7 @@ copy_apply(const char *name, const json_t *circuit, const json_t *change_json, i
 		return false;
 	}
 	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
-	circuit_table_restore(srv.table, name, view, clock_realtime_ms());
+	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
 	change_from_json(change_json, &change);
 	op_log_change(name, &change);
 	return true;
@@ -422,7 +422,7 @@ op_fleet_send(op_call *call, bool *answered)
 	 * is created only when there is room for one (a failed cas creates
 	 * nothing, so it needs none). */
 	if ((call->op->flags & OP_WRITE) && !call->stored && strcmp(call->op->name, "cas") != 0 &&
-	    !op_status(call, circuit_table_make_room(srv.table, call->clock)))
+	    !op_status(call, circuit_table_make_room(cbd.table, call->clock)))
 		return false;
 	p = calloc(1, sizeof *p);
 	if (p == NULL)
@@ -480,7 +480,7 @@ slot_note(op_pending *p, const char *token)
 
 	if (c == NULL)
 		return;
-	if (fleet_slots_held >= (uint64_t)srv.conf.max_slots) {
+	if (fleet_slots_held >= (uint64_t)cbd.conf.max_slots) {
 		stats_limit_hit(STATS_LIMIT_SLOTS);
 		return;
 	}
@@ -670,7 +670,7 @@ pending_done(const json_t *reply, void *arg)
 		free(p->declared_text);
 		p->declared_text = strdup(stored != NULL ? stored : "");
 		call->declared = &p->declared;
-		conf_policy(&srv.conf, call->name, &p->declared, &call->policy, &call->sources,
+		conf_policy(&cbd.conf, call->name, &p->declared, &call->policy, &call->sources,
 		    &call->preset);
 		call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 		extra = p->declared_text != NULL ? args_for_op(p, &bad, &answered) : NULL;
@@ -725,7 +725,7 @@ pending_done(const json_t *reply, void *arg)
 	if (view.stored) {
 		/* The policy the circuit really has (declared by its creator). */
 		call->declared = view.declared;
-		conf_policy(&srv.conf, call->name, view.declared, &call->policy, &call->sources,
+		conf_policy(&cbd.conf, call->name, view.declared, &call->policy, &call->sources,
 		    &call->preset);
 	}
 	pending_finish(p, pending_reply(p, reply, &view));
@@ -893,7 +893,7 @@ op_fleet_local(op_call *call)
 	/* The circuit before the action (a lapsed hold ends here, as the
 	 * action would end it); delete has no ctx, so no ctx.now. */
 	now = (call->op->flags & OP_CTX) ? call->now : call->clock;
-	circuit_table_get(srv.table, call->name, now, &view, &change);
+	circuit_table_get(cbd.table, call->name, now, &view, &change);
 	op_log_change(call->name, &change);
 	wb_known_read(&before, &view);
 	if (!call->op->handler(call))
@@ -937,7 +937,7 @@ wb_copy_refresh(const char *name, const json_t *circuit)
 	ct_change lapsed;
 	ct_view local;
 
-	circuit_table_get(srv.table, name, now, &local, &lapsed);
+	circuit_table_get(cbd.table, name, now, &local, &lapsed);
 	op_log_change(name, &lapsed);
 	if (to != NULL && strcmp(to, breaker_state_name(local.snap.state)) != 0)
 		change = json_pack("{s:s, s:s, s:s}", "from", breaker_state_name(local.snap.state),
@@ -1000,9 +1000,9 @@ wb_args(const wb_entry *e)
 	const wb_known *k = &e->known;
 
 	/* The policy only bounds how long Redis keeps a forced open circuit. */
-	circuit_table_get(srv.table, e->name, clock_realtime_ms(), &view, &change);
+	circuit_table_get(cbd.table, e->name, clock_realtime_ms(), &view, &change);
 	op_log_change(e->name, &change);
-	conf_policy(&srv.conf, e->name, view.declared, &policy, &sources, &preset);
+	conf_policy(&cbd.conf, e->name, view.declared, &policy, &sources, &preset);
 	known = json_pack("{s:o, s:o}", "opened_at",
 	    k->opened_at != CB_TIME_NONE ? json_integer(k->opened_at) : json_null(), "hold",
 	    k->held ? json_pack("{s:s, s:I, s:I, s:s}", "state", breaker_state_name(k->hold_state),
@@ -1085,7 +1085,7 @@ event_apply(const json_t *event)
 	/* A get never creates and, sent without "declared", never
 	 * mismatches; the policy only shapes what it reads. */
 	declared_parse(json_string_value(json_object_get(circuit, "declared")), &declared);
-	conf_policy(&srv.conf, name, &declared, &policy, &sources, &preset);
+	conf_policy(&cbd.conf, name, &declared, &policy, &sources, &preset);
 	/* At the event's own clock (ctx.now of the request that caused it,
 	 * else Redis's then): a read at another time could end holds or
 	 * slots early. */
@@ -1138,7 +1138,7 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	    (view->snap.state != CB_STATE_OPEN || view->hold.held ||
 		view->snap.opened_at < w->since))
 		return;
-	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
+	conf_policy(&cbd.conf, name, view->declared, &policy, &sources, &preset);
 	text = declared_text(view->declared);
 	copy = strdup(name);
 	/* The copy's snapshot, its raw current_break_ms and, when an operator
@@ -1178,7 +1178,7 @@ recover(int64_t outage_since)
 	 * must find the released one gone, a circuit opened here after a
 	 * delete must find the deleted one gone. */
 	actions = wb_send_all();
-	circuit_table_foreach_pinned(srv.table, merge_visit, &w);
+	circuit_table_foreach_pinned(cbd.table, merge_visit, &w);
 	counters->merged += w.sent;
 	if (w.sent > 0 || actions > 0)
 		log_info("fleet: wrote back %llu circuits that opened or were held and %llu "

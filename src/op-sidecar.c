@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 
 bool
 op_allow(op_call *call)
@@ -17,7 +17,7 @@ op_allow(op_call *call)
 	json_t *r = op_reply(call);
 
 	if (!op_status(call,
-		circuit_table_allow(srv.table, call->name, &call->table, &allow, &view, &change)))
+		circuit_table_allow(cbd.table, call->name, &call->table, &allow, &view, &change)))
 		return false;
 	op_log_change(call->name, &change);
 	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
@@ -66,22 +66,22 @@ op_record(op_call *call)
 		    "outcome must be \"success\", \"failure\" or \"ignore\"");
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
-		status = circuit_table_record_success(srv.table, call->name, &call->table, &view,
+		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
 		    &change);
 		break;
 	case RECORD_FAILURE:
-		status = circuit_table_record_failure(srv.table, call->name, &call->table, &view,
+		status = circuit_table_record_failure(cbd.table, call->name, &call->table, &view,
 		    &change);
 		break;
 	case RECORD_IGNORE:
-		circuit_table_record_ignore(srv.table, call->name, &call->table, &view, &change);
+		circuit_table_record_ignore(cbd.table, call->name, &call->table, &view, &change);
 		break;
 	}
 	op_log_change(call->name, &change);
 	/* The permit goes back whatever became of the outcome. */
 	if (permit != NULL) {
-		circuit_table_release_slot(srv.table, call->name, permit, call->now);
-		circuit_table_get(srv.table, call->name, call->now, &view, NULL);
+		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
+		circuit_table_get(cbd.table, call->name, call->now, &view, NULL);
 	}
 	if (!op_status(call, status))
 		return false;

@@ -8,7 +8,7 @@
 #include "housekeeping.h"
 #include "log.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "watch.h"
 
 bool
@@ -17,7 +17,7 @@ op_get(op_call *call)
 	ct_change change;
 	ct_view view;
 
-	circuit_table_get(srv.table, call->name, call->now, &view, &change);
+	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
 	op_log_change(call->name, &change);
 	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
@@ -33,10 +33,10 @@ record_outcome(op_call *call, bool success)
 	ct_view view;
 
 	if (success)
-		status = circuit_table_record_success(srv.table, call->name, &call->table, &view,
+		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
 		    &change);
 	else
-		status = circuit_table_record_failure(srv.table, call->name, &call->table, &view,
+		status = circuit_table_record_failure(cbd.table, call->name, &call->table, &view,
 		    &change);
 	if (!op_status(call, status))
 		return false;
@@ -74,7 +74,7 @@ op_cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered)
 		    "uid %ld is not an admin: cas may only move open -> half_open once the break "
 		    "has elapsed",
 		    (long)call->client->uid);
-	circuit_table_get(srv.table, call->name, call->now, &view, &change);
+	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
 	op_log_change(call->name, &change);
 	if (view.hold.held || view.snap.state != from) {
 		*answered = true;
@@ -107,7 +107,7 @@ op_cas(op_call *call)
 	if (answered)
 		return true;
 	if (!op_status(call,
-		circuit_table_cas(srv.table, call->name, from, to, &call->table, &applied, &view,
+		circuit_table_cas(cbd.table, call->name, from, to, &call->table, &applied, &view,
 		    &change)))
 		return false;
 	op_log_change(call->name, &change);
@@ -187,7 +187,7 @@ op_set_state(op_call *call)
 	op_peer_user(call, user, sizeof user);
 	req.by_user = user;
 	if (!op_status(call,
-		circuit_table_set_state(srv.table, call->name, state, hold ? &req : NULL,
+		circuit_table_set_state(cbd.table, call->name, state, hold ? &req : NULL,
 		    &call->table, &view, &change)))
 		return false;
 	op_audit_set_state(call, state, hold, &req);
@@ -202,7 +202,7 @@ op_release(op_call *call)
 	ct_view view;
 	bool released;
 
-	circuit_table_release(srv.table, call->name, &call->table, &released, &view, &change);
+	circuit_table_release(cbd.table, call->name, &call->table, &released, &view, &change);
 	if (released)
 		op_audit(call, "released the hold of", NULL);
 	op_log_change(call->name, &change);
@@ -219,7 +219,7 @@ op_acquire_slot(op_call *call)
 	bool acquired;
 
 	if (!op_status(call,
-		circuit_table_acquire_slot(srv.table, call->name, &call->table, &acquired, &grant)))
+		circuit_table_acquire_slot(cbd.table, call->name, &call->table, &acquired, &grant)))
 		return false;
 	if (json_object_set_new(op_reply(call), "acquired", json_boolean(acquired)) != 0 ||
 	    (acquired &&
@@ -238,7 +238,7 @@ op_release_slot(op_call *call)
 
 	if (!proto_get_text(call->request, "token", true, &token, NULL, &call->err))
 		return false;
-	released = circuit_table_release_slot(srv.table, call->name, token, call->now);
+	released = circuit_table_release_slot(cbd.table, call->name, token, call->now);
 	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
@@ -247,7 +247,7 @@ op_release_slot(op_call *call)
 bool
 op_delete(op_call *call)
 {
-	bool existed = circuit_table_delete(srv.table, call->name);
+	bool existed = circuit_table_delete(cbd.table, call->name);
 
 	if (existed) {
 		op_audit(call, "deleted", NULL);

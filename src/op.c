@@ -20,7 +20,7 @@
 #include "log-limit.h"
 #include "log.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -55,8 +55,6 @@ static const op_entry ops[] = {
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])
-
-_Static_assert(CT_NAME_MAX <= LOG_QUOTE_TEXT_MAX, "a circuit name is quoted whole");
 
 _Static_assert(OP_COUNT <= STATS_OP_MAX, "raise STATS_OP_MAX");
 
@@ -152,12 +150,12 @@ op_status(op_call *call, ct_status status)
 		return proto_fail(&call->err, PROTO_CAPACITY,
 		    "max_circuits (%lld) reached and no circuit is idle to reclaim: no new "
 		    "circuit can be created",
-		    (long long)srv.conf.max_circuits);
+		    (long long)cbd.conf.max_circuits);
 	case CT_SLOTS:
 		stats_limit_hit(STATS_LIMIT_SLOTS);
 		return proto_fail(&call->err, PROTO_CAPACITY,
 		    "max_slots (%lld) reached: no slot can be taken now",
-		    (long long)srv.conf.max_slots);
+		    (long long)cbd.conf.max_slots);
 	case CT_NOMEM:
 		break;
 	}
@@ -185,7 +183,7 @@ bool
 op_snapshots_init(op_snapshots *s, op_call *call)
 {
 	size_t queued = call->client->out_len - call->client->out_off;
-	size_t half = (size_t)srv.conf.max_output_bytes / 2;
+	size_t half = (size_t)cbd.conf.max_output_bytes / 2;
 
 	*s = (op_snapshots){ .now = call->now };
 	s->budget = half > queued + OP_ENVELOPE_BYTES ? half - queued - OP_ENVELOPE_BYTES : 0;
@@ -202,7 +200,7 @@ op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
 
 	if (s->truncated || s->nomem)
 		return;
-	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
+	conf_policy(&cbd.conf, name, view->declared, &policy, &sources, &preset);
 	/* Encoded straight as text (encode.c), a comma before all but the
 	 * first: the entry's exact cost is what the buffer grew by. */
 	if (s->count > 0)
@@ -333,12 +331,12 @@ void
 op_resolve_policy(op_call *call)
 {
 	bool stored;
-	const proto_ctx *declared = circuit_table_use(srv.table, call->name, call->clock, &stored);
+	const proto_ctx *declared = circuit_table_use(cbd.table, call->name, call->clock, &stored);
 	char quoted[LOG_QUOTE_SIZE];
 
 	call->stored = stored;
 	call->declared = stored ? declared : &call->ctx;
-	conf_policy(&srv.conf, call->name, call->declared, &call->policy, &call->sources,
+	conf_policy(&cbd.conf, call->name, call->declared, &call->policy, &call->sources,
 	    &call->preset);
 	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 	if (call->conflicts == 0)
@@ -395,7 +393,7 @@ op_run(op_call *call, const op_entry *op)
 		    ? call->ctx.value[PROTO_CTX_NOW]
 		    : call->clock;
 		if (proto_ctx_has(&call->ctx, PROTO_CTX_PRESET) &&
-		    conf_preset_find(&srv.conf, call->ctx.preset) == NULL)
+		    conf_preset_find(&cbd.conf, call->ctx.preset) == NULL)
 			return proto_fail(&call->err, PROTO_BAD_REQUEST,
 			    "ctx.preset: no preset named \"%s\"", call->ctx.preset);
 		if (call->name != NULL)
@@ -576,7 +574,7 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	}
 	call.request = call.req.json;
 	stats.op_requests[op - ops]++;
-	if (srv.state == SERVER_STOPPING) {
+	if (cbd.state == DAEMON_STOPPING) {
 		proto_fail(&call.err, PROTO_SHUTTING_DOWN, "cbd is shutting down");
 		goto reply;
 	}

@@ -18,6 +18,7 @@
 #include <linux/sockios.h>
 
 #include "clock.h"
+#include "daemon.h"
 #include "encode.h"
 #include "log.h"
 #include "op.h"
@@ -48,10 +49,10 @@ server_client_new(int fd)
 	c->fd = fd;
 	c->state = SERVER_CLIENT_OPEN;
 	c->last_request_ms = clock_monotonic_coarse_ms();
-	c->read_ev = event_new(srv.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
-	c->write_ev = event_new(srv.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
-	c->timer_ev = evtimer_new(srv.base, server_client_timer_cb, c);
-	c->turn_ev = evtimer_new(srv.base, server_client_turn_cb, c);
+	c->read_ev = event_new(cbd.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
+	c->write_ev = event_new(cbd.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
+	c->timer_ev = evtimer_new(cbd.base, server_client_timer_cb, c);
+	c->turn_ev = evtimer_new(cbd.base, server_client_turn_cb, c);
 	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
 	    c->turn_ev == NULL || event_add(c->read_ev, NULL) != 0) {
 		server_client_free(c);
@@ -75,8 +76,8 @@ server_client_idle_schedule(server_client *c)
 {
 	if (c->state != SERVER_CLIENT_OPEN)
 		return;
-	if (srv.conf.client_idle_ms > 0)
-		timer_arm(c, srv.conf.client_idle_ms);
+	if (cbd.conf.client_idle_ms > 0)
+		timer_arm(c, cbd.conf.client_idle_ms);
 	else
 		evtimer_del(c->timer_ev);
 }
@@ -117,7 +118,7 @@ server_client_set_state(server_client *c, server_client_state state)
 static bool
 out_reserve(server_client *c, size_t need)
 {
-	size_t max = (size_t)srv.conf.max_output_bytes, cap;
+	size_t max = (size_t)cbd.conf.max_output_bytes, cap;
 	char *grown;
 
 	if (c->out_off > 0 && c->out_off == c->out_len) {
@@ -241,7 +242,7 @@ server_client_drop(server_client *c, const char *why)
 static bool
 out_over_bound(server_client *c, size_t len)
 {
-	size_t max = (size_t)srv.conf.max_output_bytes;
+	size_t max = (size_t)cbd.conf.max_output_bytes;
 	int err;
 
 	if (c->out_len - c->out_off + len <= max)
@@ -258,7 +259,7 @@ out_over_bound(server_client *c, size_t len)
 	log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu unread would "
 		    "pass max_output_bytes (%lld)",
 	    (unsigned long long)c->id, len, c->out_len - c->out_off,
-	    (long long)srv.conf.max_output_bytes);
+	    (long long)cbd.conf.max_output_bytes);
 	server_client_drop(c, "max_output_bytes reached");
 	return true;
 }
@@ -475,11 +476,11 @@ line_answer(server_client *c, const char *line, size_t len)
 		len--;
 	if (len == 0)
 		return; /* empty lines are ignored */
-	if (len > (size_t)srv.conf.max_line_bytes) {
+	if (len > (size_t)cbd.conf.max_line_bytes) {
 		stats_limit_hit(STATS_LIMIT_LINE);
 		op_reply_error(c, PROTO_LINE_TOO_LONG,
 		    "request line is longer than max_line_bytes (%lld)",
-		    (long long)srv.conf.max_line_bytes);
+		    (long long)cbd.conf.max_line_bytes);
 		return;
 	}
 	op_dispatch(c, line, len);
@@ -493,7 +494,7 @@ static bool
 input_process(server_client *c, size_t budget, int64_t ms)
 {
 	size_t start = 0, answered = 0;
-	size_t max = (size_t)srv.conf.max_line_bytes;
+	size_t max = (size_t)cbd.conf.max_line_bytes;
 	int64_t began = 0;
 	bool more = false;
 
@@ -704,7 +705,7 @@ static void
 server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	server_client *c = arg;
-	int64_t idle = srv.conf.client_idle_ms, now;
+	int64_t idle = cbd.conf.client_idle_ms, now;
 
 	if (c->state == SERVER_CLIENT_CLOSING) {
 		if (peer_reads(c)) {
@@ -786,12 +787,18 @@ server_client_close(server_client *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	/* Slots and permits go back at once, not when the struct is freed. */
-	circuit_table_release_owner(srv.table, &c->owner);
+	circuit_table_release_owner(cbd.table, &c->owner);
 	op_fleet_client_closed(c);
 	op_list_client_closed(c);
 	watch_forget(c);
 	server_client_set_state(c, SERVER_CLIENT_DEAD);
 	server_client_dead(c);
+}
+
+bool
+server_client_is_admin(const server_client *c)
+{
+	return conf_is_admin(&cbd.conf, c->uid, c->gid);
 }
 
 void

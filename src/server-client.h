@@ -155,6 +155,9 @@ void server_client_flush(server_client *c);
  * struct for freeing outside any of its callbacks. why is logged. */
 void server_client_close(server_client *c, const char *why);
 
+/* Admin by SO_PEERCRED and the config. */
+bool server_client_is_admin(const server_client *c);
+
 /* Free a dead connection (called by the server's reaper). */
 void server_client_free(server_client *c);
 

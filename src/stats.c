@@ -5,7 +5,7 @@
 
 #include "fleet.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 
 cbd_stats stats;
@@ -58,7 +58,7 @@ set_backend(json_t *reply)
 			      "s:I, "
 			      "s:I}",
 		    "type", "redis", "health", fleet_health_name(fleet_state()), "redis",
-		    srv.conf.redis, "calls", (json_int_t)f->calls, "timeouts",
+		    cbd.conf.redis, "calls", (json_int_t)f->calls, "timeouts",
 		    (json_int_t)f->timeouts, "errors", (json_int_t)f->errors, "local_answers",
 		    (json_int_t)f->unavailable, "degraded", (json_int_t)f->degraded, "merged",
 		    (json_int_t)f->merged, "written_back", (json_int_t)f->written_back,

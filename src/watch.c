@@ -15,7 +15,7 @@
 #include "circuit-json.h"
 #include "log.h"
 #include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -247,7 +247,7 @@ snapshot_now(const char *name, const cbd_conf *cfg)
 	int64_t now = clock_realtime_ms();
 	ct_view view;
 
-	circuit_table_get(srv.table, name, now, &view, NULL);
+	circuit_table_get(cbd.table, name, now, &view, NULL);
 	conf_policy(cfg, name, view.declared, &policy, &sources, &preset);
 	return circuit_json_snapshot(name, &view, &policy, preset, &sources, now);
 }
@@ -270,7 +270,7 @@ watch_changed(const char *name, const ct_change *change)
 	if (change->reason == CB_REASON_NONE || watchers == NULL || !watched(name))
 		return;
 	event_broadcast(name,
-	    change_event(name, change->from, breaker_reason_text(change->reason), &srv.conf));
+	    change_event(name, change->from, breaker_reason_text(change->reason), &cbd.conf));
 }
 
 void
@@ -320,14 +320,14 @@ watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 	HASH_ITER (hh, watchers, w, wtmp)
 		all = all || w->all;
 	if (all) {
-		circuit_table_foreach(srv.table, clock_realtime_ms(), policies_visit, &rw);
+		circuit_table_foreach(cbd.table, clock_realtime_ms(), policies_visit, &rw);
 		return;
 	}
 	/* Only the watched names: a reload need not walk a million circuits. */
 	HASH_ITER (hh, names, n, tmp) {
 		ct_view view;
 
-		circuit_table_get(srv.table, n->name, clock_realtime_ms(), &view, NULL);
+		circuit_table_get(cbd.table, n->name, clock_realtime_ms(), &view, NULL);
 		policies_visit(n->name, &view, &rw);
 	}
 }
@@ -450,7 +450,7 @@ op_watch(op_call *call)
 	}
 	if (all) {
 		w->all = true;
-		circuit_table_foreach(srv.table, call->now, snap_visit, &snaps);
+		circuit_table_foreach(cbd.table, call->now, snap_visit, &snaps);
 	}
 	json_array_foreach (list, i, n) {
 		const char *name = json_string_value(n);
@@ -463,7 +463,7 @@ op_watch(op_call *call)
 			ct_view view;
 
 			/* A name that is not stored lists its initial snapshot. */
-			circuit_table_get(srv.table, name, call->now, &view, NULL);
+			circuit_table_get(cbd.table, name, call->now, &view, NULL);
 			op_snapshots_add(&snaps, name, &view);
 		}
 	}
