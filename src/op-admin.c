@@ -122,12 +122,12 @@ list_cursor_free(op_list_cursor *cursor)
 static void
 list_keep_cursor(op_call *call, list_walk *w, op_list_cursor *cursor, char id[24])
 {
-	server_client *c = call->client;
+	op_conn *oc = op_conn_peek(call->client);
 
 	circuit_table_cursor_seek(cbd.table, &cursor->walk, w->resume);
 	snprintf(id, 24, "l%llu", (unsigned long long)cursor->id);
-	list_cursor_free(c->list_cursor);
-	c->list_cursor = cursor;
+	list_cursor_free(oc->list_cursor);
+	oc->list_cursor = cursor;
 }
 
 /* The reply of a complete step: the circuits, truncated, and a cursor
@@ -242,14 +242,14 @@ list_stream_end(op_list_job *job)
 static op_list_cursor *
 list_cursor_take(op_call *call, list_walk *w)
 {
-	server_client *c = call->client;
-	op_list_cursor *cursor = c->list_cursor;
+	op_conn *oc = op_conn_peek(call->client);
+	op_list_cursor *cursor = oc->list_cursor;
 	const char *given;
 	char id[24];
 
 	if (!proto_get_text(call->request, "cursor", false, &given, NULL, &call->err))
 		return NULL;
-	c->list_cursor = NULL;
+	oc->list_cursor = NULL;
 	if (given != NULL) {
 		if (cursor != NULL)
 			snprintf(id, sizeof id, "l%llu", (unsigned long long)cursor->id);
@@ -285,7 +285,9 @@ op_list(op_call *call)
 	op_list_job *job;
 	bool present;
 
-	job = calloc(1, sizeof *job);
+	/* The connection keeps the listing's cursor, and the list answered
+	 * in steps. */
+	job = op_conn_of(call->client) != NULL ? calloc(1, sizeof *job) : NULL;
 	if (job == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	if (!proto_get_state(call->request, "state", false, &job->w.state, &present, &call->err) ||
@@ -312,7 +314,8 @@ op_list(op_call *call)
 	job->call = *call;
 	job->request = json_incref((json_t *)call->request);
 	call->pending = true;
-	call->client->list_job = job;
+	op_conn_peek(call->client)->list_job = job;
+	server_client_block(call->client, SERVER_CLIENT_BLOCK_STEPS, true);
 	lists_stepping++;
 	list_stream_begin(job);
 	return true;
@@ -334,7 +337,8 @@ list_share(void)
 bool
 op_list_continue(server_client *c, bool paced)
 {
-	op_list_job *job = c->list_job;
+	op_conn *oc = op_conn_peek(c);
+	op_list_job *job = oc != NULL ? oc->list_job : NULL;
 	bool ok;
 
 	if (job == NULL)
@@ -348,7 +352,8 @@ op_list_continue(server_client *c, bool paced)
 	}
 	if (job->streaming)
 		list_stream_end(job);
-	c->list_job = NULL;
+	oc->list_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
 	lists_stepping--;
 	watch_request_begin(c);
 	ok = job->streaming ||
@@ -362,10 +367,11 @@ op_list_continue(server_client *c, bool paced)
 void
 op_list_client_closed(server_client *c)
 {
-	op_list_job *job = c->list_job;
+	op_conn *oc = op_conn_peek(c);
+	op_list_job *job = oc->list_job;
 
-	list_cursor_free(c->list_cursor);
-	c->list_cursor = NULL;
+	list_cursor_free(oc->list_cursor);
+	oc->list_cursor = NULL;
 	if (job == NULL)
 		return;
 	lists_stepping--;
@@ -376,7 +382,8 @@ op_list_client_closed(server_client *c)
 	enc_free(&job->call.tail_more);
 	json_decref(job->request);
 	free(job);
-	c->list_job = NULL;
+	oc->list_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
 }
 
 bool

@@ -355,34 +355,43 @@ nomem:
 	return NULL;
 }
 
-bool
-op_fleet_blocked(const server_client *c)
+/* c's blocking bits from its waiting request and requests in flight. */
+static void
+block_update(server_client *c, const op_conn *oc)
 {
-	return c->fleet_wait != NULL || c->fleet_inflight >= OP_FLEET_INFLIGHT_MAX;
+	server_client_block(c, SERVER_CLIENT_BLOCK_REPLY, oc->fleet_wait != NULL);
+	server_client_block(c, SERVER_CLIENT_BLOCK_FULL,
+	    oc->fleet_inflight >= OP_FLEET_INFLIGHT_MAX);
 }
 
 static void
 pending_link(op_pending *p, server_client *c)
 {
+	op_conn *oc = op_conn_peek(c);
+
 	p->prev = NULL;
-	p->next = c->fleet_pending;
-	if (c->fleet_pending != NULL)
-		c->fleet_pending->prev = p;
-	c->fleet_pending = p;
-	c->fleet_inflight++;
+	p->next = oc->fleet_pending;
+	if (oc->fleet_pending != NULL)
+		oc->fleet_pending->prev = p;
+	oc->fleet_pending = p;
+	oc->fleet_inflight++;
+	block_update(c, oc);
 }
 
 static void
 pending_unlink(op_pending *p, server_client *c)
 {
+	op_conn *oc = op_conn_peek(c);
+
 	if (p->prev != NULL)
 		p->prev->next = p->next;
 	else
-		c->fleet_pending = p->next;
+		oc->fleet_pending = p->next;
 	if (p->next != NULL)
 		p->next->prev = p->prev;
 	p->prev = p->next = NULL;
-	c->fleet_inflight--;
+	oc->fleet_inflight--;
+	block_update(c, oc);
 }
 
 static void
@@ -424,7 +433,7 @@ op_fleet_send(op_call *call, bool *answered)
 	if ((call->op->flags & OP_WRITE) && !call->stored && strcmp(call->op->name, "cas") != 0 &&
 	    !op_status(call, circuit_table_make_room(cbd.table, call->clock)))
 		return false;
-	p = calloc(1, sizeof *p);
+	p = op_conn_of(call->client) != NULL ? calloc(1, sizeof *p) : NULL;
 	if (p == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	/* The call lives in p from here; the dispatcher's copy is neither
@@ -463,8 +472,10 @@ op_fleet_send(op_call *call, bool *answered)
 	/* A reply must keep its place among the connection's replies; a
 	 * noreply request has none to keep (Redis runs the connection's
 	 * calls in order all the same). */
-	if (!call->noreply)
-		call->client->fleet_wait = p;
+	if (!call->noreply) {
+		op_conn_peek(call->client)->fleet_wait = p;
+		block_update(call->client, op_conn_peek(call->client));
+	}
 	return true;
 }
 
@@ -476,9 +487,10 @@ slot_note(op_pending *p, const char *token)
 {
 	server_client *c = p->call.client;
 	size_t len = strlen(p->call.name);
+	op_conn *oc = c != NULL ? op_conn_peek(c) : NULL;
 	op_fleet_slot *s;
 
-	if (c == NULL)
+	if (oc == NULL)
 		return;
 	if (fleet_slots_held >= (uint64_t)cbd.conf.max_slots) {
 		stats_limit_hit(STATS_LIMIT_SLOTS);
@@ -489,15 +501,19 @@ slot_note(op_pending *p, const char *token)
 		return; /* it goes back by its ttl */
 	snprintf(s->token, sizeof s->token, "%s", token);
 	memcpy(s->name, p->call.name, len + 1);
-	s->next = c->fleet_slots;
-	c->fleet_slots = s;
+	s->next = oc->fleet_slots;
+	oc->fleet_slots = s;
 	fleet_slots_held++;
 }
 
 static void
 slot_forget(server_client *c, const char *token)
 {
-	for (op_fleet_slot **sp = &c->fleet_slots; *sp != NULL; sp = &(*sp)->next) {
+	op_conn *oc = op_conn_peek(c);
+
+	if (oc == NULL)
+		return;
+	for (op_fleet_slot **sp = &oc->fleet_slots; *sp != NULL; sp = &(*sp)->next) {
 		if (strcmp((*sp)->token, token) == 0) {
 			op_fleet_slot *s = *sp;
 
@@ -597,15 +613,16 @@ pending_finish(op_pending *p, bool ok)
 	server_client *c = p->call.client;
 
 	if (c != NULL) {
-		bool was_blocked = op_fleet_blocked(c);
+		op_conn *oc = op_conn_peek(c);
+		bool was_blocked = server_client_waiting(c);
 
 		ok = ok && op_reply_conflicts(&p->call);
 		op_finish(&p->call, ok);
 		p->call.reply = NULL;
-		if (c->fleet_wait == p)
-			c->fleet_wait = NULL;
+		if (oc->fleet_wait == p)
+			oc->fleet_wait = NULL;
 		pending_unlink(p, c);
-		if (was_blocked && !op_fleet_blocked(c))
+		if (was_blocked && !server_client_waiting(c))
 			server_client_resume(c);
 	}
 	pending_free(p);
@@ -734,18 +751,20 @@ pending_done(const json_t *reply, void *arg)
 void
 op_fleet_client_closed(server_client *c)
 {
+	op_conn *oc = op_conn_peek(c);
 	op_fleet_slot *s, *next;
 
 	/* Their calls still run in Redis; nothing is answered. */
-	while (c->fleet_pending != NULL) {
-		op_pending *p = c->fleet_pending;
+	while (oc->fleet_pending != NULL) {
+		op_pending *p = oc->fleet_pending;
 
 		pending_unlink(p, c);
 		p->call.client = NULL;
 		p->call.table.owner = NULL;
 	}
-	c->fleet_wait = NULL;
-	for (s = c->fleet_slots; s != NULL; s = next) {
+	oc->fleet_wait = NULL;
+	block_update(c, oc);
+	for (s = oc->fleet_slots; s != NULL; s = next) {
 		json_t *args = json_pack("{s:s, s:s}", "token", s->token, "declared", "");
 
 		next = s->next;
@@ -756,7 +775,7 @@ op_fleet_client_closed(server_client *c)
 		free(s);
 		fleet_slots_held--;
 	}
-	c->fleet_slots = NULL;
+	oc->fleet_slots = NULL;
 }
 
 /* --- operator actions made while Redis is away --- */

@@ -97,19 +97,6 @@ op_find(const char *text, size_t len)
 }
 
 void
-op_reply_error(server_client *c, proto_code code, const char *fmt, ...)
-{
-	proto_error err = { .code = code };
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err.message, sizeof err.message, fmt, ap);
-	va_end(ap);
-	stats.errors[code]++;
-	server_client_reply(c, proto_reply_error(NULL, &err));
-}
-
-void
 op_log_change(const char *name, const ct_change *change)
 {
 	char quoted[LOG_QUOTE_SIZE];
@@ -427,6 +414,25 @@ op_run(op_call *call, const op_entry *op)
 		}
 	}
 	return op->handler(call) && op_reply_conflicts(call);
+}
+
+op_conn *
+op_conn_of(server_client *c)
+{
+	if (c->slot == NULL)
+		c->slot = calloc(1, sizeof(op_conn));
+	return c->slot;
+}
+
+void
+op_conn_closed(server_client *c)
+{
+	if (c->slot == NULL)
+		return;
+	op_fleet_client_closed(c);
+	op_list_client_closed(c);
+	free(c->slot);
+	c->slot = NULL;
 }
 
 json_t *

@@ -32,6 +32,34 @@
 
 typedef struct op_entry op_entry;
 
+/* What the ops keep for one connection: its slot (server_client.slot),
+ * made on first use. */
+typedef struct op_conn {
+	/* Fleet mode: the request waiting on Redis for its reply (no other
+	 * line is read until it is answered), every request of this
+	 * connection Redis has not answered (noreply ones do not block), and
+	 * the slots held in Redis. */
+	struct op_pending *fleet_wait;
+	struct op_pending *fleet_pending;
+	unsigned fleet_inflight;
+	struct op_fleet_slot *fleet_slots;
+	/* A list being answered in steps (no other line is read meanwhile). */
+	struct op_list_job *list_job;
+	/* Where this connection's paged listing stands (its last list). */
+	struct op_list_cursor *list_cursor;
+} op_conn;
+
+/* c's op state, made on first use; NULL when out of memory. */
+op_conn *op_conn_of(server_client *c);
+/* c's op state if it has one yet (NULL: none). */
+static inline op_conn *
+op_conn_peek(const server_client *c)
+{
+	return c->slot;
+}
+/* c closed: drop its op state (a fleet request's wait, its list). */
+void op_conn_closed(server_client *c);
+
 /* One request being answered; filled by generic validation. */
 typedef struct op_call {
 	server_client *client;
@@ -99,10 +127,6 @@ void op_reply_head(enc_buf *b, const json_t *id);
 
 /* reply.policy_conflict = the names of the conflicting ctx members. */
 bool op_reply_conflicts(op_call *call);
-
-/* Answer an error that has no request (line_too_long, refusal). */
-void op_reply_error(server_client *c, proto_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Log a transition at info: circuit, old -> new, why; counts it. */
 void op_log_change(const char *name, const ct_change *change);
@@ -191,8 +215,6 @@ void op_fleet_free(void);
  * are not waited for); past it the connection is read no more until one
  * is answered. */
 #define OP_FLEET_INFLIGHT_MAX 256
-/* Must c's next lines wait (a reply to come, or too many in flight)? */
-bool op_fleet_blocked(const server_client *c);
 /* c closed: forget its waiting requests, give back its fleet slots. */
 void op_fleet_client_closed(server_client *c);
 /* Slots this cbd's connections hold in Redis now. */

@@ -47,6 +47,21 @@
 
 server srv = { .listen_fd = -1, .spare_fd = -1 };
 
+/* c closed: what the ops and the watchers keep for it goes. */
+static void
+server_client_closed(server_client *c)
+{
+	op_conn_closed(c);
+	watch_forget(c);
+}
+
+const server_client_hooks server_hooks = {
+	.line = op_dispatch,
+	.step = op_list_continue,
+	.closed = server_client_closed,
+	.dead = server_client_dead,
+};
+
 void
 server_set_state(daemon_state state)
 {
@@ -252,7 +267,7 @@ server_accept(evutil_socket_t lfd, short what, void *arg)
 			    (long long)srv.max_clients);
 			continue;
 		}
-		c = server_client_new(fd);
+		c = server_client_new(fd, &server_hooks);
 		if (c == NULL) {
 			stats_limit_hit(STATS_LIMIT_NOMEM);
 			log_warning("out of memory for a new connection: refused");

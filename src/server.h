@@ -60,6 +60,10 @@ typedef struct server {
 /* The one listener of this process. */
 extern server srv;
 
+/* How the listener's connections are served: lines to the op table,
+ * closed ones to the ops and watchers, dead ones to the reaper. */
+extern const server_client_hooks server_hooks;
+
 /* Set up everything up to listening; false (logged) on failure. */
 bool server_start(void);
 /* Run the event loop until shutdown; returns the exit code. */

@@ -171,12 +171,12 @@ event_send(watcher *w, json_t *event, const char *text, size_t len)
 	/* Held back for the request running on its connection, and while a
 	 * long list is written to it piece by piece (an event must not land
 	 * inside that line). */
-	if (w->conn == current || w->conn->list_job != NULL) {
+	if (w->conn == current || (w->conn->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
 		if (w->pending == NULL)
 			w->pending = json_array();
 		if (w->pending != NULL && json_array_append(w->pending, event) == 0)
 			return;
-		if (w->conn->list_job != NULL) {
+		if ((w->conn->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
 			/* Out of memory: the event cannot wait and cannot go now. */
 			stats_limit_hit(STATS_LIMIT_NOMEM);
 			log_warning("connection %llu: an event was lost: out of memory",
@@ -188,8 +188,7 @@ event_send(watcher *w, json_t *event, const char *text, size_t len)
 	stats.watch_events++;
 	/* Its connection is idle: have the loop write it out (not here,
 	 * where a failed write would close a watcher being walked). */
-	if (w->conn->state == SERVER_CLIENT_OPEN)
-		event_active(w->conn->write_ev, EV_WRITE, 1);
+	server_client_write_soon(w->conn);
 }
 
 /* Send event to every watcher of name (by name, or watching everything). */

@@ -68,6 +68,7 @@ fuzz_client_new(uid_t uid)
 	if (c == NULL)
 		return NULL;
 	c->fd = -1;
+	c->hooks = &server_hooks;
 	c->state = SERVER_CLIENT_OPEN;
 	c->uid = uid;
 	c->gid = (gid_t)-1;
@@ -94,7 +95,7 @@ fuzz_line(server_client *c, const char *line, size_t len)
 	if (len == 0)
 		return 0;
 	if (len > (size_t)cbd.conf.max_line_bytes) {
-		op_reply_error(c, PROTO_LINE_TOO_LONG,
+		server_client_reply_error(c, PROTO_LINE_TOO_LONG,
 		    "request line is longer than max_line_bytes (%lld)",
 		    (long long)cbd.conf.max_line_bytes);
 		return 1;
