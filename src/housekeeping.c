@@ -11,14 +11,13 @@
 #include "clock.h"
 #include "housekeeping.h"
 #include "log.h"
-#include "op.h"
+#include "events.h"
 #include "persist.h"
 #include "daemon.h"
 #include "stats.h"
 
 static struct event *tick_ev;
 static struct event *child_ev;
-static bool dirty;
 static pid_t writer = -1;
 static int64_t writer_started; /* monotonic ms */
 
@@ -26,7 +25,7 @@ static int64_t writer_started; /* monotonic ms */
 static void
 hold_ended(const char *name, const ct_change *change, void *arg)
 {
-	op_log_change(name, change);
+	events_changed(name, change);
 }
 
 /* Start a write of the state file when one is due and none runs. */
@@ -36,9 +35,10 @@ state_write_maybe(void)
 	int64_t pause_start, pause;
 
 	/* Once stopping, housekeeping_stop() writes the file in process. */
-	if (!dirty || writer > 0 || cbd.conf.state_file[0] == '\0' || cbd.state == DAEMON_STOPPING)
+	if (!persist_dirty() || writer > 0 || cbd.conf.state_file[0] == '\0' ||
+	    cbd.state == DAEMON_STOPPING)
 		return;
-	dirty = false;
+	persist_clean();
 	writer_started = clock_monotonic_ms();
 	pause_start = clock_monotonic_us();
 	writer = persist_write_async(cbd.conf.state_file, cbd.table, clock_realtime_ms());
@@ -48,7 +48,7 @@ state_write_maybe(void)
 		stats.state_write_pause_max_us = (uint64_t)pause;
 	if (writer < 0) {
 		stats.state_write_failures++;
-		dirty = true; /* try again at the next tick */
+		persist_mark_dirty(); /* try again at the next tick */
 	}
 }
 
@@ -84,7 +84,7 @@ writer_reap(bool block)
 		return;
 	}
 	stats.state_write_failures++;
-	dirty = true; /* the next tick tries again */
+	persist_mark_dirty(); /* the next tick tries again */
 	if (pid > 0 && WIFSIGNALED(status))
 		log_error("state_file: the writer process died of signal %d", WTERMSIG(status));
 }
@@ -119,12 +119,6 @@ housekeeping_start(void)
 }
 
 void
-housekeeping_state_changed(void)
-{
-	dirty = true;
-}
-
-void
 housekeeping_stop(void)
 {
 	if (tick_ev != NULL)
@@ -146,6 +140,6 @@ housekeeping_free(void)
 	if (child_ev != NULL)
 		event_free(child_ev);
 	tick_ev = child_ev = NULL;
-	dirty = false;
+	persist_clean();
 	writer = -1;
 }

@@ -37,6 +37,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/persist.c src/persist.h \
 	src/housekeeping.c src/housekeeping.h \
 	src/watch.c src/watch.h \
+	src/events.c src/events.h \
 	src/metrics.c src/metrics.h \
 	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h src/op-fleet.c
 nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c

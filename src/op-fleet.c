@@ -25,7 +25,7 @@
 
 #include "clock.h"
 #include "fleet.h"
-#include "housekeeping.h"
+#include "events.h"
 #include "circuit-json.h"
 #include "log.h"
 #include "op.h"
@@ -214,8 +214,7 @@ copy_apply(const char *name, const json_t *circuit, const json_t *change_json, i
 		breaker_snapshot_init(&view->snap);
 		view->hold.until = CB_TIME_NONE;
 		if (circuit_table_delete(cbd.table, name) && deleted_event) {
-			housekeeping_state_changed();
-			watch_deleted(name, "deleted");
+			events_deleted(name);
 		}
 		return true;
 	}
@@ -226,7 +225,7 @@ copy_apply(const char *name, const json_t *circuit, const json_t *change_json, i
 	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
 	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
 	change_from_json(change_json, &change);
-	op_log_change(name, &change);
+	events_changed(name, &change);
 	return true;
 }
 
@@ -578,8 +577,7 @@ pending_reply(op_pending *p, const json_t *reply, const ct_view *view)
 	} else if (strcmp(op, "delete") == 0) {
 		if (existed) {
 			op_audit(call, "deleted", NULL);
-			housekeeping_state_changed();
-			watch_deleted(call->name, "deleted");
+			events_deleted(call->name);
 		}
 		return json_object_set_new(r, "existed", json_boolean(existed)) == 0
 		    ? true
@@ -913,7 +911,7 @@ op_fleet_local(op_call *call)
 	 * action would end it); delete has no ctx, so no ctx.now. */
 	now = (call->op->flags & OP_CTX) ? call->now : call->clock;
 	circuit_table_get(cbd.table, call->name, now, &view, &change);
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	wb_known_read(&before, &view);
 	if (!call->op->handler(call))
 		return false;
@@ -957,7 +955,7 @@ wb_copy_refresh(const char *name, const json_t *circuit)
 	ct_view local;
 
 	circuit_table_get(cbd.table, name, now, &local, &lapsed);
-	op_log_change(name, &lapsed);
+	events_changed(name, &lapsed);
 	if (to != NULL && strcmp(to, breaker_state_name(local.snap.state)) != 0)
 		change = json_pack("{s:s, s:s, s:s}", "from", breaker_state_name(local.snap.state),
 		    "to", to, "reason", "merged");
@@ -1020,7 +1018,7 @@ wb_args(const wb_entry *e)
 
 	/* The policy only bounds how long Redis keeps a forced open circuit. */
 	circuit_table_get(cbd.table, e->name, clock_realtime_ms(), &view, &change);
-	op_log_change(e->name, &change);
+	events_changed(e->name, &change);
 	conf_policy(&cbd.conf, e->name, view.declared, &policy, &sources, &preset);
 	known = json_pack("{s:o, s:o}", "opened_at",
 	    k->opened_at != CB_TIME_NONE ? json_integer(k->opened_at) : json_null(), "hold",

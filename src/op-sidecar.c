@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "events.h"
 #include "op.h"
 #include "daemon.h"
 
@@ -19,7 +20,7 @@ op_allow(op_call *call)
 	if (!op_status(call,
 		circuit_table_allow(cbd.table, call->name, &call->table, &allow, &view, &change)))
 		return false;
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
 	    json_object_set_new(r, "state", json_string(breaker_state_name(allow.state))) != 0 ||
 	    (allow.has_permit &&
@@ -77,7 +78,7 @@ op_record(op_call *call)
 		circuit_table_record_ignore(cbd.table, call->name, &call->table, &view, &change);
 		break;
 	}
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	/* The permit goes back whatever became of the outcome. */
 	if (permit != NULL) {
 		circuit_table_release_slot(cbd.table, call->name, permit, call->now);

@@ -5,11 +5,10 @@
  */
 #include <string.h>
 
-#include "housekeeping.h"
+#include "events.h"
 #include "log.h"
 #include "op.h"
 #include "daemon.h"
-#include "watch.h"
 
 bool
 op_get(op_call *call)
@@ -18,7 +17,7 @@ op_get(op_call *call)
 	ct_view view;
 
 	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
@@ -40,7 +39,7 @@ record_outcome(op_call *call, bool success)
 		    &change);
 	if (!op_status(call, status))
 		return false;
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	return op_reply_snapshot(call, "snapshot", &view);
 }
 
@@ -75,7 +74,7 @@ op_cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered)
 		    "has elapsed",
 		    (long)call->client->uid);
 	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	if (view.hold.held || view.snap.state != from) {
 		*answered = true;
 		if (json_object_set_new(op_reply(call), "applied", json_false()) != 0)
@@ -110,7 +109,7 @@ op_cas(op_call *call)
 		circuit_table_cas(cbd.table, call->name, from, to, &call->table, &applied, &view,
 		    &change)))
 		return false;
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	if (json_object_set_new(op_reply(call), "applied", json_boolean(applied)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
@@ -191,7 +190,7 @@ op_set_state(op_call *call)
 		    &call->table, &view, &change)))
 		return false;
 	op_audit_set_state(call, state, hold, &req);
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	return op_reply_snapshot(call, "snapshot", &view);
 }
 
@@ -205,8 +204,8 @@ op_release(op_call *call)
 	circuit_table_release(cbd.table, call->name, &call->table, &released, &view, &change);
 	if (released)
 		op_audit(call, "released the hold of", NULL);
-	op_log_change(call->name, &change);
-	op_log_hold(call->name, &change, &view);
+	events_changed(call->name, &change);
+	events_hold_logged(call->name, &change, &view);
 	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return op_reply_snapshot(call, "snapshot", &view);
@@ -251,8 +250,7 @@ op_delete(op_call *call)
 
 	if (existed) {
 		op_audit(call, "deleted", NULL);
-		housekeeping_state_changed();
-		watch_deleted(call->name, "deleted");
+		events_deleted(call->name);
 	}
 	if (json_object_set_new(op_reply(call), "existed", json_boolean(existed)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

@@ -16,8 +16,6 @@
 
 #include "conf.h"
 #include "fleet.h"
-#include "housekeeping.h"
-#include "log-limit.h"
 #include "log.h"
 #include "op.h"
 #include "daemon.h"
@@ -94,37 +92,6 @@ op_find(const char *text, size_t len)
 			return &ops[i];
 	}
 	return NULL;
-}
-
-void
-op_log_change(const char *name, const ct_change *change)
-{
-	char quoted[LOG_QUOTE_SIZE];
-
-	if (change->reason == CB_REASON_NONE)
-		return;
-	/* States and holds are what the state file keeps and watchers see. */
-	housekeeping_state_changed();
-	watch_changed(name, change);
-	if (change->from == change->to)
-		return;
-	stats.transitions++;
-	if (!log_limit_allow(name))
-		return;
-	log_info("circuit %s: %s -> %s (%s)", log_quote(name, quoted, sizeof quoted),
-	    breaker_state_name(change->from), breaker_state_name(change->to),
-	    breaker_reason_text(change->reason));
-}
-
-void
-op_log_hold(const char *name, const ct_change *change, const ct_view *view)
-{
-	char quoted[LOG_QUOTE_SIZE];
-
-	if (change->reason == CB_REASON_NONE || change->from != change->to)
-		return;
-	log_info("circuit %s: %s (%s)", log_quote(name, quoted, sizeof quoted),
-	    view->hold.held ? "held" : "hold ended", breaker_reason_text(change->reason));
 }
 
 bool

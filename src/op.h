@@ -128,9 +128,6 @@ void op_reply_head(enc_buf *b, const json_t *id);
 /* reply.policy_conflict = the names of the conflicting ctx members. */
 bool op_reply_conflicts(op_call *call);
 
-/* Log a transition at info: circuit, old -> new, why; counts it. */
-void op_log_change(const char *name, const ct_change *change);
-
 /* Map a table status to an error; true when CT_OK. */
 bool op_status(op_call *call, ct_status status);
 
@@ -165,10 +162,6 @@ void op_peer_user(op_call *call, char *buf, size_t size);
 
 /* The audit log line of an admin op: what, on which circuit, by whom. */
 void op_audit(op_call *call, const char *what, const char *reason);
-
-/* A hold's or a circuit's change that is not a state change (a hold
- * placed or released on the same state) is logged here. */
-void op_log_hold(const char *name, const ct_change *change, const ct_view *view);
 
 /* Forget which connections were warned about policy conflicts. */
 void op_warned_reset(void);

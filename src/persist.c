@@ -25,6 +25,28 @@
 #include "persist.h"
 #include "proto.h"
 
+/* A change not yet written (the writer polls it, as Redis its dirty
+ * counter). */
+static bool dirty;
+
+void
+persist_mark_dirty(void)
+{
+	dirty = true;
+}
+
+bool
+persist_dirty(void)
+{
+	return dirty;
+}
+
+void
+persist_clean(void)
+{
+	dirty = false;
+}
+
 /* What the walk over pinned circuits builds. */
 typedef struct persist_walk {
 	json_t *circuits;

@@ -30,6 +30,7 @@
 
 #include "clock.h"
 #include "encode.h"
+#include "events.h"
 #include "fleet.h"
 #include "housekeeping.h"
 #include "log-limit.h"
@@ -708,7 +709,7 @@ server_signal(evutil_socket_t sig, short what, void *arg)
 static void
 server_reclaimed(const char *name, void *arg)
 {
-	watch_deleted(name, "reclaimed");
+	events_reclaimed(name);
 }
 
 /* A random 64-bit id so slot tokens differ across restarts. */
