@@ -21,25 +21,33 @@ src_libcbcore_la_SOURCES = \
 src_libcbcore_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 src_libcbcore_la_LIBADD = $(JANSSON_LIBS)
 
-# The daemon. Its modules (all but main) form a convenience library so the
-# unit tests link the same code.
+# The daemon, listed by layer from the bottom (src/LAYERS). Its modules
+# (all but main) form a convenience library so the unit tests link the
+# same code.
 noinst_LTLIBRARIES += src/libcbdaemon.la
 src_libcbdaemon_la_SOURCES = \
-	src/conf.c src/conf.h \
 	src/log.c src/log.h \
-	src/log-limit.c src/log-limit.h \
-	src/stats.c src/stats.h \
-	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
 	src/json-alloc.c src/json-alloc.h \
+	src/conf.c src/conf.h \
 	src/daemon.c src/daemon.h \
-	src/server.c src/server.h \
-	src/server-client.c src/server-client.h \
+	src/stats.c src/stats.h \
+	src/log-limit.c src/log-limit.h \
 	src/persist.c src/persist.h \
-	src/housekeeping.c src/housekeeping.h \
-	src/watch.c src/watch.h \
+	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h \
+	src/server-client.c src/server-client.h \
 	src/events.c src/events.h \
+	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
-	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h src/op-fleet.c
+	src/stats-report.c src/stats-report.h \
+	src/op-call.c src/op-call.h \
+	src/op-circuit.c src/op-circuit.h \
+	src/op-permit.c src/op-permit.h \
+	src/op-list.c src/op-list.h \
+	src/op-service.c src/op-service.h \
+	src/op-fleet.c src/op-fleet.h \
+	src/op.c src/op.h \
+	src/housekeeping.c src/housekeeping.h \
+	src/server.c src/server.h
 nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)
@@ -55,7 +63,7 @@ src_cbd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 src_cbd_LDADD = src/libcbdaemon.la
 
 # The circuit script of fleet mode, built into cbd as a C string.
-EXTRA_DIST += src/fleet.lua
+EXTRA_DIST += src/fleet.lua src/LAYERS
 BUILT_SOURCES += src/fleet-script.c
 CLEANFILES += src/fleet-script.c
 src/fleet-script.c: $(srcdir)/src/fleet.lua

@@ -23,13 +23,13 @@
 
 #include <uthash.h>
 
-#include "clock.h"
-#include "fleet.h"
-#include "events.h"
 #include "circuit-json.h"
-#include "log.h"
-#include "op.h"
+#include "clock.h"
 #include "daemon.h"
+#include "events.h"
+#include "fleet.h"
+#include "log.h"
+#include "op-fleet.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -60,14 +60,6 @@ typedef struct op_pending {
 	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
 } op_pending;
 
-/* Slots held through fleet mode by all connections (bounded by max_slots). */
-static uint64_t fleet_slots_held;
-
-uint64_t
-op_fleet_slots(void)
-{
-	return fleet_slots_held;
-}
 static uint64_t token_counter;
 
 /* --- the script's view of a circuit --- */
@@ -491,7 +483,7 @@ slot_note(op_pending *p, const char *token)
 
 	if (oc == NULL)
 		return;
-	if (fleet_slots_held >= (uint64_t)cbd.conf.max_slots) {
+	if (stats.fleet_slots >= (uint64_t)cbd.conf.max_slots) {
 		stats_limit_hit(STATS_LIMIT_SLOTS);
 		return;
 	}
@@ -502,7 +494,7 @@ slot_note(op_pending *p, const char *token)
 	memcpy(s->name, p->call.name, len + 1);
 	s->next = oc->fleet_slots;
 	oc->fleet_slots = s;
-	fleet_slots_held++;
+	stats.fleet_slots++;
 }
 
 static void
@@ -518,7 +510,7 @@ slot_forget(server_client *c, const char *token)
 
 			*sp = s->next;
 			free(s);
-			fleet_slots_held--;
+			stats.fleet_slots--;
 			return;
 		}
 	}
@@ -771,7 +763,7 @@ op_fleet_client_closed(server_client *c)
 			fleet_call_script("release_slot", s->name, args, NULL, NULL);
 		json_decref(args);
 		free(s);
-		fleet_slots_held--;
+		stats.fleet_slots--;
 	}
 	oc->fleet_slots = NULL;
 }

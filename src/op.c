@@ -15,10 +15,15 @@
 #include <uthash.h>
 
 #include "conf.h"
+#include "daemon.h"
 #include "fleet.h"
 #include "log.h"
+#include "op-circuit.h"
+#include "op-fleet.h"
+#include "op-list.h"
+#include "op-permit.h"
+#include "op-service.h"
 #include "op.h"
-#include "daemon.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -94,237 +99,6 @@ op_find(const char *text, size_t len)
 	return NULL;
 }
 
-bool
-op_status(op_call *call, ct_status status)
-{
-	switch (status) {
-	case CT_OK:
-		return true;
-	case CT_CAPACITY:
-		return proto_fail(&call->err, PROTO_CAPACITY,
-		    "max_circuits (%lld) reached and no circuit is idle to reclaim: no new "
-		    "circuit can be created",
-		    (long long)cbd.conf.max_circuits);
-	case CT_SLOTS:
-		stats_limit_hit(STATS_LIMIT_SLOTS);
-		return proto_fail(&call->err, PROTO_CAPACITY,
-		    "max_slots (%lld) reached: no slot can be taken now",
-		    (long long)cbd.conf.max_slots);
-	case CT_NOMEM:
-		break;
-	}
-	return proto_fail(&call->err, PROTO_INTERNAL, "%s", circuit_table_status_text(status));
-}
-
-bool
-op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
-{
-	/* Encoded straight as text (encode.c): the reply's largest member. */
-	ENC_LIT(&call->tail, ",\"");
-	enc_puts(&call->tail, member);
-	ENC_LIT(&call->tail, "\":");
-	encode_snapshot(&call->tail, call->name, view, &call->policy, call->preset, &call->sources,
-	    call->now);
-	if (call->tail.nomem)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
-
-/* Room kept in a reply for its envelope ("id", "ok", "truncated"). */
-#define OP_ENVELOPE_BYTES 256
-
-bool
-op_snapshots_init(op_snapshots *s, op_call *call)
-{
-	size_t queued = call->client->out_len - call->client->out_off;
-	size_t half = (size_t)cbd.conf.max_output_bytes / 2;
-
-	*s = (op_snapshots){ .now = call->now };
-	s->budget = half > queued + OP_ENVELOPE_BYTES ? half - queued - OP_ENVELOPE_BYTES : 0;
-	return true;
-}
-
-void
-op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
-{
-	proto_policy_sources sources;
-	const char *preset;
-	cb_policy policy;
-	size_t before = s->items.len, cost;
-
-	if (s->truncated || s->nomem)
-		return;
-	conf_policy(&cbd.conf, name, view->declared, &policy, &sources, &preset);
-	/* Encoded straight as text (encode.c), a comma before all but the
-	 * first: the entry's exact cost is what the buffer grew by. */
-	if (s->count > 0)
-		enc_put(&s->items, ",", 1);
-	encode_snapshot(&s->items, name, view, &policy, preset, &sources, s->now);
-	if (s->items.nomem) {
-		s->nomem = true;
-		return;
-	}
-	cost = s->items.len - before;
-	if (cost > s->budget) {
-		s->truncated = true;
-		s->items.len = before;
-		return;
-	}
-	s->budget -= cost;
-	s->count++;
-}
-
-void
-op_snapshots_free(op_snapshots *s)
-{
-	enc_free(&s->items);
-}
-
-bool
-op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool always_truncated)
-{
-	if (s->nomem) {
-		op_snapshots_free(s);
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	}
-	if (s->truncated)
-		stats_limit_hit(STATS_LIMIT_LIST);
-	ENC_LIT(&call->tail, ",\"");
-	enc_puts(&call->tail, member);
-	ENC_LIT(&call->tail, "\":[");
-	/* The items (up to half of max_output_bytes) go after the tail as
-	 * they are: moved, not copied. */
-	if (call->tail_more.len == 0) {
-		enc_free(&call->tail_more);
-		call->tail_more = s->items;
-		s->items = (enc_buf){ 0 };
-		ENC_LIT(&call->tail_more, "]");
-	} else {
-		ENC_LIT(&call->tail, "]");
-	}
-	op_snapshots_free(s);
-	if (call->tail.nomem ||
-	    ((always_truncated || s->truncated) &&
-		json_object_set_new(op_reply(call), "truncated", json_boolean(s->truncated)) != 0))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
-
-void
-op_peer_user(op_call *call, char *buf, size_t size)
-{
-	char scratch[1024];
-	struct passwd pw, *found = NULL;
-
-	buf[0] = '\0';
-	if (getpwuid_r(call->client->uid, &pw, scratch, sizeof scratch, &found) == 0 &&
-	    found != NULL)
-		snprintf(buf, size, "%s", found->pw_name);
-}
-
-void
-op_audit(op_call *call, const char *what, const char *reason)
-{
-	char quoted[LOG_QUOTE_SIZE], why[LOG_QUOTE_SIZE], user[CT_USER_MAX + 1];
-
-	op_peer_user(call, user, sizeof user);
-	log_info("audit: uid %ld (%s) %s circuit %s%s%s", (long)call->client->uid,
-	    user[0] != '\0' ? user : "unknown user", what,
-	    log_quote(call->name, quoted, sizeof quoted), reason != NULL ? ", reason " : "",
-	    reason != NULL ? log_quote(reason, why, sizeof why) : "");
-}
-
-/* Connections that were already warned about a circuit's policy conflict:
- * one warning per circuit and connection. Bounded: when full it starts
- * over (a repeat warning beats unbounded memory). */
-#define OP_WARNED_MAX 10000
-
-typedef struct warned {
-	UT_hash_handle hh;
-	char key[]; /* "<connection id>:<name>" */
-} warned;
-
-static warned *warned_set;
-static unsigned warned_count;
-
-/* True the first time (connection, name) is seen. */
-static bool
-warn_first(uint64_t conn, const char *name)
-{
-	char key[32 + CT_NAME_MAX];
-	size_t len = (size_t)snprintf(key, sizeof key, "%llu:%s", (unsigned long long)conn, name);
-	warned *w;
-
-	HASH_FIND(hh, warned_set, key, len, w);
-	if (w != NULL)
-		return false;
-	if (warned_count >= OP_WARNED_MAX)
-		op_warned_reset();
-	w = malloc(sizeof *w + len + 1);
-	if (w == NULL)
-		return true;
-	memcpy(w->key, key, len + 1);
-	HASH_ADD(hh, warned_set, key[0], len, w);
-	warned_count++;
-	return true;
-}
-
-void
-op_warned_reset(void)
-{
-	warned *w, *tmp;
-
-	HASH_ITER (hh, warned_set, w, tmp) {
-		HASH_DEL(warned_set, w);
-		free(w);
-	}
-	warned_count = 0;
-}
-
-void
-op_resolve_policy(op_call *call)
-{
-	bool stored;
-	const proto_ctx *declared = circuit_table_use(cbd.table, call->name, call->clock, &stored);
-	char quoted[LOG_QUOTE_SIZE];
-
-	call->stored = stored;
-	call->declared = stored ? declared : &call->ctx;
-	conf_policy(&cbd.conf, call->name, call->declared, &call->policy, &call->sources,
-	    &call->preset);
-	call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
-	if (call->conflicts == 0)
-		return;
-	stats.policy_conflicts++;
-	if (warn_first(call->client->id, call->name))
-		log_warning("circuit %s: connection %llu (pid %ld) declares a policy that differs "
-			    "from the circuit's own; the circuit keeps its policy (see "
-			    "policy_conflict in the reply)",
-		    log_quote(call->name, quoted, sizeof quoted),
-		    (unsigned long long)call->client->id, (long)call->client->pid);
-}
-
-bool
-op_reply_conflicts(op_call *call)
-{
-	json_t *names;
-
-	if (call->conflicts == 0)
-		return true;
-	names = json_array();
-	for (int k = 0; names != NULL && k < PROTO_CTX_KEY_COUNT; k++) {
-		if ((call->conflicts & (UINT32_C(1) << k)) &&
-		    json_array_append_new(names,
-			json_string(proto_ctx_def_get((proto_ctx_key)k)->name)) != 0) {
-			json_decref(names);
-			names = NULL;
-		}
-	}
-	if (names == NULL || json_object_set_new(op_reply(call), "policy_conflict", names) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
-
 /* The checks every op shares, then the handler. False with call->err. */
 static bool
 op_run(op_call *call, const op_entry *op)
@@ -383,12 +157,10 @@ op_run(op_call *call, const op_entry *op)
 	return op->handler(call) && op_reply_conflicts(call);
 }
 
-op_conn *
-op_conn_of(server_client *c)
+bool
+op_conn_step(server_client *c, bool paced)
 {
-	if (c->slot == NULL)
-		c->slot = calloc(1, sizeof(op_conn));
-	return c->slot;
+	return op_list_continue(c, paced);
 }
 
 void
@@ -400,107 +172,6 @@ op_conn_closed(server_client *c)
 	op_list_client_closed(c);
 	free(c->slot);
 	c->slot = NULL;
-}
-
-json_t *
-op_reply(op_call *call)
-{
-	if (call->reply == NULL)
-		call->reply = proto_reply_ok(call->id);
-	return call->reply;
-}
-
-/* An ok reply without an id, up to its first member. */
-#define OK_HEAD "{\"ok\":true"
-
-void
-op_reply_head(enc_buf *b, const json_t *id)
-{
-	if (id != NULL) {
-		ENC_LIT(b, "{\"id\":");
-		enc_compact(b, id);
-		ENC_LIT(b, ",\"ok\":true}");
-	} else {
-		ENC_LIT(b, OK_HEAD "}");
-	}
-}
-
-/* Write call's reply: its jansson members, then the members encoded as
- * text (call->tail, then call->tail_more), as one line, copied once into
- * the connection's output. Steals call->reply. */
-static void
-reply_with_tail(server_client *c, op_call *call, const json_t *id)
-{
-	static const char plain_head[] = OK_HEAD;
-	enc_buf head;
-	struct iovec parts[4];
-
-	parts[1] = (struct iovec){ call->tail.buf, call->tail.len };
-	parts[2] = (struct iovec){ call->tail_more.buf, call->tail_more.len };
-	parts[3] = (struct iovec){ (void *)"}", 1 };
-	/* Most replies: no id, no member beyond the tail's. */
-	if (call->reply == NULL && id == NULL) {
-		parts[0] = (struct iovec){ (void *)plain_head, sizeof plain_head - 1 };
-		server_client_reply_parts(c, parts, 4);
-		return;
-	}
-	head = enc_take();
-	if (call->reply != NULL)
-		enc_compact(&head, call->reply);
-	else
-		op_reply_head(&head, id);
-	json_decref(call->reply);
-	call->reply = NULL;
-	if (head.nomem || head.len < 2 || head.buf[head.len - 1] != '}') {
-		enc_free(&head);
-		server_client_reply_oom(c, id);
-		return;
-	}
-	/* "{...}" + ",\"snapshot\":{...}" -> "{...,\"snapshot\":{...}}" */
-	parts[0] = (struct iovec){ head.buf, head.len - 1 };
-	server_client_reply_parts(c, parts, 4);
-	enc_recycle(&head);
-}
-
-void
-op_finish(op_call *call, bool ok)
-{
-	server_client *c = call->client;
-
-	if (ok && call->written) {
-		json_decref(call->reply); /* written piece by piece already */
-	} else if (ok) {
-		if (call->noreply) {
-			json_decref(call->reply);
-			stats.noreply++;
-		} else if (call->tail.len > 0 || call->tail_more.len > 0 || call->reply == NULL) {
-			reply_with_tail(c, call, call->id);
-		} else {
-			server_client_reply(c, call->reply);
-		}
-	} else {
-		json_t *error;
-
-		json_decref(call->reply);
-		stats.errors[call->err.code]++;
-		if (call->op != NULL)
-			stats.op_errors[call->op - ops]++;
-		log_debug("connection %llu: %s: %s", (unsigned long long)c->id,
-		    proto_code_name(call->err.code), call->err.message);
-		if (call->noreply) {
-			stats.noreply++;
-		} else {
-			error = proto_reply_error(call->id, &call->err);
-			if (error != NULL)
-				server_client_reply(c, error);
-			else
-				server_client_reply_oom(c, call->id);
-		}
-	}
-	/* Events this request caused reach its own connection after it. */
-	watch_request_end(c);
-	enc_recycle(&call->tail);
-	enc_free(&call->tail_more);
 }
 
 void
@@ -553,12 +224,14 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	}
 	/* A request answered later (fleet mode) takes these along. */
 	call.op = op;
+	call.op_index = (unsigned)(op - ops);
 	call.id = id;
 	call.noreply = noreply;
 	watch_request_begin(c);
 	ok = op_run(&call, op);
 reply:
 	call.op = op;
+	call.op_index = op != NULL ? (unsigned)(op - ops) : 0;
 	call.id = id;
 	call.noreply = noreply;
 	if (call.pending) {

@@ -36,6 +36,7 @@
 #include "log-limit.h"
 #include "log.h"
 #include "metrics.h"
+#include "op-fleet.h"
 #include "op.h"
 #include "server.h"
 #include "stats.h"
@@ -58,7 +59,7 @@ server_client_closed(server_client *c)
 
 const server_client_hooks server_hooks = {
 	.line = op_dispatch,
-	.step = op_list_continue,
+	.step = op_conn_step,
 	.closed = server_client_closed,
 	.dead = server_client_dead,
 };
@@ -729,6 +730,7 @@ server_start(void)
 	static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
 
 	stats_init();
+	stats_name_ops(op_names(), op_count());
 	signal(SIGPIPE, SIG_IGN);
 	/* Not EVENT_BASE_FLAG_PRECISE_TIMER: it rearms a timerfd every turn of
 	 * the loop (a syscall per request at low load, 5% of cbd's CPU at 8

@@ -39,6 +39,7 @@ fuzz_daemon_start(void)
 	srv = (server){ .listen_fd = -1 };
 	cbd = (daemon_ctx){ 0 };
 	stats_init();
+	stats_name_ops(op_names(), op_count());
 	if (!conf_init_defaults(&cbd.conf))
 		return false;
 	log_set_level(fuzz_log_level());
@@ -103,7 +104,7 @@ fuzz_line(server_client *c, const char *line, size_t len)
 	op_dispatch(c, line, len);
 	/* A long list is answered in steps across turns of the loop, its
 	 * connection reading nothing meanwhile: here, all at once. */
-	while (!op_list_continue(c, false))
+	while (!op_conn_step(c, false))
 		;
 	return 1;
 }

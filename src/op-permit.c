@@ -5,9 +5,9 @@
  */
 #include <string.h>
 
-#include "events.h"
-#include "op.h"
 #include "daemon.h"
+#include "events.h"
+#include "op-permit.h"
 
 bool
 op_allow(op_call *call)

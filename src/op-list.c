@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-admin.c — the read and service ops: hello, list (long ones answered
- * in steps across turns of the event loop), stats.
+ * op-list.c — the list op (see op-list.h): the circuits' snapshots a page
+ * at a time, long lists answered in steps across turns of the event loop.
  */
 #include "config.h"
 
@@ -12,31 +12,11 @@
 #include <event2/event.h>
 
 #include "conf.h"
-#include "log.h"
-#include "op.h"
 #include "daemon.h"
+#include "log.h"
+#include "op-list.h"
 #include "stats.h"
 #include "watch.h"
-
-bool
-op_hello(op_call *call)
-{
-	const char *client;
-
-	if (!proto_get_text(call->request, "client", false, &client, NULL, &call->err))
-		return false;
-	if (client != NULL && log_enabled(LOG_LEVEL_DEBUG)) {
-		char quoted[LOG_QUOTE_SIZE];
-
-		log_debug("connection %llu: hello from %s", (unsigned long long)call->client->id,
-		    log_quote(client, quoted, sizeof quoted));
-	}
-	if (json_object_set_new(op_reply(call), "server", json_string(PACKAGE_NAME)) != 0 ||
-	    json_object_set_new(op_reply(call), "version", json_string(PACKAGE_VERSION)) != 0 ||
-	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
 
 /* A listing that goes on in a later request: one per connection, its walk
  * linked into the table (so it survives changes between pages). */
@@ -384,12 +364,4 @@ op_list_client_closed(server_client *c)
 	free(job);
 	oc->list_job = NULL;
 	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
-}
-
-bool
-op_stats(op_call *call)
-{
-	if (!stats_to_json(op_reply(call), op_names(), op_count(), cbd.table))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
 }

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * op-fleet.h — fleet mode's path of the circuit ops: routed to the circuit
+ * script in Redis, answered when Redis has; this host's copy answers while
+ * Redis is away, and operators' actions are written back.
+ */
+#ifndef CBD_OP_FLEET_H
+#define CBD_OP_FLEET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "op-call.h"
+
+/* Fleet mode (op-fleet.c): send call's op to the circuit script; sets
+ * call->pending, or *answered when the reply is made already, or neither
+ * to have this host's copy answer (Redis cannot take it now). False with
+ * call->err on bad input. */
+bool op_fleet_send(op_call *call, bool *answered);
+/* Fleet mode, Redis away: this host's copy answers call, and an
+ * operator's release, delete or unheld set_state is remembered to be
+ * written back when Redis is back. */
+bool op_fleet_local(op_call *call);
+/* Circuits whose operator actions are remembered while Redis is away;
+ * past it an action is not written back (counted, logged once). */
+#define OP_FLEET_WRITEBACK_MAX 4096
+/* Forget the remembered actions (shutdown). */
+void op_fleet_free(void);
+/* Requests of one connection Redis may be running at once (noreply ones
+ * are not waited for); past it the connection is read no more until one
+ * is answered. */
+#define OP_FLEET_INFLIGHT_MAX 256
+/* c closed: forget its waiting requests, give back its fleet slots. */
+void op_fleet_client_closed(server_client *c);
+/* Start fleet mode (server start). */
+bool op_fleet_start(void);
+
+#endif
