@@ -50,6 +50,11 @@ TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/
 	tests/format.sh tests/gitignore.sh tests/licence.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
 EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh tests/licence.sh
+
+# The layering check: src/LAYERS against the includes of src/ and client/,
+# and its own test (it fails when a lower file includes a higher header).
+TESTS += tests/layering.sh tests/layering-selftest.sh
+EXTRA_DIST += tests/layering.sh tests/layering-selftest.sh tests/layering.py
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
 
