@@ -553,8 +553,8 @@ input_process(server_client *c, size_t budget, int64_t ms)
 	}
 	if (c->state != SERVER_CLIENT_OPEN)
 		return false;
-	/* Idleness is seconds: the coarse clock (no timestamp counter read;
-	 * a precise read per request was 1% of cbd's time). */
+	/* Idleness is seconds: the coarse clock (no timestamp counter read
+	 * per request). */
 	if (start > 0)
 		c->last_request_ms = clock_monotonic_coarse_ms();
 	if (more) {

@@ -733,8 +733,8 @@ server_start(void)
 	stats_name_ops(op_names(), op_count());
 	signal(SIGPIPE, SIG_IGN);
 	/* Not EVENT_BASE_FLAG_PRECISE_TIMER: it rearms a timerfd every turn of
-	 * the loop (a syscall per request at low load, 5% of cbd's CPU at 8
-	 * busy connections), and cbd's timers are milliseconds and more. */
+	 * the loop (a system call per request at low load), and cbd's timers
+	 * are milliseconds and more. */
 	cbd.base = event_base_new();
 	if (cbd.base == NULL || event_base_priority_init(cbd.base, 2) != 0)
 		fatal("cannot create the event loop");
