@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "breaker.h"
+#include "circuit-json.h"
 #include "cbclient.h"
 #include "clock.h"
 #include "proto.h"

@@ -149,12 +149,17 @@ view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, pr
 	proto_error err;
 	cb_policy policy;
 
+	proto_node totals = proto_node_json(json_object_get(j, "totals"));
+	proto_node hold = proto_node_json(json_object_get(j, "hold"));
+	unsigned found;
+
 	memset(view, 0, sizeof *view);
 	view->hold.until = CB_TIME_NONE;
 	if (!json_is_object(j) || !proto_snapshot_from_json(j, &view->snap, NULL, &err) ||
 	    !declared_parse(json_string_value(json_object_get(j, "declared")), declared) ||
-	    !circuit_json_totals_read(json_object_get(j, "totals"), &view->totals, &err) ||
-	    !circuit_json_hold_read(json_object_get(j, "hold"), &view->hold, &err))
+	    !circuit_json_totals_read(&totals, "totals", CIRCUIT_JSON_STRICT, &view->totals, &found,
+		&err) ||
+	    !circuit_json_hold_read(&hold, "hold", CIRCUIT_JSON_STRICT, &view->hold, &err))
 		return false;
 	view->stored = true;
 	view->declared = declared;

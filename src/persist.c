@@ -223,8 +223,9 @@ static bool
 entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char **name,
     proto_error *err)
 {
-	const json_t *totals = json_object_get(entry, "totals");
-	const json_t *hold = json_object_get(entry, "hold");
+	proto_node totals = proto_node_json(json_object_get(entry, "totals"));
+	proto_node hold = proto_node_json(json_object_get(entry, "hold"));
+	unsigned found;
 
 	memset(view, 0, sizeof *view);
 	view->hold.until = CB_TIME_NONE;
@@ -237,8 +238,9 @@ entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char *
 	if (!proto_get_int(entry, "grown_break_ms", 0, CB_DURATION_MAX, false,
 		&view->snap.current_break_ms, NULL, err))
 		return false;
-	return circuit_json_totals_read(totals, &view->totals, err) &&
-	    circuit_json_hold_read(hold, &view->hold, err);
+	return circuit_json_totals_read(&totals, "totals", CIRCUIT_JSON_STRICT, &view->totals,
+		   &found, err) &&
+	    circuit_json_hold_read(&hold, "hold", CIRCUIT_JSON_STRICT, &view->hold, err);
 }
 
 uint64_t

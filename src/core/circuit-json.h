@@ -28,9 +28,28 @@ json_t *circuit_json_hold(const ct_hold *hold);
  * "slow_call_rate"}, rates in percent (0 when empty). */
 json_t *circuit_json_window(const ct_view *view);
 json_t *circuit_json_totals(const ct_totals *totals);
-/* Read them back (a hold: null or absent is no hold; strings point into
- * the JSON). False with err naming the member. */
-bool circuit_json_hold_read(const json_t *hold, ct_hold *out, proto_error *err);
-bool circuit_json_totals_read(const json_t *totals, ct_totals *out, proto_error *err);
+/* How strictly holds and totals are read: cbd's state file and the fleet
+ * script write every member (strict: one left out or out of range is an
+ * error); libcbclient reads replies of cbds of every protocol version
+ * (tolerant: a member left out, or null, is not reported). */
+typedef enum circuit_json_mode {
+	CIRCUIT_JSON_STRICT = 0,
+	CIRCUIT_JSON_TOLERANT,
+} circuit_json_mode;
+
+/* A hold back into *out: absent or null is no hold; strings point into the
+ * node (by_user "" when not given). False with err naming path.member. */
+bool circuit_json_hold_read(proto_node *hold, const char *path, circuit_json_mode mode,
+    ct_hold *out, proto_error *err);
+
+/* The members of totals, in their bits of *found (CIRCUIT_JSON_TOTALS_*). */
+#define CIRCUIT_JSON_TOTALS_COUNT 5
+#define CIRCUIT_JSON_TOTALS_ALL 0x1fu
+/* Totals back into *out: each member found sets its field and its bit in
+ * *found (successes 1, failures 2, ignored 4, slow 8, rejected 16);
+ * tolerant, absent or null totals find none. False with err naming
+ * path.member. */
+bool circuit_json_totals_read(proto_node *totals, const char *path, circuit_json_mode mode,
+    ct_totals *out, unsigned *found, proto_error *err);
 
 #endif
