@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-store.c — the store ops: get, record_success, record_failure, cas,
- * set_state (with holds), release, acquire_slot, release_slot, delete.
+ * op-circuit.c — the circuit ops (see op-circuit.h), what a store client
+ * calls: get, record_success, record_failure, cas, set_state (with
+ * holds), release, acquire_slot, release_slot, delete.
  */
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-sidecar.c — the sidecar ops: allow ("may I call?") and record ("how
- * did it go?", giving back allow's permit).
+ * op-permit.c — the permit ops (see op-permit.h): allow ("may I call?")
+ * and record ("how did it go?", giving back allow's permit).
  */
 #include <string.h>
 

@@ -1,23 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op.c — the op table and the dispatcher: decode the line, check the
- * envelope, the op, admin rights, required members, name and ctx; resolve
- * the circuit's own policy (protocol 2, §1) and report where the request
- * disagrees with it; then call the op's handler and append its reply.
- * Counts requests and errors.
+ * op.c — the op table and the dispatcher (see op.h): decode the line,
+ * check the envelope, the op, admin rights, required members, name and
+ * ctx; resolve the circuit's own policy (protocol 2, §1) and report where
+ * the request disagrees with it; then call the op's handler (or, in fleet
+ * mode, send it to Redis) and append its reply. Counts requests and
+ * errors. The only file that names every op's room.
  */
-#include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/uio.h>
-
-#include <uthash.h>
 
 #include "conf.h"
 #include "daemon.h"
 #include "fleet.h"
-#include "log.h"
 #include "op-circuit.h"
 #include "op-fleet.h"
 #include "op-list.h"
