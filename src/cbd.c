@@ -97,7 +97,10 @@ main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, CBD_MMAP_THRESHOLD);
 	if (config_path != NULL) {
 		if (!conf_load(config_path, &srv.conf, err, sizeof err)) {
-			fprintf(stderr, "cbd: %s\n", err);
+			/* Every error, each on its own line. */
+			for (char *line = strtok(err, "\n"); line != NULL;
+			     line = strtok(NULL, "\n"))
+				fprintf(stderr, "cbd: %s\n", line);
 			return 1;
 		}
 	} else if (!conf_init_defaults(&srv.conf)) {

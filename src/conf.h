@@ -16,8 +16,12 @@
 
 /* The packaged default socket. */
 #define CONF_DEFAULT_SOCKET "/run/cbd/cbd.sock"
-/* Room for an error message naming file, line and key. */
-#define CONF_ERROR_SIZE 512
+/* Room for one error naming file, line and key. */
+#define CONF_ERROR_LINE 512
+/* Most errors of one file reported (the rest are counted). */
+#define CONF_ERRORS_MAX 16
+/* Room for every error reported, one a line. */
+#define CONF_ERROR_SIZE (CONF_ERRORS_MAX * CONF_ERROR_LINE + 64)
 
 typedef enum conf_type {
 	CONF_INT = 0, /* decimal integer within [min, max] */
@@ -108,7 +112,8 @@ const conf_key *conf_key_find(conf_scope scope, const char *name);
 bool conf_init_defaults(cbd_conf *cfg);
 
 /* Load path into cfg (defaults for absent keys). On error, err holds
- * "FILE:LINE: key: what is wrong" and cfg is left freed. */
+ * every error found, one a line in line order, each "FILE:LINE: key:
+ * what is wrong", and cfg is left freed. */
 bool conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size);
 
 void conf_free(cbd_conf *cfg);

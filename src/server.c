@@ -615,7 +615,8 @@ server_reload(void)
 		log_info("reload: no configuration file (built-in defaults); nothing to do");
 	} else if (!conf_load(srv.conf_path, &fresh, err, sizeof err)) {
 		stats.reload_failures++;
-		log_error("reload failed, keeping the old configuration: %s", err);
+		for (char *line = strtok(err, "\n"); line != NULL; line = strtok(NULL, "\n"))
+			log_error("reload failed, keeping the old configuration: %s", line);
 	} else if (!conf_keep_fixed(&fresh, &srv.conf)) {
 		conf_free(&fresh);
 		stats.reload_failures++;
