@@ -1058,6 +1058,32 @@ conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid)
 	return false;
 }
 
+size_t
+conf_fixed_changed(const cbd_conf *fresh, const cbd_conf *old, const char **names, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		const conf_key *key = &keys[i];
+		const char *a = (const char *)fresh + key->offset;
+		const char *b = (const char *)old + key->offset;
+		bool differs;
+
+		if (key->scope != CONF_SCOPE_CBD || key->reloadable)
+			continue;
+		if (key->type == CONF_INT || key->type == CONF_OCTAL || key->type == CONF_LEVEL)
+			differs =
+			    *(const int64_t *)(const void *)a != *(const int64_t *)(const void *)b;
+		else
+			differs = strcmp(*(char *const *)(const void *)a,
+				      *(char *const *)(const void *)b) != 0;
+		if (differs && n < max)
+			names[n] = key->name;
+		n += differs;
+	}
+	return n;
+}
+
 bool
 conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
 {

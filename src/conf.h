@@ -137,6 +137,11 @@ const proto_ctx *conf_preset_find(const cbd_conf *cfg, const char *name);
  * then be freed, not used). */
 bool conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old);
 
+/* How many keys SIGHUP may not change differ between fresh and old; the
+ * names of the first max of them (table order) into names. */
+size_t conf_fixed_changed(const cbd_conf *fresh, const cbd_conf *old, const char **names,
+    size_t max);
+
 /* Is a peer with this uid/gid an admin (uid 0 and cbd's own uid included)? */
 bool conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid);
 

@@ -26,6 +26,7 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 void
 stats_init(void)
 {
+	json_decref(stats.last_reload);
 	stats = (cbd_stats){ 0 };
 	stats.started_at = clock_realtime_ms();
 	stats.started_mono = clock_monotonic_ms();
@@ -125,5 +126,7 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "state_write_failures", stats.state_write_failures) &&
 	    set_uint(reply, "state_write_pause_max_us", stats.state_write_pause_max_us) &&
 	    set_uint(reply, "reloads", stats.reloads) &&
-	    set_uint(reply, "reload_failures", stats.reload_failures);
+	    set_uint(reply, "reload_failures", stats.reload_failures) &&
+	    json_object_set_new(reply, "last_reload",
+		stats.last_reload != NULL ? json_deep_copy(stats.last_reload) : json_null()) == 0;
 }

@@ -52,6 +52,8 @@ typedef struct cbd_stats {
 	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
 	uint64_t reloads;
 	uint64_t reload_failures;
+	/* The last reload's result, stats' last_reload (NULL: none yet). */
+	json_t *last_reload;
 } cbd_stats;
 
 /* The daemon's counters (cbd is single-threaded). */

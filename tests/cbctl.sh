@@ -395,12 +395,29 @@ run 0 "reload" reload
 expect out "^cbd \\(pid $pid\\) reloaded its configuration\$" "reload names cbd's pid"
 run 0 "policy after reload" policy reloaded
 expect out '^failure_threshold +7 +config$' "the reloaded config applies"
-printf 'this is not a config line\n' >>"$tmp/cbd.conf"
+printf 'this is not a config line\n[circuit "x"]\nbreak_ms = 0\n' >>"$tmp/cbd.conf"
+n=$(wc -l <"$tmp/cbd.conf")
 run 1 "reload of a broken config" reload
 expect err '^cbctl: reload: .* kept its old configuration' "a failed reload is reported"
+expect err "^cbctl:   $tmp/cbd.conf:$((n - 2)): syntax error" "a failed reload prints cbd's reason"
+expect err "^cbctl:   $tmp/cbd.conf:$n: break_ms: " "a failed reload prints every error"
+run 1 "reload --json of a broken config" reload --json
+expect out "^\\{\"reloaded\":false,\"pid\":$pid,\"error\":\".*:$n: break_ms: " \
+	"reload --json carries the reason"
 cp "$tmp/cbd.conf.orig" "$tmp/cbd.conf"
 run 0 "reload --json" reload --json
-expect out "^\\{\"reloaded\":true,\"pid\":$pid\\}\$" "reload --json"
+expect out "^\\{\"reloaded\":true,\"pid\":$pid,\"restart_needed\":\\[\\]\\}\$" "reload --json"
+# Keys only a restart changes: the reload says which changed.
+sed 's/^socket_mode = 0666$/socket_mode = 0660\nmetrics_listen = 127.0.0.1:1/' \
+	"$tmp/cbd.conf.orig" >"$tmp/cbd.conf"
+run 0 "reload of restart-only keys" reload
+expect out "^changed keys that keep their old value until cbd restarts: socket_mode, metrics_listen\$" \
+	"reload names the changed keys that need a restart"
+run 0 "reload --json of restart-only keys" reload --json
+expect out "\"restart_needed\":\\[\"socket_mode\",\"metrics_listen\"\\]" \
+	"reload --json names the keys that need a restart"
+cp "$tmp/cbd.conf.orig" "$tmp/cbd.conf"
+run 0 "reload back" reload
 run 3 "reload without cbd" reload -s "$tmp/nothing.sock"
 
 # Options after the command, a missing value, half-open spellings.
