@@ -540,6 +540,8 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 		env CBD_SOCKET="$sock" "$tmp/cbctl" open payments --no-hold >"$tmp/out" 2>"$tmp/err"
 	[ $? -eq 1 ] && pass "nobody may not force (exit 1)" || fail "nobody open not refused"
 	expect err 'forbidden' "refusal names the error code"
+	expect err "forbidden: set_state is an admin op .*admin_users and admin_groups name the admins" \
+		"the refusal says where admins are named"
 	setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		env CBD_SOCKET="$sock" "$tmp/cbctl" open payments --for 1m --reason x \
 		>"$tmp/out" 2>"$tmp/err"
@@ -568,7 +570,24 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 		[ $? -eq 3 ] && pass "$c: permission denied is unreachable (exit 3)" ||
 			fail "$c: permission denied: $(cat "$tmp/err")"
 		expect err 'Permission denied' "$c: permission denied named"
-		expect err '^cbctl: hint: .*join (it|group cbd)' "$c: hint to join group cbd"
+		expect err '^cbctl: hint: a directory on the way to .*/private/cbd.sock is closed' \
+			"$c: the hint names the closed directory"
+	done
+	# A socket of another group (socket_group): the hint names that group,
+	# read from the socket, and so does libcbclient's message.
+	python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+		"$tmp/grp.sock" && chgrp daemon "$tmp/grp.sock" && chmod 0660 "$tmp/grp.sock"
+	for c in ping watch; do
+		setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			env CBD_SOCKET="$tmp/grp.sock" "$tmp/cbctl" $c >"$tmp/out" 2>"$tmp/err"
+		[ $? -eq 3 ] && pass "$c: permission denied on the socket (exit 3)" ||
+			fail "$c: permission denied on the socket: $(cat "$tmp/err")"
+		expect err '^cbctl: hint: .*members of group daemon \(mode 0660\): join it \(usermod -aG daemon USER' \
+			"$c: the hint names the socket's group"
+		reject err 'group cbd' "$c: the hint does not name group cbd"
+		[ $c = ping ] &&
+			expect err 'Permission denied \(the socket is for its owner and group daemon, mode 0660\)' \
+				"libcbclient's error names the socket's group"
 	done
 fi
 
