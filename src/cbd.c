@@ -133,6 +133,8 @@ main(int argc, char **argv)
 	srv.verbose = verbose;
 	log_set_level(verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
 	log_set_timestamps(srv.conf.log_timestamps != 0);
+	log_set_format(
+	    strcmp(srv.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
 	if (!server_start()) {
 		server_free();
 		libevent_global_shutdown();

@@ -89,8 +89,12 @@ static const conf_key keys[] = {
 	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true, "error, warning, info or debug"),
 	CBD_KEY(open_warning_interval, CONF_INT, 0, CONF_WARNING_INTERVAL_MAX, "60", true,
 	    "seconds between warnings listing open circuits (0: off)"),
-	CBD_KEY(log_timestamps, CONF_INT, 0, 1, "0", true,
-	    "1: start each log line with the local time (never under journald)"),
+	CBD_KEY(log_timestamps, CONF_INT, 0, 1, "1", true,
+	    "1: start each text log line with the local time, unless stderr is the journal "
+	    "(which stamps lines itself); 0: never"),
+	CBD_KEY(log_format, CONF_STRING, 0, 0, "text", true,
+	    "text (LEVEL: message) or json (one object a line: time, level, msg and the "
+	    "event's fields, for log shippers)"),
 	CBD_KEY(idle_reclaim_ms, CONF_INT, 0, CB_DURATION_MAX, "3600000", true,
 	    "a closed, unheld circuit unused this long is dropped (0: only at max_circuits)"),
 	CBD_KEY(max_slots, CONF_INT, 1, CONF_SLOTS_MAX, "65536", true,
@@ -525,6 +529,9 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 		if (strcmp(name, "metrics_listen") == 0 && value[0] != '\0' &&
 		    !metrics_listen_valid(value, &bad))
 			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
+		if (strcmp(name, "log_format") == 0 && strcmp(value, "text") != 0 &&
+		    strcmp(value, "json") != 0)
+			return loader_fail(ld, name, "must be text or json (got \"%s\")", value);
 		if (strcmp(name, "backend") == 0 && strcmp(value, "memory") != 0 &&
 		    strcmp(value, "redis") != 0)
 			return loader_fail(ld, name, "must be memory or redis (got \"%s\")", value);
@@ -874,6 +881,7 @@ conf_free(cbd_conf *cfg)
 	free(cfg->admin_users);
 	free(cfg->admin_groups);
 	free(cfg->state_file);
+	free(cfg->log_format);
 	free(cfg->metrics_listen);
 	free(cfg->backend);
 	free(cfg->redis);

@@ -73,6 +73,7 @@ typedef struct cbd_conf {
 	int64_t log_level;
 	int64_t open_warning_interval;
 	int64_t log_timestamps;
+	char *log_format; /* "text" or "json" */
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
 	char *state_file;

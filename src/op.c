@@ -124,9 +124,16 @@ op_log_change(const char *name, const ct_change *change)
 	stats.transitions++;
 	if (!log_limit_allow(name))
 		return;
-	log_info("circuit %s: %s -> %s (%s)", log_quote(name, quoted, sizeof quoted),
-	    breaker_state_name(change->from), breaker_state_name(change->to),
-	    breaker_reason_text(change->reason));
+	{
+		const log_field fields[] = { { "circuit", name, false },
+			{ "from", breaker_state_name(change->from), false },
+			{ "to", breaker_state_name(change->to), false },
+			{ "reason", breaker_reason_text(change->reason), false } };
+
+		log_fields(LOG_LEVEL_INFO, fields, 4, "circuit %s: %s -> %s (%s)",
+		    log_quote(name, quoted, sizeof quoted), fields[1].value, fields[2].value,
+		    fields[3].value);
+	}
 }
 
 void
@@ -136,8 +143,14 @@ op_log_hold(const char *name, const ct_change *change, const ct_view *view)
 
 	if (change->reason == CB_REASON_NONE || change->from != change->to)
 		return;
-	log_info("circuit %s: %s (%s)", log_quote(name, quoted, sizeof quoted),
-	    view->hold.held ? "held" : "hold ended", breaker_reason_text(change->reason));
+	{
+		const log_field fields[] = { { "circuit", name, false },
+			{ "hold", view->hold.held ? "held" : "hold ended", false },
+			{ "reason", breaker_reason_text(change->reason), false } };
+
+		log_fields(LOG_LEVEL_INFO, fields, 3, "circuit %s: %s (%s)",
+		    log_quote(name, quoted, sizeof quoted), fields[1].value, fields[2].value);
+	}
 }
 
 bool
@@ -378,10 +391,15 @@ op_peer_user(op_call *call, char *buf, size_t size)
 void
 op_audit(op_call *call, const char *what, const char *reason)
 {
-	char quoted[LOG_QUOTE_SIZE], why[LOG_QUOTE_SIZE], user[CT_USER_MAX + 1];
+	char quoted[LOG_QUOTE_SIZE], why[LOG_QUOTE_SIZE], user[CT_USER_MAX + 1], uid[24];
+	log_field fields[] = { { "audit", what, false }, { "uid", uid, true },
+		{ "user", NULL, false }, { "circuit", call->name, false },
+		{ "reason", reason, false } };
 
 	op_peer_user(call, user, sizeof user);
-	log_info("audit: uid %ld (%s) %s circuit %s%s%s", (long)call->client->uid,
+	snprintf(uid, sizeof uid, "%ld", (long)call->client->uid);
+	fields[2].value = user[0] != '\0' ? user : NULL;
+	log_fields(LOG_LEVEL_INFO, fields, 5, "audit: uid %s (%s) %s circuit %s%s%s", uid,
 	    user[0] != '\0' ? user : "unknown user", what,
 	    log_quote(call->name, quoted, sizeof quoted), reason != NULL ? ", reason " : "",
 	    reason != NULL ? log_quote(reason, why, sizeof why) : "");

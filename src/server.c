@@ -595,6 +595,8 @@ server_conf_apply(void)
 	raise_fd_limit();
 	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
 	log_set_timestamps(srv.conf.log_timestamps != 0);
+	log_set_format(
+	    strcmp(srv.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
 	warn_schedule();
 	for (server_client *c = srv.clients; c != NULL; c = c->next)
 		server_client_idle_schedule(c);
