@@ -379,7 +379,8 @@ START_TEST(test_log_format_json)
 	util_start_logged(&h, "[cbd]\nlog_format = json\n", NULL, log_path);
 	a = harness_connect(&h);
 	json_decref(util_call(a,
-	    "{\"op\":\"set_state\",\"name\":\"j \\\"q\\\"\\u00e9\",\"state\":\"open\",\"hold\":true,\"reason\":"
+	    "{\"op\":\"set_state\",\"name\":\"j "
+	    "\\\"q\\\"\\u00e9\",\"state\":\"open\",\"hold\":true,\"reason\":"
 	    "\"INC-1\"}"));
 	ck_assert(util_wait_file(log_path, "\"from\":\"closed\",\"to\":\"open\""));
 	close(a);
