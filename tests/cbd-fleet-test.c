@@ -278,7 +278,7 @@ END_TEST
 START_TEST(test_forced_state_during_outage_is_written_back)
 {
 	json_t *r;
-	int watcher;
+	int watcher, watcher_b;
 
 	host_a_as_own_user();
 	json_decref(util_call_ok(a,
@@ -305,10 +305,23 @@ START_TEST(test_forced_state_during_outage_is_written_back)
 	watcher = harness_connect(&host_a);
 	ck_assert(watcher >= 0);
 	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"fc2\"]}"));
+	/* A watcher on b: fc is open there. */
+	watcher_b = harness_connect(&host_b);
+	ck_assert(watcher_b >= 0);
+	json_decref(util_call_ok(watcher_b, "{\"op\":\"watch\",\"names\":[\"fc\"]}"));
 	host_a_let_in(1, 1);
-	/* The trip that stands is news on a. */
-	json_decref(util_next_event(watcher, "change", NULL, "closed", "open"));
+	/* The trip that stands is news on a: the fleet's circuit, merged. */
+	r = util_next_event(watcher, "change", NULL, "closed", "open");
+	ck_assert_str_eq(util_str(r, "reason"), "merged with the fleet's circuit");
+	json_decref(r);
 	close(watcher);
+	/* On b, the close is the write-back's, and says so (the reason b logs
+	 * too), not "forced by an operator" as if made on b. */
+	r = util_next_event(watcher_b, "change", NULL, "open", "closed");
+	ck_assert_msg(strncmp(util_str(r, "reason"), "written back: ", 14) == 0, "reason %s",
+	    util_str(r, "reason"));
+	json_decref(r);
+	close(watcher_b);
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
 	ck_assert_msg(util_bool(r, "allowed"), "the circuit closed during the outage is open");
 	ck_assert_str_eq(util_str(r, "state"), "closed");
