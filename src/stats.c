@@ -38,6 +38,12 @@ stats_limit_hit(stats_limit limit)
 	stats.limits[limit]++;
 }
 
+const char *
+stats_limit_name(stats_limit limit)
+{
+	return (unsigned)limit < STATS_LIMIT_COUNT ? limit_names[limit] : "unknown";
+}
+
 /* obj[key] = v; false when out of memory. */
 static bool
 set_uint(json_t *obj, const char *key, uint64_t v)

@@ -65,6 +65,9 @@ void stats_init(void);
 /* Count a limit hit. */
 void stats_limit_hit(stats_limit limit);
 
+/* A limit's name in stats.limits and cbd_limit_hits_total ("max_slots"). */
+const char *stats_limit_name(stats_limit limit);
+
 /* The stats op's result members, added to reply. op_names has op_count rows;
  * table adds circuits, slots and max_circuits refusals. */
 bool stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,

@@ -313,8 +313,12 @@ grep -q '^cbd_up 1$' "$tmp/textfile/cbd.prom" 2>/dev/null && pass "cbd.prom writ
 	fail "no cbd.prom"
 CBD_SOCKET="$tmp/nothing.sock" TEXTFILE_DIR="$tmp/textfile" sh -c "$cmd" 2>/dev/null &&
 	fail "the service's command succeeded without cbd" || pass "without cbd the command fails"
-grep -q '^cbd_up 1$' "$tmp/textfile/cbd.prom" && pass "a failed run keeps the last cbd.prom" ||
-	fail "a failed run broke cbd.prom"
+grep -q '^cbd_up 0$' "$tmp/textfile/cbd.prom" && pass "a failed run writes cbd_up 0" ||
+	fail "a failed run left: $(cat "$tmp/textfile/cbd.prom")"
+if command -v promtool >/dev/null 2>&1; then
+	promtool check metrics <"$tmp/textfile/cbd.prom" >"$tmp/prom" 2>&1 &&
+		pass "promtool accepts the cbd_up 0 file" || fail "promtool: $(cat "$tmp/prom")"
+fi
 [ "$(ls "$tmp/textfile")" = "cbd.prom" ] && pass "no temporary file left" ||
 	fail "textfile directory holds: $(ls "$tmp/textfile")"
 grep -q '^OnUnitActiveSec=15s$' "$CBD_SRCDIR/systemd/cbd-metrics.timer" &&

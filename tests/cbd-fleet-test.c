@@ -652,6 +652,44 @@ START_TEST(test_cbctl_stats_shows_the_backend)
 }
 END_TEST
 
+/* Every fleet series the Grafana dashboard's fleet row queries is one a
+ * fleet cbd exports (cbd-metrics-test checks the others). */
+START_TEST(test_dashboard_fleet_series_exported)
+{
+	char path[1024], name[128], type[160];
+	json_t *dash, *panel, *target, *r;
+	json_error_t err;
+	const char *text;
+	size_t i, k;
+	int found = 0;
+
+	snprintf(path, sizeof path, "%s/conf/grafana-cbd.json", getenv("CBD_SRCDIR"));
+	dash = json_load_file(path, 0, &err);
+	ck_assert_msg(dash != NULL, "%s: %s", path, err.text);
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	text = util_str(r, "text");
+	json_array_foreach (json_object_get(dash, "panels"), i, panel) {
+		json_array_foreach (json_object_get(panel, "targets"), k, target) {
+			const char *p = json_string_value(json_object_get(target, "expr"));
+
+			while (p != NULL && (p = strstr(p, "cbd_backend_")) != NULL) {
+				size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+
+				snprintf(name, sizeof name, "%.*s", (int)n, p);
+				snprintf(type, sizeof type, "# TYPE %s ", name);
+				ck_assert_msg(strstr(text, type) != NULL,
+				    "the dashboard queries %s", name);
+				found++;
+				p += n;
+			}
+		}
+	}
+	ck_assert_int_ge(found, 6);
+	json_decref(r);
+	json_decref(dash);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -671,6 +709,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_skewed_host_agrees_on_the_break);
 	tcase_add_test(tc, test_script_loaded_again_after_noscript);
 	tcase_add_test(tc, test_cbctl_stats_shows_the_backend);
+	tcase_add_test(tc, test_dashboard_fleet_series_exported);
 	tcase_add_test(tc, test_release_during_outage_is_written_back);
 	tcase_add_test(tc, test_release_during_outage_spares_a_newer_hold);
 	tcase_add_test(tc, test_hold_replaced_during_outage_is_written_back);
