@@ -113,6 +113,9 @@ EXTRA_DIST += tests/node.sh
 # and exactly one of three processes runs the half-open trial.
 TESTS += tests/cross-language.sh
 EXTRA_DIST += tests/cross-language.sh
+# The three example services fall back alike.
+TESTS += tests/examples.sh
+EXTRA_DIST += tests/examples.sh
 
 # fleet mode's circuit script (src/fleet.lua) in a private redis-server:
 # the trace, each op, and random op sequences against the C core.
