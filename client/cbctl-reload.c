@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -79,9 +80,10 @@ reload_is_cbd(pid_t pid)
 	return false;
 }
 
-/* stats' reloads and reload_failures; false after printing why. */
+/* stats' reloads and reload_failures, and its last_reload (a new
+ * reference, or NULL; may be NULL itself); false after printing why. */
 static bool
-reload_counts(cbctl *ctl, json_int_t *reloads, json_int_t *failures)
+reload_counts(cbctl *ctl, json_int_t *reloads, json_int_t *failures, json_t **last)
 {
 	char *reply = NULL;
 	cbc_error err;
@@ -97,14 +99,75 @@ reload_counts(cbctl *ctl, json_int_t *reloads, json_int_t *failures)
 	cbc_free(reply);
 	*reloads = json_integer_value(json_object_get(obj, "reloads"));
 	*failures = json_integer_value(json_object_get(obj, "reload_failures"));
+	if (last != NULL) {
+		*last = json_object_get(obj, "last_reload");
+		json_incref(*last);
+	}
 	json_decref(obj);
 	return true;
+}
+
+/* The success line: cbd's pid, and the changed keys that wait for a
+ * restart (stats' last_reload.restart_needed). */
+static void
+reload_print_done(const cbctl *ctl, pid_t pid, const json_t *last)
+{
+	json_t *restart = json_object_get(last, "restart_needed");
+	size_t n = json_array_size(restart), i;
+	json_t *key;
+
+	if (ctl->json) {
+		char *keys = json_is_array(restart) ? json_dumps(restart, JSON_COMPACT) : NULL;
+
+		printf("{\"reloaded\":true,\"pid\":%ld,\"restart_needed\":%s}\n", (long)pid,
+		    keys != NULL ? keys : "[]");
+		free(keys);
+		return;
+	}
+	printf("cbd (pid %ld) reloaded its configuration\n", (long)pid);
+	if (n == 0)
+		return;
+	printf("changed keys that keep their old value until cbd restarts:");
+	json_array_foreach (restart, i, key)
+		printf("%s %s", i > 0 ? "," : "", json_string_value(key));
+	printf("\n(systemctl restart cbd applies them)\n");
+}
+
+/* The failure: every error cbd found (stats' last_reload.error). */
+static void
+reload_print_failed(const cbctl *ctl, pid_t pid, const json_t *last)
+{
+	const char *error = json_string_value(json_object_get(last, "error"));
+	const char *p = error, *nl;
+
+	if (ctl->json) {
+		json_t *out = json_pack("{s:b, s:I, s:s?}", "reloaded", 0, "pid", (json_int_t)pid,
+		    "error", error);
+		char *text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
+
+		if (text != NULL)
+			printf("%s\n", text);
+		free(text);
+		json_decref(out);
+	}
+	if (error == NULL) {
+		cbctl_errorf("reload: cbd (pid %ld) kept its old configuration: the file has "
+			     "errors (see cbd's log; cbd -t -c FILE checks it)",
+		    (long)pid);
+		return;
+	}
+	cbctl_errorf("reload: cbd (pid %ld) kept its old configuration:", (long)pid);
+	for (; p != NULL && *p != '\0'; p = nl != NULL ? nl + 1 : NULL) {
+		nl = strchr(p, '\n');
+		cbctl_errorf("  %.*s", nl != NULL ? (int)(nl - p) : (int)strlen(p), p);
+	}
 }
 
 int
 cbctl_cmd_reload(cbctl *ctl)
 {
 	json_int_t reloads, failures, r, f;
+	json_t *last = NULL;
 	struct timespec pause = { 0, RELOAD_POLL_MS * 1000000L };
 	pid_t pid = reload_peer_pid(ctl);
 
@@ -112,7 +175,7 @@ cbctl_cmd_reload(cbctl *ctl)
 		return EXIT_UNREACHABLE;
 	if (!reload_is_cbd(pid))
 		return EXIT_REFUSED;
-	if (!reload_counts(ctl, &reloads, &failures))
+	if (!reload_counts(ctl, &reloads, &failures, NULL))
 		return EXIT_UNREACHABLE;
 	if (kill(pid, SIGHUP) != 0) {
 		int e = errno;
@@ -124,23 +187,19 @@ cbctl_cmd_reload(cbctl *ctl)
 		return e == ESRCH ? EXIT_UNREACHABLE : EXIT_REFUSED;
 	}
 	for (int waited = 0; waited <= ctl->io_ms; waited += RELOAD_POLL_MS) {
-		if (!reload_counts(ctl, &r, &f))
+		if (!reload_counts(ctl, &r, &f, &last))
 			return EXIT_UNREACHABLE;
 		if (r > reloads) {
-			if (ctl->json)
-				printf("{\"reloaded\":true,\"pid\":%ld}\n", (long)pid);
-			else
-				printf("cbd (pid %ld) reloaded its configuration\n", (long)pid);
+			reload_print_done(ctl, pid, last);
+			json_decref(last);
 			return EXIT_OK;
 		}
 		if (f > failures) {
-			if (ctl->json)
-				printf("{\"reloaded\":false,\"pid\":%ld}\n", (long)pid);
-			cbctl_errorf("reload: cbd (pid %ld) kept its old configuration: the file "
-				     "has errors (see cbd's log; cbd -t -c FILE checks it)",
-			    (long)pid);
+			reload_print_failed(ctl, pid, last);
+			json_decref(last);
 			return EXIT_REFUSED;
 		}
+		json_decref(last);
 		nanosleep(&pause, NULL);
 	}
 	cbctl_errorf("reload: sent SIGHUP to cbd (pid %ld), but its stats did not count a "

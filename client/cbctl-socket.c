@@ -50,7 +50,7 @@ cbctl_connect(const cbctl *ctl)
 		}
 		cbctl_errorf("cannot reach cbd at %s: %s", path, strerror(e));
 		if (e == EACCES)
-			cbctl_permission_hint();
+			cbctl_permission_hint(path);
 		return -1;
 	}
 	return fd;

@@ -10,10 +10,12 @@
  * 2 usage error, 3 the daemon is unreachable (the message names the socket).
  */
 #include <errno.h>
+#include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -178,10 +180,25 @@ cbctl_last_reply(cbctl *ctl)
 }
 
 void
-cbctl_permission_hint(void)
+cbctl_permission_hint(const char *path)
 {
-	errorf("hint: the socket is for root and the members of group cbd: join it "
-	       "(usermod -aG cbd USER, then log in again) or use sudo");
+	struct stat st;
+	struct group *gr;
+	char gid[32];
+
+	/* The group that may connect is the socket's own (socket_group). */
+	if (stat(path, &st) != 0) {
+		errorf("hint: a directory on the way to %s is closed to you (%s): ask for access "
+		       "to it, or use sudo",
+		    path, strerror(errno));
+		return;
+	}
+	gr = getgrgid(st.st_gid);
+	snprintf(gid, sizeof gid, "%ld", (long)st.st_gid);
+	errorf("hint: the socket is for its owner and the members of group %s (mode %04o): join "
+	       "it (usermod -aG %s USER, then log in again) or use sudo",
+	    gr != NULL ? gr->gr_name : gid, (unsigned)(st.st_mode & 07777),
+	    gr != NULL ? gr->gr_name : gid);
 }
 
 /* Print the last reply as it came (--json). */
@@ -214,7 +231,7 @@ cbctl_fail_status(cbctl *ctl, cbc_status status, const cbc_error *err)
 		errorf("cannot reach cbd at %s: %s", cbc_conn_socket_path(ctl->conn), err->message);
 		/* libcbclient's message ends with strerror(errno). */
 		if (status == CBC_ECONNECT && strstr(err->message, strerror(EACCES)) != NULL)
-			cbctl_permission_hint();
+			cbctl_permission_hint(cbc_conn_socket_path(ctl->conn));
 		return EXIT_UNREACHABLE;
 	case CBC_EREFUSED:
 	case CBC_ECAPACITY:

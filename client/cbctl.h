@@ -67,8 +67,9 @@ json_t *cbctl_last_reply(cbctl *ctl);
 /* Report a failed libcbclient call and map it to an exit code. */
 int cbctl_fail_status(cbctl *ctl, cbc_status status, const cbc_error *err);
 
-/* Print the hint for a socket the user may not connect to. */
-void cbctl_permission_hint(void);
+/* Print the hint for a socket the user may not connect to: the group
+ * that may (the socket's own), or the directory in the way. */
+void cbctl_permission_hint(const char *path);
 
 /* A raw connection to cbd's socket (for what libcbclient's request/reply
  * API does not do: reading events, the peer's credentials). The fd, or -1

@@ -12,12 +12,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -181,6 +183,28 @@ conn_idle_alive(cbc_conn *conn)
 	return false;
 }
 
+/* EACCES: name the group that may connect (the socket's own), which a
+ * caller can join, or say a directory on the way is closed. */
+static cbc_status
+conn_fail_access(const cbc_conn *conn, cbc_error *err)
+{
+	struct group gr, *found = NULL;
+	char buf[1024], gid[32];
+	struct stat st;
+
+	if (stat(conn->path, &st) != 0)
+		return cbci_fail(err, CBC_ECONNECT,
+		    "cannot connect to %s: %s (a directory on the way is closed to this process)",
+		    conn->path, strerror(EACCES));
+	snprintf(gid, sizeof gid, "%ld", (long)st.st_gid);
+	if (getgrgid_r(st.st_gid, &gr, buf, sizeof buf, &found) != 0)
+		found = NULL;
+	return cbci_fail(err, CBC_ECONNECT,
+	    "cannot connect to %s: %s (the socket is for its owner and group %s, mode %04o)",
+	    conn->path, strerror(EACCES), found != NULL ? found->gr_name : gid,
+	    (unsigned)(st.st_mode & 07777));
+}
+
 /* Connect (lock held). The connect blocks at most connect_timeout_ms:
  * SO_SNDTIMEO bounds a Unix-socket connect to a daemon whose backlog is
  * full (a stopped daemon); a missing socket fails at once. */
@@ -218,6 +242,8 @@ conn_open_locked(cbc_conn *conn, cbc_error *err)
 			return cbci_fail(err, CBC_ETIMEOUT,
 			    "connecting to %s timed out after %d ms", conn->path,
 			    conn->connect_timeout_ms);
+		if (e == EACCES)
+			return conn_fail_access(conn, err);
 		return cbci_fail(err, CBC_ECONNECT, "cannot connect to %s: %s", conn->path,
 		    strerror(e));
 	}

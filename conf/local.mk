@@ -2,7 +2,7 @@
 # conf/local.mk — the example configuration, installed as an example (not
 # as the live /etc/cbd/cbd.conf, which belongs to the administrator).
 cbdexampledir = $(docdir)/examples
-dist_cbdexample_DATA = conf/cbd.conf conf/grafana-cbd.json
+dist_cbdexample_DATA = conf/cbd.conf conf/grafana-cbd.json conf/cbd-alerts.yml
 
 # The live config: installed only when absent, so that reinstalling never
 # overwrites an administrator's file (cbd.service reads it from here).

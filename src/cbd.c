@@ -97,7 +97,10 @@ main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, CBD_MMAP_THRESHOLD);
 	if (config_path != NULL) {
 		if (!conf_load(config_path, &cbd.conf, err, sizeof err)) {
-			fprintf(stderr, "cbd: %s\n", err);
+			/* Every error, each on its own line. */
+			for (char *line = strtok(err, "\n"); line != NULL;
+			     line = strtok(NULL, "\n"))
+				fprintf(stderr, "cbd: %s\n", line);
 			return 1;
 		}
 	} else if (!conf_init_defaults(&cbd.conf)) {
@@ -130,6 +133,8 @@ main(int argc, char **argv)
 	cbd.verbose = verbose;
 	log_set_level(verbose ? LOG_LEVEL_DEBUG : (log_level)cbd.conf.log_level);
 	log_set_timestamps(cbd.conf.log_timestamps != 0);
+	log_set_format(
+	    strcmp(cbd.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
 	if (!server_start()) {
 		server_free();
 		libevent_global_shutdown();

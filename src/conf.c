@@ -34,7 +34,7 @@ struct conf_circuit {
 	UT_hash_handle hh;
 	proto_ctx ctx;
 	int line; /* of its first key, for errors found after loading */
-	int preset_line; /* of its preset key */
+	int key_line[PROTO_CTX_KEY_COUNT]; /* where each key was set */
 	char name[];
 };
 
@@ -50,6 +50,8 @@ struct conf_circuit {
 #define CONF_IDLE_MAX INT64_C(86400000)
 #define CONF_REDIS_TIMEOUT_MAX INT64_C(60000)
 #define CONF_REDIS_PREFIX_MAX 64
+/* What libinih cannot read. */
+#define CONF_SYNTAX_ERROR "syntax error (expected [section] or key = value)"
 
 #define CBD_KEY(n, t, lo, hi, def, reload, help)                                                   \
 	{                                                                                          \
@@ -87,8 +89,12 @@ static const conf_key keys[] = {
 	CBD_KEY(log_level, CONF_LEVEL, 0, 0, "info", true, "error, warning, info or debug"),
 	CBD_KEY(open_warning_interval, CONF_INT, 0, CONF_WARNING_INTERVAL_MAX, "60", true,
 	    "seconds between warnings listing open circuits (0: off)"),
-	CBD_KEY(log_timestamps, CONF_INT, 0, 1, "0", true,
-	    "1: start each log line with the local time (never under journald)"),
+	CBD_KEY(log_timestamps, CONF_INT, 0, 1, "1", true,
+	    "1: start each text log line with the local time, unless stderr is the journal "
+	    "(which stamps lines itself); 0: never"),
+	CBD_KEY(log_format, CONF_STRING, 0, 0, "text", true,
+	    "text (LEVEL: message) or json (one object a line: time, level, msg and the "
+	    "event's fields, for log shippers)"),
 	CBD_KEY(idle_reclaim_ms, CONF_INT, 0, CB_DURATION_MAX, "3600000", true,
 	    "a closed, unheld circuit unused this long is dropped (0: only at max_circuits)"),
 	CBD_KEY(max_slots, CONF_INT, 1, CONF_SLOTS_MAX, "65536", true,
@@ -174,6 +180,12 @@ conf_key_find(conf_scope scope, const char *name)
 	return NULL;
 }
 
+/* One error of a load: its line (for sorting) and its text. */
+typedef struct conf_error {
+	int line;
+	char text[CONF_ERROR_LINE];
+} conf_error;
+
 /* The state of one load, handed to inih's callbacks. */
 typedef struct conf_loader {
 	cbd_conf *cfg;
@@ -182,10 +194,13 @@ typedef struct conf_loader {
 	int line; /* number of the line being handled */
 	char *buf; /* getline's buffer */
 	size_t buf_size;
-	int error_line; /* first error found by the handler, 0: none */
-	char error[CONF_ERROR_SIZE];
+	int error_line; /* first error found, 0: none */
+	conf_error errors[CONF_ERRORS_MAX]; /* every error, up to the bound */
+	size_t error_count; /* errors found, those past the bound included */
 	int users_line, groups_line; /* where admin_users / admin_groups were set */
-	int defaults_line, defaults_preset_line; /* [defaults]' first key, its preset */
+	int defaults_line; /* [defaults]' first key */
+	int defaults_key_line[PROTO_CTX_KEY_COUNT]; /* where each [defaults] key was set */
+	char bad_section[CONF_ERROR_LINE / 2]; /* the last section reported as bad */
 	struct seen_key *seen; /* "section\nkey" -> line: duplicates are errors */
 } conf_loader;
 
@@ -317,24 +332,80 @@ named_section(conf_circuit **sections, const char *name, int line)
 	return c;
 }
 
-/* Record the first error of a load; returns 0 for inih. */
-static int __attribute__((format(printf, 3, 4)))
-loader_fail(conf_loader *ld, const char *key, const char *fmt, ...)
+/* Record an error of line `line` (every one is reported, up to
+ * CONF_ERRORS_MAX); the text is "FILE:LINE: " then fmt's. */
+static void __attribute__((format(printf, 3, 4)))
+loader_error(conf_loader *ld, int line, const char *fmt, ...)
 {
-	char why[CONF_ERROR_SIZE / 2];
+	conf_error *e;
 	va_list ap;
 	int n;
 
-	if (ld->error_line != 0)
-		return 0;
+	if (ld->error_line == 0 || line < ld->error_line)
+		ld->error_line = line;
+	if (ld->error_count++ >= CONF_ERRORS_MAX)
+		return;
+	e = &ld->errors[ld->error_count - 1];
+	e->line = line;
+	n = snprintf(e->text, sizeof e->text, "%s:%d: ", ld->path, line);
+	if (n < 0 || (size_t)n >= sizeof e->text)
+		return; /* cut; still names the file */
+	va_start(ap, fmt);
+	vsnprintf(e->text + n, sizeof e->text - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+/* Record an error about key on the line being handled; returns 0 for inih. */
+static int __attribute__((format(printf, 3, 4)))
+loader_fail(conf_loader *ld, const char *key, const char *fmt, ...)
+{
+	char why[CONF_ERROR_LINE];
+	va_list ap;
+
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
-	ld->error_line = ld->line;
-	n = snprintf(ld->error, sizeof ld->error, "%s:%d: %s: %s", ld->path, ld->line, key, why);
-	if (n < 0 || (size_t)n >= sizeof ld->error)
-		ld->error[sizeof ld->error - 1] = '\0'; /* cut; still names file and line */
+	loader_error(ld, ld->line, "%s: %s", key, why);
 	return 0;
+}
+
+/* Was an error recorded on line? */
+static bool
+loader_error_on(const conf_loader *ld, int line)
+{
+	for (size_t i = 0; i < ld->error_count && i < CONF_ERRORS_MAX; i++) {
+		if (ld->errors[i].line == line)
+			return true;
+	}
+	return false;
+}
+
+/* Every error of the load into err, one a line, in line order. */
+static void
+loader_errors_text(conf_loader *ld, char *err, size_t err_size)
+{
+	size_t n = ld->error_count < CONF_ERRORS_MAX ? ld->error_count : CONF_ERRORS_MAX;
+	size_t len = 0;
+
+	err[0] = '\0';
+	/* Insertion sort, stable: errors of one line keep the order found. */
+	for (size_t i = 1; i < n; i++) {
+		conf_error e = ld->errors[i];
+		size_t j = i;
+
+		for (; j > 0 && ld->errors[j - 1].line > e.line; j--)
+			ld->errors[j] = ld->errors[j - 1];
+		ld->errors[j] = e;
+	}
+	for (size_t i = 0; i < n && len < err_size; i++) {
+		int w = snprintf(err + len, err_size - len, "%s%s", i > 0 ? "\n" : "",
+		    ld->errors[i].text);
+
+		len += w > 0 ? (size_t)w : 0;
+	}
+	if (ld->error_count > n && len < err_size)
+		snprintf(err + len, err_size - len, "\n%s: and %zu more errors", ld->path,
+		    ld->error_count - n);
 }
 
 /* Parse `KIND "NAME"` (kind: circuit or preset) into name; false when the
@@ -445,9 +516,8 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 	proto_ctx *layer;
 	const char *bad;
 	conf_redis_address redis_addr;
+	int *lines; /* where each key of the layer was set */
 
-	if (ld->error_line != 0)
-		return 1; /* only the first error is reported */
 	if (!key_first_time(ld, section, name))
 		return 0;
 	if (strcmp(section, "cbd") == 0) {
@@ -459,6 +529,9 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 		if (strcmp(name, "metrics_listen") == 0 && value[0] != '\0' &&
 		    !conf_metrics_listen_valid(value, &bad))
 			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
+		if (strcmp(name, "log_format") == 0 && strcmp(value, "text") != 0 &&
+		    strcmp(value, "json") != 0)
+			return loader_fail(ld, name, "must be text or json (got \"%s\")", value);
 		if (strcmp(name, "backend") == 0 && strcmp(value, "memory") != 0 &&
 		    strcmp(value, "redis") != 0)
 			return loader_fail(ld, name, "must be memory or redis (got \"%s\")", value);
@@ -481,10 +554,9 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 	}
 	if (strcmp(section, "defaults") == 0) {
 		layer = &cfg->defaults;
+		lines = ld->defaults_key_line;
 		if (ld->defaults_line == 0)
 			ld->defaults_line = ld->line;
-		if (strcmp(name, "preset") == 0)
-			ld->defaults_preset_line = ld->line;
 	} else if (quoted_section_name(section,
 		       strncmp(section, "preset", 6) == 0 ? "preset" : "circuit", circuit,
 		       sizeof circuit, &bad)) {
@@ -496,10 +568,13 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 			return loader_fail(ld, name, "out of memory");
 		if (preset && strcmp(name, "preset") == 0)
 			return loader_fail(ld, name, "a preset cannot name another preset");
-		if (strcmp(name, "preset") == 0)
-			c->preset_line = ld->line;
 		layer = &c->ctx;
+		lines = c->key_line;
 	} else {
+		/* One error per bad section, not one per key in it. */
+		if (strcmp(ld->bad_section, section) == 0)
+			return 0;
+		snprintf(ld->bad_section, sizeof ld->bad_section, "%s", section);
 		return loader_fail(ld, name, "in [%s]: %s", section, bad);
 	}
 	key = conf_key_find(CONF_SCOPE_POLICY, name);
@@ -507,7 +582,34 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 		return loader_fail(ld, name, "unknown key in [%s]", section);
 	if (!set_policy_key(layer, key, value, why, sizeof why))
 		return loader_fail(ld, name, "%s", why);
+	lines[key->ctx_key] = ld->line;
 	return 1;
+}
+
+/* Is line (a whole one) one libinih cannot read: a section without its
+ * ']', or a line at the left margin with no '=' or ':' before an inline
+ * ';' comment? (An indented one may continue the previous value: libinih
+ * judges it, and conf_load reports the first such line it refuses.) */
+static bool
+loader_syntax_error(const char *line)
+{
+	const char *p = line;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '\0' || *p == ';' || *p == '#')
+		return false;
+	if (*p == '[')
+		return strchr(p, ']') == NULL;
+	if (p != line)
+		return false;
+	for (; *p != '\0'; p++) {
+		if (*p == '=' || *p == ':')
+			return false;
+		if (*p == ';' && p > line && isspace((unsigned char)p[-1]))
+			return true;
+	}
+	return true;
 }
 
 /* inih's reader: one whole line per call, counted, so that inih's line
@@ -540,15 +642,14 @@ loader_reader(char *str, int num, void *stream)
 				}
 			}
 		}
+		if (loader_syntax_error(str))
+			loader_error(ld, ld->line, CONF_SYNTAX_ERROR);
 		return str;
 	}
 	for (p = ld->buf; isspace((unsigned char)*p); p++)
 		;
-	if (*p != '#' && *p != ';' && ld->error_line == 0) {
-		ld->error_line = ld->line;
-		snprintf(ld->error, sizeof ld->error, "%s:%d: line is longer than %d bytes",
-		    ld->path, ld->line, num - 1);
-	}
+	if (*p != '#' && *p != ';')
+		loader_error(ld, ld->line, "line is longer than %d bytes", num - 1);
 	snprintf(str, (size_t)num, "\n");
 	return str;
 }
@@ -609,7 +710,7 @@ admin_user_add(conf_loader *ld, const char *word)
 	else {
 		ld->line = ld->users_line;
 		loader_fail(ld, "admin_users", "no such user \"%s\"", word);
-		return false;
+		return true; /* reported; the others are checked too */
 	}
 	return ids_append((void **)&cfg->admin_uids, &cfg->admin_uid_count, sizeof uid, &uid);
 }
@@ -629,7 +730,7 @@ admin_group_add(conf_loader *ld, const char *word)
 		if (!parse_int(word, 10, &id) || id < 0 || id >= INT64_C(4294967295)) {
 			ld->line = ld->groups_line;
 			loader_fail(ld, "admin_groups", "no such group \"%s\"", word);
-			return false;
+			return true; /* reported; the others are checked too */
 		}
 		gid = (gid_t)id;
 		return ids_append((void **)&cfg->admin_gids, &cfg->admin_gid_count, sizeof gid,
@@ -746,27 +847,22 @@ conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size)
 	fclose(ld.file);
 	free(ld.buf);
 	seen_free(&ld);
-	if (rc > 0 && (ld.error_line == 0 || rc < ld.error_line)) {
-		snprintf(err, err_size, "%s:%d: syntax error (expected [section] or key = value)",
-		    path, rc);
-		conf_free(cfg);
-		return false;
-	}
+	/* libinih returns the first line it refused: one of ours, or a syntax
+	 * error loader_syntax_error() could not tell. */
+	if (rc > 0 && !loader_error_on(&ld, rc))
+		loader_error(&ld, rc, CONF_SYNTAX_ERROR);
 	if (rc < 0) {
 		snprintf(err, err_size, "%s: cannot read: %s", path,
 		    rc == -2 ? "out of memory" : "I/O error");
 		conf_free(cfg);
 		return false;
 	}
-	if (ld.error_line == 0)
-		sections_check(&ld);
-	if (ld.error_line == 0 &&
-	    (!list_each(cfg->admin_users, admin_user_add, &ld) ||
-		!list_each(cfg->admin_groups, admin_group_add, &ld)) &&
-	    ld.error_line == 0)
+	sections_check(&ld);
+	if (!list_each(cfg->admin_users, admin_user_add, &ld) ||
+	    !list_each(cfg->admin_groups, admin_group_add, &ld))
 		loader_fail(&ld, "admin", "out of memory");
 	if (ld.error_line != 0) {
-		snprintf(err, err_size, "%s", ld.error);
+		loader_errors_text(&ld, err, err_size);
 		conf_free(cfg);
 		return false;
 	}
@@ -785,6 +881,7 @@ conf_free(cbd_conf *cfg)
 	free(cfg->admin_users);
 	free(cfg->admin_groups);
 	free(cfg->state_file);
+	free(cfg->log_format);
 	free(cfg->metrics_listen);
 	free(cfg->backend);
 	free(cfg->redis);
@@ -899,6 +996,30 @@ presets_inherit_builtins(cbd_conf *cfg)
 	}
 }
 
+/* Do the keys of one section fit together? An error names the key at
+ * fault (the first word of the codec's message, which names it) and the
+ * line that set it; section is "[defaults]" (name "") or `[KIND "` with
+ * the section's name. */
+static void
+combination_check(conf_loader *ld, const proto_ctx *ctx, const int *key_line, int section_line,
+    const char *section, const char *name)
+{
+	const conf_key *key;
+	proto_error err;
+	char word[64];
+	size_t len;
+
+	if (proto_ctx_check_combination(ctx, "", &err))
+		return;
+	len = strcspn(err.message, " ");
+	snprintf(word, sizeof word, "%.*s", (int)len, err.message);
+	key = conf_key_find(CONF_SCOPE_POLICY, word);
+	ld->line =
+	    key != NULL && key_line[key->ctx_key] != 0 ? key_line[key->ctx_key] : section_line;
+	loader_fail(ld, key != NULL ? key->name : "section", "in %s%s%s: %s", section, name,
+	    name[0] != '\0' ? "\"]" : "", key != NULL ? err.message + len + 1 : err.message);
+}
+
 /* Checks that need the whole file: every preset named exists, and each
  * section's keys fit together. */
 static void
@@ -906,37 +1027,27 @@ sections_check(conf_loader *ld)
 {
 	cbd_conf *cfg = ld->cfg;
 	conf_circuit *c, *tmp;
-	proto_error err;
 
 	presets_inherit_builtins(cfg);
 	if (proto_ctx_has(&cfg->defaults, PROTO_CTX_PRESET) &&
 	    conf_preset_find(cfg, cfg->defaults.preset) == NULL) {
-		ld->line = ld->defaults_preset_line;
+		ld->line = ld->defaults_key_line[PROTO_CTX_PRESET];
 		loader_fail(ld, "preset", "in [defaults]: no preset named \"%s\"",
 		    cfg->defaults.preset);
 	}
-	if (!proto_ctx_check_combination(&cfg->defaults, "", &err)) {
-		ld->line = ld->defaults_line;
-		loader_fail(ld, "defaults", "%s", err.message);
-	}
+	combination_check(ld, &cfg->defaults, ld->defaults_key_line, ld->defaults_line,
+	    "[defaults]", "");
 	HASH_ITER (hh, cfg->circuits, c, tmp) {
 		if (proto_ctx_has(&c->ctx, PROTO_CTX_PRESET) &&
 		    conf_preset_find(cfg, c->ctx.preset) == NULL) {
-			ld->line = c->preset_line;
+			ld->line = c->key_line[PROTO_CTX_PRESET];
 			loader_fail(ld, "preset", "in [circuit \"%s\"]: no preset named \"%s\"",
 			    c->name, c->ctx.preset);
 		}
-		if (!proto_ctx_check_combination(&c->ctx, "", &err)) {
-			ld->line = c->line;
-			loader_fail(ld, c->name, "%s", err.message);
-		}
+		combination_check(ld, &c->ctx, c->key_line, c->line, "[circuit \"", c->name);
 	}
-	HASH_ITER (hh, cfg->presets, c, tmp) {
-		if (!proto_ctx_check_combination(&c->ctx, "", &err)) {
-			ld->line = c->line;
-			loader_fail(ld, c->name, "%s", err.message);
-		}
-	}
+	HASH_ITER (hh, cfg->presets, c, tmp)
+		combination_check(ld, &c->ctx, c->key_line, c->line, "[preset \"", c->name);
 }
 
 bool
@@ -953,6 +1064,32 @@ conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid)
 			return true;
 	}
 	return false;
+}
+
+size_t
+conf_fixed_changed(const cbd_conf *fresh, const cbd_conf *old, const char **names, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < KEY_COUNT; i++) {
+		const conf_key *key = &keys[i];
+		const char *a = (const char *)fresh + key->offset;
+		const char *b = (const char *)old + key->offset;
+		bool differs;
+
+		if (key->scope != CONF_SCOPE_CBD || key->reloadable)
+			continue;
+		if (key->type == CONF_INT || key->type == CONF_OCTAL || key->type == CONF_LEVEL)
+			differs =
+			    *(const int64_t *)(const void *)a != *(const int64_t *)(const void *)b;
+		else
+			differs = strcmp(*(char *const *)(const void *)a,
+				      *(char *const *)(const void *)b) != 0;
+		if (differs && n < max)
+			names[n] = key->name;
+		n += differs;
+	}
+	return n;
 }
 
 bool

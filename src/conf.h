@@ -16,8 +16,12 @@
 
 /* The packaged default socket. */
 #define CONF_DEFAULT_SOCKET "/run/cbd/cbd.sock"
-/* Room for an error message naming file, line and key. */
-#define CONF_ERROR_SIZE 512
+/* Room for one error naming file, line and key. */
+#define CONF_ERROR_LINE 512
+/* Most errors of one file reported (the rest are counted). */
+#define CONF_ERRORS_MAX 16
+/* Room for every error reported, one a line. */
+#define CONF_ERROR_SIZE (CONF_ERRORS_MAX * CONF_ERROR_LINE + 64)
 
 typedef enum conf_type {
 	CONF_INT = 0, /* decimal integer within [min, max] */
@@ -69,6 +73,7 @@ typedef struct cbd_conf {
 	int64_t log_level;
 	int64_t open_warning_interval;
 	int64_t log_timestamps;
+	char *log_format; /* "text" or "json" */
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
 	char *state_file;
@@ -108,7 +113,8 @@ const conf_key *conf_key_find(conf_scope scope, const char *name);
 bool conf_init_defaults(cbd_conf *cfg);
 
 /* Load path into cfg (defaults for absent keys). On error, err holds
- * "FILE:LINE: key: what is wrong" and cfg is left freed. */
+ * every error found, one a line in line order, each "FILE:LINE: key:
+ * what is wrong", and cfg is left freed. */
 bool conf_load(const char *path, cbd_conf *cfg, char *err, size_t err_size);
 
 void conf_free(cbd_conf *cfg);
@@ -131,6 +137,11 @@ const proto_ctx *conf_preset_find(const cbd_conf *cfg, const char *name);
  * the file asked for another one. False when out of memory (fresh must
  * then be freed, not used). */
 bool conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old);
+
+/* How many keys SIGHUP may not change differ between fresh and old; the
+ * names of the first max of them (table order) into names. */
+size_t conf_fixed_changed(const cbd_conf *fresh, const cbd_conf *old, const char **names,
+    size_t max);
 
 /* Is a peer with this uid/gid an admin (uid 0 and cbd's own uid included)? */
 bool conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid);

@@ -27,9 +27,16 @@ events_changed(const char *name, const ct_change *change)
 	stats.transitions++;
 	if (!log_limit_allow(name))
 		return;
-	log_info("circuit %s: %s -> %s (%s)", log_quote(name, quoted, sizeof quoted),
-	    breaker_state_name(change->from), breaker_state_name(change->to),
-	    breaker_reason_text(change->reason));
+	{
+		const log_field fields[] = { { "circuit", name, false },
+			{ "from", breaker_state_name(change->from), false },
+			{ "to", breaker_state_name(change->to), false },
+			{ "reason", breaker_reason_text(change->reason), false } };
+
+		log_fields(LOG_LEVEL_INFO, fields, 4, "circuit %s: %s -> %s (%s)",
+		    log_quote(name, quoted, sizeof quoted), fields[1].value, fields[2].value,
+		    fields[3].value);
+	}
 }
 
 void
@@ -39,8 +46,14 @@ events_hold_logged(const char *name, const ct_change *change, const ct_view *vie
 
 	if (change->reason == CB_REASON_NONE || change->from != change->to)
 		return;
-	log_info("circuit %s: %s (%s)", log_quote(name, quoted, sizeof quoted),
-	    view->hold.held ? "held" : "hold ended", breaker_reason_text(change->reason));
+	{
+		const log_field fields[] = { { "circuit", name, false },
+			{ "hold", view->hold.held ? "held" : "hold ended", false },
+			{ "reason", breaker_reason_text(change->reason), false } };
+
+		log_fields(LOG_LEVEL_INFO, fields, 3, "circuit %s: %s (%s)",
+		    log_quote(name, quoted, sizeof quoted), fields[1].value, fields[2].value);
+	}
 }
 
 void

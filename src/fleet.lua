@@ -85,10 +85,12 @@ Decided here (the fleet design of issue 14 left these open):
     that host knew: never when none is stored (nothing is created); never
     when the fleet's circuit is held by a hold other than known.hold (an
     operator elsewhere placed it meanwhile); a release only when it is
-    held by known.hold (ends it as release does, reason "released"); a
+    held by known.hold (ends it as release does, reason "writeback"); a
     delete or set_state not when the circuit is open or half_open with an
     opened_at other than known.opened_at (it tripped elsewhere since).
-    set_state clears the hold as set_state does (reason "forced"); a
+    set_state clears the hold as set_state does (reason "writeback", so
+    that every host's log and watchers tell a write-back from an
+    operator's action on that host); a
     forced open takes `at` (the operator's time) as opened_at. A deleting
     writeback publishes like delete. A lapsed hold ends first, as in
     every op.
@@ -1310,7 +1312,7 @@ if op == 'writeback' then
 			fn.hold_end(c, c.hold.state)
 			fn.transition_done(c, from)
 			c.hold = nil
-			fn.change_merge(from, c.state, 'released')
+			fn.change_merge(from, c.state, 'writeback')
 		elseif action == 'delete' then
 			ops.delete()
 			deleted = true
@@ -1323,7 +1325,7 @@ if op == 'writeback' then
 			fn.transition_done(c, from)
 			c.hold = nil
 			if from ~= state or was_held then
-				fn.change_merge(from, state, 'forced')
+				fn.change_merge(from, state, 'writeback')
 			end
 		end
 		fn.add('applied', 'true')

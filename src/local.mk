@@ -62,14 +62,17 @@ src_cbd_SOURCES = src/cbd.c
 src_cbd_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS)
 src_cbd_LDADD = src/libcbdaemon.la
 
-# The circuit script of fleet mode, built into cbd as a C string.
+# The circuit script of fleet mode, built into cbd as a C string; fenced
+# from clang-format (tests/format.sh checks it too, in- and out-of-tree).
 EXTRA_DIST += src/fleet.lua src/LAYERS
 BUILT_SOURCES += src/fleet-script.c
 CLEANFILES += src/fleet-script.c
 src/fleet-script.c: $(srcdir)/src/fleet.lua
 	$(AM_V_GEN)$(MKDIR_P) src && { \
 	  echo '/* Generated from src/fleet.lua by src/local.mk: do not edit. */'; \
+	  echo '/* clang-format off */'; \
 	  echo 'const char fleet_script_text[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' \
 	    $(srcdir)/src/fleet.lua; \
-	  echo ';'; } > $@.tmp && mv $@.tmp $@
+	  echo ';'; \
+	  echo '/* clang-format on */'; } > $@.tmp && mv $@.tmp $@

@@ -24,10 +24,28 @@ typedef enum log_level {
 /* Room for a quoted text: every byte escaped (\xNN), two quotes, NUL. */
 #define LOG_QUOTE_SIZE (4 * LOG_QUOTE_TEXT_MAX + 3)
 
+/* Line formats: text ("LEVEL: message"), or one JSON object a line. */
+typedef enum log_format {
+	LOG_FORMAT_TEXT = 0,
+	LOG_FORMAT_JSON,
+} log_format;
+
+/* One named value of an event, a member of its JSON line (text lines
+ * carry it in the message already). raw: written unquoted (a number). */
+typedef struct log_field {
+	const char *key;
+	const char *value;
+	bool raw;
+} log_field;
+
 void log_set_level(log_level level);
-/* Start each line with the local time (ignored under journald, which
- * stamps lines itself). */
+/* Start each text line with the local time (ignored under journald,
+ * which stamps lines itself). */
 void log_set_timestamps(bool on);
+void log_set_format(log_format format);
+/* Is stderr the journal? JOURNAL_STREAM names its device and inode when
+ * systemd connected it (systemd.exec(5)): compared with stderr's. */
+bool log_stderr_is_journal(void);
 log_level log_get_level(void);
 bool log_enabled(log_level level);
 
@@ -38,6 +56,10 @@ bool log_level_parse(const char *text, log_level *out);
 /* Write "LEVEL: message" as one line to stderr (one write); control bytes
  * in the message are escaped as \xNN. */
 void log_msg(log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* log_msg with the event's fields (n of them) for JSON lines. */
+void log_fields(log_level level, const log_field *fields, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warning(...) log_msg(LOG_LEVEL_WARNING, __VA_ARGS__)

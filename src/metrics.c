@@ -227,6 +227,25 @@ metrics_text(size_t *len)
 		put(&t, "cbd_backend_writebacks_total{result=\"dropped\"} %llu\n",
 		    (unsigned long long)f->writeback_dropped);
 	}
+	family(&t, "cbd_reloads_total", "counter",
+	    "Configuration reloads (SIGHUP): ok, or failed (a file with errors: the old one "
+	    "stays).");
+	put(&t, "cbd_reloads_total{result=\"ok\"} %llu\n", (unsigned long long)stats.reloads);
+	put(&t, "cbd_reloads_total{result=\"failed\"} %llu\n",
+	    (unsigned long long)stats.reload_failures);
+	family(&t, "cbd_state_file_writes_total", "counter",
+	    "Writes of the state file (state_file): ok, or failed (what changed is not kept).");
+	put(&t, "cbd_state_file_writes_total{result=\"ok\"} %llu\n",
+	    (unsigned long long)stats.state_writes);
+	put(&t, "cbd_state_file_writes_total{result=\"failed\"} %llu\n",
+	    (unsigned long long)stats.state_write_failures);
+	family(&t, "cbd_limit_hits_total", "counter",
+	    "Times a limit was hit, by limit (the config key, or stats.limits' name).");
+	for (int l = 0; l < STATS_LIMIT_COUNT; l++)
+		put(&t, "cbd_limit_hits_total{limit=\"%s\"} %llu\n",
+		    stats_limit_name((stats_limit)l), (unsigned long long)stats.limits[l]);
+	put(&t, "cbd_limit_hits_total{limit=\"max_circuits\"} %llu\n",
+	    (unsigned long long)ct.capacity_refusals);
 	family(&t, "cbd_transitions_total", "counter", "State changes of all circuits.");
 	put(&t, "cbd_transitions_total %llu\n", (unsigned long long)stats.transitions);
 	family(&t, "cbd_circuits_reclaimed_total", "counter", "Idle circuits dropped.");

@@ -153,10 +153,15 @@ op_peer_user(op_call *call, char *buf, size_t size)
 void
 op_audit(op_call *call, const char *what, const char *reason)
 {
-	char quoted[LOG_QUOTE_SIZE], why[LOG_QUOTE_SIZE], user[CT_USER_MAX + 1];
+	char quoted[LOG_QUOTE_SIZE], why[LOG_QUOTE_SIZE], user[CT_USER_MAX + 1], uid[24];
+	log_field fields[] = { { "audit", what, false }, { "uid", uid, true },
+		{ "user", NULL, false }, { "circuit", call->name, false },
+		{ "reason", reason, false } };
 
 	op_peer_user(call, user, sizeof user);
-	log_info("audit: uid %ld (%s) %s circuit %s%s%s", (long)call->client->uid,
+	snprintf(uid, sizeof uid, "%ld", (long)call->client->uid);
+	fields[2].value = user[0] != '\0' ? user : NULL;
+	log_fields(LOG_LEVEL_INFO, fields, 5, "audit: uid %s (%s) %s circuit %s%s%s", uid,
 	    user[0] != '\0' ? user : "unknown user", what,
 	    log_quote(call->name, quoted, sizeof quoted), reason != NULL ? ", reason " : "",
 	    reason != NULL ? log_quote(reason, why, sizeof why) : "");

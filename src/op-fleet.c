@@ -78,7 +78,8 @@ static const struct {
 	{ "held", CB_REASON_HELD },
 	{ "hold_expired", CB_REASON_HOLD_EXPIRED },
 	{ "released", CB_REASON_RELEASED },
-	{ "merged", CB_REASON_FORCED },
+	{ "writeback", CB_REASON_WRITTEN_BACK },
+	{ "merged", CB_REASON_MERGED },
 };
 
 /* The change a script reply or event reports (reason NONE: none). */

@@ -100,8 +100,9 @@ op_run(op_call *call, const op_entry *op)
 {
 	if ((op->flags & OP_ADMIN) && !server_client_is_admin(call->client))
 		return proto_fail(&call->err, PROTO_FORBIDDEN,
-		    "%s is an admin op and uid %ld is not an admin", op->name,
-		    (long)call->client->uid);
+		    "%s is an admin op and uid %ld is not an admin (cbd's admin_users and "
+		    "admin_groups name the admins; root and cbd's own user always are)",
+		    op->name, (long)call->client->uid);
 	for (const char *const *m = op->required; m != NULL && *m != NULL; m++) {
 		if (!proto_req_has(&call->req, *m))
 			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required", *m);

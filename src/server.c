@@ -46,6 +46,8 @@
 #define SERVER_SPARE_FDS 32
 /* Pending connections the kernel may queue for accept. */
 #define SERVER_BACKLOG 1024
+/* Most changed restart-only keys a reload names (the table has fewer). */
+#define SERVER_RESTART_KEYS_MAX 16
 
 server srv = { .listen_fd = -1, .spare_fd = -1 };
 
@@ -597,9 +599,54 @@ server_conf_apply(void)
 	raise_fd_limit();
 	log_set_level(cbd.verbose ? LOG_LEVEL_DEBUG : (log_level)cbd.conf.log_level);
 	log_set_timestamps(cbd.conf.log_timestamps != 0);
+	log_set_format(
+	    strcmp(cbd.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
 	warn_schedule();
 	for (server_client *c = srv.clients; c != NULL; c = c->next)
 		server_client_idle_schedule(c);
+}
+
+/* stats' last_reload: the result of this reload, error (NULL: none) and
+ * the changed keys that wait for a restart. */
+static void
+reload_note(const char *error, const char *const *restart, size_t count)
+{
+	json_t *keys = json_array(), *note;
+
+	for (size_t i = 0; keys != NULL && i < count; i++) {
+		if (json_array_append_new(keys, json_string(restart[i])) != 0) {
+			json_decref(keys);
+			keys = NULL;
+		}
+	}
+	note = keys == NULL
+	    ? NULL
+	    : json_pack("{s:b, s:I, s:o, s:o}", "ok", error == NULL, "at",
+		  (json_int_t)clock_realtime_ms(), "error",
+		  error != NULL ? json_string(error) : json_null(), "restart_needed", keys);
+	json_decref(stats.last_reload);
+	stats.last_reload = note; /* NULL when out of memory: reported as null */
+}
+
+/* A reload's fresh configuration replaces the old one (its restart-only
+ * keys keep their old values); restart names those that differed. */
+static void
+reload_apply(cbd_conf *fresh, const char *const *restart, size_t restart_count)
+{
+	if (!conf_keep_fixed(fresh, &cbd.conf)) {
+		conf_free(fresh);
+		stats.reload_failures++;
+		reload_note("out of memory", NULL, 0);
+		log_error("reload failed, keeping the old configuration: out of memory");
+		return;
+	}
+	watch_policies_reloaded(&cbd.conf, fresh);
+	conf_free(&cbd.conf);
+	cbd.conf = *fresh;
+	server_conf_apply();
+	stats.reloads++;
+	reload_note(NULL, restart, restart_count);
+	log_info("configuration reloaded from %s", cbd.conf_path);
 }
 
 /* SIGHUP: re-read the config; a bad one is reported and the old kept. */
@@ -607,6 +654,8 @@ static void
 server_reload(void)
 {
 	char err[CONF_ERROR_SIZE], msg[64];
+	const char *restart[SERVER_RESTART_KEYS_MAX];
+	size_t restart_count = 0;
 	struct timespec ts;
 	cbd_conf fresh;
 
@@ -619,18 +668,16 @@ server_reload(void)
 		log_info("reload: no configuration file (built-in defaults); nothing to do");
 	} else if (!conf_load(cbd.conf_path, &fresh, err, sizeof err)) {
 		stats.reload_failures++;
-		log_error("reload failed, keeping the old configuration: %s", err);
-	} else if (!conf_keep_fixed(&fresh, &cbd.conf)) {
-		conf_free(&fresh);
-		stats.reload_failures++;
-		log_error("reload failed, keeping the old configuration: out of memory");
+		reload_note(err, NULL, 0);
+		for (char *line = strtok(err, "\n"); line != NULL; line = strtok(NULL, "\n"))
+			log_error("reload failed, keeping the old configuration: %s", line);
 	} else {
-		watch_policies_reloaded(&cbd.conf, &fresh);
-		conf_free(&cbd.conf);
-		cbd.conf = fresh;
-		server_conf_apply();
-		stats.reloads++;
-		log_info("configuration reloaded from %s", cbd.conf_path);
+		/* Named before conf_keep_fixed puts the old values back. */
+		restart_count =
+		    conf_fixed_changed(&fresh, &cbd.conf, restart, SERVER_RESTART_KEYS_MAX);
+		reload_apply(&fresh, restart,
+		    restart_count < SERVER_RESTART_KEYS_MAX ? restart_count
+							    : SERVER_RESTART_KEYS_MAX);
 	}
 	server_set_state(DAEMON_RUNNING);
 	server_notify("READY=1");
@@ -834,6 +881,8 @@ server_free(void)
 		event_free(srv.drain_ev);
 	if (srv.log_limit_ev != NULL)
 		event_free(srv.log_limit_ev);
+	json_decref(stats.last_reload);
+	stats.last_reload = NULL;
 	log_limit_free();
 	housekeeping_free();
 	fleet_free();

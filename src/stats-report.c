@@ -95,5 +95,7 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "state_write_failures", stats.state_write_failures) &&
 	    set_uint(reply, "state_write_pause_max_us", stats.state_write_pause_max_us) &&
 	    set_uint(reply, "reloads", stats.reloads) &&
-	    set_uint(reply, "reload_failures", stats.reload_failures);
+	    set_uint(reply, "reload_failures", stats.reload_failures) &&
+	    json_object_set_new(reply, "last_reload",
+		stats.last_reload != NULL ? json_deep_copy(stats.last_reload) : json_null()) == 0;
 }

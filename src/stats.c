@@ -24,6 +24,7 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 void
 stats_init(void)
 {
+	json_decref(stats.last_reload);
 	stats = (cbd_stats){ 0 };
 	stats.started_at = clock_realtime_ms();
 	stats.started_mono = clock_monotonic_ms();
@@ -49,7 +50,7 @@ stats_op_names(size_t *count)
 const char *
 stats_limit_name(stats_limit limit)
 {
-	return limit_names[limit];
+	return (unsigned)limit < STATS_LIMIT_COUNT ? limit_names[limit] : "unknown";
 }
 
 void

@@ -55,6 +55,8 @@ typedef struct cbd_stats {
 	uint64_t fleet_slots; /* slots this cbd's connections hold in Redis now */
 	uint64_t reloads;
 	uint64_t reload_failures;
+	/* The last reload's result, stats' last_reload (NULL: none yet). */
+	json_t *last_reload;
 } cbd_stats;
 
 /* The daemon's counters (cbd is single-threaded). */
@@ -70,7 +72,7 @@ void stats_limit_hit(stats_limit limit);
 void stats_name_ops(const char *const *names, size_t count);
 const char *const *stats_op_names(size_t *count);
 
-/* A limit's name in reports. */
+/* A limit's name in stats.limits and cbd_limit_hits_total ("max_slots"). */
 const char *stats_limit_name(stats_limit limit);
 
 #endif

@@ -313,8 +313,12 @@ grep -q '^cbd_up 1$' "$tmp/textfile/cbd.prom" 2>/dev/null && pass "cbd.prom writ
 	fail "no cbd.prom"
 CBD_SOCKET="$tmp/nothing.sock" TEXTFILE_DIR="$tmp/textfile" sh -c "$cmd" 2>/dev/null &&
 	fail "the service's command succeeded without cbd" || pass "without cbd the command fails"
-grep -q '^cbd_up 1$' "$tmp/textfile/cbd.prom" && pass "a failed run keeps the last cbd.prom" ||
-	fail "a failed run broke cbd.prom"
+grep -q '^cbd_up 0$' "$tmp/textfile/cbd.prom" && pass "a failed run writes cbd_up 0" ||
+	fail "a failed run left: $(cat "$tmp/textfile/cbd.prom")"
+if command -v promtool >/dev/null 2>&1; then
+	promtool check metrics <"$tmp/textfile/cbd.prom" >"$tmp/prom" 2>&1 &&
+		pass "promtool accepts the cbd_up 0 file" || fail "promtool: $(cat "$tmp/prom")"
+fi
 [ "$(ls "$tmp/textfile")" = "cbd.prom" ] && pass "no temporary file left" ||
 	fail "textfile directory holds: $(ls "$tmp/textfile")"
 grep -q '^OnUnitActiveSec=15s$' "$CBD_SRCDIR/systemd/cbd-metrics.timer" &&
@@ -395,12 +399,29 @@ run 0 "reload" reload
 expect out "^cbd \\(pid $pid\\) reloaded its configuration\$" "reload names cbd's pid"
 run 0 "policy after reload" policy reloaded
 expect out '^failure_threshold +7 +config$' "the reloaded config applies"
-printf 'this is not a config line\n' >>"$tmp/cbd.conf"
+printf 'this is not a config line\n[circuit "x"]\nbreak_ms = 0\n' >>"$tmp/cbd.conf"
+n=$(wc -l <"$tmp/cbd.conf")
 run 1 "reload of a broken config" reload
 expect err '^cbctl: reload: .* kept its old configuration' "a failed reload is reported"
+expect err "^cbctl:   $tmp/cbd.conf:$((n - 2)): syntax error" "a failed reload prints cbd's reason"
+expect err "^cbctl:   $tmp/cbd.conf:$n: break_ms: " "a failed reload prints every error"
+run 1 "reload --json of a broken config" reload --json
+expect out "^\\{\"reloaded\":false,\"pid\":$pid,\"error\":\".*:$n: break_ms: " \
+	"reload --json carries the reason"
 cp "$tmp/cbd.conf.orig" "$tmp/cbd.conf"
 run 0 "reload --json" reload --json
-expect out "^\\{\"reloaded\":true,\"pid\":$pid\\}\$" "reload --json"
+expect out "^\\{\"reloaded\":true,\"pid\":$pid,\"restart_needed\":\\[\\]\\}\$" "reload --json"
+# Keys only a restart changes: the reload says which changed.
+sed 's/^socket_mode = 0666$/socket_mode = 0660\nmetrics_listen = 127.0.0.1:1/' \
+	"$tmp/cbd.conf.orig" >"$tmp/cbd.conf"
+run 0 "reload of restart-only keys" reload
+expect out "^changed keys that keep their old value until cbd restarts: socket_mode, metrics_listen\$" \
+	"reload names the changed keys that need a restart"
+run 0 "reload --json of restart-only keys" reload --json
+expect out "\"restart_needed\":\\[\"socket_mode\",\"metrics_listen\"\\]" \
+	"reload --json names the keys that need a restart"
+cp "$tmp/cbd.conf.orig" "$tmp/cbd.conf"
+run 0 "reload back" reload
 run 3 "reload without cbd" reload -s "$tmp/nothing.sock"
 
 # Options after the command, a missing value, half-open spellings.
@@ -523,6 +544,8 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 		env CBD_SOCKET="$sock" "$tmp/cbctl" open payments --no-hold >"$tmp/out" 2>"$tmp/err"
 	[ $? -eq 1 ] && pass "nobody may not force (exit 1)" || fail "nobody open not refused"
 	expect err 'forbidden' "refusal names the error code"
+	expect err "forbidden: set_state is an admin op .*admin_users and admin_groups name the admins" \
+		"the refusal says where admins are named"
 	setpriv --reuid=nobody --regid=nogroup --clear-groups \
 		env CBD_SOCKET="$sock" "$tmp/cbctl" open payments --for 1m --reason x \
 		>"$tmp/out" 2>"$tmp/err"
@@ -551,7 +574,24 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 		[ $? -eq 3 ] && pass "$c: permission denied is unreachable (exit 3)" ||
 			fail "$c: permission denied: $(cat "$tmp/err")"
 		expect err 'Permission denied' "$c: permission denied named"
-		expect err '^cbctl: hint: .*join (it|group cbd)' "$c: hint to join group cbd"
+		expect err '^cbctl: hint: a directory on the way to .*/private/cbd.sock is closed' \
+			"$c: the hint names the closed directory"
+	done
+	# A socket of another group (socket_group): the hint names that group,
+	# read from the socket, and so does libcbclient's message.
+	python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+		"$tmp/grp.sock" && chgrp daemon "$tmp/grp.sock" && chmod 0660 "$tmp/grp.sock"
+	for c in ping watch; do
+		setpriv --reuid=nobody --regid=nogroup --clear-groups \
+			env CBD_SOCKET="$tmp/grp.sock" "$tmp/cbctl" $c >"$tmp/out" 2>"$tmp/err"
+		[ $? -eq 3 ] && pass "$c: permission denied on the socket (exit 3)" ||
+			fail "$c: permission denied on the socket: $(cat "$tmp/err")"
+		expect err '^cbctl: hint: .*members of group daemon \(mode 0660\): join it \(usermod -aG daemon USER' \
+			"$c: the hint names the socket's group"
+		reject err 'group cbd' "$c: the hint does not name group cbd"
+		[ $c = ping ] &&
+			expect err 'Permission denied \(the socket is for its owner and group daemon, mode 0660\)' \
+				"libcbclient's error names the socket's group"
 	done
 fi
 

@@ -175,9 +175,13 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[defaults]\npreset = nope\n", 2, "preset", "no preset named");
 	expect_error("[preset \"p\"]\npreset = database\n", 2, "preset", "cannot name another");
 	expect_error("[defaults]\ntrip = ratio\n", 2, "trip", "\"consecutive\" or \"rate\"");
-	expect_error("[circuit \"w\"]\nwindow = time\nwindow_size = 10\n", 2, "w", "window_size");
-	expect_error("[defaults]\nbreak_ms = 5000\nbreak_max_ms = 10\n", 2, "defaults",
-	    "break_max_ms");
+	/* A combination error names the key at fault and the line setting it. */
+	expect_error("[circuit \"w\"]\ntrip = rate\nwindow = time\nwindow_size = 10\n", 4,
+	    "window_size", "in [circuit \"w\"]: must be from 1000");
+	expect_error("[defaults]\nbreak_ms = 5000\nbreak_max_ms = 10\n", 3, "break_max_ms",
+	    "in [defaults]: must not be below break_ms");
+	expect_error("[preset \"p\"]\nwindow_size = 50000\nfailure_rate = 20\n", 2, "window_size",
+	    "in [preset \"p\"]");
 	expect_error("[preset \"bad name!\"]\ntrip = rate\n", 2, "trip", "preset section names");
 	expect_error("[cbd]\nsocket =\n", 2, "socket", "must not be empty");
 	expect_error("[cbd]\nsocket_group = no-such-group-here\n", 2, "socket_group",
@@ -200,6 +204,62 @@ START_TEST(test_errors_name_file_line_key)
 	}
 	expect_error("[cbd]\nlog_level = info\nadmin_groups = no-such-group-here\n", 3,
 	    "admin_groups", NULL);
+}
+END_TEST
+
+/* Every error of a file is reported, one a line, in line order, each
+ * with its line and key; so is every bad admin and every syntax error. */
+START_TEST(test_every_error_reported)
+{
+	char err[CONF_ERROR_SIZE], want[256];
+	const char *p;
+	cbd_conf cfg;
+	int lines = 0;
+
+	write_conf("[cbd]\n"
+		   "max_circuits = 0\n"
+		   "no equals here\n"
+		   "admin_users = no-such-user-a, no-such-user-b\n"
+		   "[circuit \"x\"]\n"
+		   "trip = rate\n"
+		   "window = time\n"
+		   "window_size = 10\n"
+		   "failure_threshold = 0\n"
+		   "[circuits \"bad\"]\n"
+		   "break_ms = 5\n"
+		   "break_ms = 6\n");
+	ck_assert(!conf_load(path, &cfg, err, sizeof err));
+	for (p = err; p != NULL; p = strchr(p + 1, '\n'))
+		lines++;
+	ck_assert_msg(lines == 8, "%d errors: %s", lines, err);
+	{
+		static const char *const each[] = { ":2: max_circuits:", ":3: syntax error",
+			":4: admin_users: no such user \"no-such-user-a\"",
+			":4: admin_users: no such user \"no-such-user-b\"",
+			":8: window_size: in [circuit \"x\"]",
+			":9: failure_threshold:", ":11: break_ms: in [circuits \"bad\"]",
+			":12: break_ms: set twice" };
+		const char *at = err;
+
+		for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) {
+			snprintf(want, sizeof want, "%s%s", path, each[i]);
+			p = strstr(at, want);
+			ck_assert_msg(p != NULL, "\"%s\" missing or out of order in:\n%s", want,
+			    err);
+			at = p;
+		}
+	}
+	/* Past CONF_ERRORS_MAX the rest are counted. */
+	{
+		char text[4096];
+		size_t len = (size_t)snprintf(text, sizeof text, "[cbd]\n");
+
+		for (int i = 0; i < CONF_ERRORS_MAX + 3; i++)
+			len += (size_t)snprintf(text + len, sizeof text - len, "bogus%d = 1\n", i);
+		write_conf(text);
+		ck_assert(!conf_load(path, &cfg, err, sizeof err));
+		ck_assert_msg(strstr(err, "and 3 more errors") != NULL, "%s", err);
+	}
 }
 END_TEST
 
@@ -358,6 +418,19 @@ START_TEST(test_check_option)
 		snprintf(want, sizeof want, "%s:3: max_connections", path);
 		ck_assert_msg(strstr(out, want) != NULL, "got %s", out);
 	}
+	/* -t prints every error, each on its own "cbd: " line. */
+	write_conf("[cbd]\nmax_circuits = 0\n[circuit \"x\"]\ntrip = rate\nwindow = time\n"
+		   "window_size = 10\n");
+	{
+		const char *argv[] = { binary, "-t", "-c", path, NULL };
+
+		rc = util_run(argv, out, sizeof out);
+		ck_assert_msg(rc == 1, "exit %d: %s", rc, out);
+		snprintf(want, sizeof want, "cbd: %s:2: max_circuits", path);
+		ck_assert_msg(strstr(out, want) != NULL, "got %s", out);
+		snprintf(want, sizeof want, "\ncbd: %s:6: window_size: in [circuit \"x\"]", path);
+		ck_assert_msg(strstr(out, want) != NULL, "got %s", out);
+	}
 	{
 		const char *argv[] = { binary, "-t", "-c", "/nonexistent.conf", NULL };
 
@@ -424,6 +497,7 @@ config_suite(void)
 	tcase_add_test(tc, test_defaults);
 	tcase_add_test(tc, test_full_file_and_layers);
 	tcase_add_test(tc, test_errors_name_file_line_key);
+	tcase_add_test(tc, test_every_error_reported);
 	tcase_add_test(tc, test_syntax_error_and_missing_file);
 	tcase_add_test(tc, test_keep_fixed_on_reload);
 	tcase_add_test(tc, test_every_key_documented);

@@ -278,7 +278,7 @@ END_TEST
 START_TEST(test_forced_state_during_outage_is_written_back)
 {
 	json_t *r;
-	int watcher;
+	int watcher, watcher_b;
 
 	host_a_as_own_user();
 	json_decref(util_call_ok(a,
@@ -305,10 +305,23 @@ START_TEST(test_forced_state_during_outage_is_written_back)
 	watcher = harness_connect(&host_a);
 	ck_assert(watcher >= 0);
 	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"fc2\"]}"));
+	/* A watcher on b: fc is open there. */
+	watcher_b = harness_connect(&host_b);
+	ck_assert(watcher_b >= 0);
+	json_decref(util_call_ok(watcher_b, "{\"op\":\"watch\",\"names\":[\"fc\"]}"));
 	host_a_let_in(1, 1);
-	/* The trip that stands is news on a. */
-	json_decref(util_next_event(watcher, "change", NULL, "closed", "open"));
+	/* The trip that stands is news on a: the fleet's circuit, merged. */
+	r = util_next_event(watcher, "change", NULL, "closed", "open");
+	ck_assert_str_eq(util_str(r, "reason"), "merged with the fleet's circuit");
+	json_decref(r);
 	close(watcher);
+	/* On b, the close is the write-back's, and says so (the reason b logs
+	 * too), not "forced by an operator" as if made on b. */
+	r = util_next_event(watcher_b, "change", NULL, "open", "closed");
+	ck_assert_msg(strncmp(util_str(r, "reason"), "written back: ", 14) == 0, "reason %s",
+	    util_str(r, "reason"));
+	json_decref(r);
+	close(watcher_b);
 	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fc\"}");
 	ck_assert_msg(util_bool(r, "allowed"), "the circuit closed during the outage is open");
 	ck_assert_str_eq(util_str(r, "state"), "closed");
@@ -639,6 +652,44 @@ START_TEST(test_cbctl_stats_shows_the_backend)
 }
 END_TEST
 
+/* Every fleet series the Grafana dashboard's fleet row queries is one a
+ * fleet cbd exports (cbd-metrics-test checks the others). */
+START_TEST(test_dashboard_fleet_series_exported)
+{
+	char path[1024], name[128], type[160];
+	json_t *dash, *panel, *target, *r;
+	json_error_t err;
+	const char *text;
+	size_t i, k;
+	int found = 0;
+
+	snprintf(path, sizeof path, "%s/conf/grafana-cbd.json", getenv("CBD_SRCDIR"));
+	dash = json_load_file(path, 0, &err);
+	ck_assert_msg(dash != NULL, "%s: %s", path, err.text);
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	text = util_str(r, "text");
+	json_array_foreach (json_object_get(dash, "panels"), i, panel) {
+		json_array_foreach (json_object_get(panel, "targets"), k, target) {
+			const char *p = json_string_value(json_object_get(target, "expr"));
+
+			while (p != NULL && (p = strstr(p, "cbd_backend_")) != NULL) {
+				size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+
+				snprintf(name, sizeof name, "%.*s", (int)n, p);
+				snprintf(type, sizeof type, "# TYPE %s ", name);
+				ck_assert_msg(strstr(text, type) != NULL,
+				    "the dashboard queries %s", name);
+				found++;
+				p += n;
+			}
+		}
+	}
+	ck_assert_int_ge(found, 6);
+	json_decref(r);
+	json_decref(dash);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -658,6 +709,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_skewed_host_agrees_on_the_break);
 	tcase_add_test(tc, test_script_loaded_again_after_noscript);
 	tcase_add_test(tc, test_cbctl_stats_shows_the_backend);
+	tcase_add_test(tc, test_dashboard_fleet_series_exported);
 	tcase_add_test(tc, test_release_during_outage_is_written_back);
 	tcase_add_test(tc, test_release_during_outage_spares_a_newer_hold);
 	tcase_add_test(tc, test_hold_replaced_during_outage_is_written_back);

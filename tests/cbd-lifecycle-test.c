@@ -324,6 +324,103 @@ START_TEST(test_logs_transitions_and_open_warning)
 }
 END_TEST
 
+/* The first line of the log (wait for one first). */
+static void
+first_log_line(char *line, size_t size)
+{
+	FILE *f;
+
+	ck_assert(util_wait_file(log_path, "info: "));
+	f = fopen(log_path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, (int)size, f));
+	fclose(f);
+}
+
+/* Default logs: the time on each line unless stderr is the journal, told
+ * by JOURNAL_STREAM naming stderr's device and inode (not by its mere
+ * presence). */
+START_TEST(test_log_timestamps_unless_journal)
+{
+	char env[64], line[4096];
+	const char *envs[] = { env, NULL };
+	harness_opts opts = { .log_path = log_path, .env = envs };
+	struct stat st;
+
+	/* JOURNAL_STREAM names another file: not the journal, stamped. */
+	snprintf(env, sizeof env, "JOURNAL_STREAM=1:1");
+	ck_assert(harness_start_opts(&h, NULL, &opts));
+	first_log_line(line, sizeof line);
+	ck_assert_msg(strlen(line) > 24 && line[4] == '-' && line[10] == ' ' && line[19] == '.' &&
+		line[23] == ' ' && strncmp(line + 24, "info: ", 6) == 0,
+	    "no timestamp: %s", line);
+	harness_stop(&h);
+	/* stderr is what JOURNAL_STREAM names: the journal's <N> prefix and
+	 * no time (journald stamps lines). */
+	ck_assert_int_eq(truncate(log_path, 0), 0);
+	ck_assert_int_eq(stat(log_path, &st), 0);
+	snprintf(env, sizeof env, "JOURNAL_STREAM=%llu:%llu", (unsigned long long)st.st_dev,
+	    (unsigned long long)st.st_ino);
+	ck_assert(harness_start_opts(&h, NULL, &opts));
+	first_log_line(line, sizeof line);
+	ck_assert_msg(strncmp(line, "<6>info: ", 9) == 0, "not a journal line: %s", line);
+}
+END_TEST
+
+/* log_format = json: every line one JSON object with time, level, msg,
+ * and a state change's and an audit's fields. */
+START_TEST(test_log_format_json)
+{
+	bool change = false, audit = false;
+	char line[4096];
+	int a, lines = 0;
+	FILE *f;
+
+	util_start_logged(&h, "[cbd]\nlog_format = json\n", NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call(a,
+	    "{\"op\":\"set_state\",\"name\":\"j "
+	    "\\\"q\\\"\\u00e9\",\"state\":\"open\",\"hold\":true,\"reason\":"
+	    "\"INC-1\"}"));
+	ck_assert(util_wait_file(log_path, "\"from\":\"closed\",\"to\":\"open\""));
+	close(a);
+	f = fopen(log_path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof line, f) != NULL) {
+		json_error_t err;
+		json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+		const char *time = json_string_value(json_object_get(o, "time"));
+		const char *circuit = json_string_value(json_object_get(o, "circuit"));
+
+		ck_assert_msg(json_is_object(o), "not a JSON object (%s): %s", err.text, line);
+		ck_assert_msg(time != NULL && strlen(time) == 24 && time[10] == 'T' &&
+			time[23] == 'Z',
+		    "time: %s", line);
+		ck_assert_msg(json_is_string(json_object_get(o, "level")) &&
+			json_is_string(json_object_get(o, "msg")),
+		    "level, msg: %s", line);
+		if (circuit != NULL && json_object_get(o, "to") != NULL) {
+			ck_assert_str_eq(circuit, "j \"q\"\xc3\xa9");
+			ck_assert_str_eq(json_string_value(json_object_get(o, "from")), "closed");
+			ck_assert_str_eq(json_string_value(json_object_get(o, "to")), "open");
+			ck_assert_str_eq(json_string_value(json_object_get(o, "level")), "info");
+			change = true;
+		}
+		if (json_object_get(o, "audit") != NULL) {
+			ck_assert_msg(json_is_integer(json_object_get(o, "uid")), "uid: %s", line);
+			ck_assert_str_eq(circuit, "j \"q\"\xc3\xa9");
+			ck_assert_str_eq(json_string_value(json_object_get(o, "reason")), "INC-1");
+			audit = true;
+		}
+		json_decref(o);
+		lines++;
+	}
+	fclose(f);
+	ck_assert_msg(change && audit && lines >= 3, "%d lines, change %d, audit %d", lines, change,
+	    audit);
+}
+END_TEST
+
 #ifdef HAVE_SYSTEMD
 /* A datagram socket standing in for systemd's notify socket. */
 static int
@@ -430,6 +527,8 @@ lifecycle_suite(void)
 	tcase_add_test(tc, test_not_a_socket_refused);
 	tcase_add_test(tc, test_socket_mode);
 	tcase_add_test(tc, test_logs_transitions_and_open_warning);
+	tcase_add_test(tc, test_log_timestamps_unless_journal);
+	tcase_add_test(tc, test_log_format_json);
 #ifdef HAVE_SYSTEMD
 	tcase_add_test(tc, test_sd_notify);
 	tcase_add_test(tc, test_socket_activation);

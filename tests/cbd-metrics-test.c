@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,7 +253,75 @@ START_TEST(test_listen_must_be_loopback)
 }
 END_TEST
 
-/* Every series the Grafana dashboard queries is one cbd exports. */
+/* Every failure an operator is paged for has a series: reloads by
+ * result, state file writes by result, every limit hit by limit (the
+ * same counts as stats.limits). */
+START_TEST(test_operator_series)
+{
+	char dir[] = "/tmp/cbd-metrics-state-XXXXXX", extra[512], line[400], path[600];
+	char reply[512];
+	const char *key;
+	json_t *r, *v;
+	char *text;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(extra, sizeof extra,
+	    "max_line_bytes = 256\nmax_circuits = 1\nstate_file = %s/s.json\n", dir);
+	start(extra);
+	/* A line past max_line_bytes; a circuit past max_circuits (an open
+	 * one is never reclaimed); the state file written for the open one. */
+	memset(line, 'x', sizeof line - 2);
+	line[sizeof line - 2] = '\n';
+	line[sizeof line - 1] = '\0';
+	ck_assert(util_write_all(fd, line, strlen(line)));
+	ck_assert(util_read_line(fd, reply, sizeof reply));
+	ck_assert_msg(strstr(reply, "line_too_long") != NULL, "%s", reply);
+	json_decref(util_call(fd, "{\"op\":\"set_state\",\"name\":\"a\",\"state\":\"open\"}"));
+	r = util_call(fd, "{\"op\":\"record_failure\",\"name\":\"b\"}");
+	ck_assert_str_eq(util_code(r), "capacity");
+	json_decref(r);
+	ck_assert(util_stats_reach_min(fd, "state_writes", 1));
+	/* A reload that fails, then one that works. */
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[cbd]\nmax_circuits = 0\n", f);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	ck_assert(util_stats_reach(fd, "reload_failures", 1));
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[cbd]\nmetrics_listen = 127.0.0.1:%d\n%s", port, extra);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	ck_assert(util_stats_reach(fd, "reloads", 1));
+	text = metrics_op();
+	ck_assert_double_eq(sample(text, "cbd_reloads_total{result=\"ok\"}"), 1);
+	ck_assert_double_eq(sample(text, "cbd_reloads_total{result=\"failed\"}"), 1);
+	ck_assert_double_ge(sample(text, "cbd_state_file_writes_total{result=\"ok\"}"), 1);
+	ck_assert_double_eq(sample(text, "cbd_state_file_writes_total{result=\"failed\"}"), 0);
+	ck_assert_double_eq(sample(text, "cbd_limit_hits_total{limit=\"max_line_bytes\"}"), 1);
+	ck_assert_double_eq(sample(text, "cbd_limit_hits_total{limit=\"max_circuits\"}"), 1);
+	/* Every limit stats counts has its series, with the same count. */
+	r = util_call(fd, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(json_object_size(json_object_get(r, "limits")), 11);
+	json_object_foreach (json_object_get(r, "limits"), key, v) {
+		char series[128];
+
+		snprintf(series, sizeof series, "cbd_limit_hits_total{limit=\"%s\"}", key);
+		ck_assert_double_eq(sample(text, series), (double)json_integer_value(v));
+	}
+	json_decref(r);
+	free(text);
+	util_stop_conn(&h, &fd);
+	snprintf(path, sizeof path, "%s/s.json", dir);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+/* Every series the Grafana dashboard queries is one cbd exports (the
+ * fleet's cbd_backend_* in fleet mode: cbd-fleet-test). */
 START_TEST(test_dashboard_queries_exported_series)
 {
 	char path[1024], *text;
@@ -278,7 +347,10 @@ START_TEST(test_dashboard_queries_exported_series)
 
 				snprintf(name, sizeof name, "%.*s", (int)n, p);
 				snprintf(type, sizeof type, "# TYPE %s ", name);
-				ck_assert_msg(has(text, type), "the dashboard queries %s", name);
+				/* Fleet series: cbd-fleet-test checks them. */
+				ck_assert_msg(strncmp(name, "cbd_backend_", 12) == 0 ||
+					has(text, type),
+				    "the dashboard queries %s", name);
 				p += n;
 			}
 		}
@@ -299,6 +371,7 @@ main(void)
 	tcase_add_test(tc, test_series_and_values);
 	tcase_add_test(tc, test_per_circuit_cap);
 	tcase_add_test(tc, test_listen_must_be_loopback);
+	tcase_add_test(tc, test_operator_series);
 	tcase_add_test(tc, test_dashboard_queries_exported_series);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);

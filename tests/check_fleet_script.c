@@ -809,7 +809,7 @@ START_TEST(writeback_applies_to_the_circuit_the_host_knew)
 	ck_assert(flag(r, "applied"));
 	ck_assert(json_is_null(circuit_hold(r)));
 	ck_assert_str_eq(circuit_state(r), "half_open");
-	assert_reason(r, "released");
+	assert_reason(r, "writeback");
 	json_decref(r);
 	/* Another operator placed a new hold meanwhile: it stands. */
 	json_decref(fleet_call(ctx, "wr2", "set_state", &p, with_hold(at(T0), "open", 0, NULL)));
@@ -852,7 +852,7 @@ START_TEST(writeback_applies_to_the_circuit_the_host_knew)
 	    with_writeback(at(T0 + 20), "set_state", "closed", T0, NULL));
 	ck_assert(flag(r, "applied"));
 	ck_assert_str_eq(circuit_state(r), "closed");
-	assert_reason(r, "forced");
+	assert_reason(r, "writeback");
 	json_decref(r);
 	/* It tripped since (the host knew it closed): the trip stands. */
 	json_decref(fleet_call(ctx, "ws", "set_state", &p, with_str(at(T0 + 30), "state", "open")));

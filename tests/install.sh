@@ -40,6 +40,7 @@ done
 # protocol where client authors look.
 for f in "$unitdir/cbd.service" "$unitdir/cbd.socket" "$sysusersdir/cbd.conf" \
 	"$docdir/PROTOCOL.md" "$docdir/LICENSE" "$docdir/examples/grafana-cbd.json" \
+	"$docdir/examples/cbd-alerts.yml" \
 	"$docdir/examples/cbd-metrics.service" "$docdir/examples/cbd-metrics.timer" \
 	"$datadir/bash-completion/completions/cbctl" "$datadir/zsh/site-functions/_cbctl"; do
 	if [ -e "$dest$f" ]; then pass "installed $f"; else fail "missing $f"; fi

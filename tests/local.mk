@@ -55,6 +55,9 @@ EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh tests/licence.sh
 # and its own test (it fails when a lower file includes a higher header).
 TESTS += tests/layering.sh tests/layering-selftest.sh
 EXTRA_DIST += tests/layering.sh tests/layering-selftest.sh tests/layering.py
+# The Prometheus alerting rules and the dashboard's cbd up (promtool).
+TESTS += tests/alerts.sh
+EXTRA_DIST += tests/alerts.sh tests/cbd-alerts.test.yml
 # The unit files must exist before their test runs.
 tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
 
@@ -115,6 +118,9 @@ EXTRA_DIST += tests/node.sh
 # and exactly one of three processes runs the half-open trial.
 TESTS += tests/cross-language.sh
 EXTRA_DIST += tests/cross-language.sh
+# The three example services fall back alike.
+TESTS += tests/examples.sh
+EXTRA_DIST += tests/examples.sh
 
 # fleet mode's circuit script (src/fleet.lua) in a private redis-server:
 # the trace, each op, and random op sequences against the C core.

@@ -362,6 +362,10 @@ breaker_reason_text(cb_reason reason)
 		return "hold expired";
 	case CB_REASON_RELEASED:
 		return "hold released by an operator";
+	case CB_REASON_WRITTEN_BACK:
+		return "written back: an operator's action on a host while Redis was away";
+	case CB_REASON_MERGED:
+		return "merged with the fleet's circuit";
 	}
 	return "unknown";
 }

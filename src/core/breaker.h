@@ -84,6 +84,8 @@ typedef enum cb_reason {
 	CB_REASON_HELD, /* set_state with hold */
 	CB_REASON_HOLD_EXPIRED, /* a hold's ttl ran out */
 	CB_REASON_RELEASED, /* an operator released a hold */
+	CB_REASON_WRITTEN_BACK, /* fleet: an operator's action made while Redis was away */
+	CB_REASON_MERGED, /* fleet: a host's copy merged with the fleet's circuit */
 } cb_reason;
 
 /* The policy of one call: every member already resolved (config, the

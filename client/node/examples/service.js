@@ -69,8 +69,12 @@ const server = http.createServer(async (req, res) => {
   try {
     body = await retry.call(fetchUpstream);
   } catch (e) {
-    if (e instanceof CircuitOpenError) body = `cached answer (retry in ${e.retryAfterMs} ms)\n`;
-    else [status, body] = [502, `upstream failed: ${e.message}\n`]; // every attempt failed
+    if (e instanceof CircuitOpenError) {
+      // The fallback, the same in every language's example.
+      status = 503;
+      res.setHeader('Retry-After', String(Math.floor(e.retryAfterMs / 1000) + 1));
+      body = `fallback: upstream unavailable, retry in ${e.retryAfterMs} ms\n`;
+    } else [status, body] = [502, `upstream failed: ${e.message}\n`]; // every attempt failed
   }
   res.statusCode = status;
   res.end(body);

@@ -78,8 +78,8 @@ test('the example service falls back once the circuit opens', async () => {
       // Once the trip's event has reached the service (its stateChange
       // line), it falls back without trying the upstream.
       await waitFor(() => err.includes('circuit upstream: closed -> open'), 'the service to see the circuit open');
-      assert.match(await get(service), /^cached answer/);
-      assert.match(await get(service), /^cached answer/);
+      assert.match(await get(service), /^fallback: upstream unavailable, retry in \d+ ms\n$/);
+      assert.match(await get(service), /^fallback: upstream unavailable, retry in \d+ ms\n$/);
       const snap = (await c.get('upstream')).snapshot;
       assert.equal(snap.state, 'open');
       assert.equal(snap.totals.failures - failed, 3);

@@ -82,13 +82,18 @@ def main() -> None:
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            headers = {}
             try:
                 status, body = 200, retry.call(fetch)
             except CircuitOpenError as e:
-                status, body = 200, f"cached answer (retry in {e.retry_after_ms} ms)\n".encode()
+                # The fallback, the same in every language's example.
+                status, headers["Retry-After"] = 503, str(e.retry_after_ms // 1000 + 1)
+                body = f"fallback: upstream unavailable, retry in {e.retry_after_ms} ms\n".encode()
             except Exception as e:  # the upstream failed every attempt
                 status, body = 502, f"upstream failed: {e}\n".encode()
             self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -80,7 +80,7 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := cbdclient.Retrying(r.Context(), s.Retry, s.fetch)
 	var open *cbdclient.CircuitOpenError
 	switch {
-	case errors.As(err, &open):
+	case errors.As(err, &open): // the fallback, the same in every language's example
 		w.Header().Set("Retry-After", fmt.Sprint(int(open.RetryAfter.Seconds())+1))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(w, "fallback: upstream unavailable, retry in %d ms\n", open.RetryAfter.Milliseconds())
