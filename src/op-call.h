@@ -26,7 +26,6 @@
 #define OP_NAME 0x4u /* needs a valid "name" */
 #define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
 #define OP_REPLIES 0x10u /* always answered: "noreply" is ignored */
-#define OP_FLEET 0x20u /* a circuit op: run by the circuit script in fleet mode */
 /* Reads its request only through call->req (never call->request) and is
  * answered at once: takes the decoder's flat view as it is. Other ops get
  * the request as jansson values (call->request). */
@@ -98,6 +97,9 @@ struct op_entry {
 	op_fn handler;
 	unsigned flags;
 	const char *const *required; /* members that must be present, NULL-ended */
+	/* Fleet mode: the op's path through the circuit script in Redis (the
+	 * fleet column, op-fleet.h); NULL: this host answers it. */
+	const struct op_fleet_path *fleet;
 };
 
 /* Write call's reply (ok: its members; else call->err) unless noreply,

@@ -273,83 +273,124 @@ pending_call(op_pending *p, const char *script_op, json_t *extra)
 	return ok;
 }
 
-/* The op-specific members of the first script call. NULL and *bad when
- * the request is invalid (call->err), NULL alone when out of memory. */
+/* An op's path through the circuit script: a row of the op table's fleet
+ * column (op-fleet.h). */
+struct op_fleet_path {
+	/* The script's op (NULL: the request names it: record's outcome). */
+	const char *script_op;
+	/* Members of the first script call beyond the common ones, into
+	 * extra; false with *bad (call->err), or alone (out of memory). NULL:
+	 * none. */
+	bool (*args)(op_pending *p, json_t *extra, bool *bad, bool *answered);
+	/* The reply's members from the script's answer; *snapshot when the
+	 * circuit's snapshot follows them. NULL: the snapshot alone. */
+	bool (*reply)(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot);
+	/* May create a circuit: one this host has no copy of needs room for
+	 * one (max_circuits). A failed cas creates nothing. */
+	bool needs_room;
+	/* An operator's action remembered while Redis is away, written back
+	 * when it returns (WB_NONE: not one). */
+	int writeback;
+	/* Its answer's missing circuit is its own doing (delete): no deleted
+	 * event from the copy. */
+	bool deletes;
+};
+
+/* record: the outcome is the script's op; a permit's release follows. */
+static bool
+args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	const char *text;
+
+	if (!proto_get_text(call->request, "outcome", true, &text, NULL, &call->err))
+		return *bad = true, false;
+	if (strcmp(text, "success") != 0 && strcmp(text, "failure") != 0 &&
+	    strcmp(text, "ignore") != 0) {
+		proto_fail(&call->err, PROTO_BAD_REQUEST,
+		    "outcome must be \"success\", \"failure\" or \"ignore\"");
+		return *bad = true, false;
+	}
+	p->script_op = text;
+	if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
+		return *bad = true, false;
+	p->permit_next = text != NULL;
+	return true;
+}
+
+/* allow, acquire_slot: the token a slot taken gets. */
+static bool
+args_token(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	snprintf(p->token, sizeof p->token, "%s-%016" PRIx64, fleet_origin(), ++token_counter);
+	return json_object_set_new(extra, "token", json_string(p->token)) == 0;
+}
+
+static bool
+args_release_slot(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	const char *text;
+
+	if (!proto_get_text(p->call.request, "token", true, &text, NULL, &p->call.err))
+		return *bad = true, false;
+	return json_object_set_new(extra, "token", json_string(text)) == 0;
+}
+
+static bool
+args_cas(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	cb_state from, to;
+
+	if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
+	    !proto_get_state(call->request, "to", true, &to, NULL, &call->err) ||
+	    !op_cas_allowed(call, from, to, answered))
+		return *bad = true, false;
+	return json_object_set_new(extra, "from", json_string(breaker_state_name(from))) == 0 &&
+	    json_object_set_new(extra, "to", json_string(breaker_state_name(to))) == 0 &&
+	    json_object_set_new(extra, "admin",
+		json_boolean(server_client_is_admin(call->client))) == 0;
+}
+
+static bool
+args_set_state(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	char user[CT_USER_MAX + 1];
+	ct_hold_request req;
+	cb_state state;
+	bool hold;
+
+	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
+	    !op_hold_members(call, state, &hold, &req))
+		return *bad = true, false;
+	op_peer_user(call, user, sizeof user);
+	return json_object_set_new(extra, "state", json_string(breaker_state_name(state))) == 0 &&
+	    (!hold ||
+		json_object_set_new(extra, "hold",
+		    json_pack("{s:I, s:I, s:s, s:o}", "ttl_ms", (json_int_t)req.ttl_ms, "by_uid",
+			(json_int_t)req.by_uid, "by_user", user, "reason",
+			req.reason != NULL ? json_string(req.reason) : json_null())) == 0);
+}
+
+/* The op-specific members of the first script call (its fleet path's).
+ * NULL and *bad when the request is invalid (call->err), NULL alone when
+ * out of memory. */
 static json_t *
 args_for_op(op_pending *p, bool *bad, bool *answered)
 {
-	op_call *call = &p->call;
-	const char *op = call->op->name, *text;
+	const op_fleet_path *path = p->call.op->fleet;
 	json_t *extra = json_object();
-	cb_state from, to, state;
-	ct_hold_request req;
-	char user[CT_USER_MAX + 1];
-	bool hold;
 
 	*bad = *answered = false;
 	if (extra == NULL)
 		return NULL;
-	p->script_op = op;
-	if (strcmp(op, "record_success") == 0)
-		p->script_op = "success";
-	else if (strcmp(op, "record_failure") == 0)
-		p->script_op = "failure";
-	else if (strcmp(op, "record") == 0) {
-		if (!proto_get_text(call->request, "outcome", true, &text, NULL, &call->err))
-			goto bad;
-		if (strcmp(text, "success") != 0 && strcmp(text, "failure") != 0 &&
-		    strcmp(text, "ignore") != 0) {
-			proto_fail(&call->err, PROTO_BAD_REQUEST,
-			    "outcome must be \"success\", \"failure\" or \"ignore\"");
-			goto bad;
-		}
-		p->script_op = text;
-		if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
-			goto bad;
-		p->permit_next = text != NULL;
-	} else if (strcmp(op, "allow") == 0 || strcmp(op, "acquire_slot") == 0) {
-		snprintf(p->token, sizeof p->token, "%s-%016" PRIx64, fleet_origin(),
-		    ++token_counter);
-		if (json_object_set_new(extra, "token", json_string(p->token)) != 0)
-			goto nomem;
-	} else if (strcmp(op, "release_slot") == 0) {
-		if (!proto_get_text(call->request, "token", true, &text, NULL, &call->err))
-			goto bad;
-		if (json_object_set_new(extra, "token", json_string(text)) != 0)
-			goto nomem;
-	} else if (strcmp(op, "cas") == 0) {
-		if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
-		    !proto_get_state(call->request, "to", true, &to, NULL, &call->err) ||
-		    !op_cas_allowed(call, from, to, answered))
-			goto bad;
-		if (json_object_set_new(extra, "from", json_string(breaker_state_name(from))) !=
-			0 ||
-		    json_object_set_new(extra, "to", json_string(breaker_state_name(to))) != 0 ||
-		    json_object_set_new(extra, "admin",
-			json_boolean(server_client_is_admin(call->client))) != 0)
-			goto nomem;
-	} else if (strcmp(op, "set_state") == 0) {
-		if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
-		    !op_hold_members(call, state, &hold, &req))
-			goto bad;
-		op_peer_user(call, user, sizeof user);
-		if (json_object_set_new(extra, "state", json_string(breaker_state_name(state))) !=
-			0 ||
-		    (hold &&
-			json_object_set_new(extra, "hold",
-			    json_pack("{s:I, s:I, s:s, s:o}", "ttl_ms", (json_int_t)req.ttl_ms,
-				"by_uid", (json_int_t)req.by_uid, "by_user", user, "reason",
-				req.reason != NULL ? json_string(req.reason) : json_null())) != 0))
-			goto nomem;
+	p->script_op = path->script_op;
+	if (path->args != NULL && !path->args(p, extra, bad, answered)) {
+		json_decref(extra);
+		return NULL;
 	}
 	return extra;
-bad:
-	*bad = true;
-	json_decref(extra);
-	return NULL;
-nomem:
-	json_decref(extra);
-	return NULL;
 }
 
 /* c's blocking bits from its waiting request and requests in flight. */
@@ -427,7 +468,7 @@ op_fleet_send(op_call *call, bool *answered)
 	/* max_circuits bounds this host's copies: a circuit it has no copy of
 	 * is created only when there is room for one (a failed cas creates
 	 * nothing, so it needs none). */
-	if ((call->op->flags & OP_WRITE) && !call->stored && strcmp(call->op->name, "cas") != 0 &&
+	if (call->op->fleet->needs_room && !call->stored &&
 	    !op_status(call, circuit_table_make_room(cbd.table, call->clock)))
 		return false;
 	p = op_conn_of(call->client) != NULL ? calloc(1, sizeof *p) : NULL;
@@ -522,84 +563,140 @@ slot_forget(server_client *c, const char *token)
 	}
 }
 
-/* The reply of p's request from the script's answer. */
+/* The out-of-memory answer of a reply function. */
+static bool
+reply_nomem(op_pending *p)
+{
+	return proto_fail(&p->call.err, PROTO_INTERNAL, "out of memory");
+}
+
+static bool
+reply_get(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	return json_object_set_new(op_reply(&p->call), "stored", json_boolean(view->stored)) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_allow(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	json_t *r = op_reply(&p->call);
+	const json_t *permit = json_object_get(reply, "permit");
+	bool allowed = json_is_true(json_object_get(reply, "allowed"));
+
+	*snapshot = false;
+	if (json_object_set_new(r, "allowed", json_boolean(allowed)) != 0 ||
+	    json_object_set_new(r, "state", json_string(breaker_state_name(view->snap.state))) !=
+		0 ||
+	    (json_is_object(permit) &&
+		(json_object_set(r, "permit", json_object_get(permit, "token")) != 0 ||
+		    json_object_set(r, "expires_at", json_object_get(permit, "expires_at")) !=
+			0)) ||
+	    (!allowed &&
+		json_object_set(r, "retry_after_ms", json_object_get(reply, "retry_after_ms")) !=
+		    0))
+		return reply_nomem(p);
+	if (json_is_object(permit))
+		slot_note(p, p->token);
+	return true;
+}
+
+static bool
+reply_acquire_slot(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	json_t *r = op_reply(&p->call);
+	const json_t *permit = json_object_get(reply, "permit");
+	bool acquired = json_is_true(json_object_get(reply, "acquired"));
+
+	*snapshot = false;
+	if (json_object_set_new(r, "acquired", json_boolean(acquired)) != 0 ||
+	    (acquired && json_is_object(permit) &&
+		(json_object_set(r, "token", json_object_get(permit, "token")) != 0 ||
+		    json_object_set(r, "expires_at", json_object_get(permit, "expires_at")) != 0)))
+		return reply_nomem(p);
+	if (acquired)
+		slot_note(p, p->token);
+	return true;
+}
+
+static bool
+reply_release_slot(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	op_call *call = &p->call;
+	const char *token = json_string_value(json_object_get(call->request, "token"));
+
+	*snapshot = false;
+	if (call->client != NULL && token != NULL)
+		slot_forget(call->client, token);
+	return json_object_set(op_reply(call), "released", json_object_get(reply, "released")) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_delete(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	op_call *call = &p->call;
+	bool existed = json_is_true(json_object_get(reply, "existed"));
+
+	*snapshot = false;
+	if (existed) {
+		op_audit(call, "deleted", NULL);
+		events_deleted(call->name);
+	}
+	return json_object_set_new(op_reply(call), "existed", json_boolean(existed)) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_cas(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	return json_object_set(op_reply(&p->call), "applied", json_object_get(reply, "applied")) ==
+		0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_release(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	if (json_is_true(json_object_get(reply, "released")))
+		op_audit(&p->call, "released the hold of", NULL);
+	return json_object_set(op_reply(&p->call), "released",
+		   json_object_get(reply, "released")) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_set_state(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	op_call *call = &p->call;
+	cb_state state;
+	ct_hold_request req;
+	bool hold;
+
+	if (proto_get_state(call->request, "state", true, &state, NULL, &call->err) &&
+	    op_hold_members(call, state, &hold, &req))
+		op_audit_set_state(call, state, hold, &req);
+	return true;
+}
+
+/* The reply of p's request from the script's answer: its fleet path's
+ * members, then (most ops) the circuit's snapshot. */
 static bool
 pending_reply(op_pending *p, const json_t *reply, const ct_view *view)
 {
-	op_call *call = &p->call;
-	const char *op = call->op->name;
-	json_t *r = op_reply(call);
-	const json_t *permit = json_object_get(reply, "permit");
-	bool existed = json_is_true(json_object_get(reply, "existed"));
+	const op_fleet_path *path = p->call.op->fleet;
+	bool snapshot = true;
 
-	if (strcmp(op, "get") == 0) {
-		if (json_object_set_new(r, "stored", json_boolean(view->stored)) != 0)
-			goto nomem;
-	} else if (strcmp(op, "allow") == 0) {
-		bool allowed = json_is_true(json_object_get(reply, "allowed"));
-
-		if (json_object_set_new(r, "allowed", json_boolean(allowed)) != 0 ||
-		    json_object_set_new(r, "state",
-			json_string(breaker_state_name(view->snap.state))) != 0 ||
-		    (json_is_object(permit) &&
-			(json_object_set(r, "permit", json_object_get(permit, "token")) != 0 ||
-			    json_object_set(r, "expires_at",
-				json_object_get(permit, "expires_at")) != 0)) ||
-		    (!allowed &&
-			json_object_set(r, "retry_after_ms",
-			    json_object_get(reply, "retry_after_ms")) != 0))
-			goto nomem;
-		if (json_is_object(permit))
-			slot_note(p, p->token);
+	if (path->reply != NULL && !path->reply(p, reply, view, &snapshot))
+		return false;
+	if (!snapshot)
 		return true;
-	} else if (strcmp(op, "acquire_slot") == 0) {
-		bool acquired = json_is_true(json_object_get(reply, "acquired"));
-
-		if (json_object_set_new(r, "acquired", json_boolean(acquired)) != 0 ||
-		    (acquired && json_is_object(permit) &&
-			(json_object_set(r, "token", json_object_get(permit, "token")) != 0 ||
-			    json_object_set(r, "expires_at",
-				json_object_get(permit, "expires_at")) != 0)))
-			goto nomem;
-		if (acquired)
-			slot_note(p, p->token);
-		return true;
-	} else if (strcmp(op, "release_slot") == 0) {
-		const char *token = json_string_value(json_object_get(call->request, "token"));
-
-		if (call->client != NULL && token != NULL)
-			slot_forget(call->client, token);
-		return json_object_set(r, "released", json_object_get(reply, "released")) == 0
-		    ? true
-		    : proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	} else if (strcmp(op, "delete") == 0) {
-		if (existed) {
-			op_audit(call, "deleted", NULL);
-			events_deleted(call->name);
-		}
-		return json_object_set_new(r, "existed", json_boolean(existed)) == 0
-		    ? true
-		    : proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	} else if (strcmp(op, "cas") == 0) {
-		if (json_object_set(r, "applied", json_object_get(reply, "applied")) != 0)
-			goto nomem;
-	} else if (strcmp(op, "release") == 0) {
-		if (json_is_true(json_object_get(reply, "released")))
-			op_audit(call, "released the hold of", NULL);
-		if (json_object_set(r, "released", json_object_get(reply, "released")) != 0)
-			goto nomem;
-	} else if (strcmp(op, "set_state") == 0) {
-		cb_state state;
-		ct_hold_request req;
-		bool hold;
-
-		if (proto_get_state(call->request, "state", true, &state, NULL, &call->err) &&
-		    op_hold_members(call, state, &hold, &req))
-			op_audit_set_state(call, state, hold, &req);
-	}
-	return op_reply_snapshot(call, "snapshot", view);
-nomem:
-	return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return op_reply_snapshot(&p->call, "snapshot", view);
 }
 
 /* Answer p (ok or call->err), resume its connection, free p. */
@@ -731,7 +828,7 @@ pending_done(const json_t *reply, void *arg)
 		call->now = json_integer_value(json_object_get(reply, "now"));
 	circuit = json_object_get(reply, "circuit");
 	if (!copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
-		strcmp(call->op->name, "delete") != 0, &view)) {
+		!call->op->fleet->deletes, &view)) {
 		pending_local(p);
 		return;
 	}
@@ -777,6 +874,7 @@ op_fleet_client_closed(server_client *c)
 /* --- operator actions made while Redis is away --- */
 
 typedef enum wb_action {
+	WB_NONE = 0, /* not an operator's action */
 	WB_RELEASE, /* ends the hold the circuit had */
 	WB_DELETE,
 	WB_SET_STATE, /* unheld: forces state, clears a hold */
@@ -892,7 +990,7 @@ wb_note(const char *name, wb_action action, cb_state state, int64_t at, const wb
 bool
 op_fleet_local(op_call *call)
 {
-	const char *op = call->op->name;
+	const op_fleet_path *path = call->op->fleet;
 	ct_hold_request req;
 	ct_change change;
 	ct_view view;
@@ -901,9 +999,7 @@ op_fleet_local(op_call *call)
 	bool hold = false;
 	int64_t now;
 
-	if (call->name == NULL || fleet_up() ||
-	    (strcmp(op, "release") != 0 && strcmp(op, "delete") != 0 &&
-		strcmp(op, "set_state") != 0))
+	if (call->name == NULL || fleet_up() || path->writeback == WB_NONE)
 		return call->op->handler(call);
 	/* The circuit before the action (a lapsed hold ends here, as the
 	 * action would end it); delete has no ctx, so no ctx.now. */
@@ -913,15 +1009,11 @@ op_fleet_local(op_call *call)
 	wb_known_read(&before, &view);
 	if (!call->op->handler(call))
 		return false;
-	if (strcmp(op, "set_state") == 0 &&
+	if (path->writeback == WB_SET_STATE &&
 	    (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
 		!op_hold_members(call, state, &hold, &req)))
 		return true; /* answered: it was read once already */
-	wb_note(call->name,
-	    strcmp(op, "release") == 0      ? WB_RELEASE
-		: strcmp(op, "delete") == 0 ? WB_DELETE
-					    : WB_SET_STATE,
-	    state, now, &before, hold);
+	wb_note(call->name, (wb_action)path->writeback, state, now, &before, hold);
 	return true;
 }
 
@@ -1005,7 +1097,8 @@ wb_done(const json_t *reply, void *arg)
 static json_t *
 wb_args(const wb_entry *e)
 {
-	static const char *const actions[] = { "release", "delete", "set_state" };
+	static const char *const actions
+	    [] = { [WB_RELEASE] = "release", [WB_DELETE] = "delete", [WB_SET_STATE] = "set_state" };
 	proto_policy_sources sources;
 	const char *preset;
 	cb_policy policy;
@@ -1206,3 +1299,20 @@ op_fleet_start(void)
 {
 	return fleet_start(event_apply, recover);
 }
+
+/* --- the op table's fleet column --- */
+
+const op_fleet_path op_fleet_get = { "get", NULL, reply_get, false, WB_NONE, false };
+const op_fleet_path op_fleet_record_success = { "success", NULL, NULL, true, WB_NONE, false };
+const op_fleet_path op_fleet_record_failure = { "failure", NULL, NULL, true, WB_NONE, false };
+const op_fleet_path op_fleet_record = { NULL, args_record, NULL, true, WB_NONE, false };
+const op_fleet_path op_fleet_allow = { "allow", args_token, reply_allow, true, WB_NONE, false };
+const op_fleet_path op_fleet_acquire_slot = { "acquire_slot", args_token, reply_acquire_slot, true,
+	WB_NONE, false };
+const op_fleet_path op_fleet_release_slot = { "release_slot", args_release_slot, reply_release_slot,
+	false, WB_NONE, false };
+const op_fleet_path op_fleet_cas = { "cas", args_cas, reply_cas, false, WB_NONE, false };
+const op_fleet_path op_fleet_set_state = { "set_state", args_set_state, reply_set_state, true,
+	WB_SET_STATE, false };
+const op_fleet_path op_fleet_delete = { "delete", NULL, reply_delete, false, WB_DELETE, true };
+const op_fleet_path op_fleet_release = { "release", NULL, reply_release, false, WB_RELEASE, false };

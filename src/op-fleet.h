@@ -12,6 +12,15 @@
 
 #include "op-call.h"
 
+/* A circuit op's path through the circuit script: its script op, the
+ * members it adds to the call, its reply from the script's answer, and
+ * whether it is an operator's action written back after an outage. The
+ * op table's fleet column points at these rows. */
+typedef struct op_fleet_path op_fleet_path;
+extern const op_fleet_path op_fleet_get, op_fleet_record_success, op_fleet_record_failure,
+    op_fleet_record, op_fleet_allow, op_fleet_acquire_slot, op_fleet_release_slot, op_fleet_cas,
+    op_fleet_set_state, op_fleet_delete, op_fleet_release;
+
 /* Fleet mode (op-fleet.c): send call's op to the circuit script; sets
  * call->pending, or *answered when the reply is made already, or neither
  * to have this host's copy answer (Redis cannot take it now). False with

@@ -28,28 +28,31 @@ static const char *const need_state[] = { "name", "state", NULL };
 static const char *const need_token[] = { "name", "token", NULL };
 static const char *const need_outcome[] = { "name", "outcome", NULL };
 
-/* Every op of protocol 2. */
+/* Every op of protocol 2: name, handler, flags, required members, and
+ * fleet mode's path through the circuit script (NULL: answered here). */
 static const op_entry ops[] = {
-	{ "hello", op_hello, OP_REPLIES, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX | OP_FLEET | OP_FLAT, need_name },
-	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT,
-	    need_name },
-	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT,
-	    need_name },
-	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_cas },
-	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX | OP_FLEET,
-	    need_state },
-	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET, need_name },
-	{ "release_slot", op_release_slot, OP_NAME | OP_CTX | OP_FLEET, need_token },
-	{ "delete", op_delete, OP_ADMIN | OP_NAME | OP_FLEET, need_name },
-	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX | OP_FLEET, need_name },
-	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT, need_name },
-	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLEET | OP_FLAT, need_outcome },
-	{ "list", op_list, OP_CTX | OP_REPLIES, NULL },
-	{ "stats", op_stats, OP_REPLIES, NULL },
-	{ "watch", op_watch, OP_REPLIES, NULL },
-	{ "unwatch", op_unwatch, OP_REPLIES, NULL },
-	{ "metrics", op_metrics, OP_REPLIES, NULL },
+	{ "hello", op_hello, OP_REPLIES, NULL, NULL },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT, need_name, &op_fleet_get },
+	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
+	    &op_fleet_record_success },
+	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
+	    &op_fleet_record_failure },
+	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, need_cas, &op_fleet_cas },
+	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, need_state,
+	    &op_fleet_set_state },
+	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, need_name,
+	    &op_fleet_acquire_slot },
+	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, need_token, &op_fleet_release_slot },
+	{ "delete", op_delete, OP_ADMIN | OP_NAME, need_name, &op_fleet_delete },
+	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name, &op_fleet_release },
+	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name, &op_fleet_allow },
+	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_outcome,
+	    &op_fleet_record },
+	{ "list", op_list, OP_CTX | OP_REPLIES, NULL, NULL },
+	{ "stats", op_stats, OP_REPLIES, NULL, NULL },
+	{ "watch", op_watch, OP_REPLIES, NULL, NULL },
+	{ "unwatch", op_unwatch, OP_REPLIES, NULL, NULL },
+	{ "metrics", op_metrics, OP_REPLIES, NULL, NULL },
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])
@@ -135,7 +138,7 @@ op_run(op_call *call, const op_entry *op)
 	}
 	/* Fleet mode: the circuit script in Redis answers (op-fleet.c);
 	 * while Redis is away, this host's copy does. */
-	if ((op->flags & OP_FLEET) && fleet_enabled()) {
+	if (op->fleet != NULL && fleet_enabled()) {
 		if (fleet_up()) {
 			bool answered;
 
