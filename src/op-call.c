@@ -327,6 +327,18 @@ reply_with_tail(server_client *c, op_call *call, const json_t *id)
 }
 
 void
+op_begin(server_client *c)
+{
+	watch_request_begin(c);
+}
+
+void
+op_suspend(server_client *c)
+{
+	watch_request_end(c);
+}
+
+void
 op_finish(op_call *call, bool ok)
 {
 	server_client *c = call->client;

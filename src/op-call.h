@@ -102,6 +102,14 @@ struct op_entry {
 	const struct op_fleet_path *fleet;
 };
 
+/* The rule "a request's events reach its own connection after its reply"
+ * lives here: op_begin holds back the events for c from now (a request
+ * starts, or is answered later: a list's last step, Redis's answer);
+ * op_finish writes the reply, then them; op_suspend lets them go without a
+ * reply (the request waits on Redis: its answer begins again). */
+void op_begin(server_client *c);
+void op_suspend(server_client *c);
+
 /* Write call's reply (ok: its members; else call->err) unless noreply,
  * then the events it caused. */
 void op_finish(op_call *call, bool ok);

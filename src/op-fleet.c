@@ -31,7 +31,6 @@
 #include "log.h"
 #include "op-fleet.h"
 #include "stats.h"
-#include "watch.h"
 
 /* Calls of one request again after the script said the circuit was
  * created with another policy (another cbd created it meanwhile). */
@@ -745,7 +744,7 @@ pending_done(const json_t *reply, void *arg)
 	p->in_flight--;
 	/* Events this request causes reach its connection after its reply. */
 	if (call->client != NULL)
-		watch_request_begin(call->client);
+		op_begin(call->client);
 	if (call->client == NULL) {
 		/* The connection closed: nothing to answer (its slots went back
 		 * when it closed), but what the call did in Redis reaches this

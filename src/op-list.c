@@ -16,7 +16,6 @@
 #include "log.h"
 #include "op-list.h"
 #include "stats.h"
-#include "watch.h"
 
 /* A listing that goes on in a later request: one per connection, its walk
  * linked into the table (so it survives changes between pages). */
@@ -335,7 +334,7 @@ op_list_continue(server_client *c, bool paced)
 	oc->list_job = NULL;
 	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
 	lists_stepping--;
-	watch_request_begin(c);
+	op_begin(c);
 	ok = job->streaming ||
 	    (list_reply(&job->call, &job->w, job->cursor) && op_reply_conflicts(&job->call));
 	op_finish(&job->call, ok);

@@ -20,7 +20,6 @@
 #include "op-service.h"
 #include "op.h"
 #include "stats.h"
-#include "watch.h"
 
 static const char *const need_name[] = { "name", NULL };
 static const char *const need_cas[] = { "name", "from", "to", NULL };
@@ -226,7 +225,7 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	call.op_index = (unsigned)(op - ops);
 	call.id = id;
 	call.noreply = noreply;
-	watch_request_begin(c);
+	op_begin(c);
 	ok = op_run(&call, op);
 reply:
 	call.op = op;
@@ -237,7 +236,7 @@ reply:
 		/* op-fleet.c answers once Redis has; it holds its own references
 		 * (to the request and the id). (Its events are held back again
 		 * when it is answered.) */
-		watch_request_end(c);
+		op_suspend(c);
 		json_decref(id);
 		json_decref(request);
 		return;
