@@ -22,6 +22,7 @@ EXTRA_DIST += \
 	client/node/test/classify.test.js \
 	client/node/test/example.test.js \
 	client/node/test/fallback.test.js \
+	client/node/test/imports.test.js \
 	client/node/test/list.test.js \
 	client/node/test/ops.test.js \
 	client/node/test/retry.test.js \
