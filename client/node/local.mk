@@ -4,6 +4,7 @@
 # by the top Makefile.am; tests/node.sh runs the suite in make check).
 EXTRA_DIST += \
 	client/node/LICENSE \
+	client/node/README.md \
 	client/node/package.json \
 	client/node/index.js \
 	client/node/index.d.ts \
