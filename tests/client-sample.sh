@@ -6,6 +6,7 @@
 # upstream, gets the body, then trips the circuit through cbd and is
 # refused without reaching the upstream. The caller sets $tmp (its
 # temporary directory), $cbd, and defines pass and fail.
+# shellcheck disable=SC2154,SC2034 # $tmp, $cbd: the caller's; $cbd_pid: for it
 
 # The fenced block after the line "<!-- $2 -->" in the file $1.
 readme_block() {

@@ -10,6 +10,7 @@
 # sample, run against a real cbd and a local HTTP upstream, gets the body,
 # then trips the circuit through cbd and is refused without reaching the
 # upstream (tests/client-sample.sh); the vendored build is refused too.
+# The README's retries fragment compiles (go vet).
 # Nothing is written into the source tree: HOME, GOPATH and the build
 # cache are temporary. Skips (77) when Go (golang-go) is missing.
 set -u
@@ -124,6 +125,20 @@ if [ -s "$tmp/vendor.sh" ] && (cd "$tmp/app" && sh -ex "$tmp/vendor.sh") >"$tmp/
 else
 	fail "vendor ($(cat "$tmp/vendor.sh")): $(tail -n 15 "$tmp/vendor.log")"
 fi
+# The retries fragment compiles (go vet) in a main of its own, with the
+# names it uses (users, ctx, call) declared around it.
+mkdir -p "$tmp/app/retries"
+{ printf 'package main\n\nimport (\n\t"context"\n\t"fmt"\n\t"time"\n\n\t"cbd.example/cbdclient"\n)\n\n'
+	printf 'func call(ctx context.Context) error { return nil }\n\nfunc main() {\n'
+	printf '\tctx := context.Background()\n'
+	printf '\tusers, _ := cbdclient.NewBreaker("users", cbdclient.BreakerOptions{})\n'
+	readme_block "$readme" "sample: retries"
+	printf '\tfmt.Println(err)\n}\n'; } >"$tmp/app/retries/main.go"
+if (cd "$tmp/app" && GOPROXY=off "$GO" vet ./retries) >"$tmp/vet.log" 2>&1; then
+	pass "the README's retries fragment compiles (go vet)"
+else
+	fail "the README's retries fragment: $(tail -n 15 "$tmp/vet.log")"
+fi
 rm "$tmp/cbd"
 if (cd "$tmp/app" && GOPROXY=off "$GO" build -o app-vendored .) >"$tmp/vendored.log" 2>&1; then
 	pass "the module builds from vendor/ without the checkout"
@@ -143,9 +158,11 @@ if [ -x "$tmp/app/app" ]; then
 		out=$(USERS_URL="$base/fail" "$tmp/app/app-vendored" 2>&1)
 		case "$out" in
 		"users is open: retry in "*)
-			[ "$(sample_hits)" = "$before" ] &&
-				pass "go (vendored): refused by cbd too" ||
-				fail "go (vendored): refused, but the upstream was called" ;;
+			if [ "$(sample_hits)" = "$before" ]; then
+				pass "go (vendored): refused by cbd too"
+			else
+				fail "go (vendored): refused, but the upstream was called"
+			fi ;;
 		*) fail "go (vendored) printed: $out" ;;
 		esac
 	fi

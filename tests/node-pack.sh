@@ -10,7 +10,8 @@
 # offline, the package answers cbd's hello, and the README's
 # protected-call sample, run from the project against a real cbd and a
 # local HTTP upstream, gets the body, then trips the circuit through cbd
-# and is refused without reaching the upstream (tests/client-sample.sh).
+# and is refused without reaching the upstream (tests/client-sample.sh);
+# its retries fragment runs.
 # Skips (77) without npm; with Node.js older than 20 (the package's
 # floor) only the packing and installing are checked.
 set -u
@@ -159,6 +160,18 @@ else
 fi
 
 readme_block "$readme" "sample: protected-call" >"$tmp/app/sample.js"
+# The retries fragment after the sample (its breaker and url), the
+# sample's closing of the breaker moved to the end.
+{ sed '/^} finally {$/,/^}$/d' "$tmp/app/sample.js"; echo '}'
+	readme_block "$readme" "sample: retries"
+	echo 'console.log(`retry: ${body}`);'; echo 'await users.close();'; } >"$tmp/app/retries.js"
+out=$(cd "$tmp/app" && USERS_URL="$base/users/42" "$NODE" retries.js 2>&1)
+if [ "$out" = "alice
+retry: alice" ]; then
+	pass "the README's retries fragment runs"
+else
+	fail "the README's retries fragment printed: $out"
+fi
 if [ -s "$tmp/app/sample.js" ]; then
 	check_sample "from the tarball" env -C "$tmp/app" "$NODE" sample.js
 else

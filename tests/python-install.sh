@@ -15,7 +15,7 @@
 # Each installed package imports from its venv and answers cbd's hello, and
 # the README's protected-call sample, run by each venv's python against a
 # real cbd and a local HTTP upstream, gets the body, then trips the circuit
-# and is refused without reaching the upstream. The wheel and the sdist
+# and is refused without reaching the upstream; its retries fragment runs. The wheel and the sdist
 # (setuptools' PEP 517 hook) carry LICENSE and License: Apache-2.0.
 # Skips (77) when python3 >= 3.11, venv, setuptools, wheel or Debian's
 # setuptools/wheel wheels (python3-setuptools-whl, python3-wheel-whl) are
@@ -111,6 +111,8 @@ sample_wait "$tmp/port" || exit 1
 
 readme_block "$readme" "sample: protected-call" >"$tmp/sample.py"
 [ -s "$tmp/sample.py" ] || fail "no <!-- sample: protected-call --> block in $readme"
+{ cat "$tmp/sample.py"; readme_block "$readme" "sample: retries"; echo 'print("retry:", body)'; } \
+	>"$tmp/retries.py"
 
 # The installed package: imported from the venv (not from a source tree),
 # it answers cbd's hello.
@@ -130,6 +132,14 @@ print(cbdclient.__version__, cbdclient.__file__)' 2>&1); then
 # The README's sample, run by the venv $1's python (see client-sample.sh);
 # then the circuit is deleted, so the next venv's runs start closed.
 venv_sample() { # venv-dir label
+	# The retries fragment, after the sample (it uses its breaker and URL).
+	out=$(cd "$tmp" && USERS_URL="$base/users/42" "$1/bin/python" "$tmp/retries.py" 2>&1)
+	if [ "$out" = "alice
+retry: alice" ]; then
+		pass "$2: the README's retries fragment runs"
+	else
+		fail "$2: the README's retries fragment printed: $out"
+	fi
 	check_sample "$2" env -C "$tmp" "$1/bin/python" "$tmp/sample.py"
 	"$PY" - <<PY
 import socket
