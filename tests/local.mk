@@ -90,6 +90,10 @@ tests_bench_authority_SOURCES = tests/bench-authority.c tests/cbd-harness.c test
 tests_bench_authority_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/python.sh
+# The clients install as their READMEs say, offline, and their README
+# samples run against a real cbd (helpers in tests/client-sample.sh).
+TESTS += tests/python-install.sh
+EXTRA_DIST += tests/python-install.sh tests/client-sample.sh
 
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
 # one load generator; prints figures, asserts nothing; not run by make check.
@@ -111,8 +115,12 @@ tests_bench_fleet_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_fleet_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/go.sh
 EXTRA_DIST += tests/go.sh
+TESTS += tests/go-module.sh
+EXTRA_DIST += tests/go-module.sh
 TESTS += tests/node.sh
 EXTRA_DIST += tests/node.sh
+TESTS += tests/node-pack.sh
+EXTRA_DIST += tests/node-pack.sh
 
 # One circuit, three languages: Python trips it, Node.js and Go fail fast,
 # and exactly one of three processes runs the half-open trial.

@@ -4,6 +4,7 @@
 # Makefile.am; tests/go.sh runs the suite in make check).
 EXTRA_DIST += \
 	client/go/LICENSE \
+	client/go/README.md \
 	client/go/go.mod \
 	client/go/breaker.go \
 	client/go/cache.go \

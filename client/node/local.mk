@@ -4,6 +4,7 @@
 # by the top Makefile.am; tests/node.sh runs the suite in make check).
 EXTRA_DIST += \
 	client/node/LICENSE \
+	client/node/README.md \
 	client/node/package.json \
 	client/node/index.js \
 	client/node/index.d.ts \
@@ -22,6 +23,7 @@ EXTRA_DIST += \
 	client/node/test/classify.test.js \
 	client/node/test/example.test.js \
 	client/node/test/fallback.test.js \
+	client/node/test/imports.test.js \
 	client/node/test/list.test.js \
 	client/node/test/ops.test.js \
 	client/node/test/retry.test.js \

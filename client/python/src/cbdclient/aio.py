@@ -19,10 +19,11 @@ import json
 import weakref
 from typing import Any, AsyncIterator
 
-from .connection import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_REPLY_BYTES,
-                         NOREPLY_REFUSED, Ops, check_list_limit, encode_request,
-                         lost_cursor_error, next_cursor, resolve_socket)
+from .connection import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, Ops, lost_cursor_error,
+                         resolve_socket)
 from .errors import CbdTimeoutError, ServerError, UnavailableError
+from .protocol import (MAX_REPLY_BYTES, NOREPLY_REFUSED, check_list_limit, encode_request,
+                       next_cursor)
 
 # Unsent bytes past which a request waits for the socket (drain).
 WRITE_BUFFER_HIGH = 1 << 20

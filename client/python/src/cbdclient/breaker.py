@@ -40,10 +40,11 @@ from typing import Any, Callable
 from . import cache, machine
 from .aio import AsyncClient
 from .classify import FAILURE, IGNORE, SUCCESS, Outcome
-from .connection import Client, encode_request
+from .connection import Client
 from .errors import CbdError, CbdTimeoutError, CircuitOpenError, ServerError, store_failed
 from .local import LocalStore
 from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
+from .protocol import encode_request
 
 # After a timeout, cbd is skipped for this long (libcbclient's
 # CBC_DEFAULT_TIMEOUT_BACKOFF_MS).

@@ -40,8 +40,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from .connection import encode_request
 from .machine import CLOSED, OPEN, STATES
+from .protocol import encode_request
 
 # Successes wait at most this long in the output before the owner writes
 # them, together (seconds); failures are written at once.

@@ -5,10 +5,10 @@ timeouts, reconnection, one lock per connection, and every op of
 PROTOCOL.md §8 as a method. ``list`` takes pages (``limit``, ``cursor``);
 ``iter_circuits`` follows the cursor to read every circuit.
 
-A request is one JSON line; its reply is the next line that carries
-``ok`` (watch events, which never do, are skipped). A connection that timed
-out or broke is closed at once, so a late reply can never be taken for the
-answer to a later request; the next call reconnects.
+A request is one JSON line (protocol.py is the codec); its reply is the
+next line that carries ``ok`` (watch events, which never do, are skipped).
+A connection that timed out or broke is closed at once, so a late reply can
+never be taken for the answer to a later request; the next call reconnects.
 """
 
 from __future__ import annotations
@@ -22,23 +22,18 @@ import time
 import weakref
 from typing import Any, Iterator
 
-from .errors import CbdTimeoutError, ServerError, UnavailableError
+from .errors import CbdTimeoutError, UnavailableError
+# The line codec lives in protocol.py; its names stay importable from here.
+from .protocol import (LIST_LIMIT_MAX, MAX_REPLY_BYTES, NOREPLY_REFUSED,  # noqa: F401
+                       check_list_limit, decode_reply, encode_request, next_cursor)
 
 DEFAULT_SOCKET = "/run/cbd/cbd.sock"
 # Timeouts in seconds (libcbclient's CBC_DEFAULT_CONNECT_TIMEOUT_MS and
 # CBC_DEFAULT_IO_TIMEOUT_MS: 100 ms each).
 DEFAULT_CONNECT_TIMEOUT = 0.1
 DEFAULT_IO_TIMEOUT = 0.1
-# The longest reply line we accept (a list of many circuits may be large:
-# cbd cuts list replies at half of its max_output_bytes, 8 MiB by default).
-MAX_REPLY_BYTES = 64 << 20
 # Bytes read from the socket at a time.
 READ_CHUNK = 65536
-# Ops on which cbd honours noreply (§8: every op but these five).
-NOREPLY_REFUSED = frozenset({"hello", "watch", "unwatch", "list", "stats"})
-# The largest page of list (PROTOCOL.md, list, "Pages."; libcbclient's
-# CBC_LIST_LIMIT_MAX).
-LIST_LIMIT_MAX = 100000
 
 
 def resolve_socket(path: str | None = None) -> str:
@@ -46,51 +41,10 @@ def resolve_socket(path: str | None = None) -> str:
     return path or os.environ.get("CBD_SOCKET") or DEFAULT_SOCKET
 
 
-def encode_request(op: str, members: dict) -> bytes:
-    """One request line: members set to None are left out (§3)."""
-    req = {"op": op}
-    req.update({k: v for k, v in members.items() if v is not None})
-    return json.dumps(req, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-
-
-def check_list_limit(limit: int | None) -> None:
-    """Raise ValueError unless limit is None or an int in 1..LIST_LIMIT_MAX."""
-    if limit is None:
-        return
-    if isinstance(limit, bool) or not isinstance(limit, int) \
-            or not 1 <= limit <= LIST_LIMIT_MAX:
-        raise ValueError(f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, not {limit!r}")
-
-
-def next_cursor(reply: dict) -> str | None:
-    """The cursor of a list reply's next page, None after the last page.
-    A reply that left circuits out without a cursor (a cbd older than list
-    pages) raises UnavailableError rather than end the listing short."""
-    cursor = reply.get("cursor")
-    if cursor is None and reply.get("truncated") is True:
-        raise UnavailableError("cbd left circuits out of a list reply without a cursor "
-                               "(a cbd without list pages): the listing cannot go on")
-    return cursor
-
-
 def lost_cursor_error(cursor: str) -> UnavailableError:
     """The error for a cursor whose connection closed mid-listing."""
     return UnavailableError(f'the connection to cbd closed during a listing: cursor "{cursor}" '
                             "went with it (start the listing again)")
-
-
-def decode_reply(line: bytes) -> dict:
-    """A reply line as a dict; raises ServerError for ok: false."""
-    try:
-        reply = json.loads(line)
-    except ValueError as e:
-        raise UnavailableError(f"cbd sent a line that is not JSON: {e}") from None
-    if not isinstance(reply, dict):
-        raise UnavailableError("cbd sent a line that is not a JSON object")
-    if reply.get("ok") is False:
-        error = reply.get("error") or {}
-        raise ServerError(str(error.get("code", "unknown")), str(error.get("message", "")))
-    return reply
 
 
 class Ops:
