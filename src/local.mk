@@ -36,6 +36,8 @@ src_libcbdaemon_la_SOURCES = \
 	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h \
 	src/server-client.c src/server-client.h \
 	src/events.c src/events.h \
+	src/fleet-copy.c src/fleet-copy.h \
+	src/fleet-sync.c src/fleet-sync.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
 	src/stats-report.c src/stats-report.h \

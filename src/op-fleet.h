@@ -30,18 +30,11 @@ bool op_fleet_send(op_call *call, bool *answered);
  * operator's release, delete or unheld set_state is remembered to be
  * written back when Redis is back. */
 bool op_fleet_local(op_call *call);
-/* Circuits whose operator actions are remembered while Redis is away;
- * past it an action is not written back (counted, logged once). */
-#define OP_FLEET_WRITEBACK_MAX 4096
-/* Forget the remembered actions (shutdown). */
-void op_fleet_free(void);
 /* Requests of one connection Redis may be running at once (noreply ones
  * are not waited for); past it the connection is read no more until one
  * is answered. */
 #define OP_FLEET_INFLIGHT_MAX 256
 /* c closed: forget its waiting requests, give back its fleet slots. */
 void op_fleet_client_closed(server_client *c);
-/* Start fleet mode (server start). */
-bool op_fleet_start(void);
 
 #endif

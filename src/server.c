@@ -36,7 +36,7 @@
 #include "log-limit.h"
 #include "log.h"
 #include "metrics.h"
-#include "op-fleet.h"
+#include "fleet-sync.h"
 #include "op.h"
 #include "server.h"
 #include "stats.h"
@@ -793,7 +793,7 @@ server_start(void)
 	housekeeping_start();
 	/* Fleet mode connects in the background; until Redis answers, this
 	 * host's copy of each circuit does. */
-	if (!op_fleet_start())
+	if (!fleet_sync_start())
 		return false;
 	srv.socket_path =
 	    strdup(cbd.socket_override != NULL ? cbd.socket_override : cbd.conf.socket);
@@ -886,7 +886,7 @@ server_free(void)
 	log_limit_free();
 	housekeeping_free();
 	fleet_free();
-	op_fleet_free();
+	fleet_sync_free();
 	metrics_http_stop();
 	encode_cache_clear();
 	enc_spares_free();
