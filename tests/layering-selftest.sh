@@ -94,4 +94,28 @@ fresh
 echo '#include "log.h"' >>"$tmp/tree/client/retry.c"
 expect_fail "libcbclient includes log.h" \
     '#include "log.h": reaches from layer client-lib to layer daemon-base'
+# Calls: object files where the connection calls the op table, which calls
+# the connection back (a call up, and a cycle of calls).
+fresh
+mkdir -p "$tmp/build/src"
+printf 'void op_dispatch(void);\nvoid server_client_reply(void) {}\nvoid f(void) { op_dispatch(); }\n' \
+    >"$tmp/conn.c"
+printf 'void server_client_reply(void);\nvoid op_dispatch(void) { server_client_reply(); }\n' \
+    >"$tmp/op.c"
+${CC:-cc} -c -o "$tmp/build/src/libcbdaemon_la-server-client.o" "$tmp/conn.c"
+${CC:-cc} -c -o "$tmp/build/src/libcbdaemon_la-op.o" "$tmp/op.c"
+if python3 "$top/tests/layering.py" "$tmp/tree" "$tmp/build" >"$tmp/out" 2>&1; then
+	echo "FAIL: calls: the check passed"
+	cat "$tmp/out"
+	exit 1
+fi
+for text in "src/server-client.c calls op_dispatch (src/op.c): from layer services to layer op-table" \
+    "call cycle src/op -> src/server-client -> src/op"; do
+	if ! grep -qF -- "$text" "$tmp/out"; then
+		echo "FAIL: calls: expected the message: $text"
+		cat "$tmp/out"
+		exit 1
+	fi
+done
+echo "ok: a call up and a cycle of calls"
 echo "layering-selftest: all cases behave"

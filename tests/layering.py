@@ -13,12 +13,20 @@ naming the file, its line and the include, on:
   - an include cycle between modules (a module: a .c and its .h).
 Exceptions are `allow FILE HEADER` lines of the table.
 
-usage: layering.py [SRCDIR]   (default: the tree this file is in)
+With a build directory (second argument, or $BUILDDIR), the same rules
+hold for calls: the symbols each object file of libcbbase, libcbcore,
+libcbdaemon and libcbclient uses (nm) are matched to the module that
+defines them, and a call into a layer the caller may not use, or a cycle
+of calls between modules, fails too (hooks registered by an upper layer
+are pointers, not calls, and so are not edges).
+
+usage: layering.py [SRCDIR [BUILDDIR]]   (default: the tree this file is in)
 Exit status 0 when the tree keeps its layers, 1 when not, 2 on a bad table.
 """
 import fnmatch
 import os
 import re
+import subprocess
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -190,15 +198,83 @@ def cycles(edges):
     return found
 
 
+# The libraries whose objects the call check reads: (folder, libtool
+# prefix of their object files).
+LIBS = (("src", "libcbbase_la-"), ("src/core", "libcbcore_la-"), ("src", "libcbdaemon_la-"),
+        ("client", "libcbclient_la-"))
+
+
+def call_edges(root, build):
+    """module -> {module: symbol}: the calls (and data uses) between modules,
+    read from the object files of a build. Objects whose source is gone
+    (a stale build) are skipped."""
+    defined, used = {}, {}
+    for folder, prefix in LIBS:
+        d = os.path.join(build, folder)
+        if not os.path.isdir(d):
+            continue
+        for name in sorted(os.listdir(d)):
+            if not (name.startswith(prefix) and name.endswith(".o")):
+                continue
+            mod = os.path.join(folder, name[len(prefix):-2])
+            if not os.path.exists(os.path.join(root, mod + ".c")):
+                continue
+            out = subprocess.run(["nm", os.path.join(d, name)], capture_output=True, text=True,
+                                 check=True).stdout
+            for line in out.splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[1] in "TDBRG":
+                    defined.setdefault(parts[2], set()).add(mod)
+                elif len(parts) == 2 and parts[0] == "U":
+                    used.setdefault(mod, {})[parts[1]] = True
+    edges = {}
+    for mod, syms in used.items():
+        for sym in sorted(syms):
+            for owner in sorted(defined.get(sym, ())):
+                if owner != mod:
+                    edges.setdefault(mod, {}).setdefault(owner, sym)
+    return edges
+
+
+def check_calls(root, table_path, build):
+    t = read_table(table_path)
+    errors = []
+    edges = call_edges(root, build)
+    if not edges:
+        return [f"{build}: no object files of the libraries (build first)"]
+    flat = {}
+    for a, targets in edges.items():
+        mine = layer_of(t, a)
+        for b, sym in targets.items():
+            theirs = layer_of(t, b)
+            flat.setdefault(a, {})[b] = (a + ".c", 0, sym)
+            if mine is None or theirs is None:
+                continue
+            if theirs == mine:
+                if mine not in t.sideways:
+                    errors.append(f"{a}.c calls {sym} ({b}.c): sideways within layer {mine}, "
+                                  "which does not allow it")
+                continue
+            if theirs not in t.uses[mine] and (a + ".c", os.path.basename(b) + ".h") not in t.allowed:
+                errors.append(f"{a}.c calls {sym} ({b}.c): from layer {mine} to layer {theirs}")
+    for c in cycles(flat):
+        errors.append(c.replace("include cycle", "call cycle").replace(':0: #include "', ": uses ")
+                      .replace('"', ""))
+    return errors
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    build = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("BUILDDIR")
     errors = check(root, os.path.join(root, "src", "LAYERS"))
+    if build:
+        errors += check_calls(root, os.path.join(root, "src", "LAYERS"), build)
     for e in errors:
         print(e)
     if errors:
         print(f"layering: {len(errors)} problem(s); the table is src/LAYERS")
         return 1
-    print("layering: every include keeps to src/LAYERS; no cycle")
+    print("layering: every include%s keeps to src/LAYERS; no cycle" % (" and call" if build else ""))
     return 0
 
 
