@@ -50,6 +50,9 @@ TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/
 	tests/format.sh tests/gitignore.sh tests/licence.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
 EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh tests/licence.sh
+# The manual pages render cleanly (groff -ww, no words run together).
+TESTS += tests/man.sh
+EXTRA_DIST += tests/man.sh
 # The Prometheus alerting rules and the dashboard's cbd up (promtool).
 TESTS += tests/alerts.sh
 EXTRA_DIST += tests/alerts.sh tests/cbd-alerts.test.yml
