@@ -68,8 +68,9 @@ static int cmd_metrics(cbctl *ctl);
 
 static const command commands[] = {
 	{ "ping", NULL, "", 0, 0, "", cmd_ping, "check that cbd answers; print its version" },
-	{ "list", NULL, "[--state STATE] [--names]", 0, 0, "--state= --names", cmd_list,
-	    "list circuits (and holds); --names: one name a line" },
+	{ "list", NULL, "[--state STATE] [--sort name|state] [--names]", 0, 0,
+	    "--state= --sort= --names", cmd_list,
+	    "list circuits and holds, by name (--sort state: open first)" },
 	{ "get", NULL, "NAME", 1, 1, "", cmd_get,
 	    "show one circuit: state, hold, totals, policy and sources" },
 	{ "policy", NULL, "NAME", 1, 1, "", cmd_policy,
@@ -390,26 +391,37 @@ format_retry(const cbc_snapshot *s, char *buf, size_t size)
 	}
 }
 
-/* The circuits' rows, the name column `width` wide. A held circuit's row
- * is followed by an indented line saying who holds it, until when and why. */
+/* A circuit's row after its name column, and for a held circuit an
+ * indented line saying who holds it, until when and why; NULL when out of
+ * memory. */
+static char *
+format_row_rest(const cbctl *ctl, const cbc_snapshot *s)
+{
+	char opened[32], retry[48], hold[CBC_REASON_MAX + 256];
+	char *text = NULL;
+
+	cbctl_format_time(s->opened_at, opened, sizeof opened);
+	format_retry(s, retry, sizeof retry);
+	hold[0] = '\0';
+	if (s->hold.held)
+		format_hold(&s->hold, hold, sizeof hold);
+	if (asprintf(&text, "%s%-9s%s  %8lld  %9lld  %-19s  %s\n%s%s%s", state_color(ctl, s->state),
+		cbc_state_name(s->state), ctl->color ? "\033[0m" : "", (long long)s->failure_count,
+		(long long)s->success_count, opened, retry, s->hold.held ? "  " : "", hold,
+		s->hold.held ? "\n" : "") < 0)
+		return NULL;
+	return text;
+}
+
+/* The circuits' rows, the name column `width` wide. */
 static void
 print_table_rows(const cbctl *ctl, const cbc_snapshot *snaps, size_t count, int width)
 {
-	char opened[32], retry[48], hold[CBC_REASON_MAX + 256];
-
 	for (size_t i = 0; i < count; i++) {
-		const cbc_snapshot *s = &snaps[i];
+		char *rest = format_row_rest(ctl, &snaps[i]);
 
-		cbctl_format_time(s->opened_at, opened, sizeof opened);
-		format_retry(s, retry, sizeof retry);
-		printf("%-*s  %s%-9s%s  %8lld  %9lld  %-19s  %s\n", width, s->name,
-		    state_color(ctl, s->state), cbc_state_name(s->state),
-		    ctl->color ? "\033[0m" : "", (long long)s->failure_count,
-		    (long long)s->success_count, opened, retry);
-		if (s->hold.held) {
-			format_hold(&s->hold, hold, sizeof hold);
-			printf("  %s\n", hold);
-		}
+		printf("%-*s  %s", width, snaps[i].name, rest != NULL ? rest : "(out of memory)\n");
+		free(rest);
 	}
 }
 
@@ -562,19 +574,90 @@ cmd_ping(cbctl *ctl)
 	return EXIT_OK;
 }
 
-/* list [--state S] [--names]: the table, or one name a line (for shell
- * completion and scripts), every circuit however many: pages are followed
- * by their cursor (--json prints each page's reply, one a line). */
+/* One row of list: the circuit's name and state (the sort keys) and the
+ * rest of its row (NULL for --names). */
+typedef struct list_row {
+	char *name;
+	cbc_state state;
+	char *rest;
+} list_row;
+
+/* Order of --sort state: open first, then half_open, then closed. */
+static int
+state_rank(cbc_state state)
+{
+	return state == CBC_STATE_OPEN ? 0 : state == CBC_STATE_HALF_OPEN ? 1 : 2;
+}
+
+static int
+row_by_name(const void *a, const void *b)
+{
+	return strcmp(((const list_row *)a)->name, ((const list_row *)b)->name);
+}
+
+static int
+row_by_state(const void *a, const void *b)
+{
+	int d = state_rank(((const list_row *)a)->state) - state_rank(((const list_row *)b)->state);
+
+	return d != 0 ? d : row_by_name(a, b);
+}
+
+static void
+rows_free(list_row *rows, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		free(rows[i].name);
+		free(rows[i].rest);
+	}
+	free(rows);
+}
+
+/* Append a page's snapshots to *rows (rest rendered unless names only);
+ * false when out of memory. */
+static bool
+rows_add(const cbctl *ctl, list_row **rows, size_t *count, const cbc_snapshot *snaps, size_t n,
+    bool names)
+{
+	list_row *grown = n > 0 ? realloc(*rows, (*count + n) * sizeof **rows) : *rows;
+
+	if (n > 0 && grown == NULL)
+		return false;
+	*rows = grown;
+	for (size_t i = 0; i < n; i++) {
+		list_row *r = &grown[*count];
+
+		r->name = strdup(snaps[i].name);
+		r->state = snaps[i].state;
+		r->rest = names ? NULL : format_row_rest(ctl, &snaps[i]);
+		if (r->name == NULL || (!names && r->rest == NULL)) {
+			free(r->name);
+			free(r->rest);
+			return false;
+		}
+		(*count)++;
+	}
+	return true;
+}
+
+/* list [--state S] [--sort name|state] [--names]: the table, or one name
+ * a line (for shell completion and scripts), of every circuit however
+ * many: pages are followed by their cursor, then the rows sorted (by name,
+ * bytewise: the same order on every run; --sort state: open, half_open,
+ * closed, each by name). --json prints each page's reply as cbd sent it,
+ * one a line, unsorted. */
 static int
 cmd_list(cbctl *ctl)
 {
 	cbc_state filter;
-	bool filtered = false, names = false;
+	bool filtered = false, names = false, sorted = false;
 	const char *value = cbctl_option_get(ctl, "--state", &filtered);
+	const char *sort = cbctl_option_get(ctl, "--sort", &sorted);
 	char cursor[CBC_CURSOR_SIZE] = "", next[CBC_CURSOR_SIZE];
 	cbc_snapshot *snaps = NULL;
+	list_row *rows = NULL;
 	size_t count = 0, total = 0;
-	int width = -1;
+	int width = 4;
 	cbc_error err;
 	cbc_status status;
 
@@ -584,6 +667,10 @@ cmd_list(cbctl *ctl)
 		    value);
 		return EXIT_USAGE;
 	}
+	if (sorted && strcmp(sort, "name") != 0 && strcmp(sort, "state") != 0) {
+		errorf("list: --sort takes name or state (got \"%s\")", sort);
+		return EXIT_USAGE;
+	}
 	if (names && ctl->json) {
 		errorf("list: --names and --json are two output modes: give one");
 		return EXIT_USAGE;
@@ -591,8 +678,10 @@ cmd_list(cbctl *ctl)
 	do {
 		status = cbc_list_page(ctl->conn, filtered ? &filter : NULL, 0, cursor, &snaps,
 		    &count, next, sizeof next, &err);
-		if (status != CBC_OK)
+		if (status != CBC_OK) {
+			rows_free(rows, total);
 			return fail_status(ctl, status, &err);
+		}
 		if (ctl->json) {
 			int rc = print_reply(ctl);
 
@@ -600,23 +689,36 @@ cmd_list(cbctl *ctl)
 				cbc_free(snaps);
 				return rc;
 			}
-		} else if (names) {
-			for (size_t i = 0; i < count; i++)
-				puts(snaps[i].name);
-		} else if (count > 0) {
-			/* The first page sets the name column. */
-			if (width < 0) {
-				width = table_width(snaps, count);
-				print_table_head(width);
-			}
-			print_table_rows(ctl, snaps, count, width);
+		} else if (!rows_add(ctl, &rows, &total, snaps, count, names)) {
+			cbc_free(snaps);
+			rows_free(rows, total);
+			errorf("list: out of memory");
+			return EXIT_REFUSED;
 		}
-		total += count;
 		cbc_free(snaps);
 		snaps = NULL;
 		memcpy(cursor, next, sizeof cursor);
 	} while (cursor[0] != '\0');
-	if (!ctl->json && !names && total == 0)
+	if (ctl->json)
+		return EXIT_OK;
+	if (total > 1)
+		qsort(rows, total, sizeof *rows,
+		    sorted && strcmp(sort, "state") == 0 ? row_by_state : row_by_name);
+	for (size_t i = 0; i < total; i++) {
+		int len = (int)strlen(rows[i].name);
+
+		width = len > width ? len : width;
+	}
+	if (!names && total > 0)
+		print_table_head(width);
+	for (size_t i = 0; i < total; i++) {
+		if (names)
+			puts(rows[i].name);
+		else
+			printf("%-*s  %s", width, rows[i].name, rows[i].rest);
+	}
+	rows_free(rows, total);
+	if (!names && total == 0)
 		printf("no circuits%s%s\n", filtered ? " in state " : "",
 		    filtered ? cbc_state_name(filter) : "");
 	return EXIT_OK;

@@ -331,6 +331,29 @@ reject out ' ' "list --names prints only names"
 run 0 "list --names --state" list --state open --names
 expect out '^cfg$' "--names with a state"
 reject out '^kept$' "--names keeps the state filter"
+# Sorted by name (byte order), whatever order cbd keeps them in (here
+# they are made last name first); --sort state puts open ones first.
+for n in zz-sort mm-sort aa-sort; do "$CBCTL_BINARY" close "$n" --no-hold >/dev/null; done
+"$CBCTL_BINARY" open mm-sort --no-hold >/dev/null
+run 0 "list --names, sorted" list --names
+LC_ALL=C sort "$tmp/out" | cmp -s - "$tmp/out" && pass "list --names is sorted by name" ||
+	fail "list --names is not sorted: $(tr '\n' ' ' <"$tmp/out")"
+run 0 "list, sorted" list
+grep -E '^[a-z]' "$tmp/out" | grep -v '^NAME ' | awk '{print $1}' >"$tmp/rows"
+LC_ALL=C sort "$tmp/rows" | cmp -s - "$tmp/rows" && [ -s "$tmp/rows" ] &&
+	pass "list's rows are sorted by name" || fail "list's rows: $(tr '\n' ' ' <"$tmp/rows")"
+run 0 "list --sort state" list --sort state
+grep -E '^[a-z]' "$tmp/out" | grep -v '^NAME ' | awk '{print $2}' |
+	sed -e 's/^open$/0/' -e 's/^half_open$/1/' -e 's/^closed$/2/' >"$tmp/ranks"
+sort -n "$tmp/ranks" | cmp -s - "$tmp/ranks" && [ "$(head -n 1 "$tmp/ranks")" = 0 ] &&
+	pass "--sort state: open first, then half_open, then closed" ||
+	fail "--sort state: $(tr '\n' ' ' <"$tmp/ranks")"
+grep -E '^[a-z]' "$tmp/out" | grep -v '^NAME ' | awk '$2 == "closed" {print $1}' >"$tmp/rows"
+LC_ALL=C sort "$tmp/rows" | cmp -s - "$tmp/rows" && pass "--sort state: by name within a state" ||
+	fail "--sort state, closed rows: $(tr '\n' ' ' <"$tmp/rows")"
+run 0 "list --sort=name" list --sort=name
+run 2 "bad --sort" list --sort size
+expect err '^cbctl: list: --sort takes name or state \(got "size"\)$' "a bad --sort is named"
 run 2 "--names with --json" list --names --json
 expect err '^cbctl: list: --names and --json' "--names and --json conflict named"
 
@@ -487,6 +510,8 @@ complete_words "$CBCTL_BINARY" list --st
 expect out '^--state$' "completes a command's option"
 complete_words "$CBCTL_BINARY" list --state h
 expect out '^half_open$' "completes a state"
+complete_words "$CBCTL_BINARY" list --sort s
+expect out '^state$' "completes a sort order"
 complete_words "$CBCTL_BINARY" -s "$sock" get c
 expect out '^cfg$' "completes circuit names from cbd"
 complete_words "$CBCTL_BINARY" -s "$tmp/nothing.sock" get c
@@ -518,6 +543,7 @@ ZSH
 	}
 	zcomplete "cbctl po" "cbctl policy "
 	zcomplete "cbctl list --state h" "cbctl list --state half_open "
+	zcomplete "cbctl list --sort s" "cbctl list --sort state "
 	zcomplete "cbctl stats --a" "cbctl stats --all "
 	zcomplete "cbctl open x --no" "cbctl open x --no-hold "
 	zcomplete "cbctl -s $sock get cf" "cbctl -s $sock get cfg "

@@ -55,6 +55,9 @@ EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh tests/licence.sh
 # and its own test (it fails when a lower file includes a higher header).
 TESTS += tests/layering.sh tests/layering-selftest.sh
 EXTRA_DIST += tests/layering.sh tests/layering-selftest.sh tests/layering.py
+# The manual pages render cleanly (groff -ww, no words run together).
+TESTS += tests/man.sh
+EXTRA_DIST += tests/man.sh
 # The Prometheus alerting rules and the dashboard's cbd up (promtool).
 TESTS += tests/alerts.sh
 EXTRA_DIST += tests/alerts.sh tests/cbd-alerts.test.yml

@@ -41,5 +41,19 @@ else
 	fail "security exposure: $(systemd-analyze security --offline=yes "$tmp/cbd.service" 2>&1 | tail -n 1)"
 fi
 
+# README states the score: it must be the one systemd-analyze gives (the
+# scoring changes between systemd versions: checked on Debian 12's 252).
+score=$(systemd-analyze security --offline=yes "$tmp/cbd.service" 2>/dev/null |
+	sed -n 's/.*Overall exposure level for cbd.service: \([0-9.]*\).*/\1/p')
+readme=$(tr '\n' ' ' <"${CBD_SRCDIR:?}/README.md" |
+	sed -n 's/.*(exposure *\([0-9.]*\) on `systemd-analyze security`.*/\1/p')
+case "$(systemd-analyze --version | head -n 1)" in
+"systemd 252 "*)
+	[ -n "$score" ] && [ "$score" = "$readme" ] &&
+		pass "README's exposure $readme is the unit's" ||
+		fail "README says exposure $readme, systemd-analyze security says $score" ;;
+*) echo "not systemd 252: README's exposure ($readme; here $score) not compared" ;;
+esac
+
 echo "systemd-units: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

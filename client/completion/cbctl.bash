@@ -29,7 +29,7 @@ _cbctl()
 			((i++))
 			;;
 		--socket=*) _cbctl_socket=("$word") ;;
-		-t | --timeout | --state | --for | --reason) ((i++)) ;;
+		-t | --timeout | --state | --sort | --for | --reason) ((i++)) ;;
 		-*) ;;
 		*) [[ -z $cmd ]] && cmd=$word ;;
 		esac
@@ -44,13 +44,17 @@ _cbctl()
 		mapfile -t COMPREPLY < <(compgen -W "open half_open closed" -- "$cur")
 		return 0
 		;;
+	--sort)
+		mapfile -t COMPREPLY < <(compgen -W "name state" -- "$cur")
+		return 0
+		;;
 	-t | --timeout | --for | --reason) return 0 ;;
 	esac
 
 	if [[ $cur == -* ]]; then
 		opts=$global
 		case $cmd in
-		list) opts+=" --state --names" ;;
+		list) opts+=" --state --sort --names" ;;
 		stats) opts+=" --all" ;;
 		open | close) opts+=" --for --reason --no-hold" ;;
 		esac
