@@ -53,13 +53,17 @@ if [ "${1:-}" = --throwaway-root ]; then
 	for f in passwd group shadow gshadow; do
 		[ -f "$root/etc/$f" ] && sed -i '/^cbd:/d' "$root/etc/$f"
 	done
-	cp "$work"/*.deb "$root/tmp/"
+	pkgs=""
+	for d in "$work"/*.deb; do
+		case $d in *-dbgsym_*) continue ;; esac
+		cp "$d" "$root/tmp/"
+		pkgs="$pkgs $(dpkg-deb -f "$d" Package)"
+	done
 	cp "$work/cbd/client/examples/flaky.c" "$root/tmp/"
 	rt() { chroot "$root" "$@"; }
 
-	if rt dpkg -i /tmp/libcbclient3_*.deb /tmp/libcbclient-dev_*.deb /tmp/cbd_[0-9]*.deb \
-		>"$ov/install.log" 2>&1; then
-		ok "dpkg -i cbd libcbclient3 libcbclient-dev"
+	if rt sh -c 'dpkg -i /tmp/*.deb' >"$ov/install.log" 2>&1; then
+		ok "dpkg -i$pkgs"
 	else
 		bad "dpkg -i: $(tail -n 20 "$ov/install.log")"
 		exit 1
@@ -95,14 +99,16 @@ if [ "${1:-}" = --throwaway-root ]; then
 	echo '{}' > "$root/var/lib/cbd/state.json"
 	rt chown -R cbd:cbd /var/lib/cbd
 	: > "$root/run/cbd/cbd.sock"
-	if rt dpkg -r libcbclient-dev libcbclient3 cbd >"$ov/remove.log" 2>&1; then
+	# shellcheck disable=SC2086
+	if rt dpkg -r $pkgs >"$ov/remove.log" 2>&1; then
 		ok "dpkg -r"
 	else
 		bad "dpkg -r: $(tail -n 20 "$ov/remove.log")"
 	fi
 	[ ! -e "$root/usr/sbin/cbd" ] && ok "remove: /usr/sbin/cbd gone" || bad "remove left /usr/sbin/cbd"
 	[ -f "$root/etc/cbd/cbd.conf" ] && ok "remove: the conffile stays" || bad "remove took cbd.conf"
-	if rt dpkg -P libcbclient-dev libcbclient3 cbd >"$ov/purge.log" 2>&1; then
+	# shellcheck disable=SC2086
+	if rt dpkg -P $pkgs >"$ov/purge.log" 2>&1; then
 		ok "dpkg -P"
 	else
 		bad "dpkg -P: $(tail -n 20 "$ov/purge.log")"
@@ -270,9 +276,9 @@ else
 	host_state() {
 		getent passwd cbd
 		getent group cbd
-		dpkg-query -W -f='${Package} ${db:Status-Status}\n' cbd libcbclient3 libcbclient-dev 2>/dev/null
+		dpkg-query -W -f='${Package} ${db:Status-Status}\n' cbd "$libpkg" libcbclient-dev 2>/dev/null
 		ls -d /etc/cbd /usr/sbin/cbd /etc/systemd/system/sockets.target.wants/cbd.socket \
-			/usr/share/doc/libcbclient3 /var/lib/cbd 2>/dev/null
+			/usr/share/doc/"$libpkg" /usr/include/cbclient.h /var/lib/cbd 2>/dev/null
 	}
 	before=$(host_state)
 	out=$(unshare --mount --propagation private /bin/sh "$0" --throwaway-root "$work" 2>&1)
