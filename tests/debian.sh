@@ -18,6 +18,9 @@
 # --disable-debian-test (make distcheck does, AM_DISTCHECK_CONFIGURE_FLAGS),
 # and when dpkg-buildpackage is missing (./bootstrap installs it).
 set -u
+# chroot, mount and dpkg's helpers live in sbin.
+PATH=$PATH:/usr/sbin:/sbin
+export PATH
 
 # The throwaway root, run by this script itself in a new mount namespace
 # (unshare --mount): $2 is the work directory holding the .debs. Prints
@@ -60,7 +63,8 @@ if [ "${1:-}" = --throwaway-root ]; then
 		pkgs="$pkgs $(dpkg-deb -f "$d" Package)"
 	done
 	cp "$work/cbd/client/examples/flaky.c" "$root/tmp/"
-	rt() { chroot "$root" "$@"; }
+	# dpkg wants ldconfig and start-stop-daemon in PATH: the sbin dirs too.
+	rt() { chroot "$root" env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
 
 	if rt sh -c 'dpkg -i /tmp/*.deb' >"$ov/install.log" 2>&1; then
 		ok "dpkg -i$pkgs"
