@@ -98,6 +98,21 @@ if [ "${1:-}" = --throwaway-root ]; then
 	rt ldd /tmp/flaky 2>/dev/null | grep -q 'libcbclient.so.[0-9]* => /\(usr/\)\{0,1\}lib/' &&
 		ok "the example links the packaged libcbclient.so" || bad "ldd: $(rt ldd /tmp/flaky 2>&1)"
 
+	# Installed again: the upgrade path of the scripts (postinst configure
+	# with the old version) runs clean and keeps the user and the config.
+	uid=$(rt id -u cbd)
+	echo '# local edit' >> "$root/etc/cbd/cbd.conf"
+	if rt sh -c 'dpkg -i --force-confold /tmp/*.deb' >"$ov/reinstall.log" 2>&1; then
+		ok "dpkg -i again (upgrade path)"
+	else
+		bad "dpkg -i again: $(tail -n 20 "$ov/reinstall.log")"
+	fi
+	[ "$(rt id -u cbd)" = "$uid" ] && ok "upgrade keeps the cbd uid" || bad "upgrade changed cbd's uid"
+	grep -q '^# local edit$' "$root/etc/cbd/cbd.conf" && ok "upgrade keeps the edited conffile" ||
+		bad "upgrade lost the edit to /etc/cbd/cbd.conf"
+	[ -L "$wants/sockets.target.wants/cbd.socket" ] && ok "upgrade keeps cbd.socket enabled" ||
+		bad "upgrade disabled cbd.socket"
+
 	# What cbd and systemd would have made by now: state and the socket.
 	mkdir -p "$root/var/lib/cbd" "$root/run/cbd"
 	echo '{}' > "$root/var/lib/cbd/state.json"
