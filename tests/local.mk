@@ -44,7 +44,8 @@ TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
 	UNITDIR='$(systemdsystemunitdir)' SYSUSERSDIR='$(sysusersdir)' DOCDIR='$(docdir)' \
-	DATADIR='$(datadir)' \
+	DATADIR='$(datadir)' BINDIR='$(bindir)' LIBDIR='$(libdir)' INCLUDEDIR='$(includedir)' \
+	MANDIR='$(mandir)' \
 	SAN_CFLAGS='$(SAN_CFLAGS)' HAVE_SYSTEMD='$(have_systemd)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
 	tests/format.sh tests/gitignore.sh tests/licence.sh
