@@ -41,6 +41,19 @@ for f in "$sbindir/cbd" "$bindir/cbctl" "$includedir/cbclient.h" "$libdir/pkgcon
 	"$mandir/man8/cbd.8" "$mandir/man5/cbd.conf.5" "$mandir/man1/cbctl.1"; do
 	if [ -e "$dest$f" ]; then pass "installed $f"; else fail "missing $f"; fi
 done
+# libcbclient never exits, aborts or prints (uthash's default on a failed
+# add is exit(): every table in it reports out-of-memory instead).
+if command -v nm >/dev/null 2>&1; then
+	calls=$(nm -D --undefined-only "$dest$libdir/libcbclient.so" 2>/dev/null |
+		awk '{print $NF}' | sed 's/@.*//' |
+		grep -xE 'exit|_exit|_Exit|abort|__assert_fail|printf|puts|putchar|perror|fprintf|vfprintf|fputs|fwrite' |
+		tr '\n' ' ')
+	if [ -z "$calls" ]; then
+		pass "libcbclient.so calls no exit, abort or stdio printing"
+	else
+		fail "libcbclient.so calls $calls"
+	fi
+fi
 # Units and sysusers.d where systemd looks (pkg-config systemd), the
 # protocol where client authors look.
 for f in "$unitdir/cbd.service" "$unitdir/cbd.socket" "$sysusersdir/cbd.conf" \
