@@ -578,7 +578,13 @@ func (b *Breaker) run(ctx context.Context, permit *Permit, fn func(context.Conte
 	return err
 }
 
+// classify is the outcome of a call that returned err: a success (nil)
+// never reaches the classifier, so one written as "ignore ErrNotFound,
+// everything else is a failure" cannot turn successes into failures.
 func (b *Breaker) classify(err error) (o Outcome) {
+	if err == nil {
+		return Success
+	}
 	defer func() {
 		if recover() != nil {
 			o = Failure // a classifier that panics counts the call as failed
