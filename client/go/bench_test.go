@@ -169,7 +169,7 @@ func BenchmarkPropagation(b *testing.B) {
 	u := br.cacheUse.Load()
 	var seen uint64
 	refused := func() bool {
-		v, _, _ := u.cache.decide(u.entry, &seen)
+		v, _, _ := u.cache.decide(u.entry, &seen, nil)
 		return v == cacheRefuse
 	}
 	ctx := context.Background()

@@ -117,8 +117,10 @@ type Breaker struct {
 	cached        bool // decides from the watch cache (BreakerOptions.Cache)
 	ownClient     bool // made by NewBreaker: Close closes it
 	cacheUse      atomic.Pointer[cacheUse]
-	cacheSeen     uint64    // change events of the entry already seen
+	cacheSeen     uint64 // change events of the entry already seen
+	told          atomic.Pointer[told]
 	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
+	syncLines     [3][]byte // the same with a reply (an outcome that could trip)
 	cachedCalls   int64     // closed calls the cache let run
 	cacheRefusals int64     // calls the cache refused
 	uncachedCalls int64     // calls of a cached breaker that asked cbd
@@ -213,6 +215,7 @@ func (b *Breaker) makeOutcomeLines() error {
 		Failure: `{"op":"record_failure"`, Ignore: `{"op":"record","outcome":"ignore"`} {
 		line := append([]byte(head+`,"name":`), name...)
 		line = append(line, ctx...)
+		b.syncLines[o] = append(append([]byte{}, line...), `,"duration_ms":`...)
 		b.outcomeLines[o] = append(line, `,"noreply":true,"duration_ms":`...)
 	}
 	return nil
@@ -427,6 +430,7 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 		reply = &r
 	} else {
 		b.noteAllow(reply, now)
+		b.noteTold(reply.State)
 		if b.cached && b.cacheUse.Load() == nil {
 			// The first answer created the circuit with our policy:
 			// from now on the cache decides.
@@ -446,6 +450,14 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 		Started: time.Now()}, nil
 }
 
+// noteTold keeps the state cbd answered an uncached request of a cached
+// breaker with: the cache does not decide from an older state.
+func (b *Breaker) noteTold(state string) {
+	if u := b.cacheUse.Load(); u != nil && u.entry != nil {
+		b.told.Store(&told{seq: u.cache.seqOf(u.entry), state: state})
+	}
+}
+
 // acquireCached decides from the watch cache; decided false: ask cbd.
 func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	u := b.cacheUse.Load()
@@ -462,7 +474,7 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 		atomic.AddInt64(&u.cache.uncached, 1)
 		return false, nil, nil // past MaxCachedNames
 	}
-	v, retryAfterMs, fresh := u.cache.decide(u.entry, &b.cacheSeen)
+	v, retryAfterMs, fresh := u.cache.decide(u.entry, &b.cacheSeen, b.told.Load())
 	if fresh != nil {
 		// A change made anywhere: callbacks fire as for the answers of cbd.
 		b.noteSnapshot(fresh)
@@ -498,7 +510,25 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 		d = time.Since(p.Started)
 	}
 	ms := d.Milliseconds()
-	if p.cache != nil && o >= Success && o <= Ignore && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
+	if o < Success || o > Ignore {
+		o = Failure
+	}
+	// The process's own outcomes, whatever path they take, are counted
+	// against the rule: one that could trip the circuit is sent with a
+	// reply awaited, so the next call sees the state it led to.
+	couldTrip := false
+	if u := b.cacheUse.Load(); u != nil && u.entry != nil {
+		couldTrip = u.entry.own.count(o, ms)
+	}
+	if p.cache != nil && couldTrip {
+		if snap, sent := p.cache.sendSync(b.syncLines[o], ms); sent {
+			if snap != nil {
+				b.noteSnapshot(snap)
+				b.observe(snap.State, false)
+			}
+			return nil
+		}
+	} else if p.cache != nil && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
 		return nil // cbd applies it without answering
 	}
 	remoteToken := p.Token
@@ -520,6 +550,7 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 	})
 	if answered {
 		if err == nil && snap != nil {
+			b.noteTold(snap.State)
 			b.noteSnapshot(snap)
 			if o != Ignore {
 				b.observe(snap.State, false)

@@ -747,3 +747,58 @@ func TestCachedHalfOpenAcrossProcesses(t *testing.T) {
 		_ = a.Report(p, Success, 0)
 	}
 }
+
+// runTight makes n calls back to back, the k-th failing when fail(k); it
+// returns how many ran.
+func runTight(b *Breaker, n int, fail func(k int) bool) int {
+	ran := 0
+	for k := 0; k < n; k++ {
+		_ = b.Execute(context.Background(), func(context.Context) error {
+			ran++
+			if fail(ran) {
+				return errBoom
+			}
+			return nil
+		})
+	}
+	return ran
+}
+
+// One process alone stops exactly at its own threshold, cached: the
+// outcome that could trip is sent with a reply awaited, so the next call
+// sees the circuit open (the consecutive rule and the rate rule; from a
+// fresh breaker, whose first call is uncached, and from a primed one).
+func TestCachedStopsAtOwnThreshold(t *testing.T) {
+	d := sharedCbd(t)
+	always := func(int) bool { return true }
+	for _, primed := range []bool{false, true} {
+		consecutive := BreakerOptions{Policy: Ctx{"failure_threshold": 3, "break_ms": 60000}}
+		var b *Breaker
+		if primed {
+			b = cachedBreaker(t, d.Socket, circuitName(t), consecutive)
+		} else {
+			b = newTestBreaker(t, consecutive)
+		}
+		if ran := runTight(b, 10, always); ran != 3 {
+			t.Fatalf("consecutive, primed %v: the callback ran %d times (threshold 3)", primed, ran)
+		}
+		// Rate: 50 % of at least 4 calls; success, failure, ... trips at
+		// the 4th call.
+		rate := BreakerOptions{Policy: Ctx{"trip": "rate", "window": "count", "window_size": 10,
+			"minimum_calls": 4, "failure_rate": 50, "break_ms": 60000}}
+		if primed {
+			b = cachedBreaker(t, d.Socket, circuitName(t), rate)
+		} else {
+			b = newTestBreaker(t, rate)
+		}
+		// Primed: the first success is in the window already.
+		if ran := runTight(b, 10, func(k int) bool { return primed || k%2 == 0 }); (primed && ran != 3) || (!primed && ran != 4) {
+			t.Fatalf("rate, primed %v: the callback ran %d times", primed, ran)
+		}
+		// Primed, the calls ran from the cache (unprimed, the watch reply
+		// may come after the last call: all of them asked cbd).
+		if primed && b.Client().CacheCounters().Syncs == 0 {
+			t.Fatal("no outcome was sent with a reply")
+		}
+	}
+}
