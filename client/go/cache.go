@@ -155,10 +155,13 @@ type cacheEntry struct {
 // ownCount is the circuit's rule as the last snapshot read reported it,
 // the counts that snapshot carried (base) and the process's own outcomes
 // since (own): enough to tell whether one more outcome of the process
-// could trip the circuit. Own counts are zeroed only by a snapshot known
-// to include them (a change event, the reply to a synced outcome); a
-// watch reply may or may not, so it only sets the base (counting an
-// outcome twice costs a round trip, never an overshoot).
+// could trip the circuit. Own counts are zeroed, and the rule read, only
+// from a snapshot known to include them and to be of the stored circuit
+// (a change event, the reply to a synced outcome); a watch reply may
+// predate the creating request (its policy the defaults, not the
+// breaker's) and may or may not include own outcomes, so it only sets
+// the base. Until a rule is read every failure is synced. Counting an
+// outcome twice costs a round trip, never an overshoot.
 type ownCount struct {
 	mu                                     sync.Mutex
 	known                                  bool // a rule was read
@@ -182,8 +185,8 @@ func policyInt(p map[string]any, key string, def int64) int64 {
 // outcome counted so far (n.mu held).
 func (n *ownCount) setBase(s *Snapshot, reset bool) {
 	p := s.Policy
-	n.known = p != nil
-	if n.known {
+	if reset && p != nil {
+		n.known = true
 		n.rate = p["trip"] == "rate"
 		n.countWindow = p["window"] != "time"
 		n.threshold = policyInt(p, "failure_threshold", 5)

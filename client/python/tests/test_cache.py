@@ -589,3 +589,75 @@ def test_lines_of_unexpected_shape_do_not_stop_the_cache(tmp_path):
         cache.release(c)
         server.close()
     assert cache.stats(path) is None
+
+
+def _tight(call, n, fail):
+    """n calls back to back (call(fn) runs one), the k-th failing when
+    fail(k); how many ran."""
+    ran = [0]
+
+    def fn():
+        ran[0] += 1
+        if fail(ran[0]):
+            raise ConnectionError("down")
+        return "ok"
+    for _ in range(n):
+        try:
+            call(fn)
+        except (ConnectionError, CircuitOpenError):
+            pass
+    return ran[0]
+
+
+RATE = dict(trip="rate", window="count", window_size=10, minimum_calls=4,
+            failure_rate=50, break_ms=60000)
+
+
+def test_stops_exactly_at_its_own_threshold(cbd, client, name):
+    """One process alone, cached, stops at its own threshold in a tight
+    loop: the outcome that could trip is sent with a reply awaited (the
+    consecutive and the rate rule; fresh breakers, whose first call asks
+    cbd, and primed ones)."""
+    for primed in (False, True):
+        b = Breaker(f"{name}-c{primed}", client, failure_threshold=3, break_ms=60000)
+        assert b.cached
+        if primed:
+            prime(b)
+        assert _tight(b.call, 10, lambda k: True) == 3, f"consecutive, primed {primed}"
+        b = Breaker(f"{name}-r{primed}", client, **RATE)
+        # Primed: s successes in the window already; f failures trip it
+        # once f >= s and s + f >= 4.
+        s = prime(b) if primed else 0
+        ran = _tight(b.call, 10, lambda k: primed or k % 2 == 0)
+        assert ran == (max(s, 4 - s) if primed else 4), f"rate, primed {primed}: {ran}"
+    assert b.cache_stats().syncs > 0
+
+
+def test_async_stops_exactly_at_its_own_threshold(cbd, name):
+    """The same for AsyncBreakers on an AsyncClient (the loop's cache) and
+    on a thread Client."""
+    async def tight(ab, n, fail):
+        ran = 0
+        for _ in range(n):
+            async def fn():
+                nonlocal ran
+                ran += 1
+                if fail(ran):
+                    raise ConnectionError("down")
+            try:
+                await ab.call(fn)
+            except (ConnectionError, CircuitOpenError):
+                pass
+        return ran
+
+    async def main():
+        async with AsyncClient(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as ac:
+            with Client(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as tc:
+                for i, c in enumerate((ac, tc)):
+                    ab = AsyncBreaker(Breaker(f"{name}-{i}", c, failure_threshold=3,
+                                              break_ms=60000))
+                    assert await tight(ab, 10, lambda k: True) == 3, f"client {i}"
+                    ab = AsyncBreaker(Breaker(f"{name}-r{i}", c, **RATE))
+                    assert await tight(ab, 10, lambda k: k % 2 == 0) == 4, f"rate, client {i}"
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -46,6 +46,10 @@ from .local import LocalStore
 from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
 from .protocol import encode_request
 
+# _report_cached's answer for an outcome that could trip: send it with a
+# reply awaited.
+_SYNC = object()
+
 # After a timeout, cbd is skipped for this long (libcbclient's
 # CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
 DEFAULT_TIMEOUT_BACKOFF_MS = 250
@@ -171,6 +175,11 @@ class Breaker:
                     name=name, ctx=ctx, noreply=True))[:-2],
                 IGNORE: encode_request("record", dict(
                     name=name, outcome="ignore", ctx=ctx, noreply=True))[:-2],
+            }
+            # The same with a reply (an outcome that could trip).
+            self._sync_lines = {
+                SUCCESS: encode_request("record_success", dict(name=name, ctx=ctx))[:-2],
+                FAILURE: encode_request("record_failure", dict(name=name, ctx=ctx))[:-2],
             }
             self.client._cached_breakers.add(self)
             if not self._async:
@@ -453,8 +462,24 @@ class Breaker:
         the time since acquire) and hand its permit back. Never raises for
         cbd's sake: bookkeeping does not replace the call's own result."""
         outcome, duration_ms = self._report_begin(permit, outcome, duration_ms)
-        if not self._report_cached(permit, outcome, duration_ms):
+        route = self._report_cached(permit, outcome, duration_ms)
+        if route is _SYNC:
+            snap, sent = self._cache.send_sync(self._sync_line(outcome, duration_ms))
+            if sent:
+                self._synced(snap, outcome, error)
+                return
+        if not route:
             self._report_uncached(permit, outcome, duration_ms, error)
+
+    def _sync_line(self, outcome: Outcome, duration_ms: int) -> bytes:
+        """The outcome line with a reply (less its closing brace)."""
+        return self._sync_lines[outcome] + b',"duration_ms":%d' % duration_ms
+
+    def _synced(self, snap: dict | None, outcome: Outcome, error: Any) -> None:
+        """Bookkeeping from a synced outcome's reply (None: none came)."""
+        if snap is not None:
+            self._note_snapshot(snap)
+            self._observe(snap["state"], error if outcome == FAILURE else None)
 
     def _report_begin(self, permit: Permit, outcome: Outcome | str,
                       duration_ms: int | None) -> tuple[Outcome, int]:
@@ -466,12 +491,20 @@ class Breaker:
             duration_ms = max(0, int((time.monotonic() - permit.started) * 1000))
         return outcome, duration_ms
 
-    def _report_cached(self, permit: Permit, outcome: Outcome, duration_ms: int) -> bool:
+    def _report_cached(self, permit: Permit, outcome: Outcome, duration_ms: int,
+                       may_sync: bool = True) -> bool | object:
         """A cached permit's outcome as a noreply line on the watch
-        connection (a failure written at once); False: report it uncached."""
-        c = self._cache
+        connection (a failure written at once); False: report it uncached;
+        _SYNC: it could trip the circuit, send it with a reply awaited
+        (send_sync). Every outcome of a cached breaker, whatever its path,
+        is counted against the circuit's rule."""
+        c, entry = self._cache, self._entry
+        could_trip = entry is not None and self.cached and entry.own.count(
+            outcome.value, duration_ms)
         if not permit.cached or c is None or not c.usable():
             return False
+        if could_trip and may_sync:
+            return _SYNC
         line = self._lines[outcome] + b',"duration_ms":%d}\n' % duration_ms
         return c.send(line, outcome == FAILURE)
 
@@ -663,7 +696,17 @@ class AsyncBreaker:
         """Breaker.report without blocking the event loop."""
         b = self.breaker
         outcome, duration_ms = b._report_begin(permit, outcome, duration_ms)
-        if b._report_cached(permit, outcome, duration_ms):
+        route = b._report_cached(permit, outcome, duration_ms)
+        if route is _SYNC:
+            line = b._sync_line(outcome, duration_ms)
+            if isinstance(b._cache, cache.LoopWatchCache):
+                snap, sent = await b._cache.send_sync_async(line)
+            else:
+                snap, sent = await asyncio.to_thread(b._cache.send_sync, line)
+            if sent:
+                b._synced(snap, outcome, error)
+                return
+        elif route:
             return
         if b._async:
             await b._report_uncached_async(permit, outcome, duration_ms, error)
@@ -674,7 +717,7 @@ class AsyncBreaker:
         """Hand a cancelled call's permit back: no await may run now."""
         b = self.breaker
         outcome, ms = b._report_begin(permit, IGNORE, ms)
-        if b._report_cached(permit, outcome, ms):
+        if b._report_cached(permit, outcome, ms, may_sync=False):
             return
         if b._async:
             # Sent by a task of its own (a slot is released with it).
