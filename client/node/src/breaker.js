@@ -116,6 +116,7 @@ export class Breaker extends EventEmitter {
     this.cache = null;
     this.cacheEntry = null;
     this.primed = false; // cbd answered a call: the circuit has our policy
+    this.told = null; // {seq, state}: cbd's last answer to this breaker (see noteTold)
     if (this.client && !clock && cached !== false) {
       this.cacheMembership = joinCache(this.client.socketPath, name, this);
       this.cache = this.cacheMembership.cache;
@@ -125,6 +126,11 @@ export class Breaker extends EventEmitter {
       for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure'], [IGNORE, 'record']]) {
         const head = JSON.stringify({ op, name, outcome: outcome === IGNORE ? IGNORE : undefined, ctx, noreply: true }).slice(0, -1);
         this.noreplyHead[outcome] = { text: `${head},"duration_ms":`, bytes: Buffer.byteLength(head) + 15 };
+      }
+      // The same with a reply (an outcome that could trip).
+      this.syncHead = {};
+      for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure']]) {
+        this.syncHead[outcome] = `${JSON.stringify({ op, name, ctx }).slice(0, -1)},"duration_ms":`;
       }
     }
   }
@@ -292,7 +298,7 @@ export class Breaker extends EventEmitter {
       this.cache.stats.uncachedCalls += 1; // the first call creates the circuit
     } else if (this.cacheEntry) {
       // Otherwise ASK (counted by decide): on to cbd below.
-      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry);
+      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
       if (verdict === PERMIT || verdict === REFUSE) {
         if (this.degraded) {
           // The cache reads cbd again: cbd is authoritative.
@@ -320,6 +326,7 @@ export class Breaker extends EventEmitter {
       reply = this.local.allow(this.name, this.fallbackPolicy(), now);
     } else {
       this.noteAllow(reply, now);
+      this.noteTold(reply.state);
     }
     this.observe(reply.state, null, degraded);
     if (!reply.allowed) throw new CircuitOpenError(this.name, reply.state, reply.retry_after_ms || 0);
@@ -334,7 +341,21 @@ export class Breaker extends EventEmitter {
     if (permit.reported) throw new Error(`permit for circuit "${this.name}" was already reported`);
     permit.reported = true;
     if (durationMs == null) durationMs = Math.max(0, Math.floor(performance.now() - permit.started));
-    if (permit.cached && this.cacheEntry) {
+    // Every outcome of a cached breaker, whatever its path, is counted
+    // against the circuit's rule; one that could trip is sent with a reply
+    // awaited, so the next call sees the state it led to.
+    const couldTrip = this.cacheEntry ? this.cacheEntry.own.count(outcome, durationMs) : false;
+    if (permit.cached && this.cacheEntry && couldTrip) {
+      const { snap, sent } = await this.cache.sendSync(this.syncHead[outcome] + durationMs, this, outcome, durationMs);
+      if (sent) {
+        if (snap) {
+          this.noteSnapshot(snap);
+          this.noteTold(snap.state);
+          this.observe(snap.state, outcome === FAILURE ? error : null);
+        }
+        return;
+      }
+    } else if (permit.cached && this.cacheEntry) {
       // Without waiting, on the watch connection; when it cannot take the
       // line, through the client as uncached calls report.
       const head = this.noreplyHead[outcome];
@@ -342,6 +363,12 @@ export class Breaker extends EventEmitter {
       if (this.cache.send(head.text + tail, head.bytes + tail.length, outcome === FAILURE, this, outcome, durationMs)) return;
     }
     return this.recordThroughClient(permit, outcome, durationMs, error);
+  }
+
+  /** The state cbd answered a request with, at the entry's seq then: until
+   * an event comes, the cache does not decide from an older state. */
+  noteTold(state) {
+    if (this.cacheEntry) this.told = { seq: this.cacheEntry.seq, state };
   }
 
   /** A cached call's outcome that the watch connection could not carry. */
@@ -369,6 +396,7 @@ export class Breaker extends EventEmitter {
     if (reply !== null) {
       if (reply.snapshot) {
         this.noteSnapshot(reply.snapshot);
+        this.noteTold(reply.snapshot.state);
         if (outcome !== IGNORE) this.observe(reply.snapshot.state, outcome === FAILURE ? error : null);
       }
       return;

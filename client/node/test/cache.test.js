@@ -629,3 +629,34 @@ test('past CACHE_NAMES_MAX names a breaker asks cbd (counted)', async () => {
   await Promise.all([...breakers, past].map((b) => b.close()));
   client.close();
 });
+
+/** n calls back to back on b, the k-th failing when fail(k); how many ran. */
+async function tight(b, n, fail) {
+  let ran = 0;
+  for (let i = 0; i < n; i++) {
+    await b
+      .call(async () => {
+        ran += 1;
+        if (fail(ran)) throw new Error('down');
+      })
+      .catch(() => {});
+  }
+  return ran;
+}
+
+test('one process alone stops exactly at its own threshold (consecutive and rate rules)', async () => {
+  const rate = { trip: 'rate', window: 'count', window_size: 10, minimum_calls: 4, failure_rate: 50, break_ms: 60000 };
+  for (const prime of [false, true]) {
+    // Fresh: the first call asks cbd; primed: one success already (in the
+    // rate window too: 3 failures trip it).
+    let b = prime ? (await primed(uniqueName('own'), { failure_threshold: 3, break_ms: 60000 })).b : new Breaker(uniqueName('own'), { client: new Client(d.socket, OPTS), policy: { failure_threshold: 3, break_ms: 60000 } });
+    assert.equal(await tight(b, 10, () => true), 3, `consecutive, primed ${prime}`);
+    await b.close();
+    b.client.close();
+    b = prime ? (await primed(uniqueName('own'), rate)).b : new Breaker(uniqueName('own'), { client: new Client(d.socket, OPTS), policy: rate });
+    assert.equal(await tight(b, 10, (k) => prime || k % 2 === 0), prime ? 3 : 4, `rate, primed ${prime}`);
+    if (prime) assert.ok(b.cacheStats().syncs > 0, 'the outcome that could trip was synced');
+    await b.close();
+    b.client.close();
+  }
+});
