@@ -106,6 +106,7 @@ type Breaker struct {
 	observed   string
 	local      *LocalStore
 	degraded   bool
+	degradedA  atomic.Bool // degraded, read without mu
 	skipUntil  time.Time
 	skipErr    error
 	seen       Machine
@@ -118,6 +119,7 @@ type Breaker struct {
 	ownClient     bool // made by NewBreaker: Close closes it
 	cacheUse      atomic.Pointer[cacheUse]
 	cacheSeen     uint64 // change events of the entry already seen
+	cacheRead     uint64 // snapshots of the entry already noted
 	told          atomic.Pointer[told]
 	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
 	syncLines     [3][]byte // the same with a reply (an outcome that could trip)
@@ -302,6 +304,7 @@ func (b *Breaker) remote(op string, fn func() error) (bool, error) {
 		b.mu.Lock()
 		if b.degraded {
 			b.degraded = false
+			b.degradedA.Store(false)
 			b.local.Forget(b.Name)
 		}
 		b.mu.Unlock()
@@ -391,6 +394,7 @@ func (b *Breaker) degrade(now int64) {
 	if !b.degraded {
 		b.local.Seed(b.Name, b.seen, now)
 		b.degraded = true
+		b.degradedA.Store(true)
 	}
 }
 
@@ -458,6 +462,21 @@ func (b *Breaker) noteTold(state string) {
 	}
 }
 
+// cacheAnswered: the cache decided from a fresh reading of cbd, which is
+// authoritative again: a local copy made when cbd was away earlier is
+// dropped, so the next fallback starts from the snapshot the cache read
+// (noted by acquireCached; a hold placed meanwhile too): an open circuit
+// stays open, a held one held.
+func (b *Breaker) cacheAnswered() {
+	b.mu.Lock()
+	if b.degraded {
+		b.degraded = false
+		b.degradedA.Store(false)
+		b.local.Forget(b.Name)
+	}
+	b.mu.Unlock()
+}
+
 // acquireCached decides from the watch cache; decided false: ask cbd.
 func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	u := b.cacheUse.Load()
@@ -474,11 +493,17 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 		atomic.AddInt64(&u.cache.uncached, 1)
 		return false, nil, nil // past MaxCachedNames
 	}
-	v, retryAfterMs, fresh := u.cache.decide(u.entry, &b.cacheSeen, b.told.Load())
+	v, retryAfterMs, fresh, latest := u.cache.decide(u.entry, &b.cacheSeen, &b.cacheRead, b.told.Load())
+	if latest != nil {
+		b.noteSnapshot(latest)
+	}
 	if fresh != nil {
 		// A change made anywhere: callbacks fire as for the answers of cbd.
 		b.noteSnapshot(fresh)
 		b.observe(fresh.State, false)
+	}
+	if (v == cachePermit || v == cacheRefuse) && b.degradedA.Load() {
+		b.cacheAnswered()
 	}
 	switch v {
 	case cachePermit:

@@ -149,6 +149,8 @@ type cacheEntry struct {
 	holdUntil    *int64 // nil: held until released
 	seq          uint64 // change events applied
 	last         *Snapshot
+	applied      uint64    // snapshots applied (replies, events, synced outcomes)
+	latest       *Snapshot // the last of them (kept when the entry is invalid)
 	own          *ownCount
 }
 
@@ -591,11 +593,17 @@ func (c *watchCache) seqOf(e *cacheEntry) uint64 {
 // decide is the cache's verdict on one call of e, with the refusal's
 // retry_after_ms; fresh is e's last change event when *seen has not
 // seen it yet. t: the breaker's last uncached answer (nil: none).
-func (c *watchCache) decide(e *cacheEntry, seen *uint64, t *told) (v cacheVerdict, retryAfterMs int64, fresh *Snapshot) {
+// latest: the last snapshot applied to e when *read has not noted it
+// (the breaker's fallback starts from it).
+func (c *watchCache) decide(e *cacheEntry, seen, read *uint64, t *told) (v cacheVerdict, retryAfterMs int64, fresh, latest *Snapshot) {
 	c.mu.RLock()
 	if seq := e.seq; seq != atomic.LoadUint64(seen) {
 		fresh = e.last
 		atomic.StoreUint64(seen, seq)
+	}
+	if n := e.applied; n != atomic.LoadUint64(read) {
+		latest = e.latest
+		atomic.StoreUint64(read, n)
 	}
 	v = cacheAsk
 	if c.live && e.valid && (t == nil || t.seq != e.seq || t.state == e.state) {
@@ -640,7 +648,7 @@ func (c *watchCache) decide(e *cacheEntry, seen *uint64, t *told) (v cacheVerdic
 	default:
 		atomic.AddInt64(&c.uncached, 1)
 	}
-	return v, retryAfterMs, fresh
+	return v, retryAfterMs, fresh, latest
 }
 
 // cacheSnapshot is a snapshot as the cache reads it: current_break_ms
@@ -707,6 +715,10 @@ func (c *watchCache) applySnapshot(s *cacheSnapshot, event, sync bool) {
 		return
 	}
 	e.apply(s, now, event || sync)
+	latest := s.Snapshot
+	latest.CurrentBreakMs = e.breakMs
+	e.latest = &latest
+	e.applied++
 	if event {
 		snap := s.Snapshot
 		snap.CurrentBreakMs = e.breakMs
@@ -786,10 +798,19 @@ func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
 	defer close(lost)
 	rd := bufio.NewReaderSize(conn, readBufBytes)
 	var line []byte
+	answered := false
 	for {
 		part, more, err := rd.ReadLine()
 		if err != nil {
 			break
+		}
+		if !answered {
+			// Live once cbd answered on this connection: a frozen cbd's
+			// backlog accepts a connection that nothing will ever read.
+			answered = true
+			c.mu.Lock()
+			c.live = true
+			c.mu.Unlock()
 		}
 		// Anything received, even part of a long watch reply, shows cbd
 		// is alive.
@@ -842,7 +863,6 @@ func (c *watchCache) connect() chan struct{} {
 	for name := range c.entries {
 		names = append(names, name)
 	}
-	c.live = true
 	c.mu.Unlock()
 	// A new connection starts silent, with no probe outstanding.
 	atomic.StoreInt64(&c.lastRecv, int64(c.sinceEpoch()))
@@ -854,9 +874,14 @@ func (c *watchCache) connect() chan struct{} {
 		atomic.AddInt64(&c.reconnects, 1)
 	}
 	c.connected = true
-	// Outcomes queued before (whole lines only) go first.
+	// Outcomes queued before (whole lines only) go first. The watch
+	// reply (a hello's without names) makes the connection live.
 	if !c.queueWatchLocked(names) {
 		c.broken = true
+	}
+	if len(names) == 0 {
+		c.probeSeq++
+		c.out = append(c.out, `{"op":"hello","id":"`+cacheProbeIDPrefix+strconv.FormatUint(c.probeSeq, 10)+"\"}\n"...)
 	}
 	c.flushLocked()
 	c.outMu.Unlock()

@@ -804,3 +804,105 @@ func TestCachedStopsAtOwnThreshold(t *testing.T) {
 		}
 	}
 }
+
+// A circuit held open while cbd was reachable stays refused when cbd then
+// dies, even after an earlier outage had the breaker fall back (LOCAL: "an
+// open circuit stays open, a held circuit stays held"): closed, cbd
+// SIGSTOPped past the probe, resumed, held open by an operator (refused
+// from the cache), killed.
+func TestCachedHoldSurvivesCbdDeathAfterAnOutage(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "payments", BreakerOptions{Policy: Ctx{"failure_threshold": 3}})
+	ctx := context.Background()
+	d.Pause()
+	// Past the probe: the cache gives up, calls fall back to the local copy.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		_ = b.Execute(ctx, succeeding)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b.LocalCalls() == 0 {
+		t.Fatal("no call fell back while cbd was stopped")
+	}
+	d.Resume()
+	waitFor(t, "the cache to read cbd again", func() bool { _, ok := cachedEntry(b); return ok })
+	admin := NewClient(Options{Socket: d.Socket})
+	defer admin.Close()
+	if _, err := admin.SetState(ctx, "payments", StateOpen, SetStateOptions{Hold: true, Reason: "failover"}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := b.CacheRefusals()
+	waitFor(t, "a refusal from the cache", func() bool {
+		_ = b.Execute(ctx, succeeding)
+		return b.CacheRefusals() > refusals
+	})
+	d.Kill()
+	for i := 0; i < 20; i++ {
+		ran := false
+		err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+		if ran || !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("call %d with cbd killed, held open: ran %v, %v", i, ran, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A SIGSTOPped cbd is noticed by the probe (about 1.5 s), and the cache
+// does not then take a connection to the still-frozen cbd (accepted by
+// its backlog) for life: live needs an answer.
+func TestCachedFrozenCbdIsNotLive(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "frozen", BreakerOptions{})
+	d.Pause()
+	t.Cleanup(d.Resume)
+	paused := time.Now()
+	waitFor(t, "the probe to time out", func() bool { return b.Client().CacheCounters().ProbeTimeouts >= 1 })
+	t.Logf("frozen cbd noticed after %v", time.Since(paused))
+	// Reconnects come and go (every 20 ms) while cbd stays frozen: never
+	// live, never an entry to decide from.
+	until := time.Now().Add(1200 * time.Millisecond)
+	for time.Now().Before(until) {
+		if cc := b.Client().CacheCounters(); cc.Live {
+			t.Fatalf("live on a frozen cbd: %+v", cc)
+		}
+		if _, ok := cachedEntry(b); ok {
+			t.Fatal("an entry is valid on a frozen cbd")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if b.Client().CacheCounters().Connects < 2 {
+		t.Fatal("no reconnect was tried while cbd was frozen")
+	}
+	d.Resume()
+	waitFor(t, "live again", func() bool { return b.Client().CacheCounters().Live })
+}
+
+// A cached breaker waits out the break by itself: tripped, refused from
+// the cache, then with no other traffic past the break the next call is
+// the half-open trial (it runs, through cbd) and its success closes.
+func TestCachedWaitsOutTheBreak(t *testing.T) {
+	d := sharedCbd(t)
+	const breakMs = 300
+	b := cachedBreaker(t, d.Socket, circuitName(t), BreakerOptions{Policy: Ctx{"failure_threshold": 2,
+		"success_threshold": 1, "break_ms": breakMs}})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		_ = b.Execute(ctx, failing)
+	}
+	if err := b.Execute(ctx, succeeding); !errors.Is(err, ErrCircuitOpen) || b.CacheRefusals() == 0 {
+		t.Fatalf("tripped: %v, %d refusals from the cache", err, b.CacheRefusals())
+	}
+	tripped := time.Now()
+	time.Sleep(2 * breakMs * time.Millisecond)
+	uncached := b.UncachedCalls()
+	ran := false
+	err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+	if !ran || err != nil || b.UncachedCalls() != uncached+1 {
+		t.Fatalf("%v after the trip (break %d ms): ran %v, %v, %d uncached", time.Since(tripped), breakMs,
+			ran, err, b.UncachedCalls()-uncached)
+	}
+	g, err := b.Client().Get(ctx, b.Name, nil)
+	if err != nil || g.Snapshot.State != StateClosed {
+		t.Fatalf("after the trial: %+v %v", g, err)
+	}
+}
