@@ -163,6 +163,7 @@ class Breaker:
         self._cache_release: weakref.finalize | None = None
         self._seen_seq = 0
         self._told: tuple[int, str] | None = None  # see WatchCache.decide
+        self._cache_read = 0  # the entry's snapshots already noted (_cache_answered)
         self._primed = False
         self.cached = self._wants_cache(cached)
         if self.cached:
@@ -398,6 +399,8 @@ class Breaker:
         if entry is None or not primed or not c.usable():
             return None
         verdict, left, fresh, seq = c.decide(entry, seen, told)
+        if verdict != cache.ASK:
+            self._cache_answered(entry)
         if fresh is not None:
             # Another process's change (or our own trip), as cbd sent it:
             # the state callbacks fire, the LOCAL fallback starts from it.
@@ -412,6 +415,32 @@ class Breaker:
             self._observe(OPEN)
             raise CircuitOpenError(self.name, OPEN, left)
         return None
+
+    def _cache_answered(self, entry: "cache.Entry") -> None:
+        """The cache decided from a fresh reading of cbd, which is
+        authoritative again: a local copy made when cbd was away earlier is
+        dropped, and the snapshot the cache last read (a hold placed
+        meanwhile too) is what the next fallback starts from: an open
+        circuit stays open, a held one held."""
+        applied, latest = entry.applied, entry.latest
+        if applied == self._cache_read and not self._degraded:
+            return
+        with self._lock:
+            self._cache_read = applied
+            if self._degraded:
+                self._degraded = False
+                self._local.forget(self.name)
+        if latest is not None and self._policy_applies(latest):
+            self._note_snapshot(latest)
+
+    def _policy_applies(self, snap: dict) -> bool:
+        """Is snap of the circuit our first call created? A watch reply read
+        before it is the initial snapshot of a name not stored, with the
+        defaults' policy, not the one this breaker declares."""
+        if not self.ctx:
+            return True
+        source = (snap.get("policy") or {}).get("source")
+        return isinstance(source, dict) and "client" in source.values()
 
     def _told_state(self, state: str) -> None:
         """cbd answered an uncached request with state: the cache decides

@@ -249,7 +249,8 @@ class Entry:
     """What the cache knows of one circuit."""
 
     __slots__ = ("name", "valid", "state", "opened_at", "break_ms", "retry_after_ms",
-                 "received_at", "hold_state", "hold_until", "seq", "last", "own")
+                 "received_at", "hold_state", "hold_until", "seq", "last", "own",
+                 "applied", "latest")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -264,6 +265,8 @@ class Entry:
         self.seq = 0  # change events applied
         self.last: dict | None = None  # the last change event's snapshot
         self.own = OwnCount()
+        self.applied = 0  # snapshots applied (replies, events, synced outcomes)
+        self.latest: dict | None = None  # the last of them (kept when invalid)
 
     def set(self, snap: dict, reset: bool = False) -> bool:
         """Read a snapshot; False when it cannot be read."""
@@ -285,6 +288,8 @@ class Entry:
         self.received_at = _wall_ms()
         self.hold_state = hold.get("state") if hold else None
         self.own.set_base(snap, reset)
+        self.applied += 1
+        self.latest = snap
         return True
 
 
@@ -313,6 +318,9 @@ class WatchCache:
         self._out = bytearray()  # pending lines
         self._out_partial = False  # _out starts with a line's unsent tail
         self._in = bytearray()  # bytes read, not yet a full line
+        # cbd answered on the current connection: only then is it live (a
+        # frozen cbd's backlog accepts connections nothing will read).
+        self._answered = False
         # The owner's: when the connection last brought anything
         # (monotonic), and the outstanding probe's sending time.
         self._received_at = 0.0
@@ -358,7 +366,7 @@ class WatchCache:
         with self._lock:
             fresh = e.last if e.seq != seen_seq else None
             seq = e.seq
-            if not e.valid or self._sock is None or self._broken:
+            if not e.valid or self._sock is None or self._broken or not self._answered:
                 verdict = ASK
             elif told is not None and told[0] == e.seq and told[1] != e.state:
                 verdict = ASK  # the event of what cbd told us is on its way
@@ -498,7 +506,7 @@ class WatchCache:
     def stats(self) -> CacheStats:
         with self._lock:
             s = CacheStats(**asdict(self._stats))
-            s.live = self._sock is not None and not self._broken
+            s.live = self._sock is not None and not self._broken and self._answered
             s.names = len(self._entries)
         return s
 
@@ -560,8 +568,13 @@ class WatchCache:
         self._stats.connects += 1
         if self._stats.connects > 1:
             self._stats.reconnects += 1
+        self._answered = False
+        # The watch reply (a hello's without names) makes it live.
         if not self._queue_watch_locked(list(self._entries)):
             self._broken = True
+        if not self._entries:
+            self._probe_n += 1
+            self._out += encode_request("hello", {"id": f"{PROBE_ID_PREFIX}{self._probe_n}"})
         self._flush_locked()
         return True
 
@@ -571,7 +584,7 @@ class WatchCache:
             self._sock.close()
             self._stats.disconnects += 1
         self._sock = None
-        self._broken = self._blocked = False
+        self._broken = self._blocked = self._answered = False
         self._probe_at = None
         self._in.clear()
         # Lines not yet written stay queued for the next connection (a
@@ -647,6 +660,8 @@ class WatchCache:
             with self._lock:
                 self._received_at = time.monotonic()
                 self._probe_at = None
+                if sock is self._sock:
+                    self._answered = True
             self._in += data
             start = 0
             while (nl := self._in.find(b"\n", start)) >= 0:
