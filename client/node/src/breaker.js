@@ -143,7 +143,7 @@ export class Breaker extends EventEmitter {
   /** Can the cache decide this breaker's calls now (its watch connection
    * is live and has read the circuit)? Its first call asks cbd anyway. */
   get cacheLive() {
-    return this.cacheEntry !== null && this.cache.live && this.cacheEntry.valid;
+    return this.cacheEntry !== null && this.cache.live && this.cache.answered && this.cacheEntry.valid;
   }
 
   /** The watch cache's counters (cache.js cacheStats), null when uncached. */
@@ -168,8 +168,18 @@ export class Breaker extends EventEmitter {
   /** From the cache: a snapshot of the circuit (a watch reply's, or a
    * change event's: of a stored circuit, remembered for the fallback). */
   cacheUpdated(snap, fromEvent) {
-    if (fromEvent) this.noteSnapshot(snap);
+    // A watch reply's too (a hold placed while the cache was away): the
+    // next fallback starts from what the cache read, unless it predates
+    // the circuit's creation (the defaults' policy, not the declared one).
+    if (fromEvent || (this.primed && this.policyApplies(snap))) this.noteSnapshot(snap);
     this.observe(snap.state);
+  }
+
+  /** Is snap of the circuit as this breaker's first call created it? */
+  policyApplies(snap) {
+    if (Object.keys(this.ctx).length === 0) return true;
+    const source = snap.policy?.source;
+    return !!source && typeof source === 'object' && Object.values(source).includes('client');
   }
 
   /** From the cache: the circuit was deleted (the next call creates it). */

@@ -179,6 +179,10 @@ export class WatchCache {
     this.entries = new Map();
     this.sock = null;
     this.live = false; // connected, and no write failed
+    // cbd answered on the current connection: only then does the cache
+    // decide and report itself live (a frozen cbd's backlog accepts
+    // connections that nothing will read).
+    this.answered = false;
     this.everConnected = false;
     this.closed = false;
     this.in = '';
@@ -229,6 +233,7 @@ export class WatchCache {
     sock.once('connect', () => {
       if (this.sock !== sock) return;
       this.live = true;
+      this.answered = false;
       this.stats.connects += 1;
       if (this.everConnected) this.stats.reconnects += 1;
       this.everConnected = true;
@@ -238,7 +243,9 @@ export class WatchCache {
       const names = [...this.entries.keys()];
       let watch = '';
       for (let i = 0; i < names.length; i += WATCH_BATCH) watch += watchLine(names.slice(i, i + WATCH_BATCH));
-      if (watch) this.write(watch, []);
+      // The watch reply (a hello's without names) makes it answered.
+      if (!watch) watch = `${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}connect` })}\n`;
+      this.write(watch, []);
     });
     sock.on('data', (chunk) => {
       if (this.sock === sock) this.onData(chunk);
@@ -260,6 +267,7 @@ export class WatchCache {
     sock.destroy();
     if (this.live) this.stats.disconnects += 1;
     this.live = false;
+    this.answered = false;
     this.in = '';
     for (const e of this.entries.values()) e.valid = false;
     this.clearFlushTimer();
@@ -283,6 +291,7 @@ export class WatchCache {
     // (if any) is no longer needed; its reply is ignored when it comes.
     // Its timer waited for the timeout: the next probe is due sooner.
     this.receivedAt = performance.now();
+    this.answered = true;
     if (this.probeSentAt !== null) {
       this.probeSentAt = null;
       if (this.probeTimer !== null) {
@@ -549,7 +558,7 @@ export class WatchCache {
   decide(e, told = null) {
     let verdict = ASK;
     let left = 0;
-    if (!e.valid || !this.live) {
+    if (!e.valid || !this.live || !this.answered) {
       verdict = ASK;
     } else if (told && told.seq === e.seq && told.state !== e.state) {
       verdict = ASK; // the event of what cbd told the breaker is on its way
@@ -578,7 +587,7 @@ export class WatchCache {
   }
 
   snapshotStats() {
-    return { ...this.stats, live: this.live, names: this.entries.size };
+    return { ...this.stats, live: this.live && this.answered, names: this.entries.size };
   }
 
   // -- closing ---------------------------------------------------------------
