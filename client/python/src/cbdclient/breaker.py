@@ -644,6 +644,48 @@ class Breaker:
     protect = __call__
 
     # -- reading and forcing ---------------------------------------------
+    # -- checking without a call -------------------------------------------
+    def _check_cached(self) -> bool:
+        """The cache's answer to check(): True when it decided (raises
+        CircuitOpenError when it refuses); False: ask cbd."""
+        c, entry = self._cache, self._entry
+        if entry is None or not self._primed or c is None or not c.usable():
+            return False
+        verdict, left, _, _ = c.decide(entry, self._seen_seq, self._told)
+        if verdict == cache.REFUSE:
+            raise CircuitOpenError(self.name, OPEN, left)
+        return verdict == cache.PERMIT
+
+    def _check_reply(self, reply: dict | None, ctx: dict | None) -> None:
+        """check()'s verdict from cbd's get reply, else (cbd unavailable)
+        from the local copy when the breaker fell back to one."""
+        if reply is not None:
+            snap = reply["snapshot"]
+            hold = snap.get("hold")
+            left = int(snap.get("retry_after_ms") or 0)
+            if (hold and hold.get("state") == OPEN) or (snap["state"] == OPEN and left > 0):
+                raise CircuitOpenError(self.name, OPEN, max(1, left))
+            return
+        if self._degraded and (self.client is None or self.store_policy == LOCAL):
+            snap = self._local.get(self.name, self._fallback_policy(), self._ctx_now(ctx))
+            if snap["state"] == OPEN and snap.get("retry_after_ms", 0) > 0:
+                raise CircuitOpenError(self.name, OPEN, snap["retry_after_ms"])
+
+    def check(self) -> None:
+        """Raise CircuitOpenError when a call now would be refused (open,
+        break not elapsed; held open), without taking a permit or
+        reporting anything (the middleware's guard). Cached: the watch
+        cache answers; else cbd (get); cbd unavailable: the local copy
+        after a fallback, else nothing is refused."""
+        if self._check_cached():
+            return
+        ctx = self._call_ctx()
+        try:
+            reply, _ = self._remote("get", lambda: self.client.get(self.name, ctx))
+        except CbdError:
+            return  # an answer such as forbidden: not a refusal
+        self._check_reply(reply, ctx)
+
     def refresh(self) -> str:
         """Read the circuit from cbd (or the local copy) and fire
         on_state_change for changes other processes made."""
@@ -719,6 +761,25 @@ class AsyncBreaker:
         if b._async:
             return await b._acquire_uncached_async()
         return await asyncio.to_thread(b._acquire_uncached)
+
+    async def check(self) -> None:
+        """Breaker.check without blocking the event loop."""
+        b = self.breaker
+        if b._async and b.cached:
+            loop = asyncio.get_running_loop()
+            c = b._cache
+            if c is None or c.loop is not loop or not c.usable():
+                b._join_cache(loop)
+        if b._check_cached():
+            return
+        if not b._async:
+            return await asyncio.to_thread(b.check)
+        ctx = b._call_ctx()
+        try:
+            reply, _ = await b._remote_async("get", lambda: b.client.get(b.name, ctx))
+        except CbdError:
+            return
+        b._check_reply(reply, ctx)
 
     async def report(self, permit: Permit, outcome: Outcome | str,
                      duration_ms: int | None = None, error: Any = None) -> None:
