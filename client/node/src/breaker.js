@@ -473,6 +473,37 @@ export class Breaker extends EventEmitter {
   // -- reading and forcing --------------------------------------------------
   /** Read the circuit from cbd (or the local copy); emits stateChange for
    * changes other processes made. */
+  /** Reject with CircuitOpenError when a call now would be refused (open,
+   * break not elapsed; held open), without taking a permit or reporting
+   * anything (the middleware's and the guard's test). Cached: the watch
+   * cache answers; else cbd (get); cbd unavailable: the local copy after
+   * a fallback, else nothing is refused. */
+  async check() {
+    if (this.cacheEntry && this.primed) {
+      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
+      if (verdict === REFUSE) throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+      if (verdict === PERMIT) return;
+    }
+    const ctx = this.callCtx();
+    let res;
+    try {
+      res = await this.remote('get', () => this.client.get(this.name, ctx));
+    } catch (e) {
+      if (e instanceof CbdError) return; // an answer such as forbidden: not a refusal
+      throw e;
+    }
+    const snap = res.reply?.snapshot;
+    if (snap) {
+      const left = snap.retry_after_ms || 0;
+      if (snap.hold?.state === m.OPEN || (snap.state === m.OPEN && left > 0)) throw new CircuitOpenError(this.name, m.OPEN, Math.max(1, left));
+      return;
+    }
+    if (this.degraded && (!this.client || this.storePolicy === LOCAL)) {
+      const local = this.local.get(this.name, this.fallbackPolicy(), this.ctxNow(ctx));
+      if (local.state === m.OPEN && local.retry_after_ms > 0) throw new CircuitOpenError(this.name, m.OPEN, local.retry_after_ms);
+    }
+  }
+
   async refresh() {
     const ctx = this.callCtx();
     const { reply, err } = await this.remote('get', () => this.client.get(this.name, ctx));
