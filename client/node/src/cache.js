@@ -505,7 +505,8 @@ export class WatchCache {
         this.stats.syncTimeouts += 1;
         resolve({ snap: null, sent: true });
       }, SYNC_TIMEOUT_MS);
-      timer.unref();
+      // Not unref'd: the watch socket is, and a call waiting for its
+      // reply must keep the process alive (at most SYNC_TIMEOUT_MS).
       this.waiters.set(id, (snap) => {
         clearTimeout(timer);
         resolve({ snap, sent: true });
