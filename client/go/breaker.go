@@ -548,6 +548,7 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 	if p.cache != nil && couldTrip {
 		if snap, sent := p.cache.sendSync(b.syncLines[o], ms); sent {
 			if snap != nil {
+				b.noteTold(snap.State)
 				b.noteSnapshot(snap)
 				b.observe(snap.State, false)
 			}

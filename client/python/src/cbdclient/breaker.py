@@ -508,6 +508,7 @@ class Breaker:
         """Bookkeeping from a synced outcome's reply (None: none came)."""
         if snap is not None:
             self._note_snapshot(snap)
+            self._told_state(snap["state"])
             self._observe(snap["state"], error if outcome == FAILURE else None)
 
     def _report_begin(self, permit: Permit, outcome: Outcome | str,
