@@ -735,3 +735,16 @@ def test_waits_out_the_break(cbd, client, name):
     assert b.call(lambda: "trial") == "trial"
     assert b.cache_stats().uncached == asked + 1
     assert client.get(name)["snapshot"]["state"] == "closed"
+
+
+def test_a_sync_not_sent_is_reported_uncached(cbd, client, name, monkeypatch):
+    """An outcome that could trip, when the watch connection cannot take
+    it, goes the uncached way (its record reaches cbd)."""
+    b = Breaker(name, client, failure_threshold=2, break_ms=60000)
+    prime(b)
+    monkeypatch.setattr(cache.WatchCache, "send_sync", lambda self, line: (None, False))
+    with pytest.raises(ConnectionError):
+        b.call(boom)
+    with pytest.raises(ConnectionError):
+        b.call(boom)
+    assert client.get(name)["snapshot"]["state"] == "open"

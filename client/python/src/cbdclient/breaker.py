@@ -497,8 +497,9 @@ class Breaker:
             if sent:
                 self._synced(snap, outcome, error)
                 return
-        if not route:
-            self._report_uncached(permit, outcome, duration_ms, error)
+        elif route:
+            return
+        self._report_uncached(permit, outcome, duration_ms, error)
 
     def _sync_line(self, outcome: Outcome, duration_ms: int) -> bytes:
         """The outcome line with a reply (less its closing brace)."""
