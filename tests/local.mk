@@ -125,6 +125,10 @@ EXTRA_DIST += tests/node-pack.sh
 # and exactly one of three processes runs the half-open trial.
 TESTS += tests/cross-language.sh
 EXTRA_DIST += tests/cross-language.sh
+# The Python, Node.js and Go clients agree: successes never classified, a
+# cached process stops exactly at its own threshold.
+TESTS += tests/clients-agree.sh
+EXTRA_DIST += tests/clients-agree.sh
 # The three example services fall back alike.
 TESTS += tests/examples.sh
 EXTRA_DIST += tests/examples.sh
