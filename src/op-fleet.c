@@ -689,7 +689,10 @@ op_fleet_client_closed(server_client *c)
 	oc->fleet_wait = NULL;
 	block_update(c, oc);
 	for (s = oc->fleet_slots; s != NULL; s = next) {
-		json_t *args = json_pack("{s:s, s:s}", "token", s->token, "declared", "");
+		/* No "declared": a release never mismatches the policy the
+		 * circuit was created with (with "" it would, for any circuit
+		 * created with a ctx, and keep its slot until its ttl). */
+		json_t *args = json_pack("{s:s}", "token", s->token);
 
 		next = s->next;
 		/* Fire and forget: a slot Redis does not get back expires. */

@@ -417,6 +417,32 @@ START_TEST(test_one_trial_across_hosts)
 }
 END_TEST
 
+/* A circuit created with a ctx (slot_ttl_ms): the slot of a connection
+ * that closes goes back at once all the same, as in memory mode. */
+START_TEST(test_slot_with_a_declared_ttl_goes_back_on_close)
+{
+	int holder = harness_connect(&host_a);
+	json_t *r;
+
+	ck_assert(holder >= 0);
+	r = util_call_ok(holder,
+	    "{\"op\":\"acquire_slot\",\"name\":\"ttl\",\"ctx\":{\"slot_ttl_ms\":1000000000}}");
+	ck_assert(util_bool(r, "acquired"));
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"acquire_slot\",\"name\":\"ttl\"}");
+	ck_assert(!util_bool(r, "acquired"));
+	json_decref(r);
+	close(holder);
+	ck_assert(util_stats_reach(a, "slots", 0));
+	/* a's calls reach Redis in order: once this one is answered, the
+	 * release sent on close has been run. */
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"ttl\"}"));
+	r = util_call_ok(b, "{\"op\":\"acquire_slot\",\"name\":\"ttl\"}");
+	ck_assert_msg(util_bool(r, "acquired"), "the closed connection's slot stayed taken");
+	json_decref(r);
+}
+END_TEST
+
 START_TEST(test_slot_of_a_dead_host_goes_by_its_ttl)
 {
 	json_t *r;
@@ -701,6 +727,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_trip_on_one_host_is_refused_on_the_other);
 	tcase_add_test(tc, test_one_trial_across_hosts);
 	tcase_add_test(tc, test_slot_of_a_dead_host_goes_by_its_ttl);
+	tcase_add_test(tc, test_slot_with_a_declared_ttl_goes_back_on_close);
 	tcase_add_test(tc, test_hold_on_one_host_is_seen_on_the_other);
 	tcase_add_test(tc, test_watch_on_one_host_sees_a_trip_on_the_other);
 	tcase_add_test(tc, test_redis_lost_hosts_break_locally_and_write_back);
