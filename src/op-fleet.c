@@ -37,6 +37,7 @@
  * connection closes (a dead host's go by their ttl). */
 typedef struct op_fleet_slot {
 	struct op_fleet_slot *next;
+	bool pinned; /* its circuit's copy is pinned for it (never reclaimed) */
 	char token[CT_TOKEN_SIZE];
 	char name[];
 } op_fleet_slot;
@@ -348,10 +349,27 @@ op_fleet_send(op_call *call, bool *answered)
 	return true;
 }
 
-/* Remember a slot p's connection got, to give it back when the
- * connection closes. Past max_slots (or out of memory) it is not
- * remembered and goes back by its ttl. */
+static bool reply_nomem(op_pending *p);
+
+/* Give back a slot this host took in Redis and will not keep (fire and
+ * forget: a slot Redis does not get back goes by its ttl). No
+ * "declared": a release never mismatches the policy the circuit was
+ * created with (with "" it would, for any circuit created with a ctx). */
 static void
+slot_give_back(const char *name, const char *token)
+{
+	json_t *args = json_pack("{s:s}", "token", token);
+
+	if (args != NULL)
+		fleet_call_script("release_slot", name, args, NULL, NULL);
+	json_decref(args);
+}
+
+/* Keep a slot p's connection got, to give it back when the connection
+ * closes, its circuit's copy pinned meanwhile. Past max_slots (as in
+ * memory mode: capacity, counted) or out of memory it is given back at
+ * once and p fails. */
+static bool
 slot_note(op_pending *p, const char *token)
 {
 	server_client *c = p->call.client;
@@ -360,19 +378,33 @@ slot_note(op_pending *p, const char *token)
 	op_fleet_slot *s;
 
 	if (oc == NULL)
-		return;
+		return true;
 	if (stats.fleet_slots >= (uint64_t)cbd.conf.max_slots) {
-		stats_limit_hit(STATS_LIMIT_SLOTS);
-		return;
+		slot_give_back(p->call.name, token);
+		return op_status(&p->call, CT_SLOTS);
 	}
 	s = malloc(sizeof *s + len + 1);
-	if (s == NULL)
-		return; /* it goes back by its ttl */
+	if (s == NULL) {
+		slot_give_back(p->call.name, token);
+		return reply_nomem(p);
+	}
 	snprintf(s->token, sizeof s->token, "%s", token);
 	memcpy(s->name, p->call.name, len + 1);
+	s->pinned = circuit_table_pin(cbd.table, s->name, true);
 	s->next = oc->fleet_slots;
 	oc->fleet_slots = s;
 	stats.fleet_slots++;
+	return true;
+}
+
+/* Forget slot s (given back), unpin its copy, free it. */
+static void
+slot_drop(op_fleet_slot *s)
+{
+	if (s->pinned)
+		circuit_table_pin(cbd.table, s->name, false);
+	free(s);
+	stats.fleet_slots--;
 }
 
 static void
@@ -387,8 +419,7 @@ slot_forget(server_client *c, const char *token)
 			op_fleet_slot *s = *sp;
 
 			*sp = s->next;
-			free(s);
-			stats.fleet_slots--;
+			slot_drop(s);
 			return;
 		}
 	}
@@ -428,9 +459,7 @@ reply_allow(op_pending *p, const json_t *reply, const ct_view *view, bool *snaps
 		json_object_set(r, "retry_after_ms", json_object_get(reply, "retry_after_ms")) !=
 		    0))
 		return reply_nomem(p);
-	if (json_is_object(permit))
-		slot_note(p, p->token);
-	return true;
+	return !json_is_object(permit) || slot_note(p, p->token);
 }
 
 static bool
@@ -446,9 +475,7 @@ reply_acquire_slot(op_pending *p, const json_t *reply, const ct_view *view, bool
 		(json_object_set(r, "token", json_object_get(permit, "token")) != 0 ||
 		    json_object_set(r, "expires_at", json_object_get(permit, "expires_at")) != 0)))
 		return reply_nomem(p);
-	if (acquired)
-		slot_note(p, p->token);
-	return true;
+	return !acquired || slot_note(p, p->token);
 }
 
 static bool
@@ -689,18 +716,9 @@ op_fleet_client_closed(server_client *c)
 	oc->fleet_wait = NULL;
 	block_update(c, oc);
 	for (s = oc->fleet_slots; s != NULL; s = next) {
-		/* No "declared": a release never mismatches the policy the
-		 * circuit was created with (with "" it would, for any circuit
-		 * created with a ctx, and keep its slot until its ttl). */
-		json_t *args = json_pack("{s:s}", "token", s->token);
-
 		next = s->next;
-		/* Fire and forget: a slot Redis does not get back expires. */
-		if (args != NULL)
-			fleet_call_script("release_slot", s->name, args, NULL, NULL);
-		json_decref(args);
-		free(s);
-		stats.fleet_slots--;
+		slot_give_back(s->name, s->token);
+		slot_drop(s);
 	}
 	oc->fleet_slots = NULL;
 }

@@ -48,16 +48,31 @@ config_text(char *buf, size_t size, const char *extra)
 }
 
 static void
-start_host(cbd_harness *h, int *fd, const char *const *env)
+start_host_with(cbd_harness *h, int *fd, const char *const *env, const char *extra)
 {
 	char config[1024];
 	harness_opts opts = { .env = env };
 
-	config_text(config, sizeof config, NULL);
+	config_text(config, sizeof config, extra);
 	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
 	*fd = harness_connect(h);
 	ck_assert(*fd >= 0);
 	ck_assert_msg(util_stats_reach_str(*fd, "backend.health", "up"), "redis never reached");
+}
+
+static void
+start_host(cbd_harness *h, int *fd, const char *const *env)
+{
+	start_host_with(h, fd, env, NULL);
+}
+
+/* Restart host a with more config (extra: "key = value\n" lines). */
+static void
+restart_host_a(const char *extra)
+{
+	close(a);
+	harness_stop(&host_a);
+	start_host_with(&host_a, &a, NULL, extra);
 }
 
 static void
@@ -443,6 +458,71 @@ START_TEST(test_slot_with_a_declared_ttl_goes_back_on_close)
 }
 END_TEST
 
+/* max_slots bounds the slots this host's connections hold in Redis, as in
+ * memory mode: past it, capacity (counted), and the slot Redis granted is
+ * given back at once. */
+START_TEST(test_max_slots_is_enforced)
+{
+	json_t *r;
+
+	restart_host_a("max_slots = 1\n");
+	r = util_call_ok(a, "{\"op\":\"acquire_slot\",\"name\":\"ms1\"}");
+	ck_assert(util_bool(r, "acquired"));
+	json_decref(r);
+	r = util_call(a, "{\"op\":\"acquire_slot\",\"name\":\"ms2\"}");
+	ck_assert_msg(!util_bool(r, "ok"), "a slot past max_slots was granted");
+	ck_assert_str_eq(util_str(r, "error.code"), "capacity");
+	json_decref(r);
+	/* A trial in half_open is a slot too. */
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"ms3\",\"ctx\":{\"failure_threshold\":1,"
+	    "\"break_ms\":1000,\"now\":%lld}}",
+	    (long long)T0));
+	r = util_call(a, "{\"op\":\"allow\",\"name\":\"ms3\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 1000));
+	ck_assert_str_eq(util_str(r, "error.code"), "capacity");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "limits.max_slots"), 2);
+	ck_assert_int_eq(util_int(r, "slots"), 1);
+	json_decref(r);
+	/* The slots refused went back to the fleet: b gets them (a's calls
+	 * run in order, so once this get is answered they are back). */
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"ms2\"}"));
+	r = util_call_ok(b, "{\"op\":\"acquire_slot\",\"name\":\"ms2\"}");
+	ck_assert_msg(util_bool(r, "acquired"), "the refused slot stayed taken in Redis");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"ms3\",\"ctx\":{\"now\":%lld}}",
+	    (long long)(T0 + 1001));
+	ck_assert_msg(util_bool(r, "allowed"), "the refused trial stayed taken in Redis");
+	json_decref(r);
+}
+END_TEST
+
+/* A copy whose circuit holds a slot of this host is never reclaimed (at
+ * max_circuits the next idle one goes instead). */
+START_TEST(test_copy_holding_a_slot_is_not_reclaimed)
+{
+	json_t *r;
+	bool seen = false;
+	size_t i;
+	json_t *c;
+
+	restart_host_a("max_circuits = 2\n");
+	r = util_call_ok(a, "{\"op\":\"acquire_slot\",\"name\":\"pinned\"}");
+	ck_assert(util_bool(r, "acquired"));
+	json_decref(r);
+	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"x1\"}"));
+	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"x2\"}"));
+	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"x3\"}"));
+	r = util_call_ok(a, "{\"op\":\"list\"}");
+	json_array_foreach (json_object_get(r, "circuits"), i, c)
+		seen = seen || strcmp(json_string_value(json_object_get(c, "name")), "pinned") == 0;
+	ck_assert_msg(seen, "the copy of a circuit holding this host's slot was reclaimed");
+	json_decref(r);
+}
+END_TEST
+
 START_TEST(test_slot_of_a_dead_host_goes_by_its_ttl)
 {
 	json_t *r;
@@ -728,6 +808,8 @@ fleet_suite(void)
 	tcase_add_test(tc, test_one_trial_across_hosts);
 	tcase_add_test(tc, test_slot_of_a_dead_host_goes_by_its_ttl);
 	tcase_add_test(tc, test_slot_with_a_declared_ttl_goes_back_on_close);
+	tcase_add_test(tc, test_max_slots_is_enforced);
+	tcase_add_test(tc, test_copy_holding_a_slot_is_not_reclaimed);
 	tcase_add_test(tc, test_hold_on_one_host_is_seen_on_the_other);
 	tcase_add_test(tc, test_watch_on_one_host_sees_a_trip_on_the_other);
 	tcase_add_test(tc, test_redis_lost_hosts_break_locally_and_write_back);

@@ -60,6 +60,9 @@ typedef struct circuit_ext {
 	uint32_t *transitions; /* [from * CB_STATE_COUNT + to], for metrics */
 	ct_slot *slots_head, *slots_tail;
 	uint64_t slot_count;
+	/* Slots held elsewhere (fleet mode: in Redis) by this process's
+	 * connections: the circuit is not reclaimed while any is. */
+	uint32_t pins;
 	bool held;
 	cb_state hold_state;
 	int64_t hold_since;
@@ -233,11 +236,12 @@ circuit_slots(const circuit *c)
 	return c->ext != NULL ? c->ext->slot_count : 0;
 }
 
-/* Closed, not held, no slot: may be dropped when idle. */
+/* Closed, not held, no slot (here or pinned): may be dropped when idle. */
 static bool
 circuit_reclaimable(const circuit *c)
 {
-	return c->snap.state == CB_STATE_CLOSED && !circuit_held(c) && circuit_slots(c) == 0;
+	return c->snap.state == CB_STATE_CLOSED && !circuit_held(c) && circuit_slots(c) == 0 &&
+	    (c->ext == NULL || c->ext->pins == 0);
 }
 
 static void
@@ -335,8 +339,8 @@ ext_need(circuit *c)
 static void
 ext_trim(circuit *c)
 {
-	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->held || c->ext->window != NULL ||
-	    c->ext->reporters != NULL || c->ext->transitions != NULL)
+	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->pins > 0 || c->ext->held ||
+	    c->ext->window != NULL || c->ext->reporters != NULL || c->ext->transitions != NULL)
 		return;
 	free(c->ext);
 	c->ext = NULL;
@@ -1146,13 +1150,31 @@ circuit_table_delete(circuit_table *table, const char *name)
 ct_status
 circuit_table_restore(circuit_table *table, const char *name, const ct_view *view, int64_t clock)
 {
-	circuit *c;
+	circuit *c = circuit_find(table, name);
+	uint32_t *transitions = NULL, pins = 0;
 	ct_status status;
 
+	/* What the circuit this one replaces counted and pinned stays. */
+	if (c != NULL && c->ext != NULL) {
+		transitions = c->ext->transitions;
+		pins = c->ext->pins;
+		c->ext->transitions = NULL;
+	}
 	circuit_table_delete(table, name);
+	c = NULL;
 	status = circuit_create(table, name, view->declared, clock, &c);
-	if (status != CT_OK)
+	if (status == CT_OK && (transitions != NULL || pins > 0) && ext_need(c) == NULL)
+		status = CT_NOMEM;
+	if (status != CT_OK) {
+		free(transitions);
+		if (c != NULL && status == CT_NOMEM)
+			circuit_destroy(table, c);
 		return status;
+	}
+	if (c->ext != NULL) {
+		c->ext->transitions = transitions;
+		c->ext->pins = pins;
+	}
 	c->snap = view->snap;
 	c->totals = view->totals;
 	if (view->hold.held) {
@@ -1166,6 +1188,39 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	}
 	circuit_relist(table, c);
 	return CT_OK;
+}
+
+void
+circuit_table_count_transition(circuit_table *table, const char *name, cb_state from, cb_state to)
+{
+	circuit *c = circuit_find(table, name);
+	circuit_ext *x;
+
+	if (c == NULL || from == to || (x = ext_need(c)) == NULL)
+		return;
+	if (x->transitions == NULL)
+		x->transitions = calloc(CB_STATE_COUNT * CB_STATE_COUNT, sizeof *x->transitions);
+	if (x->transitions != NULL)
+		x->transitions[from * CB_STATE_COUNT + to]++;
+}
+
+bool
+circuit_table_pin(circuit_table *table, const char *name, bool pin)
+{
+	circuit *c = circuit_find(table, name);
+	circuit_ext *x;
+
+	if (c == NULL || (x = pin ? ext_need(c) : c->ext) == NULL)
+		return false;
+	if (pin)
+		x->pins++;
+	else if (x->pins > 0)
+		x->pins--;
+	else
+		return false;
+	ext_trim(c);
+	circuit_relist(table, c);
+	return true;
 }
 
 void

@@ -253,6 +253,17 @@ bool circuit_table_delete(circuit_table *table, const char *name);
 ct_status circuit_table_restore(circuit_table *table, const char *name, const ct_view *view,
     int64_t clock);
 
+/* Count a state change of name's circuit made elsewhere (fleet mode: in
+ * Redis) in its transitions (metrics). Nothing when name is not stored. */
+void circuit_table_count_transition(circuit_table *table, const char *name, cb_state from,
+    cb_state to);
+
+/* Pin (or unpin) name's circuit for a slot held elsewhere (fleet mode: in
+ * Redis) by this process: a pinned circuit is never reclaimed. A restore
+ * keeps the pins of the circuit it replaces. False when name is not
+ * stored (pin), or holds no pin (unpin). */
+bool circuit_table_pin(circuit_table *table, const char *name, bool pin);
+
 /* End every hold whose ttl has passed at `now`, calling fn for each. */
 void circuit_table_expire_holds(circuit_table *table, int64_t now, ct_change_fn fn, void *arg);
 
