@@ -176,6 +176,10 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
 	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
 	change_from_json(change_json, &change);
+	/* Per-circuit transitions count the copy's changes, as
+	 * stats.transitions does (events_changed). */
+	if (change.reason != CB_REASON_NONE)
+		circuit_table_count_transition(cbd.table, name, change.from, change.to);
 	events_changed(name, &change);
 	return true;
 }

@@ -523,6 +523,27 @@ START_TEST(test_copy_holding_a_slot_is_not_reclaimed)
 }
 END_TEST
 
+/* cbd_circuit_transitions_total counts the changes of this host's copy,
+ * a trip made through this very cbd included (cbd_transitions_total
+ * counts the same changes). */
+START_TEST(test_circuit_transitions_in_metrics)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"tr\",\"ctx\":{\"failure_threshold\":1}}"));
+	json_decref(util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"tr\",\"state\":\"closed\"}"));
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	ck_assert_msg(strstr(util_str(r, "text"),
+			  "cbd_circuit_transitions_total{name=\"tr\",from=\"closed\",to=\"open\"} "
+			  "1\n") != NULL,
+	    "metrics:\n%s", util_str(r, "text"));
+	ck_assert_ptr_nonnull(strstr(util_str(r, "text"),
+	    "cbd_circuit_transitions_total{name=\"tr\",from=\"open\",to=\"closed\"} 1\n"));
+	json_decref(r);
+}
+END_TEST
+
 START_TEST(test_slot_of_a_dead_host_goes_by_its_ttl)
 {
 	json_t *r;
@@ -810,6 +831,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_slot_with_a_declared_ttl_goes_back_on_close);
 	tcase_add_test(tc, test_max_slots_is_enforced);
 	tcase_add_test(tc, test_copy_holding_a_slot_is_not_reclaimed);
+	tcase_add_test(tc, test_circuit_transitions_in_metrics);
 	tcase_add_test(tc, test_hold_on_one_host_is_seen_on_the_other);
 	tcase_add_test(tc, test_watch_on_one_host_sees_a_trip_on_the_other);
 	tcase_add_test(tc, test_redis_lost_hosts_break_locally_and_write_back);
