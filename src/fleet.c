@@ -6,6 +6,11 @@
  * LOAD, again after NOSCRIPT); the health of the link; the timeout that
  * answers a request from this host's copy when Redis is slow or gone.
  *
+ * Redis is taken for up (at start, after an outage) only once a probe
+ * script that writes has run with EVALSHA; an error reply Redis gives
+ * instead of running the circuit script (NOPERM, READONLY, OOM, ...)
+ * is an outage like a lost connection.
+ *
  * Calls are answered in the order they were sent (Redis answers one
  * connection in order), so they wait in one FIFO and one timer watches
  * the oldest. When the oldest is older than redis_timeout_ms, Redis is
@@ -35,6 +40,12 @@
 /* The script's text (src/fleet.lua, built into fleet-script.c). */
 extern const char fleet_script_text[];
 
+/* Run before Redis is taken for up (at start and after an outage): the
+ * way the circuit script is run (EVALSHA) and a write, so that a Redis
+ * that would refuse the circuit script (an ACL user without EVALSHA, a
+ * replica's READONLY, maxmemory's OOM) is found away, not up. */
+static const char probe_script_text[] = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 1";
+
 struct fleet_call {
 	fleet_call *prev, *next; /* the FIFO of calls Redis has not answered */
 	fleet_done_fn done; /* NULL: answered already, or the caller is gone */
@@ -58,8 +69,9 @@ static struct {
 	char *auth_password; /* NULL: no AUTH */
 	redisAsyncContext *main; /* script calls */
 	redisAsyncContext *sub; /* SUBSCRIBE */
-	bool script_ready; /* SCRIPT LOAD answered on main */
+	bool script_ready; /* SCRIPT LOAD answered on main, and the probe */
 	char sha[41];
+	char probe_sha[41];
 	fleet_call *head, *tail;
 	struct event *timeout_ev;
 	struct event *reconnect_ev;
@@ -235,15 +247,21 @@ reconnect_schedule(void)
 		evtimer_add(fleet.reconnect_ev, &tv);
 }
 
-/* Redis is lost (why): answer every waiting call locally, drop both
+/* Redis is lost (why) since the call sent at oldest_ms (monotonic; the
+ * outage's start): answer every waiting call locally, drop both
  * connections, reconnect later. */
 static void
-fleet_lose(const char *why)
+fleet_lose_since(const char *why, int64_t oldest_ms)
 {
 	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING) {
 		/* At start, what this host answers counts from the start. */
-		if (fleet.health == FLEET_UP)
-			fleet.outage_since = clock_realtime_ms();
+		if (fleet.health == FLEET_UP) {
+			/* From the oldest call Redis did not answer: it is answered
+			 * here, and what it opens is written back (a ms earlier: its
+			 * request's clock was read before it was sent). */
+			fleet.outage_since =
+			    clock_realtime_ms() - (clock_monotonic_ms() - oldest_ms) - 1;
+		}
 		fleet.health = FLEET_DEGRADED;
 		fleet.stats.degraded++;
 		log_warning("fleet: redis %s: %s; answering from this host's copy of each circuit "
@@ -254,6 +272,13 @@ fleet_lose(const char *why)
 	contexts_free();
 	evtimer_del(fleet.timeout_ev);
 	reconnect_schedule();
+}
+
+/* Redis is lost (why), since the oldest call it did not answer. */
+static void
+fleet_lose(const char *why)
+{
+	fleet_lose_since(why, fleet.head != NULL ? fleet.head->sent_ms : clock_monotonic_ms());
 }
 
 static void
@@ -333,6 +358,17 @@ script_queue(fleet_call *call)
 }
 
 static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata);
+static void probe_load_cb(redisAsyncContext *ac, void *reply, void *privdata);
+static void probe_cb(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Is r Redis refusing to run a script, rather than the script's own
+ * error ("ERR ..." from fleet.lua or the Lua runtime) or NOSCRIPT? */
+static bool
+fleet_refuses(const redisReply *r)
+{
+	return r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ERR", 3) != 0 &&
+	    strncmp(r->str, "NOSCRIPT", 8) != 0;
+}
 
 static void
 script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
@@ -361,6 +397,22 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 			timeout_schedule();
 			return;
 		}
+	}
+	if (fleet_refuses(r)) {
+		/* Redis refuses to run the script (NOPERM, READONLY, OOM,
+		 * ...): it is away until it runs it again (fleet_lose answers
+		 * every waiting call locally; logged once per outage). */
+		char why[FLEET_WHY_MAX];
+
+		fleet.stats.errors++;
+		int64_t sent_ms = call->sent_ms;
+
+		snprintf(why, sizeof why, "answers the circuit script with an error (%.200s)",
+		    r->str);
+		call_answer(call, NULL);
+		call_free(call);
+		fleet_lose_since(why, sent_ms);
+		return;
 	}
 	if (r->type == REDIS_REPLY_STRING)
 		doc = json_loadb(r->str, r->len, 0, &jerr);
@@ -423,9 +475,58 @@ script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	}
 	memcpy(fleet.sha, r->str, 40);
 	fleet.sha[40] = '\0';
-	fleet.script_ready = true;
 	if (was_up)
 		return; /* reloaded after NOSCRIPT */
+	/* Not up before the probe ran (probe_load_cb, probe_cb). */
+	if (redisAsyncCommand(fleet.main, probe_load_cb, NULL, "SCRIPT LOAD %s",
+		probe_script_text) != REDIS_OK)
+		fleet_lose("cannot load the probe script");
+}
+
+/* The probe script is loaded: run it. */
+static void
+probe_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	char key[FLEET_KEY_MAX];
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.main)
+		return;
+	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", cbd.conf.redis,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		fleet_lose("cannot load the probe script");
+		return;
+	}
+	memcpy(fleet.probe_sha, r->str, 40);
+	fleet.probe_sha[40] = '\0';
+	snprintf(key, sizeof key, "%sprobe:%s", cbd.conf.redis_prefix, fleet.origin);
+	if (redisAsyncCommand(fleet.main, probe_cb, NULL, "EVALSHA %s 1 %s %s", fleet.probe_sha,
+		key, fleet.origin) != REDIS_OK)
+		fleet_lose("cannot run the probe script");
+}
+
+/* The probe ran: Redis runs scripts that write; it is up. */
+static void
+probe_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	bool was_up = fleet.health == FLEET_UP;
+	char why[FLEET_WHY_MAX];
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.main)
+		return;
+	if (r->type == REDIS_REPLY_ERROR) {
+		fleet.stats.errors++;
+		snprintf(why, sizeof why, "answers a script with an error (%.200s)", r->str);
+		fleet_lose(why);
+		return;
+	}
+	fleet.script_ready = true;
+	if (was_up)
+		return;
 	/* Requests that waited for the first connection go first, in order. */
 	for (fleet_call *c = fleet.head; c != NULL;) {
 		fleet_call *next = c->next;

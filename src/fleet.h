@@ -23,6 +23,8 @@
 #define FLEET_ORIGIN_SIZE 17
 /* Longest key prefix + "{" + name + "}:window". */
 #define FLEET_KEY_MAX 512
+/* Longest reason an outage is logged with. */
+#define FLEET_WHY_MAX 320
 
 typedef enum fleet_health {
 	FLEET_OFF = 0, /* backend = memory */

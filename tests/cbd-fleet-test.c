@@ -9,7 +9,10 @@
  * and writes back what opened meanwhile, a host whose clock is off still
  * agrees on when a break ends, the script is loaded again after NOSCRIPT,
  * an operator's release, delete or forced state made on a host cut off
- * from Redis is written back unless the fleet's circuit changed meanwhile.
+ * from Redis is written back unless the fleet's circuit changed meanwhile,
+ * a Redis that refuses the script (ACL, a replica's READONLY, OOM) is away
+ * as an unreachable one is, max_slots and per-circuit transitions hold as
+ * in memory mode (issue 23).
  * Skips (77) without redis-server.
  */
 #include <signal.h>
@@ -32,6 +35,10 @@
 #define T0 INT64_C(1700000000000)
 
 static redis_server redis;
+/* A second Redis (a replica), for the cases that need one. */
+static redis_server replica;
+/* cbd's log, for the cases that read it ("": none). */
+static char log_path[UTIL_LOG_PATH_SIZE];
 static cbd_harness host_a, host_b;
 /* Host a's redis_password_file, when it logs in as its own user. */
 static char host_a_pw[256];
@@ -92,22 +99,39 @@ teardown(void)
 		unlink(host_a_pw);
 	host_a_pw[0] = '\0';
 	redis_stop(&redis);
+	if (replica.dir[0] != '\0')
+		redis_stop(&replica);
+	memset(&replica, 0, sizeof replica);
+	if (log_path[0] != '\0')
+		unlink(log_path);
+	log_path[0] = '\0';
 }
 
-/* A raw command to Redis ("SCRIPT FLUSH"); its first reply byte. */
-static char
-redis_command(const char *inline_command)
+/* A raw command to the Redis at socket ("SCRIPT FLUSH"); its reply's
+ * first line, without CRLF, into reply. */
+static void
+redis_command_at(const char *socket, const char *inline_command, char *reply, size_t size)
 {
-	char reply[256] = "";
-	int fd = harness_connect_path(redis.socket_path);
+	int fd = harness_connect_path(socket);
 	ssize_t n;
 
 	ck_assert(fd >= 0);
 	ck_assert(harness_send_all(fd, inline_command, strlen(inline_command)));
 	ck_assert(harness_send_all(fd, "\r\n", 2));
-	n = read(fd, reply, sizeof reply - 1);
+	n = read(fd, reply, size - 1);
 	close(fd);
-	return n > 0 ? reply[0] : '\0';
+	reply[n > 0 ? n : 0] = '\0';
+	reply[strcspn(reply, "\r\n")] = '\0';
+}
+
+/* A raw command to the fleet's Redis; its first reply byte. */
+static char
+redis_command(const char *inline_command)
+{
+	char reply[256];
+
+	redis_command_at(redis.socket_path, inline_command, reply, sizeof reply);
+	return reply[0];
 }
 
 /* --- an outage of host a alone ---
@@ -117,12 +141,13 @@ redis_command(const char *inline_command)
 
 #define HOST_A_USER "cbd-host-a"
 
-/* Restart host a as HOST_A_USER (created here). */
+/* Restart host a as HOST_A_USER (created here), its log into log_path
+ * when set. */
 static void
 host_a_as_own_user(void)
 {
 	char config[1024], extra[512];
-	harness_opts opts = { .env = NULL };
+	harness_opts opts = { .env = NULL, .log_path = log_path[0] != '\0' ? log_path : NULL };
 	FILE *f;
 
 	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " on >host-a-pw ~* &* +@all"),
@@ -367,6 +392,117 @@ START_TEST(test_writeback_bound_is_counted)
 	json_decref(util_call_ok(a, "{\"op\":\"delete\",\"name\":\"d0\"}"));
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
 	ck_assert_int_eq(util_int(r, "backend.writeback_dropped"), 1);
+	json_decref(r);
+}
+END_TEST
+
+/* The line a host logs when it takes Redis for away. */
+#define AWAY_LOG "answering from this host's copy of each circuit"
+
+/* Redis refusing the script (an ACL user without EVALSHA) is away, as
+ * when it is unreachable: degraded, answered locally, logged once for the
+ * outage however many requests and reconnects it lasts, and what opened
+ * meanwhile is merged back when Redis runs the script again. */
+START_TEST(test_script_refused_by_acl_is_away)
+{
+	json_t *r;
+
+	util_log_create(log_path);
+	host_a_as_own_user();
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " -evalsha"), '+');
+	r = util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"acl\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	for (int i = 0; i < 20; i++) {
+		r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"acl\"}");
+		ck_assert(!util_bool(r, "allowed"));
+		json_decref(r);
+	}
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_str_eq(util_str(r, "backend.health"), "degraded");
+	ck_assert_int_eq(util_int(r, "backend.degraded"), 1);
+	ck_assert_int_ge(util_int(r, "backend.errors"), 1);
+	ck_assert_int_ge(util_int(r, "backend.local_answers"), 20);
+	json_decref(r);
+	/* Reconnects meanwhile are refused too (the probe), unlogged. */
+	ck_assert(util_stats_reach_min(a, "backend.errors", 3));
+	/* The fleet has not seen the trip yet. */
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"acl\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " +evalsha"), '+');
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_min(a, "backend.merged", 1));
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"acl\"}"));
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"acl\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the trip made while Redis refused was lost");
+	json_decref(r);
+	ck_assert_int_eq(util_log_count(log_path, AWAY_LOG), 1);
+	ck_assert_int_eq(util_log_count(log_path, "is back; circuits are shared again"), 1);
+}
+END_TEST
+
+/* A replica (READONLY to the script's writes) is away from the start
+ * until it is promoted; what opened meanwhile is merged into it. */
+START_TEST(test_readonly_replica_is_away)
+{
+	char config[1024], reply[256];
+	harness_opts opts = { .env = NULL };
+	json_t *r;
+
+	ck_assert_msg(redis_start(&replica), "the second redis-server did not start");
+	/* A replica of a primary that never answers: read-only all the same. */
+	redis_command_at(replica.socket_path, "REPLICAOF 127.0.0.1 1", reply, sizeof reply);
+	ck_assert_str_eq(reply, "+OK");
+	util_log_create(log_path);
+	opts.log_path = log_path;
+	close(a);
+	harness_stop(&host_a);
+	snprintf(config, sizeof config,
+	    "[cbd]\nbackend = redis\nredis = unix:%s\nredis_timeout_ms = 300\n"
+	    "idle_reclaim_ms = 0\n",
+	    replica.socket_path);
+	ck_assert_msg(harness_start_opts(&host_a, config, &opts), "cbd did not start");
+	a = harness_connect(&host_a);
+	ck_assert(a >= 0);
+	ck_assert(util_stats_reach_str(a, "backend.health", "degraded"));
+	r = util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"ro\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	ck_assert(util_stats_reach_min(a, "backend.errors", 3));
+	redis_command_at(replica.socket_path, "REPLICAOF NO ONE", reply, sizeof reply);
+	ck_assert_str_eq(reply, "+OK");
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_min(a, "backend.merged", 1));
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"ro\"}"));
+	redis_command_at(replica.socket_path, "HGET cbd:{ro} state", reply, sizeof reply);
+	ck_assert_msg(strcmp(reply, "$4") == 0, "the promoted replica holds %s", reply);
+	ck_assert_int_eq(util_log_count(log_path, AWAY_LOG), 1);
+}
+END_TEST
+
+/* maxmemory reached (OOM to the script's writes) is away too. */
+START_TEST(test_redis_out_of_memory_is_away)
+{
+	json_t *r;
+
+	ck_assert_int_eq(redis_command("CONFIG SET maxmemory 1"), '+');
+	r = util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"oom\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	ck_assert(util_stats_reach_str(a, "backend.health", "degraded"));
+	ck_assert_int_eq(redis_command("CONFIG SET maxmemory 0"), '+');
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_min(a, "backend.merged", 1));
+	json_decref(util_call_ok(a, "{\"op\":\"get\",\"name\":\"oom\"}"));
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"oom\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the trip made while Redis was full was lost");
 	json_decref(r);
 }
 END_TEST
@@ -847,6 +983,9 @@ fleet_suite(void)
 	tcase_add_test(tc, test_delete_during_outage_is_written_back);
 	tcase_add_test(tc, test_forced_state_during_outage_is_written_back);
 	tcase_add_test(tc, test_writeback_bound_is_counted);
+	tcase_add_test(tc, test_script_refused_by_acl_is_away);
+	tcase_add_test(tc, test_readonly_replica_is_away);
+	tcase_add_test(tc, test_redis_out_of_memory_is_away);
 	suite_add_tcase(s, tc);
 	return s;
 }
