@@ -73,6 +73,8 @@ static struct {
 	char sha[41];
 	char probe_sha[41];
 	fleet_call *head, *tail;
+	unsigned inflight; /* calls in the FIFO */
+	fleet_room_fn on_room;
 	struct event *timeout_ev;
 	struct event *reconnect_ev;
 	int64_t outage_since; /* realtime ms; 0: none */
@@ -125,6 +127,24 @@ fleet_counters(void)
 	return &fleet.stats;
 }
 
+bool
+fleet_has_room(void)
+{
+	return fleet.inflight < FLEET_INFLIGHT_MAX;
+}
+
+void
+fleet_set_room_hook(fleet_room_fn fn)
+{
+	fleet.on_room = fn;
+}
+
+void
+fleet_count_queued(void)
+{
+	fleet.stats.queued++;
+}
+
 const char *
 fleet_origin(void)
 {
@@ -149,6 +169,7 @@ fifo_push(fleet_call *call)
 	else
 		fleet.head = call;
 	fleet.tail = call;
+	fleet.inflight++;
 }
 
 static void
@@ -163,6 +184,15 @@ fifo_unlink(fleet_call *call)
 	else
 		fleet.tail = call->prev;
 	call->prev = call->next = NULL;
+	fleet.inflight--;
+}
+
+/* Room for more calls may have come: tell the one waiting for it. */
+static void
+room_tell(void)
+{
+	if (fleet.on_room != NULL && (fleet.inflight < FLEET_INFLIGHT_MAX || !fleet_up()))
+		fleet.on_room();
 }
 
 static void
@@ -272,6 +302,8 @@ fleet_lose_since(const char *why, int64_t oldest_ms)
 	contexts_free();
 	evtimer_del(fleet.timeout_ev);
 	reconnect_schedule();
+	/* Requests waiting for room are answered here now. */
+	room_tell();
 }
 
 /* Redis is lost (why), since the oldest call it did not answer. */
@@ -289,6 +321,15 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	(void)arg;
 	if (fleet.head == NULL)
 		return;
+	/* Answers Redis sent while cbd was busy elsewhere are not late: read
+	 * what the socket holds before judging. */
+	if (fleet.main != NULL &&
+	    clock_monotonic_ms() - fleet.head->sent_ms >= cbd.conf.redis_timeout_ms)
+		redisAsyncHandleRead(fleet.main);
+	if (fleet.head == NULL) {
+		evtimer_del(fleet.timeout_ev);
+		return;
+	}
 	if (clock_monotonic_ms() - fleet.head->sent_ms >= cbd.conf.redis_timeout_ms) {
 		for (fleet_call *c = fleet.head; c != NULL; c = c->next)
 			if (c->done != NULL)
@@ -383,6 +424,7 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (r == NULL || call->done == NULL) {
 		call_answer(call, NULL);
 		call_free(call);
+		room_tell();
 		return;
 	}
 	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !call->resent &&
@@ -427,6 +469,7 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	json_decref(doc);
 	call_free(call);
 	timeout_schedule();
+	room_tell();
 }
 
 fleet_call *

@@ -23,6 +23,11 @@
 #define FLEET_ORIGIN_SIZE 17
 /* Longest key prefix + "{" + name + "}:window". */
 #define FLEET_KEY_MAX 512
+/* Script calls Redis runs at once for this host's requests (sent, not
+ * yet answered); past it a request waits its turn in cbd, its connection
+ * read no further, and its wait does not count toward redis_timeout_ms
+ * (a burst of outcomes neither times out nor is lost). */
+#define FLEET_INFLIGHT_MAX 32
 /* Longest reason an outage is logged with. */
 #define FLEET_WHY_MAX 320
 
@@ -47,6 +52,7 @@ typedef struct fleet_stats {
 	uint64_t events_in; /* events from other hosts applied */
 	uint64_t events_bad; /* events that could not be read */
 	uint64_t noscript; /* script reloads after NOSCRIPT */
+	uint64_t queued; /* requests that waited for room (FLEET_INFLIGHT_MAX) */
 } fleet_stats;
 
 /* Called once per call: reply is the script's decoded answer (borrowed),
@@ -60,6 +66,10 @@ typedef void (*fleet_event_fn)(const json_t *event);
 /* Called when Redis answers again after an outage, before requests go to
  * it: write back what changed meanwhile (with fleet_call()). */
 typedef void (*fleet_recover_fn)(int64_t outage_since);
+
+/* Called when calls were answered and there is room for more
+ * (FLEET_INFLIGHT_MAX), or Redis went away (fleet_up() says which). */
+typedef void (*fleet_room_fn)(void);
 
 typedef struct fleet_call fleet_call;
 
@@ -80,6 +90,12 @@ const fleet_stats *fleet_counters(void);
 const char *fleet_origin(void);
 /* Count a request answered locally because Redis is away. */
 void fleet_count_unavailable(void);
+/* Is there room for another request's call (FLEET_INFLIGHT_MAX)? */
+bool fleet_has_room(void);
+/* Who is told when room comes (one; NULL: none). */
+void fleet_set_room_hook(fleet_room_fn fn);
+/* Count a request that waits for room. */
+void fleet_count_queued(void);
 
 /* Run the script's `op` on circuit `name` with the request members in
  * args (borrowed; sent as the script's positional arguments, with name

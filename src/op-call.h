@@ -43,6 +43,9 @@ typedef struct op_conn {
 	struct op_pending *fleet_wait;
 	struct op_pending *fleet_pending;
 	unsigned fleet_inflight;
+	/* Its requests waiting for room in Redis (FLEET_INFLIGHT_MAX): while
+	 * one does, no other line is read. */
+	unsigned fleet_queued;
 	struct op_fleet_slot *fleet_slots;
 	/* A list being answered in steps (no other line is read meanwhile). */
 	struct op_list_job *list_job;

@@ -55,9 +55,19 @@ typedef struct op_pending {
 	char *declared_text; /* the policy the circuit was created with */
 	proto_ctx declared; /* parsed from it after a mismatch */
 	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
+	/* Waiting for room in Redis (FLEET_INFLIGHT_MAX): its first call's
+	 * arguments, and the next request waiting. */
+	json_t *queued_args;
+	struct op_pending *queue_next;
 } op_pending;
 
 static uint64_t token_counter;
+
+/* Requests waiting for room in Redis, host-wide, oldest first (each
+ * connection has one at most: it reads no further line meanwhile). */
+static struct {
+	op_pending *head, *tail;
+} queue;
 
 /* --- requests --- */
 
@@ -88,20 +98,38 @@ args_common(op_pending *p)
 
 static void pending_done(const json_t *reply, void *arg);
 
+/* The arguments of a script call for p: the common members and extra
+ * (may be NULL). NULL: out of memory. */
+static json_t *
+pending_args(op_pending *p, json_t *extra)
+{
+	json_t *args = args_common(p);
+
+	if (args == NULL || (extra != NULL && json_object_update(args, extra) != 0)) {
+		json_decref(args);
+		return NULL;
+	}
+	return args;
+}
+
+/* One script call for p with args (borrowed). False when not sent. */
+static bool
+pending_send(op_pending *p, const char *script_op, json_t *args)
+{
+	bool ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
+
+	p->in_flight += ok;
+	return ok;
+}
+
 /* One script call for p. False when it could not be sent. */
 static bool
 pending_call(op_pending *p, const char *script_op, json_t *extra)
 {
-	json_t *args = args_common(p);
-	bool ok;
+	json_t *args = pending_args(p, extra);
+	bool ok = args != NULL && pending_send(p, script_op, args);
 
-	if (args == NULL || (extra != NULL && json_object_update(args, extra) != 0)) {
-		json_decref(args);
-		return false;
-	}
-	ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
 	json_decref(args);
-	p->in_flight += ok;
 	return ok;
 }
 
@@ -225,13 +253,14 @@ args_for_op(op_pending *p, bool *bad, bool *answered)
 	return extra;
 }
 
-/* c's blocking bits from its waiting request and requests in flight. */
+/* c's blocking bits from its waiting request and requests in flight or
+ * waiting for room. */
 static void
 block_update(server_client *c, const op_conn *oc)
 {
 	server_client_block(c, SERVER_CLIENT_BLOCK_REPLY, oc->fleet_wait != NULL);
 	server_client_block(c, SERVER_CLIENT_BLOCK_FULL,
-	    oc->fleet_inflight >= OP_FLEET_INFLIGHT_MAX);
+	    oc->fleet_inflight >= OP_FLEET_INFLIGHT_MAX || oc->fleet_queued > 0);
 }
 
 static void
@@ -267,6 +296,7 @@ pending_unlink(op_pending *p, server_client *c)
 static void
 pending_free(op_pending *p)
 {
+	json_decref(p->queued_args);
 	json_decref(p->first);
 	json_decref(p->call.reply);
 	enc_free(&p->call.tail);
@@ -287,12 +317,74 @@ pending_fix(op_pending *p)
 	call->table.owner = call->client != NULL ? &call->client->owner : NULL;
 }
 
+static void queue_drain(void);
+static void pending_local(op_pending *p);
+
+/* Put p (its first call's members in extra) at the end of the queue.
+ * False: out of memory (it is sent at once instead). */
+static bool
+queue_add(op_pending *p, json_t *extra)
+{
+	p->queued_args = pending_args(p, extra);
+	if (p->queued_args == NULL)
+		return false;
+	p->queue_next = NULL;
+	if (queue.tail != NULL)
+		queue.tail->queue_next = p;
+	else
+		queue.head = p;
+	queue.tail = p;
+	fleet_set_room_hook(queue_drain);
+	fleet_count_queued();
+	return true;
+}
+
+/* Room in Redis, or Redis gone: send the requests waiting, oldest first,
+ * while there is room (answer them locally when Redis is away). */
+static void
+queue_drain(void)
+{
+	while (queue.head != NULL && (fleet_has_room() || !fleet_up())) {
+		op_pending *p = queue.head;
+		server_client *c = p->call.client;
+		json_t *args = p->queued_args;
+		bool sent;
+
+		queue.head = p->queue_next;
+		if (queue.head == NULL)
+			queue.tail = NULL;
+		p->queue_next = NULL;
+		p->queued_args = NULL;
+		sent = fleet_up() && pending_send(p, p->script_op, args);
+		json_decref(args);
+		if (c != NULL) {
+			op_conn *oc = op_conn_peek(c);
+			bool was_blocked = server_client_waiting(c);
+
+			oc->fleet_queued--;
+			if (!sent) {
+				fleet_count_unavailable();
+				pending_local(p); /* answers, resumes c */
+				continue;
+			}
+			block_update(c, oc);
+			if (was_blocked && !server_client_waiting(c))
+				server_client_resume(c);
+		} else if (!sent) {
+			/* Its connection closed and Redis is away: nothing to
+			 * answer, and no copy to change without a connection. */
+			fleet_count_unavailable();
+			pending_free(p);
+		}
+	}
+}
+
 bool
 op_fleet_send(op_call *call, bool *answered)
 {
 	op_pending *p;
 	json_t *extra;
-	bool bad = false;
+	bool bad = false, queued;
 
 	*answered = false;
 	if (call->client == NULL || call->name == NULL)
@@ -313,7 +405,10 @@ op_fleet_send(op_call *call, bool *answered)
 	pending_fix(p);
 	p->declared_text = fleet_copy_declared_text(call->declared);
 	extra = p->declared_text != NULL ? args_for_op(p, &bad, answered) : NULL;
-	if (extra == NULL || !pending_call(p, p->script_op, extra)) {
+	/* Redis runs FLEET_INFLIGHT_MAX calls at once for this host: past
+	 * it (or behind others waiting) a request waits its turn. */
+	queued = extra != NULL && (queue.head != NULL || !fleet_has_room()) && queue_add(p, extra);
+	if (extra == NULL || (!queued && !pending_call(p, p->script_op, extra))) {
 		bool ok = extra != NULL || *answered;
 
 		if (extra != NULL)
@@ -337,6 +432,8 @@ op_fleet_send(op_call *call, bool *answered)
 		return ok;
 	}
 	json_decref(extra);
+	if (queued)
+		op_conn_peek(call->client)->fleet_queued++;
 	call->pending = true;
 	pending_link(p, call->client);
 	/* A reply must keep its place among the connection's replies; a

@@ -26,7 +26,7 @@ set_backend(json_t *reply)
 	else
 		b = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
 			      "s:I, "
-			      "s:I}",
+			      "s:I, s:I}",
 		    "type", "redis", "health", fleet_health_name(fleet_state()), "redis",
 		    cbd.conf.redis, "calls", (json_int_t)f->calls, "timeouts",
 		    (json_int_t)f->timeouts, "errors", (json_int_t)f->errors, "local_answers",
@@ -34,7 +34,8 @@ set_backend(json_t *reply)
 		    (json_int_t)f->merged, "written_back", (json_int_t)f->written_back,
 		    "writeback_skipped", (json_int_t)f->writeback_skipped, "writeback_dropped",
 		    (json_int_t)f->writeback_dropped, "events_in", (json_int_t)f->events_in,
-		    "events_bad", (json_int_t)f->events_bad, "noscript", (json_int_t)f->noscript);
+		    "events_bad", (json_int_t)f->events_bad, "noscript", (json_int_t)f->noscript,
+		    "queued", (json_int_t)f->queued);
 	return b != NULL && json_object_set_new(reply, "backend", b) == 0;
 }
 

@@ -507,6 +507,75 @@ START_TEST(test_redis_out_of_memory_is_away)
 }
 END_TEST
 
+/* The noreply burst: connections at once, lines each (the issue's was
+ * 8 x 20,000: CBD_TEST_BURST_LINES=20000 runs it, about 15 s on a busy
+ * 2-core machine; the default keeps make check short under ASan). The
+ * count stays exact. */
+#define BURST_CONNS 8
+#define BURST_LINES 5000
+
+/* One burst connection (a child process): every line at once, then a
+ * get whose reply says they were all read; exits 0 when it came. */
+static void
+burst_child(int lines)
+{
+	static const char line[] = "{\"op\":\"record_failure\",\"name\":\"burst\","
+				   "\"noreply\":true}\n";
+	size_t len = sizeof line - 1;
+	char *buf = malloc(len * (size_t)lines);
+	int fd = harness_connect(&host_a);
+	json_t *r;
+
+	if (buf == NULL || fd < 0)
+		_exit(2);
+	for (int i = 0; i < lines; i++)
+		memcpy(buf + len * (size_t)i, line, len);
+	if (!harness_send_all(fd, buf, len * (size_t)lines))
+		_exit(3);
+	r = util_call(fd, "{\"op\":\"get\",\"name\":\"burst\"}");
+	_exit(r != NULL && util_bool(r, "ok") ? 0 : 4);
+}
+
+/* A burst of noreply outcomes from many connections at once neither
+ * takes the host out of the fleet (script timeouts) nor loses one: what
+ * Redis runs at once is bounded host-wide, the rest waits its turn. */
+START_TEST(test_noreply_burst_is_counted_exactly)
+{
+	const char *env = getenv("CBD_TEST_BURST_LINES");
+	int lines = env != NULL ? atoi(env) : BURST_LINES;
+	pid_t kids[BURST_CONNS];
+	json_t *r;
+
+	ck_assert_int_gt(lines, 0);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_success\",\"name\":\"burst\",\"ctx\":{"
+	    "\"failure_threshold\":1000000}}"));
+	for (int i = 0; i < BURST_CONNS; i++) {
+		kids[i] = fork();
+		ck_assert_int_ge(kids[i], 0);
+		if (kids[i] == 0)
+			burst_child(lines);
+	}
+	for (int i = 0; i < BURST_CONNS; i++) {
+		int status;
+
+		ck_assert_int_eq(waitpid(kids[i], &status, 0), kids[i]);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		    "burst connection %d failed (status %d)", i, status);
+	}
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "backend.timeouts"), 0);
+	ck_assert_int_eq(util_int(r, "backend.degraded"), 0);
+	ck_assert_int_eq(util_int(r, "backend.local_answers"), 0);
+	ck_assert_int_gt(util_int(r, "backend.queued"), 0);
+	json_decref(r);
+	/* Every outcome is in Redis: b reads the fleet's circuit. */
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"burst\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), (int64_t)BURST_CONNS * lines);
+	json_decref(r);
+}
+END_TEST
+
 START_TEST(test_trip_on_one_host_is_refused_on_the_other)
 {
 	json_t *r;
@@ -986,6 +1055,12 @@ fleet_suite(void)
 	tcase_add_test(tc, test_script_refused_by_acl_is_away);
 	tcase_add_test(tc, test_readonly_replica_is_away);
 	tcase_add_test(tc, test_redis_out_of_memory_is_away);
+	suite_add_tcase(s, tc);
+	/* Long: its own case (CK_RUN_CASE=burst runs it alone). */
+	tc = tcase_create("burst");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, test_noreply_burst_is_counted_exactly);
 	suite_add_tcase(s, tc);
 	return s;
 }
