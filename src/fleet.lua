@@ -774,6 +774,9 @@ fn.later[#fn.later + 1] = function()
 		if n.calls == 0 or n.calls < P.minimum_calls then
 			return false
 		end
+		-- Integers only, as window.c: a division (29 / 100 * 100 is
+		-- 28.999... in Lua) would miss the exact boundary
+		-- (check_fleet_script's rate_boundaries_exact).
 		return n.failures * 100 >= P.failure_rate * n.calls or
 			(slow_rule and n.slow * 100 >= P.slow_call_rate * n.calls)
 	end

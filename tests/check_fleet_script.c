@@ -5,7 +5,9 @@
  * the language-neutral trace replayed through it, one case per op for what
  * the trace does not cover (holds, cas, slots, delete, declared, merge,
  * writeback, totals, TIME, events), and a differential run of random op sequences
- * against the C core's circuit table, which the script must mirror.
+ * against the C core's circuit table, which the script must mirror, with
+ * the boundaries random sequences seldom reach (a rate rule exactly on its
+ * rate, break backoff without break_max_ms) run on purpose.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -1460,6 +1462,155 @@ START_TEST(mirrors_the_c_core)
 }
 END_TEST
 
+/* One outcome on circuit name in both the script and the C core (table)
+ * at now: "success", "failure" or "slow" (a success of 150 ms); they
+ * must agree. The script's reply. */
+static json_t *
+outcome_both(redisContext *ctx, circuit_table *table, const char *name, const cb_policy *policy,
+    const char *what, int64_t now, const char *where)
+{
+	ct_call call = { .policy = policy, .now = now, .clock = now, .reporter = 1 };
+	bool failure = strcmp(what, "failure") == 0;
+	json_t *req = at(now), *r;
+	ct_change change = { 0 };
+	ct_view view;
+
+	call.duration_ms = strcmp(what, "slow") == 0 ? 150 : 0;
+	with_int(with_str(req, "reporter", "r1"), "duration_ms", call.duration_ms);
+	r = fleet_call(ctx, name, failure ? "failure" : "success", policy, req);
+	if (failure)
+		circuit_table_record_failure(table, name, &call, &view, &change);
+	else
+		circuit_table_record_success(table, name, &call, &view, &change);
+	assert_same(r, &view, where);
+	assert_change(r, &change, where);
+	return r;
+}
+
+/* The rate rules on their exact boundaries, where a float division (29 /
+ * 100 * 100 is 28.999... in Lua) would differ from the C core's integer
+ * arithmetic: a rate of 29 % with 100 calls and 29 failures (or slow
+ * calls) opens, 28 does not; likewise 57 and 58. The random differential
+ * seldom lands on one. */
+START_TEST(rate_boundaries_exact)
+{
+	static const struct {
+		int rate, bad;
+		bool slow, opens;
+	} cases[] = {
+		{ 29, 29, false, true },
+		{ 29, 28, false, false },
+		{ 57, 57, false, true },
+		{ 58, 58, false, true },
+		{ 58, 57, false, false },
+		{ 29, 29, true, true },
+		{ 57, 57, true, true },
+		{ 57, 56, true, false },
+	};
+	redisContext *ctx = connect_server();
+
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		circuit_table *table = circuit_table_new(4, 0x42u + k);
+		char name[32], where[96];
+		cb_policy p;
+		json_t *r = NULL;
+
+		breaker_policy_default(&p);
+		p.trip = CB_TRIP_RATE;
+		p.window_size = 100;
+		p.minimum_calls = 100;
+		p.break_ms = 60000;
+		if (cases[k].slow) {
+			p.failure_rate = 100;
+			p.slow_call_ms = 100;
+			p.slow_call_rate = cases[k].rate;
+		} else {
+			p.failure_rate = cases[k].rate;
+		}
+		snprintf(name, sizeof name, "boundary-%zu", k);
+		/* The bad calls last: the rule decides on the 100th call. */
+		for (int i = 0; i < 100; i++) {
+			const char *what = i < 100 - cases[k].bad ? "success"
+			    : cases[k].slow                       ? "slow"
+								  : "failure";
+
+			snprintf(where, sizeof where, "%s call %d (rate %d, %d %s)", name, i + 1,
+			    cases[k].rate, cases[k].bad, cases[k].slow ? "slow" : "failures");
+			json_decref(r);
+			r = outcome_both(ctx, table, name, &p, what, T0 + i, where);
+			if (i < 99)
+				ck_assert_msg(strcmp(circuit_state(r), "closed") == 0,
+				    "%s: opened early", where);
+		}
+		ck_assert_msg(strcmp(circuit_state(r), cases[k].opens ? "open" : "closed") == 0,
+		    "%s: %s after 100 calls", where, circuit_state(r));
+		json_decref(r);
+		circuit_table_free(table);
+	}
+	redisFree(ctx);
+}
+END_TEST
+
+/* break_backoff without break_max_ms: each failed trial doubles the break,
+ * without bound, in the script as in the C core (retry_after_ms says so
+ * exactly). */
+START_TEST(backoff_without_cap)
+{
+	redisContext *ctx = connect_server();
+	circuit_table *table = circuit_table_new(4, 7);
+	const char *name = "backoff";
+	int64_t now = T0, expect = 1000;
+	char where[96], token[32];
+	cb_policy p;
+
+	breaker_policy_default(&p);
+	p.failure_threshold = 1;
+	p.break_ms = 1000;
+	p.break_backoff = 2;
+	p.break_max_ms = 0;
+	p.slot_ttl_ms = 1000000;
+	json_decref(outcome_both(ctx, table, name, &p, "failure", now, "first trip"));
+	for (int round = 0; round < 7; round++, expect *= 2) {
+		ct_call call = { .policy = &p, .now = now + expect - 1, .clock = now + expect - 1 };
+		ct_change change = { 0 };
+		ct_view view;
+		ct_allow a;
+		json_t *r;
+		bool released;
+
+		snprintf(where, sizeof where, "round %d (break %lld)", round, (long long)expect);
+		/* 1 ms before the break ends: refused, 1 ms to wait. */
+		r = fleet_call(ctx, name, "allow", &p, with_str(at(call.now), "token", "never"));
+		circuit_table_allow(table, name, &call, &a, &view, &change);
+		ck_assert_msg(!flag(r, "allowed") && !a.allowed, "%s: allowed early", where);
+		ck_assert_msg(json_integer_value(json_object_get(r, "retry_after_ms")) == 1 &&
+			a.retry_after_ms == 1,
+		    "%s: retry_after_ms %lld, C %lld", where,
+		    (long long)json_integer_value(json_object_get(r, "retry_after_ms")),
+		    (long long)a.retry_after_ms);
+		json_decref(r);
+		/* When it ends: the trial, which fails (the break grows). */
+		now += expect;
+		call.now = call.clock = now;
+		snprintf(token, sizeof token, "tok-%d", round);
+		r = fleet_call(ctx, name, "allow", &p, with_str(at(now), "token", token));
+		circuit_table_allow(table, name, &call, &a, &view, &change);
+		ck_assert_msg(flag(r, "allowed") && a.allowed, "%s: trial refused", where);
+		assert_same(r, &view, where);
+		json_decref(r);
+		json_decref(outcome_both(ctx, table, name, &p, "failure", now, where));
+		r = fleet_call(ctx, name, "release_slot", &p, with_str(at(now), "token", token));
+		released = circuit_table_release_slot(table, name, a.permit.token, now);
+		ck_assert_msg(flag(r, "released") && released, "%s: trial slot", where);
+		json_decref(r);
+	}
+	/* 1000 ms doubled 7 times, past any cap a default would set. */
+	ck_assert_int_eq(expect, 128000);
+	circuit_table_free(table);
+	redisFree(ctx);
+}
+END_TEST
+
 /* Load the script once; the cases use its sha. */
 static bool
 load_script(void)
@@ -1526,6 +1677,8 @@ main(void)
 	tcase_add_test(ops, bad_requests_refused);
 	tcase_add_test(ops, malformed_arguments_refused);
 	tcase_add_test(diff, mirrors_the_c_core);
+	tcase_add_test(diff, rate_boundaries_exact);
+	tcase_add_test(diff, backoff_without_cap);
 	/* Bounds for a loaded machine, not timing assertions. */
 	tcase_set_timeout(trace, 60);
 	tcase_set_timeout(ops, 60);
