@@ -320,6 +320,27 @@ pending_fix(op_pending *p)
 static void queue_drain(void);
 static void pending_local(op_pending *p);
 
+/* Does call need room for a copy (max_circuits) before it is sent? Its
+ * path says, as memory mode would create the circuit: a cas from closed
+ * may create it (one unknown is closed), a cas from another state cannot;
+ * an ignored outcome creates nothing. */
+static bool
+path_needs_room(const op_call *call)
+{
+	const op_fleet_path *path = call->op->fleet;
+	const char *member = path == &op_fleet_cas ? "from"
+	    : path == &op_fleet_record             ? "outcome"
+						   : NULL;
+	const json_t *v = member != NULL ? json_object_get(call->request, member) : NULL;
+
+	if (path == &op_fleet_cas)
+		return json_is_string(v) && strcmp(json_string_value(v), "closed") == 0;
+	if (path == &op_fleet_record && json_is_string(v) &&
+	    strcmp(json_string_value(v), "ignore") == 0)
+		return false;
+	return path->needs_room;
+}
+
 /* Put p (its first call's members in extra) at the end of the queue.
  * False: out of memory (it is sent at once instead). */
 static bool
@@ -390,9 +411,8 @@ op_fleet_send(op_call *call, bool *answered)
 	if (call->client == NULL || call->name == NULL)
 		return true; /* this host's copy answers */
 	/* max_circuits bounds this host's copies: a circuit it has no copy of
-	 * is created only when there is room for one (a failed cas creates
-	 * nothing, so it needs none). */
-	if (call->op->fleet->needs_room && !call->stored &&
+	 * is created only when there is room for one. */
+	if (path_needs_room(call) && !call->stored &&
 	    !op_status(call, circuit_table_make_room(cbd.table, call->clock)))
 		return false;
 	p = op_conn_of(call->client) != NULL ? calloc(1, sizeof *p) : NULL;

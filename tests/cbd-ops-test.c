@@ -1308,10 +1308,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_forbidden_for_non_admin);
 	tcase_add_test(tc, test_admin_users_allows_nobody);
 	tcase_add_test(tc, test_admin_groups_allows_group);
-	/* Fleet runs (tests/fleet-suites.sh): slots live in Redis, so this
-	 * host's copy of a circuit it holds a slot on is reclaimable. */
-	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL)
-		tcase_add_test(tc, test_capacity);
+	tcase_add_test(tc, test_capacity);
 	tcase_add_test(tc, test_dynamic_names_cannot_make_a_circuit_fail_open);
 	tcase_add_test(tc, test_idle_reclaim);
 	tcase_add_test(tc, test_line_too_long_then_usable);

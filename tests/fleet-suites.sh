@@ -4,8 +4,10 @@
 # contract against cbd in fleet mode: a private redis-server on a Unix
 # socket in a temp dir, and every cbd the suites start (tests/cbd-harness.c)
 # configured with backend = redis on it, each with a key prefix of its own.
-# Cases that test memory mode's own bounds or its state file skip
-# themselves when CBD_TEST_REDIS_SOCKET is set. Skips (77) without
+# Every suite that runs against cbd runs here too; a case that cannot
+# hold in fleet mode skips itself when CBD_TEST_REDIS_SOCKET is set, with
+# its reason in a comment, and proto/PROTOCOL.md §15 ("Differences from
+# memory mode") lists each such difference. Skips (77) without
 # redis-server. Needs CBD_BINARY (set by make check).
 set -u
 
@@ -28,7 +30,7 @@ done
 
 failed=0
 for t in cbd-contract-test cbd-ops-test cbd-concurrency-test cbd-authority-test \
-	cbd-rates-test cbd-watch-test check_client_remote; do
+	cbd-rates-test cbd-watch-test cbd-limits-test cbd-metrics-test check_client_remote; do
 	if CBD_TEST_REDIS_SOCKET=$sock "tests/$t" >"$dir/$t.log" 2>&1; then
 		echo "fleet: $t: $(grep -E 'Checks:' "$dir/$t.log" | tail -n 1)"
 	else
