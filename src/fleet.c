@@ -278,8 +278,8 @@ reconnect_schedule(void)
 }
 
 /* Redis is lost (why) since the call sent at oldest_ms (monotonic; the
- * outage's start): answer every waiting call locally, drop both
- * connections, reconnect later. */
+ * outage's start; -1: no call waited, it starts now): answer every
+ * waiting call locally, drop both connections, reconnect later. */
 static void
 fleet_lose_since(const char *why, int64_t oldest_ms)
 {
@@ -287,10 +287,12 @@ fleet_lose_since(const char *why, int64_t oldest_ms)
 		/* At start, what this host answers counts from the start. */
 		if (fleet.health == FLEET_UP) {
 			/* From the oldest call Redis did not answer: it is answered
-			 * here, and what it opens is written back (a ms earlier: its
-			 * request's clock was read before it was sent). */
-			fleet.outage_since =
-			    clock_realtime_ms() - (clock_monotonic_ms() - oldest_ms) - 1;
+			 * here, and what it opens is written back (FLEET_OUTAGE_SLACK_MS
+			 * earlier: its request's clock was read before it was sent). */
+			fleet.outage_since = clock_realtime_ms();
+			if (oldest_ms >= 0)
+				fleet.outage_since -=
+				    clock_monotonic_ms() - oldest_ms + FLEET_OUTAGE_SLACK_MS;
 		}
 		fleet.health = FLEET_DEGRADED;
 		fleet.stats.degraded++;
@@ -310,7 +312,7 @@ fleet_lose_since(const char *why, int64_t oldest_ms)
 static void
 fleet_lose(const char *why)
 {
-	fleet_lose_since(why, fleet.head != NULL ? fleet.head->sent_ms : clock_monotonic_ms());
+	fleet_lose_since(why, fleet.head != NULL ? fleet.head->sent_ms : -1);
 }
 
 static void

@@ -28,6 +28,12 @@
  * read no further, and its wait does not count toward redis_timeout_ms
  * (a burst of outcomes neither times out nor is lost). */
 #define FLEET_INFLIGHT_MAX 32
+/* An outage is taken to start this long before the oldest call Redis did
+ * not answer was sent (ms): the request's clock, which dates what it
+ * opens, was read before, by more than a ms on a loaded host or under
+ * valgrind. A circuit that opened in Redis just before is merged again,
+ * which changes nothing (a merge opens, never closes). */
+#define FLEET_OUTAGE_SLACK_MS 1000
 /* Longest reason an outage is logged with. */
 #define FLEET_WHY_MAX 320
 
