@@ -123,7 +123,15 @@ housekeeping_stop(void)
 {
 	if (tick_ev != NULL)
 		event_del(tick_ev);
-	writer_reap(true);
+	/* The file is written in process next, from the newest table: a
+	 * writer still running (perhaps stuck on a slow disk) is not
+	 * waited for. */
+	if (writer > 0) {
+		kill(writer, SIGKILL);
+		while (waitpid(writer, NULL, 0) < 0 && errno == EINTR)
+			;
+		writer = -1;
+	}
 	if (cbd.conf.state_file[0] == '\0' || cbd.table == NULL)
 		return;
 	if (persist_write_sync(cbd.conf.state_file, cbd.table, clock_realtime_ms()))

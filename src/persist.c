@@ -13,9 +13,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -136,6 +138,7 @@ static bool
 write_atomic(const char *path, const json_t *doc)
 {
 	char tmp[4096], *text;
+	struct stat st;
 	int fd, n;
 	bool ok;
 
@@ -144,9 +147,23 @@ write_atomic(const char *path, const json_t *doc)
 		log_error("state_file %s: path too long", path);
 		return false;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* The temp file is always created anew, never opened: whatever is
+	 * at its path (a crashed writer's file, a FIFO that would block the
+	 * open, a symlink that would be followed as root) is removed first,
+	 * and O_EXCL | O_NOFOLLOW | O_NONBLOCK refuse anything put back in
+	 * between without waiting or following. */
+	if (unlink(tmp) != 0 && errno != ENOENT) {
+		log_error("state_file: cannot remove the stale %s: %s", tmp, strerror(errno));
+		return false;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		log_error("state_file: cannot create %s: %s", tmp, strerror(errno));
+		return false;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		log_error("state_file: %s is not a regular file", tmp);
+		close(fd);
 		return false;
 	}
 	/* One buffer, one write: json_dumpfd would make a syscall per token. */
@@ -187,6 +204,20 @@ persist_write_sync(const char *path, circuit_table *table, int64_t clock)
 	return ok;
 }
 
+/* The writer child's signals as a new process has them: default
+ * actions, nothing blocked. */
+static void
+persist_child_signals(void)
+{
+	static const int reset[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD };
+	sigset_t none;
+
+	for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+		signal(reset[i], SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 pid_t
 persist_write_async(const char *path, circuit_table *table, int64_t clock)
 {
@@ -199,7 +230,10 @@ persist_write_async(const char *path, circuit_table *table, int64_t clock)
 	if (pid > 0)
 		return pid;
 	/* The child: the table as it was at fork, written, then gone
-	 * without running the parent's exit handlers. */
+	 * without running the parent's exit handlers. cbd's handlers only
+	 * tell cbd's loop, which does not run here: the signals that stop a
+	 * process stop this one. */
+	persist_child_signals();
 	_exit(persist_write_sync(path, table, clock) ? 0 : 1);
 }
 
@@ -251,13 +285,29 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 	uint64_t loaded = 0;
 	proto_error err;
 	char why[512];
+	struct stat st;
 	size_t i;
+	int fd;
 
-	if (access(path, F_OK) != 0 && errno == ENOENT) {
+	/* O_NONBLOCK: a FIFO at path must not stop cbd from starting (it
+	 * never refuses to start over its state file). */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
 		log_info("state_file %s does not exist yet; starting with no circuits", path);
 		return 0;
 	}
-	doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	if (fd < 0) {
+		snprintf(why, sizeof why, "cannot open: %s", strerror(errno));
+		move_aside(path, clock, why);
+		return 0;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		move_aside(path, clock, "not a regular file");
+		return 0;
+	}
+	doc = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+	close(fd);
 	if (doc == NULL) {
 		snprintf(why, sizeof why, "cannot read: %s (line %d)", jerr.text, jerr.line);
 		move_aside(path, clock, why);

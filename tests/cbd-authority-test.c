@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -429,8 +430,8 @@ START_TEST(test_corrupt_state_file_moved_aside)
 	static const char *const bad[] = {
 		"{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":",
 		"{\"format\":\"cbd-state\",\"version\":99,\"circuits\":[]}",
-		"{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":\"x\","
-		"\"state\":\"ajar\"}]}",
+		("{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":\"x\","
+		 "\"state\":\"ajar\"}]}"),
 		"\x01\x02 not json",
 	};
 
@@ -460,6 +461,90 @@ START_TEST(test_corrupt_state_file_moved_aside)
 }
 END_TEST
 
+/* Issue 28 item 5: a FIFO at state.json.tmp neither blocks the writer
+ * (the state is written) nor SIGTERM; a symlink there is not followed
+ * (its target is left as it was). */
+START_TEST(test_state_tmp_fifo_and_symlink)
+{
+	char tmp[160], target[160], buf[64] = "";
+	int a, status;
+	struct stat st;
+	FILE *f;
+	json_t *r;
+
+	snprintf(tmp, sizeof tmp, "%s.tmp", state_path);
+	snprintf(target, sizeof target, "%s/precious", state_dir);
+	ck_assert_int_eq(mkfifo(tmp, 0600), 0);
+	util_start_logged(&h, state_config(""), NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"fifo\",\"state\":\"open\",\"hold\":true}"));
+	ck_assert_msg(util_stats_reach_min(a, "state_writes", 1), "the writer is stuck on a FIFO");
+	ck_assert_int_eq(lstat(state_path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	/* A symlink at the temp path, to a file cbd must not overwrite. */
+	f = fopen(target, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("precious", f);
+	fclose(f);
+	ck_assert_int_eq(symlink(target, tmp), 0);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"link\",\"state\":\"open\",\"hold\":true}"));
+	ck_assert(util_stats_reach_min(a, "state_writes", util_int(r, "state_writes") + 1));
+	json_decref(r);
+	f = fopen(target, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+	fclose(f);
+	ck_assert_str_eq(buf, "precious");
+	ck_assert_int_eq(lstat(state_path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	/* A FIFO again, a change, SIGTERM: cbd stops (bounded) and writes. */
+	unlink(tmp);
+	ck_assert_int_eq(mkfifo(tmp, 0600), 0);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"last\",\"state\":\"open\",\"hold\":true}"));
+	close(a);
+	ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
+	status = harness_wait(&h);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "cbd did not stop on SIGTERM (status %d)", status);
+	harness_stop(&h);
+	util_start_logged(&h, state_config(""), NULL, log_path);
+	a = harness_connect(&h);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 3);
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+/* Issue 28 item 5: a FIFO at state.json does not stop cbd from starting:
+ * it is moved aside (logged) and cbd keeps its state there again. */
+START_TEST(test_state_file_fifo_does_not_block_start)
+{
+	struct stat st;
+	int a;
+	json_t *r;
+
+	ck_assert_int_eq(mkfifo(state_path, 0600), 0);
+	util_start_logged(&h, state_config(""), NULL, log_path);
+	ck_assert(util_wait_file(log_path, "not a regular file"));
+	a = harness_connect(&h);
+	json_decref(
+	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"after\",\"state\":\"open\"}"));
+	ck_assert(util_stats_reach_min(a, "state_writes", 1));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 1);
+	json_decref(r);
+	close(a);
+	ck_assert_int_eq(lstat(state_path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	ck_assert(moved_aside());
+}
+END_TEST
+
 static Suite *
 authority_suite(void)
 {
@@ -480,6 +565,10 @@ authority_suite(void)
 		tcase_add_test(tc, test_shutdown_writes_state);
 	}
 	tcase_add_test(tc, test_corrupt_state_file_moved_aside);
+	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL) {
+		tcase_add_test(tc, test_state_file_fifo_does_not_block_start);
+		tcase_add_test(tc, test_state_tmp_fifo_and_symlink);
+	}
 	suite_add_tcase(s, tc);
 	return s;
 }
