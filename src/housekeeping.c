@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "housekeeping.h"
+#include "log-limit.h"
 #include "log.h"
 #include "events.h"
 #include "persist.h"
@@ -41,12 +42,16 @@ state_write_maybe(void)
 	persist_clean();
 	writer_started = clock_monotonic_ms();
 	pause_start = clock_monotonic_us();
-	writer = persist_write_async(cbd.conf.state_file, cbd.table, clock_realtime_ms());
+	/* A full or read-only disk fails every write: its errors are logged
+	 * within the log limit (the child logs them; the parent counts). */
+	writer = persist_write_async(cbd.conf.state_file, cbd.table, clock_realtime_ms(),
+	    !log_limit_would_allow(LOG_LIMIT_STATE_FILE, ""));
 	/* fork() is the only pause requests see; keep the longest. */
 	pause = clock_monotonic_us() - pause_start;
 	if ((uint64_t)pause > stats.state_write_pause_max_us)
 		stats.state_write_pause_max_us = (uint64_t)pause;
 	if (writer < 0) {
+		log_limit_allow_kind(LOG_LIMIT_STATE_FILE, "");
 		stats.state_write_failures++;
 		persist_mark_dirty(); /* try again at the next tick */
 	}
@@ -85,7 +90,8 @@ writer_reap(bool block)
 	}
 	stats.state_write_failures++;
 	persist_mark_dirty(); /* the next tick tries again */
-	if (pid > 0 && WIFSIGNALED(status))
+	/* The child logged its error when the limit allowed it: count it. */
+	if (log_limit_allow_kind(LOG_LIMIT_STATE_FILE, "") && pid > 0 && WIFSIGNALED(status))
 		log_error("state_file: the writer process died of signal %d", WTERMSIG(status));
 }
 

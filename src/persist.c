@@ -30,6 +30,15 @@
 /* A change not yet written (the writer polls it, as Redis its dirty
  * counter). */
 static bool dirty;
+/* This write logs no error (the parent's log limit said so, §10). */
+static bool quiet;
+
+/* log_error unless this write is quiet. */
+#define persist_error(...)                                                                         \
+	do {                                                                                       \
+		if (!quiet)                                                                        \
+			log_error(__VA_ARGS__);                                                    \
+	} while (0)
 
 void
 persist_mark_dirty(void)
@@ -144,7 +153,7 @@ write_atomic(const char *path, const json_t *doc)
 
 	n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	if (n < 0 || (size_t)n >= sizeof tmp) {
-		log_error("state_file %s: path too long", path);
+		persist_error("state_file %s: path too long", path);
 		return false;
 	}
 	/* The temp file is always created anew, never opened: whatever is
@@ -153,16 +162,16 @@ write_atomic(const char *path, const json_t *doc)
 	 * and O_EXCL | O_NOFOLLOW | O_NONBLOCK refuse anything put back in
 	 * between without waiting or following. */
 	if (unlink(tmp) != 0 && errno != ENOENT) {
-		log_error("state_file: cannot remove the stale %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot remove the stale %s: %s", tmp, strerror(errno));
 		return false;
 	}
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		log_error("state_file: cannot create %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot create %s: %s", tmp, strerror(errno));
 		return false;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		log_error("state_file: %s is not a regular file", tmp);
+		persist_error("state_file: %s is not a regular file", tmp);
 		close(fd);
 		return false;
 	}
@@ -172,13 +181,13 @@ write_atomic(const char *path, const json_t *doc)
 	    fsync(fd) == 0;
 	free(text);
 	if (!ok)
-		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot write %s: %s", tmp, strerror(errno));
 	if (close(fd) != 0 && ok) {
-		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot write %s: %s", tmp, strerror(errno));
 		ok = false;
 	}
 	if (ok && rename(tmp, path) != 0) {
-		log_error("state_file: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+		persist_error("state_file: cannot rename %s to %s: %s", tmp, path, strerror(errno));
 		ok = false;
 	}
 	if (!ok) {
@@ -196,7 +205,7 @@ persist_write_sync(const char *path, circuit_table *table, int64_t clock)
 	bool ok;
 
 	if (doc == NULL) {
-		log_error("state_file %s: out of memory", path);
+		persist_error("state_file %s: out of memory", path);
 		return false;
 	}
 	ok = write_atomic(path, doc);
@@ -219,16 +228,21 @@ persist_child_signals(void)
 }
 
 pid_t
-persist_write_async(const char *path, circuit_table *table, int64_t clock)
+persist_write_async(const char *path, circuit_table *table, int64_t clock, bool quiet_errors)
 {
-	pid_t pid = fork();
+	pid_t pid;
 
+	quiet = quiet_errors;
+	pid = fork();
 	if (pid < 0) {
-		log_error("state_file: fork: %s", strerror(errno));
+		persist_error("state_file: fork: %s", strerror(errno));
+		quiet = false;
 		return -1;
 	}
-	if (pid > 0)
+	if (pid > 0) {
+		quiet = false;
 		return pid;
+	}
 	/* The child: the table as it was at fork, written, then gone
 	 * without running the parent's exit handlers. cbd's handlers only
 	 * tell cbd's loop, which does not run here: the signals that stop a

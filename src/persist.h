@@ -39,7 +39,9 @@ uint64_t persist_load(const char *path, circuit_table *table, int64_t clock);
 /* Write table's pinned circuits to path now, in this process (shutdown). */
 bool persist_write_sync(const char *path, circuit_table *table, int64_t clock);
 
-/* Start writing in a child; the pid, or -1 (logged) when fork failed. */
-pid_t persist_write_async(const char *path, circuit_table *table, int64_t clock);
+/* Start writing in a child; the pid, or -1 (logged) when fork failed.
+ * quiet_errors: the write's errors are not logged (the caller's log limit
+ * counts them). */
+pid_t persist_write_async(const char *path, circuit_table *table, int64_t clock, bool quiet_errors);
 
 #endif

@@ -19,6 +19,9 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_NOMEM] = "out_of_memory",
 	[STATS_LIMIT_LINGER] = "closing_stalled",
 	[STATS_LIMIT_LOG] = "transition_logs_suppressed",
+	[STATS_LIMIT_LOG_CONFLICT] = "policy_conflict_logs_suppressed",
+	[STATS_LIMIT_LOG_STATE_FILE] = "state_file_logs_suppressed",
+	[STATS_LIMIT_LOG_FLEET] = "fleet_script_logs_suppressed",
 };
 
 void

@@ -31,6 +31,9 @@ typedef enum stats_limit {
 	STATS_LIMIT_NOMEM, /* out of memory for a connection: it was dropped */
 	STATS_LIMIT_LINGER, /* a closing client read nothing for linger: closed */
 	STATS_LIMIT_LOG, /* a transition log line suppressed (rate limit) */
+	STATS_LIMIT_LOG_CONFLICT, /* a policy_conflict warning suppressed */
+	STATS_LIMIT_LOG_STATE_FILE, /* a state file error line suppressed */
+	STATS_LIMIT_LOG_FLEET, /* a circuit script error line suppressed */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
