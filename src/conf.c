@@ -47,6 +47,8 @@ struct conf_circuit {
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
+/* max_watch_names' largest value. */
+#define CONF_WATCH_NAMES_MAX INT64_C(100000000)
 #define CONF_IDLE_MAX INT64_C(86400000)
 #define CONF_REDIS_TIMEOUT_MAX INT64_C(60000)
 #define CONF_REDIS_PREFIX_MAX 64
@@ -99,6 +101,8 @@ static const conf_key keys[] = {
 	    "a closed, unheld circuit unused this long is dropped (0: only at max_circuits)"),
 	CBD_KEY(max_slots, CONF_INT, 1, CONF_SLOTS_MAX, "65536", true,
 	    "half-open slots held at once across all circuits; past it: capacity"),
+	CBD_KEY(max_watch_names, CONF_INT, 1, CONF_WATCH_NAMES_MAX, "65536", true,
+	    "circuit names one connection may watch by name; a watch past it: capacity"),
 	CBD_KEY(state_file, CONF_STRING, 0, 0, "", false,
 	    "file keeping open, half_open and held circuits across restarts (empty: off)"),
 	CBD_KEY(metrics_listen, CONF_STRING, 0, 0, "", false,

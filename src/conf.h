@@ -76,6 +76,7 @@ typedef struct cbd_conf {
 	char *log_format; /* "text" or "json" */
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
+	int64_t max_watch_names;
 	char *state_file;
 	char *metrics_listen;
 	int64_t metrics_max_circuits;

@@ -92,6 +92,25 @@ watch_targets(op_call *call, const json_t **list, bool *all)
 	return true;
 }
 
+/* Would w watching list's names stay within max_watch_names? Else a
+ * capacity error (counted), and nothing of the watch is applied. A name
+ * listed twice counts twice here (a client has no reason to). */
+static bool
+watch_fits(op_call *call, const watcher *w, const json_t *list)
+{
+	size_t i, fresh = 0, have = watch_names(w);
+	json_t *n;
+
+	json_array_foreach (list, i, n)
+		fresh += !watch_has(w, json_string_value(n));
+	if (have + fresh <= (uint64_t)cbd.conf.max_watch_names)
+		return true;
+	stats_limit_hit(STATS_LIMIT_WATCH_NAMES);
+	return proto_fail(&call->err, PROTO_CAPACITY,
+	    "max_watch_names (%lld) reached: this connection watches %zu names, the watch adds %zu",
+	    (long long)cbd.conf.max_watch_names, have, fresh);
+}
+
 static void
 snap_visit(const char *name, const ct_view *view, void *arg)
 {
@@ -117,6 +136,11 @@ op_watch(op_call *call)
 	if (w == NULL) {
 		op_snapshots_free(&snaps);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (!watch_fits(call, w, list)) {
+		op_snapshots_free(&snaps);
+		watch_trim(w);
+		return false;
 	}
 	if (all) {
 		watch_add_all(w);

@@ -22,6 +22,7 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_LOG_CONFLICT] = "policy_conflict_logs_suppressed",
 	[STATS_LIMIT_LOG_STATE_FILE] = "state_file_logs_suppressed",
 	[STATS_LIMIT_LOG_FLEET] = "fleet_script_logs_suppressed",
+	[STATS_LIMIT_WATCH_NAMES] = "max_watch_names",
 };
 
 void

@@ -34,6 +34,7 @@ typedef enum stats_limit {
 	STATS_LIMIT_LOG_CONFLICT, /* a policy_conflict warning suppressed */
 	STATS_LIMIT_LOG_STATE_FILE, /* a state file error line suppressed */
 	STATS_LIMIT_LOG_FLEET, /* a circuit script error line suppressed */
+	STATS_LIMIT_WATCH_NAMES, /* max_watch_names: a watch refused */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
