@@ -47,6 +47,8 @@ struct conf_circuit {
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
+/* metrics_max_connections' largest value. */
+#define CONF_METRICS_CONNECTIONS_MAX INT64_C(1024)
 /* max_watch_names' largest value. */
 #define CONF_WATCH_NAMES_MAX INT64_C(100000000)
 #define CONF_IDLE_MAX INT64_C(86400000)
@@ -107,6 +109,8 @@ static const conf_key keys[] = {
 	    "file keeping open, half_open and held circuits across restarts (empty: off)"),
 	CBD_KEY(metrics_listen, CONF_STRING, 0, 0, "", false,
 	    "loopback HOST:PORT serving Prometheus metrics at /metrics (empty: off)"),
+	CBD_KEY(metrics_max_connections, CONF_INT, 1, CONF_METRICS_CONNECTIONS_MAX, "16", true,
+	    "connections to metrics_listen at once; more are closed when accepted"),
 	CBD_KEY(metrics_max_circuits, CONF_INT, 0, CONF_CIRCUITS_MAX, "1000", true,
 	    "circuits with their own metric series, at most"),
 	CBD_KEY(backend, CONF_STRING, 0, 0, "memory", false,

@@ -79,6 +79,7 @@ typedef struct cbd_conf {
 	int64_t max_watch_names;
 	char *state_file;
 	char *metrics_listen;
+	int64_t metrics_max_connections;
 	int64_t metrics_max_circuits;
 	char *backend; /* "memory" or "redis" */
 	char *redis;

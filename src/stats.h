@@ -35,6 +35,8 @@ typedef enum stats_limit {
 	STATS_LIMIT_LOG_STATE_FILE, /* a state file error line suppressed */
 	STATS_LIMIT_LOG_FLEET, /* a circuit script error line suppressed */
 	STATS_LIMIT_WATCH_NAMES, /* max_watch_names: a watch refused */
+	STATS_LIMIT_METRICS_CONNECTIONS, /* metrics_max_connections: a scraper closed */
+	STATS_LIMIT_METRICS_CUT, /* a metrics op's text cut to fit max_output_bytes */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
