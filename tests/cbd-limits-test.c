@@ -29,10 +29,16 @@
 #include "check-run.h"
 #include "daemon-util.h"
 
-/* Built with AddressSanitizer (which holds freed memory in quarantine)? */
-#ifdef __SANITIZE_ADDRESS__
+/* Built with AddressSanitizer (which holds freed memory in quarantine)?
+ * gcc says so with __SANITIZE_ADDRESS__, clang with __has_feature. */
+#if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1
-#else
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
 #define SANITIZED 0
 #endif
 
