@@ -45,6 +45,8 @@ struct conf_circuit {
 #define CONF_CONNECTIONS_MAX INT64_C(1000000)
 #define CONF_OUTPUT_MIN (INT64_C(64) << 10)
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
+/* max_total_output_bytes' largest value (1 TiB). */
+#define CONF_TOTAL_OUTPUT_MAX (INT64_C(1) << 40)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
 /* metrics_max_connections' largest value. */
@@ -83,6 +85,10 @@ static const conf_key keys[] = {
 	    "most simultaneous client connections; extra ones are refused"),
 	CBD_KEY(max_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_OUTPUT_MAX, "8388608", true,
 	    "replies queued for a client that does not read before it is dropped"),
+	CBD_KEY(max_total_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_TOTAL_OUTPUT_MAX,
+	    "268435456", true,
+	    "bytes of output buffers all connections hold together; past it the connection "
+	    "holding the most is dropped"),
 	CBD_KEY(client_idle_ms, CONF_INT, 0, CONF_IDLE_MAX, "0", true,
 	    "milliseconds a connection may stay without a request before it is closed (0: "
 	    "never)"),

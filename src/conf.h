@@ -67,6 +67,7 @@ typedef struct cbd_conf {
 	int64_t max_circuits;
 	int64_t max_connections;
 	int64_t max_output_bytes;
+	int64_t max_total_output_bytes;
 	int64_t client_idle_ms;
 	char *admin_users;
 	char *admin_groups;

@@ -15,6 +15,7 @@
 #include "events.h"
 #include "persist.h"
 #include "daemon.h"
+#include "server-client.h"
 #include "stats.h"
 
 static struct event *tick_ev;
@@ -65,6 +66,7 @@ housekeeping_tick(evutil_socket_t fd, short what, void *arg)
 	circuit_table_expire_holds(cbd.table, now, hold_ended, NULL);
 	circuit_table_reclaim_idle(cbd.table, now, HOUSEKEEPING_RECLAIM_BUDGET);
 	state_write_maybe();
+	server_client_trim(); /* freed output buffers go back to the system */
 }
 
 /* Reap the writer; count how it went. */

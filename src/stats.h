@@ -37,6 +37,7 @@ typedef enum stats_limit {
 	STATS_LIMIT_WATCH_NAMES, /* max_watch_names: a watch refused */
 	STATS_LIMIT_METRICS_CONNECTIONS, /* metrics_max_connections: a scraper closed */
 	STATS_LIMIT_METRICS_CUT, /* a metrics op's text cut to fit max_output_bytes */
+	STATS_LIMIT_TOTAL_OUTPUT, /* max_total_output_bytes: a client dropped */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 

@@ -440,6 +440,61 @@ START_TEST(test_watch_many_names_bounded)
 }
 END_TEST
 
+/* Issue 28 item 3: watchers that never read are held to a host-wide
+ * bound on output buffers (max_total_output_bytes) as well as each to
+ * max_output_bytes: the ones holding the most are dropped first, counted,
+ * and the buffers all connections hold stay within the bound (plus at
+ * most one connection's growth while the choice is made). */
+START_TEST(test_watchers_held_to_host_wide_bound)
+{
+	enum { WATCHERS = 40, CHANGES = 3000, TOTAL = 1 << 20, EACH = 1 << 19 };
+	int w[WATCHERS];
+	char line[256];
+	json_t *r;
+
+	start("[cbd]\nmax_output_bytes = 524288\nmax_total_output_bytes = 1048576\n");
+	for (int i = 0; i < WATCHERS; i++) {
+		w[i] = harness_connect(&h);
+		ck_assert_int_ge(w[i], 0);
+		json_decref(util_call_ok(w[i], "{\"op\":\"watch\",\"names\":[\"flap\"]}"));
+	}
+	for (int i = 0; i < CHANGES; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"set_state\",\"name\":\"flap\",\"state\":\"%s\","
+		    "\"noreply\":true}",
+		    i % 2 ? "closed" : "open");
+		send_line(b, line);
+	}
+	ck_assert(util_stats_reach(a, "transitions", CHANGES));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	fprintf(stderr,
+	    "output_bytes %lld, peak %lld, max_total_output_bytes hits %lld, "
+	    "max_output_bytes hits %lld\n",
+	    (long long)util_int(r, "output_bytes"), (long long)util_int(r, "output_bytes_peak"),
+	    (long long)util_int(r, "limits.max_total_output_bytes"),
+	    (long long)util_int(r, "limits.max_output_bytes"));
+	ck_assert_int_ge(util_int(r, "limits.max_total_output_bytes"), 1);
+	ck_assert_int_le(util_int(r, "output_bytes"), TOTAL);
+	ck_assert_int_le(util_int(r, "output_bytes_peak"), TOTAL + EACH);
+	json_decref(r);
+	for (int i = 0; i < WATCHERS; i++)
+		close(w[i]);
+	/* Closed, their buffers are freed (a's and b's small ones stay). */
+	ck_assert(util_stats_reach(a, "connections.current", 2));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_le(util_int(r, "output_bytes"), 2 * 65536);
+	json_decref(r);
+	{
+		char cmd[128];
+
+		/* Figures for the log: cbd's memory after (not asserted). */
+		snprintf(cmd, sizeof cmd, "grep -E '^Vm(HWM|RSS)' /proc/%ld/status >&2",
+		    (long)h.pid);
+		ck_assert_int_ge(system(cmd), 0);
+	}
+}
+END_TEST
+
 int
 main(void)
 {
@@ -455,6 +510,7 @@ main(void)
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
 	tcase_add_test(tc, test_watch_many_names_bounded);
+	tcase_add_test(tc, test_watchers_held_to_host_wide_bound);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }
