@@ -45,6 +45,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* libcbclient never exits: a failed HASH_ADD is reported, not fatal. */
+#define HASH_NONFATAL_OOM 1
+static _Thread_local int cache_hash_oom;
+#define uthash_nonfatal_oom(obj) (cache_hash_oom = 1)
 #include <uthash.h>
 
 #include "internal.h"
@@ -733,7 +737,13 @@ cbci_cache_watch(cbci_cache *c, const char *name)
 		c->stats.names_full++;
 	} else if (e == NULL && (e = calloc(1, sizeof *e + len + 1)) != NULL) {
 		memcpy(e->name, name, len + 1);
+		cache_hash_oom = 0;
 		HASH_ADD(hh, c->entries, name[0], len, e);
+		if (cache_hash_oom) {
+			free(e);
+			pthread_mutex_unlock(&c->lock);
+			return NULL;
+		}
 		c->names++;
 		if (c->fd >= 0 && !cache_queue_watch_locked(c, &e, 1))
 			c->broken = true;

@@ -20,6 +20,12 @@ unitdir=${UNITDIR:?}
 sysusersdir=${SYSUSERSDIR:?}
 docdir=${DOCDIR:?}
 datadir=${DATADIR:?}
+# Debian's layout (libdir with the multiarch triplet, sysconfdir /etc) is
+# not the prefix's: each directory as configure set it.
+bindir=${BINDIR:-$prefix/bin}
+libdir=${LIBDIR:-$prefix/lib}
+includedir=${INCLUDEDIR:-$prefix/include}
+mandir=${MANDIR:-$prefix/share/man}
 
 if ! make -C "$builddir" install DESTDIR="$dest" >"$dest.log" 2>&1; then
 	fail "make install: $(tail -n 20 "$dest.log")"
@@ -30,12 +36,24 @@ fi
 rm -f "$dest.log"
 pass "make install DESTDIR=... (prefix $prefix)"
 
-root="$dest$prefix"
-for f in sbin/cbd bin/cbctl include/cbclient.h lib/pkgconfig/cbclient.pc \
-	lib/libcbclient.so lib/libcbclient.a etc/cbd/cbd.conf \
-	share/man/man8/cbd.8 share/man/man5/cbd.conf.5 share/man/man1/cbctl.1; do
-	if [ -e "$root/$f" ]; then pass "installed $f"; else fail "missing $f"; fi
+for f in "$sbindir/cbd" "$bindir/cbctl" "$includedir/cbclient.h" "$libdir/pkgconfig/cbclient.pc" \
+	"$libdir/libcbclient.so" "$libdir/libcbclient.a" \
+	"$mandir/man8/cbd.8" "$mandir/man5/cbd.conf.5" "$mandir/man1/cbctl.1"; do
+	if [ -e "$dest$f" ]; then pass "installed $f"; else fail "missing $f"; fi
 done
+# libcbclient never exits, aborts or prints (uthash's default on a failed
+# add is exit(): every table in it reports out-of-memory instead).
+if command -v nm >/dev/null 2>&1; then
+	calls=$(nm -D --undefined-only "$dest$libdir/libcbclient.so" 2>/dev/null |
+		awk '{print $NF}' | sed 's/@.*//' |
+		grep -xE 'exit|_exit|_Exit|abort|__assert_fail|printf|puts|putchar|perror|fprintf|vfprintf|fputs|fwrite' |
+		tr '\n' ' ')
+	if [ -z "$calls" ]; then
+		pass "libcbclient.so calls no exit, abort or stdio printing"
+	else
+		fail "libcbclient.so calls $calls"
+	fi
+fi
 # Units and sysusers.d where systemd looks (pkg-config systemd), the
 # protocol where client authors look.
 for f in "$unitdir/cbd.service" "$unitdir/cbd.socket" "$sysusersdir/cbd.conf" \
@@ -52,8 +70,8 @@ else
 fi
 [ -f "$dest$sysconfdir/cbd/cbd.conf" ] && pass "installed $sysconfdir/cbd/cbd.conf" ||
 	fail "missing $sysconfdir/cbd/cbd.conf"
-for f in sbin/cbd bin/cbctl; do
-	[ -x "$root/$f" ] && pass "$f is executable" || fail "$f is not executable"
+for f in "$sbindir/cbd" "$bindir/cbctl"; do
+	[ -x "$dest$f" ] && pass "$f is executable" || fail "$f is not executable"
 done
 if grep -q "^ExecStart=$sbindir/cbd -c $sysconfdir/cbd/cbd.conf\$" \
 	"$dest$unitdir/cbd.service"; then
@@ -61,14 +79,14 @@ if grep -q "^ExecStart=$sbindir/cbd -c $sysconfdir/cbd/cbd.conf\$" \
 else
 	fail "unit ExecStart: $(grep ExecStart "$dest$unitdir/cbd.service")"
 fi
-if "$root/sbin/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" >/dev/null 2>&1; then
+if "$dest$sbindir/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" >/dev/null 2>&1; then
 	pass "installed example config passes cbd -t"
 else
-	fail "cbd -t on the installed config: $("$root/sbin/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" 2>&1)"
+	fail "cbd -t on the installed config: $("$dest$sbindir/cbd" -t -c "$dest$sysconfdir/cbd/cbd.conf" 2>&1)"
 fi
 
 # Build every example against the installed tree, pkg-config only.
-export PKG_CONFIG_PATH="$root/lib/pkgconfig"
+export PKG_CONFIG_PATH="$dest$libdir/pkgconfig"
 export PKG_CONFIG_SYSROOT_DIR="$dest"
 flags=$(pkg-config --cflags --libs cbclient 2>&1)
 [ $? -eq 0 ] && pass "pkg-config --cflags --libs cbclient" || fail "pkg-config: $flags"
@@ -84,7 +102,7 @@ for example in "$srcdir"/client/examples/*.c; do
 	else
 		fail "$(basename "$example"): $(cat "$dest/cc.log")"
 	fi
-	if LD_LIBRARY_PATH="$root/lib" "$out" --help >/dev/null 2>&1; then
+	if LD_LIBRARY_PATH="$dest$libdir" "$out" --help >/dev/null 2>&1; then
 		pass "$(basename "$example" .c) runs with the installed library"
 	else
 		fail "$(basename "$example" .c) --help failed"

@@ -44,7 +44,8 @@ TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = env BUILDDIR='$(abs_top_builddir)' PREFIX='$(prefix)' \
 	SBINDIR='$(sbindir)' SYSCONFDIR='$(sysconfdir)' \
 	UNITDIR='$(systemdsystemunitdir)' SYSUSERSDIR='$(sysusersdir)' DOCDIR='$(docdir)' \
-	DATADIR='$(datadir)' \
+	DATADIR='$(datadir)' BINDIR='$(bindir)' LIBDIR='$(libdir)' INCLUDEDIR='$(includedir)' \
+	MANDIR='$(mandir)' \
 	SAN_CFLAGS='$(SAN_CFLAGS)' HAVE_SYSTEMD='$(have_systemd)' $(SHELL)
 TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/install.sh \
 	tests/format.sh tests/gitignore.sh tests/licence.sh
@@ -129,6 +130,10 @@ EXTRA_DIST += tests/node-pack.sh
 # and exactly one of three processes runs the half-open trial.
 TESTS += tests/cross-language.sh
 EXTRA_DIST += tests/cross-language.sh
+# The Python, Node.js and Go clients agree: successes never classified, a
+# cached process stops exactly at its own threshold.
+TESTS += tests/clients-agree.sh
+EXTRA_DIST += tests/clients-agree.sh
 # The three example services fall back alike.
 TESTS += tests/examples.sh
 EXTRA_DIST += tests/examples.sh

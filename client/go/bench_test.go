@@ -167,9 +167,9 @@ func BenchmarkPropagation(b *testing.B) {
 	admin := NewClient(Options{Socket: benchCbd(b)})
 	defer admin.Close()
 	u := br.cacheUse.Load()
-	var seen uint64
+	var seen, seen2 uint64
 	refused := func() bool {
-		v, _, _ := u.cache.decide(u.entry, &seen)
+		v, _, _, _ := u.cache.decide(u.entry, &seen, &seen2, nil)
 		return v == cacheRefuse
 	}
 	ctx := context.Background()

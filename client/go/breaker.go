@@ -106,6 +106,7 @@ type Breaker struct {
 	observed   string
 	local      *LocalStore
 	degraded   bool
+	degradedA  atomic.Bool // degraded, read without mu
 	skipUntil  time.Time
 	skipErr    error
 	seen       Machine
@@ -117,8 +118,11 @@ type Breaker struct {
 	cached        bool // decides from the watch cache (BreakerOptions.Cache)
 	ownClient     bool // made by NewBreaker: Close closes it
 	cacheUse      atomic.Pointer[cacheUse]
-	cacheSeen     uint64    // change events of the entry already seen
+	cacheSeen     uint64 // change events of the entry already seen
+	cacheRead     uint64 // snapshots of the entry already noted
+	told          atomic.Pointer[told]
 	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
+	syncLines     [3][]byte // the same with a reply (an outcome that could trip)
 	cachedCalls   int64     // closed calls the cache let run
 	cacheRefusals int64     // calls the cache refused
 	uncachedCalls int64     // calls of a cached breaker that asked cbd
@@ -213,6 +217,7 @@ func (b *Breaker) makeOutcomeLines() error {
 		Failure: `{"op":"record_failure"`, Ignore: `{"op":"record","outcome":"ignore"`} {
 		line := append([]byte(head+`,"name":`), name...)
 		line = append(line, ctx...)
+		b.syncLines[o] = append(append([]byte{}, line...), `,"duration_ms":`...)
 		b.outcomeLines[o] = append(line, `,"noreply":true,"duration_ms":`...)
 	}
 	return nil
@@ -299,6 +304,7 @@ func (b *Breaker) remote(op string, fn func() error) (bool, error) {
 		b.mu.Lock()
 		if b.degraded {
 			b.degraded = false
+			b.degradedA.Store(false)
 			b.local.Forget(b.Name)
 		}
 		b.mu.Unlock()
@@ -388,6 +394,7 @@ func (b *Breaker) degrade(now int64) {
 	if !b.degraded {
 		b.local.Seed(b.Name, b.seen, now)
 		b.degraded = true
+		b.degradedA.Store(true)
 	}
 }
 
@@ -427,6 +434,7 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 		reply = &r
 	} else {
 		b.noteAllow(reply, now)
+		b.noteTold(reply.State)
 		if b.cached && b.cacheUse.Load() == nil {
 			// The first answer created the circuit with our policy:
 			// from now on the cache decides.
@@ -446,6 +454,29 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 		Started: time.Now()}, nil
 }
 
+// noteTold keeps the state cbd answered an uncached request of a cached
+// breaker with: the cache does not decide from an older state.
+func (b *Breaker) noteTold(state string) {
+	if u := b.cacheUse.Load(); u != nil && u.entry != nil {
+		b.told.Store(&told{seq: u.cache.seqOf(u.entry), state: state})
+	}
+}
+
+// cacheAnswered: the cache decided from a fresh reading of cbd, which is
+// authoritative again: a local copy made when cbd was away earlier is
+// dropped, so the next fallback starts from the snapshot the cache read
+// (noted by acquireCached; a hold placed meanwhile too): an open circuit
+// stays open, a held one held.
+func (b *Breaker) cacheAnswered() {
+	b.mu.Lock()
+	if b.degraded {
+		b.degraded = false
+		b.degradedA.Store(false)
+		b.local.Forget(b.Name)
+	}
+	b.mu.Unlock()
+}
+
 // acquireCached decides from the watch cache; decided false: ask cbd.
 func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	u := b.cacheUse.Load()
@@ -462,11 +493,17 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 		atomic.AddInt64(&u.cache.uncached, 1)
 		return false, nil, nil // past MaxCachedNames
 	}
-	v, retryAfterMs, fresh := u.cache.decide(u.entry, &b.cacheSeen)
+	v, retryAfterMs, fresh, latest := u.cache.decide(u.entry, &b.cacheSeen, &b.cacheRead, b.told.Load())
+	if latest != nil {
+		b.noteSnapshot(latest)
+	}
 	if fresh != nil {
 		// A change made anywhere: callbacks fire as for the answers of cbd.
 		b.noteSnapshot(fresh)
 		b.observe(fresh.State, false)
+	}
+	if (v == cachePermit || v == cacheRefuse) && b.degradedA.Load() {
+		b.cacheAnswered()
 	}
 	switch v {
 	case cachePermit:
@@ -498,7 +535,26 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 		d = time.Since(p.Started)
 	}
 	ms := d.Milliseconds()
-	if p.cache != nil && o >= Success && o <= Ignore && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
+	if o < Success || o > Ignore {
+		o = Failure
+	}
+	// The process's own outcomes, whatever path they take, are counted
+	// against the rule: one that could trip the circuit is sent with a
+	// reply awaited, so the next call sees the state it led to.
+	couldTrip := false
+	if u := b.cacheUse.Load(); u != nil && u.entry != nil {
+		couldTrip = u.entry.own.count(o, ms)
+	}
+	if p.cache != nil && couldTrip {
+		if snap, sent := p.cache.sendSync(b.syncLines[o], ms); sent {
+			if snap != nil {
+				b.noteTold(snap.State)
+				b.noteSnapshot(snap)
+				b.observe(snap.State, false)
+			}
+			return nil
+		}
+	} else if p.cache != nil && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
 		return nil // cbd applies it without answering
 	}
 	remoteToken := p.Token
@@ -520,6 +576,7 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 	})
 	if answered {
 		if err == nil && snap != nil {
+			b.noteTold(snap.State)
 			b.noteSnapshot(snap)
 			if o != Ignore {
 				b.observe(snap.State, false)
@@ -578,7 +635,13 @@ func (b *Breaker) run(ctx context.Context, permit *Permit, fn func(context.Conte
 	return err
 }
 
+// classify is the outcome of a call that returned err: a success (nil)
+// never reaches the classifier, so one written as "ignore ErrNotFound,
+// everything else is a failure" cannot turn successes into failures.
 func (b *Breaker) classify(err error) (o Outcome) {
+	if err == nil {
+		return Success
+	}
 	defer func() {
 		if recover() != nil {
 			o = Failure // a classifier that panics counts the call as failed

@@ -241,3 +241,40 @@ func TestBreakerOneTrialAmongGoroutines(t *testing.T) {
 		t.Fatalf("%d trials ran, state %s", ran, b.State())
 	}
 }
+
+// A classifier written the natural way ("ignore ErrNotFound, everything
+// else is a failure") is never asked about a success: five successful
+// calls are five successes, through Execute and through Retry.
+func TestSuccessNeverClassified(t *testing.T) {
+	errNotFound := errors.New("not found")
+	asked := 0
+	natural := func(err error) Outcome {
+		asked++
+		if errors.Is(err, errNotFound) {
+			return Ignore
+		}
+		return Failure
+	}
+	ctx := context.Background()
+	for _, viaRetry := range []bool{false, true} {
+		b := newTestBreaker(t, BreakerOptions{Policy: Ctx{"failure_threshold": 3}, Cache: CacheOff,
+			Classify: natural})
+		r := &Retry{Breaker: b, Attempts: 1}
+		for i := 0; i < 5; i++ {
+			var err error
+			if viaRetry {
+				err = r.Do(ctx, succeeding)
+			} else {
+				err = b.Execute(ctx, succeeding)
+			}
+			if err != nil {
+				t.Fatalf("retry %v, call %d: %v", viaRetry, i, err)
+			}
+		}
+		g, err := b.Client().Get(ctx, b.Name, nil)
+		if err != nil || g.Snapshot.State != StateClosed || g.Snapshot.Totals.Successes != 5 ||
+			g.Snapshot.Totals.Failures != 0 || asked != 0 {
+			t.Fatalf("retry %v: %+v %s asked %d %v", viaRetry, g.Snapshot.Totals, g.Snapshot.State, asked, err)
+		}
+	}
+}

@@ -20,6 +20,14 @@
 //   - Decisions read entries under mu (a sync.RWMutex: readers do not
 //     contend with each other); output has its own mutex, so queuing an
 //     outcome never waits for an event being applied.
+//   - A process stops at its own threshold: each entry counts the
+//     process's own outcomes since the last snapshot that is known to
+//     include them (ownCount). An outcome that could trip the circuit by
+//     the rule that snapshot reported is sent with an id instead of
+//     noreply, and its caller waits for the reply (cacheSyncTimeout at
+//     most), whose snapshot the reader applies before the next line: the
+//     next call of the process decides from the state cbd reached. Other
+//     processes' trips still arrive as events, one event late.
 //   - Writes never block: each is one non-blocking send of everything
 //     queued (in order). A failure is written at once by its caller, after
 //     what was queued before it; successes wait for the owner's timer, so
@@ -80,8 +88,14 @@ const (
 	// connection as if lost: a frozen cbd is noticed within about 1.5 s,
 	// then calls take the uncached path, where the store policy applies.
 	cacheProbeTimeout = 1000 * time.Millisecond
-	// The probes' ids; the cache sends no other request with an id.
+	// The probes' ids.
 	cacheProbeIDPrefix = "cache-probe-"
+	// The ids of outcomes sent with a reply (those that could trip).
+	cacheSyncIDPrefix = "cache-sync-"
+	// How long a caller waits for the reply to an outcome that could trip
+	// (a live cbd answers within a millisecond; a frozen one is noticed
+	// by the probe).
+	cacheSyncTimeout = cacheProbeTimeout
 )
 
 // CacheMode says whether a breaker decides from the watch cache.
@@ -115,6 +129,8 @@ type CacheCounters struct {
 	BadLines      int64 // lines from cbd not understood (or too long)
 	Refusals      int64 // watch requests cbd refused (ok: false)
 	ProbeTimeouts int64 // connections dropped as cbd left a probe unanswered
+	Syncs         int64 // outcomes that could trip, sent with a reply awaited
+	SyncTimeouts  int64 // of them, those whose reply did not come in time
 	Names         int64 // names watched now
 	Live          bool  // the watch connection is up
 }
@@ -133,6 +149,120 @@ type cacheEntry struct {
 	holdUntil    *int64 // nil: held until released
 	seq          uint64 // change events applied
 	last         *Snapshot
+	applied      uint64    // snapshots applied (replies, events, synced outcomes)
+	latest       *Snapshot // the last of them (kept when the entry is invalid)
+	own          *ownCount
+}
+
+// ownCount is the circuit's rule as the last snapshot read reported it,
+// the counts that snapshot carried (base) and the process's own outcomes
+// since (own): enough to tell whether one more outcome of the process
+// could trip the circuit. Own counts are zeroed, and the rule read, only
+// from a snapshot known to include them and to be of the stored circuit
+// (a change event, the reply to a synced outcome); a watch reply may
+// predate the creating request (its policy the defaults, not the
+// breaker's) and may or may not include own outcomes, so it only sets
+// the base. Until a rule is read every failure is synced. Counting an
+// outcome twice costs a round trip, never an overshoot.
+type ownCount struct {
+	mu                                     sync.Mutex
+	known                                  bool // a rule was read
+	rate                                   bool // trip "rate", else consecutive
+	countWindow                            bool
+	cannotTrip                             bool // held, or min_reporters > 1
+	threshold, minCalls, failRate, winSize int64
+	slowMs, slowRate                       int64 // slowMs -1: no slow rule
+	baseFC, baseCalls, baseFails, baseSlow int64
+	ownFC, ownCalls, ownFails, ownSlow     int64
+}
+
+func policyInt(p map[string]any, key string, def int64) int64 {
+	if v, ok := toInt(p[key]); ok {
+		return v
+	}
+	return def
+}
+
+// setBase reads the rule and counts of s; reset: s includes every own
+// outcome counted so far (n.mu held).
+func (n *ownCount) setBase(s *Snapshot, reset bool) {
+	p := s.Policy
+	if reset && p != nil {
+		n.known = true
+		n.rate = p["trip"] == "rate"
+		n.countWindow = p["window"] != "time"
+		n.threshold = policyInt(p, "failure_threshold", 5)
+		n.minCalls = policyInt(p, "minimum_calls", 10)
+		n.failRate = policyInt(p, "failure_rate", 50)
+		n.winSize = policyInt(p, "window_size", 100)
+		n.slowMs = policyInt(p, "slow_call_ms", -1)
+		n.slowRate = policyInt(p, "slow_call_rate", 100)
+		n.cannotTrip = s.Hold != nil || policyInt(p, "min_reporters", 1) > 1
+	}
+	n.baseFC = s.FailureCount
+	n.baseCalls, n.baseFails, n.baseSlow = 0, 0, 0
+	if s.Window != nil {
+		n.baseCalls, n.baseFails, n.baseSlow = s.Window.Calls, s.Window.Failures, s.Window.Slow
+	}
+	if reset {
+		n.ownFC, n.ownCalls, n.ownFails, n.ownSlow = 0, 0, 0, 0
+	}
+}
+
+// count adds one own outcome (of duration ms) and says whether it could
+// trip the circuit: then it must be sent with a reply awaited.
+func (n *ownCount) count(o Outcome, ms int64) (couldTrip bool) {
+	if o == Ignore {
+		return false // changes no rule
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	slow := n.slowMs >= 0 && ms >= n.slowMs
+	fail := o == Failure
+	if o == Success {
+		n.baseFC, n.ownFC = 0, 0
+	} else {
+		n.ownFC++
+	}
+	n.ownCalls++
+	if fail {
+		n.ownFails++
+	}
+	if slow {
+		n.ownSlow++
+	}
+	if !n.known {
+		return fail // no rule read yet: any failure might trip it
+	}
+	if n.cannotTrip {
+		return false
+	}
+	if !n.rate {
+		return fail && n.baseFC+n.ownFC >= n.threshold
+	}
+	if !fail && !(slow && n.rate) {
+		return false
+	}
+	// The window holds at most base + own calls and at least the larger
+	// of the two (either may include the other); failures at most base +
+	// own: judge the rate at its highest.
+	hi, lo := n.baseCalls+n.ownCalls, n.baseCalls
+	if n.ownCalls > lo {
+		lo = n.ownCalls
+	}
+	if n.countWindow && hi > n.winSize {
+		hi = n.winSize
+	}
+	if n.countWindow && lo > n.winSize {
+		lo = n.winSize
+	}
+	if hi < n.minCalls {
+		return false
+	}
+	if fail && (n.baseFails+n.ownFails)*100 >= n.failRate*lo {
+		return true
+	}
+	return slow && n.slowMs >= 0 && (n.baseSlow+n.ownSlow)*100 >= n.slowRate*lo
 }
 
 type cacheVerdict int
@@ -174,7 +304,12 @@ type watchCache struct {
 
 	permitted, refused, uncached, noreplyLines, writes, storeReports   int64
 	events, connects, reconnects, disconnects, namesFull, outFull, bad int64
-	refusals, probeTimeouts                                            int64
+	refusals, probeTimeouts, syncs, syncTimeouts                       int64
+
+	// Callers waiting for the reply to an outcome sent with an id.
+	syncMu      sync.Mutex
+	syncSeq     uint64
+	syncWaiters map[string]chan *Snapshot
 }
 
 // cacheRegistry holds every watch cache of the process, one per socket.
@@ -240,7 +375,8 @@ func (c *watchCache) counters() CacheCounters {
 		StoreReports: ld(&c.storeReports), Events: ld(&c.events), Connects: ld(&c.connects),
 		Reconnects: ld(&c.reconnects), Disconnects: ld(&c.disconnects),
 		NamesFull: ld(&c.namesFull), OutFull: ld(&c.outFull), BadLines: ld(&c.bad),
-		Refusals: ld(&c.refusals), ProbeTimeouts: ld(&c.probeTimeouts), Names: names, Live: live}
+		Refusals: ld(&c.refusals), ProbeTimeouts: ld(&c.probeTimeouts), Syncs: ld(&c.syncs),
+		SyncTimeouts: ld(&c.syncTimeouts), Names: names, Live: live}
 }
 
 func (c *watchCache) poke() {
@@ -261,7 +397,7 @@ func (c *watchCache) watch(name string) *cacheEntry {
 			atomic.AddInt64(&c.namesFull, 1)
 			return nil
 		}
-		e = &cacheEntry{name: name, breakMs: -1}
+		e = &cacheEntry{name: name, breakMs: -1, own: &ownCount{}}
 		c.entries[name] = e
 		created = true
 	}
@@ -368,17 +504,109 @@ func (c *watchCache) send(prefix []byte, ms int64, urgent bool) bool {
 	return true
 }
 
+// sendSync sends one outcome line that could trip the circuit with an id
+// (prefix, then ms, the id and "}\n"), after everything queued, and waits
+// for its reply (at most cacheSyncTimeout): the snapshot cbd answered
+// with, applied to the entry before the reader reads on. sent false: not
+// written (no live connection): report it the uncached way.
+func (c *watchCache) sendSync(prefix []byte, ms int64) (snap *Snapshot, sent bool) {
+	c.outMu.Lock()
+	if c.conn == nil || c.broken {
+		c.outMu.Unlock()
+		atomic.AddInt64(&c.storeReports, 1)
+		return nil, false
+	}
+	c.syncMu.Lock()
+	c.syncSeq++
+	id := cacheSyncIDPrefix + strconv.FormatUint(c.syncSeq, 10)
+	ch := make(chan *Snapshot, 1)
+	if c.syncWaiters == nil {
+		c.syncWaiters = map[string]chan *Snapshot{}
+	}
+	c.syncWaiters[id] = ch
+	c.syncMu.Unlock()
+	idle := len(c.out) == 0
+	// Past MaxCachedOutBytes too: it is one line, and it matters most.
+	c.out = append(c.out, prefix...)
+	c.out = strconv.AppendInt(c.out, ms, 10)
+	c.out = append(c.out, `,"id":"`...)
+	c.out = append(c.out, id...)
+	c.out = append(c.out, '"', '}', '\n')
+	c.flushLocked()
+	if idle && c.broken {
+		c.out = c.out[:0]
+		c.partial = false
+		c.outMu.Unlock()
+		c.dropWaiter(id)
+		atomic.AddInt64(&c.storeReports, 1)
+		c.poke()
+		return nil, false
+	}
+	if !c.timerOn && (len(c.out) > 0 || c.broken) {
+		c.timerOn = true
+		c.poke()
+	}
+	c.outMu.Unlock()
+	atomic.AddInt64(&c.syncs, 1)
+	timer := time.NewTimer(cacheSyncTimeout)
+	defer timer.Stop()
+	select {
+	case snap = <-ch:
+	case <-timer.C:
+		c.dropWaiter(id)
+		atomic.AddInt64(&c.syncTimeouts, 1)
+	}
+	return snap, true
+}
+
+func (c *watchCache) dropWaiter(id string) {
+	c.syncMu.Lock()
+	delete(c.syncWaiters, id)
+	c.syncMu.Unlock()
+}
+
+// wakeWaiters answers every caller still waiting (the connection ended).
+func (c *watchCache) wakeWaiters() {
+	c.syncMu.Lock()
+	for id, ch := range c.syncWaiters {
+		ch <- nil
+		delete(c.syncWaiters, id)
+	}
+	c.syncMu.Unlock()
+}
+
+// told is the state cbd answered a breaker's last uncached request with,
+// and the entry's seq then: until an event comes, a different cached
+// state is older than that answer (its event is on its way).
+type told struct {
+	seq   uint64
+	state string
+}
+
+// seqOf is e's count of change events applied.
+func (c *watchCache) seqOf(e *cacheEntry) uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return e.seq
+}
+
 // decide is the cache's verdict on one call of e, with the refusal's
 // retry_after_ms; fresh is e's last change event when *seen has not
-// seen it yet.
-func (c *watchCache) decide(e *cacheEntry, seen *uint64) (v cacheVerdict, retryAfterMs int64, fresh *Snapshot) {
+// seen it yet. t: the breaker's last uncached answer (nil: none).
+// latest: the last snapshot applied to e when *read has not noted it
+// (the breaker's fallback starts from it).
+func (c *watchCache) decide(e *cacheEntry, seen, read *uint64, t *told) (v cacheVerdict, retryAfterMs int64, fresh, latest *Snapshot) {
 	c.mu.RLock()
 	if seq := e.seq; seq != atomic.LoadUint64(seen) {
 		fresh = e.last
 		atomic.StoreUint64(seen, seq)
 	}
+	if n := e.applied; n != atomic.LoadUint64(read) {
+		latest = e.latest
+		atomic.StoreUint64(read, n)
+	}
 	v = cacheAsk
-	if c.live && e.valid {
+	if c.live && e.valid && (t == nil || t.seq != e.seq || t.state == e.state) {
 		now := time.Now().UnixMilli()
 		switch {
 		case e.holdState == StateOpen:
@@ -420,7 +648,7 @@ func (c *watchCache) decide(e *cacheEntry, seen *uint64) (v cacheVerdict, retryA
 	default:
 		atomic.AddInt64(&c.uncached, 1)
 	}
-	return v, retryAfterMs, fresh
+	return v, retryAfterMs, fresh, latest
 }
 
 // cacheSnapshot is a snapshot as the cache reads it: current_break_ms
@@ -444,8 +672,12 @@ func validState(s string) bool {
 	return s == StateClosed || s == StateOpen || s == StateHalfOpen
 }
 
-// apply sets e from a snapshot (mu held).
-func (e *cacheEntry) apply(s *cacheSnapshot, now int64) {
+// apply sets e from a snapshot (mu held); reset: the snapshot includes
+// every own outcome counted so far (an event's, a synced outcome's).
+func (e *cacheEntry) apply(s *cacheSnapshot, now int64, reset bool) {
+	e.own.mu.Lock()
+	e.own.setBase(&s.Snapshot, reset)
+	e.own.mu.Unlock()
 	e.valid = true
 	e.state = s.State
 	e.openedAt = s.OpenedAt
@@ -463,8 +695,9 @@ func (e *cacheEntry) apply(s *cacheSnapshot, now int64) {
 	}
 }
 
-// applySnapshot applies one snapshot of a reply or an event.
-func (c *watchCache) applySnapshot(s *cacheSnapshot, event bool) {
+// applySnapshot applies one snapshot of a reply or an event (sync: the
+// reply to an outcome sent with an id).
+func (c *watchCache) applySnapshot(s *cacheSnapshot, event, sync bool) {
 	if s == nil || s.Name == "" {
 		atomic.AddInt64(&c.bad, 1)
 		return
@@ -481,7 +714,11 @@ func (c *watchCache) applySnapshot(s *cacheSnapshot, event bool) {
 		e.valid = false // cannot tell its state: ask cbd
 		return
 	}
-	e.apply(s, now)
+	e.apply(s, now, event || sync)
+	latest := s.Snapshot
+	latest.CurrentBreakMs = e.breakMs
+	e.latest = &latest
+	e.applied++
 	if event {
 		snap := s.Snapshot
 		snap.CurrentBreakMs = e.breakMs
@@ -500,9 +737,25 @@ func (c *watchCache) applyLine(raw []byte) {
 	switch {
 	case isProbeID(l.ID):
 		// A probe's reply: its arrival (counted by the reader) was the point.
+	case isSyncID(l.ID):
+		// The reply to an outcome that could trip: applied before the
+		// next line, then its caller goes on.
+		var snap *Snapshot
+		if l.Ok != nil && *l.Ok && l.Snapshot != nil {
+			c.applySnapshot(l.Snapshot, false, true)
+			s := l.Snapshot.Snapshot
+			snap = &s
+		}
+		id, _ := l.ID.(string)
+		c.syncMu.Lock()
+		if ch := c.syncWaiters[id]; ch != nil {
+			ch <- snap
+			delete(c.syncWaiters, id)
+		}
+		c.syncMu.Unlock()
 	case l.Event == "change":
 		atomic.AddInt64(&c.events, 1)
-		c.applySnapshot(l.Snapshot, true)
+		c.applySnapshot(l.Snapshot, true, false)
 	case l.Event == "delete":
 		atomic.AddInt64(&c.events, 1)
 		c.mu.Lock()
@@ -515,7 +768,7 @@ func (c *watchCache) applyLine(raw []byte) {
 		// An event this client does not know: nothing to apply.
 	case l.Ok != nil && *l.Ok:
 		for _, s := range l.Snapshots {
-			c.applySnapshot(s, false)
+			c.applySnapshot(s, false, false)
 		}
 	case l.Ok != nil:
 		// ok: false to a watch (a protocol 1 cbd): entries stay invalid
@@ -531,6 +784,11 @@ func isProbeID(id any) bool {
 	return ok && strings.HasPrefix(s, cacheProbeIDPrefix)
 }
 
+func isSyncID(id any) bool {
+	s, ok := id.(string)
+	return ok && strings.HasPrefix(s, cacheSyncIDPrefix)
+}
+
 // sinceEpoch is now on the cache's monotonic clock.
 func (c *watchCache) sinceEpoch() time.Duration { return time.Since(c.epoch) }
 
@@ -540,10 +798,19 @@ func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
 	defer close(lost)
 	rd := bufio.NewReaderSize(conn, readBufBytes)
 	var line []byte
+	answered := false
 	for {
 		part, more, err := rd.ReadLine()
 		if err != nil {
 			break
+		}
+		if !answered {
+			// Live once cbd answered on this connection: a frozen cbd's
+			// backlog accepts a connection that nothing will ever read.
+			answered = true
+			c.mu.Lock()
+			c.live = true
+			c.mu.Unlock()
 		}
 		// Anything received, even part of a long watch reply, shows cbd
 		// is alive.
@@ -562,6 +829,7 @@ func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
 		line = line[:0]
 	}
 	c.invalidate()
+	c.wakeWaiters()
 }
 
 // invalidate marks the connection down and every entry unread.
@@ -595,7 +863,6 @@ func (c *watchCache) connect() chan struct{} {
 	for name := range c.entries {
 		names = append(names, name)
 	}
-	c.live = true
 	c.mu.Unlock()
 	// A new connection starts silent, with no probe outstanding.
 	atomic.StoreInt64(&c.lastRecv, int64(c.sinceEpoch()))
@@ -607,9 +874,14 @@ func (c *watchCache) connect() chan struct{} {
 		atomic.AddInt64(&c.reconnects, 1)
 	}
 	c.connected = true
-	// Outcomes queued before (whole lines only) go first.
+	// Outcomes queued before (whole lines only) go first. The watch
+	// reply (a hello's without names) makes the connection live.
 	if !c.queueWatchLocked(names) {
 		c.broken = true
+	}
+	if len(names) == 0 {
+		c.probeSeq++
+		c.out = append(c.out, `{"op":"hello","id":"`+cacheProbeIDPrefix+strconv.FormatUint(c.probeSeq, 10)+"\"}\n"...)
 	}
 	c.flushLocked()
 	c.outMu.Unlock()

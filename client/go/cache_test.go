@@ -120,8 +120,10 @@ func TestCachedClosedCallsMakeNoRoundTrip(t *testing.T) {
 	if b.CachedCalls() != n || b.UncachedCalls() != 1 {
 		t.Fatalf("%d cached calls, %d uncached (want %d, 1)", b.CachedCalls(), b.UncachedCalls(), n)
 	}
-	if got := b.Client().CacheCounters().NoReplyLines - lines; got < n {
-		t.Fatalf("%d noreply lines for %d calls", got, n)
+	// Outcomes that could trip (here the first failure: no rule read yet)
+	// go on the watch connection too, with a reply.
+	if got := b.Client().CacheCounters().NoReplyLines + b.Client().CacheCounters().Syncs - lines; got < n {
+		t.Fatalf("%d noreply and synced lines for %d calls", got, n)
 	}
 	// Every outcome reaches cbd (the first call's too).
 	waitFor(t, "cbd to count every outcome", func() bool {
@@ -745,5 +747,162 @@ func TestCachedHalfOpenAcrossProcesses(t *testing.T) {
 	fmt.Fprintln(toPeer, "done")
 	if p != nil {
 		_ = a.Report(p, Success, 0)
+	}
+}
+
+// runTight makes n calls back to back, the k-th failing when fail(k); it
+// returns how many ran.
+func runTight(b *Breaker, n int, fail func(k int) bool) int {
+	ran := 0
+	for k := 0; k < n; k++ {
+		_ = b.Execute(context.Background(), func(context.Context) error {
+			ran++
+			if fail(ran) {
+				return errBoom
+			}
+			return nil
+		})
+	}
+	return ran
+}
+
+// One process alone stops exactly at its own threshold, cached: the
+// outcome that could trip is sent with a reply awaited, so the next call
+// sees the circuit open (the consecutive rule and the rate rule; from a
+// fresh breaker, whose first call is uncached, and from a primed one).
+func TestCachedStopsAtOwnThreshold(t *testing.T) {
+	d := sharedCbd(t)
+	always := func(int) bool { return true }
+	for _, primed := range []bool{false, true} {
+		consecutive := BreakerOptions{Policy: Ctx{"failure_threshold": 3, "break_ms": 60000}}
+		var b *Breaker
+		if primed {
+			b = cachedBreaker(t, d.Socket, circuitName(t), consecutive)
+		} else {
+			b = newTestBreaker(t, consecutive)
+		}
+		if ran := runTight(b, 10, always); ran != 3 {
+			t.Fatalf("consecutive, primed %v: the callback ran %d times (threshold 3)", primed, ran)
+		}
+		// Rate: 50 % of at least 4 calls; success, failure, ... trips at
+		// the 4th call.
+		rate := BreakerOptions{Policy: Ctx{"trip": "rate", "window": "count", "window_size": 10,
+			"minimum_calls": 4, "failure_rate": 50, "break_ms": 60000}}
+		if primed {
+			b = cachedBreaker(t, d.Socket, circuitName(t), rate)
+		} else {
+			b = newTestBreaker(t, rate)
+		}
+		// Primed: the first success is in the window already.
+		if ran := runTight(b, 10, func(k int) bool { return primed || k%2 == 0 }); (primed && ran != 3) || (!primed && ran != 4) {
+			t.Fatalf("rate, primed %v: the callback ran %d times", primed, ran)
+		}
+		// Primed, the calls ran from the cache (unprimed, the watch reply
+		// may come after the last call: all of them asked cbd).
+		if primed && b.Client().CacheCounters().Syncs == 0 {
+			t.Fatal("no outcome was sent with a reply")
+		}
+	}
+}
+
+// A circuit held open while cbd was reachable stays refused when cbd then
+// dies, even after an earlier outage had the breaker fall back (LOCAL: "an
+// open circuit stays open, a held circuit stays held"): closed, cbd
+// SIGSTOPped past the probe, resumed, held open by an operator (refused
+// from the cache), killed.
+func TestCachedHoldSurvivesCbdDeathAfterAnOutage(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "payments", BreakerOptions{Policy: Ctx{"failure_threshold": 3}})
+	ctx := context.Background()
+	d.Pause()
+	// Past the probe: the cache gives up, calls fall back to the local copy.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		_ = b.Execute(ctx, succeeding)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b.LocalCalls() == 0 {
+		t.Fatal("no call fell back while cbd was stopped")
+	}
+	d.Resume()
+	waitFor(t, "the cache to read cbd again", func() bool { _, ok := cachedEntry(b); return ok })
+	admin := NewClient(Options{Socket: d.Socket})
+	defer admin.Close()
+	if _, err := admin.SetState(ctx, "payments", StateOpen, SetStateOptions{Hold: true, Reason: "failover"}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := b.CacheRefusals()
+	waitFor(t, "a refusal from the cache", func() bool {
+		_ = b.Execute(ctx, succeeding)
+		return b.CacheRefusals() > refusals
+	})
+	d.Kill()
+	for i := 0; i < 20; i++ {
+		ran := false
+		err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+		if ran || !errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("call %d with cbd killed, held open: ran %v, %v", i, ran, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A SIGSTOPped cbd is noticed by the probe (about 1.5 s), and the cache
+// does not then take a connection to the still-frozen cbd (accepted by
+// its backlog) for life: live needs an answer.
+func TestCachedFrozenCbdIsNotLive(t *testing.T) {
+	d := cbdtest.StartT(t, "")
+	b := cachedBreaker(t, d.Socket, "frozen", BreakerOptions{})
+	d.Pause()
+	t.Cleanup(d.Resume)
+	paused := time.Now()
+	waitFor(t, "the probe to time out", func() bool { return b.Client().CacheCounters().ProbeTimeouts >= 1 })
+	t.Logf("frozen cbd noticed after %v", time.Since(paused))
+	// Reconnects come and go (every 20 ms) while cbd stays frozen: never
+	// live, never an entry to decide from.
+	until := time.Now().Add(1200 * time.Millisecond)
+	for time.Now().Before(until) {
+		if cc := b.Client().CacheCounters(); cc.Live {
+			t.Fatalf("live on a frozen cbd: %+v", cc)
+		}
+		if _, ok := cachedEntry(b); ok {
+			t.Fatal("an entry is valid on a frozen cbd")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if b.Client().CacheCounters().Connects < 2 {
+		t.Fatal("no reconnect was tried while cbd was frozen")
+	}
+	d.Resume()
+	waitFor(t, "live again", func() bool { return b.Client().CacheCounters().Live })
+}
+
+// A cached breaker waits out the break by itself: tripped, refused from
+// the cache, then with no other traffic past the break the next call is
+// the half-open trial (it runs, through cbd) and its success closes.
+func TestCachedWaitsOutTheBreak(t *testing.T) {
+	d := sharedCbd(t)
+	const breakMs = 300
+	b := cachedBreaker(t, d.Socket, circuitName(t), BreakerOptions{Policy: Ctx{"failure_threshold": 2,
+		"success_threshold": 1, "break_ms": breakMs}})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		_ = b.Execute(ctx, failing)
+	}
+	if err := b.Execute(ctx, succeeding); !errors.Is(err, ErrCircuitOpen) || b.CacheRefusals() == 0 {
+		t.Fatalf("tripped: %v, %d refusals from the cache", err, b.CacheRefusals())
+	}
+	tripped := time.Now()
+	time.Sleep(2 * breakMs * time.Millisecond)
+	uncached := b.UncachedCalls()
+	ran := false
+	err := b.Execute(ctx, func(context.Context) error { ran = true; return nil })
+	if !ran || err != nil || b.UncachedCalls() != uncached+1 {
+		t.Fatalf("%v after the trip (break %d ms): ran %v, %v, %d uncached", time.Since(tripped), breakMs,
+			ran, err, b.UncachedCalls()-uncached)
+	}
+	g, err := b.Client().Get(ctx, b.Name, nil)
+	if err != nil || g.Snapshot.State != StateClosed {
+		t.Fatalf("after the trial: %+v %v", g, err)
 	}
 }

@@ -37,7 +37,8 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
 
-// Classifier maps a call's error (nil for a plain return) to its outcome.
+// Classifier maps a call's error to its outcome. Breakers and retries never
+// call it for a success (a nil error): a nil error is always a Success.
 type Classifier func(error) Outcome
 
 // DefaultClassify: nil is a success, a cancelled context says nothing about

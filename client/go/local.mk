@@ -13,6 +13,7 @@ EXTRA_DIST += \
 	client/go/errors.go \
 	client/go/local.go \
 	client/go/machine.go \
+	client/go/middleware.go \
 	client/go/ops.go \
 	client/go/retry.go \
 	client/go/transport.go \
@@ -24,6 +25,7 @@ EXTRA_DIST += \
 	client/go/fallback_test.go \
 	client/go/list_test.go \
 	client/go/main_test.go \
+	client/go/middleware_test.go \
 	client/go/ops_test.go \
 	client/go/retry_test.go \
 	client/go/trace_test.go \

@@ -264,7 +264,11 @@ export interface CacheStats {
   /** Probes unanswered for 1000 ms: cbd not answering (frozen), the
    * connection dropped as lost. */
   probeTimeouts: number;
-  /** Connected now (entries may still await their watch reply). */
+  /** Outcomes that could trip the circuit, sent with a reply awaited. */
+  syncs: number;
+  /** Of them, those whose reply did not come within 1000 ms. */
+  syncTimeouts: number;
+  /** Connected and answered by cbd (entries may still await their watch reply). */
   live: boolean;
   /** Names watched now. */
   names: number;
@@ -309,6 +313,9 @@ export class Breaker extends EventEmitter {
   wrap<A extends unknown[], T>(fn: (...args: A) => Promise<T>): ((...args: A) => Promise<T>) & { breaker: Breaker };
   classifyValue(value: unknown): Outcome;
   breakMs(): number;
+  /** Rejects with CircuitOpenError when a call now would be refused (open,
+   * held open); takes no permit, reports nothing. */
+  check(): Promise<void>;
   refresh(): Promise<State>;
   forceOpen(): Promise<State>;
   forceClose(): Promise<State>;
@@ -367,6 +374,47 @@ export class LocalStore {
   get(name: string, policy: Record<string, unknown>, now: number): Snapshot;
   setState(name: string, state: State, policy: Record<string, unknown>, now: number): Snapshot;
   window(name: string, now: number): { calls: number; failures: number; slow: number } | null;
+}
+
+/** HTTP integrations (src/http.js): no dependency on any framework. */
+export interface BreakerFetchOptions {
+  /** The fetch that sends (default globalThis.fetch, undici's). */
+  fetch?: (input: any, init?: any) => Promise<any>;
+  /** A Response or an error -> outcome (default classifyHttp). */
+  classify?: Classifier;
+}
+/** A fetch whose every request runs under breaker (CircuitOpenError while open). */
+export function breakerFetch(breaker: Breaker, options?: BreakerFetchOptions): (input: any, init?: any) => Promise<Response>;
+/** retryAfterMs in whole seconds, rounded up (at least 1). */
+export function retryAfterSeconds(retryAfterMs: number): number;
+/** Minimal shapes of node:http / Express objects the middleware uses. */
+export interface MiddlewareResponse {
+  statusCode: number;
+  setHeader(name: string, value: string | number): unknown;
+  end(body?: string): unknown;
+}
+/** Express/Connect middleware: 503 with Retry-After while any breaker refuses, else next(). */
+export function breakerMiddleware(...breakers: Array<Breaker | Breaker[]>): (req: unknown, res: MiddlewareResponse, next: (err?: unknown) => void) => void;
+/** What BreakerGuard throws by default: statusCode 503 (NestJS renders it with that status). */
+export class ServiceUnavailableError extends CircuitOpenError {
+  constructor(open: CircuitOpenError);
+  statusCode: 503;
+  status: 503;
+  getStatus(): 503;
+  getResponse(): { statusCode: 503; message: string; retryAfterMs: number };
+}
+/** The parts of NestJS's ExecutionContext the guard uses. */
+export interface GuardContext {
+  switchToHttp(): { getResponse(): any };
+}
+export interface BreakerGuardOptions {
+  /** The error to throw when refused (e.g. () => new ServiceUnavailableException()). */
+  exception?: (err: CircuitOpenError, retryAfterSeconds: number) => unknown;
+}
+/** A NestJS-style guard: true, or Retry-After set on the response and an error thrown. */
+export class BreakerGuard {
+  constructor(breakers: Breaker | Breaker[], options?: BreakerGuardOptions);
+  canActivate(context: GuardContext): Promise<boolean>;
 }
 
 export namespace machine {

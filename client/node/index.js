@@ -10,4 +10,5 @@ export { SUCCESS, FAILURE, IGNORE, classifyDefault, classifyHttp, httpOutcome, h
 export { Retry, AttemptTimeoutError, RetryableResult } from './src/retry.js';
 export { LocalStore } from './src/local.js';
 export { cacheStats, NAMES_MAX as CACHE_NAMES_MAX, OUT_MAX_BYTES as CACHE_OUT_MAX_BYTES } from './src/cache.js';
+export { breakerFetch, breakerMiddleware, BreakerGuard, ServiceUnavailableError, retryAfterSeconds } from './src/http.js';
 export * as machine from './src/machine.js';

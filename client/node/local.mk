@@ -13,6 +13,7 @@ EXTRA_DIST += \
 	client/node/src/classify.js \
 	client/node/src/connection.js \
 	client/node/src/errors.js \
+	client/node/src/http.js \
 	client/node/src/local.js \
 	client/node/src/machine.js \
 	client/node/src/retry.js \
@@ -23,6 +24,7 @@ EXTRA_DIST += \
 	client/node/test/classify.test.js \
 	client/node/test/example.test.js \
 	client/node/test/fallback.test.js \
+	client/node/test/http.test.js \
 	client/node/test/imports.test.js \
 	client/node/test/list.test.js \
 	client/node/test/ops.test.js \

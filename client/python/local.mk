@@ -14,9 +14,12 @@ EXTRA_DIST += \
 	client/python/src/cbdclient/classify.py \
 	client/python/src/cbdclient/connection.py \
 	client/python/src/cbdclient/errors.py \
+	client/python/src/cbdclient/httpx_transport.py \
 	client/python/src/cbdclient/local.py \
 	client/python/src/cbdclient/machine.py \
+	client/python/src/cbdclient/middleware.py \
 	client/python/src/cbdclient/protocol.py \
+	client/python/src/cbdclient/requests_adapter.py \
 	client/python/src/cbdclient/retry.py \
 	client/python/tests/conftest.py \
 	client/python/tests/test_aio.py \
@@ -26,6 +29,7 @@ EXTRA_DIST += \
 	client/python/tests/test_example.py \
 	client/python/tests/test_fallback.py \
 	client/python/tests/test_imports.py \
+	client/python/tests/test_integrations.py \
 	client/python/tests/test_machine.py \
 	client/python/tests/test_ops.py \
 	client/python/tests/test_pages.py \

@@ -116,6 +116,7 @@ export class Breaker extends EventEmitter {
     this.cache = null;
     this.cacheEntry = null;
     this.primed = false; // cbd answered a call: the circuit has our policy
+    this.told = null; // {seq, state}: cbd's last answer to this breaker (see noteTold)
     if (this.client && !clock && cached !== false) {
       this.cacheMembership = joinCache(this.client.socketPath, name, this);
       this.cache = this.cacheMembership.cache;
@@ -125,6 +126,11 @@ export class Breaker extends EventEmitter {
       for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure'], [IGNORE, 'record']]) {
         const head = JSON.stringify({ op, name, outcome: outcome === IGNORE ? IGNORE : undefined, ctx, noreply: true }).slice(0, -1);
         this.noreplyHead[outcome] = { text: `${head},"duration_ms":`, bytes: Buffer.byteLength(head) + 15 };
+      }
+      // The same with a reply (an outcome that could trip).
+      this.syncHead = {};
+      for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure']]) {
+        this.syncHead[outcome] = `${JSON.stringify({ op, name, ctx }).slice(0, -1)},"duration_ms":`;
       }
     }
   }
@@ -137,7 +143,7 @@ export class Breaker extends EventEmitter {
   /** Can the cache decide this breaker's calls now (its watch connection
    * is live and has read the circuit)? Its first call asks cbd anyway. */
   get cacheLive() {
-    return this.cacheEntry !== null && this.cache.live && this.cacheEntry.valid;
+    return this.cacheEntry !== null && this.cache.live && this.cache.answered && this.cacheEntry.valid;
   }
 
   /** The watch cache's counters (cache.js cacheStats), null when uncached. */
@@ -162,8 +168,18 @@ export class Breaker extends EventEmitter {
   /** From the cache: a snapshot of the circuit (a watch reply's, or a
    * change event's: of a stored circuit, remembered for the fallback). */
   cacheUpdated(snap, fromEvent) {
-    if (fromEvent) this.noteSnapshot(snap);
+    // A watch reply's too (a hold placed while the cache was away): the
+    // next fallback starts from what the cache read, unless it predates
+    // the circuit's creation (the defaults' policy, not the declared one).
+    if (fromEvent || (this.primed && this.policyApplies(snap))) this.noteSnapshot(snap);
     this.observe(snap.state);
+  }
+
+  /** Is snap of the circuit as this breaker's first call created it? */
+  policyApplies(snap) {
+    if (Object.keys(this.ctx).length === 0) return true;
+    const source = snap.policy?.source;
+    return !!source && typeof source === 'object' && Object.values(source).includes('client');
   }
 
   /** From the cache: the circuit was deleted (the next call creates it). */
@@ -292,7 +308,7 @@ export class Breaker extends EventEmitter {
       this.cache.stats.uncachedCalls += 1; // the first call creates the circuit
     } else if (this.cacheEntry) {
       // Otherwise ASK (counted by decide): on to cbd below.
-      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry);
+      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
       if (verdict === PERMIT || verdict === REFUSE) {
         if (this.degraded) {
           // The cache reads cbd again: cbd is authoritative.
@@ -320,6 +336,7 @@ export class Breaker extends EventEmitter {
       reply = this.local.allow(this.name, this.fallbackPolicy(), now);
     } else {
       this.noteAllow(reply, now);
+      this.noteTold(reply.state);
     }
     this.observe(reply.state, null, degraded);
     if (!reply.allowed) throw new CircuitOpenError(this.name, reply.state, reply.retry_after_ms || 0);
@@ -334,7 +351,21 @@ export class Breaker extends EventEmitter {
     if (permit.reported) throw new Error(`permit for circuit "${this.name}" was already reported`);
     permit.reported = true;
     if (durationMs == null) durationMs = Math.max(0, Math.floor(performance.now() - permit.started));
-    if (permit.cached && this.cacheEntry) {
+    // Every outcome of a cached breaker, whatever its path, is counted
+    // against the circuit's rule; one that could trip is sent with a reply
+    // awaited, so the next call sees the state it led to.
+    const couldTrip = this.cacheEntry ? this.cacheEntry.own.count(outcome, durationMs) : false;
+    if (permit.cached && this.cacheEntry && couldTrip) {
+      const { snap, sent } = await this.cache.sendSync(this.syncHead[outcome] + durationMs, this, outcome, durationMs);
+      if (sent) {
+        if (snap) {
+          this.noteSnapshot(snap);
+          this.noteTold(snap.state);
+          this.observe(snap.state, outcome === FAILURE ? error : null);
+        }
+        return;
+      }
+    } else if (permit.cached && this.cacheEntry) {
       // Without waiting, on the watch connection; when it cannot take the
       // line, through the client as uncached calls report.
       const head = this.noreplyHead[outcome];
@@ -342,6 +373,12 @@ export class Breaker extends EventEmitter {
       if (this.cache.send(head.text + tail, head.bytes + tail.length, outcome === FAILURE, this, outcome, durationMs)) return;
     }
     return this.recordThroughClient(permit, outcome, durationMs, error);
+  }
+
+  /** The state cbd answered a request with, at the entry's seq then: until
+   * an event comes, the cache does not decide from an older state. */
+  noteTold(state) {
+    if (this.cacheEntry) this.told = { seq: this.cacheEntry.seq, state };
   }
 
   /** A cached call's outcome that the watch connection could not carry. */
@@ -369,6 +406,7 @@ export class Breaker extends EventEmitter {
     if (reply !== null) {
       if (reply.snapshot) {
         this.noteSnapshot(reply.snapshot);
+        this.noteTold(reply.snapshot.state);
         if (outcome !== IGNORE) this.observe(reply.snapshot.state, outcome === FAILURE ? error : null);
       }
       return;
@@ -435,6 +473,37 @@ export class Breaker extends EventEmitter {
   // -- reading and forcing --------------------------------------------------
   /** Read the circuit from cbd (or the local copy); emits stateChange for
    * changes other processes made. */
+  /** Reject with CircuitOpenError when a call now would be refused (open,
+   * break not elapsed; held open), without taking a permit or reporting
+   * anything (the middleware's and the guard's test). Cached: the watch
+   * cache answers; else cbd (get); cbd unavailable: the local copy after
+   * a fallback, else nothing is refused. */
+  async check() {
+    if (this.cacheEntry && this.primed) {
+      const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
+      if (verdict === REFUSE) throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+      if (verdict === PERMIT) return;
+    }
+    const ctx = this.callCtx();
+    let res;
+    try {
+      res = await this.remote('get', () => this.client.get(this.name, ctx));
+    } catch (e) {
+      if (e instanceof CbdError) return; // an answer such as forbidden: not a refusal
+      throw e;
+    }
+    const snap = res.reply?.snapshot;
+    if (snap) {
+      const left = snap.retry_after_ms || 0;
+      if (snap.hold?.state === m.OPEN || (snap.state === m.OPEN && left > 0)) throw new CircuitOpenError(this.name, m.OPEN, Math.max(1, left));
+      return;
+    }
+    if (this.degraded && (!this.client || this.storePolicy === LOCAL)) {
+      const local = this.local.get(this.name, this.fallbackPolicy(), this.ctxNow(ctx));
+      if (local.state === m.OPEN && local.retry_after_ms > 0) throw new CircuitOpenError(this.name, m.OPEN, local.retry_after_ms);
+    }
+  }
+
   async refresh() {
     const ctx = this.callCtx();
     const { reply, err } = await this.remote('get', () => this.client.get(this.name, ctx));

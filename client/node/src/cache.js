@@ -59,6 +59,10 @@ export const PROBE_TIMEOUT_MS = 1000;
 // Ids of probes: strings, where the cache's other requests (watch,
 // unwatch) carry no id, so their replies are never taken for each other.
 const PROBE_ID_PREFIX = 'cache-probe-';
+// The ids of outcomes sent with a reply (those that could trip), and how
+// long their caller waits for it (a frozen cbd is the probe's business).
+const SYNC_ID_PREFIX = 'cache-sync-';
+export const SYNC_TIMEOUT_MS = PROBE_TIMEOUT_MS;
 
 // What decide() answers.
 export const PERMIT = 'permit';
@@ -69,6 +73,76 @@ export const ASK = 'ask';
 const caches = new Map();
 // Names watched by every cache of this process.
 let namesWatched = 0;
+
+const int = (v, d) => (Number.isInteger(v) ? v : d);
+
+/** The circuit's rule as the last snapshot read reported it, the counts
+ * that snapshot carried (base) and the process's own outcomes since (own):
+ * enough to tell whether one more outcome of the process could trip the
+ * circuit. Own counts are zeroed, and the rule read, only from a snapshot
+ * known to include them and to be of the stored circuit (a change event,
+ * the reply to a synced outcome); a watch reply may predate the creating
+ * request (its policy the defaults, not the breaker's) and may or may not
+ * include own outcomes, so it only sets the base. Until a rule is read
+ * every failure is synced. An outcome counted twice costs a round trip,
+ * never an overshoot. */
+export class OwnCount {
+  constructor() {
+    this.known = false;
+    this.baseFc = this.baseCalls = this.baseFails = this.baseSlow = 0;
+    this.ownFc = this.ownCalls = this.ownFails = this.ownSlow = 0;
+  }
+
+  setBase(snap, reset) {
+    const p = snap.policy;
+    if (reset && p && typeof p === 'object') {
+      this.known = true;
+      this.rate = p.trip === 'rate';
+      this.countWindow = p.window !== 'time';
+      this.threshold = int(p.failure_threshold, 5);
+      this.minCalls = int(p.minimum_calls, 10);
+      this.failRate = int(p.failure_rate, 50);
+      this.winSize = int(p.window_size, 100);
+      this.slowMs = int(p.slow_call_ms, -1);
+      this.slowRate = int(p.slow_call_rate, 100);
+      this.cannotTrip = snap.hold != null || int(p.min_reporters, 1) > 1;
+    }
+    this.baseFc = int(snap.failure_count, 0);
+    const w = snap.window && typeof snap.window === 'object' ? snap.window : {};
+    this.baseCalls = int(w.calls, 0);
+    this.baseFails = int(w.failures, 0);
+    this.baseSlow = int(w.slow, 0);
+    if (reset) this.ownFc = this.ownCalls = this.ownFails = this.ownSlow = 0;
+  }
+
+  /** Add one own outcome (of ms) and say whether it could trip the
+   * circuit: then it must be sent with a reply awaited. */
+  count(outcome, ms) {
+    if (outcome === 'ignore') return false; // changes no rule
+    const fail = outcome === 'failure';
+    const slow = this.known && this.slowMs >= 0 && ms >= this.slowMs;
+    if (fail) this.ownFc += 1;
+    else this.baseFc = this.ownFc = 0;
+    this.ownCalls += 1;
+    if (fail) this.ownFails += 1;
+    if (slow) this.ownSlow += 1;
+    if (!this.known) return fail; // no rule read yet: any failure might trip it
+    if (this.cannotTrip) return false;
+    if (!this.rate) return fail && this.baseFc + this.ownFc >= this.threshold;
+    if (!fail && !slow) return false;
+    // The window holds at most base + own calls and at least the larger of
+    // the two (either may include the other): judge the rate at its highest.
+    let hi = this.baseCalls + this.ownCalls;
+    let lo = Math.max(this.baseCalls, this.ownCalls);
+    if (this.countWindow) {
+      hi = Math.min(hi, this.winSize);
+      lo = Math.min(lo, this.winSize);
+    }
+    if (hi < this.minCalls) return false;
+    if (fail && (this.baseFails + this.ownFails) * 100 >= this.failRate * lo) return true;
+    return slow && (this.baseSlow + this.ownSlow) * 100 >= this.slowRate * lo;
+  }
+}
 
 /** One name's entry: what the last snapshot or event said. */
 class Entry {
@@ -82,9 +156,12 @@ class Entry {
     this.receivedAt = 0;
     this.hold = null; // {state, until} while held
     this.breakers = new Set(); // WeakRefs of the breakers told of every snapshot
+    this.seq = 0; // change events applied
+    this.own = new OwnCount();
   }
 
-  set(snap) {
+  set(snap, reset = false) {
+    this.own.setBase(snap, reset);
     this.valid = true;
     this.state = snap.state;
     this.openedAt = snap.opened_at ?? null;
@@ -102,6 +179,10 @@ export class WatchCache {
     this.entries = new Map();
     this.sock = null;
     this.live = false; // connected, and no write failed
+    // cbd answered on the current connection: only then does the cache
+    // decide and report itself live (a frozen cbd's backlog accepts
+    // connections that nothing will read).
+    this.answered = false;
     this.everConnected = false;
     this.closed = false;
     this.in = '';
@@ -133,7 +214,11 @@ export class WatchCache {
       watchRefused: 0, // watch answered ok: false (a protocol 1 cbd)
       probes: 0, // hellos sent after PROBE_INTERVAL_MS with nothing received
       probeTimeouts: 0, // probes unanswered for PROBE_TIMEOUT_MS: connection dropped
+      syncs: 0, // outcomes that could trip, sent with a reply awaited
+      syncTimeouts: 0, // of them, those whose reply did not come in time
     };
+    this.syncN = 0;
+    this.waiters = new Map(); // id -> resolve of a synced outcome's caller
     this.connect();
   }
 
@@ -148,6 +233,7 @@ export class WatchCache {
     sock.once('connect', () => {
       if (this.sock !== sock) return;
       this.live = true;
+      this.answered = false;
       this.stats.connects += 1;
       if (this.everConnected) this.stats.reconnects += 1;
       this.everConnected = true;
@@ -157,7 +243,9 @@ export class WatchCache {
       const names = [...this.entries.keys()];
       let watch = '';
       for (let i = 0; i < names.length; i += WATCH_BATCH) watch += watchLine(names.slice(i, i + WATCH_BATCH));
-      if (watch) this.write(watch, []);
+      // The watch reply (a hello's without names) makes it answered.
+      if (!watch) watch = `${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}connect` })}\n`;
+      this.write(watch, []);
     });
     sock.on('data', (chunk) => {
       if (this.sock === sock) this.onData(chunk);
@@ -179,6 +267,7 @@ export class WatchCache {
     sock.destroy();
     if (this.live) this.stats.disconnects += 1;
     this.live = false;
+    this.answered = false;
     this.in = '';
     for (const e of this.entries.values()) e.valid = false;
     this.clearFlushTimer();
@@ -187,6 +276,9 @@ export class WatchCache {
     this.out = [];
     this.outBytes = 0;
     this.reroute(unwritten);
+    const waiters = [...this.waiters.values()];
+    this.waiters.clear();
+    for (const resolve of waiters) resolve(null);
     if (!this.closed) {
       this.reconnectTimer = setTimeout(() => this.connect(), RECONNECT_MS);
       this.reconnectTimer.unref();
@@ -199,6 +291,7 @@ export class WatchCache {
     // (if any) is no longer needed; its reply is ignored when it comes.
     // Its timer waited for the timeout: the next probe is due sooner.
     this.receivedAt = performance.now();
+    this.answered = true;
     if (this.probeSentAt !== null) {
       this.probeSentAt = null;
       if (this.probeTimer !== null) {
@@ -235,6 +328,14 @@ export class WatchCache {
       this.stats.badLines += 1;
     } else if (typeof msg.id === 'string' && msg.id.startsWith(PROBE_ID_PREFIX)) {
       // A probe's reply: its arrival was the point (onData).
+    } else if (typeof msg.id === 'string' && msg.id.startsWith(SYNC_ID_PREFIX)) {
+      // The reply to an outcome that could trip: applied before the next
+      // line, then its caller goes on.
+      const snap = msg.ok === true && msg.snapshot && typeof msg.snapshot === 'object' ? msg.snapshot : null;
+      if (snap) this.apply(snap, false, true);
+      const resolve = this.waiters.get(msg.id);
+      this.waiters.delete(msg.id);
+      resolve?.(snap);
     } else if (msg.event === 'change') {
       this.stats.events += 1;
       this.apply(msg.snapshot, true);
@@ -259,8 +360,9 @@ export class WatchCache {
     }
   }
 
-  /** One snapshot from a watch reply or a change event. */
-  apply(snap, fromEvent) {
+  /** One snapshot from a watch reply, a change event or a synced
+   * outcome's reply (reset: it includes every own outcome counted). */
+  apply(snap, fromEvent, reset = false) {
     if (snap === null || typeof snap !== 'object' || typeof snap.name !== 'string') {
       this.stats.badLines += 1;
       return;
@@ -272,7 +374,8 @@ export class WatchCache {
       e.valid = false; // cannot tell its state: ask cbd
       return;
     }
-    e.set(snap);
+    e.set(snap, reset || fromEvent);
+    if (fromEvent) e.seq += 1;
     for (const ref of e.breakers) ref.deref()?.cacheUpdated(snap, fromEvent);
   }
 
@@ -384,6 +487,37 @@ export class WatchCache {
     return true;
   }
 
+  /** Send an outcome that could trip (line: its request less the closing
+   * brace) with a reply awaited, at most SYNC_TIMEOUT_MS: {snap: cbd's
+   * snapshot, already applied to the entry, or null; sent}. Not sent:
+   * report it through the client. */
+  sendSync(line, breaker, outcome, durationMs) {
+    if (!this.live) {
+      this.stats.storeReports += 1;
+      return Promise.resolve({ snap: null, sent: false });
+    }
+    this.syncN += 1;
+    const id = `${SYNC_ID_PREFIX}${this.syncN}`;
+    this.stats.syncs += 1;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiters.delete(id);
+        this.stats.syncTimeouts += 1;
+        resolve({ snap: null, sent: true });
+      }, SYNC_TIMEOUT_MS);
+      // Not unref'd: the watch socket is, and a call waiting for its
+      // reply must keep the process alive (at most SYNC_TIMEOUT_MS).
+      this.waiters.set(id, (snap) => {
+        clearTimeout(timer);
+        resolve({ snap, sent: true });
+      });
+      // After what is queued (past OUT_MAX_BYTES too: it is one line, and
+      // it matters most).
+      this.out.push({ line: `${line},"id":"${id}"}\n`, breaker, outcome, durationMs });
+      this.flush();
+    });
+  }
+
   /** Outcomes that did not reach the socket: through each breaker's client
    * (cbd on its own connection, else the store policy). */
   reroute(items) {
@@ -422,11 +556,13 @@ export class WatchCache {
   }
 
   /** {verdict: PERMIT | REFUSE | ASK, retryAfterMs} for a call on e now. */
-  decide(e) {
+  decide(e, told = null) {
     let verdict = ASK;
     let left = 0;
-    if (!e.valid || !this.live) {
+    if (!e.valid || !this.live || !this.answered) {
       verdict = ASK;
+    } else if (told && told.seq === e.seq && told.state !== e.state) {
+      verdict = ASK; // the event of what cbd told the breaker is on its way
     } else if (e.hold && e.hold.state === 'open') {
       // Held open: refused until the hold ends (its until; without one,
       // until released).
@@ -452,7 +588,7 @@ export class WatchCache {
   }
 
   snapshotStats() {
-    return { ...this.stats, live: this.live, names: this.entries.size };
+    return { ...this.stats, live: this.live && this.answered, names: this.entries.size };
   }
 
   // -- closing ---------------------------------------------------------------

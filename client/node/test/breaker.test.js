@@ -188,3 +188,21 @@ test('bad options are refused with the field named', () => {
   assert.throws(() => new Breaker('x', { client, policy: { preset: 'nope' } }), /preset/);
   assert.throws(() => new Breaker('x', { client, timeoutBackoffMs: -1 }), /timeoutBackoffMs/);
 });
+
+test('a natural classifier is never asked about a success: 5 successes, closed (breaker and Retry)', async () => {
+  const { Retry } = await import('../index.js');
+  const asked = [];
+  // Written the natural way: "ignore NotFound, everything else is a failure".
+  const natural = (e) => {
+    asked.push(e);
+    return e?.name === 'NotFound' ? IGNORE : 'failure';
+  };
+  for (const viaRetry of [false, true]) {
+    const b = new Breaker(uniqueName('natural'), { client, cached: false, classify: natural, policy: { failure_threshold: 3 } });
+    const r = new Retry({ breaker: b, attempts: 1 });
+    for (let i = 0; i < 5; i++) assert.equal(await (viaRetry ? r.call(async () => 'ok') : b.call(async () => 'ok')), 'ok');
+    const { snapshot } = await client.get(b.name);
+    assert.deepEqual([snapshot.state, snapshot.totals.successes, snapshot.totals.failures], ['closed', 5, 0]);
+  }
+  assert.deepEqual(asked, []);
+});

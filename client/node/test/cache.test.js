@@ -629,3 +629,110 @@ test('past CACHE_NAMES_MAX names a breaker asks cbd (counted)', async () => {
   await Promise.all([...breakers, past].map((b) => b.close()));
   client.close();
 });
+
+/** n calls back to back on b, the k-th failing when fail(k); how many ran. */
+async function tight(b, n, fail) {
+  let ran = 0;
+  for (let i = 0; i < n; i++) {
+    await b
+      .call(async () => {
+        ran += 1;
+        if (fail(ran)) throw new Error('down');
+      })
+      .catch(() => {});
+  }
+  return ran;
+}
+
+test('one process alone stops exactly at its own threshold (consecutive and rate rules)', async () => {
+  const rate = { trip: 'rate', window: 'count', window_size: 10, minimum_calls: 4, failure_rate: 50, break_ms: 60000 };
+  for (const prime of [false, true]) {
+    // Fresh: the first call asks cbd; primed: one success already (in the
+    // rate window too: 3 failures trip it).
+    let b = prime ? (await primed(uniqueName('own'), { failure_threshold: 3, break_ms: 60000 })).b : new Breaker(uniqueName('own'), { client: new Client(d.socket, OPTS), policy: { failure_threshold: 3, break_ms: 60000 } });
+    assert.equal(await tight(b, 10, () => true), 3, `consecutive, primed ${prime}`);
+    await b.close();
+    b.client.close();
+    b = prime ? (await primed(uniqueName('own'), rate)).b : new Breaker(uniqueName('own'), { client: new Client(d.socket, OPTS), policy: rate });
+    assert.equal(await tight(b, 10, (k) => prime || k % 2 === 0), prime ? 3 : 4, `rate, primed ${prime}`);
+    if (prime) assert.ok(b.cacheStats().syncs > 0, 'the outcome that could trip was synced');
+    await b.close();
+    b.client.close();
+  }
+});
+
+test('a hold placed between an outage and cbd death stays held (LOCAL)', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const { b, client } = await primed('payments', { failure_threshold: 3 }, own.socket);
+  client.ioTimeoutMs = 200;
+  own.pause();
+  try {
+    // Past the probe: the cache gives up, calls fall back to the local copy.
+    const until = Date.now() + 3000;
+    while (Date.now() < until) {
+      await b.call(async () => 'ok');
+      await delay(50);
+    }
+    assert.ok(b.degraded, 'no call fell back while cbd was stopped');
+  } finally {
+    own.resume();
+  }
+  await waitFor(() => b.cacheLive, 'the cache to read cbd again');
+  const admin = new Client(own.socket, OPTS);
+  await admin.setState('payments', 'open', { hold: true, reason: 'failover' });
+  admin.close();
+  await waitFor(async () => {
+    const refusals = b.cacheStats().refusedCalls;
+    await b.call(async () => 'ok').catch(() => {});
+    return b.cacheStats().refusedCalls > refusals;
+  }, 'a refusal from the cache');
+  await own.kill();
+  for (let i = 0; i < 20; i++) {
+    let ran = false;
+    await assert.rejects(b.call(async () => { ran = true; }), CircuitOpenError, `call ${i}`);
+    assert.equal(ran, false);
+    await delay(10);
+  }
+  await b.close();
+  client.close();
+});
+
+test('a frozen cbd is noticed (about 1.5 s) and a reconnect to it is not live', async (t) => {
+  const own = await Daemon.start();
+  t.after(() => own.cleanup());
+  const { b, client } = await primed(uniqueName('frozen'), {}, own.socket);
+  own.pause();
+  try {
+    const paused = Date.now();
+    await waitFor(() => b.cacheStats().probeTimeouts >= 1, 'the probe to time out', 5000);
+    t.diagnostic(`frozen cbd noticed after ${Date.now() - paused} ms`);
+    const until = Date.now() + 1200;
+    while (Date.now() < until) {
+      assert.equal(b.cacheStats().live, false, JSON.stringify(b.cacheStats()));
+      await delay(2);
+    }
+    assert.ok(b.cacheStats().connects >= 2, 'reconnects were tried');
+  } finally {
+    own.resume();
+  }
+  await waitFor(() => b.cacheStats().live, 'live again');
+  await b.close();
+  client.close();
+});
+
+test('a cached breaker waits out the break: the next call is the half-open trial', async () => {
+  const name = uniqueName('break');
+  const { b, client } = await primed(name, { failure_threshold: 2, success_threshold: 1, break_ms: 300 });
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(boom), /dependency down/);
+  await assert.rejects(b.call(async () => 1), CircuitOpenError);
+  assert.ok(b.cacheStats().refusedCalls > 0);
+  await delay(600);
+  const asked = b.cacheStats().uncachedCalls;
+  assert.equal(await b.call(async () => 'trial'), 'trial');
+  assert.equal(b.cacheStats().uncachedCalls, asked + 1);
+  assert.equal((await plain.get(name)).snapshot.state, 'closed');
+  await b.close();
+  client.close();
+});

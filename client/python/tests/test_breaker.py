@@ -234,3 +234,27 @@ def test_private_breaker_runs_in_process():
     assert e.value.retry_after_ms == 1000
     clock.now += 1000
     assert b.call(lambda: 1) == 1 and b.state == "half_open"
+
+
+def test_natural_classifier_never_sees_a_success(client, name):
+    """A classifier written the natural way ("ignore KeyError, everything
+    else is a failure") would turn successes into failures if it were asked
+    about them: five successful calls are five successes, through the
+    breaker and through Retry."""
+    from cbdclient import Retry
+    asked = []
+
+    def natural(value):
+        asked.append(value)
+        return IGNORE if isinstance(value, KeyError) else FAILURE
+
+    for n, via_retry in enumerate((False, True)):
+        circuit = f"{name}-{n}"
+        b = Breaker(circuit, client, classify=natural, failure_threshold=3, cached=False)
+        r = Retry(attempts=1, breaker=b)
+        for _ in range(5):
+            assert (r.call(lambda: "ok") if via_retry else b.call(lambda: "ok")) == "ok"
+        snap = client.get(circuit)["snapshot"]
+        assert (snap["state"], snap["totals"]["successes"], snap["totals"]["failures"]) == (
+            "closed", 5, 0)
+    assert asked == []

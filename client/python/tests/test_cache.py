@@ -337,7 +337,10 @@ def test_a_silent_server_is_probed_then_dropped(tmp_path):
         conn, _ = server.accept()
         conn.settimeout(10)
         first = read_lines(conn)
-        assert b'"op":"watch"' in next(first)
+        line = next(first)
+        if b'"op":"hello"' in line:
+            line = next(first)  # connected before the name: a hello makes it live
+        assert b'"op":"watch"' in line
         conn.sendall(b'{"ok":true,"snapshots":[{"name":"x","state":"closed","hold":null}]}\n')
         wait_until(lambda: c.decide(entry, 0)[0] == cache.PERMIT)
         probe = json.loads(next(first))
@@ -589,3 +592,159 @@ def test_lines_of_unexpected_shape_do_not_stop_the_cache(tmp_path):
         cache.release(c)
         server.close()
     assert cache.stats(path) is None
+
+
+def _tight(call, n, fail):
+    """n calls back to back (call(fn) runs one), the k-th failing when
+    fail(k); how many ran."""
+    ran = [0]
+
+    def fn():
+        ran[0] += 1
+        if fail(ran[0]):
+            raise ConnectionError("down")
+        return "ok"
+    for _ in range(n):
+        try:
+            call(fn)
+        except (ConnectionError, CircuitOpenError):
+            pass
+    return ran[0]
+
+
+RATE = dict(trip="rate", window="count", window_size=10, minimum_calls=4,
+            failure_rate=50, break_ms=60000)
+
+
+def test_stops_exactly_at_its_own_threshold(cbd, client, name):
+    """One process alone, cached, stops at its own threshold in a tight
+    loop: the outcome that could trip is sent with a reply awaited (the
+    consecutive and the rate rule; fresh breakers, whose first call asks
+    cbd, and primed ones)."""
+    for primed in (False, True):
+        b = Breaker(f"{name}-c{primed}", client, failure_threshold=3, break_ms=60000)
+        assert b.cached
+        if primed:
+            prime(b)
+        assert _tight(b.call, 10, lambda k: True) == 3, f"consecutive, primed {primed}"
+        b = Breaker(f"{name}-r{primed}", client, **RATE)
+        # Primed: s successes in the window already; f failures trip it
+        # once f >= s and s + f >= 4.
+        s = prime(b) if primed else 0
+        ran = _tight(b.call, 10, lambda k: primed or k % 2 == 0)
+        assert ran == (max(s, 4 - s) if primed else 4), f"rate, primed {primed}: {ran}"
+    assert b.cache_stats().syncs > 0
+
+
+def test_async_stops_exactly_at_its_own_threshold(cbd, name):
+    """The same for AsyncBreakers on an AsyncClient (the loop's cache) and
+    on a thread Client."""
+    async def tight(ab, n, fail):
+        ran = 0
+        for _ in range(n):
+            async def fn():
+                nonlocal ran
+                ran += 1
+                if fail(ran):
+                    raise ConnectionError("down")
+            try:
+                await ab.call(fn)
+            except (ConnectionError, CircuitOpenError):
+                pass
+        return ran
+
+    async def main():
+        async with AsyncClient(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as ac:
+            with Client(cbd.socket, io_timeout=5.0, connect_timeout=5.0) as tc:
+                for i, c in enumerate((ac, tc)):
+                    ab = AsyncBreaker(Breaker(f"{name}-{i}", c, failure_threshold=3,
+                                              break_ms=60000))
+                    assert await tight(ab, 10, lambda k: True) == 3, f"client {i}"
+                    ab = AsyncBreaker(Breaker(f"{name}-r{i}", c, **RATE))
+                    assert await tight(ab, 10, lambda k: k % 2 == 0) == 4, f"rate, client {i}"
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_hold_survives_cbd_death_after_an_outage(own_cbd):
+    """Closed, cbd SIGSTOPped past the probe (calls fall back to the local
+    copy), resumed, held open by an operator (refused from the cache),
+    killed: calls stay refused (LOCAL: a held circuit stays held)."""
+    c = Client(own_cbd.socket, io_timeout=0.2)
+    admin = Client(own_cbd.socket)
+    b = Breaker("payments", c, failure_threshold=3)
+    try:
+        prime(b)
+        own_cbd.pause()
+        try:
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                b.call(lambda: None)
+                time.sleep(0.05)
+            assert b._degraded, "no call fell back while cbd was stopped"
+        finally:
+            own_cbd.resume()
+        wait_until(lambda: b.cache_stats().live and b._entry.valid)
+        admin.set_state("payments", "open", hold=True, reason="failover")
+        wait_until(lambda: refused(b) is not None and b.cache_stats().local_refusals > 0)
+        own_cbd.kill()
+        for i in range(20):
+            assert refused(b) is not None, f"call {i} ran: held open, cbd killed"
+            time.sleep(0.01)
+    finally:
+        c.close()
+        admin.close()
+
+
+def test_frozen_cbd_is_not_live(own_cbd):
+    """A SIGSTOPped cbd is noticed by the probe (about 1.5 s), and a
+    reconnect to the still-frozen cbd (its backlog accepts) is not live."""
+    c = Client(own_cbd.socket)
+    b = Breaker("frozen", c)
+    try:
+        prime(b)
+        own_cbd.pause()
+        try:
+            paused = time.monotonic()
+            wait_until(lambda: b.cache_stats().probe_timeouts >= 1, FROZEN_WAIT)
+            noticed = time.monotonic() - paused
+            print(f"frozen cbd noticed after {noticed:.2f} s")
+            until = time.monotonic() + 1.2
+            while time.monotonic() < until:
+                assert not b.cache_stats().live, b.cache_stats()
+                time.sleep(0.002)
+            assert b.cache_stats().connects >= 2
+        finally:
+            own_cbd.resume()
+        wait_until(lambda: b.cache_stats().live)
+    finally:
+        c.close()
+
+
+def test_waits_out_the_break(cbd, client, name):
+    """Tripped and refused from the cache; with no other traffic, past the
+    break the next call is the half-open trial (it runs, through cbd)."""
+    b = Breaker(name, client, failure_threshold=2, success_threshold=1, break_ms=300)
+    prime(b)
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            b.call(boom)
+    assert refused(b) is not None and b.cache_stats().local_refusals > 0
+    time.sleep(0.6)
+    asked = b.cache_stats().uncached
+    assert b.call(lambda: "trial") == "trial"
+    assert b.cache_stats().uncached == asked + 1
+    assert client.get(name)["snapshot"]["state"] == "closed"
+
+
+def test_a_sync_not_sent_is_reported_uncached(cbd, client, name, monkeypatch):
+    """An outcome that could trip, when the watch connection cannot take
+    it, goes the uncached way (its record reaches cbd)."""
+    b = Breaker(name, client, failure_threshold=2, break_ms=60000)
+    prime(b)
+    monkeypatch.setattr(cache.WatchCache, "send_sync", lambda self, line: (None, False))
+    with pytest.raises(ConnectionError):
+        b.call(boom)
+    with pytest.raises(ConnectionError):
+        b.call(boom)
+    assert client.get(name)["snapshot"]["state"] == "open"

@@ -46,6 +46,10 @@ from .local import LocalStore
 from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
 from .protocol import encode_request
 
+# _report_cached's answer for an outcome that could trip: send it with a
+# reply awaited.
+_SYNC = object()
+
 # After a timeout, cbd is skipped for this long (libcbclient's
 # CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
 DEFAULT_TIMEOUT_BACKOFF_MS = 250
@@ -159,6 +163,7 @@ class Breaker:
         self._cache_release: weakref.finalize | None = None
         self._seen_seq = 0
         self._told: tuple[int, str] | None = None  # see WatchCache.decide
+        self._cache_read = 0  # the entry's snapshots already noted (_cache_answered)
         self._primed = False
         self.cached = self._wants_cache(cached)
         if self.cached:
@@ -171,6 +176,11 @@ class Breaker:
                     name=name, ctx=ctx, noreply=True))[:-2],
                 IGNORE: encode_request("record", dict(
                     name=name, outcome="ignore", ctx=ctx, noreply=True))[:-2],
+            }
+            # The same with a reply (an outcome that could trip).
+            self._sync_lines = {
+                SUCCESS: encode_request("record_success", dict(name=name, ctx=ctx))[:-2],
+                FAILURE: encode_request("record_failure", dict(name=name, ctx=ctx))[:-2],
             }
             self.client._cached_breakers.add(self)
             if not self._async:
@@ -389,6 +399,8 @@ class Breaker:
         if entry is None or not primed or not c.usable():
             return None
         verdict, left, fresh, seq = c.decide(entry, seen, told)
+        if verdict != cache.ASK:
+            self._cache_answered(entry)
         if fresh is not None:
             # Another process's change (or our own trip), as cbd sent it:
             # the state callbacks fire, the LOCAL fallback starts from it.
@@ -403,6 +415,32 @@ class Breaker:
             self._observe(OPEN)
             raise CircuitOpenError(self.name, OPEN, left)
         return None
+
+    def _cache_answered(self, entry: "cache.Entry") -> None:
+        """The cache decided from a fresh reading of cbd, which is
+        authoritative again: a local copy made when cbd was away earlier is
+        dropped, and the snapshot the cache last read (a hold placed
+        meanwhile too) is what the next fallback starts from: an open
+        circuit stays open, a held one held."""
+        applied, latest = entry.applied, entry.latest
+        if applied == self._cache_read and not self._degraded:
+            return
+        with self._lock:
+            self._cache_read = applied
+            if self._degraded:
+                self._degraded = False
+                self._local.forget(self.name)
+        if latest is not None and self._policy_applies(latest):
+            self._note_snapshot(latest)
+
+    def _policy_applies(self, snap: dict) -> bool:
+        """Is snap of the circuit our first call created? A watch reply read
+        before it is the initial snapshot of a name not stored, with the
+        defaults' policy, not the one this breaker declares."""
+        if not self.ctx:
+            return True
+        source = (snap.get("policy") or {}).get("source")
+        return isinstance(source, dict) and "client" in source.values()
 
     def _told_state(self, state: str) -> None:
         """cbd answered an uncached request with state: the cache decides
@@ -453,8 +491,26 @@ class Breaker:
         the time since acquire) and hand its permit back. Never raises for
         cbd's sake: bookkeeping does not replace the call's own result."""
         outcome, duration_ms = self._report_begin(permit, outcome, duration_ms)
-        if not self._report_cached(permit, outcome, duration_ms):
-            self._report_uncached(permit, outcome, duration_ms, error)
+        route = self._report_cached(permit, outcome, duration_ms)
+        if route is _SYNC:
+            snap, sent = self._cache.send_sync(self._sync_line(outcome, duration_ms))
+            if sent:
+                self._synced(snap, outcome, error)
+                return
+        elif route:
+            return
+        self._report_uncached(permit, outcome, duration_ms, error)
+
+    def _sync_line(self, outcome: Outcome, duration_ms: int) -> bytes:
+        """The outcome line with a reply (less its closing brace)."""
+        return self._sync_lines[outcome] + b',"duration_ms":%d' % duration_ms
+
+    def _synced(self, snap: dict | None, outcome: Outcome, error: Any) -> None:
+        """Bookkeeping from a synced outcome's reply (None: none came)."""
+        if snap is not None:
+            self._note_snapshot(snap)
+            self._told_state(snap["state"])
+            self._observe(snap["state"], error if outcome == FAILURE else None)
 
     def _report_begin(self, permit: Permit, outcome: Outcome | str,
                       duration_ms: int | None) -> tuple[Outcome, int]:
@@ -466,12 +522,20 @@ class Breaker:
             duration_ms = max(0, int((time.monotonic() - permit.started) * 1000))
         return outcome, duration_ms
 
-    def _report_cached(self, permit: Permit, outcome: Outcome, duration_ms: int) -> bool:
+    def _report_cached(self, permit: Permit, outcome: Outcome, duration_ms: int,
+                       may_sync: bool = True) -> bool | object:
         """A cached permit's outcome as a noreply line on the watch
-        connection (a failure written at once); False: report it uncached."""
-        c = self._cache
+        connection (a failure written at once); False: report it uncached;
+        _SYNC: it could trip the circuit, send it with a reply awaited
+        (send_sync). Every outcome of a cached breaker, whatever its path,
+        is counted against the circuit's rule."""
+        c, entry = self._cache, self._entry
+        could_trip = entry is not None and self.cached and entry.own.count(
+            outcome.value, duration_ms)
         if not permit.cached or c is None or not c.usable():
             return False
+        if could_trip and may_sync:
+            return _SYNC
         line = self._lines[outcome] + b',"duration_ms":%d}\n' % duration_ms
         return c.send(line, outcome == FAILURE)
 
@@ -582,6 +646,48 @@ class Breaker:
     protect = __call__
 
     # -- reading and forcing ---------------------------------------------
+    # -- checking without a call -------------------------------------------
+    def _check_cached(self) -> bool:
+        """The cache's answer to check(): True when it decided (raises
+        CircuitOpenError when it refuses); False: ask cbd."""
+        c, entry = self._cache, self._entry
+        if entry is None or not self._primed or c is None or not c.usable():
+            return False
+        verdict, left, _, _ = c.decide(entry, self._seen_seq, self._told)
+        if verdict == cache.REFUSE:
+            raise CircuitOpenError(self.name, OPEN, left)
+        return verdict == cache.PERMIT
+
+    def _check_reply(self, reply: dict | None, ctx: dict | None) -> None:
+        """check()'s verdict from cbd's get reply, else (cbd unavailable)
+        from the local copy when the breaker fell back to one."""
+        if reply is not None:
+            snap = reply["snapshot"]
+            hold = snap.get("hold")
+            left = int(snap.get("retry_after_ms") or 0)
+            if (hold and hold.get("state") == OPEN) or (snap["state"] == OPEN and left > 0):
+                raise CircuitOpenError(self.name, OPEN, max(1, left))
+            return
+        if self._degraded and (self.client is None or self.store_policy == LOCAL):
+            snap = self._local.get(self.name, self._fallback_policy(), self._ctx_now(ctx))
+            if snap["state"] == OPEN and snap.get("retry_after_ms", 0) > 0:
+                raise CircuitOpenError(self.name, OPEN, snap["retry_after_ms"])
+
+    def check(self) -> None:
+        """Raise CircuitOpenError when a call now would be refused (open,
+        break not elapsed; held open), without taking a permit or
+        reporting anything (the middleware's guard). Cached: the watch
+        cache answers; else cbd (get); cbd unavailable: the local copy
+        after a fallback, else nothing is refused."""
+        if self._check_cached():
+            return
+        ctx = self._call_ctx()
+        try:
+            reply, _ = self._remote("get", lambda: self.client.get(self.name, ctx))
+        except CbdError:
+            return  # an answer such as forbidden: not a refusal
+        self._check_reply(reply, ctx)
+
     def refresh(self) -> str:
         """Read the circuit from cbd (or the local copy) and fire
         on_state_change for changes other processes made."""
@@ -658,12 +764,41 @@ class AsyncBreaker:
             return await b._acquire_uncached_async()
         return await asyncio.to_thread(b._acquire_uncached)
 
+    async def check(self) -> None:
+        """Breaker.check without blocking the event loop."""
+        b = self.breaker
+        if b._async and b.cached:
+            loop = asyncio.get_running_loop()
+            c = b._cache
+            if c is None or c.loop is not loop or not c.usable():
+                b._join_cache(loop)
+        if b._check_cached():
+            return
+        if not b._async:
+            return await asyncio.to_thread(b.check)
+        ctx = b._call_ctx()
+        try:
+            reply, _ = await b._remote_async("get", lambda: b.client.get(b.name, ctx))
+        except CbdError:
+            return
+        b._check_reply(reply, ctx)
+
     async def report(self, permit: Permit, outcome: Outcome | str,
                      duration_ms: int | None = None, error: Any = None) -> None:
         """Breaker.report without blocking the event loop."""
         b = self.breaker
         outcome, duration_ms = b._report_begin(permit, outcome, duration_ms)
-        if b._report_cached(permit, outcome, duration_ms):
+        route = b._report_cached(permit, outcome, duration_ms)
+        if route is _SYNC:
+            line = b._sync_line(outcome, duration_ms)
+            if isinstance(b._cache, cache.LoopWatchCache):
+                snap, sent = await b._cache.send_sync_async(line)
+            else:
+                snap, sent = await asyncio.to_thread(b._cache.send_sync, line)
+            if sent:
+                b._synced(snap, outcome, error)
+                return
+        elif route:
             return
         if b._async:
             await b._report_uncached_async(permit, outcome, duration_ms, error)
@@ -674,7 +809,7 @@ class AsyncBreaker:
         """Hand a cancelled call's permit back: no await may run now."""
         b = self.breaker
         outcome, ms = b._report_begin(permit, IGNORE, ms)
-        if b._report_cached(permit, outcome, ms):
+        if b._report_cached(permit, outcome, ms, may_sync=False):
             return
         if b._async:
             # Sent by a task of its own (a slot is released with it).

@@ -23,6 +23,14 @@ name, and carrying their outcomes to cbd as noreply lines.
     FLUSH_S while calls flow, so a stream of closed calls costs no write
     each. Past OUT_MAX unwritten bytes, or with no live connection, the
     caller reports through the uncached path instead.
+  - A process stops at its own threshold: each entry counts the process's
+    own outcomes since the last snapshot known to include them
+    (``OwnCount``). An outcome that could trip the circuit by the rule that
+    snapshot reported is sent with an id instead of noreply and its caller
+    waits for the reply (SYNC_TIMEOUT_S at most), whose snapshot the owner
+    applies before the next line: the next call of the process decides
+    from the state cbd reached. Other processes' trips still arrive as
+    events, one event late.
   - After fork() the child forgets its parent's caches: breakers it
     inherited take the uncached path, breakers it creates get a cache of
     its own.
@@ -75,6 +83,10 @@ PROBE_INTERVAL_S = 0.5
 PROBE_TIMEOUT_S = 1.0
 # The probes' ids (the cache's watch requests carry none).
 PROBE_ID_PREFIX = "cache-probe-"
+# The ids of outcomes sent with a reply (those that could trip), and how
+# long their caller waits for it (a frozen cbd is the probe's business).
+SYNC_ID_PREFIX = "cache-sync-"
+SYNC_TIMEOUT_S = PROBE_TIMEOUT_S
 
 # What the cache says about a call.
 PERMIT = "permit"  # closed: run it now, report with noreply
@@ -107,6 +119,8 @@ class CacheStats:
     line_too_long: int = 0
     probes: int = 0  # hellos sent on a quiet connection
     probe_timeouts: int = 0  # probes unanswered: connection dropped
+    syncs: int = 0  # outcomes that could trip, sent with a reply awaited
+    sync_timeouts: int = 0  # of them, those whose reply did not come in time
     live: bool = False  # a watch connection is up now
     names: int = 0
 
@@ -114,11 +128,129 @@ class CacheStats:
         return asdict(self)
 
 
+def _int(policy: dict, key: str, default: int) -> int:
+    v = policy.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+class OwnCount:
+    """The circuit's rule as the last snapshot read reported it, the counts
+    that snapshot carried (base) and the process's own outcomes since
+    (own): enough to tell whether one more outcome of the process could
+    trip the circuit. Own counts are zeroed, and the rule read, only from
+    a snapshot known to include them and to be of the stored circuit (a
+    change event, the reply to a synced outcome); a watch reply may
+    predate the creating request (its policy the defaults, not the
+    breaker's) and may or may not include own outcomes, so it only sets
+    the base. Until a rule is read every failure is synced. An outcome
+    counted twice costs a round trip, never an overshoot."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.known = False
+        self.rate = False
+        self.count_window = True
+        self.cannot_trip = False  # held, or min_reporters > 1
+        self.threshold = self.min_calls = self.fail_rate = self.win_size = 0
+        self.slow_ms = -1  # -1: no slow rule
+        self.slow_rate = 100
+        self.base_fc = self.base_calls = self.base_fails = self.base_slow = 0
+        self.own_fc = self.own_calls = self.own_fails = self.own_slow = 0
+
+    def set_base(self, snap: dict, reset: bool) -> None:
+        policy = snap.get("policy")
+        with self.lock:
+            if reset and isinstance(policy, dict):
+                self.known = True
+                self.rate = policy.get("trip") == "rate"
+                self.count_window = policy.get("window") != "time"
+                self.threshold = _int(policy, "failure_threshold", 5)
+                self.min_calls = _int(policy, "minimum_calls", 10)
+                self.fail_rate = _int(policy, "failure_rate", 50)
+                self.win_size = _int(policy, "window_size", 100)
+                self.slow_ms = _int(policy, "slow_call_ms", -1)
+                self.slow_rate = _int(policy, "slow_call_rate", 100)
+                self.cannot_trip = (snap.get("hold") is not None
+                                    or _int(policy, "min_reporters", 1) > 1)
+            fc = snap.get("failure_count")
+            self.base_fc = fc if isinstance(fc, int) else 0
+            w = snap.get("window") if isinstance(snap.get("window"), dict) else {}
+            self.base_calls = _int(w, "calls", 0)
+            self.base_fails = _int(w, "failures", 0)
+            self.base_slow = _int(w, "slow", 0)
+            if reset:
+                self.own_fc = self.own_calls = self.own_fails = self.own_slow = 0
+
+    def count(self, outcome: str, ms: int) -> bool:
+        """Add one own outcome (of ms) and say whether it could trip the
+        circuit: then it must be sent with a reply awaited."""
+        if outcome == "ignore":
+            return False  # changes no rule
+        with self.lock:
+            fail = outcome == "failure"
+            slow = self.slow_ms >= 0 and ms >= self.slow_ms
+            if fail:
+                self.own_fc += 1
+            else:
+                self.base_fc = self.own_fc = 0
+            self.own_calls += 1
+            self.own_fails += fail
+            self.own_slow += slow
+            if not self.known:
+                return fail  # no rule read yet: any failure might trip it
+            if self.cannot_trip:
+                return False
+            if not self.rate:
+                return fail and self.base_fc + self.own_fc >= self.threshold
+            if not fail and not slow:
+                return False
+            # The window holds at most base + own calls and at least the
+            # larger of the two (either may include the other): judge the
+            # rate at its highest.
+            hi = self.base_calls + self.own_calls
+            lo = max(self.base_calls, self.own_calls)
+            if self.count_window:
+                hi, lo = min(hi, self.win_size), min(lo, self.win_size)
+            if hi < self.min_calls:
+                return False
+            if fail and (self.base_fails + self.own_fails) * 100 >= self.fail_rate * lo:
+                return True
+            return slow and (self.base_slow + self.own_slow) * 100 >= self.slow_rate * lo
+
+
+class _ThreadWaiter:
+    """A caller thread waiting for the reply to a synced outcome."""
+
+    __slots__ = ("event", "snap")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.snap: dict | None = None
+
+    def deliver(self, snap: dict | None) -> None:
+        self.snap = snap
+        self.event.set()
+
+
+class _FutureWaiter:
+    """A coroutine on the owning loop waiting for that reply."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, loop) -> None:
+        self.future = loop.create_future()
+
+    def deliver(self, snap: dict | None) -> None:
+        if not self.future.done():
+            self.future.set_result(snap)
+
+
 class Entry:
     """What the cache knows of one circuit."""
 
     __slots__ = ("name", "valid", "state", "opened_at", "break_ms", "retry_after_ms",
-                 "received_at", "hold_state", "hold_until", "seq", "last")
+                 "received_at", "hold_state", "hold_until", "seq", "last", "own",
+                 "applied", "latest")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -132,8 +264,11 @@ class Entry:
         self.hold_until: int | None = None  # None: until released
         self.seq = 0  # change events applied
         self.last: dict | None = None  # the last change event's snapshot
+        self.own = OwnCount()
+        self.applied = 0  # snapshots applied (replies, events, synced outcomes)
+        self.latest: dict | None = None  # the last of them (kept when invalid)
 
-    def set(self, snap: dict) -> bool:
+    def set(self, snap: dict, reset: bool = False) -> bool:
         """Read a snapshot; False when it cannot be read."""
         state = snap.get("state")
         hold = snap.get("hold")
@@ -152,6 +287,9 @@ class Entry:
         self.retry_after_ms = snap.get("retry_after_ms", 0)
         self.received_at = _wall_ms()
         self.hold_state = hold.get("state") if hold else None
+        self.own.set_base(snap, reset)
+        self.applied += 1
+        self.latest = snap
         return True
 
 
@@ -180,11 +318,16 @@ class WatchCache:
         self._out = bytearray()  # pending lines
         self._out_partial = False  # _out starts with a line's unsent tail
         self._in = bytearray()  # bytes read, not yet a full line
+        # cbd answered on the current connection: only then is it live (a
+        # frozen cbd's backlog accepts connections nothing will read).
+        self._answered = False
         # The owner's: when the connection last brought anything
         # (monotonic), and the outstanding probe's sending time.
         self._received_at = 0.0
         self._probe_at: float | None = None
         self._probe_n = 0  # the last probe's number, for its id
+        self._sync_n = 0  # the last synced outcome's number, for its id
+        self._waiters: dict = {}  # id -> waiter of a synced outcome
         # Users gone with the garbage collector, released by the owner
         # (a finalizer may run while this thread holds a lock of ours).
         self._dropped: collections.deque = collections.deque()
@@ -223,7 +366,7 @@ class WatchCache:
         with self._lock:
             fresh = e.last if e.seq != seen_seq else None
             seq = e.seq
-            if not e.valid or self._sock is None or self._broken:
+            if not e.valid or self._sock is None or self._broken or not self._answered:
                 verdict = ASK
             elif told is not None and told[0] == e.seq and told[1] != e.state:
                 verdict = ASK  # the event of what cbd told us is on its way
@@ -296,6 +439,66 @@ class WatchCache:
             self._wake()
         return queued
 
+    def _queue_sync(self, line: bytes, waiter) -> bool:
+        """Queue one outcome line (less its closing brace) with an id and
+        write it at once, after what is queued; False when it cannot go
+        this way: report it uncached."""
+        with self._lock:
+            if self._sock is None or self._broken or not self.usable():
+                self._stats.store_reports += 1
+                return False
+            self._sync_n += 1
+            sync_id = f"{SYNC_ID_PREFIX}{self._sync_n}"
+            idle = not self._out
+            # Past OUT_MAX too: it is one line, and it matters most.
+            self._out += line + b',"id":"%s"}\n' % sync_id.encode()
+            self._waiters[sync_id] = waiter
+            self._flush_locked()
+            if idle and self._broken:
+                self._out.clear()
+                del self._waiters[sync_id]
+                self._stats.store_reports += 1
+                return False
+            self._stats.syncs += 1
+            wake = self._cold and (self._blocked or self._broken)
+            if wake:
+                self._cold = False
+        if wake:
+            self._wake()
+        return True
+
+    def send_sync(self, line: bytes) -> tuple[dict | None, bool]:
+        """Send an outcome that could trip (line: its request less the
+        closing brace) with a reply awaited, at most SYNC_TIMEOUT_S: (cbd's
+        snapshot, already applied to the entry, or None; sent). Not sent:
+        report it uncached."""
+        waiter = _ThreadWaiter()
+        if not self._queue_sync(line, waiter):
+            return None, False
+        if not waiter.event.wait(SYNC_TIMEOUT_S):
+            with self._lock:
+                self._stats.sync_timeouts += 1
+        return waiter.snap, True
+
+    async def send_sync_async(self, line: bytes) -> tuple[dict | None, bool]:
+        """send_sync for a cache its event loop owns, from that loop."""
+        import asyncio
+        waiter = _FutureWaiter(self.loop)
+        if not self._queue_sync(line, waiter):
+            return None, False
+        try:
+            snap = await asyncio.wait_for(asyncio.shield(waiter.future), SYNC_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            with self._lock:
+                self._stats.sync_timeouts += 1
+            snap = None
+        return snap, True
+
+    def _wake_waiters_locked(self) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for w in waiters.values():
+            w.deliver(None)
+
     def seq(self, e: Entry) -> int:
         with self._lock:
             return e.seq
@@ -303,7 +506,7 @@ class WatchCache:
     def stats(self) -> CacheStats:
         with self._lock:
             s = CacheStats(**asdict(self._stats))
-            s.live = self._sock is not None and not self._broken
+            s.live = self._sock is not None and not self._broken and self._answered
             s.names = len(self._entries)
         return s
 
@@ -365,8 +568,13 @@ class WatchCache:
         self._stats.connects += 1
         if self._stats.connects > 1:
             self._stats.reconnects += 1
+        self._answered = False
+        # The watch reply (a hello's without names) makes it live.
         if not self._queue_watch_locked(list(self._entries)):
             self._broken = True
+        if not self._entries:
+            self._probe_n += 1
+            self._out += encode_request("hello", {"id": f"{PROBE_ID_PREFIX}{self._probe_n}"})
         self._flush_locked()
         return True
 
@@ -376,7 +584,7 @@ class WatchCache:
             self._sock.close()
             self._stats.disconnects += 1
         self._sock = None
-        self._broken = self._blocked = False
+        self._broken = self._blocked = self._answered = False
         self._probe_at = None
         self._in.clear()
         # Lines not yet written stay queued for the next connection (a
@@ -387,6 +595,7 @@ class WatchCache:
             self._out_partial = False
         for e in self._entries.values():
             e.valid = False
+        self._wake_waiters_locked()
 
     def _probe_expired_locked(self) -> bool:
         """The outstanding probe went unanswered for PROBE_TIMEOUT_S:
@@ -451,6 +660,8 @@ class WatchCache:
             with self._lock:
                 self._received_at = time.monotonic()
                 self._probe_at = None
+                if sock is self._sock:
+                    self._answered = True
             self._in += data
             start = 0
             while (nl := self._in.find(b"\n", start)) >= 0:
@@ -467,7 +678,7 @@ class WatchCache:
                     self._stats.line_too_long += 1
                 return False
 
-    def _apply_snapshot(self, snap: object, event: bool) -> None:
+    def _apply_snapshot(self, snap: object, event: bool, reset: bool = False) -> None:
         name = snap.get("name") if isinstance(snap, dict) else None
         if not isinstance(name, str):
             with self._lock:
@@ -477,7 +688,7 @@ class WatchCache:
             e = self._entries.get(name)
             if e is None:
                 return
-            if not e.set(snap):
+            if not e.set(snap, reset or event):
                 self._stats.bad_lines += 1
                 e.valid = False  # cannot tell its state: ask cbd
             elif event:
@@ -500,6 +711,17 @@ class WatchCache:
         msg_id = msg.get("id")
         if isinstance(msg_id, str) and msg_id.startswith(PROBE_ID_PREFIX):
             return  # a probe's reply: its arrival was all it had to say
+        if isinstance(msg_id, str) and msg_id.startswith(SYNC_ID_PREFIX):
+            # The reply to an outcome that could trip: applied before the
+            # next line, then its caller goes on.
+            snap = msg.get("snapshot") if msg.get("ok") is True else None
+            if isinstance(snap, dict):
+                self._apply_snapshot(snap, False, True)
+            with self._lock:
+                waiter = self._waiters.pop(msg_id, None)
+            if waiter is not None:
+                waiter.deliver(snap if isinstance(snap, dict) else None)
+            return
         event = msg.get("event")
         if event is not None:
             with self._lock:
