@@ -545,6 +545,117 @@ START_TEST(test_state_file_fifo_does_not_block_start)
 }
 END_TEST
 
+/* The state file's bytes (a check assertion when it cannot be read). */
+static char *
+state_bytes(size_t *len)
+{
+	FILE *f = fopen(state_path, "rb");
+	char *buf = malloc(1 << 20);
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(buf);
+	*len = fread(buf, 1, 1 << 20, f);
+	fclose(f);
+	return buf;
+}
+
+/* Issue 28, a gap in the suite: a circuit held closed survives a kill -9
+ * and a restart (only held open ones were checked). */
+START_TEST(test_hold_closed_survives_restart)
+{
+	const char *config = state_config("");
+	int a;
+	json_t *r;
+
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"pinned\",\"state\":"
+	    "\"closed\",\"hold\":true,\"reason\":\"keep serving\"}"));
+	ck_assert(util_stats_reach_min(a, "state_writes", 1));
+	close(a);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	harness_wait(&h);
+	harness_stop(&h);
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"pinned\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "closed");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "keep serving");
+	json_decref(r);
+	/* Still held: failures do not open it. */
+	for (int i = 0; i < 10; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"pinned\"}"));
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"pinned\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+/* Issue 28, a gap in the suite: a write whose fsync fails (an LD_PRELOAD
+ * shim makes every fsync and fdatasync fail) leaves the previous state
+ * file in place, byte for byte, and no temp file behind; cbd counts the
+ * failures and restarts from the previous file. Renaming before the
+ * fsync would pass every other test. */
+START_TEST(test_failed_fsync_keeps_previous_state)
+{
+	static const char *const preload[] = { "LD_PRELOAD=" FSYNC_FAIL_SO, NULL };
+	harness_opts opts = { .log_path = log_path, .env = preload };
+	const char *config = state_config("");
+	char tmp[160], *before, *after;
+	size_t before_len, after_len;
+	const char *asan = getenv("ASAN_OPTIONS");
+	char asan_env[512];
+	int a;
+	json_t *r;
+
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"old\",\"state\":\"open\",\"hold\":true}"));
+	close(a);
+	harness_stop(&h); /* written at shutdown */
+	before = state_bytes(&before_len);
+	ck_assert_ptr_nonnull(strstr(before, "\"old\""));
+
+	/* gcc's ASan wants its runtime first among preloaded libraries. */
+	snprintf(asan_env, sizeof asan_env, "%s%sverify_asan_link_order=0", asan ? asan : "",
+	    asan && asan[0] ? ":" : "");
+	setenv("ASAN_OPTIONS", asan_env, 1);
+	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
+	if (asan != NULL)
+		setenv("ASAN_OPTIONS", asan, 1);
+	else
+		unsetenv("ASAN_OPTIONS");
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"new\",\"state\":\"open\",\"hold\":true}"));
+	ck_assert(util_stats_reach_min(a, "state_write_failures", 2));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "state_writes"), 0);
+	json_decref(r);
+	close(a);
+	harness_stop(&h); /* the write at shutdown fails too */
+	after = state_bytes(&after_len);
+	ck_assert_int_eq(after_len, before_len);
+	ck_assert_msg(memcmp(before, after, before_len) == 0, "the state file changed");
+	snprintf(tmp, sizeof tmp, "%s.tmp", state_path);
+	ck_assert(!util_path_exists(tmp));
+	free(before);
+	free(after);
+	ck_assert(util_wait_file(log_path, "cannot write"));
+
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"old\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
 static Suite *
 authority_suite(void)
 {
@@ -568,6 +679,8 @@ authority_suite(void)
 	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL) {
 		tcase_add_test(tc, test_state_file_fifo_does_not_block_start);
 		tcase_add_test(tc, test_state_tmp_fifo_and_symlink);
+		tcase_add_test(tc, test_hold_closed_survives_restart);
+		tcase_add_test(tc, test_failed_fsync_keeps_previous_state);
 	}
 	suite_add_tcase(s, tc);
 	return s;
