@@ -48,11 +48,14 @@ static uint64_t out_total, out_total_peak, out_untrimmed;
 static void
 out_account(server_client *c, size_t cap)
 {
-	out_total = out_total - c->out_cap + cap;
+	/* Never below zero (a connection made outside server_client_new,
+	 * as the fuzz targets', is counted from its first growth). */
+	out_total = (out_total > c->out_counted ? out_total - c->out_counted : 0) + cap;
 	if (out_total > out_total_peak)
 		out_total_peak = out_total;
-	if (cap < c->out_cap)
-		out_untrimmed += c->out_cap - cap;
+	if (cap < c->out_counted)
+		out_untrimmed += c->out_counted - cap;
+	c->out_counted = cap;
 	c->out_cap = cap;
 }
 
@@ -384,6 +387,12 @@ out_over_total(server_client *c, size_t len)
 	int err;
 
 	if (grow == 0 || out_total + grow <= (uint64_t)cbd.conf.max_total_output_bytes)
+		return false;
+	/* Before dropping anyone, count again from the connections. */
+	out_total = 0;
+	for (server_client *o = all_clients; o != NULL; o = o->all_next)
+		out_total += o->out_counted;
+	if (out_total + grow <= (uint64_t)cbd.conf.max_total_output_bytes)
 		return false;
 	err = out_send(c);
 	if (err != 0) {

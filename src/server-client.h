@@ -108,7 +108,8 @@ struct server_client {
 	char *out; /* replies not yet written */
 	size_t out_off; /* bytes of `out` already written */
 	size_t out_len;
-	size_t out_cap; /* counted in server_client_output_bytes() */
+	size_t out_cap;
+	size_t out_counted; /* out_cap as server_client_output_bytes() counts it */
 	/* Every connection, for the host-wide output bound's choice. */
 	struct server_client *all_next, *all_prev;
 
