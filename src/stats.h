@@ -56,7 +56,8 @@ typedef struct cbd_stats {
 	uint64_t noreply; /* requests answered with nothing (noreply: true) */
 	uint64_t watch_events; /* event lines queued for watchers */
 	uint64_t metrics_scrapes; /* GET /metrics answered */
-	uint64_t state_writes; /* state file written */
+	uint64_t state_writes; /* state file written (whole or appended to) */
+	uint64_t state_appends; /* of which appends of changes to its journal */
 	uint64_t state_write_failures;
 	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
 	uint64_t fleet_slots; /* slots this cbd's connections hold in Redis now */
