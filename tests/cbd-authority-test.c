@@ -625,6 +625,14 @@ START_TEST(test_hold_durable_at_scale)
 	int a;
 	json_t *r;
 
+	/* Loading 27 MB of state takes seconds (~17 s under ASan): this
+	 * test's bounded waits allow three times the usual. */
+	char timeout[32];
+	const char *was = getenv("CBD_HARNESS_TIMEOUT_MS");
+	char *saved = was != NULL ? strdup(was) : NULL;
+
+	snprintf(timeout, sizeof timeout, "%d", 3 * harness_timeout_ms());
+	setenv("CBD_HARNESS_TIMEOUT_MS", timeout, 1);
 	util_start_logged(&h, config, NULL, log_path);
 	a = harness_connect(&h);
 	for (int i = 0; i < HELD; i += BATCH) {
@@ -677,6 +685,11 @@ START_TEST(test_hold_durable_at_scale)
 	ck_assert_int_eq(util_int(r, "held"), HELD + 2);
 	json_decref(r);
 	close(a);
+	if (saved != NULL)
+		setenv("CBD_HARNESS_TIMEOUT_MS", saved, 1);
+	else
+		unsetenv("CBD_HARNESS_TIMEOUT_MS");
+	free(saved);
 }
 END_TEST
 
