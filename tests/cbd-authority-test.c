@@ -824,6 +824,7 @@ authority_suite(void)
 		tcase_add_test(tc, test_shutdown_writes_state);
 	}
 	tcase_add_test(tc, test_corrupt_state_file_moved_aside);
+	/* Fleet runs: the state file is memory mode's (PROTOCOL.md §15). */
 	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL) {
 		tcase_add_test(tc, test_state_file_fifo_does_not_block_start);
 		tcase_add_test(tc, test_state_tmp_fifo_and_symlink);

@@ -773,6 +773,7 @@ limits_suite(void)
 	tcase_add_test(tc, test_whole_lines_at_shutdown);
 	tcase_add_test(tc, test_transition_logs_rate_limited);
 	tcase_add_test(tc, test_policy_conflict_logs_rate_limited);
+	/* Fleet runs: the state file is memory mode's (PROTOCOL.md §15). */
 	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL)
 		tcase_add_test(tc, test_state_file_errors_rate_limited);
 	tcase_add_test(tc, test_control_bytes_escaped_in_log);
