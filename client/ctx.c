@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ctx.c — the public cbc_ctx against the core's ctx table (src/proto.c):
+ * ctx.c — the public cbc_ctx against the core's ctx table (src/core/proto.c):
  * which cbc_ctx member is which ctx key, conversion to the core's partial
  * policy, resolution for the local store (built-in presets included), and
  * the checks, whose bounds and messages are the core's, so cbclient and

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * error.c — libcbclient's small shared pieces: status strings, error
- * values, state names, names and snapshot conversions (the ctx is in
- * ctx.c).
+ * error.c — libcbclient's bottom layer: status strings, error values,
+ * state names and name checks. It calls nothing else of the library (the
+ * ctx is in ctx.c, snapshots in snapshot.c).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -121,41 +121,6 @@ cbci_name_check(const char *name, const char *field, cbc_error *err)
 	if (!proto_name_valid(name, strlen(name), &why))
 		return cbci_fail(err, CBC_EINVAL, "%s %s", field, why);
 	return CBC_OK;
-}
-
-void
-cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *snap,
-    int64_t retry_after_ms)
-{
-	size_t len = strlen(name);
-
-	if (len > CBC_NAME_MAX)
-		len = CBC_NAME_MAX;
-	memcpy(out->name, name, len);
-	out->name[len] = '\0';
-	out->state = (cbc_state)snap->state;
-	out->failure_count = snap->failure_count;
-	out->success_count = snap->success_count;
-	out->last_failure_at = snap->last_failure_at;
-	out->opened_at = snap->opened_at;
-	out->retry_after_ms = retry_after_ms;
-	cbci_snapshot_v2_clear(out);
-}
-
-void
-cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out)
-{
-	out->state = (cb_state)in->state;
-	out->failure_count = in->failure_count;
-	out->success_count = in->success_count;
-	out->last_failure_at = in->last_failure_at;
-	out->opened_at = in->opened_at;
-	/* Only a break grown by break_backoff is kept: the policy gives the
-	 * others (and a hold's break is carried through the policy). */
-	out->current_break_ms = in->policy.known && !in->hold.held && in->policy.break_ms > 0 &&
-		in->current_break_ms > in->policy.break_ms
-	    ? in->current_break_ms
-	    : 0;
 }
 
 bool

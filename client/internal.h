@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "breaker.h"
+#include "circuit-json.h"
 #include "cbclient.h"
 #include "clock.h"
 #include "proto.h"
@@ -53,7 +54,8 @@ cbc_status cbci_ctx_check_local(const cbc_ctx *ctx, const char *prefix, cbc_erro
 /* Validate a circuit name; CBC_EINVAL naming `field`. */
 cbc_status cbci_name_check(const char *name, const char *field, cbc_error *err);
 
-/* A core snapshot as the public one (name copied, retry_after_ms given). */
+/* A core snapshot as the public one (name copied, retry_after_ms given;
+ * snapshot.c, as the rest of the snapshot functions). */
 void cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *snap,
     int64_t retry_after_ms);
 /* The public snapshot as a core one. */

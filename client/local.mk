@@ -37,7 +37,7 @@ client_libcbclient_la_SOURCES = \
 	client/classify-http.c
 client_libcbclient_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS) -pthread
 # The core (state machine, table, codec) is linked in; only cbc_* is exported.
-client_libcbclient_la_LIBADD = src/libcbcore.la $(JANSSON_LIBS) -lpthread
+client_libcbclient_la_LIBADD = src/libcbcore.la src/libcbbase.la $(JANSSON_LIBS) -lpthread
 client_libcbclient_la_LDFLAGS = $(AM_LDFLAGS) -version-info $(CBCLIENT_LT_VERSION) \
 	-export-symbols-regex '^cbc_'
 

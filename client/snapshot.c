@@ -2,7 +2,8 @@
 /*
  * snapshot.c — protocol 2's snapshot members (hold, totals, policy with
  * its sources, current_break_ms, a rate circuit's window, reporters) read
- * into the public snapshot. Tolerant of a protocol 1
+ * into the public snapshot, and the conversions between the public
+ * snapshot and the core's. Tolerant of a protocol 1
  * cbd: an absent member reads as not held, totals -1, policy not known.
  * Strict on what is there: a mistyped member is CBC_EPROTO naming it.
  * Policy keys this library does not know are skipped (later protocol
@@ -126,18 +127,6 @@ read_int(proto_node *obj, const char *path, const char *key, int64_t null_value,
 	}
 }
 
-/* A required integer member (a time may be null with null_ok). */
-static cbc_status
-read_int_required(proto_node *obj, const char *path, const char *key, bool null_ok, int64_t *out,
-    cbc_error *err)
-{
-	proto_node v = proto_node_get(obj, key);
-
-	if (proto_node_is_absent(&v) || (proto_node_is_null(&v) && !null_ok))
-		return cbci_fail(err, CBC_EPROTO, "reply member %s.%s is missing", path, key);
-	return read_int(obj, path, key, CBC_TIME_NONE, out, err);
-}
-
 /* An optional string member copied into buf; *present says whether it
  * was a string (null and absent are not). */
 static cbc_status
@@ -164,65 +153,72 @@ read_string(proto_node *obj, const char *path, const char *key, char *buf, size_
 	return CBC_OK;
 }
 
+/* Copy text (NULL: none) into buf; false when it does not fit. */
+static bool
+copy_text(const char *text, char *buf, size_t size)
+{
+	size_t len = text != NULL ? strlen(text) : 0;
+
+	if (len >= size)
+		return false;
+	memcpy(buf, text != NULL ? text : "", len + 1);
+	return true;
+}
+
 /* snapshot.hold: null or {"state", "by_uid", "by_user", "reason", "since",
- * "until"}. */
+ * "until"}, read by the core's reader (the one cbd's state file uses). */
 static cbc_status
 read_hold(proto_node *v, cbc_hold_info *out, cbc_error *err)
 {
 	static const char path[] = "snapshot.hold";
-	char state[16];
+	proto_error perr;
 	cbc_hold_info h;
-	cbc_status st;
+	ct_hold hold;
 
-	if (proto_node_is_absent(v) || proto_node_is_null(v))
+	if (!circuit_json_hold_read(v, path, CIRCUIT_JSON_TOLERANT, &hold, &perr))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s", perr.message);
+	if (!hold.held)
 		return CBC_OK;
-	if (!proto_node_is_object(v))
-		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object or null",
-		    path);
 	memset(&h, 0, sizeof h);
 	h.held = true;
-	h.until = CBC_TIME_NONE;
-	st = read_string(v, path, "state", state, sizeof state, NULL, err);
-	if (st == CBC_OK && (!cbc_state_parse(state, &h.state) || h.state == CBC_STATE_HALF_OPEN))
-		st = cbci_fail(err, CBC_EPROTO, "reply member %s.state must be open or closed",
-		    path);
-	if (st == CBC_OK)
-		st = read_int(v, path, "by_uid", -1, &h.by_uid, err);
-	if (st == CBC_OK)
-		st = read_string(v, path, "by_user", h.by_user, sizeof h.by_user, NULL, err);
-	if (st == CBC_OK)
-		st = read_string(v, path, "reason", h.reason, sizeof h.reason, &h.has_reason, err);
-	if (st == CBC_OK)
-		st = read_int_required(v, path, "since", false, &h.since, err);
-	if (st == CBC_OK)
-		st = read_int(v, path, "until", CBC_TIME_NONE, &h.until, err);
-	if (st == CBC_OK)
-		*out = h;
-	return st;
+	h.state = (cbc_state)hold.state;
+	h.by_uid = hold.by_uid;
+	h.since = hold.since;
+	h.until = hold.until;
+	h.has_reason = hold.reason != NULL;
+	if (!copy_text(hold.by_user, h.by_user, sizeof h.by_user))
+		return cbci_fail(err, CBC_EPROTO,
+		    "reply member %s.by_user is longer than %zu bytes", path, sizeof h.by_user - 1);
+	if (!copy_text(hold.reason, h.reason, sizeof h.reason))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s.reason is longer than %zu bytes",
+		    path, sizeof h.reason - 1);
+	*out = h;
+	return CBC_OK;
 }
 
 /* snapshot.totals: {"successes", "failures", "ignored", "slow",
- * "rejected"}; a member left out stays -1. */
+ * "rejected"}, read by the core's reader; a member left out stays -1. */
 static cbc_status
 read_totals(proto_node *v, cbc_totals *out, cbc_error *err)
 {
-	static const char path[] = "snapshot.totals";
-	cbc_status st;
+	proto_error perr;
+	ct_totals t;
+	unsigned found;
 
-	if (proto_node_is_absent(v) || proto_node_is_null(v))
-		return CBC_OK;
-	if (!proto_node_is_object(v))
-		return cbci_fail(err, CBC_EPROTO, "reply member %s must be an object", path);
-	st = read_int(v, path, "successes", -1, &out->successes, err);
-	if (st == CBC_OK)
-		st = read_int(v, path, "failures", -1, &out->failures, err);
-	if (st == CBC_OK)
-		st = read_int(v, path, "ignored", -1, &out->ignored, err);
-	if (st == CBC_OK)
-		st = read_int(v, path, "slow", -1, &out->slow, err);
-	if (st == CBC_OK)
-		st = read_int(v, path, "rejected", -1, &out->rejected, err);
-	return st;
+	if (!circuit_json_totals_read(v, "snapshot.totals", CIRCUIT_JSON_TOLERANT, &t, &found,
+		&perr))
+		return cbci_fail(err, CBC_EPROTO, "reply member %s", perr.message);
+	if (found & 1u)
+		out->successes = (int64_t)t.successes;
+	if (found & 2u)
+		out->failures = (int64_t)t.failures;
+	if (found & 4u)
+		out->ignored = (int64_t)t.ignored;
+	if (found & 8u)
+		out->slow = (int64_t)t.slow;
+	if (found & 16u)
+		out->rejected = (int64_t)t.rejected;
+	return CBC_OK;
 }
 
 /* An enum policy member: one of names (index 1.., 0 is UNSET), null or
@@ -428,4 +424,41 @@ cbci_conflict_join(const json_t *conflict, char *buf, size_t size)
 			used += (size_t)w;
 	}
 	return n;
+}
+
+/* A core snapshot as the public one (name copied, retry_after_ms given). */
+void
+cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *snap,
+    int64_t retry_after_ms)
+{
+	size_t len = strlen(name);
+
+	if (len > CBC_NAME_MAX)
+		len = CBC_NAME_MAX;
+	memcpy(out->name, name, len);
+	out->name[len] = '\0';
+	out->state = (cbc_state)snap->state;
+	out->failure_count = snap->failure_count;
+	out->success_count = snap->success_count;
+	out->last_failure_at = snap->last_failure_at;
+	out->opened_at = snap->opened_at;
+	out->retry_after_ms = retry_after_ms;
+	cbci_snapshot_v2_clear(out);
+}
+
+/* The public snapshot as a core one. */
+void
+cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out)
+{
+	out->state = (cb_state)in->state;
+	out->failure_count = in->failure_count;
+	out->success_count = in->success_count;
+	out->last_failure_at = in->last_failure_at;
+	out->opened_at = in->opened_at;
+	/* Only a break grown by break_backoff is kept: the policy gives the
+	 * others (and a hold's break is carried through the policy). */
+	out->current_break_ms = in->policy.known && !in->hold.held && in->policy.break_ms > 0 &&
+		in->current_break_ms > in->policy.break_ms
+	    ? in->current_break_ms
+	    : 0;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store-local.c — the in-process store: cbd's own circuit table and state
- * machine (src/circuit-table.c, src/breaker.c) behind one mutex. Also the
+ * machine (src/core/circuit-table.c, src/core/breaker.c) behind one mutex. Also the
  * resilient store's private fallback, which needs seeding a circuit with
  * a given snapshot (cbci_local_seed).
  *

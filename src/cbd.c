@@ -96,45 +96,45 @@ main(int argc, char **argv)
 	 * rises after such frees, and then every growth is a copy. */
 	mallopt(M_MMAP_THRESHOLD, CBD_MMAP_THRESHOLD);
 	if (config_path != NULL) {
-		if (!conf_load(config_path, &srv.conf, err, sizeof err)) {
+		if (!conf_load(config_path, &cbd.conf, err, sizeof err)) {
 			/* Every error, each on its own line. */
 			for (char *line = strtok(err, "\n"); line != NULL;
 			     line = strtok(NULL, "\n"))
 				fprintf(stderr, "cbd: %s\n", line);
 			return 1;
 		}
-	} else if (!conf_init_defaults(&srv.conf)) {
+	} else if (!conf_init_defaults(&cbd.conf)) {
 		fprintf(stderr, "cbd: out of memory\n");
 		return 1;
 	}
-	if (strcmp(srv.conf.backend, "redis") == 0 && srv.conf.redis[0] == '\0') {
+	if (strcmp(cbd.conf.backend, "redis") == 0 && cbd.conf.redis[0] == '\0') {
 		fprintf(stderr,
 		    "cbd: %s: backend = redis needs redis = unix:/path or "
 		    "tcp://host:port\n",
 		    config_path != NULL ? config_path : "(built-in defaults)");
-		conf_free(&srv.conf);
+		conf_free(&cbd.conf);
 		return 1;
 	}
 	if (check && socket_path != NULL && socket_path[0] == '\0') {
 		fprintf(stderr, "cbd: -s: the socket path must not be empty\n");
-		conf_free(&srv.conf);
+		conf_free(&cbd.conf);
 		return 1;
 	}
 	if (check) {
 		printf("cbd: configuration %s is valid\n",
 		    config_path != NULL ? config_path : "(built-in defaults)");
-		conf_free(&srv.conf);
+		conf_free(&cbd.conf);
 		return 0;
 	}
 	if (getenv("CBD_TEST_CLOCK_SKEW_MS") != NULL)
 		clock_set_realtime_skew_ms(strtoll(getenv("CBD_TEST_CLOCK_SKEW_MS"), NULL, 10));
-	srv.conf_path = config_path;
-	srv.socket_override = socket_path;
-	srv.verbose = verbose;
-	log_set_level(verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
-	log_set_timestamps(srv.conf.log_timestamps != 0);
+	cbd.conf_path = config_path;
+	cbd.socket_override = socket_path;
+	cbd.verbose = verbose;
+	log_set_level(verbose ? LOG_LEVEL_DEBUG : (log_level)cbd.conf.log_level);
+	log_set_timestamps(cbd.conf.log_timestamps != 0);
 	log_set_format(
-	    strcmp(srv.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+	    strcmp(cbd.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
 	if (!server_start()) {
 		server_free();
 		libevent_global_shutdown();

@@ -5,6 +5,7 @@
  * errors name the file, the line and the key.
  */
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -27,7 +28,6 @@ static int conf_hash_oom;
 #include "circuit-table.h"
 #include "conf.h"
 #include "log.h"
-#include "metrics.h"
 
 /* A [circuit "NAME"] or [preset "NAME"] section. */
 struct conf_circuit {
@@ -527,7 +527,7 @@ loader_handler(void *user, const char *section, const char *name, const char *va
 		if (!set_cbd_key(cfg, key, value, why, sizeof why))
 			return loader_fail(ld, name, "%s", why);
 		if (strcmp(name, "metrics_listen") == 0 && value[0] != '\0' &&
-		    !metrics_listen_valid(value, &bad))
+		    !conf_metrics_listen_valid(value, &bad))
 			return loader_fail(ld, name, "%s (got \"%s\")", bad, value);
 		if (strcmp(name, "log_format") == 0 && strcmp(value, "text") != 0 &&
 		    strcmp(value, "json") != 0)
@@ -1142,4 +1142,31 @@ conf_keep_fixed(cbd_conf *fresh, const cbd_conf *old)
 		}
 	}
 	return true;
+}
+
+bool
+conf_metrics_listen_valid(const char *addr_text, const char **why)
+{
+	char host[64];
+	const char *colon = strrchr(addr_text, ':');
+	unsigned char addr[16];
+	long port;
+	char *end;
+
+	*why = "must be HOST:PORT with a loopback HOST (127.0.0.1, [::1] or localhost)";
+	if (colon == NULL || (size_t)(colon - addr_text) >= sizeof host || colon == addr_text)
+		return false;
+	memcpy(host, addr_text, (size_t)(colon - addr_text));
+	host[colon - addr_text] = '\0';
+	port = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || end == colon + 1 || port < 1 || port > 65535) {
+		*why = "port must be 1 to 65535";
+		return false;
+	}
+	if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127)
+		return true;
+	*why = "only loopback addresses may serve metrics (127.0.0.0/8, [::1], localhost)";
+	return false;
 }

@@ -146,4 +146,8 @@ size_t conf_fixed_changed(const cbd_conf *fresh, const cbd_conf *old, const char
 /* Is a peer with this uid/gid an admin (uid 0 and cbd's own uid included)? */
 bool conf_is_admin(const cbd_conf *cfg, uid_t uid, gid_t gid);
 
+/* Is text a loopback address:port cbd may serve metrics on? On false,
+ * *why says what is wrong. */
+bool conf_metrics_listen_valid(const char *addr_text, const char **why);
+
 #endif

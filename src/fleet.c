@@ -30,7 +30,7 @@
 #include "fleet-args.h"
 #include "fleet.h"
 #include "log.h"
-#include "server.h"
+#include "daemon.h"
 
 /* The script's text (src/fleet.lua, built into fleet-script.c). */
 extern const char fleet_script_text[];
@@ -216,7 +216,7 @@ timeout_schedule(void)
 		evtimer_del(fleet.timeout_ev);
 		return;
 	}
-	due = fleet.head->sent_ms + srv.conf.redis_timeout_ms - now;
+	due = fleet.head->sent_ms + cbd.conf.redis_timeout_ms - now;
 	if (due < 0)
 		due = 0;
 	tv.tv_sec = (time_t)(due / 1000);
@@ -248,7 +248,7 @@ fleet_lose(const char *why)
 		fleet.stats.degraded++;
 		log_warning("fleet: redis %s: %s; answering from this host's copy of each circuit "
 			    "until it is back",
-		    srv.conf.redis, why);
+		    cbd.conf.redis, why);
 	}
 	fleet.script_ready = false;
 	contexts_free();
@@ -264,7 +264,7 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 	(void)arg;
 	if (fleet.head == NULL)
 		return;
-	if (clock_monotonic_ms() - fleet.head->sent_ms >= srv.conf.redis_timeout_ms) {
+	if (clock_monotonic_ms() - fleet.head->sent_ms >= cbd.conf.redis_timeout_ms) {
 		for (fleet_call *c = fleet.head; c != NULL; c = c->next)
 			if (c->done != NULL)
 				fleet.stats.timeouts++;
@@ -293,7 +293,7 @@ script_queue(fleet_call *call)
 {
 	char keys[3][FLEET_KEY_MAX];
 	const char *argv[8 + FLEET_ARGS];
-	const char *prefix = srv.conf.redis_prefix;
+	const char *prefix = cbd.conf.redis_prefix;
 
 	snprintf(keys[0], sizeof keys[0], "%s{%s}", prefix, call->name);
 	snprintf(keys[1], sizeof keys[1], "%s{%s}:slots", prefix, call->name);
@@ -416,7 +416,7 @@ script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (r == NULL || ac != fleet.main)
 		return;
 	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", srv.conf.redis,
+		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", cbd.conf.redis,
 		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
 		fleet_lose("cannot load the circuit script");
 		return;
@@ -442,9 +442,9 @@ script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (fleet.on_recover != NULL && fleet.outage_since != 0)
 		fleet.on_recover(fleet.outage_since);
 	if (fleet.health == FLEET_DEGRADED)
-		log_info("fleet: redis %s is back; circuits are shared again", srv.conf.redis);
+		log_info("fleet: redis %s is back; circuits are shared again", cbd.conf.redis);
 	else
-		log_info("fleet: redis %s reached; circuits are shared through it", srv.conf.redis);
+		log_info("fleet: redis %s reached; circuits are shared through it", cbd.conf.redis);
 	fleet.health = FLEET_UP;
 	fleet.outage_since = 0;
 }
@@ -458,7 +458,7 @@ auth_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (r == NULL || ac != fleet.main)
 		return;
 	if (r->type == REDIS_REPLY_ERROR) {
-		log_error("fleet: redis %s: AUTH failed: %.200s", srv.conf.redis, r->str);
+		log_error("fleet: redis %s: AUTH failed: %.200s", cbd.conf.redis, r->str);
 		fleet_lose("AUTH failed");
 	}
 }
@@ -536,7 +536,7 @@ context_new(void)
 		redisAsyncFree(ac);
 		return NULL;
 	}
-	if (redisLibeventAttach(ac, srv.base) != REDIS_OK) {
+	if (redisLibeventAttach(ac, cbd.base) != REDIS_OK) {
 		redisAsyncFree(ac);
 		return NULL;
 	}
@@ -634,22 +634,22 @@ fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
 	uint64_t id;
 
 	memset(&fleet, 0, sizeof fleet);
-	if (strcmp(srv.conf.backend, "redis") != 0)
+	if (strcmp(cbd.conf.backend, "redis") != 0)
 		return true;
-	if (!conf_redis_address_parse(srv.conf.redis, &fleet.addr, &why)) {
-		log_error("redis \"%s\": %s", srv.conf.redis, why);
+	if (!conf_redis_address_parse(cbd.conf.redis, &fleet.addr, &why)) {
+		log_error("redis \"%s\": %s", cbd.conf.redis, why);
 		return false;
 	}
-	if (srv.conf.redis_password_file[0] != '\0' && !password_read(srv.conf.redis_password_file))
+	if (cbd.conf.redis_password_file[0] != '\0' && !password_read(cbd.conf.redis_password_file))
 		return false;
 	if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
 		id = (uint64_t)clock_monotonic_us() ^ ((uint64_t)getpid() << 32);
 	snprintf(fleet.origin, sizeof fleet.origin, "%016" PRIx64, id);
-	snprintf(fleet.channel, sizeof fleet.channel, "%sevents", srv.conf.redis_prefix);
+	snprintf(fleet.channel, sizeof fleet.channel, "%sevents", cbd.conf.redis_prefix);
 	fleet.on_event = on_event;
 	fleet.on_recover = on_recover;
-	fleet.timeout_ev = evtimer_new(srv.base, timeout_cb, NULL);
-	fleet.reconnect_ev = evtimer_new(srv.base, reconnect_cb, NULL);
+	fleet.timeout_ev = evtimer_new(cbd.base, timeout_cb, NULL);
+	fleet.reconnect_ev = evtimer_new(cbd.base, reconnect_cb, NULL);
 	if (fleet.timeout_ev == NULL || fleet.reconnect_ev == NULL) {
 		log_error("fleet: out of memory");
 		return false;
@@ -657,8 +657,8 @@ fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
 	fleet.health = FLEET_CONNECTING;
 	/* What opens before Redis is first reached is written back to it. */
 	fleet.outage_since = clock_realtime_ms();
-	log_info("fleet: backend redis %s, key prefix \"%s\", origin %s", srv.conf.redis,
-	    srv.conf.redis_prefix, fleet.origin);
+	log_info("fleet: backend redis %s, key prefix \"%s\", origin %s", cbd.conf.redis,
+	    cbd.conf.redis_prefix, fleet.origin);
 	fleet_connect();
 	return true;
 }

@@ -41,7 +41,7 @@ typedef struct fleet_stats {
 	uint64_t merged; /* circuits written back after an outage */
 	uint64_t written_back; /* operator actions written back after an outage */
 	uint64_t writeback_skipped; /* ... not, the fleet's circuit having changed */
-	uint64_t writeback_dropped; /* ... not remembered: OP_FLEET_WRITEBACK_MAX */
+	uint64_t writeback_dropped; /* ... not remembered: FLEET_SYNC_WRITEBACK_MAX */
 	uint64_t events_in; /* events from other hosts applied */
 	uint64_t events_bad; /* events that could not be read */
 	uint64_t noscript; /* script reloads after NOSCRIPT */

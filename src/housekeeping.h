@@ -17,9 +17,6 @@
 /* Load the state file (when configured) and start the timer. */
 void housekeeping_start(void);
 
-/* Something the state file holds changed: write it soon. */
-void housekeeping_state_changed(void);
-
 /* Stop: wait for a write in progress, then write the state file in
  * process (shutdown). */
 void housekeeping_stop(void);

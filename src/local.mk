@@ -1,41 +1,59 @@
 # SPDX-License-Identifier: Apache-2.0
 # src/local.mk — the pure core shared by cbd and libcbclient, and the daemon.
 
-# The core: state machine, circuit table, codec. One convenience library so
-# the same object code links into cbd, libcbclient and the unit tests.
+# The base both cbd and libcbclient stand on: the clocks.
+noinst_LTLIBRARIES += src/libcbbase.la
+src_libcbbase_la_SOURCES = src/clock.c src/clock.h
+
+# The core (src/core/): state machine, windows, circuit table, codec, the
+# circuit's JSON and the hot path's encoder. Pure: no I/O, no clock read.
+# One convenience library so the same object code links into cbd,
+# libcbclient and the unit tests.
 noinst_LTLIBRARIES += src/libcbcore.la
 src_libcbcore_la_SOURCES = \
-	src/breaker.c src/breaker.h \
-	src/window.c src/window.h \
-	src/circuit-table.c src/circuit-table.h \
-	src/proto.c src/proto.h \
-	src/proto-scan.c src/proto-scan.h \
-	src/clock.c src/clock.h
+	src/core/breaker.c src/core/breaker.h \
+	src/core/window.c src/core/window.h \
+	src/core/circuit-table.c src/core/circuit-table.h \
+	src/core/circuit-json.c src/core/circuit-json.h \
+	src/core/proto.c src/core/proto.h \
+	src/core/proto-scan.c src/core/proto-scan.h \
+	src/core/encode.c src/core/encode.h
 src_libcbcore_la_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 src_libcbcore_la_LIBADD = $(JANSSON_LIBS)
 
-# The daemon. Its modules (all but main) form a convenience library so the
-# unit tests link the same code.
+# The daemon, listed by layer from the bottom (src/LAYERS). Its modules
+# (all but main) form a convenience library so the unit tests link the
+# same code.
 noinst_LTLIBRARIES += src/libcbdaemon.la
 src_libcbdaemon_la_SOURCES = \
-	src/conf.c src/conf.h \
 	src/log.c src/log.h \
-	src/log-limit.c src/log-limit.h \
-	src/stats.c src/stats.h \
-	src/op.c src/op.h src/op-store.c src/op-sidecar.c src/op-admin.c \
-	src/encode.c src/encode.h \
 	src/json-alloc.c src/json-alloc.h \
-	src/server.c src/server.h \
-	src/server-client.c src/server-client.h \
+	src/conf.c src/conf.h \
+	src/daemon.c src/daemon.h \
+	src/stats.c src/stats.h \
+	src/log-limit.c src/log-limit.h \
 	src/persist.c src/persist.h \
-	src/housekeeping.c src/housekeeping.h \
+	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h \
+	src/server-client.c src/server-client.h \
+	src/events.c src/events.h \
+	src/fleet-copy.c src/fleet-copy.h \
+	src/fleet-sync.c src/fleet-sync.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
-	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h src/op-fleet.c
+	src/stats-report.c src/stats-report.h \
+	src/op-call.c src/op-call.h \
+	src/op-circuit.c src/op-circuit.h \
+	src/op-permit.c src/op-permit.h \
+	src/op-list.c src/op-list.h \
+	src/op-service.c src/op-service.h \
+	src/op-fleet.c src/op-fleet.h \
+	src/op.c src/op.h \
+	src/housekeeping.c src/housekeeping.h \
+	src/server.c src/server.h
 nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)
-src_libcbdaemon_la_LIBADD = src/libcbcore.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
+src_libcbdaemon_la_LIBADD = src/libcbcore.la src/libcbbase.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
 	$(HIREDIS_LIBS)
 if HAVE_SYSTEMD
 src_libcbdaemon_la_LIBADD += $(SYSTEMD_LIBS)
@@ -48,7 +66,7 @@ src_cbd_LDADD = src/libcbdaemon.la
 
 # The circuit script of fleet mode, built into cbd as a C string; fenced
 # from clang-format (tests/format.sh checks it too, in- and out-of-tree).
-EXTRA_DIST += src/fleet.lua
+EXTRA_DIST += src/fleet.lua src/LAYERS
 BUILT_SOURCES += src/fleet-script.c
 CLEANFILES += src/fleet-script.c
 src/fleet-script.c: $(srcdir)/src/fleet.lua

@@ -8,8 +8,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "circuit-table.h"
-
 typedef enum log_level {
 	LOG_LEVEL_ERROR = 0,
 	LOG_LEVEL_WARNING,
@@ -20,9 +18,11 @@ typedef enum log_level {
 #define LOG_LEVEL_COUNT 4
 /* Longest log line; longer ones are cut. */
 #define LOG_LINE_MAX 4096
-/* Room for a quoted circuit name: every byte escaped (\xNN), two quotes,
- * NUL. */
-#define LOG_QUOTE_SIZE (4 * CT_NAME_MAX + 3)
+/* Longest text quoted whole: a circuit name (daemon.c
+ * checks CT_NAME_MAX fits). */
+#define LOG_QUOTE_TEXT_MAX 256
+/* Room for a quoted text: every byte escaped (\xNN), two quotes, NUL. */
+#define LOG_QUOTE_SIZE (4 * LOG_QUOTE_TEXT_MAX + 3)
 
 /* Line formats: text ("LEVEL: message"), or one JSON object a line. */
 typedef enum log_format {

@@ -22,8 +22,7 @@
 #include "fleet.h"
 #include "log.h"
 #include "metrics.h"
-#include "op.h"
-#include "server.h"
+#include "daemon.h"
 #include "stats.h"
 
 /* A growing text buffer; nomem sticks once an allocation failed. */
@@ -157,12 +156,13 @@ metrics_text(size_t *len)
 {
 	text_buf t = { 0 };
 	uint64_t by_state[CB_STATE_COUNT] = { 0 }, listed = 0;
-	uint64_t max = (uint64_t)srv.conf.metrics_max_circuits;
+	uint64_t max = (uint64_t)cbd.conf.metrics_max_circuits;
 	int64_t now = clock_realtime_ms();
-	const char *const *names = op_names();
+	size_t op_count;
+	const char *const *names = stats_op_names(&op_count);
 	ct_stats ct;
 
-	circuit_table_stats(srv.table, &ct);
+	circuit_table_stats(cbd.table, &ct);
 	family(&t, "cbd_up", "gauge", "1 while cbd answers.");
 	put(&t, "cbd_up 1\n");
 	family(&t, "cbd_build_info", "gauge", "cbd's version, as a label.");
@@ -171,7 +171,7 @@ metrics_text(size_t *len)
 	put(&t, "cbd_uptime_seconds %.3f\n",
 	    (double)(clock_monotonic_ms() - stats.started_mono) / 1000.0);
 	/* Closed circuits are not pinned: count the pinned ones. */
-	circuit_table_foreach_pinned(srv.table, state_visit, by_state);
+	circuit_table_foreach_pinned(cbd.table, state_visit, by_state);
 	by_state[CB_STATE_CLOSED] =
 	    ct.circuits - by_state[CB_STATE_OPEN] - by_state[CB_STATE_HALF_OPEN];
 	family(&t, "cbd_circuits", "gauge", "Circuits stored, by state.");
@@ -181,7 +181,7 @@ metrics_text(size_t *len)
 	family(&t, "cbd_circuits_held", "gauge", "Circuits held by an operator.");
 	put(&t, "cbd_circuits_held %llu\n", (unsigned long long)ct.held);
 	family(&t, "cbd_requests_total", "counter", "Requests, by op.");
-	for (size_t i = 0; i < op_count(); i++)
+	for (size_t i = 0; i < op_count; i++)
 		put(&t, "cbd_requests_total{op=\"%s\"} %llu\n", names[i],
 		    (unsigned long long)stats.op_requests[i]);
 	family(&t, "cbd_errors_total", "counter", "Error replies, by code.");
@@ -191,7 +191,7 @@ metrics_text(size_t *len)
 	family(&t, "cbd_connections", "gauge", "Client connections open now.");
 	put(&t, "cbd_connections %llu\n", (unsigned long long)stats.connections_current);
 	family(&t, "cbd_slots", "gauge", "Half-open slots (permits) held now.");
-	put(&t, "cbd_slots %llu\n", (unsigned long long)(ct.slots + op_fleet_slots()));
+	put(&t, "cbd_slots %llu\n", (unsigned long long)(ct.slots + stats.fleet_slots));
 	if (fleet_enabled()) {
 		const fleet_stats *f = fleet_counters();
 
@@ -263,7 +263,7 @@ metrics_text(size_t *len)
 		else
 			family(&t, "cbd_circuit_transitions_total", "counter",
 			    "State changes of a circuit since it was created.");
-		listed = circuit_table_foreach_recent(srv.table, now, max, series_visit, &w);
+		listed = circuit_table_foreach_recent(cbd.table, now, max, series_visit, &w);
 	}
 	family(&t, "cbd_metrics_circuits_omitted", "gauge",
 	    "Circuits left out of the per-circuit series (metrics_max_circuits).");
@@ -274,33 +274,6 @@ metrics_text(size_t *len)
 	}
 	*len = t.len;
 	return t.buf;
-}
-
-bool
-metrics_listen_valid(const char *addr_text, const char **why)
-{
-	char host[64];
-	const char *colon = strrchr(addr_text, ':');
-	unsigned char addr[16];
-	long port;
-	char *end;
-
-	*why = "must be HOST:PORT with a loopback HOST (127.0.0.1, [::1] or localhost)";
-	if (colon == NULL || (size_t)(colon - addr_text) >= sizeof host || colon == addr_text)
-		return false;
-	memcpy(host, addr_text, (size_t)(colon - addr_text));
-	host[colon - addr_text] = '\0';
-	port = strtol(colon + 1, &end, 10);
-	if (*end != '\0' || end == colon + 1 || port < 1 || port > 65535) {
-		*why = "port must be 1 to 65535";
-		return false;
-	}
-	if (strcmp(host, "localhost") == 0 || strcmp(host, "[::1]") == 0)
-		return true;
-	if (inet_pton(AF_INET, host, addr) == 1 && addr[0] == 127)
-		return true;
-	*why = "only loopback addresses may serve metrics (127.0.0.0/8, [::1], localhost)";
-	return false;
 }
 
 static struct evhttp *http;
@@ -344,12 +317,12 @@ metrics_http_other(struct evhttp_request *req, void *arg)
 bool
 metrics_http_start(void)
 {
-	const char *listen = srv.conf.metrics_listen, *colon, *why;
+	const char *listen = cbd.conf.metrics_listen, *colon, *why;
 	char host[64];
 
 	if (listen[0] == '\0')
 		return true;
-	if (!metrics_listen_valid(listen, &why)) {
+	if (!conf_metrics_listen_valid(listen, &why)) {
 		log_error("metrics_listen \"%s\": %s", listen, why);
 		return false;
 	}
@@ -359,7 +332,7 @@ metrics_http_start(void)
 		snprintf(host, sizeof host, "::1");
 	else if (strcmp(host, "localhost") == 0)
 		snprintf(host, sizeof host, "127.0.0.1");
-	http = evhttp_new(srv.base);
+	http = evhttp_new(cbd.base);
 	if (http == NULL) {
 		log_error("metrics_listen: out of memory");
 		return false;
@@ -388,17 +361,4 @@ metrics_http_stop(void)
 	if (http != NULL)
 		evhttp_free(http);
 	http = NULL;
-}
-
-bool
-op_metrics(op_call *call)
-{
-	size_t len;
-	char *buf = metrics_text(&len);
-	json_t *body = buf != NULL ? json_stringn(buf, len) : NULL;
-
-	free(buf);
-	if (body == NULL || json_object_set_new(op_reply(call), "text", body) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
 }

@@ -14,11 +14,7 @@
 /* The whole text; NULL when out of memory. Free with free(). */
 char *metrics_text(size_t *len);
 
-/* Is text a loopback address:port cbd may serve metrics on? On false,
- * *why says what is wrong. */
-bool metrics_listen_valid(const char *addr_text, const char **why);
-
-/* Start serving on srv.conf.metrics_listen (when set); false (logged)
+/* Start serving on cbd.conf.metrics_listen (when set); false (logged)
  * when it cannot be bound. */
 bool metrics_http_start(void);
 

@@ -2,12 +2,11 @@
 /*
  * op-fleet.c — the circuit ops in fleet mode (backend = redis): each
  * request becomes one call of the circuit script (src/fleet.lua) through
- * fleet.c; its reply answers the request and refreshes this host's copy
- * of the circuit (the circuit table, which answers while Redis is away);
- * events from other cbds refresh the copy and reach this host's
- * watchers; after an outage, circuits that opened here, holds placed
- * here and an operator's release, delete or unheld set_state made here
- * are written back.
+ * fleet.c, as its row of the op table's fleet column says; the script's
+ * reply answers the request and refreshes this host's copy of the circuit
+ * (fleet-copy.c). While Redis is away this host's copy answers and an
+ * operator's action is remembered for the write-back (fleet-sync.c, which
+ * also takes other cbds' events).
  *
  * A connection whose request waits on Redis reads no further request
  * until it is answered, so replies keep the order of requests. Policy is
@@ -21,16 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <uthash.h>
-
-#include "clock.h"
+#include "daemon.h"
+#include "events.h"
+#include "fleet-copy.h"
+#include "fleet-sync.h"
 #include "fleet.h"
-#include "housekeeping.h"
 #include "log.h"
-#include "op.h"
-#include "server.h"
+#include "op-fleet.h"
 #include "stats.h"
-#include "watch.h"
 
 /* Calls of one request again after the script said the circuit was
  * created with another policy (another cbd created it meanwhile). */
@@ -59,176 +56,7 @@ typedef struct op_pending {
 	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
 } op_pending;
 
-/* Slots held through fleet mode by all connections (bounded by max_slots). */
-static uint64_t fleet_slots_held;
-
-uint64_t
-op_fleet_slots(void)
-{
-	return fleet_slots_held;
-}
 static uint64_t token_counter;
-
-/* --- the script's view of a circuit --- */
-
-static const struct {
-	const char *name;
-	cb_reason reason;
-} reason_names[] = {
-	{ "failure_threshold", CB_REASON_FAILURE_THRESHOLD },
-	{ "failure_rate", CB_REASON_FAILURE_RATE },
-	{ "trial_failed", CB_REASON_TRIAL_FAILED },
-	{ "trial_succeeded", CB_REASON_TRIAL_SUCCEEDED },
-	{ "break_elapsed", CB_REASON_BREAK_ELAPSED },
-	{ "forced", CB_REASON_FORCED },
-	{ "cas", CB_REASON_CAS },
-	{ "held", CB_REASON_HELD },
-	{ "hold_expired", CB_REASON_HOLD_EXPIRED },
-	{ "released", CB_REASON_RELEASED },
-	{ "writeback", CB_REASON_WRITTEN_BACK },
-	{ "merged", CB_REASON_MERGED },
-};
-
-/* The change a script reply or event reports (reason NONE: none). */
-static void
-change_from_json(const json_t *j, ct_change *out)
-{
-	const char *from = json_string_value(json_object_get(j, "from"));
-	const char *to = json_string_value(json_object_get(j, "to"));
-	const char *reason = json_string_value(json_object_get(j, "reason"));
-
-	memset(out, 0, sizeof *out);
-	if (!json_is_object(j) || from == NULL || to == NULL || reason == NULL ||
-	    !breaker_state_parse(from, strlen(from), &out->from) ||
-	    !breaker_state_parse(to, strlen(to), &out->to))
-		return;
-	for (size_t i = 0; i < sizeof reason_names / sizeof reason_names[0]; i++) {
-		if (strcmp(reason, reason_names[i].name) == 0)
-			out->reason = reason_names[i].reason;
-	}
-	if (out->reason == CB_REASON_NONE)
-		out->reason = CB_REASON_FORCED;
-}
-
-/* Parse the canonical text of a declared policy ("" = none). */
-static bool
-declared_parse(const char *text, proto_ctx *out)
-{
-	json_t *wrap, *ctx;
-	proto_error err;
-	bool ok;
-
-	memset(out, 0, sizeof *out);
-	if (text == NULL || text[0] == '\0')
-		return true;
-	ctx = json_loads(text, 0, NULL);
-	wrap = ctx != NULL ? json_pack("{s:o}", "ctx", ctx) : NULL;
-	ok = wrap != NULL && proto_ctx_from_json(wrap, out, &err);
-	json_decref(wrap);
-	return ok;
-}
-
-/* The canonical text of a declared policy: "" for none. NULL: no memory. */
-static char *
-declared_text(const proto_ctx *declared)
-{
-	json_t *obj = declared != NULL ? proto_ctx_members_to_json(declared) : json_object();
-	char *text;
-
-	if (obj == NULL)
-		return NULL;
-	text = json_object_size(obj) == 0 ? strdup("")
-					  : json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS);
-	json_decref(obj);
-	return text;
-}
-
-/* What the script reports of a circuit, as a view. Strings point into
- * j; declared receives the parsed policy; reporters (room for
- * CB_REPORTERS_MAX) stands for the reporters the script counted. */
-static bool
-view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, proto_ctx *declared,
-    cb_reporters *reporters)
-{
-	const json_t *window = json_object_get(j, "window");
-	int64_t break_ms = 0, count;
-	proto_policy_sources sources;
-	const char *preset;
-	proto_error err;
-	cb_policy policy;
-
-	memset(view, 0, sizeof *view);
-	view->hold.until = CB_TIME_NONE;
-	if (!json_is_object(j) || !proto_snapshot_from_json(j, &view->snap, NULL, &err) ||
-	    !declared_parse(json_string_value(json_object_get(j, "declared")), declared) ||
-	    !op_totals_from_json(json_object_get(j, "totals"), &view->totals, &err) ||
-	    !op_hold_from_json(json_object_get(j, "hold"), &view->hold, &err))
-		return false;
-	view->stored = true;
-	view->declared = declared;
-	/* As cb_snapshot keeps it: a break break_backoff grew, 0: the policy's. */
-	conf_policy(&srv.conf, name, declared, &policy, &sources, &preset);
-	proto_get_int(j, "current_break_ms", 0, CB_DURATION_MAX, false, &break_ms, NULL, &err);
-	view->snap.current_break_ms = break_ms;
-	count = json_integer_value(json_object_get(j, "slots"));
-	view->slots = count > 0 ? (uint64_t)count : 0;
-	if (json_is_object(window)) {
-		view->has_window = true;
-		view->window.calls = (uint32_t)json_integer_value(json_object_get(window, "calls"));
-		view->window.failures =
-		    (uint32_t)json_integer_value(json_object_get(window, "failures"));
-		view->window.slow = (uint32_t)json_integer_value(json_object_get(window, "slow"));
-	}
-	count = json_integer_value(json_object_get(j, "reporters"));
-	if (policy.min_reporters > 1) {
-		breaker_reporters_init(reporters, policy.min_reporters);
-		for (uint32_t i = 0; i < reporters->slots && (int64_t)i < count; i++)
-			reporters->r[i] = (cb_reporter){ .id = (int64_t)i + 1, .at = now };
-		view->reporters = reporters;
-	}
-	return true;
-}
-
-/* What copy_apply's view points into besides the JSON it read: valid
- * until the next copy_apply (cbd is single-threaded). */
-static proto_ctx copy_declared;
-static union {
-	cb_reporters r;
-	unsigned char room[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
-} copy_reporters;
-
-/* Make this host's copy of name what the script reports (circuit NULL
- * or null: not stored), log and broadcast its change. *view (may be
- * NULL) receives the script's view. Returns whether circuit was read. */
-static bool
-copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
-    bool deleted_event, ct_view *view)
-{
-	ct_view local;
-	ct_change change;
-
-	if (view == NULL)
-		view = &local;
-	if (circuit == NULL || json_is_null(circuit)) {
-		memset(view, 0, sizeof *view);
-		breaker_snapshot_init(&view->snap);
-		view->hold.until = CB_TIME_NONE;
-		if (circuit_table_delete(srv.table, name) && deleted_event) {
-			housekeeping_state_changed();
-			watch_deleted(name, "deleted");
-		}
-		return true;
-	}
-	if (!view_from_json(name, circuit, now, view, &copy_declared, &copy_reporters.r)) {
-		log_warning("fleet: cannot read the circuit script's view of a circuit");
-		return false;
-	}
-	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
-	circuit_table_restore(srv.table, name, view, clock_realtime_ms());
-	change_from_json(change_json, &change);
-	op_log_change(name, &change);
-	return true;
-}
 
 /* --- requests --- */
 
@@ -276,113 +104,163 @@ pending_call(op_pending *p, const char *script_op, json_t *extra)
 	return ok;
 }
 
-/* The op-specific members of the first script call. NULL and *bad when
- * the request is invalid (call->err), NULL alone when out of memory. */
+/* An op's path through the circuit script: a row of the op table's fleet
+ * column (op-fleet.h). */
+struct op_fleet_path {
+	/* The script's op (NULL: the request names it: record's outcome). */
+	const char *script_op;
+	/* Members of the first script call beyond the common ones, into
+	 * extra; false with *bad (call->err), or alone (out of memory). NULL:
+	 * none. */
+	bool (*args)(op_pending *p, json_t *extra, bool *bad, bool *answered);
+	/* The reply's members from the script's answer; *snapshot when the
+	 * circuit's snapshot follows them. NULL: the snapshot alone. */
+	bool (*reply)(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot);
+	/* May create a circuit: one this host has no copy of needs room for
+	 * one (max_circuits). A failed cas creates nothing. */
+	bool needs_room;
+	/* An operator's action remembered while Redis is away, written back
+	 * when it returns (FLEET_WB_NONE: not one). */
+	int writeback;
+	/* Its answer's missing circuit is its own doing (delete): no deleted
+	 * event from the copy. */
+	bool deletes;
+};
+
+/* record: the outcome is the script's op; a permit's release follows. */
+static bool
+args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	const char *text;
+
+	if (!proto_get_text(call->request, "outcome", true, &text, NULL, &call->err))
+		return *bad = true, false;
+	if (strcmp(text, "success") != 0 && strcmp(text, "failure") != 0 &&
+	    strcmp(text, "ignore") != 0) {
+		proto_fail(&call->err, PROTO_BAD_REQUEST,
+		    "outcome must be \"success\", \"failure\" or \"ignore\"");
+		return *bad = true, false;
+	}
+	p->script_op = text;
+	if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
+		return *bad = true, false;
+	p->permit_next = text != NULL;
+	return true;
+}
+
+/* allow, acquire_slot: the token a slot taken gets. */
+static bool
+args_token(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	snprintf(p->token, sizeof p->token, "%s-%016" PRIx64, fleet_origin(), ++token_counter);
+	return json_object_set_new(extra, "token", json_string(p->token)) == 0;
+}
+
+static bool
+args_release_slot(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	const char *text;
+
+	if (!proto_get_text(p->call.request, "token", true, &text, NULL, &p->call.err))
+		return *bad = true, false;
+	return json_object_set_new(extra, "token", json_string(text)) == 0;
+}
+
+static bool
+args_cas(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	cb_state from, to;
+
+	if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
+	    !proto_get_state(call->request, "to", true, &to, NULL, &call->err) ||
+	    !op_cas_allowed(call, from, to, answered))
+		return *bad = true, false;
+	return json_object_set_new(extra, "from", json_string(breaker_state_name(from))) == 0 &&
+	    json_object_set_new(extra, "to", json_string(breaker_state_name(to))) == 0 &&
+	    json_object_set_new(extra, "admin",
+		json_boolean(server_client_is_admin(call->client))) == 0;
+}
+
+static bool
+args_set_state(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	op_call *call = &p->call;
+	char user[CT_USER_MAX + 1];
+	ct_hold_request req;
+	cb_state state;
+	bool hold;
+
+	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
+	    !op_hold_members(call, state, &hold, &req))
+		return *bad = true, false;
+	op_peer_user(call, user, sizeof user);
+	return json_object_set_new(extra, "state", json_string(breaker_state_name(state))) == 0 &&
+	    (!hold ||
+		json_object_set_new(extra, "hold",
+		    json_pack("{s:I, s:I, s:s, s:o}", "ttl_ms", (json_int_t)req.ttl_ms, "by_uid",
+			(json_int_t)req.by_uid, "by_user", user, "reason",
+			req.reason != NULL ? json_string(req.reason) : json_null())) == 0);
+}
+
+/* The op-specific members of the first script call (its fleet path's).
+ * NULL and *bad when the request is invalid (call->err), NULL alone when
+ * out of memory. */
 static json_t *
 args_for_op(op_pending *p, bool *bad, bool *answered)
 {
-	op_call *call = &p->call;
-	const char *op = call->op->name, *text;
+	const op_fleet_path *path = p->call.op->fleet;
 	json_t *extra = json_object();
-	cb_state from, to, state;
-	ct_hold_request req;
-	char user[CT_USER_MAX + 1];
-	bool hold;
 
 	*bad = *answered = false;
 	if (extra == NULL)
 		return NULL;
-	p->script_op = op;
-	if (strcmp(op, "record_success") == 0)
-		p->script_op = "success";
-	else if (strcmp(op, "record_failure") == 0)
-		p->script_op = "failure";
-	else if (strcmp(op, "record") == 0) {
-		if (!proto_get_text(call->request, "outcome", true, &text, NULL, &call->err))
-			goto bad;
-		if (strcmp(text, "success") != 0 && strcmp(text, "failure") != 0 &&
-		    strcmp(text, "ignore") != 0) {
-			proto_fail(&call->err, PROTO_BAD_REQUEST,
-			    "outcome must be \"success\", \"failure\" or \"ignore\"");
-			goto bad;
-		}
-		p->script_op = text;
-		if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
-			goto bad;
-		p->permit_next = text != NULL;
-	} else if (strcmp(op, "allow") == 0 || strcmp(op, "acquire_slot") == 0) {
-		snprintf(p->token, sizeof p->token, "%s-%016" PRIx64, fleet_origin(),
-		    ++token_counter);
-		if (json_object_set_new(extra, "token", json_string(p->token)) != 0)
-			goto nomem;
-	} else if (strcmp(op, "release_slot") == 0) {
-		if (!proto_get_text(call->request, "token", true, &text, NULL, &call->err))
-			goto bad;
-		if (json_object_set_new(extra, "token", json_string(text)) != 0)
-			goto nomem;
-	} else if (strcmp(op, "cas") == 0) {
-		if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
-		    !proto_get_state(call->request, "to", true, &to, NULL, &call->err) ||
-		    !op_cas_allowed(call, from, to, answered))
-			goto bad;
-		if (json_object_set_new(extra, "from", json_string(breaker_state_name(from))) !=
-			0 ||
-		    json_object_set_new(extra, "to", json_string(breaker_state_name(to))) != 0 ||
-		    json_object_set_new(extra, "admin",
-			json_boolean(server_client_is_admin(call->client))) != 0)
-			goto nomem;
-	} else if (strcmp(op, "set_state") == 0) {
-		if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
-		    !op_hold_members(call, state, &hold, &req))
-			goto bad;
-		op_peer_user(call, user, sizeof user);
-		if (json_object_set_new(extra, "state", json_string(breaker_state_name(state))) !=
-			0 ||
-		    (hold &&
-			json_object_set_new(extra, "hold",
-			    json_pack("{s:I, s:I, s:s, s:o}", "ttl_ms", (json_int_t)req.ttl_ms,
-				"by_uid", (json_int_t)req.by_uid, "by_user", user, "reason",
-				req.reason != NULL ? json_string(req.reason) : json_null())) != 0))
-			goto nomem;
+	p->script_op = path->script_op;
+	if (path->args != NULL && !path->args(p, extra, bad, answered)) {
+		json_decref(extra);
+		return NULL;
 	}
 	return extra;
-bad:
-	*bad = true;
-	json_decref(extra);
-	return NULL;
-nomem:
-	json_decref(extra);
-	return NULL;
 }
 
-bool
-op_fleet_blocked(const server_client *c)
+/* c's blocking bits from its waiting request and requests in flight. */
+static void
+block_update(server_client *c, const op_conn *oc)
 {
-	return c->fleet_wait != NULL || c->fleet_inflight >= OP_FLEET_INFLIGHT_MAX;
+	server_client_block(c, SERVER_CLIENT_BLOCK_REPLY, oc->fleet_wait != NULL);
+	server_client_block(c, SERVER_CLIENT_BLOCK_FULL,
+	    oc->fleet_inflight >= OP_FLEET_INFLIGHT_MAX);
 }
 
 static void
 pending_link(op_pending *p, server_client *c)
 {
+	op_conn *oc = op_conn_peek(c);
+
 	p->prev = NULL;
-	p->next = c->fleet_pending;
-	if (c->fleet_pending != NULL)
-		c->fleet_pending->prev = p;
-	c->fleet_pending = p;
-	c->fleet_inflight++;
+	p->next = oc->fleet_pending;
+	if (oc->fleet_pending != NULL)
+		oc->fleet_pending->prev = p;
+	oc->fleet_pending = p;
+	oc->fleet_inflight++;
+	block_update(c, oc);
 }
 
 static void
 pending_unlink(op_pending *p, server_client *c)
 {
+	op_conn *oc = op_conn_peek(c);
+
 	if (p->prev != NULL)
 		p->prev->next = p->next;
 	else
-		c->fleet_pending = p->next;
+		oc->fleet_pending = p->next;
 	if (p->next != NULL)
 		p->next->prev = p->prev;
 	p->prev = p->next = NULL;
-	c->fleet_inflight--;
+	oc->fleet_inflight--;
+	block_update(c, oc);
 }
 
 static void
@@ -421,10 +299,10 @@ op_fleet_send(op_call *call, bool *answered)
 	/* max_circuits bounds this host's copies: a circuit it has no copy of
 	 * is created only when there is room for one (a failed cas creates
 	 * nothing, so it needs none). */
-	if ((call->op->flags & OP_WRITE) && !call->stored && strcmp(call->op->name, "cas") != 0 &&
-	    !op_status(call, circuit_table_make_room(srv.table, call->clock)))
+	if (call->op->fleet->needs_room && !call->stored &&
+	    !op_status(call, circuit_table_make_room(cbd.table, call->clock)))
 		return false;
-	p = calloc(1, sizeof *p);
+	p = op_conn_of(call->client) != NULL ? calloc(1, sizeof *p) : NULL;
 	if (p == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	/* The call lives in p from here; the dispatcher's copy is neither
@@ -432,7 +310,7 @@ op_fleet_send(op_call *call, bool *answered)
 	p->call = *call;
 	p->request = json_incref((json_t *)call->request);
 	pending_fix(p);
-	p->declared_text = declared_text(call->declared);
+	p->declared_text = fleet_copy_declared_text(call->declared);
 	extra = p->declared_text != NULL ? args_for_op(p, &bad, answered) : NULL;
 	if (extra == NULL || !pending_call(p, p->script_op, extra)) {
 		bool ok = extra != NULL || *answered;
@@ -463,8 +341,10 @@ op_fleet_send(op_call *call, bool *answered)
 	/* A reply must keep its place among the connection's replies; a
 	 * noreply request has none to keep (Redis runs the connection's
 	 * calls in order all the same). */
-	if (!call->noreply)
-		call->client->fleet_wait = p;
+	if (!call->noreply) {
+		op_conn_peek(call->client)->fleet_wait = p;
+		block_update(call->client, op_conn_peek(call->client));
+	}
 	return true;
 }
 
@@ -476,11 +356,12 @@ slot_note(op_pending *p, const char *token)
 {
 	server_client *c = p->call.client;
 	size_t len = strlen(p->call.name);
+	op_conn *oc = c != NULL ? op_conn_peek(c) : NULL;
 	op_fleet_slot *s;
 
-	if (c == NULL)
+	if (oc == NULL)
 		return;
-	if (fleet_slots_held >= (uint64_t)srv.conf.max_slots) {
+	if (stats.fleet_slots >= (uint64_t)cbd.conf.max_slots) {
 		stats_limit_hit(STATS_LIMIT_SLOTS);
 		return;
 	}
@@ -489,105 +370,164 @@ slot_note(op_pending *p, const char *token)
 		return; /* it goes back by its ttl */
 	snprintf(s->token, sizeof s->token, "%s", token);
 	memcpy(s->name, p->call.name, len + 1);
-	s->next = c->fleet_slots;
-	c->fleet_slots = s;
-	fleet_slots_held++;
+	s->next = oc->fleet_slots;
+	oc->fleet_slots = s;
+	stats.fleet_slots++;
 }
 
 static void
 slot_forget(server_client *c, const char *token)
 {
-	for (op_fleet_slot **sp = &c->fleet_slots; *sp != NULL; sp = &(*sp)->next) {
+	op_conn *oc = op_conn_peek(c);
+
+	if (oc == NULL)
+		return;
+	for (op_fleet_slot **sp = &oc->fleet_slots; *sp != NULL; sp = &(*sp)->next) {
 		if (strcmp((*sp)->token, token) == 0) {
 			op_fleet_slot *s = *sp;
 
 			*sp = s->next;
 			free(s);
-			fleet_slots_held--;
+			stats.fleet_slots--;
 			return;
 		}
 	}
 }
 
-/* The reply of p's request from the script's answer. */
+/* The out-of-memory answer of a reply function. */
+static bool
+reply_nomem(op_pending *p)
+{
+	return proto_fail(&p->call.err, PROTO_INTERNAL, "out of memory");
+}
+
+static bool
+reply_get(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	return json_object_set_new(op_reply(&p->call), "stored", json_boolean(view->stored)) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_allow(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	json_t *r = op_reply(&p->call);
+	const json_t *permit = json_object_get(reply, "permit");
+	bool allowed = json_is_true(json_object_get(reply, "allowed"));
+
+	*snapshot = false;
+	if (json_object_set_new(r, "allowed", json_boolean(allowed)) != 0 ||
+	    json_object_set_new(r, "state", json_string(breaker_state_name(view->snap.state))) !=
+		0 ||
+	    (json_is_object(permit) &&
+		(json_object_set(r, "permit", json_object_get(permit, "token")) != 0 ||
+		    json_object_set(r, "expires_at", json_object_get(permit, "expires_at")) !=
+			0)) ||
+	    (!allowed &&
+		json_object_set(r, "retry_after_ms", json_object_get(reply, "retry_after_ms")) !=
+		    0))
+		return reply_nomem(p);
+	if (json_is_object(permit))
+		slot_note(p, p->token);
+	return true;
+}
+
+static bool
+reply_acquire_slot(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	json_t *r = op_reply(&p->call);
+	const json_t *permit = json_object_get(reply, "permit");
+	bool acquired = json_is_true(json_object_get(reply, "acquired"));
+
+	*snapshot = false;
+	if (json_object_set_new(r, "acquired", json_boolean(acquired)) != 0 ||
+	    (acquired && json_is_object(permit) &&
+		(json_object_set(r, "token", json_object_get(permit, "token")) != 0 ||
+		    json_object_set(r, "expires_at", json_object_get(permit, "expires_at")) != 0)))
+		return reply_nomem(p);
+	if (acquired)
+		slot_note(p, p->token);
+	return true;
+}
+
+static bool
+reply_release_slot(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	op_call *call = &p->call;
+	const char *token = json_string_value(json_object_get(call->request, "token"));
+
+	*snapshot = false;
+	if (call->client != NULL && token != NULL)
+		slot_forget(call->client, token);
+	return json_object_set(op_reply(call), "released", json_object_get(reply, "released")) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_delete(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	op_call *call = &p->call;
+	bool existed = json_is_true(json_object_get(reply, "existed"));
+
+	*snapshot = false;
+	if (existed) {
+		op_audit(call, "deleted", NULL);
+		events_deleted(call->name);
+	}
+	return json_object_set_new(op_reply(call), "existed", json_boolean(existed)) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_cas(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	return json_object_set(op_reply(&p->call), "applied", json_object_get(reply, "applied")) ==
+		0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_release(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	if (json_is_true(json_object_get(reply, "released")))
+		op_audit(&p->call, "released the hold of", NULL);
+	return json_object_set(op_reply(&p->call), "released",
+		   json_object_get(reply, "released")) == 0
+	    ? true
+	    : reply_nomem(p);
+}
+
+static bool
+reply_set_state(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
+{
+	op_call *call = &p->call;
+	cb_state state;
+	ct_hold_request req;
+	bool hold;
+
+	if (proto_get_state(call->request, "state", true, &state, NULL, &call->err) &&
+	    op_hold_members(call, state, &hold, &req))
+		op_audit_set_state(call, state, hold, &req);
+	return true;
+}
+
+/* The reply of p's request from the script's answer: its fleet path's
+ * members, then (most ops) the circuit's snapshot. */
 static bool
 pending_reply(op_pending *p, const json_t *reply, const ct_view *view)
 {
-	op_call *call = &p->call;
-	const char *op = call->op->name;
-	json_t *r = op_reply(call);
-	const json_t *permit = json_object_get(reply, "permit");
-	bool existed = json_is_true(json_object_get(reply, "existed"));
+	const op_fleet_path *path = p->call.op->fleet;
+	bool snapshot = true;
 
-	if (strcmp(op, "get") == 0) {
-		if (json_object_set_new(r, "stored", json_boolean(view->stored)) != 0)
-			goto nomem;
-	} else if (strcmp(op, "allow") == 0) {
-		bool allowed = json_is_true(json_object_get(reply, "allowed"));
-
-		if (json_object_set_new(r, "allowed", json_boolean(allowed)) != 0 ||
-		    json_object_set_new(r, "state",
-			json_string(breaker_state_name(view->snap.state))) != 0 ||
-		    (json_is_object(permit) &&
-			(json_object_set(r, "permit", json_object_get(permit, "token")) != 0 ||
-			    json_object_set(r, "expires_at",
-				json_object_get(permit, "expires_at")) != 0)) ||
-		    (!allowed &&
-			json_object_set(r, "retry_after_ms",
-			    json_object_get(reply, "retry_after_ms")) != 0))
-			goto nomem;
-		if (json_is_object(permit))
-			slot_note(p, p->token);
+	if (path->reply != NULL && !path->reply(p, reply, view, &snapshot))
+		return false;
+	if (!snapshot)
 		return true;
-	} else if (strcmp(op, "acquire_slot") == 0) {
-		bool acquired = json_is_true(json_object_get(reply, "acquired"));
-
-		if (json_object_set_new(r, "acquired", json_boolean(acquired)) != 0 ||
-		    (acquired && json_is_object(permit) &&
-			(json_object_set(r, "token", json_object_get(permit, "token")) != 0 ||
-			    json_object_set(r, "expires_at",
-				json_object_get(permit, "expires_at")) != 0)))
-			goto nomem;
-		if (acquired)
-			slot_note(p, p->token);
-		return true;
-	} else if (strcmp(op, "release_slot") == 0) {
-		const char *token = json_string_value(json_object_get(call->request, "token"));
-
-		if (call->client != NULL && token != NULL)
-			slot_forget(call->client, token);
-		return json_object_set(r, "released", json_object_get(reply, "released")) == 0
-		    ? true
-		    : proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	} else if (strcmp(op, "delete") == 0) {
-		if (existed) {
-			op_audit(call, "deleted", NULL);
-			housekeeping_state_changed();
-			watch_deleted(call->name, "deleted");
-		}
-		return json_object_set_new(r, "existed", json_boolean(existed)) == 0
-		    ? true
-		    : proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	} else if (strcmp(op, "cas") == 0) {
-		if (json_object_set(r, "applied", json_object_get(reply, "applied")) != 0)
-			goto nomem;
-	} else if (strcmp(op, "release") == 0) {
-		if (json_is_true(json_object_get(reply, "released")))
-			op_audit(call, "released the hold of", NULL);
-		if (json_object_set(r, "released", json_object_get(reply, "released")) != 0)
-			goto nomem;
-	} else if (strcmp(op, "set_state") == 0) {
-		cb_state state;
-		ct_hold_request req;
-		bool hold;
-
-		if (proto_get_state(call->request, "state", true, &state, NULL, &call->err) &&
-		    op_hold_members(call, state, &hold, &req))
-			op_audit_set_state(call, state, hold, &req);
-	}
-	return op_reply_snapshot(call, "snapshot", view);
-nomem:
-	return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return op_reply_snapshot(&p->call, "snapshot", view);
 }
 
 /* Answer p (ok or call->err), resume its connection, free p. */
@@ -597,15 +537,16 @@ pending_finish(op_pending *p, bool ok)
 	server_client *c = p->call.client;
 
 	if (c != NULL) {
-		bool was_blocked = op_fleet_blocked(c);
+		op_conn *oc = op_conn_peek(c);
+		bool was_blocked = server_client_waiting(c);
 
 		ok = ok && op_reply_conflicts(&p->call);
 		op_finish(&p->call, ok);
 		p->call.reply = NULL;
-		if (c->fleet_wait == p)
-			c->fleet_wait = NULL;
+		if (oc->fleet_wait == p)
+			oc->fleet_wait = NULL;
 		pending_unlink(p, c);
-		if (was_blocked && !op_fleet_blocked(c))
+		if (was_blocked && !server_client_waiting(c))
 			server_client_resume(c);
 	}
 	pending_free(p);
@@ -635,13 +576,13 @@ pending_done(const json_t *reply, void *arg)
 	p->in_flight--;
 	/* Events this request causes reach its connection after its reply. */
 	if (call->client != NULL)
-		watch_request_begin(call->client);
+		op_begin(call->client);
 	if (call->client == NULL) {
 		/* The connection closed: nothing to answer (its slots went back
 		 * when it closed), but what the call did in Redis reaches this
 		 * host's copy and its watchers all the same. */
 		if (reply != NULL && !json_is_true(json_object_get(reply, "mismatch")))
-			copy_apply(call->name, json_object_get(reply, "circuit"),
+			fleet_copy_apply(call->name, json_object_get(reply, "circuit"),
 			    json_object_get(reply, "change"),
 			    json_is_integer(json_object_get(reply, "now"))
 				? json_integer_value(json_object_get(reply, "now"))
@@ -663,14 +604,14 @@ pending_done(const json_t *reply, void *arg)
 		json_t *extra;
 
 		if (p->first != NULL || p->retries++ >= FLEET_MISMATCH_RETRIES ||
-		    !declared_parse(stored, &p->declared)) {
+		    !fleet_copy_declared_parse(stored, &p->declared)) {
 			pending_local(p);
 			return;
 		}
 		free(p->declared_text);
 		p->declared_text = strdup(stored != NULL ? stored : "");
 		call->declared = &p->declared;
-		conf_policy(&srv.conf, call->name, &p->declared, &call->policy, &call->sources,
+		conf_policy(&cbd.conf, call->name, &p->declared, &call->policy, &call->sources,
 		    &call->preset);
 		call->conflicts = proto_policy_conflicts(&call->ctx, &call->policy, call->preset);
 		extra = p->declared_text != NULL ? args_for_op(p, &bad, &answered) : NULL;
@@ -710,22 +651,22 @@ pending_done(const json_t *reply, void *arg)
 
 		if (permit != NULL)
 			slot_forget(call->client, permit);
-		copy_apply(call->name, json_object_get(p->first, "circuit"),
+		fleet_copy_apply(call->name, json_object_get(p->first, "circuit"),
 		    json_object_get(p->first, "change"), call->now, false, NULL);
 	}
 	/* Time and retry_after_ms as the fleet's clock says. */
 	if (json_is_integer(json_object_get(reply, "now")))
 		call->now = json_integer_value(json_object_get(reply, "now"));
 	circuit = json_object_get(reply, "circuit");
-	if (!copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
-		strcmp(call->op->name, "delete") != 0, &view)) {
+	if (!fleet_copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
+		!call->op->fleet->deletes, &view)) {
 		pending_local(p);
 		return;
 	}
 	if (view.stored) {
 		/* The policy the circuit really has (declared by its creator). */
 		call->declared = view.declared;
-		conf_policy(&srv.conf, call->name, view.declared, &call->policy, &call->sources,
+		conf_policy(&cbd.conf, call->name, view.declared, &call->policy, &call->sources,
 		    &call->preset);
 	}
 	pending_finish(p, pending_reply(p, reply, &view));
@@ -734,18 +675,20 @@ pending_done(const json_t *reply, void *arg)
 void
 op_fleet_client_closed(server_client *c)
 {
+	op_conn *oc = op_conn_peek(c);
 	op_fleet_slot *s, *next;
 
 	/* Their calls still run in Redis; nothing is answered. */
-	while (c->fleet_pending != NULL) {
-		op_pending *p = c->fleet_pending;
+	while (oc->fleet_pending != NULL) {
+		op_pending *p = oc->fleet_pending;
 
 		pending_unlink(p, c);
 		p->call.client = NULL;
 		p->call.table.owner = NULL;
 	}
-	c->fleet_wait = NULL;
-	for (s = c->fleet_slots; s != NULL; s = next) {
+	oc->fleet_wait = NULL;
+	block_update(c, oc);
+	for (s = oc->fleet_slots; s != NULL; s = next) {
 		json_t *args = json_pack("{s:s, s:s}", "token", s->token, "declared", "");
 
 		next = s->next;
@@ -754,440 +697,57 @@ op_fleet_client_closed(server_client *c)
 			fleet_call_script("release_slot", s->name, args, NULL, NULL);
 		json_decref(args);
 		free(s);
-		fleet_slots_held--;
+		stats.fleet_slots--;
 	}
-	c->fleet_slots = NULL;
-}
-
-/* --- operator actions made while Redis is away --- */
-
-typedef enum wb_action {
-	WB_RELEASE, /* ends the hold the circuit had */
-	WB_DELETE,
-	WB_SET_STATE, /* unheld: forces state, clears a hold */
-} wb_action;
-
-/* A circuit as this host knew it (a hold is identified by its state,
- * since, by_uid and by_user). */
-typedef struct wb_known {
-	int64_t opened_at; /* CB_TIME_NONE: none */
-	bool held;
-	cb_state hold_state;
-	int64_t hold_since;
-	int64_t hold_by_uid;
-	char hold_by_user[CT_USER_MAX + 1];
-} wb_known;
-
-/* What an operator did to one circuit on this host while Redis was away,
- * against the circuit as this host knew it before the first such action. */
-typedef struct wb_entry {
-	UT_hash_handle hh;
-	wb_action action; /* the last action (see wb_note) */
-	cb_state state; /* WB_SET_STATE: the state forced */
-	int64_t at; /* the action's decision clock */
-	wb_known known;
-	char name[];
-} wb_entry;
-
-static wb_entry *wb_entries;
-static uint64_t wb_count;
-static bool wb_full_logged; /* OP_FLEET_WRITEBACK_MAX reached: logged */
-
-/* The circuit as this host knows it (view) into k. */
-static void
-wb_known_read(wb_known *k, const ct_view *view)
-{
-	k->opened_at = view->stored ? view->snap.opened_at : CB_TIME_NONE;
-	k->held = view->hold.held;
-	k->hold_state = view->hold.state;
-	k->hold_since = view->hold.since;
-	k->hold_by_uid = view->hold.by_uid;
-	snprintf(k->hold_by_user, sizeof k->hold_by_user, "%s",
-	    view->hold.held && view->hold.by_user != NULL ? view->hold.by_user : "");
-}
-
-/* Keep e (a new entry) unless OP_FLEET_WRITEBACK_MAX are kept already. */
-static void
-wb_add(wb_entry *e)
-{
-	fleet_stats *counters = (fleet_stats *)fleet_counters();
-
-	if (wb_count >= OP_FLEET_WRITEBACK_MAX) {
-		counters->writeback_dropped++;
-		if (!wb_full_logged)
-			log_warning("fleet: an operator changed %d circuits while redis is away; "
-				    "changes to more are not written back",
-			    OP_FLEET_WRITEBACK_MAX);
-		wb_full_logged = true;
-		free(e);
-		return;
-	}
-	HASH_ADD_KEYPTR(hh, wb_entries, e->name, strlen(e->name), e);
-	wb_count++;
-}
-
-static void
-wb_remove(wb_entry *e)
-{
-	HASH_DEL(wb_entries, e);
-	wb_count--;
-}
-
-/* Remember an operator's action on name (before: the circuit before it).
- * hold_placed: a held set_state, which merge writes back; it is noted
- * only when it replaced a hold (as a release of that one). Every noted
- * action ends the hold the circuit had, so a later release ends a hold
- * placed here since, which the fleet never had: the earlier action stays.
- * A later delete or unheld set_state supersedes the earlier action; what
- * the fleet must match stays what this host knew before the first. */
-static void
-wb_note(const char *name, wb_action action, cb_state state, int64_t at, const wb_known *before,
-    bool hold_placed)
-{
-	size_t len = strlen(name);
-	wb_entry *e;
-
-	HASH_FIND(hh, wb_entries, name, len, e);
-	if (hold_placed) {
-		if (e != NULL || !before->held)
-			return;
-		action = WB_RELEASE;
-	}
-	if (e != NULL) {
-		if (action != WB_RELEASE) {
-			e->action = action;
-			e->state = state;
-			e->at = at;
-		}
-		return;
-	}
-	if (action == WB_RELEASE && !before->held)
-		return; /* nothing released */
-	e = calloc(1, sizeof *e + len + 1);
-	if (e == NULL)
-		return; /* not written back */
-	memcpy(e->name, name, len + 1);
-	e->action = action;
-	e->state = state;
-	e->at = at;
-	e->known = *before;
-	wb_add(e);
+	oc->fleet_slots = NULL;
 }
 
 bool
 op_fleet_local(op_call *call)
 {
-	const char *op = call->op->name;
+	const op_fleet_path *path = call->op->fleet;
 	ct_hold_request req;
 	ct_change change;
 	ct_view view;
-	wb_known before;
+	fleet_wb_known before;
 	cb_state state = CB_STATE_CLOSED;
 	bool hold = false;
 	int64_t now;
 
-	if (call->name == NULL || fleet_up() ||
-	    (strcmp(op, "release") != 0 && strcmp(op, "delete") != 0 &&
-		strcmp(op, "set_state") != 0))
+	if (call->name == NULL || fleet_up() || path->writeback == FLEET_WB_NONE)
 		return call->op->handler(call);
 	/* The circuit before the action (a lapsed hold ends here, as the
 	 * action would end it); delete has no ctx, so no ctx.now. */
 	now = (call->op->flags & OP_CTX) ? call->now : call->clock;
-	circuit_table_get(srv.table, call->name, now, &view, &change);
-	op_log_change(call->name, &change);
-	wb_known_read(&before, &view);
+	circuit_table_get(cbd.table, call->name, now, &view, &change);
+	events_changed(call->name, &change);
+	fleet_sync_known_read(&before, &view);
 	if (!call->op->handler(call))
 		return false;
-	if (strcmp(op, "set_state") == 0 &&
+	if (path->writeback == FLEET_WB_SET_STATE &&
 	    (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
 		!op_hold_members(call, state, &hold, &req)))
 		return true; /* answered: it was read once already */
-	wb_note(call->name,
-	    strcmp(op, "release") == 0      ? WB_RELEASE
-		: strcmp(op, "delete") == 0 ? WB_DELETE
-					    : WB_SET_STATE,
-	    state, now, &before, hold);
+	fleet_sync_note(call->name, (fleet_wb_action)path->writeback, state, now, &before, hold);
 	return true;
 }
 
-void
-op_fleet_free(void)
-{
-	wb_entry *e, *tmp;
+/* --- the op table's fleet column --- */
 
-	HASH_ITER (hh, wb_entries, e, tmp) {
-		wb_remove(e);
-		free(e);
-	}
-	wb_full_logged = false;
-}
-
-/* This host's copy of name becomes the fleet's circuit after a
- * write-back. The operator's action was logged and sent to watchers when
- * it was made here; a state the fleet's circuit has otherwise (the
- * write-back skipped, or the copy moved on since) is news here. A copy
- * the fleet no longer stores goes quietly: watchers saw the delete, and
- * a circuit that opened here since comes back by its merge. */
-static void
-wb_copy_refresh(const char *name, const json_t *circuit)
-{
-	const char *to = json_string_value(json_object_get(circuit, "state"));
-	int64_t now = clock_realtime_ms();
-	json_t *change = NULL;
-	ct_change lapsed;
-	ct_view local;
-
-	circuit_table_get(srv.table, name, now, &local, &lapsed);
-	op_log_change(name, &lapsed);
-	if (to != NULL && strcmp(to, breaker_state_name(local.snap.state)) != 0)
-		change = json_pack("{s:s, s:s, s:s}", "from", breaker_state_name(local.snap.state),
-		    "to", to, "reason", "merged");
-	copy_apply(name, circuit, change, now, false, NULL);
-	json_decref(change);
-}
-
-/* The write-back of e answered (reply NULL: Redis went away again, e is
- * kept for the next recovery). */
-static void
-wb_done(const json_t *reply, void *arg)
-{
-	fleet_stats *counters = (fleet_stats *)fleet_counters();
-	wb_entry *e = arg, *newer;
-
-	if (reply == NULL) {
-		HASH_FIND(hh, wb_entries, e->name, strlen(e->name), newer);
-		if (newer == NULL) {
-			wb_add(e);
-			return;
-		}
-		/* e came first: as wb_note would have kept them, against what
-		 * e knew (a release after e ended a hold placed since). */
-		if (newer->action == WB_RELEASE) {
-			newer->action = e->action;
-			newer->state = e->state;
-			newer->at = e->at;
-		}
-		newer->known = e->known;
-		free(e);
-		return;
-	}
-	if (json_is_true(json_object_get(reply, "applied")))
-		counters->written_back++;
-	else {
-		counters->writeback_skipped++;
-		log_info("fleet: %s made on circuit \"%s\" while redis was away is not written "
-			 "back: the fleet's circuit changed meanwhile",
-		    e->action == WB_RELEASE      ? "a release"
-			: e->action == WB_DELETE ? "a delete"
-						 : "a forced state",
-		    e->name);
-	}
-	wb_copy_refresh(e->name, json_object_get(reply, "circuit"));
-	free(e);
-}
-
-/* The script call that writes e back. NULL: no memory. */
-static json_t *
-wb_args(const wb_entry *e)
-{
-	static const char *const actions[] = { "release", "delete", "set_state" };
-	proto_policy_sources sources;
-	const char *preset;
-	cb_policy policy;
-	ct_change change;
-	ct_view view;
-	json_t *known;
-	const wb_known *k = &e->known;
-
-	/* The policy only bounds how long Redis keeps a forced open circuit. */
-	circuit_table_get(srv.table, e->name, clock_realtime_ms(), &view, &change);
-	op_log_change(e->name, &change);
-	conf_policy(&srv.conf, e->name, view.declared, &policy, &sources, &preset);
-	known = json_pack("{s:o, s:o}", "opened_at",
-	    k->opened_at != CB_TIME_NONE ? json_integer(k->opened_at) : json_null(), "hold",
-	    k->held ? json_pack("{s:s, s:I, s:I, s:s}", "state", breaker_state_name(k->hold_state),
-			  "since", (json_int_t)k->hold_since, "by_uid", (json_int_t)k->hold_by_uid,
-			  "by_user", k->hold_by_user)
-		    : json_null());
-	if (known == NULL)
-		return NULL;
-	return json_pack("{s:o, s:s, s:s, s:I, s:o}", "policy", proto_policy_flat_json(&policy),
-	    "action", actions[e->action], "state", breaker_state_name(e->state), "at",
-	    (json_int_t)e->at, "known", known);
-}
-
-/* Send every remembered action to Redis (recovery); those that cannot be
- * sent stay for the next. Returns how many were sent. */
-static uint64_t
-wb_send_all(void)
-{
-	wb_entry *e, *tmp;
-	uint64_t sent = 0;
-
-	HASH_ITER (hh, wb_entries, e, tmp) {
-		json_t *args = wb_args(e);
-
-		if (args != NULL &&
-		    fleet_call_script("writeback", e->name, args, wb_done, e) != NULL) {
-			wb_remove(e);
-			sent++;
-		}
-		json_decref(args);
-	}
-	wb_full_logged = false;
-	return sent;
-}
-
-/* --- events and recovery --- */
-
-/* An event applied from the fleet: the circuit as a get read it after
- * the event arrived (events and this host's own replies travel on two
- * connections; reading the circuit again on the script connection keeps
- * this host's copy from going back to an older state). */
-static void
-event_apply_now(const json_t *event, const json_t *circuit)
-{
-	const char *name = json_string_value(json_object_get(event, "name"));
-
-	copy_apply(name, circuit, json_object_get(event, "change"),
-	    json_is_integer(json_object_get(event, "now"))
-		? json_integer_value(json_object_get(event, "now"))
-		: clock_realtime_ms(),
-	    true, NULL);
-}
-
-static void
-event_read_done(const json_t *reply, void *arg)
-{
-	json_t *event = arg;
-
-	/* Redis gone meanwhile (or the read failed): the event's own view. */
-	if (reply == NULL || json_is_true(json_object_get(reply, "mismatch")))
-		event_apply_now(event, json_object_get(event, "circuit"));
-	else
-		event_apply_now(event, json_object_get(reply, "circuit"));
-	json_decref(event);
-}
-
-static void
-event_apply(const json_t *event)
-{
-	const char *name = json_string_value(json_object_get(event, "name"));
-	const json_t *circuit = json_object_get(event, "circuit");
-	proto_policy_sources sources;
-	proto_ctx declared;
-	const char *preset, *why;
-	cb_policy policy;
-	json_t *args, *kept;
-
-	if (name == NULL || !proto_name_valid(name, strlen(name), &why))
-		return;
-	/* A get never creates and, sent without "declared", never
-	 * mismatches; the policy only shapes what it reads. */
-	declared_parse(json_string_value(json_object_get(circuit, "declared")), &declared);
-	conf_policy(&srv.conf, name, &declared, &policy, &sources, &preset);
-	/* At the event's own clock (ctx.now of the request that caused it,
-	 * else Redis's then): a read at another time could end holds or
-	 * slots early. */
-	args = json_pack("{s:o, s:O}", "policy", proto_policy_flat_json(&policy), "now",
-	    json_object_get(event, "now") != NULL ? json_object_get(event, "now") : json_null());
-	kept = json_deep_copy(event);
-	if (args != NULL && kept != NULL &&
-	    fleet_call_script("get", name, args, event_read_done, kept) != NULL) {
-		json_decref(args);
-		return;
-	}
-	json_decref(args);
-	json_decref(kept);
-	event_apply_now(event, circuit);
-}
-
-static void
-merge_done(const json_t *reply, void *arg)
-{
-	char *name = arg;
-
-	/* This host's copy was in that state already (it opened or was held
-	 * here): refreshed, not logged or sent to watchers a second time. */
-	if (reply != NULL)
-		copy_apply(name, json_object_get(reply, "circuit"), NULL, clock_realtime_ms(),
-		    false, NULL);
-	free(name);
-}
-
-typedef struct merge_walk {
-	int64_t since;
-	uint64_t sent;
-} merge_walk;
-
-/* Write back one circuit that opened here during the outage, or that an
- * operator held here then. */
-static void
-merge_visit(const char *name, const ct_view *view, void *arg)
-{
-	merge_walk *w = arg;
-	proto_policy_sources sources;
-	const char *preset;
-	cb_policy policy;
-	bool held_here = view->hold.held && view->hold.since >= w->since;
-	char *text, *copy;
-	json_t *args, *circuit;
-
-	/* Opened here during the outage, or held here by an operator then. */
-	if (!held_here &&
-	    (view->snap.state != CB_STATE_OPEN || view->hold.held ||
-		view->snap.opened_at < w->since))
-		return;
-	conf_policy(&srv.conf, name, view->declared, &policy, &sources, &preset);
-	text = declared_text(view->declared);
-	copy = strdup(name);
-	/* The copy's snapshot, its raw current_break_ms and, when an operator
-	 * held it here, the hold. */
-	circuit = proto_snapshot_to_json(name, &view->snap, 0);
-	if (circuit != NULL &&
-	    (json_object_set_new(circuit, "current_break_ms",
-		 json_integer(view->snap.current_break_ms)) != 0 ||
-		(held_here &&
-		    json_object_set_new(circuit, "hold", op_hold_json(&view->hold)) != 0))) {
-		json_decref(circuit);
-		circuit = NULL;
-	}
-	args = text != NULL && circuit != NULL
-	    ? json_pack("{s:o, s:s, s:O}", "policy", proto_policy_flat_json(&policy), "declared",
-		  text, "circuit", circuit)
-	    : NULL;
-	json_decref(circuit);
-	if (args != NULL && copy != NULL &&
-	    fleet_call_script("merge", name, args, merge_done, copy) != NULL) {
-		copy = NULL;
-		w->sent++;
-	}
-	free(copy);
-	free(text);
-	json_decref(args);
-}
-
-static void
-recover(int64_t outage_since)
-{
-	merge_walk w = { .since = outage_since };
-	fleet_stats *counters = (fleet_stats *)fleet_counters();
-	uint64_t actions;
-
-	/* An operator's actions first: a hold placed here after a release
-	 * must find the released one gone, a circuit opened here after a
-	 * delete must find the deleted one gone. */
-	actions = wb_send_all();
-	circuit_table_foreach_pinned(srv.table, merge_visit, &w);
-	counters->merged += w.sent;
-	if (w.sent > 0 || actions > 0)
-		log_info("fleet: wrote back %llu circuits that opened or were held and %llu "
-			 "releases, deletes or forced states made while redis was away",
-		    (unsigned long long)w.sent, (unsigned long long)actions);
-}
-
-bool
-op_fleet_start(void)
-{
-	return fleet_start(event_apply, recover);
-}
+const op_fleet_path op_fleet_get = { "get", NULL, reply_get, false, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_record_success = { "success", NULL, NULL, true, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_record_failure = { "failure", NULL, NULL, true, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_record = { NULL, args_record, NULL, true, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_allow = { "allow", args_token, reply_allow, true, FLEET_WB_NONE,
+	false };
+const op_fleet_path op_fleet_acquire_slot = { "acquire_slot", args_token, reply_acquire_slot, true,
+	FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_release_slot = { "release_slot", args_release_slot, reply_release_slot,
+	false, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_cas = { "cas", args_cas, reply_cas, false, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_set_state = { "set_state", args_set_state, reply_set_state, true,
+	FLEET_WB_SET_STATE, false };
+const op_fleet_path op_fleet_delete = { "delete", NULL, reply_delete, false, FLEET_WB_DELETE,
+	true };
+const op_fleet_path op_fleet_release = { "release", NULL, reply_release, false, FLEET_WB_RELEASE,
+	false };

@@ -1,75 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * op.h — the op table of protocol 2 and the dispatcher: one request line
- * in, one reply appended to the connection's output.
+ * in, one reply appended to the connection's output. The rows name the
+ * handlers of the op-*.c rooms below it.
  */
 #ifndef CBD_OP_H
 #define CBD_OP_H
 
-#include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
-#include <jansson.h>
-
-#include "breaker.h"
-#include "circuit-table.h"
-#include "encode.h"
-#include "proto.h"
+#include "op-call.h"
 #include "server-client.h"
-
-/* Op flags. */
-#define OP_ADMIN 0x1u /* only for admin peers */
-#define OP_WRITE 0x2u /* may store state, so may answer capacity */
-#define OP_NAME 0x4u /* needs a valid "name" */
-#define OP_CTX 0x8u /* reads ctx: policy and now resolved before the handler */
-#define OP_REPLIES 0x10u /* always answered: "noreply" is ignored */
-#define OP_FLEET 0x20u /* a circuit op: run by the circuit script in fleet mode */
-/* Reads its request only through call->req (never call->request) and is
- * answered at once: takes the decoder's flat view as it is. Other ops get
- * the request as jansson values (call->request). */
-#define OP_FLAT 0x40u
-
-typedef struct op_entry op_entry;
-
-/* One request being answered; filled by generic validation. */
-typedef struct op_call {
-	server_client *client;
-	proto_req req; /* the request, flat or as jansson values */
-	const json_t *request; /* the request as jansson values; NULL for OP_FLAT ops
-				  given a flat view */
-	const char *name; /* OP_NAME */
-	bool stored; /* OP_NAME + OP_CTX: the circuit existed before this request */
-	proto_ctx ctx; /* OP_CTX: the request's ctx */
-	cb_policy policy; /* OP_CTX: the circuit's effective policy */
-	proto_policy_sources sources; /* OP_CTX: where each policy key came from */
-	const char *preset; /* OP_CTX: the effective preset (NULL: none) */
-	const proto_ctx
-	    *declared; /* OP_CTX: the policy the circuit was (or would be) created with */
-	uint32_t conflicts; /* OP_CTX: ctx members that differ from policy */
-	int64_t now; /* OP_CTX: ctx.now or the clock */
-	int64_t clock; /* the daemon's clock (idleness, audit) */
-	ct_call table; /* OP_CTX: what the circuit table takes */
-	json_t *reply; /* the ok reply's members (op_reply): NULL until one is added */
-	enc_buf tail; /* members already encoded as text, written after reply's */
-	enc_buf tail_more; /* a large member's text moved in whole, after tail */
-	proto_error err; /* set when a handler returns false */
-	const op_entry *op;
-	const json_t *id; /* the request's id (NULL: none) */
-	bool noreply;
-	bool pending; /* answered later, when Redis has (fleet mode) */
-	bool written; /* the reply is in the output already (a list in pieces) */
-} op_call;
-
-typedef bool (*op_fn)(op_call *call);
-
-/* A row of the op table. */
-struct op_entry {
-	const char *name;
-	op_fn handler;
-	unsigned flags;
-	const char *const *required; /* members that must be present, NULL-ended */
-};
 
 /* The table, for stats and docs. */
 size_t op_count(void);
@@ -79,160 +20,10 @@ const char *const *op_names(void);
 /* Answer one request line (no LF, no CR) from c. */
 void op_dispatch(server_client *c, const char *line, size_t len);
 
-/* Write call's reply (ok: its members; else call->err) unless noreply,
- * then the events it caused. */
-void op_finish(op_call *call, bool ok);
-
-/* call->policy, sources, preset, declared and stored for call->name,
- * and the policy conflicts of its ctx (counted, warned once). */
-void op_resolve_policy(op_call *call);
-
-/* The ok reply, {"id", "ok": true}, made on first use: handlers add their
- * result members to it. A reply with none is written without it (most
- * replies: a snapshot, encoded as text). NULL when out of memory (adding a
- * member to NULL fails, which handlers answer as internal). */
-json_t *op_reply(op_call *call);
-
-/* The text of {"id": id, "ok": true} as proto_reply_ok makes it (no
- * member added: no object to build). */
-void op_reply_head(enc_buf *b, const json_t *id);
-
-/* reply.policy_conflict = the names of the conflicting ctx members. */
-bool op_reply_conflicts(op_call *call);
-
-/* Answer an error that has no request (line_too_long, refusal). */
-void op_reply_error(server_client *c, proto_code code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Log a transition at info: circuit, old -> new, why; counts it. */
-void op_log_change(const char *name, const ct_change *change);
-
-/* Map a table status to an error; true when CT_OK. */
-bool op_status(op_call *call, ct_status status);
-
-/* reply[member] = the snapshot of view (protocol 2: with policy, hold and
- * totals) for call->name at call->now; false (internal) when out of memory. */
-bool op_reply_snapshot(op_call *call, const char *member, const ct_view *view);
-
-/* A circuit's full snapshot object; policy resolved for name. */
-json_t *op_snapshot_json(const char *name, const ct_view *view, const cb_policy *policy,
-    const char *preset, const proto_policy_sources *sources, int64_t now);
-
-/* A hold as JSON: null, or {"state", "by_uid", "by_user", "reason",
- * "since", "until"}; the totals as {"successes", ...}. NULL: no memory. */
-json_t *op_hold_json(const ct_hold *hold);
-/* A rate circuit's window: {"calls", "failures", "slow", "failure_rate",
- * "slow_call_rate"}, rates in percent (0 when empty). */
-json_t *op_window_json(const ct_view *view);
-json_t *op_totals_json(const ct_totals *totals);
-/* Read them back (a hold: null or absent is no hold; strings point into
- * the JSON). False with err naming the member. */
-bool op_hold_from_json(const json_t *hold, ct_hold *out, proto_error *err);
-bool op_totals_from_json(const json_t *totals, ct_totals *out, proto_error *err);
-
-/* Snapshots collected for one reply (list, watch), cut so that the reply
- * and what is already queued for the connection stay within half of
- * max_output_bytes. */
-typedef struct op_snapshots {
-	enc_buf items; /* the array's elements, comma separated (encode.c) */
-	size_t count; /* elements added, those already written out included */
-	size_t budget; /* bytes the reply may still take */
-	int64_t now;
-	bool truncated;
-	bool nomem;
-} op_snapshots;
-
-/* An empty collection for call's reply; false (internal) when out of memory. */
-bool op_snapshots_init(op_snapshots *s, op_call *call);
-/* Add circuit `name` (its own policy) unless the budget is spent. */
-void op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view);
-/* reply[member] = the array (and "truncated", always when always_truncated,
- * else only when cut); counts a cut in stats. False (internal) on nomem. */
-bool op_snapshots_reply(op_snapshots *s, op_call *call, const char *member, bool always_truncated);
-/* Drop a collection that will not be replied. */
-void op_snapshots_free(op_snapshots *s);
-
-/* The peer's user name ("" when unknown). */
-void op_peer_user(op_call *call, char *buf, size_t size);
-
-/* The audit log line of an admin op: what, on which circuit, by whom. */
-void op_audit(op_call *call, const char *what, const char *reason);
-
-/* A hold's or a circuit's change that is not a state change (a hold
- * placed or released on the same state) is logged here. */
-void op_log_hold(const char *name, const ct_change *change, const ct_view *view);
-
-/* Forget which connections were warned about policy conflicts. */
-void op_warned_reset(void);
-
-/* cas: may this peer move from -> to? False (forbidden) when not;
- * *answered when the reply is made already (applied: false). */
-bool op_cas_allowed(op_call *call, cb_state from, cb_state to, bool *answered);
-/* set_state's hold members (hold, ttl_ms, reason) into *hold and req. */
-bool op_hold_members(op_call *call, cb_state state, bool *hold, ct_hold_request *req);
-/* set_state's audit line. */
-void op_audit_set_state(op_call *call, cb_state state, bool hold, const ct_hold_request *req);
-
-/* Circuits a turn of the event loop lists, all listing connections
- * together: a list of more is answered in steps, one per turn, other
- * connections served in between. Each listing connection steps once a
- * turn, over OP_LIST_STEP_CIRCUITS / (lists in progress) circuits (at
- * least one), so the others' requests wait for about this many. */
-#define OP_LIST_STEP_CIRCUITS 8
-/* Most circuits one list reply may be asked for (its limit member). */
-#define OP_LIST_LIMIT_MAX 100000
-/* The next step of c's list; true when it was answered (or there is none),
- * false when a later turn takes the next. paced: its share of
- * OP_LIST_STEP_CIRCUITS; unpaced (the drain, which finishes lists): all of
- * it. */
-bool op_list_continue(server_client *c, bool paced);
-/* c closed: drop its list in progress. */
-void op_list_client_closed(server_client *c);
-
-/* Fleet mode (op-fleet.c): send call's op to the circuit script; sets
- * call->pending, or *answered when the reply is made already, or neither
- * to have this host's copy answer (Redis cannot take it now). False with
- * call->err on bad input. */
-bool op_fleet_send(op_call *call, bool *answered);
-/* Fleet mode, Redis away: this host's copy answers call, and an
- * operator's release, delete or unheld set_state is remembered to be
- * written back when Redis is back. */
-bool op_fleet_local(op_call *call);
-/* Circuits whose operator actions are remembered while Redis is away;
- * past it an action is not written back (counted, logged once). */
-#define OP_FLEET_WRITEBACK_MAX 4096
-/* Forget the remembered actions (shutdown). */
-void op_fleet_free(void);
-/* Requests of one connection Redis may be running at once (noreply ones
- * are not waited for); past it the connection is read no more until one
- * is answered. */
-#define OP_FLEET_INFLIGHT_MAX 256
-/* Must c's next lines wait (a reply to come, or too many in flight)? */
-bool op_fleet_blocked(const server_client *c);
-/* c closed: forget its waiting requests, give back its fleet slots. */
-void op_fleet_client_closed(server_client *c);
-/* Slots this cbd's connections hold in Redis now. */
-uint64_t op_fleet_slots(void);
-/* Start fleet mode (server start). */
-bool op_fleet_start(void);
-
-/* Handlers (op-store.c, op-sidecar.c, op-admin.c). */
-bool op_hello(op_call *call);
-bool op_get(op_call *call);
-bool op_record_success(op_call *call);
-bool op_record_failure(op_call *call);
-bool op_cas(op_call *call);
-bool op_set_state(op_call *call);
-bool op_acquire_slot(op_call *call);
-bool op_release_slot(op_call *call);
-bool op_delete(op_call *call);
-bool op_release(op_call *call);
-bool op_allow(op_call *call);
-bool op_record(op_call *call);
-bool op_list(op_call *call);
-bool op_watch(op_call *call);
-bool op_metrics(op_call *call);
-bool op_unwatch(op_call *call);
-bool op_stats(op_call *call);
+/* The next step of c's reply written in steps (a long list); true when
+ * it is done. */
+bool op_conn_step(server_client *c, bool paced);
+/* c closed: drop its op state (a fleet request's wait, its list). */
+void op_conn_closed(server_client *c);
 
 #endif

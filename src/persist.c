@@ -21,9 +21,31 @@
 #include <jansson.h>
 
 #include "log.h"
-#include "op.h"
+#include "circuit-json.h"
 #include "persist.h"
 #include "proto.h"
+
+/* A change not yet written (the writer polls it, as Redis its dirty
+ * counter). */
+static bool dirty;
+
+void
+persist_mark_dirty(void)
+{
+	dirty = true;
+}
+
+bool
+persist_dirty(void)
+{
+	return dirty;
+}
+
+void
+persist_clean(void)
+{
+	dirty = false;
+}
 
 /* What the walk over pinned circuits builds. */
 typedef struct persist_walk {
@@ -46,8 +68,8 @@ persist_visit(const char *name, const ct_view *view, void *arg)
 	    json_object_set_new(entry, "ctx",
 		view->declared != NULL ? proto_ctx_members_to_json(view->declared)
 				       : json_object()) != 0 ||
-	    json_object_set_new(entry, "totals", op_totals_json(&view->totals)) != 0 ||
-	    json_object_set_new(entry, "hold", op_hold_json(&view->hold)) != 0 ||
+	    json_object_set_new(entry, "totals", circuit_json_totals(&view->totals)) != 0 ||
+	    json_object_set_new(entry, "hold", circuit_json_hold(&view->hold)) != 0 ||
 	    json_object_set_new(entry, "grown_break_ms",
 		json_integer(view->snap.current_break_ms)) != 0 ||
 	    json_array_append_new(w->circuits, entry) != 0) {
@@ -201,8 +223,9 @@ static bool
 entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char **name,
     proto_error *err)
 {
-	const json_t *totals = json_object_get(entry, "totals");
-	const json_t *hold = json_object_get(entry, "hold");
+	proto_node totals = proto_node_json(json_object_get(entry, "totals"));
+	proto_node hold = proto_node_json(json_object_get(entry, "hold"));
+	unsigned found;
 
 	memset(view, 0, sizeof *view);
 	view->hold.until = CB_TIME_NONE;
@@ -215,8 +238,9 @@ entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char *
 	if (!proto_get_int(entry, "grown_break_ms", 0, CB_DURATION_MAX, false,
 		&view->snap.current_break_ms, NULL, err))
 		return false;
-	return op_totals_from_json(totals, &view->totals, err) &&
-	    op_hold_from_json(hold, &view->hold, err);
+	return circuit_json_totals_read(&totals, "totals", CIRCUIT_JSON_STRICT, &view->totals,
+		   &found, err) &&
+	    circuit_json_hold_read(&hold, "hold", CIRCUIT_JSON_STRICT, &view->hold, err);
 }
 
 uint64_t

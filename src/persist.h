@@ -25,6 +25,13 @@
 /* The file's format version (the "version" member). */
 #define PERSIST_VERSION 1
 
+/* Something the state file holds changed: a write is due. */
+void persist_mark_dirty(void);
+/* Is a write due? */
+bool persist_dirty(void);
+/* A write began (or the daemon starts over): none is due. */
+void persist_clean(void);
+
 /* Read path into table at start (clock: the daemon's). Never fails the
  * start: a bad file is moved aside and logged. Returns circuits loaded. */
 uint64_t persist_load(const char *path, circuit_table *table, int64_t clock);

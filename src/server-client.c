@@ -8,6 +8,8 @@
  * and gives the connection's slots back when it closes.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +20,11 @@
 #include <linux/sockios.h>
 
 #include "clock.h"
+#include "daemon.h"
 #include "encode.h"
 #include "log.h"
-#include "op.h"
 #include "server-client.h"
-#include "server.h"
 #include "stats.h"
-#include "watch.h"
 
 static const char *const state_names[] = {
 	[SERVER_CLIENT_OPEN] = "open",
@@ -39,19 +39,20 @@ static void server_client_turn_cb(evutil_socket_t fd, short what, void *arg);
 static void read_arm(server_client *c, bool on);
 
 server_client *
-server_client_new(int fd)
+server_client_new(int fd, const server_client_hooks *hooks)
 {
 	server_client *c = calloc(1, sizeof *c);
 
 	if (c == NULL)
 		return NULL;
 	c->fd = fd;
+	c->hooks = hooks;
 	c->state = SERVER_CLIENT_OPEN;
 	c->last_request_ms = clock_monotonic_coarse_ms();
-	c->read_ev = event_new(srv.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
-	c->write_ev = event_new(srv.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
-	c->timer_ev = evtimer_new(srv.base, server_client_timer_cb, c);
-	c->turn_ev = evtimer_new(srv.base, server_client_turn_cb, c);
+	c->read_ev = event_new(cbd.base, fd, EV_READ | EV_PERSIST, server_client_read_cb, c);
+	c->write_ev = event_new(cbd.base, fd, EV_WRITE | EV_PERSIST, server_client_write_cb, c);
+	c->timer_ev = evtimer_new(cbd.base, server_client_timer_cb, c);
+	c->turn_ev = evtimer_new(cbd.base, server_client_turn_cb, c);
 	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
 	    c->turn_ev == NULL || event_add(c->read_ev, NULL) != 0) {
 		server_client_free(c);
@@ -75,8 +76,8 @@ server_client_idle_schedule(server_client *c)
 {
 	if (c->state != SERVER_CLIENT_OPEN)
 		return;
-	if (srv.conf.client_idle_ms > 0)
-		timer_arm(c, srv.conf.client_idle_ms);
+	if (cbd.conf.client_idle_ms > 0)
+		timer_arm(c, cbd.conf.client_idle_ms);
 	else
 		evtimer_del(c->timer_ev);
 }
@@ -117,7 +118,7 @@ server_client_set_state(server_client *c, server_client_state state)
 static bool
 out_reserve(server_client *c, size_t need)
 {
-	size_t max = (size_t)srv.conf.max_output_bytes, cap;
+	size_t max = (size_t)cbd.conf.max_output_bytes, cap;
 	char *grown;
 
 	if (c->out_off > 0 && c->out_off == c->out_len) {
@@ -241,7 +242,7 @@ server_client_drop(server_client *c, const char *why)
 static bool
 out_over_bound(server_client *c, size_t len)
 {
-	size_t max = (size_t)srv.conf.max_output_bytes;
+	size_t max = (size_t)cbd.conf.max_output_bytes;
 	int err;
 
 	if (c->out_len - c->out_off + len <= max)
@@ -258,9 +259,22 @@ out_over_bound(server_client *c, size_t len)
 	log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu unread would "
 		    "pass max_output_bytes (%lld)",
 	    (unsigned long long)c->id, len, c->out_len - c->out_off,
-	    (long long)srv.conf.max_output_bytes);
+	    (long long)cbd.conf.max_output_bytes);
 	server_client_drop(c, "max_output_bytes reached");
 	return true;
+}
+
+void
+server_client_reply_error(server_client *c, proto_code code, const char *fmt, ...)
+{
+	proto_error err = { .code = code };
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err.message, sizeof err.message, fmt, ap);
+	va_end(ap);
+	stats.errors[code]++;
+	server_client_reply(c, proto_reply_error(NULL, &err));
 }
 
 void
@@ -415,8 +429,8 @@ static ssize_t input_read(server_client *c);
 static void
 input_finish(server_client *c)
 {
-	for (int reads = 0; c->state == SERVER_CLIENT_OPEN && c->list_job == NULL &&
-	     !op_fleet_blocked(c) && reads <= SERVER_CLIENT_DRAIN_READS;
+	for (int reads = 0; c->state == SERVER_CLIENT_OPEN && c->blocked == 0 &&
+	     reads <= SERVER_CLIENT_DRAIN_READS;
 	     reads++) {
 		input_process(c, SIZE_MAX, 0);
 		if (c->state != SERVER_CLIENT_OPEN || input_read(c) <= 0)
@@ -424,6 +438,13 @@ input_finish(server_client *c)
 	}
 	if (c->state == SERVER_CLIENT_OPEN)
 		input_process(c, SIZE_MAX, 0);
+}
+
+void
+server_client_write_soon(server_client *c)
+{
+	if (c->state == SERVER_CLIENT_OPEN)
+		event_active(c->write_ev, EV_WRITE, 1);
 }
 
 void
@@ -446,7 +467,7 @@ server_client_flush(server_client *c)
 		 * connection stays, its output thrown away, until its input
 		 * is done. */
 		if ((err == EPIPE || err == ECONNRESET) && c->state == SERVER_CLIENT_OPEN &&
-		    c->list_job == NULL && op_fleet_blocked(c))
+		    !(c->blocked & SERVER_CLIENT_BLOCK_STEPS) && server_client_waiting(c))
 			return;
 		server_client_close(c, strerror(err));
 		return;
@@ -457,7 +478,7 @@ server_client_flush(server_client *c)
 	}
 	c->out_off = c->out_len = 0;
 	/* (A list written piece by piece keeps its room.) */
-	if (c->out_cap > SERVER_CLIENT_OUT_KEEP && c->list_job == NULL) {
+	if (c->out_cap > SERVER_CLIENT_OUT_KEEP && !(c->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
 		free(c->out);
 		c->out = NULL;
 		c->out_cap = 0;
@@ -475,14 +496,14 @@ line_answer(server_client *c, const char *line, size_t len)
 		len--;
 	if (len == 0)
 		return; /* empty lines are ignored */
-	if (len > (size_t)srv.conf.max_line_bytes) {
+	if (len > (size_t)cbd.conf.max_line_bytes) {
 		stats_limit_hit(STATS_LIMIT_LINE);
-		op_reply_error(c, PROTO_LINE_TOO_LONG,
+		server_client_reply_error(c, PROTO_LINE_TOO_LONG,
 		    "request line is longer than max_line_bytes (%lld)",
-		    (long long)srv.conf.max_line_bytes);
+		    (long long)cbd.conf.max_line_bytes);
 		return;
 	}
-	op_dispatch(c, line, len);
+	c->hooks->line(c, line, len);
 }
 
 /* Answer the complete lines in the input buffer, at most `budget` of them
@@ -493,7 +514,7 @@ static bool
 input_process(server_client *c, size_t budget, int64_t ms)
 {
 	size_t start = 0, answered = 0;
-	size_t max = (size_t)srv.conf.max_line_bytes;
+	size_t max = (size_t)cbd.conf.max_line_bytes;
 	int64_t began = 0;
 	bool more = false;
 
@@ -506,7 +527,7 @@ input_process(server_client *c, size_t budget, int64_t ms)
 
 		if (nl == NULL)
 			break;
-		if (op_fleet_blocked(c) || c->list_job != NULL) {
+		if (c->blocked != 0) {
 			/* A request waits on Redis, or a list is answered in steps:
 			 * the rest waits for its reply. */
 			more = true;
@@ -532,8 +553,8 @@ input_process(server_client *c, size_t budget, int64_t ms)
 	}
 	if (c->state != SERVER_CLIENT_OPEN)
 		return false;
-	/* Idleness is seconds: the coarse clock (no timestamp counter read;
-	 * a precise read per request was 1% of cbd's time). */
+	/* Idleness is seconds: the coarse clock (no timestamp counter read
+	 * per request). */
 	if (start > 0)
 		c->last_request_ms = clock_monotonic_coarse_ms();
 	if (more) {
@@ -550,7 +571,7 @@ input_process(server_client *c, size_t budget, int64_t ms)
 	/* The partial line may end with the CR of a CRLF: allow one byte more. */
 	if (c->in_len - start > max + 1) {
 		stats_limit_hit(STATS_LIMIT_LINE);
-		op_reply_error(c, PROTO_LINE_TOO_LONG,
+		server_client_reply_error(c, PROTO_LINE_TOO_LONG,
 		    "request line is longer than max_line_bytes (%lld)", (long long)max);
 		c->discarding = true;
 		c->in_len = c->in_scan = 0;
@@ -580,13 +601,13 @@ input_turn(server_client *c)
 
 	if (c->state != SERVER_CLIENT_OPEN)
 		return;
-	if (more || c->list_job != NULL) {
+	if (more || (c->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
 		/* Lines left, or the next step of a list: another turn (a
 		 * request waiting on Redis resumes c when it is answered). */
 		read_arm(c, false);
-		if (!op_fleet_blocked(c))
+		if (!server_client_waiting(c))
 			evtimer_add(c->turn_ev, &now);
-	} else if (op_fleet_blocked(c)) {
+	} else if (server_client_waiting(c)) {
 		/* Read nothing more until the waiting request is answered. */
 		read_arm(c, false);
 	} else if (c->state == SERVER_CLIENT_OPEN) {
@@ -599,7 +620,7 @@ server_client_resume(server_client *c)
 {
 	static const struct timeval now = { 0, 0 };
 
-	if (c->drain_waiting && c->fleet_wait == NULL) {
+	if (c->drain_waiting && !(c->blocked & SERVER_CLIENT_BLOCK_REPLY)) {
 		c->drain_waiting = false;
 		server_client_drain(c);
 	} else if (c->state == SERVER_CLIENT_OPEN) {
@@ -669,6 +690,14 @@ server_client_read_cb(evutil_socket_t fd, short what, void *arg)
 		server_client_flush(c);
 }
 
+/* The next step of a reply written in steps, if one is; true when there
+ * is none (left). */
+static bool
+steps_continue(server_client *c, bool paced)
+{
+	return !(c->blocked & SERVER_CLIENT_BLOCK_STEPS) || c->hooks->step(c, paced);
+}
+
 /* The next turn of lines left from the last one. */
 static void
 server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
@@ -677,7 +706,7 @@ server_client_turn_cb(evutil_socket_t fd, short what, void *arg)
 
 	if (c->state != SERVER_CLIENT_OPEN)
 		return;
-	if (!op_list_continue(c, true)) {
+	if (!steps_continue(c, true)) {
 		static const struct timeval now = { 0, 0 };
 
 		evtimer_add(c->turn_ev, &now);
@@ -704,7 +733,7 @@ static void
 server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	server_client *c = arg;
-	int64_t idle = srv.conf.client_idle_ms, now;
+	int64_t idle = cbd.conf.client_idle_ms, now;
 
 	if (c->state == SERVER_CLIENT_CLOSING) {
 		if (peer_reads(c)) {
@@ -744,9 +773,9 @@ server_client_drain(server_client *c)
 		/* A list in progress is finished, lines already sent are
 		 * answered (shutting_down); then no more. */
 		evtimer_del(c->turn_ev);
-		while (!op_list_continue(c, false))
+		while (!steps_continue(c, false))
 			;
-		if (c->fleet_wait != NULL) {
+		if (c->blocked & SERVER_CLIENT_BLOCK_REPLY) {
 			/* A request waits on Redis (at most redis_timeout_ms): its
 			 * reply first, then the drain goes on (resume). */
 			c->drain_waiting = true;
@@ -786,12 +815,16 @@ server_client_close(server_client *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	/* Slots and permits go back at once, not when the struct is freed. */
-	circuit_table_release_owner(srv.table, &c->owner);
-	op_fleet_client_closed(c);
-	op_list_client_closed(c);
-	watch_forget(c);
+	circuit_table_release_owner(cbd.table, &c->owner);
+	c->hooks->closed(c);
 	server_client_set_state(c, SERVER_CLIENT_DEAD);
-	server_client_dead(c);
+	c->hooks->dead(c);
+}
+
+bool
+server_client_is_admin(const server_client *c)
+{
+	return conf_is_admin(&cbd.conf, c->uid, c->gid);
 }
 
 void

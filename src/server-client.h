@@ -55,6 +55,31 @@ typedef enum server_client_state {
 
 typedef struct server_client server_client;
 
+/* Why a connection reads no line now (server_client.blocked). */
+/* A request waits for its answer from elsewhere (Redis): resumed by
+ * server_client_resume(); a drain waits for it. */
+#define SERVER_CLIENT_BLOCK_REPLY 0x1u
+/* Too many requests in flight: resumed when one is answered. */
+#define SERVER_CLIENT_BLOCK_FULL 0x2u
+/* A reply written in steps, one a turn (hooks->step): nothing else is
+ * written to the connection until it ends. */
+#define SERVER_CLIENT_BLOCK_STEPS 0x4u
+
+/* What the layers above plug into a connection, so that it calls none of
+ * them by name (libevent's callbacks, Redis's command table). */
+typedef struct server_client_hooks {
+	/* Answer one complete request line (no LF, no CR). */
+	void (*line)(server_client *c, const char *line, size_t len);
+	/* The next step of a reply written in steps (BLOCK_STEPS); true when
+	 * it is done. paced: this turn's share of the work; unpaced (the
+	 * drain): all of it. */
+	bool (*step)(server_client *c, bool paced);
+	/* c closed: drop what the layers above keep for it (its slot). */
+	void (*closed)(server_client *c);
+	/* c is dead: its owner frees it later, outside its callbacks. */
+	void (*dead)(server_client *c);
+} server_client_hooks;
+
 struct server_client {
 	server_client *prev, *next; /* the server's list (live or dead) */
 	uint64_t id; /* for logs */
@@ -89,26 +114,39 @@ struct server_client {
 	uid_t uid;
 	gid_t gid;
 	ct_owner owner; /* slots and permits this connection holds */
-	/* Fleet mode: the request waiting on Redis for its reply (no other
-	 * line is read until it is answered), every request of this
-	 * connection Redis has not answered (noreply ones do not block), and
-	 * the slots held in Redis. */
-	struct op_pending *fleet_wait;
-	struct op_pending *fleet_pending;
-	unsigned fleet_inflight;
-	struct op_fleet_slot *fleet_slots;
-	/* A list being answered in steps (no other line is read meanwhile). */
-	struct op_list_job *list_job;
-	/* Where this connection's paged listing stands (its last list). */
-	struct op_list_cursor *list_cursor;
-	/* Shutdown came while a request waited on Redis: drain once it is
-	 * answered. */
+	/* What the layers above plug in (see server_client_hooks). */
+	const struct server_client_hooks *hooks;
+	/* The op layer's state for this connection; opaque here, made by that
+	 * layer on first use and dropped by its `closed` hook. */
+	void *slot;
+	/* Why no line is read now: SERVER_CLIENT_BLOCK_* bits, set and
+	 * cleared by the layer above (server_client_block). */
+	unsigned blocked;
+	/* Shutdown came while a request waited for its reply
+	 * (SERVER_CLIENT_BLOCK_REPLY): drain once it is answered. */
 	bool drain_waiting;
 };
 
-/* A connection on an accepted, non-blocking fd; NULL when out of memory
- * (the caller still owns fd). */
-server_client *server_client_new(int fd);
+/* A connection on an accepted, non-blocking fd, served through hooks;
+ * NULL when out of memory (the caller still owns fd). */
+server_client *server_client_new(int fd, const server_client_hooks *hooks);
+
+/* Set (on) or clear blocking bits (SERVER_CLIENT_BLOCK_*). */
+static inline void
+server_client_block(server_client *c, unsigned bits, bool on)
+{
+	if (on)
+		c->blocked |= bits;
+	else
+		c->blocked &= ~bits;
+}
+
+/* Must c's next lines wait for a reply from elsewhere? */
+static inline bool
+server_client_waiting(const server_client *c)
+{
+	return (c->blocked & (SERVER_CLIENT_BLOCK_REPLY | SERVER_CLIENT_BLOCK_FULL)) != 0;
+}
 
 /* (Re)start the idle timer from the config (after accept and reload). */
 void server_client_idle_schedule(server_client *c);
@@ -122,6 +160,10 @@ void server_client_set_state(server_client *c, server_client_state state);
  * would take the unsent output past max_output_bytes, or that cannot be
  * stored for lack of memory, drops the connection instead. */
 void server_client_reply(server_client *c, json_t *reply);
+
+/* Append an error line without id (a line too long): counted in stats. */
+void server_client_reply_error(server_client *c, proto_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Append an `internal` error line built without allocating: what a
  * request gets when its reply cannot be built. Echoes id (may be NULL)
@@ -148,12 +190,18 @@ void server_client_write_end(server_client *c, const char *end, size_t len);
 /* The request c waited on is answered: take its next lines (in a turn
  * of its own, never inside the caller). */
 void server_client_resume(server_client *c);
+/* Have the loop write c's output at its next turn (not inside the
+ * caller, where a failed write would close c). */
+void server_client_write_soon(server_client *c);
 /* Write pending output now; arms EV_WRITE when the socket is full. */
 void server_client_flush(server_client *c);
 
 /* Close: release the connection's slots, close the fd and queue the
  * struct for freeing outside any of its callbacks. why is logged. */
 void server_client_close(server_client *c, const char *why);
+
+/* Admin by SO_PEERCRED and the config. */
+bool server_client_is_admin(const server_client *c);
 
 /* Free a dead connection (called by the server's reaper). */
 void server_client_free(server_client *c);

@@ -30,11 +30,13 @@
 
 #include "clock.h"
 #include "encode.h"
+#include "events.h"
 #include "fleet.h"
 #include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
 #include "metrics.h"
+#include "fleet-sync.h"
 #include "op.h"
 #include "server.h"
 #include "stats.h"
@@ -49,20 +51,28 @@
 
 server srv = { .listen_fd = -1, .spare_fd = -1 };
 
-static const char *const state_names[] = {
-	[SERVER_STARTING] = "starting",
-	[SERVER_RUNNING] = "running",
-	[SERVER_RELOADING] = "reloading",
-	[SERVER_STOPPING] = "stopping",
+/* c closed: what the ops and the watchers keep for it goes. */
+static void
+server_client_closed(server_client *c)
+{
+	op_conn_closed(c);
+	watch_forget(c);
+}
+
+const server_client_hooks server_hooks = {
+	.line = op_dispatch,
+	.step = op_conn_step,
+	.closed = server_client_closed,
+	.dead = server_client_dead,
 };
 
 void
-server_set_state(server_state state)
+server_set_state(daemon_state state)
 {
-	if (srv.state == state)
+	if (cbd.state == state)
 		return;
-	log_debug("server: %s -> %s", state_names[srv.state], state_names[state]);
-	srv.state = state;
+	log_debug("server: %s -> %s", daemon_state_name(cbd.state), daemon_state_name(state));
+	cbd.state = state;
 }
 
 void
@@ -73,12 +83,6 @@ server_notify(const char *state)
 #else
 	(void)state;
 #endif
-}
-
-bool
-server_client_is_admin(const server_client *c)
-{
-	return conf_is_admin(&srv.conf, c->uid, c->gid);
 }
 
 /* Unlink c from the list at *head. */
@@ -122,7 +126,7 @@ accept_resume(void)
 		return;
 	srv.accept_paused = false;
 	event_del(srv.accept_pause_ev);
-	if (srv.listen_fd >= 0 && srv.state != SERVER_STOPPING)
+	if (srv.listen_fd >= 0 && cbd.state != DAEMON_STOPPING)
 		event_add(srv.listen_ev, NULL);
 }
 
@@ -146,8 +150,8 @@ server_reap(evutil_socket_t fd, short what, void *arg)
 		list_remove(&srv.dead, c);
 		server_client_free(c);
 	}
-	if (srv.state == SERVER_STOPPING && srv.clients == NULL)
-		event_base_loopexit(srv.base, NULL);
+	if (cbd.state == DAEMON_STOPPING && srv.clients == NULL)
+		event_base_loopexit(cbd.base, NULL);
 }
 
 /* Refuse a connection: one error line (code, message), then close. */
@@ -267,7 +271,7 @@ server_accept(evutil_socket_t lfd, short what, void *arg)
 			    (long long)srv.max_clients);
 			continue;
 		}
-		c = server_client_new(fd);
+		c = server_client_new(fd, &server_hooks);
 		if (c == NULL) {
 			stats_limit_hit(STATS_LIMIT_NOMEM);
 			log_warning("out of memory for a new connection: refused");
@@ -384,29 +388,29 @@ socket_listen(void)
 	srv.socket_created = true;
 	srv.socket_dev = st.st_dev;
 	srv.socket_ino = st.st_ino;
-	if (chmod(path, (mode_t)srv.conf.socket_mode) != 0) {
+	if (chmod(path, (mode_t)cbd.conf.socket_mode) != 0) {
 		log_error("cannot chmod %s: %s", path, strerror(errno));
 		close(fd);
 		return false;
 	}
-	if (srv.conf.socket_group[0] != '\0') {
-		struct group *gr = getgrnam(srv.conf.socket_group);
+	if (cbd.conf.socket_group[0] != '\0') {
+		struct group *gr = getgrnam(cbd.conf.socket_group);
 		char *end;
 		long gid;
 
 		if (gr != NULL)
 			gid = (long)gr->gr_gid;
 		else {
-			gid = strtol(srv.conf.socket_group, &end, 10);
+			gid = strtol(cbd.conf.socket_group, &end, 10);
 			if (*end != '\0' || gid < 0) {
 				log_error("socket_group: no such group \"%s\"",
-				    srv.conf.socket_group);
+				    cbd.conf.socket_group);
 				close(fd);
 				return false;
 			}
 		}
 		if (chown(path, (uid_t)-1, (gid_t)gid) != 0) {
-			log_error("cannot give %s to group %s: %s", path, srv.conf.socket_group,
+			log_error("cannot give %s to group %s: %s", path, cbd.conf.socket_group,
 			    strerror(errno));
 			close(fd);
 			return false;
@@ -493,9 +497,9 @@ static void
 raise_fd_limit(void)
 {
 	struct rlimit rl;
-	rlim_t want = (rlim_t)srv.conf.max_connections + SERVER_SPARE_FDS;
+	rlim_t want = (rlim_t)cbd.conf.max_connections + SERVER_SPARE_FDS;
 
-	srv.max_clients = srv.conf.max_connections;
+	srv.max_clients = cbd.conf.max_connections;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		return;
 	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
@@ -514,7 +518,7 @@ raise_fd_limit(void)
 		srv.max_clients = rl.rlim_cur >= 2 ? (int64_t)rl.rlim_cur / 2 : 1;
 	log_warning("max_connections %lld needs %llu descriptors but the limit is %llu: "
 		    "serving at most %lld clients at once",
-	    (long long)srv.conf.max_connections, (unsigned long long)want,
+	    (long long)cbd.conf.max_connections, (unsigned long long)want,
 	    (unsigned long long)rl.rlim_cur, (long long)srv.max_clients);
 }
 
@@ -537,7 +541,7 @@ open_visit(const char *name, const ct_view *view, void *arg)
 		return;
 	/* Only circuits still refusing calls: one whose break is over lets
 	 * the next caller try (a held one refuses until its hold ends). */
-	conf_policy(&srv.conf, name, view->declared, &policy, NULL, NULL);
+	conf_policy(&cbd.conf, name, view->declared, &policy, NULL, NULL);
 	if (!view->hold.held && breaker_break_elapsed(&view->snap, &policy, w->now))
 		return;
 	if (w->count++ < SERVER_WARN_NAMES_MAX) {
@@ -555,7 +559,7 @@ server_warn_open(evutil_socket_t fd, short what, void *arg)
 {
 	open_walk w = { .len = 0, .now = clock_realtime_ms() };
 
-	circuit_table_foreach_pinned(srv.table, open_visit, &w);
+	circuit_table_foreach_pinned(cbd.table, open_visit, &w);
 	if (w.count == 0)
 		return;
 	if (w.count > SERVER_WARN_NAMES_MAX)
@@ -578,10 +582,10 @@ server_log_limit(evutil_socket_t fd, short what, void *arg)
 static void
 warn_schedule(void)
 {
-	struct timeval tv = { (time_t)srv.conf.open_warning_interval, 0 };
+	struct timeval tv = { (time_t)cbd.conf.open_warning_interval, 0 };
 
 	event_del(srv.warn_ev);
-	if (srv.conf.open_warning_interval > 0 && srv.state != SERVER_STOPPING)
+	if (cbd.conf.open_warning_interval > 0 && cbd.state != DAEMON_STOPPING)
 		event_add(srv.warn_ev, &tv);
 }
 
@@ -589,14 +593,14 @@ warn_schedule(void)
 static void
 server_conf_apply(void)
 {
-	circuit_table_set_max_circuits(srv.table, (uint64_t)srv.conf.max_circuits);
-	circuit_table_set_max_slots(srv.table, (uint64_t)srv.conf.max_slots);
-	circuit_table_set_idle_reclaim(srv.table, srv.conf.idle_reclaim_ms);
+	circuit_table_set_max_circuits(cbd.table, (uint64_t)cbd.conf.max_circuits);
+	circuit_table_set_max_slots(cbd.table, (uint64_t)cbd.conf.max_slots);
+	circuit_table_set_idle_reclaim(cbd.table, cbd.conf.idle_reclaim_ms);
 	raise_fd_limit();
-	log_set_level(srv.verbose ? LOG_LEVEL_DEBUG : (log_level)srv.conf.log_level);
-	log_set_timestamps(srv.conf.log_timestamps != 0);
+	log_set_level(cbd.verbose ? LOG_LEVEL_DEBUG : (log_level)cbd.conf.log_level);
+	log_set_timestamps(cbd.conf.log_timestamps != 0);
 	log_set_format(
-	    strcmp(srv.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
+	    strcmp(cbd.conf.log_format, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_TEXT);
 	warn_schedule();
 	for (server_client *c = srv.clients; c != NULL; c = c->next)
 		server_client_idle_schedule(c);
@@ -629,20 +633,20 @@ reload_note(const char *error, const char *const *restart, size_t count)
 static void
 reload_apply(cbd_conf *fresh, const char *const *restart, size_t restart_count)
 {
-	if (!conf_keep_fixed(fresh, &srv.conf)) {
+	if (!conf_keep_fixed(fresh, &cbd.conf)) {
 		conf_free(fresh);
 		stats.reload_failures++;
 		reload_note("out of memory", NULL, 0);
 		log_error("reload failed, keeping the old configuration: out of memory");
 		return;
 	}
-	watch_policies_reloaded(&srv.conf, fresh);
-	conf_free(&srv.conf);
-	srv.conf = *fresh;
+	watch_policies_reloaded(&cbd.conf, fresh);
+	conf_free(&cbd.conf);
+	cbd.conf = *fresh;
 	server_conf_apply();
 	stats.reloads++;
 	reload_note(NULL, restart, restart_count);
-	log_info("configuration reloaded from %s", srv.conf_path);
+	log_info("configuration reloaded from %s", cbd.conf_path);
 }
 
 /* SIGHUP: re-read the config; a bad one is reported and the old kept. */
@@ -659,10 +663,10 @@ server_reload(void)
 	snprintf(msg, sizeof msg, "RELOADING=1\nMONOTONIC_USEC=%llu",
 	    (unsigned long long)ts.tv_sec * 1000000 + (unsigned long long)ts.tv_nsec / 1000);
 	server_notify(msg);
-	server_set_state(SERVER_RELOADING);
-	if (srv.conf_path == NULL) {
+	server_set_state(DAEMON_RELOADING);
+	if (cbd.conf_path == NULL) {
 		log_info("reload: no configuration file (built-in defaults); nothing to do");
-	} else if (!conf_load(srv.conf_path, &fresh, err, sizeof err)) {
+	} else if (!conf_load(cbd.conf_path, &fresh, err, sizeof err)) {
 		stats.reload_failures++;
 		reload_note(err, NULL, 0);
 		for (char *line = strtok(err, "\n"); line != NULL; line = strtok(NULL, "\n"))
@@ -670,12 +674,12 @@ server_reload(void)
 	} else {
 		/* Named before conf_keep_fixed puts the old values back. */
 		restart_count =
-		    conf_fixed_changed(&fresh, &srv.conf, restart, SERVER_RESTART_KEYS_MAX);
+		    conf_fixed_changed(&fresh, &cbd.conf, restart, SERVER_RESTART_KEYS_MAX);
 		reload_apply(&fresh, restart,
 		    restart_count < SERVER_RESTART_KEYS_MAX ? restart_count
 							    : SERVER_RESTART_KEYS_MAX);
 	}
-	server_set_state(SERVER_RUNNING);
+	server_set_state(DAEMON_RUNNING);
 	server_notify("READY=1");
 }
 
@@ -709,9 +713,9 @@ server_shutdown(const char *why)
 	struct timeval tv = { SERVER_DRAIN_MS / 1000, (SERVER_DRAIN_MS % 1000) * 1000 };
 	server_client *c, *next;
 
-	if (srv.state == SERVER_STOPPING)
+	if (cbd.state == DAEMON_STOPPING)
 		return;
-	server_set_state(SERVER_STOPPING);
+	server_set_state(DAEMON_STOPPING);
 	server_notify("STOPPING=1");
 	log_info("stopping (%s)", why);
 	/* No request changes a circuit from here on: keep them now. */
@@ -737,7 +741,7 @@ server_signal(evutil_socket_t sig, short what, void *arg)
 {
 	switch (sig) {
 	case SIGHUP:
-		if (srv.state == SERVER_RUNNING)
+		if (cbd.state == DAEMON_RUNNING)
 			server_reload();
 		break;
 	case SIGTERM:
@@ -753,7 +757,7 @@ server_signal(evutil_socket_t sig, short what, void *arg)
 static void
 server_reclaimed(const char *name, void *arg)
 {
-	watch_deleted(name, "reclaimed");
+	events_reclaimed(name);
 }
 
 /* A random 64-bit id so slot tokens differ across restarts. */
@@ -773,40 +777,41 @@ server_start(void)
 	static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
 
 	stats_init();
+	stats_name_ops(op_names(), op_count());
 	signal(SIGPIPE, SIG_IGN);
 	/* Not EVENT_BASE_FLAG_PRECISE_TIMER: it rearms a timerfd every turn of
-	 * the loop (a syscall per request at low load, 5% of cbd's CPU at 8
-	 * busy connections), and cbd's timers are milliseconds and more. */
-	srv.base = event_base_new();
-	if (srv.base == NULL || event_base_priority_init(srv.base, 2) != 0)
+	 * the loop (a system call per request at low load), and cbd's timers
+	 * are milliseconds and more. */
+	cbd.base = event_base_new();
+	if (cbd.base == NULL || event_base_priority_init(cbd.base, 2) != 0)
 		fatal("cannot create the event loop");
-	srv.table = circuit_table_new((uint64_t)srv.conf.max_circuits, random_instance_id());
-	if (srv.table == NULL)
+	cbd.table = circuit_table_new((uint64_t)cbd.conf.max_circuits, random_instance_id());
+	if (cbd.table == NULL)
 		fatal("out of memory");
-	circuit_table_set_reclaim_hook(srv.table, server_reclaimed, NULL);
+	circuit_table_set_reclaim_hook(cbd.table, server_reclaimed, NULL);
 	/* Circuits from the state file are back before the first client. */
 	housekeeping_start();
 	/* Fleet mode connects in the background; until Redis answers, this
 	 * host's copy of each circuit does. */
-	if (!op_fleet_start())
+	if (!fleet_sync_start())
 		return false;
 	srv.socket_path =
-	    strdup(srv.socket_override != NULL ? srv.socket_override : srv.conf.socket);
+	    strdup(cbd.socket_override != NULL ? cbd.socket_override : cbd.conf.socket);
 	if (srv.socket_path == NULL)
 		fatal("out of memory");
 	/* Signals first, at the higher priority: a SIGTERM seen together with
 	 * input is handled before the input (which then gets shutting_down). */
 	for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
-		srv.signal_ev[i] = evsignal_new(srv.base, signals[i], server_signal, NULL);
+		srv.signal_ev[i] = evsignal_new(cbd.base, signals[i], server_signal, NULL);
 		if (srv.signal_ev[i] == NULL || event_priority_set(srv.signal_ev[i], 0) != 0 ||
 		    event_add(srv.signal_ev[i], NULL) != 0)
 			fatal("cannot handle signal %d", signals[i]);
 	}
-	srv.reap_ev = event_new(srv.base, -1, 0, server_reap, NULL);
-	srv.warn_ev = event_new(srv.base, -1, EV_PERSIST, server_warn_open, NULL);
-	srv.drain_ev = evtimer_new(srv.base, server_drain_timeout, NULL);
-	srv.accept_pause_ev = evtimer_new(srv.base, server_accept_resume, NULL);
-	srv.log_limit_ev = event_new(srv.base, -1, EV_PERSIST, server_log_limit, NULL);
+	srv.reap_ev = event_new(cbd.base, -1, 0, server_reap, NULL);
+	srv.warn_ev = event_new(cbd.base, -1, EV_PERSIST, server_warn_open, NULL);
+	srv.drain_ev = evtimer_new(cbd.base, server_drain_timeout, NULL);
+	srv.accept_pause_ev = evtimer_new(cbd.base, server_accept_resume, NULL);
+	srv.log_limit_ev = event_new(cbd.base, -1, EV_PERSIST, server_log_limit, NULL);
 	if (srv.reap_ev == NULL || srv.warn_ev == NULL || srv.drain_ev == NULL ||
 	    srv.accept_pause_ev == NULL || srv.log_limit_ev == NULL)
 		fatal("out of memory");
@@ -821,16 +826,16 @@ server_start(void)
 	if (!srv.socket_inherited && !socket_listen())
 		return false;
 	srv.listen_ev =
-	    event_new(srv.base, srv.listen_fd, EV_READ | EV_PERSIST, server_accept, NULL);
+	    event_new(cbd.base, srv.listen_fd, EV_READ | EV_PERSIST, server_accept, NULL);
 	if (srv.listen_ev == NULL || event_add(srv.listen_ev, NULL) != 0)
 		fatal("cannot watch the listening socket");
 	if (!metrics_http_start())
 		return false;
-	server_set_state(SERVER_RUNNING);
+	server_set_state(DAEMON_RUNNING);
 	server_conf_apply();
 	log_info("cbd %s listening on %s%s (max_circuits %lld, max_connections %lld)",
 	    PACKAGE_VERSION, srv.socket_path, srv.socket_inherited ? " (socket activation)" : "",
-	    (long long)srv.conf.max_circuits, (long long)srv.max_clients);
+	    (long long)cbd.conf.max_circuits, (long long)srv.max_clients);
 	server_notify("READY=1");
 	return true;
 }
@@ -838,7 +843,7 @@ server_start(void)
 int
 server_loop(void)
 {
-	event_base_dispatch(srv.base);
+	event_base_dispatch(cbd.base);
 	log_limit_flush(clock_monotonic_ms()); /* what the last window suppressed */
 	log_info("stopped");
 	return srv.exit_code;
@@ -881,14 +886,14 @@ server_free(void)
 	log_limit_free();
 	housekeeping_free();
 	fleet_free();
-	op_fleet_free();
+	fleet_sync_free();
 	metrics_http_stop();
 	encode_cache_clear();
 	enc_spares_free();
-	if (srv.base != NULL)
-		event_base_free(srv.base);
-	circuit_table_free(srv.table);
-	conf_free(&srv.conf);
+	if (cbd.base != NULL)
+		event_base_free(cbd.base);
+	circuit_table_free(cbd.table);
+	conf_free(&cbd.conf);
 	free(srv.socket_path);
 	srv = (server){ .listen_fd = -1, .spare_fd = -1 };
 }

@@ -12,8 +12,7 @@
 
 #include <event2/event.h>
 
-#include "circuit-table.h"
-#include "conf.h"
+#include "daemon.h"
 #include "server-client.h"
 
 /* Wait for clients to read their last replies at shutdown, at most. */
@@ -30,22 +29,9 @@
 /* Most circuit names listed in one open-circuits warning. */
 #define SERVER_WARN_NAMES_MAX 20
 
-/* The server's life, changed only by server_set_state(). */
-typedef enum server_state {
-	SERVER_STARTING = 0,
-	SERVER_RUNNING,
-	SERVER_RELOADING,
-	SERVER_STOPPING,
-} server_state;
-
+/* The listener and the connections (the rest of the daemon's context is
+ * in daemon.h). */
 typedef struct server {
-	server_state state;
-	struct event_base *base;
-	cbd_conf conf;
-	const char *conf_path; /* NULL: built-in defaults */
-	const char *socket_override; /* -s */
-	bool verbose; /* -v: log_level debug whatever the file says */
-	circuit_table *table;
 	int listen_fd;
 	bool socket_created; /* we bound the path, so we unlink it (if still ours) */
 	dev_t socket_dev; /* the socket file we bound, to know it at exit */
@@ -71,8 +57,12 @@ typedef struct server {
 	int exit_code;
 } server;
 
-/* The one server of this process (cbd is single-threaded). */
+/* The one listener of this process. */
 extern server srv;
+
+/* How the listener's connections are served: lines to the op table,
+ * closed ones to the ops and watchers, dead ones to the reaper. */
+extern const server_client_hooks server_hooks;
 
 /* Set up everything up to listening; false (logged) on failure. */
 bool server_start(void);
@@ -81,10 +71,8 @@ int server_loop(void);
 /* Free everything. */
 void server_free(void);
 
-void server_set_state(server_state state);
-
-/* Admin by SO_PEERCRED and the config. */
-bool server_client_is_admin(const server_client *c);
+/* Change the daemon's state, logging old -> new at debug. */
+void server_set_state(daemon_state state);
 
 /* Link / unlink a connection; mark one dead (reaped later). */
 void server_add_client(server_client *c);

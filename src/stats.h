@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats.h — cbd's counters: connections, requests and errors by op and
- * by code, and one counter per limit hit. Reported by the stats op.
+ * by code, and one counter per limit hit: what everyone bumps. Reported
+ * by stats-report.c (the stats op) and metrics.c.
  */
 #ifndef CBD_STATS_H
 #define CBD_STATS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -50,6 +52,7 @@ typedef struct cbd_stats {
 	uint64_t state_writes; /* state file written */
 	uint64_t state_write_failures;
 	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
+	uint64_t fleet_slots; /* slots this cbd's connections hold in Redis now */
 	uint64_t reloads;
 	uint64_t reload_failures;
 	/* The last reload's result, stats' last_reload (NULL: none yet). */
@@ -65,12 +68,11 @@ void stats_init(void);
 /* Count a limit hit. */
 void stats_limit_hit(stats_limit limit);
 
+/* The op table's names, for the reports (op_requests[i] is names[i]'s). */
+void stats_name_ops(const char *const *names, size_t count);
+const char *const *stats_op_names(size_t *count);
+
 /* A limit's name in stats.limits and cbd_limit_hits_total ("max_slots"). */
 const char *stats_limit_name(stats_limit limit);
-
-/* The stats op's result members, added to reply. op_names has op_count rows;
- * table adds circuits, slots and max_circuits refusals. */
-bool stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
-    const circuit_table *table);
 
 #endif

@@ -12,13 +12,11 @@
 
 #include <uthash.h>
 
+#include "circuit-json.h"
+#include "daemon.h"
 #include "log.h"
-#include "op.h"
-#include "server.h"
 #include "stats.h"
 #include "watch.h"
-
-typedef struct watcher watcher;
 
 /* One (name, connection) pair, on both indexes' lists. */
 typedef struct watch_link {
@@ -93,8 +91,8 @@ link_free(watch_link *l)
 }
 
 /* Drop w's watch of one name, or of everything (name NULL). */
-static void
-watcher_unwatch(watcher *w, const char *name)
+void
+watch_drop(watcher *w, const char *name)
 {
 	watch_link **pp = &w->links;
 
@@ -113,8 +111,8 @@ watcher_unwatch(watcher *w, const char *name)
 }
 
 /* Forget w entirely once it watches nothing. */
-static void
-watcher_trim(watcher *w)
+void
+watch_trim(watcher *w)
 {
 	if (w->all || w->links != NULL || w->pending != NULL)
 		return;
@@ -124,8 +122,8 @@ watcher_trim(watcher *w)
 }
 
 /* w watches name; false when out of memory. */
-static bool
-watcher_watch(watcher *w, const char *name)
+bool
+watch_add(watcher *w, const char *name)
 {
 	size_t len = strlen(name);
 	watch_name *n;
@@ -170,12 +168,12 @@ event_send(watcher *w, json_t *event, const char *text, size_t len)
 	/* Held back for the request running on its connection, and while a
 	 * long list is written to it piece by piece (an event must not land
 	 * inside that line). */
-	if (w->conn == current || w->conn->list_job != NULL) {
+	if (w->conn == current || (w->conn->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
 		if (w->pending == NULL)
 			w->pending = json_array();
 		if (w->pending != NULL && json_array_append(w->pending, event) == 0)
 			return;
-		if (w->conn->list_job != NULL) {
+		if ((w->conn->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
 			/* Out of memory: the event cannot wait and cannot go now. */
 			stats_limit_hit(STATS_LIMIT_NOMEM);
 			log_warning("connection %llu: an event was lost: out of memory",
@@ -187,8 +185,7 @@ event_send(watcher *w, json_t *event, const char *text, size_t len)
 	stats.watch_events++;
 	/* Its connection is idle: have the loop write it out (not here,
 	 * where a failed write would close a watcher being walked). */
-	if (w->conn->state == SERVER_CLIENT_OPEN)
-		event_active(w->conn->write_ev, EV_WRITE, 1);
+	server_client_write_soon(w->conn);
 }
 
 /* Send event to every watcher of name (by name, or watching everything). */
@@ -246,9 +243,9 @@ snapshot_now(const char *name, const cbd_conf *cfg)
 	int64_t now = clock_realtime_ms();
 	ct_view view;
 
-	circuit_table_get(srv.table, name, now, &view, NULL);
+	circuit_table_get(cbd.table, name, now, &view, NULL);
 	conf_policy(cfg, name, view.declared, &policy, &sources, &preset);
-	return op_snapshot_json(name, &view, &policy, preset, &sources, now);
+	return circuit_json_snapshot(name, &view, &policy, preset, &sources, now);
 }
 
 /* A change event; cfg resolves the snapshot's policy. */
@@ -269,7 +266,7 @@ watch_changed(const char *name, const ct_change *change)
 	if (change->reason == CB_REASON_NONE || watchers == NULL || !watched(name))
 		return;
 	event_broadcast(name,
-	    change_event(name, change->from, breaker_reason_text(change->reason), &srv.conf));
+	    change_event(name, change->from, breaker_reason_text(change->reason), &cbd.conf));
 }
 
 void
@@ -319,14 +316,14 @@ watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 	HASH_ITER (hh, watchers, w, wtmp)
 		all = all || w->all;
 	if (all) {
-		circuit_table_foreach(srv.table, clock_realtime_ms(), policies_visit, &rw);
+		circuit_table_foreach(cbd.table, clock_realtime_ms(), policies_visit, &rw);
 		return;
 	}
 	/* Only the watched names: a reload need not walk a million circuits. */
 	HASH_ITER (hh, names, n, tmp) {
 		ct_view view;
 
-		circuit_table_get(srv.table, n->name, clock_realtime_ms(), &view, NULL);
+		circuit_table_get(cbd.table, n->name, clock_realtime_ms(), &view, NULL);
 		policies_visit(n->name, &view, &rw);
 	}
 }
@@ -356,7 +353,7 @@ watch_request_end(server_client *c)
 		stats.watch_events++;
 	}
 	json_decref(pending);
-	watcher_trim(w);
+	watch_trim(w);
 }
 
 void
@@ -366,10 +363,10 @@ watch_forget(server_client *c)
 
 	if (w == NULL)
 		return;
-	watcher_unwatch(w, NULL);
+	watch_drop(w, NULL);
 	json_decref(w->pending);
 	w->pending = NULL;
-	watcher_trim(w);
+	watch_trim(w);
 }
 
 unsigned
@@ -388,105 +385,14 @@ watch_free(void)
 	current = NULL;
 }
 
-/* ---- the ops ---------------------------------------------------------- */
-
-/* The request's names (an array of valid names) or all: true. */
-static bool
-watch_targets(op_call *call, const json_t **list, bool *all)
+watcher *
+watch_watcher(server_client *c, bool need)
 {
-	const json_t *v = json_object_get(call->request, "all");
-	char field[32];
-	size_t i;
-	json_t *n;
-
-	*all = json_is_true(v);
-	if (v != NULL && !json_is_null(v) && !json_is_boolean(v))
-		return proto_fail(&call->err, PROTO_BAD_REQUEST, "all must be true or false");
-	*list = json_object_get(call->request, "names");
-	if (json_is_null(*list))
-		*list = NULL;
-	if (*list == NULL && !*all)
-		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names or all: true is required");
-	if (*list != NULL && !json_is_array(*list))
-		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names must be an array of names");
-	json_array_foreach (*list, i, n) {
-		const char *why;
-
-		snprintf(field, sizeof field, "names[%zu]", i);
-		if (!json_is_string(n) ||
-		    !proto_name_valid(json_string_value(n), json_string_length(n), &why))
-			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s %s", field,
-			    json_is_string(n) ? why : "must be a string");
-	}
-	return true;
+	return need ? watcher_need(c) : watcher_find(c);
 }
 
-static void
-snap_visit(const char *name, const ct_view *view, void *arg)
+void
+watch_add_all(watcher *w)
 {
-	op_snapshots_add(arg, name, view);
-}
-
-bool
-op_watch(op_call *call)
-{
-	op_snapshots snaps;
-	const json_t *list;
-	watcher *w;
-	size_t i;
-	json_t *n;
-	bool all;
-
-	if (!watch_targets(call, &list, &all))
-		return false;
-	call->now = clock_realtime_ms();
-	if (!op_snapshots_init(&snaps, call))
-		return false;
-	w = watcher_need(call->client);
-	if (w == NULL) {
-		op_snapshots_free(&snaps);
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	}
-	if (all) {
-		w->all = true;
-		circuit_table_foreach(srv.table, call->now, snap_visit, &snaps);
-	}
-	json_array_foreach (list, i, n) {
-		const char *name = json_string_value(n);
-
-		if (!watcher_watch(w, name)) {
-			snaps.nomem = true;
-			break;
-		}
-		if (!all) {
-			ct_view view;
-
-			/* A name that is not stored lists its initial snapshot. */
-			circuit_table_get(srv.table, name, call->now, &view, NULL);
-			op_snapshots_add(&snaps, name, &view);
-		}
-	}
-	watcher_trim(w);
-	return op_snapshots_reply(&snaps, call, "snapshots", false);
-}
-
-bool
-op_unwatch(op_call *call)
-{
-	watcher *w = watcher_find(call->client);
-	const json_t *list;
-	size_t i;
-	json_t *n;
-	bool all;
-
-	if (!watch_targets(call, &list, &all))
-		return false;
-	if (w == NULL)
-		return true;
-	if (all)
-		watcher_unwatch(w, NULL);
-	json_array_foreach (list, i, n)
-		watcher_unwatch(w, json_string_value(n));
-	watcher_trim(w);
-	return true;
+	w->all = true;
 }

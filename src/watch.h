@@ -31,6 +31,20 @@ void watch_deleted(const char *name, const char *reason);
  * for every watched circuit whose effective policy changed. */
 void watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh);
 
+/* A connection's watches (the watch and unwatch ops change them). */
+typedef struct watcher watcher;
+
+/* c's watches; made when need (NULL: none yet, or out of memory). */
+watcher *watch_watcher(server_client *c, bool need);
+/* w watches name; false when out of memory. */
+bool watch_add(watcher *w, const char *name);
+/* w watches every circuit. */
+void watch_add_all(watcher *w);
+/* Drop w's watch of one name, or of everything (name NULL). */
+void watch_drop(watcher *w, const char *name);
+/* Forget w entirely once it watches nothing. */
+void watch_trim(watcher *w);
+
 /* c closed: its watches end. */
 void watch_forget(server_client *c);
 

@@ -338,7 +338,7 @@ START_TEST(test_forced_state_during_outage_is_written_back)
 }
 END_TEST
 
-/* Past OP_FLEET_WRITEBACK_MAX (4096) circuits an action is not remembered:
+/* Past FLEET_SYNC_WRITEBACK_MAX (4096) circuits an action is not remembered:
  * counted. */
 START_TEST(test_writeback_bound_is_counted)
 {

@@ -234,7 +234,7 @@ oom_get(const char *name, cb_snapshot *snap)
 {
 	ct_view view;
 
-	circuit_table_get(srv.table, name, 0, &view, NULL);
+	circuit_table_get(cbd.table, name, 0, &view, NULL);
 	*snap = view.snap;
 	return view.stored;
 }
@@ -274,8 +274,8 @@ oom_check_table(unsigned long n, const oom_answers *got)
 	size_t walked = 0;
 	int ok_failures = 0;
 
-	circuit_table_stats(srv.table, &st);
-	circuit_table_foreach(srv.table, 0, count_visit, &walked);
+	circuit_table_stats(cbd.table, &st);
+	circuit_table_foreach(cbd.table, 0, count_visit, &walked);
 	if (walked != st.circuits)
 		oom_fail(n, "stats count %llu circuits, the table holds %zu",
 		    (unsigned long long)st.circuits, walked);
@@ -371,7 +371,7 @@ oom_session(unsigned long n, oom_answers *got)
 	server_client_close(again, "oom test");
 	ct_stats st;
 
-	circuit_table_stats(srv.table, &st);
+	circuit_table_stats(cbd.table, &st);
 	if (st.slots != 0)
 		oom_fail(n, "%llu slots left after every connection closed",
 		    (unsigned long long)st.slots);

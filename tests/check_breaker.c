@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * check_breaker.c — unit tests for the pure state machine, one case per
- * rule of protocol-v1.md's "The state machine" section.
+ * rule of proto/PROTOCOL.md §7, "Snapshots, lifetime and the state
+ * machine".
  */
 #include <stdlib.h>
 #include <string.h>

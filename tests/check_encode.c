@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * check_encode.c — the hot path's snapshot encoder (src/encode.c) writes
+ * check_encode.c — the hot path's snapshot encoder (src/core/encode.c) writes
  * exactly the text jansson writes for the same snapshot
- * (op_snapshot_json + json_dumps), for every kind of snapshot: initial,
+ * (circuit_json_snapshot + json_dumps), for every kind of snapshot: initial,
  * open, held with an awkward reason, names that need escaping, rate
  * windows, reporters, grown breaks, presets, every source. And
  * enc_compact writes what json_dumpb writes, on hand-picked values and on
@@ -20,7 +20,7 @@
 #include "check-run.h"
 #include "test-rand.h"
 #include "encode.h"
-#include "op.h"
+#include "circuit-json.h"
 
 #define T0 INT64_C(1700000000000)
 
@@ -29,7 +29,7 @@ static void
 same_text(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
     const proto_policy_sources *sources, int64_t now)
 {
-	json_t *obj = op_snapshot_json(name, view, policy, preset, sources, now);
+	json_t *obj = circuit_json_snapshot(name, view, policy, preset, sources, now);
 	char *want = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
 	enc_buf got = { 0 };
 

@@ -17,6 +17,7 @@
 #include "check-run.h"
 #include "test-rand.h"
 
+#include "circuit-json.h"
 #include "circuit-table.h"
 #include "proto.h"
 #include "proto-scan.h"
@@ -2056,6 +2057,76 @@ START_TEST(req_generated_differential)
 }
 END_TEST
 
+/* The one reader of holds and totals (circuit-json.c): what the writer
+ * writes reads back, strict mode (the state file, the fleet script) wants
+ * every member, tolerant mode (libcbclient) takes a member left out, and
+ * both name path.member in their errors. */
+START_TEST(circuit_json_readers)
+{
+	ct_hold hold = { .held = true,
+		.state = CB_STATE_OPEN,
+		.since = 1000,
+		.until = 5000,
+		.by_uid = 0,
+		.by_user = "root",
+		.reason = "maintenance" };
+	ct_totals totals = { 1, 2, 3, 4, 5 }, t;
+	json_t *hj = circuit_json_hold(&hold), *tj = circuit_json_totals(&totals), *bad;
+	proto_node hn = proto_node_json(hj), tn = proto_node_json(tj), n;
+	proto_error err;
+	unsigned found;
+	ct_hold h;
+
+	ck_assert(circuit_json_hold_read(&hn, "hold", CIRCUIT_JSON_STRICT, &h, &err));
+	ck_assert(h.held && h.state == CB_STATE_OPEN && h.since == 1000 && h.until == 5000);
+	ck_assert_str_eq(h.by_user, "root");
+	ck_assert_str_eq(h.reason, "maintenance");
+	ck_assert(circuit_json_totals_read(&tn, "totals", CIRCUIT_JSON_STRICT, &t, &found, &err));
+	ck_assert_uint_eq(found, CIRCUIT_JSON_TOTALS_ALL);
+	ck_assert(t.successes == 1 && t.failures == 2 && t.ignored == 3 && t.slow == 4 &&
+	    t.rejected == 5);
+
+	/* by_uid left out: strict refuses, naming it; tolerant takes it. */
+	json_object_del(hj, "by_uid");
+	hn = proto_node_json(hj);
+	ck_assert(!circuit_json_hold_read(&hn, "hold", CIRCUIT_JSON_STRICT, &h, &err));
+	ck_assert_str_eq(err.message, "hold.by_uid is missing");
+	hn = proto_node_json(hj);
+	ck_assert(circuit_json_hold_read(&hn, "snapshot.hold", CIRCUIT_JSON_TOLERANT, &h, &err));
+	ck_assert(h.held && h.by_uid == 0);
+
+	/* A hold's state may not be half_open. */
+	json_object_set_new(hj, "state", json_string("half_open"));
+	hn = proto_node_json(hj);
+	ck_assert(!circuit_json_hold_read(&hn, "snapshot.hold", CIRCUIT_JSON_TOLERANT, &h, &err));
+	ck_assert_str_eq(err.message, "snapshot.hold.state must be open or closed");
+
+	/* null or absent: no hold, in both modes. */
+	n = proto_node_json(NULL);
+	ck_assert(circuit_json_hold_read(&n, "hold", CIRCUIT_JSON_STRICT, &h, &err) && !h.held);
+
+	/* Totals: a count left out is an error strict, not reported tolerant. */
+	json_object_del(tj, "slow");
+	tn = proto_node_json(tj);
+	ck_assert(!circuit_json_totals_read(&tn, "totals", CIRCUIT_JSON_STRICT, &t, &found, &err));
+	ck_assert_str_eq(err.message, "totals.slow is missing");
+	tn = proto_node_json(tj);
+	ck_assert(circuit_json_totals_read(&tn, "snapshot.totals", CIRCUIT_JSON_TOLERANT, &t,
+	    &found, &err));
+	ck_assert_uint_eq(found, CIRCUIT_JSON_TOTALS_ALL & ~8u);
+	bad = json_pack("{s:i}", "successes", -3);
+	tn = proto_node_json(bad);
+	ck_assert(!circuit_json_totals_read(&tn, "totals", CIRCUIT_JSON_STRICT, &t, &found, &err));
+	n = proto_node_json(NULL);
+	ck_assert(!circuit_json_totals_read(&n, "totals", CIRCUIT_JSON_STRICT, &t, &found, &err));
+	ck_assert(circuit_json_totals_read(&n, "totals", CIRCUIT_JSON_TOLERANT, &t, &found, &err) &&
+	    found == 0);
+	json_decref(bad);
+	json_decref(hj);
+	json_decref(tj);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -2073,6 +2144,7 @@ main(void)
 	tcase_add_test(tc, ctx_to_json_round_trip);
 	tcase_add_test(tc, snapshot_json_round_trip);
 	tcase_add_test(tc, error_codes_round_trip);
+	tcase_add_test(tc, circuit_json_readers);
 	suite_add_tcase(suite, tc);
 
 	tc = tcase_create("scan");

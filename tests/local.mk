@@ -4,7 +4,7 @@
 
 TESTS += $(check_PROGRAMS)
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-TEST_CORE_LIBS = src/libcbcore.la $(CHECK_LIBS) $(JANSSON_LIBS)
+TEST_CORE_LIBS = src/libcbcore.la src/libcbbase.la $(CHECK_LIBS) $(JANSSON_LIBS)
 
 # The store contract suite and check_run(), linked into the unit tests.
 check_LTLIBRARIES += tests/libcontract.la
@@ -51,6 +51,11 @@ TESTS += tests/systemd-units.sh tests/socket-activation.sh tests/cbctl.sh tests/
 	tests/format.sh tests/gitignore.sh tests/licence.sh
 EXTRA_DIST += tests/socket-activation.sh tests/cbctl.sh tests/install.sh tests/format.sh .clang-format
 EXTRA_DIST += tests/systemd-units.sh tests/gitignore.sh tests/licence.sh
+
+# The layering check: src/LAYERS against the includes of src/ and client/,
+# and its own test (it fails when a lower file includes a higher header).
+TESTS += tests/layering.sh tests/layering-selftest.sh
+EXTRA_DIST += tests/layering.sh tests/layering-selftest.sh tests/layering.py
 # The manual pages render cleanly (groff -ww, no words run together).
 TESTS += tests/man.sh
 EXTRA_DIST += tests/man.sh

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz-daemon.c — cbd's request path in-process without a socket (see
- * fuzz-daemon.h): srv set up by hand, descriptor-less connections, and
+ * fuzz-daemon.h): the daemon context set up by hand, descriptor-less connections, and
  * the one-valid-JSON-line-per-request check.
  */
 #include <stdarg.h>
@@ -37,19 +37,21 @@ bool
 fuzz_daemon_start(void)
 {
 	srv = (server){ .listen_fd = -1 };
+	cbd = (daemon_ctx){ 0 };
 	stats_init();
-	if (!conf_init_defaults(&srv.conf))
+	stats_name_ops(op_names(), op_count());
+	if (!conf_init_defaults(&cbd.conf))
 		return false;
 	log_set_level(fuzz_log_level());
-	srv.base = event_base_new();
-	if (srv.base != NULL)
-		srv.reap_ev = event_new(srv.base, -1, 0, fuzz_event_noop, NULL);
-	srv.table = circuit_table_new((uint64_t)srv.conf.max_circuits, FUZZ_INSTANCE_ID);
-	if (srv.base == NULL || srv.reap_ev == NULL || srv.table == NULL) {
+	cbd.base = event_base_new();
+	if (cbd.base != NULL)
+		srv.reap_ev = event_new(cbd.base, -1, 0, fuzz_event_noop, NULL);
+	cbd.table = circuit_table_new((uint64_t)cbd.conf.max_circuits, FUZZ_INSTANCE_ID);
+	if (cbd.base == NULL || srv.reap_ev == NULL || cbd.table == NULL) {
 		fuzz_daemon_stop();
 		return false;
 	}
-	srv.state = SERVER_RUNNING;
+	cbd.state = DAEMON_RUNNING;
 	return true;
 }
 
@@ -67,14 +69,15 @@ fuzz_client_new(uid_t uid)
 	if (c == NULL)
 		return NULL;
 	c->fd = -1;
+	c->hooks = &server_hooks;
 	c->state = SERVER_CLIENT_OPEN;
 	c->uid = uid;
 	c->gid = (gid_t)-1;
 	c->pid = 1;
-	c->read_ev = event_new(srv.base, -1, EV_READ | EV_PERSIST, fuzz_event_noop, c);
-	c->write_ev = event_new(srv.base, -1, EV_WRITE | EV_PERSIST, fuzz_event_noop, c);
-	c->timer_ev = evtimer_new(srv.base, fuzz_event_noop, c);
-	c->turn_ev = evtimer_new(srv.base, fuzz_event_noop, c);
+	c->read_ev = event_new(cbd.base, -1, EV_READ | EV_PERSIST, fuzz_event_noop, c);
+	c->write_ev = event_new(cbd.base, -1, EV_WRITE | EV_PERSIST, fuzz_event_noop, c);
+	c->timer_ev = evtimer_new(cbd.base, fuzz_event_noop, c);
+	c->turn_ev = evtimer_new(cbd.base, fuzz_event_noop, c);
 	if (c->read_ev == NULL || c->write_ev == NULL || c->timer_ev == NULL ||
 	    c->turn_ev == NULL) {
 		server_client_free(c);
@@ -92,16 +95,16 @@ fuzz_line(server_client *c, const char *line, size_t len)
 		len--;
 	if (len == 0)
 		return 0;
-	if (len > (size_t)srv.conf.max_line_bytes) {
-		op_reply_error(c, PROTO_LINE_TOO_LONG,
+	if (len > (size_t)cbd.conf.max_line_bytes) {
+		server_client_reply_error(c, PROTO_LINE_TOO_LONG,
 		    "request line is longer than max_line_bytes (%lld)",
-		    (long long)srv.conf.max_line_bytes);
+		    (long long)cbd.conf.max_line_bytes);
 		return 1;
 	}
 	op_dispatch(c, line, len);
 	/* A long list is answered in steps across turns of the loop, its
 	 * connection reading nothing meanwhile: here, all at once. */
-	while (!op_list_continue(c, false))
+	while (!op_conn_step(c, false))
 		;
 	return 1;
 }

@@ -23,7 +23,7 @@
  * so that runs are reproducible). */
 #define FUZZ_INSTANCE_ID UINT64_C(0x00c0ffee00c0ffee)
 
-/* Set up srv like server_start() minus the socket and signals; false
+/* Set up the daemon context like server_start() minus the socket and signals; false
  * when out of memory. */
 bool fuzz_daemon_start(void);
 /* Close every connection and free everything (server_free()). */

@@ -125,10 +125,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	}
 	if (tight) {
-		srv.conf.max_circuits = FUZZ_TIGHT_CIRCUITS;
-		srv.conf.max_line_bytes = FUZZ_TIGHT_LINE;
-		srv.conf.max_output_bytes = FUZZ_TIGHT_OUTPUT;
-		circuit_table_set_max_circuits(srv.table, FUZZ_TIGHT_CIRCUITS);
+		cbd.conf.max_circuits = FUZZ_TIGHT_CIRCUITS;
+		cbd.conf.max_line_bytes = FUZZ_TIGHT_LINE;
+		cbd.conf.max_output_bytes = FUZZ_TIGHT_OUTPUT;
+		circuit_table_set_max_circuits(cbd.table, FUZZ_TIGHT_CIRCUITS);
 	}
 	expected = fuzz_client_feed(c, text, size);
 	out = fuzz_client_output(c, &out_len);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-admin.c — the read and service ops: hello, list (long ones answered
- * in steps across turns of the event loop), stats.
+ * op-list.c — the list op (see op-list.h): the circuits' snapshots a page
+ * at a time, long lists answered in steps across turns of the event loop.
  */
 #include "config.h"
 
@@ -12,31 +12,10 @@
 #include <event2/event.h>
 
 #include "conf.h"
+#include "daemon.h"
 #include "log.h"
-#include "op.h"
-#include "server.h"
+#include "op-list.h"
 #include "stats.h"
-#include "watch.h"
-
-bool
-op_hello(op_call *call)
-{
-	const char *client;
-
-	if (!proto_get_text(call->request, "client", false, &client, NULL, &call->err))
-		return false;
-	if (client != NULL && log_enabled(LOG_LEVEL_DEBUG)) {
-		char quoted[LOG_QUOTE_SIZE];
-
-		log_debug("connection %llu: hello from %s", (unsigned long long)call->client->id,
-		    log_quote(client, quoted, sizeof quoted));
-	}
-	if (json_object_set_new(op_reply(call), "server", json_string(PACKAGE_NAME)) != 0 ||
-	    json_object_set_new(op_reply(call), "version", json_string(PACKAGE_VERSION)) != 0 ||
-	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
 
 /* A listing that goes on in a later request: one per connection, its walk
  * linked into the table (so it survives changes between pages). */
@@ -104,7 +83,7 @@ typedef struct op_list_job {
 static bool
 list_step(list_walk *w, op_list_cursor *cursor, int64_t now, unsigned circuits)
 {
-	circuit_table_cursor_next(srv.table, &cursor->walk, now, circuits, list_visit, w);
+	circuit_table_cursor_next(cbd.table, &cursor->walk, now, circuits, list_visit, w);
 	return cursor->walk.at == NULL || w->resume[0] != '\0' || w->snapshots.nomem;
 }
 
@@ -113,7 +92,7 @@ list_cursor_free(op_list_cursor *cursor)
 {
 	if (cursor == NULL)
 		return;
-	circuit_table_cursor_close(srv.table, &cursor->walk);
+	circuit_table_cursor_close(cbd.table, &cursor->walk);
 	free(cursor);
 }
 
@@ -122,12 +101,12 @@ list_cursor_free(op_list_cursor *cursor)
 static void
 list_keep_cursor(op_call *call, list_walk *w, op_list_cursor *cursor, char id[24])
 {
-	server_client *c = call->client;
+	op_conn *oc = op_conn_peek(call->client);
 
-	circuit_table_cursor_seek(srv.table, &cursor->walk, w->resume);
+	circuit_table_cursor_seek(cbd.table, &cursor->walk, w->resume);
 	snprintf(id, 24, "l%llu", (unsigned long long)cursor->id);
-	list_cursor_free(c->list_cursor);
-	c->list_cursor = cursor;
+	list_cursor_free(oc->list_cursor);
+	oc->list_cursor = cursor;
 }
 
 /* The reply of a complete step: the circuits, truncated, and a cursor
@@ -242,14 +221,14 @@ list_stream_end(op_list_job *job)
 static op_list_cursor *
 list_cursor_take(op_call *call, list_walk *w)
 {
-	server_client *c = call->client;
-	op_list_cursor *cursor = c->list_cursor;
+	op_conn *oc = op_conn_peek(call->client);
+	op_list_cursor *cursor = oc->list_cursor;
 	const char *given;
 	char id[24];
 
 	if (!proto_get_text(call->request, "cursor", false, &given, NULL, &call->err))
 		return NULL;
-	c->list_cursor = NULL;
+	oc->list_cursor = NULL;
 	if (given != NULL) {
 		if (cursor != NULL)
 			snprintf(id, sizeof id, "l%llu", (unsigned long long)cursor->id);
@@ -275,7 +254,7 @@ list_cursor_take(op_call *call, list_walk *w)
 	cursor->id = ++list_cursor_ids;
 	cursor->filter = w->filter;
 	cursor->state = w->state;
-	circuit_table_cursor_open(srv.table, &cursor->walk);
+	circuit_table_cursor_open(cbd.table, &cursor->walk);
 	return cursor;
 }
 
@@ -285,7 +264,9 @@ op_list(op_call *call)
 	op_list_job *job;
 	bool present;
 
-	job = calloc(1, sizeof *job);
+	/* The connection keeps the listing's cursor, and the list answered
+	 * in steps. */
+	job = op_conn_of(call->client) != NULL ? calloc(1, sizeof *job) : NULL;
 	if (job == NULL)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	if (!proto_get_state(call->request, "state", false, &job->w.state, &present, &call->err) ||
@@ -312,7 +293,8 @@ op_list(op_call *call)
 	job->call = *call;
 	job->request = json_incref((json_t *)call->request);
 	call->pending = true;
-	call->client->list_job = job;
+	op_conn_peek(call->client)->list_job = job;
+	server_client_block(call->client, SERVER_CLIENT_BLOCK_STEPS, true);
 	lists_stepping++;
 	list_stream_begin(job);
 	return true;
@@ -334,7 +316,8 @@ list_share(void)
 bool
 op_list_continue(server_client *c, bool paced)
 {
-	op_list_job *job = c->list_job;
+	op_conn *oc = op_conn_peek(c);
+	op_list_job *job = oc != NULL ? oc->list_job : NULL;
 	bool ok;
 
 	if (job == NULL)
@@ -348,9 +331,10 @@ op_list_continue(server_client *c, bool paced)
 	}
 	if (job->streaming)
 		list_stream_end(job);
-	c->list_job = NULL;
+	oc->list_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
 	lists_stepping--;
-	watch_request_begin(c);
+	op_begin(c);
 	ok = job->streaming ||
 	    (list_reply(&job->call, &job->w, job->cursor) && op_reply_conflicts(&job->call));
 	op_finish(&job->call, ok);
@@ -362,10 +346,11 @@ op_list_continue(server_client *c, bool paced)
 void
 op_list_client_closed(server_client *c)
 {
-	op_list_job *job = c->list_job;
+	op_conn *oc = op_conn_peek(c);
+	op_list_job *job = oc->list_job;
 
-	list_cursor_free(c->list_cursor);
-	c->list_cursor = NULL;
+	list_cursor_free(oc->list_cursor);
+	oc->list_cursor = NULL;
 	if (job == NULL)
 		return;
 	lists_stepping--;
@@ -376,13 +361,6 @@ op_list_client_closed(server_client *c)
 	enc_free(&job->call.tail_more);
 	json_decref(job->request);
 	free(job);
-	c->list_job = NULL;
-}
-
-bool
-op_stats(op_call *call)
-{
-	if (!stats_to_json(op_reply(call), op_names(), op_count(), srv.table))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
+	oc->list_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
 }

@@ -89,6 +89,8 @@ typedef enum proto_ctx_type {
 
 /* Longest preset name in bytes. */
 #define PROTO_PRESET_NAME_MAX 64
+/* Longest circuit name in bytes (spec: 1..256). */
+#define PROTO_NAME_MAX 256
 
 /* A row of the ctx table: the member's name, type and bounds. */
 typedef struct proto_ctx_def {

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "circuit-table.h"
 #include "proto.h"
 #include "proto-scan.h"
 
@@ -776,7 +775,7 @@ pval_name(const pval *v, const char *key, const char **out, proto_error *err)
 		return false;
 	/* A string from the flat view is printable ASCII (proto-scan.h): of
 	 * the rules, only its length is left to check. */
-	if ((v->flat < 0 || len == 0 || len > CT_NAME_MAX) && !proto_name_valid(*out, len, &why))
+	if ((v->flat < 0 || len == 0 || len > PROTO_NAME_MAX) && !proto_name_valid(*out, len, &why))
 		return proto_fail(err, PROTO_BAD_REQUEST, "%s %s", key, why);
 	return true;
 }
@@ -805,7 +804,7 @@ proto_name_valid(const char *text, size_t len, const char **why)
 	const unsigned char *s = (const unsigned char *)text;
 	size_t i = 0;
 
-	if (len == 0 || len > CT_NAME_MAX) {
+	if (len == 0 || len > PROTO_NAME_MAX) {
 		*why = "must be 1 to 256 bytes";
 		return false;
 	}

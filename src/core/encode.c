@@ -14,7 +14,7 @@ static int hash_oom;
 #include <uthash.h>
 
 #include "encode.h"
-#include "op.h"
+#include "circuit-json.h"
 
 bool
 enc_reserve(enc_buf *b, size_t len)
@@ -533,7 +533,7 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	enc_policy(b, policy, preset, sources);
 	ENC_LIT(b, ",\"hold\":");
 	if (view->hold.held)
-		enc_json(b, op_hold_json(&view->hold));
+		enc_json(b, circuit_json_hold(&view->hold));
 	else
 		ENC_LIT(b, "null");
 	if ((p = part_begin(b)) == NULL)
@@ -554,7 +554,7 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	part_end(b, p);
 	if (policy->trip == CB_TRIP_RATE) {
 		ENC_LIT(b, ",\"window\":");
-		enc_json(b, op_window_json(view));
+		enc_json(b, circuit_json_window(view));
 	}
 	if (policy->min_reporters > 1) {
 		ENC_LIT(b, ",\"reporters\":");

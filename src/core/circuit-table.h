@@ -37,8 +37,8 @@
 #include "breaker.h"
 #include "proto.h"
 
-/* Longest circuit name in bytes (spec: 1..256). */
-#define CT_NAME_MAX 256
+/* Longest circuit name in bytes (the protocol's). */
+#define CT_NAME_MAX PROTO_NAME_MAX
 /* Longest hold reason in bytes (protocol 2, §4). */
 #define CT_REASON_MAX 256
 /* Longest user name kept with a hold. */
@@ -232,7 +232,7 @@ bool circuit_table_release_slot(circuit_table *table, const char *name, const ch
 /* Release every slot held by owner (a connection that closed). */
 void circuit_table_release_owner(circuit_table *table, ct_owner *owner);
 
-/* The sidecar's "may I call?": see protocol-v1.md, op allow; a held open
+/* The sidecar's "may I call?": see proto/PROTOCOL.md §8, allow; a held open
  * circuit refuses, a held closed one allows. `out` gets the circuit too
  * (may be NULL). */
 ct_status circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,

@@ -2,10 +2,10 @@
 /*
  * encode.h — the hot path's encoder: a snapshot written straight as JSON
  * text into a buffer, without building a jansson object and dumping it
- * (that was two thirds of a request's instructions). The policy part,
+ * (most of a request's work when it was done that way). The policy part,
  * identical for every circuit with the same effective policy, is encoded
  * once by jansson and cached. tests/check_encode.c checks the text equals
- * what op_snapshot_json() + json_dumps() write.
+ * what circuit_json_snapshot() + json_dumps() write.
  */
 #ifndef CBD_ENCODE_H
 #define CBD_ENCODE_H
@@ -67,8 +67,8 @@ void enc_free(enc_buf *b);
 #define ENC_SPARE_MAX 65536
 
 /* Done with b: keep its memory for enc_take (up to ENC_SPARES buffers of
- * at most ENC_SPARE_MAX bytes) or free it. Two buffers of 2 KiB allocated
- * and freed per request were a fifth of malloc's work. */
+ * at most ENC_SPARE_MAX bytes) or free it, so that a request does not
+ * allocate and free its reply's buffers. */
 void enc_recycle(enc_buf *b);
 /* An empty buffer, with memory enc_recycle kept when there is some. */
 enc_buf enc_take(void);
@@ -81,7 +81,7 @@ void enc_spares_free(void);
  * jansson 2.14 dumps them. Reals go through enc_value. */
 void enc_compact(enc_buf *b, const json_t *v);
 
-/* The snapshot object of a circuit, as op_snapshot_json() builds it. */
+/* The snapshot object of a circuit, as circuit_json_snapshot() builds it. */
 void encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_policy *policy,
     const char *preset, const proto_policy_sources *sources, int64_t now);
 

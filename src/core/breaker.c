@@ -2,8 +2,9 @@
 /*
  * breaker.c — the circuit-breaker state machine (see breaker.h).
  *
- * Each rule below is a sentence of protocol-v1.md's "The state machine"
- * section; the unit tests in tests/check_breaker.c hold one case per rule.
+ * Each rule below is a sentence of proto/PROTOCOL.md §7, "Snapshots,
+ * lifetime and the state machine"; the unit tests in tests/check_breaker.c
+ * hold one case per rule.
  */
 #include <string.h>
 

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-sidecar.c — the sidecar ops: allow ("may I call?") and record ("how
- * did it go?", giving back allow's permit).
+ * op-permit.c — the permit ops (see op-permit.h): allow ("may I call?")
+ * and record ("how did it go?", giving back allow's permit).
  */
 #include <string.h>
 
-#include "op.h"
-#include "server.h"
+#include "daemon.h"
+#include "events.h"
+#include "op-permit.h"
 
 bool
 op_allow(op_call *call)
@@ -17,9 +18,9 @@ op_allow(op_call *call)
 	json_t *r = op_reply(call);
 
 	if (!op_status(call,
-		circuit_table_allow(srv.table, call->name, &call->table, &allow, &view, &change)))
+		circuit_table_allow(cbd.table, call->name, &call->table, &allow, &view, &change)))
 		return false;
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
 	    json_object_set_new(r, "state", json_string(breaker_state_name(allow.state))) != 0 ||
 	    (allow.has_permit &&
@@ -66,22 +67,22 @@ op_record(op_call *call)
 		    "outcome must be \"success\", \"failure\" or \"ignore\"");
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
-		status = circuit_table_record_success(srv.table, call->name, &call->table, &view,
+		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
 		    &change);
 		break;
 	case RECORD_FAILURE:
-		status = circuit_table_record_failure(srv.table, call->name, &call->table, &view,
+		status = circuit_table_record_failure(cbd.table, call->name, &call->table, &view,
 		    &change);
 		break;
 	case RECORD_IGNORE:
-		circuit_table_record_ignore(srv.table, call->name, &call->table, &view, &change);
+		circuit_table_record_ignore(cbd.table, call->name, &call->table, &view, &change);
 		break;
 	}
-	op_log_change(call->name, &change);
+	events_changed(call->name, &change);
 	/* The permit goes back whatever became of the outcome. */
 	if (permit != NULL) {
-		circuit_table_release_slot(srv.table, call->name, permit, call->now);
-		circuit_table_get(srv.table, call->name, call->now, &view, NULL);
+		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
+		circuit_table_get(cbd.table, call->name, call->now, &view, NULL);
 	}
 	if (!op_status(call, status))
 		return false;

@@ -2,15 +2,13 @@
 /*
  * circuit-table.c — name -> circuit; see circuit-table.h for the contract.
  *
- * Cost of one closed circuit on x86_64 (measured by tests/bench-memory):
- * the struct below is 184 bytes (uthash handle 56, list links 16,
- * snapshot 40, totals 40, last use 8, declared policy 8, extension 8,
- * name length and list tag) plus the name and its NUL, rounded up by
- * malloc (16-byte steps, 8 bytes of header), plus uthash's buckets (a
- * few bytes per circuit): ~215 bytes for a 16-byte name. Slots and holds
- * live in an extension allocated only while a circuit has either; the
- * declared policy is interned, so circuits declaring the same members
- * share one copy.
+ * A closed circuit is one allocation: the struct below (uthash handle,
+ * list links, snapshot, totals, last use, declared policy, extension,
+ * name length and list tag) with its name and NUL, plus its share of
+ * uthash's buckets. Slots and holds live in an extension allocated only
+ * while a circuit has either; the declared policy is interned, so
+ * circuits declaring the same members share one copy. (Bytes per circuit,
+ * as tests/bench-authority measures them: README.md, "Benchmarks".)
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -3,9 +3,8 @@
  * proto-scan.h — the request decoder's fast path: a line in a plain subset
  * of JSON is read into a flat view (no allocation, no hashing), which the
  * dispatcher reads through proto_req (proto.h) and turns into jansson
- * values only for the ops that want them. jansson's general lexer and a
- * jansson object per request cost more than half of a request's
- * instructions. Pure.
+ * values only for the ops that want them: jansson's general lexer and a
+ * jansson object per request would be most of a request's work. Pure.
  */
 #ifndef CBD_PROTO_SCAN_H
 #define CBD_PROTO_SCAN_H

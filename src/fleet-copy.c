@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fleet-copy.c — this host's copy of the fleet's circuits (see
+ * fleet-copy.h): what the circuit script reports of a circuit, read into
+ * the circuit table (which answers while Redis is away), its change told
+ * through events.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "circuit-json.h"
+#include "clock.h"
+#include "daemon.h"
+#include "events.h"
+#include "fleet-copy.h"
+#include "log.h"
+
+static const struct {
+	const char *name;
+	cb_reason reason;
+} reason_names[] = {
+	{ "failure_threshold", CB_REASON_FAILURE_THRESHOLD },
+	{ "failure_rate", CB_REASON_FAILURE_RATE },
+	{ "trial_failed", CB_REASON_TRIAL_FAILED },
+	{ "trial_succeeded", CB_REASON_TRIAL_SUCCEEDED },
+	{ "break_elapsed", CB_REASON_BREAK_ELAPSED },
+	{ "forced", CB_REASON_FORCED },
+	{ "cas", CB_REASON_CAS },
+	{ "held", CB_REASON_HELD },
+	{ "hold_expired", CB_REASON_HOLD_EXPIRED },
+	{ "released", CB_REASON_RELEASED },
+	{ "writeback", CB_REASON_WRITTEN_BACK },
+	{ "merged", CB_REASON_MERGED },
+};
+
+/* The change a script reply or event reports (reason NONE: none). */
+static void
+change_from_json(const json_t *j, ct_change *out)
+{
+	const char *from = json_string_value(json_object_get(j, "from"));
+	const char *to = json_string_value(json_object_get(j, "to"));
+	const char *reason = json_string_value(json_object_get(j, "reason"));
+
+	memset(out, 0, sizeof *out);
+	if (!json_is_object(j) || from == NULL || to == NULL || reason == NULL ||
+	    !breaker_state_parse(from, strlen(from), &out->from) ||
+	    !breaker_state_parse(to, strlen(to), &out->to))
+		return;
+	for (size_t i = 0; i < sizeof reason_names / sizeof reason_names[0]; i++) {
+		if (strcmp(reason, reason_names[i].name) == 0)
+			out->reason = reason_names[i].reason;
+	}
+	if (out->reason == CB_REASON_NONE)
+		out->reason = CB_REASON_FORCED;
+}
+
+/* Parse the canonical text of a declared policy ("" = none). */
+bool
+fleet_copy_declared_parse(const char *text, proto_ctx *out)
+{
+	json_t *wrap, *ctx;
+	proto_error err;
+	bool ok;
+
+	memset(out, 0, sizeof *out);
+	if (text == NULL || text[0] == '\0')
+		return true;
+	ctx = json_loads(text, 0, NULL);
+	wrap = ctx != NULL ? json_pack("{s:o}", "ctx", ctx) : NULL;
+	ok = wrap != NULL && proto_ctx_from_json(wrap, out, &err);
+	json_decref(wrap);
+	return ok;
+}
+
+/* The canonical text of a declared policy: "" for none. NULL: no memory. */
+char *
+fleet_copy_declared_text(const proto_ctx *declared)
+{
+	json_t *obj = declared != NULL ? proto_ctx_members_to_json(declared) : json_object();
+	char *text;
+
+	if (obj == NULL)
+		return NULL;
+	text = json_object_size(obj) == 0 ? strdup("")
+					  : json_dumps(obj, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(obj);
+	return text;
+}
+
+/* What the script reports of a circuit, as a view. Strings point into
+ * j; declared receives the parsed policy; reporters (room for
+ * CB_REPORTERS_MAX) stands for the reporters the script counted. */
+static bool
+view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, proto_ctx *declared,
+    cb_reporters *reporters)
+{
+	const json_t *window = json_object_get(j, "window");
+	int64_t break_ms = 0, count;
+	proto_policy_sources sources;
+	const char *preset;
+	proto_error err;
+	cb_policy policy;
+
+	proto_node totals = proto_node_json(json_object_get(j, "totals"));
+	proto_node hold = proto_node_json(json_object_get(j, "hold"));
+	unsigned found;
+
+	memset(view, 0, sizeof *view);
+	view->hold.until = CB_TIME_NONE;
+	if (!json_is_object(j) || !proto_snapshot_from_json(j, &view->snap, NULL, &err) ||
+	    !fleet_copy_declared_parse(json_string_value(json_object_get(j, "declared")),
+		declared) ||
+	    !circuit_json_totals_read(&totals, "totals", CIRCUIT_JSON_STRICT, &view->totals, &found,
+		&err) ||
+	    !circuit_json_hold_read(&hold, "hold", CIRCUIT_JSON_STRICT, &view->hold, &err))
+		return false;
+	view->stored = true;
+	view->declared = declared;
+	/* As cb_snapshot keeps it: a break break_backoff grew, 0: the policy's. */
+	conf_policy(&cbd.conf, name, declared, &policy, &sources, &preset);
+	proto_get_int(j, "current_break_ms", 0, CB_DURATION_MAX, false, &break_ms, NULL, &err);
+	view->snap.current_break_ms = break_ms;
+	count = json_integer_value(json_object_get(j, "slots"));
+	view->slots = count > 0 ? (uint64_t)count : 0;
+	if (json_is_object(window)) {
+		view->has_window = true;
+		view->window.calls = (uint32_t)json_integer_value(json_object_get(window, "calls"));
+		view->window.failures =
+		    (uint32_t)json_integer_value(json_object_get(window, "failures"));
+		view->window.slow = (uint32_t)json_integer_value(json_object_get(window, "slow"));
+	}
+	count = json_integer_value(json_object_get(j, "reporters"));
+	if (policy.min_reporters > 1) {
+		breaker_reporters_init(reporters, policy.min_reporters);
+		for (uint32_t i = 0; i < reporters->slots && (int64_t)i < count; i++)
+			reporters->r[i] = (cb_reporter){ .id = (int64_t)i + 1, .at = now };
+		view->reporters = reporters;
+	}
+	return true;
+}
+
+/* What copy_apply's view points into besides the JSON it read: valid
+ * until the next copy_apply (cbd is single-threaded). */
+static proto_ctx copy_declared;
+static union {
+	cb_reporters r;
+	unsigned char room[sizeof(cb_reporters) + CB_REPORTERS_MAX * sizeof(cb_reporter)];
+} copy_reporters;
+
+/* Make this host's copy of name what the script reports (circuit NULL
+ * or null: not stored), log and broadcast its change. *view (may be
+ * NULL) receives the script's view. Returns whether circuit was read. */
+bool
+fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
+    bool deleted_event, ct_view *view)
+{
+	ct_view local;
+	ct_change change;
+
+	if (view == NULL)
+		view = &local;
+	if (circuit == NULL || json_is_null(circuit)) {
+		memset(view, 0, sizeof *view);
+		breaker_snapshot_init(&view->snap);
+		view->hold.until = CB_TIME_NONE;
+		if (circuit_table_delete(cbd.table, name) && deleted_event) {
+			events_deleted(name);
+		}
+		return true;
+	}
+	if (!view_from_json(name, circuit, now, view, &copy_declared, &copy_reporters.r)) {
+		log_warning("fleet: cannot read the circuit script's view of a circuit");
+		return false;
+	}
+	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
+	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
+	change_from_json(change_json, &change);
+	events_changed(name, &change);
+	return true;
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fleet-copy.h — fleet mode: this host's copy of the fleet's circuits,
+ * refreshed from what the circuit script reports (replies, events,
+ * write-backs), and the declared policy's canonical text the script
+ * stores.
+ */
+#ifndef CBD_FLEET_COPY_H
+#define CBD_FLEET_COPY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "circuit-table.h"
+#include "proto.h"
+
+/* Make this host's copy of name what the script reports (circuit NULL
+ * or null: not stored), log and broadcast its change (through events; a
+ * circuit gone is a deleted event when deleted_event). *view (may be
+ * NULL) receives the script's view. Returns whether circuit was read. */
+bool fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_json,
+    int64_t now, bool deleted_event, ct_view *view);
+
+/* The canonical text of a declared policy: "" for none. NULL: no memory. */
+char *fleet_copy_declared_text(const proto_ctx *declared);
+/* Parse the canonical text of a declared policy ("" = none). */
+bool fleet_copy_declared_parse(const char *text, proto_ctx *out);
+
+#endif

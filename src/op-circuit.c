@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * op-circuit.c — the circuit ops (see op-circuit.h), what a store client
+ * calls: get, record_success, record_failure, cas, set_state (with
+ * holds), release, acquire_slot, release_slot, delete.
+ */
+#include <string.h>
+
+#include "daemon.h"
+#include "events.h"
+#include "log.h"
+#include "op-circuit.h"
+
+bool
+op_get(op_call *call)
+{
+	ct_change change;
+	ct_view view;
+
+	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
+	events_changed(call->name, &change);
+	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+/* Shared body of record_success and record_failure. */
+static bool
+record_outcome(op_call *call, bool success)
+{
+	ct_change change;
+	ct_status status;
+	ct_view view;
+
+	if (success)
+		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
+		    &change);
+	else
+		status = circuit_table_record_failure(cbd.table, call->name, &call->table, &view,
+		    &change);
+	if (!op_status(call, status))
+		return false;
+	events_changed(call->name, &change);
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+bool
+op_record_success(op_call *call)
+{
+	return record_outcome(call, true);
+}
+
+bool
+op_record_failure(op_call *call)
+{
+	return record_outcome(call, false);
+}
+
+bool
+op_cas(op_call *call)
+{
+	cb_state from, to;
+	ct_change change;
+	ct_view view;
+	bool applied, answered;
+
+	if (!proto_get_state(call->request, "from", true, &from, NULL, &call->err) ||
+	    !proto_get_state(call->request, "to", true, &to, NULL, &call->err))
+		return false;
+	if (!op_cas_allowed(call, from, to, &answered))
+		return false;
+	if (answered)
+		return true;
+	if (!op_status(call,
+		circuit_table_cas(cbd.table, call->name, from, to, &call->table, &applied, &view,
+		    &change)))
+		return false;
+	events_changed(call->name, &change);
+	if (json_object_set_new(op_reply(call), "applied", json_boolean(applied)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+bool
+op_set_state(op_call *call)
+{
+	char user[CT_USER_MAX + 1];
+	ct_hold_request req;
+	ct_change change;
+	ct_view view;
+	cb_state state;
+	bool hold;
+
+	if (!proto_get_state(call->request, "state", true, &state, NULL, &call->err) ||
+	    !op_hold_members(call, state, &hold, &req))
+		return false;
+	op_peer_user(call, user, sizeof user);
+	req.by_user = user;
+	if (!op_status(call,
+		circuit_table_set_state(cbd.table, call->name, state, hold ? &req : NULL,
+		    &call->table, &view, &change)))
+		return false;
+	op_audit_set_state(call, state, hold, &req);
+	events_changed(call->name, &change);
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+bool
+op_release(op_call *call)
+{
+	ct_change change;
+	ct_view view;
+	bool released;
+
+	circuit_table_release(cbd.table, call->name, &call->table, &released, &view, &change);
+	if (released)
+		op_audit(call, "released the hold of", NULL);
+	events_changed(call->name, &change);
+	events_hold_logged(call->name, &change, &view);
+	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return op_reply_snapshot(call, "snapshot", &view);
+}
+
+bool
+op_acquire_slot(op_call *call)
+{
+	ct_slot_grant grant;
+	bool acquired;
+
+	if (!op_status(call,
+		circuit_table_acquire_slot(cbd.table, call->name, &call->table, &acquired, &grant)))
+		return false;
+	if (json_object_set_new(op_reply(call), "acquired", json_boolean(acquired)) != 0 ||
+	    (acquired &&
+		(json_object_set_new(op_reply(call), "token", json_string(grant.token)) != 0 ||
+		    json_object_set_new(op_reply(call), "expires_at",
+			json_integer(grant.expires_at)) != 0)))
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+bool
+op_release_slot(op_call *call)
+{
+	const char *token;
+	bool released;
+
+	if (!proto_get_text(call->request, "token", true, &token, NULL, &call->err))
+		return false;
+	released = circuit_table_release_slot(cbd.table, call->name, token, call->now);
+	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+bool
+op_delete(op_call *call)
+{
+	bool existed = circuit_table_delete(cbd.table, call->name);
+
+	if (existed) {
+		op_audit(call, "deleted", NULL);
+		events_deleted(call->name);
+	}
+	if (json_object_set_new(op_reply(call), "existed", json_boolean(existed)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * op-service.c — the service ops (see op-service.h): hello, stats,
+ * metrics, watch and unwatch.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "daemon.h"
+#include "log.h"
+#include "metrics.h"
+#include "op-service.h"
+#include "stats-report.h"
+#include "stats.h"
+#include "watch.h"
+
+bool
+op_hello(op_call *call)
+{
+	const char *client;
+
+	if (!proto_get_text(call->request, "client", false, &client, NULL, &call->err))
+		return false;
+	if (client != NULL && log_enabled(LOG_LEVEL_DEBUG)) {
+		char quoted[LOG_QUOTE_SIZE];
+
+		log_debug("connection %llu: hello from %s", (unsigned long long)call->client->id,
+		    log_quote(client, quoted, sizeof quoted));
+	}
+	if (json_object_set_new(op_reply(call), "server", json_string(PACKAGE_NAME)) != 0 ||
+	    json_object_set_new(op_reply(call), "version", json_string(PACKAGE_VERSION)) != 0 ||
+	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+bool
+op_stats(op_call *call)
+{
+	size_t count;
+	const char *const *names = stats_op_names(&count);
+
+	if (!stats_to_json(op_reply(call), names, count, cbd.table))
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+bool
+op_metrics(op_call *call)
+{
+	size_t len;
+	char *buf = metrics_text(&len);
+	json_t *body = buf != NULL ? json_stringn(buf, len) : NULL;
+
+	free(buf);
+	if (body == NULL || json_object_set_new(op_reply(call), "text", body) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+/* The request's names (an array of valid names) or all: true. */
+static bool
+watch_targets(op_call *call, const json_t **list, bool *all)
+{
+	const json_t *v = json_object_get(call->request, "all");
+	char field[32];
+	size_t i;
+	json_t *n;
+
+	*all = json_is_true(v);
+	if (v != NULL && !json_is_null(v) && !json_is_boolean(v))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "all must be true or false");
+	*list = json_object_get(call->request, "names");
+	if (json_is_null(*list))
+		*list = NULL;
+	if (*list == NULL && !*all)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names or all: true is required");
+	if (*list != NULL && !json_is_array(*list))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names must be an array of names");
+	json_array_foreach (*list, i, n) {
+		const char *why;
+
+		snprintf(field, sizeof field, "names[%zu]", i);
+		if (!json_is_string(n) ||
+		    !proto_name_valid(json_string_value(n), json_string_length(n), &why))
+			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s %s", field,
+			    json_is_string(n) ? why : "must be a string");
+	}
+	return true;
+}
+
+static void
+snap_visit(const char *name, const ct_view *view, void *arg)
+{
+	op_snapshots_add(arg, name, view);
+}
+
+bool
+op_watch(op_call *call)
+{
+	op_snapshots snaps;
+	const json_t *list;
+	watcher *w;
+	size_t i;
+	json_t *n;
+	bool all;
+
+	if (!watch_targets(call, &list, &all))
+		return false;
+	call->now = clock_realtime_ms();
+	if (!op_snapshots_init(&snaps, call))
+		return false;
+	w = watch_watcher(call->client, true);
+	if (w == NULL) {
+		op_snapshots_free(&snaps);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (all) {
+		watch_add_all(w);
+		circuit_table_foreach(cbd.table, call->now, snap_visit, &snaps);
+	}
+	json_array_foreach (list, i, n) {
+		const char *name = json_string_value(n);
+
+		if (!watch_add(w, name)) {
+			snaps.nomem = true;
+			break;
+		}
+		if (!all) {
+			ct_view view;
+
+			/* A name that is not stored lists its initial snapshot. */
+			circuit_table_get(cbd.table, name, call->now, &view, NULL);
+			op_snapshots_add(&snaps, name, &view);
+		}
+	}
+	watch_trim(w);
+	return op_snapshots_reply(&snaps, call, "snapshots", false);
+}
+
+bool
+op_unwatch(op_call *call)
+{
+	watcher *w = watch_watcher(call->client, false);
+	const json_t *list;
+	size_t i;
+	json_t *n;
+	bool all;
+
+	if (!watch_targets(call, &list, &all))
+		return false;
+	if (w == NULL)
+		return true;
+	if (all)
+		watch_drop(w, NULL);
+	json_array_foreach (list, i, n)
+		watch_drop(w, json_string_value(n));
+	watch_trim(w);
+	return true;
+}
