@@ -691,6 +691,11 @@ typedef struct cbc_cache_stats {
 	 * received for 500 ms brings a hello, and nothing received within
 	 * 1 s after it drops the connection as lost (a frozen cbd). */
 	uint64_t probe_timeouts;
+	/* Outcomes that could trip their circuit by this process's own
+	 * counts, sent with their reply awaited (at most 1 s: then counted in
+	 * sync_timeouts). */
+	uint64_t synced;
+	uint64_t sync_timeouts;
 } cbc_cache_stats;
 
 /* The protected operation: returns 0 on success, anything else is a

@@ -123,6 +123,17 @@ void cbci_local_forget(cbci_local *local, const char *name);
  * runs degraded. Cached breakers feed it the events they apply. */
 void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *snap);
 
+/* Ask cbd's allow through a resilient store over a remote one (cbd then
+ * counts a refusal in totals.rejected). True when cbd answered: *status
+ * is the op's (CBC_OK with *out, or an answer such as capacity in err).
+ * False when the store is another one, in its timeout backoff, or cbd is
+ * unavailable: the caller takes the store ops, whose policy applies. */
+bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
+    cbc_allow_result *out, cbc_status *status, cbc_error *err);
+/* Tell cbd of an ignored outcome (record, outcome ignore) through a
+ * resilient store over a remote one; no-op otherwise, errors swallowed. */
+void cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx);
+
 /* The connection of a remote store; NULL for any other store. */
 cbc_conn *cbci_store_remote_conn(const cbc_store *store);
 
@@ -168,6 +179,19 @@ cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *
  * is no live connection or the output is full (report through the store
  * instead). */
 bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
+/* A cached permit's outcome (line: its noreply line): counted against
+ * the entry's rule with the process's own outcomes since cbd's last
+ * snapshot; when it could trip the circuit, *could_trip and nothing is
+ * queued (send it with cbci_cache_sync); else as cbci_cache_send. */
+bool cbci_cache_report(cbci_cache *cache, cbci_cache_entry *entry, const char *line, size_t len,
+    bool failure, int64_t duration_ms, bool *could_trip);
+/* Send an outcome with its reply awaited on the watch connection (line:
+ * the request without noreply, less its closing brace) and wait for the
+ * reply (bounded), which updates the entry; *state gets the entry's state
+ * then (unchanged when no reply came). False when not sent (no live
+ * connection): report it through the store. */
+bool cbci_cache_sync(cbci_cache *cache, const cbci_cache_entry *entry, const char *line, size_t len,
+    cbc_state *state);
 /* A copy of the cache's counters. */
 void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
 /* Apply one line from cbd (no LF): the reader thread's handler. Tests and
