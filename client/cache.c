@@ -131,7 +131,9 @@ struct cbci_cache_entry {
 	cbc_state hold_state;
 	int64_t hold_until;
 	uint64_t seq; /* change events applied */
-	cbc_snapshot last; /* the last change event's snapshot */
+	cbc_snapshot last; /* the last change event's snapshot (seq), or the
+			    * last snapshot read (has_last) */
+	bool has_last;
 	cache_own own;
 	char name[];
 };
@@ -142,6 +144,7 @@ struct cbci_cache {
 	unsigned refs; /* breakers using it */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd; /* -1 while disconnected */
+	bool answered; /* a line came on this connection: cbd answers */
 	bool broken; /* a send failed: the reader reconnects */
 	bool stop;
 	int wake[2]; /* callers wake the reader: stop, pending output */
@@ -422,13 +425,14 @@ cache_apply_snapshot(cbci_cache *c, proto_node *obj, bool event, bool synced)
 	} else if (e != NULL) {
 		cache_entry_set(e, &snap);
 		own_set_base(&e->own, &snap, event || synced);
-		if (event) {
-			/* An event's snapshot is of a stored circuit (a watch
-			 * reply's may be the initial one of a name not created
-			 * yet). */
-			e->last = snap;
+		/* The latest reading (a newer one replaces an event's not
+		 * yet handed out: it is newer still). */
+		e->last = snap;
+		e->has_last = true;
+		/* An event's snapshot is of a stored circuit (a watch reply's
+		 * may be the initial one of a name not created yet). */
+		if (event)
 			e->seq++;
-		}
 	}
 	pthread_mutex_unlock(&c->lock);
 }
@@ -583,6 +587,8 @@ cache_connect_locked(cbci_cache *c)
 	HASH_ITER (hh, c->entries, e, tmp)
 		all[n++] = e;
 	c->fd = fd;
+	c->answered = false; /* live once cbd answers (a frozen cbd's
+			      * listener still accepts) */
 	c->stats.connects++;
 	/* The first probe comes PROBE_INTERVAL_MS after the connect when
 	 * nothing (the watch reply) arrives before. */
@@ -621,6 +627,11 @@ cache_read(cbci_cache *c)
 			/* Any line is life: it answers the outstanding probe. */
 			c->rx_at = clock_monotonic_us();
 			c->probe_at = 0;
+			if (!c->answered) {
+				pthread_mutex_lock(&c->lock);
+				c->answered = true;
+				pthread_mutex_unlock(&c->lock);
+			}
 		}
 		memmove(c->in, c->in + start, c->in_len - start);
 		c->in_len -= start;
@@ -974,6 +985,19 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 }
 
 bool
+cbci_cache_latest(cbci_cache *c, const cbci_cache_entry *e, cbc_snapshot *out)
+{
+	bool has;
+
+	pthread_mutex_lock(&c->lock);
+	has = e->valid && e->has_last && c->fd >= 0 && !c->broken;
+	if (has)
+		*out = e->last;
+	pthread_mutex_unlock(&c->lock);
+	return has;
+}
+
+bool
 cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
 {
 	bool queued;
@@ -1049,7 +1073,7 @@ cbci_cache_stats(cbci_cache *c, cbc_cache_stats *out)
 {
 	pthread_mutex_lock(&c->lock);
 	*out = c->stats;
-	out->live = c->fd >= 0 && !c->broken;
+	out->live = c->fd >= 0 && !c->broken && c->answered;
 	out->names = c->names;
 	pthread_mutex_unlock(&c->lock);
 }

@@ -67,6 +67,10 @@ struct cbc_breaker {
 	uint64_t rejected_pending;
 	int64_t rejected_since;
 	uint64_t seen_seq; /* the cache's change events handed to the store */
+	/* The store degraded since the cache last decided (set by the
+	 * store-error hook): the cache's next decision hands its latest
+	 * reading to the resilient store (cbci_resilient_remember). */
+	bool degraded_since;
 	/* The first permit goes through the store: it creates the circuit
 	 * with this breaker's policy and lets the resilient store learn the
 	 * policy cbd reports (what it degrades with). */
@@ -87,6 +91,7 @@ breaker_store_error(const cbc_error *error, cbc_store_op op, void *user)
 	if (b->opts.on_store_error != NULL)
 		b->opts.on_store_error(error, op, b->opts.user);
 	store_degraded = true; /* after the callback, which may use breakers too */
+	__atomic_store_n(&b->degraded_since, true, __ATOMIC_RELAXED);
 }
 
 void
@@ -279,7 +284,7 @@ breaker_rejected_flush(cbc_breaker *b)
 static void
 breaker_rejected_add(cbc_breaker *b)
 {
-	int64_t now = clock_monotonic_ms(), since;
+	int64_t now = clock_monotonic_coarse_ms(), since;
 
 	__atomic_fetch_add(&b->rejected_pending, 1, __ATOMIC_RELAXED);
 	since = __atomic_load_n(&b->rejected_since, __ATOMIC_RELAXED);
@@ -504,6 +509,13 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 
 		if (has_fresh)
 			cbci_resilient_remember(b->store, b->name, &snap);
+		if (v != CBCI_CACHE_ASK && __atomic_load_n(&b->degraded_since, __ATOMIC_RELAXED)) {
+			/* The cache decides again after an outage: its
+			 * reading is what the next outage starts from. */
+			__atomic_store_n(&b->degraded_since, false, __ATOMIC_RELAXED);
+			if (cbci_cache_latest(b->cache, b->entry, &snap))
+				cbci_resilient_remember(b->store, b->name, &snap);
+		}
 		store_degraded = false;
 		if (v == CBCI_CACHE_REFUSE) {
 			breaker_rejected_add(b);

@@ -119,8 +119,11 @@ cbc_status cbci_local_seed(cbci_local *local, const char *name, const cb_snapsho
 void cbci_local_forget(cbci_local *local, const char *name);
 
 /* Remember snap as the last snapshot of name that a resilient store saw
- * (what it degrades from); no-op for other stores and for circuits it
- * runs degraded. Cached breakers feed it the events they apply. */
+ * (what it degrades from); no-op for other stores. Cached breakers feed
+ * it the events they apply and, once the cache decides again after the
+ * store degraded, its latest reading: cbd is authoritative again, so a
+ * degraded circuit's local copy is dropped (the next outage starts from
+ * snap: an open circuit stays open, a held one held). */
 void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *snap);
 
 /* Ask cbd's allow through a resilient store over a remote one (cbd then
@@ -192,6 +195,9 @@ bool cbci_cache_report(cbci_cache *cache, cbci_cache_entry *entry, const char *l
  * connection): report it through the store. */
 bool cbci_cache_sync(cbci_cache *cache, const cbci_cache_entry *entry, const char *line, size_t len,
     cbc_state *state);
+/* The entry's latest snapshot (a watch reply's, an event's or a synced
+ * outcome's) into *out while the entry is valid; false otherwise. */
+bool cbci_cache_latest(cbci_cache *cache, const cbci_cache_entry *entry, cbc_snapshot *out);
 /* A copy of the cache's counters. */
 void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
 /* Apply one line from cbd (no LF): the reader thread's handler. Tests and

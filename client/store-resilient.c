@@ -578,8 +578,13 @@ cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *
 	r = store->impl;
 	pthread_mutex_lock(&r->lock);
 	s = seen_get(r, name);
-	/* A degraded circuit's live copy is the fallback's: leave it. */
-	if (s != NULL && !s->degraded) {
+	if (s != NULL) {
+		/* cbd answered through the cache: authoritative again, as
+		 * when the wrapped store answers (resilient_answered). */
+		if (s->degraded) {
+			s->degraded = false;
+			cbci_local_forget(r->fallback, name);
+		}
 		cbci_snapshot_to_core(snap, &s->last);
 		reported_ctx(snap, &s->reported);
 		s->policy_known = snap->policy.known;
