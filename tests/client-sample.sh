@@ -5,8 +5,8 @@
 # that a README's protected-call sample, run against it and a local HTTP
 # upstream, gets the body, then trips the circuit through cbd and is
 # refused without reaching the upstream. The caller sets $tmp (its
-# temporary directory), $cbd, and defines pass and fail.
-# shellcheck disable=SC2154,SC2034 # $tmp, $cbd: the caller's; $cbd_pid: for it
+# temporary directory) and $cbd, and sources tests/test-lib.sh.
+# shellcheck disable=SC2154 # $tmp, $cbd: the caller's
 
 # The fenced block after the line "<!-- $2 -->" in the file $1.
 readme_block() {
@@ -16,7 +16,7 @@ readme_block() {
 		f == 2 { print }' "$1"
 }
 
-# cbd on $tmp/cbd.sock (exported as CBD_SOCKET), its pid in $cbd_pid: the
+# cbd on $tmp/cbd.sock (exported as CBD_SOCKET), stopped at exit: the
 # samples' circuit "users" opens at two failures in a row, for long.
 sample_start_cbd() {
 	export CBD_SOCKET="$tmp/cbd.sock"
@@ -26,7 +26,7 @@ failure_threshold = 2
 break_ms = 600000
 CONF
 	"$cbd" -c "$tmp/cbd.conf" -s "$CBD_SOCKET" 2>"$tmp/cbd.log" &
-	cbd_pid=$!
+	test_started $!
 }
 
 # Wait (10 s at most) for cbd's socket and the upstream's port file $1;

@@ -11,27 +11,9 @@
 set -u
 srcdir=${CBD_SRCDIR:?}
 cbd=${CBD_BINARY:?}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3 || true)
-for tool in "$PY" node go; do
-	[ -n "$tool" ] && command -v "$tool" >/dev/null 2>&1 || {
-		echo "python3, node and go are needed: skipping"
-		exit 77
-	}
-done
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
-
-tmp=$(mktemp -d /tmp/cbd-cross.XXXXXX)
-pid=
-cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-export CBD_SOCKET="$tmp/cbd.sock"
+. "$srcdir/tests/test-lib.sh"
+need_python_node_go
+test_begin cross-language
 cat >"$tmp/cbd.conf" <<CONF
 [circuit "payments"]
 failure_threshold = 3
@@ -40,11 +22,7 @@ break_ms = 60000
 half_open_max = 1
 slot_ttl_ms = 60000
 CONF
-"$cbd" -c "$tmp/cbd.conf" -s "$CBD_SOCKET" 2>"$tmp/cbd.log" &
-pid=$!
-i=0
-while [ ! -S "$CBD_SOCKET" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-[ -S "$CBD_SOCKET" ] || { echo "cbd did not start"; cat "$tmp/cbd.log"; exit 1; }
+test_cbd_start "$tmp/cbd.conf"
 
 # The Go program, built once (no network: the module is the tree's).
 mkdir -p "$tmp/go" "$tmp/gocache" "$tmp/gopath"
@@ -237,5 +215,4 @@ if [ "$ran" -eq 1 ] && [ "$refused" -eq 2 ]; then
 else
 	fail "trials: python $(cat "$tmp/py.out"), node $(cat "$tmp/node.out"), go $(cat "$tmp/go.out")"
 fi
-echo "cross-language: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

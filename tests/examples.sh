@@ -11,34 +11,11 @@ set -u
 srcdir=${CBD_SRCDIR:?}
 cbd=${CBD_BINARY:?}
 cbctl=${CBCTL_BINARY:?}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3 || true)
-for tool in "$PY" node go; do
-	[ -n "$tool" ] && command -v "$tool" >/dev/null 2>&1 || {
-		echo "python3, node and go are needed: skipping"
-		exit 77
-	}
-done
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
-
-tmp=$(mktemp -d /tmp/cbd-examples.XXXXXX)
-pids=
-cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	chmod -R u+w "$tmp" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-export CBD_SOCKET="$tmp/cbd.sock"
+. "$srcdir/tests/test-lib.sh"
+need_python_node_go
+test_begin examples
 printf '[circuit "upstream"]\nbreak_ms = 600000\n' >"$tmp/cbd.conf"
-"$cbd" -c "$tmp/cbd.conf" -s "$CBD_SOCKET" 2>"$tmp/cbd.log" &
-pids="$pids $!"
-i=0
-while [ ! -S "$CBD_SOCKET" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-[ -S "$CBD_SOCKET" ] || { echo "cbd did not start"; cat "$tmp/cbd.log"; exit 1; }
+test_cbd_start "$tmp/cbd.conf"
 "$cbctl" open upstream --no-hold >/dev/null || { echo "cbctl open failed"; exit 1; }
 
 # A loopback port nothing listens on: the upstream, never reached while
@@ -88,15 +65,15 @@ fi
 
 PYTHONDONTWRITEBYTECODE=1 "$PY" "$srcdir/client/python/examples/service.py" --port 0 \
 	--cbd-timeout-ms 2000 --upstream "$upstream" 2>"$tmp/python.log" &
-pids="$pids $!"
+test_started $!
 node "$srcdir/client/node/examples/service.js" --port 0 --upstream "$upstream" \
 	2>"$tmp/node.log" &
-pids="$pids $!"
+test_started $!
 goport=$(free_port)
 if [ -x "$tmp/go-service" ]; then
 	"$tmp/go-service" -listen "127.0.0.1:$goport" -upstream "$upstream" \
 		-socket "$CBD_SOCKET" 2>"$tmp/go.log" &
-	pids="$pids $!"
+	test_started $!
 fi
 
 for lang in python node go; do
@@ -132,5 +109,4 @@ else
 		"node $(cat "$tmp/node.shape" 2>/dev/null), go $(cat "$tmp/go.shape" 2>/dev/null)"
 fi
 
-echo "examples: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

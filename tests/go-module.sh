@@ -23,22 +23,8 @@ if [ -z "$GO" ] || ! "$GO" version >/dev/null 2>&1; then
 	exit 77
 fi
 
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
-
-tmp=$(mktemp -d /tmp/cbd-gomod.XXXXXX)
-cbd_pid=
-http_pid=
-cleanup() {
-	[ -n "$cbd_pid" ] && kill "$cbd_pid" 2>/dev/null && wait "$cbd_pid" 2>/dev/null
-	[ -n "$http_pid" ] && kill "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null
-	chmod -R u+w "$tmp" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$srcdir/tests/test-lib.sh"
+test_begin go-module
 
 . "$srcdir/tests/client-sample.sh"
 readme="$srcdir/client/go/README.md"
@@ -149,7 +135,7 @@ fi
 # The sample against a real cbd.
 sample_start_cbd
 "$tmp/upstream/upstream" "$tmp" &
-http_pid=$!
+test_started $!
 sample_wait "$tmp/port" || exit 1
 if [ -x "$tmp/app/app" ]; then
 	check_sample "go (replace)" "$tmp/app/app"
@@ -168,5 +154,4 @@ if [ -x "$tmp/app/app" ]; then
 	fi
 fi
 
-echo "go-module: $passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+test_end

@@ -97,7 +97,7 @@ TESTS += tests/python.sh
 # The clients install as their READMEs say, offline, and their README
 # samples run against a real cbd (helpers in tests/client-sample.sh).
 TESTS += tests/python-install.sh
-EXTRA_DIST += tests/python-install.sh tests/client-sample.sh
+EXTRA_DIST += tests/python-install.sh tests/client-sample.sh tests/test-lib.sh
 
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
 # one load generator; prints figures, asserts nothing; not run by make check.

@@ -28,21 +28,8 @@ run_sample=yes
 "$NODE" -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
 	run_sample=
 
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
-
-tmp=$(mktemp -d /tmp/cbd-npm.XXXXXX)
-cbd_pid=
-http_pid=
-cleanup() {
-	[ -n "$cbd_pid" ] && kill "$cbd_pid" 2>/dev/null && wait "$cbd_pid" 2>/dev/null
-	[ -n "$http_pid" ] && kill "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$srcdir/tests/test-lib.sh"
+test_begin node-pack
 
 . "$srcdir/tests/client-sample.sh"
 readme="$srcdir/client/node/README.md"
@@ -142,7 +129,7 @@ const server = http.createServer((req, res) => {
 server.listen(0, '127.0.0.1', () => put('port', String(server.address().port)));
 JS
 "$NODE" "$tmp/upstream.mjs" "$tmp" &
-http_pid=$!
+test_started $!
 sample_wait "$tmp/port" || exit 1
 
 if out=$(cd "$tmp/app" && "$NODE" --input-type=module -e "
@@ -178,5 +165,4 @@ else
 	fail "no <!-- sample: protected-call --> block in $readme"
 fi
 
-echo "node-pack: $passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+test_end

@@ -42,21 +42,8 @@ set -- "$WHEELS"/wheel-*.whl
 [ -f "$1" ] || skip "no wheel wheel in $WHEELS: apt-get install python3-wheel-whl"
 wheel_whl=$1
 
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
-
-tmp=$(mktemp -d /tmp/cbd-pyinst.XXXXXX)
-cbd_pid=
-http_pid=
-cleanup() {
-	[ -n "$cbd_pid" ] && kill "$cbd_pid" 2>/dev/null && wait "$cbd_pid" 2>/dev/null
-	[ -n "$http_pid" ] && kill "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$srcdir/tests/test-lib.sh"
+test_begin python-install
 
 # Only this test's settings reach pip: no user or site config, no index or
 # find-links from the environment (this machine sets PIP_FIND_LINKS).
@@ -106,7 +93,7 @@ os.rename(tmp + "/port.new", tmp + "/port")
 s.serve_forever()
 PY
 "$PY" "$tmp/upstream.py" "$tmp" &
-http_pid=$!
+test_started $!
 sample_wait "$tmp/port" || exit 1
 
 readme_block "$readme" "sample: protected-call" >"$tmp/sample.py"
@@ -253,5 +240,4 @@ else
 	fail "licence in the packages: $out"
 fi
 
-echo "python-install: $passed passed, $failed failed"
-[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+test_end

@@ -2,7 +2,7 @@
 
 // machine.go — the circuit-breaker state machine, pure: PROTOCOL.md §7 and
 // §7a (consecutive and rate rules, count and time windows, slow calls,
-// break_backoff) as cbd's src/breaker.c and src/window.c run them.
+// break_backoff) as cbd's src/core/breaker.c and src/core/window.c run them.
 //
 // No I/O and no clock reads: every decision takes now (ms since the Unix
 // epoch) from the caller, so the LOCAL fallback and the tests (virtual

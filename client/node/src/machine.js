@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // machine.js — the circuit-breaker state machine, pure: PROTOCOL.md §7 and
 // §7a (consecutive and rate rules, count and time windows, slow calls,
-// min_reporters, break_backoff) as cbd's src/breaker.c and src/window.c run
+// min_reporters, break_backoff) as cbd's src/core/breaker.c and src/core/window.c run
 // them. No I/O and no clock reads: every decision takes `now` (ms since the
 // Unix epoch) from the caller, so the LOCAL fallback and the tests (virtual
 // time, proto/traces/state-machine.json) run the same code.
