@@ -134,6 +134,10 @@ EXTRA_DIST += tests/cross-language.sh
 # cached process stops exactly at its own threshold.
 TESTS += tests/clients-agree.sh
 EXTRA_DIST += tests/clients-agree.sh
+# The libcurl example against a real local HTTP server and cbd (skips
+# without libcurl or python3).
+TESTS += tests/curl-example.sh
+EXTRA_DIST += tests/curl-example.sh
 # The three example services fall back alike.
 TESTS += tests/examples.sh
 EXTRA_DIST += tests/examples.sh
