@@ -893,9 +893,20 @@ cbci_cache_watch(cbci_cache *c, const char *name)
 	return e;
 }
 
+uint64_t
+cbci_cache_seq(cbci_cache *c, const cbci_cache_entry *e)
+{
+	uint64_t seq;
+
+	pthread_mutex_lock(&c->lock);
+	seq = e->seq;
+	pthread_mutex_unlock(&c->lock);
+	return seq;
+}
+
 cbci_cache_verdict
 cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_snapshot *fresh,
-    bool *has_fresh, int64_t *retry_after_ms)
+    bool *has_fresh, int64_t *retry_after_ms, const cbci_cache_told *told)
 {
 	cbci_cache_verdict v = CBCI_CACHE_ASK;
 	int64_t left = 0;
@@ -907,6 +918,11 @@ cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_
 		*seen = e->seq;
 	}
 	if (!e->valid || c->fd < 0 || c->broken) {
+		v = CBCI_CACHE_ASK;
+	} else if (told != NULL && told->known && told->seq == e->seq && told->state != e->state) {
+		/* cbd answered this breaker with another state since the entry
+		 * was read (an uncached call tripped or closed it): ask until
+		 * the event brings the entry up to it. */
 		v = CBCI_CACHE_ASK;
 	} else if (e->held && e->hold_state == CBC_STATE_OPEN) {
 		/* Held open: refused until the hold ends (the hold's own

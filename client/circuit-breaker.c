@@ -67,6 +67,7 @@ struct cbc_breaker {
 	uint64_t rejected_pending;
 	int64_t rejected_since;
 	uint64_t seen_seq; /* the cache's change events handed to the store */
+	cbci_cache_told told; /* cbd's last answer to an uncached call (lock) */
 	/* The store degraded since the cache last decided (set by the
 	 * store-error hook): the cache's next decision hands its latest
 	 * reading to the resilient store (cbci_resilient_remember). */
@@ -397,6 +398,23 @@ breaker_call_ctx(cbc_breaker *b, cbc_ctx *ctx)
 	}
 }
 
+/* cbd answered an uncached call of a cached breaker with state: the cache
+ * decides again once its entry agrees (or an event comes). */
+static void
+breaker_told(cbc_breaker *b, cbc_state state)
+{
+	uint64_t seq;
+
+	if (!breaker_cached(b) || store_degraded)
+		return;
+	seq = cbci_cache_seq(b->cache, b->entry);
+	pthread_mutex_lock(&b->lock);
+	b->told.known = true;
+	b->told.seq = seq;
+	b->told.state = state;
+	pthread_mutex_unlock(&b->lock);
+}
+
 /* Note a state seen in the store; fire on_state_change if it moved. Under
  * ALLOW a degraded answer is "as if closed", not a state anyone is in, so
  * it is not observed. */
@@ -481,6 +499,7 @@ acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cb
 	if (st != CBC_OK)
 		return st;
 	__atomic_store_n(&b->primed, true, __ATOMIC_RELAXED);
+	breaker_told(b, allow->state);
 	breaker_observed(b, allow->state, NULL);
 	if (!allow->allowed)
 		return permit_refuse(b, p, allow->state, allow->retry_after_ms, err);
@@ -504,8 +523,14 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	if (breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
 		int64_t left;
 		bool has_fresh;
-		cbci_cache_verdict v =
-		    cbci_cache_decide(b->cache, b->entry, &b->seen_seq, &snap, &has_fresh, &left);
+		cbci_cache_told told;
+		cbci_cache_verdict v;
+
+		pthread_mutex_lock(&b->lock);
+		told = b->told;
+		pthread_mutex_unlock(&b->lock);
+		v = cbci_cache_decide(b->cache, b->entry, &b->seen_seq, &snap, &has_fresh, &left,
+		    &told);
 
 		if (has_fresh)
 			cbci_resilient_remember(b->store, b->name, &snap);
@@ -544,6 +569,7 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	for (bool moved = false; st == CBC_OK; moved = true) {
 		if (!store_degraded)
 			__atomic_store_n(&b->primed, true, __ATOMIC_RELAXED);
+		breaker_told(b, snap.state);
 		breaker_observed(b, snap.state, NULL);
 		if (snap.state == CBC_STATE_CLOSED)
 			return permit_grant(p, CBC_STATE_CLOSED, err);
@@ -630,8 +656,10 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 		st = cbc_store_record_failure(b->store, b->name, &ctx, &snap, &ignored);
 	else
 		cbci_resilient_record_ignore(b->store, b->name, &ctx);
-	if (outcome != CBC_OUTCOME_IGNORE && st == CBC_OK)
+	if (outcome != CBC_OUTCOME_IGNORE && st == CBC_OK) {
+		breaker_told(b, snap.state);
 		breaker_observed(b, snap.state, error);
+	}
 	if (p->has_slot)
 		cbc_store_release_slot(b->store, b->name, p->slot_token, &ctx, &ignored);
 	p->granted = false;

@@ -174,9 +174,22 @@ cbci_cache_entry *cbci_cache_watch(cbci_cache *cache, const char *name);
 /* Decide a call from the entry; *retry_after_ms the time left when
  * refused. When a change event arrived since *seen (the caller's counter,
  * read and written under the cache's lock), *fresh gets its snapshot,
- * *seen moves on, and true goes to *has_fresh. */
+ * *seen moves on, and true goes to *has_fresh. told (may be NULL): see
+ * cbci_cache_told. */
+/* What cbd last answered a breaker's uncached request with: its state,
+ * at the entry's seq then. Until an event comes, the cache does not decide
+ * from an entry that disagrees (it predates that answer). */
+typedef struct cbci_cache_told {
+	bool known;
+	uint64_t seq;
+	cbc_state state;
+} cbci_cache_told;
+
 cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *entry,
-    uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms);
+    uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms,
+    const cbci_cache_told *told);
+/* The change events applied to entry so far. */
+uint64_t cbci_cache_seq(cbci_cache *cache, const cbci_cache_entry *entry);
 /* Queue a noreply line (with its newline) on the watch connection, and
  * write it now when urgent (else within CACHE_FLUSH_US); false when there
  * is no live connection or the output is full (report through the store
