@@ -67,7 +67,9 @@ struct cbc_breaker {
 	uint64_t rejected_pending;
 	int64_t rejected_since;
 	uint64_t seen_seq; /* the cache's change events handed to the store */
-	cbci_cache_told told; /* cbd's last answer to an uncached call (lock) */
+	/* cbd's last answer to an uncached call, packed for one atomic load:
+	 * the entry's seq then << 2 | (state + 1); 0: none. */
+	uint64_t told;
 	/* The store degraded since the cache last decided (set by the
 	 * store-error hook): the cache's next decision hands its latest
 	 * reading to the resilient store (cbci_resilient_remember). */
@@ -408,11 +410,7 @@ breaker_told(cbc_breaker *b, cbc_state state)
 	if (!breaker_cached(b) || store_degraded)
 		return;
 	seq = cbci_cache_seq(b->cache, b->entry);
-	pthread_mutex_lock(&b->lock);
-	b->told.known = true;
-	b->told.seq = seq;
-	b->told.state = state;
-	pthread_mutex_unlock(&b->lock);
+	__atomic_store_n(&b->told, seq << 2 | ((uint64_t)state + 1), __ATOMIC_RELAXED);
 }
 
 /* Note a state seen in the store; fire on_state_change if it moved. Under
@@ -501,8 +499,15 @@ acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cb
 	__atomic_store_n(&b->primed, true, __ATOMIC_RELAXED);
 	breaker_told(b, allow->state);
 	breaker_observed(b, allow->state, NULL);
-	if (!allow->allowed)
-		return permit_refuse(b, p, allow->state, allow->retry_after_ms, err);
+	if (!allow->allowed) {
+		int64_t hint = allow->retry_after_ms;
+
+		/* half_open without a free slot: the trial usually ends well
+		 * before its slot's ttl (as acquire_trial hints). */
+		if (allow->state == CBC_STATE_HALF_OPEN && hint > BREAKER_TRIAL_RETRY_HINT_MS)
+			hint = BREAKER_TRIAL_RETRY_HINT_MS;
+		return permit_refuse(b, p, allow->state, hint, err);
+	}
 	if (allow->has_permit) {
 		p->has_slot = true;
 		memcpy(p->slot_token, allow->permit, sizeof p->slot_token);
@@ -523,12 +528,12 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	if (breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
 		int64_t left;
 		bool has_fresh;
-		cbci_cache_told told;
+		uint64_t packed = __atomic_load_n(&b->told, __ATOMIC_RELAXED);
+		cbci_cache_told told = { .known = packed != 0,
+			.seq = packed >> 2,
+			.state = (cbc_state)((packed & 3) - 1) };
 		cbci_cache_verdict v;
 
-		pthread_mutex_lock(&b->lock);
-		told = b->told;
-		pthread_mutex_unlock(&b->lock);
 		v = cbci_cache_decide(b->cache, b->entry, &b->seen_seq, &snap, &has_fresh, &left,
 		    &told);
 

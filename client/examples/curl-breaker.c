@@ -17,6 +17,7 @@
  *   call N: curl error C: MESSAGE (failure|ignored)
  *   call N: refused: circuit open, retry in M ms
  * Built by make check when configure finds libcurl (tests/curl-example.sh).
+ * pkg-config: libcurl
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,10 @@ main(int argc, char **argv)
 	cbc_error err;
 	int opt;
 
+	if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+		fputs(usage, stdout);
+		return 0;
+	}
 	while ((opt = getopt(argc, argv, "s:c:n:t:h")) != -1) {
 		switch (opt) {
 		case 's':
