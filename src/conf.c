@@ -45,8 +45,14 @@ struct conf_circuit {
 #define CONF_CONNECTIONS_MAX INT64_C(1000000)
 #define CONF_OUTPUT_MIN (INT64_C(64) << 10)
 #define CONF_OUTPUT_MAX (INT64_C(1) << 30)
+/* max_total_output_bytes' largest value (1 TiB). */
+#define CONF_TOTAL_OUTPUT_MAX (INT64_C(1) << 40)
 #define CONF_WARNING_INTERVAL_MAX INT64_C(86400)
 #define CONF_SLOTS_MAX INT64_C(1000000000)
+/* metrics_max_connections' largest value. */
+#define CONF_METRICS_CONNECTIONS_MAX INT64_C(1024)
+/* max_watch_names' largest value. */
+#define CONF_WATCH_NAMES_MAX INT64_C(100000000)
 #define CONF_IDLE_MAX INT64_C(86400000)
 #define CONF_REDIS_TIMEOUT_MAX INT64_C(60000)
 #define CONF_REDIS_PREFIX_MAX 64
@@ -79,6 +85,10 @@ static const conf_key keys[] = {
 	    "most simultaneous client connections; extra ones are refused"),
 	CBD_KEY(max_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_OUTPUT_MAX, "8388608", true,
 	    "replies queued for a client that does not read before it is dropped"),
+	CBD_KEY(max_total_output_bytes, CONF_INT, CONF_OUTPUT_MIN, CONF_TOTAL_OUTPUT_MAX,
+	    "268435456", true,
+	    "bytes of output buffers all connections hold together; past it the connection "
+	    "holding the most is dropped"),
 	CBD_KEY(client_idle_ms, CONF_INT, 0, CONF_IDLE_MAX, "0", true,
 	    "milliseconds a connection may stay without a request before it is closed (0: "
 	    "never)"),
@@ -99,10 +109,14 @@ static const conf_key keys[] = {
 	    "a closed, unheld circuit unused this long is dropped (0: only at max_circuits)"),
 	CBD_KEY(max_slots, CONF_INT, 1, CONF_SLOTS_MAX, "65536", true,
 	    "half-open slots held at once across all circuits; past it: capacity"),
+	CBD_KEY(max_watch_names, CONF_INT, 1, CONF_WATCH_NAMES_MAX, "65536", true,
+	    "circuit names one connection may watch by name; a watch past it: capacity"),
 	CBD_KEY(state_file, CONF_STRING, 0, 0, "", false,
 	    "file keeping open, half_open and held circuits across restarts (empty: off)"),
 	CBD_KEY(metrics_listen, CONF_STRING, 0, 0, "", false,
 	    "loopback HOST:PORT serving Prometheus metrics at /metrics (empty: off)"),
+	CBD_KEY(metrics_max_connections, CONF_INT, 1, CONF_METRICS_CONNECTIONS_MAX, "16", true,
+	    "connections to metrics_listen at once; more are closed when accepted"),
 	CBD_KEY(metrics_max_circuits, CONF_INT, 0, CONF_CIRCUITS_MAX, "1000", true,
 	    "circuits with their own metric series, at most"),
 	CBD_KEY(backend, CONF_STRING, 0, 0, "memory", false,

@@ -67,6 +67,7 @@ typedef struct cbd_conf {
 	int64_t max_circuits;
 	int64_t max_connections;
 	int64_t max_output_bytes;
+	int64_t max_total_output_bytes;
 	int64_t client_idle_ms;
 	char *admin_users;
 	char *admin_groups;
@@ -76,8 +77,10 @@ typedef struct cbd_conf {
 	char *log_format; /* "text" or "json" */
 	int64_t idle_reclaim_ms;
 	int64_t max_slots;
+	int64_t max_watch_names;
 	char *state_file;
 	char *metrics_listen;
+	int64_t metrics_max_connections;
 	int64_t metrics_max_circuits;
 	char *backend; /* "memory" or "redis" */
 	char *redis;

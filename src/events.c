@@ -20,7 +20,7 @@ events_changed(const char *name, const ct_change *change)
 	if (change->reason == CB_REASON_NONE)
 		return;
 	/* States and holds are what the state file keeps and watchers see. */
-	persist_mark_dirty();
+	persist_mark_changed(name);
 	watch_changed(name, change);
 	if (change->from == change->to)
 		return;
@@ -59,7 +59,7 @@ events_hold_logged(const char *name, const ct_change *change, const ct_view *vie
 void
 events_deleted(const char *name)
 {
-	persist_mark_dirty();
+	persist_mark_changed(name);
 	watch_deleted(name, "deleted");
 }
 

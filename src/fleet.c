@@ -29,6 +29,7 @@
 #include "conf.h"
 #include "fleet-args.h"
 #include "fleet.h"
+#include "log-limit.h"
 #include "log.h"
 #include "daemon.h"
 
@@ -366,10 +367,12 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		doc = json_loadb(r->str, r->len, 0, &jerr);
 	if (doc == NULL) {
 		fleet.stats.errors++;
-		log_warning("fleet: the circuit script failed on %s for circuit of %zu bytes: "
-			    "%.200s",
-		    call->op, strlen(call->name),
-		    r->type == REDIS_REPLY_ERROR ? r->str : "a reply that is not JSON");
+		if (log_limit_allow_kind(LOG_LIMIT_FLEET_SCRIPT, ""))
+			log_warning("fleet: the circuit script failed on %s for circuit of %zu "
+				    "bytes: "
+				    "%.200s",
+			    call->op, strlen(call->name),
+			    r->type == REDIS_REPLY_ERROR ? r->str : "a reply that is not JSON");
 	}
 	call_answer(call, doc);
 	json_decref(doc);

@@ -40,6 +40,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/fleet-sync.c src/fleet-sync.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
+	src/metrics-http.c src/metrics-http.h \
 	src/stats-report.c src/stats-report.h \
 	src/op-call.c src/op-call.h \
 	src/op-circuit.c src/op-circuit.h \

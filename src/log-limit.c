@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * log-limit.c — keeps circuit transitions from flooding the log: at most
- * LOG_LIMIT_BURST lines per circuit per window, the rest counted and
- * summarized in one line per circuit when the window ends. Memory is
- * bounded: LOG_LIMIT_NAMES_MAX circuits per window, then one shared count.
+ * log-limit.c — keeps repeated lines (circuit transitions, policy
+ * conflicts, state file and fleet script errors) from flooding the log:
+ * at most LOG_LIMIT_BURST lines per kind and name per window, the rest
+ * counted and summarized in one line per name when the window ends.
+ * Memory is bounded: LOG_LIMIT_NAMES_MAX names per window, then one
+ * shared count per kind.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,47 +18,97 @@ static int hash_oom;
 
 #include "log-limit.h"
 #include "log.h"
+#include "proto.h"
 #include "stats.h"
 
-/* One circuit that changed state in the current window. */
+/* The longest name tracked (a circuit's); longer ones are logged. */
+#define LOG_LIMIT_NAME_MAX PROTO_NAME_MAX
+
+/* One kind and name that logged in the current window. */
 typedef struct limit_entry {
 	UT_hash_handle hh;
 	uint64_t logged;
 	uint64_t suppressed;
-	char name[];
+	char key[]; /* the kind as one byte, then the name */
 } limit_entry;
+
+/* What each kind counts and says when it suppressed lines. */
+static const struct {
+	stats_limit limit;
+	const char *what; /* "transitions of NAME" */
+	bool named; /* the summary names the name */
+} kinds[LOG_LIMIT_KIND_COUNT] = {
+	[LOG_LIMIT_TRANSITION] = { STATS_LIMIT_LOG, "transitions", true },
+	[LOG_LIMIT_POLICY_CONFLICT] = { STATS_LIMIT_LOG_CONFLICT, "policy_conflict warnings",
+	    true },
+	[LOG_LIMIT_STATE_FILE] = { STATS_LIMIT_LOG_STATE_FILE, "state_file errors", false },
+	[LOG_LIMIT_FLEET_SCRIPT] = { STATS_LIMIT_LOG_FLEET, "circuit script errors", false },
+};
 
 static limit_entry *entries;
 static size_t entry_count;
-static uint64_t others_suppressed; /* circuits past LOG_LIMIT_NAMES_MAX */
+/* Lines of names past LOG_LIMIT_NAMES_MAX, per kind. */
+static uint64_t others_suppressed[LOG_LIMIT_KIND_COUNT];
 static int64_t window_start; /* monotonic ms; 0: not yet known */
 
 /* Count one suppressed line. */
 static bool
-suppress(uint64_t *counter)
+suppress(log_limit_kind kind, uint64_t *counter)
 {
 	(*counter)++;
-	stats_limit_hit(STATS_LIMIT_LOG);
+	stats_limit_hit(kinds[kind].limit);
 	return false;
 }
 
-bool
-log_limit_allow(const char *name)
+/* The entry of kind and name into *e (NULL: none yet); key receives the
+ * hash key, its length returned (0: the name is too long to track). */
+static size_t
+entry_find(log_limit_kind kind, const char *name, char *key, size_t key_size, limit_entry **e)
 {
-	limit_entry *e;
 	size_t len = strlen(name);
 
-	HASH_FIND(hh, entries, name, len, e);
+	*e = NULL;
+	if (len + 1 > key_size)
+		return 0;
+	key[0] = (char)('a' + kind);
+	memcpy(key + 1, name, len);
+	HASH_FIND(hh, entries, key, len + 1, *e);
+	return len + 1;
+}
+
+bool
+log_limit_would_allow(log_limit_kind kind, const char *name)
+{
+	char key[1 + LOG_LIMIT_NAME_MAX];
+	limit_entry *e;
+
+	if (entry_find(kind, name, key, sizeof key, &e) == 0)
+		return true;
+	if (e == NULL)
+		return entry_count < LOG_LIMIT_NAMES_MAX;
+	return e->logged < LOG_LIMIT_BURST;
+}
+
+bool
+log_limit_allow_kind(log_limit_kind kind, const char *name)
+{
+	char key[1 + LOG_LIMIT_NAME_MAX];
+	limit_entry *e;
+	size_t len = entry_find(kind, name, key, sizeof key, &e);
+
+	if (len == 0)
+		return true; /* not tracked: logged */
 	if (e == NULL) {
 		if (entry_count >= LOG_LIMIT_NAMES_MAX)
-			return suppress(&others_suppressed);
+			return suppress(kind, &others_suppressed[kind]);
 		e = malloc(sizeof *e + len + 1);
 		if (e == NULL)
 			return true; /* not tracked: logged */
-		memcpy(e->name, name, len + 1);
+		memcpy(e->key, key, len);
+		e->key[len] = '\0';
 		e->logged = e->suppressed = 0;
 		hash_oom = 0;
-		HASH_ADD_KEYPTR(hh, entries, e->name, len, e);
+		HASH_ADD_KEYPTR(hh, entries, e->key, len, e);
 		if (hash_oom) {
 			free(e);
 			return true;
@@ -64,9 +116,15 @@ log_limit_allow(const char *name)
 		entry_count++;
 	}
 	if (e->logged >= LOG_LIMIT_BURST)
-		return suppress(&e->suppressed);
+		return suppress(kind, &e->suppressed);
 	e->logged++;
 	return true;
+}
+
+bool
+log_limit_allow(const char *name)
+{
+	return log_limit_allow_kind(LOG_LIMIT_TRANSITION, name);
 }
 
 void
@@ -79,17 +137,25 @@ log_limit_flush(int64_t now)
 	if (secs < 1)
 		secs = 1;
 	HASH_ITER (hh, entries, e, tmp) {
+		log_limit_kind kind = (log_limit_kind)(e->key[0] - 'a');
 		char quoted[LOG_QUOTE_SIZE];
 
-		if (e->suppressed > 0)
-			log_info("suppressed %llu transitions of %s in the last %lld s",
-			    (unsigned long long)e->suppressed,
-			    log_quote(e->name, quoted, sizeof quoted), (long long)secs);
+		if (e->suppressed == 0)
+			continue;
+		if (kinds[kind].named)
+			log_info("suppressed %llu %s of %s in the last %lld s",
+			    (unsigned long long)e->suppressed, kinds[kind].what,
+			    log_quote(e->key + 1, quoted, sizeof quoted), (long long)secs);
+		else
+			log_info("suppressed %llu %s in the last %lld s",
+			    (unsigned long long)e->suppressed, kinds[kind].what, (long long)secs);
 	}
-	if (others_suppressed > 0)
-		log_info("suppressed %llu transitions of other circuits (more than %d changed) in "
-			 "the last %lld s",
-		    (unsigned long long)others_suppressed, LOG_LIMIT_NAMES_MAX, (long long)secs);
+	for (int k = 0; k < LOG_LIMIT_KIND_COUNT; k++)
+		if (others_suppressed[k] > 0)
+			log_info("suppressed %llu %s of other circuits (more than %d named) in "
+				 "the last %lld s",
+			    (unsigned long long)others_suppressed[k], kinds[k].what,
+			    LOG_LIMIT_NAMES_MAX, (long long)secs);
 	log_limit_free();
 	window_start = now;
 }
@@ -104,5 +170,5 @@ log_limit_free(void)
 		free(e);
 	}
 	entry_count = 0;
-	others_suppressed = 0;
+	memset(others_suppressed, 0, sizeof others_suppressed);
 }

@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
-
 #include "clock.h"
 #include "fleet.h"
 #include "log.h"
@@ -274,91 +271,4 @@ metrics_text(size_t *len)
 	}
 	*len = t.len;
 	return t.buf;
-}
-
-static struct evhttp *http;
-
-/* GET /metrics: the text; anything else 404 (405 for other methods). */
-static void
-metrics_http_cb(struct evhttp_request *req, void *arg)
-{
-	struct evbuffer *body;
-	size_t len;
-	char *buf;
-
-	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET &&
-	    evhttp_request_get_command(req) != EVHTTP_REQ_HEAD) {
-		evhttp_send_error(req, 405, "only GET");
-		return;
-	}
-	buf = metrics_text(&len);
-	body = evbuffer_new();
-	if (buf == NULL || body == NULL || evbuffer_add(body, buf, len) != 0) {
-		free(buf);
-		if (body != NULL)
-			evbuffer_free(body);
-		evhttp_send_error(req, 500, "out of memory");
-		return;
-	}
-	free(buf);
-	stats.metrics_scrapes++;
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-	    "text/plain; version=0.0.4; charset=utf-8");
-	evhttp_send_reply(req, 200, "OK", body);
-	evbuffer_free(body);
-}
-
-static void
-metrics_http_other(struct evhttp_request *req, void *arg)
-{
-	evhttp_send_error(req, 404, "metrics are at /metrics");
-}
-
-bool
-metrics_http_start(void)
-{
-	const char *listen = cbd.conf.metrics_listen, *colon, *why;
-	char host[64];
-
-	if (listen[0] == '\0')
-		return true;
-	if (!conf_metrics_listen_valid(listen, &why)) {
-		log_error("metrics_listen \"%s\": %s", listen, why);
-		return false;
-	}
-	colon = strrchr(listen, ':');
-	snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
-	if (strcmp(host, "[::1]") == 0)
-		snprintf(host, sizeof host, "::1");
-	else if (strcmp(host, "localhost") == 0)
-		snprintf(host, sizeof host, "127.0.0.1");
-	http = evhttp_new(cbd.base);
-	if (http == NULL) {
-		log_error("metrics_listen: out of memory");
-		return false;
-	}
-	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
-	evhttp_set_cb(http, "/metrics", metrics_http_cb, NULL);
-	evhttp_set_gencb(http, metrics_http_other, NULL);
-	/* Scrapers are few: bound what one may hold. */
-	evhttp_set_max_headers_size(http, 8192);
-	evhttp_set_max_body_size(http, 0);
-	evhttp_set_timeout(http, 10);
-	if (evhttp_bind_socket(http, host, (ev_uint16_t)atoi(colon + 1)) != 0) {
-		log_error("metrics_listen %s: cannot listen there (in use, or no such address)",
-		    listen);
-		evhttp_free(http);
-		http = NULL;
-		return false;
-	}
-	log_info("metrics at http://%s/metrics", listen);
-	return true;
-}
-
-void
-metrics_http_stop(void)
-{
-	if (http != NULL)
-		evhttp_free(http);
-	http = NULL;
 }

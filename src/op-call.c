@@ -17,6 +17,7 @@
 #include "conf.h"
 #include "daemon.h"
 #include "events.h"
+#include "log-limit.h"
 #include "log.h"
 #include "op-call.h"
 #include "stats.h"
@@ -229,7 +230,11 @@ op_resolve_policy(op_call *call)
 	if (call->conflicts == 0)
 		return;
 	stats.policy_conflicts++;
-	if (warn_first(call->client->id, call->name))
+	/* One warning per connection and circuit, and per circuit at most
+	 * LOG_LIMIT_BURST a window (a connection per request would repeat
+	 * it without end). */
+	if (warn_first(call->client->id, call->name) &&
+	    log_limit_allow_kind(LOG_LIMIT_POLICY_CONFLICT, call->name))
 		log_warning("circuit %s: connection %llu (pid %ld) declares a policy that differs "
 			    "from the circuit's own; the circuit keeps its policy (see "
 			    "policy_conflict in the reply)",

@@ -17,6 +17,9 @@
 #include "stats.h"
 #include "watch.h"
 
+/* A metrics op's text is cut to 1/this of max_output_bytes. */
+#define OP_METRICS_CUT_DIVISOR 2
+
 bool
 op_hello(op_call *call)
 {
@@ -51,12 +54,24 @@ op_stats(op_call *call)
 bool
 op_metrics(op_call *call)
 {
-	size_t len;
+	size_t len, fit = (size_t)cbd.conf.max_output_bytes / OP_METRICS_CUT_DIVISOR;
 	char *buf = metrics_text(&len);
-	json_t *body = buf != NULL ? json_stringn(buf, len) : NULL;
+	bool cut = buf != NULL && len > fit;
+	json_t *body;
 
+	/* Cut like list (§10): at a line's end, within half of
+	 * max_output_bytes (escaped in JSON the text grows, at most
+	 * twofold), so that the client is answered, not dropped. */
+	if (cut) {
+		while (fit > 0 && buf[fit - 1] != '\n')
+			fit--;
+		len = fit;
+		stats_limit_hit(STATS_LIMIT_METRICS_CUT);
+	}
+	body = buf != NULL ? json_stringn(buf, len) : NULL;
 	free(buf);
-	if (body == NULL || json_object_set_new(op_reply(call), "text", body) != 0)
+	if (body == NULL || json_object_set_new(op_reply(call), "text", body) != 0 ||
+	    (cut && json_object_set_new(op_reply(call), "truncated", json_true()) != 0))
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }
@@ -92,6 +107,25 @@ watch_targets(op_call *call, const json_t **list, bool *all)
 	return true;
 }
 
+/* Would w watching list's names stay within max_watch_names? Else a
+ * capacity error (counted), and nothing of the watch is applied. A name
+ * listed twice counts twice here (a client has no reason to). */
+static bool
+watch_fits(op_call *call, const watcher *w, const json_t *list)
+{
+	size_t i, fresh = 0, have = watch_names(w);
+	json_t *n;
+
+	json_array_foreach (list, i, n)
+		fresh += !watch_has(w, json_string_value(n));
+	if (have + fresh <= (uint64_t)cbd.conf.max_watch_names)
+		return true;
+	stats_limit_hit(STATS_LIMIT_WATCH_NAMES);
+	return proto_fail(&call->err, PROTO_CAPACITY,
+	    "max_watch_names (%lld) reached: this connection watches %zu names, the watch adds %zu",
+	    (long long)cbd.conf.max_watch_names, have, fresh);
+}
+
 static void
 snap_visit(const char *name, const ct_view *view, void *arg)
 {
@@ -117,6 +151,11 @@ op_watch(op_call *call)
 	if (w == NULL) {
 		op_snapshots_free(&snaps);
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (!watch_fits(call, w, list)) {
+		op_snapshots_free(&snaps);
+		watch_trim(w);
+		return false;
 	}
 	if (all) {
 		watch_add_all(w);

@@ -11,40 +11,148 @@
  * Each entry is read back with the same codec as requests and snapshots.
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
+/* Out of memory in uthash must not exit cbd: the add is undone. */
+#define HASH_NONFATAL_OOM 1
+static int hash_oom;
+#define uthash_nonfatal_oom(obj) (hash_oom = 1)
+#include <uthash.h>
 
 #include "log.h"
 #include "circuit-json.h"
 #include "persist.h"
 #include "proto.h"
 
-/* A change not yet written (the writer polls it, as Redis its dirty
- * counter). */
-static bool dirty;
+/* A circuit whose change is not yet appended (or being appended). */
+typedef struct changed_name {
+	UT_hash_handle hh;
+	char name[];
+} changed_name;
+
+/* Changed circuits not yet appended, and those the running append
+ * writes (due again if it fails). */
+static changed_name *changed, *in_flight;
+/* A compaction is due (after a failed one, or journals replayed). */
+static bool compaction_due;
+/* The generation new records go to, and the oldest one whose journal a
+ * restart needs (the state file's own). */
+static uint64_t generation, base_generation;
+/* Records appended since the last compaction began. */
+static uint64_t journal_records;
+/* The generation the running compaction writes. */
+static uint64_t compacting;
+/* This write logs no error (the parent's log limit said so, §10). */
+static bool quiet;
+
+/* log_error unless this write is quiet. */
+#define persist_error(...)                                                                         \
+	do {                                                                                       \
+		if (!quiet)                                                                        \
+			log_error(__VA_ARGS__);                                                    \
+	} while (0)
+
+/* Add name to *set (nothing when it is there, or out of memory: then a
+ * compaction is due instead). */
+static void
+set_add(changed_name **set, const char *name)
+{
+	size_t len = strlen(name);
+	changed_name *n;
+
+	HASH_FIND(hh, *set, name, len, n);
+	if (n != NULL)
+		return;
+	n = malloc(sizeof *n + len + 1);
+	if (n == NULL) {
+		compaction_due = true;
+		return;
+	}
+	memcpy(n->name, name, len + 1);
+	hash_oom = 0;
+	HASH_ADD_KEYPTR(hh, *set, n->name, len, n);
+	if (hash_oom) {
+		free(n);
+		compaction_due = true;
+	}
+}
+
+static void
+set_free(changed_name **set)
+{
+	changed_name *n, *tmp;
+
+	HASH_ITER (hh, *set, n, tmp) {
+		HASH_DEL(*set, n);
+		free(n);
+	}
+}
+
+void
+persist_mark_changed(const char *name)
+{
+	set_add(&changed, name);
+}
 
 void
 persist_mark_dirty(void)
 {
-	dirty = true;
+	compaction_due = true;
 }
 
 bool
-persist_dirty(void)
+persist_append_due(void)
 {
-	return dirty;
+	return changed != NULL;
+}
+
+bool
+persist_compaction_due(uint64_t circuits)
+{
+	uint64_t most =
+	    circuits > PERSIST_JOURNAL_MIN_RECORDS ? circuits : PERSIST_JOURNAL_MIN_RECORDS;
+
+	return compaction_due || journal_records >= most;
 }
 
 void
 persist_clean(void)
 {
-	dirty = false;
+	set_free(&changed);
+	set_free(&in_flight);
+	compaction_due = false;
+	journal_records = 0;
+}
+
+/* The journal of generation gen: path.journal-<gen> into buf; false when
+ * it does not fit. */
+static bool
+journal_path(const char *path, uint64_t gen, char *buf, size_t size)
+{
+	int n = snprintf(buf, size, "%s.journal-%llu", path, (unsigned long long)gen);
+
+	return n > 0 && (size_t)n < size;
+}
+
+/* Remove the journals of generations from..to-1. */
+static void
+journals_remove(const char *path, uint64_t from, uint64_t to)
+{
+	char jp[4096];
+
+	for (uint64_t g = from; g < to; g++) {
+		if (journal_path(path, g, jp, sizeof jp))
+			unlink(jp);
+	}
 }
 
 /* What the walk over pinned circuits builds. */
@@ -53,17 +161,21 @@ typedef struct persist_walk {
 	bool nomem;
 } persist_walk;
 
-static void
-persist_visit(const char *name, const ct_view *view, void *arg)
+/* Is this circuit kept in the state file? Closed, unheld circuits with
+ * slots are pinned only for their slots, which are not kept. */
+static bool
+kept(const ct_view *view)
 {
-	persist_walk *w = arg;
-	json_t *entry;
+	return view->snap.state != CB_STATE_CLOSED || view->hold.held;
+}
 
-	/* Closed, unheld circuits with slots are pinned only for their
-	 * slots, which are not kept. */
-	if (w->nomem || (view->snap.state == CB_STATE_CLOSED && !view->hold.held))
-		return;
-	entry = proto_snapshot_to_json(name, &view->snap, 0);
+/* A circuit's entry in the file (and in a journal's "set"); NULL when
+ * out of memory. */
+static json_t *
+entry_json(const char *name, const ct_view *view)
+{
+	json_t *entry = proto_snapshot_to_json(name, &view->snap, 0);
+
 	if (entry == NULL ||
 	    json_object_set_new(entry, "ctx",
 		view->declared != NULL ? proto_ctx_members_to_json(view->declared)
@@ -71,16 +183,30 @@ persist_visit(const char *name, const ct_view *view, void *arg)
 	    json_object_set_new(entry, "totals", circuit_json_totals(&view->totals)) != 0 ||
 	    json_object_set_new(entry, "hold", circuit_json_hold(&view->hold)) != 0 ||
 	    json_object_set_new(entry, "grown_break_ms",
-		json_integer(view->snap.current_break_ms)) != 0 ||
-	    json_array_append_new(w->circuits, entry) != 0) {
+		json_integer(view->snap.current_break_ms)) != 0) {
 		json_decref(entry);
+		return NULL;
+	}
+	return entry;
+}
+
+static void
+persist_visit(const char *name, const ct_view *view, void *arg)
+{
+	persist_walk *w = arg;
+	json_t *entry;
+
+	if (w->nomem || !kept(view))
+		return;
+	entry = entry_json(name, view);
+	if (entry == NULL || json_array_append_new(w->circuits, entry) != 0) {
 		w->nomem = true;
 	}
 }
 
 /* The whole file as JSON; NULL when out of memory. */
 static json_t *
-state_to_json(circuit_table *table, int64_t clock)
+state_to_json(circuit_table *table, int64_t clock, uint64_t gen)
 {
 	persist_walk w = { .circuits = json_array() };
 	json_t *doc;
@@ -92,8 +218,9 @@ state_to_json(circuit_table *table, int64_t clock)
 		json_decref(w.circuits);
 		return NULL;
 	}
-	doc = json_pack("{s:s, s:i, s:I, s:o}", "format", "cbd-state", "version", PERSIST_VERSION,
-	    "written_at", (json_int_t)clock, "circuits", w.circuits);
+	doc = json_pack("{s:s, s:i, s:I, s:I, s:o}", "format", "cbd-state", "version",
+	    PERSIST_VERSION, "written_at", (json_int_t)clock, "generation", (json_int_t)gen,
+	    "circuits", w.circuits);
 	return doc;
 }
 
@@ -136,17 +263,32 @@ static bool
 write_atomic(const char *path, const json_t *doc)
 {
 	char tmp[4096], *text;
+	struct stat st;
 	int fd, n;
 	bool ok;
 
 	n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	if (n < 0 || (size_t)n >= sizeof tmp) {
-		log_error("state_file %s: path too long", path);
+		persist_error("state_file %s: path too long", path);
 		return false;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	/* The temp file is always created anew, never opened: whatever is
+	 * at its path (a crashed writer's file, a FIFO that would block the
+	 * open, a symlink that would be followed as root) is removed first,
+	 * and O_EXCL | O_NOFOLLOW | O_NONBLOCK refuse anything put back in
+	 * between without waiting or following. */
+	if (unlink(tmp) != 0 && errno != ENOENT) {
+		persist_error("state_file: cannot remove the stale %s: %s", tmp, strerror(errno));
+		return false;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		log_error("state_file: cannot create %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot create %s: %s", tmp, strerror(errno));
+		return false;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		persist_error("state_file: %s is not a regular file", tmp);
+		close(fd);
 		return false;
 	}
 	/* One buffer, one write: json_dumpfd would make a syscall per token. */
@@ -155,13 +297,13 @@ write_atomic(const char *path, const json_t *doc)
 	    fsync(fd) == 0;
 	free(text);
 	if (!ok)
-		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot write %s: %s", tmp, strerror(errno));
 	if (close(fd) != 0 && ok) {
-		log_error("state_file: cannot write %s: %s", tmp, strerror(errno));
+		persist_error("state_file: cannot write %s: %s", tmp, strerror(errno));
 		ok = false;
 	}
 	if (ok && rename(tmp, path) != 0) {
-		log_error("state_file: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+		persist_error("state_file: cannot rename %s to %s: %s", tmp, path, strerror(errno));
 		ok = false;
 	}
 	if (!ok) {
@@ -172,14 +314,15 @@ write_atomic(const char *path, const json_t *doc)
 	return true;
 }
 
-bool
-persist_write_sync(const char *path, circuit_table *table, int64_t clock)
+/* Write the whole file as generation gen (in this process). */
+static bool
+write_whole(const char *path, circuit_table *table, int64_t clock, uint64_t gen)
 {
-	json_t *doc = state_to_json(table, clock);
+	json_t *doc = state_to_json(table, clock, gen);
 	bool ok;
 
 	if (doc == NULL) {
-		log_error("state_file %s: out of memory", path);
+		persist_error("state_file %s: out of memory", path);
 		return false;
 	}
 	ok = write_atomic(path, doc);
@@ -187,20 +330,194 @@ persist_write_sync(const char *path, circuit_table *table, int64_t clock)
 	return ok;
 }
 
-pid_t
-persist_write_async(const char *path, circuit_table *table, int64_t clock)
+bool
+persist_write_sync(const char *path, circuit_table *table, int64_t clock)
 {
-	pid_t pid = fork();
+	uint64_t gen = generation + 1;
 
-	if (pid < 0) {
-		log_error("state_file: fork: %s", strerror(errno));
-		return -1;
-	}
-	if (pid > 0)
+	if (!write_whole(path, table, clock, gen))
+		return false;
+	/* The whole state is in the file: the journals are history. */
+	journals_remove(path, base_generation, gen);
+	generation = base_generation = gen;
+	journal_records = 0;
+	return true;
+}
+
+/* The writer child's signals as a new process has them: default
+ * actions, nothing blocked. */
+static void
+persist_child_signals(void)
+{
+	static const int reset[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD };
+	sigset_t none;
+
+	for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+		signal(reset[i], SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* fork() for a writer: the pid in the parent (-1: failed, logged), 0 in
+ * the child (its signals reset). */
+static pid_t
+writer_fork(bool quiet_errors)
+{
+	pid_t pid;
+
+	quiet = quiet_errors;
+	pid = fork();
+	if (pid < 0)
+		persist_error("state_file: fork: %s", strerror(errno));
+	if (pid != 0) {
+		quiet = false;
 		return pid;
+	}
 	/* The child: the table as it was at fork, written, then gone
-	 * without running the parent's exit handlers. */
-	_exit(persist_write_sync(path, table, clock) ? 0 : 1);
+	 * without running the parent's exit handlers. cbd's handlers only
+	 * tell cbd's loop, which does not run here: the signals that stop a
+	 * process stop this one. */
+	persist_child_signals();
+	return 0;
+}
+
+pid_t
+persist_compact_async(const char *path, circuit_table *table, int64_t clock, bool quiet_errors)
+{
+	uint64_t gen = generation + 1;
+	pid_t pid = writer_fork(quiet_errors);
+
+	if (pid == 0)
+		_exit(write_whole(path, table, clock, gen) ? 0 : 1);
+	if (pid < 0)
+		return -1;
+	/* Records from now on go to the new generation's journal: the file
+	 * being written holds everything before. Changes not yet appended
+	 * stay due: should this write fail, the new journal has them. */
+	compacting = generation = gen;
+	compaction_due = false;
+	journal_records = 0;
+	return pid;
+}
+
+void
+persist_compacted(const char *path, bool ok)
+{
+	if (!ok) {
+		compaction_due = true;
+		return;
+	}
+	journals_remove(path, base_generation, compacting);
+	base_generation = compacting;
+}
+
+/* Append the records of the names in set to the journal of gen (in the
+ * child): one "set" or "del" line each, then fdatasync. */
+static bool
+append_records(const char *path, circuit_table *table, changed_name *set, uint64_t gen)
+{
+	char jp[4096], *text;
+	size_t len = 0, cap = 65536;
+	char *buf = malloc(cap);
+	changed_name *n, *tmp;
+	struct stat st;
+	bool ok;
+	int fd;
+
+	if (buf == NULL || !journal_path(path, gen, jp, sizeof jp)) {
+		persist_error("state_file %s: out of memory", path);
+		free(buf);
+		return false;
+	}
+	/* A line of its own even after a torn one (replay skips empty lines). */
+	buf[len++] = '\n';
+	HASH_ITER (hh, set, n, tmp) {
+		ct_view view;
+		json_t *rec;
+		size_t tlen;
+
+		if (circuit_table_peek(table, n->name, &view) && kept(&view)) {
+			json_t *entry = entry_json(n->name, &view);
+
+			rec = entry != NULL ? json_pack("{s:o}", "set", entry) : NULL;
+		} else
+			rec = json_pack("{s:s}", "del", n->name);
+		text = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
+		json_decref(rec);
+		if (text == NULL) {
+			persist_error("state_file %s: out of memory", path);
+			free(buf);
+			return false;
+		}
+		tlen = strlen(text);
+		while (cap - len < tlen + 1) {
+			char *grown = realloc(buf, cap * 2);
+
+			if (grown == NULL) {
+				persist_error("state_file %s: out of memory", path);
+				free(text);
+				free(buf);
+				return false;
+			}
+			buf = grown;
+			cap *= 2;
+		}
+		memcpy(buf + len, text, tlen);
+		len += tlen;
+		buf[len++] = '\n';
+		free(text);
+	}
+	/* Never through a symlink, never blocking on a FIFO. */
+	fd = open(jp, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		persist_error("state_file: cannot open %s: %s", jp,
+		    fd < 0 ? strerror(errno) : "not a regular file");
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return false;
+	}
+	ok = write_all(fd, buf, len) && fdatasync(fd) == 0;
+	if (!ok)
+		persist_error("state_file: cannot write %s: %s", jp, strerror(errno));
+	close(fd);
+	free(buf);
+	/* A new journal's name must survive a crash too. */
+	if (ok && st.st_size == 0)
+		sync_dir(path);
+	return ok;
+}
+
+pid_t
+persist_append_async(const char *path, circuit_table *table, bool quiet_errors)
+{
+	pid_t pid = writer_fork(quiet_errors);
+	changed_name *n, *tmp;
+
+	if (pid == 0)
+		_exit(append_records(path, table, changed, generation) ? 0 : 1);
+	if (pid < 0)
+		return -1;
+	HASH_ITER (hh, changed, n, tmp)
+		journal_records++;
+	in_flight = changed;
+	changed = NULL;
+	return pid;
+}
+
+void
+persist_appended(bool ok)
+{
+	changed_name *n, *tmp;
+
+	if (ok) {
+		set_free(&in_flight);
+		return;
+	}
+	/* Due again (a name changed since stays once). */
+	HASH_ITER (hh, in_flight, n, tmp)
+		set_add(&changed, n->name);
+	set_free(&in_flight);
 }
 
 /* Move a bad state file aside and say why. */
@@ -243,39 +560,107 @@ entry_read(const json_t *entry, ct_view *view, proto_ctx *declared, const char *
 	    circuit_json_hold_read(&hold, "hold", CIRCUIT_JSON_STRICT, &view->hold, err);
 }
 
-uint64_t
-persist_load(const char *path, circuit_table *table, int64_t clock)
+/* Move every journal of path aside (its state file was bad: they
+ * cannot be replayed on it). */
+static void
+journals_aside(const char *path, int64_t clock)
+{
+	char *copy = strdup(path), *copy2 = strdup(path), from[4096], to[4200];
+	const char *dir, *base;
+	struct dirent *e;
+	size_t blen;
+	DIR *d;
+
+	if (copy == NULL || copy2 == NULL) {
+		free(copy);
+		free(copy2);
+		return;
+	}
+	dir = dirname(copy);
+	base = basename(copy2);
+	blen = strlen(base);
+	d = opendir(dir);
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, base, blen) != 0 ||
+		    strncmp(e->d_name + blen, ".journal-", 9) != 0 ||
+		    strstr(e->d_name, ".bad-") != NULL)
+			continue;
+		snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
+		snprintf(to, sizeof to, "%s.bad-%lld", from, (long long)clock);
+		if (rename(from, to) == 0)
+			log_error("state_file %s: its journal moved aside to %s", path, to);
+	}
+	if (d != NULL)
+		closedir(d);
+	free(copy);
+	free(copy2);
+}
+
+/* Open path for reading without following a symlink into a FIFO's wait:
+ * the fd of a regular file, -1 with errno (ENOENT: none), -2: not a
+ * regular file. */
+static int
+open_regular(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -2;
+	}
+	return fd;
+}
+
+/* Read the state file into map (name -> entry) and its generation into
+ * *gen: 1 read, 0 none there, -1 bad (moved aside). */
+static int
+snapshot_read(const char *path, int64_t clock, json_t *map, uint64_t *gen)
 {
 	json_error_t jerr;
-	json_t *doc, *circuits;
-	uint64_t loaded = 0;
+	json_t *doc, *circuits, *g;
 	proto_error err;
 	char why[512];
 	size_t i;
+	/* O_NONBLOCK: a FIFO at path must not stop cbd from starting (it
+	 * never refuses to start over its state file). */
+	int fd = open_regular(path);
 
-	if (access(path, F_OK) != 0 && errno == ENOENT) {
-		log_info("state_file %s does not exist yet; starting with no circuits", path);
+	if (fd == -1 && errno == ENOENT)
 		return 0;
+	if (fd < 0) {
+		if (fd == -2)
+			snprintf(why, sizeof why, "not a regular file");
+		else
+			snprintf(why, sizeof why, "cannot open: %s", strerror(errno));
+		move_aside(path, clock, why);
+		return -1;
 	}
-	doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	doc = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+	close(fd);
 	if (doc == NULL) {
 		snprintf(why, sizeof why, "cannot read: %s (line %d)", jerr.text, jerr.line);
 		move_aside(path, clock, why);
-		return 0;
+		return -1;
 	}
 	circuits = json_object_get(doc, "circuits");
+	g = json_object_get(doc, "generation");
 	if (!json_is_object(doc) || !json_is_string(json_object_get(doc, "format")) ||
 	    strcmp(json_string_value(json_object_get(doc, "format")), "cbd-state") != 0 ||
 	    !json_is_integer(json_object_get(doc, "version")) ||
 	    json_integer_value(json_object_get(doc, "version")) != PERSIST_VERSION ||
-	    !json_is_array(circuits)) {
+	    !json_is_array(circuits) ||
+	    (g != NULL && (!json_is_integer(g) || json_integer_value(g) < 0))) {
 		json_decref(doc);
 		move_aside(path, clock, "not a cbd state file of version 1");
-		return 0;
+		return -1;
 	}
-	/* Check every entry before restoring any: a file is used whole. */
+	*gen = g != NULL ? (uint64_t)json_integer_value(g) : 0;
+	/* Check every entry before using any: a file is used whole. */
 	for (i = 0; i < json_array_size(circuits); i++) {
-		const json_t *entry = json_array_get(circuits, i);
+		json_t *entry = json_array_get(circuits, i);
 		proto_ctx declared;
 		const char *name;
 		ct_view view;
@@ -284,13 +669,169 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 			snprintf(why, sizeof why, "circuit %zu is invalid: %s", i,
 			    json_is_object(entry) ? err.message : "not an object");
 			json_decref(doc);
+			json_object_clear(map);
 			move_aside(path, clock, why);
-			return 0;
+			return -1;
 		}
+		json_object_set(map, name, entry);
 	}
-	for (i = 0; i < json_array_size(circuits); i++) {
-		const json_t *entry = json_array_get(circuits, i);
+	json_decref(doc);
+	return 1;
+}
+
+static int
+gen_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The generations (at least from) of path's journals, sorted, into
+ * *gens (malloc'd); how many. */
+static size_t
+journals_list(const char *path, uint64_t from, uint64_t **gens)
+{
+	char *copy = strdup(path), *copy2 = strdup(path);
+	size_t count = 0, cap = 0, blen;
+	const char *dir, *base;
+	struct dirent *e;
+	DIR *d;
+
+	*gens = NULL;
+	if (copy == NULL || copy2 == NULL) {
+		free(copy);
+		free(copy2);
+		return 0;
+	}
+	dir = dirname(copy);
+	base = basename(copy2);
+	blen = strlen(base);
+	d = opendir(dir);
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		const char *digits = e->d_name + blen + 9;
+		char *end;
+		unsigned long long g;
+
+		if (strncmp(e->d_name, base, blen) != 0 ||
+		    strncmp(e->d_name + blen, ".journal-", 9) != 0 || *digits < '0' ||
+		    *digits > '9')
+			continue;
+		g = strtoull(digits, &end, 10);
+		if (*end != '\0' || g < from)
+			continue;
+		if (count == cap) {
+			uint64_t *grown = realloc(*gens, (cap ? cap * 2 : 8) * sizeof **gens);
+
+			if (grown == NULL)
+				break;
+			*gens = grown;
+			cap = cap ? cap * 2 : 8;
+		}
+		(*gens)[count++] = g;
+	}
+	if (d != NULL)
+		closedir(d);
+	free(copy);
+	free(copy2);
+	if (count > 0)
+		qsort(*gens, count, sizeof **gens, gen_cmp);
+	return count;
+}
+
+/* Replay the journal of gen onto map; false when there is none. Its
+ * invalid lines (a torn last one after a crash) are skipped, counted. */
+static bool
+journal_replay(const char *path, uint64_t gen, json_t *map)
+{
+	char jp[4096], *line = NULL;
+	uint64_t records = 0, bad = 0;
+	size_t cap = 0;
+	ssize_t n;
+	FILE *f;
+	int fd;
+
+	if (!journal_path(path, gen, jp, sizeof jp))
+		return false;
+	fd = open_regular(jp);
+	if (fd < 0)
+		return false;
+	f = fdopen(fd, "r");
+	if (f == NULL) {
+		close(fd);
+		return false;
+	}
+	while ((n = getline(&line, &cap, f)) > 0) {
+		json_t *rec, *set, *del;
 		proto_ctx declared;
+		proto_error err;
+		const char *name;
+		ct_view view;
+
+		if (n == 1 && line[0] == '\n')
+			continue;
+		rec = json_loadb(line, (size_t)n, JSON_REJECT_DUPLICATES, NULL);
+		set = json_object_get(rec, "set");
+		del = json_object_get(rec, "del");
+		if (json_is_object(set) && entry_read(set, &view, &declared, &name, &err)) {
+			json_object_set(map, name, set);
+			records++;
+		} else if (json_is_string(del)) {
+			json_object_del(map, json_string_value(del));
+			records++;
+		} else {
+			bad++;
+		}
+		json_decref(rec);
+	}
+	free(line);
+	fclose(f);
+	if (bad > 0)
+		log_warning("state_file %s: %llu invalid lines of %s skipped", path,
+		    (unsigned long long)bad, jp);
+	log_info("state_file %s: %llu changes replayed from %s", path, (unsigned long long)records,
+	    jp);
+	return true;
+}
+
+uint64_t
+persist_load(const char *path, circuit_table *table, int64_t clock)
+{
+	json_t *map = json_object(), *entry;
+	uint64_t loaded = 0, gen = 0, total;
+	const char *key;
+	int read;
+
+	if (map == NULL) {
+		log_error("state_file %s: out of memory; starting with no circuits", path);
+		return 0;
+	}
+	read = snapshot_read(path, clock, map, &gen);
+	if (read < 0)
+		journals_aside(path, clock);
+	generation = base_generation = gen;
+	journal_records = 0;
+	if (read >= 0) {
+		/* The journals of its generation and the later ones, in order
+		 * (there may be gaps: a generation whose compaction failed
+		 * before anything was appended has none). */
+		uint64_t *gens = NULL;
+		size_t count = journals_list(path, gen, &gens);
+
+		for (size_t i = 0; i < count; i++) {
+			if (journal_replay(path, gens[i], map)) {
+				compaction_due = true; /* start a fresh generation */
+				generation = gens[i];
+			}
+		}
+		free(gens);
+	}
+	if (read == 0 && !compaction_due)
+		log_info("state_file %s does not exist yet; starting with no circuits", path);
+	total = json_object_size(map);
+	json_object_foreach (map, key, entry) {
+		proto_ctx declared;
+		proto_error err;
 		const char *name;
 		ct_view view;
 		ct_status status;
@@ -298,12 +839,13 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 		entry_read(entry, &view, &declared, &name, &err);
 		status = circuit_table_restore(table, name, &view, clock);
 		if (status != CT_OK) {
-			log_warning("state_file %s: %s; %zu circuits not restored", path,
-			    circuit_table_status_text(status), json_array_size(circuits) - i);
+			log_warning("state_file %s: %s; %llu circuits not restored", path,
+			    circuit_table_status_text(status),
+			    (unsigned long long)(total - loaded));
 			break;
 		}
 		loaded++;
 	}
-	json_decref(doc);
+	json_decref(map);
 	return loaded;
 }

@@ -4,12 +4,23 @@
  * half_open or held, with the policy their creating request declared and
  * their hold, kept in `state_file` across restarts.
  *
- * A change marks the state dirty; within PERSIST_DELAY_MS a forked child
- * writes the file (write, fsync, rename, fsync of the directory) from its
- * copy-on-write image of the table, so the daemon never waits on the disk
- * and pauses only for fork(). At shutdown the file is written in process.
- * At start the file is read; one that cannot be read or is invalid is moved
- * aside (FILE.bad-<ms>) and cbd starts empty.
+ * Two kinds of write, each in a forked child working on the copy-on-write
+ * image of the table, so the daemon never waits on the disk and pauses
+ * only for fork():
+ *  - an append: the circuits changed since the last append, one JSON line
+ *    each, appended to the journal (`state_file.journal-<generation>`),
+ *    then fdatasync. Its cost is the changes', whatever the number of
+ *    circuits: a change is durable within PERSIST_DELAY_MS plus one
+ *    append.
+ *  - a compaction: the whole file (write, fsync, rename, fsync of the
+ *    directory), of a new generation; the journals of older generations
+ *    are removed once it is in place. Due when the journal holds as many
+ *    records as there are circuits (at least PERSIST_JOURNAL_MIN_RECORDS),
+ *    after journals were replayed at start, and after a failed one.
+ * At shutdown the whole file is written in process. At start the file is
+ * read and the journals of its generation and later ones are replayed; a
+ * file that cannot be read or is invalid is moved aside (FILE.bad-<ms>)
+ * with its journals, and cbd starts empty.
  */
 #ifndef CBD_PERSIST_H
 #define CBD_PERSIST_H
@@ -25,21 +36,42 @@
 /* The file's format version (the "version" member). */
 #define PERSIST_VERSION 1
 
-/* Something the state file holds changed: a write is due. */
+/* A compaction is due when the journal holds this many records, or as
+ * many as there are circuits if more. */
+#define PERSIST_JOURNAL_MIN_RECORDS 4096
+
+/* Circuit name changed (state, hold, deleted): its record is due. */
+void persist_mark_changed(const char *name);
+/* A compaction (the whole file) is due. */
 void persist_mark_dirty(void);
-/* Is a write due? */
-bool persist_dirty(void);
-/* A write began (or the daemon starts over): none is due. */
+/* Is an append due (changed circuits not yet written)? */
+bool persist_append_due(void);
+/* Is a compaction due, with this many circuits stored? */
+bool persist_compaction_due(uint64_t circuits);
+/* Forget what is due (the daemon starts over). */
 void persist_clean(void);
 
-/* Read path into table at start (clock: the daemon's). Never fails the
- * start: a bad file is moved aside and logged. Returns circuits loaded. */
+/* Read path (and its journals) into table at start (clock: the daemon's).
+ * Never fails the start: a bad file is moved aside and logged. Returns
+ * circuits loaded. */
 uint64_t persist_load(const char *path, circuit_table *table, int64_t clock);
 
-/* Write table's pinned circuits to path now, in this process (shutdown). */
+/* Write table's pinned circuits to path now, in this process (shutdown),
+ * as a new generation; older journals are removed. */
 bool persist_write_sync(const char *path, circuit_table *table, int64_t clock);
 
-/* Start writing in a child; the pid, or -1 (logged) when fork failed. */
-pid_t persist_write_async(const char *path, circuit_table *table, int64_t clock);
+/* Start a compaction in a child; the pid, or -1 (logged) when fork
+ * failed. quiet_errors: the write's errors are not logged (the caller's
+ * log limit counts them). persist_compacted(pid's result) after it ends. */
+pid_t persist_compact_async(const char *path, circuit_table *table, int64_t clock,
+    bool quiet_errors);
+/* The compaction ended (ok: it is in place). */
+void persist_compacted(const char *path, bool ok);
+
+/* Start an append of the changed circuits in a child; as
+ * persist_compact_async. persist_appended(result) after it ends. */
+pid_t persist_append_async(const char *path, circuit_table *table, bool quiet_errors);
+/* The append ended (not ok: its circuits are due again). */
+void persist_appended(bool ok);
 
 #endif

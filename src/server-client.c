@@ -8,6 +8,7 @@
  * and gives the connection's slots back when it closes.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -38,6 +39,56 @@ static void server_client_timer_cb(evutil_socket_t fd, short what, void *arg);
 static void server_client_turn_cb(evutil_socket_t fd, short what, void *arg);
 static void read_arm(server_client *c, bool on);
 
+/* Every connection (newest first), the bytes of their output buffers,
+ * the most at once, and freed bytes not yet given back. */
+static server_client *all_clients;
+static uint64_t out_total, out_total_peak, out_untrimmed;
+
+/* c's output buffer is now cap bytes (0: freed); counted. */
+static void
+out_account(server_client *c, size_t cap)
+{
+	/* Never below zero (a connection made outside server_client_new,
+	 * as the fuzz targets', is counted from its first growth). */
+	out_total = (out_total > c->out_counted ? out_total - c->out_counted : 0) + cap;
+	if (out_total > out_total_peak)
+		out_total_peak = out_total;
+	if (cap < c->out_counted)
+		out_untrimmed += c->out_counted - cap;
+	c->out_counted = cap;
+	c->out_cap = cap;
+}
+
+/* Free c's output buffer (nothing left in it to write). */
+static void
+out_release(server_client *c)
+{
+	free(c->out);
+	c->out = NULL;
+	out_account(c, 0);
+}
+
+uint64_t
+server_client_output_bytes(void)
+{
+	return out_total;
+}
+
+uint64_t
+server_client_output_bytes_peak(void)
+{
+	return out_total_peak;
+}
+
+void
+server_client_trim(void)
+{
+	if (out_untrimmed < SERVER_CLIENT_TRIM_MIN)
+		return;
+	out_untrimmed = 0;
+	malloc_trim(0);
+}
+
 server_client *
 server_client_new(int fd, const server_client_hooks *hooks)
 {
@@ -59,6 +110,10 @@ server_client_new(int fd, const server_client_hooks *hooks)
 		return NULL;
 	}
 	c->read_armed = true;
+	c->all_next = all_clients;
+	if (all_clients != NULL)
+		all_clients->all_prev = c;
+	all_clients = c;
 	return c;
 }
 
@@ -149,8 +204,91 @@ out_reserve(server_client *c, size_t need)
 	if (grown == NULL)
 		return false;
 	c->out = grown;
-	c->out_cap = cap;
+	out_account(c, cap);
 	return true;
+}
+
+/* The bytes out_reserve(c, need) would add to c's buffer (it makes the
+ * same choices). */
+static size_t
+out_growth(const server_client *c, size_t need)
+{
+	size_t max = (size_t)cbd.conf.max_output_bytes, len = c->out_len, cap;
+
+	if (c->out_off > 0 && c->out_off == c->out_len)
+		len = 0;
+	if (c->out_cap - len >= need)
+		return 0;
+	if (c->out_off > 0 && c->out_off < c->out_len &&
+	    (c->out_len - c->out_off <= SERVER_CLIENT_OUT_KEEP || c->out_off >= max))
+		len = c->out_len - c->out_off;
+	if (c->out_cap - len >= need)
+		return 0;
+	cap = c->out_cap > 0 ? c->out_cap : SERVER_CLIENT_READ_SIZE;
+	while (cap - len < need)
+		cap *= 2;
+	if (cap > max)
+		cap = len + need > max ? len + need : max;
+	return cap > c->out_cap ? cap - c->out_cap : 0;
+}
+
+/* A dropped connection keeps only the rest of a line partly written:
+ * its buffer shrinks to that (or is freed) at once. */
+static void
+out_shrink(server_client *c)
+{
+	size_t rest = c->out_len - c->out_off;
+	char *small;
+
+	if (rest == 0) {
+		out_release(c);
+		c->out_off = c->out_len = 0;
+		return;
+	}
+	memmove(c->out, c->out + c->out_off, rest);
+	c->out_off = 0;
+	c->out_len = rest;
+	small = realloc(c->out, rest);
+	if (small != NULL) {
+		c->out = small;
+		out_account(c, rest);
+	}
+}
+
+/* The host-wide bound: c's buffer must grow by grow bytes but all
+ * connections' buffers would pass max_total_output_bytes (c is to queue
+ * len more bytes). Drop the open connection furthest behind, until it
+ * fits or c itself is dropped (true). A dropped connection's buffer
+ * shrinks at once (server_client_drop). */
+static bool
+out_make_room(server_client *c, size_t len, size_t grow)
+{
+	uint64_t max = (uint64_t)cbd.conf.max_total_output_bytes;
+
+	while (out_total + grow > max) {
+		server_client *victim = c, *o;
+		size_t most = c->out_len - c->out_off + len;
+
+		/* The one furthest behind (the most unread output); c only
+		 * when no other is as far. */
+		for (o = all_clients; o != NULL; o = o->all_next) {
+			if (o != c && o->state == SERVER_CLIENT_OPEN &&
+			    o->out_len - o->out_off >= most) {
+				victim = o;
+				most = o->out_len - o->out_off;
+			}
+		}
+		stats_limit_hit(STATS_LIMIT_TOTAL_OUTPUT);
+		log_warning("connection %llu: dropped: its %zu bytes of unread output are the most "
+			    "while all connections' output would pass max_total_output_bytes "
+			    "(%lld)",
+		    (unsigned long long)victim->id, victim->out_len - victim->out_off,
+		    (long long)cbd.conf.max_total_output_bytes);
+		server_client_drop(victim, "max_total_output_bytes reached");
+		if (victim == c)
+			return true;
+	}
+	return false;
 }
 
 /* Write what the socket takes now, at most `most` bytes. Returns 0, or
@@ -229,12 +367,42 @@ server_client_drop(server_client *c, const char *why)
 	read_arm(c, false);
 	evtimer_del(c->turn_ev);
 	out_cut(c);
+	out_shrink(c);
 	log_debug("connection %llu: dropped (%s)%s", (unsigned long long)c->id, why,
 	    c->out_off < c->out_len ? " after the rest of a line" : "");
 	server_client_set_state(c, SERVER_CLIENT_CLOSING);
 	/* Closed by its own write event, never here: the caller may be
 	 * walking connections (a reply to a watcher, the drain). */
 	event_active(c->write_ev, EV_WRITE, 1);
+}
+
+/* Would c's buffer, grown for len more bytes, take all connections'
+ * output past max_total_output_bytes (once what the socket takes now is
+ * sent)? Then the connection holding the most is dropped, counted; true
+ * when that is c. */
+static bool
+out_over_total(server_client *c, size_t len)
+{
+	size_t grow = out_growth(c, len);
+	int err;
+
+	if (grow == 0 || out_total + grow <= (uint64_t)cbd.conf.max_total_output_bytes)
+		return false;
+	/* Before dropping anyone, count again from the connections. */
+	out_total = 0;
+	for (server_client *o = all_clients; o != NULL; o = o->all_next)
+		out_total += o->out_counted;
+	if (out_total + grow <= (uint64_t)cbd.conf.max_total_output_bytes)
+		return false;
+	err = out_send(c);
+	if (err != 0) {
+		server_client_drop(c, strerror(err));
+		return true;
+	}
+	grow = out_growth(c, len);
+	if (grow == 0 || out_total + grow <= (uint64_t)cbd.conf.max_total_output_bytes)
+		return false;
+	return out_make_room(c, len, grow);
 }
 
 /* Would `len` more bytes take c's unsent output past max_output_bytes,
@@ -246,7 +414,7 @@ out_over_bound(server_client *c, size_t len)
 	int err;
 
 	if (c->out_len - c->out_off + len <= max)
-		return false;
+		return out_over_total(c, len);
 	/* Only bytes the socket does not take count: send first. */
 	err = out_send(c);
 	if (err != 0) {
@@ -254,7 +422,7 @@ out_over_bound(server_client *c, size_t len)
 		return true;
 	}
 	if (c->out_len - c->out_off + len <= max)
-		return false;
+		return out_over_total(c, len);
 	stats_limit_hit(STATS_LIMIT_OUTPUT);
 	log_warning("connection %llu: dropped: a reply of %zu bytes on top of %zu unread would "
 		    "pass max_output_bytes (%lld)",
@@ -478,11 +646,8 @@ server_client_flush(server_client *c)
 	}
 	c->out_off = c->out_len = 0;
 	/* (A list written piece by piece keeps its room.) */
-	if (c->out_cap > SERVER_CLIENT_OUT_KEEP && !(c->blocked & SERVER_CLIENT_BLOCK_STEPS)) {
-		free(c->out);
-		c->out = NULL;
-		c->out_cap = 0;
-	}
+	if (c->out_cap > SERVER_CLIENT_OUT_KEEP && !(c->blocked & SERVER_CLIENT_BLOCK_STEPS))
+		out_release(c);
 	write_arm(c, false);
 	if (c->state == SERVER_CLIENT_CLOSING)
 		server_client_close(c, "done");
@@ -839,6 +1004,12 @@ server_client_free(server_client *c)
 	if (c->turn_ev != NULL)
 		event_free(c->turn_ev);
 	free(c->in);
-	free(c->out);
+	out_release(c);
+	if (c->all_prev != NULL)
+		c->all_prev->all_next = c->all_next;
+	else if (all_clients == c)
+		all_clients = c->all_next;
+	if (c->all_next != NULL)
+		c->all_next->all_prev = c->all_prev;
 	free(c);
 }

@@ -109,6 +109,9 @@ struct server_client {
 	size_t out_off; /* bytes of `out` already written */
 	size_t out_len;
 	size_t out_cap;
+	size_t out_counted; /* out_cap as server_client_output_bytes() counts it */
+	/* Every connection, for the host-wide output bound's choice. */
+	struct server_client *all_next, *all_prev;
 
 	pid_t pid; /* SO_PEERCRED */
 	uid_t uid;
@@ -126,6 +129,19 @@ struct server_client {
 	 * (SERVER_CLIENT_BLOCK_REPLY): drain once it is answered. */
 	bool drain_waiting;
 };
+
+/* Memory no connection uses is given back (malloc_trim) once freed
+ * output buffers of at least this many bytes in all are waiting for it. */
+#define SERVER_CLIENT_TRIM_MIN (1024 * 1024)
+
+/* Bytes of output buffers all connections hold now (what
+ * max_total_output_bytes bounds), and the most they held at once. */
+uint64_t server_client_output_bytes(void);
+uint64_t server_client_output_bytes_peak(void);
+
+/* Give freed output memory back to the system when much was freed since
+ * the last time (the housekeeping tick calls it). */
+void server_client_trim(void);
 
 /* A connection on an accepted, non-blocking fd, served through hooks;
  * NULL when out of memory (the caller still owns fd). */

@@ -35,7 +35,7 @@
 #include "housekeeping.h"
 #include "log-limit.h"
 #include "log.h"
-#include "metrics.h"
+#include "metrics-http.h"
 #include "fleet-sync.h"
 #include "op.h"
 #include "server.h"
@@ -497,7 +497,9 @@ static void
 raise_fd_limit(void)
 {
 	struct rlimit rl;
-	rlim_t want = (rlim_t)cbd.conf.max_connections + SERVER_SPARE_FDS;
+	/* The metrics port's connections have their own bound, on top. */
+	rlim_t want = (rlim_t)cbd.conf.max_connections + SERVER_SPARE_FDS +
+	    (cbd.conf.metrics_listen[0] != '\0' ? (rlim_t)cbd.conf.metrics_max_connections : 0);
 
 	srv.max_clients = cbd.conf.max_connections;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)

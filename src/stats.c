@@ -19,6 +19,13 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_NOMEM] = "out_of_memory",
 	[STATS_LIMIT_LINGER] = "closing_stalled",
 	[STATS_LIMIT_LOG] = "transition_logs_suppressed",
+	[STATS_LIMIT_LOG_CONFLICT] = "policy_conflict_logs_suppressed",
+	[STATS_LIMIT_LOG_STATE_FILE] = "state_file_logs_suppressed",
+	[STATS_LIMIT_LOG_FLEET] = "fleet_script_logs_suppressed",
+	[STATS_LIMIT_WATCH_NAMES] = "max_watch_names",
+	[STATS_LIMIT_METRICS_CONNECTIONS] = "metrics_max_connections",
+	[STATS_LIMIT_METRICS_CUT] = "metrics_truncated",
+	[STATS_LIMIT_TOTAL_OUTPUT] = "max_total_output_bytes",
 };
 
 void

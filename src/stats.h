@@ -31,6 +31,13 @@ typedef enum stats_limit {
 	STATS_LIMIT_NOMEM, /* out of memory for a connection: it was dropped */
 	STATS_LIMIT_LINGER, /* a closing client read nothing for linger: closed */
 	STATS_LIMIT_LOG, /* a transition log line suppressed (rate limit) */
+	STATS_LIMIT_LOG_CONFLICT, /* a policy_conflict warning suppressed */
+	STATS_LIMIT_LOG_STATE_FILE, /* a state file error line suppressed */
+	STATS_LIMIT_LOG_FLEET, /* a circuit script error line suppressed */
+	STATS_LIMIT_WATCH_NAMES, /* max_watch_names: a watch refused */
+	STATS_LIMIT_METRICS_CONNECTIONS, /* metrics_max_connections: a scraper closed */
+	STATS_LIMIT_METRICS_CUT, /* a metrics op's text cut to fit max_output_bytes */
+	STATS_LIMIT_TOTAL_OUTPUT, /* max_total_output_bytes: a client dropped */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
@@ -49,7 +56,8 @@ typedef struct cbd_stats {
 	uint64_t noreply; /* requests answered with nothing (noreply: true) */
 	uint64_t watch_events; /* event lines queued for watchers */
 	uint64_t metrics_scrapes; /* GET /metrics answered */
-	uint64_t state_writes; /* state file written */
+	uint64_t state_writes; /* state file written (whole or appended to) */
+	uint64_t state_appends; /* of which appends of changes to its journal */
 	uint64_t state_write_failures;
 	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
 	uint64_t fleet_slots; /* slots this cbd's connections hold in Redis now */

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Out of memory in uthash must not exit cbd: the add is undone. */
+#define HASH_NONFATAL_OOM 1
+static int hash_oom;
+#define uthash_nonfatal_oom(obj) (hash_oom = 1)
 #include <uthash.h>
 
 #include "circuit-json.h"
@@ -18,10 +22,12 @@
 #include "stats.h"
 #include "watch.h"
 
-/* One (name, connection) pair, on both indexes' lists. */
+/* One (name, connection) pair: on its name's list, and in its
+ * connection's set (a hash on the name: a watch or unwatch of n names
+ * costs O(n) whatever the connection already watches). */
 typedef struct watch_link {
 	struct watch_link *next_of_name, *prev_of_name;
-	struct watch_link *next_of_conn;
+	UT_hash_handle hh; /* in the watcher's set, keyed by the name */
 	struct watch_name *name;
 	watcher *w;
 } watch_link;
@@ -38,7 +44,7 @@ struct watcher {
 	UT_hash_handle hh; /* keyed by the connection's pointer */
 	server_client *conn;
 	bool all;
-	watch_link *links;
+	watch_link *links; /* the set of names watched by name */
 	json_t *pending; /* events waiting for the current request's reply */
 };
 
@@ -67,7 +73,12 @@ watcher_need(server_client *c)
 	if (w == NULL)
 		return NULL;
 	w->conn = c;
+	hash_oom = 0;
 	HASH_ADD_PTR(watchers, conn, w);
+	if (hash_oom) {
+		free(w);
+		return NULL;
+	}
 	watcher_count++;
 	return w;
 }
@@ -94,20 +105,38 @@ link_free(watch_link *l)
 void
 watch_drop(watcher *w, const char *name)
 {
-	watch_link **pp = &w->links;
+	watch_link *l, *tmp;
 
-	if (name == NULL)
+	if (name == NULL) {
 		w->all = false;
-	while (*pp != NULL) {
-		watch_link *l = *pp;
-
-		if (name == NULL || strcmp(l->name->name, name) == 0) {
-			*pp = l->next_of_conn;
+		HASH_ITER (hh, w->links, l, tmp) {
+			HASH_DEL(w->links, l);
 			link_free(l);
-			continue;
 		}
-		pp = &l->next_of_conn;
+		return;
 	}
+	HASH_FIND(hh, w->links, name, strlen(name), l);
+	if (l != NULL) {
+		HASH_DEL(w->links, l);
+		link_free(l);
+	}
+}
+
+/* Names w watches by name. */
+size_t
+watch_names(const watcher *w)
+{
+	return HASH_COUNT(w->links);
+}
+
+/* Does w watch name by name? */
+bool
+watch_has(const watcher *w, const char *name)
+{
+	watch_link *l;
+
+	HASH_FIND(hh, w->links, name, strlen(name), l);
+	return l != NULL;
 }
 
 /* Forget w entirely once it watches nothing. */
@@ -129,17 +158,21 @@ watch_add(watcher *w, const char *name)
 	watch_name *n;
 	watch_link *l;
 
-	for (l = w->links; l != NULL; l = l->next_of_conn) {
-		if (strcmp(l->name->name, name) == 0)
-			return true;
-	}
+	HASH_FIND(hh, w->links, name, len, l);
+	if (l != NULL)
+		return true;
 	HASH_FIND(hh, names, name, len, n);
 	if (n == NULL) {
 		n = calloc(1, sizeof *n + len + 1);
 		if (n == NULL)
 			return false;
 		memcpy(n->name, name, len + 1);
+		hash_oom = 0;
 		HASH_ADD_KEYPTR(hh, names, n->name, len, n);
+		if (hash_oom) {
+			free(n);
+			return false;
+		}
 	}
 	l = calloc(1, sizeof *l);
 	if (l == NULL) {
@@ -155,8 +188,12 @@ watch_add(watcher *w, const char *name)
 	if (n->links != NULL)
 		n->links->prev_of_name = l;
 	n->links = l;
-	l->next_of_conn = w->links;
-	w->links = l;
+	hash_oom = 0;
+	HASH_ADD_KEYPTR(hh, w->links, n->name, len, l);
+	if (hash_oom) {
+		link_free(l);
+		return false;
+	}
 	return true;
 }
 

@@ -11,6 +11,7 @@
 #define CBD_WATCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "circuit-table.h"
 #include "conf.h"
@@ -38,6 +39,10 @@ typedef struct watcher watcher;
 watcher *watch_watcher(server_client *c, bool need);
 /* w watches name; false when out of memory. */
 bool watch_add(watcher *w, const char *name);
+/* Names w watches by name (max_watch_names bounds them). */
+size_t watch_names(const watcher *w);
+/* Does w watch name by name? */
+bool watch_has(const watcher *w, const char *name);
 /* w watches every circuit. */
 void watch_add_all(watcher *w);
 /* Drop w's watch of one name, or of everything (name NULL). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -429,8 +430,8 @@ START_TEST(test_corrupt_state_file_moved_aside)
 	static const char *const bad[] = {
 		"{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":",
 		"{\"format\":\"cbd-state\",\"version\":99,\"circuits\":[]}",
-		"{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":\"x\","
-		"\"state\":\"ajar\"}]}",
+		("{\"format\":\"cbd-state\",\"version\":1,\"circuits\":[{\"name\":\"x\","
+		 "\"state\":\"ajar\"}]}"),
 		"\x01\x02 not json",
 	};
 
@@ -460,6 +461,349 @@ START_TEST(test_corrupt_state_file_moved_aside)
 }
 END_TEST
 
+/* Wait (bounded) until cbd has written its whole state file (a
+ * compaction: a write that is not an append) at least `least` times. */
+static void
+compactions_reach(int fd, int64_t least)
+{
+	int64_t deadline = harness_mono_ms() + harness_timeout_ms();
+
+	for (;;) {
+		json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
+		int64_t whole = util_int(r, "state_writes") - util_int(r, "state_appends");
+
+		json_decref(r);
+		if (whole >= least)
+			return;
+		ck_assert_msg(harness_mono_ms() < deadline,
+		    "the state file was never written whole");
+		harness_sleep_ms(50);
+	}
+}
+
+/* Kill cbd with SIGKILL once its changes are appended, and start it
+ * again: the journal it replays makes the state file due whole. */
+static int
+kill9_restart(int a, const char *config)
+{
+	ck_assert(util_stats_reach_min(a, "state_appends", 1));
+	close(a);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	harness_wait(&h);
+	harness_stop(&h);
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	ck_assert_int_ge(a, 0);
+	return a;
+}
+
+/* Issue 28 item 5: a FIFO at state.json.tmp neither blocks the writer
+ * (the state is written whole, at shutdown and by a compaction) nor
+ * SIGTERM; a symlink there is not followed (its target is left as it
+ * was). */
+START_TEST(test_state_tmp_fifo_and_symlink)
+{
+	const char *config = state_config("");
+	char tmp[160], target[160], buf[64] = "";
+	int a, status;
+	struct stat st;
+	FILE *f;
+	json_t *r;
+
+	snprintf(tmp, sizeof tmp, "%s.tmp", state_path);
+	snprintf(target, sizeof target, "%s/precious", state_dir);
+	/* A FIFO, then SIGTERM: cbd stops (bounded) and writes the file. */
+	ck_assert_int_eq(mkfifo(tmp, 0600), 0);
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"fifo\",\"state\":\"open\",\"hold\":true}"));
+	ck_assert(util_stats_reach_min(a, "state_appends", 1));
+	close(a);
+	ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
+	status = harness_wait(&h);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	    "cbd did not stop on SIGTERM (status %d)", status);
+	harness_stop(&h);
+	ck_assert_int_eq(lstat(state_path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	/* A symlink at the temp path, to a file cbd must not overwrite; a
+	 * compaction (after a kill -9 and a restart) writes the file. */
+	f = fopen(target, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("precious", f);
+	fclose(f);
+	ck_assert_int_eq(symlink(target, tmp), 0);
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"link\",\"state\":\"open\",\"hold\":true}"));
+	a = kill9_restart(a, config);
+	compactions_reach(a, 1);
+	f = fopen(target, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+	fclose(f);
+	ck_assert_str_eq(buf, "precious");
+	ck_assert_int_eq(lstat(state_path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	/* A FIFO again: the compaction after a restart is not stuck on it. */
+	unlink(tmp);
+	ck_assert_int_eq(mkfifo(tmp, 0600), 0);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"last\",\"state\":\"open\",\"hold\":true}"));
+	a = kill9_restart(a, config);
+	compactions_reach(a, 1);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 3);
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+/* Issue 28 item 5: a FIFO at state.json does not stop cbd from starting:
+ * it is moved aside (logged) and cbd keeps its state there again. */
+START_TEST(test_state_file_fifo_does_not_block_start)
+{
+	struct stat st;
+	int a;
+	json_t *r;
+
+	ck_assert_int_eq(mkfifo(state_path, 0600), 0);
+	util_start_logged(&h, state_config(""), NULL, log_path);
+	ck_assert(util_wait_file(log_path, "not a regular file"));
+	a = harness_connect(&h);
+	json_decref(
+	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"after\",\"state\":\"open\"}"));
+	ck_assert(util_stats_reach_min(a, "state_writes", 1));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "circuits"), 1);
+	json_decref(r);
+	close(a);
+	harness_stop(&h); /* the file is written whole at shutdown */
+	ck_assert_int_eq(lstat(state_path, &st), 0);
+	ck_assert(S_ISREG(st.st_mode));
+	ck_assert(moved_aside());
+}
+END_TEST
+
+/* Bytes in the state file's journals now. */
+static long long
+journal_bytes(void)
+{
+	DIR *d = opendir(state_dir);
+	struct dirent *e;
+	long long sum = 0;
+
+	while (d != NULL && (e = readdir(d)) != NULL) {
+		char path[400];
+		struct stat st;
+
+		if (strncmp(e->d_name, "state.json.journal-", 19) != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", state_dir, e->d_name);
+		if (stat(path, &st) == 0)
+			sum += st.st_size;
+	}
+	if (d != NULL)
+		closedir(d);
+	return sum;
+}
+
+/* Issue 28 item 4: with 100,000 held circuits (a state file of ~27 MB),
+ * a hold is durable one append after it is placed (the append writes the
+ * changed circuits only): a kill -9 as soon as stats.state_appends says
+ * so does not lose it. The time and the bytes are printed, not asserted
+ * (they were ~1.8 s and 27 MB a write before). */
+START_TEST(test_hold_durable_at_scale)
+{
+	enum { HELD = 100000, BATCH = 2000 };
+	const char *config = state_config("");
+	static char buf[BATCH * 128];
+	long long t0, bytes0;
+	int64_t appends;
+	int a;
+	json_t *r;
+
+	/* Loading 27 MB of state takes seconds (~17 s under ASan): this
+	 * test's bounded waits allow three times the usual. */
+	char timeout[32];
+	const char *was = getenv("CBD_HARNESS_TIMEOUT_MS");
+	char *saved = was != NULL ? strdup(was) : NULL;
+
+	snprintf(timeout, sizeof timeout, "%d", 3 * harness_timeout_ms());
+	setenv("CBD_HARNESS_TIMEOUT_MS", timeout, 1);
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	for (int i = 0; i < HELD; i += BATCH) {
+		size_t len = 0;
+
+		for (int k = i; k < i + BATCH; k++)
+			len += (size_t)snprintf(buf + len, sizeof buf - len,
+			    "{\"op\":\"set_state\",\"name\":\"s%06d\",\"state\":\"open\","
+			    "\"hold\":true,\"noreply\":true}\n",
+			    k);
+		ck_assert(util_write_all(a, buf, len));
+	}
+	ck_assert(util_stats_reach(a, "held", HELD));
+	/* The first writes (every circuit changed at once) settle. */
+	writes_settle(a);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	appends = util_int(r, "state_appends");
+	json_decref(r);
+	bytes0 = journal_bytes();
+	t0 = harness_mono_ms();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"late\",\"state\":"
+	    "\"open\",\"hold\":true,\"reason\":\"placed last\"}"));
+	/* One append after the hold's: an append already running when it
+	 * was placed may not hold it; the next one does (a second change
+	 * makes sure there is a next one). */
+	ck_assert(util_stats_reach_min(a, "state_appends", appends + 1));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"marker\",\"state\":"
+	    "\"open\",\"hold\":true}"));
+	ck_assert(util_stats_reach_min(a, "state_appends", appends + 2));
+	fprintf(stderr,
+	    "%d held circuits: a hold durable %lld ms after its reply (two appends); the "
+	    "journal grew %lld bytes for 2 changes\n",
+	    HELD, harness_mono_ms() - t0, journal_bytes() - bytes0);
+	close(a);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	harness_wait(&h);
+	harness_stop(&h);
+
+	t0 = harness_mono_ms();
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"late\"}");
+	fprintf(stderr, "restart with %d held circuits: %lld ms\n", HELD, harness_mono_ms() - t0);
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "placed last");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "held"), HELD + 2);
+	json_decref(r);
+	close(a);
+	if (saved != NULL)
+		setenv("CBD_HARNESS_TIMEOUT_MS", saved, 1);
+	else
+		unsetenv("CBD_HARNESS_TIMEOUT_MS");
+	free(saved);
+}
+END_TEST
+
+/* The state file's bytes (a check assertion when it cannot be read). */
+static char *
+state_bytes(size_t *len)
+{
+	FILE *f = fopen(state_path, "rb");
+	char *buf = malloc(1 << 20);
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(buf);
+	*len = fread(buf, 1, 1 << 20, f);
+	fclose(f);
+	return buf;
+}
+
+/* Issue 28, a gap in the suite: a circuit held closed survives a kill -9
+ * and a restart (only held open ones were checked). */
+START_TEST(test_hold_closed_survives_restart)
+{
+	const char *config = state_config("");
+	int a;
+	json_t *r;
+
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"pinned\",\"state\":"
+	    "\"closed\",\"hold\":true,\"reason\":\"keep serving\"}"));
+	ck_assert(util_stats_reach_min(a, "state_writes", 1));
+	close(a);
+	ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+	harness_wait(&h);
+	harness_stop(&h);
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"pinned\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "closed");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "keep serving");
+	json_decref(r);
+	/* Still held: failures do not open it. */
+	for (int i = 0; i < 10; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"pinned\"}"));
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"pinned\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
+/* Issue 28, a gap in the suite: a write whose fsync fails (an LD_PRELOAD
+ * shim makes every fsync and fdatasync fail) leaves the previous state
+ * file in place, byte for byte, and no temp file behind; cbd counts the
+ * failures and restarts from the previous file. Renaming before the
+ * fsync would pass every other test. */
+START_TEST(test_failed_fsync_keeps_previous_state)
+{
+	static const char *const preload[] = { "LD_PRELOAD=" FSYNC_FAIL_SO, NULL };
+	harness_opts opts = { .log_path = log_path, .env = preload };
+	const char *config = state_config("");
+	char tmp[160], *before, *after;
+	size_t before_len, after_len;
+	const char *asan = getenv("ASAN_OPTIONS");
+	char asan_env[512];
+	int a;
+	json_t *r;
+
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"old\",\"state\":\"open\",\"hold\":true}"));
+	close(a);
+	harness_stop(&h); /* written at shutdown */
+	before = state_bytes(&before_len);
+	ck_assert_ptr_nonnull(strstr(before, "\"old\""));
+
+	/* gcc's ASan wants its runtime first among preloaded libraries. */
+	snprintf(asan_env, sizeof asan_env, "%s%sverify_asan_link_order=0", asan ? asan : "",
+	    asan && asan[0] ? ":" : "");
+	setenv("ASAN_OPTIONS", asan_env, 1);
+	ck_assert_msg(harness_start_opts(&h, config, &opts), "cbd did not start");
+	if (asan != NULL)
+		setenv("ASAN_OPTIONS", asan, 1);
+	else
+		unsetenv("ASAN_OPTIONS");
+	a = harness_connect(&h);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"new\",\"state\":\"open\",\"hold\":true}"));
+	ck_assert(util_stats_reach_min(a, "state_write_failures", 2));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "state_writes"), 0);
+	json_decref(r);
+	close(a);
+	harness_stop(&h); /* the write at shutdown fails too */
+	after = state_bytes(&after_len);
+	ck_assert_int_eq(after_len, before_len);
+	ck_assert_msg(memcmp(before, after, before_len) == 0, "the state file changed");
+	snprintf(tmp, sizeof tmp, "%s.tmp", state_path);
+	ck_assert(!util_path_exists(tmp));
+	free(before);
+	free(after);
+	ck_assert(util_wait_file(log_path, "cannot write"));
+
+	util_start_logged(&h, config, NULL, log_path);
+	a = harness_connect(&h);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"old\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+	json_decref(r);
+	close(a);
+}
+END_TEST
+
 static Suite *
 authority_suite(void)
 {
@@ -480,6 +824,13 @@ authority_suite(void)
 		tcase_add_test(tc, test_shutdown_writes_state);
 	}
 	tcase_add_test(tc, test_corrupt_state_file_moved_aside);
+	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL) {
+		tcase_add_test(tc, test_state_file_fifo_does_not_block_start);
+		tcase_add_test(tc, test_state_tmp_fifo_and_symlink);
+		tcase_add_test(tc, test_hold_closed_survives_restart);
+		tcase_add_test(tc, test_failed_fsync_keeps_previous_state);
+		tcase_add_test(tc, test_hold_durable_at_scale);
+	}
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -29,10 +29,16 @@
 #include "check-run.h"
 #include "daemon-util.h"
 
-/* Built with AddressSanitizer (which holds freed memory in quarantine)? */
-#ifdef __SANITIZE_ADDRESS__
+/* Built with AddressSanitizer (which holds freed memory in quarantine)?
+ * gcc says so with __SANITIZE_ADDRESS__, clang with __has_feature. */
+#if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1
-#else
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
 #define SANITIZED 0
 #endif
 
@@ -619,6 +625,105 @@ START_TEST(test_transition_logs_rate_limited)
 }
 END_TEST
 
+/* The sum of N over the log's "suppressed N <what>" summary lines. */
+static long long
+summed_suppressed(const char *what)
+{
+	static char line[8192];
+	long long sum = 0, n;
+	FILE *f = fopen(log_path, "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof line, f) != NULL) {
+		const char *p = strstr(line, "info: suppressed ");
+
+		if (p != NULL && strstr(p, what) != NULL &&
+		    sscanf(p, "info: suppressed %lld", &n) == 1)
+			sum += n;
+	}
+	fclose(f);
+	return sum;
+}
+
+/* Issue 28 item 6: a client opening a connection per request with a
+ * conflicting ctx gets a bounded number of policy_conflict warnings and a
+ * summary of the rest (it got one warning per request). */
+START_TEST(test_policy_conflict_logs_rate_limited)
+{
+	enum { CONNS = 60 };
+	long long counted, suppressed;
+	int c, logged;
+	json_t *r;
+
+	util_start_logged(&h, NULL, NULL, log_path);
+	c = connect_ok(&h);
+	call_ok(c, "{\"op\":\"record_failure\",\"name\":\"pc\",\"ctx\":{\"failure_threshold\":2}}");
+	for (int i = 0; i < CONNS; i++) {
+		int k = connect_ok(&h);
+
+		r = util_call(k,
+		    "{\"op\":\"record_success\",\"name\":\"pc\","
+		    "\"ctx\":{\"failure_threshold\":9}}");
+		ck_assert_ptr_nonnull(r);
+		ck_assert_str_eq(util_str(r, "policy_conflict.0"), "failure_threshold");
+		json_decref(r);
+		close(k);
+	}
+	r = util_call(c, "{\"op\":\"stats\"}");
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(util_int(r, "policy_conflicts"), CONNS);
+	counted = util_int(r, "limits.policy_conflict_logs_suppressed");
+	json_decref(r);
+	close(c);
+	harness_stop(&h); /* the summary of the last window is logged at exit */
+	logged = util_log_count(log_path, "declares a policy that differs");
+	/* At most 5 a window; the run may straddle a window or two. */
+	ck_assert_int_ge(logged, 1);
+	ck_assert_int_le(logged, 3 * 5);
+	suppressed = summed_suppressed(" policy_conflict warnings of \"pc\" in the last ");
+	ck_assert_int_eq(logged + suppressed, CONNS);
+	ck_assert_int_eq(counted, suppressed);
+}
+END_TEST
+
+/* Issue 28 item 6: a state file that cannot be written (here: a directory
+ * at its journal's path; a full or read-only disk is the same) is retried
+ * every tick, but its error is logged at most 5 times a window, the rest
+ * summarized. */
+START_TEST(test_state_file_errors_rate_limited)
+{
+	char dir[64] = "/tmp/cbd-statelog-XXXXXX", tmp[128], config[256];
+	long long counted, suppressed;
+	int c, logged;
+	json_t *r;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(tmp, sizeof tmp, "%s/state.json.journal-0", dir);
+	ck_assert_int_eq(mkdir(tmp, 0700), 0);
+	snprintf(config, sizeof config, "[cbd]\nstate_file = %s/state.json\n", dir);
+	util_start_logged(&h, config, NULL, log_path);
+	c = connect_ok(&h);
+	call_ok(c, "{\"op\":\"set_state\",\"name\":\"x\",\"state\":\"open\"}");
+	/* Retried every housekeeping tick (100 ms): wait for 20 failures. */
+	ck_assert(util_stats_reach_min(c, "state_write_failures", 20));
+	r = util_call(c, "{\"op\":\"stats\"}");
+	ck_assert_ptr_nonnull(r);
+	counted = util_int(r, "limits.state_file_logs_suppressed");
+	json_decref(r);
+	ck_assert_int_ge(counted, 20 - 3 * 5);
+	close(c);
+	harness_stop(&h);
+	/* The writer's lines (at most 5 a window). */
+	logged = util_log_count(log_path, "state_file: cannot open");
+	ck_assert_int_ge(logged, 1);
+	ck_assert_int_le(logged, 3 * 5);
+	suppressed = summed_suppressed(" state_file errors in the last ");
+	ck_assert_int_ge(suppressed, counted);
+	rmdir(tmp);
+	rmdir(dir);
+}
+END_TEST
+
 /* Hole 6: control bytes from clients reach the log escaped. */
 START_TEST(test_control_bytes_escaped_in_log)
 {
@@ -667,6 +772,9 @@ limits_suite(void)
 	tcase_add_test(tc, test_fd_count_after_2000_connects);
 	tcase_add_test(tc, test_whole_lines_at_shutdown);
 	tcase_add_test(tc, test_transition_logs_rate_limited);
+	tcase_add_test(tc, test_policy_conflict_logs_rate_limited);
+	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL)
+		tcase_add_test(tc, test_state_file_errors_rate_limited);
 	tcase_add_test(tc, test_control_bytes_escaped_in_log);
 	suite_add_tcase(s, tc);
 	return s;

@@ -7,6 +7,7 @@
  * that are not loopback.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -361,6 +362,96 @@ START_TEST(test_dashboard_queries_exported_series)
 }
 END_TEST
 
+/* cbd's open descriptors. */
+static int
+fd_count(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Issue 28 item 2: idle HTTP connections past metrics_max_connections are
+ * closed when accepted: they hold no descriptor of cbd's, so the socket's
+ * clients keep theirs; the port serves again once they are gone. */
+START_TEST(test_http_connections_bounded)
+{
+	enum { IDLE = 40, MAX = 4 };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int idle[IDLE], before, c;
+	long long deadline;
+	char *http;
+
+	start("metrics_max_connections = 4\n");
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	/* Our connection is accepted before counting. */
+	json_decref(util_call_ok(fd, "{\"op\":\"hello\"}"));
+	before = fd_count(h.pid);
+	for (int i = 0; i < IDLE; i++) {
+		idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+		ck_assert_int_eq(connect(idle[i], (struct sockaddr *)&sa, sizeof sa), 0);
+	}
+	ck_assert(util_stats_reach(fd, "limits.metrics_max_connections", IDLE - MAX));
+	ck_assert_int_le(fd_count(h.pid), before + MAX);
+	/* A client of the socket is served. */
+	c = harness_connect(&h);
+	ck_assert_int_ge(c, 0);
+	json_decref(util_call_ok(c, "{\"op\":\"hello\"}"));
+	close(c);
+	for (int i = 0; i < IDLE; i++)
+		close(idle[i]);
+	/* cbd sees them close; then a scrape is answered. */
+	deadline = harness_mono_ms() + harness_timeout_ms();
+	while (fd_count(h.pid) > before && harness_mono_ms() < deadline)
+		harness_sleep_ms(20);
+	http = http_get("/metrics");
+	ck_assert_msg(has(http, " 200 OK"), "%.200s", http);
+	ck_assert(has(http, "cbd_limit_hits_total{limit=\"metrics_max_connections\"} 36"));
+	free(http);
+}
+END_TEST
+
+/* Issue 28 item 2: the metrics op's text is cut (at a line's end, with
+ * "truncated": true) to fit max_output_bytes: the client is answered,
+ * not dropped. */
+START_TEST(test_metrics_op_cut_to_fit)
+{
+	enum { CIRCUITS = 2000 };
+	json_t *r;
+	const char *text;
+	size_t len;
+
+	start("max_output_bytes = 65536\nmetrics_max_circuits = 100000\n");
+	for (int i = 0; i < CIRCUITS; i++)
+		json_decref(util_call_ok(fd,
+		    "{\"op\":\"set_state\",\"name\":\"m%04d\",\"state\":\"open\"}", i));
+	r = util_call(fd, "{\"op\":\"metrics\"}");
+	ck_assert_ptr_nonnull(r);
+	ck_assert(util_bool(r, "ok"));
+	ck_assert(util_bool(r, "truncated"));
+	text = util_str(r, "text");
+	len = strlen(text);
+	ck_assert_int_le(len, 65536 / 2);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(text[len - 1], '\n');
+	json_decref(r);
+	r = util_call_ok(fd, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "limits.metrics_truncated"), 1);
+	ck_assert_int_eq(util_int(r, "limits.max_output_bytes"), 0);
+	json_decref(r);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -373,6 +464,8 @@ main(void)
 	tcase_add_test(tc, test_listen_must_be_loopback);
 	tcase_add_test(tc, test_operator_series);
 	tcase_add_test(tc, test_dashboard_queries_exported_series);
+	tcase_add_test(tc, test_http_connections_bounded);
+	tcase_add_test(tc, test_metrics_op_cut_to_fit);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }

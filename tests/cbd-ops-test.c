@@ -796,6 +796,37 @@ START_TEST(test_line_too_long_then_usable)
 }
 END_TEST
 
+/* Issue 28 item 7: a line past the flat scanner's copy (4,096 bytes) but
+ * within max_line_bytes is answered (jansson reads it). The scanner formed
+ * a pointer past its copy before checking the length: clang's UBSan in the
+ * sanitizer build aborted cbd here. */
+START_TEST(test_line_past_flat_scanner_answered)
+{
+	size_t big = 5 * 1024;
+	char *line = malloc(big + 1);
+	json_t *r;
+
+	memset(line, 'x', big);
+	memcpy(line, "{\"id\":9,\"op\":\"hello\",\"pad\":\"", 28);
+	memcpy(line + big - 2, "\"}", 2);
+	line[big] = '\0';
+	r = CALL_OK("%s", line);
+	ck_assert_int_eq(util_int(r, "id"), 9);
+	json_decref(r);
+	/* A line of exactly the scanner's size, and one byte under it. */
+	for (size_t n = 4095; n <= 4096; n++) {
+		memcpy(line + n - 2, "\"}", 2);
+		line[n] = '\0';
+		r = CALL_OK("%s", line);
+		ck_assert_int_eq(util_int(r, "id"), 9);
+		json_decref(r);
+		line[n - 2] = 'x';
+		line[n - 1] = 'x';
+	}
+	free(line);
+}
+END_TEST
+
 START_TEST(test_framing_crlf_and_empty_lines)
 {
 	const char *input =
@@ -1390,6 +1421,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_dynamic_names_cannot_make_a_circuit_fail_open);
 	tcase_add_test(tc, test_idle_reclaim);
 	tcase_add_test(tc, test_line_too_long_then_usable);
+	tcase_add_test(tc, test_line_past_flat_scanner_answered);
 	tcase_add_test(tc, test_framing_crlf_and_empty_lines);
 	tcase_add_test(tc, test_pipelining_thousands);
 	tcase_add_test(tc, test_half_sent_line_does_not_delay_others);

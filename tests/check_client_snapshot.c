@@ -475,8 +475,8 @@ START_TEST(cache_reads_lines_the_same_both_ways)
 		"{\"event\":\"change\"}",
 		"{\"event\":\"change\",\"snapshot\":5}",
 		"{\"event\":\"change\",\"snapshot\":{\"name\":\"svc.a\",\"state\":\"ajar\"}}",
-		"{\"event\":\"change\",\"snapshot\":{\"name\":\"svc.a\",\"state\":\"open\","
-		"\"failure_count\":\"x\"}}",
+		("{\"event\":\"change\",\"snapshot\":{\"name\":\"svc.a\",\"state\":\"open\","
+		 "\"failure_count\":\"x\"}}"),
 		"{\"event\":5,\"ok\":true}",
 		"{\"event\":\"rename\",\"name\":\"svc.a\"}",
 		"{\"ok\":true}",

@@ -54,8 +54,15 @@ tests_cbd_codec_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
 # non-admins, durable state across kill -9 and corrupt state files.
 check_PROGRAMS += tests/cbd-authority-test
 tests_cbd_authority_test_SOURCES = tests/cbd-authority-test.c $(DAEMON_TEST_COMMON)
-tests_cbd_authority_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_authority_test_CFLAGS = $(DAEMON_TEST_CFLAGS) \
+	-DFSYNC_FAIL_SO='"$(abs_top_builddir)/tests/.libs/fsyncfail.so"'
 tests_cbd_authority_test_LDADD = $(DAEMON_TEST_LIBS)
+# The LD_PRELOAD shim making fsync fail (a shared object, not
+# instrumented: it is loaded into cbd, whatever the build).
+check_LTLIBRARIES += tests/fsyncfail.la
+tests_fsyncfail_la_SOURCES = tests/fsync-fail.c
+tests_fsyncfail_la_CFLAGS = $(WARN_CFLAGS)
+tests_fsyncfail_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
 
 # Trip rules against a real cbd: presets, several processes on one rate
 # circuit, totals under 16 clients, min_reporters, break_backoff.

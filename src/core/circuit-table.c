@@ -1288,6 +1288,17 @@ circuit_table_foreach_recent(circuit_table *table, int64_t now, uint64_t max, ct
 	return n;
 }
 
+bool
+circuit_table_peek(circuit_table *table, const char *name, ct_view *out)
+{
+	circuit *c = circuit_find(table, name);
+
+	if (c == NULL)
+		return false;
+	view_fill(c, out);
+	return true;
+}
+
 void
 circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg)
 {

@@ -194,6 +194,10 @@ const proto_ctx *circuit_table_use(circuit_table *table, const char *name, int64
 void circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
     ct_change *change);
 
+/* The stored circuit of `name` as it is (no clock applied, nothing
+ * changed); false when not stored. */
+bool circuit_table_peek(circuit_table *table, const char *name, ct_view *out);
+
 /* Apply an outcome; `out` is the circuit after it. change may be NULL.
  * An ignored outcome counts in totals of a stored circuit only. */
 ct_status circuit_table_record_success(circuit_table *table, const char *name, const ct_call *call,

@@ -222,12 +222,14 @@ scan_object(scanner *s, int obj, int depth)
 bool
 proto_scan_flat(const char *line, size_t len, proto_flat *out)
 {
-	scanner s = { out->text, out->text + len, out };
+	scanner s;
 
 	/* The copy the scan walks and ends strings in: one copy of the line
-	 * instead of one a string. */
+	 * instead of one a string. Checked before any pointer into the copy
+	 * is formed: out->text + len past the array is undefined. */
 	if (len >= PROTO_FLAT_TEXT_MAX)
 		return false;
+	s = (scanner){ out->text, out->text + len, out };
 	memcpy(out->text, line, len);
 	out->text[len] = '\0';
 	out->text_len = len + 1;

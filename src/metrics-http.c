@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * metrics-http.c — the metrics port (see metrics-http.h). One request per
+ * connection: the request line and headers are read (bounded), the reply
+ * is written as the socket takes it, then the connection is closed
+ * ("Connection: close"). libevent's evhttp was used before: it neither
+ * bounds its connections nor stops its listener on EMFILE (it spun,
+ * logging every failed accept).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "clock.h"
+#include "conf.h"
+#include "daemon.h"
+#include "log.h"
+#include "metrics-http.h"
+#include "metrics.h"
+#include "stats.h"
+
+/* Out-of-descriptor warnings: at most one this often. */
+#define METRICS_HTTP_LOG_MS 1000
+
+/* One scraper's connection. */
+typedef struct http_conn {
+	struct http_conn *next, *prev;
+	int fd;
+	struct event *ev;
+	int64_t deadline; /* monotonic ms */
+	bool replied; /* out holds the reply; reading is over */
+	bool draining; /* the reply is out: read to EOF, then close */
+	char *out;
+	size_t out_len, out_done;
+	size_t in_len;
+	char in[METRICS_HTTP_HEADER_MAX + 1];
+} http_conn;
+
+static struct {
+	int fd;
+	struct event *listen_ev, *pause_ev;
+	http_conn *conns;
+	uint64_t count;
+	int64_t emfile_logged_ms;
+	uint64_t emfile_unlogged;
+} mh = { .fd = -1 };
+
+static void conn_cb(evutil_socket_t fd, short what, void *arg);
+
+static void
+conn_free(http_conn *c)
+{
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		mh.conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	event_free(c->ev);
+	close(c->fd);
+	free(c->out);
+	free(c);
+	mh.count--;
+}
+
+/* Wait for what (EV_READ or EV_WRITE) until the connection's deadline. */
+static bool
+conn_wait(http_conn *c, short what)
+{
+	int64_t left = c->deadline - clock_monotonic_ms();
+	struct timeval tv;
+
+	if (left < 1)
+		left = 1;
+	tv.tv_sec = left / 1000;
+	tv.tv_usec = (left % 1000) * 1000;
+	event_del(c->ev);
+	event_assign(c->ev, cbd.base, c->fd, what | EV_PERSIST, conn_cb, c);
+	return event_add(c->ev, &tv) == 0;
+}
+
+/* The reply: status line, headers and (but for HEAD) body. */
+static void
+conn_reply(http_conn *c, int status, const char *reason, const char *type, const char *body,
+    size_t body_len, bool head)
+{
+	char top[256];
+	int n = snprintf(top, sizeof top,
+	    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	    "Connection: close\r\n\r\n",
+	    status, reason, type, body_len);
+
+	c->replied = true;
+	c->out_len = (size_t)n + (head ? 0 : body_len);
+	c->out = malloc(c->out_len);
+	if (c->out == NULL) {
+		stats_limit_hit(STATS_LIMIT_NOMEM);
+		c->out_len = 0;
+		return;
+	}
+	memcpy(c->out, top, (size_t)n);
+	if (!head)
+		memcpy(c->out + n, body, body_len);
+}
+
+/* A whole request head is in: answer it. */
+static void
+conn_answer(http_conn *c)
+{
+	char method[16], target[256];
+	bool head;
+
+	if (sscanf(c->in, "%15s %255s", method, target) != 2) {
+		conn_reply(c, 400, "Bad Request", "text/plain", "bad request\n", 12, false);
+		return;
+	}
+	head = strcmp(method, "HEAD") == 0;
+	if (strcmp(method, "GET") != 0 && !head) {
+		conn_reply(c, 405, "Method Not Allowed", "text/plain", "only GET\n", 9, false);
+		return;
+	}
+	if (strncmp(target, "/metrics", 8) != 0 || (target[8] != '\0' && target[8] != '?')) {
+		static const char nope[] = "metrics are at /metrics\n";
+
+		conn_reply(c, 404, "Not Found", "text/plain", nope, sizeof nope - 1, head);
+		return;
+	}
+	{
+		size_t len;
+		char *text = metrics_text(&len);
+
+		if (text == NULL) {
+			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
+			    14, false);
+			return;
+		}
+		conn_reply(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text, len,
+		    head);
+		free(text);
+		stats.metrics_scrapes++;
+	}
+}
+
+/* Read what came; answer once the head is whole. False: close. */
+static bool
+conn_read(http_conn *c)
+{
+	char sink[4096];
+	ssize_t n;
+
+	if (c->draining) {
+		while ((n = read(c->fd, sink, sizeof sink)) > 0)
+			;
+		return n < 0 && (errno == EAGAIN || errno == EINTR);
+	}
+	n = read(c->fd, c->in + c->in_len, METRICS_HTTP_HEADER_MAX - c->in_len);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR;
+	if (n == 0)
+		return false;
+	c->in_len += (size_t)n;
+	c->in[c->in_len] = '\0';
+	if (strstr(c->in, "\r\n\r\n") != NULL || strstr(c->in, "\n\n") != NULL)
+		conn_answer(c);
+	else if (c->in_len == METRICS_HTTP_HEADER_MAX)
+		conn_reply(c, 431, "Request Header Fields Too Large", "text/plain",
+		    "header too large\n", 17, false);
+	else
+		return true;
+	return c->out_len > 0 && conn_wait(c, EV_WRITE);
+}
+
+/* Write what the socket takes. False: close. */
+static bool
+conn_write(http_conn *c)
+{
+	while (c->out_done < c->out_len) {
+		ssize_t n = write(c->fd, c->out + c->out_done, c->out_len - c->out_done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EAGAIN;
+		c->out_done += (size_t)n;
+	}
+	/* All out: half-close, and read what the client still sends until it
+	 * closes (closing at once could reset the reply away). */
+	free(c->out);
+	c->out = NULL;
+	c->draining = true;
+	shutdown(c->fd, SHUT_WR);
+	return conn_wait(c, EV_READ);
+}
+
+static void
+conn_cb(evutil_socket_t fd, short what, void *arg)
+{
+	http_conn *c = arg;
+	bool keep;
+
+	if (what & EV_TIMEOUT)
+		keep = false;
+	else if (c->replied && !c->draining)
+		keep = conn_write(c);
+	else
+		keep = conn_read(c);
+	if (!keep)
+		conn_free(c);
+}
+
+/* Accept again (after a pause for lack of descriptors). */
+static void
+resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (mh.listen_ev != NULL && cbd.state != DAEMON_STOPPING)
+		event_add(mh.listen_ev, NULL);
+}
+
+/* accept failed for lack of descriptors: stop accepting for a while
+ * (logged at most once per METRICS_HTTP_LOG_MS). */
+static void
+accept_pause(int err)
+{
+	struct timeval tv = { 0, METRICS_HTTP_PAUSE_MS * 1000 };
+	int64_t now = clock_monotonic_ms();
+
+	stats_limit_hit(STATS_LIMIT_DESCRIPTORS);
+	if (mh.emfile_logged_ms == 0 || now - mh.emfile_logged_ms >= METRICS_HTTP_LOG_MS) {
+		log_warning("metrics_listen: accept: %s: pausing the metrics port (%llu times more "
+			    "since the last warning)",
+		    strerror(err), (unsigned long long)mh.emfile_unlogged);
+		mh.emfile_logged_ms = now;
+		mh.emfile_unlogged = 0;
+	} else {
+		mh.emfile_unlogged++;
+	}
+	event_del(mh.listen_ev);
+	evtimer_add(mh.pause_ev, &tv);
+}
+
+static void
+accept_cb(evutil_socket_t lfd, short what, void *arg)
+{
+	for (int i = 0; i < METRICS_HTTP_ACCEPT_BATCH; i++) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		http_conn *c;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				accept_pause(errno);
+			return;
+		}
+		/* Scrapers are few: past the bound, closed at once (no
+		 * descriptor held for them, none taken from the socket's
+		 * clients). */
+		if (mh.count >= (uint64_t)cbd.conf.metrics_max_connections) {
+			stats_limit_hit(STATS_LIMIT_METRICS_CONNECTIONS);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof *c);
+		if (c != NULL)
+			c->ev = event_new(cbd.base, fd, EV_READ | EV_PERSIST, conn_cb, c);
+		if (c == NULL || c->ev == NULL) {
+			stats_limit_hit(STATS_LIMIT_NOMEM);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->deadline = clock_monotonic_ms() + METRICS_HTTP_TIMEOUT_MS;
+		c->next = mh.conns;
+		if (mh.conns != NULL)
+			mh.conns->prev = c;
+		mh.conns = c;
+		mh.count++;
+		if (!conn_wait(c, EV_READ))
+			conn_free(c);
+	}
+}
+
+/* A listening socket on host (an IPv4 or IPv6 literal) and port; -1 when
+ * it cannot be made. */
+static int
+listen_on(const char *host, int port)
+{
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	bool v6 = inet_pton(AF_INET6, host, &a6.sin6_addr) == 1;
+	int one = 1, fd;
+
+	if (!v6 && inet_pton(AF_INET, host, &a4.sin_addr) != 1)
+		return -1;
+	fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if ((v6 ? bind(fd, (struct sockaddr *)&a6, sizeof a6)
+		: bind(fd, (struct sockaddr *)&a4, sizeof a4)) != 0 ||
+	    listen(fd, METRICS_HTTP_BACKLOG) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+bool
+metrics_http_start(void)
+{
+	const char *listen = cbd.conf.metrics_listen, *colon, *why;
+	char host[64];
+
+	if (listen[0] == '\0')
+		return true;
+	if (!conf_metrics_listen_valid(listen, &why)) {
+		log_error("metrics_listen \"%s\": %s", listen, why);
+		return false;
+	}
+	colon = strrchr(listen, ':');
+	snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+	if (strcmp(host, "[::1]") == 0)
+		snprintf(host, sizeof host, "::1");
+	else if (strcmp(host, "localhost") == 0)
+		snprintf(host, sizeof host, "127.0.0.1");
+	mh.fd = listen_on(host, atoi(colon + 1));
+	if (mh.fd < 0) {
+		log_error("metrics_listen %s: cannot listen there (in use, or no such address)",
+		    listen);
+		return false;
+	}
+	mh.listen_ev = event_new(cbd.base, mh.fd, EV_READ | EV_PERSIST, accept_cb, NULL);
+	mh.pause_ev = evtimer_new(cbd.base, resume_cb, NULL);
+	if (mh.listen_ev == NULL || mh.pause_ev == NULL || event_add(mh.listen_ev, NULL) != 0) {
+		log_error("metrics_listen: out of memory");
+		metrics_http_stop();
+		return false;
+	}
+	log_info("metrics at http://%s/metrics", listen);
+	return true;
+}
+
+void
+metrics_http_stop(void)
+{
+	while (mh.conns != NULL)
+		conn_free(mh.conns);
+	if (mh.listen_ev != NULL)
+		event_free(mh.listen_ev);
+	if (mh.pause_ev != NULL)
+		event_free(mh.pause_ev);
+	mh.listen_ev = mh.pause_ev = NULL;
+	if (mh.fd >= 0)
+		close(mh.fd);
+	mh.fd = -1;
+}
+
+uint64_t
+metrics_http_connections(void)
+{
+	return mh.count;
+}
