@@ -93,6 +93,31 @@ static _Thread_local int cache_hash_oom;
 /* The probe's id: "cache-probe-N". Nothing else the cache sends has an
  * id (watch requests carry none, noreply lines get no reply). */
 #define PROBE_ID_PREFIX "cache-probe-"
+/* An outcome that could trip its circuit by the process's own counts is
+ * sent on the watch connection with this id ("cache-sync-N") and its
+ * caller waits for the reply (at most SYNC_TIMEOUT_MS, then as if cbd
+ * were frozen: the probe's bound), which the reader applies to the entry
+ * before the change event the outcome causes: the next call is decided
+ * on cbd's answer, so one process alone never runs more calls than the
+ * circuit's rule allows. */
+#define SYNC_ID_PREFIX "cache-sync-"
+#define SYNC_TIMEOUT_MS PROBE_TIMEOUT_MS
+
+/* The circuit's rule as the last snapshot read reported it, the counts
+ * that snapshot carried (base) and the process's own outcomes since
+ * (own): enough to tell whether one more own outcome could trip the
+ * circuit. Own counts are zeroed, and the rule read, only from a snapshot
+ * known to include them and to be of the stored circuit (a change event,
+ * a synced outcome's reply); a watch reply may predate the creating
+ * request, so it only sets the base. Until a rule is read every failure
+ * is synced. An outcome counted twice costs a round trip, never an
+ * overshoot. (As the Python, Node and Go clients count.) */
+typedef struct cache_own {
+	bool known, rate, count_window, cannot_trip;
+	int64_t threshold, min_calls, fail_rate, win_size, slow_ms, slow_rate;
+	int64_t base_fc, base_calls, base_fails, base_slow;
+	int64_t own_fc, own_calls, own_fails, own_slow;
+} cache_own;
 
 struct cbci_cache_entry {
 	UT_hash_handle hh;
@@ -106,7 +131,10 @@ struct cbci_cache_entry {
 	cbc_state hold_state;
 	int64_t hold_until;
 	uint64_t seq; /* change events applied */
-	cbc_snapshot last; /* the last change event's snapshot */
+	cbc_snapshot last; /* the last change event's snapshot (seq), or the
+			    * last snapshot read (has_last) */
+	bool has_last;
+	cache_own own;
 	char name[];
 };
 
@@ -116,6 +144,7 @@ struct cbci_cache {
 	unsigned refs; /* breakers using it */
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	int fd; /* -1 while disconnected */
+	bool answered; /* a line came on this connection: cbd answers */
 	bool broken; /* a send failed: the reader reconnects */
 	bool stop;
 	int wake[2]; /* callers wake the reader: stop, pending output */
@@ -138,6 +167,11 @@ struct cbci_cache {
 	 * and the last probe's number. */
 	int64_t rx_at;
 	int64_t probe_at;
+	/* Synced outcomes: the last number sent, the last answered (or
+	 * given up: a lost connection answers them all), and the waiters'
+	 * condition. */
+	uint64_t sync_sent, sync_done;
+	pthread_cond_t synced;
 	uint64_t probe_seq;
 	cbc_cache_stats stats;
 };
@@ -285,6 +319,73 @@ cache_queue_watch_locked(cbci_cache *c, cbci_cache_entry **names, size_t n)
 	return ok;
 }
 
+/* A snapshot's counts into own's base; with reset (a snapshot that
+ * includes the process's own outcomes, of the stored circuit), also its
+ * rule, and the own counts start again. */
+static void
+own_set_base(cache_own *o, const cbc_snapshot *s, bool reset)
+{
+	const cbc_policy *p = &s->policy;
+
+	if (reset && p->known) {
+		o->known = true;
+		o->rate = p->trip == CBC_TRIP_RATE;
+		o->count_window = p->window != CBC_WINDOW_TIME;
+		o->threshold = p->failure_threshold;
+		o->min_calls = p->minimum_calls;
+		o->fail_rate = p->failure_rate;
+		o->win_size = p->window_size;
+		o->slow_ms = p->slow_call_ms > 0 ? p->slow_call_ms : -1;
+		o->slow_rate = p->slow_call_rate;
+		o->cannot_trip = s->hold.held || p->min_reporters > 1;
+	}
+	o->base_fc = s->failure_count > 0 ? s->failure_count : 0;
+	o->base_calls = s->window.known ? s->window.calls : 0;
+	o->base_fails = s->window.known ? s->window.failures : 0;
+	o->base_slow = s->window.known ? s->window.slow : 0;
+	if (reset)
+		o->own_fc = o->own_calls = o->own_fails = o->own_slow = 0;
+}
+
+/* Add one own outcome (of ms) to o; true when it could trip the circuit:
+ * then it must be sent with its reply awaited. */
+static bool
+own_count(cache_own *o, bool failure, int64_t ms)
+{
+	bool slow = o->slow_ms >= 0 && ms >= o->slow_ms;
+	int64_t hi, lo;
+
+	if (failure)
+		o->own_fc++;
+	else
+		o->base_fc = o->own_fc = 0;
+	o->own_calls++;
+	o->own_fails += failure;
+	o->own_slow += slow;
+	if (!o->known)
+		return failure; /* no rule read yet: any failure might trip it */
+	if (o->cannot_trip)
+		return false;
+	if (!o->rate)
+		return failure && o->base_fc + o->own_fc >= o->threshold;
+	if (!failure && !slow)
+		return false;
+	/* The window holds at most base + own calls and at least the larger
+	 * of the two (either may include the other): judge the rate at its
+	 * highest. */
+	hi = o->base_calls + o->own_calls;
+	lo = o->base_calls > o->own_calls ? o->base_calls : o->own_calls;
+	if (o->count_window) {
+		hi = hi < o->win_size ? hi : o->win_size;
+		lo = lo < o->win_size ? lo : o->win_size;
+	}
+	if (hi < o->min_calls)
+		return false;
+	if (failure && (o->base_fails + o->own_fails) * 100 >= o->fail_rate * lo)
+		return true;
+	return slow && (o->base_slow + o->own_slow) * 100 >= o->slow_rate * lo;
+}
+
 /* Read a snapshot into an entry, valid from now. */
 static void
 cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
@@ -303,7 +404,7 @@ cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
 /* Apply one snapshot object from a reply or an event: parsed without
  * the lock (callers keep deciding meanwhile), applied under it. */
 static void
-cache_apply_snapshot(cbci_cache *c, proto_node *obj, bool event)
+cache_apply_snapshot(cbci_cache *c, proto_node *obj, bool event, bool synced)
 {
 	proto_node name_node = proto_node_get(obj, "name");
 	const char *name = proto_node_string(&name_node, NULL);
@@ -323,13 +424,15 @@ cache_apply_snapshot(cbci_cache *c, proto_node *obj, bool event)
 			e->valid = false; /* cannot tell its state: ask cbd */
 	} else if (e != NULL) {
 		cache_entry_set(e, &snap);
-		if (event) {
-			/* An event's snapshot is of a stored circuit (a watch
-			 * reply's may be the initial one of a name not created
-			 * yet). */
-			e->last = snap;
+		own_set_base(&e->own, &snap, event || synced);
+		/* The latest reading (a newer one replaces an event's not
+		 * yet handed out: it is newer still). */
+		e->last = snap;
+		e->has_last = true;
+		/* An event's snapshot is of a stored circuit (a watch reply's
+		 * may be the initial one of a name not created yet). */
+		if (event)
 			e->seq++;
-		}
 	}
 	pthread_mutex_unlock(&c->lock);
 }
@@ -345,6 +448,22 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 	const char *event = proto_node_string(&event_node, NULL);
 	const char *id = proto_node_string(&id_node, NULL);
 
+	if (id != NULL && strncmp(id, SYNC_ID_PREFIX, strlen(SYNC_ID_PREFIX)) == 0) {
+		/* A synced outcome's reply: its snapshot (after the outcome)
+		 * into the entry, before the event it may cause; then its
+		 * waiters go on. */
+		proto_node snap = proto_node_get(msg, "snapshot");
+		uint64_t n = strtoull(id + strlen(SYNC_ID_PREFIX), NULL, 10);
+
+		if (proto_node_is_object(&snap))
+			cache_apply_snapshot(c, &snap, false, true);
+		pthread_mutex_lock(&c->lock);
+		if (n > c->sync_done)
+			c->sync_done = n;
+		pthread_cond_broadcast(&c->synced);
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
 	if (id != NULL && strncmp(id, PROBE_ID_PREFIX, strlen(PROBE_ID_PREFIX)) == 0) {
 		/* A probe's reply (this one's or an earlier one's): the line
 		 * itself was the sign of life (cache_read); nothing to apply. */
@@ -363,7 +482,7 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 	} else if (event != NULL && strcmp(event, "change") == 0) {
 		proto_node snap = proto_node_get(msg, "snapshot");
 
-		cache_apply_snapshot(c, &snap, true);
+		cache_apply_snapshot(c, &snap, true, false);
 	} else if (event != NULL && strcmp(event, "delete") == 0) {
 		proto_node name_node = proto_node_get(msg, "name");
 		const char *name = proto_node_string(&name_node, NULL);
@@ -388,7 +507,7 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 		for (size_t i = 0; i < n; i++) {
 			proto_node s = proto_node_array_get(&snaps, i);
 
-			cache_apply_snapshot(c, &s, false);
+			cache_apply_snapshot(c, &s, false, false);
 		}
 	} else if (event == NULL) {
 		/* ok:false to a watch (a protocol 1 cbd): entries stay invalid
@@ -437,6 +556,10 @@ cache_disconnect_locked(cbci_cache *c)
 	}
 	HASH_ITER (hh, c->entries, e, tmp)
 		e->valid = false;
+	/* Synced outcomes waiting for a reply get none: their callers go on
+	 * (the next call asks cbd: every entry is invalid). */
+	c->sync_done = c->sync_sent;
+	pthread_cond_broadcast(&c->synced);
 }
 
 /* Try to connect and watch every name (lock held). */
@@ -464,6 +587,8 @@ cache_connect_locked(cbci_cache *c)
 	HASH_ITER (hh, c->entries, e, tmp)
 		all[n++] = e;
 	c->fd = fd;
+	c->answered = false; /* live once cbd answers (a frozen cbd's
+			      * listener still accepts) */
 	c->stats.connects++;
 	/* The first probe comes PROBE_INTERVAL_MS after the connect when
 	 * nothing (the watch reply) arrives before. */
@@ -502,6 +627,11 @@ cache_read(cbci_cache *c)
 			/* Any line is life: it answers the outstanding probe. */
 			c->rx_at = clock_monotonic_us();
 			c->probe_at = 0;
+			if (!c->answered) {
+				pthread_mutex_lock(&c->lock);
+				c->answered = true;
+				pthread_mutex_unlock(&c->lock);
+			}
 		}
 		memmove(c->in, c->in + start, c->in_len - start);
 		c->in_len -= start;
@@ -652,7 +782,13 @@ cache_new(const char *path)
 		free(c);
 		return NULL;
 	}
+	if (pthread_cond_init(&c->synced, NULL) != 0) {
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return NULL;
+	}
 	if (pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+		pthread_cond_destroy(&c->synced);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return NULL;
@@ -660,6 +796,7 @@ cache_new(const char *path)
 	if (pthread_create(&c->thread, NULL, cache_thread, c) != 0) {
 		close(c->wake[0]);
 		close(c->wake[1]);
+		pthread_cond_destroy(&c->synced);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return NULL;
@@ -719,6 +856,7 @@ cbci_cache_release(cbci_cache *c, unsigned generation)
 	}
 	close(c->wake[0]);
 	close(c->wake[1]);
+	pthread_cond_destroy(&c->synced);
 	pthread_mutex_destroy(&c->lock);
 	free(c->out);
 	free(c->in);
@@ -755,9 +893,20 @@ cbci_cache_watch(cbci_cache *c, const char *name)
 	return e;
 }
 
+uint64_t
+cbci_cache_seq(cbci_cache *c, const cbci_cache_entry *e)
+{
+	uint64_t seq;
+
+	pthread_mutex_lock(&c->lock);
+	seq = e->seq;
+	pthread_mutex_unlock(&c->lock);
+	return seq;
+}
+
 cbci_cache_verdict
 cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_snapshot *fresh,
-    bool *has_fresh, int64_t *retry_after_ms)
+    bool *has_fresh, int64_t *retry_after_ms, const cbci_cache_told *told)
 {
 	cbci_cache_verdict v = CBCI_CACHE_ASK;
 	int64_t left = 0;
@@ -769,6 +918,11 @@ cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_
 		*seen = e->seq;
 	}
 	if (!e->valid || c->fd < 0 || c->broken) {
+		v = CBCI_CACHE_ASK;
+	} else if (told != NULL && told->known && told->seq == e->seq && told->state != e->state) {
+		/* cbd answered this breaker with another state since the entry
+		 * was read (an uncached call tripped or closed it): ask until
+		 * the event brings the entry up to it. */
 		v = CBCI_CACHE_ASK;
 	} else if (e->held && e->hold_state == CBC_STATE_OPEN) {
 		/* Held open: refused until the hold ends (the hold's own
@@ -803,12 +957,12 @@ cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_
 	return v;
 }
 
-bool
-cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
+/* cbci_cache_send with the lock held. */
+static bool
+cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 {
 	bool queued = false;
 
-	pthread_mutex_lock(&c->lock);
 	if (c->fd >= 0 && !c->broken) {
 		bool idle = c->out_len == 0;
 		int64_t now = clock_monotonic_us();
@@ -843,8 +997,91 @@ cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
 	}
 	if (!queued)
 		c->stats.store_reports++;
+	return queued;
+}
+
+bool
+cbci_cache_latest(cbci_cache *c, const cbci_cache_entry *e, cbc_snapshot *out)
+{
+	bool has;
+
+	pthread_mutex_lock(&c->lock);
+	has = e->valid && e->has_last && c->fd >= 0 && !c->broken;
+	if (has)
+		*out = e->last;
+	pthread_mutex_unlock(&c->lock);
+	return has;
+}
+
+bool
+cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
+{
+	bool queued;
+
+	pthread_mutex_lock(&c->lock);
+	queued = cache_send_locked(c, line, len, urgent);
 	pthread_mutex_unlock(&c->lock);
 	return queued;
+}
+
+bool
+cbci_cache_report(cbci_cache *c, cbci_cache_entry *e, const char *line, size_t len, bool failure,
+    int64_t duration_ms, bool *could_trip)
+{
+	bool queued = false;
+
+	pthread_mutex_lock(&c->lock);
+	*could_trip = own_count(&e->own, failure, duration_ms);
+	if (!*could_trip)
+		queued = cache_send_locked(c, line, len, failure);
+	pthread_mutex_unlock(&c->lock);
+	return queued;
+}
+
+bool
+cbci_cache_sync(cbci_cache *c, const cbci_cache_entry *e, const char *line, size_t len,
+    cbc_state *state)
+{
+	char tail[sizeof SYNC_ID_PREFIX + 32];
+	struct timespec until;
+	uint64_t n;
+	size_t tail_len;
+	char *buf;
+	bool sent = false;
+	int rc = 0;
+
+	buf = malloc(len + sizeof tail);
+	if (buf == NULL)
+		return false;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += SYNC_TIMEOUT_MS / 1000;
+	until.tv_nsec += (long)(SYNC_TIMEOUT_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (c->fd >= 0 && !c->broken) {
+		n = c->sync_sent + 1;
+		tail_len = (size_t)snprintf(tail, sizeof tail, ",\"id\":\"%s%llu\"}\n",
+		    SYNC_ID_PREFIX, (unsigned long long)n);
+		memcpy(buf, line, len);
+		memcpy(buf + len, tail, tail_len);
+		if (cache_send_locked(c, buf, len + tail_len, true)) {
+			c->sync_sent = n;
+			c->stats.synced++;
+			sent = true;
+			while (c->sync_done < n && rc == 0)
+				rc = pthread_cond_timedwait(&c->synced, &c->lock, &until);
+			if (c->sync_done < n)
+				c->stats.sync_timeouts++;
+			else if (e->valid)
+				*state = e->state;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(buf);
+	return sent;
 }
 
 void
@@ -852,7 +1089,7 @@ cbci_cache_stats(cbci_cache *c, cbc_cache_stats *out)
 {
 	pthread_mutex_lock(&c->lock);
 	*out = c->stats;
-	out->live = c->fd >= 0 && !c->broken;
+	out->live = c->fd >= 0 && !c->broken && c->answered;
 	out->names = c->names;
 	pthread_mutex_unlock(&c->lock);
 }

@@ -641,20 +641,35 @@ typedef struct cbc_breaker cbc_breaker;
  * cached breaker decides from it:
  *   closed           the call runs at once; its outcome goes to cbd as a
  *                    noreply line (no wait; lines pending together go in
- *                    one write);
+ *                    one write), ignored outcomes too (record, outcome
+ *                    ignore);
  *   open, break (or hold) not elapsed
- *                    refused locally, retry_after_ms from the snapshot
- *                    (cbd does not count these in totals.rejected);
+ *                    refused locally, retry_after_ms from the snapshot;
+ *                    these refusals are reported to cbd (record, outcome
+ *                    rejected, with their count: protocol 3 §6) once the
+ *                    first of a batch is 1 s old while refusals go on,
+ *                    when the cache stops refusing, and when the breaker
+ *                    is freed, so totals.rejected counts them;
  *   anything else    half_open, open with the break elapsed, no live
- *                    watch: the uncached path through cbd (slots exact,
- *                    the resilient store's policy while cbd is away).
+ *                    watch: the uncached path through cbd (allow: slots
+ *                    exact, refusals counted; the resilient store's
+ *                    policy while cbd is away).
+ * Own outcomes: the cache counts this process's outcomes per circuit
+ * against the circuit's rule (consecutive or rate) since cbd's last
+ * snapshot; an outcome that could trip the circuit is sent with its reply
+ * awaited (at most 1 s: synced, sync_timeouts), so one process alone
+ * never runs more calls than the rule allows (threshold 3: exactly 3
+ * failing calls run, however fast). Until cbd has reported the circuit's
+ * rule to the cache, every failure is sent that way.
  * Staleness: a change made by another process (a trip, a hold) is seen
  * here once cbd's event is delivered, one write and one read after the
  * request that caused it; until then calls decide on the previous state.
- * The same holds for this process's own outcomes: a failure that trips
- * the circuit is known when its event comes back. A cbd that stops
- * answering but keeps the connection open (frozen) is noticed within
- * about 1.5 s (probe_timeouts): from then on, no live watch. */
+ * A cbd that stops answering but keeps the connection open (frozen) is
+ * noticed within about 1.5 s of its last line (probe_timeouts): from then
+ * on, no live watch; a reconnect (every 20 ms) is live only once cbd
+ * answers on it. When the cache decides again after the store degraded,
+ * its reading ends the degradation: a circuit held or opened meanwhile
+ * stays so if cbd then goes away. */
 typedef enum cbc_cache_mode {
 	CBC_CACHE_AUTO = 0, /* on for a remote store without a clock option */
 	CBC_CACHE_OFF, /* every decision asks cbd (protocol 1 behaviour) */
@@ -691,6 +706,11 @@ typedef struct cbc_cache_stats {
 	 * received for 500 ms brings a hello, and nothing received within
 	 * 1 s after it drops the connection as lost (a frozen cbd). */
 	uint64_t probe_timeouts;
+	/* Outcomes that could trip their circuit by this process's own
+	 * counts, sent with their reply awaited (at most 1 s: then counted in
+	 * sync_timeouts). */
+	uint64_t synced;
+	uint64_t sync_timeouts;
 } cbc_cache_stats;
 
 /* The protected operation: returns 0 on success, anything else is a
@@ -803,7 +823,12 @@ typedef struct cbc_exec_result {
  *              (fn did not run).
  * In half_open a trial slot is reserved from the store before fn and
  * released after it, so half_open_max trials run at a time across every
- * process sharing the circuit. out may be NULL. */
+ * process sharing the circuit. On a remote store the permit is asked with
+ * cbd's allow (its refusals count in totals.rejected; a half-open permit
+ * is allow's slot), and every outcome is reported, ignored ones included
+ * (cbd's totals.ignored), so cbd's totals count this process's calls as
+ * they count any client's; when cbd is unavailable the store ops and the
+ * store policy answer. out may be NULL. */
 cbc_status cbc_breaker_execute(cbc_breaker *breaker, cbc_call_fn fn, void *arg,
     cbc_exec_result *out, cbc_error *err);
 

@@ -30,8 +30,14 @@
  * duration and the end. A breaker whose prefix does not fit is not
  * cached (a ctx cannot grow it near this: names are <= 256 bytes). */
 #define BREAKER_LINE_MAX 4096
-/* Room for `,"duration_ms":N}` and the newline. */
-#define BREAKER_LINE_TAIL 40
+/* Room for `,"duration_ms":N}` or `,"outcome":"rejected","count":N}`
+ * and the newline. */
+#define BREAKER_LINE_TAIL 48
+/* Refusals made from the cache are reported to cbd (record, outcome
+ * rejected, protocol 3 §6) in batches: the first one waits at most this
+ * long for others while refusals go on (ms); the batch also goes when the
+ * cache stops refusing, and when the breaker is freed. */
+#define BREAKER_REJECTED_FLUSH_MS 1000
 
 struct cbc_breaker {
 	pthread_mutex_t lock;
@@ -50,7 +56,24 @@ struct cbc_breaker {
 	unsigned cache_gen;
 	char *line[2];
 	size_t line_len[2];
+	/* The same with a reply awaited (an outcome that could trip). */
+	char *line_sync[2];
+	size_t line_sync_len[2];
+	/* The noreply record line (ignored outcomes, refusals), open too. */
+	char *line_record;
+	size_t line_record_len;
+	/* Refusals made from the cache not yet reported, and the monotonic
+	 * ms of the first of them (0: none pending). */
+	uint64_t rejected_pending;
+	int64_t rejected_since;
 	uint64_t seen_seq; /* the cache's change events handed to the store */
+	/* cbd's last answer to an uncached call, packed for one atomic load:
+	 * the entry's seq then << 2 | (state + 1); 0: none. */
+	uint64_t told;
+	/* The store degraded since the cache last decided (set by the
+	 * store-error hook): the cache's next decision hands its latest
+	 * reading to the resilient store (cbci_resilient_remember). */
+	bool degraded_since;
 	/* The first permit goes through the store: it creates the circuit
 	 * with this breaker's policy and lets the resilient store learn the
 	 * policy cbd reports (what it degrades with). */
@@ -71,6 +94,7 @@ breaker_store_error(const cbc_error *error, cbc_store_op op, void *user)
 	if (b->opts.on_store_error != NULL)
 		b->opts.on_store_error(error, op, b->opts.user);
 	store_degraded = true; /* after the callback, which may use breakers too */
+	__atomic_store_n(&b->degraded_since, true, __ATOMIC_RELAXED);
 }
 
 void
@@ -147,11 +171,14 @@ breaker_options_ctx(const cbc_breaker_options *o, cbc_ctx *ctx)
 	ctx->preset = o->preset;
 }
 
-/* The noreply line of an outcome op, without its closing brace. */
+/* The line of an outcome op (noreply, or with a reply awaited), without
+ * its closing brace. */
 static char *
-breaker_line(cbc_breaker *b, const char *op, size_t *len)
+breaker_line(cbc_breaker *b, const char *op, bool noreply, size_t *len)
 {
-	json_t *req = json_pack("{s:s, s:s, s:b}", "op", op, "name", b->name, "noreply", 1);
+	json_t *req = noreply
+	    ? json_pack("{s:s, s:s, s:b}", "op", op, "name", b->name, "noreply", 1)
+	    : json_pack("{s:s, s:s}", "op", op, "name", b->name);
 	proto_ctx partial;
 	char *text = NULL;
 
@@ -174,12 +201,17 @@ breaker_cache_join(cbc_breaker *b, const cbc_breaker_options *o, cbc_error *err)
 
 	if (o->cache == CBC_CACHE_OFF || conn == NULL || o->clock != NULL)
 		return CBC_OK;
-	b->line[0] = breaker_line(b, "record_success", &b->line_len[0]);
-	b->line[1] = breaker_line(b, "record_failure", &b->line_len[1]);
-	if (b->line[0] == NULL || b->line[1] == NULL)
+	b->line[0] = breaker_line(b, "record_success", true, &b->line_len[0]);
+	b->line[1] = breaker_line(b, "record_failure", true, &b->line_len[1]);
+	b->line_sync[0] = breaker_line(b, "record_success", false, &b->line_sync_len[0]);
+	b->line_sync[1] = breaker_line(b, "record_failure", false, &b->line_sync_len[1]);
+	b->line_record = breaker_line(b, "record", true, &b->line_record_len);
+	if (b->line[0] == NULL || b->line[1] == NULL || b->line_sync[0] == NULL ||
+	    b->line_sync[1] == NULL || b->line_record == NULL)
 		return cbci_fail(err, CBC_ENOMEM, "out of memory building the breaker's lines");
 	if (b->line_len[0] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX ||
-	    b->line_len[1] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX)
+	    b->line_len[1] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX ||
+	    b->line_record_len + BREAKER_LINE_TAIL > BREAKER_LINE_MAX)
 		return CBC_OK; /* cannot happen with today's bounds: run uncached */
 	b->cache_gen = cbci_cache_generation();
 	b->cache = cbci_cache_acquire(cbc_conn_socket_path(conn), err);
@@ -194,6 +226,75 @@ static bool
 breaker_cached(const cbc_breaker *b)
 {
 	return b->entry != NULL && b->cache_gen == cbci_cache_generation();
+}
+
+/* Write n in decimal at buf; returns the length (n >= 0). */
+static size_t
+breaker_digits(char *buf, int64_t n)
+{
+	char tmp[24];
+	size_t len = 0, i = 0;
+
+	do {
+		tmp[len++] = (char)('0' + n % 10);
+		n /= 10;
+	} while (n > 0);
+	while (len > 0)
+		buf[i++] = tmp[--len];
+	return i;
+}
+
+/* Queue the noreply record line with tail (`,"outcome":...` without the
+ * closing brace) on the cache; false when it cannot take it. */
+static bool
+breaker_send_record(cbc_breaker *b, const char *tail, size_t tail_len, int64_t n)
+{
+	char line[BREAKER_LINE_MAX];
+	size_t len = b->line_record_len;
+
+	memcpy(line, b->line_record, len);
+	memcpy(line + len, tail, tail_len);
+	len += tail_len;
+	len += breaker_digits(line + len, n);
+	line[len++] = '}';
+	line[len++] = '\n';
+	return cbci_cache_send(b->cache, line, len, false);
+}
+
+/* Report the refusals made from the cache so far (record, outcome
+ * rejected, with their count); kept for later when the cache cannot take
+ * the line. */
+static void
+breaker_rejected_flush(cbc_breaker *b)
+{
+	static const char tail[] = ",\"outcome\":\"rejected\",\"count\":";
+	uint64_t n = __atomic_exchange_n(&b->rejected_pending, 0, __ATOMIC_ACQ_REL);
+
+	__atomic_store_n(&b->rejected_since, 0, __ATOMIC_RELAXED);
+	while (n > 0) {
+		uint64_t part = n > PROTO_REJECTED_COUNT_MAX ? PROTO_REJECTED_COUNT_MAX : n;
+
+		if (!breaker_send_record(b, tail, sizeof tail - 1, (int64_t)part)) {
+			__atomic_fetch_add(&b->rejected_pending, n, __ATOMIC_RELAXED);
+			return;
+		}
+		n -= part;
+	}
+}
+
+/* One refusal made from the cache: counted, and the batch sent once its
+ * first refusal is BREAKER_REJECTED_FLUSH_MS old. */
+static void
+breaker_rejected_add(cbc_breaker *b)
+{
+	int64_t now = clock_monotonic_coarse_ms(), since;
+
+	__atomic_fetch_add(&b->rejected_pending, 1, __ATOMIC_RELAXED);
+	since = __atomic_load_n(&b->rejected_since, __ATOMIC_RELAXED);
+	if (since == 0)
+		__atomic_store_n(&b->rejected_since, now, __ATOMIC_RELAXED);
+	else if (now - since >= BREAKER_REJECTED_FLUSH_MS)
+		breaker_rejected_flush(b);
 }
 
 cbc_status
@@ -269,9 +370,14 @@ cbc_breaker_free(cbc_breaker *b)
 {
 	if (b == NULL)
 		return;
+	if (breaker_cached(b))
+		breaker_rejected_flush(b);
 	cbci_cache_release(b->cache, b->cache_gen);
 	free(b->line[0]);
 	free(b->line[1]);
+	free(b->line_sync[0]);
+	free(b->line_sync[1]);
+	free(b->line_record);
 	cbc_store_free(b->store);
 	pthread_mutex_destroy(&b->lock);
 	free(b);
@@ -292,6 +398,19 @@ breaker_call_ctx(cbc_breaker *b, cbc_ctx *ctx)
 		ctx->has_now = true;
 		ctx->now = b->opts.clock(b->opts.user);
 	}
+}
+
+/* cbd answered an uncached call of a cached breaker with state: the cache
+ * decides again once its entry agrees (or an event comes). */
+static void
+breaker_told(cbc_breaker *b, cbc_state state)
+{
+	uint64_t seq;
+
+	if (!breaker_cached(b) || store_degraded)
+		return;
+	seq = cbci_cache_seq(b->cache, b->entry);
+	__atomic_store_n(&b->told, seq << 2 | ((uint64_t)state + 1), __ATOMIC_RELAXED);
 }
 
 /* Note a state seen in the store; fire on_state_change if it moved. Under
@@ -370,9 +489,36 @@ acquire_trial(cbc_breaker *b, const cbc_ctx *ctx, cbc_permit *p, cbc_error *err)
 	return permit_grant(p, CBC_STATE_HALF_OPEN, err);
 }
 
+/* acquire's answer from cbd's allow (st: its status). */
+static cbc_status
+acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cbc_status st,
+    cbc_error *err)
+{
+	if (st != CBC_OK)
+		return st;
+	__atomic_store_n(&b->primed, true, __ATOMIC_RELAXED);
+	breaker_told(b, allow->state);
+	breaker_observed(b, allow->state, NULL);
+	if (!allow->allowed) {
+		int64_t hint = allow->retry_after_ms;
+
+		/* half_open without a free slot: the trial usually ends well
+		 * before its slot's ttl (as acquire_trial hints). */
+		if (allow->state == CBC_STATE_HALF_OPEN && hint > BREAKER_TRIAL_RETRY_HINT_MS)
+			hint = BREAKER_TRIAL_RETRY_HINT_MS;
+		return permit_refuse(b, p, allow->state, hint, err);
+	}
+	if (allow->has_permit) {
+		p->has_slot = true;
+		memcpy(p->slot_token, allow->permit, sizeof p->slot_token);
+	}
+	return permit_grant(p, allow->state, err);
+}
+
 cbc_status
 cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 {
+	cbc_allow_result allow;
 	cbc_snapshot snap;
 	cbc_status st;
 	cbc_ctx ctx;
@@ -382,12 +528,30 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	if (breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
 		int64_t left;
 		bool has_fresh;
-		cbci_cache_verdict v =
-		    cbci_cache_decide(b->cache, b->entry, &b->seen_seq, &snap, &has_fresh, &left);
+		uint64_t packed = __atomic_load_n(&b->told, __ATOMIC_RELAXED);
+		cbci_cache_told told = { .known = packed != 0,
+			.seq = packed >> 2,
+			.state = (cbc_state)((packed & 3) - 1) };
+		cbci_cache_verdict v;
+
+		v = cbci_cache_decide(b->cache, b->entry, &b->seen_seq, &snap, &has_fresh, &left,
+		    &told);
 
 		if (has_fresh)
 			cbci_resilient_remember(b->store, b->name, &snap);
+		if (v != CBCI_CACHE_ASK && __atomic_load_n(&b->degraded_since, __ATOMIC_RELAXED)) {
+			/* The cache decides again after an outage: its
+			 * reading is what the next outage starts from. */
+			__atomic_store_n(&b->degraded_since, false, __ATOMIC_RELAXED);
+			if (cbci_cache_latest(b->cache, b->entry, &snap))
+				cbci_resilient_remember(b->store, b->name, &snap);
+		}
 		store_degraded = false;
+		if (v == CBCI_CACHE_REFUSE) {
+			breaker_rejected_add(b);
+		} else if (__atomic_load_n(&b->rejected_pending, __ATOMIC_RELAXED) != 0) {
+			breaker_rejected_flush(b); /* it stopped refusing */
+		}
 		if (v == CBCI_CACHE_PERMIT) {
 			breaker_observed(b, CBC_STATE_CLOSED, NULL);
 			p->cached = true;
@@ -400,12 +564,17 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	}
 	breaker_call_ctx(b, &ctx);
 	store_degraded = false;
+	/* cbd's allow when it answers (it counts its refusals); else the
+	 * store ops, with the store policy. */
+	if (cbci_resilient_allow(b->store, b->name, &ctx, &allow, &st, err))
+		return acquire_allowed(b, p, &allow, st, err);
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	/* At most two rounds: the state read, then the state after moving an
 	 * open circuit whose break elapsed to half_open. */
 	for (bool moved = false; st == CBC_OK; moved = true) {
 		if (!store_degraded)
 			__atomic_store_n(&b->primed, true, __ATOMIC_RELAXED);
+		breaker_told(b, snap.state);
 		breaker_observed(b, snap.state, NULL);
 		if (snap.state == CBC_STATE_CLOSED)
 			return permit_grant(p, CBC_STATE_CLOSED, err);
@@ -422,30 +591,19 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	return st;
 }
 
-/* Write n in decimal at buf; returns the length (n >= 0). */
-static size_t
-breaker_digits(char *buf, int64_t n)
-{
-	char tmp[24];
-	size_t len = 0, i = 0;
-
-	do {
-		tmp[len++] = (char)('0' + n % 10);
-		n /= 10;
-	} while (n > 0);
-	while (len > 0)
-		buf[i++] = tmp[--len];
-	return i;
-}
-
-/* Send a cached permit's outcome as a noreply line; false when the cache
- * cannot take it (the store gets it instead). */
+/* Send a cached permit's outcome (success or failure) on the watch
+ * connection: as a noreply line, or, when it could trip the circuit by
+ * this process's own counts, with its reply awaited (the next call is
+ * decided on cbd's answer). False when the cache cannot take it (the
+ * store gets it instead). */
 static bool
-report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms)
+report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms, const int *error)
 {
 	static const char mid[] = ",\"duration_ms\":";
-	size_t i = outcome == CBC_OUTCOME_FAILURE ? 1 : 0, len = b->line_len[i];
+	bool failure = outcome == CBC_OUTCOME_FAILURE, could_trip;
+	size_t i = failure ? 1 : 0, len = b->line_len[i];
 	char line[BREAKER_LINE_MAX];
+	cbc_state state = (cbc_state)-1;
 
 	memcpy(line, b->line[i], len);
 	memcpy(line + len, mid, sizeof mid - 1);
@@ -453,7 +611,20 @@ report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms)
 	len += breaker_digits(line + len, duration_ms);
 	line[len++] = '}';
 	line[len++] = '\n';
-	return cbci_cache_send(b->cache, line, len, outcome == CBC_OUTCOME_FAILURE);
+	if (cbci_cache_report(b->cache, b->entry, line, len, failure, duration_ms, &could_trip))
+		return true;
+	if (!could_trip)
+		return false;
+	len = b->line_sync_len[i];
+	memcpy(line, b->line_sync[i], len);
+	memcpy(line + len, mid, sizeof mid - 1);
+	len += sizeof mid - 1;
+	len += breaker_digits(line + len, duration_ms);
+	if (!cbci_cache_sync(b->cache, b->entry, line, len, &state))
+		return false;
+	if ((unsigned)state <= CBC_STATE_HALF_OPEN)
+		breaker_observed(b, state, failure ? error : NULL);
+	return true;
 }
 
 /* Record the outcome of a granted permit with the call's duration and
@@ -463,18 +634,20 @@ static void
 report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t duration_ms,
     const int *error)
 {
+	static const char ignore_tail[] = ",\"outcome\":\"ignore\",\"duration_ms\":";
 	cbc_snapshot snap;
 	cbc_error ignored;
 	cbc_status st = CBC_OK;
 	cbc_ctx ctx;
 
-	if (p->cached && outcome == CBC_OUTCOME_IGNORE) {
+	if (outcome == CBC_OUTCOME_IGNORE && p->cached && breaker_cached(b) &&
+	    breaker_send_record(b, ignore_tail, sizeof ignore_tail - 1, duration_ms)) {
 		p->granted = false;
 		return;
 	}
 	/* (A permit granted before a fork and reported in the child goes
 	 * through the store: the parent's cache is not the child's.) */
-	if (p->cached && breaker_cached(b) && report_noreply(b, outcome, duration_ms)) {
+	if (p->cached && breaker_cached(b) && report_noreply(b, outcome, duration_ms, error)) {
 		p->granted = false;
 		return;
 	}
@@ -486,8 +659,12 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
 	else if (outcome == CBC_OUTCOME_FAILURE)
 		st = cbc_store_record_failure(b->store, b->name, &ctx, &snap, &ignored);
-	if (outcome != CBC_OUTCOME_IGNORE && st == CBC_OK)
+	else
+		cbci_resilient_record_ignore(b->store, b->name, &ctx);
+	if (outcome != CBC_OUTCOME_IGNORE && st == CBC_OK) {
+		breaker_told(b, snap.state);
 		breaker_observed(b, snap.state, error);
+	}
 	if (p->has_slot)
 		cbc_store_release_slot(b->store, b->name, p->slot_token, &ctx, &ignored);
 	p->granted = false;

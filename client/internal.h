@@ -119,9 +119,23 @@ cbc_status cbci_local_seed(cbci_local *local, const char *name, const cb_snapsho
 void cbci_local_forget(cbci_local *local, const char *name);
 
 /* Remember snap as the last snapshot of name that a resilient store saw
- * (what it degrades from); no-op for other stores and for circuits it
- * runs degraded. Cached breakers feed it the events they apply. */
+ * (what it degrades from); no-op for other stores. Cached breakers feed
+ * it the events they apply and, once the cache decides again after the
+ * store degraded, its latest reading: cbd is authoritative again, so a
+ * degraded circuit's local copy is dropped (the next outage starts from
+ * snap: an open circuit stays open, a held one held). */
 void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *snap);
+
+/* Ask cbd's allow through a resilient store over a remote one (cbd then
+ * counts a refusal in totals.rejected). True when cbd answered: *status
+ * is the op's (CBC_OK with *out, or an answer such as capacity in err).
+ * False when the store is another one, in its timeout backoff, or cbd is
+ * unavailable: the caller takes the store ops, whose policy applies. */
+bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
+    cbc_allow_result *out, cbc_status *status, cbc_error *err);
+/* Tell cbd of an ignored outcome (record, outcome ignore) through a
+ * resilient store over a remote one; no-op otherwise, errors swallowed. */
+void cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx);
 
 /* The connection of a remote store; NULL for any other store. */
 cbc_conn *cbci_store_remote_conn(const cbc_store *store);
@@ -160,14 +174,43 @@ cbci_cache_entry *cbci_cache_watch(cbci_cache *cache, const char *name);
 /* Decide a call from the entry; *retry_after_ms the time left when
  * refused. When a change event arrived since *seen (the caller's counter,
  * read and written under the cache's lock), *fresh gets its snapshot,
- * *seen moves on, and true goes to *has_fresh. */
+ * *seen moves on, and true goes to *has_fresh. told (may be NULL): see
+ * cbci_cache_told. */
+/* What cbd last answered a breaker's uncached request with: its state,
+ * at the entry's seq then. Until an event comes, the cache does not decide
+ * from an entry that disagrees (it predates that answer). */
+typedef struct cbci_cache_told {
+	bool known;
+	uint64_t seq;
+	cbc_state state;
+} cbci_cache_told;
+
 cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *entry,
-    uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms);
+    uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms,
+    const cbci_cache_told *told);
+/* The change events applied to entry so far. */
+uint64_t cbci_cache_seq(cbci_cache *cache, const cbci_cache_entry *entry);
 /* Queue a noreply line (with its newline) on the watch connection, and
  * write it now when urgent (else within CACHE_FLUSH_US); false when there
  * is no live connection or the output is full (report through the store
  * instead). */
 bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
+/* A cached permit's outcome (line: its noreply line): counted against
+ * the entry's rule with the process's own outcomes since cbd's last
+ * snapshot; when it could trip the circuit, *could_trip and nothing is
+ * queued (send it with cbci_cache_sync); else as cbci_cache_send. */
+bool cbci_cache_report(cbci_cache *cache, cbci_cache_entry *entry, const char *line, size_t len,
+    bool failure, int64_t duration_ms, bool *could_trip);
+/* Send an outcome with its reply awaited on the watch connection (line:
+ * the request without noreply, less its closing brace) and wait for the
+ * reply (bounded), which updates the entry; *state gets the entry's state
+ * then (unchanged when no reply came). False when not sent (no live
+ * connection): report it through the store. */
+bool cbci_cache_sync(cbci_cache *cache, const cbci_cache_entry *entry, const char *line, size_t len,
+    cbc_state *state);
+/* The entry's latest snapshot (a watch reply's, an event's or a synced
+ * outcome's) into *out while the entry is valid; false otherwise. */
+bool cbci_cache_latest(cbci_cache *cache, const cbci_cache_entry *entry, cbc_snapshot *out);
 /* A copy of the cache's counters. */
 void cbci_cache_stats(cbci_cache *cache, cbc_cache_stats *out);
 /* Apply one line from cbd (no LF): the reader thread's handler. Tests and

@@ -45,4 +45,12 @@ client_libcbclient_la_LDFLAGS = $(AM_LDFLAGS) -version-info $(CBCLIENT_LT_VERSIO
 noinst_PROGRAMS += client/examples/flaky
 client_examples_flaky_SOURCES = client/examples/flaky.c
 client_examples_flaky_LDADD = client/libcbclient.la
+# The libcurl example: HTTP GETs classified by CURLcode and status
+# (tests/curl-example.sh); only with libcurl (configure).
+if HAVE_LIBCURL
+noinst_PROGRAMS += client/examples/curl-breaker
+endif
+client_examples_curl_breaker_SOURCES = client/examples/curl-breaker.c
+client_examples_curl_breaker_CFLAGS = $(AM_CFLAGS) $(LIBCURL_CFLAGS)
+client_examples_curl_breaker_LDADD = client/libcbclient.la $(LIBCURL_LIBS)
 

@@ -578,11 +578,110 @@ cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *
 	r = store->impl;
 	pthread_mutex_lock(&r->lock);
 	s = seen_get(r, name);
-	/* A degraded circuit's live copy is the fallback's: leave it. */
-	if (s != NULL && !s->degraded) {
+	if (s != NULL) {
+		/* cbd answered through the cache: authoritative again, as
+		 * when the wrapped store answers (resilient_answered). */
+		if (s->degraded) {
+			s->degraded = false;
+			cbci_local_forget(r->fallback, name);
+		}
 		cbci_snapshot_to_core(snap, &s->last);
 		reported_ctx(snap, &s->reported);
 		s->policy_known = snap->policy.known;
 	}
 	pthread_mutex_unlock(&r->lock);
+}
+
+/* The resilient store over a remote one: its state and the connection;
+ * NULL for any other store. */
+static cbc_conn *
+resilient_remote(cbc_store *store, resilient **out)
+{
+	if (store == NULL || store->ops != &resilient_ops)
+		return NULL;
+	*out = store->impl;
+	return cbci_store_remote_conn((*out)->inner);
+}
+
+/* The wrapped store failed outside the store ops (allow, record): start
+ * the timeout backoff as resilient_failed does; the store op the caller
+ * makes next reports the error (once). */
+static void
+resilient_backoff(resilient *r, const cbc_error *err)
+{
+	if (err->status == CBC_ETIMEOUT && r->opts.timeout_backoff_ms > 0) {
+		pthread_mutex_lock(&r->lock);
+		r->skip_until = clock_monotonic_ms() + r->opts.timeout_backoff_ms;
+		r->skip_error = *err;
+		pthread_mutex_unlock(&r->lock);
+	}
+}
+
+/* An allow answer's state into the last snapshot seen of name, so that a
+ * later degradation starts from it: an open circuit stays open (its
+ * opened_at put back from retry_after_ms). */
+static void
+resilient_note_allow(resilient *r, const char *name, const cbc_ctx *ctx,
+    const cbc_allow_result *res)
+{
+	cb_state state = (cb_state)res->state;
+	int64_t now = cbci_ctx_now(ctx);
+	seen_circuit *s;
+	cb_policy policy;
+	cbc_ctx own;
+
+	resilient_fallback_ctx(r, name, ctx, &own);
+	cbci_ctx_policy(&own, &policy);
+	pthread_mutex_lock(&r->lock);
+	s = seen_get(r, name);
+	if (s != NULL && s->last.state != state) {
+		if (state == CB_STATE_OPEN) {
+			s->last.state = CB_STATE_OPEN;
+			s->last.opened_at =
+			    now - (breaker_break_ms(&s->last, &policy) - res->retry_after_ms);
+		} else {
+			breaker_force(&s->last, state, now);
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+bool
+cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
+    cbc_status *status, cbc_error *err)
+{
+	resilient *r = NULL;
+	cbc_conn *conn = resilient_remote(store, &r);
+	cbc_error inner_err;
+
+	if (conn == NULL || resilient_skipping(r, &inner_err))
+		return false;
+	*status = cbc_allow(conn, name, ctx, out, &inner_err);
+	if (*status == CBC_OK) {
+		resilient_answered(r, name, NULL);
+		resilient_note_allow(r, name, ctx, out);
+		cbci_error_clear(err);
+		return true;
+	}
+	if (!cbci_store_failed(&inner_err)) {
+		cbci_error_copy(err, &inner_err);
+		return true;
+	}
+	resilient_backoff(r, &inner_err);
+	return false;
+}
+
+void
+cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx)
+{
+	resilient *r = NULL;
+	cbc_conn *conn = resilient_remote(store, &r);
+	cbc_error inner_err;
+
+	if (conn == NULL || resilient_skipping(r, &inner_err))
+		return;
+	if (cbc_record(conn, name, CBC_OUTCOME_IGNORE, NULL, ctx, NULL, &inner_err) == CBC_OK)
+		resilient_answered(r, name, NULL);
+	else if (cbci_store_failed(&inner_err))
+		resilient_backoff(r, &inner_err);
 }

@@ -33,7 +33,7 @@ positional, not one JSON object, so that the common ops decode no JSON:
   KEYS[3] hash: the rate rule's window (meta fields, ring "r<i>" of a count
           window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
           of a time window)
-  ARGV[1]  op: get | success | failure | ignore | allow | cas | set_state |
+  ARGV[1]  op: get | success | failure | ignore | rejected | allow | cas | set_state |
            release | acquire_slot | release_slot | delete | merge | writeback
   ARGV[2]  channel for events
   ARGV[3]  name (for events)       ARGV[4] origin (the calling cbd's id)
@@ -51,7 +51,7 @@ positional, not one JSON object, so that the common ops decode no JSON:
   ARGV[9]  duration_ms: integer, or "": not given
   ARGV[10] token (allow, acquire_slot, release_slot), or "": none
   ARGV[11] extra: a JSON object of an op's own members, or "": none:
-           from/to (cas), state + hold (set_state), circuit (merge),
+           count (rejected), from/to (cas), state + hold (set_state), circuit (merge),
            action + state + at + known (writeback)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (op-fleet.c reads it). Events: when change ~= null, or a stored circuit is
@@ -125,6 +125,7 @@ local NULL = cjson.null
 local DAY_MS = 86400000
 local SLOTS_GRACE_MS = 60000
 local COUNT_MAX = 1000000000
+local REJECTED_COUNT_MAX = 1000000 -- PROTO_REJECTED_COUNT_MAX
 local DURATION_MAX = 9007199254740992 -- 2^53
 local BUCKET_MS = 1000
 local USER_MAX = 64
@@ -1122,6 +1123,22 @@ end
 if op == 'ignore' then
 	function ops.ignore()
 		fn.record(0)
+	end
+end
+
+-- A client's own refusals (protocol 3, section 6): counted in a stored
+-- circuit's totals, nothing else.
+if op == 'rejected' then
+	function ops.rejected()
+		local n = fn.arg('count')
+		if type(n) ~= 'number' or n ~= math.floor(n) or n < 1 or n > REJECTED_COUNT_MAX then
+			return 'rejected needs a count from 1 to ' .. REJECTED_COUNT_MAX
+		end
+		if c == nil then
+			return
+		end
+		fn.hold_expire(c)
+		c.t_rejected = c.t_rejected + n
 	end
 end
 

@@ -162,16 +162,29 @@ args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
 {
 	op_call *call = &p->call;
 	const char *text;
+	int64_t count = 1;
+	bool has_count = false;
 
 	if (!proto_get_text(call->request, "outcome", true, &text, NULL, &call->err))
 		return *bad = true, false;
 	if (strcmp(text, "success") != 0 && strcmp(text, "failure") != 0 &&
-	    strcmp(text, "ignore") != 0) {
+	    strcmp(text, "ignore") != 0 && strcmp(text, "rejected") != 0) {
 		proto_fail(&call->err, PROTO_BAD_REQUEST,
-		    "outcome must be \"success\", \"failure\" or \"ignore\"");
+		    "outcome must be \"success\", \"failure\", \"ignore\" or \"rejected\"");
 		return *bad = true, false;
 	}
 	p->script_op = text;
+	/* rejected's count (protocol 3, §6), as memory mode reads it. */
+	if (!proto_get_int(call->request, "count", 1, PROTO_REJECTED_COUNT_MAX, false, &count,
+		&has_count, &call->err))
+		return *bad = true, false;
+	if (has_count && strcmp(text, "rejected") != 0) {
+		proto_fail(&call->err, PROTO_BAD_REQUEST, "count is only for outcome \"rejected\"");
+		return *bad = true, false;
+	}
+	if (strcmp(text, "rejected") == 0 &&
+	    json_object_set_new(extra, "count", json_integer((json_int_t)count)) != 0)
+		return false;
 	if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
 		return *bad = true, false;
 	p->permit_next = text != NULL;

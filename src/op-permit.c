@@ -38,18 +38,22 @@ typedef enum record_outcome {
 	RECORD_SUCCESS,
 	RECORD_FAILURE,
 	RECORD_IGNORE,
+	RECORD_REJECTED,
 } record_outcome;
 
 static const char *const outcome_names[] = {
 	[RECORD_SUCCESS] = "success",
 	[RECORD_FAILURE] = "failure",
 	[RECORD_IGNORE] = "ignore",
+	[RECORD_REJECTED] = "rejected",
 };
 
 bool
 op_record(op_call *call)
 {
 	const char *outcome, *permit;
+	int64_t count = 1;
+	bool has_count = false;
 	int which = -1;
 	ct_change change = { .reason = CB_REASON_NONE };
 	ct_status status = CT_OK;
@@ -64,7 +68,13 @@ op_record(op_call *call)
 	}
 	if (which < 0)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
-		    "outcome must be \"success\", \"failure\" or \"ignore\"");
+		    "outcome must be \"success\", \"failure\", \"ignore\" or \"rejected\"");
+	if (!proto_req_int(&call->req, "count", 1, PROTO_REJECTED_COUNT_MAX, false, &count,
+		&has_count, &call->err))
+		return false;
+	if (has_count && which != RECORD_REJECTED)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST,
+		    "count is only for outcome \"rejected\"");
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
 		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
@@ -76,6 +86,10 @@ op_record(op_call *call)
 		break;
 	case RECORD_IGNORE:
 		circuit_table_record_ignore(cbd.table, call->name, &call->table, &view, &change);
+		break;
+	case RECORD_REJECTED:
+		circuit_table_record_rejected(cbd.table, call->name, &call->table, (uint64_t)count,
+		    &view, &change);
 		break;
 	}
 	events_changed(call->name, &change);

@@ -400,6 +400,80 @@ START_TEST(test_record_ignore)
 }
 END_TEST
 
+/* protocol 3, §6: a client's own refusals, counted and nothing else. */
+START_TEST(test_record_rejected)
+{
+	json_t *r;
+	const char *text;
+
+	/* An unknown circuit: nothing is created. */
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"rj0\",\"outcome\":\"rejected\",\"count\":3,"
+		    "\"ctx\":{\"now\":1}}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 0);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"rj0\",\"ctx\":{\"now\":1}}");
+	ck_assert(!util_bool(r, "stored"));
+	json_decref(r);
+	/* An open circuit: count adds to totals.rejected, default 1. */
+	json_decref(CALL_OK("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"failure\","
+			    "\"ctx\":{\"now\":10,\"failure_threshold\":1,\"break_ms\":1000}}"));
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"rejected\",\"count\":5,"
+		    "\"ctx\":{\"now\":20,\"failure_threshold\":1,\"break_ms\":1000}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 5);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	ck_assert_int_eq(util_int(r, "snapshot.opened_at"), 10);
+	json_decref(r);
+	/* noreply, no count: 1 more. */
+	{
+		static const char line[] = "{\"op\":\"record\",\"name\":\"rj\",\"outcome\":"
+					   "\"rejected\",\"noreply\":true,\"ctx\":{\"now\":30,"
+					   "\"failure_threshold\":1,\"break_ms\":1000}}\n";
+
+		ck_assert(util_write_all(fd, line, sizeof line - 1));
+	}
+	/* Past the break: still open (a refusal moves nothing; allow would
+	 * move it to half_open), no permit taken, counts untouched. */
+	r = CALL_OK("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"rejected\",\"count\":"
+		    "1000000,\"ctx\":{\"now\":5000,\"failure_threshold\":1,\"break_ms\":1000}}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 1000006);
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 1);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 0);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.ignored"), 0);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"metrics\"}");
+	text = util_str(r, "text");
+	ck_assert_msg(strstr(text,
+			  "cbd_circuit_calls_total{name=\"rj\",outcome=\"rejected\"} "
+			  "1000006\n") != NULL,
+	    "%s", text);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"rj\",\"ctx\":{\"now\":5001,"
+		    "\"failure_threshold\":1,\"break_ms\":1000}}");
+	ck_assert(util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "half_open");
+	json_decref(r);
+	/* Bounds, and count with another outcome. */
+	expect_error("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"rejected\",\"count\":0}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"rejected\",\"count\":"
+		     "1000001}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"rejected\",\"count\":\"2\"}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"failure\",\"count\":2}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"name\":\"rj\",\"outcome\":\"ignore\",\"count\":1}",
+	    "bad_request", "count");
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"rj\",\"ctx\":{\"now\":5002,\"failure_threshold\":1,"
+		    "\"break_ms\":1000}}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 1000006);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+}
+END_TEST
+
 START_TEST(test_list)
 {
 	json_t *r;
@@ -1333,6 +1407,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_slots);
 	tcase_add_test(tc, test_allow_and_record);
 	tcase_add_test(tc, test_record_ignore);
+	tcase_add_test(tc, test_record_rejected);
 	tcase_add_test(tc, test_list);
 	tcase_add_test(tc, test_stats_counts);
 	tcase_add_test(tc, test_error_codes);

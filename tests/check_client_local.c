@@ -1885,6 +1885,11 @@ fake_reply(const char *line, char *out, size_t size)
 		fake_hold_snapshot(req, snap, sizeof snap);
 		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":%s}\n", (long long)id,
 		    snap);
+	} else if (name != NULL && strncmp(name, "closed", 6) == 0 && op != NULL &&
+	    strcmp(op, "allow") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%lld,\"ok\":true,\"allowed\":true,\"state\":\"closed\"}\n",
+		    (long long)id);
 	} else if (name != NULL && strncmp(name, "closed", 6) == 0) {
 		fake_v1_snapshot(snap, sizeof snap, name, "closed");
 		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":%s}\n", (long long)id,
@@ -2447,6 +2452,8 @@ START_TEST(breaker_sends_every_trip_rule_option)
 			    0);
 			records++;
 		} else {
+			/* the uncached path asks with allow (protocol 3 §6) */
+			ck_assert_str_eq(op, "allow");
 			ck_assert_ptr_null(json_object_get(req, "duration_ms"));
 			gets++;
 		}

@@ -1484,6 +1484,7 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	cbc_snapshot s;
 	int64_t deadline;
 	int calls = 0;
+	uint64_t before;
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
@@ -1495,6 +1496,12 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	o.name = backlog;
 	o.failure_threshold = 1000000000; /* never trips: every failure counts */
 	cached_open_stoppable(&r, h, &o);
+	/* One failure first: its reply tells the cache the circuit's rule
+	 * (until then every failure waits for cbd's answer: it might trip). */
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
+	/* (Reaching live sent ignored outcomes as noreply lines too.) */
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	before = cs.noreply_lines + cs.store_reports;
 	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX, then go
 	 * through the store (which times out and degrades: LOCAL). */
 	kill(h->pid, SIGSTOP);
@@ -1516,13 +1523,15 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	    (unsigned long long)cs.noreply_lines, (unsigned long long)cs.sends,
 	    (unsigned long long)cs.probe_timeouts);
 	ck_assert_int_ge(cs.store_reports, 1);
-	ck_assert_int_eq(cs.noreply_lines + cs.store_reports, (uint64_t)calls);
+	ck_assert_int_eq(cs.noreply_lines + cs.store_reports - before, (uint64_t)calls);
 	kill(h->pid, SIGCONT);
 	/* Every queued line reaches cbd once it reads again (and so may the
 	 * store's timed-out request: it was written before it timed out). */
-	s = cbd_wait_totals(h, backlog, (int64_t)cs.noreply_lines);
-	ck_assert_int_ge(s.totals.failures, (int64_t)cs.noreply_lines);
-	ck_assert_int_le(s.totals.failures, (int64_t)(cs.noreply_lines + cs.store_reports));
+	s = cbd_wait_totals(h, backlog, (int64_t)(cs.noreply_lines - before));
+	ck_assert_int_ge(s.totals.failures, (int64_t)(cs.noreply_lines - before));
+	/* (+ 1: the failure before the stop) */
+	ck_assert_int_le(s.totals.failures,
+	    (int64_t)(cs.noreply_lines + cs.store_reports - before + 1));
 	rig_close(&r);
 	cbd_stop(h);
 }
@@ -1725,6 +1734,299 @@ START_TEST(cached_option_checks)
 }
 END_TEST
 
+/* Results of the counting test's calls: an error classified ignored. */
+#define COUNTED_IGNORED 2
+
+static cbc_outcome
+counted_classify(int result, void *user)
+{
+	(void)user;
+	return result == COUNTED_IGNORED ? CBC_OUTCOME_IGNORE : CBC_OUTCOME_FAILURE;
+}
+
+static int
+counted_call_ignored(void *arg)
+{
+	(void)arg;
+	return COUNTED_IGNORED;
+}
+
+/* Wait (at most harness_timeout_ms()) until cbd's ignored and rejected
+ * totals of name reach ignored and rejected; returns the last reading. */
+static cbc_snapshot
+cbd_wait_counted(const cbd_harness *h, const char *name, int64_t ignored, int64_t rejected)
+{
+	int64_t deadline = harness_mono_ms() + harness_timeout_ms();
+	cbc_snapshot s;
+
+	do {
+		s = cbd_snapshot(h, name);
+		if (s.totals.ignored >= ignored && s.totals.rejected >= rejected)
+			break;
+		usleep(2000);
+	} while (harness_mono_ms() < deadline);
+	return s;
+}
+
+/* Every call counted by cbd, cached (_i 1) or not (_i 0): 2 ignored
+ * errors, 3 failures (threshold 3), 4 calls while open leave ignored 2,
+ * failures 3, rejected 4 (protocol 3 §6: ignored outcomes are sent, an
+ * uncached refusal comes from allow, refusals made from the cache are
+ * sent as record outcome rejected with their count). */
+START_TEST(every_call_counted_by_cbd)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_snapshot s;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = "counted";
+	o.failure_threshold = 3;
+	o.break_ms = LONG_BREAK_MS;
+	o.classify = counted_classify;
+	if (_i == 1) {
+		ck_assert(cached_rig(&r, conn_new_patient(h->socket_path), &o));
+		/* Primed and live with a success (nothing else counted). */
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL),
+		    CBC_OK);
+		{
+			int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
+			cbc_cache_stats cs;
+
+			do {
+				ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+			} while (!cs.live && harness_mono_ms() < deadline && usleep(2000) == 0);
+			ck_assert(cs.live);
+		}
+	} else {
+		o.cache = CBC_CACHE_OFF;
+		ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, NULL));
+	}
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, counted_call_ignored, NULL, &res, NULL),
+		    CBC_OK);
+		ck_assert(res.called);
+		ck_assert_int_eq(res.outcome, CBC_OUTCOME_IGNORE);
+	}
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_OK);
+		ck_assert(res.called);
+	}
+	/* (Cached: the trip's event reaches the cache; until it does, calls
+	 * run and fail without counting toward anything new: item 3 makes a
+	 * process stop at its own threshold.) */
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_EOPEN);
+		ck_assert(!res.called);
+	}
+	/* Cached refusals are batched: freeing the breaker sends them. */
+	rig_close(&r);
+	s = cbd_wait_counted(h, "counted", 2, 4);
+	ck_assert_int_eq(s.totals.ignored, 2);
+	ck_assert_int_eq(s.totals.failures, 3);
+	ck_assert_int_eq(s.totals.rejected, 4);
+	ck_assert_int_eq(s.totals.successes, _i == 1 ? 1 : 0);
+	cbd_stop(h);
+}
+END_TEST
+
+/* A cached breaker that keeps refusing reports its refusals at least
+ * once a second, not only when it closes or is freed. */
+START_TEST(cached_refusals_reported_while_refusing)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_snapshot s;
+	int64_t deadline;
+	int refused = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert(cached_open(&r, h->socket_path, "refusing", 3, 1));
+	ck_assert(cached_wait_live(r.b));
+	rig_trip(&r);
+	/* Refuse until cbd has counted some, without freeing or closing:
+	 * bounded by time (the batch goes 1 s after its first refusal). */
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_EOPEN);
+		refused++;
+		usleep(20000);
+		s = cbd_snapshot(h, "refusing");
+	} while (s.totals.rejected == 0 && harness_mono_ms() < deadline);
+	ck_assert_int_gt(s.totals.rejected, 0);
+	ck_assert_int_le(s.totals.rejected, refused);
+	rig_close(&r);
+	s = cbd_wait_counted(h, "refusing", 0, refused);
+	ck_assert_int_eq(s.totals.rejected, refused);
+	cbd_stop(h);
+}
+END_TEST
+
+/* A cached breaker alone stops exactly at its own threshold, in a tight
+ * loop of instant failures: consecutive (_i 0: threshold 3: 3 runs of 10)
+ * and rate (_i 1: 4 calls at least, 50 %: 4 runs of 10). */
+START_TEST(cached_stops_at_own_threshold)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	int runs = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = _i == 0 ? "own-consecutive" : "own-rate";
+	o.break_ms = LONG_BREAK_MS;
+	if (_i == 0) {
+		o.failure_threshold = 3;
+	} else {
+		o.trip = CBC_TRIP_RATE;
+		o.window = CBC_WINDOW_COUNT;
+		o.window_size = 10;
+		o.minimum_calls = 4;
+		o.failure_rate = 50;
+	}
+	ck_assert(cached_rig(&r, conn_new_patient(h->socket_path), &o));
+	/* Live first, the cache deciding (permits reported ignored: they
+	 * count toward nothing). */
+	ck_assert(cached_wait_live(r.b));
+	/* (Rate: 4 calls at 50 %: the fourth failure trips it.) */
+	for (int i = 0; i < 10; i++) {
+		cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL);
+		runs += res.called;
+	}
+	ck_assert_int_eq(runs, _i == 0 ? 3 : 4);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_int_ge(cs.synced, 1);
+	ck_assert_int_eq(cs.sync_timeouts, 0);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* Issue 25: closed → cbd frozen (the store degrades: LOCAL) → cbd answers
+ * again, the cache decides → an operator holds the circuit open (the
+ * cache refuses) → cbd killed: the held circuit stays held, every call is
+ * refused. While frozen, a reconnect to the frozen cbd is not live. */
+START_TEST(cached_hold_survives_cbd_death_after_an_outage)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs, before;
+	cbc_snapshot s;
+	cbc_conn *admin;
+	int64_t deadline;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = "held-after-outage";
+	o.failure_threshold = 3;
+	o.break_ms = LONG_BREAK_MS;
+	o.store_policy = CBC_POLICY_LOCAL;
+	o.on_store_error = on_store_error;
+	o.user = &r.rec;
+	cached_open_stoppable(&r, h, &o);
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		usleep(10000);
+	} while (cs.probe_timeouts == 0 && harness_mono_ms() < deadline);
+	ck_assert_int_ge(cs.probe_timeouts, 1);
+	/* The reader reconnects to the frozen cbd (its listener accepts):
+	 * not live until cbd answers. Sampled until it reconnected twice
+	 * more (bounded by time). */
+	before = cs;
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		ck_assert_msg(!cs.live, "live on a frozen cbd (%llu connects)",
+		    (unsigned long long)cs.connects);
+		usleep(5000);
+	} while (cs.connects < before.connects + 1 && harness_mono_ms() < deadline);
+	ck_assert_uint_ge(cs.connects, before.connects + 1);
+	/* A call now degrades: run on the LOCAL copy (closed). */
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL), CBC_OK);
+	ck_assert(res.called);
+	ck_assert_int_gt(r.rec.store_errors, 0);
+	ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
+	ck_assert(cached_wait_decides_again(r.b, &before));
+	/* An operator holds it open; the cache refuses once the event came. */
+	admin = conn_new_patient(h->socket_path);
+	ck_assert_int_eq(cbc_hold(admin, o.name, CBC_STATE_OPEN, 0, "incident", &s, NULL), CBC_OK);
+	cbc_conn_free(admin);
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL);
+	} while (res.called && harness_mono_ms() < deadline && usleep(2000) == 0);
+	ck_assert(!res.called);
+	/* cbd dies: the LOCAL copy starts from the hold, not from the copy
+	 * made during the freeze. */
+	cbd_kill(h);
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_EOPEN);
+		ck_assert(!res.called);
+	}
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* The break of a short-break circuit waited out with no traffic: the
+ * cache refuses during it, and the first call after it is the half-open
+ * trial (a permit with its slot), not a refusal from the cache. */
+#define SHORT_BREAK_MS 300
+START_TEST(cached_break_waited_out_gives_the_trial)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_permit p;
+	int64_t tripped;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = "short-break";
+	o.failure_threshold = 3;
+	o.break_ms = SHORT_BREAK_MS;
+	ck_assert(cached_rig(&r, conn_new_patient(h->socket_path), &o));
+	ck_assert(cached_wait_live(r.b));
+	rig_trip(&r);
+	tripped = harness_mono_ms();
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL), CBC_EOPEN);
+	ck_assert(!res.called);
+	/* (The refusal above came within the break, else this test's premise
+	 * is lost on a very slow machine: then it proves nothing, and says
+	 * so rather than fail.) */
+	if (harness_mono_ms() - tripped >= SHORT_BREAK_MS) {
+		fprintf(stderr, "cached_break_waited_out_gives_the_trial: machine too slow\n");
+	} else {
+		usleep((SHORT_BREAK_MS + 200) * 1000);
+		ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, NULL), CBC_OK);
+		ck_assert(p.granted);
+		ck_assert_int_eq(p.state, CBC_STATE_HALF_OPEN);
+		ck_assert(!p.cached);
+		ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_SUCCESS, NULL), CBC_OK);
+	}
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
 static Suite *
 remote_suite(void)
 {
@@ -1769,6 +2071,11 @@ remote_suite(void)
 	tcase_add_test(tc, cached_names_limit_leaves_the_rest_uncached);
 	tcase_add_test(tc, cached_frozen_cbd_goes_uncached_until_it_answers);
 	tcase_add_test(tc, cached_idle_connection_stays_live);
+	tcase_add_loop_test(tc, every_call_counted_by_cbd, 0, 2);
+	tcase_add_test(tc, cached_refusals_reported_while_refusing);
+	tcase_add_loop_test(tc, cached_stops_at_own_threshold, 0, 2);
+	tcase_add_test(tc, cached_hold_survives_cbd_death_after_an_outage);
+	tcase_add_test(tc, cached_break_waited_out_gives_the_trial);
 	suite_add_tcase(s, tc);
 
 	/* Tagged "native": its premise is the client's own speed (1 MiB of

@@ -553,7 +553,7 @@ START_TEST(cache_reads_lines_outside_the_flat_subset)
 	ck_assert_int_eq(st.bad_lines, 2);
 	ck_assert_int_eq(st.events, 0);
 	/* A watch reply's snapshot is no event: nothing fresh. */
-	cbci_cache_decide(c, e, &seen, &fresh, &has_fresh, &retry);
+	cbci_cache_decide(c, e, &seen, &fresh, &has_fresh, &retry, NULL);
 	ck_assert(!has_fresh);
 	cbci_cache_release(c, cbci_cache_generation());
 }

@@ -218,7 +218,7 @@ cache_pair_differ(cache_pair *p, const char *line, size_t len, const char *padde
 	for (int i = 0; i < 2; i++) {
 		memset(&fresh[i], 0, sizeof fresh[i]);
 		cbci_cache_decide(p->cache[i], p->entry[i], &p->seen[i], &fresh[i], &has_fresh[i],
-		    &retry[i]);
+		    &retry[i], NULL);
 		cbci_cache_stats(p->cache[i], &stats[i]);
 	}
 	if (has_fresh[0] != has_fresh[1])

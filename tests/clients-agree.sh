@@ -1,19 +1,24 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# clients-agree.sh — the Python, Node.js and Go clients behave alike where
-# issue 25 found them apart, each in a process of its own against one cbd:
+# clients-agree.sh — the C, Python, Node.js and Go clients behave alike
+# where issue 25 found them apart, each in a process of its own against one
+# cbd:
 #   1. a success never reaches a classifier: a classifier written the
 #      natural way ("ignore not-found, everything else is a failure") and
 #      five successful calls leave cbd with 5 successes, 0 failures, closed;
 #   2. a single cached process with failure_threshold 3 whose callback
-#      fails at once runs it exactly 3 times in a tight loop of 10 calls.
-# Not here yet: cbd's totals for ignored and rejected calls compared across
-# languages (cached refusals need protocol v3 §6 record "rejected" with a
-# count, which cbd does not speak yet) and the C client (refactored apart).
-# Skipped (77) unless python3, node and go are all installed.
+#      fails at once runs it exactly 3 times in a tight loop of 10 calls;
+#   3. cbd counts every call alike: 2 ignored errors, 3 failures
+#      (threshold 3) and 4 calls while open, cached and uncached, leave
+#      ignored 2, failures 3, rejected 4 (protocol 3 §6: ignored outcomes
+#      sent, uncached refusals from allow, cached ones reported as record
+#      outcome rejected with a count when the breaker closes).
+# The C side is tests/agree-c.c ($AGREE_C). Skipped (77) unless python3,
+# node and go are all installed.
 set -u
 srcdir=${CBD_SRCDIR:?}
 cbd=${CBD_BINARY:?}
+agree_c=${AGREE_C:?}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || true)
 for tool in "$PY" node go; do
@@ -92,6 +97,26 @@ func main() {
 	for i := 0; i < 10; i++ {
 		_ = b.Execute(ctx, func(context.Context) error { runs++; return errors.New("down") })
 	}
+	counting := func(err error) cbd.Outcome {
+		if errors.Is(err, errNotFound) {
+			return cbd.Ignore
+		}
+		return cbd.Failure
+	}
+	for _, mode := range []struct {
+		suffix string
+		cache  cbd.CacheMode
+	}{{"-count-cached", cbd.CacheOn}, {"-count-uncached", cbd.CacheOff}} {
+		k, _ := cbd.NewBreaker(prefix+mode.suffix, cbd.BreakerOptions{Client: c, Classify: counting,
+			Cache: mode.cache, Policy: cbd.Ctx{"failure_threshold": 3, "break_ms": 60000}})
+		for i := 0; i < 2; i++ {
+			_ = k.Execute(ctx, func(context.Context) error { return errNotFound })
+		}
+		for i := 0; i < 7; i++ {
+			_ = k.Execute(ctx, func(context.Context) error { return errors.New("down") })
+		}
+		_ = k.Close()
+	}
 	fmt.Println("runs", runs)
 }
 GO
@@ -125,6 +150,17 @@ with Client(connect_timeout=5.0, io_timeout=5.0) as c:
             b.call(down)
         except Exception:
             pass
+    def failing():
+        raise ConnectionError("down")
+    for suffix, cached in (("-count-cached", True), ("-count-uncached", False)):
+        k = Breaker(prefix + suffix, c, failure_threshold=3, break_ms=60000, cached=cached,
+                    classify=lambda e: IGNORE if isinstance(e, KeyError) else FAILURE)
+        for fn in [lambda: {}["missing"]] * 2 + [failing] * 7:
+            try:
+                k.call(fn)
+            except Exception:
+                pass
+        k.close()
     print("runs", runs)
 PY
 }
@@ -142,6 +178,13 @@ let runs = 0;
 for (let i = 0; i < 10; i++) {
   await b.call(async () => { runs += 1; throw new Error('down'); }).catch(() => {});
 }
+for (const [suffix, cached] of [['-count-cached', true], ['-count-uncached', false]]) {
+  const k = new Breaker(prefix + suffix, { client: c, classify: natural, cached, policy: { failure_threshold: 3, break_ms: 60000 } });
+  const notFound = Object.assign(new Error('not found'), { name: 'NotFound' });
+  for (let i = 0; i < 2; i++) await k.call(async () => { throw notFound; }).catch(() => {});
+  for (let i = 0; i < 7; i++) await k.call(async () => { throw new Error('down'); }).catch(() => {});
+  await k.close();
+}
 console.log('runs', runs);
 await s.close();
 await b.close();
@@ -149,8 +192,10 @@ c.close();
 NODE
 }
 
-for lang in py node go; do
+langs="c py node go"
+for lang in $langs; do
 	case $lang in
+	c) out=$("$agree_c" "$lang" 2>&1) ;;
 	py) out=$(py_agree "$lang" 2>&1) ;;
 	node) out=$(node_agree "$lang" 2>&1) ;;
 	go) out=$("$tmp/go-agree" "$lang" 2>&1) ;;
@@ -168,7 +213,7 @@ out=$(PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - <
 import time
 from cbdclient import Client
 with Client(connect_timeout=5.0, io_timeout=5.0) as c:
-    for lang in ("py", "node", "go"):
+    for lang in ("c", "py", "node", "go"):
         deadline = time.monotonic() + 10
         while True:
             s = c.get(lang + "-success")["snapshot"]
@@ -180,7 +225,7 @@ with Client(connect_timeout=5.0, io_timeout=5.0) as c:
         print(lang, *got)
 PY
 )
-for lang in py node go; do
+for lang in $langs; do
 	line=$(echo "$out" | grep "^$lang ")
 	if [ "$line" = "$lang closed 5 0 0" ]; then
 		pass "$lang: 5 successes under a natural classifier: cbd counts 5 successes, closed"
@@ -188,7 +233,35 @@ for lang in py node go; do
 		fail "$lang: successes classified: ${line:-$out} (want closed 5 0 0)"
 	fi
 done
-echo "SKIP: ignored and rejected totals compared across languages (needs cbd's protocol v3 §6 record \"rejected\")"
+
+# cbd's totals of the counting sequence, cached and not, in every language
+# (noreply lines and batched refusals: read until settled, bounded).
+out=$(PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - <<'PY'
+import time
+from cbdclient import Client
+with Client(connect_timeout=5.0, io_timeout=5.0) as c:
+    for lang in ("c", "py", "node", "go"):
+        for mode in ("cached", "uncached"):
+            deadline = time.monotonic() + 10
+            while True:
+                t = c.get(f"{lang}-count-{mode}")["snapshot"]["totals"]
+                got = (t["ignored"], t["failures"], t["rejected"])
+                if got == (2, 3, 4) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            print(lang, mode, *got)
+PY
+)
+for lang in $langs; do
+	for mode in cached uncached; do
+		line=$(echo "$out" | grep "^$lang $mode ")
+		if [ "$line" = "$lang $mode 2 3 4" ]; then
+			pass "$lang $mode: 2 ignored, 3 failures, 4 refused: cbd counts ignored 2, failures 3, rejected 4"
+		else
+			fail "$lang $mode: cbd counts ${line:-$out} (want ignored 2, failures 3, rejected 4)"
+		fi
+	done
+done
 
 echo "clients-agree: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -95,9 +95,22 @@ for example in "$srcdir"/client/examples/*.c; do
 	[ -f "$example" ] || continue
 	n=$((n + 1))
 	out="$dest/$(basename "$example" .c)"
+	# An example that needs another library says so in its header
+	# (" * pkg-config: MODULE..."): the system's, found without the
+	# installed tree's sysroot; skipped when missing.
+	extra=$(sed -n 's/^ \* pkg-config: //p' "$example")
+	extra_flags=
+	if [ -n "$extra" ]; then
+		# shellcheck disable=SC2086
+		if ! extra_flags=$(PKG_CONFIG_SYSROOT_DIR='' PKG_CONFIG_PATH='' \
+			pkg-config --cflags --libs $extra 2>/dev/null); then
+			echo "skip: $(basename "$example") needs $extra"
+			continue
+		fi
+	fi
 	# A sanitizer build's library needs its runtime in the program too.
 	# shellcheck disable=SC2086
-	if ${CC:-cc} ${SAN_CFLAGS:-} -o "$out" "$example" $flags 2>"$dest/cc.log"; then
+	if ${CC:-cc} ${SAN_CFLAGS:-} -o "$out" "$example" $flags $extra_flags 2>"$dest/cc.log"; then
 		pass "$(basename "$example") builds against the installed library"
 	else
 		fail "$(basename "$example"): $(cat "$dest/cc.log")"

@@ -130,10 +130,18 @@ EXTRA_DIST += tests/node-pack.sh
 # and exactly one of three processes runs the half-open trial.
 TESTS += tests/cross-language.sh
 EXTRA_DIST += tests/cross-language.sh
-# The Python, Node.js and Go clients agree: successes never classified, a
-# cached process stops exactly at its own threshold.
+# The C, Python, Node.js and Go clients agree: successes never classified,
+# a cached process stops exactly at its own threshold, cbd counts every
+# call alike (ignored and rejected included). agree-c is its C side.
 TESTS += tests/clients-agree.sh
 EXTRA_DIST += tests/clients-agree.sh
+noinst_PROGRAMS += tests/agree-c
+tests_agree_c_SOURCES = tests/agree-c.c
+tests_agree_c_LDADD = client/libcbclient.la
+# The libcurl example against a real local HTTP server and cbd (skips
+# without libcurl or python3).
+TESTS += tests/curl-example.sh
+EXTRA_DIST += tests/curl-example.sh
 # The three example services fall back alike.
 TESTS += tests/examples.sh
 EXTRA_DIST += tests/examples.sh

@@ -123,6 +123,10 @@ type Breaker struct {
 	told          atomic.Pointer[told]
 	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
 	syncLines     [3][]byte // the same with a reply (an outcome that could trip)
+	rejectedLine  []byte    // the record of refusals made from the cache, up to count's value
+	rejectedMu    sync.Mutex
+	rejectedN     int64     // refusals made from the cache not yet reported (atomic)
+	rejectedSince time.Time // when the first of them was made
 	cachedCalls   int64     // closed calls the cache let run
 	cacheRefusals int64     // calls the cache refused
 	uncachedCalls int64     // calls of a cached breaker that asked cbd
@@ -220,14 +224,72 @@ func (b *Breaker) makeOutcomeLines() error {
 		b.syncLines[o] = append(append([]byte{}, line...), `,"duration_ms":`...)
 		b.outcomeLines[o] = append(line, `,"noreply":true,"duration_ms":`...)
 	}
+	b.rejectedLine = append(append([]byte(`{"op":"record","outcome":"rejected","name":`), name...), ctx...)
+	b.rejectedLine = append(b.rejectedLine, `,"noreply":true,"count":`...)
 	return nil
 }
 
-// Close gives back what the breaker holds: the client NewBreaker made for
+// rejectedFlushAfter: refusals made from the cache are reported to cbd in
+// batches (protocol 3 §6); the first waits at most this long for others
+// while refusals go on, and the batch also goes when the cache stops
+// refusing and on Close.
+const rejectedFlushAfter = time.Second
+
+// rejectedCountMax is the most refusals one record reports (cbd's bound).
+const rejectedCountMax = 1000000
+
+// rejectedAdd counts one refusal made from c, and sends the batch once its
+// first refusal is rejectedFlushAfter old.
+func (b *Breaker) rejectedAdd(c *watchCache) {
+	now := time.Now()
+	b.rejectedMu.Lock()
+	if atomic.AddInt64(&b.rejectedN, 1) == 1 {
+		b.rejectedSince = now
+		b.rejectedMu.Unlock()
+		return
+	}
+	due := now.Sub(b.rejectedSince) >= rejectedFlushAfter
+	b.rejectedMu.Unlock()
+	if due {
+		b.rejectedFlush(c)
+	}
+}
+
+// rejectedFlush reports the refusals made from the cache so far (record,
+// outcome rejected, with their count); kept for later when c cannot take
+// the line.
+func (b *Breaker) rejectedFlush(c *watchCache) {
+	b.rejectedMu.Lock()
+	n := atomic.SwapInt64(&b.rejectedN, 0)
+	b.rejectedMu.Unlock()
+	for n > 0 && c != nil {
+		part := n
+		if part > rejectedCountMax {
+			part = rejectedCountMax
+		}
+		if !c.send(b.rejectedLine, part, false) {
+			break
+		}
+		n -= part
+	}
+	if n > 0 {
+		b.rejectedMu.Lock()
+		if atomic.AddInt64(&b.rejectedN, n) == n {
+			b.rejectedSince = time.Now()
+		}
+		b.rejectedMu.Unlock()
+	}
+}
+
+// Close gives back what the breaker holds: the refusals its cache made
+// not yet reported to cbd (sent now), the client NewBreaker made for
 // it (Options.Client nil), with its share of the watch connection (queued
 // outcomes written first, within 200 ms). A breaker on a Client of yours
 // leaves that to the client's Close.
 func (b *Breaker) Close() error {
+	if u := b.cacheUse.Load(); u != nil {
+		b.rejectedFlush(u.cache)
+	}
 	if b.ownClient {
 		return b.client.Close()
 	}
@@ -504,6 +566,11 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	}
 	if (v == cachePermit || v == cacheRefuse) && b.degradedA.Load() {
 		b.cacheAnswered()
+	}
+	if v == cacheRefuse {
+		b.rejectedAdd(u.cache)
+	} else if atomic.LoadInt64(&b.rejectedN) != 0 {
+		b.rejectedFlush(u.cache) // it stopped refusing
 	}
 	switch v {
 	case cachePermit:

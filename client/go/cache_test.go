@@ -166,10 +166,42 @@ func TestCachedRefusesATripMadeElsewhere(t *testing.T) {
 	if b.State() != StateOpen || ch.String() != "closed>open " {
 		t.Fatalf("state %s, changes %q", b.State(), ch.String())
 	}
-	// cbd did not see the refused call.
-	if tt := totals(t, other, name); tt.Rejected != 0 {
-		t.Fatalf("cbd counted %d rejected calls", tt.Rejected)
+	// The refusal reaches cbd's totals (protocol 3 §6): batched, sent on
+	// Close at the latest.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
 	}
+	waitFor(t, "cbd to count the refusal", func() bool { return totals(t, other, name).Rejected == 1 })
+}
+
+// A breaker that keeps refusing from its cache reports its refusals at
+// least once a second, not only on Close.
+func TestCachedRefusalsReportedWhileRefusing(t *testing.T) {
+	d := sharedCbd(t)
+	name := circuitName(t)
+	policy := Ctx{"failure_threshold": 1, "break_ms": 60000}
+	b := cachedBreaker(t, d.Socket, name, BreakerOptions{Policy: policy})
+	other := testClient(t)
+	ctx := context.Background()
+	if _, err := other.RecordFailure(ctx, name, RecordOptions{Ctx: policy, DurationMs: -1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the change event", func() bool { return cachedState(b) == StateOpen })
+	refused := int64(0)
+	waitFor(t, "a batch of refusals before Close", func() bool {
+		if err := b.Execute(ctx, func(context.Context) error { return nil }); err != nil {
+			refused++
+		}
+		time.Sleep(10 * time.Millisecond)
+		return totals(t, other, name).Rejected > 0
+	})
+	if got := totals(t, other, name).Rejected; got > refused {
+		t.Fatalf("cbd counted %d refusals of %d", got, refused)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every refusal counted", func() bool { return totals(t, other, name).Rejected == refused })
 }
 
 func TestCachedHalfOpenGoesThroughCbd(t *testing.T) {

@@ -759,10 +759,11 @@ circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *
 	view_at(c, now, out);
 }
 
-/* Shared body of the three outcomes. */
+/* Shared body of the outcomes: 0 ignore, 1 success, 2 failure, 3 `count`
+ * refusals made by a client on its own (counted, nothing else). */
 static ct_status
 record_outcome(circuit_table *table, const char *name, const ct_call *call, int outcome,
-    ct_view *out, ct_change *change)
+    uint64_t count, ct_view *out, ct_change *change)
 {
 	circuit *c = circuit_find(table, name);
 	cb_policy policy = *call->policy;
@@ -773,7 +774,8 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 
 	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
-	if (outcome == 0 && c == NULL) { /* an ignored call creates nothing */
+	/* An ignored call or a client's refusals create nothing. */
+	if ((outcome == 0 || outcome == 3) && c == NULL) {
 		view_fill(NULL, out);
 		return CT_OK;
 	}
@@ -783,8 +785,11 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		return status;
 	}
 	hold_expire(table, c, call->now, change);
-	if (outcome == 0) {
-		c->totals.ignored++;
+	if (outcome == 0 || outcome == 3) {
+		if (outcome == 0)
+			c->totals.ignored++;
+		else
+			c->totals.rejected += count;
 		view_at(c, call->now, out);
 		return CT_OK;
 	}
@@ -820,21 +825,28 @@ ct_status
 circuit_table_record_success(circuit_table *table, const char *name, const ct_call *call,
     ct_view *out, ct_change *change)
 {
-	return record_outcome(table, name, call, 1, out, change);
+	return record_outcome(table, name, call, 1, 1, out, change);
 }
 
 ct_status
 circuit_table_record_failure(circuit_table *table, const char *name, const ct_call *call,
     ct_view *out, ct_change *change)
 {
-	return record_outcome(table, name, call, 2, out, change);
+	return record_outcome(table, name, call, 2, 1, out, change);
 }
 
 void
 circuit_table_record_ignore(circuit_table *table, const char *name, const ct_call *call,
     ct_view *out, ct_change *change)
 {
-	record_outcome(table, name, call, 0, out, change);
+	record_outcome(table, name, call, 0, 1, out, change);
+}
+
+void
+circuit_table_record_rejected(circuit_table *table, const char *name, const ct_call *call,
+    uint64_t count, ct_view *out, ct_change *change)
+{
+	record_outcome(table, name, call, 3, count, out, change);
 }
 
 ct_status

@@ -206,6 +206,10 @@ ct_status circuit_table_record_failure(circuit_table *table, const char *name, c
     ct_view *out, ct_change *change);
 void circuit_table_record_ignore(circuit_table *table, const char *name, const ct_call *call,
     ct_view *out, ct_change *change);
+/* `count` calls a client refused on its own (protocol 3, §6): added to
+ * totals.rejected of a stored circuit; nothing else changes. */
+void circuit_table_record_rejected(circuit_table *table, const char *name, const ct_call *call,
+    uint64_t count, ct_view *out, ct_change *change);
 
 /* Force `to` when the state is `from` and the circuit is not held.
  * *applied says which; `out` is the new circuit when applied, the current

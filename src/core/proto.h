@@ -91,6 +91,9 @@ typedef enum proto_ctx_type {
 #define PROTO_PRESET_NAME_MAX 64
 /* Longest circuit name in bytes (spec: 1..256). */
 #define PROTO_NAME_MAX 256
+/* Most refusals one `record` with outcome "rejected" reports (its `count`,
+ * protocol 3, §6). */
+#define PROTO_REJECTED_COUNT_MAX 1000000
 
 /* A row of the ctx table: the member's name, type and bounds. */
 typedef struct proto_ctx_def {

@@ -40,6 +40,12 @@ export const STORE_POLICIES = Object.freeze([LOCAL, ALLOW, REJECT]);
 // After a timeout, cbd is skipped for this long (CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
 export const DEFAULT_TIMEOUT_BACKOFF_MS = 250;
 export const TIMEOUT_BACKOFF_MAX_MS = 3_600_000;
+// Refusals made from the cache are reported to cbd in batches (protocol 3
+// §6): the first waits at most this long for others while refusals go on;
+// the batch also goes when the cache stops refusing and on close().
+const REJECTED_FLUSH_MS = 1000;
+// Most refusals one record reports (cbd's bound on count).
+const REJECTED_COUNT_MAX = 1_000_000;
 // A circuit name's length in bytes (§5).
 export const NAME_MAX_BYTES = 256;
 
@@ -117,6 +123,10 @@ export class Breaker extends EventEmitter {
     this.cacheEntry = null;
     this.primed = false; // cbd answered a call: the circuit has our policy
     this.told = null; // {seq, state}: cbd's last answer to this breaker (see noteTold)
+    // Refusals made from the cache not yet reported, and when the first of
+    // them was made (Date.now(); 0: none pending).
+    this.rejectedN = 0;
+    this.rejectedSince = 0;
     if (this.client && !clock && cached !== false) {
       this.cacheMembership = joinCache(this.client.socketPath, name, this);
       this.cache = this.cacheMembership.cache;
@@ -127,6 +137,8 @@ export class Breaker extends EventEmitter {
         const head = JSON.stringify({ op, name, outcome: outcome === IGNORE ? IGNORE : undefined, ctx, noreply: true }).slice(0, -1);
         this.noreplyHead[outcome] = { text: `${head},"duration_ms":`, bytes: Buffer.byteLength(head) + 15 };
       }
+      // Refusals made from the cache, less N}\n.
+      this.rejectedHead = `${JSON.stringify({ op: 'record', name, outcome: 'rejected', ctx, noreply: true }).slice(0, -1)},"count":`;
       // The same with a reply (an outcome that could trip).
       this.syncHead = {};
       for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure']]) {
@@ -157,6 +169,7 @@ export class Breaker extends EventEmitter {
   async close() {
     const membership = this.cacheMembership;
     if (membership) {
+      this.rejectedFlush();
       this.cacheMembership = null;
       this.cache = null;
       this.cacheEntry = null;
@@ -309,6 +322,8 @@ export class Breaker extends EventEmitter {
     } else if (this.cacheEntry) {
       // Otherwise ASK (counted by decide): on to cbd below.
       const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
+      if (verdict === REFUSE) this.rejectedAdd();
+      else if (this.rejectedN) this.rejectedFlush(); // it stopped refusing
       if (verdict === PERMIT || verdict === REFUSE) {
         if (this.degraded) {
           // The cache reads cbd again: cbd is authoritative.
@@ -373,6 +388,31 @@ export class Breaker extends EventEmitter {
       if (this.cache.send(head.text + tail, head.bytes + tail.length, outcome === FAILURE, this, outcome, durationMs)) return;
     }
     return this.recordThroughClient(permit, outcome, durationMs, error);
+  }
+
+  /** One refusal made from the cache: counted, and the batch sent to cbd
+   * (record, outcome rejected, with the count) once its first refusal is
+   * REJECTED_FLUSH_MS old. */
+  rejectedAdd() {
+    const now = Date.now();
+    this.rejectedN += 1;
+    if (this.rejectedSince === 0) this.rejectedSince = now;
+    else if (now - this.rejectedSince >= REJECTED_FLUSH_MS) this.rejectedFlush();
+  }
+
+  /** Report the refusals made from the cache so far (kept for later when
+   * the cache cannot take the line). */
+  rejectedFlush() {
+    let n = this.rejectedN;
+    this.rejectedN = 0;
+    this.rejectedSince = 0;
+    while (n > 0 && this.cache) {
+      const part = Math.min(n, REJECTED_COUNT_MAX);
+      const line = `${this.rejectedHead}${part}}\n`;
+      if (!this.cache.send(line, Buffer.byteLength(line), false, this, 'rejected', 0)) break;
+      n -= part;
+    }
+    this.rejectedN += n;
   }
 
   /** The state cbd answered a request with, at the entry's seq then: until

@@ -125,8 +125,27 @@ test('a trip made on another connection is refused locally, with retry_after_ms'
   assert.equal(ran, false);
   assert.equal(b.cacheStats().refusedCalls - before.refusedCalls, 1);
   assert.equal(sent.n, 2, 'refused without asking cbd');
-  assert.equal((await totals(name)).rejected, 0, 'cbd never saw the refused call');
+  // The refusal reaches cbd's totals (protocol 3 §6): batched, sent on
+  // close() at the latest.
   await b.close();
+  await waitFor(async () => (await totals(name)).rejected === 1, 'the refusal counted by cbd');
+  client.close();
+});
+
+test('refusals made from the cache reach cbd at least once a second while refusing', async () => {
+  const name = uniqueName('refusing');
+  const policy = { failure_threshold: 1, break_ms: 60000 };
+  const { b, client } = await primed(name, policy);
+  await plain.recordFailure(name, { ctx: policy });
+  await waitFor(() => b.state === 'open', 'the change event');
+  let refused = 0;
+  await waitFor(async () => {
+    await b.call(async () => {}).catch(() => { refused += 1; });
+    return (await totals(name)).rejected > 0;
+  }, 'a batch of refusals before close');
+  assert.ok((await totals(name)).rejected <= refused);
+  await b.close();
+  await waitFor(async () => (await totals(name)).rejected === refused, 'every refusal counted');
   client.close();
 });
 

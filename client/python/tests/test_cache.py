@@ -113,9 +113,34 @@ def test_trip_elsewhere_is_refused_locally(cbd, client, name):
         b.call(lambda: "never")
     assert c.sent == sent and b.cache_stats().local_refusals == local + 1
     assert changes == [("closed", "open")]  # fired from the change event
-    assert totals(client, name)["rejected"] == 0  # cbd never saw the refusals
+    # The refusals reach cbd's totals (protocol 3 §6): batched, sent on
+    # close() at the latest.
+    n = b.cache_stats().local_refusals
+    b.close()
+    wait_until(lambda: totals(client, name)["rejected"] == n)
     other.close()
     c.close()
+
+
+def test_cached_refusals_reported_while_refusing(cbd, client, name):
+    """A breaker that keeps refusing from its cache reports its refusals
+    at least once a second, not only on close()."""
+    b = Breaker(name, Client(cbd.socket, io_timeout=2.0), failure_threshold=1,
+                break_ms=60000)
+    prime(b)
+    client.record_failure(name, ctx={"failure_threshold": 1, "break_ms": 60000})
+    wait_until(lambda: refused(b))
+
+    def counted():
+        refused(b)
+        time.sleep(0.02)
+        return totals(client, name)["rejected"] > 0
+    wait_until(counted)
+    n = b.cache_stats().local_refusals
+    assert 0 < totals(client, name)["rejected"] <= n
+    b.close()
+    wait_until(lambda: totals(client, name)["rejected"] == n)
+    b.client.close()
 
 
 def test_half_open_trial_is_exact_across_clients(cbd, client, name):

@@ -21,8 +21,10 @@ skipped for timeout_backoff_ms, so a hung cbd costs one timeout per window.
 Cached mode (cache.py; on by default on a cbd connection without a clock):
 a call that the process's watch cache sees closed runs at once and its
 outcome goes to cbd as a noreply line; one it sees open (break or open
-hold not elapsed) is refused locally; everything else, and a breaker's
-first call, takes the uncached path above.
+hold not elapsed) is refused locally, and such refusals are reported to cbd
+in batches (record, outcome rejected, with their count: at least once a
+second while refusing, when the cache stops refusing, and on close());
+everything else, and a breaker's first call, takes the uncached path above.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ _SYNC = object()
 # After a timeout, cbd is skipped for this long (libcbclient's
 # CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
 DEFAULT_TIMEOUT_BACKOFF_MS = 250
+# Refusals made from the cache are reported to cbd in batches (protocol 3
+# §6): the first waits at most this long for others while refusals go on;
+# the batch also goes when the cache stops refusing and on close().
+REJECTED_FLUSH_S = 1.0
+# Most refusals one record reports (cbd's bound on count).
+REJECTED_COUNT_MAX = 1_000_000
 # Bounds of timeout_backoff_ms (as libcbclient's).
 TIMEOUT_BACKOFF_MAX_MS = 3_600_000
 # The policy members a breaker may declare (PROTOCOL.md §6).
@@ -165,6 +173,10 @@ class Breaker:
         self._told: tuple[int, str] | None = None  # see WatchCache.decide
         self._cache_read = 0  # the entry's snapshots already noted (_cache_answered)
         self._primed = False
+        # Refusals made from the cache not yet reported, and when the first
+        # of them was made (monotonic s; None: none pending).
+        self._rejected_n = 0
+        self._rejected_since: float | None = None
         self.cached = self._wants_cache(cached)
         if self.cached:
             # The noreply lines, less ,"duration_ms":N}\n (built once).
@@ -177,6 +189,10 @@ class Breaker:
                 IGNORE: encode_request("record", dict(
                     name=name, outcome="ignore", ctx=ctx, noreply=True))[:-2],
             }
+            # Refusals made from the cache (protocol 3 §6), less
+            # ,"count":N}\n.
+            self._rejected_line = encode_request("record", dict(
+                name=name, outcome="rejected", ctx=ctx, noreply=True))[:-2]
             # The same with a reply (an outcome that could trip).
             self._sync_lines = {
                 SUCCESS: encode_request("record_success", dict(name=name, ctx=ctx))[:-2],
@@ -219,6 +235,9 @@ class Breaker:
         """Leave the watch cache (the last breaker to leave writes what is
         queued, waiting at most 200 ms, and closes the connection); later
         calls take the uncached path."""
+        c = self._cache
+        if c is not None:
+            self._rejected_flush(c)
         self.cached = False
         self._leave_cache()
 
@@ -399,6 +418,10 @@ class Breaker:
         if entry is None or not primed or not c.usable():
             return None
         verdict, left, fresh, seq = c.decide(entry, seen, told)
+        if verdict == cache.REFUSE:
+            self._rejected_add(c)
+        elif self._rejected_n:
+            self._rejected_flush(c)  # it stopped refusing
         if verdict != cache.ASK:
             self._cache_answered(entry)
         if fresh is not None:
@@ -415,6 +438,33 @@ class Breaker:
             self._observe(OPEN)
             raise CircuitOpenError(self.name, OPEN, left)
         return None
+
+    def _rejected_add(self, c: "cache.WatchCache") -> None:
+        """One refusal made from the cache: counted, and the batch sent to
+        cbd (record, outcome rejected, with the count) once its first
+        refusal is REJECTED_FLUSH_S old."""
+        now = time.monotonic()
+        with self._lock:
+            self._rejected_n += 1
+            if self._rejected_since is None:
+                self._rejected_since = now
+                return
+            due = now - self._rejected_since >= REJECTED_FLUSH_S
+        if due:
+            self._rejected_flush(c)
+
+    def _rejected_flush(self, c: "cache.WatchCache") -> None:
+        """Report the refusals made from the cache so far (kept for later
+        when the cache cannot take the line)."""
+        with self._lock:
+            n, self._rejected_n, self._rejected_since = self._rejected_n, 0, None
+        while n > 0:
+            part = min(n, REJECTED_COUNT_MAX)
+            if not c.send(self._rejected_line + b',"count":%d}\n' % part, False):
+                with self._lock:
+                    self._rejected_n += n
+                return
+            n -= part
 
     def _cache_answered(self, entry: "cache.Entry") -> None:
         """The cache decided from a fresh reading of cbd, which is
