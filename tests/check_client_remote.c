@@ -1169,22 +1169,32 @@ cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
 }
 
 /* Wait (at most harness_timeout_ms()) until cbd's totals of name reach
- * failures + successes; returns the snapshot last read. Not CACHE_WAIT_MS:
- * a backlog of thousands of lines is carried out one at a time, and in
- * fleet mode each is a round trip to Redis. */
+ * outcomes (failures + successes), ignored and rejected; returns the
+ * snapshot last read. Not CACHE_WAIT_MS: a backlog of thousands of lines
+ * is carried out one at a time, and in fleet mode each is a round trip to
+ * Redis. */
 static cbc_snapshot
-cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
+cbd_wait_counts(const cbd_harness *h, const char *name, int64_t outcomes, int64_t ignored,
+    int64_t rejected)
 {
 	int64_t deadline = harness_mono_ms() + harness_timeout_ms();
 	cbc_snapshot s;
 
 	do {
 		s = cbd_snapshot(h, name);
-		if (s.totals.failures + s.totals.successes >= total)
+		if (s.totals.failures + s.totals.successes >= outcomes &&
+		    s.totals.ignored >= ignored && s.totals.rejected >= rejected)
 			break;
 		usleep(2000);
 	} while (harness_mono_ms() < deadline);
 	return s;
+}
+
+/* cbd_wait_counts for failures + successes alone. */
+static cbc_snapshot
+cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
+{
+	return cbd_wait_counts(h, name, total, 0, 0);
 }
 
 START_TEST(cached_trip_in_one_process_refuses_in_another)
@@ -1751,23 +1761,6 @@ counted_call_ignored(void *arg)
 	return COUNTED_IGNORED;
 }
 
-/* Wait (at most harness_timeout_ms()) until cbd's ignored and rejected
- * totals of name reach ignored and rejected; returns the last reading. */
-static cbc_snapshot
-cbd_wait_counted(const cbd_harness *h, const char *name, int64_t ignored, int64_t rejected)
-{
-	int64_t deadline = harness_mono_ms() + harness_timeout_ms();
-	cbc_snapshot s;
-
-	do {
-		s = cbd_snapshot(h, name);
-		if (s.totals.ignored >= ignored && s.totals.rejected >= rejected)
-			break;
-		usleep(2000);
-	} while (harness_mono_ms() < deadline);
-	return s;
-}
-
 /* Every call counted by cbd, cached (_i 1) or not (_i 0): 2 ignored
  * errors, 3 failures (threshold 3), 4 calls while open leave ignored 2,
  * failures 3, rejected 4 (protocol 3 §6: ignored outcomes are sent, an
@@ -1827,7 +1820,7 @@ START_TEST(every_call_counted_by_cbd)
 	}
 	/* Cached refusals are batched: freeing the breaker sends them. */
 	rig_close(&r);
-	s = cbd_wait_counted(h, "counted", 2, 4);
+	s = cbd_wait_counts(h, "counted", 0, 2, 4);
 	ck_assert_int_eq(s.totals.ignored, 2);
 	ck_assert_int_eq(s.totals.failures, 3);
 	ck_assert_int_eq(s.totals.rejected, 4);
@@ -1864,7 +1857,7 @@ START_TEST(cached_refusals_reported_while_refusing)
 	ck_assert_int_gt(s.totals.rejected, 0);
 	ck_assert_int_le(s.totals.rejected, refused);
 	rig_close(&r);
-	s = cbd_wait_counted(h, "refusing", 0, refused);
+	s = cbd_wait_counts(h, "refusing", 0, 0, refused);
 	ck_assert_int_eq(s.totals.rejected, refused);
 	cbd_stop(h);
 }
