@@ -19,33 +19,10 @@ set -u
 srcdir=${CBD_SRCDIR:?}
 cbd=${CBD_BINARY:?}
 agree_c=${AGREE_C:?}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3 || true)
-for tool in "$PY" node go; do
-	[ -n "$tool" ] && command -v "$tool" >/dev/null 2>&1 || {
-		echo "python3, node and go are needed: skipping"
-		exit 77
-	}
-done
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
-
-tmp=$(mktemp -d /tmp/cbd-agree.XXXXXX)
-pid=
-cleanup() {
-	[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	chmod -R u+w "$tmp" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
-export CBD_SOCKET="$tmp/cbd.sock"
-"$cbd" -s "$CBD_SOCKET" 2>"$tmp/cbd.log" &
-pid=$!
-i=0
-while [ ! -S "$CBD_SOCKET" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-[ -S "$CBD_SOCKET" ] || { echo "cbd did not start"; cat "$tmp/cbd.log"; exit 1; }
+. "$srcdir/tests/test-lib.sh"
+need_python_node_go
+test_begin clients-agree
+test_cbd_start
 
 # Each program takes a circuit prefix and prints "runs N": the callback
 # runs of the tight loop (circuit PREFIX-tight); the five successes go to
@@ -263,5 +240,4 @@ for lang in $langs; do
 	done
 done
 
-echo "clients-agree: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -45,12 +45,13 @@ need_python_node_go() {
 	done
 }
 
-# test_cbd_start CONF: cbd with the config file CONF on $tmp/cbd.sock
-# (exported as CBD_SOCKET), logging to $tmp/cbd.log; waits (10 s at most)
-# for its socket.
+# test_cbd_start [CONF]: cbd (with the config file CONF, if given) on
+# $tmp/cbd.sock (exported as CBD_SOCKET), logging to $tmp/cbd.log; waits
+# (10 s at most) for its socket.
 test_cbd_start() {
 	export CBD_SOCKET="$tmp/cbd.sock"
-	"${CBD_BINARY:?}" -c "$1" -s "$CBD_SOCKET" 2>"$tmp/cbd.log" &
+	[ $# -gt 0 ] && set -- -c "$1"
+	"${CBD_BINARY:?}" "$@" -s "$CBD_SOCKET" 2>"$tmp/cbd.log" &
 	test_started $!
 	i=0
 	while [ ! -S "$CBD_SOCKET" ] && [ $i -lt 200 ]; do
