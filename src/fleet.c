@@ -506,6 +506,22 @@ fleet_call_cancel(fleet_call *call)
 		call->done = NULL;
 }
 
+/* A SCRIPT LOAD reply: its sha into sha (41 bytes), else Redis is lost
+ * with the reason why. */
+static bool
+script_sha_take(const redisReply *r, char *sha, const char *why)
+{
+	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", cbd.conf.redis,
+		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+		fleet_lose(why);
+		return false;
+	}
+	memcpy(sha, r->str, 40);
+	sha[40] = '\0';
+	return true;
+}
+
 static void
 script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -513,16 +529,9 @@ script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	bool was_up = fleet.health == FLEET_UP;
 
 	(void)privdata;
-	if (r == NULL || ac != fleet.main)
+	if (r == NULL || ac != fleet.main ||
+	    !script_sha_take(r, fleet.sha, "cannot load the circuit script"))
 		return;
-	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", cbd.conf.redis,
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-		fleet_lose("cannot load the circuit script");
-		return;
-	}
-	memcpy(fleet.sha, r->str, 40);
-	fleet.sha[40] = '\0';
 	if (was_up)
 		return; /* reloaded after NOSCRIPT */
 	/* Not up before the probe ran (probe_load_cb, probe_cb). */
@@ -539,16 +548,9 @@ probe_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	char key[FLEET_KEY_MAX];
 
 	(void)privdata;
-	if (r == NULL || ac != fleet.main)
+	if (r == NULL || ac != fleet.main ||
+	    !script_sha_take(r, fleet.probe_sha, "cannot load the probe script"))
 		return;
-	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-		log_error("fleet: redis %s: SCRIPT LOAD failed: %.200s", cbd.conf.redis,
-		    r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-		fleet_lose("cannot load the probe script");
-		return;
-	}
-	memcpy(fleet.probe_sha, r->str, 40);
-	fleet.probe_sha[40] = '\0';
 	snprintf(key, sizeof key, "%sprobe:%s", cbd.conf.redis_prefix, fleet.origin);
 	if (redisAsyncCommand(fleet.main, probe_cb, NULL, "EVALSHA %s 1 %s %s", fleet.probe_sha,
 		key, fleet.origin) != REDIS_OK)
