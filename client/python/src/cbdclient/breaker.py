@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from . import cache, machine
 from .aio import AsyncClient
-from .classify import FAILURE, IGNORE, SUCCESS, Outcome
+from .classify import FAILURE, IGNORE, SUCCESS, Outcome, classified
 from .connection import Client
 from .errors import CbdError, CbdTimeoutError, CircuitOpenError, ServerError, store_failed
 from .local import LocalStore
@@ -642,10 +642,7 @@ class Breaker:
     def _classify(self, value: Any) -> Outcome:
         if self.classify is None:
             return FAILURE
-        try:
-            return Outcome(self.classify(value))
-        except Exception:
-            return FAILURE  # an answer out of range counts as a failure
+        return classified(self.classify, value)
 
     def execute(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
                 *, fallback: Callable[[CircuitOpenError], Any] | None = None) -> Any:

@@ -10,6 +10,7 @@ import enum
 import http.client
 import socket
 import urllib.error
+from typing import Any, Callable
 
 
 class Outcome(str, enum.Enum):
@@ -60,3 +61,12 @@ def classify_http(value: object) -> Outcome:
                           TimeoutError, OSError, BaseException)):
         return FAILURE
     return SUCCESS
+
+
+def classified(classify: Callable[[Any], Outcome], value: Any) -> Outcome:
+    """classify(value) as an Outcome; a classifier that raises, or answers
+    something that is not an outcome, counts as a failure."""
+    try:
+        return Outcome(classify(value))
+    except Exception:
+        return FAILURE

@@ -19,8 +19,7 @@ from typing import Any, Callable
 import httpx
 
 from .breaker import AsyncBreaker, Breaker
-from .classify import IGNORE, Outcome, classify_http
-from .requests_adapter import _classified
+from .classify import IGNORE, Outcome, classified, classify_http
 
 
 class BreakerTransport(httpx.BaseTransport):
@@ -39,10 +38,10 @@ class BreakerTransport(httpx.BaseTransport):
         outcome = IGNORE
         try:
             response = self.transport.handle_request(request)
-            outcome = _classified(self.classify, response)
+            outcome = classified(self.classify, response)
             return response
         except Exception as e:
-            outcome = _classified(self.classify, e)
+            outcome = classified(self.classify, e)
             raise
         finally:
             self.breaker.report(permit, outcome, int((time.monotonic() - started) * 1000))
@@ -68,10 +67,10 @@ class AsyncBreakerTransport(httpx.AsyncBaseTransport):
         outcome = IGNORE
         try:
             response = await self.transport.handle_async_request(request)
-            outcome = _classified(self.classify, response)
+            outcome = classified(self.classify, response)
             return response
         except Exception as e:
-            outcome = _classified(self.classify, e)
+            outcome = classified(self.classify, e)
             raise
         finally:
             await self.breaker.report(permit, outcome, int((time.monotonic() - started) * 1000))

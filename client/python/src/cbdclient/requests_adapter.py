@@ -18,7 +18,7 @@ from typing import Any, Callable
 from requests.adapters import HTTPAdapter
 
 from .breaker import Breaker
-from .classify import FAILURE, IGNORE, Outcome, classify_http
+from .classify import IGNORE, Outcome, classified, classify_http
 
 
 class BreakerAdapter(HTTPAdapter):
@@ -38,20 +38,13 @@ class BreakerAdapter(HTTPAdapter):
         outcome = IGNORE  # a KeyboardInterrupt or such says nothing
         try:
             response = super().send(request, *args, **kwargs)
-            outcome = _classified(self.classify, response)
+            outcome = classified(self.classify, response)
             return response
         except Exception as e:
-            outcome = _classified(self.classify, e)
+            outcome = classified(self.classify, e)
             raise
         finally:
             self.breaker.report(permit, outcome, int((time.monotonic() - started) * 1000))
-
-
-def _classified(classify: Callable[[Any], Outcome], value: Any) -> Outcome:
-    try:
-        return Outcome(classify(value))
-    except Exception:
-        return FAILURE  # a classifier that raises, or answers nonsense
 
 
 __all__ = ["BreakerAdapter"]
