@@ -766,7 +766,12 @@ def test_a_sync_not_sent_is_reported_uncached(cbd, client, name, monkeypatch):
     """An outcome that could trip, when the watch connection cannot take
     it, goes the uncached way (its record reaches cbd)."""
     b = Breaker(name, client, failure_threshold=2, break_ms=60000)
-    prime(b)
+    primed = prime(b)
+    # The last primed success is a noreply line on the watch connection:
+    # let it land first, or it may reach cbd after the failure sent on the
+    # other connection and break the run of two (lines on two connections
+    # have no order between them).
+    wait_until(lambda: totals(client, name)["successes"] == primed)
     monkeypatch.setattr(cache.WatchCache, "send_sync", lambda self, line: (None, False))
     with pytest.raises(ConnectionError):
         b.call(boom)
