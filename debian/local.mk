@@ -17,8 +17,8 @@ EXTRA_DIST += \
 	debian/not-installed \
 	tests/debian.sh
 
-# tests/debian.sh skips (77) when told so: configure --disable-debian-test,
-# which make distcheck passes (one package build per ./bootstrap test).
+# A slow test: configure --disable-slow-tests leaves it out (one package
+# build per ./bootstrap test).
+if SLOW_TESTS
 TESTS += tests/debian.sh
-AM_TESTS_ENVIRONMENT += \
-	CBD_DEBIAN_TEST='$(enable_debian_test)'; export CBD_DEBIAN_TEST;
+endif

@@ -40,7 +40,9 @@ tests_bench_client_LDADD = client/libcbclient.la $(JANSSON_LIBS) -lpthread
 
 # Both client test programs again under valgrind: any memory error or leak
 # in libcbclient fails (skipped without valgrind and in sanitizer builds).
+if SLOW_TESTS
 TESTS += tests/client-valgrind.sh
+endif
 EXTRA_DIST += tests/client-valgrind.sh
 tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT) \
 	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT)

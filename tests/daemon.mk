@@ -41,7 +41,9 @@ tests_cbd_contract_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
 
 # The ops and lifecycle tests again with cbd under valgrind: fails on any
 # memory error or leak (skipped without valgrind and in sanitizer builds).
+if SLOW_TESTS
 TESTS += tests/cbd-valgrind.sh
+endif
 EXTRA_DIST += tests/cbd-valgrind.sh
 
 # Unit tests of the request codec cbd added to proto.c.

@@ -13,10 +13,10 @@
 #
 # Built with DEB_BUILD_OPTIONS="nocheck parallel=2" (make check is what
 # runs the suite). Costs one package build (about a minute and a half on 2
-# cores), so it runs once per `./bootstrap test`: it skips (77) in the
-# sanitizer build (SAN_CFLAGS set) and when configure was given
-# --disable-debian-test (make distcheck does, AM_DISTCHECK_CONFIGURE_FLAGS),
-# and when dpkg-buildpackage is missing (./bootstrap installs it).
+# cores), so it runs once per `./bootstrap test`: it is a slow test, left
+# out when configure was given --disable-slow-tests (the sanitizer pass
+# and make distcheck are), it skips (77) in a sanitizer build (SAN_CFLAGS
+# set) and when dpkg-buildpackage is missing (./bootstrap installs it).
 set -u
 # chroot, mount and dpkg's helpers live in sbin.
 PATH=$PATH:/usr/sbin:/sbin
@@ -160,11 +160,6 @@ if ! command -v dpkg-buildpackage >/dev/null 2>&1; then
 fi
 if [ -n "${SAN_CFLAGS:-}" ]; then
 	echo "sanitizer build: skipping (the plain build's make check builds the packages)"
-	exit 77
-fi
-if [ "${CBD_DEBIAN_TEST:-yes}" = no ]; then
-	echo "configured with --disable-debian-test (make distcheck): skipping" \
-		"(the plain build's make check builds the packages)"
 	exit 77
 fi
 

@@ -96,7 +96,9 @@ tests_bench_authority_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/python.sh
 # The clients install as their READMEs say, offline, and their README
 # samples run against a real cbd (helpers in tests/client-sample.sh).
+if SLOW_TESTS
 TESTS += tests/python-install.sh
+endif
 EXTRA_DIST += tests/python-install.sh tests/client-sample.sh tests/test-lib.sh
 
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
@@ -119,11 +121,15 @@ tests_bench_fleet_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_fleet_LDFLAGS = $(AM_LDFLAGS) -pthread
 TESTS += tests/go.sh
 EXTRA_DIST += tests/go.sh
+if SLOW_TESTS
 TESTS += tests/go-module.sh
+endif
 EXTRA_DIST += tests/go-module.sh
 TESTS += tests/node.sh
 EXTRA_DIST += tests/node.sh
+if SLOW_TESTS
 TESTS += tests/node-pack.sh
+endif
 EXTRA_DIST += tests/node-pack.sh
 
 # One circuit, three languages: Python trips it, Node.js and Go fail fast,

@@ -88,6 +88,8 @@ tests_stress_LDFLAGS = $(AM_LDFLAGS) -pthread
 
 # The sweep again under valgrind (every 10th N; skipped without valgrind
 # and in sanitizer builds).
+if SLOW_TESTS
 TESTS += tests/oom-valgrind.sh
+endif
 EXTRA_DIST += tests/oom-valgrind.sh
 tests/oom-valgrind.log: tests/cbd-oom-test$(EXEEXT)
