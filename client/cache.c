@@ -9,8 +9,16 @@
  *   - The connection is owned by a reader thread, started when the first
  *     breaker of the process joins and stopped when the last one leaves.
  *     It connects, sends one watch for every name, applies the watch
- *     reply's snapshots and the change/delete events as they arrive, and
- *     reconnects (every CACHE_RECONNECT_MS) when cbd goes away.
+ *     reply's snapshots and the change/policy/delete events as they
+ *     arrive, and reconnects (every CACHE_RECONNECT_MS) when cbd goes
+ *     away. Other events are ignored.
+ *   - Protocol 3's snapshots are compact (no policy, a policy_rev): each
+ *     entry keeps the last policy reported with its policy_rev. The watch
+ *     request and synced outcomes ask for the policy ("policy": true),
+ *     a policy event (a reload changed it) brings it, and a snapshot of
+ *     another policy_rev makes the kept one stale: until a snapshot
+ *     brings it again, the circuit's rule is unknown (every failure is
+ *     synced, and the synced reply brings the policy).
  *   - An entry is valid only between the watch reply that read it and the
  *     loss of the connection: a lost connection invalidates every entry
  *     until the next watch reply re-reads them. Callers only ever read
@@ -107,13 +115,17 @@ static _Thread_local int cache_hash_oom;
  * that snapshot carried (base) and the process's own outcomes since
  * (own): enough to tell whether one more own outcome could trip the
  * circuit. Own counts are zeroed, and the rule read, only from a snapshot
- * known to include them and to be of the stored circuit (a change event,
- * a synced outcome's reply); a watch reply may predate the creating
- * request, so it only sets the base. Until a rule is read every failure
- * is synced. An outcome counted twice costs a round trip, never an
- * overshoot. (As the Python, Node and Go clients count.) */
+ * known to include them and to be of the stored circuit (a change or
+ * policy event, a synced outcome's reply); a watch reply may predate the
+ * creating request, so it only sets the base. The rule is kept with its
+ * policy_rev (rev): a snapshot of another rev makes it unknown. Until a
+ * rule is read every failure is synced. An outcome counted twice costs a
+ * round trip, never an overshoot. (As the Python, Node and Go clients
+ * count.) */
 typedef struct cache_own {
 	bool known, rate, count_window, cannot_trip;
+	int64_t rev; /* the rule's policy_rev (0: a protocol 2 cbd's) */
+	int64_t break_ms; /* the rule's break_ms */
 	int64_t threshold, min_calls, fail_rate, win_size, slow_ms, slow_rate;
 	int64_t base_fc, base_calls, base_fails, base_slow;
 	int64_t own_fc, own_calls, own_fails, own_slow;
@@ -130,11 +142,13 @@ struct cbci_cache_entry {
 	bool held; /* hold_state until hold_until (CBC_TIME_NONE: released) */
 	cbc_state hold_state;
 	int64_t hold_until;
-	uint64_t seq; /* change events applied */
-	cbc_snapshot last; /* the last change event's snapshot (seq), or the
-			    * last snapshot read (has_last) */
+	uint64_t seq; /* change and policy events applied */
+	cbc_snapshot last; /* the last event's snapshot (seq), or the last
+			    * snapshot read (has_last); with the kept policy
+			    * when it is of its policy_rev */
 	bool has_last;
 	cache_own own;
+	cbci_policy_kept policy; /* the last policy reported, with its rev */
 	char name[];
 };
 
@@ -299,7 +313,10 @@ cache_queue_watch_locked(cbci_cache *c, cbci_cache_entry **names, size_t n)
 	bool ok = true;
 
 	for (size_t i = 0; ok && i < n; i += CACHE_WATCH_BATCH) {
-		json_t *req = json_pack("{s:s, s:[]}", "op", "watch", "names");
+		/* "policy": true: the snapshots carry the policy (protocol
+		 * 3; an older cbd ignores the member and sends it anyway). */
+		json_t *req =
+		    json_pack("{s:s, s:[], s:b}", "op", "watch", "names", "policy", 1);
 		json_t *arr = json_object_get(req, "names");
 		char *text;
 
@@ -329,6 +346,8 @@ own_set_base(cache_own *o, const cbc_snapshot *s, bool reset)
 
 	if (reset && p->known) {
 		o->known = true;
+		o->rev = s->policy_rev;
+		o->break_ms = p->break_ms;
 		o->rate = p->trip == CBC_TRIP_RATE;
 		o->count_window = p->window != CBC_WINDOW_TIME;
 		o->threshold = p->failure_threshold;
@@ -338,6 +357,10 @@ own_set_base(cache_own *o, const cbc_snapshot *s, bool reset)
 		o->slow_ms = p->slow_call_ms > 0 ? p->slow_call_ms : -1;
 		o->slow_rate = p->slow_call_rate;
 		o->cannot_trip = s->hold.held || p->min_reporters > 1;
+	} else if (s->policy_rev != o->rev) {
+		/* Another policy than the rule's (a reload, a new circuit):
+		 * unknown until a snapshot brings it. */
+		o->known = false;
 	}
 	o->base_fc = s->failure_count > 0 ? s->failure_count : 0;
 	o->base_calls = s->window.known ? s->window.calls : 0;
@@ -386,14 +409,18 @@ own_count(cache_own *o, bool failure, int64_t ms)
 	return slow && (o->base_slow + o->own_slow) * 100 >= o->slow_rate * lo;
 }
 
-/* Read a snapshot into an entry, valid from now. */
+/* Read a snapshot into an entry, valid from now (the kept policy already
+ * put into s when of its rev). */
 static void
 cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
 {
 	e->valid = true;
 	e->state = s->state;
 	e->opened_at = s->opened_at;
-	e->break_ms = s->current_break_ms >= 0 ? s->current_break_ms : s->policy.break_ms;
+	/* Without either, the countdown cbd reported (retry_after_ms). */
+	e->break_ms = s->current_break_ms >= 0 ? s->current_break_ms
+	    : s->policy.known			   ? s->policy.break_ms
+						   : -1;
 	e->retry_after_ms = s->retry_after_ms;
 	e->received_at = clock_realtime_ms();
 	e->held = s->hold.held;
@@ -423,6 +450,7 @@ cache_apply_snapshot(cbci_cache *c, proto_node *obj, bool event, bool synced)
 		if (e != NULL)
 			e->valid = false; /* cannot tell its state: ask cbd */
 	} else if (e != NULL) {
+		cbci_policy_keep(&e->policy, &snap);
 		cache_entry_set(e, &snap);
 		own_set_base(&e->own, &snap, event || synced);
 		/* The latest reading (a newer one replaces an event's not
@@ -479,7 +507,11 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 		pthread_mutex_lock(&c->lock);
 		c->stats.bad_lines++;
 		pthread_mutex_unlock(&c->lock);
-	} else if (event != NULL && strcmp(event, "change") == 0) {
+	} else if (event != NULL &&
+	    (strcmp(event, "change") == 0 || strcmp(event, "policy") == 0)) {
+		/* A policy event (protocol 3: a reload changed the circuit's
+		 * policy) is a change event's snapshot, with the policy and
+		 * without a state change. */
 		proto_node snap = proto_node_get(msg, "snapshot");
 
 		cache_apply_snapshot(c, &snap, true, false);
@@ -492,10 +524,15 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 		if (name != NULL)
 			HASH_FIND_STR(c->entries, name, e);
 		if (e != NULL && e->valid) {
-			/* Gone: the next call creates it closed. */
+			/* Gone: the next call creates it closed, with a
+			 * policy_rev of its own (and maybe another policy). */
 			e->state = CBC_STATE_CLOSED;
 			e->held = false;
 			e->opened_at = CBC_TIME_NONE;
+		}
+		if (e != NULL) {
+			cbci_policy_forget(&e->policy);
+			e->own.known = false;
 		}
 		pthread_mutex_unlock(&c->lock);
 	} else if (proto_node_is_true(&ok)) {

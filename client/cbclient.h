@@ -236,7 +236,12 @@ typedef struct cbc_policy_sources {
 	cbc_policy_source preset;
 } cbc_policy_sources;
 
-/* A circuit's effective policy as cbd reported it (protocol 2). Each
+/* A circuit's effective policy as cbd reported it (protocol 2). Protocol
+ * 3 (compact snapshots) reports it only in get's snapshot (cbc_get,
+ * cbc_store_get over a remote store) and not in the snapshots of the
+ * other ops (record, cas, set_state, hold, release, list): known is false
+ * there, and the snapshot's policy_rev says which policy the circuit has
+ * (fetch it with cbc_get when policy_rev differs from the one kept). Each
  * value is 0 when not reported (known is false, or a v1 cbd) and
  * CBC_POLICY_NULL when reported as null (max_gap_ms, slow_call_ms and
  * break_max_ms when unset); trip and window are UNSET when not reported.
@@ -325,6 +330,13 @@ typedef struct cbc_snapshot {
 	/* Distinct processes that reported a failure within
 	 * reporter_window_ms (min_reporters > 1); -1 when not reported. */
 	int64_t reporters;
+	/* Protocol 3: the revision of the circuit's effective policy (1 to
+	 * 2^32-1); two snapshots of one circuit with the same policy_rev have
+	 * the same policy (and sources). It changes when a reload, a preset
+	 * change or the circuit's creation changes the policy; nothing is
+	 * promised across cbd restarts. 0 when not reported (a protocol 1 or
+	 * 2 cbd, whose snapshots all carry the policy; a local store). */
+	int64_t policy_rev;
 } cbc_snapshot;
 
 /* A half-open trial slot. */

@@ -171,14 +171,15 @@ breaker_options_ctx(const cbc_breaker_options *o, cbc_ctx *ctx)
 	ctx->preset = o->preset;
 }
 
-/* The line of an outcome op (noreply, or with a reply awaited), without
- * its closing brace. */
+/* The line of an outcome op (noreply, or with a reply awaited: then
+ * with "policy": true, so that the reply refreshes the cache's copy of
+ * the circuit's rule, protocol 3), without its closing brace. */
 static char *
 breaker_line(cbc_breaker *b, const char *op, bool noreply, size_t *len)
 {
 	json_t *req = noreply
 	    ? json_pack("{s:s, s:s, s:b}", "op", op, "name", b->name, "noreply", 1)
-	    : json_pack("{s:s, s:s}", "op", op, "name", b->name);
+	    : json_pack("{s:s, s:s, s:b}", "op", op, "name", b->name, "policy", 1);
 	proto_ctx partial;
 	char *text = NULL;
 

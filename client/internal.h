@@ -61,13 +61,30 @@ void cbci_snapshot_fill(cbc_snapshot *out, const char *name, const cb_snapshot *
 /* The public snapshot as a core one. */
 void cbci_snapshot_to_core(const cbc_snapshot *in, cb_snapshot *out);
 
-/* Protocol 2's members of a snapshot as "not reported": not held, totals
- * -1, policy not known (snapshot.c). */
+/* Protocol 2's and 3's members of a snapshot as "not reported": not held,
+ * totals -1, policy not known, policy_rev 0 (snapshot.c). */
 void cbci_snapshot_v2_clear(cbc_snapshot *out);
-/* Read a snapshot object's protocol 2 members (hold, totals, policy) into
+/* Read a snapshot object's protocol 2 and 3 members (hold, totals,
+ * policy, policy_rev, ...) into
  * out (may be NULL: only checked); absent members read as not reported,
  * mistyped ones are CBC_EPROTO naming them. obj in either form. */
 cbc_status cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err);
+/* The last policy reported for one circuit with its policy_rev (protocol
+ * 3: most snapshots carry only the rev); policy.known false: none kept,
+ * or it went stale. */
+typedef struct cbci_policy_kept {
+	cbc_policy policy;
+	int64_t rev;
+} cbci_policy_kept;
+/* Keep s's policy when it carries one; when it carries none, put the kept
+ * one into s if it is of s's policy_rev, else (another rev) the kept one
+ * goes stale. A snapshot with neither (rev 0: a protocol 1 cbd, a local
+ * store) changes nothing (snapshot.c). */
+void cbci_policy_keep(cbci_policy_kept *kept, cbc_snapshot *s);
+/* Forget the kept policy (the circuit was deleted: its next creation
+ * gets another policy_rev). */
+void cbci_policy_forget(cbci_policy_kept *kept);
+
 /* The names of a policy_conflict array joined by commas into buf (cut to
  * fit; size may be 0); returns how many names it held. */
 size_t cbci_conflict_join(const json_t *conflict, char *buf, size_t size);
@@ -136,6 +153,12 @@ bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx
 /* Tell cbd of an ignored outcome (record, outcome ignore) through a
  * resilient store over a remote one; no-op otherwise, errors swallowed. */
 void cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx);
+
+/* cbc_record_success (failure false) or cbc_record_failure with
+ * "policy": true: protocol 3 answers with the circuit's policy in the
+ * snapshot (ops.c). */
+cbc_status cbci_record_policy(cbc_conn *conn, const char *name, bool failure, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err);
 
 /* The connection of a remote store; NULL for any other store. */
 cbc_conn *cbci_store_remote_conn(const cbc_store *store);

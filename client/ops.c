@@ -87,11 +87,13 @@ typedef struct request_member {
 } request_member;
 
 /* Build {"op", "name" (when not NULL), members..., "ctx" (when not NULL),
- * "duration_ms" (an outcome op whose ctx has one)}, send it and get its ok
+ * "duration_ms" (an outcome op whose ctx has one), "policy": true (when
+ * policy: protocol 3's snapshot with the policy)}, send it and get its ok
  * reply. */
 static cbc_status
-request_call(cbc_conn *conn, const char *op, const char *name, const request_member *members,
-    size_t n, const cbc_ctx *ctx, cbci_reply *reply, cbc_error *err)
+request_call_policy(cbc_conn *conn, const char *op, const char *name,
+    const request_member *members, size_t n, const cbc_ctx *ctx, bool policy, cbci_reply *reply,
+    cbc_error *err)
 {
 	json_t *req;
 	cbc_status st = request_new(op, name, &req, err);
@@ -105,11 +107,21 @@ request_call(cbc_conn *conn, const char *op, const char *name, const request_mem
 	if (st == CBC_OK && ctx != NULL && ctx->has_duration && op_takes_duration(op) &&
 	    json_object_set_new(req, "duration_ms", json_integer(ctx->duration_ms)) != 0)
 		st = cbci_fail(err, CBC_ENOMEM, "out of memory building duration_ms");
+	if (st == CBC_OK && policy && json_object_set_new(req, "policy", json_true()) != 0)
+		st = cbci_fail(err, CBC_ENOMEM, "out of memory building policy");
 	if (st != CBC_OK) {
 		json_decref(req);
 		return st;
 	}
 	return request_send(conn, req, reply, err);
+}
+
+/* request_call_policy without "policy". */
+static cbc_status
+request_call(cbc_conn *conn, const char *op, const char *name, const request_member *members,
+    size_t n, const cbc_ctx *ctx, cbci_reply *reply, cbc_error *err)
+{
+	return request_call_policy(conn, op, name, members, n, ctx, false, reply, err);
 }
 
 /* A reply member as a snapshot (internal.h). */
@@ -247,13 +259,14 @@ cbc_hello(cbc_conn *conn, cbc_hello_info *out, cbc_error *err)
 	return op_done(&reply, st, err);
 }
 
-/* get, record_success, record_failure: name + ctx -> snapshot. */
+/* get, record_success, record_failure: name + ctx -> snapshot (with
+ * "policy": true when policy). */
 static cbc_status
-op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
-    cbc_error *err)
+op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx, bool policy,
+    cbc_snapshot *out, cbc_error *err)
 {
 	cbci_reply reply;
-	cbc_status st = request_call(conn, op, name, NULL, 0, ctx, &reply, err);
+	cbc_status st = request_call_policy(conn, op, name, NULL, 0, ctx, policy, &reply, err);
 
 	if (st != CBC_OK)
 		return st;
@@ -264,21 +277,29 @@ op_snapshot(cbc_conn *conn, const char *op, const char *name, const cbc_ctx *ctx
 cbc_status
 cbc_get(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err)
 {
-	return op_snapshot(conn, "get", name, ctx, out, err);
+	return op_snapshot(conn, "get", name, ctx, false, out, err);
 }
 
 cbc_status
 cbc_record_success(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
     cbc_error *err)
 {
-	return op_snapshot(conn, "record_success", name, ctx, out, err);
+	return op_snapshot(conn, "record_success", name, ctx, false, out, err);
 }
 
 cbc_status
 cbc_record_failure(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_snapshot *out,
     cbc_error *err)
 {
-	return op_snapshot(conn, "record_failure", name, ctx, out, err);
+	return op_snapshot(conn, "record_failure", name, ctx, false, out, err);
+}
+
+cbc_status
+cbci_record_policy(cbc_conn *conn, const char *name, bool failure, const cbc_ctx *ctx,
+    cbc_snapshot *out, cbc_error *err)
+{
+	return op_snapshot(conn, failure ? "record_failure" : "record_success", name, ctx, true,
+	    out, err);
 }
 
 /* Check a state argument; CBC_EINVAL naming field. */

@@ -3,8 +3,11 @@
  * snapshot.c — protocol 2's snapshot members (hold, totals, policy with
  * its sources, current_break_ms, a rate circuit's window, reporters) read
  * into the public snapshot, and the conversions between the public
- * snapshot and the core's. Tolerant of a protocol 1
+ * snapshot and the core's, and the policy kept per circuit with its
+ * policy_rev (protocol 3's compact snapshots). Tolerant of a protocol 1
  * cbd: an absent member reads as not held, totals -1, policy not known.
+ * Protocol 3's compact snapshots: policy may be absent (not known) and
+ * policy_rev present (0 when absent: a protocol 1 or 2 cbd).
  * Strict on what is there: a mistyped member is CBC_EPROTO naming it.
  * Policy keys this library does not know are skipped (later protocol
  * versions add keys).
@@ -89,6 +92,9 @@ static const policy_row policy_rows[] = {
 
 #define POLICY_ROW_COUNT (sizeof policy_rows / sizeof policy_rows[0])
 
+/* Largest policy_rev (protocol 3: below 2^32). */
+#define POLICY_REV_MAX 4294967295LL
+
 void
 cbci_snapshot_v2_clear(cbc_snapshot *out)
 {
@@ -102,6 +108,7 @@ cbci_snapshot_v2_clear(cbc_snapshot *out)
 	out->current_break_ms = -1;
 	memset(&out->window, 0, sizeof out->window);
 	out->reporters = -1;
+	out->policy_rev = 0;
 }
 
 /* An optional integer member of obj (path names obj in messages): absent
@@ -331,6 +338,24 @@ read_number(proto_node *obj, const char *path, const char *key, double *out, cbc
 	}
 }
 
+/* snapshot.policy_rev (protocol 3): absent reads 0; else an integer from
+ * 1 to POLICY_REV_MAX. */
+static cbc_status
+read_policy_rev(proto_node *obj, int64_t *out, cbc_error *err)
+{
+	proto_node v = proto_node_get(obj, "policy_rev");
+
+	if (proto_node_is_absent(&v))
+		return CBC_OK;
+	if (proto_node_typeof(&v) != PROTO_NODE_INT || proto_node_int(&v) < 1 ||
+	    proto_node_int(&v) > POLICY_REV_MAX)
+		return cbci_fail(err, CBC_EPROTO,
+		    "reply member snapshot.policy_rev must be an integer from 1 to %lld",
+		    (long long)POLICY_REV_MAX);
+	*out = proto_node_int(&v);
+	return CBC_OK;
+}
+
 /* snapshot.window: {"calls", "failures", "slow", "failure_rate",
  * "slow_call_rate"} (a rate circuit), rates in percent. */
 static cbc_status
@@ -379,6 +404,8 @@ cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err)
 		st = read_policy(&v, &s.policy, err);
 	}
 	if (st == CBC_OK)
+		st = read_policy_rev(obj, &s.policy_rev, err);
+	if (st == CBC_OK)
 		st = read_int(obj, "snapshot", "current_break_ms", -1, &s.current_break_ms, err);
 	if (st == CBC_OK) {
 		v = proto_node_get(obj, "window");
@@ -393,8 +420,29 @@ cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err)
 		out->current_break_ms = s.current_break_ms;
 		out->window = s.window;
 		out->reporters = s.reporters;
+		out->policy_rev = s.policy_rev;
 	}
 	return st;
+}
+
+void
+cbci_policy_keep(cbci_policy_kept *kept, cbc_snapshot *s)
+{
+	if (s->policy.known) {
+		kept->policy = s->policy;
+		kept->rev = s->policy_rev;
+	} else if (s->policy_rev != 0 && kept->policy.known && kept->rev == s->policy_rev) {
+		s->policy = kept->policy;
+	} else if (s->policy_rev != 0) {
+		kept->policy.known = false;
+	}
+}
+
+void
+cbci_policy_forget(cbci_policy_kept *kept)
+{
+	kept->policy.known = false;
+	kept->rev = 0;
 }
 
 /* The policy key names of a policy_conflict array joined by commas into

@@ -12,7 +12,11 @@
  *           break_backoff included; the window starts empty, and
  *           min_reporters counts as 1: one process); a held circuit
  *           stays held (open until the hold's end, closed whatever
- *           fails);
+ *           fails). Protocol 3's snapshots carry only the policy's
+ *           revision (policy_rev): the policy is kept with its rev, a
+ *           snapshot of another rev makes it stale, and while it is
+ *           stale (or was never reported) outcomes go to a remote store
+ *           with "policy": true, so their reply brings it;
  *   ALLOW   answer as if the circuit were closed;
  *   REJECT  return the error from the ops made before the protected call
  *           (get, cas, set_state, acquire_slot); bookkeeping after it
@@ -49,8 +53,10 @@ static _Thread_local int seen_oom;
 typedef struct seen_circuit {
 	UT_hash_handle hh;
 	cb_snapshot last; /* the last snapshot the wrapped store returned */
-	cbc_ctx reported; /* the policy it reported, as a ctx (0: not reported) */
-	bool policy_known; /* it reported a policy */
+	cbci_policy_kept kept; /* the last policy reported, with its rev */
+	cbc_ctx reported; /* the policy kept for the last snapshot's rev, as
+			   * a ctx (0: not reported, or stale) */
+	bool policy_known; /* reported holds a policy */
 	bool degraded; /* the fallback holds this circuit's live copy */
 	char name[];
 } seen_circuit;
@@ -173,6 +179,33 @@ resilient_fallback_ctx(resilient *r, const char *name, const cbc_ctx *ctx, cbc_c
 		out->break_max_ms = out->break_ms;
 }
 
+/* Remember snap as s's last snapshot, with the policy kept for its
+ * policy_rev (lock held). */
+static void
+seen_note(seen_circuit *s, const cbc_snapshot *snap)
+{
+	cbc_snapshot merged = *snap;
+
+	cbci_policy_keep(&s->kept, &merged);
+	cbci_snapshot_to_core(&merged, &s->last);
+	reported_ctx(&merged, &s->reported);
+	s->policy_known = merged.policy.known;
+}
+
+/* Does name's reply need the policy: none kept for it, or stale? */
+static bool
+resilient_wants_policy(resilient *r, const char *name)
+{
+	seen_circuit *s;
+	bool want;
+
+	pthread_mutex_lock(&r->lock);
+	s = seen_find(r, name);
+	want = s == NULL || !s->kept.policy.known;
+	pthread_mutex_unlock(&r->lock);
+	return want;
+}
+
 /* The wrapped store answered for name: remember snap (may be NULL: no
  * snapshot in the answer) and end any degradation of that circuit. */
 static void
@@ -183,11 +216,8 @@ resilient_answered(resilient *r, const char *name, const cbc_snapshot *snap)
 	pthread_mutex_lock(&r->lock);
 	s = snap != NULL ? seen_get(r, name) : seen_find(r, name);
 	if (s != NULL) {
-		if (snap != NULL) {
-			cbci_snapshot_to_core(snap, &s->last);
-			reported_ctx(snap, &s->reported);
-			s->policy_known = snap->policy.known;
-		}
+		if (snap != NULL)
+			seen_note(s, snap);
 		if (s->degraded) {
 			s->degraded = false;
 			cbci_local_forget(r->fallback, name);
@@ -359,6 +389,21 @@ op_answer_allow(resilient *r, const op_call *c, bool from_last, cbc_error *err)
 	return CBC_OK;
 }
 
+/* Run c on the wrapped store: an outcome for a circuit whose policy is
+ * not kept goes to a remote store with "policy": true (protocol 3's
+ * compact snapshots carry it only when asked). */
+static cbc_status
+op_run_inner(resilient *r, const op_call *c, cbc_error *err)
+{
+	cbc_conn *conn = cbci_store_remote_conn(r->inner);
+
+	if (conn != NULL && (c->op == CBC_OP_RECORD_SUCCESS || c->op == CBC_OP_RECORD_FAILURE) &&
+	    resilient_wants_policy(r, c->name))
+		return cbci_record_policy(conn, c->name, c->op == CBC_OP_RECORD_FAILURE, c->ctx,
+		    c->snap, err);
+	return op_run(r->inner->ops, r->inner->impl, c, err);
+}
+
 /* The driver: wrapped store first, then the policy. */
 static cbc_status
 resilient_op(resilient *r, const op_call *c, cbc_error *err)
@@ -372,7 +417,7 @@ resilient_op(resilient *r, const op_call *c, cbc_error *err)
 	cbci_error_clear(&inner_err);
 	skipped = resilient_skipping(r, &inner_err);
 	if (!skipped) {
-		st = op_run(r->inner->ops, r->inner->impl, c, &inner_err);
+		st = op_run_inner(r, c, &inner_err);
 		if (st == CBC_OK) {
 			resilient_answered(r, c->name, c->snap != NULL ? c->snap : NULL);
 			return CBC_OK;
@@ -585,9 +630,7 @@ cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snapshot *
 			s->degraded = false;
 			cbci_local_forget(r->fallback, name);
 		}
-		cbci_snapshot_to_core(snap, &s->last);
-		reported_ctx(snap, &s->reported);
-		s->policy_known = snap->policy.known;
+		seen_note(s, snap);
 	}
 	pthread_mutex_unlock(&r->lock);
 }
