@@ -315,8 +315,7 @@ cache_queue_watch_locked(cbci_cache *c, cbci_cache_entry **names, size_t n)
 	for (size_t i = 0; ok && i < n; i += CACHE_WATCH_BATCH) {
 		/* "policy": true: the snapshots carry the policy (protocol
 		 * 3; an older cbd ignores the member and sends it anyway). */
-		json_t *req =
-		    json_pack("{s:s, s:[], s:b}", "op", "watch", "names", "policy", 1);
+		json_t *req = json_pack("{s:s, s:[], s:b}", "op", "watch", "names", "policy", 1);
 		json_t *arr = json_object_get(req, "names");
 		char *text;
 
@@ -419,8 +418,8 @@ cache_entry_set(cbci_cache_entry *e, const cbc_snapshot *s)
 	e->opened_at = s->opened_at;
 	/* Without either, the countdown cbd reported (retry_after_ms). */
 	e->break_ms = s->current_break_ms >= 0 ? s->current_break_ms
-	    : s->policy.known			   ? s->policy.break_ms
-						   : -1;
+	    : s->policy.known                  ? s->policy.break_ms
+					       : -1;
 	e->retry_after_ms = s->retry_after_ms;
 	e->received_at = clock_realtime_ms();
 	e->held = s->hold.held;

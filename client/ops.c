@@ -91,9 +91,8 @@ typedef struct request_member {
  * policy: protocol 3's snapshot with the policy)}, send it and get its ok
  * reply. */
 static cbc_status
-request_call_policy(cbc_conn *conn, const char *op, const char *name,
-    const request_member *members, size_t n, const cbc_ctx *ctx, bool policy, cbci_reply *reply,
-    cbc_error *err)
+request_call_policy(cbc_conn *conn, const char *op, const char *name, const request_member *members,
+    size_t n, const cbc_ctx *ctx, bool policy, cbci_reply *reply, cbc_error *err)
 {
 	json_t *req;
 	cbc_status st = request_new(op, name, &req, err);

@@ -715,7 +715,19 @@ typedef struct flaky {
 	cbc_policy policy;
 	cbc_hold_info hold;
 	int64_t grown_break_ms; /* when > 0: current_break_ms of get answers */
+	/* When > 0: every snapshot carries this policy_rev and only get's
+	 * the policy (protocol 3's compact snapshots). */
+	int64_t rev;
 } flaky;
+
+/* Protocol 3: a snapshot other than get's carries policy_rev alone. */
+static cbc_status
+flaky_compact(flaky *f, cbc_status st, cbc_snapshot *out)
+{
+	if (st == CBC_OK && f->rev > 0)
+		out->policy_rev = f->rev;
+	return st;
+}
 
 static cbc_status
 flaky_fail(flaky *f, cbc_error *err)
@@ -741,6 +753,7 @@ f_get(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_e
 		out->current_break_ms = f->grown_break_ms > 0
 		    ? f->grown_break_ms
 		    : f->policy.break_ms; /* as cbd: not grown */
+		out->policy_rev = f->rev;
 	}
 	return st;
 }
@@ -750,7 +763,8 @@ f_rs(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_er
 {
 	flaky *f = impl;
 
-	return flaky_fail(f, err) ?: cbc_store_record_success(f->real, name, ctx, out, err);
+	return flaky_compact(f,
+	    flaky_fail(f, err) ?: cbc_store_record_success(f->real, name, ctx, out, err), out);
 }
 
 static cbc_status
@@ -758,7 +772,8 @@ f_rf(void *impl, const char *name, const cbc_ctx *ctx, cbc_snapshot *out, cbc_er
 {
 	flaky *f = impl;
 
-	return flaky_fail(f, err) ?: cbc_store_record_failure(f->real, name, ctx, out, err);
+	return flaky_compact(f,
+	    flaky_fail(f, err) ?: cbc_store_record_failure(f->real, name, ctx, out, err), out);
 }
 
 static cbc_status
@@ -961,6 +976,50 @@ START_TEST(local_policy_breaks_with_the_policy_cbd_reported)
 		ck_assert_int_eq(s.state, CBC_STATE_OPEN);
 		ck_assert_int_eq(s.retry_after_ms, 1);
 	}
+	rig_free(&rig);
+}
+END_TEST
+
+/* Protocol 3: the policy get reported is kept through the compact
+ * snapshots of the same policy_rev (the outcomes' replies), and goes
+ * stale with a snapshot of another rev (a reload changed it): the
+ * fallback then runs the caller's policy, not the stale one. */
+START_TEST(local_policy_kept_through_compact_snapshots_of_its_rev)
+{
+	resilient_rig rig;
+	cbc_ctx c = vctx(1000); /* the caller: 5 failures */
+	cbc_snapshot s;
+
+	rig_init(&rig, CBC_POLICY_LOCAL, 0);
+	rig.f.stamp = true;
+	rig.f.policy = reported_policy(); /* cbd: 2 failures */
+	rig.f.rev = 7;
+	ck_assert_int_eq(cbc_store_get(rig.res, "kept", &c, &s, NULL), CBC_OK);
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy_rev, 7);
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "kept", &c, &s, NULL), CBC_OK);
+	ck_assert(!s.policy.known);
+	ck_assert_int_eq(s.policy_rev, 7);
+	rig.f.fail = CBC_ECONNECT;
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(cbc_store_record_failure(rig.res, "kept", &c, &s, NULL), CBC_OK);
+	ck_assert_msg(s.state == CBC_STATE_OPEN, "2 failures did not open (policy not kept)");
+	ck_assert_int_eq(s.retry_after_ms, 7000);
+	/* Back; a reload gave the circuit another policy (rev 8), which
+	 * only a compact snapshot told: the kept one is stale. */
+	rig.f.fail = CBC_OK;
+	ck_assert_int_eq(cbc_store_get(rig.res, "stale", &c, &s, NULL), CBC_OK);
+	ck_assert(s.policy.known);
+	rig.f.rev = 8;
+	ck_assert_int_eq(cbc_store_record_success(rig.res, "stale", &c, &s, NULL), CBC_OK);
+	rig.f.fail = CBC_ECONNECT;
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(cbc_store_record_failure(rig.res, "stale", &c, &s, NULL), CBC_OK);
+		ck_assert_msg(s.state == CBC_STATE_CLOSED, "opened after %d failures", i + 1);
+	}
+	ck_assert_int_eq(cbc_store_record_failure(rig.res, "stale", &c, &s, NULL), CBC_OK);
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.retry_after_ms, 1000); /* the caller's break */
 	rig_free(&rig);
 }
 END_TEST
@@ -2513,6 +2572,7 @@ client_suite(void)
 	tcase_add_test(tc, local_policy_seeds_from_last_snapshot_and_never_latches);
 	tcase_add_test(tc, local_policy_keeps_an_open_circuit_open);
 	tcase_add_test(tc, local_policy_breaks_with_the_policy_cbd_reported);
+	tcase_add_test(tc, local_policy_kept_through_compact_snapshots_of_its_rev);
 	tcase_add_test(tc, local_policy_keeps_a_hold);
 	tcase_add_test(tc, local_policy_breaker_keeps_protecting);
 	tcase_add_test(tc, allow_policy_lets_calls_flow);

@@ -98,8 +98,30 @@ compare_snapshot(const char *text, bool *ok)
 	"\"policy\":" REAL_POLICY ",\"hold\":null,\"totals\":{\"successes\":0,\"failures\":5,"     \
 	"\"ignored\":0,\"slow\":0,\"rejected\":0},\"current_break_ms\":30000}"
 
+/* The same as protocol 3 writes it: policy_rev, no policy. */
+#define COMPACT_SNAPSHOT                                                                           \
+	"{\"name\":\"svc.a\",\"state\":\"open\",\"failure_count\":5,\"success_count\":0,"          \
+	"\"last_failure_at\":1796052888151,\"opened_at\":1796052888151,\"retry_after_ms\":30000,"  \
+	"\"policy_rev\":7,\"hold\":null,\"totals\":{\"successes\":0,\"failures\":5,"               \
+	"\"ignored\":0,\"slow\":0,\"rejected\":0},\"current_break_ms\":30000}"
+/* A closed circuit's snapshot of protocol 3 with its policy (get,
+ * "policy": true, a policy event's): failure_threshold thr. */
+#define POLICY_SNAPSHOT(fc, rev, thr)                                                              \
+	"{\"name\":\"svc.a\",\"state\":\"closed\",\"failure_count\":" #fc                          \
+	",\"success_count\":0,\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0,"   \
+	"\"policy_rev\":" #rev ",\"policy\":{\"failure_threshold\":" #thr ",\"break_ms\":30000,"   \
+	"\"trip\":\"consecutive\",\"min_reporters\":1},\"hold\":null,\"current_break_ms\":30000}"
+/* The same without its policy. */
+#define CLOSED_COMPACT(fc, rev)                                                                    \
+	"{\"name\":\"svc.a\",\"state\":\"closed\",\"failure_count\":" #fc                          \
+	",\"success_count\":0,\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0,"   \
+	"\"policy_rev\":" #rev ",\"hold\":null,\"current_break_ms\":30000}"
+
 static const char *const picked[] = {
 	REAL_SNAPSHOT,
+	COMPACT_SNAPSHOT,
+	POLICY_SNAPSHOT(1, 4294967295, 2),
+	CLOSED_COMPACT(0, 1),
 	"{\"name\":\"svc.a\",\"state\":\"closed\",\"failure_count\":0,\"success_count\":0,"
 	"\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0}",
 	/* v1: no protocol 2 members; no name: the fallback. */
@@ -155,6 +177,12 @@ static const char *const picked[] = {
 	"\"failure_rate\":\"high\"}}",
 	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"current_break_ms\":false}",
 	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"reporters\":{}}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy_rev\":\"7\"}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy_rev\":null}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy_rev\":0}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,\"policy_rev\":-3}",
+	"{\"state\":\"open\",\"failure_count\":0,\"success_count\":0,"
+	"\"policy_rev\":4294967296}",
 	"{}",
 };
 
@@ -360,7 +388,9 @@ gen_snapshot(gen *g, char *out, size_t size)
 	add_int(g, &m, "last_failure_at", INT64_C(1796052888151), true);
 	add_int(g, &m, "opened_at", INT64_C(1796052888151), true);
 	add_int(g, &m, "retry_after_ms", (int64_t)test_below(&g->rng, 30000), false);
-	if (chance(g, 80)) {
+	if (chance(g, 50))
+		add_int(g, &m, "policy_rev", 1 + (int64_t)test_below(&g->rng, 4294967295u), false);
+	if (chance(g, 60)) {
 		gen_policy(g, policy, sizeof policy);
 		add(&m, "policy", "%s", junk(g) ? PICK(g, wrong) : chance(g, 5) ? "null" : policy);
 	}
@@ -470,6 +500,10 @@ START_TEST(cache_reads_lines_the_same_both_ways)
 		"{\"event\":\"change\",\"from\":\"closed\",\"snapshot\":" REAL_SNAPSHOT
 		",\"reason\":\"failure threshold reached\"}",
 		"{\"event\":\"delete\",\"name\":\"svc.a\",\"reason\":\"deleted\"}",
+		/* Protocol 3: a compact change event, a policy event. */
+		"{\"event\":\"change\",\"from\":\"closed\",\"snapshot\":" COMPACT_SNAPSHOT
+		",\"reason\":\"failure threshold reached\"}",
+		"{\"event\":\"policy\",\"snapshot\":" POLICY_SNAPSHOT(0, 8, 3) "}",
 		"{\"id\":\"cache-probe-3\",\"ok\":true,\"server\":\"cbd\",\"protocol\":2}",
 		"{\"ok\":false,\"error\":{\"code\":\"unknown_op\",\"message\":\"watch\"}}",
 		"{\"event\":\"change\"}",
@@ -489,11 +523,11 @@ START_TEST(cache_reads_lines_the_same_both_ways)
 	for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
 		pair_feed(&p, lines[i]);
 	cbci_cache_stats(p.cache[0], &st);
-	/* The change events (5; two without a snapshot object to read, which
-	 * are no bad lines), the delete and the rename; two bad snapshots;
-	 * two refusals (ok:false, and a line that is neither reply nor
-	 * event). */
-	ck_assert_int_eq(st.events, 7);
+	/* The change events (6; two without a snapshot object to read, which
+	 * are no bad lines), the policy event, the delete and the rename;
+	 * two bad snapshots; two refusals (ok:false, and a line that is
+	 * neither reply nor event). */
+	ck_assert_int_eq(st.events, 9);
 	ck_assert_int_eq(st.bad_lines, 2);
 	ck_assert_int_eq(st.refused, 2);
 	cache_pair_close(&p);
@@ -527,6 +561,100 @@ START_TEST(cache_reads_generated_events_the_same_both_ways)
 	ck_assert_uint_gt(st.bad_lines, 0);
 	ck_assert_uint_lt(st.bad_lines, (uint64_t)fed * 4 / 5);
 	cache_pair_close(&p);
+}
+END_TEST
+
+/* Would one more own failure be sent with its reply awaited (a cache
+ * without a connection queues nothing: the verdict is all)? */
+static bool
+failure_synced(cbci_cache *c, cbci_cache_entry *e)
+{
+	static const char line[] = "{}\n";
+	bool could_trip = false;
+
+	cbci_cache_report(c, e, line, sizeof line - 1, true, 0, &could_trip);
+	return could_trip;
+}
+
+/* Apply line (a string literal) to c. */
+#define APPLY(c, line) cbci_cache_apply_line(c, line, strlen(line))
+
+/* Protocol 3: the cache keeps the circuit's rule with its policy_rev. A
+ * synced reply or a policy event brings it; a compact snapshot of the
+ * same rev keeps it (and hands it out with the fresh snapshot); another
+ * rev, a watch reply of another rev, or a delete makes it unknown (every
+ * failure synced); unknown events change nothing. */
+START_TEST(cache_keeps_the_rule_with_its_policy_rev)
+{
+	cbci_cache *c = cbci_cache_acquire("/nonexistent/check-snapshot-rev.sock", NULL);
+	cbci_cache_entry *e;
+	cbc_snapshot fresh;
+	bool has_fresh;
+	uint64_t seen = 0;
+	int64_t retry;
+	cbc_cache_stats st;
+
+	ck_assert_ptr_nonnull(c);
+	e = cbci_cache_watch(c, "svc.a");
+	ck_assert_ptr_nonnull(e);
+	/* No rule read: every failure synced. */
+	ck_assert(failure_synced(c, e));
+	/* A synced outcome's reply ("policy": true): threshold 2, rev 5. */
+	APPLY(c, "{\"id\":\"cache-sync-1\",\"ok\":true,\"snapshot\":" POLICY_SNAPSHOT(0, 5, 2) "}");
+	ck_assert(!failure_synced(c, e));
+	ck_assert(failure_synced(c, e));
+	/* A compact change event of rev 5: the rule stays, and the fresh
+	 * snapshot carries the kept policy. */
+	APPLY(c,
+	    "{\"event\":\"change\",\"from\":\"open\",\"snapshot\":" CLOSED_COMPACT(0,
+		5) ",\"reason\":\"x\"}");
+	cbci_cache_decide(c, e, &seen, &fresh, &has_fresh, &retry, NULL);
+	ck_assert(has_fresh);
+	ck_assert_int_eq(fresh.policy_rev, 5);
+	ck_assert(fresh.policy.known);
+	ck_assert_int_eq(fresh.policy.failure_threshold, 2);
+	ck_assert(!failure_synced(c, e));
+	/* Rev 6 without a policy: stale, the rule unknown. */
+	APPLY(c,
+	    "{\"event\":\"change\",\"from\":\"open\",\"snapshot\":" CLOSED_COMPACT(0,
+		6) ",\"reason\":\"x\"}");
+	cbci_cache_decide(c, e, &seen, &fresh, &has_fresh, &retry, NULL);
+	ck_assert(has_fresh);
+	ck_assert_int_eq(fresh.policy_rev, 6);
+	ck_assert(!fresh.policy.known);
+	ck_assert(failure_synced(c, e));
+	/* A policy event (a reload): threshold 3 from now, no state change. */
+	APPLY(c, "{\"event\":\"policy\",\"snapshot\":" POLICY_SNAPSHOT(0, 6, 3) "}");
+	cbci_cache_decide(c, e, &seen, &fresh, &has_fresh, &retry, NULL);
+	ck_assert(has_fresh);
+	ck_assert(fresh.policy.known);
+	ck_assert_int_eq(fresh.policy.failure_threshold, 3);
+	ck_assert_int_eq(fresh.state, CBC_STATE_CLOSED);
+	ck_assert(!failure_synced(c, e));
+	ck_assert(!failure_synced(c, e));
+	ck_assert(failure_synced(c, e));
+	/* A watch reply of rev 9 (after a reconnect) only sets the base: the
+	 * rule is unknown, but its policy is kept for rev 9, which the next
+	 * event of rev 9 makes the rule. */
+	APPLY(c, "{\"ok\":true,\"snapshots\":[" POLICY_SNAPSHOT(0, 9, 4) "]}");
+	ck_assert(failure_synced(c, e));
+	APPLY(c,
+	    "{\"event\":\"change\",\"from\":\"open\",\"snapshot\":" CLOSED_COMPACT(0,
+		9) ",\"reason\":\"x\"}");
+	ck_assert(!failure_synced(c, e));
+	/* An event this library does not know changes nothing. */
+	APPLY(c, "{\"event\":\"later\",\"snapshot\":" CLOSED_COMPACT(0, 99) "}");
+	ck_assert(!failure_synced(c, e));
+	/* Deleted: its next creation gets another policy. */
+	APPLY(c, "{\"event\":\"delete\",\"name\":\"svc.a\",\"reason\":\"deleted\"}");
+	ck_assert(failure_synced(c, e));
+	APPLY(c,
+	    "{\"event\":\"change\",\"from\":\"open\",\"snapshot\":" CLOSED_COMPACT(0,
+		9) ",\"reason\":\"x\"}");
+	ck_assert(failure_synced(c, e));
+	cbci_cache_stats(c, &st);
+	ck_assert_uint_eq(st.bad_lines, 0);
+	cbci_cache_release(c, cbci_cache_generation());
 }
 END_TEST
 
@@ -748,6 +876,7 @@ snapshot_suite(void)
 	tcase_add_test(cache, cache_reads_lines_the_same_both_ways);
 	tcase_add_test(cache, cache_reads_generated_events_the_same_both_ways);
 	tcase_add_test(cache, cache_reads_lines_outside_the_flat_subset);
+	tcase_add_test(cache, cache_keeps_the_rule_with_its_policy_rev);
 	tcase_set_timeout(cache, 60);
 	suite_add_tcase(s, cache);
 	tcase_add_test(replies_tc, uncached_replies_read_the_same_both_ways);

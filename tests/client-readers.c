@@ -110,6 +110,7 @@ snapshot_differ(const cbc_snapshot *a, const cbc_snapshot *b, char *why, size_t 
 	DIFF_DBL(window.failure_rate);
 	DIFF_DBL(window.slow_call_rate);
 	DIFF_INT(reporters);
+	DIFF_INT(policy_rev);
 	return false;
 }
 
