@@ -2,7 +2,8 @@
 /*
  * cbctl-watch.c — `cbctl watch [NAME...]`: the watch op on cbctl's own
  * connection; prints the current snapshots, then one timestamped line per
- * event (state and hold changes, deletes) as cbd pushes them; --json
+ * event (state and hold changes, policy changes, deletes) as cbd pushes
+ * them; --json
  * prints the reply and the event lines as they come. Runs until SIGINT or
  * SIGTERM (exit 0) or until cbd closes the connection (exit 3).
  */
@@ -147,6 +148,41 @@ watch_reply(const cbctl *ctl, const char *line)
 	return true;
 }
 
+/* The trip rule and break of a policy object, "trip consecutive,
+ * failure_threshold 3, break_ms 30000" (the keys that say when the
+ * circuit opens and for how long; `cbctl policy NAME` shows all), into
+ * buf; "" when it has none of them. */
+static void
+watch_policy_summary(const json_t *policy, char *buf, size_t size)
+{
+	static const char *const consecutive[] = { "trip", "failure_threshold", "break_ms",
+		"preset", NULL };
+	static const char *const rate[] = { "trip", "failure_rate", "minimum_calls", "window",
+		"window_size", "slow_call_ms", "slow_call_rate", "break_ms", "preset", NULL };
+	const char *trip = json_string_value(json_object_get(policy, "trip"));
+	const char *const *keys = trip != NULL && strcmp(trip, "rate") == 0 ? rate : consecutive;
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; keys[i] != NULL && used < size; i++) {
+		const json_t *v = json_object_get(policy, keys[i]);
+		char value[64];
+		int w;
+
+		if (json_is_string(v))
+			snprintf(value, sizeof value, "%s", json_string_value(v));
+		else if (json_is_integer(v))
+			snprintf(value, sizeof value, "%" JSON_INTEGER_FORMAT,
+			    json_integer_value(v));
+		else
+			continue; /* null (unset) or absent */
+		w = snprintf(buf + used, size - used, "%s%s %s", used > 0 ? ", " : "", keys[i],
+		    value);
+		if (w > 0)
+			used += (size_t)w;
+	}
+}
+
 /* One event line, human. */
 static void
 watch_event(const char *line)
@@ -167,6 +203,17 @@ watch_event(const char *line)
 			snprintf(text, sizeof text, "%s", to != NULL ? to : "?");
 		if (reason != NULL)
 			snprintf(text + strlen(text), sizeof text - strlen(text), " (%s)", reason);
+		watch_print(snap, json_string_value(json_object_get(snap, "name")), text);
+	} else if (kind != NULL && strcmp(kind, "policy") == 0) {
+		/* Protocol 3: a reload changed the circuit's policy (no state
+		 * change): "NAME policy changed (closed): trip consecutive,
+		 * failure_threshold 3, break_ms 30000". */
+		const char *state = json_string_value(json_object_get(snap, "state"));
+		char summary[384];
+
+		watch_policy_summary(json_object_get(snap, "policy"), summary, sizeof summary);
+		snprintf(text, sizeof text, "policy changed (%s)%s%s", state != NULL ? state : "?",
+		    summary[0] != '\0' ? ": " : "", summary);
 		watch_print(snap, json_string_value(json_object_get(snap, "name")), text);
 	} else if (kind != NULL && strcmp(kind, "delete") == 0) {
 		if (reason == NULL || strcmp(reason, "deleted") == 0)

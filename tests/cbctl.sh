@@ -64,7 +64,7 @@ reject() {
 export CBD_SOCKET="$sock"
 
 run 0 "ping" ping
-expect out "protocol 2" "ping names the protocol"
+expect out "protocol [23]" "ping names the protocol"
 expect out "$sock" "ping names the socket"
 run 0 "ping --json" --json ping
 expect out '"ok": ?true' "ping --json prints the reply"
@@ -422,6 +422,25 @@ run 0 "reload" reload
 expect out "^cbd \\(pid $pid\\) reloaded its configuration\$" "reload names cbd's pid"
 run 0 "policy after reload" policy reloaded
 expect out '^failure_threshold +7 +config$' "the reloaded config applies"
+# A reload that changes a watched circuit's policy: protocol 3's policy
+# event, printed with the rule it has now (protocol 2: a change event).
+"$CBCTL_BINARY" close reloaded --no-hold >/dev/null
+"$CBCTL_BINARY" watch reloaded >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
+wpid=$!
+wait_for "$tmp/watch" "^$ts reloaded closed \\(now\\)\$" || fail "no snapshot from watch reloaded"
+sed -i 's/^failure_threshold = 7$/failure_threshold = 4/' "$tmp/cbd.conf"
+run 0 "reload that changes a watched circuit's policy" reload
+if "$CBCTL_BINARY" ping | grep -q 'protocol 2'; then
+	want="^$ts reloaded closed \\(policy reloaded\\)\$"
+else
+	want="^$ts reloaded policy changed \\(closed\\): trip consecutive, failure_threshold 4, break_ms 60000\$"
+fi
+wait_for "$tmp/watch" "$want" && pass "watch prints a policy change" ||
+	fail "watch missed the policy change: $(cat "$tmp/watch" "$tmp/watch.err")"
+kill -TERM "$wpid"
+wait "$wpid"
+run 0 "get after a policy change" get reloaded
+expect out '^  failure_threshold +4 +config$' "get shows the policy after a reload"
 printf 'this is not a config line\n[circuit "x"]\nbreak_ms = 0\n' >>"$tmp/cbd.conf"
 n=$(wc -l <"$tmp/cbd.conf")
 run 1 "reload of a broken config" reload
