@@ -512,6 +512,25 @@ START_TEST(holds_against_cbd)
 }
 END_TEST
 
+/* The policy of the snapshot s of name that an op other than get
+ * returned: its own (protocol 2: no policy_rev), else (protocol 3's
+ * compact snapshot: policy_rev only) get's, of the same policy_rev. */
+static void
+policy_of(cbc_conn *c, const char *name, cbc_snapshot *s)
+{
+	cbc_snapshot g;
+
+	if (s->policy.known) {
+		ck_assert_int_eq(s->policy_rev, 0);
+		return;
+	}
+	ck_assert_int_gt(s->policy_rev, 0);
+	ck_assert_int_eq(cbc_get(c, name, NULL, &g, NULL), CBC_OK);
+	ck_assert(g.policy.known);
+	ck_assert_int_eq(g.policy_rev, s->policy_rev);
+	s->policy = g.policy;
+}
+
 START_TEST(policy_sources_and_conflicts_against_cbd)
 {
 	cbd_harness *h = cbd_start(P2_CONFIG);
@@ -525,7 +544,8 @@ START_TEST(policy_sources_and_conflicts_against_cbd)
 	c = conn_new_patient(h->socket_path);
 	/* Nothing declared: [defaults] and built-ins. */
 	ck_assert_int_eq(cbc_record_failure(c, "plain", NULL, &s, &err), CBC_OK);
-	ck_assert(s.policy.known);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
+	policy_of(c, "plain", &s);
 	ck_assert_int_eq(s.policy.failure_threshold, 5);
 	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_BUILTIN);
 	ck_assert_int_eq(s.policy.break_ms, 60000);
@@ -534,31 +554,33 @@ START_TEST(policy_sources_and_conflicts_against_cbd)
 	ck_assert_int_eq(s.policy.max_gap_ms, CBC_POLICY_NULL);
 	ck_assert_int_eq(s.totals.failures, 1);
 	ck_assert_int_eq(s.totals.successes, 0);
-	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
 	/* The creating request declares: it sticks; a later one differing
 	 * is reported and changes nothing. */
 	memset(&ctx, 0, sizeof ctx);
 	ctx.failure_threshold = 3;
 	ck_assert_int_eq(cbc_record_failure(c, "decl", &ctx, &s, &err), CBC_OK);
+	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
+	policy_of(c, "decl", &s);
 	ck_assert_int_eq(s.policy.failure_threshold, 3);
 	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_CLIENT);
-	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 0);
 	ctx.failure_threshold = 4;
 	ctx.break_ms = 60000; /* equal to the effective value: no conflict */
 	ck_assert_int_eq(cbc_record_failure(c, "decl", &ctx, &s, &err), CBC_OK);
-	ck_assert_int_eq(s.policy.failure_threshold, 3);
 	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 1);
 	ck_assert_str_eq(keys, "failure_threshold");
 	ck_assert_uint_eq(cbc_conn_policy_conflicts(c), 1);
+	policy_of(c, "decl", &s);
+	ck_assert_int_eq(s.policy.failure_threshold, 3);
 	/* The operator's config beats the creating request, which learns it
 	 * at once. */
 	ctx.failure_threshold = 9;
 	ctx.break_ms = 0;
 	ck_assert_int_eq(cbc_record_failure(c, "cfg", &ctx, &s, &err), CBC_OK);
-	ck_assert_int_eq(s.policy.failure_threshold, 2);
-	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_CONFIG);
 	ck_assert_int_eq((int)cbc_conn_last_policy_conflict(c, keys, sizeof keys), 1);
 	ck_assert_str_eq(keys, "failure_threshold");
+	policy_of(c, "cfg", &s);
+	ck_assert_int_eq(s.policy.failure_threshold, 2);
+	ck_assert_int_eq(s.policy.source.failure_threshold, CBC_SOURCE_CONFIG);
 	ck_assert_int_eq(cbc_record_failure(c, "cfg", NULL, &s, &err), CBC_OK);
 	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
 	ck_assert_int_le(s.retry_after_ms, 60000);
@@ -1907,6 +1929,83 @@ START_TEST(cached_stops_at_own_threshold)
 }
 END_TEST
 
+/* Protocol 3: a cached breaker keeps its circuit's rule with the
+ * policy_rev it came with, and a reload that changes the policy (the
+ * config's failure_threshold lowered from 5 to 2, SIGHUP) refreshes it
+ * (a policy event; protocol 2: a change event with the policy): then in
+ * a tight loop of failures exactly 2 run, the second synced (the first
+ * is not: the new rule, not an unknown one, judged it). */
+#define RELOAD_CONFIG "[circuit \"reload-rule\"]\nfailure_threshold = %d\nbreak_ms = 600000\n"
+START_TEST(cached_rule_refreshes_after_a_reload)
+{
+	cbd_harness *h;
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs, before;
+	cbc_stats stats;
+	cbc_conn *admin;
+	char config[128];
+	int64_t deadline;
+	int runs = 0;
+	FILE *f;
+	rig r;
+
+	snprintf(config, sizeof config, RELOAD_CONFIG, 5);
+	h = cbd_start(config);
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = "reload-rule"; /* no rule of its own: the config's */
+	ck_assert(cached_rig(&r, conn_new_patient(h->socket_path), &o));
+	ck_assert(cached_wait_live(r.b));
+	/* The first failure, the rule unknown, is synced: its reply brings
+	 * the rule (5). A success then, landed before the reload. */
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL), CBC_OK);
+	cbd_wait_totals(h, o.name, 2);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &before, NULL), CBC_OK);
+	ck_assert_uint_eq(before.synced, 1);
+	/* Two failures under the rule of 5: neither synced. */
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_uint_eq(cs.synced, 1);
+	cbd_wait_totals(h, o.name, 5);
+	/* The operator lowers the threshold: reload. */
+	f = fopen(h->config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, RELOAD_CONFIG, 2);
+	fclose(f);
+	ck_assert_int_eq(kill(h->pid, SIGHUP), 0);
+	admin = conn_new_patient(h->socket_path);
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_stats_get(admin, &stats, NULL), CBC_OK);
+	} while (stats.reloads < 1 && harness_mono_ms() < deadline && usleep(2000) == 0);
+	ck_assert_int_ge(stats.reloads, 1);
+	cbc_conn_free(admin);
+	/* The event that tells the cache. */
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &before, NULL), CBC_OK);
+	} while (before.events <= cs.events && harness_mono_ms() < deadline && usleep(2000) == 0);
+	ck_assert_uint_gt(before.events, cs.events);
+	/* Exactly 2 failing calls run; the second is synced, and trips. */
+	for (int i = 0; i < 5; i++) {
+		cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL);
+		runs += res.called;
+	}
+	ck_assert_int_eq(runs, 2);
+	ck_assert_int_eq(cbc_breaker_state(r.b), CBC_STATE_OPEN);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_uint_eq(cs.synced, before.synced + 1);
+	ck_assert_uint_eq(cs.sync_timeouts, 0);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
 /* Issue 25: closed → cbd frozen (the store degrades: LOCAL) → cbd answers
  * again, the cache decides → an operator holds the circuit open (the
  * cache refuses) → cbd killed: the held circuit stays held, every call is
@@ -2068,6 +2167,7 @@ remote_suite(void)
 	tcase_add_test(tc, cached_refusals_reported_while_refusing);
 	tcase_add_loop_test(tc, cached_stops_at_own_threshold, 0, 2);
 	tcase_add_test(tc, cached_hold_survives_cbd_death_after_an_outage);
+	tcase_add_test(tc, cached_rule_refreshes_after_a_reload);
 	tcase_add_test(tc, cached_break_waited_out_gives_the_trial);
 	suite_add_tcase(s, tc);
 
