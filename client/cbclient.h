@@ -672,7 +672,11 @@ typedef struct cbc_breaker cbc_breaker;
  * awaited (at most 1 s: synced, sync_timeouts), so one process alone
  * never runs more calls than the rule allows (threshold 3: exactly 3
  * failing calls run, however fast). Until cbd has reported the circuit's
- * rule to the cache, every failure is sent that way.
+ * rule to the cache, every failure is sent that way. Protocol 3: the rule
+ * is kept with its policy_rev; the watch and the synced outcomes ask for
+ * the policy, a policy event (a reload) refreshes it, and a snapshot of
+ * another policy_rev makes it unknown again (failures synced until a
+ * reply brings it).
  * Staleness: a change made by another process (a trip, a hold) is seen
  * here once cbd's event is delivered, one write and one read after the
  * request that caused it; until then calls decide on the previous state.
@@ -705,7 +709,7 @@ typedef struct cbc_cache_stats {
 	uint64_t noreply_lines; /* outcomes queued as noreply lines */
 	uint64_t sends; /* writes that carried them (lines / sends: batching) */
 	uint64_t store_reports; /* cached outcomes reported through the store */
-	uint64_t events; /* change and delete events applied */
+	uint64_t events; /* events applied (change, policy, delete, ...) */
 	uint64_t connects; /* watch connections made (reconnects included) */
 	uint64_t disconnects; /* watch connections lost */
 	uint64_t refused; /* ok:false answers to a watch (a protocol 1 cbd) */
