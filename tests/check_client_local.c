@@ -1919,6 +1919,28 @@ fake_hold_snapshot(const json_t *req, char *out, size_t size)
 	    name, state, state, why, until);
 }
 
+/* The policy_rev of the fake's protocol 3 circuit "v3" (its policy, with
+ * failure_threshold 2, only when get or "policy": true asks). */
+static int64_t fake_rev = 3;
+
+static void
+fake_v3_snapshot(const json_t *req, char *out, size_t size)
+{
+	const char *op = json_string_value(json_object_get(req, "op"));
+	bool policy = json_is_true(json_object_get(req, "policy")) ||
+	    (op != NULL && strcmp(op, "get") == 0 &&
+		!json_is_false(json_object_get(req, "policy")));
+
+	snprintf(out, size,
+	    "{\"name\":\"v3\",\"state\":\"closed\",\"failure_count\":0,\"success_count\":0,"
+	    "\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0,"
+	    "\"policy_rev\":%lld%s,\"hold\":null,\"current_break_ms\":30000}",
+	    (long long)__atomic_load_n(&fake_rev, __ATOMIC_ACQUIRE),
+	    policy ? ",\"policy\":{\"failure_threshold\":2,\"break_ms\":30000,\"trip\":"
+		     "\"consecutive\",\"source\":{\"failure_threshold\":\"config\"}}"
+		   : "");
+}
+
 /* One reply for the request line; false: close the connection. */
 static bool
 fake_reply(const char *line, char *out, size_t size)
@@ -1951,6 +1973,10 @@ fake_reply(const char *line, char *out, size_t size)
 		    (long long)id);
 	} else if (name != NULL && strncmp(name, "closed", 6) == 0) {
 		fake_v1_snapshot(snap, sizeof snap, name, "closed");
+		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":%s}\n", (long long)id,
+		    snap);
+	} else if (name != NULL && strcmp(name, "v3") == 0) {
+		fake_v3_snapshot(req, snap, sizeof snap);
 		snprintf(out, size, "{\"id\":%lld,\"ok\":true,\"snapshot\":%s}\n", (long long)id,
 		    snap);
 	} else if (name != NULL && strcmp(name, "v2held") == 0) {
@@ -2234,6 +2260,82 @@ START_TEST(conn_reads_protocol_2_snapshots)
 	ck_assert_msg(strstr(err.message, "snapshot.hold.state") != NULL, "%s", err.message);
 	ck_assert_int_eq(cbc_get(c, "v2badpolicy", NULL, &s, &err), CBC_EPROTO);
 	ck_assert_msg(strstr(err.message, "snapshot.policy.break_ms") != NULL, "%s", err.message);
+	cbc_conn_free(c);
+	client_stand_in_stop(&fd);
+}
+END_TEST
+
+/* Did the last request the fake read carry "policy": true? */
+static bool
+fake_last_asked_policy(void)
+{
+	json_t *req = fake_log_get(fake_log_total() - 1);
+	bool asked = json_is_true(json_object_get(req, "policy"));
+
+	ck_assert_ptr_nonnull(req);
+	ck_assert(asked || json_object_get(req, "policy") == NULL);
+	json_decref(req);
+	return asked;
+}
+
+/* Protocol 3: get carries the policy by default (nothing asked); the
+ * other ops' snapshots are compact (policy_rev only). A resilient store
+ * over a remote one asks for the policy on an outcome while it holds
+ * none for the circuit's policy_rev: the first, and the first after a
+ * snapshot of another rev; a protocol 2 snapshot (policy, no rev) is
+ * kept as it is. */
+START_TEST(conn_reads_protocol_3_snapshots)
+{
+	client_stand_in fd;
+	cbc_store *remote, *res;
+	cbc_conn *c;
+	cbc_snapshot s;
+	cbc_error err;
+
+	__atomic_store_n(&fake_rev, 3, __ATOMIC_RELEASE);
+	client_stand_in_start(&fd, fake_line, NULL);
+	c = cbc_conn_new(fd.path, NULL);
+	ck_assert_int_eq(cbc_get(c, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy());
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy.failure_threshold, 2);
+	ck_assert_int_eq(s.policy_rev, 3);
+	ck_assert_int_eq(cbc_record_failure(c, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy());
+	ck_assert(!s.policy.known);
+	ck_assert_int_eq(s.policy.failure_threshold, 0);
+	ck_assert_int_eq(s.policy_rev, 3);
+	/* A protocol 2 snapshot: the policy, policy_rev 0. */
+	ck_assert_int_eq(cbc_get(c, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(s.policy_rev, 0);
+	remote = cbc_store_new_remote(c, &err);
+	ck_assert_ptr_nonnull(remote);
+	res = cbc_store_new_resilient(remote, NULL, &err);
+	ck_assert_ptr_nonnull(res);
+	ck_assert_int_eq(cbc_store_record_success(res, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(fake_last_asked_policy()); /* none kept yet */
+	ck_assert(s.policy.known);
+	ck_assert_int_eq(cbc_store_record_failure(res, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy()); /* kept for rev 3 */
+	ck_assert_int_eq(cbc_store_record_success(res, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy());
+	__atomic_store_n(&fake_rev, 4, __ATOMIC_RELEASE); /* a reload */
+	ck_assert_int_eq(cbc_store_record_success(res, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy()); /* it learns of rev 4 here */
+	ck_assert_int_eq(s.policy_rev, 4);
+	ck_assert_int_eq(cbc_store_record_failure(res, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(fake_last_asked_policy());
+	ck_assert_int_eq(cbc_store_record_failure(res, "v3", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy());
+	/* Protocol 2: every snapshot carries the policy, none asked for
+	 * after the first. */
+	ck_assert_int_eq(cbc_store_record_success(res, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert(fake_last_asked_policy());
+	ck_assert_int_eq(cbc_store_record_success(res, "v2held", NULL, &s, &err), CBC_OK);
+	ck_assert(!fake_last_asked_policy());
+	cbc_store_free(res);
+	cbc_store_free(remote);
 	cbc_conn_free(c);
 	client_stand_in_stop(&fd);
 }
@@ -2588,6 +2690,7 @@ client_suite(void)
 	tcase_add_test(tc, conn_silent_daemon_times_out);
 	tcase_add_test(tc, conn_replies_are_checked);
 	tcase_add_test(tc, conn_reads_protocol_2_snapshots);
+	tcase_add_test(tc, conn_reads_protocol_3_snapshots);
 	tcase_add_test(tc, conn_hold_and_release);
 	tcase_add_test(tc, breaker_sends_only_the_policy_it_was_given);
 	tcase_add_test(tc, conn_reads_trip_rule_members);
