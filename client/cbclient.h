@@ -499,7 +499,9 @@ cbc_status cbc_hold(cbc_conn *conn, const char *name, cbc_state state, int64_t t
 cbc_status cbc_release(cbc_conn *conn, const char *name, bool *released, cbc_snapshot *out,
     cbc_error *err);
 /* Every stored circuit, or only those in *state_filter (when not NULL).
- * *out is an array of *count snapshots to free with cbc_free(). */
+ * *out is an array of *count snapshots to free with cbc_free(). From a
+ * protocol 3 cbd they are compact (policy.known false, policy_rev set):
+ * cbc_get gives a circuit's policy. */
 cbc_status cbc_list(cbc_conn *conn, const cbc_state *state_filter, cbc_snapshot **out,
     size_t *count, cbc_error *err);
 /* cbc_list, also saying whether cbd cut the list to fit its output limit
