@@ -356,7 +356,7 @@ START_TEST(every_op_against_cbd)
 	ck_assert_int_eq(cbc_conn_set_client_name(c, "check_client_remote", NULL), CBC_OK);
 	ck_assert_int_eq(cbc_hello(c, &hello, &err), CBC_OK);
 	ck_assert_str_eq(hello.server, "cbd");
-	ck_assert_int_eq(hello.protocol, 2);
+	ck_assert_int_eq(hello.protocol, 3);
 	ck_assert_int_eq(cbc_record_failure(c, "a", NULL, &s, &err), CBC_OK);
 	ck_assert_int_eq(s.failure_count, 1);
 	ck_assert_str_eq(s.name, "a");
@@ -717,6 +717,7 @@ START_TEST(presets_and_rate_options_against_cbd)
 	memset(&ctx, 0, sizeof ctx);
 	ctx.preset = "database";
 	ck_assert_int_eq(cbc_record_failure(c, "db", &ctx, &s, &err), CBC_OK);
+	policy_of(c, "db", &s);
 	ck_assert(s.policy.has_preset);
 	ck_assert_str_eq(s.policy.preset, "database");
 	ck_assert_int_eq(s.policy.source.preset, CBC_SOURCE_CLIENT);
@@ -738,6 +739,7 @@ START_TEST(presets_and_rate_options_against_cbd)
 	ctx.min_reporters = 3;
 	ctx.reporter_window_ms = 5000;
 	ck_assert_int_eq(cbc_record_success(c, "own", &ctx, &s, &err), CBC_OK);
+	policy_of(c, "own", &s);
 	ck_assert_str_eq(s.policy.preset, "mine");
 	ck_assert_int_eq(s.policy.trip, CBC_TRIP_RATE);
 	ck_assert_int_eq(s.policy.window, CBC_WINDOW_TIME);
