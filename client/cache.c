@@ -125,7 +125,6 @@ static _Thread_local int cache_hash_oom;
 typedef struct cache_own {
 	bool known, rate, count_window, cannot_trip;
 	int64_t rev; /* the rule's policy_rev (0: a protocol 2 cbd's) */
-	int64_t break_ms; /* the rule's break_ms */
 	int64_t threshold, min_calls, fail_rate, win_size, slow_ms, slow_rate;
 	int64_t base_fc, base_calls, base_fails, base_slow;
 	int64_t own_fc, own_calls, own_fails, own_slow;
@@ -346,7 +345,6 @@ own_set_base(cache_own *o, const cbc_snapshot *s, bool reset)
 	if (reset && p->known) {
 		o->known = true;
 		o->rev = s->policy_rev;
-		o->break_ms = p->break_ms;
 		o->rate = p->trip == CBC_TRIP_RATE;
 		o->count_window = p->window != CBC_WINDOW_TIME;
 		o->threshold = p->failure_threshold;
