@@ -52,6 +52,7 @@ typedef struct op_conn {
 	struct op_fleet_slot *fleet_slots;
 	/* A list being answered in steps (no other line is read meanwhile). */
 	struct op_list_job *list_job;
+	struct op_watch_job *watch_job; /* a watch answered in steps */
 	/* Where this connection's paged listing stands (its last list). */
 	struct op_list_cursor *list_cursor;
 } op_conn;

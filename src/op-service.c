@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -126,6 +127,123 @@ watch_fits(op_call *call, const watcher *w, const json_t *list)
 	    (long long)cbd.conf.max_watch_names, have, fresh);
 }
 
+/* Watch list's names from index `from`, at most `step` of them, each
+ * with its current snapshot; *next the first left. True when done (or
+ * out of memory: snaps->nomem). */
+static bool
+watch_names_step(op_call *call, watcher *w, const json_t *list, size_t from, size_t step,
+    op_snapshots *snaps, size_t *next)
+{
+	size_t i, size = json_array_size(list);
+
+	for (i = from; i < size && i - from < step; i++) {
+		const char *name = json_string_value(json_array_get(list, i));
+		ct_view view;
+
+		if (!watch_add(w, name)) {
+			snaps->nomem = true;
+			break;
+		}
+		/* A name that is not stored lists its initial snapshot. */
+		circuit_table_get(cbd.table, name, call->now, &view, NULL);
+		op_snapshots_add(snaps, name, &view);
+	}
+	*next = i;
+	return i >= size || snaps->nomem;
+}
+
+/* A watch of more names than one step, answered across turns of the
+ * event loop (its connection reads nothing meanwhile, and its events
+ * wait for the reply), so that one long watch line does not stall every
+ * other connection. */
+typedef struct op_watch_job {
+	op_call call;
+	json_t *request; /* a reference: call's strings point into it */
+	size_t next; /* the first name not yet watched */
+	op_snapshots snaps;
+} op_watch_job;
+
+/* Connections with a watch in steps. */
+static unsigned watches_stepping;
+
+static bool
+watch_job_begin(op_call *call, size_t next, op_snapshots *snaps)
+{
+	op_conn *oc = op_conn_of(call->client);
+	op_watch_job *job = oc != NULL ? calloc(1, sizeof *job) : NULL;
+
+	if (job == NULL) {
+		op_snapshots_free(snaps);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	job->call = *call;
+	job->request = json_incref((json_t *)call->request);
+	job->next = next;
+	job->snaps = *snaps;
+	call->pending = true;
+	oc->watch_job = job;
+	server_client_block(call->client, SERVER_CLIENT_BLOCK_STEPS, true);
+	watches_stepping++;
+	return true;
+}
+
+static void
+watch_job_free(op_watch_job *job)
+{
+	op_snapshots_free(&job->snaps);
+	json_decref(job->call.reply);
+	enc_free(&job->call.tail);
+	enc_free(&job->call.tail_more);
+	json_decref(job->request);
+	free(job);
+}
+
+bool
+op_watch_continue(server_client *c, bool paced)
+{
+	op_conn *oc = op_conn_peek(c);
+	op_watch_job *job = oc != NULL ? oc->watch_job : NULL;
+	unsigned share = watches_stepping > 0 ? watches_stepping : 1;
+	watcher *w;
+	bool ok;
+
+	if (job == NULL)
+		return true;
+	job->call.now = clock_realtime_ms(); /* the snapshots of this step's turn */
+	w = watch_watcher(c, true);
+	if (w == NULL)
+		job->snaps.nomem = true;
+	else if (!watch_names_step(&job->call, w, json_object_get(job->request, "names"), job->next,
+		     paced ? (OP_WATCH_STEP_NAMES / share > 0 ? OP_WATCH_STEP_NAMES / share : 1)
+			   : SIZE_MAX,
+		     &job->snaps, &job->next))
+		return false;
+	oc->watch_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
+	watches_stepping--;
+	if (w != NULL)
+		watch_trim(w);
+	op_begin(c);
+	ok = op_snapshots_reply(&job->snaps, &job->call, "snapshots", false);
+	op_finish(&job->call, ok);
+	json_decref(job->request);
+	free(job);
+	return true;
+}
+
+void
+op_watch_client_closed(server_client *c)
+{
+	op_conn *oc = op_conn_peek(c);
+
+	if (oc->watch_job == NULL)
+		return;
+	watches_stepping--;
+	watch_job_free(oc->watch_job);
+	oc->watch_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
+}
+
 static void
 snap_visit(const char *name, const ct_view *view, void *arg)
 {
@@ -139,7 +257,6 @@ op_watch(op_call *call)
 	const json_t *list;
 	watcher *w;
 	size_t i;
-	json_t *n;
 	bool all;
 
 	if (!watch_targets(call, &list, &all))
@@ -160,24 +277,14 @@ op_watch(op_call *call)
 	if (all) {
 		watch_add_all(w);
 		circuit_table_foreach(cbd.table, call->now, snap_visit, &snaps);
+		watch_trim(w);
+		return op_snapshots_reply(&snaps, call, "snapshots", false);
 	}
-	json_array_foreach (list, i, n) {
-		const char *name = json_string_value(n);
-
-		if (!watch_add(w, name)) {
-			snaps.nomem = true;
-			break;
-		}
-		if (!all) {
-			ct_view view;
-
-			/* A name that is not stored lists its initial snapshot. */
-			circuit_table_get(cbd.table, name, call->now, &view, NULL);
-			op_snapshots_add(&snaps, name, &view);
-		}
+	if (watch_names_step(call, w, list, 0, OP_WATCH_STEP_NAMES, &snaps, &i)) {
+		watch_trim(w);
+		return op_snapshots_reply(&snaps, call, "snapshots", false);
 	}
-	watch_trim(w);
-	return op_snapshots_reply(&snaps, call, "snapshots", false);
+	return watch_job_begin(call, i, &snaps);
 }
 
 bool

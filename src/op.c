@@ -158,7 +158,7 @@ op_run(op_call *call, const op_entry *op)
 bool
 op_conn_step(server_client *c, bool paced)
 {
-	return op_list_continue(c, paced);
+	return op_list_continue(c, paced) && op_watch_continue(c, paced);
 }
 
 void
@@ -168,6 +168,7 @@ op_conn_closed(server_client *c)
 		return;
 	op_fleet_client_closed(c);
 	op_list_client_closed(c);
+	op_watch_client_closed(c);
 	free(c->slot);
 	c->slot = NULL;
 }

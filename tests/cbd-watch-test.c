@@ -239,6 +239,61 @@ START_TEST(test_events_wait_for_a_long_list)
 }
 END_TEST
 
+/* A watch of many names is answered in steps (issue 28: one long watch
+ * line must not stall the others): b's trips of watched names run between
+ * the steps, and each shows exactly once to a, as an open snapshot in the
+ * reply (tripped before its name was watched) or as an event after the
+ * reply (after). The reply lists every name once, in order. */
+START_TEST(test_long_watch_in_steps)
+{
+	enum { NAMES = 3000, TRIPPED = 20 };
+	static char line[NAMES * 16 + 64];
+	size_t len;
+	json_t *r;
+	int open_in_reply = 0, events = 0;
+
+	start("[defaults]\nfailure_threshold = 1\n");
+	len = (size_t)snprintf(line, sizeof line, "{\"op\":\"watch\",\"id\":5,\"names\":[");
+	for (int i = 0; i < NAMES; i++)
+		len +=
+		    (size_t)snprintf(line + len, sizeof line - len, "%s\"w%d\"", i ? "," : "", i);
+	snprintf(line + len, sizeof line - len, "]}");
+	send_line(a, line);
+	for (int i = NAMES - TRIPPED; i < NAMES; i++)
+		json_decref(util_call_ok(b, "{\"op\":\"record_failure\",\"name\":\"w%d\"}", i));
+	r = util_next_json(a, "reply");
+	ck_assert_int_eq(util_int(r, "id"), 5);
+	ck_assert_int_eq(json_array_size(json_object_get(r, "snapshots")), NAMES);
+	for (int i = 0; i < NAMES; i++) {
+		const json_t *s = json_array_get(json_object_get(r, "snapshots"), (size_t)i);
+		char name[16];
+
+		snprintf(name, sizeof name, "w%d", i);
+		ck_assert_str_eq(json_string_value(json_object_get(s, "name")), name);
+		if (strcmp(json_string_value(json_object_get(s, "state")), "open") == 0) {
+			ck_assert_int_ge(i, NAMES - TRIPPED);
+			open_in_reply++;
+		}
+	}
+	json_decref(r);
+	/* The events, then the reply to a hello sent after b's trips. */
+	send_line(a, "{\"op\":\"hello\",\"id\":6}");
+	for (;;) {
+		r = util_next_json(a, "event or reply");
+		if (json_object_get(r, "event") == NULL) {
+			ck_assert_int_eq(util_int(r, "id"), 6);
+			json_decref(r);
+			break;
+		}
+		ck_assert_str_eq(util_str(r, "event"), "change");
+		ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+		events++;
+		json_decref(r);
+	}
+	ck_assert_int_eq(open_in_reply + events, TRIPPED);
+}
+END_TEST
+
 /* A client that streams noreply outcomes and closes at once (a cached
  * client's close) gets every whole line it sent carried out, even though
  * the reply to its first line has nowhere to go. cbd is stopped while the
@@ -509,6 +564,7 @@ main(void)
 	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
 	tcase_add_test(tc, test_slow_watcher_dropped);
 	tcase_add_test(tc, test_events_wait_for_a_long_list);
+	tcase_add_test(tc, test_long_watch_in_steps);
 	tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
