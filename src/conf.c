@@ -992,6 +992,23 @@ conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb
 		*preset = policy_memo.preset;
 }
 
+bool
+conf_policy_changed(const cbd_conf *old, const cbd_conf *fresh, const char *name,
+    const proto_ctx *declared)
+{
+	proto_policy_sources s_old, s_new;
+	const char *p_old, *p_new;
+	cb_policy a, b;
+
+	/* Compared with memcmp: the padding must be equal too. */
+	memset(&a, 0, sizeof a);
+	memset(&b, 0, sizeof b);
+	conf_policy(old, name, declared, &a, &s_old, &p_old);
+	conf_policy(fresh, name, declared, &b, &s_new, &p_new);
+	return memcmp(&a, &b, sizeof a) != 0 || memcmp(&s_old, &s_new, sizeof s_old) != 0 ||
+	    !(p_old == p_new || (p_old != NULL && p_new != NULL && strcmp(p_old, p_new) == 0));
+}
+
 /* A [preset] section with a built-in's name starts from the built-in's
  * keys: fill in those the section does not set. */
 static void

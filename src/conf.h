@@ -131,6 +131,12 @@ void conf_free(cbd_conf *cfg);
 void conf_policy(const cbd_conf *cfg, const char *name, const proto_ctx *declared, cb_policy *out,
     proto_policy_sources *sources, const char **preset);
 
+/* Whether circuit name's effective policy, a source of it or its preset
+ * differs between two configurations (a reload: protocol 3's policy_rev
+ * and policy events). */
+bool conf_policy_changed(const cbd_conf *old, const cbd_conf *fresh, const char *name,
+    const proto_ctx *declared);
+
 /* A preset by name: a [preset] section, else a built-in one; NULL when
  * there is none. A [preset] section with a built-in's name starts from
  * the built-in's keys. */

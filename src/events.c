@@ -5,6 +5,7 @@
  * logged (rate-limited). The ops and the chores report here and name none
  * of those.
  */
+#include "daemon.h"
 #include "events.h"
 #include "log-limit.h"
 #include "log.h"
@@ -68,4 +69,26 @@ events_reclaimed(const char *name)
 {
 	/* An idle closed circuit: not in the state file. */
 	watch_deleted(name, "reclaimed");
+}
+
+/* What policy_changed compares. */
+typedef struct reload_confs {
+	const cbd_conf *old, *fresh;
+} reload_confs;
+
+static bool
+policy_changed(const char *name, const ct_view *view, void *arg)
+{
+	const reload_confs *rc = arg;
+
+	return conf_policy_changed(rc->old, rc->fresh, name, view->declared);
+}
+
+void
+events_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
+{
+	reload_confs rc = { old, fresh };
+
+	circuit_table_renew_policies(cbd.table, policy_changed, &rc);
+	watch_policies_reloaded(old, fresh);
 }

@@ -9,6 +9,7 @@
 #define CBD_EVENTS_H
 
 #include "circuit-table.h"
+#include "conf.h"
 
 /* A change of name's state or hold (reason NONE: nothing happened): the
  * state file is due, watchers are told; a transition (from != to) is
@@ -23,5 +24,10 @@ void events_deleted(const char *name);
 
 /* The table reclaimed idle name: watchers are told. */
 void events_reclaimed(const char *name);
+
+/* A reload replaces old with fresh (before cbd.conf is fresh): the
+ * circuits whose effective policy changed get a new policy_rev, and
+ * their watchers a policy event (protocol 3, §1). */
+void events_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh);
 
 #endif

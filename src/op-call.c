@@ -53,7 +53,7 @@ op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 	enc_puts(&call->tail, member);
 	ENC_LIT(&call->tail, "\":");
 	encode_snapshot(&call->tail, call->name, view, &call->policy, call->preset, &call->sources,
-	    call->now);
+	    call->now, call->with_policy);
 	if (call->tail.nomem)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
@@ -68,7 +68,7 @@ op_snapshots_init(op_snapshots *s, op_call *call)
 	size_t queued = call->client->out_len - call->client->out_off;
 	size_t half = (size_t)cbd.conf.max_output_bytes / 2;
 
-	*s = (op_snapshots){ .now = call->now };
+	*s = (op_snapshots){ .now = call->now, .with_policy = call->with_policy };
 	s->budget = half > queued + OP_ENVELOPE_BYTES ? half - queued - OP_ENVELOPE_BYTES : 0;
 	return true;
 }
@@ -88,7 +88,7 @@ op_snapshots_add(op_snapshots *s, const char *name, const ct_view *view)
 	 * first: the entry's exact cost is what the buffer grew by. */
 	if (s->count > 0)
 		enc_put(&s->items, ",", 1);
-	encode_snapshot(&s->items, name, view, &policy, preset, &sources, s->now);
+	encode_snapshot(&s->items, name, view, &policy, preset, &sources, s->now, s->with_policy);
 	if (s->items.nomem) {
 		s->nomem = true;
 		return;

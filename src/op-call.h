@@ -30,6 +30,9 @@
  * answered at once: takes the decoder's flat view as it is. Other ops get
  * the request as jansson values (call->request). */
 #define OP_FLAT 0x40u
+/* Its snapshots carry the policy unless the request says "policy": false
+ * (get); other ops' carry it only with "policy": true (protocol 3, §1). */
+#define OP_POLICY 0x80u
 
 typedef struct op_entry op_entry;
 
@@ -88,6 +91,7 @@ typedef struct op_call {
 	unsigned op_index; /* op's row in the table (its stats) */
 	const json_t *id; /* the request's id (NULL: none) */
 	bool noreply;
+	bool with_policy; /* the reply's snapshots carry the policy */
 	bool pending; /* answered later, when Redis has (fleet mode) */
 	bool written; /* the reply is in the output already (a list in pieces) */
 } op_call;
@@ -149,6 +153,7 @@ typedef struct op_snapshots {
 	size_t count; /* elements added, those already written out included */
 	size_t budget; /* bytes the reply may still take */
 	int64_t now;
+	bool with_policy;
 	bool truncated;
 	bool nomem;
 } op_snapshots;

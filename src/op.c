@@ -31,7 +31,7 @@ static const char *const need_outcome[] = { "name", "outcome", NULL };
  * fleet mode's path through the circuit script (NULL: answered here). */
 static const op_entry ops[] = {
 	{ "hello", op_hello, OP_REPLIES, NULL, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT, need_name, &op_fleet_get },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY, need_name, &op_fleet_get },
 	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
 	    &op_fleet_record_success },
 	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
@@ -198,6 +198,9 @@ op_dispatch(server_client *c, const char *line, size_t len)
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
 	}
+	if (!proto_req_bool(&call.req, "policy", (op->flags & OP_POLICY) != 0, &call.with_policy,
+		&call.err))
+		goto reply;
 	/* Every op but the OP_FLAT ones (and all of them in fleet mode, where
 	 * they may be answered later) reads jansson values. */
 	if (call.req.flat != NULL && (!(op->flags & OP_FLAT) || fleet_enabled())) {

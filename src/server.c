@@ -642,7 +642,7 @@ reload_apply(cbd_conf *fresh, const char *const *restart, size_t restart_count)
 		log_error("reload failed, keeping the old configuration: out of memory");
 		return;
 	}
-	watch_policies_reloaded(&cbd.conf, fresh);
+	events_policies_reloaded(&cbd.conf, fresh);
 	conf_free(&cbd.conf);
 	cbd.conf = *fresh;
 	server_conf_apply();

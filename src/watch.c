@@ -51,6 +51,7 @@ struct watcher {
 static watch_name *names;
 static watcher *watchers;
 static unsigned watcher_count;
+static unsigned all_count; /* watchers of everything: looked at on every change */
 static server_client *current; /* the connection whose request runs */
 
 static watcher *
@@ -108,6 +109,8 @@ watch_drop(watcher *w, const char *name)
 	watch_link *l, *tmp;
 
 	if (name == NULL) {
+		if (w->all)
+			all_count--;
 		w->all = false;
 		HASH_ITER (hh, w->links, l, tmp) {
 			HASH_DEL(w->links, l);
@@ -247,9 +250,11 @@ event_broadcast(const char *name, json_t *event)
 		if (!l->w->all)
 			event_send(l->w, event, text, len);
 	}
-	HASH_ITER (hh, watchers, w, tmp) {
-		if (w->all)
-			event_send(w, event, text, len);
+	if (all_count > 0) {
+		HASH_ITER (hh, watchers, w, tmp) {
+			if (w->all)
+				event_send(w, event, text, len);
+		}
 	}
 	free(text);
 	json_decref(event);
@@ -260,50 +265,44 @@ static bool
 watched(const char *name)
 {
 	watch_name *n;
-	watcher *w, *tmp;
 
-	HASH_ITER (hh, watchers, w, tmp) {
-		if (w->all)
-			return true;
-	}
+	if (all_count > 0)
+		return true;
 	HASH_FIND(hh, names, name, strlen(name), n);
 	return n != NULL;
 }
 
-/* The circuit of name now, as a snapshot object (its own policy). */
+/* A snapshot of name's circuit as view has it (its own policy from cfg),
+ * with the policy or without. */
 static json_t *
-snapshot_now(const char *name, const cbd_conf *cfg)
+snapshot_of(const char *name, const ct_view *view, const cbd_conf *cfg, bool with_policy)
 {
 	proto_policy_sources sources;
 	const char *preset;
 	cb_policy policy;
-	int64_t now = clock_realtime_ms();
-	ct_view view;
 
-	circuit_table_get(cbd.table, name, now, &view, NULL);
-	conf_policy(cfg, name, view.declared, &policy, &sources, &preset);
-	return circuit_json_snapshot(name, &view, &policy, preset, &sources, now);
-}
-
-/* A change event; cfg resolves the snapshot's policy. */
-static json_t *
-change_event(const char *name, cb_state from, const char *reason, const cbd_conf *cfg)
-{
-	json_t *snap = snapshot_now(name, cfg);
-
-	if (snap == NULL)
-		return NULL;
-	return json_pack("{s:s, s:s, s:o, s:s}", "event", "change", "from",
-	    breaker_state_name(from), "snapshot", snap, "reason", reason);
+	conf_policy(cfg, name, view->declared, &policy, &sources, &preset);
+	return circuit_json_snapshot(name, view, &policy, preset, &sources, clock_realtime_ms(),
+	    with_policy);
 }
 
 void
 watch_changed(const char *name, const ct_change *change)
 {
+	json_t *snap;
+	ct_view view;
+
 	if (change->reason == CB_REASON_NONE || watchers == NULL || !watched(name))
 		return;
+	circuit_table_get(cbd.table, name, clock_realtime_ms(), &view, NULL);
+	/* Protocol 3: change events are compact (no policy). */
+	snap = snapshot_of(name, &view, &cbd.conf, false);
+	if (snap == NULL)
+		return;
 	event_broadcast(name,
-	    change_event(name, change->from, breaker_reason_text(change->reason), &cbd.conf));
+	    json_pack("{s:s, s:s, s:o, s:s}", "event", "change", "from",
+		breaker_state_name(change->from), "snapshot", snap, "reason",
+		breaker_reason_text(change->reason)));
 }
 
 void
@@ -320,24 +319,19 @@ typedef struct reload_walk {
 	const cbd_conf *old, *fresh;
 } reload_walk;
 
+/* A policy event (protocol 3) for name when a watcher watches it and the
+ * reload changed its effective policy. */
 static void
 policies_visit(const char *name, const ct_view *view, void *arg)
 {
 	reload_walk *rw = arg;
-	const char *p_old, *p_new;
-	cb_policy a, b;
+	json_t *snap;
 
-	if (!watched(name))
+	if (!watched(name) || !conf_policy_changed(rw->old, rw->fresh, name, view->declared))
 		return;
-	/* Compared with memcmp: the padding must be equal too. */
-	memset(&a, 0, sizeof a);
-	memset(&b, 0, sizeof b);
-	conf_policy(rw->old, name, view->declared, &a, NULL, &p_old);
-	conf_policy(rw->fresh, name, view->declared, &b, NULL, &p_new);
-	if (memcmp(&a, &b, sizeof a) == 0 &&
-	    (p_old == p_new || (p_old != NULL && p_new != NULL && strcmp(p_old, p_new) == 0)))
-		return;
-	event_broadcast(name, change_event(name, view->snap.state, "policy reloaded", rw->fresh));
+	snap = snapshot_of(name, view, rw->fresh, true);
+	if (snap != NULL)
+		event_broadcast(name, json_pack("{s:s, s:o}", "event", "policy", "snapshot", snap));
 }
 
 void
@@ -345,14 +339,10 @@ watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 {
 	reload_walk rw = { old, fresh };
 	watch_name *n, *tmp;
-	watcher *w, *wtmp;
-	bool all = false;
 
 	if (watchers == NULL)
 		return;
-	HASH_ITER (hh, watchers, w, wtmp)
-		all = all || w->all;
-	if (all) {
+	if (all_count > 0) {
 		circuit_table_foreach(cbd.table, clock_realtime_ms(), policies_visit, &rw);
 		return;
 	}
@@ -360,7 +350,9 @@ watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 	HASH_ITER (hh, names, n, tmp) {
 		ct_view view;
 
-		circuit_table_get(cbd.table, n->name, clock_realtime_ms(), &view, NULL);
+		/* peek, not get: nothing may change while names is walked. */
+		if (!circuit_table_peek(cbd.table, n->name, &view))
+			circuit_table_get(cbd.table, n->name, clock_realtime_ms(), &view, NULL);
 		policies_visit(n->name, &view, &rw);
 	}
 }
@@ -431,5 +423,7 @@ watch_watcher(server_client *c, bool need)
 void
 watch_add_all(watcher *w)
 {
+	if (!w->all)
+		all_count++;
 	w->all = true;
 }

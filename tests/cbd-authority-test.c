@@ -119,7 +119,8 @@ START_TEST(test_first_declaration_wins)
 	json_decref(r);
 	/* b declares another threshold: the circuit keeps a's, b is told. */
 	r = util_call_ok(b,
-	    "{\"op\":\"record_failure\",\"name\":\"shared\",\"ctx\":{\"failure_threshold\":10}}");
+	    "{\"op\":\"record_failure\",\"name\":\"shared\",\"policy\":true,"
+	    "\"ctx\":{\"failure_threshold\":10}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "client");
@@ -161,7 +162,7 @@ START_TEST(test_config_beats_client_and_reload_changes_live_policy)
 	a = harness_connect(&h);
 	/* The README's client snippet declares 5: the operator's 2 rules. */
 	r = util_call_ok(a,
-	    "{\"op\":\"record_failure\",\"name\":\"payments\","
+	    "{\"op\":\"record_failure\",\"name\":\"payments\",\"policy\":true,"
 	    "\"ctx\":{\"failure_threshold\":5}}");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "config");

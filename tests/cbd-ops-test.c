@@ -74,7 +74,7 @@ START_TEST(test_hello)
 
 	ck_assert_int_eq(util_int(r, "id"), 7);
 	ck_assert_str_eq(util_str(r, "server"), "cbd");
-	ck_assert_int_eq(util_int(r, "protocol"), 2);
+	ck_assert_int_eq(util_int(r, "protocol"), 3);
 	ck_assert_ptr_nonnull(util_str(r, "version"));
 	json_decref(r);
 	r = CALL_OK("{\"id\":\"abc\",\"op\":\"hello\"}");
@@ -132,12 +132,13 @@ START_TEST(test_record_failure_opens_with_layered_policy)
 	ck_assert_str_eq(util_str(r, "policy_conflict.0"), "break_ms");
 	json_decref(r);
 	/* [circuit "configured"] failure_threshold = 1 */
-	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\",\"ctx\":{\"now\":1}}");
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured\",\"policy\":true,"
+		    "\"ctx\":{\"now\":1}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.failure_threshold"), "config");
 	json_decref(r);
 	/* The operator's section beats a client's ctx, even the creating one. */
-	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured2\","
+	r = CALL_OK("{\"op\":\"record_failure\",\"name\":\"configured2\",\"policy\":true,"
 		    "\"ctx\":{\"now\":2,\"failure_threshold\":2,\"break_ms\":700}}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);

@@ -92,7 +92,7 @@ START_TEST(test_presets_from_config_and_ctx)
 	/* database (rate, 5 calls, minimum 3, 30 %), with the file's break. */
 	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"db\"}"));
 	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"db\"}"));
-	r = util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"db\"}");
+	r = util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"db\",\"policy\":true}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open"); /* 1 of 3 >= 30 % */
 	ck_assert_str_eq(util_str(r, "snapshot.policy.preset"), "database");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.trip"), "rate");
@@ -102,13 +102,14 @@ START_TEST(test_presets_from_config_and_ctx)
 	json_decref(r);
 	/* A preset of the file, and a key beside it that wins. */
 	json_decref(util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"billing\"}"));
-	r = util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"billing\"}");
+	r = util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"billing\",\"policy\":true}");
 	ck_assert_str_eq(util_str(r, "snapshot.state"), "open"); /* 1 of 2 >= 50 % */
 	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_rate"), 50);
 	json_decref(r);
 	/* From ctx, at the client's level. */
 	r = util_call_ok(fd,
-	    "{\"op\":\"record_failure\",\"name\":\"api\",\"ctx\":{\"preset\":\"service\"}}");
+	    "{\"op\":\"record_failure\",\"name\":\"api\",\"policy\":true,"
+	    "\"ctx\":{\"preset\":\"service\"}}");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.preset"), "service");
 	ck_assert_str_eq(util_str(r, "snapshot.policy.source.trip"), "client");
 	ck_assert_int_eq(util_int(r, "snapshot.window.calls"), 1);

@@ -24,26 +24,37 @@
 
 #define T0 INT64_C(1700000000000)
 
-/* Both encodings of one snapshot must be the same bytes. */
+/* Both encodings of one snapshot, with its policy or without (protocol
+ * 3's compact snapshot), must be the same bytes. */
 static void
-same_text(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
-    const proto_policy_sources *sources, int64_t now)
+same_text_as(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
+    const proto_policy_sources *sources, int64_t now, bool with_policy)
 {
-	json_t *obj = circuit_json_snapshot(name, view, policy, preset, sources, now);
+	json_t *obj = circuit_json_snapshot(name, view, policy, preset, sources, now, with_policy);
 	char *want = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
 	enc_buf got = { 0 };
 
 	ck_assert_ptr_nonnull(want);
-	encode_snapshot(&got, name, view, policy, preset, sources, now);
+	ck_assert(json_integer_value(json_object_get(obj, "policy_rev")) == view->policy_rev);
+	ck_assert(json_object_get(obj, "policy") != NULL == with_policy);
+	encode_snapshot(&got, name, view, policy, preset, sources, now, with_policy);
 	ck_assert(!got.nomem);
 	ck_assert_msg(strcmp(got.buf, want) == 0, "\n got %s\nwant %s", got.buf, want);
 	/* And again: the second time the policy text comes from the cache. */
 	got.len = 0;
-	encode_snapshot(&got, name, view, policy, preset, sources, now);
+	encode_snapshot(&got, name, view, policy, preset, sources, now, with_policy);
 	ck_assert_str_eq(got.buf, want);
 	enc_free(&got);
 	free(want);
 	json_decref(obj);
+}
+
+static void
+same_text(const char *name, const ct_view *view, const cb_policy *policy, const char *preset,
+    const proto_policy_sources *sources, int64_t now)
+{
+	same_text_as(name, view, policy, preset, sources, now, true);
+	same_text_as(name, view, policy, preset, sources, now, false);
 }
 
 static ct_view
@@ -54,6 +65,7 @@ initial(void)
 	memset(&v, 0, sizeof v);
 	breaker_snapshot_init(&v.snap);
 	v.hold.until = CB_TIME_NONE;
+	v.policy_rev = 4294967295u; /* the longest */
 	return v;
 }
 

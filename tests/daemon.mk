@@ -79,6 +79,13 @@ tests_cbd_watch_test_SOURCES = tests/cbd-watch-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_watch_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_watch_test_LDADD = $(DAEMON_TEST_LIBS)
 
+# Protocol 3's compact snapshots (§1): the reply budget, policy where
+# asked, policy_rev and policy events.
+check_PROGRAMS += tests/cbd-snapshot-test
+tests_cbd_snapshot_test_SOURCES = tests/cbd-snapshot-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_snapshot_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_snapshot_test_LDADD = $(DAEMON_TEST_LIBS)
+
 # Prometheus metrics: the op, GET /metrics, the per-circuit cap, promtool.
 check_PROGRAMS += tests/cbd-metrics-test
 tests_cbd_metrics_test_SOURCES = tests/cbd-metrics-test.c $(DAEMON_TEST_COMMON)

@@ -43,15 +43,17 @@ circuit_json_window(const ct_view *view)
 
 json_t *
 circuit_json_snapshot(const char *name, const ct_view *view, const cb_policy *policy,
-    const char *preset, const proto_policy_sources *sources, int64_t now)
+    const char *preset, const proto_policy_sources *sources, int64_t now, bool with_policy)
 {
 	json_t *obj =
 	    proto_snapshot_to_json(name, &view->snap, circuit_table_retry_after(view, policy, now));
 
 	if (obj == NULL)
 		return NULL;
-	if (json_object_set_new(obj, "policy", proto_policy_to_json(policy, preset, sources)) !=
-		0 ||
+	if (json_object_set_new(obj, "policy_rev", json_integer(view->policy_rev)) != 0 ||
+	    (with_policy &&
+		json_object_set_new(obj, "policy", proto_policy_to_json(policy, preset, sources)) !=
+		    0) ||
 	    json_object_set_new(obj, "hold", circuit_json_hold(&view->hold)) != 0 ||
 	    json_object_set_new(obj, "totals", circuit_json_totals(&view->totals)) != 0 ||
 	    json_object_set_new(obj, "current_break_ms",

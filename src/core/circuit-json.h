@@ -17,9 +17,10 @@
 #include "circuit-table.h"
 #include "proto.h"
 
-/* A circuit's full snapshot object; policy resolved for name. */
+/* A circuit's snapshot object; policy resolved for name, included as the
+ * "policy" member only with_policy (protocol 3: policy_rev always). */
 json_t *circuit_json_snapshot(const char *name, const ct_view *view, const cb_policy *policy,
-    const char *preset, const proto_policy_sources *sources, int64_t now);
+    const char *preset, const proto_policy_sources *sources, int64_t now, bool with_policy);
 
 /* A hold as JSON: null, or {"state", "by_uid", "by_user", "reason",
  * "since", "until"}; the totals as {"successes", ...}. NULL: no memory. */

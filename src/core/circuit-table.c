@@ -81,6 +81,7 @@ struct circuit {
 	int64_t used_at; /* owner's clock */
 	ct_layer *declared;
 	circuit_ext *ext;
+	uint32_t policy_rev; /* protocol 3: renewed when its policy changes */
 	uint16_t name_len;
 	uint8_t list;
 	char name[];
@@ -104,8 +105,20 @@ struct circuit_table {
 	ct_reclaim_fn on_reclaim;
 	void *on_reclaim_arg;
 	ct_cursor *cursors; /* open walks (circuit_table_cursor_*) */
+	uint32_t last_rev; /* the last policy_rev handed out */
+	uint32_t unstored_rev; /* the policy_rev of circuits not stored */
 	ct_stats stats;
 };
+
+/* A policy_rev never handed out before (until 2^32 - 1 have been: then
+ * they start again at 1; 0 is never one). */
+static uint32_t
+rev_next(circuit_table *table)
+{
+	if (++table->last_rev == 0)
+		table->last_rev = 1;
+	return table->last_rev;
+}
 
 circuit_table *
 circuit_table_new(uint64_t max_circuits, uint64_t instance_id)
@@ -117,6 +130,7 @@ circuit_table_new(uint64_t max_circuits, uint64_t instance_id)
 	table->max_circuits = max_circuits;
 	table->instance_id = instance_id;
 	table->next_token = 1;
+	table->unstored_rev = rev_next(table);
 	return table;
 }
 
@@ -650,6 +664,7 @@ circuit_create(circuit_table *table, const char *name, const proto_ctx *declared
 	}
 	memcpy(c->name, name, len + 1);
 	c->name_len = (uint16_t)len;
+	c->policy_rev = rev_next(table);
 	c->used_at = clock;
 	breaker_snapshot_init(&c->snap);
 	hash_oom = 0;
@@ -676,15 +691,17 @@ circuit_for_write(circuit_table *table, const char *name, const ct_call *call, c
 }
 
 static void
-view_fill(const circuit *c, ct_view *out)
+view_fill(const circuit_table *table, const circuit *c, ct_view *out)
 {
 	memset(out, 0, sizeof *out);
 	if (c == NULL) {
 		breaker_snapshot_init(&out->snap);
 		out->hold.until = CB_TIME_NONE;
+		out->policy_rev = table->unstored_rev;
 		return;
 	}
 	out->stored = true;
+	out->policy_rev = c->policy_rev;
 	out->snap = c->snap;
 	out->totals = c->totals;
 	out->declared = c->declared != NULL ? &c->declared->ctx : NULL;
@@ -710,11 +727,11 @@ view_fill(const circuit *c, ct_view *out)
 
 /* view_fill, with a time window's expired buckets dropped at now. */
 static void
-view_at(circuit *c, int64_t now, ct_view *out)
+view_at(const circuit_table *table, circuit *c, int64_t now, ct_view *out)
 {
 	if (c != NULL && c->ext != NULL && c->ext->window != NULL)
 		window_counts(c->ext->window, now);
-	view_fill(c, out);
+	view_fill(table, c, out);
 }
 
 void
@@ -756,7 +773,7 @@ circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
 	if (c != NULL)
 		hold_expire(table, c, now, change);
-	view_at(c, now, out);
+	view_at(table, c, now, out);
 }
 
 /* Shared body of the outcomes: 0 ignore, 1 success, 2 failure, 3 `count`
@@ -776,12 +793,12 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
 	/* An ignored call or a client's refusals create nothing. */
 	if ((outcome == 0 || outcome == 3) && c == NULL) {
-		view_fill(NULL, out);
+		view_fill(table, NULL, out);
 		return CT_OK;
 	}
 	status = circuit_for_write(table, name, call, &c);
 	if (status != CT_OK) {
-		view_fill(NULL, out);
+		view_fill(table, NULL, out);
 		return status;
 	}
 	hold_expire(table, c, call->now, change);
@@ -790,11 +807,11 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 			c->totals.ignored++;
 		else
 			c->totals.rejected += count;
-		view_at(c, call->now, out);
+		view_at(table, c, call->now, out);
 		return CT_OK;
 	}
 	if (!ext_fit_policy(c, &policy)) {
-		view_at(c, call->now, out);
+		view_at(table, c, call->now, out);
 		return CT_NOMEM;
 	}
 	o.slow = policy.slow_call_ms > 0 && call->duration_ms >= policy.slow_call_ms;
@@ -817,7 +834,7 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 	change_merge(change, c->snap.state, reason);
 	transition_done(c, from);
 	circuit_relist(table, c);
-	view_at(c, call->now, out);
+	view_at(table, c, call->now, out);
 	return CT_OK;
 }
 
@@ -864,12 +881,12 @@ circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_stat
 		hold_expire(table, c, call->now, change);
 	current = c != NULL ? c->snap.state : CB_STATE_CLOSED;
 	if (current != from || (c != NULL && circuit_held(c))) {
-		view_at(c, call->now, out);
+		view_at(table, c, call->now, out);
 		return CT_OK;
 	}
 	status = circuit_for_write(table, name, call, &c);
 	if (status != CT_OK) {
-		view_fill(NULL, out);
+		view_fill(table, NULL, out);
 		return status;
 	}
 	breaker_force(&c->snap, to, call->now);
@@ -877,7 +894,7 @@ circuit_table_cas(circuit_table *table, const char *name, cb_state from, cb_stat
 	transition_done(c, from);
 	circuit_relist(table, c);
 	*applied = true;
-	view_at(c, call->now, out);
+	view_at(table, c, call->now, out);
 	return CT_OK;
 }
 
@@ -891,7 +908,7 @@ circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
 
 	if (status != CT_OK) {
 		change_set(change, CB_STATE_CLOSED, CB_STATE_CLOSED, CB_REASON_NONE);
-		view_fill(NULL, out);
+		view_fill(table, NULL, out);
 		return status;
 	}
 	before = c->snap;
@@ -906,7 +923,7 @@ circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
 			hold->reason)) {
 			c->snap = before;
 			circuit_relist(table, c);
-			view_fill(c, out);
+			view_fill(table, c, out);
 			return CT_NOMEM;
 		}
 		change_merge(change, state, CB_REASON_HELD);
@@ -919,7 +936,7 @@ circuit_table_set_state(circuit_table *table, const char *name, cb_state state,
 		    before.state != state || was_held ? CB_REASON_FORCED : CB_REASON_NONE);
 	}
 	circuit_relist(table, c);
-	view_at(c, call->now, out);
+	view_at(table, c, call->now, out);
 	return CT_OK;
 }
 
@@ -943,7 +960,7 @@ circuit_table_release(circuit_table *table, const char *name, const ct_call *cal
 		change_merge(change, c->snap.state, CB_REASON_RELEASED);
 		*released = true;
 	}
-	view_at(c, call->now, out);
+	view_at(table, c, call->now, out);
 }
 
 /* Free the circuit's slots whose ttl ran out (they are sorted by expiry). */
@@ -1106,7 +1123,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 	change_set(change, CB_STATE_CLOSED, CB_STATE_CLOSED, CB_REASON_NONE);
 	status = circuit_for_write(table, name, call, &c);
 	if (status != CT_OK) {
-		view_fill(NULL, view);
+		view_fill(table, NULL, view);
 		return status;
 	}
 	change_set(change, c->snap.state, c->snap.state, CB_REASON_NONE);
@@ -1125,7 +1142,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 		break;
 	case CB_STATE_OPEN:
 		c->totals.rejected++;
-		view_at(c, call->now, view);
+		view_at(table, c, call->now, view);
 		out->retry_after_ms = circuit_table_retry_after(view, call->policy, call->now);
 		break;
 	case CB_STATE_HALF_OPEN:
@@ -1144,7 +1161,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 	}
 	ext_trim(c);
 	circuit_relist(table, c);
-	view_at(c, call->now, view);
+	view_at(table, c, call->now, view);
 	return status;
 }
 
@@ -1163,10 +1180,19 @@ ct_status
 circuit_table_restore(circuit_table *table, const char *name, const ct_view *view, int64_t clock)
 {
 	circuit *c = circuit_find(table, name);
-	uint32_t *transitions = NULL, pins = 0;
+	uint32_t *transitions = NULL, pins = 0, rev = 0;
+	ct_layer *declared = NULL;
 	ct_status status;
 
-	/* What the circuit this one replaces counted and pinned stays. */
+	/* What the circuit this one replaces counted and pinned stays, and
+	 * its policy_rev when it was created with the same policy (a fleet
+	 * copy refreshed from Redis is the same circuit). */
+	if (c != NULL) {
+		rev = c->policy_rev;
+		declared = c->declared;
+		if (declared != NULL)
+			declared->refs++; /* compared below, after c is gone */
+	}
 	if (c != NULL && c->ext != NULL) {
 		transitions = c->ext->transitions;
 		pins = c->ext->pins;
@@ -1175,6 +1201,9 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	circuit_table_delete(table, name);
 	c = NULL;
 	status = circuit_create(table, name, view->declared, clock, &c);
+	if (status == CT_OK && rev != 0 && c->declared == declared)
+		c->policy_rev = rev; /* interned: the same layer is the same policy */
+	layer_put(table, declared);
 	if (status == CT_OK && (transitions != NULL || pins > 0) && ext_need(c) == NULL)
 		status = CT_NOMEM;
 	if (status != CT_OK) {
@@ -1214,6 +1243,20 @@ circuit_table_count_transition(circuit_table *table, const char *name, cb_state 
 		x->transitions = calloc(CB_STATE_COUNT * CB_STATE_COUNT, sizeof *x->transitions);
 	if (x->transitions != NULL)
 		x->transitions[from * CB_STATE_COUNT + to]++;
+}
+
+void
+circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg)
+{
+	circuit *c, *tmp;
+	ct_view view;
+
+	table->unstored_rev = rev_next(table);
+	HASH_ITER (hh, table->circuits, c, tmp) {
+		view_fill(table, c, &view);
+		if (changed(c->name, &view, arg))
+			c->policy_rev = rev_next(table);
+	}
 }
 
 bool
@@ -1268,7 +1311,7 @@ circuit_table_foreach(circuit_table *table, int64_t now, ct_visit_fn visit, void
 	ct_view view;
 
 	HASH_ITER (hh, table->circuits, c, tmp) {
-		view_at(c, now, &view);
+		view_at(table, c, now, &view);
 		visit(c->name, &view, arg);
 	}
 }
@@ -1296,7 +1339,7 @@ circuit_table_cursor_next(circuit_table *table, ct_cursor *cursor, int64_t now, 
 		circuit *c = cursor->at;
 
 		cursor->at = c->hh.next;
-		view_at(c, now, &view);
+		view_at(table, c, now, &view);
 		visit(c->name, &view, arg);
 		n++;
 	}
@@ -1333,11 +1376,11 @@ circuit_table_foreach_recent(circuit_table *table, int64_t now, uint64_t max, ct
 	ct_view view;
 
 	for (circuit *c = table->pinned_head; c != NULL && n < max; c = c->next, n++) {
-		view_at(c, now, &view);
+		view_at(table, c, now, &view);
 		visit(c->name, &view, arg);
 	}
 	for (circuit *c = table->idle_tail; c != NULL && n < max; c = c->prev, n++) {
-		view_at(c, now, &view);
+		view_at(table, c, now, &view);
 		visit(c->name, &view, arg);
 	}
 	return n;
@@ -1350,7 +1393,7 @@ circuit_table_peek(circuit_table *table, const char *name, ct_view *out)
 
 	if (c == NULL)
 		return false;
-	view_fill(c, out);
+	view_fill(table, c, out);
 	return true;
 }
 
@@ -1360,7 +1403,7 @@ circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg)
 	ct_view view;
 
 	for (circuit *c = table->pinned_head; c != NULL; c = c->next) {
-		view_fill(c, &view);
+		view_fill(table, c, &view);
 		visit(c->name, &view, arg);
 	}
 }

@@ -116,6 +116,11 @@ typedef struct ct_view {
 	cb_window_counts window;
 	const cb_reporters *reporters; /* min_reporters > 1: recent reporters */
 	const uint32_t *transitions; /* [from * CB_STATE_COUNT + to]; NULL: none yet */
+	/* Protocol 3: equal for two views of one circuit with the same
+	 * effective policy; a new one at creation and when
+	 * circuit_table_renew_policies says the policy changed. A circuit not
+	 * stored has the table's, renewed by every such walk. Never 0. */
+	uint32_t policy_rev;
 } ct_view;
 
 /* What every call that may change a circuit takes. */
@@ -159,6 +164,9 @@ typedef struct ct_stats {
 
 /* Called by the walks below for each circuit. */
 typedef void (*ct_visit_fn)(const char *name, const ct_view *view, void *arg);
+/* Whether name's effective policy changed (a reload): pure, must not
+ * change the table. */
+typedef bool (*ct_policy_changed_fn)(const char *name, const ct_view *view, void *arg);
 /* Called with each circuit's name just before a reclaim drops it. */
 typedef void (*ct_reclaim_fn)(const char *name, void *arg);
 /* Called for each hold ended by circuit_table_expire_holds. */
@@ -271,6 +279,10 @@ void circuit_table_count_transition(circuit_table *table, const char *name, cb_s
  * keeps the pins of the circuit it replaces. False when name is not
  * stored (pin), or holds no pin (unpin). */
 bool circuit_table_pin(circuit_table *table, const char *name, bool pin);
+
+/* The configuration changed: a new policy_rev for circuits not stored,
+ * and for each stored circuit `changed` says changed. */
+void circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg);
 
 /* End every hold whose ttl has passed at `now`, calling fn for each. */
 void circuit_table_expire_holds(circuit_table *table, int64_t now, ct_change_fn fn, void *arg);

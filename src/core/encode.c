@@ -503,7 +503,7 @@ static time_memo last_failure_text, opened_text;
 
 void
 encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_policy *policy,
-    const char *preset, const proto_policy_sources *sources, int64_t now)
+    const char *preset, const proto_policy_sources *sources, int64_t now, bool with_policy)
 {
 	const cb_snapshot *s = &view->snap;
 	const ct_totals *t = &view->totals;
@@ -514,7 +514,7 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	enc_name(b, name);
 	if ((p = part_begin(b)) == NULL)
 		return;
-	/* 4 integers, 124 bytes of text. */
+	/* 6 integers, 138 bytes of text. */
 	PUT_LIT(p, ",\"state\":\"");
 	state = breaker_state_name(s->state);
 	p = (char *)memcpy(p, state, strlen(state)) + strlen(state);
@@ -528,9 +528,13 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	p = put_time(p, s->opened_at, &opened_text);
 	PUT_LIT(p, ",\"retry_after_ms\":");
 	p = put_int(p, circuit_table_retry_after(view, policy, now));
-	PUT_LIT(p, ",\"policy\":");
+	PUT_LIT(p, ",\"policy_rev\":");
+	p = put_int(p, view->policy_rev);
 	part_end(b, p);
-	enc_policy(b, policy, preset, sources);
+	if (with_policy) {
+		ENC_LIT(b, ",\"policy\":");
+		enc_policy(b, policy, preset, sources);
+	}
 	ENC_LIT(b, ",\"hold\":");
 	if (view->hold.held)
 		enc_json(b, circuit_json_hold(&view->hold));

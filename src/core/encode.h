@@ -81,9 +81,10 @@ void enc_spares_free(void);
  * jansson 2.14 dumps them. Reals go through enc_value. */
 void enc_compact(enc_buf *b, const json_t *v);
 
-/* The snapshot object of a circuit, as circuit_json_snapshot() builds it. */
+/* The snapshot object of a circuit, as circuit_json_snapshot() builds it
+ * (protocol 3: policy_rev, and the policy only with_policy). */
 void encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_policy *policy,
-    const char *preset, const proto_policy_sources *sources, int64_t now);
+    const char *preset, const proto_policy_sources *sources, int64_t now, bool with_policy);
 
 /* Drop the cached policy texts (exit, tests). */
 void encode_cache_clear(void);

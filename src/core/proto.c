@@ -1230,6 +1230,24 @@ proto_req_true(const proto_req *r, const char *key)
 }
 
 bool
+proto_req_bool(const proto_req *r, const char *key, bool absent, bool *out, proto_error *err)
+{
+	switch (req_member(r, key).type) {
+	case PVAL_ABSENT:
+		*out = absent;
+		return true;
+	case PVAL_TRUE:
+		*out = true;
+		return true;
+	case PVAL_FALSE:
+		*out = false;
+		return true;
+	default:
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be true or false", key);
+	}
+}
+
+bool
 proto_req_id(const proto_req *r, json_t **id, proto_error *err)
 {
 	pval v = req_member(r, "id");

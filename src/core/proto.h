@@ -18,7 +18,7 @@
 #include "breaker.h"
 #include "proto-scan.h"
 
-#define PROTO_VERSION 2
+#define PROTO_VERSION 3
 /* Default and bounds of max_line_bytes (spec: default 65536). */
 #define PROTO_MAX_LINE_DEFAULT 65536
 /* Room for an error message; longer ones are cut. */
@@ -427,6 +427,9 @@ bool proto_req_ctx(const proto_req *r, proto_ctx *out, proto_error *err);
 bool proto_req_has(const proto_req *r, const char *key);
 /* Is member key true? */
 bool proto_req_true(const proto_req *r, const char *key);
+/* Member key as a boolean (absent or null: `absent`); false (bad_request)
+ * when it is of another type. */
+bool proto_req_bool(const proto_req *r, const char *key, bool absent, bool *out, proto_error *err);
 /* The request's id for echoing (a new reference: an integer or a string);
  * *id NULL when absent or null. False (bad_request) for any other type. */
 bool proto_req_id(const proto_req *r, json_t **id, proto_error *err);
