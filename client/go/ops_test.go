@@ -19,7 +19,7 @@ func TestHelloGetAllowRecord(t *testing.T) {
 	ctx := context.Background()
 	name := circuitName(t)
 	h, err := c.Hello(ctx, "go-test")
-	if err != nil || h.Server != "cbd" || h.Protocol != 2 || h.Version == "" {
+	if err != nil || h.Server != "cbd" || h.Protocol != 3 || h.Version == "" {
 		t.Fatalf("hello: %+v %v", h, err)
 	}
 	g, err := c.Get(ctx, name, Ctx{"failure_threshold": 2, "break_ms": 60000})

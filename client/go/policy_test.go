@@ -252,6 +252,10 @@ func TestCachedRuleRefreshesAfterAReload(t *testing.T) {
 		return err == nil && v == 5
 	})
 	waitFor(t, "the reload's event", func() bool { return b.Client().CacheCounters().Events > events })
+	// Protocol 3 says it with a policy event (v2: a change event).
+	if v3 := protocolOf(t, b.Client()) >= 3; (b.Client().CacheCounters().PolicyEvents == 1) != v3 {
+		t.Fatalf("policy events %d (protocol 3: %v)", b.Client().CacheCounters().PolicyEvents, v3)
+	}
 	if err := b.Execute(ctx, succeeding); err != nil {
 		t.Fatal(err)
 	}

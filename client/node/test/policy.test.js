@@ -223,6 +223,8 @@ test('a cached breaker rule refreshes after a reload: it syncs exactly at the ne
   await waitFor(() => b.cacheStats().events > seen, "the reload's event in the cache");
   // The client's watchers hear of it too (v3: a policy event; v2: a change).
   await waitFor(() => events.some((e) => (e.event === 'policy' || e.event === 'change') && e.snapshot?.policy?.failure_threshold === 5), "the reload's event on watch");
+  // Protocol 3 says it with a policy event (v2: a change event).
+  assert.equal(b.cacheStats().policyEvents === 1, (await protocol(client)) >= 3);
   await b.call(ok);
   const syncs = b.cacheStats().syncs;
   for (let k = 1; k <= 4; k++) {
