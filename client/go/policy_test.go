@@ -252,6 +252,12 @@ func TestCachedRuleRefreshesAfterAReload(t *testing.T) {
 		return err == nil && v == 5
 	})
 	waitFor(t, "the reload's event", func() bool { return b.Client().CacheCounters().Events > events })
+	waitFor(t, "the new rule", func() bool {
+		e, _ := cachedEntry(b)
+		e.own.mu.Lock()
+		defer e.own.mu.Unlock()
+		return e.own.known && e.own.threshold == 5
+	})
 	// Protocol 3 says it with a policy event (v2: a change event).
 	if v3 := protocolOf(t, b.Client()) >= 3; (b.Client().CacheCounters().PolicyEvents == 1) != v3 {
 		t.Fatalf("policy events %d (protocol 3: %v)", b.Client().CacheCounters().PolicyEvents, v3)

@@ -221,6 +221,7 @@ test('a cached breaker rule refreshes after a reload: it syncs exactly at the ne
   own.proc.kill('SIGHUP');
   await waitFor(async () => (await client.get(name)).snapshot.policy.failure_threshold === 5, 'the reload');
   await waitFor(() => b.cacheStats().events > seen, "the reload's event in the cache");
+  await waitFor(() => b.cacheEntry.own.known && b.cacheEntry.own.threshold === 5, 'the new rule');
   // The client's watchers hear of it too (v3: a policy event; v2: a change).
   await waitFor(() => events.some((e) => (e.event === 'policy' || e.event === 'change') && e.snapshot?.policy?.failure_threshold === 5), "the reload's event on watch");
   // Protocol 3 says it with a policy event (v2: a change event).

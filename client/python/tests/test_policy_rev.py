@@ -190,6 +190,7 @@ def test_cached_rule_refreshes_after_a_reload():
             d.proc.send_signal(signal.SIGHUP)
             wait_until(lambda: c.get(name)["snapshot"]["policy"]["failure_threshold"] == 5)
             wait_until(lambda: b.cache_stats().events > events)
+            wait_until(lambda: b._entry.own.known and b._entry.own.threshold == 5)
             # Protocol 3 says it with a policy event (v2: a change event).
             assert (b.cache_stats().policy_events == 1) == (protocol(c) >= 3)
             b.call(lambda: None)
