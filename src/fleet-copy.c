@@ -167,6 +167,7 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 		if (circuit_table_delete(cbd.table, name) && deleted_event) {
 			events_deleted(name);
 		}
+		view->policy_rev = circuit_table_policy_rev(cbd.table, name);
 		return true;
 	}
 	if (!view_from_json(name, circuit, now, view, &copy_declared, &copy_reporters.r)) {
@@ -175,6 +176,8 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 	}
 	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
 	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
+	/* The copy's (kept across refreshes of one policy: protocol 3). */
+	view->policy_rev = circuit_table_policy_rev(cbd.table, name);
 	change_from_json(change_json, &change);
 	/* Per-circuit transitions count the copy's changes, as
 	 * stats.transitions does (events_changed). */

@@ -99,6 +99,13 @@ send_request(bench_conn *c, bench_format_fn fmt, void *arg)
 
 /* The server whose CPU time the next bench_run reports (0: none). */
 static pid_t server_pid;
+static bench_figures last;
+
+bench_figures
+bench_last(void)
+{
+	return last;
+}
 
 void
 bench_server_pid(pid_t pid)
@@ -143,6 +150,7 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 	struct epoll_event ev[BENCH_CONNS_MAX];
 	double *lat = malloc(sizeof(double) * SAMPLES_MAX), start, end, rate;
 	long total = 0, errors = 0, n = 0;
+	double reply_bytes = 0;
 	int ep = epoll_create1(0), open = 0;
 	double cpu0 = 0, user0 = 0, cpu1 = 0, user1 = 0;
 	bool cpu = server_pid > 0 && proc_cpu(server_pid, &cpu0, &user0);
@@ -197,6 +205,7 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 			if (n < SAMPLES_MAX)
 				lat[n++] = (now - c->sent_at) * 1e6;
 			total++;
+			reply_bytes += (double)(reply - c->buf);
 			if (error && errors++ == 0 && getenv("BENCH_DEBUG") != NULL)
 				fprintf(stderr, "first error reply: %.200s\n", c->buf);
 			c->have -= (size_t)(reply - c->buf);
@@ -217,12 +226,15 @@ bench_run(const char *label, const char *path, bench_framing framing, bench_form
 	}
 	close(ep);
 	harness_sort_samples(lat, (size_t)n);
-	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld", label, conns,
-	    rate, n ? lat[n / 2] : 0, n ? lat[n * 99 / 100] : 0, errors);
+	last.reply_bytes = total > 0 ? reply_bytes / (double)total : 0;
+	last.cpu_us = cpu ? (cpu1 - cpu0) * 1e6 / (double)total : 0;
+	printf("%-40s %3d conns  %9.0f req/s  p50 %7.1f us  p99 %7.1f us  errors %ld  reply %.0f B",
+	    label, conns, rate, n ? lat[n / 2] : 0, n ? lat[n * 99 / 100] : 0, errors,
+	    last.reply_bytes);
 	/* The server's own CPU a request: what it costs, whatever else the
 	 * machine runs meanwhile. */
 	if (cpu)
-		printf("  cpu %.2f us/req (user %.2f)", (cpu1 - cpu0) * 1e6 / (double)total,
+		printf("  cpu %.2f us/req (user %.2f)", last.cpu_us,
 		    (user1 - user0) * 1e6 / (double)total);
 	printf("\n");
 	fflush(stdout);

@@ -37,6 +37,15 @@ double bench_run(const char *label, const char *path, bench_framing framing, ben
  * server) spent a request, all and user (from /proc). */
 void bench_server_pid(pid_t pid);
 
+/* What the last bench_run measured beside its rate: the server's CPU
+ * microseconds a request (0: not measured) and the mean reply size in
+ * bytes, framing included (a line's LF, RESP's CRLFs). */
+typedef struct bench_figures {
+	double cpu_us;
+	double reply_bytes;
+} bench_figures;
+bench_figures bench_last(void);
+
 /* Keep process pid (0: this one) on CPU number cpu. */
 bool bench_pin(pid_t pid, int cpu);
 

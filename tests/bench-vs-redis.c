@@ -10,7 +10,8 @@
  *   - an echo server (the floor: what the kernel alone costs a server),
  *     and one answering every line with as many bytes as cbd's
  *     record_failure reply (the floor for a server that must send a
- *     snapshot: the spec's policy and totals make it ~1.1 KB).
+ *     snapshot: about 300 bytes with protocol 3's compact snapshots,
+ *     1.1 KB with protocol 2's policy in every one).
  *
  * Every connection has one request in flight (depth 1), on its own
  * circuit/key among 64; every round trip is timed. With two CPUs or more
@@ -66,6 +67,17 @@ format_evalsha(char *req, size_t size, int key, void *arg)
 #define ROUNDS_MAX 15
 
 enum { CBD, GET, EVALSHA, ECHO, SIZED, SERVERS };
+
+/* Keep the last run's CPU a request (round r) and reply size of server k. */
+static void
+note(int k, int r, double cpu[][ROUNDS_MAX], double *bytes)
+{
+	bench_figures f = bench_last();
+
+	cpu[k][r] = f.cpu_us;
+	if (f.reply_bytes > 0)
+		bytes[k] = f.reply_bytes;
+}
 
 /* The median of n rates (sorts them). */
 static double
@@ -141,7 +153,8 @@ main(int argc, char **argv)
 	}
 	for (int i = 0; i < nconns; i++) {
 		int c = conns[i];
-		double rate[SERVERS][ROUNDS_MAX] = { { 0 } };
+		double rate[SERVERS][ROUNDS_MAX] = { { 0 } }, cpu[SERVERS][ROUNDS_MAX] = { { 0 } },
+		       bytes[SERVERS] = { 0 };
 		char label[64];
 
 		snprintf(label, sizeof label, "echo answering %zu bytes (cbd's)", reply_bytes);
@@ -151,30 +164,46 @@ main(int argc, char **argv)
 			bench_server_pid(h.pid);
 			rate[CBD][r] = bench_run("cbd record_failure", h.socket_path, BENCH_LINES,
 			    bench_format_record_failure, NULL, c, seconds);
+			note(CBD, r, cpu, bytes);
 			bench_server_pid(have_redis ? redis.pid : 0);
 			if (have_redis)
 				rate[GET][r] = bench_run("redis GET", redis.socket_path, BENCH_RESP,
 				    format_get, NULL, c, seconds);
+			if (have_redis)
+				note(GET, r, cpu, bytes);
 			bench_server_pid(have_redis ? redis.pid : 0);
 			if (have_redis && sha[0] != '\0')
 				rate[EVALSHA][r] = bench_run("redis EVALSHA record-failure script",
 				    redis.socket_path, BENCH_RESP, format_evalsha, sha, c, seconds);
+			if (have_redis && sha[0] != '\0')
+				note(EVALSHA, r, cpu, bytes);
 			bench_server_pid(echo);
 			if (echo > 0)
 				rate[ECHO][r] = bench_run("echo server (the floor)", echo_path,
 				    BENCH_ECHO, bench_format_record_failure, NULL, c, seconds);
+			if (echo > 0)
+				note(ECHO, r, cpu, bytes);
 			bench_server_pid(sized);
 			if (sized > 0)
 				rate[SIZED][r] = bench_run(label, sized_path, BENCH_ECHO,
 				    bench_format_record_failure, NULL, c, seconds);
+			if (sized > 0)
+				note(SIZED, r, cpu, bytes);
 		}
-		for (int k = 0; k < SERVERS; k++)
+		for (int k = 0; k < SERVERS; k++) {
 			rate[k][0] = median(rate[k], rounds);
+			cpu[k][0] = median(cpu[k], rounds);
+		}
 		printf("medians of %d rounds at %d conns: cbd %.0f, GET %.0f, EVALSHA %.0f, echo "
 		       "%.0f, "
 		       "echo %zu bytes %.0f req/s\n",
 		    rounds, c, rate[CBD][0], rate[GET][0], rate[EVALSHA][0], rate[ECHO][0],
 		    reply_bytes, rate[SIZED][0]);
+		printf("at %d conns, reply bytes and server CPU a request (medians): cbd %.0f B "
+		       "%.2f us, GET %.0f B %.2f us, EVALSHA %.0f B %.2f us, echo %.0f B %.2f us, "
+		       "echo %zu bytes %.2f us\n",
+		    c, bytes[CBD], cpu[CBD][0], bytes[GET], cpu[GET][0], bytes[EVALSHA],
+		    cpu[EVALSHA][0], bytes[ECHO], cpu[ECHO][0], reply_bytes, cpu[SIZED][0]);
 		if (rate[GET][0] > 0 && rate[EVALSHA][0] > 0)
 			printf("ratios at %d conns: cbd/GET %.2f  cbd/EVALSHA %.2f  cbd/echo-%zu "
 			       "%.2f\n",

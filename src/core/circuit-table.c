@@ -1245,6 +1245,14 @@ circuit_table_count_transition(circuit_table *table, const char *name, cb_state 
 		x->transitions[from * CB_STATE_COUNT + to]++;
 }
 
+uint32_t
+circuit_table_policy_rev(circuit_table *table, const char *name)
+{
+	circuit *c = circuit_find(table, name);
+
+	return c != NULL ? c->policy_rev : table->unstored_rev;
+}
+
 void
 circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg)
 {

@@ -280,6 +280,9 @@ void circuit_table_count_transition(circuit_table *table, const char *name, cb_s
  * stored (pin), or holds no pin (unpin). */
 bool circuit_table_pin(circuit_table *table, const char *name, bool pin);
 
+/* name's policy_rev (ct_view's), stored or not. */
+uint32_t circuit_table_policy_rev(circuit_table *table, const char *name);
+
 /* The configuration changed: a new policy_rev for circuits not stored,
  * and for each stored circuit `changed` says changed. */
 void circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg);
