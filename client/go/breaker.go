@@ -110,7 +110,8 @@ type Breaker struct {
 	skipUntil  time.Time
 	skipErr    error
 	seen       Machine
-	seenPolicy map[string]any
+	seenPolicy map[string]any // cbd's policy for the circuit (nil: unknown, or stale)
+	seenRev    uint64         // its policy_rev (protocol 3 §1)
 	seenHold   *Hold
 	skipped    int64 // requests not sent: cbd skipped after a timeout
 	localCalls int64 // permits granted by the local fallback
@@ -221,7 +222,9 @@ func (b *Breaker) makeOutcomeLines() error {
 		Failure: `{"op":"record_failure"`, Ignore: `{"op":"record","outcome":"ignore"`} {
 		line := append([]byte(head+`,"name":`), name...)
 		line = append(line, ctx...)
-		b.syncLines[o] = append(append([]byte{}, line...), `,"duration_ms":`...)
+		// With a reply (an outcome that could trip), which carries the
+		// circuit's policy (protocol 3 §1) to refresh the cache's rule.
+		b.syncLines[o] = append(append([]byte{}, line...), `,"policy":true,"duration_ms":`...)
 		b.outcomeLines[o] = append(line, `,"noreply":true,"duration_ms":`...)
 	}
 	b.rejectedLine = append(append([]byte(`{"op":"record","outcome":"rejected","name":`), name...), ctx...)
@@ -380,13 +383,24 @@ func (b *Breaker) storeError(err error, op string) {
 	}
 }
 
+// noteSnapshot keeps what cbd said of the circuit. Its policy is kept with
+// its policy_rev (protocol 3 §1): a compact snapshot of another rev makes
+// it unknown (the declared policy runs the fallback) until the next
+// uncached record asks for it.
 func (b *Breaker) noteSnapshot(s *Snapshot) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.seen = MachineFromSnapshot(s)
-	if s.Policy != nil {
-		b.seenPolicy = s.Policy
+	switch {
+	case s.Policy != nil:
+		b.seenPolicy, b.seenRev = s.Policy, s.PolicyRev
+	case s.PolicyRev != b.seenRev:
+		b.seenPolicy = nil // stale: the policy changed since
+	case b.seenPolicy != nil:
+		c := *s
+		c.Policy = b.seenPolicy
+		s = &c
 	}
+	b.seen = MachineFromSnapshot(s)
 	b.seenHold = s.Hold
 }
 
@@ -632,13 +646,18 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 	// An ignored call without a permit changes nothing but cbd's
 	// totals.ignored: sent without waiting for the reply.
 	noreply := o == Ignore && remoteToken == ""
+	// Until cbd's policy for the circuit is known (protocol 3 sends it
+	// only when asked), the reply brings it for the LOCAL fallback.
+	b.mu.Lock()
+	askPolicy := b.seenPolicy == nil && !noreply
+	b.mu.Unlock()
 	// The permit goes back even when the caller's context is cancelled.
 	rctx := context.Background()
 	var snap *Snapshot
 	answered, err := b.remote("record", func() error {
 		var e error
 		snap, e = b.client.Record(rctx, b.Name, o, RecordOptions{Permit: remoteToken,
-			DurationMs: ms, Ctx: cctx, NoReply: noreply})
+			DurationMs: ms, Ctx: cctx, NoReply: noreply, Policy: askPolicy})
 		return e
 	})
 	if answered {

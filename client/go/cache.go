@@ -35,6 +35,14 @@
 //     call. What the socket does not take waits for the next tick. Past
 //     MaxCachedOutBytes queued, or with no live connection, the caller
 //     reports through the uncached path.
+//   - Protocol 3 §1: snapshots are compact (no policy, a policy_rev
+//     instead). Each entry keeps the last policy seen with the rev it came
+//     with; a snapshot without policy and with another rev makes it
+//     unknown (every failure synced, the break read from the snapshot
+//     only). The watch and the synced outcomes ask "policy": true, so their
+//     replies refresh it, and a policy event (a reload changed the
+//     circuit's policy) refreshes it without a state change. A v2 cbd
+//     sends the policy in every snapshot and no rev: the same code reads it.
 
 package cbdclient
 
@@ -120,7 +128,8 @@ type CacheCounters struct {
 	NoReplyLines  int64 // outcomes queued as noreply lines
 	Writes        int64 // writes to the watch connection
 	StoreReports  int64 // outcomes sent the uncached way instead (no live watch, output full)
-	Events        int64 // change and delete events received
+	Events        int64 // change, delete and policy events received
+	PolicyEvents  int64 // of them, policy events (protocol 3: a reload changed a policy)
 	Connects      int64 // watch connections made
 	Reconnects    int64 // of them, those after a lost one
 	Disconnects   int64 // watch connections lost or dropped
@@ -147,11 +156,15 @@ type cacheEntry struct {
 	receivedAt   int64 // ms since the epoch
 	holdState    string
 	holdUntil    *int64 // nil: held until released
-	seq          uint64 // change events applied
+	seq          uint64 // change and policy events applied
 	last         *Snapshot
 	applied      uint64    // snapshots applied (replies, events, synced outcomes)
 	latest       *Snapshot // the last of them (kept when the entry is invalid)
 	own          *ownCount
+	// The last policy seen and the policy_rev it came with (nil: none
+	// seen, or stale).
+	policy    map[string]any
+	policyRev uint64
 }
 
 // ownCount is the circuit's rule as the last snapshot read reported it,
@@ -163,11 +176,15 @@ type cacheEntry struct {
 // predate the creating request (its policy the defaults, not the
 // breaker's) and may or may not include own outcomes, so it only sets
 // the base. Until a rule is read every failure is synced. Counting an
-// outcome twice costs a round trip, never an overshoot.
+// outcome twice costs a round trip, never an overshoot. The rule keeps the
+// policy_rev it was read with: a snapshot with another rev and no policy
+// (protocol 3) makes it unknown again, until a snapshot that carries the
+// policy (a synced outcome's reply, a policy event) is read.
 type ownCount struct {
 	mu                                     sync.Mutex
-	known                                  bool // a rule was read
-	rate                                   bool // trip "rate", else consecutive
+	known                                  bool   // a rule was read
+	rev                                    uint64 // the policy_rev it was read with
+	rate                                   bool   // trip "rate", else consecutive
 	countWindow                            bool
 	cannotTrip                             bool // held, or min_reporters > 1
 	threshold, minCalls, failRate, winSize int64
@@ -187,8 +204,13 @@ func policyInt(p map[string]any, key string, def int64) int64 {
 // outcome counted so far (n.mu held).
 func (n *ownCount) setBase(s *Snapshot, reset bool) {
 	p := s.Policy
-	if reset && p != nil {
+	if !reset || p == nil {
+		if s.PolicyRev != n.rev {
+			n.known = false // stale: the policy changed since
+		}
+	} else {
 		n.known = true
+		n.rev = s.PolicyRev
 		n.rate = p["trip"] == "rate"
 		n.countWindow = p["window"] != "time"
 		n.threshold = policyInt(p, "failure_threshold", 5)
@@ -304,7 +326,7 @@ type watchCache struct {
 
 	permitted, refused, uncached, noreplyLines, writes, storeReports   int64
 	events, connects, reconnects, disconnects, namesFull, outFull, bad int64
-	refusals, probeTimeouts, syncs, syncTimeouts                       int64
+	refusals, probeTimeouts, syncs, syncTimeouts, policyEvents         int64
 
 	// Callers waiting for the reply to an outcome sent with an id.
 	syncMu      sync.Mutex
@@ -376,7 +398,8 @@ func (c *watchCache) counters() CacheCounters {
 		Reconnects: ld(&c.reconnects), Disconnects: ld(&c.disconnects),
 		NamesFull: ld(&c.namesFull), OutFull: ld(&c.outFull), BadLines: ld(&c.bad),
 		Refusals: ld(&c.refusals), ProbeTimeouts: ld(&c.probeTimeouts), Syncs: ld(&c.syncs),
-		SyncTimeouts: ld(&c.syncTimeouts), Names: names, Live: live}
+		SyncTimeouts: ld(&c.syncTimeouts), PolicyEvents: ld(&c.policyEvents), Names: names,
+		Live: live}
 }
 
 func (c *watchCache) poke() {
@@ -427,7 +450,9 @@ func (c *watchCache) queueWatchLocked(names []string) bool {
 		if j > len(names) {
 			j = len(names)
 		}
-		line, err := json.Marshal(map[string]any{"op": "watch", "names": names[i:j]})
+		// The initial snapshots with their policies (protocol 3; a v2 cbd
+		// ignores the member and sends them anyway).
+		line, err := json.Marshal(map[string]any{"op": "watch", "names": names[i:j], "policy": true})
 		if err != nil || len(c.out)+len(line)+1 > MaxCachedOutBytes {
 			return false
 		}
@@ -673,8 +698,18 @@ func validState(s string) bool {
 }
 
 // apply sets e from a snapshot (mu held); reset: the snapshot includes
-// every own outcome counted so far (an event's, a synced outcome's).
+// every own outcome counted so far (an event's, a synced outcome's). A
+// compact snapshot (protocol 3) of the kept policy's rev gets that policy
+// filled in, so the breakers see a policy whenever it is known.
 func (e *cacheEntry) apply(s *cacheSnapshot, now int64, reset bool) {
+	switch {
+	case s.Policy != nil:
+		e.policy, e.policyRev = s.Policy, s.PolicyRev
+	case s.PolicyRev != e.policyRev:
+		e.policy = nil // stale: the circuit's policy changed since
+	default:
+		s.Policy = e.policy
+	}
 	e.own.mu.Lock()
 	e.own.setBase(&s.Snapshot, reset)
 	e.own.mu.Unlock()
@@ -755,6 +790,13 @@ func (c *watchCache) applyLine(raw []byte) {
 		c.syncMu.Unlock()
 	case l.Event == "change":
 		atomic.AddInt64(&c.events, 1)
+		c.applySnapshot(l.Snapshot, true, false)
+	case l.Event == "policy":
+		// A reload changed the circuit's policy (protocol 3): the rule and
+		// the entry refresh, the state is as it was; the breakers read it
+		// as they read a change event's snapshot.
+		atomic.AddInt64(&c.events, 1)
+		atomic.AddInt64(&c.policyEvents, 1)
 		c.applySnapshot(l.Snapshot, true, false)
 	case l.Event == "delete":
 		atomic.AddInt64(&c.events, 1)

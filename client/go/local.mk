@@ -27,6 +27,7 @@ EXTRA_DIST += \
 	client/go/main_test.go \
 	client/go/middleware_test.go \
 	client/go/ops_test.go \
+	client/go/policy_test.go \
 	client/go/retry_test.go \
 	client/go/trace_test.go \
 	client/go/util_test.go \

@@ -44,7 +44,11 @@ type WindowView struct {
 }
 
 // Snapshot is a circuit as cbd reports it (§7). Policy is the effective
-// policy as sent (numbers as float64, null as nil).
+// policy as sent (numbers as float64, null as nil). Protocol 3 §1: a
+// snapshot carries PolicyRev (two snapshots of a circuit with the same rev
+// have the same policy) and Policy only on Get, with a Policy option
+// (RecordOptions, SetStateOptions, ListPolicy) and in policy events; a v2
+// cbd sends Policy in every snapshot and no rev (PolicyRev 0).
 type Snapshot struct {
 	Name           string         `json:"name"`
 	State          string         `json:"state"`
@@ -54,6 +58,7 @@ type Snapshot struct {
 	OpenedAt       *int64         `json:"opened_at"`
 	RetryAfterMs   int64          `json:"retry_after_ms"`
 	CurrentBreakMs int64          `json:"current_break_ms"`
+	PolicyRev      uint64         `json:"policy_rev"`
 	Policy         map[string]any `json:"policy"`
 	Hold           *Hold          `json:"hold"`
 	Totals         *Totals        `json:"totals"`
@@ -91,6 +96,7 @@ type RecordOptions struct {
 	DurationMs int64
 	Ctx        Ctx
 	NoReply    bool
+	Policy     bool // the snapshot carries the policy (protocol 3)
 }
 
 // SetStateOptions are set_state's optional members (§9).
@@ -99,6 +105,7 @@ type SetStateOptions struct {
 	TTLMs  int64 // with Hold; 0: no ttl
 	Reason string
 	Ctx    Ctx
+	Policy bool // the snapshot carries the policy (protocol 3)
 }
 
 // CasReply is cas's answer.
@@ -139,6 +146,7 @@ type listPaging struct {
 	limit    int // 0: as many as fit cbd's output bound
 	limitSet bool
 	cursor   string
+	policy   bool
 }
 
 // ListLimit asks for at most n circuits (1..MaxListLimit) in the page.
@@ -151,6 +159,12 @@ func ListLimit(n int) ListOption {
 // list; the listing keeps the state filter it started with.
 func ListCursor(cursor string) ListOption {
 	return func(p *listPaging) { p.cursor = cursor }
+}
+
+// ListPolicy asks for each snapshot with its circuit's policy (protocol 3
+// leaves it out otherwise).
+func ListPolicy() ListOption {
+	return func(p *listPaging) { p.policy = true }
 }
 
 func listPagingOf(opts []ListOption) (listPaging, error) {
@@ -215,7 +229,8 @@ func (c *Client) Hello(ctx context.Context, client string) (*Hello, error) {
 	return &r, nil
 }
 
-// Get reads a circuit (an unknown name reads as its initial snapshot).
+// Get reads a circuit (an unknown name reads as its initial snapshot),
+// its policy included.
 func (c *Client) Get(ctx context.Context, name string, cctx Ctx) (*GetReply, error) {
 	var r GetReply
 	if err := c.Request(ctx, "get", map[string]any{"name": name, "ctx": ctxMember(cctx)}, &r); err != nil {
@@ -240,6 +255,9 @@ func (c *Client) outcomeOp(ctx context.Context, op string, m map[string]any, o R
 	}
 	if o.NoReply {
 		m["noreply"] = true
+	}
+	if o.Policy {
+		m["policy"] = true
 	}
 	var r snapshotReply
 	if err := c.Request(ctx, op, m, &r); err != nil {
@@ -292,6 +310,9 @@ func (c *Client) SetState(ctx context.Context, name, state string, o SetStateOpt
 	}
 	if o.Reason != "" {
 		m["reason"] = o.Reason
+	}
+	if o.Policy {
+		m["policy"] = true
 	}
 	var r snapshotReply
 	if err := c.Request(ctx, "set_state", m, &r); err != nil {
@@ -376,6 +397,9 @@ func (c *Client) listPage(ctx context.Context, onConn uint64, state string, cctx
 	}
 	if paging.cursor != "" {
 		m["cursor"] = paging.cursor
+	}
+	if paging.policy {
+		m["policy"] = true
 	}
 	used, err := c.requestOn(ctx, onConn, "list", m, &r)
 	// A list request ends the connection's listing whatever its answer.

@@ -19,7 +19,7 @@ func TestHelloGetAllowRecord(t *testing.T) {
 	ctx := context.Background()
 	name := circuitName(t)
 	h, err := c.Hello(ctx, "go-test")
-	if err != nil || h.Server != "cbd" || h.Protocol != 2 || h.Version == "" {
+	if err != nil || h.Server != "cbd" || h.Protocol != 3 || h.Version == "" {
 		t.Fatalf("hello: %+v %v", h, err)
 	}
 	g, err := c.Get(ctx, name, Ctx{"failure_threshold": 2, "break_ms": 60000})
@@ -34,10 +34,11 @@ func TestHelloGetAllowRecord(t *testing.T) {
 	if err != nil || s.FailureCount != 1 || s.LastFailureAt == nil || s.Totals.Failures != 1 {
 		t.Fatalf("record: %+v %v", s, err)
 	}
-	s, err = c.RecordFailure(ctx, name, RecordOptions{DurationMs: -1})
+	s, err = c.RecordFailure(ctx, name, RecordOptions{DurationMs: -1, Policy: true})
 	if err != nil || s.State != StateOpen || s.OpenedAt == nil || s.RetryAfterMs <= 0 {
 		t.Fatalf("record_failure: %+v %v", s, err)
 	}
+	// Asked for (Policy: true): protocol 3 leaves it out otherwise.
 	if bm, _ := toInt(s.Policy["failure_threshold"]); bm != 2 {
 		t.Fatalf("policy not reported: %v", s.Policy)
 	}

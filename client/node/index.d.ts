@@ -54,6 +54,12 @@ export interface Snapshot {
   retry_after_ms: number;
   current_break_ms: number;
   hold: Hold | null;
+  /** Protocol 3: the policy's revision (absent from a v2 cbd): two
+   * snapshots of a circuit with the same policy_rev have the same policy. */
+  policy_rev?: number;
+  /** The effective policy: a v2 cbd sends it in every snapshot; protocol 3
+   * only on get (unless policy: false), with policy: true, and in policy
+   * events. */
   policy?: Record<string, unknown>;
   totals?: Record<string, number>;
   [member: string]: unknown;
@@ -96,6 +102,13 @@ interface RecordOptions {
   durationMs?: number;
   ctx?: Ctx;
   noreply?: boolean;
+  /** true: the snapshot carries the policy (protocol 3). */
+  policy?: boolean;
+}
+/** true: the snapshots carry their policies (protocol 3); false on get:
+ * leave it out. */
+interface PolicyOption {
+  policy?: boolean;
 }
 
 /** list's paging (PROTOCOL.md §8 list, Pages). */
@@ -104,6 +117,8 @@ export interface ListOptions {
   limit?: number;
   /** The previous page's cursor, from this same connection. */
   cursor?: string | null;
+  /** true: each snapshot carries its policy (protocol 3). */
+  policy?: boolean;
 }
 export interface ListReply extends Reply {
   circuits: Snapshot[];
@@ -115,7 +130,9 @@ export interface ListReply extends Reply {
 
 /** A watch event line (PROTOCOL.md §8 watch). */
 export interface WatchEvent {
-  event: 'change' | 'delete' | string;
+  /** policy (protocol 3): a reload changed the circuit's policy; its
+   * snapshot carries the new one, the state unchanged. */
+  event: 'change' | 'delete' | 'policy' | string;
   from?: State;
   snapshot?: Snapshot;
   name?: string;
@@ -141,15 +158,15 @@ export class Client extends EventEmitter {
   close(): void;
   request(op: string, members?: Record<string, unknown>): Promise<Reply | null>;
   hello(client?: string): Promise<Reply & { server: string; version: string; protocol: number }>;
-  get(name: string, ctx?: Ctx): Promise<GetReply>;
+  get(name: string, ctx?: Ctx, options?: PolicyOption): Promise<GetReply>;
   allow(name: string, ctx?: Ctx): Promise<AllowReply>;
   record(name: string, outcome: Outcome, options: RecordOptions & { permit?: string; noreply: true }): Promise<null>;
   record(name: string, outcome: Outcome, options?: RecordOptions & { permit?: string }): Promise<SnapshotReply>;
   recordSuccess(name: string, options?: RecordOptions): Promise<SnapshotReply | null>;
   recordFailure(name: string, options?: RecordOptions): Promise<SnapshotReply | null>;
-  cas(name: string, from: State, to: State, ctx?: Ctx): Promise<SnapshotReply & { applied: boolean }>;
-  setState(name: string, state: State, options?: { hold?: boolean; ttlMs?: number; reason?: string; ctx?: Ctx }): Promise<SnapshotReply>;
-  release(name: string, ctx?: Ctx): Promise<SnapshotReply & { released: boolean }>;
+  cas(name: string, from: State, to: State, ctx?: Ctx, options?: PolicyOption): Promise<SnapshotReply & { applied: boolean }>;
+  setState(name: string, state: State, options?: { hold?: boolean; ttlMs?: number; reason?: string; ctx?: Ctx; policy?: boolean }): Promise<SnapshotReply>;
+  release(name: string, ctx?: Ctx, options?: PolicyOption): Promise<SnapshotReply & { released: boolean }>;
   acquireSlot(name: string, ctx?: Ctx): Promise<Reply & { acquired: boolean; token?: string; expires_at?: number }>;
   releaseSlot(name: string, token: string, ctx?: Ctx): Promise<Reply & { released: boolean }>;
   delete(name: string): Promise<Reply & { existed: boolean }>;
@@ -162,8 +179,8 @@ export class Client extends EventEmitter {
    * iteration ends (finish it or break out of it; not awaited inside the
    * loop, where it would wait for ever). Fails with
    * UnavailableError if the connection is lost between pages. */
-  listAll(state?: State, ctx?: Ctx, options?: { pageSize?: number }): AsyncGenerator<Snapshot, void, undefined>;
-  watch(names: string[] | 'all'): Promise<Reply & { snapshots: Snapshot[]; truncated?: boolean }>;
+  listAll(state?: State, ctx?: Ctx, options?: { pageSize?: number; policy?: boolean }): AsyncGenerator<Snapshot, void, undefined>;
+  watch(names: string[] | 'all', options?: PolicyOption): Promise<Reply & { snapshots: Snapshot[]; truncated?: boolean }>;
   unwatch(names: string[] | 'all'): Promise<Reply>;
   on<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;
   off<K extends keyof ClientEvents>(event: K, listener: (...args: ClientEvents[K]) => void): this;
@@ -247,6 +264,8 @@ export interface CacheStats {
    * live connection, 1 MiB unwritten, a failed write). */
   storeReports: number;
   events: number;
+  /** Of the events, policy events (protocol 3: a reload changed a policy). */
+  policyEvents: number;
   connects: number;
   /** Connects after a lost connection. */
   reconnects: number;

@@ -28,6 +28,7 @@ EXTRA_DIST += \
 	client/node/test/imports.test.js \
 	client/node/test/list.test.js \
 	client/node/test/ops.test.js \
+	client/node/test/policy.test.js \
 	client/node/test/retry.test.js \
 	client/node/test/trace.test.js \
 	client/node/examples/service.js \

@@ -33,6 +33,7 @@ EXTRA_DIST += \
 	client/python/tests/test_machine.py \
 	client/python/tests/test_ops.py \
 	client/python/tests/test_pages.py \
+	client/python/tests/test_policy_rev.py \
 	client/python/tests/test_retry.py \
 	client/python/tests/test_trace.py \
 	client/python/examples/service.py \

@@ -29,7 +29,7 @@ import { performance } from 'node:perf_hooks';
 import * as m from './machine.js';
 import { LocalStore } from './local.js';
 import { Client } from './connection.js';
-import { joinCache, leaveCache, PERMIT, REFUSE } from './cache.js';
+import { joinCache, leaveCache, PERMIT, policyRev, REFUSE } from './cache.js';
 import { CbdError, CbdTimeoutError, CircuitOpenError, storeFailed } from './errors.js';
 import { classifyDefault, FAILURE, IGNORE, OUTCOMES, SUCCESS } from './classify.js';
 
@@ -115,6 +115,7 @@ export class Breaker extends EventEmitter {
     // What cbd last said about the circuit (for the LOCAL fallback).
     this.seen = m.initialSnapshot();
     this.seenPolicy = null;
+    this.seenPolicyRev = null;
     this.seenHold = null;
     // Cached mode: the process's cache for the client's socket and this
     // name's entry in it (null past the cache's name limit: uncached).
@@ -139,10 +140,11 @@ export class Breaker extends EventEmitter {
       }
       // Refusals made from the cache, less N}\n.
       this.rejectedHead = `${JSON.stringify({ op: 'record', name, outcome: 'rejected', ctx, noreply: true }).slice(0, -1)},"count":`;
-      // The same with a reply (an outcome that could trip).
+      // The same with a reply (an outcome that could trip), which carries
+      // the circuit's policy (protocol 3 §1) to refresh the cache's rule.
       this.syncHead = {};
       for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure']]) {
-        this.syncHead[outcome] = `${JSON.stringify({ op, name, ctx }).slice(0, -1)},"duration_ms":`;
+        this.syncHead[outcome] = `${JSON.stringify({ op, name, ctx, policy: true }).slice(0, -1)},"duration_ms":`;
       }
     }
   }
@@ -263,9 +265,19 @@ export class Breaker extends EventEmitter {
     }
   }
 
+  /** What cbd said of the circuit. Its policy is kept with its policy_rev
+   * (protocol 3 §1): a compact snapshot of another rev makes it unknown
+   * (the declared policy runs the fallback) until the next uncached record
+   * asks for it. */
   noteSnapshot(snap) {
-    this.seen = m.snapshotFromReply(snap);
-    if (snap.policy != null) this.seenPolicy = snap.policy;
+    const rev = policyRev(snap);
+    if (snap.policy != null && typeof snap.policy === 'object') {
+      this.seenPolicy = snap.policy;
+      this.seenPolicyRev = rev;
+    } else if (rev !== this.seenPolicyRev) {
+      this.seenPolicy = null; // stale: the policy changed since
+    }
+    this.seen = m.snapshotFromReply(snap, this.seenPolicy);
     this.seenHold = snap.hold ?? null;
   }
 
@@ -436,7 +448,10 @@ export class Breaker extends EventEmitter {
     const noreply = outcome === IGNORE && remoteToken === null;
     let res;
     try {
-      res = await this.remote('record', () => this.client.record(this.name, outcome, { permit: remoteToken ?? undefined, durationMs, ctx, noreply }));
+      // Until cbd's policy for the circuit is known (protocol 3 sends it only
+      // when asked), the reply brings it for the LOCAL fallback.
+      const policy = this.seenPolicy == null && !noreply ? true : undefined;
+      res = await this.remote('record', () => this.client.record(this.name, outcome, { permit: remoteToken ?? undefined, durationMs, ctx, noreply, policy }));
     } catch (e) {
       if (e instanceof CbdError) return; // an answer such as bad_request
       throw e;

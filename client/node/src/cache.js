@@ -28,6 +28,14 @@
 //   - The socket never keeps the process alive on its own (unref'd; a write
 //     in progress and the FLUSH_MS timer do, briefly). The last breaker to
 //     leave closes it after writing what is queued (CLOSE_FLUSH_MS at most).
+//   - Protocol 3 §1: snapshots are compact (no policy, a policy_rev
+//     instead). Each entry keeps the last policy seen with the rev it came
+//     with; a snapshot without policy and with another rev makes it unknown
+//     (every failure synced, the break read from the snapshot only). The
+//     watch and the synced outcomes ask "policy": true, so their replies
+//     refresh it, and a policy event (a reload changed the circuit's
+//     policy) refreshes it without a state change. A v2 cbd sends the
+//     policy in every snapshot and no rev: the same code reads it as before.
 
 import net from 'node:net';
 
@@ -76,6 +84,13 @@ let namesWatched = 0;
 
 const int = (v, d) => (Number.isInteger(v) ? v : d);
 
+/** A snapshot's policy_rev (protocol 3 §1); null from a v2 cbd (or one that
+ * is not a positive integer). */
+export function policyRev(snap) {
+  const rev = snap.policy_rev;
+  return Number.isInteger(rev) && rev > 0 ? rev : null;
+}
+
 /** The circuit's rule as the last snapshot read reported it, the counts
  * that snapshot carried (base) and the process's own outcomes since (own):
  * enough to tell whether one more outcome of the process could trip the
@@ -85,18 +100,26 @@ const int = (v, d) => (Number.isInteger(v) ? v : d);
  * request (its policy the defaults, not the breaker's) and may or may not
  * include own outcomes, so it only sets the base. Until a rule is read
  * every failure is synced. An outcome counted twice costs a round trip,
- * never an overshoot. */
+ * never an overshoot. The rule keeps the policy_rev it was read with: a
+ * snapshot with another rev and no policy (protocol 3) makes it unknown
+ * again, until a snapshot that carries the policy (a synced outcome's
+ * reply, a policy event) is read. */
 export class OwnCount {
   constructor() {
     this.known = false;
+    this.rev = null; // the policy_rev the rule was read with
     this.baseFc = this.baseCalls = this.baseFails = this.baseSlow = 0;
     this.ownFc = this.ownCalls = this.ownFails = this.ownSlow = 0;
   }
 
   setBase(snap, reset) {
     const p = snap.policy;
-    if (reset && p && typeof p === 'object') {
+    const rev = policyRev(snap);
+    if (!(reset && p && typeof p === 'object')) {
+      if (rev !== this.rev) this.known = false; // stale: the policy changed since
+    } else {
       this.known = true;
+      this.rev = rev;
       this.rate = p.trip === 'rate';
       this.countWindow = p.window !== 'time';
       this.threshold = int(p.failure_threshold, 5);
@@ -145,7 +168,7 @@ export class OwnCount {
 }
 
 /** One name's entry: what the last snapshot or event said. */
-class Entry {
+export class Entry {
   constructor(name) {
     this.name = name;
     this.valid = false; // read by the current connection's watch reply
@@ -156,11 +179,27 @@ class Entry {
     this.receivedAt = 0;
     this.hold = null; // {state, until} while held
     this.breakers = new Set(); // WeakRefs of the breakers told of every snapshot
-    this.seq = 0; // change events applied
+    this.seq = 0; // change and policy events applied
     this.own = new OwnCount();
+    // The last policy seen and the policy_rev it came with (null: none
+    // seen, or stale).
+    this.policy = null;
+    this.policyRev = null;
   }
 
+  /** Read a snapshot; returns it as the entry keeps it: a compact one
+   * (protocol 3) of the kept policy's rev with that policy filled in, so
+   * the breakers see a policy whenever it is known. */
   set(snap, reset = false) {
+    const rev = policyRev(snap);
+    if (snap.policy && typeof snap.policy === 'object') {
+      this.policy = snap.policy;
+      this.policyRev = rev;
+    } else if (rev !== this.policyRev) {
+      this.policy = null; // stale: the circuit's policy changed since
+    } else if (this.policy !== null) {
+      snap = { ...snap, policy: this.policy };
+    }
     this.own.setBase(snap, reset);
     this.valid = true;
     this.state = snap.state;
@@ -169,6 +208,7 @@ class Entry {
     this.retryAfterMs = snap.retry_after_ms ?? 0;
     this.receivedAt = Date.now();
     this.hold = snap.hold ? { state: snap.hold.state, until: snap.hold.until ?? null } : null;
+    return snap;
   }
 }
 
@@ -204,6 +244,7 @@ export class WatchCache {
       writes: 0, // socket writes that carried them
       storeReports: 0, // outcomes of cached calls reported through the client
       events: 0,
+      policyEvents: 0, // of them, policy events (a reload changed a policy)
       connects: 0,
       reconnects: 0, // connects after a lost connection
       disconnects: 0,
@@ -331,13 +372,20 @@ export class WatchCache {
     } else if (typeof msg.id === 'string' && msg.id.startsWith(SYNC_ID_PREFIX)) {
       // The reply to an outcome that could trip: applied before the next
       // line, then its caller goes on.
-      const snap = msg.ok === true && msg.snapshot && typeof msg.snapshot === 'object' ? msg.snapshot : null;
-      if (snap) this.apply(snap, false, true);
+      let snap = msg.ok === true && msg.snapshot && typeof msg.snapshot === 'object' ? msg.snapshot : null;
+      if (snap) snap = this.apply(snap, false, true) ?? snap;
       const resolve = this.waiters.get(msg.id);
       this.waiters.delete(msg.id);
       resolve?.(snap);
     } else if (msg.event === 'change') {
       this.stats.events += 1;
+      this.apply(msg.snapshot, true);
+    } else if (msg.event === 'policy') {
+      // A reload changed the circuit's policy (protocol 3): the rule and
+      // the entry refresh, the state is as it was; the breakers read it as
+      // they read a change event's snapshot.
+      this.stats.events += 1;
+      this.stats.policyEvents += 1;
       this.apply(msg.snapshot, true);
     } else if (msg.event === 'delete') {
       this.stats.events += 1;
@@ -360,23 +408,26 @@ export class WatchCache {
     }
   }
 
-  /** One snapshot from a watch reply, a change event or a synced
-   * outcome's reply (reset: it includes every own outcome counted). */
+  /** One snapshot from a watch reply, a change or policy event or a
+   * synced outcome's reply (reset: it includes every own outcome counted).
+   * Returns it as the entry keeps it (policy filled in when known), null
+   * when not applied. */
   apply(snap, fromEvent, reset = false) {
     if (snap === null || typeof snap !== 'object' || typeof snap.name !== 'string') {
       this.stats.badLines += 1;
-      return;
+      return null;
     }
     const e = this.entries.get(snap.name);
-    if (!e) return; // unwatched since
+    if (!e) return null; // unwatched since
     if (typeof snap.state !== 'string') {
       this.stats.badLines += 1;
       e.valid = false; // cannot tell its state: ask cbd
-      return;
+      return null;
     }
-    e.set(snap, reset || fromEvent);
+    snap = e.set(snap, reset || fromEvent);
     if (fromEvent) e.seq += 1;
     for (const ref of e.breakers) ref.deref()?.cacheUpdated(snap, fromEvent);
+    return snap;
   }
 
   // -- the probe ---------------------------------------------------------------
@@ -626,8 +677,10 @@ export class WatchCache {
   }
 }
 
+/** The watch of names, their initial snapshots with their policies
+ * (protocol 3; a v2 cbd ignores the member and sends them anyway). */
 function watchLine(names) {
-  return `${JSON.stringify({ op: 'watch', names })}\n`;
+  return `${JSON.stringify({ op: 'watch', names, policy: true })}\n`;
 }
 
 // A breaker dropped without close() leaves its cache once collected, so

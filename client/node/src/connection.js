@@ -246,8 +246,10 @@ export class Client extends EventEmitter {
     return this.request('hello', { client });
   }
 
-  get(name, ctx) {
-    return this.request('get', { name, ctx });
+  /** get: the snapshot carries the policy (protocol 3: unless options
+   * policy is false). */
+  get(name, ctx, { policy } = {}) {
+    return this.request('get', { name, ctx, policy });
   }
 
   allow(name, ctx) {
@@ -255,30 +257,31 @@ export class Client extends EventEmitter {
   }
 
   /** record: outcome 'success' | 'failure' | 'ignore'; options permit,
-   * durationMs, ctx, noreply. */
-  record(name, outcome, { permit, durationMs, ctx, noreply } = {}) {
-    return this.request('record', { name, outcome, permit, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+   * durationMs, ctx, noreply, policy (true: the snapshot carries the
+   * policy; protocol 3 snapshots are compact otherwise). */
+  record(name, outcome, { permit, durationMs, ctx, noreply, policy } = {}) {
+    return this.request('record', { name, outcome, permit, duration_ms: durationMs, ctx, noreply: noreply || undefined, policy });
   }
 
-  recordSuccess(name, { durationMs, ctx, noreply } = {}) {
-    return this.request('record_success', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  recordSuccess(name, { durationMs, ctx, noreply, policy } = {}) {
+    return this.request('record_success', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined, policy });
   }
 
-  recordFailure(name, { durationMs, ctx, noreply } = {}) {
-    return this.request('record_failure', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined });
+  recordFailure(name, { durationMs, ctx, noreply, policy } = {}) {
+    return this.request('record_failure', { name, duration_ms: durationMs, ctx, noreply: noreply || undefined, policy });
   }
 
-  cas(name, from, to, ctx) {
-    return this.request('cas', { name, from, to, ctx });
+  cas(name, from, to, ctx, { policy } = {}) {
+    return this.request('cas', { name, from, to, ctx, policy });
   }
 
-  /** set_state (admin): options hold, ttlMs, reason, ctx. */
-  setState(name, state, { hold, ttlMs, reason, ctx } = {}) {
-    return this.request('set_state', { name, state, hold, ttl_ms: ttlMs, reason, ctx });
+  /** set_state (admin): options hold, ttlMs, reason, ctx, policy. */
+  setState(name, state, { hold, ttlMs, reason, ctx, policy } = {}) {
+    return this.request('set_state', { name, state, hold, ttl_ms: ttlMs, reason, ctx, policy });
   }
 
-  release(name, ctx) {
-    return this.request('release', { name, ctx });
+  release(name, ctx, { policy } = {}) {
+    return this.request('release', { name, ctx, policy });
   }
 
   acquireSlot(name, ctx) {
@@ -300,19 +303,20 @@ export class Client extends EventEmitter {
    * connection: its filter applies). cursor is null on the last page. A
    * list waits while a listAll on this client walks its pages; a list of
    * its own in between pages ends a cursor it holds (cbd then answers
-   * bad_request). */
-  async list(state, ctx, { limit, cursor } = {}) {
+   * bad_request). policy: true, each snapshot carries its policy (protocol
+   * 3). */
+  async list(state, ctx, { limit, cursor, policy } = {}) {
     if (limit != null && !(Number.isInteger(limit) && limit >= 1 && limit <= LIST_LIMIT_MAX)) {
       throw new RangeError(`limit must be an integer from 1 to ${LIST_LIMIT_MAX} (got ${limit})`);
     }
     while (this.listing) await this.listing.done;
-    return this.listPage(state, ctx, limit, cursor);
+    return this.listPage(state, ctx, limit, cursor, policy);
   }
 
   /** One list request, written now; the reply with cursor null when cbd
    * gave none. */
-  async listPage(state, ctx, limit, cursor) {
-    const reply = await this.request('list', { state, ctx, limit, cursor });
+  async listPage(state, ctx, limit, cursor, policy) {
+    const reply = await this.request('list', { state, ctx, limit, cursor, policy });
     reply.cursor ??= null;
     return reply;
   }
@@ -325,8 +329,9 @@ export class Client extends EventEmitter {
    * break out of it; a list awaited inside the loop on this same client
    * would wait for ever: use another Client there). If the connection is
    * lost between pages, it fails with UnavailableError rather than start
-   * again (the cursor died with the connection). */
-  async *listAll(state, ctx, { pageSize } = {}) {
+   * again (the cursor died with the connection). policy: true, each
+   * snapshot carries its policy. */
+  async *listAll(state, ctx, { pageSize, policy } = {}) {
     if (pageSize != null && !(Number.isInteger(pageSize) && pageSize >= 1 && pageSize <= LIST_LIMIT_MAX)) {
       throw new RangeError(`pageSize must be an integer from 1 to ${LIST_LIMIT_MAX} (got ${pageSize})`);
     }
@@ -340,7 +345,7 @@ export class Client extends EventEmitter {
         if (sock !== null && this.sock !== sock) {
           throw new UnavailableError('connection to cbd lost during listAll: its list cursor died with it (list again)');
         }
-        const reply = this.listPage(state, ctx, pageSize, cursor);
+        const reply = this.listPage(state, ctx, pageSize, cursor, policy);
         sock = this.sock; // request() wrote on it (connecting first if needed)
         const page = await reply;
         yield* page.circuits;
@@ -353,9 +358,12 @@ export class Client extends EventEmitter {
   }
 
   /** watch (§8): the current snapshots of names (or of every stored
-   * circuit with names 'all'); then 'event' for each change. */
-  watch(names) {
-    return this.request('watch', names === 'all' ? { all: true } : { names });
+   * circuit with names 'all'); then 'event' for each change (and, protocol
+   * 3, {event: 'policy', snapshot} when a reload changed a circuit's
+   * policy). options policy: true, the initial snapshots carry their
+   * policies. */
+  watch(names, { policy } = {}) {
+    return this.request('watch', names === 'all' ? { all: true, policy } : { names, policy });
   }
 
   unwatch(names) {

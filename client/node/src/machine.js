@@ -75,8 +75,9 @@ export function initialSnapshot() {
 }
 
 /** A snapshot cbd sent, as the machine keeps it (current_break_ms 0 when it
- * is the policy's break_ms). */
-export function snapshotFromReply(snap) {
+ * is the policy's break_ms: the snapshot's policy, else the one given, known
+ * from an earlier snapshot: protocol 3 snapshots are compact). */
+export function snapshotFromReply(snap, policy = null) {
   const s = initialSnapshot();
   s.state = snap.state ?? CLOSED;
   s.failure_count = snap.failure_count || 0;
@@ -84,7 +85,7 @@ export function snapshotFromReply(snap) {
   s.last_failure_at = snap.last_failure_at ?? null;
   s.opened_at = snap.opened_at ?? null;
   const cur = snap.current_break_ms;
-  if (cur && cur !== snap.policy?.break_ms) s.current_break_ms = cur;
+  if (cur && cur !== (snap.policy ?? policy)?.break_ms) s.current_break_ms = cur;
   return s;
 }
 

@@ -20,11 +20,11 @@ after(async () => {
   await d?.cleanup();
 });
 
-test('hello names cbd and protocol 2', async () => {
+test('hello names cbd and protocol 3', async () => {
   const r = await c.hello('node-test');
   assert.equal(r.ok, true);
   assert.equal(r.server, 'cbd');
-  assert.equal(r.protocol, 2);
+  assert.equal(r.protocol, 3);
 });
 
 test('the socket: argument, else $CBD_SOCKET, else /run/cbd/cbd.sock', () => {

@@ -29,7 +29,7 @@ def test_pipelined_requests_match_in_order(cbd, name):
             assert got == names + names
             assert all(r["snapshot"]["failure_count"] == 1 for r in replies[200:])
             hello = await c.hello("aio")
-            assert hello["protocol"] == 2
+            assert hello["protocol"] == 3
 
     run(main())
 

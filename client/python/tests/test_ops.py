@@ -15,7 +15,7 @@ NOW = 1_000_000
 
 def test_hello(client):
     r = client.hello("pytest")
-    assert (r["server"], r["protocol"]) == ("cbd", 2)
+    assert (r["server"], r["protocol"]) == ("cbd", 3)
 
 
 def test_get_unknown_is_initial_and_not_stored(client, name):

@@ -184,3 +184,6 @@ func (d *Daemon) Cleanup() {
 	d.Stop()
 	_ = os.RemoveAll(d.Dir)
 }
+
+// Reload sends SIGHUP: cbd reads its config file (Dir/cbd.conf) again.
+func (d *Daemon) Reload() { _ = d.cmd.Process.Signal(syscall.SIGHUP) }

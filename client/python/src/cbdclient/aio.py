@@ -78,7 +78,8 @@ class AsyncClient(Ops):
         return cache.stats(self.socket_path, asyncio.get_running_loop())
 
     def iter_circuits(self, state: str | None = None, ctx: dict | None = None, *,
-                      page_size: int | None = None) -> AsyncIterator[dict]:
+                      page_size: int | None = None,
+                      policy: bool | None = None) -> AsyncIterator[dict]:
         """Every circuit's snapshot (optionally only those in ``state``),
         read page by page (``page_size`` circuits at most, else as many as
         cbd's output bound lets into one reply), for ``async for``. The
@@ -86,18 +87,20 @@ class AsyncClient(Ops):
         pipelined on this client can end the listing; it is closed when the
         iteration ends. Each circuit stored for the whole listing comes
         exactly once; if the connection closes mid-listing the iteration
-        raises UnavailableError rather than start again."""
+        raises UnavailableError rather than start again. ``policy=True``:
+        each snapshot carries its circuit's policy."""
         check_list_limit(page_size)
-        return self._circuits(state, ctx, page_size)
+        return self._circuits(state, ctx, page_size, policy)
 
     async def _circuits(self, state: str | None, ctx: dict | None,
-                        page_size: int | None) -> AsyncIterator[dict]:
+                        page_size: int | None, policy: bool | None) -> AsyncIterator[dict]:
         listing = AsyncClient(self.socket_path, connect_timeout=self.connect_timeout,
                               io_timeout=self.io_timeout)
         try:
             cursor = None
             while True:
-                reply = await listing.list(state, ctx, limit=page_size, cursor=cursor)
+                reply = await listing.list(state, ctx, limit=page_size, cursor=cursor,
+                                           policy=policy)
                 cursor = next_cursor(reply)
                 for circuit in reply["circuits"]:
                     yield circuit

@@ -160,7 +160,11 @@ class Breaker:
         self._skip_error: CbdError | None = None
         # What cbd last said about the circuit (for the LOCAL fallback).
         self._seen = Snapshot()
+        # cbd's policy for the circuit and its policy_rev (protocol 3 §1):
+        # None until a snapshot carries it, and again once a compact one
+        # shows another rev; the next uncached record then asks for it.
         self._seen_policy: dict | None = None
+        self._seen_policy_rev: int | None = None
         self._seen_hold: dict | None = None
         # Cached mode: the process's cache, this circuit's entry in it, the
         # change events seen, and whether an uncached call created the
@@ -193,10 +197,14 @@ class Breaker:
             # ,"count":N}\n.
             self._rejected_line = encode_request("record", dict(
                 name=name, outcome="rejected", ctx=ctx, noreply=True))[:-2]
-            # The same with a reply (an outcome that could trip).
+            # The same with a reply (an outcome that could trip), which
+            # carries the circuit's policy (protocol 3 §1) to refresh the
+            # cache's rule.
             self._sync_lines = {
-                SUCCESS: encode_request("record_success", dict(name=name, ctx=ctx))[:-2],
-                FAILURE: encode_request("record_failure", dict(name=name, ctx=ctx))[:-2],
+                SUCCESS: encode_request("record_success", dict(
+                    name=name, ctx=ctx, policy=True))[:-2],
+                FAILURE: encode_request("record_failure", dict(
+                    name=name, ctx=ctx, policy=True))[:-2],
             }
             self.client._cached_breakers.add(self)
             if not self._async:
@@ -349,10 +357,13 @@ class Breaker:
                 self._local.forget(self.name)
 
     def _note_snapshot(self, snap: dict) -> None:
+        policy, rev = snap.get("policy"), cache.policy_rev(snap)
         with self._lock:
-            self._seen = Snapshot.from_reply(snap)
-            if snap.get("policy") is not None:
-                self._seen_policy = snap["policy"]
+            if isinstance(policy, dict):
+                self._seen_policy, self._seen_policy_rev = policy, rev
+            elif rev != self._seen_policy_rev:
+                self._seen_policy = None  # stale: the policy changed since
+            self._seen = Snapshot.from_reply(snap, self._seen_policy)
             self._seen_hold = snap.get("hold")
 
     def _note_allow(self, reply: dict, now: int) -> None:
@@ -593,9 +604,12 @@ class Breaker:
         remote_token = None if permit.local else permit.token
         # An ignored call without a permit changes nothing but cbd's
         # totals.ignored: sent without waiting for the reply.
+        noreply = outcome == IGNORE and remote_token is None
+        # Until cbd's policy for the circuit is known (protocol 3 sends it
+        # only when asked), the reply brings it for the LOCAL fallback.
         return dict(name=self.name, outcome=outcome.value, permit=remote_token,
-                    duration_ms=duration_ms, ctx=self._call_ctx(),
-                    noreply=outcome == IGNORE and remote_token is None)
+                    duration_ms=duration_ms, ctx=self._call_ctx(), noreply=noreply,
+                    policy=True if self._seen_policy is None and not noreply else None)
 
     def _report_uncached(self, permit: Permit, outcome: Outcome, duration_ms: int,
                          error: Any) -> None:

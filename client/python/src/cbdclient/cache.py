@@ -34,6 +34,14 @@ name, and carrying their outcomes to cbd as noreply lines.
   - After fork() the child forgets its parent's caches: breakers it
     inherited take the uncached path, breakers it creates get a cache of
     its own.
+  - Protocol 3 §1: snapshots are compact (no ``policy``, a ``policy_rev``
+    instead). Each entry keeps the last policy seen with the rev it came
+    with; a snapshot without policy and with another rev makes it unknown
+    (every failure synced, the break read from the snapshot only). The
+    watch and the synced outcomes ask ``"policy": true``, so their replies
+    refresh it, and a ``policy`` event (a reload changed the circuit's
+    policy) refreshes it without a state change. A v2 cbd sends the policy
+    in every snapshot and no rev: the same code reads it as before.
 """
 
 from __future__ import annotations
@@ -108,7 +116,8 @@ class CacheStats:
     noreply_lines: int = 0  # outcomes queued as noreply lines
     sends: int = 0  # writes that carried them
     store_reports: int = 0  # outcomes sent the uncached way instead
-    events: int = 0  # change/delete events read
+    events: int = 0  # change/delete/policy events read
+    policy_events: int = 0  # of them, policy events (a reload changed the policy)
     connects: int = 0
     reconnects: int = 0  # connects after the first
     disconnects: int = 0
@@ -133,6 +142,13 @@ def _int(policy: dict, key: str, default: int) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
 
+def policy_rev(snap: dict) -> int | None:
+    """A snapshot's policy_rev (protocol 3 §1); None from a v2 cbd (or one
+    that is not a positive integer)."""
+    rev = snap.get("policy_rev")
+    return rev if isinstance(rev, int) and not isinstance(rev, bool) and rev > 0 else None
+
+
 class OwnCount:
     """The circuit's rule as the last snapshot read reported it, the counts
     that snapshot carried (base) and the process's own outcomes since
@@ -143,11 +159,15 @@ class OwnCount:
     predate the creating request (its policy the defaults, not the
     breaker's) and may or may not include own outcomes, so it only sets
     the base. Until a rule is read every failure is synced. An outcome
-    counted twice costs a round trip, never an overshoot."""
+    counted twice costs a round trip, never an overshoot. The rule keeps
+    the policy_rev it was read with: a snapshot with another rev and no
+    policy (protocol 3) makes it unknown again, until a snapshot that
+    carries the policy (a synced outcome's reply, a policy event) is read."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.known = False
+        self.rev: int | None = None  # the policy_rev the rule was read with
         self.rate = False
         self.count_window = True
         self.cannot_trip = False  # held, or min_reporters > 1
@@ -159,9 +179,14 @@ class OwnCount:
 
     def set_base(self, snap: dict, reset: bool) -> None:
         policy = snap.get("policy")
+        rev = policy_rev(snap)
         with self.lock:
-            if reset and isinstance(policy, dict):
+            if not (reset and isinstance(policy, dict)):
+                if rev != self.rev:
+                    self.known = False  # stale: the policy changed since
+            else:
                 self.known = True
+                self.rev = rev
                 self.rate = policy.get("trip") == "rate"
                 self.count_window = policy.get("window") != "time"
                 self.threshold = _int(policy, "failure_threshold", 5)
@@ -250,7 +275,7 @@ class Entry:
 
     __slots__ = ("name", "valid", "state", "opened_at", "break_ms", "retry_after_ms",
                  "received_at", "hold_state", "hold_until", "seq", "last", "own",
-                 "applied", "latest")
+                 "applied", "latest", "policy", "policy_rev")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -267,14 +292,29 @@ class Entry:
         self.own = OwnCount()
         self.applied = 0  # snapshots applied (replies, events, synced outcomes)
         self.latest: dict | None = None  # the last of them (kept when invalid)
+        # The last policy seen and the policy_rev it came with (None: none
+        # seen, or stale).
+        self.policy: dict | None = None
+        self.policy_rev: int | None = None
 
     def set(self, snap: dict, reset: bool = False) -> bool:
-        """Read a snapshot; False when it cannot be read."""
+        """Read a snapshot; False when it cannot be read. A compact one
+        (protocol 3) of the kept policy's rev is kept with that policy
+        filled in (as latest and last), so readers of the entry's
+        snapshots see a policy whenever it is known."""
         state = snap.get("state")
         hold = snap.get("hold")
-        policy = snap.get("policy")
         if state not in STATES or not (hold is None or isinstance(hold, dict)):
             return False
+        policy = snap.get("policy")
+        rev = policy_rev(snap)
+        if isinstance(policy, dict):
+            self.policy, self.policy_rev = policy, rev
+        elif rev != self.policy_rev:
+            self.policy = None  # stale: the circuit's policy changed since
+        elif self.policy is not None:
+            snap = dict(snap, policy=self.policy)
+            policy = self.policy
         cur = snap.get("current_break_ms")
         brk = cur if _time(cur) else policy.get("break_ms") if isinstance(policy, dict) else None
         times = (snap.get("opened_at"), brk, hold.get("until") if hold else None)
@@ -546,7 +586,9 @@ class WatchCache:
 
     def _queue_watch_locked(self, names: list[str]) -> bool:
         for i in range(0, len(names), WATCH_BATCH):
-            line = encode_request("watch", {"names": names[i:i + WATCH_BATCH]})
+            # The initial snapshots with their policies (protocol 3; a v2
+            # cbd ignores the member and sends them anyway).
+            line = encode_request("watch", {"names": names[i:i + WATCH_BATCH], "policy": True})
             if len(self._out) + len(line) > OUT_MAX:
                 self._stats.out_full += 1
                 return False
@@ -678,24 +720,28 @@ class WatchCache:
                     self._stats.line_too_long += 1
                 return False
 
-    def _apply_snapshot(self, snap: object, event: bool, reset: bool = False) -> None:
+    def _apply_snapshot(self, snap: object, event: bool, reset: bool = False) -> dict | None:
+        """Apply a snapshot to its entry; the snapshot as the entry keeps it
+        (its policy filled in when known), None when not applied."""
         name = snap.get("name") if isinstance(snap, dict) else None
         if not isinstance(name, str):
             with self._lock:
                 self._stats.bad_lines += 1
-            return
+            return None
         with self._lock:
             e = self._entries.get(name)
             if e is None:
-                return
+                return None
             if not e.set(snap, reset or event):
                 self._stats.bad_lines += 1
                 e.valid = False  # cannot tell its state: ask cbd
-            elif event:
+                return None
+            if event:
                 # An event's snapshot is of a stored circuit (a watch
                 # reply's may be the initial one of a name not created).
-                e.last = snap
+                e.last = e.latest
                 e.seq += 1
+            return e.latest
 
     def _apply_line(self, line: bytes) -> None:
         if not line.strip():
@@ -716,7 +762,7 @@ class WatchCache:
             # next line, then its caller goes on.
             snap = msg.get("snapshot") if msg.get("ok") is True else None
             if isinstance(snap, dict):
-                self._apply_snapshot(snap, False, True)
+                snap = self._apply_snapshot(snap, False, True) or snap
             with self._lock:
                 waiter = self._waiters.pop(msg_id, None)
             if waiter is not None:
@@ -727,6 +773,13 @@ class WatchCache:
             with self._lock:
                 self._stats.events += 1
         if event == "change":
+            self._apply_snapshot(msg.get("snapshot"), True)
+        elif event == "policy":
+            # A reload changed the circuit's policy (protocol 3): the rule
+            # and the entry refresh; the state is as it was. The breakers
+            # read it as they read a change event's snapshot.
+            with self._lock:
+                self._stats.policy_events += 1
             self._apply_snapshot(msg.get("snapshot"), True)
         elif event == "delete":
             name = msg.get("name")

@@ -49,7 +49,13 @@ def lost_cursor_error(cursor: str) -> UnavailableError:
 
 class Ops:
     """Every op as a method over ``self.request(op, **members)`` (shared by
-    the thread and asyncio clients; the asyncio one returns coroutines)."""
+    the thread and asyncio clients; the asyncio one returns coroutines).
+
+    Protocol 3 §1: snapshots carry ``policy_rev`` and no ``policy``, except
+    ``get``'s (``policy=False`` leaves it out) and those of a request sent
+    with ``policy=True`` (every op that returns snapshots takes it, ``list``
+    too). A v2 cbd ignores the member and sends the policy in every
+    snapshot, without ``policy_rev``."""
 
     def request(self, op: str, **members: Any):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -57,39 +63,44 @@ class Ops:
     def hello(self, client: str | None = None):
         return self.request("hello", client=client)
 
-    def get(self, name: str, ctx: dict | None = None):
-        return self.request("get", name=name, ctx=ctx)
+    def get(self, name: str, ctx: dict | None = None, *, policy: bool | None = None):
+        return self.request("get", name=name, ctx=ctx, policy=policy)
 
     def allow(self, name: str, ctx: dict | None = None):
         return self.request("allow", name=name, ctx=ctx)
 
     def record(self, name: str, outcome: str, permit: str | None = None,
                duration_ms: int | None = None, ctx: dict | None = None,
-               noreply: bool = False):
+               noreply: bool = False, *, policy: bool | None = None):
         return self.request("record", name=name, outcome=outcome, permit=permit,
-                            duration_ms=duration_ms, ctx=ctx, noreply=noreply or None)
+                            duration_ms=duration_ms, ctx=ctx, noreply=noreply or None,
+                            policy=policy)
 
     def record_success(self, name: str, duration_ms: int | None = None,
-                       ctx: dict | None = None, noreply: bool = False):
+                       ctx: dict | None = None, noreply: bool = False, *,
+                       policy: bool | None = None):
         return self.request("record_success", name=name, duration_ms=duration_ms, ctx=ctx,
-                            noreply=noreply or None)
+                            noreply=noreply or None, policy=policy)
 
     def record_failure(self, name: str, duration_ms: int | None = None,
-                       ctx: dict | None = None, noreply: bool = False):
+                       ctx: dict | None = None, noreply: bool = False, *,
+                       policy: bool | None = None):
         return self.request("record_failure", name=name, duration_ms=duration_ms, ctx=ctx,
-                            noreply=noreply or None)
+                            noreply=noreply or None, policy=policy)
 
-    def cas(self, name: str, from_state: str, to_state: str, ctx: dict | None = None):
-        return self.request("cas", name=name, ctx=ctx, **{"from": from_state, "to": to_state})
+    def cas(self, name: str, from_state: str, to_state: str, ctx: dict | None = None, *,
+            policy: bool | None = None):
+        return self.request("cas", name=name, ctx=ctx, policy=policy,
+                            **{"from": from_state, "to": to_state})
 
     def set_state(self, name: str, state: str, hold: bool | None = None,
                   ttl_ms: int | None = None, reason: str | None = None,
-                  ctx: dict | None = None):
+                  ctx: dict | None = None, *, policy: bool | None = None):
         return self.request("set_state", name=name, state=state, hold=hold, ttl_ms=ttl_ms,
-                            reason=reason, ctx=ctx)
+                            reason=reason, ctx=ctx, policy=policy)
 
-    def release(self, name: str, ctx: dict | None = None):
-        return self.request("release", name=name, ctx=ctx)
+    def release(self, name: str, ctx: dict | None = None, *, policy: bool | None = None):
+        return self.request("release", name=name, ctx=ctx, policy=policy)
 
     def acquire_slot(self, name: str, ctx: dict | None = None):
         return self.request("acquire_slot", name=name, ctx=ctx)
@@ -101,7 +112,8 @@ class Ops:
         return self.request("delete", name=name)
 
     def list(self, state: str | None = None, ctx: dict | None = None, *,
-             limit: int | None = None, cursor: str | None = None):
+             limit: int | None = None, cursor: str | None = None,
+             policy: bool | None = None):
         """Circuits' snapshots: ``{"circuits": [...], "truncated": bool,
         "cursor": str | None}``. ``limit`` (1..100000) caps the page;
         ``truncated`` says circuits were left out (by ``limit`` or by cbd's
@@ -112,9 +124,11 @@ class Ops:
         from another client, or used after another list, is ServerError
         ``bad_request``; one whose connection closed raises
         UnavailableError (the listing cannot be resumed). ``iter_circuits``
-        follows the cursor for you."""
+        follows the cursor for you. ``policy=True``: each snapshot carries
+        its circuit's policy (protocol 3)."""
         check_list_limit(limit)
-        return self.request("list", state=state, ctx=ctx, limit=limit, cursor=cursor)
+        return self.request("list", state=state, ctx=ctx, limit=limit, cursor=cursor,
+                            policy=policy)
 
     def stats(self):
         return self.request("stats")
@@ -170,7 +184,8 @@ class Client(Ops):
         return cache.stats(self.socket_path)
 
     def iter_circuits(self, state: str | None = None, ctx: dict | None = None, *,
-                      page_size: int | None = None) -> Iterator[dict]:
+                      page_size: int | None = None,
+                      policy: bool | None = None) -> Iterator[dict]:
         """Every circuit's snapshot (optionally only those in ``state``),
         read page by page (``page_size`` circuits at most, else as many as
         cbd's output bound lets into one reply). The pages go over a
@@ -178,17 +193,19 @@ class Client(Ops):
         can end the listing, and it is closed when the iteration ends. Each
         circuit stored for the whole listing comes exactly once; if the
         connection closes mid-listing the iteration raises UnavailableError
-        rather than start again."""
+        rather than start again. ``policy=True``: each snapshot carries
+        its circuit's policy."""
         check_list_limit(page_size)
-        return self._circuits(state, ctx, page_size)
+        return self._circuits(state, ctx, page_size, policy)
 
     def _circuits(self, state: str | None, ctx: dict | None,
-                  page_size: int | None) -> Iterator[dict]:
+                  page_size: int | None, policy: bool | None) -> Iterator[dict]:
         with Client(self.socket_path, connect_timeout=self.connect_timeout,
                     io_timeout=self.io_timeout) as listing:
             cursor = None
             while True:
-                reply = listing.list(state, ctx, limit=page_size, cursor=cursor)
+                reply = listing.list(state, ctx, limit=page_size, cursor=cursor,
+                                     policy=policy)
                 cursor = next_cursor(reply)
                 yield from reply["circuits"]
                 if cursor is None:

@@ -114,14 +114,16 @@ class Snapshot:
     current_break_ms: int = 0  # the break grown by break_backoff; 0: break_ms
 
     @classmethod
-    def from_reply(cls, snap: dict) -> "Snapshot":
-        """From a snapshot cbd sent (its break as current_break_ms)."""
+    def from_reply(cls, snap: dict, policy: dict | None = None) -> "Snapshot":
+        """From a snapshot cbd sent (its break as current_break_ms, unless
+        it is the policy's break_ms: the snapshot's policy, else the policy
+        given, known from an earlier one: protocol 3 snapshots are compact)."""
         s = cls(state=snap.get("state", CLOSED),
                 failure_count=snap.get("failure_count") or 0,
                 success_count=snap.get("success_count") or 0,
                 last_failure_at=snap.get("last_failure_at"),
                 opened_at=snap.get("opened_at"))
-        policy = snap.get("policy") or {}
+        policy = snap.get("policy") or policy or {}
         cur = snap.get("current_break_ms")
         if cur and cur != policy.get("break_ms"):
             s.current_break_ms = cur
