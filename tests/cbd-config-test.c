@@ -456,7 +456,7 @@ START_TEST(test_check_option)
 		const char *argv[] = { binary, "--version", NULL };
 
 		rc = util_run(argv, out, sizeof out);
-		ck_assert_msg(rc == 0 && strstr(out, "protocol 2") != NULL, "got %s", out);
+		ck_assert_msg(rc == 0 && strstr(out, "protocol 3") != NULL, "got %s", out);
 	}
 	{
 		const char *argv[] = { binary, "--help", NULL };
