@@ -25,14 +25,24 @@ Call convention (between cbd and its own copy of this script: src/fleet.c
 sends it, src/op-fleet.c reads the reply; what cbds of any version share
 through Redis is in proto/PROTOCOL.md section 15). The request is
 positional, not one JSON object, so that the common ops decode no JSON:
-  EVALSHA <sha> 3 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window
+  EVALSHA <sha> 4 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window <P>epoch
           <op> <channel> <name> <origin> <now> <declared> <policy>
-          <reporter> <duration_ms> <token> <extra>
+          <reporter> <duration_ms> <token> <extra> <epoch>
   KEYS[1] hash: the circuit (fields: see load_circuit / save_circuit)
   KEYS[2] sorted set: half-open slots, member = token, score = expires_at
   KEYS[3] hash: the rate rule's window (meta fields, ring "r<i>" of a count
           window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
           of a time window)
+  KEYS[4]  string: the fleet's epoch (cbd's probe makes it when missing);
+           with it, ARGV[12] is the epoch the calling cbd knows, and the
+           script refuses to act ("NOEPOCH ...", not an ERR: cbd takes
+           Redis for away and re-seeds it) when Redis holds another or
+           none: Redis lost the fleet's data (restarted empty, FLUSHALL,
+           failed over to an empty replica), and nothing may be answered
+           from it before it is re-seeded. Without KEYS[4] (3 keys, 11
+           arguments: tests and benchmarks calling the script directly)
+           nothing is checked. KEYS[4] is not under the circuit's hash
+           tag: Redis Cluster would need one epoch per slot.
   ARGV[1]  op: get | success | failure | ignore | rejected | allow | cas | set_state |
            release | acquire_slot | release_slot | delete | merge | writeback
   ARGV[2]  channel for events
@@ -51,8 +61,8 @@ positional, not one JSON object, so that the common ops decode no JSON:
   ARGV[9]  duration_ms: integer, or "": not given
   ARGV[10] token (allow, acquire_slot, release_slot), or "": none
   ARGV[11] extra: a JSON object of an op's own members, or "": none:
-           count (rejected), from/to (cas), state + hold (set_state), circuit (merge),
-           action + state + at + known (writeback)
+           count (rejected), from/to (cas), state + hold (set_state), circuit +
+           reseed (merge), action + state + at + known (writeback)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (op-fleet.c reads it). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
@@ -106,6 +116,15 @@ Decided here (the fleet design of issue 14 left these open):
   * Reporters are strings (the request's "reporter"), not process ids.
   * merge ends a lapsed hold first (as every C write does); a half_open
     fleet circuit is "not open", so merge opens it (its slots stay).
+  * merge with reseed = true (a cbd re-seeding a Redis that lost the
+    fleet's data, or another server after a failover, from its copy):
+    several hosts re-seed at once, so what is written never loses a hold
+    or a trip whichever comes first: a hold beats no hold; between two
+    holds the newer since wins (replaced whole, reason "held"; equal since:
+    the stored one stays); a hold whose until has passed is not placed;
+    open beats closed; between two open circuits the later opened_at wins
+    (with its current_break_ms; no change reported). Without reseed (the
+    merge after an outage) a stored hold or open circuit always stays.
   * The table-wide bounds of circuit-table.c (max_circuits, max_slots,
     idle reclaim) have no counterpart: Redis's memory and the expiry
     above bound the fleet instead.
@@ -165,7 +184,19 @@ end
 ---------------------------------------------------------------- request
 -- Positional (see the header): no JSON to decode on the hot path.
 
-if #ARGV ~= ARGC then
+if #KEYS >= 4 then
+	-- The fleet's epoch (see the header): before anything is read or
+	-- written.
+	if #ARGV ~= ARGC + 1 then
+		return fn.fail('the request needs ' .. (ARGC + 1) .. ' arguments with KEYS[4] (op ' ..
+			'channel name origin now declared policy reporter duration_ms token extra ' ..
+			'epoch), got ' .. #ARGV)
+	end
+	if redis.call('GET', KEYS[4]) ~= ARGV[ARGC + 1] then
+		return redis.error_reply('NOEPOCH fleet.lua: redis does not hold the fleet epoch ' ..
+			'this cbd knows (its data was lost): re-seed it first')
+	end
+elseif #ARGV ~= ARGC then
 	return fn.fail('the request needs ' .. ARGC .. ' arguments (op channel name origin now ' ..
 		'declared policy reporter duration_ms token extra), got ' .. #ARGV)
 end
@@ -1362,10 +1393,22 @@ if op == 'merge' then
 			fn.hold_expire(c)
 		end
 		local h = m.hold
+		local reseed = fn.arg('reseed') == true
+		local function num(v)
+			if v == nil or v == NULL then
+				return nil
+			end
+			return v
+		end
+		if reseed and type(h) == 'table' and num(h['until']) ~= nil and h['until'] <= now then
+			h = nil -- lapsed: not placed again
+		end
 		if type(h) == 'table' then
 			-- An operator's hold placed on this host during the outage holds
-			-- fleet-wide, unless the fleet's circuit is held already.
-			if c ~= nil and c.hold then
+			-- fleet-wide, unless the fleet's circuit is held already; in a
+			-- re-seed the newer hold wins.
+			if c ~= nil and c.hold and
+				not (reseed and num(h.since) ~= nil and h.since > c.hold.since) then
 				return
 			end
 			local state = (h.state == 'closed') and 'closed' or 'open'
@@ -1391,7 +1434,19 @@ if op == 'merge' then
 			fn.change_merge(from, state, 'held')
 			return
 		end
-		if c ~= nil and (c.state == 'open' or c.hold) then
+		if reseed and m.state ~= 'open' and m.state ~= 'half_open' then
+			return -- nothing to re-seed: closed is what an emptied Redis says
+		end
+		if c ~= nil and c.hold then
+			return
+		end
+		if c ~= nil and c.state == 'open' then
+			-- Re-seeded by two hosts: the later trip wins.
+			local oa = num(m.opened_at)
+			if reseed and oa ~= nil and (c.oa == nil or oa > c.oa) then
+				c.oa = oa
+				c.cbm = num(m.current_break_ms) or 0
+			end
 			return
 		end
 		fn.need_circuit()
