@@ -767,6 +767,7 @@ role_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (r == NULL || ac != fleet.main || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
 	    r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "master") == 0)
 		return;
+	fleet.stats.errors++;
 	snprintf(why, sizeof why, "is not a master (ROLE %.40s)", r->element[0]->str);
 	fleet_lose(why);
 }

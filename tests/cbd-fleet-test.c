@@ -1037,6 +1037,217 @@ START_TEST(test_dashboard_fleet_series_exported)
 }
 END_TEST
 
+/* --- Redis losing the fleet's data (issue 23) --- */
+
+/* What host fd's list says of each circuit (name, state, opened_at, hold:
+ * state, since, until, reason), one line each, sorted by name. */
+static void
+list_text(int fd, char *buf, size_t size)
+{
+	char lines[16][256];
+	size_t n = 0, i, used = 0;
+	const json_t *c;
+	json_t *r = util_call_ok(fd, "{\"op\":\"list\"}");
+
+	json_array_foreach (json_object_get(r, "circuits"), i, c) {
+		const json_t *hold = json_object_get(c, "hold");
+
+		ck_assert_uint_lt(n, 16);
+		snprintf(lines[n++], sizeof lines[0], "%s %s %lld %s %lld %lld %s",
+		    util_str(c, "name"), util_str(c, "state"), (long long)util_int(c, "opened_at"),
+		    json_is_object(hold) ? util_str(c, "hold.state") : "-",
+		    json_is_object(hold) ? (long long)util_int(c, "hold.since") : 0LL,
+		    json_is_object(hold) ? (long long)util_int(c, "hold.until") : 0LL,
+		    json_is_object(hold) ? util_str(c, "hold.reason") : "-");
+	}
+	json_decref(r);
+	qsort(lines, n, sizeof lines[0], (int (*)(const void *, const void *))strcmp);
+	buf[0] = '\0';
+	for (i = 0; i < n; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s\n", lines[i]);
+}
+
+/* A watcher on host h of the re-seed cases' circuits. */
+static int
+reseed_watcher(cbd_harness *h)
+{
+	int w = harness_connect(h);
+
+	ck_assert(w >= 0);
+	json_decref(util_call_ok(w, "{\"op\":\"watch\",\"names\":[\"tripped\",\"held\",\"mark\"]}"));
+	return w;
+}
+
+/* Host a trips "tripped" and holds "held" (open, 10 minutes); b has both
+ * in its copy (by the events). The hold's until into *until. */
+static void
+reseed_prepare(int64_t *until)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"tripped\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	r = util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\",\"hold\":true,"
+	    "\"ttl_ms\":600000,\"reason\":\"maintenance\"}");
+	*until = util_int(r, "snapshot.hold.until");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"held\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "maintenance");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"tripped\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+}
+
+/* Both hosts found the loss and re-seeded Redis (counters settled); then
+ * the fleet's circuits are as before on both hosts, their lists agree,
+ * and the watchers saw no change: the next event each gets is a trip of
+ * "mark" made after the re-seed. */
+static void
+reseed_check(int64_t until, int wa, int wb)
+{
+	char list_a[4096], list_b[4096];
+	json_t *r;
+
+	ck_assert_msg(util_stats_reach_min(a, "backend.reseeds", 1), "host a never re-seeded");
+	ck_assert_msg(util_stats_reach_min(b, "backend.reseeds", 1), "host b never re-seeded");
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(r, "backend.data_lost"), 1);
+	ck_assert_int_ge(util_int(r, "backend.reseeded"), 2);
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"tripped\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the open circuit was lost");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"held\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the held circuit was lost");
+	json_decref(r);
+	for (int i = 0; i < 2; i++) {
+		r = util_call_ok(i == 0 ? b : a, "{\"op\":\"get\",\"name\":\"held\"}");
+		ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "the hold was lost");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "maintenance");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+		ck_assert_int_eq(util_int(r, "snapshot.hold.until"), until);
+		json_decref(r);
+	}
+	/* In Redis itself. */
+	ck_assert_int_eq(redis_command("EXISTS cbd:{held}"), ':');
+	list_text(a, list_a, sizeof list_a);
+	list_text(b, list_b, sizeof list_b);
+	ck_assert_str_eq(list_a, list_b);
+	ck_assert_ptr_nonnull(strstr(list_a, "held open"));
+	ck_assert_ptr_nonnull(strstr(list_a, "tripped open"));
+	/* Nothing changed for the watchers. */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"record_failure\",\"name\":\"mark\",\"ctx\":{\"failure_threshold\":1}}"));
+	json_decref(util_next_event(wa, "change", "mark", "closed", "open"));
+	json_decref(util_next_event(wb, "change", "mark", "closed", "open"));
+	close(wa);
+	close(wb);
+}
+
+START_TEST(test_flushall_is_reseeded)
+{
+	int64_t until;
+	int wa, wb;
+
+	util_log_create(log_path);
+	close(a);
+	harness_stop(&host_a);
+	{
+		char config[1024];
+		harness_opts opts = { .env = NULL, .log_path = log_path };
+
+		config_text(config, sizeof config, NULL);
+		ck_assert_msg(harness_start_opts(&host_a, config, &opts), "cbd did not start");
+		a = harness_connect(&host_a);
+		ck_assert(a >= 0);
+		ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	}
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	wb = reseed_watcher(&host_b);
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	/* No traffic: each host finds the loss by its probe. */
+	reseed_check(until, wa, wb);
+	ck_assert_int_eq(util_log_count(log_path, "re-seeded 2 circuits from this host's copy"), 1);
+}
+END_TEST
+
+/* A request that reaches the emptied Redis first is refused there
+ * (NOEPOCH) and answered from the copy: never "closed". */
+START_TEST(test_flushall_request_is_not_answered_empty)
+{
+	int64_t until;
+	json_t *r;
+	int wa, wb;
+
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	wb = reseed_watcher(&host_b);
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	for (int i = 0; i < 20; i++) {
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"tripped\"}");
+		ck_assert_msg(!util_bool(r, "allowed"), "answered from the emptied redis");
+		json_decref(r);
+		r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+		ck_assert_msg(!util_bool(r, "allowed"), "answered from the emptied redis");
+		json_decref(r);
+	}
+	reseed_check(until, wa, wb);
+}
+END_TEST
+
+START_TEST(test_redis_restarted_empty_is_reseeded)
+{
+	int64_t until;
+	int wa, wb;
+
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	wb = reseed_watcher(&host_b);
+	ck_assert(redis_restart(&redis));
+	reseed_check(until, wa, wb);
+}
+END_TEST
+
+/* Two hosts re-seed one circuit with different holds (b placed a newer
+ * one while a was cut off): the newer hold wins whichever writes first,
+ * and neither is lost for an older one. */
+START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
+{
+	json_t *r;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"hh\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"older\"}"));
+	host_a_cut_off();
+	/* While a is away, an operator on b holds it anew (closed). */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"set_state\",\"name\":\"hh\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"newer\"}"));
+	/* Redis loses everything; a comes back with its older copy. */
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER
+				       " on >host-a-pw ~* &* +@all"),
+	    '+');
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	for (int i = 0; i < 2; i++) {
+		r = util_call_ok(i == 0 ? a : b, "{\"op\":\"get\",\"name\":\"hh\"}");
+		ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "the hold was lost");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "newer");
+		ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+		json_decref(r);
+	}
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -1070,6 +1281,14 @@ fleet_suite(void)
 	tcase_add_test(tc, test_script_refused_by_acl_is_away);
 	tcase_add_test(tc, test_readonly_replica_is_away);
 	tcase_add_test(tc, test_redis_out_of_memory_is_away);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("reseed");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_flushall_is_reseeded);
+	tcase_add_test(tc, test_flushall_request_is_not_answered_empty);
+	tcase_add_test(tc, test_redis_restarted_empty_is_reseeded);
+	tcase_add_test(tc, test_concurrent_reseeds_keep_the_newer_hold);
 	suite_add_tcase(s, tc);
 	/* Long: its own case (CK_RUN_CASE=burst runs it alone). */
 	tc = tcase_create("burst");
