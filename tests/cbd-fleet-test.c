@@ -19,6 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +125,16 @@ redis_command_at(const char *socket, const char *inline_command, char *reply, si
 	close(fd);
 	reply[n > 0 ? n : 0] = '\0';
 	reply[strcspn(reply, "\r\n")] = '\0';
+}
+
+/* A raw command to the Redis at socket answered +OK? */
+static bool
+redis_command_at_ok(const char *socket, const char *inline_command)
+{
+	char reply[256];
+
+	redis_command_at(socket, inline_command, reply, sizeof reply);
+	return strcmp(reply, "+OK") == 0;
 }
 
 /* A raw command to the fleet's Redis; its first reply byte. */
@@ -1248,6 +1261,180 @@ START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
 }
 END_TEST
 
+/* --- Sentinel (issue 23) ---
+ * A master and a replica on loopback TCP ports, one Sentinel watching
+ * them; both hosts name a dead sentinel first, then the live one. */
+
+static redis_server master_srv, replica_srv, sentinel_srv;
+
+#define SENTINEL_MASTER "fleet"
+
+/* A raw command to the Sentinel (TCP); its reply's first line. */
+static void
+sentinel_command(const char *inline_command, char *reply, size_t size)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET,
+		.sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+		.sin_port = htons((uint16_t)sentinel_srv.port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ssize_t n = -1;
+
+	ck_assert(fd >= 0);
+	if (connect(fd, (struct sockaddr *)&in, sizeof in) == 0 &&
+	    harness_send_all(fd, inline_command, strlen(inline_command)) &&
+	    harness_send_all(fd, "\r\n", 2))
+		n = read(fd, reply, size - 1);
+	close(fd);
+	reply[n > 0 ? n : 0] = '\0';
+	reply[strcspn(reply, "\r\n")] = '\0';
+}
+
+/* Poll (bounded by the harness's wait) until the server at socket answers
+ * command with a reply whose first line is want. */
+static bool
+redis_reach(const char *socket, const char *command, const char *want)
+{
+	char reply[256];
+
+	for (long long end = harness_mono_ms() + harness_timeout_ms(); harness_mono_ms() < end;) {
+		redis_command_at(socket, command, reply, sizeof reply);
+		if (strcmp(reply, want) == 0)
+			return true;
+		usleep(50000);
+	}
+	return false;
+}
+
+static void
+sentinel_host_start(cbd_harness *h, int *fd)
+{
+	char config[1024];
+	harness_opts opts = { .env = NULL };
+
+	snprintf(config, sizeof config,
+	    "[cbd]\nbackend = redis\n"
+	    "redis = sentinel://127.0.0.1:%d,127.0.0.1:%d/" SENTINEL_MASTER "\n"
+	    "redis_timeout_ms = 300\nidle_reclaim_ms = 0\n",
+	    redis_free_port(), sentinel_srv.port);
+	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
+	*fd = harness_connect(h);
+	ck_assert(*fd >= 0);
+	ck_assert_msg(util_stats_reach_str(*fd, "backend.health", "up"), "redis never reached");
+}
+
+static void
+sentinel_setup(void)
+{
+	char server[64];
+
+	ck_assert_msg(redis_start_tcp(&master_srv, 0), "the master did not start");
+	ck_assert_msg(redis_start_tcp(&replica_srv, master_srv.port), "the replica did not start");
+	/* The replica in sync. */
+	ck_assert(redis_command_at_ok(master_srv.socket_path, "SET synced 1"));
+	ck_assert_msg(redis_reach(replica_srv.socket_path, "GET synced", "$1"),
+	    "the replica never synced");
+	ck_assert_msg(redis_start_sentinel(&sentinel_srv, SENTINEL_MASTER, master_srv.port),
+	    "redis-server --sentinel did not start");
+	sentinel_host_start(&host_a, &a);
+	sentinel_host_start(&host_b, &b);
+	snprintf(server, sizeof server, "127.0.0.1:%d", master_srv.port);
+	ck_assert(util_stats_reach_str(a, "backend.server", server));
+	ck_assert(util_stats_reach_str(b, "backend.server", server));
+}
+
+static void
+sentinel_teardown(void)
+{
+	util_stop_conn(&host_a, &a);
+	util_stop_conn(&host_b, &b);
+	redis_stop(&sentinel_srv);
+	redis_stop(&replica_srv);
+	redis_stop(&master_srv);
+}
+
+/* Fail over (SENTINEL FAILOVER, retried while the Sentinel has not yet
+ * found the replica) and wait for both hosts on the new master, re-seeded
+ * (another server: it may miss the last writes). */
+static void
+sentinel_fail_over(bool kill_master)
+{
+	char reply[256], server[64];
+	bool ok = false;
+
+	if (kill_master) {
+		redis_kill(&master_srv);
+	} else {
+		for (long long end = harness_mono_ms() + harness_timeout_ms();
+		     !ok && harness_mono_ms() < end;) {
+			sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
+			ok = strcmp(reply, "+OK") == 0;
+			if (!ok)
+				usleep(100000);
+		}
+		ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	}
+	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
+	ck_assert_msg(util_stats_reach_str(a, "backend.server", server), "a never followed");
+	ck_assert_msg(util_stats_reach_str(b, "backend.server", server), "b never followed");
+	ck_assert(util_stats_reach_min(a, "backend.master_switches", 1));
+	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+}
+
+/* Circuits survive a failover, a write the replica missed included (the
+ * hold deleted on the replica stands for a write lost to a lagging
+ * one); new writes go to the new master. */
+static void
+sentinel_case(bool kill_master)
+{
+	char reply[256];
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"sf\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"sh\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"failover drill\"}"));
+	ck_assert(redis_reach(replica_srv.socket_path, "EXISTS cbd:{sh}", ":1"));
+	/* The replica "lags": it misses the hold. */
+	redis_command_at(replica_srv.socket_path, "CONFIG SET replica-read-only no", reply,
+	    sizeof reply);
+	ck_assert_str_eq(reply, "+OK");
+	redis_command_at(replica_srv.socket_path, "DEL cbd:{sh}", reply, sizeof reply);
+	ck_assert_str_eq(reply, ":1");
+	sentinel_fail_over(kill_master);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"sf\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the open circuit was lost in the failover");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"sh\"}");
+	ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "the hold was lost");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "failover drill");
+	json_decref(r);
+	ck_assert(redis_reach(replica_srv.socket_path, "EXISTS cbd:{sh}", ":1"));
+	/* A trip after the failover is shared through the new master. */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"record_failure\",\"name\":\"after\",\"ctx\":{\"failure_threshold\":1}}"));
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"after\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	ck_assert(redis_reach(replica_srv.socket_path, "HGET cbd:{after} state", "$4"));
+}
+
+START_TEST(test_sentinel_failover_is_followed)
+{
+	sentinel_case(false);
+}
+END_TEST
+
+START_TEST(test_sentinel_master_killed_is_followed)
+{
+	sentinel_case(true);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -1289,6 +1476,12 @@ fleet_suite(void)
 	tcase_add_test(tc, test_flushall_request_is_not_answered_empty);
 	tcase_add_test(tc, test_redis_restarted_empty_is_reseeded);
 	tcase_add_test(tc, test_concurrent_reseeds_keep_the_newer_hold);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("sentinel");
+	tcase_add_checked_fixture(tc, sentinel_setup, sentinel_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_sentinel_failover_is_followed);
+	tcase_add_test(tc, test_sentinel_master_killed_is_followed);
 	suite_add_tcase(s, tc);
 	/* Long: its own case (CK_RUN_CASE=burst runs it alone). */
 	tc = tcase_create("burst");
