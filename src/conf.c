@@ -767,8 +767,7 @@ admin_group_add(conf_loader *ld, const char *word)
 
 /* HOST:PORT (len bytes of text) into host (size bytes) and *port. */
 static bool
-host_port_parse(const char *text, size_t len, char *host, size_t size, int *port,
-    const char **why)
+host_port_parse(const char *text, size_t len, char *host, size_t size, int *port, const char **why)
 {
 	char buf[256], *end;
 	const char *colon;
@@ -822,9 +821,9 @@ sentinel_address_parse(const char *text, conf_redis_address *out, const char **w
 			*why = "at most 8 sentinels";
 			return false;
 		}
-		if (len == 0 || !host_port_parse(p, len, out->sentinel[out->sentinels].host,
-				    sizeof out->sentinel[0].host, &out->sentinel[out->sentinels].port,
-				    why)) {
+		if (len == 0 ||
+		    !host_port_parse(p, len, out->sentinel[out->sentinels].host,
+			sizeof out->sentinel[0].host, &out->sentinel[out->sentinels].port, why)) {
 			if (len == 0)
 				*why = "must be sentinel://host:port[,host:port...]/master";
 			return false;

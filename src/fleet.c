@@ -64,12 +64,11 @@ extern const char fleet_script_text[];
  * script (an ACL user without EVALSHA, a replica's READONLY, maxmemory's
  * OOM) is found away, not up. It answers the fleet's epoch (KEYS[2]),
  * made from ARGV[2] when Redis has none (a new fleet, or lost data). */
-static const char probe_script_text[] =
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) "
-    "local e = redis.call('GET', KEYS[2]) "
-    "if e then return e end "
-    "redis.call('SET', KEYS[2], ARGV[2]) "
-    "return ARGV[2]";
+static const char probe_script_text[] = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) "
+					"local e = redis.call('GET', KEYS[2]) "
+					"if e then return e end "
+					"redis.call('SET', KEYS[2], ARGV[2]) "
+					"return ARGV[2]";
 
 /* Why a Redis whose epoch is gone or new is re-seeded. */
 static const char lost_data_why[] =
@@ -513,8 +512,8 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 			fleet.lost_data = true;
 			snprintf(why, sizeof why, "%s", lost_data_why);
 		} else {
-			snprintf(why, sizeof why, "answers the circuit script with an error (%.200s)",
-			    r->str);
+			snprintf(why, sizeof why,
+			    "answers the circuit script with an error (%.200s)", r->str);
 		}
 		call_answer(call, NULL);
 		call_free(call);
@@ -745,8 +744,7 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	(void)arg;
-	if (fleet.conf_addr.sentinels > 0 && fleet.sentinel_sub == NULL &&
-	    fleet.health == FLEET_UP)
+	if (fleet.conf_addr.sentinels > 0 && fleet.sentinel_sub == NULL && fleet.health == FLEET_UP)
 		sentinel_watch();
 	if (fleet.health != FLEET_UP || !fleet.script_ready || fleet.main == NULL ||
 	    fleet.heartbeat_pending)
@@ -952,8 +950,8 @@ sentinel_disconnect_cb(const redisAsyncContext *ac, int status)
 static redisAsyncContext *
 sentinel_context_new(int i)
 {
-	redisAsyncContext *ac = redisAsyncConnect(fleet.conf_addr.sentinel[i].host,
-	    fleet.conf_addr.sentinel[i].port);
+	redisAsyncContext *ac =
+	    redisAsyncConnect(fleet.conf_addr.sentinel[i].host, fleet.conf_addr.sentinel[i].port);
 
 	if (ac == NULL)
 		return NULL;
@@ -1035,9 +1033,9 @@ sentinel_ask_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	evtimer_del(fleet.sentinel_ev);
 	redisAsyncDisconnect(ac);
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-	    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
-	    r->element[0]->len >= sizeof host || (port = strtol(r->element[1]->str, NULL, 10)) < 1 ||
-	    port > 65535) {
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof host ||
+	    (port = strtol(r->element[1]->str, NULL, 10)) < 1 || port > 65535) {
 		sentinel_ask_next();
 		return;
 	}
@@ -1075,7 +1073,8 @@ sentinel_ask_from(int i)
 		if (fleet.sentinel_ask == NULL)
 			continue;
 		if (redisAsyncCommand(fleet.sentinel_ask, sentinel_ask_cb, NULL,
-			"SENTINEL get-master-addr-by-name %s", fleet.conf_addr.master) != REDIS_OK) {
+			"SENTINEL get-master-addr-by-name %s",
+			fleet.conf_addr.master) != REDIS_OK) {
 			sentinel_drop(&fleet.sentinel_ask);
 			continue;
 		}

@@ -1087,7 +1087,8 @@ reseed_watcher(cbd_harness *h)
 	int w = harness_connect(h);
 
 	ck_assert(w >= 0);
-	json_decref(util_call_ok(w, "{\"op\":\"watch\",\"names\":[\"tripped\",\"held\",\"mark\"]}"));
+	json_decref(
+	    util_call_ok(w, "{\"op\":\"watch\",\"names\":[\"tripped\",\"held\",\"mark\"]}"));
 	return w;
 }
 
@@ -1245,8 +1246,7 @@ START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
 	    "\"reason\":\"newer\"}"));
 	/* Redis loses everything; a comes back with its older copy. */
 	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
-	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER
-				       " on >host-a-pw ~* &* +@all"),
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " on >host-a-pw ~* &* +@all"),
 	    '+');
 	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
 	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));

@@ -91,8 +91,7 @@ redis_pings(const redis_server *r)
 	in.sin_port = htons((uint16_t)r->port);
 	connected = r->sentinel ? connect(fd, (struct sockaddr *)&in, sizeof in)
 				: connect(fd, (struct sockaddr *)&addr, sizeof addr);
-	if (connected == 0 &&
-	    send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+	if (connected == 0 && send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
 		struct timeval tv = { 1, 0 };
 
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
