@@ -367,6 +367,15 @@ fleet_lose(const char *why)
 	fleet_lose_since(why, fleet.head != NULL ? fleet.head->sent_ms : -1);
 }
 
+/* Connect again at once, not after FLEET_RECONNECT_MS (Redis is there,
+ * but lost its data or is another server). */
+static void
+reconnect_now(void)
+{
+	evtimer_del(fleet.reconnect_ev);
+	fleet_connect();
+}
+
 static void
 timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -518,6 +527,8 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		call_answer(call, NULL);
 		call_free(call);
 		fleet_lose_since(why, sent_ms);
+		if (fleet.lost_data)
+			reconnect_now(); /* Redis is there: re-seed it */
 		return;
 	}
 	if (r->type == REDIS_REPLY_STRING)
@@ -679,6 +690,15 @@ probe_cb(redisAsyncContext *ac, void *reply, void *privdata)
 			 "the last writes)";
 	}
 	snprintf(fleet.epoch, sizeof fleet.epoch, "%s", epoch);
+	if (reseed == lost_data_why) {
+		/* Tell the other cbds at once: each re-seeds what it knows
+		 * before a request finds the circuit missing in Redis. */
+		char note[128];
+
+		snprintf(note, sizeof note, "{\"origin\":\"%s\",\"epoch\":\"%s\"}", fleet.origin,
+		    fleet.epoch);
+		redisAsyncCommand(fleet.main, NULL, NULL, "PUBLISH %s %s", fleet.channel, note);
+	}
 	if (fleet.new_run_id[0] != '\0')
 		memcpy(fleet.run_id, fleet.new_run_id, sizeof fleet.run_id);
 	fleet.lost_data = false;
@@ -733,6 +753,7 @@ heartbeat_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	if (fleet.epoch[0] != '\0' && strcmp(fleet.epoch, epoch) != 0) {
 		fleet.lost_data = true;
 		fleet_lose(lost_data_why);
+		reconnect_now(); /* Redis is there: re-seed it */
 	}
 }
 
@@ -827,6 +848,14 @@ event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	origin = json_object_get(event, "origin");
 	if (!json_is_object(event) || !json_is_string(origin)) {
 		fleet.stats.events_bad++;
+		json_decref(event);
+		return;
+	}
+	/* Another cbd found Redis had lost the fleet's data: probe now rather
+	 * than at the next heartbeat (no event: not counted). */
+	if (json_is_string(json_object_get(event, "epoch"))) {
+		if (strcmp(json_string_value(json_object_get(event, "epoch")), fleet.epoch) != 0)
+			heartbeat_cb(-1, 0, NULL);
 		json_decref(event);
 		return;
 	}
@@ -999,10 +1028,8 @@ sentinel_event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	address_set(host, port);
 	log_warning("fleet: redis master %s is now %s (sentinel +switch-master); connecting to it",
 	    name, fleet.addr_text);
-	/* At once, not after FLEET_RECONNECT_MS. */
-	evtimer_del(fleet.reconnect_ev);
 	fleet.addr_fresh = true;
-	fleet_connect();
+	reconnect_now();
 }
 
 /* Watch the sentinel that named the master last for failovers. */
