@@ -955,8 +955,11 @@ sentinel_connect_cb(const redisAsyncContext *ac, int status)
 	if (status == REDIS_OK)
 		return;
 	/* hiredis frees ac after this callback. */
-	if (ac == fleet.sentinel_sub)
+	if (ac == fleet.sentinel_sub) {
+		/* The next sentinel is watched at the next heartbeat. */
 		fleet.sentinel_sub = NULL;
+		fleet.sentinel_good = (fleet.sentinel_good + 1) % fleet.conf_addr.sentinels;
+	}
 	if (ac == fleet.sentinel_ask) {
 		fleet.sentinel_ask = NULL;
 		sentinel_ask_next();

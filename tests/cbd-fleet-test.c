@@ -1362,7 +1362,15 @@ sentinel_fail_over(bool kill_master)
 	bool ok = false;
 
 	if (kill_master) {
+		json_t *r;
+
 		redis_kill(&master_srv);
+		/* Until Sentinel promotes the replica, each host answers from
+		 * its copy: the open circuit stays open. */
+		ck_assert(util_stats_reach_str(b, "backend.health", "degraded"));
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"sf\"}");
+		ck_assert_msg(!util_bool(r, "allowed"), "the open circuit closed in the failover");
+		json_decref(r);
 	} else {
 		for (long long end = harness_mono_ms() + harness_timeout_ms();
 		     !ok && harness_mono_ms() < end;) {
@@ -1421,6 +1429,14 @@ sentinel_case(bool kill_master)
 	ck_assert(!util_bool(r, "allowed"));
 	json_decref(r);
 	ck_assert(redis_reach(replica_srv.socket_path, "HGET cbd:{after} state", "$4"));
+	/* Outcomes after the failover are counted exactly, from both hosts. */
+	for (int i = 0; i < 50; i++)
+		json_decref(util_call_ok(i % 2 == 0 ? a : b,
+		    "{\"op\":\"record_failure\",\"name\":\"count\",\"ctx\":{"
+		    "\"failure_threshold\":1000}}"));
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"count\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 50);
+	json_decref(r);
 }
 
 START_TEST(test_sentinel_failover_is_followed)
