@@ -1234,11 +1234,16 @@ END_TEST
 START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
 {
 	json_t *r;
+	int watcher;
 
 	host_a_as_own_user();
 	json_decref(util_call_ok(a,
 	    "{\"op\":\"set_state\",\"name\":\"hh\",\"state\":\"open\",\"hold\":true,"
 	    "\"reason\":\"older\"}"));
+	/* A watcher on a: its copy goes from the older hold to the newer. */
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"hh\"]}"));
 	host_a_cut_off();
 	/* While a is away, an operator on b holds it anew (closed). */
 	json_decref(util_call_ok(b,
@@ -1246,9 +1251,11 @@ START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
 	    "\"reason\":\"newer\"}"));
 	/* Redis loses everything; a comes back with its older copy. */
 	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	/* b re-seeds first (its newer hold), then a (its older one): a's
+	 * is refused by the script, and a's watcher is told. */
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
 	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " on >host-a-pw ~* &* +@all"),
 	    '+');
-	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
 	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
 	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
 	for (int i = 0; i < 2; i++) {
@@ -1258,6 +1265,10 @@ START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
 		ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
 		json_decref(r);
 	}
+	r = util_next_event(watcher, "change", "hh", "open", "closed");
+	ck_assert_str_eq(util_str(r, "reason"), "merged with the fleet's circuit");
+	json_decref(r);
+	close(watcher);
 }
 END_TEST
 
