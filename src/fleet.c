@@ -153,12 +153,20 @@ fleet_state(void)
 	return fleet.health;
 }
 
+/* At start: is the first connection under way (Sentinel: being asked for
+ * the master)? */
+static bool
+connecting(void)
+{
+	return fleet.main != NULL || fleet.sentinel_ask != NULL;
+}
+
 bool
 fleet_up(void)
 {
 	/* At start, requests wait (up to redis_timeout_ms) for the first
 	 * connection rather than be answered by a copy Redis never sees. */
-	return fleet.health == FLEET_UP || (fleet.health == FLEET_CONNECTING && fleet.main != NULL);
+	return fleet.health == FLEET_UP || (fleet.health == FLEET_CONNECTING && connecting());
 }
 
 bool
@@ -553,9 +561,10 @@ fleet_call *
 fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn done, void *arg)
 {
 	fleet_call *call;
+	bool ready = fleet.health == FLEET_CONNECTING ? connecting()
+						      : fleet.main != NULL && fleet.script_ready;
 
-	if (fleet.main == NULL || (!fleet.script_ready && fleet.health != FLEET_CONNECTING) ||
-	    strlen(op) >= sizeof call->op || strlen(name) > CT_NAME_MAX)
+	if (!ready || strlen(op) >= sizeof call->op || strlen(name) > CT_NAME_MAX)
 		return NULL;
 	call = calloc(1, sizeof *call);
 	if (call == NULL)
@@ -720,9 +729,13 @@ probe_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		fleet.on_recover(fleet.outage_since != 0 ? fleet.outage_since : clock_realtime_ms(),
 		    reseed);
 	if (fleet.health == FLEET_DEGRADED)
-		log_info("fleet: redis %s is back; circuits are shared again", cbd.conf.redis);
+		log_info("fleet: redis %s%s%s is back; circuits are shared again", cbd.conf.redis,
+		    fleet.conf_addr.sentinels > 0 ? ", master " : "",
+		    fleet.conf_addr.sentinels > 0 ? fleet.addr_text : "");
 	else
-		log_info("fleet: redis %s reached; circuits are shared through it", cbd.conf.redis);
+		log_info("fleet: redis %s%s%s reached; circuits are shared through it",
+		    cbd.conf.redis, fleet.conf_addr.sentinels > 0 ? ", master " : "",
+		    fleet.conf_addr.sentinels > 0 ? fleet.addr_text : "");
 	fleet.health = FLEET_UP;
 	fleet.outage_since = 0;
 }
@@ -1077,8 +1090,10 @@ sentinel_ask_cb(redisAsyncContext *ac, void *reply, void *privdata)
 			log_warning("fleet: redis master %s is now %s:%ld (sentinel)",
 			    fleet.conf_addr.master, host, port);
 		}
-		/* Nothing more on the old master. */
-		contexts_free();
+		/* Nothing more on the old master (requests waiting for the
+		 * first connection keep waiting). */
+		if (fleet.main != NULL || fleet.sub != NULL)
+			contexts_free();
 		address_set(host, (int)port);
 	}
 	fleet.sentinel_logged = false;
