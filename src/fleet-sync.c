@@ -123,11 +123,14 @@ fleet_sync_note(const char *name, fleet_wb_action action, cb_state state, int64_
 	wb_add(e);
 }
 
+static void reseed_drop(void);
+
 void
 fleet_sync_free(void)
 {
 	wb_entry *e, *tmp;
 
+	reseed_drop();
 	HASH_ITER (hh, wb_entries, e, tmp) {
 		wb_remove(e);
 		free(e);
@@ -347,14 +350,49 @@ event_apply(const json_t *event)
 	event_apply_now(event, circuit);
 }
 
-/* A re-seed under way (see recover). */
+/* A merge's circuit name, and whether it re-seeds. */
+typedef struct merge_arg {
+	bool reseed;
+	char name[];
+} merge_arg;
+
+/* A re-seed's merge waiting to be sent. */
+typedef struct reseed_job {
+	struct reseed_job *next;
+	json_t *args;
+	merge_arg *m;
+} reseed_job;
+
+/* A re-seed under way (see recover): its merges are sent at most
+ * FLEET_SYNC_RESEED_WINDOW at a time (thousands sent at once would wait
+ * in Redis past redis_timeout_ms, taking it for away again and again),
+ * and requests wait for room until the last is answered. */
 static struct {
 	bool owed; /* not completed (Redis went again): done at the next recovery */
-	uint64_t pending; /* merges sent, not answered */
-	uint64_t held, open; /* circuits sent */
+	uint64_t pending; /* merges to send or answer */
+	unsigned inflight; /* merges sent, not answered */
+	reseed_job *head, *tail; /* merges to send */
+	uint64_t held, open; /* circuits to re-seed */
 	bool failed; /* a merge was not answered */
 	char why[FLEET_WHY_MAX];
 } reseed;
+
+static void merge_done(const json_t *reply, void *arg);
+
+/* Forget the re-seed's merges not yet sent. */
+static void
+reseed_drop(void)
+{
+	while (reseed.head != NULL) {
+		reseed_job *j = reseed.head;
+
+		reseed.head = j->next;
+		json_decref(j->args);
+		free(j->m);
+		free(j);
+	}
+	reseed.tail = NULL;
+}
 
 /* Every merge of a re-seed was answered (or none was needed). */
 static void
@@ -362,6 +400,7 @@ reseed_finish(void)
 {
 	fleet_stats *counters = (fleet_stats *)fleet_counters();
 
+	fleet_hold_requests(false);
 	if (reseed.failed) {
 		reseed.owed = true; /* sent again when Redis answers again */
 		return;
@@ -375,11 +414,29 @@ reseed_finish(void)
 	    (unsigned long long)reseed.held, (unsigned long long)reseed.open);
 }
 
-/* A merge's circuit name, and whether it re-seeds. */
-typedef struct merge_arg {
-	bool reseed;
-	char name[];
-} merge_arg;
+/* Send the re-seed's next merges while fewer than the window are in
+ * Redis; a merge that cannot be sent (Redis gone) fails the re-seed. */
+static void
+reseed_pump(void)
+{
+	while (reseed.head != NULL && reseed.inflight < FLEET_SYNC_RESEED_WINDOW) {
+		reseed_job *j = reseed.head;
+
+		reseed.head = j->next;
+		if (reseed.head == NULL)
+			reseed.tail = NULL;
+		if (fleet_call_script("merge", j->m->name, j->args, merge_done, j->m) != NULL) {
+			reseed.inflight++;
+		} else {
+			reseed.failed = true;
+			free(j->m);
+			if (--reseed.pending == 0)
+				reseed_finish();
+		}
+		json_decref(j->args);
+		free(j);
+	}
+}
 
 static void
 merge_done(const json_t *reply, void *arg)
@@ -393,8 +450,13 @@ merge_done(const json_t *reply, void *arg)
 			wb_copy_refresh(m->name, json_object_get(reply, "circuit"));
 		else
 			reseed.failed = true;
+		reseed.inflight--;
+		free(m);
 		if (--reseed.pending == 0)
 			reseed_finish();
+		else
+			reseed_pump();
+		return;
 	} else if (reply != NULL) {
 		/* This host's copy was in that state already (it opened or was
 		 * held here): refreshed, not logged or sent to watchers a
@@ -463,7 +525,26 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 		  "declared", text, "circuit", circuit, "reseed", w->reseed)
 	    : NULL;
 	json_decref(circuit);
-	if (args != NULL && copy != NULL &&
+	if (w->reseed && args != NULL && copy != NULL) {
+		/* Sent by reseed_pump. */
+		reseed_job *j = malloc(sizeof *j);
+
+		if (j != NULL) {
+			*j = (reseed_job){ .args = args, .m = copy };
+			if (reseed.tail != NULL)
+				reseed.tail->next = j;
+			else
+				reseed.head = j;
+			reseed.tail = j;
+			args = NULL;
+			copy = NULL;
+			w->sent++;
+			if (held_here)
+				w->held++;
+			else
+				w->open++;
+		}
+	} else if (args != NULL && copy != NULL &&
 	    fleet_call_script("merge", name, args, merge_done, copy) != NULL) {
 		copy = NULL;
 		w->sent++;
@@ -488,6 +569,8 @@ recover(int64_t outage_since, const char *reseed_why)
 	if (reseed_why != NULL)
 		snprintf(reseed.why, sizeof reseed.why, "%s", reseed_why);
 	w.reseed = reseed_why != NULL || reseed.owed;
+	/* Merges of an earlier re-seed never sent: dropped (sent anew). */
+	reseed_drop();
 	/* An operator's actions first: a hold placed here after a release
 	 * must find the released one gone, a circuit opened here after a
 	 * delete must find the deleted one gone. */
@@ -495,13 +578,19 @@ recover(int64_t outage_since, const char *reseed_why)
 	circuit_table_foreach_pinned(cbd.table, merge_visit, &w);
 	counters->merged += w.sent;
 	if (w.reseed) {
-		/* Logged and counted once every merge is answered. */
+		/* Logged and counted once every merge is answered; requests
+		 * wait until then. */
 		reseed.pending = w.sent;
+		reseed.inflight = 0;
 		reseed.held = w.held;
 		reseed.open = w.open;
 		reseed.failed = false;
-		if (w.sent == 0)
+		if (w.sent == 0) {
 			reseed_finish();
+		} else {
+			fleet_hold_requests(true);
+			reseed_pump();
+		}
 		if (actions > 0)
 			log_info("fleet: wrote back %llu releases, deletes or forced states made "
 				 "while redis was away",

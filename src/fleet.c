@@ -100,6 +100,7 @@ static struct {
 	bool lost_data; /* the circuit script answered NOEPOCH */
 	struct event *heartbeat_ev; /* the probe while up, every FLEET_RECONNECT_MS */
 	bool heartbeat_pending;
+	bool hold_requests; /* fleet_hold_requests: a re-seed under way */
 	/* Sentinel: asking sentinel[sentinel_at] for the master; the
 	 * connection subscribed to +switch-master. */
 	redisAsyncContext *sentinel_ask;
@@ -184,7 +185,17 @@ fleet_counters(void)
 bool
 fleet_has_room(void)
 {
-	return fleet.inflight < FLEET_INFLIGHT_MAX;
+	return fleet.inflight < FLEET_INFLIGHT_MAX && !fleet.hold_requests;
+}
+
+static void room_tell(void);
+
+void
+fleet_hold_requests(bool hold)
+{
+	fleet.hold_requests = hold;
+	if (!hold)
+		room_tell();
 }
 
 void
@@ -251,7 +262,7 @@ fifo_unlink(fleet_call *call)
 static void
 room_tell(void)
 {
-	if (fleet.on_room != NULL && (fleet.inflight < FLEET_INFLIGHT_MAX || !fleet_up()))
+	if (fleet.on_room != NULL && (fleet_has_room() || !fleet_up()))
 		fleet.on_room();
 }
 

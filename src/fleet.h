@@ -121,6 +121,10 @@ bool fleet_has_room(void);
 void fleet_set_room_hook(fleet_room_fn fn);
 /* Count a request that waits for room. */
 void fleet_count_queued(void);
+/* While on, there is no room for requests' calls (they wait their turn,
+ * uncounted toward redis_timeout_ms): a re-seed is under way. Turned off,
+ * the one waiting for room is told. */
+void fleet_hold_requests(bool hold);
 
 /* Run the script's `op` on circuit `name` with the request members in
  * args (borrowed; sent as the script's positional arguments, with name

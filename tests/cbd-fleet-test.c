@@ -1228,6 +1228,35 @@ START_TEST(test_redis_restarted_empty_is_reseeded)
 }
 END_TEST
 
+/* A re-seed of more circuits than it sends at once (16): every one is
+ * back, and a request made meanwhile waits for it rather than read an
+ * unfinished one. */
+START_TEST(test_reseed_of_many_circuits)
+{
+	json_t *r;
+
+	for (int i = 0; i < 100; i++)
+		json_decref(util_call_ok(a,
+		    "{\"op\":\"record_failure\",\"name\":\"m%d\",\"ctx\":{"
+		    "\"failure_threshold\":1,\"break_ms\":600000}}",
+		    i));
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"m99\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "answered from the emptied redis");
+	json_decref(r);
+	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "backend.reseeded"), 100);
+	json_decref(r);
+	for (int i = 0; i < 100; i++) {
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"m%d\"}", i);
+		ck_assert_msg(!util_bool(r, "allowed"), "m%d was not re-seeded", i);
+		json_decref(r);
+	}
+}
+END_TEST
+
 /* Two hosts re-seed one circuit with different holds (b placed a newer
  * one while a was cut off): the newer hold wins whichever writes first,
  * and neither is lost for an older one. */
@@ -1503,6 +1532,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_flushall_request_is_not_answered_empty);
 	tcase_add_test(tc, test_redis_restarted_empty_is_reseeded);
 	tcase_add_test(tc, test_concurrent_reseeds_keep_the_newer_hold);
+	tcase_add_test(tc, test_reseed_of_many_circuits);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("sentinel");
 	tcase_add_checked_fixture(tc, sentinel_setup, sentinel_teardown);
