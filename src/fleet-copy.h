@@ -23,6 +23,14 @@
 bool fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_json,
     int64_t now, bool deleted_event, ct_view *view);
 
+/* Forget what this host knows of name's version (its copy reclaimed). A
+ * reply reporting a circuit at a lower version than this host's copy of
+ * the same circuit (Redis lost changes: a lagging replica promoted) is
+ * not taken: the copy is written back (the script's restore). */
+void fleet_copy_forget(const char *name);
+/* Forget every version (shutdown). */
+void fleet_copy_free(void);
+
 /* The canonical text of a declared policy: "" for none. NULL: no memory. */
 char *fleet_copy_declared_text(const proto_ctx *declared);
 /* Parse the canonical text of a declared policy ("" = none). */

@@ -131,6 +131,7 @@ fleet_sync_free(void)
 	wb_entry *e, *tmp;
 
 	reseed_drop();
+	fleet_copy_free();
 	HASH_ITER (hh, wb_entries, e, tmp) {
 		wb_remove(e);
 		free(e);

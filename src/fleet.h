@@ -71,6 +71,7 @@ typedef struct fleet_stats {
 	uint64_t reseeds; /* re-seeds of Redis from this host's copy, completed */
 	uint64_t reseeded; /* circuits a re-seed wrote (held, open or half_open) */
 	uint64_t master_switches; /* times Sentinel named another master */
+	uint64_t restored; /* circuits written back: Redis's was older than the copy */
 } fleet_stats;
 
 /* Called once per call: reply is the script's decoded answer (borrowed),

@@ -239,6 +239,10 @@ metrics_text(size_t *len)
 		    "Fleet mode: times Redis Sentinel named another master.");
 		put(&t, "cbd_backend_master_switches_total %llu\n",
 		    (unsigned long long)f->master_switches);
+		family(&t, "cbd_backend_restored_total", "counter",
+		    "Fleet mode: circuits written back because Redis held an older version than "
+		    "this host's copy (a replica promoted before it had the last changes).");
+		put(&t, "cbd_backend_restored_total %llu\n", (unsigned long long)f->restored);
 	}
 	family(&t, "cbd_reloads_total", "counter",
 	    "Configuration reloads (SIGHUP): ok, or failed (a file with errors: the old one "
