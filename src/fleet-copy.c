@@ -3,7 +3,8 @@
  * fleet-copy.c — this host's copy of the fleet's circuits (see
  * fleet-copy.h): what the circuit script reports of a circuit, read into
  * the circuit table (which answers while Redis is away), its change told
- * through events.
+ * through events; the version Redis reported of each, so that an older
+ * circuit from a promoted replica is written back rather than taken.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,8 @@
 /*
  * fleet-copy.h — fleet mode: this host's copy of the fleet's circuits,
  * refreshed from what the circuit script reports (replies, events,
- * write-backs), and the declared policy's canonical text the script
- * stores.
+ * write-backs), its version (a circuit older than the copy is written
+ * back), and the declared policy's canonical text the script stores.
  */
 #ifndef CBD_FLEET_COPY_H
 #define CBD_FLEET_COPY_H
