@@ -24,9 +24,9 @@
  * failover, which may miss the last writes) is re-seeded as well.
  *
  * With redis = sentinel://..., the sentinels are asked for the master
- * (each in turn) before every connection; the master's ROLE is checked;
- * a connection to a sentinel subscribed to +switch-master takes Redis
- * for away when the master changes and connects to the new one at once.
+ * (fleet-sentinel.c, each in turn) before every connection; the master's
+ * ROLE is checked; a +switch-master from the sentinel watched takes Redis
+ * for away and connects to the new master at once.
  *
  * Calls are answered in the order they were sent (Redis answers one
  * connection in order), so they wait in one FIFO and one timer watches
@@ -50,6 +50,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "fleet-args.h"
+#include "fleet-sentinel.h"
 #include "fleet.h"
 #include "log-limit.h"
 #include "log.h"
@@ -101,15 +102,8 @@ static struct {
 	struct event *heartbeat_ev; /* the probe while up, every FLEET_RECONNECT_MS */
 	bool heartbeat_pending;
 	bool hold_requests; /* fleet_hold_requests: a re-seed under way */
-	/* Sentinel: asking sentinel[sentinel_at] for the master; the
-	 * connection subscribed to +switch-master. */
-	redisAsyncContext *sentinel_ask;
-	redisAsyncContext *sentinel_sub;
-	int sentinel_at;
-	int sentinel_good; /* the last that named the master */
-	bool addr_fresh; /* the master was just named: connect to it */
+	bool addr_fresh; /* Sentinel just named the master: connect to it */
 	bool sentinel_logged; /* no sentinel answered: logged this outage */
-	struct event *sentinel_ev; /* a sentinel's time to answer */
 	char origin[FLEET_ORIGIN_SIZE];
 	char channel[FLEET_KEY_MAX];
 	char *auth_user; /* NULL: AUTH with the password alone */
@@ -159,7 +153,7 @@ fleet_state(void)
 static bool
 connecting(void)
 {
-	return fleet.main != NULL || fleet.sentinel_ask != NULL;
+	return fleet.main != NULL || fleet_sentinel_asking();
 }
 
 bool
@@ -781,16 +775,14 @@ heartbeat_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	}
 }
 
-static void sentinel_watch(void);
-
 static void
 heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
 	(void)fd;
 	(void)what;
 	(void)arg;
-	if (fleet.conf_addr.sentinels > 0 && fleet.sentinel_sub == NULL && fleet.health == FLEET_UP)
-		sentinel_watch();
+	if (fleet.conf_addr.sentinels > 0 && fleet.health == FLEET_UP)
+		fleet_sentinel_watch();
 	if (fleet.health != FLEET_UP || !fleet.script_ready || fleet.main == NULL ||
 	    fleet.heartbeat_pending)
 		return;
@@ -953,9 +945,7 @@ context_auth(redisAsyncContext *ac)
 	return redisAsyncCommand(ac, auth_cb, NULL, "AUTH %s", fleet.auth_password) == REDIS_OK;
 }
 
-/* --- Sentinel --- */
-
-static void sentinel_ask_next(void);
+/* --- Sentinel (fleet-sentinel.c asks, this follows) --- */
 
 /* The server in use becomes host:port (Sentinel named it). */
 static void
@@ -973,172 +963,51 @@ address_is(const char *host, int port)
 	return !fleet.addr.is_unix && fleet.addr.port == port && strcmp(fleet.addr.path, host) == 0;
 }
 
+/* A sentinel named host:port the master: asked before a connection
+ * (connect to it), or by +switch-master (a failover: Redis is away, and
+ * the new master is connected to at once). */
 static void
-sentinel_connect_cb(const redisAsyncContext *ac, int status)
+sentinel_master(const char *host, int port, bool switched)
 {
-	if (status == REDIS_OK)
-		return;
-	/* hiredis frees ac after this callback. */
-	if (ac == fleet.sentinel_sub) {
-		/* The next sentinel is watched at the next heartbeat. */
-		fleet.sentinel_sub = NULL;
-		fleet.sentinel_good = (fleet.sentinel_good + 1) % fleet.conf_addr.sentinels;
-	}
-	if (ac == fleet.sentinel_ask) {
-		fleet.sentinel_ask = NULL;
-		sentinel_ask_next();
-	}
-}
+	char why[FLEET_WHY_MAX];
 
-static void
-sentinel_disconnect_cb(const redisAsyncContext *ac, int status)
-{
-	(void)status;
-	if (ac == fleet.sentinel_sub)
-		fleet.sentinel_sub = NULL;
-	if (ac == fleet.sentinel_ask) {
-		/* Gone before it named the master. */
-		fleet.sentinel_ask = NULL;
-		sentinel_ask_next();
-	}
-}
-
-static redisAsyncContext *
-sentinel_context_new(int i)
-{
-	redisAsyncContext *ac =
-	    redisAsyncConnect(fleet.conf_addr.sentinel[i].host, fleet.conf_addr.sentinel[i].port);
-
-	if (ac == NULL)
-		return NULL;
-	if (ac->err != 0 || redisLibeventAttach(ac, cbd.base) != REDIS_OK) {
-		redisAsyncFree(ac);
-		return NULL;
-	}
-	redisAsyncSetConnectCallback(ac, sentinel_connect_cb);
-	redisAsyncSetDisconnectCallback(ac, sentinel_disconnect_cb);
-	return ac;
-}
-
-/* Drop a sentinel connection (pointer first: the callbacks it runs find
- * it gone). */
-static void
-sentinel_drop(redisAsyncContext **slot)
-{
-	redisAsyncContext *ac = *slot;
-
-	*slot = NULL;
-	if (ac != NULL)
-		redisAsyncFree(ac);
-}
-
-/* A +switch-master message: "MASTER OLD-IP OLD-PORT NEW-IP NEW-PORT". */
-static void
-sentinel_event_cb(redisAsyncContext *ac, void *reply, void *privdata)
-{
-	redisReply *r = reply;
-	char name[CONF_REDIS_MASTER_MAX + 1], host[108], why[FLEET_WHY_MAX];
-	int port;
-
-	(void)privdata;
-	if (r == NULL || ac != fleet.sentinel_sub || r->type != REDIS_REPLY_ARRAY ||
-	    r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
-		return;
-	if (sscanf(r->element[2]->str, "%64s %*s %*d %107s %d", name, host, &port) != 3 ||
-	    strcmp(name, fleet.conf_addr.master) != 0 || address_is(host, port))
-		return;
-	fleet.stats.master_switches++;
-	snprintf(why, sizeof why, "failed over: sentinel names %s:%d the master of %s", host, port,
-	    name);
-	fleet_lose(why);
-	address_set(host, port);
-	log_warning("fleet: redis master %s is now %s (sentinel +switch-master); connecting to it",
-	    name, fleet.addr_text);
-	fleet.addr_fresh = true;
-	reconnect_now();
-}
-
-/* Watch the sentinel that named the master last for failovers. */
-static void
-sentinel_watch(void)
-{
-	if (fleet.sentinel_sub != NULL)
-		return;
-	fleet.sentinel_sub = sentinel_context_new(fleet.sentinel_good);
-	if (fleet.sentinel_sub != NULL &&
-	    redisAsyncCommand(fleet.sentinel_sub, sentinel_event_cb, NULL,
-		"SUBSCRIBE +switch-master") != REDIS_OK)
-		sentinel_drop(&fleet.sentinel_sub);
-}
-
-/* A sentinel's answer to SENTINEL get-master-addr-by-name. */
-static void
-sentinel_ask_cb(redisAsyncContext *ac, void *reply, void *privdata)
-{
-	redisReply *r = reply;
-	char host[108];
-	long port;
-
-	(void)privdata;
-	if (r == NULL || ac != fleet.sentinel_ask)
-		return; /* freed, or gone: sentinel_disconnect_cb asks the next */
-	fleet.sentinel_ask = NULL;
-	evtimer_del(fleet.sentinel_ev);
-	redisAsyncDisconnect(ac);
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-	    r->element[0]->type != REDIS_REPLY_STRING ||
-	    r->element[1]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof host ||
-	    (port = strtol(r->element[1]->str, NULL, 10)) < 1 || port > 65535) {
-		sentinel_ask_next();
+	if (switched) {
+		if (address_is(host, port))
+			return;
+		fleet.stats.master_switches++;
+		snprintf(why, sizeof why, "failed over: sentinel names %s:%d the master of %s",
+		    host, port, fleet.conf_addr.master);
+		fleet_lose(why);
+		address_set(host, port);
+		log_warning("fleet: redis master %s is now %s (sentinel +switch-master); "
+			    "connecting "
+			    "to it",
+		    fleet.conf_addr.master, fleet.addr_text);
+		fleet.addr_fresh = true;
+		reconnect_now();
 		return;
 	}
-	snprintf(host, sizeof host, "%s", r->element[0]->str);
-	fleet.sentinel_good = fleet.sentinel_at;
-	if (!address_is(host, (int)port)) {
+	if (!address_is(host, port)) {
 		if (fleet.addr_text[0] != '\0') {
 			fleet.stats.master_switches++;
-			log_warning("fleet: redis master %s is now %s:%ld (sentinel)",
+			log_warning("fleet: redis master %s is now %s:%d (sentinel)",
 			    fleet.conf_addr.master, host, port);
 		}
 		/* Nothing more on the old master (requests waiting for the
 		 * first connection keep waiting). */
 		if (fleet.main != NULL || fleet.sub != NULL)
 			contexts_free();
-		address_set(host, (int)port);
+		address_set(host, port);
 	}
 	fleet.sentinel_logged = false;
-	sentinel_watch();
 	fleet.addr_fresh = true;
 	fleet_connect();
 }
 
-/* Ask sentinel i (from fleet.sentinel_at on) for the master; past the
- * last, Redis stays away until the next reconnect. */
+/* No sentinel named the master: Redis is away until the next attempt. */
 static void
-sentinel_ask_from(int i)
+sentinel_none(void)
 {
-	struct timeval tv;
-	int64_t wait = cbd.conf.redis_timeout_ms > FLEET_SENTINEL_TIMEOUT_MS
-	    ? cbd.conf.redis_timeout_ms
-	    : FLEET_SENTINEL_TIMEOUT_MS;
-
-	for (; i < fleet.conf_addr.sentinels; i++) {
-		fleet.sentinel_at = i;
-		fleet.sentinel_ask = sentinel_context_new(i);
-		if (fleet.sentinel_ask == NULL)
-			continue;
-		if (redisAsyncCommand(fleet.sentinel_ask, sentinel_ask_cb, NULL,
-			"SENTINEL get-master-addr-by-name %s",
-			fleet.conf_addr.master) != REDIS_OK) {
-			sentinel_drop(&fleet.sentinel_ask);
-			continue;
-		}
-		tv.tv_sec = (time_t)(wait / 1000);
-		tv.tv_usec = (suseconds_t)(wait % 1000) * 1000;
-		evtimer_add(fleet.sentinel_ev, &tv);
-		return;
-	}
 	if (!fleet.sentinel_logged)
 		log_warning("fleet: no sentinel of %s named the master of %s", cbd.conf.redis,
 		    fleet.conf_addr.master);
@@ -1148,26 +1017,6 @@ sentinel_ask_from(int i)
 	reconnect_schedule();
 }
 
-static void
-sentinel_ask_next(void)
-{
-	evtimer_del(fleet.sentinel_ev);
-	sentinel_ask_from(fleet.sentinel_at + 1);
-}
-
-/* A sentinel did not answer in time: the next. */
-static void
-sentinel_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	(void)arg;
-	if (fleet.sentinel_ask == NULL)
-		return;
-	sentinel_drop(&fleet.sentinel_ask);
-	sentinel_ask_next();
-}
-
 /* --- connecting --- */
 
 static void
@@ -1175,8 +1024,7 @@ fleet_connect(void)
 {
 	/* Sentinel: ask for the master before every connection. */
 	if (fleet.conf_addr.sentinels > 0 && !fleet.addr_fresh) {
-		if (fleet.sentinel_ask == NULL)
-			sentinel_ask_from(0);
+		fleet_sentinel_ask();
 		return;
 	}
 	fleet.addr_fresh = false;
@@ -1274,9 +1122,9 @@ fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
 	fleet.timeout_ev = evtimer_new(cbd.base, timeout_cb, NULL);
 	fleet.reconnect_ev = evtimer_new(cbd.base, reconnect_cb, NULL);
 	fleet.heartbeat_ev = event_new(cbd.base, -1, EV_PERSIST, heartbeat_cb, NULL);
-	fleet.sentinel_ev = evtimer_new(cbd.base, sentinel_timeout_cb, NULL);
 	if (fleet.timeout_ev == NULL || fleet.reconnect_ev == NULL || fleet.heartbeat_ev == NULL ||
-	    fleet.sentinel_ev == NULL) {
+	    (fleet.conf_addr.sentinels > 0 &&
+		!fleet_sentinel_start(&fleet.conf_addr, sentinel_master, sentinel_none))) {
 		log_error("fleet: out of memory");
 		return false;
 	}
@@ -1301,16 +1149,13 @@ fleet_free(void)
 	if (fleet.health == FLEET_OFF)
 		return;
 	contexts_free();
-	sentinel_drop(&fleet.sentinel_ask);
-	sentinel_drop(&fleet.sentinel_sub);
+	fleet_sentinel_free();
 	if (fleet.timeout_ev != NULL)
 		event_free(fleet.timeout_ev);
 	if (fleet.reconnect_ev != NULL)
 		event_free(fleet.reconnect_ev);
 	if (fleet.heartbeat_ev != NULL)
 		event_free(fleet.heartbeat_ev);
-	if (fleet.sentinel_ev != NULL)
-		event_free(fleet.sentinel_ev);
 	if (fleet.auth_password != NULL)
 		explicit_bzero(fleet.auth_password, strlen(fleet.auth_password));
 	free(fleet.auth_user);

@@ -41,9 +41,6 @@
 #define FLEET_EPOCH_SIZE 17
 /* Longest Redis run_id (INFO server) kept, with its NUL. */
 #define FLEET_RUN_ID_SIZE 41
-/* How long a sentinel may take to name the master before the next one is
- * asked (ms; at least redis_timeout_ms). */
-#define FLEET_SENTINEL_TIMEOUT_MS 1000
 
 typedef enum fleet_health {
 	FLEET_OFF = 0, /* backend = memory */
