@@ -123,7 +123,8 @@ static const conf_key keys[] = {
 	    "memory (this host's circuits) or redis (circuits shared by every cbd on the same "
 	    "Redis: fleet mode)"),
 	CBD_KEY(redis, CONF_STRING, 0, 0, "", false,
-	    "fleet mode: the Redis server, unix:/path/redis.sock or tcp://host:port"),
+	    "fleet mode: the Redis server, unix:/path/redis.sock or tcp://host:port, or "
+	    "sentinel://host:port[,host:port...]/master (ask Redis Sentinel for the master)"),
 	CBD_KEY(redis_prefix, CONF_STRING, 0, 0, "cbd:", false,
 	    "fleet mode: prefix of every Redis key and of the event channel"),
 	CBD_KEY(redis_timeout_ms, CONF_INT, 1, CONF_REDIS_TIMEOUT_MAX, "50", true,
@@ -764,13 +765,79 @@ admin_group_add(conf_loader *ld, const char *word)
 	return true;
 }
 
+/* HOST:PORT (len bytes of text) into host (size bytes) and *port. */
+static bool
+host_port_parse(const char *text, size_t len, char *host, size_t size, int *port, const char **why)
+{
+	char buf[256], *end;
+	const char *colon;
+	long n;
+
+	if (len >= sizeof buf) {
+		*why = "a host:port is too long";
+		return false;
+	}
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+	colon = strrchr(buf, ':');
+	if (colon == NULL || colon == buf || (size_t)(colon - buf) >= size) {
+		*why = "must name host:port";
+		return false;
+	}
+	errno = 0;
+	n = strtol(colon + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || end == colon + 1 || n < 1 || n > 65535) {
+		*why = "the port must be an integer from 1 to 65535";
+		return false;
+	}
+	memcpy(host, buf, (size_t)(colon - buf));
+	host[colon - buf] = '\0';
+	*port = (int)n;
+	return true;
+}
+
+/* sentinel://HOST:PORT[,HOST:PORT...]/MASTER (text after the scheme). */
+static bool
+sentinel_address_parse(const char *text, conf_redis_address *out, const char **why)
+{
+	const char *slash = strchr(text, '/');
+	const char *master;
+
+	if (slash == NULL || slash == text || slash[1] == '\0') {
+		*why = "must be sentinel://host:port[,host:port...]/master";
+		return false;
+	}
+	master = slash + 1;
+	if (strlen(master) > CONF_REDIS_MASTER_MAX ||
+	    strspn(master, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+		strlen(master)) {
+		*why = "the master name must be 1 to 64 letters, digits, '.', '_' or '-'";
+		return false;
+	}
+	for (const char *p = text; p < slash;) {
+		size_t len = strcspn(p, ",/");
+
+		if (out->sentinels == CONF_REDIS_SENTINELS_MAX) {
+			*why = "at most 8 sentinels";
+			return false;
+		}
+		if (len == 0 ||
+		    !host_port_parse(p, len, out->sentinel[out->sentinels].host,
+			sizeof out->sentinel[0].host, &out->sentinel[out->sentinels].port, why)) {
+			if (len == 0)
+				*why = "must be sentinel://host:port[,host:port...]/master";
+			return false;
+		}
+		out->sentinels++;
+		p += len + (p[len] == ',');
+	}
+	strcpy(out->master, master);
+	return true;
+}
+
 bool
 conf_redis_address_parse(const char *text, conf_redis_address *out, const char **why)
 {
-	const char *colon;
-	char *end;
-	long port;
-
 	memset(out, 0, sizeof *out);
 	if (strncmp(text, "unix:", 5) == 0) {
 		if (text[5] != '/') {
@@ -785,25 +852,19 @@ conf_redis_address_parse(const char *text, conf_redis_address *out, const char *
 		strcpy(out->path, text + 5);
 		return true;
 	}
+	if (strncmp(text, "sentinel://", 11) == 0)
+		return sentinel_address_parse(text + 11, out, why);
 	if (strncmp(text, "tcp://", 6) != 0) {
-		*why = "must be unix:/path/redis.sock or tcp://host:port";
+		*why = "must be unix:/path/redis.sock, tcp://host:port or "
+		       "sentinel://host:port[,host:port...]/master";
 		return false;
 	}
-	text += 6;
-	colon = strrchr(text, ':');
-	if (colon == NULL || colon == text || (size_t)(colon - text) >= sizeof out->path) {
-		*why = "must be tcp://host:port";
+	if (!host_port_parse(text + 6, strlen(text + 6), out->path, sizeof out->path, &out->port,
+		why)) {
+		if (strcmp(*why, "must name host:port") == 0)
+			*why = "must be tcp://host:port";
 		return false;
 	}
-	errno = 0;
-	port = strtol(colon + 1, &end, 10);
-	if (errno != 0 || *end != '\0' || end == colon + 1 || port < 1 || port > 65535) {
-		*why = "the port must be an integer from 1 to 65535";
-		return false;
-	}
-	memcpy(out->path, text, (size_t)(colon - text));
-	out->path[colon - text] = '\0';
-	out->port = (int)port;
 	return true;
 }
 

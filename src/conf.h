@@ -97,14 +97,28 @@ typedef struct cbd_conf {
 	conf_circuit *presets; /* [preset "NAME"] */
 } cbd_conf;
 
-/* A parsed `redis` key: a Unix socket path, or a TCP host and port. */
+/* Sentinels a `redis = sentinel://...` key may name, and the longest
+ * master name. */
+#define CONF_REDIS_SENTINELS_MAX 8
+#define CONF_REDIS_MASTER_MAX 64
+
+/* A parsed `redis` key: a Unix socket path, a TCP host and port, or the
+ * Sentinels to ask for the master (sentinel://HOST:PORT[,HOST:PORT...]/
+ * MASTER: path and port are then left empty). */
 typedef struct conf_redis_address {
 	bool is_unix;
 	char path[108]; /* the socket path, or the host */
 	int port;
+	int sentinels; /* 0: not Sentinel */
+	struct {
+		char host[108];
+		int port;
+	} sentinel[CONF_REDIS_SENTINELS_MAX];
+	char master[CONF_REDIS_MASTER_MAX + 1];
 } conf_redis_address;
 
-/* Parse unix:/path or tcp://host:port; false with *why on error. */
+/* Parse unix:/path, tcp://host:port or sentinel://host:port[,host:port...]/
+ * master; false with *why on error. */
 bool conf_redis_address_parse(const char *text, conf_redis_address *out, const char **why);
 
 /* The key table. */

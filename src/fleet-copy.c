@@ -3,18 +3,33 @@
  * fleet-copy.c — this host's copy of the fleet's circuits (see
  * fleet-copy.h): what the circuit script reports of a circuit, read into
  * the circuit table (which answers while Redis is away), its change told
- * through events.
+ * through events; the version Redis reported of each, so that an older
+ * circuit from a promoted replica is written back rather than taken.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <uthash.h>
 
 #include "circuit-json.h"
 #include "clock.h"
 #include "daemon.h"
 #include "events.h"
 #include "fleet-copy.h"
+#include "fleet.h"
 #include "log.h"
+
+/* The version of each copied circuit as Redis last reported it (with its
+ * created_at, which tells two circuits of one name apart). */
+typedef struct copy_version {
+	UT_hash_handle hh;
+	int64_t created_at;
+	int64_t version;
+	char name[];
+} copy_version;
+
+static copy_version *versions;
 
 static const struct {
 	const char *name;
@@ -140,6 +155,147 @@ view_from_json(const char *name, const json_t *j, int64_t now, ct_view *view, pr
 	return true;
 }
 
+static copy_version *
+version_find(const char *name)
+{
+	copy_version *v;
+
+	HASH_FIND(hh, versions, name, strlen(name), v);
+	return v;
+}
+
+void
+fleet_copy_forget(const char *name)
+{
+	copy_version *v = version_find(name);
+
+	if (v != NULL) {
+		HASH_DEL(versions, v);
+		free(v);
+	}
+}
+
+void
+fleet_copy_free(void)
+{
+	copy_version *v, *tmp;
+
+	HASH_ITER (hh, versions, v, tmp) {
+		HASH_DEL(versions, v);
+		free(v);
+	}
+}
+
+/* circuit's version and created_at; false when it reports none (a cbd's
+ * script of an earlier version). */
+static bool
+version_read(const json_t *circuit, int64_t *version, int64_t *created_at)
+{
+	const json_t *v = json_object_get(circuit, "version");
+	const json_t *c = json_object_get(circuit, "created_at");
+
+	if (!json_is_integer(v) || !json_is_integer(c))
+		return false;
+	*version = json_integer_value(v);
+	*created_at = json_integer_value(c);
+	return true;
+}
+
+/* Remember circuit's version as this host's copy's. */
+static void
+version_note(const char *name, const json_t *circuit)
+{
+	int64_t version, created_at;
+	copy_version *v;
+
+	if (!version_read(circuit, &version, &created_at))
+		return;
+	v = version_find(name);
+	if (v == NULL) {
+		size_t len = strlen(name);
+
+		v = calloc(1, sizeof *v + len + 1);
+		if (v == NULL)
+			return;
+		memcpy(v->name, name, len + 1);
+		HASH_ADD_KEYPTR(hh, versions, v->name, len, v);
+	}
+	v->version = version;
+	v->created_at = created_at;
+}
+
+/* Is circuit (Redis's) behind this host's copy: the same circuit at a
+ * lower version? */
+static bool
+version_behind(const char *name, const json_t *circuit)
+{
+	int64_t version, created_at;
+	const copy_version *v = version_find(name);
+
+	return v != NULL && version_read(circuit, &version, &created_at) &&
+	    created_at == v->created_at && version < v->version;
+}
+
+static void
+restore_done(const json_t *reply, void *arg)
+{
+	char *name = arg;
+	fleet_stats *counters = (fleet_stats *)fleet_counters();
+
+	if (reply != NULL) {
+		if (json_is_true(json_object_get(reply, "applied"))) {
+			counters->restored++;
+			log_info("fleet: circuit \"%s\" in redis was older than this host's copy "
+				 "(a replica promoted before it had the last changes): written "
+				 "back",
+			    name);
+		}
+		/* The copy was in that state: no news here (other hosts get
+		 * the change the script published). */
+		fleet_copy_apply(name, json_object_get(reply, "circuit"), NULL, clock_realtime_ms(),
+		    false, NULL);
+	}
+	free(name);
+}
+
+/* Write this host's copy of name back to Redis (restore) at its version. */
+static void
+restore_send(const char *name)
+{
+	const copy_version *v = version_find(name);
+	int64_t now = clock_realtime_ms();
+	json_t *circuit, *args;
+	ct_change lapsed;
+	ct_view view;
+	char *copy;
+
+	if (v == NULL)
+		return;
+	circuit_table_get(cbd.table, name, now, &view, &lapsed);
+	events_changed(name, &lapsed);
+	if (!view.stored)
+		return;
+	circuit = proto_snapshot_to_json(name, &view.snap, 0);
+	if (circuit == NULL)
+		return;
+	if (json_object_set_new(circuit, "current_break_ms",
+		json_integer(view.snap.current_break_ms)) != 0 ||
+	    json_object_set_new(circuit, "hold",
+		view.hold.held ? circuit_json_hold(&view.hold) : json_null()) != 0 ||
+	    json_object_set_new(circuit, "version", json_integer(v->version)) != 0 ||
+	    json_object_set_new(circuit, "created_at", json_integer(v->created_at)) != 0) {
+		json_decref(circuit);
+		return;
+	}
+	args = json_pack("{s:o}", "circuit", circuit);
+	copy = strdup(name);
+	if (args != NULL && copy != NULL &&
+	    fleet_call_script("restore", name, args, restore_done, copy) != NULL)
+		copy = NULL;
+	free(copy);
+	json_decref(args);
+}
+
 /* What copy_apply's view points into besides the JSON it read: valid
  * until the next copy_apply (cbd is single-threaded). */
 static proto_ctx copy_declared;
@@ -164,6 +320,7 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 		memset(view, 0, sizeof *view);
 		breaker_snapshot_init(&view->snap);
 		view->hold.until = CB_TIME_NONE;
+		fleet_copy_forget(name);
 		if (circuit_table_delete(cbd.table, name) && deleted_event) {
 			events_deleted(name);
 		}
@@ -174,6 +331,13 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 		log_warning("fleet: cannot read the circuit script's view of a circuit");
 		return false;
 	}
+	if (version_behind(name, circuit)) {
+		/* Redis lost changes this host saw: its copy stays, and is
+		 * written back. */
+		restore_send(name);
+		return true;
+	}
+	version_note(name, circuit);
 	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
 	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
 	/* The copy's (kept across refreshes of one policy: protocol 3). */

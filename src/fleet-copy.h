@@ -2,8 +2,8 @@
 /*
  * fleet-copy.h — fleet mode: this host's copy of the fleet's circuits,
  * refreshed from what the circuit script reports (replies, events,
- * write-backs), and the declared policy's canonical text the script
- * stores.
+ * write-backs), its version (a circuit older than the copy is written
+ * back), and the declared policy's canonical text the script stores.
  */
 #ifndef CBD_FLEET_COPY_H
 #define CBD_FLEET_COPY_H
@@ -22,6 +22,14 @@
  * NULL) receives the script's view. Returns whether circuit was read. */
 bool fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_json,
     int64_t now, bool deleted_event, ct_view *view);
+
+/* Forget what this host knows of name's version (its copy reclaimed). A
+ * reply reporting a circuit at a lower version than this host's copy of
+ * the same circuit (Redis lost changes: a lagging replica promoted) is
+ * not taken: the copy is written back (the script's restore). */
+void fleet_copy_forget(const char *name);
+/* Forget every version (shutdown). */
+void fleet_copy_free(void);
 
 /* The canonical text of a declared policy: "" for none. NULL: no memory. */
 char *fleet_copy_declared_text(const proto_ctx *declared);

@@ -4,7 +4,10 @@
  * fleet-sync.h). Events from other cbds refresh this host's copy; after an
  * outage, an operator's release, delete or unheld set_state made here
  * while Redis was away is written back, then the circuits that opened or
- * were held here are merged.
+ * were held here are merged. A Redis that lost the fleet's data (or is
+ * another server after a failover) is re-seeded from this host's whole
+ * copy: every hold, open and half_open circuit (the script's merge with
+ * reseed decides between hosts re-seeding at once).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,11 +123,15 @@ fleet_sync_note(const char *name, fleet_wb_action action, cb_state state, int64_
 	wb_add(e);
 }
 
+static void reseed_drop(void);
+
 void
 fleet_sync_free(void)
 {
 	wb_entry *e, *tmp;
 
+	reseed_drop();
+	fleet_copy_free();
 	HASH_ITER (hh, wb_entries, e, tmp) {
 		wb_remove(e);
 		free(e);
@@ -256,12 +263,41 @@ wb_send_all(void)
  * the event arrived (events and this host's own replies travel on two
  * connections; reading the circuit again on the script connection keeps
  * this host's copy from going back to an older state). */
+/* The change an event reports, unless it is no news to this host: a merge
+ * or a hold placed again (another host re-seeding, or writing back after
+ * an outage) that leaves this host's copy in the state it had, with the
+ * hold it had. */
+static const json_t *
+event_change_news(const char *name, const json_t *circuit, const json_t *change)
+{
+	const char *reason = json_string_value(json_object_get(change, "reason"));
+	const char *to = json_string_value(json_object_get(change, "to"));
+	const json_t *since = json_object_get(json_object_get(circuit, "hold"), "since");
+	ct_change lapsed;
+	ct_view local;
+
+	if (reason == NULL || to == NULL ||
+	    (strcmp(reason, "merged") != 0 && strcmp(reason, "held") != 0))
+		return change;
+	circuit_table_get(cbd.table, name, clock_realtime_ms(), &local, &lapsed);
+	events_changed(name, &lapsed);
+	if (!local.stored || strcmp(to, breaker_state_name(local.snap.state)) != 0)
+		return change;
+	if (strcmp(reason, "merged") == 0)
+		return NULL;
+	return local.hold.held && json_is_integer(since) &&
+		local.hold.since == json_integer_value(since)
+	    ? NULL
+	    : change;
+}
+
 static void
 event_apply_now(const json_t *event, const json_t *circuit)
 {
 	const char *name = json_string_value(json_object_get(event, "name"));
 
-	fleet_copy_apply(name, circuit, json_object_get(event, "change"),
+	fleet_copy_apply(name, circuit,
+	    event_change_news(name, circuit, json_object_get(event, "change")),
 	    json_is_integer(json_object_get(event, "now"))
 		? json_integer_value(json_object_get(event, "now"))
 		: clock_realtime_ms(),
@@ -315,22 +351,129 @@ event_apply(const json_t *event)
 	event_apply_now(event, circuit);
 }
 
+/* A merge's circuit name, and whether it re-seeds. */
+typedef struct merge_arg {
+	bool reseed;
+	char name[];
+} merge_arg;
+
+/* A re-seed's merge waiting to be sent. */
+typedef struct reseed_job {
+	struct reseed_job *next;
+	json_t *args;
+	merge_arg *m;
+} reseed_job;
+
+/* A re-seed under way (see recover): its merges are sent at most
+ * FLEET_SYNC_RESEED_WINDOW at a time (thousands sent at once would wait
+ * in Redis past redis_timeout_ms, taking it for away again and again),
+ * and requests wait for room until the last is answered. */
+static struct {
+	bool owed; /* not completed (Redis went again): done at the next recovery */
+	uint64_t pending; /* merges to send or answer */
+	unsigned inflight; /* merges sent, not answered */
+	reseed_job *head, *tail; /* merges to send */
+	uint64_t held, open; /* circuits to re-seed */
+	bool failed; /* a merge was not answered */
+	char why[FLEET_WHY_MAX];
+} reseed;
+
+static void merge_done(const json_t *reply, void *arg);
+
+/* Forget the re-seed's merges not yet sent. */
+static void
+reseed_drop(void)
+{
+	while (reseed.head != NULL) {
+		reseed_job *j = reseed.head;
+
+		reseed.head = j->next;
+		json_decref(j->args);
+		free(j->m);
+		free(j);
+	}
+	reseed.tail = NULL;
+}
+
+/* Every merge of a re-seed was answered (or none was needed). */
+static void
+reseed_finish(void)
+{
+	fleet_stats *counters = (fleet_stats *)fleet_counters();
+
+	fleet_hold_requests(false);
+	if (reseed.failed) {
+		reseed.owed = true; /* sent again when Redis answers again */
+		return;
+	}
+	reseed.owed = false;
+	counters->reseeds++;
+	counters->reseeded += reseed.held + reseed.open;
+	log_warning("fleet: redis %s %s; re-seeded %llu circuits from this host's copy (%llu "
+		    "held, %llu open or half_open)",
+	    fleet_address(), reseed.why, (unsigned long long)(reseed.held + reseed.open),
+	    (unsigned long long)reseed.held, (unsigned long long)reseed.open);
+}
+
+/* Send the re-seed's next merges while fewer than the window are in
+ * Redis; a merge that cannot be sent (Redis gone) fails the re-seed. */
+static void
+reseed_pump(void)
+{
+	while (reseed.head != NULL && reseed.inflight < FLEET_SYNC_RESEED_WINDOW) {
+		reseed_job *j = reseed.head;
+
+		reseed.head = j->next;
+		if (reseed.head == NULL)
+			reseed.tail = NULL;
+		if (fleet_call_script("merge", j->m->name, j->args, merge_done, j->m) != NULL) {
+			reseed.inflight++;
+		} else {
+			reseed.failed = true;
+			free(j->m);
+			if (--reseed.pending == 0)
+				reseed_finish();
+		}
+		json_decref(j->args);
+		free(j);
+	}
+}
+
 static void
 merge_done(const json_t *reply, void *arg)
 {
-	char *name = arg;
+	merge_arg *m = arg;
 
-	/* This host's copy was in that state already (it opened or was held
-	 * here): refreshed, not logged or sent to watchers a second time. */
-	if (reply != NULL)
-		fleet_copy_apply(name, json_object_get(reply, "circuit"), NULL, clock_realtime_ms(),
-		    false, NULL);
-	free(name);
+	if (m->reseed) {
+		/* The fleet's circuit may be another host's (a newer hold, a
+		 * later trip): news here when its state differs. */
+		if (reply != NULL)
+			wb_copy_refresh(m->name, json_object_get(reply, "circuit"));
+		else
+			reseed.failed = true;
+		reseed.inflight--;
+		free(m);
+		if (--reseed.pending == 0)
+			reseed_finish();
+		else
+			reseed_pump();
+		return;
+	} else if (reply != NULL) {
+		/* This host's copy was in that state already (it opened or was
+		 * held here): refreshed, not logged or sent to watchers a
+		 * second time. */
+		fleet_copy_apply(m->name, json_object_get(reply, "circuit"), NULL,
+		    clock_realtime_ms(), false, NULL);
+	}
+	free(m);
 }
 
 typedef struct merge_walk {
 	int64_t since;
+	int64_t now;
+	bool reseed; /* every hold, open and half_open circuit */
 	uint64_t sent;
+	uint64_t held, open;
 } merge_walk;
 
 /* Write back one circuit that opened here during the outage, or that an
@@ -343,17 +486,30 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 	const char *preset;
 	cb_policy policy;
 	bool held_here = view->hold.held && view->hold.since >= w->since;
-	char *text, *copy;
+	char *text;
+	merge_arg *copy;
 	json_t *args, *circuit;
 
-	/* Opened here during the outage, or held here by an operator then. */
-	if (!held_here &&
+	if (w->reseed) {
+		/* Every live hold, open and half_open circuit. */
+		held_here = view->hold.held &&
+		    (view->hold.until == CB_TIME_NONE || view->hold.until > w->now);
+		if (!held_here && view->snap.state != CB_STATE_OPEN &&
+		    view->snap.state != CB_STATE_HALF_OPEN)
+			return;
+	} else if (!held_here &&
 	    (view->snap.state != CB_STATE_OPEN || view->hold.held ||
-		view->snap.opened_at < w->since))
+		view->snap.opened_at < w->since)) {
+		/* Neither opened here during the outage nor held here then. */
 		return;
+	}
 	conf_policy(&cbd.conf, name, view->declared, &policy, &sources, &preset);
 	text = fleet_copy_declared_text(view->declared);
-	copy = strdup(name);
+	copy = malloc(sizeof *copy + strlen(name) + 1);
+	if (copy != NULL) {
+		copy->reseed = w->reseed;
+		strcpy(copy->name, name);
+	}
 	/* The copy's snapshot, its raw current_break_ms and, when an operator
 	 * held it here, the hold. */
 	circuit = proto_snapshot_to_json(name, &view->snap, 0);
@@ -366,14 +522,37 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 		circuit = NULL;
 	}
 	args = text != NULL && circuit != NULL
-	    ? json_pack("{s:o, s:s, s:O}", "policy", proto_policy_flat_json(&policy), "declared",
-		  text, "circuit", circuit)
+	    ? json_pack("{s:o, s:s, s:O, s:b}", "policy", proto_policy_flat_json(&policy),
+		  "declared", text, "circuit", circuit, "reseed", w->reseed)
 	    : NULL;
 	json_decref(circuit);
-	if (args != NULL && copy != NULL &&
+	if (w->reseed && args != NULL && copy != NULL) {
+		/* Sent by reseed_pump. */
+		reseed_job *j = malloc(sizeof *j);
+
+		if (j != NULL) {
+			*j = (reseed_job){ .args = args, .m = copy };
+			if (reseed.tail != NULL)
+				reseed.tail->next = j;
+			else
+				reseed.head = j;
+			reseed.tail = j;
+			args = NULL;
+			copy = NULL;
+			w->sent++;
+			if (held_here)
+				w->held++;
+			else
+				w->open++;
+		}
+	} else if (args != NULL && copy != NULL &&
 	    fleet_call_script("merge", name, args, merge_done, copy) != NULL) {
 		copy = NULL;
 		w->sent++;
+		if (held_here)
+			w->held++;
+		else
+			w->open++;
 	}
 	free(copy);
 	free(text);
@@ -381,18 +560,44 @@ merge_visit(const char *name, const ct_view *view, void *arg)
 }
 
 static void
-recover(int64_t outage_since)
+recover(int64_t outage_since, const char *reseed_why)
 {
-	merge_walk w = { .since = outage_since };
+	merge_walk w = { .since = outage_since, .now = clock_realtime_ms() };
 	fleet_stats *counters = (fleet_stats *)fleet_counters();
 	uint64_t actions;
 
+	/* A re-seed Redis did not answer whole is owed. */
+	if (reseed_why != NULL)
+		snprintf(reseed.why, sizeof reseed.why, "%s", reseed_why);
+	w.reseed = reseed_why != NULL || reseed.owed;
+	/* Merges of an earlier re-seed never sent: dropped (sent anew). */
+	reseed_drop();
 	/* An operator's actions first: a hold placed here after a release
 	 * must find the released one gone, a circuit opened here after a
 	 * delete must find the deleted one gone. */
 	actions = wb_send_all();
 	circuit_table_foreach_pinned(cbd.table, merge_visit, &w);
 	counters->merged += w.sent;
+	if (w.reseed) {
+		/* Logged and counted once every merge is answered; requests
+		 * wait until then. */
+		reseed.pending = w.sent;
+		reseed.inflight = 0;
+		reseed.held = w.held;
+		reseed.open = w.open;
+		reseed.failed = false;
+		if (w.sent == 0) {
+			reseed_finish();
+		} else {
+			fleet_hold_requests(true);
+			reseed_pump();
+		}
+		if (actions > 0)
+			log_info("fleet: wrote back %llu releases, deletes or forced states made "
+				 "while redis was away",
+			    (unsigned long long)actions);
+		return;
+	}
 	if (w.sent > 0 || actions > 0)
 		log_info("fleet: wrote back %llu circuits that opened or were held and %llu "
 			 "releases, deletes or forced states made while redis was away",

@@ -17,6 +17,9 @@
 /* Circuits whose operator actions are remembered while Redis is away;
  * past it an action is not written back (counted, logged once). */
 #define FLEET_SYNC_WRITEBACK_MAX 4096
+/* A re-seed's merges in Redis at once (the rest wait in cbd, and so do
+ * requests until the re-seed is done). */
+#define FLEET_SYNC_RESEED_WINDOW 16
 
 typedef enum fleet_wb_action {
 	FLEET_WB_NONE = 0, /* not an operator's action */

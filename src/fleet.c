@@ -11,6 +11,23 @@
  * instead of running the circuit script (NOPERM, READONLY, OOM, ...)
  * is an outage like a lost connection.
  *
+ * Redis losing the fleet's data (restarted empty, FLUSHALL, a failover to
+ * an empty replica) is found by the epoch: a random value in the key
+ * PREFIXepoch, which the probe creates when it is missing. The circuit
+ * script is sent the epoch this cbd knows and refuses to act (NOEPOCH)
+ * when Redis holds another or none, so nothing is answered from an
+ * emptied Redis: the call is answered locally, Redis is away, and the
+ * probe that takes it for up again finds the epoch new, and the recovery
+ * re-seeds Redis from this host's copy (fleet-sync.c). The probe runs
+ * every FLEET_RECONNECT_MS too (a host with no traffic finds the loss),
+ * and a Redis whose run_id changed (restarted, or another server after a
+ * failover, which may miss the last writes) is re-seeded as well.
+ *
+ * With redis = sentinel://..., the sentinels are asked for the master
+ * (fleet-sentinel.c, each in turn) before every connection; the master's
+ * ROLE is checked; a +switch-master from the sentinel watched takes Redis
+ * for away and connects to the new master at once.
+ *
  * Calls are answered in the order they were sent (Redis answers one
  * connection in order), so they wait in one FIFO and one timer watches
  * the oldest. When the oldest is older than redis_timeout_ms, Redis is
@@ -33,6 +50,7 @@
 #include "clock.h"
 #include "conf.h"
 #include "fleet-args.h"
+#include "fleet-sentinel.h"
 #include "fleet.h"
 #include "log-limit.h"
 #include "log.h"
@@ -41,11 +59,22 @@
 /* The script's text (src/fleet.lua, built into fleet-script.c). */
 extern const char fleet_script_text[];
 
-/* Run before Redis is taken for up (at start and after an outage): the
- * way the circuit script is run (EVALSHA) and a write, so that a Redis
- * that would refuse the circuit script (an ACL user without EVALSHA, a
- * replica's READONLY, maxmemory's OOM) is found away, not up. */
-static const char probe_script_text[] = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 1";
+/* Run before Redis is taken for up (at start and after an outage), and
+ * every FLEET_RECONNECT_MS while it is: the way the circuit script is run
+ * (EVALSHA) and a write, so that a Redis that would refuse the circuit
+ * script (an ACL user without EVALSHA, a replica's READONLY, maxmemory's
+ * OOM) is found away, not up. It answers the fleet's epoch (KEYS[2]),
+ * made from ARGV[2] when Redis has none (a new fleet, or lost data). */
+static const char probe_script_text[] = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) "
+					"local e = redis.call('GET', KEYS[2]) "
+					"if e then return e end "
+					"redis.call('SET', KEYS[2], ARGV[2]) "
+					"return ARGV[2]";
+
+/* Why a Redis whose epoch is gone or new is re-seeded. */
+static const char lost_data_why[] =
+    "lost the fleet's data (its epoch key is gone or new: restarted empty, flushed, or "
+    "failed over to an empty replica)";
 
 struct fleet_call {
 	fleet_call *prev, *next; /* the FIFO of calls Redis has not answered */
@@ -63,7 +92,18 @@ struct fleet_call {
 
 static struct {
 	fleet_health health;
-	conf_redis_address addr;
+	conf_redis_address conf_addr; /* the redis key */
+	conf_redis_address addr; /* the server in use (Sentinel: the master) */
+	char addr_text[160];
+	char epoch[FLEET_EPOCH_SIZE]; /* the fleet's epoch as last seen; "": none yet */
+	char run_id[FLEET_RUN_ID_SIZE]; /* the server's, as last seen; "": unknown */
+	char new_run_id[FLEET_RUN_ID_SIZE]; /* the new connection's, until the probe */
+	bool lost_data; /* the circuit script answered NOEPOCH */
+	struct event *heartbeat_ev; /* the probe while up, every FLEET_RECONNECT_MS */
+	bool heartbeat_pending;
+	bool hold_requests; /* fleet_hold_requests: a re-seed under way */
+	bool addr_fresh; /* Sentinel just named the master: connect to it */
+	bool sentinel_logged; /* no sentinel answered: logged this outage */
 	char origin[FLEET_ORIGIN_SIZE];
 	char channel[FLEET_KEY_MAX];
 	char *auth_user; /* NULL: AUTH with the password alone */
@@ -108,12 +148,20 @@ fleet_state(void)
 	return fleet.health;
 }
 
+/* At start: is the first connection under way (Sentinel: being asked for
+ * the master)? */
+static bool
+connecting(void)
+{
+	return fleet.main != NULL || fleet_sentinel_asking();
+}
+
 bool
 fleet_up(void)
 {
 	/* At start, requests wait (up to redis_timeout_ms) for the first
 	 * connection rather than be answered by a copy Redis never sees. */
-	return fleet.health == FLEET_UP || (fleet.health == FLEET_CONNECTING && fleet.main != NULL);
+	return fleet.health == FLEET_UP || (fleet.health == FLEET_CONNECTING && connecting());
 }
 
 bool
@@ -131,7 +179,17 @@ fleet_counters(void)
 bool
 fleet_has_room(void)
 {
-	return fleet.inflight < FLEET_INFLIGHT_MAX;
+	return fleet.inflight < FLEET_INFLIGHT_MAX && !fleet.hold_requests;
+}
+
+static void room_tell(void);
+
+void
+fleet_hold_requests(bool hold)
+{
+	fleet.hold_requests = hold;
+	if (!hold)
+		room_tell();
 }
 
 void
@@ -144,6 +202,12 @@ void
 fleet_count_queued(void)
 {
 	fleet.stats.queued++;
+}
+
+const char *
+fleet_address(void)
+{
+	return fleet.addr_text;
 }
 
 const char *
@@ -192,7 +256,7 @@ fifo_unlink(fleet_call *call)
 static void
 room_tell(void)
 {
-	if (fleet.on_room != NULL && (fleet.inflight < FLEET_INFLIGHT_MAX || !fleet_up()))
+	if (fleet.on_room != NULL && (fleet_has_room() || !fleet_up()))
 		fleet.on_room();
 }
 
@@ -316,6 +380,15 @@ fleet_lose(const char *why)
 	fleet_lose_since(why, fleet.head != NULL ? fleet.head->sent_ms : -1);
 }
 
+/* Connect again at once, not after FLEET_RECONNECT_MS (Redis is there,
+ * but lost its data or is another server). */
+static void
+reconnect_now(void)
+{
+	evtimer_del(fleet.reconnect_ev);
+	fleet_connect();
+}
+
 static void
 timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -360,13 +433,14 @@ static void script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata);
 static bool
 script_queue(fleet_call *call)
 {
-	char keys[3][FLEET_KEY_MAX];
-	const char *argv[8 + FLEET_ARGS];
+	char keys[4][FLEET_KEY_MAX];
+	const char *argv[10 + FLEET_ARGS];
 	const char *prefix = cbd.conf.redis_prefix;
 
 	snprintf(keys[0], sizeof keys[0], "%s{%s}", prefix, call->name);
 	snprintf(keys[1], sizeof keys[1], "%s{%s}:slots", prefix, call->name);
 	snprintf(keys[2], sizeof keys[2], "%s{%s}:window", prefix, call->name);
+	snprintf(keys[3], sizeof keys[3], "%sepoch", prefix);
 	if (!call->queued) {
 		call->sent_ms = clock_monotonic_ms();
 		if (!fleet.script_ready) {
@@ -382,15 +456,18 @@ script_queue(fleet_call *call)
 	call->queued = false;
 	argv[0] = "EVALSHA";
 	argv[1] = fleet.sha;
-	argv[2] = "3";
+	argv[2] = "4";
 	argv[3] = keys[0];
 	argv[4] = keys[1];
 	argv[5] = keys[2];
-	argv[6] = call->op;
-	argv[7] = fleet.channel;
+	argv[6] = keys[3];
+	argv[7] = call->op;
+	argv[8] = fleet.channel;
 	for (int i = 0; i < FLEET_ARGS; i++)
-		argv[8 + i] = call->argv[i];
-	if (redisAsyncCommandArgv(fleet.main, script_reply_cb, call, 8 + FLEET_ARGS, argv, NULL) !=
+		argv[9 + i] = call->argv[i];
+	/* The script acts only on a Redis holding this epoch (NOEPOCH). */
+	argv[9 + FLEET_ARGS] = fleet.epoch;
+	if (redisAsyncCommandArgv(fleet.main, script_reply_cb, call, 10 + FLEET_ARGS, argv, NULL) !=
 	    REDIS_OK) {
 		fifo_unlink(call);
 		return false;
@@ -452,11 +529,19 @@ script_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		fleet.stats.errors++;
 		int64_t sent_ms = call->sent_ms;
 
-		snprintf(why, sizeof why, "answers the circuit script with an error (%.200s)",
-		    r->str);
+		if (strncmp(r->str, "NOEPOCH", 7) == 0) {
+			/* Nothing ran: Redis is re-seeded before it answers. */
+			fleet.lost_data = true;
+			snprintf(why, sizeof why, "%s", lost_data_why);
+		} else {
+			snprintf(why, sizeof why,
+			    "answers the circuit script with an error (%.200s)", r->str);
+		}
 		call_answer(call, NULL);
 		call_free(call);
 		fleet_lose_since(why, sent_ms);
+		if (fleet.lost_data)
+			reconnect_now(); /* Redis is there: re-seed it */
 		return;
 	}
 	if (r->type == REDIS_REPLY_STRING)
@@ -481,9 +566,10 @@ fleet_call *
 fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn done, void *arg)
 {
 	fleet_call *call;
+	bool ready = fleet.health == FLEET_CONNECTING ? connecting()
+						      : fleet.main != NULL && fleet.script_ready;
 
-	if (fleet.main == NULL || (!fleet.script_ready && fleet.health != FLEET_CONNECTING) ||
-	    strlen(op) >= sizeof call->op || strlen(name) > CT_NAME_MAX)
+	if (!ready || strlen(op) >= sizeof call->op || strlen(name) > CT_NAME_MAX)
 		return NULL;
 	call = calloc(1, sizeof *call);
 	if (call == NULL)
@@ -540,43 +626,96 @@ script_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		fleet_lose("cannot load the probe script");
 }
 
+/* Random 64 bits in hex (an epoch). */
+static void
+random_hex(char out[FLEET_EPOCH_SIZE])
+{
+	uint64_t id;
+
+	if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+		id = (uint64_t)clock_monotonic_us() ^ ((uint64_t)getpid() << 32) ^
+		    (uint64_t)clock_realtime_ms();
+	snprintf(out, FLEET_EPOCH_SIZE, "%016" PRIx64, id);
+}
+
+/* Run the probe script on the script connection (cb gets its reply). */
+static bool
+probe_send(redisCallbackFn *cb)
+{
+	char key[FLEET_KEY_MAX], epoch_key[FLEET_KEY_MAX], fresh[FLEET_EPOCH_SIZE];
+
+	snprintf(key, sizeof key, "%sprobe:%s", cbd.conf.redis_prefix, fleet.origin);
+	snprintf(epoch_key, sizeof epoch_key, "%sepoch", cbd.conf.redis_prefix);
+	random_hex(fresh);
+	return redisAsyncCommand(fleet.main, cb, NULL, "EVALSHA %s 2 %s %s %s %s", fleet.probe_sha,
+		   key, epoch_key, fleet.origin, fresh) == REDIS_OK;
+}
+
 /* The probe script is loaded: run it. */
 static void
 probe_load_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
 	redisReply *r = reply;
-	char key[FLEET_KEY_MAX];
 
 	(void)privdata;
 	if (r == NULL || ac != fleet.main ||
 	    !script_sha_take(r, fleet.probe_sha, "cannot load the probe script"))
 		return;
-	snprintf(key, sizeof key, "%sprobe:%s", cbd.conf.redis_prefix, fleet.origin);
-	if (redisAsyncCommand(fleet.main, probe_cb, NULL, "EVALSHA %s 1 %s %s", fleet.probe_sha,
-		key, fleet.origin) != REDIS_OK)
+	if (!probe_send(probe_cb))
 		fleet_lose("cannot run the probe script");
 }
 
-/* The probe ran: Redis runs scripts that write; it is up. */
+/* The epoch a probe answered (r), else Redis is lost. */
+static const char *
+probe_epoch(const redisReply *r)
+{
+	char why[FLEET_WHY_MAX];
+
+	if (r->type == REDIS_REPLY_STRING && r->len > 0 && r->len < FLEET_EPOCH_SIZE)
+		return r->str;
+	fleet.stats.errors++;
+	snprintf(why, sizeof why, "answers a script with an error (%.200s)",
+	    r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected reply");
+	fleet_lose(why);
+	return NULL;
+}
+
+/* The probe ran: Redis runs scripts that write; it is up. Before it is,
+ * is it the server with the fleet's data it was? */
 static void
 probe_cb(redisAsyncContext *ac, void *reply, void *privdata)
 {
 	redisReply *r = reply;
 	bool was_up = fleet.health == FLEET_UP;
-	char why[FLEET_WHY_MAX];
+	const char *epoch, *reseed = NULL;
 
 	(void)privdata;
-	if (r == NULL || ac != fleet.main)
+	if (r == NULL || ac != fleet.main || (epoch = probe_epoch(r)) == NULL)
 		return;
-	if (r->type == REDIS_REPLY_ERROR) {
-		fleet.stats.errors++;
-		snprintf(why, sizeof why, "answers a script with an error (%.200s)", r->str);
-		fleet_lose(why);
-		return;
-	}
 	fleet.script_ready = true;
 	if (was_up)
 		return;
+	if (fleet.lost_data || (fleet.epoch[0] != '\0' && strcmp(fleet.epoch, epoch) != 0)) {
+		fleet.stats.data_lost++;
+		reseed = lost_data_why;
+	} else if (fleet.run_id[0] != '\0' && fleet.new_run_id[0] != '\0' &&
+	    strcmp(fleet.run_id, fleet.new_run_id) != 0) {
+		reseed = "is another server than before (restarted, or failed over: it may miss "
+			 "the last writes)";
+	}
+	snprintf(fleet.epoch, sizeof fleet.epoch, "%s", epoch);
+	if (reseed == lost_data_why) {
+		/* Tell the other cbds at once: each re-seeds what it knows
+		 * before a request finds the circuit missing in Redis. */
+		char note[128];
+
+		snprintf(note, sizeof note, "{\"origin\":\"%s\",\"epoch\":\"%s\"}", fleet.origin,
+		    fleet.epoch);
+		redisAsyncCommand(fleet.main, NULL, NULL, "PUBLISH %s %s", fleet.channel, note);
+	}
+	if (fleet.new_run_id[0] != '\0')
+		memcpy(fleet.run_id, fleet.new_run_id, sizeof fleet.run_id);
+	fleet.lost_data = false;
 	/* Requests that waited for the first connection go first, in order. */
 	for (fleet_call *c = fleet.head; c != NULL;) {
 		fleet_call *next = c->next;
@@ -588,16 +727,108 @@ probe_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		}
 		c = next;
 	}
-	/* Write back what changed while Redis was away before any request
-	 * reaches it: on this connection, in order. */
-	if (fleet.on_recover != NULL && fleet.outage_since != 0)
-		fleet.on_recover(fleet.outage_since);
+	/* Write back what changed while Redis was away (re-seed it, when it
+	 * lost the fleet's data) before any request reaches it: on this
+	 * connection, in order. */
+	if (fleet.on_recover != NULL && (fleet.outage_since != 0 || reseed != NULL))
+		fleet.on_recover(fleet.outage_since != 0 ? fleet.outage_since : clock_realtime_ms(),
+		    reseed);
 	if (fleet.health == FLEET_DEGRADED)
-		log_info("fleet: redis %s is back; circuits are shared again", cbd.conf.redis);
+		log_info("fleet: redis %s%s%s is back; circuits are shared again", cbd.conf.redis,
+		    fleet.conf_addr.sentinels > 0 ? ", master " : "",
+		    fleet.conf_addr.sentinels > 0 ? fleet.addr_text : "");
 	else
-		log_info("fleet: redis %s reached; circuits are shared through it", cbd.conf.redis);
+		log_info("fleet: redis %s%s%s reached; circuits are shared through it",
+		    cbd.conf.redis, fleet.conf_addr.sentinels > 0 ? ", master " : "",
+		    fleet.conf_addr.sentinels > 0 ? fleet.addr_text : "");
 	fleet.health = FLEET_UP;
 	fleet.outage_since = 0;
+}
+
+/* --- the probe while up --- */
+
+static void
+heartbeat_reply_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	const char *epoch;
+
+	(void)privdata;
+	fleet.heartbeat_pending = false;
+	if (r == NULL || ac != fleet.main)
+		return;
+	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+		/* Redis lost its scripts (SCRIPT FLUSH): the circuit script
+		 * reloads itself; the probe's is loaded again here. */
+		fleet.stats.noscript++;
+		if (redisAsyncCommand(fleet.main, probe_load_cb, NULL, "SCRIPT LOAD %s",
+			probe_script_text) != REDIS_OK)
+			fleet_lose("cannot load the probe script");
+		return;
+	}
+	if ((epoch = probe_epoch(r)) == NULL)
+		return;
+	if (fleet.epoch[0] != '\0' && strcmp(fleet.epoch, epoch) != 0) {
+		fleet.lost_data = true;
+		fleet_lose(lost_data_why);
+		reconnect_now(); /* Redis is there: re-seed it */
+	}
+}
+
+static void
+heartbeat_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (fleet.conf_addr.sentinels > 0 && fleet.health == FLEET_UP)
+		fleet_sentinel_watch();
+	if (fleet.health != FLEET_UP || !fleet.script_ready || fleet.main == NULL ||
+	    fleet.heartbeat_pending)
+		return;
+	fleet.heartbeat_pending = probe_send(heartbeat_reply_cb);
+}
+
+/* ROLE on a new connection: a replica (a stale address, a sentinel not
+ * yet told of a failover) is not used. An error (ROLE not allowed to
+ * this user) leaves it to the probe's write. */
+static void
+role_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	char why[FLEET_WHY_MAX];
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.main || r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+	    r->element[0]->type != REDIS_REPLY_STRING || strcmp(r->element[0]->str, "master") == 0)
+		return;
+	fleet.stats.errors++;
+	snprintf(why, sizeof why, "is not a master (ROLE %.40s)", r->element[0]->str);
+	fleet_lose(why);
+}
+
+/* INFO server on a new connection: the server's run_id. */
+static void
+info_cb(redisAsyncContext *ac, void *reply, void *privdata)
+{
+	redisReply *r = reply;
+	const char *at;
+
+	(void)privdata;
+	if (r == NULL || ac != fleet.main)
+		return;
+	fleet.new_run_id[0] = '\0';
+	if (r->type != REDIS_REPLY_STRING)
+		return;
+	at = strstr(r->str, "run_id:");
+	if (at != NULL) {
+		size_t len = strspn(at + 7, "0123456789abcdefABCDEF");
+
+		if (len > 0 && len < sizeof fleet.new_run_id) {
+			memcpy(fleet.new_run_id, at + 7, len);
+			fleet.new_run_id[len] = '\0';
+		}
+	}
 }
 
 static void
@@ -636,6 +867,14 @@ event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		json_decref(event);
 		return;
 	}
+	/* Another cbd found Redis had lost the fleet's data: probe now rather
+	 * than at the next heartbeat (no event: not counted). */
+	if (json_is_string(json_object_get(event, "epoch"))) {
+		if (strcmp(json_string_value(json_object_get(event, "epoch")), fleet.epoch) != 0)
+			heartbeat_cb(-1, 0, NULL);
+		json_decref(event);
+		return;
+	}
 	/* This cbd applied its own changes when their calls returned. */
 	if (strcmp(json_string_value(origin), fleet.origin) != 0 && fleet.on_event != NULL) {
 		fleet.stats.events_in++;
@@ -643,8 +882,6 @@ event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	}
 	json_decref(event);
 }
-
-/* --- connecting --- */
 
 static void
 connect_cb(const redisAsyncContext *ac, int status)
@@ -708,13 +945,95 @@ context_auth(redisAsyncContext *ac)
 	return redisAsyncCommand(ac, auth_cb, NULL, "AUTH %s", fleet.auth_password) == REDIS_OK;
 }
 
+/* --- Sentinel (fleet-sentinel.c asks, this follows) --- */
+
+/* The server in use becomes host:port (Sentinel named it). */
+static void
+address_set(const char *host, int port)
+{
+	fleet.addr.is_unix = false;
+	snprintf(fleet.addr.path, sizeof fleet.addr.path, "%s", host);
+	fleet.addr.port = port;
+	snprintf(fleet.addr_text, sizeof fleet.addr_text, "%s:%d", host, port);
+}
+
+static bool
+address_is(const char *host, int port)
+{
+	return !fleet.addr.is_unix && fleet.addr.port == port && strcmp(fleet.addr.path, host) == 0;
+}
+
+/* A sentinel named host:port the master: asked before a connection
+ * (connect to it), or by +switch-master (a failover: Redis is away, and
+ * the new master is connected to at once). */
+static void
+sentinel_master(const char *host, int port, bool switched)
+{
+	char why[FLEET_WHY_MAX];
+
+	if (switched) {
+		if (address_is(host, port))
+			return;
+		fleet.stats.master_switches++;
+		snprintf(why, sizeof why, "failed over: sentinel names %s:%d the master of %s",
+		    host, port, fleet.conf_addr.master);
+		fleet_lose(why);
+		address_set(host, port);
+		log_warning("fleet: redis master %s is now %s (sentinel +switch-master); "
+			    "connecting "
+			    "to it",
+		    fleet.conf_addr.master, fleet.addr_text);
+		fleet.addr_fresh = true;
+		reconnect_now();
+		return;
+	}
+	if (!address_is(host, port)) {
+		if (fleet.addr_text[0] != '\0') {
+			fleet.stats.master_switches++;
+			log_warning("fleet: redis master %s is now %s:%d (sentinel)",
+			    fleet.conf_addr.master, host, port);
+		}
+		/* Nothing more on the old master (requests waiting for the
+		 * first connection keep waiting). */
+		if (fleet.main != NULL || fleet.sub != NULL)
+			contexts_free();
+		address_set(host, port);
+	}
+	fleet.sentinel_logged = false;
+	fleet.addr_fresh = true;
+	fleet_connect();
+}
+
+/* No sentinel named the master: Redis is away until the next attempt. */
+static void
+sentinel_none(void)
+{
+	if (!fleet.sentinel_logged)
+		log_warning("fleet: no sentinel of %s named the master of %s", cbd.conf.redis,
+		    fleet.conf_addr.master);
+	fleet.sentinel_logged = true;
+	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING)
+		fleet_lose("no sentinel named the master");
+	reconnect_schedule();
+}
+
+/* --- connecting --- */
+
 static void
 fleet_connect(void)
 {
+	/* Sentinel: ask for the master before every connection. */
+	if (fleet.conf_addr.sentinels > 0 && !fleet.addr_fresh) {
+		fleet_sentinel_ask();
+		return;
+	}
+	fleet.addr_fresh = false;
 	if (fleet.main == NULL) {
 		fleet.main = context_new();
 		if (fleet.main != NULL &&
 		    (!context_auth(fleet.main) ||
+			redisAsyncCommand(fleet.main, role_cb, NULL, "ROLE") != REDIS_OK ||
+			redisAsyncCommand(fleet.main, info_cb, NULL, "INFO server") != REDIS_OK ||
 			redisAsyncCommand(fleet.main, script_load_cb, NULL, "SCRIPT LOAD %s",
 			    fleet_script_text) != REDIS_OK)) {
 			redisAsyncContext *ac = fleet.main;
@@ -782,28 +1101,38 @@ bool
 fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
 {
 	const char *why;
-	uint64_t id;
 
 	memset(&fleet, 0, sizeof fleet);
 	if (strcmp(cbd.conf.backend, "redis") != 0)
 		return true;
-	if (!conf_redis_address_parse(cbd.conf.redis, &fleet.addr, &why)) {
+	if (!conf_redis_address_parse(cbd.conf.redis, &fleet.conf_addr, &why)) {
 		log_error("redis \"%s\": %s", cbd.conf.redis, why);
 		return false;
 	}
+	if (fleet.conf_addr.sentinels == 0) {
+		fleet.addr = fleet.conf_addr;
+		snprintf(fleet.addr_text, sizeof fleet.addr_text, "%s", cbd.conf.redis);
+	}
 	if (cbd.conf.redis_password_file[0] != '\0' && !password_read(cbd.conf.redis_password_file))
 		return false;
-	if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
-		id = (uint64_t)clock_monotonic_us() ^ ((uint64_t)getpid() << 32);
-	snprintf(fleet.origin, sizeof fleet.origin, "%016" PRIx64, id);
+	random_hex(fleet.origin);
 	snprintf(fleet.channel, sizeof fleet.channel, "%sevents", cbd.conf.redis_prefix);
 	fleet.on_event = on_event;
 	fleet.on_recover = on_recover;
 	fleet.timeout_ev = evtimer_new(cbd.base, timeout_cb, NULL);
 	fleet.reconnect_ev = evtimer_new(cbd.base, reconnect_cb, NULL);
-	if (fleet.timeout_ev == NULL || fleet.reconnect_ev == NULL) {
+	fleet.heartbeat_ev = event_new(cbd.base, -1, EV_PERSIST, heartbeat_cb, NULL);
+	if (fleet.timeout_ev == NULL || fleet.reconnect_ev == NULL || fleet.heartbeat_ev == NULL ||
+	    (fleet.conf_addr.sentinels > 0 &&
+		!fleet_sentinel_start(&fleet.conf_addr, sentinel_master, sentinel_none))) {
 		log_error("fleet: out of memory");
 		return false;
+	}
+	{
+		struct timeval tv = { FLEET_RECONNECT_MS / 1000,
+			(FLEET_RECONNECT_MS % 1000) * 1000 };
+
+		event_add(fleet.heartbeat_ev, &tv);
 	}
 	fleet.health = FLEET_CONNECTING;
 	/* What opens before Redis is first reached is written back to it. */
@@ -820,10 +1149,13 @@ fleet_free(void)
 	if (fleet.health == FLEET_OFF)
 		return;
 	contexts_free();
+	fleet_sentinel_free();
 	if (fleet.timeout_ev != NULL)
 		event_free(fleet.timeout_ev);
 	if (fleet.reconnect_ev != NULL)
 		event_free(fleet.reconnect_ev);
+	if (fleet.heartbeat_ev != NULL)
+		event_free(fleet.heartbeat_ev);
 	if (fleet.auth_password != NULL)
 		explicit_bzero(fleet.auth_password, strlen(fleet.auth_password));
 	free(fleet.auth_user);

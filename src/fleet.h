@@ -36,6 +36,11 @@
 #define FLEET_OUTAGE_SLACK_MS 1000
 /* Longest reason an outage is logged with. */
 #define FLEET_WHY_MAX 320
+/* Longest epoch (hex of 64 random bits): the value of the key PREFIXepoch
+ * that tells a Redis holding the fleet's data from one that lost it. */
+#define FLEET_EPOCH_SIZE 17
+/* Longest Redis run_id (INFO server) kept, with its NUL. */
+#define FLEET_RUN_ID_SIZE 41
 
 typedef enum fleet_health {
 	FLEET_OFF = 0, /* backend = memory */
@@ -59,6 +64,11 @@ typedef struct fleet_stats {
 	uint64_t events_bad; /* events that could not be read */
 	uint64_t noscript; /* script reloads after NOSCRIPT */
 	uint64_t queued; /* requests that waited for room (FLEET_INFLIGHT_MAX) */
+	uint64_t data_lost; /* times Redis was found to have lost the fleet's data */
+	uint64_t reseeds; /* re-seeds of Redis from this host's copy, completed */
+	uint64_t reseeded; /* circuits a re-seed wrote (held, open or half_open) */
+	uint64_t master_switches; /* times Sentinel named another master */
+	uint64_t restored; /* circuits written back: Redis's was older than the copy */
 } fleet_stats;
 
 /* Called once per call: reply is the script's decoded answer (borrowed),
@@ -70,8 +80,12 @@ typedef void (*fleet_done_fn)(const json_t *reply, void *arg);
 typedef void (*fleet_event_fn)(const json_t *event);
 
 /* Called when Redis answers again after an outage, before requests go to
- * it: write back what changed meanwhile (with fleet_call()). */
-typedef void (*fleet_recover_fn)(int64_t outage_since);
+ * it: write back what changed meanwhile (with fleet_call()). reseed
+ * (NULL: none) says why Redis must be re-seeded from this host's whole
+ * copy: it lost the fleet's data (its epoch is gone or new), or it is
+ * another server than before (restarted, failed over: it may miss the
+ * last writes). */
+typedef void (*fleet_recover_fn)(int64_t outage_since, const char *reseed);
 
 /* Called when calls were answered and there is room for more
  * (FLEET_INFLIGHT_MAX), or Redis went away (fleet_up() says which). */
@@ -92,6 +106,9 @@ bool fleet_up(void);
 /* Fleet mode configured (whatever its health)? */
 bool fleet_enabled(void);
 const fleet_stats *fleet_counters(void);
+/* The Redis server in use, as text (Sentinel: the master it named last;
+ * "" before). */
+const char *fleet_address(void);
 /* This cbd's id in events and tokens. */
 const char *fleet_origin(void);
 /* Count a request answered locally because Redis is away. */
@@ -102,6 +119,10 @@ bool fleet_has_room(void);
 void fleet_set_room_hook(fleet_room_fn fn);
 /* Count a request that waits for room. */
 void fleet_count_queued(void);
+/* While on, there is no room for requests' calls (they wait their turn,
+ * uncounted toward redis_timeout_ms): a re-seed is under way. Turned off,
+ * the one waiting for room is told. */
+void fleet_hold_requests(bool hold);
 
 /* Run the script's `op` on circuit `name` with the request members in
  * args (borrowed; sent as the script's positional arguments, with name

@@ -25,16 +25,26 @@ Call convention (between cbd and its own copy of this script: src/fleet.c
 sends it, src/op-fleet.c reads the reply; what cbds of any version share
 through Redis is in proto/PROTOCOL.md section 15). The request is
 positional, not one JSON object, so that the common ops decode no JSON:
-  EVALSHA <sha> 3 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window
+  EVALSHA <sha> 4 <P>{<name>} <P>{<name>}:slots <P>{<name>}:window <P>epoch
           <op> <channel> <name> <origin> <now> <declared> <policy>
-          <reporter> <duration_ms> <token> <extra>
+          <reporter> <duration_ms> <token> <extra> <epoch>
   KEYS[1] hash: the circuit (fields: see load_circuit / save_circuit)
   KEYS[2] sorted set: half-open slots, member = token, score = expires_at
   KEYS[3] hash: the rate rule's window (meta fields, ring "r<i>" of a count
           window: 1 failure | 2 slow; buckets "b<i>" = "calls:failures:slow"
           of a time window)
+  KEYS[4]  string: the fleet's epoch (cbd's probe makes it when missing);
+           with it, ARGV[12] is the epoch the calling cbd knows, and the
+           script refuses to act ("NOEPOCH ...", not an ERR: cbd takes
+           Redis for away and re-seeds it) when Redis holds another or
+           none: Redis lost the fleet's data (restarted empty, FLUSHALL,
+           failed over to an empty replica), and nothing may be answered
+           from it before it is re-seeded. Without KEYS[4] (3 keys, 11
+           arguments: tests and benchmarks calling the script directly)
+           nothing is checked. KEYS[4] is not under the circuit's hash
+           tag: Redis Cluster would need one epoch per slot.
   ARGV[1]  op: get | success | failure | ignore | rejected | allow | cas | set_state |
-           release | acquire_slot | release_slot | delete | merge | writeback
+           release | acquire_slot | release_slot | delete | merge | writeback | restore
   ARGV[2]  channel for events
   ARGV[3]  name (for events)       ARGV[4] origin (the calling cbd's id)
   ARGV[5]  now: integer ms, or "": Redis TIME
@@ -51,8 +61,9 @@ positional, not one JSON object, so that the common ops decode no JSON:
   ARGV[9]  duration_ms: integer, or "": not given
   ARGV[10] token (allow, acquire_slot, release_slot), or "": none
   ARGV[11] extra: a JSON object of an op's own members, or "": none:
-           count (rejected), from/to (cas), state + hold (set_state), circuit (merge),
-           action + state + at + known (writeback)
+           count (rejected), from/to (cas), state + hold (set_state), circuit +
+           reseed (merge), action + state + at + known (writeback), circuit
+           (restore)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (op-fleet.c reads it). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
@@ -106,6 +117,20 @@ Decided here (the fleet design of issue 14 left these open):
   * Reporters are strings (the request's "reporter"), not process ids.
   * merge ends a lapsed hold first (as every C write does); a half_open
     fleet circuit is "not open", so merge opens it (its slots stay).
+  * version (added for Redis losing writes): a circuit's "ver" counts the
+    calls that changed its state, opened_at or hold (a new circuit: 1);
+    replies and events report it with created_at, and a cbd whose copy
+    of the same circuit (created_at equal) has a higher version than a
+    reply writes its copy back with restore (a lagging replica promoted).
+  * merge with reseed = true (a cbd re-seeding a Redis that lost the
+    fleet's data, or another server after a failover, from its copy):
+    several hosts re-seed at once, so what is written never loses a hold
+    or a trip whichever comes first: a hold beats no hold; between two
+    holds the newer since wins (replaced whole, reason "held"; equal since:
+    the stored one stays); a hold whose until has passed is not placed;
+    open beats closed; between two open circuits the later opened_at wins
+    (with its current_break_ms; no change reported). Without reseed (the
+    merge after an outage) a stored hold or open circuit always stays.
   * The table-wide bounds of circuit-table.c (max_circuits, max_slots,
     idle reclaim) have no counterpart: Redis's memory and the expiry
     above bound the fleet instead.
@@ -165,7 +190,19 @@ end
 ---------------------------------------------------------------- request
 -- Positional (see the header): no JSON to decode on the hot path.
 
-if #ARGV ~= ARGC then
+if #KEYS >= 4 then
+	-- The fleet's epoch (see the header): before anything is read or
+	-- written.
+	if #ARGV ~= ARGC + 1 then
+		return fn.fail('the request needs ' .. (ARGC + 1) .. ' arguments with KEYS[4] (op ' ..
+			'channel name origin now declared policy reporter duration_ms token extra ' ..
+			'epoch), got ' .. #ARGV)
+	end
+	if redis.call('GET', KEYS[4]) ~= ARGV[ARGC + 1] then
+		return redis.error_reply('NOEPOCH fleet.lua: redis does not hold the fleet epoch ' ..
+			'this cbd knows (its data was lost): re-seed it first')
+	end
+elseif #ARGV ~= ARGC then
 	return fn.fail('the request needs ' .. ARGC .. ' arguments (op channel name origin now ' ..
 		'declared policy reporter duration_ms token extra), got ' .. #ARGV)
 end
@@ -321,8 +358,9 @@ end
 
 -- The circuit hash's fields, in the order load_circuit reads them.
 local FIELDS = { 'state', 'fc', 'sc', 'lfa', 'oa', 'cbm', 't_successes', 't_failures',
-	't_ignored', 't_slow', 't_rejected', 'declared', 'created_at', 'hold', 'rep_n', 'reporters' }
-local F_STATE, F_LFA, F_OA, F_DECLARED, F_HOLD, F_REPORTERS = 1, 4, 5, 12, 14, 16
+	't_ignored', 't_slow', 't_rejected', 'declared', 'created_at', 'hold', 'rep_n', 'reporters',
+	'ver' }
+local F_STATE, F_LFA, F_OA, F_DECLARED, F_HOLD, F_REPORTERS, F_VER = 1, 4, 5, 12, 14, 16, 17
 
 function fn.num_or_nil(s)
 	if not s or s == '' then
@@ -359,6 +397,7 @@ function fn.load_circuit()
 		created_at = tonumber(raw[13]) or now,
 		rep_n = tonumber(raw[15]) or 0,
 		reporters = {},
+		ver = tonumber(raw[F_VER]) or 0,
 		raw = raw, -- as read: save_circuit writes only what changed
 	}
 	local hold = raw[F_HOLD]
@@ -379,7 +418,7 @@ function fn.load_circuit()
 	-- The values as loaded, by field (hold: the table itself, which ops
 	-- replace rather than change; reporters change in place).
 	c.old = { c.state, c.fc, c.sc, c.lfa, c.oa, c.cbm, c.t_successes, c.t_failures, c.t_ignored,
-		c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n }
+		c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n, nil, c.ver }
 	return c
 end
 
@@ -408,7 +447,7 @@ function fn.save_circuit(c)
 	local raw, old = c.raw, c.old
 	local vals = { c.state, c.fc, c.sc, c.lfa, c.oa, c.cbm, c.t_successes, c.t_failures,
 		c.t_ignored, c.t_slow, c.t_rejected, c.declared, c.created_at, c.hold, c.rep_n,
-		c.reporters }
+		c.reporters, c.ver }
 	local changed, n = {}, 0
 	for i = 1, #FIELDS do
 		local v = vals[i]
@@ -431,8 +470,20 @@ function fn.new_circuit(declared)
 	return {
 		state = 'closed', fc = 0, sc = 0, lfa = nil, oa = nil, cbm = 0,
 		t_successes = 0, t_failures = 0, t_ignored = 0, t_slow = 0, t_rejected = 0,
-		declared = declared or '', created_at = now, rep_n = 0, reporters = {},
+		declared = declared or '', created_at = now, rep_n = 0, reporters = {}, ver = 0,
 	}
+end
+
+-- The circuit's version (see the header): one more when its state,
+-- opened_at or hold changed in this call (a new circuit: 1); restore sets
+-- it (ver_set).
+function fn.ver_update(c)
+	local old = c.old
+	if c.ver_set then
+		c.ver = c.ver_set
+	elseif old == nil or c.state ~= old[F_STATE] or c.oa ~= old[F_OA] or c.hold ~= old[F_HOLD] then
+		c.ver = c.ver + 1
+	end
 end
 
 ---------------------------------------------------------------- window.c
@@ -973,10 +1024,10 @@ function fn.circuit_json(c)
 		declared_json = cjson.encode(c.declared)
 	end
 	-- One literal (a concatenation would run on every call).
-	return format('{"state":"%s","failure_count":%.0f,"success_count":%.0f,"last_failure_at":%s,"opened_at":%s,"current_break_ms":%.0f,"totals":{"successes":%.0f,"failures":%.0f,"ignored":%.0f,"slow":%.0f,"rejected":%.0f},"hold":%s,"declared":%s,"slots":%.0f,"window":%s,"reporters":%.0f}',
+	return format('{"state":"%s","failure_count":%.0f,"success_count":%.0f,"last_failure_at":%s,"opened_at":%s,"current_break_ms":%.0f,"totals":{"successes":%.0f,"failures":%.0f,"ignored":%.0f,"slow":%.0f,"rejected":%.0f},"hold":%s,"declared":%s,"slots":%.0f,"window":%s,"reporters":%.0f,"version":%.0f,"created_at":%.0f}',
 		c.state, c.fc, c.sc, fn.int_or_null(c.lfa), fn.int_or_null(c.oa), c.cbm, c.t_successes,
 		c.t_failures, c.t_ignored, c.t_slow, c.t_rejected, hold, declared_json, fn.slots_live(), wj,
-		fn.reporters_count(c))
+		fn.reporters_count(c), c.ver, c.created_at)
 end
 
 function fn.change_json()
@@ -1352,6 +1403,58 @@ if op == 'writeback' then
 	end
 end
 
+-- restore: this host's copy of a circuit is newer (a higher version of
+-- the same circuit: created_at equal) than the one Redis holds, a
+-- replica promoted before it received the last changes. The copy's state,
+-- counts, opened_at, break and hold are written with its version; a
+-- circuit Redis does not hold, or holds at the copy's version or later, is
+-- left (applied false).
+if op == 'restore' then
+	function ops.restore()
+		local m = fn.arg('circuit')
+		if type(m) ~= 'table' or type(m.version) ~= 'number' or type(m.created_at) ~= 'number' or
+			(m.state ~= 'closed' and m.state ~= 'open' and m.state ~= 'half_open') then
+			return 'restore needs a circuit with state, version and created_at'
+		end
+		if c == nil or c.created_at ~= m.created_at or c.ver >= m.version then
+			fn.add('applied', 'false')
+			return
+		end
+		local function num(v)
+			if v == nil or v == NULL then
+				return nil
+			end
+			return v
+		end
+		local from = c.state
+		c.state = m.state
+		c.oa = num(m.opened_at)
+		c.lfa = num(m.last_failure_at)
+		c.cbm = num(m.current_break_ms) or 0
+		c.fc = num(m.failure_count) or 0
+		c.sc = num(m.success_count) or 0
+		local h = m.hold
+		if type(h) == 'table' then
+			c.hold = {
+				state = (h.state == 'closed') and 'closed' or 'open',
+				since = num(h.since) or now,
+				["until"] = num(h['until']),
+				by_uid = num(h.by_uid) or 0,
+				by_user = fn.text_cut(num(h.by_user) or '', USER_MAX),
+				reason = fn.text_cut(num(h.reason), REASON_MAX),
+			}
+		else
+			c.hold = nil
+		end
+		c.ver_set = m.version
+		if from ~= c.state then
+			fn.transition_done(c, from)
+			fn.change_merge(from, c.state, 'merged')
+		end
+		fn.add('applied', 'true')
+	end
+end
+
 if op == 'merge' then
 	function ops.merge()
 		local m = fn.arg('circuit')
@@ -1362,10 +1465,22 @@ if op == 'merge' then
 			fn.hold_expire(c)
 		end
 		local h = m.hold
+		local reseed = fn.arg('reseed') == true
+		local function num(v)
+			if v == nil or v == NULL then
+				return nil
+			end
+			return v
+		end
+		if reseed and type(h) == 'table' and num(h['until']) ~= nil and h['until'] <= now then
+			h = nil -- lapsed: not placed again
+		end
 		if type(h) == 'table' then
 			-- An operator's hold placed on this host during the outage holds
-			-- fleet-wide, unless the fleet's circuit is held already.
-			if c ~= nil and c.hold then
+			-- fleet-wide, unless the fleet's circuit is held already; in a
+			-- re-seed the newer hold wins.
+			if c ~= nil and c.hold and
+				not (reseed and num(h.since) ~= nil and h.since > c.hold.since) then
 				return
 			end
 			local state = (h.state == 'closed') and 'closed' or 'open'
@@ -1391,7 +1506,19 @@ if op == 'merge' then
 			fn.change_merge(from, state, 'held')
 			return
 		end
-		if c ~= nil and (c.state == 'open' or c.hold) then
+		if reseed and m.state ~= 'open' and m.state ~= 'half_open' then
+			return -- nothing to re-seed: closed is what an emptied Redis says
+		end
+		if c ~= nil and c.hold then
+			return
+		end
+		if c ~= nil and c.state == 'open' then
+			-- Re-seeded by two hosts: the later trip wins.
+			local oa = num(m.opened_at)
+			if reseed and oa ~= nil and (c.oa == nil or oa > c.oa) then
+				c.oa = oa
+				c.cbm = num(m.current_break_ms) or 0
+			end
 			return
 		end
 		fn.need_circuit()
@@ -1427,6 +1554,9 @@ end
 
 -- The view first: reading a time window at now may drop buckets, which
 -- persist() then stores.
+if c ~= nil then
+	fn.ver_update(c)
+end
 local cj = fn.circuit_json(c)
 if c ~= nil then
 	fn.persist(c)

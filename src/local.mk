@@ -37,6 +37,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/server-client.c src/server-client.h \
 	src/events.c src/events.h \
 	src/fleet-copy.c src/fleet-copy.h \
+	src/fleet-sentinel.c src/fleet-sentinel.h \
 	src/fleet-sync.c src/fleet-sync.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \

@@ -223,6 +223,26 @@ metrics_text(size_t *len)
 		    (unsigned long long)f->writeback_skipped);
 		put(&t, "cbd_backend_writebacks_total{result=\"dropped\"} %llu\n",
 		    (unsigned long long)f->writeback_dropped);
+		family(&t, "cbd_backend_data_lost_total", "counter",
+		    "Fleet mode: times Redis was found to have lost the fleet's data (its epoch "
+		    "key gone or new).");
+		put(&t, "cbd_backend_data_lost_total %llu\n", (unsigned long long)f->data_lost);
+		family(&t, "cbd_backend_reseeds_total", "counter",
+		    "Fleet mode: re-seeds of Redis from this host's copy (after lost data or a "
+		    "failover), completed.");
+		put(&t, "cbd_backend_reseeds_total %llu\n", (unsigned long long)f->reseeds);
+		family(&t, "cbd_backend_reseeded_circuits_total", "counter",
+		    "Fleet mode: held, open and half_open circuits written by re-seeds.");
+		put(&t, "cbd_backend_reseeded_circuits_total %llu\n",
+		    (unsigned long long)f->reseeded);
+		family(&t, "cbd_backend_master_switches_total", "counter",
+		    "Fleet mode: times Redis Sentinel named another master.");
+		put(&t, "cbd_backend_master_switches_total %llu\n",
+		    (unsigned long long)f->master_switches);
+		family(&t, "cbd_backend_restored_total", "counter",
+		    "Fleet mode: circuits written back because Redis held an older version than "
+		    "this host's copy (a replica promoted before it had the last changes).");
+		put(&t, "cbd_backend_restored_total %llu\n", (unsigned long long)f->restored);
 	}
 	family(&t, "cbd_reloads_total", "counter",
 	    "Configuration reloads (SIGHUP): ok, or failed (a file with errors: the old one "

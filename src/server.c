@@ -36,6 +36,7 @@
 #include "log-limit.h"
 #include "log.h"
 #include "metrics-http.h"
+#include "fleet-copy.h"
 #include "fleet-sync.h"
 #include "op.h"
 #include "server.h"
@@ -760,6 +761,7 @@ static void
 server_reclaimed(const char *name, void *arg)
 {
 	events_reclaimed(name);
+	fleet_copy_forget(name);
 }
 
 /* A random 64-bit id so slot tokens differ across restarts. */

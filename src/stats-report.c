@@ -37,6 +37,17 @@ set_backend(json_t *reply)
 		    (json_int_t)f->writeback_dropped, "events_in", (json_int_t)f->events_in,
 		    "events_bad", (json_int_t)f->events_bad, "noscript", (json_int_t)f->noscript,
 		    "queued", (json_int_t)f->queued);
+	/* Redis losing its data, re-seeds, Sentinel failovers; the server in
+	 * use (Sentinel: the master it named). */
+	if (b != NULL && fleet_enabled() &&
+	    (!set_uint(b, "data_lost", f->data_lost) || !set_uint(b, "reseeds", f->reseeds) ||
+		!set_uint(b, "reseeded", f->reseeded) ||
+		!set_uint(b, "master_switches", f->master_switches) ||
+		!set_uint(b, "restored", f->restored) ||
+		json_object_set_new(b, "server", json_string(fleet_address())) != 0)) {
+		json_decref(b);
+		b = NULL;
+	}
 	return b != NULL && json_object_set_new(reply, "backend", b) == 0;
 }
 

@@ -189,6 +189,15 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[defaults]\nbreak_ms = 5\nfailure_threshold = 2\nbreak_ms = 6\n", 4,
 	    "break_ms", "set twice in [defaults] (first on line 2)");
 	expect_error("[cbd]\nmetrics_listen = 0.0.0.0:9464\n", 2, "metrics_listen", "loopback");
+	/* The Redis address: Sentinel's form names its sentinels and master. */
+	expect_error("[cbd]\nredis = redis://h:1\n", 2, "redis", "sentinel://");
+	expect_error("[cbd]\nredis = sentinel://h:1\n", 2, "redis", "/master");
+	expect_error("[cbd]\nredis = sentinel://h:1,h/m\n", 2, "redis", "host:port");
+	expect_error("[cbd]\nredis = sentinel://h:0/m\n", 2, "redis", "1 to 65535");
+	expect_error("[cbd]\nredis = sentinel://h:1/m m\n", 2, "redis", "master name");
+	expect_error("[cbd]\nredis = "
+		     "sentinel://h:1,h:2,h:3,h:4,h:5,h:6,h:7,h:8,h:9/m\n",
+	    2, "redis", "at most 8");
 	expect_error("[circuit a]\nbreak_ms = 5\n", 2, "break_ms", "section");
 	expect_error("[cbd]\nadmin_users = no-such-user-here\n", 2, "admin_users",
 	    "no-such-user-here");

@@ -19,7 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -122,6 +126,16 @@ redis_command_at(const char *socket, const char *inline_command, char *reply, si
 	close(fd);
 	reply[n > 0 ? n : 0] = '\0';
 	reply[strcspn(reply, "\r\n")] = '\0';
+}
+
+/* A raw command to the Redis at socket answered +OK? */
+static bool
+redis_command_at_ok(const char *socket, const char *inline_command)
+{
+	char reply[256];
+
+	redis_command_at(socket, inline_command, reply, sizeof reply);
+	return strcmp(reply, "+OK") == 0;
 }
 
 /* A raw command to the fleet's Redis; its first reply byte. */
@@ -1037,6 +1051,486 @@ START_TEST(test_dashboard_fleet_series_exported)
 }
 END_TEST
 
+/* --- Redis losing the fleet's data (issue 23) --- */
+
+/* What host fd's list says of each circuit (name, state, opened_at, hold:
+ * state, since, until, reason), one line each, sorted by name. */
+static void
+list_text(int fd, char *buf, size_t size)
+{
+	char lines[16][256];
+	size_t n = 0, i, used = 0;
+	const json_t *c;
+	json_t *r = util_call_ok(fd, "{\"op\":\"list\"}");
+
+	json_array_foreach (json_object_get(r, "circuits"), i, c) {
+		const json_t *hold = json_object_get(c, "hold");
+
+		ck_assert_uint_lt(n, 16);
+		snprintf(lines[n++], sizeof lines[0], "%s %s %lld %s %lld %lld %s",
+		    util_str(c, "name"), util_str(c, "state"), (long long)util_int(c, "opened_at"),
+		    json_is_object(hold) ? util_str(c, "hold.state") : "-",
+		    json_is_object(hold) ? (long long)util_int(c, "hold.since") : 0LL,
+		    json_is_object(hold) ? (long long)util_int(c, "hold.until") : 0LL,
+		    json_is_object(hold) ? util_str(c, "hold.reason") : "-");
+	}
+	json_decref(r);
+	qsort(lines, n, sizeof lines[0], (int (*)(const void *, const void *))strcmp);
+	buf[0] = '\0';
+	for (i = 0; i < n; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s\n", lines[i]);
+}
+
+/* A watcher on host h of the re-seed cases' circuits. */
+static int
+reseed_watcher(cbd_harness *h)
+{
+	int w = harness_connect(h);
+
+	ck_assert(w >= 0);
+	json_decref(
+	    util_call_ok(w, "{\"op\":\"watch\",\"names\":[\"tripped\",\"held\",\"mark\"]}"));
+	return w;
+}
+
+/* Host a trips "tripped" and holds "held" (open, 10 minutes); b has both
+ * in its copy (by the events). The hold's until into *until. */
+static void
+reseed_prepare(int64_t *until)
+{
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"tripped\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	r = util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"open\",\"hold\":true,"
+	    "\"ttl_ms\":600000,\"reason\":\"maintenance\"}");
+	*until = util_int(r, "snapshot.hold.until");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"held\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "maintenance");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"tripped\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+}
+
+/* Both hosts found the loss and re-seeded Redis (counters settled); then
+ * the fleet's circuits are as before on both hosts, their lists agree,
+ * and the watchers saw no change: the next event each gets is a trip of
+ * "mark" made after the re-seed. */
+static void
+reseed_check(int64_t until, int wa, int wb)
+{
+	char list_a[4096], list_b[4096];
+	json_t *r;
+
+	ck_assert_msg(util_stats_reach_min(a, "backend.reseeds", 1), "host a never re-seeded");
+	ck_assert_msg(util_stats_reach_min(b, "backend.reseeds", 1), "host b never re-seeded");
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(r, "backend.data_lost"), 1);
+	ck_assert_int_ge(util_int(r, "backend.reseeded"), 2);
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"tripped\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the open circuit was lost");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"held\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the held circuit was lost");
+	json_decref(r);
+	for (int i = 0; i < 2; i++) {
+		r = util_call_ok(i == 0 ? b : a, "{\"op\":\"get\",\"name\":\"held\"}");
+		ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "the hold was lost");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "maintenance");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.state"), "open");
+		ck_assert_int_eq(util_int(r, "snapshot.hold.until"), until);
+		json_decref(r);
+	}
+	/* In Redis itself. */
+	ck_assert_int_eq(redis_command("EXISTS cbd:{held}"), ':');
+	list_text(a, list_a, sizeof list_a);
+	list_text(b, list_b, sizeof list_b);
+	ck_assert_str_eq(list_a, list_b);
+	ck_assert_ptr_nonnull(strstr(list_a, "held open"));
+	ck_assert_ptr_nonnull(strstr(list_a, "tripped open"));
+	/* Nothing changed for the watchers. */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"record_failure\",\"name\":\"mark\",\"ctx\":{\"failure_threshold\":1}}"));
+	json_decref(util_next_event(wa, "change", "mark", "closed", "open"));
+	json_decref(util_next_event(wb, "change", "mark", "closed", "open"));
+	close(wa);
+	close(wb);
+}
+
+START_TEST(test_flushall_is_reseeded)
+{
+	int64_t until;
+	int wa, wb;
+
+	util_log_create(log_path);
+	close(a);
+	harness_stop(&host_a);
+	{
+		char config[1024];
+		harness_opts opts = { .env = NULL, .log_path = log_path };
+
+		config_text(config, sizeof config, NULL);
+		ck_assert_msg(harness_start_opts(&host_a, config, &opts), "cbd did not start");
+		a = harness_connect(&host_a);
+		ck_assert(a >= 0);
+		ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	}
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	wb = reseed_watcher(&host_b);
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	/* No traffic: each host finds the loss by its probe. */
+	reseed_check(until, wa, wb);
+	ck_assert_int_eq(util_log_count(log_path, "re-seeded 2 circuits from this host's copy"), 1);
+}
+END_TEST
+
+/* A request that reaches the emptied Redis first is refused there
+ * (NOEPOCH) and answered from the copy: never "closed". */
+START_TEST(test_flushall_request_is_not_answered_empty)
+{
+	int64_t until;
+	json_t *r;
+	int wa, wb;
+
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	wb = reseed_watcher(&host_b);
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	for (int i = 0; i < 20; i++) {
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"tripped\"}");
+		ck_assert_msg(!util_bool(r, "allowed"), "answered from the emptied redis");
+		json_decref(r);
+		r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+		ck_assert_msg(!util_bool(r, "allowed"), "answered from the emptied redis");
+		json_decref(r);
+	}
+	reseed_check(until, wa, wb);
+}
+END_TEST
+
+START_TEST(test_redis_restarted_empty_is_reseeded)
+{
+	int64_t until;
+	int wa, wb;
+
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	wb = reseed_watcher(&host_b);
+	ck_assert(redis_restart(&redis));
+	reseed_check(until, wa, wb);
+}
+END_TEST
+
+/* A re-seed of more circuits than it sends at once (16): every one is
+ * back, and a request made meanwhile waits for it rather than read an
+ * unfinished one. */
+START_TEST(test_reseed_of_many_circuits)
+{
+	json_t *r;
+
+	for (int i = 0; i < 100; i++)
+		json_decref(util_call_ok(a,
+		    "{\"op\":\"record_failure\",\"name\":\"m%d\",\"ctx\":{"
+		    "\"failure_threshold\":1,\"break_ms\":600000}}",
+		    i));
+	/* b's copy has m99 (a read refreshes it; the event may come later). */
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"m99\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"m99\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "answered from the emptied redis");
+	json_decref(r);
+	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "backend.reseeded"), 100);
+	json_decref(r);
+	for (int i = 0; i < 100; i++) {
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"m%d\"}", i);
+		ck_assert_msg(!util_bool(r, "allowed"), "m%d was not re-seeded", i);
+		json_decref(r);
+	}
+}
+END_TEST
+
+/* Two hosts re-seed one circuit with different holds (b placed a newer
+ * one while a was cut off): the newer hold wins whichever writes first,
+ * and neither is lost for an older one. */
+START_TEST(test_concurrent_reseeds_keep_the_newer_hold)
+{
+	json_t *r;
+	int watcher;
+
+	host_a_as_own_user();
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"hh\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"older\"}"));
+	/* A watcher on a: its copy goes from the older hold to the newer. */
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(watcher, "{\"op\":\"watch\",\"names\":[\"hh\"]}"));
+	host_a_cut_off();
+	/* While a is away, an operator on b holds it anew (closed). */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"set_state\",\"name\":\"hh\",\"state\":\"closed\",\"hold\":true,"
+	    "\"reason\":\"newer\"}"));
+	/* Redis loses everything; a comes back with its older copy. */
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	/* b re-seeds first (its newer hold), then a (its older one): a's
+	 * is refused by the script, and a's watcher is told. */
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
+	ck_assert_int_eq(redis_command("ACL SETUSER " HOST_A_USER " on >host-a-pw ~* &* +@all"),
+	    '+');
+	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	for (int i = 0; i < 2; i++) {
+		r = util_call_ok(i == 0 ? a : b, "{\"op\":\"get\",\"name\":\"hh\"}");
+		ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "the hold was lost");
+		ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "newer");
+		ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+		json_decref(r);
+	}
+	r = util_next_event(watcher, "change", "hh", "open", "closed");
+	ck_assert_str_eq(util_str(r, "reason"), "merged with the fleet's circuit");
+	json_decref(r);
+	close(watcher);
+}
+END_TEST
+
+/* --- Sentinel (issue 23) ---
+ * A master and a replica on loopback TCP ports, one Sentinel watching
+ * them; both hosts name a dead sentinel first, then the live one. */
+
+static redis_server master_srv, replica_srv, sentinel_srv;
+
+#define SENTINEL_MASTER "fleet"
+
+/* A raw command to the Sentinel (TCP); its reply's first line. */
+static void
+sentinel_command(const char *inline_command, char *reply, size_t size)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET,
+		.sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+		.sin_port = htons((uint16_t)sentinel_srv.port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ssize_t n = -1;
+
+	ck_assert(fd >= 0);
+	if (connect(fd, (struct sockaddr *)&in, sizeof in) == 0 &&
+	    harness_send_all(fd, inline_command, strlen(inline_command)) &&
+	    harness_send_all(fd, "\r\n", 2))
+		n = read(fd, reply, size - 1);
+	close(fd);
+	reply[n > 0 ? n : 0] = '\0';
+	reply[strcspn(reply, "\r\n")] = '\0';
+}
+
+/* Poll (bounded by the harness's wait) until the server at socket answers
+ * command with a reply whose first line is want. */
+static bool
+redis_reach(const char *socket, const char *command, const char *want)
+{
+	char reply[256];
+
+	for (long long end = harness_mono_ms() + harness_timeout_ms(); harness_mono_ms() < end;) {
+		redis_command_at(socket, command, reply, sizeof reply);
+		if (strcmp(reply, want) == 0)
+			return true;
+		usleep(50000);
+	}
+	return false;
+}
+
+static void
+sentinel_host_start(cbd_harness *h, int *fd)
+{
+	char config[1024];
+	harness_opts opts = { .env = NULL };
+
+	snprintf(config, sizeof config,
+	    "[cbd]\nbackend = redis\n"
+	    "redis = sentinel://127.0.0.1:%d,127.0.0.1:%d/" SENTINEL_MASTER "\n"
+	    "redis_timeout_ms = 300\nidle_reclaim_ms = 0\n",
+	    redis_free_port(), sentinel_srv.port);
+	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
+	*fd = harness_connect(h);
+	ck_assert(*fd >= 0);
+	ck_assert_msg(util_stats_reach_str(*fd, "backend.health", "up"), "redis never reached");
+}
+
+static void
+sentinel_setup(void)
+{
+	char server[64];
+
+	ck_assert_msg(redis_start_tcp(&master_srv, 0), "the master did not start");
+	ck_assert_msg(redis_start_tcp(&replica_srv, master_srv.port), "the replica did not start");
+	/* The replica in sync. */
+	ck_assert(redis_command_at_ok(master_srv.socket_path, "SET synced 1"));
+	ck_assert_msg(redis_reach(replica_srv.socket_path, "GET synced", "$1"),
+	    "the replica never synced");
+	ck_assert_msg(redis_start_sentinel(&sentinel_srv, SENTINEL_MASTER, master_srv.port),
+	    "redis-server --sentinel did not start");
+	sentinel_host_start(&host_a, &a);
+	sentinel_host_start(&host_b, &b);
+	snprintf(server, sizeof server, "127.0.0.1:%d", master_srv.port);
+	ck_assert(util_stats_reach_str(a, "backend.server", server));
+	ck_assert(util_stats_reach_str(b, "backend.server", server));
+}
+
+static void
+sentinel_teardown(void)
+{
+	util_stop_conn(&host_a, &a);
+	util_stop_conn(&host_b, &b);
+	redis_stop(&sentinel_srv);
+	redis_stop(&replica_srv);
+	redis_stop(&master_srv);
+}
+
+/* Fail over (SENTINEL FAILOVER, retried while the Sentinel has not yet
+ * found the replica) and wait for both hosts on the new master, re-seeded
+ * (another server: it may miss the last writes). */
+static void
+sentinel_fail_over(bool kill_master)
+{
+	char reply[256], server[64];
+	bool ok = false;
+
+	if (kill_master) {
+		json_t *r;
+
+		redis_kill(&master_srv);
+		/* Until Sentinel promotes the replica, each host answers from
+		 * its copy: the open circuit stays open. */
+		ck_assert(util_stats_reach_str(b, "backend.health", "degraded"));
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"sf\"}");
+		ck_assert_msg(!util_bool(r, "allowed"), "the open circuit closed in the failover");
+		json_decref(r);
+	} else {
+		for (long long end = harness_mono_ms() + harness_timeout_ms();
+		     !ok && harness_mono_ms() < end;) {
+			sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
+			ok = strcmp(reply, "+OK") == 0;
+			if (!ok)
+				usleep(100000);
+		}
+		ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	}
+	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
+	ck_assert_msg(util_stats_reach_str(a, "backend.server", server), "a never followed");
+	ck_assert_msg(util_stats_reach_str(b, "backend.server", server), "b never followed");
+	ck_assert(util_stats_reach_min(a, "backend.master_switches", 1));
+	ck_assert(util_stats_reach_min(a, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_min(b, "backend.reseeds", 1));
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+}
+
+/* Circuits survive a failover, a write the replica missed included (the
+ * hold deleted on the replica stands for a write lost to a lagging
+ * one); new writes go to the new master. */
+static void
+sentinel_case(bool kill_master)
+{
+	char reply[256];
+	json_t *r;
+
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"sf\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"sh\",\"state\":\"open\",\"hold\":true,"
+	    "\"reason\":\"failover drill\"}"));
+	/* b's copy has both (a read refreshes it; the events may come later). */
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"sf\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	json_decref(util_call_ok(b, "{\"op\":\"get\",\"name\":\"sh\"}"));
+	ck_assert(redis_reach(replica_srv.socket_path, "EXISTS cbd:{sh}", ":1"));
+	/* The replica "lags": it misses the hold. */
+	redis_command_at(replica_srv.socket_path, "CONFIG SET replica-read-only no", reply,
+	    sizeof reply);
+	ck_assert_str_eq(reply, "+OK");
+	redis_command_at(replica_srv.socket_path, "DEL cbd:{sh}", reply, sizeof reply);
+	ck_assert_str_eq(reply, ":1");
+	/* "lag" tripped, then was closed by an operator: the replica missed
+	 * the close (its copy: open, at the trip's version). */
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"lag\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"break_ms\":600000}}"));
+	json_decref(
+	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"lag\",\"state\":\"closed\"}"));
+	ck_assert(redis_reach(replica_srv.socket_path, "HGET cbd:{lag} state", "$6"));
+	redis_command_at(replica_srv.socket_path, "HGET cbd:{lag} oa", reply, sizeof reply);
+	ck_assert_str_eq(reply, "$0");
+	{
+		char cmd[128];
+		json_t *g = util_call_ok(b, "{\"op\":\"get\",\"name\":\"lag\"}");
+
+		ck_assert_str_eq(util_str(g, "snapshot.state"), "closed");
+		json_decref(g);
+		snprintf(cmd, sizeof cmd, "HSET cbd:{lag} state open oa %lld ver 1",
+		    (long long)time(NULL) * 1000);
+		redis_command_at(replica_srv.socket_path, cmd, reply, sizeof reply);
+		ck_assert_str_eq(reply, ":0");
+	}
+	sentinel_fail_over(kill_master);
+	/* The promoted replica's older "lag" is caught by its version: the
+	 * first host to read it writes its copy back. */
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"lag\"}");
+	json_decref(r);
+	ck_assert(util_stats_reach_min(b, "backend.restored", 1));
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"lag\"}");
+	ck_assert_msg(util_bool(r, "allowed"), "the close the replica missed was lost");
+	json_decref(r);
+	ck_assert(redis_reach(replica_srv.socket_path, "HGET cbd:{lag} state", "$6"));
+	r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"sf\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the open circuit was lost in the failover");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"sh\"}");
+	ck_assert_msg(json_is_object(util_get(r, "snapshot.hold")), "the hold was lost");
+	ck_assert_str_eq(util_str(r, "snapshot.hold.reason"), "failover drill");
+	json_decref(r);
+	ck_assert(redis_reach(replica_srv.socket_path, "EXISTS cbd:{sh}", ":1"));
+	/* A trip after the failover is shared through the new master. */
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"record_failure\",\"name\":\"after\",\"ctx\":{\"failure_threshold\":1}}"));
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"after\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	ck_assert(redis_reach(replica_srv.socket_path, "HGET cbd:{after} state", "$4"));
+	/* Outcomes after the failover are counted exactly, from both hosts. */
+	for (int i = 0; i < 50; i++)
+		json_decref(util_call_ok(i % 2 == 0 ? a : b,
+		    "{\"op\":\"record_failure\",\"name\":\"count\",\"ctx\":{"
+		    "\"failure_threshold\":1000}}"));
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"count\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 50);
+	json_decref(r);
+}
+
+START_TEST(test_sentinel_failover_is_followed)
+{
+	sentinel_case(false);
+}
+END_TEST
+
+START_TEST(test_sentinel_master_killed_is_followed)
+{
+	sentinel_case(true);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -1070,6 +1564,21 @@ fleet_suite(void)
 	tcase_add_test(tc, test_script_refused_by_acl_is_away);
 	tcase_add_test(tc, test_readonly_replica_is_away);
 	tcase_add_test(tc, test_redis_out_of_memory_is_away);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("reseed");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_flushall_is_reseeded);
+	tcase_add_test(tc, test_flushall_request_is_not_answered_empty);
+	tcase_add_test(tc, test_redis_restarted_empty_is_reseeded);
+	tcase_add_test(tc, test_concurrent_reseeds_keep_the_newer_hold);
+	tcase_add_test(tc, test_reseed_of_many_circuits);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("sentinel");
+	tcase_add_checked_fixture(tc, sentinel_setup, sentinel_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_sentinel_failover_is_followed);
+	tcase_add_test(tc, test_sentinel_master_killed_is_followed);
 	suite_add_tcase(s, tc);
 	/* Long: its own case (CK_RUN_CASE=burst runs it alone). */
 	tc = tcase_create("burst");

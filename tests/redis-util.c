@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -54,20 +55,43 @@ redis_available(void)
 	return false;
 }
 
-/* Does the server on r's socket answer PING with +PONG? */
+int
+redis_free_port(void)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET,
+		.sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof addr;
+	int port = 0, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return 0;
+	if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+		port = ntohs(addr.sin_port);
+	close(fd);
+	return port;
+}
+
+/* Does the server on r's socket (a Sentinel: its port) answer PING with
+ * +PONG? */
 static bool
 redis_pings(const redis_server *r)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct sockaddr_in in = { .sin_family = AF_INET,
+		.sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	char reply[16] = "";
 	bool ok = false;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(r->sentinel ? AF_INET : AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int connected;
 
 	if (fd < 0)
 		return false;
 	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", r->socket_path);
-	if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
-	    send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+	in.sin_port = htons((uint16_t)r->port);
+	connected = r->sentinel ? connect(fd, (struct sockaddr *)&in, sizeof in)
+				: connect(fd, (struct sockaddr *)&addr, sizeof addr);
+	if (connected == 0 && send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
 		struct timeval tv = { 1, 0 };
 
 		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -96,9 +120,32 @@ redis_spawn(redis_server *r)
 			dup2(devnull, STDIN_FILENO);
 			dup2(devnull, STDOUT_FILENO);
 		}
-		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket",
-		    r->socket_path, "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-		    "--dir", r->dir, "--loglevel", "warning", (char *)NULL);
+		if (r->sentinel) {
+			char conf[128];
+
+			snprintf(conf, sizeof conf, "%s/sentinel.conf", r->dir);
+			execlp("redis-server", "redis-server", conf, "--sentinel", (char *)NULL);
+		} else if (r->port > 0) {
+			char port[16], master[16];
+
+			snprintf(port, sizeof port, "%d", r->port);
+			snprintf(master, sizeof master, "%d", r->replica_of);
+			if (r->replica_of > 0)
+				execlp("redis-server", "redis-server", "--port", port, "--bind",
+				    "127.0.0.1", "--unixsocket", r->socket_path, "--unixsocketperm",
+				    "700", "--save", "", "--appendonly", "no", "--dir", r->dir,
+				    "--loglevel", "warning", "--replicaof", "127.0.0.1", master,
+				    (char *)NULL);
+			else
+				execlp("redis-server", "redis-server", "--port", port, "--bind",
+				    "127.0.0.1", "--unixsocket", r->socket_path, "--unixsocketperm",
+				    "700", "--save", "", "--appendonly", "no", "--dir", r->dir,
+				    "--loglevel", "warning", (char *)NULL);
+		} else {
+			execlp("redis-server", "redis-server", "--port", "0", "--unixsocket",
+			    r->socket_path, "--unixsocketperm", "700", "--save", "", "--appendonly",
+			    "no", "--dir", r->dir, "--loglevel", "warning", (char *)NULL);
+		}
 		_exit(127);
 	}
 	r->pid = pid;
@@ -115,10 +162,10 @@ redis_spawn(redis_server *r)
 	return false;
 }
 
-bool
-redis_start(redis_server *r)
+/* r's temp dir and socket path (r's port, replica_of, sentinel kept). */
+static bool
+redis_dir(redis_server *r)
 {
-	memset(r, 0, sizeof *r);
 	r->pid = -1;
 	snprintf(r->dir, sizeof r->dir, "/tmp/cbd-redis-XXXXXX");
 	if (mkdtemp(r->dir) == NULL) {
@@ -126,6 +173,63 @@ redis_start(redis_server *r)
 		return false;
 	}
 	snprintf(r->socket_path, sizeof r->socket_path, "%s/redis.sock", r->dir);
+	return true;
+}
+
+bool
+redis_start(redis_server *r)
+{
+	memset(r, 0, sizeof *r);
+	if (!redis_dir(r))
+		return false;
+	if (!redis_spawn(r)) {
+		redis_stop(r);
+		return false;
+	}
+	return true;
+}
+
+bool
+redis_start_tcp(redis_server *r, int replica_of)
+{
+	memset(r, 0, sizeof *r);
+	r->port = redis_free_port();
+	r->replica_of = replica_of;
+	if (r->port == 0 || !redis_dir(r))
+		return false;
+	if (!redis_spawn(r)) {
+		redis_stop(r);
+		return false;
+	}
+	return true;
+}
+
+bool
+redis_start_sentinel(redis_server *r, const char *master, int master_port)
+{
+	char path[128];
+	FILE *f;
+
+	memset(r, 0, sizeof *r);
+	r->sentinel = true;
+	r->port = redis_free_port();
+	snprintf(r->master, sizeof r->master, "%s", master);
+	if (r->port == 0 || !redis_dir(r))
+		return false;
+	snprintf(path, sizeof path, "%s/sentinel.conf", r->dir);
+	f = fopen(path, "w");
+	if (f == NULL) {
+		redis_stop(r);
+		return false;
+	}
+	/* Sentinel rewrites its file: it must be its own, in the temp dir. */
+	fprintf(f,
+	    "port %d\nbind 127.0.0.1\ndir %s\nloglevel warning\n"
+	    "sentinel monitor %s 127.0.0.1 %d 1\n"
+	    "sentinel down-after-milliseconds %s 1000\n"
+	    "sentinel failover-timeout %s 10000\n",
+	    r->port, r->dir, master, master_port, master, master);
+	fclose(f);
 	if (!redis_spawn(r)) {
 		redis_stop(r);
 		return false;
@@ -171,6 +275,8 @@ redis_stop(redis_server *r)
 
 		unlink(r->socket_path);
 		snprintf(path, sizeof path, "%s/dump.rdb", r->dir);
+		unlink(path);
+		snprintf(path, sizeof path, "%s/sentinel.conf", r->dir);
 		unlink(path);
 		if (rmdir(r->dir) != 0)
 			fprintf(stderr, "redis-util: cannot remove %s: %s\n", r->dir,
