@@ -36,7 +36,7 @@ same_text_as(const char *name, const ct_view *view, const cb_policy *policy, con
 
 	ck_assert_ptr_nonnull(want);
 	ck_assert(json_integer_value(json_object_get(obj, "policy_rev")) == view->policy_rev);
-	ck_assert(json_object_get(obj, "policy") != NULL == with_policy);
+	ck_assert((json_object_get(obj, "policy") != NULL) == with_policy);
 	encode_snapshot(&got, name, view, policy, preset, sources, now, with_policy);
 	ck_assert(!got.nomem);
 	ck_assert_msg(strcmp(got.buf, want) == 0, "\n got %s\nwant %s", got.buf, want);
