@@ -675,7 +675,7 @@ top_fixed_cols(const top *t)
 	    (t->has_in_flight ? W_INFL + 1 : 0);
 }
 
-/* "circuits 12: 2 open, 1 half_open, 9 closed, 1 held" and the stats. */
+/* "circuits 12  open 2  half_open 1  closed 9  held 1  req/s 120" */
 static void
 top_put_totals(FILE *f, const top *t)
 {
@@ -690,24 +690,22 @@ top_put_totals(FILE *f, const top *t)
 		held += row->held;
 	}
 	top_format_rate(t->stats.requests_per_s, rate, sizeof rate);
-	fprintf(f,
-	    "circuits %lld: %lld open, %lld half_open, %lld closed, %lld held  "
-	    "req/s %s  conns %lld  %s",
+	fprintf(f, "circuits %lld  open %lld  half_open %lld  closed %lld  held %lld  req/s %s",
 	    (long long)HASH_COUNT(t->rows), (long long)open, (long long)half, (long long)closed,
-	    (long long)held, rate, (long long)t->stats.connections, t->stats.backend);
+	    (long long)held, rate);
 }
 
-/* "cbd 1.2.0 up 2h05m" */
+/* "cbctl top  cbd 1.2.0  up 2h05m  3 conns  memory up  SOCKET" */
 static void
 top_put_title(FILE *f, const top *t)
 {
 	char up[32];
 
 	top_format_span(t->stats.uptime_ms, up, sizeof up);
-	if (t->stats.uptime_ms >= 1000 && t->stats.uptime_ms < TOP_RETRY_TENTHS_MAX_MS)
+	if (t->stats.uptime_ms < TOP_RETRY_TENTHS_MAX_MS)
 		snprintf(up, sizeof up, "%llds", (long long)(t->stats.uptime_ms / 1000));
-	fprintf(f, "cbctl top  %s  cbd %s up %s", cbc_conn_socket_path(t->ctl->conn), t->version,
-	    up);
+	fprintf(f, "cbctl top  cbd %s  up %s  %lld conns  %s  %s", t->version, up,
+	    (long long)t->stats.connections, t->stats.backend, cbc_conn_socket_path(t->ctl->conn));
 }
 
 /* ------------------------------------------------------------------ */
