@@ -880,10 +880,11 @@ top_draw(top *t)
 		return;
 	fputs(ESC "[H", f);
 	if (t->cols < TOP_MIN_COLS || t->lines < TOP_MIN_LINES) {
-		fprintf(f,
-		    ESC "[2J"
-			"cbctl top: the terminal is too small (%dx%d; at least %dx%d)",
-		    t->cols, t->lines, TOP_MIN_COLS, TOP_MIN_LINES);
+		/* One line, cut to the width: the screen must not scroll. */
+		snprintf(line, sizeof line, "%dx%d: too small (%dx%d at least)", t->cols, t->lines,
+		    TOP_MIN_COLS, TOP_MIN_LINES);
+		fputs(ESC "[2J", f);
+		top_put_col(f, line, t->cols > 1 ? t->cols - 1 : 1);
 		goto out;
 	}
 	rows = top_sorted(t, &count);

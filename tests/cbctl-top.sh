@@ -218,7 +218,11 @@ if [ "$(tm capture-pane -p -t top | sed -n '12p' | cut -c1-6)" = "q quit" ] &&
 else
 	fail "after resize: $(tm capture-pane -p -t top)"
 fi
+# Too small a screen says so, and the table comes back when it grows.
+tm resize-window -t top -x 30 -y 5
+wait_pane 'too small' "a screen too small says so"
 tm resize-window -t top -x 80 -y 24
+wait_pane '^q quit .*rows 1-5 of 5' "the table again at 80x24"
 # q: the shell back, the alternate screen left.
 tm send-keys -t top q
 wait_pane '^top-exited-0$' "q quits with exit 0"
