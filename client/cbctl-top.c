@@ -424,17 +424,21 @@ top_poll(top *t, cbc_error *err)
 
 	t->listing++;
 	do {
-		char req[160];
+		json_t *request = json_pack("{s:s, s:i}", "op", "list", "limit", TOP_LIST_PAGE);
 		const json_t *circuits, *snap, *next;
+		char *req;
 		size_t i;
 
-		if (cursor[0] != '\0')
-			snprintf(req, sizeof req,
-			    "{\"op\":\"list\",\"limit\":%d,\"cursor\":\"%s\"}", TOP_LIST_PAGE,
-			    cursor);
-		else
-			snprintf(req, sizeof req, "{\"op\":\"list\",\"limit\":%d}", TOP_LIST_PAGE);
+		if (request != NULL && cursor[0] != '\0')
+			json_object_set_new(request, "cursor", json_string(cursor));
+		req = request != NULL ? json_dumps(request, JSON_COMPACT) : NULL;
+		json_decref(request);
+		if (req == NULL) {
+			snprintf(err->message, sizeof err->message, "top: out of memory");
+			return CBC_ENOMEM;
+		}
 		obj = top_ask(t, req, &status, err);
+		free(req);
 		if (obj == NULL)
 			return status;
 		now = top_mono_ms();
@@ -443,8 +447,7 @@ top_poll(top *t, cbc_error *err)
 			top_apply(t, snap, true, now);
 		next = json_object_get(obj, "cursor");
 		cursor[0] = '\0';
-		if (json_is_string(next) && strlen(json_string_value(next)) < sizeof cursor &&
-		    strchr(json_string_value(next), '"') == NULL)
+		if (json_is_string(next) && strlen(json_string_value(next)) < sizeof cursor)
 			snprintf(cursor, sizeof cursor, "%s", json_string_value(next));
 		complete = !json_is_true(json_object_get(obj, "truncated"));
 		json_decref(obj);
