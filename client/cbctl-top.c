@@ -866,8 +866,7 @@ top_page(const top *t)
 	return t->lines > TOP_CHROME_LINES ? (size_t)(t->lines - TOP_CHROME_LINES) : 1;
 }
 
-/* Draw the whole screen in one write: each line from its start, the rest
- * of it cleared. */
+/* Draw the whole screen in one write, line by line from the top. */
 static void
 top_draw(top *t)
 {
@@ -881,7 +880,9 @@ top_draw(top *t)
 
 	if (f == NULL)
 		return;
-	fputs(ESC "[H", f);
+	/* Each line is cleared before it is written (clearing after would
+	 * erase the last column of a full line on some terminals). */
+	fputs(ESC "[H" ESC "[2K", f);
 	if (t->cols < TOP_MIN_COLS || t->lines < TOP_MIN_LINES) {
 		/* One line, cut to the width: the screen must not scroll. */
 		snprintf(line, sizeof line, "%dx%d: too small (%dx%d at least)", t->cols, t->lines,
@@ -918,7 +919,7 @@ top_draw(top *t)
 			line[sizeof line - 1] = '\0';
 			fputs(ESC "[1m", f);
 			top_put_col(f, line, t->cols);
-			fputs(ESC "[0m" ESC "[K\r\n", f);
+			fputs(ESC "[0m\r\n" ESC "[2K", f);
 		}
 		l = fmemopen(line, sizeof line, "w");
 		if (l != NULL) {
@@ -927,7 +928,7 @@ top_draw(top *t)
 			fclose(l);
 			line[sizeof line - 1] = '\0';
 			top_put_col(f, line, t->cols);
-			fputs(ESC "[K\r\n", f);
+			fputs("\r\n" ESC "[2K", f);
 		}
 	}
 	fputs(ESC "[7m", f);
@@ -943,7 +944,7 @@ top_draw(top *t)
 			free(heads);
 		}
 	}
-	fputs(ESC "[0m\r\n", f);
+	fputs(ESC "[0m\r\n" ESC "[2K", f);
 	for (size_t i = 0; i < page; i++) {
 		size_t k = t->scroll + i;
 
@@ -953,7 +954,7 @@ top_draw(top *t)
 			fputs(t->filter[0] != '\0' ? "no circuit matches the filter"
 						   : "no circuits",
 			    f);
-		fputs(ESC "[K\r\n", f);
+		fputs("\r\n" ESC "[2K", f);
 	}
 	/* The status line, without a newline (the screen must not scroll). */
 	if (t->editing) {
@@ -972,7 +973,6 @@ top_draw(top *t)
 		    t->filter[0] != '\0' ? "\"" : "");
 		top_put_col(f, line, t->cols - 1);
 	}
-	fputs(ESC "[K", f);
 	if (t->editing)
 		fprintf(f, ESC "[%d;%dH" ESC "[?25h", t->lines,
 		    (int)strlen("filter: ") + top_text_cols(t->filter) + 1);
