@@ -34,12 +34,6 @@ watch_on_signal(int sig)
 	watch_stop = 1;
 }
 
-/* The line buffer of the connection. */
-typedef struct watch_buf {
-	char *data;
-	size_t len, size;
-} watch_buf;
-
 /* Control characters in text from the wire shown as '?'. */
 static void
 watch_sanitize(char *text)
@@ -237,8 +231,8 @@ watch_event(const char *line)
 }
 
 /* Send the watch request: the names, or all. */
-static bool
-watch_send(const cbctl *ctl, int fd)
+bool
+cbctl_watch_send(const cbctl *ctl, int fd)
 {
 	json_t *req = json_pack("{s:s}", "op", "watch");
 	json_t *names = json_array();
@@ -280,8 +274,8 @@ watch_send(const cbctl *ctl, int fd)
 }
 
 /* Read what is there into buf; 1 read, 0 EOF, -1 error (printed). */
-static int
-watch_read(const cbctl *ctl, int fd, watch_buf *buf)
+int
+cbctl_watch_read(const cbctl *ctl, int fd, cbctl_line_buf *buf)
 {
 	ssize_t n;
 
@@ -320,7 +314,7 @@ cbctl_cmd_watch(cbctl *ctl)
 {
 	struct sigaction sa = { .sa_handler = watch_on_signal };
 	sigset_t block, unblocked;
-	watch_buf buf = { 0 };
+	cbctl_line_buf buf = { 0 };
 	bool replied = false;
 	struct timespec start, now;
 	int fd, rc = EXIT_OK;
@@ -341,7 +335,7 @@ cbctl_cmd_watch(cbctl *ctl)
 	fd = cbctl_connect(ctl);
 	if (fd < 0)
 		return EXIT_UNREACHABLE;
-	if (!watch_send(ctl, fd)) {
+	if (!cbctl_watch_send(ctl, fd)) {
 		close(fd);
 		return EXIT_UNREACHABLE;
 	}
@@ -405,7 +399,7 @@ cbctl_cmd_watch(cbctl *ctl)
 		}
 		if (r <= 0)
 			continue;
-		r = watch_read(ctl, fd, &buf);
+		r = cbctl_watch_read(ctl, fd, &buf);
 		if (r < 0) {
 			rc = EXIT_UNREACHABLE;
 			goto done;

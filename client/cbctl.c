@@ -77,6 +77,9 @@ static const command commands[] = {
 	    "the effective policy: each key, its value and its source" },
 	{ "watch", NULL, "[NAME...]", 0, CBCTL_ARGS_MAX, "", cbctl_cmd_watch,
 	    "print state changes as they happen (no NAME: all circuits)" },
+	{ "top", NULL, "[--interval DURATION] [--filter TEXT] [--once]", 0, 0,
+	    "--interval= --filter= --once", cbctl_cmd_top,
+	    "live table of circuits, open and held first (q quits, / filters)" },
 	{ "stats", NULL, "[--all]", 0, 0, "--all", cbctl_cmd_stats,
 	    "the daemon's counters, grouped (--all: zeros too)" },
 	{ "metrics", NULL, "", 0, 0, "", cmd_metrics,
@@ -828,8 +831,8 @@ cmd_metrics(cbctl *ctl)
 
 /* Parse a duration: ms as a plain integer, or an integer with a unit (ms,
  * s, m, h). False when it is not one, or not in 1..CBCTL_DURATION_MAX_MS. */
-static bool
-parse_duration(const char *text, int64_t *out)
+bool
+cbctl_parse_duration(const char *text, int64_t *out)
 {
 	static const struct {
 		const char *unit;
@@ -875,7 +878,7 @@ parse_hold_args(cbctl *ctl, const char *cmd, hold_args *out)
 	out->name = ctl->argv[0];
 	cbctl_option_get(ctl, "--no-hold", &out->no_hold);
 	v = cbctl_option_get(ctl, "--for", &has_for);
-	if (has_for && !parse_duration(v, &out->for_ms)) {
+	if (has_for && !cbctl_parse_duration(v, &out->for_ms)) {
 		errorf("%s: --for takes a duration: milliseconds, or a number with "
 		       "ms, s, m or h such as 90s, 10m, 2h (got \"%s\")",
 		    cmd, v);

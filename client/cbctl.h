@@ -76,9 +76,27 @@ void cbctl_permission_hint(const char *path);
  * after printing why (the hint too on EACCES): exit EXIT_UNREACHABLE. */
 int cbctl_connect(const cbctl *ctl);
 
+/* A duration: ms as a plain integer, or an integer with a unit (ms, s,
+ * m, h). False when it is not one, or not in 1..2^53 ms. */
+bool cbctl_parse_duration(const char *text, int64_t *out);
+
+/* The lines read from a raw connection (cbctl-watch.c). */
+typedef struct cbctl_line_buf {
+	char *data;
+	size_t len, size;
+} cbctl_line_buf;
+
+/* Send the watch request on fd: ctl's positional names, or all of them
+ * (false after printing why). */
+bool cbctl_watch_send(const cbctl *ctl, int fd);
+
+/* Read what fd has into buf: 1 read, 0 end of file, -1 error (printed). */
+int cbctl_watch_read(const cbctl *ctl, int fd, cbctl_line_buf *buf);
+
 /* The commands living in their own files. */
 int cbctl_cmd_stats(cbctl *ctl); /* cbctl-stats.c */
 int cbctl_cmd_watch(cbctl *ctl); /* cbctl-watch.c */
 int cbctl_cmd_reload(cbctl *ctl); /* cbctl-reload.c */
+int cbctl_cmd_top(cbctl *ctl); /* cbctl-top.c */
 
 #endif

@@ -3,7 +3,7 @@
 # its manual page and its bash and zsh completion.
 bin_PROGRAMS += client/cbctl
 client_cbctl_SOURCES = client/cbctl.c client/cbctl.h client/cbctl-stats.c \
-	client/cbctl-watch.c client/cbctl-reload.c client/cbctl-socket.c
+	client/cbctl-watch.c client/cbctl-reload.c client/cbctl-socket.c client/cbctl-top.c
 client_cbctl_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 client_cbctl_LDADD = client/libcbclient.la $(JANSSON_LIBS)
 dist_man1_MANS = client/cbctl.1

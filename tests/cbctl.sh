@@ -527,6 +527,8 @@ complete_words "$CBCTL_BINARY" list --state h
 expect out '^half_open$' "completes a state"
 complete_words "$CBCTL_BINARY" list --sort s
 expect out '^state$' "completes a sort order"
+complete_words "$CBCTL_BINARY" top --on
+expect out '^--once$' "completes top's options"
 complete_words "$CBCTL_BINARY" -s "$sock" get c
 expect out '^cfg$' "completes circuit names from cbd"
 complete_words "$CBCTL_BINARY" -s "$tmp/nothing.sock" get c
@@ -560,6 +562,7 @@ ZSH
 	zcomplete "cbctl list --state h" "cbctl list --state half_open "
 	zcomplete "cbctl list --sort s" "cbctl list --sort state "
 	zcomplete "cbctl stats --a" "cbctl stats --all "
+	zcomplete "cbctl top --on" "cbctl top --once "
 	zcomplete "cbctl open x --no" "cbctl open x --no-hold "
 	zcomplete "cbctl -s $sock get cf" "cbctl -s $sock get cfg "
 else

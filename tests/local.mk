@@ -76,6 +76,12 @@ tests_bench_LDFLAGS = $(AM_LDFLAGS) -pthread
 tests/socket-activation.log: src/cbd$(EXEEXT)
 tests/systemd-units.log: src/cbd$(EXEEXT)
 tests/cbctl.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT)
+# cbctl top: the plain table, and the live screen under tmux; it leaves
+# the screen it saw in tests/cbctl-top-screen.txt (README's picture).
+TESTS += tests/cbctl-top.sh
+EXTRA_DIST += tests/cbctl-top.sh
+CLEANFILES += tests/cbctl-top-screen.txt
+tests/cbctl-top.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT)
 # install.sh runs make install: after everything else is built.
 tests/install.log: all-am
 

@@ -13,7 +13,7 @@ _cbctl_names()
 _cbctl()
 {
 	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
-	local commands="ping list get policy watch stats metrics open close release
+	local commands="ping list get policy watch top stats metrics open close release
 		half-open delete reload"
 	local global="--socket --json --timeout --help --version"
 	local cmd="" i opts word
@@ -29,7 +29,7 @@ _cbctl()
 			((i++))
 			;;
 		--socket=*) _cbctl_socket=("$word") ;;
-		-t | --timeout | --state | --sort | --for | --reason) ((i++)) ;;
+		-t | --timeout | --state | --sort | --for | --reason | --interval | --filter) ((i++)) ;;
 		-*) ;;
 		*) [[ -z $cmd ]] && cmd=$word ;;
 		esac
@@ -48,7 +48,7 @@ _cbctl()
 		mapfile -t COMPREPLY < <(compgen -W "name state" -- "$cur")
 		return 0
 		;;
-	-t | --timeout | --for | --reason) return 0 ;;
+	-t | --timeout | --for | --reason | --interval | --filter) return 0 ;;
 	esac
 
 	if [[ $cur == -* ]]; then
@@ -56,6 +56,7 @@ _cbctl()
 		case $cmd in
 		list) opts+=" --state --sort --names" ;;
 		stats) opts+=" --all" ;;
+		top) opts+=" --interval --filter --once" ;;
 		open | close) opts+=" --for --reason --no-hold" ;;
 		esac
 		mapfile -t COMPREPLY < <(compgen -W "$opts" -- "$cur")
