@@ -54,6 +54,9 @@ typedef struct op_conn {
 	struct op_list_job *list_job;
 	/* Where this connection's paged listing stands (its last list). */
 	struct op_list_cursor *list_cursor;
+	/* An allow waiting for a ticket (op-wait.c): no other line is read
+	 * meanwhile. */
+	struct op_waiter *wait;
 } op_conn;
 
 /* c's op state, made on first use; NULL when out of memory. */

@@ -1,36 +1,92 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-permit.c — the permit ops (see op-permit.h): allow ("may I call?")
- * and record ("how did it go?", giving back allow's permit).
+ * op-permit.c — the permit ops (see op-permit.h): allow ("may I call?",
+ * taking a ticket when the circuit has max_concurrent, waiting for one
+ * up to wait_ms through op-wait.c) and record ("how did it go?", giving
+ * back allow's permit or ticket).
  */
 #include <string.h>
 
 #include "daemon.h"
 #include "events.h"
 #include "op-permit.h"
+#include "op-wait.h"
+
+/* Most ms an allow may wait for a ticket (protocol 3, §2). */
+#define ALLOW_WAIT_MAX 60000
+
+/* allow's reply from the table's answer. */
+static bool
+allow_reply(op_call *call, const ct_allow *allow)
+{
+	json_t *r = op_reply(call);
+	const char *reason = circuit_table_refusal_name(allow->reason);
+
+	if (json_object_set_new(r, "allowed", json_boolean(allow->allowed)) != 0 ||
+	    json_object_set_new(r, "state", json_string(breaker_state_name(allow->state))) != 0 ||
+	    (allow->has_permit &&
+		(json_object_set_new(r, "permit", json_string(allow->permit.token)) != 0 ||
+		    json_object_set_new(r, "expires_at", json_integer(allow->permit.expires_at)) !=
+			0)) ||
+	    (!allow->allowed && reason != NULL &&
+		json_object_set_new(r, "reason", json_string(reason)) != 0) ||
+	    (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY &&
+		json_object_set_new(r, "in_flight", json_integer((json_int_t)allow->in_flight)) !=
+		    0) ||
+	    (!allow->allowed &&
+		json_object_set_new(r, "retry_after_ms", json_integer(allow->retry_after_ms)) != 0))
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+/* One attempt of an allow that waits for a ticket (op-wait.h). */
+static bool
+allow_again(op_call *call, bool expired, bool *done)
+{
+	ct_allow allow;
+	ct_change change;
+
+	call->table.again = true;
+	*done = true;
+	if (!op_status(call,
+		circuit_table_allow(cbd.table, call->name, &call->table, &allow, NULL, &change)))
+		return false;
+	events_changed(call->name, &change);
+	if (!allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		if (!expired) {
+			*done = false;
+			return true;
+		}
+		circuit_table_count_waited(cbd.table, call->name);
+	}
+	return allow_reply(call, &allow);
+}
 
 bool
 op_allow(op_call *call)
 {
 	ct_allow allow;
 	ct_change change;
-	ct_view view;
-	json_t *r = op_reply(call);
+	int64_t wait_ms = 0;
 
+	if (!proto_req_int(&call->req, "wait_ms", 0, ALLOW_WAIT_MAX, false, &wait_ms, NULL,
+		&call->err) ||
+	    !proto_req_bool(&call->req, "retry", false, &call->table.retry, &call->err))
+		return false;
+	/* Waiters first: a ticket freed on cbd's clock is theirs. */
+	if (op_wait_queued(call->name))
+		op_wait_kick(call->name);
+	call->table.wait = wait_ms > 0 && !call->noreply;
 	if (!op_status(call,
-		circuit_table_allow(cbd.table, call->name, &call->table, &allow, &view, &change)))
+		circuit_table_allow(cbd.table, call->name, &call->table, &allow, NULL, &change)))
 		return false;
 	events_changed(call->name, &change);
-	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
-	    json_object_set_new(r, "state", json_string(breaker_state_name(allow.state))) != 0 ||
-	    (allow.has_permit &&
-		(json_object_set_new(r, "permit", json_string(allow.permit.token)) != 0 ||
-		    json_object_set_new(r, "expires_at", json_integer(allow.permit.expires_at)) !=
-			0)) ||
-	    (!allow.allowed &&
-		json_object_set_new(r, "retry_after_ms", json_integer(allow.retry_after_ms)) != 0))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
+	if (call->table.wait && !allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		if (op_wait_defer(call, wait_ms, allow_again))
+			return true;
+		circuit_table_count_waited(cbd.table, call->name);
+	}
+	return allow_reply(call, &allow);
 }
 
 /* The outcomes of record. */
@@ -93,9 +149,11 @@ op_record(op_call *call)
 		break;
 	}
 	events_changed(call->name, &change);
-	/* The permit goes back whatever became of the outcome. */
+	/* The permit goes back whatever became of the outcome; a waiter may
+	 * take its ticket. */
 	if (permit != NULL) {
 		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
+		op_wait_kick(call->name);
 		circuit_table_get(cbd.table, call->name, call->now, &view, NULL);
 	}
 	if (!op_status(call, status))
