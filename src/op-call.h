@@ -138,6 +138,11 @@ json_t *op_reply(op_call *call);
  * member added: no object to build). */
 void op_reply_head(enc_buf *b, const json_t *id);
 
+/* allow's reply members from the answer (memory mode: the table's; fleet
+ * mode: Redis's with this host's part): allowed, state, permit and
+ * expires_at, or reason, in_flight (concurrency) and retry_after_ms. */
+bool op_reply_allow(op_call *call, const ct_allow *allow);
+
 /* reply.policy_conflict = the names of the conflicting ctx members. */
 bool op_reply_conflicts(op_call *call);
 

@@ -12,33 +12,6 @@
 #include "op-permit.h"
 #include "op-wait.h"
 
-/* Most ms an allow may wait for a ticket (protocol 3, §2). */
-#define ALLOW_WAIT_MAX 60000
-
-/* allow's reply from the table's answer. */
-static bool
-allow_reply(op_call *call, const ct_allow *allow)
-{
-	json_t *r = op_reply(call);
-	const char *reason = circuit_table_refusal_name(allow->reason);
-
-	if (json_object_set_new(r, "allowed", json_boolean(allow->allowed)) != 0 ||
-	    json_object_set_new(r, "state", json_string(breaker_state_name(allow->state))) != 0 ||
-	    (allow->has_permit &&
-		(json_object_set_new(r, "permit", json_string(allow->permit.token)) != 0 ||
-		    json_object_set_new(r, "expires_at", json_integer(allow->permit.expires_at)) !=
-			0)) ||
-	    (!allow->allowed && reason != NULL &&
-		json_object_set_new(r, "reason", json_string(reason)) != 0) ||
-	    (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY &&
-		json_object_set_new(r, "in_flight", json_integer((json_int_t)allow->in_flight)) !=
-		    0) ||
-	    (!allow->allowed &&
-		json_object_set_new(r, "retry_after_ms", json_integer(allow->retry_after_ms)) != 0))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
-}
-
 /* One attempt of an allow that waits for a ticket (op-wait.h). */
 static bool
 allow_again(op_call *call, bool expired, bool *done)
@@ -59,7 +32,7 @@ allow_again(op_call *call, bool expired, bool *done)
 		}
 		circuit_table_count_waited(cbd.table, call->name);
 	}
-	return allow_reply(call, &allow);
+	return op_reply_allow(call, &allow);
 }
 
 bool
@@ -69,9 +42,7 @@ op_allow(op_call *call)
 	ct_change change;
 	int64_t wait_ms = 0;
 
-	if (!proto_req_int(&call->req, "wait_ms", 0, ALLOW_WAIT_MAX, false, &wait_ms, NULL,
-		&call->err) ||
-	    !proto_req_bool(&call->req, "retry", false, &call->table.retry, &call->err))
+	if (!op_wait_members(call, &wait_ms))
 		return false;
 	/* Waiters first: a ticket freed on cbd's clock is theirs. */
 	if (op_wait_queued(call->name))
@@ -86,7 +57,7 @@ op_allow(op_call *call)
 			return true;
 		circuit_table_count_waited(cbd.table, call->name);
 	}
-	return allow_reply(call, &allow);
+	return op_reply_allow(call, &allow);
 }
 
 /* The outcomes of record. */

@@ -225,6 +225,15 @@ queue_timer(evutil_socket_t fd, short what, void *arg)
 }
 
 bool
+op_wait_members(op_call *call, int64_t *wait_ms)
+{
+	*wait_ms = 0;
+	return proto_req_int(&call->req, "wait_ms", 0, OP_WAIT_MAX_MS, false, wait_ms, NULL,
+		   &call->err) &&
+	    proto_req_bool(&call->req, "retry", false, &call->table.retry, &call->err);
+}
+
+bool
 op_wait_defer(op_call *call, int64_t wait_ms, op_wait_fn fn)
 {
 	size_t len = strlen(call->name);

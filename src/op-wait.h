@@ -22,6 +22,13 @@
  * "max_waiters"} counts the refusals past it: they are answered at once). */
 #define OP_WAITERS_MAX 10000
 
+/* Most ms an allow may wait for a ticket (protocol 3, §2). */
+#define OP_WAIT_MAX_MS 60000
+
+/* allow's members wait_ms (into *wait_ms, 0 when absent) and retry (into
+ * call->table.retry); false (bad_request naming the member) when bad. */
+bool op_wait_members(op_call *call, int64_t *wait_ms);
+
 /* One attempt of a waiting request, at call->now (and call->table.now):
  * *done when it is answered (its reply made, or call->err set: the
  * return value is op_finish's ok). With expired, its wait is over: it

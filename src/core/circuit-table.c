@@ -436,24 +436,26 @@ ext_fit_policy(circuit *c, const cb_policy *p)
 	return true;
 }
 
-/* Unlink a slot from its circuit, owner and token hash, then free it. */
+/* Unlink a slot from its circuit (none: a circuit that could not be
+ * restored), owner and token hash, then free it. */
 static void
 slot_free(circuit_table *table, ct_slot *slot)
 {
-	circuit_ext *x = slot->circuit->ext;
+	circuit_ext *x = slot->circuit != NULL ? slot->circuit->ext : NULL;
 
-	if (slot->prev != NULL)
-		slot->prev->next = slot->next;
-	else
-		x->slots_head = slot->next;
-	if (slot->next != NULL)
-		slot->next->prev = slot->prev;
-	else
-		x->slots_tail = slot->prev;
-	x->slot_count--;
-	x->trial_count -= (slot->kind & SLOT_TRIAL) != 0;
-	x->ticket_count -= (slot->kind & SLOT_TICKET) != 0;
-
+	if (x != NULL) {
+		if (slot->prev != NULL)
+			slot->prev->next = slot->next;
+		else
+			x->slots_head = slot->next;
+		if (slot->next != NULL)
+			slot->next->prev = slot->prev;
+		else
+			x->slots_tail = slot->prev;
+		x->slot_count--;
+		x->trial_count -= (slot->kind & SLOT_TRIAL) != 0;
+		x->ticket_count -= (slot->kind & SLOT_TICKET) != 0;
+	}
 	if (slot->owner != NULL) {
 		if (slot->owner_prev != NULL)
 			slot->owner_prev->owner_next = slot->owner_next;
@@ -1020,8 +1022,8 @@ slot_link_sorted(circuit_ext *x, ct_slot *slot)
 
 /* Take a slot on an existing circuit c if one is free. */
 static ct_status
-slot_take(circuit_table *table, circuit *c, const ct_call *call, unsigned kind, bool *acquired,
-    ct_slot_grant *grant)
+slot_take(circuit_table *table, circuit *c, const ct_call *call, unsigned kind, const char *token,
+    bool *acquired, ct_slot_grant *grant)
 {
 	circuit_ext *x;
 	ct_slot *slot;
@@ -1042,8 +1044,11 @@ slot_take(circuit_table *table, circuit *c, const ct_call *call, unsigned kind, 
 	slot = x != NULL ? calloc(1, sizeof *slot) : NULL;
 	if (slot == NULL)
 		return CT_NOMEM;
-	snprintf(slot->token, sizeof slot->token, "%016" PRIx64 "-%016" PRIx64, table->instance_id,
-	    table->next_token);
+	if (token != NULL)
+		snprintf(slot->token, sizeof slot->token, "%s", token);
+	else
+		snprintf(slot->token, sizeof slot->token, "%016" PRIx64 "-%016" PRIx64,
+		    table->instance_id, table->next_token);
 	hash_oom = 0;
 	HASH_ADD_STR(table->slots_by_token, token, slot);
 	if (hash_oom) {
@@ -1082,7 +1087,7 @@ circuit_table_acquire_slot(circuit_table *table, const char *name, const ct_call
 	if (status != CT_OK)
 		return status;
 	hold_expire(table, c, call->now, NULL);
-	status = slot_take(table, c, call, SLOT_TRIAL, acquired, grant);
+	status = slot_take(table, c, call, SLOT_TRIAL, NULL, acquired, grant);
 	ext_trim(c);
 	circuit_relist(table, c);
 	return status;
@@ -1237,6 +1242,91 @@ circuit_table_refusal_name(ct_refusal reason)
 	return NULL;
 }
 
+/* allow past the breaker: the retry budget (2), then the bulkhead (3),
+ * then the grant, taking a slot of `kind` (a trial) and a ticket when
+ * the policy has a limit, named token (NULL: a new one). */
+static ct_status
+allow_admit(circuit_table *table, circuit *c, const ct_call *call, ct_budget *budget, unsigned kind,
+    const char *token, ct_allow *out)
+{
+	const cb_policy *policy = call->policy;
+	ct_status status;
+	bool acquired;
+
+	/* 2. The retry budget. */
+	if (call->retry && budget != NULL &&
+	    !budget_grants(budget, policy, call->now, &out->retry_after_ms)) {
+		c->totals.rejected_retry++;
+		out->reason = CT_REFUSED_RETRY_BUDGET;
+		return CT_OK;
+	}
+	/* 3. The bulkhead. */
+	if (policy->max_concurrent > 0) {
+		kind |= SLOT_TICKET;
+		slots_prune_expired(table, c, call->now);
+		if (c->ext != NULL && c->ext->ticket_count >= (uint64_t)policy->max_concurrent) {
+			if (!call->wait)
+				c->totals.rejected_concurrency++;
+			out->reason = CT_REFUSED_CONCURRENCY;
+			out->in_flight = c->ext->ticket_count;
+			return CT_OK;
+		}
+	}
+	if (kind != 0) {
+		status = slot_take(table, c, call, kind, token, &acquired, &out->permit);
+		if (status != CT_OK)
+			return status;
+		if (!acquired) {
+			c->totals.rejected++;
+			out->reason = CT_REFUSED_HALF_OPEN_FULL;
+			return CT_OK;
+		}
+		out->has_permit = true;
+	}
+	out->allowed = true;
+	if (call->retry) {
+		c->totals.retries++;
+		if (c->ext != NULL && c->ext->budget != NULL)
+			c->ext->budget
+			    ->retries[budget_bucket(c->ext->budget, budget_second(call->now))]++;
+	}
+	return CT_OK;
+}
+
+ct_status
+circuit_table_allow_local(circuit_table *table, const char *name, const ct_call *call,
+    ct_allow *out)
+{
+	ct_budget *budget = NULL;
+	ct_slot_grant elsewhere = out->permit;
+	bool had_permit = out->has_permit;
+	circuit *c;
+	ct_status status = circuit_for_write(table, name, call, &c);
+
+	if (status != CT_OK)
+		return status;
+	if (!call->again) {
+		budget = budget_need(c, call->policy);
+		if (budget != NULL && !call->retry)
+			budget->first[budget_bucket(budget, budget_second(call->now))]++;
+	}
+	if (out->allowed) {
+		out->allowed = false;
+		out->has_permit = false;
+		status = allow_admit(table, c, call, budget, 0, had_permit ? elsewhere.token : NULL,
+		    out);
+		/* No ticket taken (no limit): the trial slot held elsewhere is
+		 * the permit. */
+		if (out->allowed && !out->has_permit && had_permit) {
+			out->has_permit = true;
+			out->permit = elsewhere;
+		}
+	}
+	ext_trim(c);
+	circuit_relist(table, c);
+	return status;
+}
+
 ct_status
 circuit_table_allow(circuit_table *table, const char *name, const ct_call *call, ct_allow *out,
     ct_view *view, ct_change *change)
@@ -1247,7 +1337,6 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 	circuit *c;
 	ct_status status;
 	unsigned kind = 0;
-	bool acquired;
 
 	if (view == NULL)
 		view = &scratch;
@@ -1297,43 +1386,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 		}
 		break;
 	}
-	/* 2. The retry budget. */
-	if (call->retry && budget != NULL &&
-	    !budget_grants(budget, policy, call->now, &out->retry_after_ms)) {
-		c->totals.rejected_retry++;
-		out->reason = CT_REFUSED_RETRY_BUDGET;
-		goto done;
-	}
-	/* 3. The bulkhead. */
-	if (policy->max_concurrent > 0) {
-		kind |= SLOT_TICKET;
-		slots_prune_expired(table, c, call->now);
-		if (c->ext != NULL && c->ext->ticket_count >= (uint64_t)policy->max_concurrent) {
-			if (!call->wait)
-				c->totals.rejected_concurrency++;
-			out->reason = CT_REFUSED_CONCURRENCY;
-			out->in_flight = c->ext->ticket_count;
-			goto done;
-		}
-	}
-	if (kind != 0) {
-		status = slot_take(table, c, call, kind, &acquired, &out->permit);
-		if (status != CT_OK)
-			goto done;
-		if (!acquired) {
-			c->totals.rejected++;
-			out->reason = CT_REFUSED_HALF_OPEN_FULL;
-			goto done;
-		}
-		out->has_permit = true;
-	}
-	out->allowed = true;
-	if (call->retry) {
-		c->totals.retries++;
-		if (c->ext != NULL && c->ext->budget != NULL)
-			c->ext->budget
-			    ->retries[budget_bucket(c->ext->budget, budget_second(call->now))]++;
-	}
+	status = allow_admit(table, c, call, budget, kind, NULL, out);
 done:
 	ext_trim(c);
 	circuit_relist(table, c);
@@ -1379,6 +1432,11 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	uint32_t *transitions = NULL, pins = 0, rev = 0;
 	ct_layer *declared = NULL;
 	ct_status status;
+	/* This host's own: its slots and tickets, retry budget and counts. */
+	ct_slot *slots_head = NULL, *slots_tail = NULL;
+	uint64_t slot_count = 0, trial_count = 0, ticket_count = 0;
+	ct_budget *budget = NULL;
+	ct_totals own = { 0 };
 
 	/* What the circuit this one replaces counted and pinned stays, and
 	 * its policy_rev when it was created with the same policy (a fleet
@@ -1389,10 +1447,26 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 		if (declared != NULL)
 			declared->refs++; /* compared below, after c is gone */
 	}
+	if (c != NULL) {
+		own.rejected_concurrency = c->totals.rejected_concurrency;
+		own.retries = c->totals.retries;
+		own.rejected_retry = c->totals.rejected_retry;
+	}
 	if (c != NULL && c->ext != NULL) {
-		transitions = c->ext->transitions;
-		pins = c->ext->pins;
-		c->ext->transitions = NULL;
+		circuit_ext *x = c->ext;
+
+		transitions = x->transitions;
+		pins = x->pins;
+		x->transitions = NULL;
+		slots_head = x->slots_head;
+		slots_tail = x->slots_tail;
+		slot_count = x->slot_count;
+		trial_count = x->trial_count;
+		ticket_count = x->ticket_count;
+		budget = x->budget;
+		x->slots_head = x->slots_tail = NULL;
+		x->slot_count = x->trial_count = x->ticket_count = 0;
+		x->budget = NULL;
 	}
 	circuit_table_delete(table, name);
 	c = NULL;
@@ -1400,10 +1474,21 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	if (status == CT_OK && rev != 0 && c->declared == declared)
 		c->policy_rev = rev; /* interned: the same layer is the same policy */
 	layer_put(table, declared);
-	if (status == CT_OK && (transitions != NULL || pins > 0) && ext_need(c) == NULL)
+	if (status == CT_OK &&
+	    (transitions != NULL || pins > 0 || slots_head != NULL || budget != NULL) &&
+	    ext_need(c) == NULL)
 		status = CT_NOMEM;
 	if (status != CT_OK) {
 		free(transitions);
+		free(budget);
+		/* The slots go (their circuit is gone). */
+		while (slots_head != NULL) {
+			ct_slot *next = slots_head->next;
+
+			slots_head->circuit = NULL;
+			slot_free(table, slots_head);
+			slots_head = next;
+		}
 		if (c != NULL && status == CT_NOMEM)
 			circuit_destroy(table, c);
 		return status;
@@ -1411,9 +1496,20 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	if (c->ext != NULL) {
 		c->ext->transitions = transitions;
 		c->ext->pins = pins;
+		c->ext->slots_head = slots_head;
+		c->ext->slots_tail = slots_tail;
+		c->ext->slot_count = slot_count;
+		c->ext->trial_count = trial_count;
+		c->ext->ticket_count = ticket_count;
+		c->ext->budget = budget;
+		for (ct_slot *s = slots_head; s != NULL; s = s->next)
+			s->circuit = c;
 	}
 	c->snap = view->snap;
 	c->totals = view->totals;
+	c->totals.rejected_concurrency += own.rejected_concurrency;
+	c->totals.retries += own.retries;
+	c->totals.rejected_retry += own.rejected_retry;
 	if (view->hold.held) {
 		/* The hold keeps the state it was placed on. */
 		c->snap.state = view->hold.state;

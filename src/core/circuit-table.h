@@ -287,6 +287,16 @@ ct_status circuit_table_allow(circuit_table *table, const char *name, const ct_c
  * whose copies live here. */
 ct_status circuit_table_make_room(circuit_table *table, int64_t clock);
 
+/* Fleet mode: allow whose breaker was judged elsewhere (in Redis), `out`
+ * its answer (allowed, state, and a trial slot held there as permit);
+ * this host's part: the attempt counted in the retry budget, and when
+ * the breaker granted, the retry budget and the bulkhead (a ticket named
+ * as the trial slot, when there is one). `out` becomes the answer; a
+ * refusal here leaves has_permit false (the caller gives back the trial
+ * slot). */
+ct_status circuit_table_allow_local(circuit_table *table, const char *name, const ct_call *call,
+    ct_allow *out);
+
 /* A refusal for want of a ticket made by an allow that waited
  * (call->wait) and got none: counted in totals.rejected_concurrency. */
 void circuit_table_count_waited(circuit_table *table, const char *name);
