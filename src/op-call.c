@@ -248,12 +248,18 @@ op_reply_allow(op_call *call, const ct_allow *allow)
 	json_t *r = op_reply(call);
 	const char *reason = circuit_table_refusal_name(allow->reason);
 
+	/* A permit's members are written as text after the others (every
+	 * granted allow of a circuit with a ticket has them). */
+	if (allow->has_permit) {
+		ENC_LIT(&call->tail, ",\"permit\":");
+		enc_name(&call->tail, allow->permit.token);
+		ENC_LIT(&call->tail, ",\"expires_at\":");
+		enc_int(&call->tail, allow->permit.expires_at);
+		if (call->tail.nomem)
+			return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
 	if (json_object_set_new(r, "allowed", json_boolean(allow->allowed)) != 0 ||
 	    json_object_set_new(r, "state", json_string(breaker_state_name(allow->state))) != 0 ||
-	    (allow->has_permit &&
-		(json_object_set_new(r, "permit", json_string(allow->permit.token)) != 0 ||
-		    json_object_set_new(r, "expires_at", json_integer(allow->permit.expires_at)) !=
-			0)) ||
 	    (!allow->allowed && reason != NULL &&
 		json_object_set_new(r, "reason", json_string(reason)) != 0) ||
 	    (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY &&

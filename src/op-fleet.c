@@ -193,8 +193,10 @@ args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
 	p->permit_next = text != NULL;
 	/* A ticket is this host's (protocol 3, §2): it goes back here, and
 	 * a waiter may take it. */
-	if (text != NULL && circuit_table_release_slot(cbd.table, call->name, text, call->now))
+	if (text != NULL) {
+		circuit_table_release_slot(cbd.table, call->name, text, call->now);
 		op_wait_kick(call->name);
+	}
 	return true;
 }
 
@@ -222,10 +224,8 @@ args_release_slot(op_pending *p, json_t *extra, bool *bad, bool *answered)
 
 	if (!proto_get_text(p->call.request, "token", true, &text, NULL, &p->call.err))
 		return *bad = true, false;
-	if (circuit_table_release_slot(cbd.table, p->call.name, text, p->call.now)) {
-		p->released_here = true;
-		op_wait_kick(p->call.name);
-	}
+	p->released_here = circuit_table_release_slot(cbd.table, p->call.name, text, p->call.now);
+	op_wait_kick(p->call.name);
 	return json_object_set_new(extra, "token", json_string(text)) == 0;
 }
 

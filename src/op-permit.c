@@ -102,6 +102,12 @@ op_record(op_call *call)
 	if (has_count && which != RECORD_REJECTED)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
 		    "count is only for outcome \"rejected\"");
+	/* The permit goes back whatever becomes of the outcome (before it:
+	 * the outcome's snapshot shows it back); a waiter may take it. */
+	if (permit != NULL) {
+		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
+		op_wait_kick(call->name);
+	}
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
 		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
@@ -120,13 +126,6 @@ op_record(op_call *call)
 		break;
 	}
 	events_changed(call->name, &change);
-	/* The permit goes back whatever became of the outcome; a waiter may
-	 * take its ticket. */
-	if (permit != NULL) {
-		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
-		op_wait_kick(call->name);
-		circuit_table_get(cbd.table, call->name, call->now, &view, NULL);
-	}
 	if (!op_status(call, status))
 		return false;
 	return op_reply_snapshot(call, "snapshot", &view);
