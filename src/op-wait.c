@@ -137,6 +137,8 @@ waiter_fix(op_waiter *w)
 	call->table.owner = &call->client->owner;
 }
 
+static void waiter_answer(op_waiter *w, bool ok);
+
 /* One attempt of w at cbd's clock `clock`; true when it was answered (w is
  * gone then). */
 static bool
@@ -144,7 +146,6 @@ waiter_try(op_waiter *w, int64_t clock)
 {
 	op_call *call = &w->call;
 	server_client *c = call->client;
-	op_conn *oc = op_conn_peek(c);
 	bool done = false, ok;
 
 	call->clock = clock;
@@ -158,6 +159,18 @@ waiter_try(op_waiter *w, int64_t clock)
 		op_suspend(c);
 		return false;
 	}
+	waiter_answer(w, ok);
+	return true;
+}
+
+/* Write w's reply (ok, else call->err), resume its connection, free w. */
+static void
+waiter_answer(op_waiter *w, bool ok)
+{
+	op_call *call = &w->call;
+	server_client *c = call->client;
+	op_conn *oc = op_conn_peek(c);
+
 	ok = ok && op_reply_conflicts(call);
 	op_finish(call, ok);
 	call->reply = NULL;
@@ -168,7 +181,6 @@ waiter_try(op_waiter *w, int64_t clock)
 	server_client_watch_hangup(c, false);
 	server_client_resume(c);
 	waiter_free(w);
-	return true;
 }
 
 /* Arm q's timer for the first waiter's end or the first ticket's ttl
@@ -317,4 +329,21 @@ op_wait_client_closed(server_client *c)
 	/* Its tickets went back (circuit_table_release_owner). */
 	if (waiters > 0)
 		op_wait_kick_all();
+}
+
+void
+op_wait_stop(void)
+{
+	op_wait_queue *q, *tmp;
+
+	HASH_ITER (hh, queues, q, tmp) {
+		while (q->head != NULL) {
+			op_waiter *w = q->head;
+
+			op_begin(w->call.client);
+			proto_fail(&w->call.err, PROTO_SHUTTING_DOWN, "cbd is shutting down");
+			waiter_answer(w, false);
+		}
+		queue_free_if_empty(q);
+	}
 }

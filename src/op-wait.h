@@ -53,4 +53,8 @@ uint64_t op_wait_count(void);
  * tickets it held went back, so the others are tried. */
 void op_wait_client_closed(server_client *c);
 
+/* Shutdown: every waiter is answered now (shutting_down), so that its
+ * connection drains at once. */
+void op_wait_stop(void);
+
 #endif

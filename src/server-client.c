@@ -923,8 +923,9 @@ server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
 		timer_arm(c, c->last_request_ms + idle - now);
 		return;
 	}
-	if (c->out_off < c->out_len) {
-		timer_arm(c, idle); /* replies in flight: not idle */
+	/* Replies in flight, or a request waiting for its reply: not idle. */
+	if (c->out_off < c->out_len || (c->blocked & SERVER_CLIENT_BLOCK_REPLY)) {
+		timer_arm(c, idle);
 		return;
 	}
 	stats_limit_hit(STATS_LIMIT_IDLE);

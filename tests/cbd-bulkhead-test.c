@@ -11,6 +11,7 @@
  * and bad values refused naming the member.
  */
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,28 @@ START_TEST(test_wait_expiry_and_order)
 	json_decref(r);
 	ck_assert(util_stats_reach(a, "waiters", 0));
 	totals_are("e", 0, 1, 0, 0);
+}
+END_TEST
+
+/* Shutdown answers a waiter at once (shutting_down), without waiting for
+ * its wait_ms. */
+START_TEST(test_shutdown_answers_waiters)
+{
+	json_t *r;
+
+	start("[circuit \"s\"]\nmax_concurrent = 1\n");
+	r = util_call_ok(conns[0], "{\"op\":\"allow\",\"name\":\"s\"}");
+	free(granted(r));
+	json_decref(r);
+	send_line(conns[1], "{\"id\":3,\"op\":\"allow\",\"name\":\"s\",\"wait_ms\":60000}");
+	ck_assert(util_stats_reach(a, "waiters", 1));
+	ck_assert_int_eq(kill(h.pid, SIGTERM), 0);
+	r = util_next_json(conns[1], "the waiter's answer");
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(util_int(r, "id"), 3);
+	ck_assert_str_eq(util_code(r), "shutting_down");
+	json_decref(r);
+	ck_assert(util_wait_eof(conns[1]));
 }
 END_TEST
 
@@ -618,6 +641,7 @@ main(void)
 	tcase_add_test(tc, test_close_frees_to_waiters_in_order);
 	tcase_add_test(tc, test_wait_expiry_and_order);
 	tcase_add_test(tc, test_ttl_frees);
+	tcase_add_test(tc, test_shutdown_answers_waiters);
 	tcase_add_test(tc, test_retry_budget);
 	tcase_add_test(tc, test_reasons);
 	tcase_add_test(tc, test_policy_keys);
