@@ -315,6 +315,40 @@ START_TEST(test_shutdown_answers_waiters)
 }
 END_TEST
 
+/* The state file keeps the new totals of the circuits it keeps (after a
+ * restart their tickets are gone with their connections). */
+START_TEST(test_state_file_keeps_totals)
+{
+	char dir[] = "/tmp/cbd-bulkhead-state-XXXXXX", config[512], path[600];
+	json_t *r;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(config, sizeof config,
+	    "[cbd]\nstate_file = %s/state.json\n[circuit \"p\"]\nmax_concurrent = 1\n", dir);
+	start(config);
+	r = util_call_ok(conns[0], "{\"op\":\"allow\",\"name\":\"p\",\"retry\":true}");
+	free(granted(r));
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"p\"}");
+	refused(r, "closed", "concurrency");
+	json_decref(r);
+	/* Held closed, the circuit is kept (open, half_open and held ones
+	 * are); a stop writes the state file. */
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"p\",\"state\":\"closed\",\"hold\":true}"));
+	teardown();
+	setup();
+	start(config);
+	totals_are("p", 0, 1, 1, 0);
+	ck_assert_int_eq(snap_int("p", "in_flight"), 0);
+	teardown();
+	setup();
+	snprintf(path, sizeof path, "%s/state.json", dir);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 /* A ticket's ttl frees it: on the request's clock (ctx.now), and on cbd's
  * clock for a waiter. */
 START_TEST(test_ttl_frees)
@@ -634,7 +668,7 @@ main(void)
 	TCase *tc = tcase_create("tickets");
 
 	/* Fleet mode counts tickets and retries per host too (PROTOCOL.md
-	 * §15), so every case holds there as here. */
+	 * §15), so every case but the state file's holds there as here. */
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_never_more_than_n);
@@ -642,6 +676,9 @@ main(void)
 	tcase_add_test(tc, test_wait_expiry_and_order);
 	tcase_add_test(tc, test_ttl_frees);
 	tcase_add_test(tc, test_shutdown_answers_waiters);
+	/* The state file is memory mode's (PROTOCOL.md §15). */
+	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL)
+		tcase_add_test(tc, test_state_file_keeps_totals);
 	tcase_add_test(tc, test_retry_budget);
 	tcase_add_test(tc, test_reasons);
 	tcase_add_test(tc, test_policy_keys);
