@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "op-wait.h"
 #include "stats.h"
+#include "watch.h"
 
 typedef struct op_wait_queue op_wait_queue;
 
@@ -146,6 +147,9 @@ waiter_try(op_waiter *w, int64_t clock)
 {
 	op_call *call = &w->call;
 	server_client *c = call->client;
+	/* A ticket freed by another connection's request: its events still
+	 * wait for its own reply once this one is answered. */
+	server_client *outer = watch_request_current();
 	bool done = false, ok;
 
 	call->clock = clock;
@@ -155,12 +159,13 @@ waiter_try(op_waiter *w, int64_t clock)
 	/* Events this attempt causes reach the connection after its reply. */
 	op_begin(c);
 	ok = w->fn(call, clock >= w->deadline, &done);
-	if (!done) {
+	if (!done)
 		op_suspend(c);
-		return false;
-	}
-	waiter_answer(w, ok);
-	return true;
+	else
+		waiter_answer(w, ok);
+	if (outer != NULL && outer != c)
+		watch_request_begin(outer);
+	return done;
 }
 
 /* Write w's reply (ok, else call->err), resume its connection, free w. */
