@@ -200,9 +200,11 @@ queue_arm(op_wait_queue *q, int64_t clock)
 		if (w->deadline < at)
 			at = w->deadline;
 	}
+	/* (A millisecond after it: a timer a little early would find it
+	 * not yet ended, and spin.) */
 	if (q->head != NULL && circuit_table_next_expiry(cbd.table, q->name, &expiry) &&
-	    expiry - q->head->offset < at)
-		at = expiry - q->head->offset;
+	    expiry - q->head->offset + 1 < at)
+		at = expiry - q->head->offset + 1;
 	at = at > clock ? at - clock : 0;
 	tv.tv_sec = (time_t)(at / 1000);
 	tv.tv_usec = (suseconds_t)(at % 1000) * 1000;
