@@ -167,6 +167,13 @@ static const conf_key keys[] = {
 	    "the break is multiplied by this after each failed trial"),
 	POLICY_KEY("break_max_ms", PROTO_CTX_BREAK_MAX_MS, CB_DURATION_MIN, CB_DURATION_MAX,
 	    "unset", "the longest break break_backoff may reach"),
+	POLICY_KEY("max_concurrent", PROTO_CTX_MAX_CONCURRENT, 1, CB_CONCURRENT_MAX, "unset",
+	    "bulkhead: calls in flight at once across the host (tickets taken by allow)"),
+	POLICY_KEY("retry_budget_percent", PROTO_CTX_RETRY_BUDGET_PERCENT, 0,
+	    CB_RETRY_BUDGET_PERCENT_MAX, "unset",
+	    "retry budget: retries allowed as a percent of first attempts over 10 s"),
+	POLICY_KEY("retry_min_per_s", PROTO_CTX_RETRY_MIN_PER_S, 0, CB_RETRY_MIN_PER_S_MAX, "10",
+	    "retry budget: retries a second always allowed (over 10 s)"),
 	POLICY_KEY("preset", PROTO_CTX_PRESET, 0, 0, "none",
 	    "a named bundle of policy keys: http-external, service, database or a [preset]"),
 };

@@ -44,6 +44,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/metrics-http.c src/metrics-http.h \
 	src/stats-report.c src/stats-report.h \
 	src/op-call.c src/op-call.h \
+	src/op-wait.c src/op-wait.h \
 	src/op-circuit.c src/op-circuit.h \
 	src/op-permit.c src/op-permit.h \
 	src/op-list.c src/op-list.h \

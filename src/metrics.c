@@ -93,7 +93,7 @@ family(text_buf *t, const char *name, const char *type, const char *help)
 /* What the per-circuit walk writes, one family at a time. */
 typedef struct series_walk {
 	text_buf *t;
-	int family; /* 0 state, 1 calls, 2 transitions */
+	int family; /* 0 state, 1 calls, 2 transitions, 3 in flight, 4 retries */
 } series_walk;
 
 static void
@@ -115,12 +115,30 @@ series_visit(const char *name, const ct_view *view, void *arg)
 		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"failure\"} %llu\n"
 		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"ignored\"} %llu\n"
 		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"slow\"} %llu\n"
-		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"rejected\"} %llu\n",
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"rejected\"} %llu\n"
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"rejected_concurrency\"} %llu\n"
+		    "cbd_circuit_calls_total{name=\"%s\",outcome=\"rejected_retry\"} %llu\n",
 		    l, (unsigned long long)view->totals.successes, l,
 		    (unsigned long long)view->totals.failures, l,
 		    (unsigned long long)view->totals.ignored, l,
 		    (unsigned long long)view->totals.slow, l,
-		    (unsigned long long)view->totals.rejected);
+		    (unsigned long long)view->totals.rejected, l,
+		    (unsigned long long)view->totals.rejected_concurrency, l,
+		    (unsigned long long)view->totals.rejected_retry);
+		break;
+	case 3: {
+		/* Only circuits with a limit (max_concurrent) have tickets. */
+		cb_policy policy;
+
+		conf_policy(&cbd.conf, name, view->declared, &policy, NULL, NULL);
+		if (policy.max_concurrent > 0)
+			put(w->t, "cbd_circuit_in_flight{name=\"%s\"} %llu\n", l,
+			    (unsigned long long)view->in_flight);
+		break;
+	}
+	case 4:
+		put(w->t, "cbd_circuit_retries_total{name=\"%s\"} %llu\n", l,
+		    (unsigned long long)view->totals.retries);
 		break;
 	case 2:
 		for (int from = 0; view->transitions != NULL && from < CB_STATE_COUNT; from++) {
@@ -268,7 +286,7 @@ metrics_text(size_t *len)
 	family(&t, "cbd_circuits_reclaimed_total", "counter", "Idle circuits dropped.");
 	put(&t, "cbd_circuits_reclaimed_total %llu\n",
 	    (unsigned long long)(ct.reclaimed_idle + ct.reclaimed_capacity));
-	for (int f = 0; f < 3; f++) {
+	for (int f = 0; f < 5; f++) {
 		series_walk w = { &t, f };
 
 		if (f == 0)
@@ -276,10 +294,20 @@ metrics_text(size_t *len)
 			    "1 for a circuit's current state, 0 for the others.");
 		else if (f == 1)
 			family(&t, "cbd_circuit_calls_total", "counter",
-			    "Calls reported for a circuit, by outcome; rejected: refused allows.");
-		else
+			    "Calls reported for a circuit, by outcome; rejected: allows the "
+			    "breaker "
+			    "refused; rejected_concurrency: allows refused for want of a ticket "
+			    "(max_concurrent); rejected_retry: retries the retry budget refused.");
+		else if (f == 2)
 			family(&t, "cbd_circuit_transitions_total", "counter",
 			    "State changes of a circuit since it was created.");
+		else if (f == 3)
+			family(&t, "cbd_circuit_in_flight", "gauge",
+			    "Tickets a circuit with max_concurrent has handed out and not had back "
+			    "(this host's).");
+		else
+			family(&t, "cbd_circuit_retries_total", "counter",
+			    "Retries granted for a circuit (allow with retry: true).");
 		listed = circuit_table_foreach_recent(cbd.table, now, max, series_visit, &w);
 	}
 	family(&t, "cbd_metrics_circuits_omitted", "gauge",

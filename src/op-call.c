@@ -243,6 +243,35 @@ op_resolve_policy(op_call *call)
 }
 
 bool
+op_reply_allow(op_call *call, const ct_allow *allow)
+{
+	json_t *r = op_reply(call);
+	const char *reason = circuit_table_refusal_name(allow->reason);
+
+	/* A permit's members are written as text after the others (every
+	 * granted allow of a circuit with a ticket has them). */
+	if (allow->has_permit) {
+		ENC_LIT(&call->tail, ",\"permit\":");
+		enc_name(&call->tail, allow->permit.token);
+		ENC_LIT(&call->tail, ",\"expires_at\":");
+		enc_int(&call->tail, allow->permit.expires_at);
+		if (call->tail.nomem)
+			return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (json_object_set_new(r, "allowed", json_boolean(allow->allowed)) != 0 ||
+	    json_object_set_new(r, "state", json_string(breaker_state_name(allow->state))) != 0 ||
+	    (!allow->allowed && reason != NULL &&
+		json_object_set_new(r, "reason", json_string(reason)) != 0) ||
+	    (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY &&
+		json_object_set_new(r, "in_flight", json_integer((json_int_t)allow->in_flight)) !=
+		    0) ||
+	    (!allow->allowed &&
+		json_object_set_new(r, "retry_after_ms", json_integer(allow->retry_after_ms)) != 0))
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
+bool
 op_reply_conflicts(op_call *call)
 {
 	json_t *names;

@@ -55,6 +55,9 @@ typedef struct op_conn {
 	struct op_watch_job *watch_job; /* a watch answered in steps */
 	/* Where this connection's paged listing stands (its last list). */
 	struct op_list_cursor *list_cursor;
+	/* An allow waiting for a ticket (op-wait.c): no other line is read
+	 * meanwhile. */
+	struct op_waiter *wait;
 } op_conn;
 
 /* c's op state, made on first use; NULL when out of memory. */
@@ -135,6 +138,11 @@ json_t *op_reply(op_call *call);
 /* The text of {"id": id, "ok": true} as proto_reply_ok makes it (no
  * member added: no object to build). */
 void op_reply_head(enc_buf *b, const json_t *id);
+
+/* allow's reply members from the answer (memory mode: the table's; fleet
+ * mode: Redis's with this host's part): allowed, state, permit and
+ * expires_at, or reason, in_flight (concurrency) and retry_after_ms. */
+bool op_reply_allow(op_call *call, const ct_allow *allow);
 
 /* reply.policy_conflict = the names of the conflicting ctx members. */
 bool op_reply_conflicts(op_call *call);

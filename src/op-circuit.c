@@ -10,6 +10,7 @@
 #include "events.h"
 #include "log.h"
 #include "op-circuit.h"
+#include "op-wait.h"
 
 bool
 op_get(op_call *call)
@@ -149,6 +150,7 @@ op_release_slot(op_call *call)
 	if (!proto_get_text(call->request, "token", true, &token, NULL, &call->err))
 		return false;
 	released = circuit_table_release_slot(cbd.table, call->name, token, call->now);
+	op_wait_kick(call->name);
 	if (json_object_set_new(op_reply(call), "released", json_boolean(released)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
@@ -162,6 +164,7 @@ op_delete(op_call *call)
 	if (existed) {
 		op_audit(call, "deleted", NULL);
 		events_deleted(call->name);
+		op_wait_kick(call->name); /* its tickets went with it */
 	}
 	if (json_object_set_new(op_reply(call), "existed", json_boolean(existed)) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");

@@ -27,6 +27,7 @@
 #include "fleet.h"
 #include "log.h"
 #include "op-fleet.h"
+#include "op-wait.h"
 #include "stats.h"
 
 /* Calls of one request again after the script said the circuit was
@@ -55,6 +56,8 @@ typedef struct op_pending {
 	char *declared_text; /* the policy the circuit was created with */
 	proto_ctx declared; /* parsed from it after a mismatch */
 	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
+	int64_t wait_ms; /* allow: how long it may wait for a ticket here */
+	bool released_here; /* release_slot: a ticket of this host's went back */
 	/* Waiting for room in Redis (FLEET_INFLIGHT_MAX): its first call's
 	 * arguments, and the next request waiting. */
 	json_t *queued_args;
@@ -188,6 +191,12 @@ args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
 	if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
 		return *bad = true, false;
 	p->permit_next = text != NULL;
+	/* A ticket is this host's (protocol 3, §2): it goes back here, and
+	 * a waiter may take it. */
+	if (text != NULL) {
+		circuit_table_release_slot(cbd.table, call->name, text, call->now);
+		op_wait_kick(call->name);
+	}
 	return true;
 }
 
@@ -199,6 +208,15 @@ args_token(op_pending *p, json_t *extra, bool *bad, bool *answered)
 	return json_object_set_new(extra, "token", json_string(p->token)) == 0;
 }
 
+/* allow: this host's members (wait_ms, retry), then the token. */
+static bool
+args_allow(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	if (!op_wait_members(&p->call, &p->wait_ms))
+		return *bad = true, false;
+	return args_token(p, extra, bad, answered);
+}
+
 static bool
 args_release_slot(op_pending *p, json_t *extra, bool *bad, bool *answered)
 {
@@ -206,6 +224,8 @@ args_release_slot(op_pending *p, json_t *extra, bool *bad, bool *answered)
 
 	if (!proto_get_text(p->call.request, "token", true, &text, NULL, &p->call.err))
 		return *bad = true, false;
+	p->released_here = circuit_table_release_slot(cbd.table, p->call.name, text, p->call.now);
+	op_wait_kick(p->call.name);
 	return json_object_set_new(extra, "token", json_string(text)) == 0;
 }
 
@@ -271,7 +291,8 @@ args_for_op(op_pending *p, bool *bad, bool *answered)
 static void
 block_update(server_client *c, const op_conn *oc)
 {
-	server_client_block(c, SERVER_CLIENT_BLOCK_REPLY, oc->fleet_wait != NULL);
+	server_client_block(c, SERVER_CLIENT_BLOCK_REPLY,
+	    oc->fleet_wait != NULL || oc->wait != NULL);
 	server_client_block(c, SERVER_CLIENT_BLOCK_FULL,
 	    oc->fleet_inflight >= OP_FLEET_INFLIGHT_MAX || oc->fleet_queued > 0);
 }
@@ -570,26 +591,73 @@ reply_get(op_pending *p, const json_t *reply, const ct_view *view, bool *snapsho
 	    : reply_nomem(p);
 }
 
+/* A waiting allow's attempt (op-wait.h): the fleet's breaker granted it
+ * in closed; this host's bulkhead decides. */
+static bool
+allow_again_local(op_call *call, bool expired, bool *done)
+{
+	ct_allow allow = { .allowed = true, .state = CB_STATE_CLOSED };
+
+	call->table.again = true;
+	*done = true;
+	if (!op_status(call,
+		circuit_table_allow_local(cbd.table, call->name, &call->table, &allow)))
+		return false;
+	if (!allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		if (!expired) {
+			*done = false;
+			return true;
+		}
+		circuit_table_count_waited(cbd.table, call->name);
+	}
+	return op_reply_allow(call, &allow);
+}
+
+/* allow: the fleet's breaker answered (Redis); the retry budget and the
+ * bulkhead are this host's (protocol 3, §5), judged here after it. */
 static bool
 reply_allow(op_pending *p, const json_t *reply, const ct_view *view, bool *snapshot)
 {
-	json_t *r = op_reply(&p->call);
+	op_call *call = &p->call;
 	const json_t *permit = json_object_get(reply, "permit");
-	bool allowed = json_is_true(json_object_get(reply, "allowed"));
+	const cb_policy *policy = &call->policy;
+	ct_allow allow = { .allowed = json_is_true(json_object_get(reply, "allowed")),
+		.state = view->snap.state };
+	bool trial = json_is_object(permit);
 
 	*snapshot = false;
-	if (json_object_set_new(r, "allowed", json_boolean(allowed)) != 0 ||
-	    json_object_set_new(r, "state", json_string(breaker_state_name(view->snap.state))) !=
-		0 ||
-	    (json_is_object(permit) &&
-		(json_object_set(r, "permit", json_object_get(permit, "token")) != 0 ||
-		    json_object_set(r, "expires_at", json_object_get(permit, "expires_at")) !=
-			0)) ||
-	    (!allowed &&
-		json_object_set(r, "retry_after_ms", json_object_get(reply, "retry_after_ms")) !=
-		    0))
-		return reply_nomem(p);
-	return !json_is_object(permit) || slot_note(p, p->token);
+	if (trial) {
+		allow.has_permit = true;
+		snprintf(allow.permit.token, sizeof allow.permit.token, "%s", p->token);
+		allow.permit.expires_at = json_integer_value(json_object_get(permit, "expires_at"));
+	}
+	if (!allow.allowed) {
+		allow.retry_after_ms = json_integer_value(json_object_get(reply, "retry_after_ms"));
+		allow.reason = allow.state == CB_STATE_HALF_OPEN ? CT_REFUSED_HALF_OPEN_FULL
+		    : view->hold.held                            ? CT_REFUSED_HELD
+								 : CT_REFUSED_OPEN;
+	}
+	if (policy->max_concurrent > 0 || policy->retry_budget_percent >= 0 || call->table.retry) {
+		call->table.wait =
+		    p->wait_ms > 0 && !call->noreply && allow.state == CB_STATE_CLOSED;
+		if (!op_status(call,
+			circuit_table_allow_local(cbd.table, call->name, &call->table, &allow))) {
+			if (trial)
+				slot_give_back(call->name, p->token);
+			return false;
+		}
+		if (trial && !allow.allowed)
+			slot_give_back(call->name, p->token); /* refused here: not kept */
+		if (call->table.wait && !allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+			/* The waiter answers it (pending_finish leaves it be). */
+			if (op_wait_defer(call, p->wait_ms, allow_again_local))
+				return true;
+			circuit_table_count_waited(cbd.table, call->name);
+		}
+	}
+	if (!op_reply_allow(call, &allow))
+		return false;
+	return !(trial && allow.allowed) || slot_note(p, p->token);
 }
 
 static bool
@@ -617,7 +685,9 @@ reply_release_slot(op_pending *p, const json_t *reply, const ct_view *view, bool
 	*snapshot = false;
 	if (call->client != NULL && token != NULL)
 		slot_forget(call->client, token);
-	return json_object_set(op_reply(call), "released", json_object_get(reply, "released")) == 0
+	return json_object_set_new(op_reply(call), "released",
+		   json_boolean(
+		       p->released_here || json_is_true(json_object_get(reply, "released")))) == 0
 	    ? true
 	    : reply_nomem(p);
 }
@@ -693,7 +763,18 @@ pending_finish(op_pending *p, bool ok)
 {
 	server_client *c = p->call.client;
 
-	if (c != NULL) {
+	if (c != NULL && p->call.pending) {
+		/* A waiter took the call over (op-wait.c): it answers. */
+		op_conn *oc = op_conn_peek(c);
+
+		p->call.tail = (enc_buf){ 0 };
+		p->call.tail_more = (enc_buf){ 0 };
+		p->call.reply = NULL;
+		if (oc->fleet_wait == p)
+			oc->fleet_wait = NULL;
+		pending_unlink(p, c);
+		op_suspend(c);
+	} else if (c != NULL) {
 		op_conn *oc = op_conn_peek(c);
 		bool was_blocked = server_client_waiting(c);
 
@@ -720,6 +801,22 @@ pending_local(op_pending *p)
 	pending_fix(p);
 	ok = op_fleet_local(call);
 	pending_finish(p, ok);
+}
+
+/* What this host alone counts goes in the snapshot of the fleet's circuit
+ * (protocol 3, §5): its tickets in flight, the refusals of its bulkhead
+ * and retry budget, the retries it granted. */
+static void
+view_add_local(const char *name, ct_view *view)
+{
+	ct_view local;
+
+	if (!circuit_table_peek(cbd.table, name, &local))
+		return;
+	view->in_flight = local.in_flight;
+	view->totals.rejected_concurrency = local.totals.rejected_concurrency;
+	view->totals.retries = local.totals.retries;
+	view->totals.rejected_retry = local.totals.rejected_retry;
 }
 
 static void
@@ -820,6 +917,7 @@ pending_done(const json_t *reply, void *arg)
 		pending_local(p);
 		return;
 	}
+	view_add_local(call->name, &view);
 	if (view.stored) {
 		/* The policy the circuit really has (declared by its creator). */
 		call->declared = view.declared;
@@ -889,7 +987,7 @@ const op_fleet_path op_fleet_get = { "get", NULL, reply_get, false, FLEET_WB_NON
 const op_fleet_path op_fleet_record_success = { "success", NULL, NULL, true, FLEET_WB_NONE, false };
 const op_fleet_path op_fleet_record_failure = { "failure", NULL, NULL, true, FLEET_WB_NONE, false };
 const op_fleet_path op_fleet_record = { NULL, args_record, NULL, true, FLEET_WB_NONE, false };
-const op_fleet_path op_fleet_allow = { "allow", args_token, reply_allow, true, FLEET_WB_NONE,
+const op_fleet_path op_fleet_allow = { "allow", args_allow, reply_allow, true, FLEET_WB_NONE,
 	false };
 const op_fleet_path op_fleet_acquire_slot = { "acquire_slot", args_token, reply_acquire_slot, true,
 	FLEET_WB_NONE, false };

@@ -1,36 +1,63 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-permit.c — the permit ops (see op-permit.h): allow ("may I call?")
- * and record ("how did it go?", giving back allow's permit).
+ * op-permit.c — the permit ops (see op-permit.h): allow ("may I call?",
+ * taking a ticket when the circuit has max_concurrent, waiting for one
+ * up to wait_ms through op-wait.c) and record ("how did it go?", giving
+ * back allow's permit or ticket).
  */
 #include <string.h>
 
 #include "daemon.h"
 #include "events.h"
 #include "op-permit.h"
+#include "op-wait.h"
+
+/* One attempt of an allow that waits for a ticket (op-wait.h). */
+static bool
+allow_again(op_call *call, bool expired, bool *done)
+{
+	ct_allow allow;
+	ct_change change;
+
+	call->table.again = true;
+	*done = true;
+	if (!op_status(call,
+		circuit_table_allow(cbd.table, call->name, &call->table, &allow, NULL, &change)))
+		return false;
+	events_changed(call->name, &change);
+	if (!allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		if (!expired) {
+			*done = false;
+			return true;
+		}
+		circuit_table_count_waited(cbd.table, call->name);
+	}
+	return op_reply_allow(call, &allow);
+}
 
 bool
 op_allow(op_call *call)
 {
 	ct_allow allow;
 	ct_change change;
-	ct_view view;
-	json_t *r = op_reply(call);
+	int64_t wait_ms = 0;
 
+	if (!op_wait_members(call, &wait_ms))
+		return false;
+	/* Waiters first: a ticket freed on cbd's clock is theirs. */
+	if (op_wait_queued(call->name))
+		op_wait_kick(call->name);
+	call->table.wait = wait_ms > 0 && !call->noreply;
 	if (!op_status(call,
-		circuit_table_allow(cbd.table, call->name, &call->table, &allow, &view, &change)))
+		circuit_table_allow(cbd.table, call->name, &call->table, &allow, NULL, &change)))
 		return false;
 	events_changed(call->name, &change);
-	if (json_object_set_new(r, "allowed", json_boolean(allow.allowed)) != 0 ||
-	    json_object_set_new(r, "state", json_string(breaker_state_name(allow.state))) != 0 ||
-	    (allow.has_permit &&
-		(json_object_set_new(r, "permit", json_string(allow.permit.token)) != 0 ||
-		    json_object_set_new(r, "expires_at", json_integer(allow.permit.expires_at)) !=
-			0)) ||
-	    (!allow.allowed &&
-		json_object_set_new(r, "retry_after_ms", json_integer(allow.retry_after_ms)) != 0))
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return true;
+	if (call->table.wait && !allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		if (op_wait_defer(call, wait_ms, allow_again))
+			return true;
+		circuit_table_count_waited(cbd.table, call->name);
+	}
+	return op_reply_allow(call, &allow);
 }
 
 /* The outcomes of record. */
@@ -75,6 +102,12 @@ op_record(op_call *call)
 	if (has_count && which != RECORD_REJECTED)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
 		    "count is only for outcome \"rejected\"");
+	/* The permit goes back whatever becomes of the outcome (before it:
+	 * the outcome's snapshot shows it back); a waiter may take it. */
+	if (permit != NULL) {
+		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
+		op_wait_kick(call->name);
+	}
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
 		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
@@ -93,11 +126,6 @@ op_record(op_call *call)
 		break;
 	}
 	events_changed(call->name, &change);
-	/* The permit goes back whatever became of the outcome. */
-	if (permit != NULL) {
-		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
-		circuit_table_get(cbd.table, call->name, call->now, &view, NULL);
-	}
 	if (!op_status(call, status))
 		return false;
 	return op_reply_snapshot(call, "snapshot", &view);

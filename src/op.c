@@ -18,6 +18,7 @@
 #include "op-list.h"
 #include "op-permit.h"
 #include "op-service.h"
+#include "op-wait.h"
 #include "op.h"
 #include "stats.h"
 
@@ -152,7 +153,9 @@ op_run(op_call *call, const op_entry *op)
 			return op_fleet_local(call) && op_reply_conflicts(call);
 		}
 	}
-	return op->handler(call) && op_reply_conflicts(call);
+	/* A request answered later (a waiting allow) reports its conflicts
+	 * then. */
+	return op->handler(call) && (call->pending || op_reply_conflicts(call));
 }
 
 bool
@@ -164,6 +167,7 @@ op_conn_step(server_client *c, bool paced)
 void
 op_conn_closed(server_client *c)
 {
+	op_wait_client_closed(c);
 	if (c->slot == NULL)
 		return;
 	op_fleet_client_closed(c);

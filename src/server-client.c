@@ -923,8 +923,9 @@ server_client_timer_cb(evutil_socket_t fd, short what, void *arg)
 		timer_arm(c, c->last_request_ms + idle - now);
 		return;
 	}
-	if (c->out_off < c->out_len) {
-		timer_arm(c, idle); /* replies in flight: not idle */
+	/* Replies in flight, or a request waiting for its reply: not idle. */
+	if (c->out_off < c->out_len || (c->blocked & SERVER_CLIENT_BLOCK_REPLY)) {
+		timer_arm(c, idle);
 		return;
 	}
 	stats_limit_hit(STATS_LIMIT_IDLE);
@@ -965,6 +966,35 @@ server_client_drain(server_client *c)
 		server_client_flush(c);
 }
 
+/* The peer hung up while c's input was not read (server_client_watch_hangup). */
+static void
+server_client_hangup_cb(evutil_socket_t fd, short what, void *arg)
+{
+	server_client *c = arg;
+
+	(void)fd;
+	(void)what;
+	server_client_close(c, "peer closed while its request waited");
+}
+
+void
+server_client_watch_hangup(server_client *c, bool on)
+{
+	if (!on) {
+		if (c->hup_ev != NULL)
+			event_del(c->hup_ev);
+		return;
+	}
+	if (c->state == SERVER_CLIENT_DEAD)
+		return;
+	if (c->hup_ev == NULL)
+		c->hup_ev =
+		    event_new(cbd.base, c->fd, EV_CLOSED | EV_PERSIST, server_client_hangup_cb, c);
+	/* A backend without EV_CLOSED: the request's own end answers it. */
+	if (c->hup_ev != NULL)
+		event_add(c->hup_ev, NULL);
+}
+
 void
 server_client_close(server_client *c, const char *why)
 {
@@ -973,6 +1003,8 @@ server_client_close(server_client *c, const char *why)
 	log_debug("connection %llu (uid %ld) closed: %s", (unsigned long long)c->id, (long)c->uid,
 	    why);
 	read_arm(c, false);
+	if (c->hup_ev != NULL)
+		event_del(c->hup_ev);
 	event_del(c->write_ev);
 	evtimer_del(c->timer_ev);
 	evtimer_del(c->turn_ev);
@@ -1003,6 +1035,8 @@ server_client_free(server_client *c)
 		event_free(c->timer_ev);
 	if (c->turn_ev != NULL)
 		event_free(c->turn_ev);
+	if (c->hup_ev != NULL)
+		event_free(c->hup_ev);
 	free(c->in);
 	out_release(c);
 	if (c->all_prev != NULL)

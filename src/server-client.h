@@ -91,6 +91,7 @@ struct server_client {
 	bool write_armed;
 	struct event *timer_ev; /* open: client_idle_ms; closing: linger */
 	struct event *turn_ev; /* answers the lines left from the last turn */
+	struct event *hup_ev; /* the peer's hangup while a request waits (made on use) */
 	int64_t last_request_ms; /* monotonic: accepted, or last complete line */
 	uint64_t written; /* bytes written in all */
 	uint64_t linger_mark; /* `written` when the linger timer was set */
@@ -206,6 +207,10 @@ void server_client_write_end(server_client *c, const char *end, size_t len);
 /* The request c waited on is answered: take its next lines (in a turn
  * of its own, never inside the caller). */
 void server_client_resume(server_client *c);
+/* While a request of c waits long (for a ticket, server_client_block'ed),
+ * its input is not read: watch (on) for the peer's hangup all the same,
+ * which closes c; off when the request is answered. */
+void server_client_watch_hangup(server_client *c, bool on);
 /* Have the loop write c's output at its next turn (not inside the
  * caller, where a failed write would close c). */
 void server_client_write_soon(server_client *c);

@@ -38,6 +38,7 @@
 #include "metrics-http.h"
 #include "fleet-copy.h"
 #include "fleet-sync.h"
+#include "op-wait.h"
 #include "op.h"
 #include "server.h"
 #include "stats.h"
@@ -731,6 +732,8 @@ server_shutdown(const char *why)
 		close(srv.listen_fd);
 	srv.listen_fd = -1;
 	socket_unlink();
+	/* Allows waiting for a ticket wait no longer. */
+	op_wait_stop();
 	for (c = srv.clients; c != NULL; c = next) {
 		next = c->next;
 		server_client_drain(c);

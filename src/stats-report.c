@@ -95,6 +95,7 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "circuits", ct.circuits) &&
 	    set_uint(reply, "slots", ct.slots + stats.fleet_slots) &&
 	    set_uint(reply, "slots_expired", ct.slots_expired) &&
+	    set_uint(reply, "waiters", stats.waiters) &&
 	    set_uint(reply, "requests", stats.requests) &&
 	    set_uint(reply, "transitions", stats.transitions) &&
 	    set_uint(reply, "policy_conflicts", stats.policy_conflicts) &&

@@ -38,6 +38,7 @@ typedef enum stats_limit {
 	STATS_LIMIT_METRICS_CONNECTIONS, /* metrics_max_connections: a scraper closed */
 	STATS_LIMIT_METRICS_CUT, /* a metrics op's text cut to fit max_output_bytes */
 	STATS_LIMIT_TOTAL_OUTPUT, /* max_total_output_bytes: a client dropped */
+	STATS_LIMIT_WAITERS, /* max_waiters: an allow answered at once, not waiting */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
@@ -61,6 +62,7 @@ typedef struct cbd_stats {
 	uint64_t state_write_failures;
 	uint64_t state_write_pause_max_us; /* longest fork() for a state write */
 	uint64_t fleet_slots; /* slots this cbd's connections hold in Redis now */
+	uint64_t waiters; /* allows waiting for a ticket now (op-wait.c) */
 	uint64_t reloads;
 	uint64_t reload_failures;
 	/* The last reload's result, stats' last_reload (NULL: none yet). */

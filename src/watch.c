@@ -363,6 +363,12 @@ watch_request_begin(server_client *c)
 	current = c;
 }
 
+server_client *
+watch_request_current(void)
+{
+	return current;
+}
+
 void
 watch_request_end(server_client *c)
 {

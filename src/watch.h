@@ -21,6 +21,10 @@
 void watch_request_begin(server_client *c);
 /* The reply went out: send c's waiting events. */
 void watch_request_end(server_client *c);
+/* The connection whose request is being answered (NULL: none): a request
+ * that answers another's on its way (a waiter given a ticket) puts it
+ * back after. */
+server_client *watch_request_current(void);
 
 /* A change of name's state or hold (reason NONE: nothing to send). */
 void watch_changed(const char *name, const ct_change *change);

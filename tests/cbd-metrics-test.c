@@ -134,6 +134,29 @@ has(const char *text, const char *what)
 	return strstr(text, what) != NULL;
 }
 
+/* promtool, when installed, accepts the text. */
+static void
+promtool_accepts(const char *text)
+{
+	if (system("command -v promtool >/dev/null 2>&1") == 0) {
+		char path[] = "/tmp/cbd-metrics-XXXXXX", cmd[256], out[4096];
+		int tfd = mkstemp(path);
+
+		ck_assert_int_ge(tfd, 0);
+		ck_assert(file_write(tfd, text));
+		close(tfd);
+		snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
+		{
+			const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+
+			ck_assert_msg(util_run(argv, out, sizeof out) == 0, "promtool: %s", out);
+		}
+		unlink(path);
+	} else {
+		fprintf(stderr, "promtool not installed: text format not checked\n");
+	}
+}
+
 START_TEST(test_series_and_values)
 {
 	char *text, *http;
@@ -187,24 +210,52 @@ START_TEST(test_series_and_values)
 	http = http_get("/nope");
 	ck_assert(has(http, " 404 "));
 	free(http);
-	/* promtool, when installed, accepts the text. */
-	if (system("command -v promtool >/dev/null 2>&1") == 0) {
-		char path[] = "/tmp/cbd-metrics-XXXXXX", cmd[256], out[4096];
-		int tfd = mkstemp(path);
+	promtool_accepts(text);
+	free(text);
+}
+END_TEST
 
-		ck_assert_int_ge(tfd, 0);
-		ck_assert(file_write(tfd, text));
-		close(tfd);
-		snprintf(cmd, sizeof cmd, "promtool check metrics < %s", path);
-		{
-			const char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+/* Protocol 3, §4: in_flight for circuits with a limit only, the refusals
+ * of the bulkhead and the retry budget, granted retries. */
+START_TEST(test_bulkhead_series)
+{
+	static const char limited[] =
+	    "{\"op\":\"allow\",\"name\":\"bh\",\"ctx\":{\"max_concurrent\":1,"
+	    "\"retry_budget_percent\":0,\"retry_min_per_s\":0}%s}";
+	char *text;
+	json_t *r;
 
-			ck_assert_msg(util_run(argv, out, sizeof out) == 0, "promtool: %s", out);
-		}
-		unlink(path);
-	} else {
-		fprintf(stderr, "promtool not installed: text format not checked\n");
-	}
+	start("");
+	r = util_call(fd, limited, "");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call(fd, limited, "");
+	ck_assert_str_eq(util_str(r, "reason"), "concurrency");
+	json_decref(r);
+	r = util_call(fd, limited, ",\"retry\":true");
+	ck_assert_str_eq(util_str(r, "reason"), "retry_budget");
+	json_decref(r);
+	for (int i = 0; i < 2; i++)
+		json_decref(util_call(fd, "{\"op\":\"allow\",\"name\":\"free\",\"retry\":true}"));
+	text = metrics_op();
+	ck_assert_double_eq(sample(text, "cbd_circuit_in_flight{name=\"bh\"}"), 1);
+	ck_assert(!has(text, "cbd_circuit_in_flight{name=\"free\"}"));
+	ck_assert_double_eq(sample(text,
+				"cbd_circuit_calls_total{name=\"bh\",outcome="
+				"\"rejected_concurrency\"}"),
+	    1);
+	ck_assert_double_eq(sample(text,
+				"cbd_circuit_calls_total{name=\"bh\",outcome=\"rejected_retry\"}"),
+	    1);
+	ck_assert_double_eq(sample(text,
+				"cbd_circuit_calls_total{name=\"bh\",outcome=\"rejected\"}"),
+	    0);
+	ck_assert_double_eq(sample(text, "cbd_circuit_retries_total{name=\"free\"}"), 2);
+	ck_assert_double_eq(sample(text, "cbd_circuit_retries_total{name=\"bh\"}"), 0);
+	ck_assert_double_eq(sample(text, "cbd_limit_hits_total{limit=\"max_waiters\"}"), 0);
+	ck_assert(has(text, "# TYPE cbd_circuit_in_flight gauge\n"));
+	ck_assert(has(text, "# TYPE cbd_circuit_retries_total counter\n"));
+	promtool_accepts(text);
 	free(text);
 }
 END_TEST
@@ -460,6 +511,7 @@ main(void)
 
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, test_series_and_values);
+	tcase_add_test(tc, test_bulkhead_series);
 	tcase_add_test(tc, test_per_circuit_cap);
 	tcase_add_test(tc, test_listen_must_be_loopback);
 	tcase_add_test(tc, test_operator_series);

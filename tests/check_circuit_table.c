@@ -650,6 +650,119 @@ START_TEST(slot_tokens_look_random_and_differ)
 }
 END_TEST
 
+/* Protocol 3: tickets bound what is in flight; trials need a trial slot
+ * and a ticket; an owner's tickets go back at once; expired ones free on
+ * the request's clock; a copy's restore keeps them. */
+START_TEST(tickets_bound_in_flight)
+{
+	cb_policy p = policy();
+	ct_owner owner = { 0 };
+	ct_call call = at(&p, T0);
+	ct_allow a;
+	ct_view v;
+	char first[CT_TOKEN_SIZE];
+
+	p.max_concurrent = 2;
+	p.half_open_max = 5;
+	call.owner = &owner;
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, &v, NULL), CT_OK);
+		ck_assert(a.allowed && a.has_permit);
+		ck_assert_int_eq(a.permit.expires_at, T0 + 500);
+		if (i == 0)
+			memcpy(first, a.permit.token, sizeof first);
+	}
+	ck_assert_uint_eq(v.in_flight, 2);
+	ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, &v, NULL), CT_OK);
+	ck_assert(!a.allowed);
+	ck_assert_int_eq(a.reason, CT_REFUSED_CONCURRENCY);
+	ck_assert_uint_eq(a.in_flight, 2);
+	ck_assert_uint_eq(v.totals.rejected_concurrency, 1);
+	ck_assert_uint_eq(v.totals.rejected, 0);
+	/* A waiting caller's refusal is not counted (it counts its end). */
+	call.wait = true;
+	ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, &v, NULL), CT_OK);
+	ck_assert_uint_eq(v.totals.rejected_concurrency, 1);
+	circuit_table_count_waited(table, "t");
+	ck_assert_uint_eq(view_of("t", T0).totals.rejected_concurrency, 2);
+	call.wait = false;
+	/* A copy refreshed (restore) keeps its tickets and its own counts. */
+	v = view_of("t", T0);
+	v.totals.rejected_concurrency = 0;
+	ck_assert_int_eq(circuit_table_restore(table, "t", &v, T0), CT_OK);
+	v = view_of("t", T0);
+	ck_assert_uint_eq(v.in_flight, 2);
+	ck_assert_uint_eq(v.totals.rejected_concurrency, 2);
+	ck_assert(circuit_table_release_slot(table, "t", first, T0 + 1));
+	ck_assert_uint_eq(view_of("t", T0 + 1).in_flight, 1);
+	/* The owner closes: its last ticket goes back. */
+	circuit_table_release_owner(table, &owner);
+	ck_assert_uint_eq(view_of("t", T0 + 1).in_flight, 0);
+	/* Expired on the request's clock: free again. */
+	call.owner = NULL;
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, NULL, NULL), CT_OK);
+	call.now = T0 + 499;
+	ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, NULL, NULL), CT_OK);
+	ck_assert(!a.allowed);
+	call.now = T0 + 500;
+	ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, NULL, NULL), CT_OK);
+	ck_assert(a.allowed);
+	/* half_open: a trial slot is free but no ticket. */
+	trip("t", &p, T0 + 600);
+	call.now = T0 + 1600;
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, NULL, NULL), CT_OK);
+		ck_assert(a.allowed && a.has_permit && a.state == CB_STATE_HALF_OPEN);
+	}
+	ck_assert_int_eq(circuit_table_allow(table, "t", &call, &a, NULL, NULL), CT_OK);
+	ck_assert(!a.allowed && a.state == CB_STATE_HALF_OPEN);
+	ck_assert_int_eq(a.reason, CT_REFUSED_CONCURRENCY);
+}
+END_TEST
+
+/* §3's rule over the request's clock, and first attempts never refused. */
+START_TEST(retry_budget_rule)
+{
+	cb_policy p = policy();
+	ct_call call = at(&p, T0);
+	ct_allow a;
+	ct_view v;
+
+	p.retry_budget_percent = 50;
+	p.retry_min_per_s = 0;
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(circuit_table_allow(table, "r", &call, &a, NULL, NULL), CT_OK);
+	call.retry = true;
+	call.now = T0 + 3500;
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(circuit_table_allow(table, "r", &call, &a, NULL, NULL), CT_OK);
+		ck_assert(a.allowed);
+	}
+	ck_assert_int_eq(circuit_table_allow(table, "r", &call, &a, &v, NULL), CT_OK);
+	ck_assert(!a.allowed);
+	ck_assert_int_eq(a.reason, CT_REFUSED_RETRY_BUDGET);
+	/* The retries of second T0/1000 + 3 leave at T0 + 13000. */
+	ck_assert_int_eq(a.retry_after_ms, 13000 - 3500);
+	ck_assert_uint_eq(v.totals.retries, 2);
+	ck_assert_uint_eq(v.totals.rejected_retry, 1);
+	/* A waiter's attempt again is not judged by the budget twice. */
+	call.again = true;
+	ck_assert_int_eq(circuit_table_allow(table, "r", &call, &a, NULL, NULL), CT_OK);
+	ck_assert(a.allowed);
+	call.again = false;
+	call.retry = false;
+	ck_assert_int_eq(circuit_table_allow(table, "r", &call, &a, NULL, NULL), CT_OK);
+	ck_assert(a.allowed);
+	/* Ten seconds on: the first attempts of T0 left too, so no retry. */
+	call.retry = true;
+	call.now = T0 + 10000;
+	ck_assert_int_eq(circuit_table_allow(table, "r", &call, &a, NULL, NULL), CT_OK);
+	ck_assert(!a.allowed);
+	ck_assert_int_eq(a.retry_after_ms, 3000);
+}
+END_TEST
+
 static Suite *
 table_suite(void)
 {
@@ -658,6 +771,8 @@ table_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, writes_create_reads_do_not);
+	tcase_add_test(tc, tickets_bound_in_flight);
+	tcase_add_test(tc, retry_budget_rule);
 	tcase_add_test(tc, idle_closed_circuits_are_reclaimed);
 	tcase_add_test(tc, capacity_reclaims_longest_idle_first);
 	tcase_add_test(tc, owner_release_frees_all_its_slots);

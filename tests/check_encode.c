@@ -151,6 +151,33 @@ START_TEST(rate_reporters_backoff_preset)
 }
 END_TEST
 
+/* Protocol 3: in_flight with a limit, the new totals, the new keys in the
+ * policy (null and set, with their sources). */
+START_TEST(bulkhead_and_budget)
+{
+	cb_policy p;
+	proto_policy_sources src;
+	ct_view v = initial();
+
+	breaker_policy_default(&p);
+	memset(&src, 0, sizeof src);
+	v.totals.rejected_concurrency = 12;
+	v.totals.retries = INT64_MAX;
+	v.totals.rejected_retry = 3;
+	same_text("no-limit", &v, &p, NULL, &src, T0);
+	p.max_concurrent = 16;
+	p.retry_budget_percent = 0;
+	p.retry_min_per_s = 1000000;
+	src.key[PROTO_CTX_MAX_CONCURRENT] = PROTO_SOURCE_CONFIG;
+	src.key[PROTO_CTX_RETRY_BUDGET_PERCENT] = PROTO_SOURCE_CLIENT;
+	src.key[PROTO_CTX_RETRY_MIN_PER_S] = PROTO_SOURCE_DEFAULTS;
+	same_text("limited", &v, &p, NULL, &src, T0);
+	v.in_flight = 16;
+	v.snap.state = CB_STATE_HALF_OPEN;
+	same_text("limited", &v, &p, "guarded", &src, T0);
+}
+END_TEST
+
 /* enc_int's text must be printf's. */
 static void
 same_int(enc_buf *b, int64_t v)
@@ -507,6 +534,7 @@ main(void)
 	tcase_add_test(tc, closed_and_open);
 	tcase_add_test(tc, names_and_holds);
 	tcase_add_test(tc, rate_reporters_backoff_preset);
+	tcase_add_test(tc, bulkhead_and_budget);
 	tcase_add_test(tc, integers_at_the_edges);
 	suite_add_tcase(s, tc);
 

@@ -86,6 +86,13 @@ tests_cbd_snapshot_test_SOURCES = tests/cbd-snapshot-test.c $(DAEMON_TEST_COMMON
 tests_cbd_snapshot_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_snapshot_test_LDADD = $(DAEMON_TEST_LIBS)
 
+# Protocol 3's bulkhead and retry budget (§2, §3): tickets, waiters,
+# reasons, totals, the keys.
+check_PROGRAMS += tests/cbd-bulkhead-test
+tests_cbd_bulkhead_test_SOURCES = tests/cbd-bulkhead-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_bulkhead_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_bulkhead_test_LDADD = $(DAEMON_TEST_LIBS)
+
 # Prometheus metrics: the op, GET /metrics, the per-circuit cap, promtool.
 check_PROGRAMS += tests/cbd-metrics-test
 tests_cbd_metrics_test_SOURCES = tests/cbd-metrics-test.c $(DAEMON_TEST_COMMON)

@@ -30,7 +30,8 @@ done
 
 failed=0
 for t in cbd-contract-test cbd-ops-test cbd-concurrency-test cbd-authority-test \
-	cbd-rates-test cbd-watch-test cbd-snapshot-test cbd-limits-test cbd-metrics-test check_client_remote; do
+	cbd-rates-test cbd-watch-test cbd-snapshot-test cbd-limits-test cbd-metrics-test cbd-bulkhead-test \
+	check_client_remote; do
 	if CBD_TEST_REDIS_SOCKET=$sock "tests/$t" >"$dir/$t.log" 2>&1; then
 		echo "fleet: $t: $(grep -E 'Checks:' "$dir/$t.log" | tail -n 1)"
 	else

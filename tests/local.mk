@@ -67,6 +67,8 @@ tests/systemd-units.log: systemd/cbd.service systemd/cbd.socket
 
 # The benchmark: prints figures, asserts nothing; not run by make check.
 #   CBD_BINARY=src/cbd tests/bench [-c 1,8,50] [-d SECONDS]
+#   CBD_BINARY=src/cbd tests/bench -t [-d SECONDS] [-r ROUNDS]   (cbd CPU a pair, with and
+#   without a ticket: protocol 3 bulkhead)
 noinst_PROGRAMS += tests/bench
 tests_bench_SOURCES = tests/bench.c tests/bench-load.c tests/bench-load.h \
 	tests/cbd-harness.c tests/cbd-harness.h

@@ -36,6 +36,9 @@ breaker_policy_default(cb_policy *policy)
 	policy->reporter_window_ms = CB_DEFAULT_REPORTER_WINDOW_MS;
 	policy->break_backoff = CB_DEFAULT_BREAK_BACKOFF;
 	policy->break_max_ms = 0;
+	policy->max_concurrent = 0;
+	policy->retry_budget_percent = -1;
+	policy->retry_min_per_s = CB_DEFAULT_RETRY_MIN_PER_S;
 }
 
 void

@@ -70,6 +70,13 @@ typedef enum cb_trip_rule {
 #define CB_REPORTERS_MAX 64
 #define CB_BREAK_BACKOFF_MAX 10
 #define CB_PERCENT_MAX 100
+/* Protocol 3: the bulkhead (max_concurrent) and the retry budget. */
+#define CB_CONCURRENT_MAX 1000000
+#define CB_RETRY_BUDGET_PERCENT_MAX 1000
+#define CB_RETRY_MIN_PER_S_MAX 1000000
+#define CB_DEFAULT_RETRY_MIN_PER_S 10
+/* The retry budget's window: this many one-second buckets. */
+#define CB_RETRY_WINDOW_S 10
 
 /* Why a transition happened; the daemon logs it beside old -> new. */
 typedef enum cb_reason {
@@ -111,6 +118,10 @@ typedef struct cb_policy {
 	int64_t reporter_window_ms;
 	int64_t break_backoff;
 	int64_t break_max_ms;
+	/* protocol 3 */
+	int64_t max_concurrent; /* tickets in flight at once; 0: no limit */
+	int64_t retry_budget_percent; /* -1: no retry budget */
+	int64_t retry_min_per_s;
 } cb_policy;
 
 /* The spec's snapshot, less the name and retry_after_ms (derived). */

@@ -24,9 +24,11 @@ circuit_json_hold(const ct_hold *hold)
 json_t *
 circuit_json_totals(const ct_totals *t)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "successes", (json_int_t)t->successes,
-	    "failures", (json_int_t)t->failures, "ignored", (json_int_t)t->ignored, "slow",
-	    (json_int_t)t->slow, "rejected", (json_int_t)t->rejected);
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "successes",
+	    (json_int_t)t->successes, "failures", (json_int_t)t->failures, "ignored",
+	    (json_int_t)t->ignored, "slow", (json_int_t)t->slow, "rejected",
+	    (json_int_t)t->rejected, "rejected_concurrency", (json_int_t)t->rejected_concurrency,
+	    "retries", (json_int_t)t->retries, "rejected_retry", (json_int_t)t->rejected_retry);
 }
 
 json_t *
@@ -58,6 +60,9 @@ circuit_json_snapshot(const char *name, const ct_view *view, const cb_policy *po
 	    json_object_set_new(obj, "totals", circuit_json_totals(&view->totals)) != 0 ||
 	    json_object_set_new(obj, "current_break_ms",
 		json_integer(breaker_break_ms(&view->snap, policy))) != 0 ||
+	    (policy->max_concurrent > 0 &&
+		json_object_set_new(obj, "in_flight", json_integer((json_int_t)view->in_flight)) !=
+		    0) ||
 	    (policy->trip == CB_TRIP_RATE &&
 		json_object_set_new(obj, "window", circuit_json_window(view)) != 0) ||
 	    (policy->min_reporters > 1 &&
@@ -168,9 +173,11 @@ circuit_json_totals_read(proto_node *totals, const char *path, circuit_json_mode
     ct_totals *out, unsigned *found, proto_error *err)
 {
 	static const char *const keys[CIRCUIT_JSON_TOTALS_COUNT] = { "successes", "failures",
-		"ignored", "slow", "rejected" };
+		"ignored", "slow", "rejected", "rejected_concurrency", "retries",
+		"rejected_retry" };
 	uint64_t *fields[CIRCUIT_JSON_TOTALS_COUNT] = { &out->successes, &out->failures,
-		&out->ignored, &out->slow, &out->rejected };
+		&out->ignored, &out->slow, &out->rejected, &out->rejected_concurrency,
+		&out->retries, &out->rejected_retry };
 	bool strict = mode == CIRCUIT_JSON_STRICT;
 
 	*found = 0;
@@ -184,8 +191,8 @@ circuit_json_totals_read(proto_node *totals, const char *path, circuit_json_mode
 		 * reported, as absent is. */
 		int64_t n = -1;
 
-		if (!read_int(totals, path, keys[k], strict ? 0 : INT64_MIN, INT64_MAX, strict,
-			!strict, -1, &n, err))
+		if (!read_int(totals, path, keys[k], strict ? 0 : INT64_MIN, INT64_MAX,
+			strict && k < CIRCUIT_JSON_TOTALS_V2, !strict, -1, &n, err))
 			return false;
 		if (n >= 0) {
 			*fields[k] = (uint64_t)n;

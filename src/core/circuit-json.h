@@ -44,10 +44,14 @@ bool circuit_json_hold_read(proto_node *hold, const char *path, circuit_json_mod
     ct_hold *out, proto_error *err);
 
 /* The members of totals, in their bits of *found (CIRCUIT_JSON_TOTALS_*). */
-#define CIRCUIT_JSON_TOTALS_COUNT 5
-#define CIRCUIT_JSON_TOTALS_ALL 0x1fu
+#define CIRCUIT_JSON_TOTALS_COUNT 8
+#define CIRCUIT_JSON_TOTALS_ALL 0xffu
+/* The first members, protocol 2's: required when strict; protocol 3's
+ * (rejected_concurrency, retries, rejected_retry) may be left out (0). */
+#define CIRCUIT_JSON_TOTALS_V2 5
 /* Totals back into *out: each member found sets its field and its bit in
- * *found (successes 1, failures 2, ignored 4, slow 8, rejected 16);
+ * *found (successes 1, failures 2, ignored 4, slow 8, rejected 16,
+ * rejected_concurrency 32, retries 64, rejected_retry 128);
  * tolerant, absent or null totals find none. False with err naming
  * path.member. */
 bool circuit_json_totals_read(proto_node *totals, const char *path, circuit_json_mode mode,

@@ -41,9 +41,23 @@ struct ct_slot {
 	circuit *circuit;
 	ct_owner *owner;
 	int64_t expires_at;
+	uint8_t kind; /* SLOT_TRIAL, SLOT_TICKET or both */
 	UT_hash_handle hh; /* token -> slot */
 	char token[CT_TOKEN_SIZE];
 };
+
+/* What a slot counts as: a trial (half_open_max: acquire_slot, allow in
+ * half_open) and/or a ticket (max_concurrent: allow with a limit). */
+#define SLOT_TRIAL 1u
+#define SLOT_TICKET 2u
+
+/* The retry budget's counts: one bucket a second of the request's clock,
+ * CB_RETRY_WINDOW_S of them, bucket i holding second sec[i]. */
+typedef struct ct_budget {
+	int64_t sec[CB_RETRY_WINDOW_S];
+	uint64_t first[CB_RETRY_WINDOW_S];
+	uint64_t retries[CB_RETRY_WINDOW_S];
+} ct_budget;
 
 /* An interned declared policy, shared by every circuit declaring it. */
 typedef struct ct_layer {
@@ -60,6 +74,9 @@ typedef struct circuit_ext {
 	uint32_t *transitions; /* [from * CB_STATE_COUNT + to], for metrics */
 	ct_slot *slots_head, *slots_tail;
 	uint64_t slot_count;
+	uint64_t trial_count; /* slots that are trials */
+	uint64_t ticket_count; /* slots that are tickets */
+	ct_budget *budget; /* retry_budget_percent set: the retry budget's counts */
 	/* Slots held elsewhere (fleet mode: in Redis) by this process's
 	 * connections: the circuit is not reclaimed while any is. */
 	uint32_t pins;
@@ -354,7 +371,8 @@ static void
 ext_trim(circuit *c)
 {
 	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->pins > 0 || c->ext->held ||
-	    c->ext->window != NULL || c->ext->reporters != NULL || c->ext->transitions != NULL)
+	    c->ext->window != NULL || c->ext->reporters != NULL || c->ext->transitions != NULL ||
+	    c->ext->budget != NULL)
 		return;
 	free(c->ext);
 	c->ext = NULL;
@@ -418,22 +436,26 @@ ext_fit_policy(circuit *c, const cb_policy *p)
 	return true;
 }
 
-/* Unlink a slot from its circuit, owner and token hash, then free it. */
+/* Unlink a slot from its circuit (none: a circuit that could not be
+ * restored), owner and token hash, then free it. */
 static void
 slot_free(circuit_table *table, ct_slot *slot)
 {
-	circuit_ext *x = slot->circuit->ext;
+	circuit_ext *x = slot->circuit != NULL ? slot->circuit->ext : NULL;
 
-	if (slot->prev != NULL)
-		slot->prev->next = slot->next;
-	else
-		x->slots_head = slot->next;
-	if (slot->next != NULL)
-		slot->next->prev = slot->prev;
-	else
-		x->slots_tail = slot->prev;
-	x->slot_count--;
-
+	if (x != NULL) {
+		if (slot->prev != NULL)
+			slot->prev->next = slot->next;
+		else
+			x->slots_head = slot->next;
+		if (slot->next != NULL)
+			slot->next->prev = slot->prev;
+		else
+			x->slots_tail = slot->prev;
+		x->slot_count--;
+		x->trial_count -= (slot->kind & SLOT_TRIAL) != 0;
+		x->ticket_count -= (slot->kind & SLOT_TICKET) != 0;
+	}
 	if (slot->owner != NULL) {
 		if (slot->owner_prev != NULL)
 			slot->owner_prev->owner_next = slot->owner_next;
@@ -599,6 +621,7 @@ circuit_destroy(circuit_table *table, circuit *c)
 		free(c->ext->window);
 		free(c->ext->reporters);
 		free(c->ext->transitions);
+		free(c->ext->budget);
 		free(c->ext);
 	}
 	if (table->found == c)
@@ -708,6 +731,7 @@ view_fill(const circuit_table *table, const circuit *c, ct_view *out)
 	out->hold.until = CB_TIME_NONE;
 	if (c->ext != NULL) {
 		out->slots = c->ext->slot_count;
+		out->in_flight = c->ext->ticket_count;
 		out->has_window = c->ext->window != NULL;
 		if (c->ext->window != NULL)
 			out->window = c->ext->window->counts;
@@ -996,17 +1020,36 @@ slot_link_sorted(circuit_ext *x, ct_slot *slot)
 	x->slot_count++;
 }
 
+/* "%016x-%016x" of id and n into token (CT_TOKEN_SIZE), without printf:
+ * every allow of a circuit with a ticket makes one. */
+static void
+token_format(char *token, uint64_t id, uint64_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (int i = 15; i >= 0; i--, id >>= 4)
+		token[i] = hex[id & 0xf];
+	token[16] = '-';
+	for (int i = 32; i >= 17; i--, n >>= 4)
+		token[i] = hex[n & 0xf];
+	token[33] = '\0';
+}
+
 /* Take a slot on an existing circuit c if one is free. */
 static ct_status
-slot_take(circuit_table *table, circuit *c, const ct_call *call, bool *acquired,
-    ct_slot_grant *grant)
+slot_take(circuit_table *table, circuit *c, const ct_call *call, unsigned kind, const char *token,
+    bool *acquired, ct_slot_grant *grant)
 {
 	circuit_ext *x;
 	ct_slot *slot;
 
 	slots_prune_expired(table, c, call->now);
 	*acquired = false;
-	if (circuit_slots(c) >= (uint64_t)call->policy->half_open_max)
+	if ((kind & SLOT_TRIAL) && c->ext != NULL &&
+	    c->ext->trial_count >= (uint64_t)call->policy->half_open_max)
+		return CT_OK;
+	if ((kind & SLOT_TICKET) && c->ext != NULL &&
+	    c->ext->ticket_count >= (uint64_t)call->policy->max_concurrent)
 		return CT_OK;
 	if (table->max_slots > 0 && table->stats.slots >= table->max_slots) {
 		table->stats.slot_refusals++;
@@ -1016,8 +1059,10 @@ slot_take(circuit_table *table, circuit *c, const ct_call *call, bool *acquired,
 	slot = x != NULL ? calloc(1, sizeof *slot) : NULL;
 	if (slot == NULL)
 		return CT_NOMEM;
-	snprintf(slot->token, sizeof slot->token, "%016" PRIx64 "-%016" PRIx64, table->instance_id,
-	    table->next_token);
+	if (token != NULL)
+		snprintf(slot->token, sizeof slot->token, "%s", token);
+	else
+		token_format(slot->token, table->instance_id, table->next_token);
 	hash_oom = 0;
 	HASH_ADD_STR(table->slots_by_token, token, slot);
 	if (hash_oom) {
@@ -1027,7 +1072,10 @@ slot_take(circuit_table *table, circuit *c, const ct_call *call, bool *acquired,
 	table->next_token++;
 	slot->circuit = c;
 	slot->expires_at = call->now + call->policy->slot_ttl_ms;
+	slot->kind = (uint8_t)kind;
 	slot_link_sorted(x, slot);
+	x->trial_count += (kind & SLOT_TRIAL) != 0;
+	x->ticket_count += (kind & SLOT_TICKET) != 0;
 	if (call->owner != NULL) {
 		slot->owner = call->owner;
 		slot->owner_next = call->owner->slots;
@@ -1053,7 +1101,7 @@ circuit_table_acquire_slot(circuit_table *table, const char *name, const ct_call
 	if (status != CT_OK)
 		return status;
 	hold_expire(table, c, call->now, NULL);
-	status = slot_take(table, c, call, acquired, grant);
+	status = slot_take(table, c, call, SLOT_TRIAL, NULL, acquired, grant);
 	ext_trim(c);
 	circuit_relist(table, c);
 	return status;
@@ -1108,14 +1156,201 @@ circuit_table_retry_after(const ct_view *view, const cb_policy *policy, int64_t 
 	return breaker_retry_after_ms(&view->snap, policy, now);
 }
 
+/* The bucket of second sec in b, emptied when it held an older second
+ * (a clock gone back counts in the newer bucket it finds). */
+static unsigned
+budget_bucket(ct_budget *b, int64_t sec)
+{
+	unsigned i =
+	    (unsigned)(((sec % CB_RETRY_WINDOW_S) + CB_RETRY_WINDOW_S) % CB_RETRY_WINDOW_S);
+
+	if (b->sec[i] < sec) {
+		b->sec[i] = sec;
+		b->first[i] = 0;
+		b->retries[i] = 0;
+	}
+	return i;
+}
+
+/* ⌊now / 1000⌋, rounding down for a clock before the epoch too. */
+static int64_t
+budget_second(int64_t now)
+{
+	return now >= 0 ? now / 1000 : -((-now + 999) / 1000);
+}
+
+/* c's retry budget counts, made when its policy has a budget; NULL when
+ * it has none (or out of memory: the budget is not applied then). */
+static ct_budget *
+budget_need(circuit *c, const cb_policy *policy)
+{
+	circuit_ext *x = c->ext;
+
+	if (policy->retry_budget_percent < 0) {
+		if (x != NULL && x->budget != NULL) {
+			free(x->budget);
+			x->budget = NULL;
+		}
+		return NULL;
+	}
+	if (x == NULL && (x = ext_need(c)) == NULL)
+		return NULL;
+	if (x->budget == NULL) {
+		x->budget = malloc(sizeof *x->budget);
+		if (x->budget == NULL)
+			return NULL;
+		for (unsigned i = 0; i < CB_RETRY_WINDOW_S; i++) {
+			x->budget->sec[i] = INT64_MIN;
+			x->budget->first[i] = x->budget->retries[i] = 0;
+		}
+	}
+	return x->budget;
+}
+
+/* Protocol 3, §3: may one more retry go at now? Over the buckets of the
+ * last CB_RETRY_WINDOW_S seconds, retries (counting this one) <=
+ * max(retry_min_per_s * 10, first attempts * percent / 100). When not,
+ * *retry_after_ms: until the oldest retry leaves the window. */
+static bool
+budget_grants(const ct_budget *b, const cb_policy *p, int64_t now, int64_t *retry_after_ms)
+{
+	int64_t cur = budget_second(now), oldest = INT64_MAX;
+	uint64_t first = 0, retries = 0;
+
+	for (unsigned i = 0; i < CB_RETRY_WINDOW_S; i++) {
+		if (b->sec[i] > cur || b->sec[i] <= cur - CB_RETRY_WINDOW_S)
+			continue;
+		first += b->first[i];
+		retries += b->retries[i];
+		if (b->retries[i] > 0 && b->sec[i] < oldest)
+			oldest = b->sec[i];
+	}
+	retries++;
+	if (retries <= (uint64_t)p->retry_min_per_s * CB_RETRY_WINDOW_S ||
+	    retries * 100 <= first * (uint64_t)p->retry_budget_percent)
+		return true;
+	/* No retry in the window to leave it: the next second's bucket. */
+	if (oldest == INT64_MAX)
+		oldest = cur - CB_RETRY_WINDOW_S + 1;
+	*retry_after_ms = (oldest + CB_RETRY_WINDOW_S) * 1000 - now;
+	return false;
+}
+
+const char *
+circuit_table_refusal_name(ct_refusal reason)
+{
+	switch (reason) {
+	case CT_REFUSED_NONE:
+		break;
+	case CT_REFUSED_OPEN:
+		return "open";
+	case CT_REFUSED_HELD:
+		return "held";
+	case CT_REFUSED_HALF_OPEN_FULL:
+		return "half_open_full";
+	case CT_REFUSED_CONCURRENCY:
+		return "concurrency";
+	case CT_REFUSED_RETRY_BUDGET:
+		return "retry_budget";
+	}
+	return NULL;
+}
+
+/* allow past the breaker: the retry budget (2), then the bulkhead (3),
+ * then the grant, taking a slot of `kind` (a trial) and a ticket when
+ * the policy has a limit, named token (NULL: a new one). */
+static ct_status
+allow_admit(circuit_table *table, circuit *c, const ct_call *call, ct_budget *budget, unsigned kind,
+    const char *token, ct_allow *out)
+{
+	const cb_policy *policy = call->policy;
+	ct_status status;
+	bool acquired;
+
+	/* 2. The retry budget. */
+	if (call->retry && budget != NULL &&
+	    !budget_grants(budget, policy, call->now, &out->retry_after_ms)) {
+		c->totals.rejected_retry++;
+		out->reason = CT_REFUSED_RETRY_BUDGET;
+		return CT_OK;
+	}
+	/* 3. The bulkhead. */
+	if (policy->max_concurrent > 0) {
+		kind |= SLOT_TICKET;
+		slots_prune_expired(table, c, call->now);
+		if (c->ext != NULL && c->ext->ticket_count >= (uint64_t)policy->max_concurrent) {
+			if (!call->wait)
+				c->totals.rejected_concurrency++;
+			out->reason = CT_REFUSED_CONCURRENCY;
+			out->in_flight = c->ext->ticket_count;
+			return CT_OK;
+		}
+	}
+	if (kind != 0) {
+		status = slot_take(table, c, call, kind, token, &acquired, &out->permit);
+		if (status != CT_OK)
+			return status;
+		if (!acquired) {
+			c->totals.rejected++;
+			out->reason = CT_REFUSED_HALF_OPEN_FULL;
+			return CT_OK;
+		}
+		out->has_permit = true;
+	}
+	out->allowed = true;
+	if (call->retry) {
+		c->totals.retries++;
+		if (c->ext != NULL && c->ext->budget != NULL)
+			c->ext->budget
+			    ->retries[budget_bucket(c->ext->budget, budget_second(call->now))]++;
+	}
+	return CT_OK;
+}
+
+ct_status
+circuit_table_allow_local(circuit_table *table, const char *name, const ct_call *call,
+    ct_allow *out)
+{
+	ct_budget *budget = NULL;
+	ct_slot_grant elsewhere = out->permit;
+	bool had_permit = out->has_permit;
+	circuit *c;
+	ct_status status = circuit_for_write(table, name, call, &c);
+
+	if (status != CT_OK)
+		return status;
+	if (!call->again) {
+		budget = budget_need(c, call->policy);
+		if (budget != NULL && !call->retry)
+			budget->first[budget_bucket(budget, budget_second(call->now))]++;
+	}
+	if (out->allowed) {
+		out->allowed = false;
+		out->has_permit = false;
+		status = allow_admit(table, c, call, budget, 0, had_permit ? elsewhere.token : NULL,
+		    out);
+		/* No ticket taken (no limit): the trial slot held elsewhere is
+		 * the permit. */
+		if (out->allowed && !out->has_permit && had_permit) {
+			out->has_permit = true;
+			out->permit = elsewhere;
+		}
+	}
+	ext_trim(c);
+	circuit_relist(table, c);
+	return status;
+}
+
 ct_status
 circuit_table_allow(circuit_table *table, const char *name, const ct_call *call, ct_allow *out,
     ct_view *view, ct_change *change)
 {
+	const cb_policy *policy = call->policy;
+	ct_budget *budget = NULL;
 	ct_view scratch;
 	circuit *c;
 	ct_status status;
-	bool acquired;
+	unsigned kind = 0;
 
 	if (view == NULL)
 		view = &scratch;
@@ -1130,39 +1365,67 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 	hold_expire(table, c, call->now, change);
 	if (!circuit_held(c)) {
 		cb_state from = c->snap.state;
-		cb_reason reason = breaker_on_allow(&c->snap, call->policy, call->now);
+		cb_reason reason = breaker_on_allow(&c->snap, policy, call->now);
 
 		change_merge(change, c->snap.state, reason);
 		transition_done(c, from);
 	}
 	out->state = c->snap.state;
+	/* The retry budget counts every first attempt, granted or not. */
+	if (!call->again) {
+		budget = budget_need(c, policy);
+		if (budget != NULL && !call->retry)
+			budget->first[budget_bucket(budget, budget_second(call->now))]++;
+	}
+	/* 1. The breaker. */
 	switch (c->snap.state) {
 	case CB_STATE_CLOSED:
-		out->allowed = true;
 		break;
 	case CB_STATE_OPEN:
 		c->totals.rejected++;
+		out->reason = circuit_held(c) ? CT_REFUSED_HELD : CT_REFUSED_OPEN;
 		view_at(table, c, call->now, view);
-		out->retry_after_ms = circuit_table_retry_after(view, call->policy, call->now);
-		break;
+		out->retry_after_ms = circuit_table_retry_after(view, policy, call->now);
+		goto done;
 	case CB_STATE_HALF_OPEN:
-		status = slot_take(table, c, call, &acquired, &out->permit);
-		if (status != CT_OK)
-			break;
-		out->allowed = acquired;
-		out->has_permit = acquired;
-		if (!acquired) {
+		slots_prune_expired(table, c, call->now);
+		kind = SLOT_TRIAL;
+		if (c->ext != NULL && c->ext->trial_count >= (uint64_t)policy->half_open_max) {
 			c->totals.rejected++;
-			if (c->ext != NULL && c->ext->slots_head != NULL)
-				/* Refused: the earliest a held slot frees up. */
+			out->reason = CT_REFUSED_HALF_OPEN_FULL;
+			/* Refused: the earliest a held slot frees up. */
+			if (c->ext->slots_head != NULL)
 				out->retry_after_ms = c->ext->slots_head->expires_at - call->now;
+			goto done;
 		}
 		break;
 	}
+	status = allow_admit(table, c, call, budget, kind, NULL, out);
+done:
 	ext_trim(c);
 	circuit_relist(table, c);
 	view_at(table, c, call->now, view);
 	return status;
+}
+
+void
+circuit_table_count_waited(circuit_table *table, const char *name)
+{
+	circuit *c = circuit_find(table, name);
+
+	if (c != NULL)
+		c->totals.rejected_concurrency++;
+}
+
+bool
+circuit_table_next_expiry(circuit_table *table, const char *name, int64_t *at)
+{
+	circuit *c = circuit_find(table, name);
+
+	if (c == NULL || c->ext == NULL || c->ext->slots_head == NULL)
+		return false;
+	*at = c->ext->slots_head->expires_at;
+	return true;
 }
 
 bool
@@ -1183,6 +1446,11 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	uint32_t *transitions = NULL, pins = 0, rev = 0;
 	ct_layer *declared = NULL;
 	ct_status status;
+	/* This host's own: its slots and tickets, retry budget and counts. */
+	ct_slot *slots_head = NULL, *slots_tail = NULL;
+	uint64_t slot_count = 0, trial_count = 0, ticket_count = 0;
+	ct_budget *budget = NULL;
+	ct_totals own = { 0 };
 
 	/* What the circuit this one replaces counted and pinned stays, and
 	 * its policy_rev when it was created with the same policy (a fleet
@@ -1193,10 +1461,26 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 		if (declared != NULL)
 			declared->refs++; /* compared below, after c is gone */
 	}
+	if (c != NULL) {
+		own.rejected_concurrency = c->totals.rejected_concurrency;
+		own.retries = c->totals.retries;
+		own.rejected_retry = c->totals.rejected_retry;
+	}
 	if (c != NULL && c->ext != NULL) {
-		transitions = c->ext->transitions;
-		pins = c->ext->pins;
-		c->ext->transitions = NULL;
+		circuit_ext *x = c->ext;
+
+		transitions = x->transitions;
+		pins = x->pins;
+		x->transitions = NULL;
+		slots_head = x->slots_head;
+		slots_tail = x->slots_tail;
+		slot_count = x->slot_count;
+		trial_count = x->trial_count;
+		ticket_count = x->ticket_count;
+		budget = x->budget;
+		x->slots_head = x->slots_tail = NULL;
+		x->slot_count = x->trial_count = x->ticket_count = 0;
+		x->budget = NULL;
 	}
 	circuit_table_delete(table, name);
 	c = NULL;
@@ -1204,10 +1488,21 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	if (status == CT_OK && rev != 0 && c->declared == declared)
 		c->policy_rev = rev; /* interned: the same layer is the same policy */
 	layer_put(table, declared);
-	if (status == CT_OK && (transitions != NULL || pins > 0) && ext_need(c) == NULL)
+	if (status == CT_OK &&
+	    (transitions != NULL || pins > 0 || slots_head != NULL || budget != NULL) &&
+	    ext_need(c) == NULL)
 		status = CT_NOMEM;
 	if (status != CT_OK) {
 		free(transitions);
+		free(budget);
+		/* The slots go (their circuit is gone). */
+		while (slots_head != NULL) {
+			ct_slot *next = slots_head->next;
+
+			slots_head->circuit = NULL;
+			slot_free(table, slots_head);
+			slots_head = next;
+		}
 		if (c != NULL && status == CT_NOMEM)
 			circuit_destroy(table, c);
 		return status;
@@ -1215,9 +1510,20 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 	if (c->ext != NULL) {
 		c->ext->transitions = transitions;
 		c->ext->pins = pins;
+		c->ext->slots_head = slots_head;
+		c->ext->slots_tail = slots_tail;
+		c->ext->slot_count = slot_count;
+		c->ext->trial_count = trial_count;
+		c->ext->ticket_count = ticket_count;
+		c->ext->budget = budget;
+		for (ct_slot *s = slots_head; s != NULL; s = s->next)
+			s->circuit = c;
 	}
 	c->snap = view->snap;
 	c->totals = view->totals;
+	c->totals.rejected_concurrency += own.rejected_concurrency;
+	c->totals.retries += own.retries;
+	c->totals.rejected_retry += own.rejected_retry;
 	if (view->hold.held) {
 		/* The hold keeps the state it was placed on. */
 		c->snap.state = view->hold.state;

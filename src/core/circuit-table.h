@@ -80,7 +80,11 @@ typedef struct ct_totals {
 	uint64_t failures;
 	uint64_t ignored;
 	uint64_t slow;
-	uint64_t rejected; /* allow refusals */
+	uint64_t rejected; /* allow refusals by the breaker (open, held, half_open_full) */
+	/* protocol 3 */
+	uint64_t rejected_concurrency; /* allow refusals for want of a ticket */
+	uint64_t retries; /* retries granted (allow with retry) */
+	uint64_t rejected_retry; /* retries refused by the retry budget */
 } ct_totals;
 
 /* An operator's hold. The strings belong to the table (valid until the
@@ -112,6 +116,7 @@ typedef struct ct_view {
 	ct_hold hold;
 	const proto_ctx *declared; /* the creating request's policy; NULL: none */
 	uint64_t slots; /* held now */
+	uint64_t in_flight; /* tickets held now (max_concurrent; expired ones not yet pruned) */
 	bool has_window; /* the rate rule's window, read at the call's now */
 	cb_window_counts window;
 	const cb_reporters *reporters; /* min_reporters > 1: recent reporters */
@@ -132,6 +137,13 @@ typedef struct ct_call {
 	ct_owner *owner; /* slots' holder; may be NULL */
 	int64_t duration_ms; /* the call's duration (slow calls); 0: not given */
 	int64_t reporter; /* who reports (min_reporters): a process id */
+	/* allow (protocol 3): a retry (the retry budget); the caller will
+	 * wait for a ticket (a refusal for want of one is not counted: see
+	 * circuit_table_count_waited); a waiter's attempt again (its first
+	 * attempt was counted and its retry judged by the budget already). */
+	bool retry;
+	bool wait;
+	bool again;
 } ct_call;
 
 /* A slot as handed to its holder. */
@@ -140,12 +152,24 @@ typedef struct ct_slot_grant {
 	int64_t expires_at;
 } ct_slot_grant;
 
+/* Why allow refused (protocol 3, §2: the reply's `reason`). */
+typedef enum ct_refusal {
+	CT_REFUSED_NONE = 0,
+	CT_REFUSED_OPEN,
+	CT_REFUSED_HELD,
+	CT_REFUSED_HALF_OPEN_FULL,
+	CT_REFUSED_CONCURRENCY,
+	CT_REFUSED_RETRY_BUDGET,
+} ct_refusal;
+
 /* The answer to allow. */
 typedef struct ct_allow {
 	bool allowed;
 	cb_state state;
+	ct_refusal reason; /* when refused */
+	uint64_t in_flight; /* refused for concurrency: tickets held */
 	int64_t retry_after_ms; /* when refused: a hint for the next attempt */
-	bool has_permit; /* allowed in half_open: a slot was taken */
+	bool has_permit; /* a slot (half_open) or a ticket (max_concurrent) was taken */
 	ct_slot_grant permit;
 } ct_allow;
 
@@ -249,8 +273,11 @@ bool circuit_table_release_slot(circuit_table *table, const char *name, const ch
 void circuit_table_release_owner(circuit_table *table, ct_owner *owner);
 
 /* The sidecar's "may I call?": see proto/PROTOCOL.md §8, allow; a held open
- * circuit refuses, a held closed one allows. `out` gets the circuit too
- * (may be NULL). */
+ * circuit refuses, a held closed one allows. The checks in order: the
+ * breaker (open, held, half-open slots), the retry budget (call->retry),
+ * the bulkhead (policy->max_concurrent: a ticket, a slot with the
+ * policy's slot_ttl_ms, taken with the half-open trial's slot when
+ * half_open). `view` gets the circuit too (may be NULL). */
 ct_status circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
     ct_allow *out, ct_view *view, ct_change *change);
 
@@ -259,6 +286,28 @@ ct_status circuit_table_allow(circuit_table *table, const char *name, const ct_c
  * (counted) when there is none. For a store kept elsewhere (fleet mode)
  * whose copies live here. */
 ct_status circuit_table_make_room(circuit_table *table, int64_t clock);
+
+/* Fleet mode: allow whose breaker was judged elsewhere (in Redis), `out`
+ * its answer (allowed, state, and a trial slot held there as permit);
+ * this host's part: the attempt counted in the retry budget, and when
+ * the breaker granted, the retry budget and the bulkhead (a ticket named
+ * as the trial slot, when there is one). `out` becomes the answer; a
+ * refusal here leaves has_permit false (the caller gives back the trial
+ * slot). */
+ct_status circuit_table_allow_local(circuit_table *table, const char *name, const ct_call *call,
+    ct_allow *out);
+
+/* A refusal for want of a ticket made by an allow that waited
+ * (call->wait) and got none: counted in totals.rejected_concurrency. */
+void circuit_table_count_waited(circuit_table *table, const char *name);
+
+/* The earliest expiry (on the clock of the requests that took them) of
+ * name's slots and tickets; false when it holds none. */
+bool circuit_table_next_expiry(circuit_table *table, const char *name, int64_t *at);
+
+/* Wire name of a refusal ("open", "held", "half_open_full", "concurrency",
+ * "retry_budget"); NULL for none. */
+const char *circuit_table_refusal_name(ct_refusal reason);
 
 /* Drop a circuit and its slots; returns whether it existed. */
 bool circuit_table_delete(circuit_table *table, const char *name);

@@ -481,8 +481,8 @@ put_time(char *p, int64_t t, time_memo *memo)
 }
 
 /* Room for a part: its literals and up to SNAPSHOT_PART_INTS integers. */
-#define SNAPSHOT_PART_TEXT 160
-#define SNAPSHOT_PART_INTS 6
+#define SNAPSHOT_PART_TEXT 200
+#define SNAPSHOT_PART_INTS 10
 #define SNAPSHOT_PART_MAX (SNAPSHOT_PART_TEXT + SNAPSHOT_PART_INTS * ENC_INT_MAX)
 
 /* Start an unchecked part at b's end; NULL when there is no room. */
@@ -542,7 +542,7 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 		ENC_LIT(b, "null");
 	if ((p = part_begin(b)) == NULL)
 		return;
-	/* 6 integers, 98 bytes of text. */
+	/* 10 integers, 167 bytes of text. */
 	PUT_LIT(p, ",\"totals\":{\"successes\":");
 	p = put_int(p, (int64_t)t->successes);
 	PUT_LIT(p, ",\"failures\":");
@@ -553,8 +553,18 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	p = put_int(p, (int64_t)t->slow);
 	PUT_LIT(p, ",\"rejected\":");
 	p = put_int(p, (int64_t)t->rejected);
+	PUT_LIT(p, ",\"rejected_concurrency\":");
+	p = put_int(p, (int64_t)t->rejected_concurrency);
+	PUT_LIT(p, ",\"retries\":");
+	p = put_int(p, (int64_t)t->retries);
+	PUT_LIT(p, ",\"rejected_retry\":");
+	p = put_int(p, (int64_t)t->rejected_retry);
 	PUT_LIT(p, "},\"current_break_ms\":");
 	p = put_int(p, breaker_break_ms(s, policy));
+	if (policy->max_concurrent > 0) {
+		PUT_LIT(p, ",\"in_flight\":");
+		p = put_int(p, (int64_t)view->in_flight);
+	}
 	part_end(b, p);
 	if (policy->trip == CB_TRIP_RATE) {
 		ENC_LIT(b, ",\"window\":");

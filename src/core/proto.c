@@ -54,6 +54,10 @@ static const proto_ctx_def ctx_defs[PROTO_CTX_KEY_COUNT] = {
 	    INT_KEY("reporter_window_ms", CB_DURATION_MIN, CB_DURATION_MAX),
 	[PROTO_CTX_BREAK_BACKOFF] = INT_KEY("break_backoff", 1, CB_BREAK_BACKOFF_MAX),
 	[PROTO_CTX_BREAK_MAX_MS] = INT_KEY("break_max_ms", CB_DURATION_MIN, CB_DURATION_MAX),
+	[PROTO_CTX_MAX_CONCURRENT] = INT_KEY("max_concurrent", 1, CB_CONCURRENT_MAX),
+	[PROTO_CTX_RETRY_BUDGET_PERCENT] =
+	    INT_KEY("retry_budget_percent", 0, CB_RETRY_BUDGET_PERCENT_MAX),
+	[PROTO_CTX_RETRY_MIN_PER_S] = INT_KEY("retry_min_per_s", 0, CB_RETRY_MIN_PER_S_MAX),
 	[PROTO_CTX_PRESET] = { "preset", 1, PROTO_PRESET_NAME_MAX, PROTO_CTX_NAME, NULL },
 	[PROTO_CTX_NOW] = INT_KEY("now", CB_TIME_MIN, CB_TIME_MAX),
 };
@@ -386,6 +390,12 @@ proto_policy_resolve(const proto_layer *layers, size_t n, cb_policy *out,
 		out->break_max_ms = 0;
 	else if (out->break_max_ms < out->break_ms)
 		out->break_max_ms = out->break_ms; /* from different layers: no growth */
+	if (!layers_find(layers, n, PROTO_CTX_MAX_CONCURRENT, &out->max_concurrent, sources))
+		out->max_concurrent = 0;
+	if (!layers_find(layers, n, PROTO_CTX_RETRY_BUDGET_PERCENT, &out->retry_budget_percent,
+		sources))
+		out->retry_budget_percent = -1;
+	layers_find(layers, n, PROTO_CTX_RETRY_MIN_PER_S, &out->retry_min_per_s, sources);
 	/* preset: where the effective one was named. */
 	if (sources != NULL) {
 		sources->key[PROTO_CTX_PRESET] = PROTO_SOURCE_BUILTIN;
@@ -454,6 +464,15 @@ proto_policy_value(const cb_policy *policy, proto_ctx_key key, int64_t *out)
 	case PROTO_CTX_BREAK_MAX_MS:
 		*out = policy->break_max_ms;
 		return policy->break_max_ms > 0;
+	case PROTO_CTX_MAX_CONCURRENT:
+		*out = policy->max_concurrent;
+		return policy->max_concurrent > 0;
+	case PROTO_CTX_RETRY_BUDGET_PERCENT:
+		*out = policy->retry_budget_percent;
+		return policy->retry_budget_percent >= 0;
+	case PROTO_CTX_RETRY_MIN_PER_S:
+		*out = policy->retry_min_per_s;
+		return true;
 	case PROTO_CTX_PRESET:
 	case PROTO_CTX_NOW:
 		break;

@@ -74,11 +74,14 @@ typedef enum proto_ctx_key {
 	PROTO_CTX_REPORTER_WINDOW_MS,
 	PROTO_CTX_BREAK_BACKOFF,
 	PROTO_CTX_BREAK_MAX_MS,
+	PROTO_CTX_MAX_CONCURRENT,
+	PROTO_CTX_RETRY_BUDGET_PERCENT,
+	PROTO_CTX_RETRY_MIN_PER_S,
 	PROTO_CTX_PRESET,
 	PROTO_CTX_NOW,
 } proto_ctx_key;
 
-#define PROTO_CTX_KEY_COUNT 19
+#define PROTO_CTX_KEY_COUNT 22
 
 /* How a ctx member is written. */
 typedef enum proto_ctx_type {
