@@ -2070,7 +2070,7 @@ START_TEST(circuit_json_readers)
 		.by_uid = 0,
 		.by_user = "root",
 		.reason = "maintenance" };
-	ct_totals totals = { 1, 2, 3, 4, 5 }, t;
+	ct_totals totals = { 1, 2, 3, 4, 5, 6, 7, 8 }, t;
 	json_t *hj = circuit_json_hold(&hold), *tj = circuit_json_totals(&totals), *bad;
 	proto_node hn = proto_node_json(hj), tn = proto_node_json(tj), n;
 	proto_error err;
