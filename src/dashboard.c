@@ -44,8 +44,8 @@ take(enc_buf *b, size_t *len)
 
 /* The compact snapshot of name (its own policy from cfg). */
 static void
-put_snapshot(enc_buf *b, const char *name, const ct_view *view, const cbd_conf *cfg,
-    int64_t now, bool with_policy)
+put_snapshot(enc_buf *b, const char *name, const ct_view *view, const cbd_conf *cfg, int64_t now,
+    bool with_policy)
 {
 	proto_policy_sources sources;
 	const char *preset;

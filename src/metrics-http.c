@@ -139,8 +139,7 @@ host_is_loopback(const char *in)
 			h += 5;
 			h += strspn(h, " \t");
 			return strncmp(h, "127.", 4) == 0 || strncmp(h, "[::1]", 5) == 0 ||
-			    (strncasecmp(h, "localhost", 9) == 0 &&
-				strchr(":\r\n", h[9]) != NULL);
+			    (strncasecmp(h, "localhost", 9) == 0 && strchr(":\r\n", h[9]) != NULL);
 		}
 	}
 	return true;
