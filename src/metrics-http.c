@@ -167,6 +167,10 @@ conn_dashboard(http_conn *c, const char *path, bool head)
 			return true;
 		}
 	}
+	if (strcmp(path, "/favicon.ico") == 0) {
+		conn_reply(c, 204, "No Content", "image/x-icon", "", 0, head);
+		return true;
+	}
 	if (strcmp(path, "/api/circuits") == 0) {
 		size_t len = 0;
 		char *text = dashboard_circuits_text(&len);

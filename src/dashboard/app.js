@@ -95,7 +95,7 @@
       if (i >= 0 && i < slots) { calls[i] += h.calls; fails[i] += h.fails; }
     }
     const max = Math.max(1, ...calls);
-    for (const [cls, v] of [['calls', calls], ['fails', fails]]) {
+    for (const [cls, v] of [['fails', fails], ['calls', calls]]) {
       const p = document.createElementNS(SVG, 'polyline');
       p.setAttribute('class', cls);
       p.setAttribute('points', v.map((y, x) => x + ',' + (27 - y * 26 / max).toFixed(1)).join(' '));
