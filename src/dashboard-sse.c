@@ -215,8 +215,10 @@ dashboard_sse_attach(int fd)
 		client_free(c);
 		return false;
 	}
-	if (sse.count == 1)
+	if (sse.count == 1) {
+		dashboard_rates_begin();
 		event_add(sse.tick_ev, &tick);
+	}
 	return true;
 }
 
@@ -224,11 +226,11 @@ void
 dashboard_sse_changed(const char *name, const ct_change *change)
 {
 	size_t len = 0;
+	char *text;
 
 	if (sse.count == 0 || change->reason == CB_REASON_NONE)
 		return;
-	char *text = dashboard_change_text(name, change, &len);
-
+	text = dashboard_change_text(name, change, &len);
 	broadcast(text, len);
 }
 
@@ -236,11 +238,12 @@ void
 dashboard_sse_deleted(const char *name, const char *reason)
 {
 	size_t len = 0;
+	char *text;
 
 	if (sse.count == 0)
 		return;
-	char *text = dashboard_delete_text(name, reason, &len);
-
+	dashboard_rates_drop(name);
+	text = dashboard_delete_text(name, reason, &len);
 	broadcast(text, len);
 }
 
@@ -254,11 +257,11 @@ policies_visit(const char *name, const ct_view *view, void *arg)
 {
 	reload_walk *rw = arg;
 	size_t len = 0;
+	char *text;
 
 	if (sse.count == 0 || !conf_policy_changed(rw->old, rw->fresh, name, view->declared))
 		return;
-	char *text = dashboard_policy_text(name, view, rw->fresh, &len);
-
+	text = dashboard_policy_text(name, view, rw->fresh, &len);
 	broadcast(text, len);
 }
 

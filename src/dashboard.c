@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dashboard.c — the dashboard's JSON and event texts (see dashboard.h).
- * Snapshots are encoded straight as text (encode.c), as list does; the
- * tick remembers each circuit's totals (a hash on the name, rebuilt by
- * every tick, so reclaimed and deleted circuits go) to send what moved.
+ * Snapshots are encoded straight as text (encode.c), as list does. The
+ * tick remembers each circuit's totals (a hash on the name; a circuit's
+ * entry goes with its delete or reclaim event) to send what moved, and
+ * visits only the DASHBOARD_TICK_CIRCUITS most recently used circuits (the
+ * table keeps them in that order): a circuit further back had no calls.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +100,10 @@ dashboard_circuits_text(size_t *len)
 	ENC_LIT(&b, ",\"tick_ms\":");
 	enc_int(&b, DASHBOARD_TICK_MS);
 	ENC_LIT(&b, ",\"circuits\":[");
-	circuit_table_foreach_recent(cbd.table, w.now, ct.circuits, circuits_visit, &w);
+	/* A snapshot takes more than DASHBOARD_SNAPSHOT_MIN bytes: the walk
+	 * stops where the budget must have run out. */
+	circuit_table_foreach_recent(cbd.table, w.now,
+	    (uint64_t)cbd.conf.max_output_bytes / DASHBOARD_SNAPSHOT_MIN + 1, circuits_visit, &w);
 	ENC_LIT(&b, "],\"count\":");
 	enc_int(&b, (int64_t)w.count);
 	ENC_LIT(&b, ",\"total\":");
@@ -156,13 +161,43 @@ dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg
 
 /* What the tick's walk needs. */
 typedef struct tick_walk {
-	enc_buf *b;
-	rate_entry *fresh; /* this tick's totals */
-	unsigned fresh_count;
+	enc_buf *b; /* NULL: a baseline walk, nothing sent */
 	size_t budget;
 	uint64_t count;
 	bool truncated;
 } tick_walk;
+
+/* Append one rates row: [name, calls, failures, slow, rejected]. */
+static void
+put_rates(tick_walk *w, const char *name, uint64_t calls, uint64_t failures, uint64_t slow,
+    uint64_t rejected)
+{
+	size_t before = w->b->len;
+
+	if (w->truncated)
+		return;
+	if (w->count > 0)
+		ENC_LIT(w->b, ",");
+	ENC_LIT(w->b, "[");
+	enc_name(w->b, name);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)calls);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)failures);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)slow);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)rejected);
+	ENC_LIT(w->b, "]");
+	if (w->b->len - before > w->budget) {
+		w->b->len = before;
+		w->b->buf[before] = '\0';
+		w->truncated = true;
+		return;
+	}
+	w->budget -= w->b->len - before;
+	w->count++;
+}
 
 static void
 tick_visit(const char *name, const ct_view *view, void *arg)
@@ -170,57 +205,62 @@ tick_visit(const char *name, const ct_view *view, void *arg)
 	tick_walk *w = arg;
 	const ct_totals *t = &view->totals;
 	uint64_t calls = t->successes + t->failures + t->ignored;
-	size_t len = strlen(name), before;
-	rate_entry *old, *e;
+	size_t len = strlen(name);
+	rate_entry *e;
 
-	if (w->fresh_count >= DASHBOARD_RATES_MAX)
-		return;
-	HASH_FIND(hh, rates, name, len, old);
-	if (old != NULL) {
-		HASH_DEL(rates, old);
-		e = old;
-	} else {
+	HASH_FIND(hh, rates, name, len, e);
+	if (e == NULL) {
+		if (HASH_COUNT(rates) >= DASHBOARD_RATES_MAX)
+			return;
 		e = calloc(1, sizeof *e + len + 1);
 		if (e == NULL)
 			return;
 		memcpy(e->name, name, len + 1);
-	}
-	/* A circuit new since the last tick counts from zero (created by
-	 * its first call: those calls are this interval's). */
-	if (!w->truncated && (calls != e->calls || t->rejected != e->rejected)) {
-		before = w->b->len;
-		if (w->count > 0)
-			ENC_LIT(w->b, ",");
-		ENC_LIT(w->b, "[");
-		enc_name(w->b, name);
-		ENC_LIT(w->b, ",");
-		enc_int(w->b, (int64_t)(calls - e->calls));
-		ENC_LIT(w->b, ",");
-		enc_int(w->b, (int64_t)(t->failures - e->failures));
-		ENC_LIT(w->b, ",");
-		enc_int(w->b, (int64_t)(t->slow - e->slow));
-		ENC_LIT(w->b, ",");
-		enc_int(w->b, (int64_t)(t->rejected - e->rejected));
-		ENC_LIT(w->b, "]");
-		if (w->b->len - before > w->budget) {
-			w->b->len = before;
-			w->b->buf[before] = '\0';
-			w->truncated = true;
-		} else {
-			w->budget -= w->b->len - before;
-			w->count++;
+		hash_oom = 0;
+		HASH_ADD_KEYPTR(hh, rates, e->name, len, e);
+		if (hash_oom) {
+			free(e);
+			return;
 		}
+		/* New since the last tick (created by its first calls: those
+		 * are this interval's), unless this is the baseline. */
+		if (w->b == NULL)
+			goto keep;
+	} else if (calls < e->calls || t->rejected < e->rejected) {
+		/* Deleted and made again between two ticks: counts from 0. */
+		e->calls = e->failures = e->slow = e->rejected = 0;
 	}
+	if (w->b != NULL && (calls != e->calls || t->rejected != e->rejected))
+		put_rates(w, name, calls - e->calls, t->failures - e->failures, t->slow - e->slow,
+		    t->rejected - e->rejected);
+keep:
 	e->calls = calls;
 	e->failures = t->failures;
 	e->slow = t->slow;
 	e->rejected = t->rejected;
-	hash_oom = 0;
-	HASH_ADD_KEYPTR(hh, w->fresh, e->name, len, e);
-	if (hash_oom)
+}
+
+void
+dashboard_rates_begin(void)
+{
+	tick_walk w = { NULL, 0, 0, false };
+
+	dashboard_forget();
+	circuit_table_foreach_recent(cbd.table, clock_realtime_ms(), DASHBOARD_TICK_CIRCUITS,
+	    tick_visit, &w);
+	last_tick_ms = clock_monotonic_ms();
+}
+
+void
+dashboard_rates_drop(const char *name)
+{
+	rate_entry *e;
+
+	HASH_FIND(hh, rates, name, strlen(name), e);
+	if (e != NULL) {
+		HASH_DEL(rates, e);
 		free(e);
-	else
-		w->fresh_count++;
+	}
 }
 
 char *
@@ -228,7 +268,7 @@ dashboard_tick_text(size_t *len)
 {
 	enc_buf b = { 0 };
 	int64_t mono = clock_monotonic_ms(), now = clock_realtime_ms();
-	tick_walk w = { &b, NULL, 0, (size_t)cbd.conf.max_output_bytes / 4, 0, false };
+	tick_walk w = { &b, (size_t)cbd.conf.max_output_bytes / 4, 0, false };
 	ct_stats ct;
 
 	circuit_table_stats(cbd.table, &ct);
@@ -239,14 +279,11 @@ dashboard_tick_text(size_t *len)
 	ENC_LIT(&b, ",\"circuits\":");
 	enc_int(&b, (int64_t)ct.circuits);
 	ENC_LIT(&b, ",\"rates\":[");
-	circuit_table_foreach(cbd.table, now, tick_visit, &w);
+	circuit_table_foreach_recent(cbd.table, now, DASHBOARD_TICK_CIRCUITS, tick_visit, &w);
 	if (w.truncated)
 		ENC_LIT(&b, "],\"truncated\":true}\n\n");
 	else
 		ENC_LIT(&b, "],\"truncated\":false}\n\n");
-	/* The old totals not seen again: circuits gone. */
-	dashboard_forget();
-	rates = w.fresh;
 	last_tick_ms = mono;
 	return take(&b, len);
 }

@@ -22,6 +22,11 @@
 /* Circuits whose totals the tick remembers, at most (past it, the rest
  * get no rates). */
 #define DASHBOARD_RATES_MAX 200000
+/* Circuits a tick visits, most recently used first (its cost each
+ * DASHBOARD_TICK_MS, whatever max_circuits is). */
+#define DASHBOARD_TICK_CIRCUITS 20000
+/* Fewer bytes than any compact snapshot takes (bounds /api/circuits' walk). */
+#define DASHBOARD_SNAPSHOT_MIN 128
 
 /* The page's files, compiled in (dashboard-assets.c). */
 extern const char dashboard_index_html[];
@@ -40,10 +45,14 @@ char *dashboard_delete_text(const char *name, const char *reason, size_t *len);
 char *dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg,
     size_t *len);
 /* The stats tick: [name, calls, failures, slow, rejected] for every circuit
- * whose totals moved since the last tick, over interval_ms; the list is cut
- * (truncated) at max_output_bytes / 4. */
+ * whose totals moved since the last tick (or the baseline), over
+ * interval_ms; the list is cut (truncated) at max_output_bytes / 4. */
 char *dashboard_tick_text(size_t *len);
 
+/* The first stream opened: remember every recent circuit's totals now. */
+void dashboard_rates_begin(void);
+/* name was deleted or reclaimed: forget its totals. */
+void dashboard_rates_drop(const char *name);
 /* Forget the totals the tick remembers (no client left; exit). */
 void dashboard_forget(void);
 
