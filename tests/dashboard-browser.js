@@ -14,7 +14,7 @@ const puppeteer = require(process.env.PUPPETEER_CORE);
 
 const URL = process.env.DASHBOARD_URL, SOCK = process.env.CBD_SOCKET;
 const CBCTL = process.env.CBCTL_BINARY, SHOT = process.env.SCREENSHOT;
-const BOUND = 30000;
+const BOUND = 30000, UPDATE = process.env.CBD_UPDATE_SCREENSHOT === '1';
 let passed = 0, failed = 0;
 const ok = (what) => { passed++; console.log('ok: ' + what); };
 const bad = (what, e) => { failed++; console.log('FAILED: ' + what + (e ? ': ' + (e.message || e) : '')); };
@@ -129,10 +129,11 @@ async function step(what, fn) {
   });
   await step('a screenshot is written', async () => {
     // A few ticks of traffic first, for the sparklines.
-    await page.waitForFunction(() => {
+    await page.waitForFunction((UPDATE) => {
       const t = document.querySelector('#tiles [data-name="search"] .spark .calls');
-      return t && t.getAttribute('points').split(' ').filter((p) => !p.endsWith(',27.0')).length >= 3;
-    }, { timeout: BOUND });
+      // Updating the README's picture: a longer history (20 s).
+      return t && t.getAttribute('points').split(' ').filter((p) => !p.endsWith(',27.0')).length >= (UPDATE ? 10 : 3);
+    }, { timeout: BOUND }, UPDATE);
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: SHOT });
   });

@@ -286,17 +286,29 @@
       $('status').textContent = 'cannot load the circuits: ' + err;
     }
   }
-  const source = new EventSource('events');
-  for (const t of ['change', 'policy', 'delete', 'stats']) source.addEventListener(t, onEvent(t));
-  source.onopen = () => {
-    $('status').textContent = 'live';
-    $('status').className = 'live';
-    load();
-  };
-  source.onerror = () => {
-    $('status').textContent = 'reconnecting… (cbd unreachable or too many dashboards: dashboard_max_clients)';
-    $('status').className = 'down';
-  };
+  // The stream; when cbd refuses it (503 past dashboard_max_clients) the
+  // browser gives up on it: the list is loaded once and the stream tried
+  // again every 5 s.
+  function connect() {
+    const source = new EventSource('events');
+    for (const t of ['change', 'policy', 'delete', 'stats']) source.addEventListener(t, onEvent(t));
+    source.onopen = () => {
+      $('status').textContent = 'live';
+      $('status').className = 'live';
+      load();
+    };
+    source.onerror = () => {
+      $('status').className = 'down';
+      if (source.readyState === EventSource.CLOSED) {
+        $('status').textContent = 'not live (cbd refused the stream: too many dashboards, dashboard_max_clients, or cbd is gone); retrying every 5 s';
+        if (!loaded) load();
+        setTimeout(connect, 5000);
+      } else {
+        $('status').textContent = 'reconnecting… (cbd unreachable)';
+      }
+    };
+  }
+  connect();
   window.cbdDashboard = { size: () => circuits.size, shown: () => order.length, loaded: () => loaded };
   schedule();
 })();
