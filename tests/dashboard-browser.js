@@ -56,11 +56,14 @@ async function step(what, fn) {
   (async () => {
     let i = 0;
     while (traffic) {
+      // As a client does: ask, then report (an open circuit refuses).
       const reqs = [];
-      for (let k = 0; k < 20; k++) reqs.push({ op: 'record_success', name: 'payments-api' }, { op: 'record_success', name: 'search' });
+      for (let k = 0; k < 20; k++) reqs.push({ op: 'allow', name: 'payments-api' }, { op: 'record_success', name: 'search' });
       if (i % 3 === 0) reqs.push({ op: 'record_ignore', name: 'search' });
       reqs.push({ op: i % 4 ? 'record_success' : 'record_failure', name: 'images-cdn' });
-      await c.many(reqs);
+      const replies = await c.many(reqs);
+      const outcomes = replies.filter((r) => r.allowed === true).map(() => ({ op: 'record_success', name: 'payments-api' }));
+      if (outcomes.length) await c.many(outcomes);
       i++;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -104,6 +107,14 @@ async function step(what, fn) {
         /until/.test(t.querySelector('.hold').textContent) && /cbctl release inventory/.test(t.textContent) &&
         /retry in 1[45]m/.test(t.querySelector('.retry').textContent);
     }, { timeout: BOUND });
+  });
+  await step('a flapping circuit says how often it changed', async () => {
+    for (const state of ['open', 'closed', 'open', 'closed']) await c.call({ op: 'set_state', name: 'flappy', state });
+    await page.waitForFunction(() => {
+      const t = document.querySelector('#tiles [data-name="flappy"] .flaps');
+      return t && /^[34] changes in 5 min$/.test(t.textContent);
+    }, { timeout: BOUND });
+    await c.call({ op: 'delete', name: 'flappy' });
   });
   await step('a deleted circuit\'s tile goes', async () => {
     await page.waitForSelector('#tiles [data-name="old-batch"]', { timeout: BOUND });

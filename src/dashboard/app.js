@@ -19,7 +19,7 @@
   function put(snap) {
     let c = circuits.get(snap.name);
     if (!c) {
-      c = { name: snap.name, hist: [], calls: 0, fails: 0, slow: 0, rejected: 0 };
+      c = { name: snap.name, hist: [], trans: [] };
       circuits.set(snap.name, c);
     }
     c.snap = snap;
@@ -35,12 +35,13 @@
   // Calls per second, failure and slow rates over the last 30 s of ticks.
   function recent(c) {
     const since = Date.now() - 30000;
-    let calls = 0, fails = 0, slow = 0, ms = 0;
+    let calls = 0, fails = 0, slow = 0, rejected = 0, ms = 0;
     for (const h of c.hist) {
-      if (h.t >= since) { calls += h.calls; fails += h.fails; slow += h.slow; ms += h.ms; }
+      if (h.t >= since) { calls += h.calls; fails += h.fails; slow += h.slow; rejected += h.rejected; ms += h.ms; }
     }
     ms = Math.max(ms, tickMs);
-    return { perSec: calls * 1000 / ms, fail: calls ? fails / calls : 0, slow: calls ? slow / calls : 0 };
+    return { perSec: calls * 1000 / ms, fail: calls ? fails / calls : 0, slow: calls ? slow / calls : 0,
+      rejectedPerSec: rejected * 1000 / ms };
   }
   function rebuild() {
     const f = filterEl.value.trim().toLowerCase(), st = stateEl.value;
@@ -89,13 +90,14 @@
     svg.setAttribute('preserveAspectRatio', 'none');
     svg.setAttribute('aria-hidden', 'true');
     const now = Date.now(), slots = 150, per = HISTORY_MS / slots;
-    const calls = new Array(slots).fill(0), fails = new Array(slots).fill(0);
+    const calls = new Array(slots).fill(0), fails = new Array(slots).fill(0), refused = new Array(slots).fill(0);
     for (const h of c.hist) {
       const i = slots - 1 - Math.floor((now - h.t) / per);
-      if (i >= 0 && i < slots) { calls[i] += h.calls; fails[i] += h.fails; }
+      if (i >= 0 && i < slots) { calls[i] += h.calls; fails[i] += h.fails; refused[i] += h.rejected || 0; }
     }
-    const max = Math.max(1, ...calls);
-    for (const [cls, v] of [['fails', fails], ['calls', calls]]) {
+    // Calls (blue), failures (red), refused while open (grey, dashed).
+    const max = Math.max(1, ...calls, ...refused);
+    for (const [cls, v] of [['refused', refused], ['fails', fails], ['calls', calls]]) {
       const p = document.createElementNS(SVG, 'polyline');
       p.setAttribute('class', cls);
       p.setAttribute('points', v.map((y, x) => x + ',' + (27 - y * 26 / max).toFixed(1)).join(' '));
@@ -142,15 +144,23 @@
     fig.children[0].append(el('b', null, r.perSec.toFixed(r.perSec < 10 ? 1 : 0)), ' calls/s');
     fig.children[1].append(el('b', null, pct(r.fail)), ' failed');
     fig.children[2].append(el('b', null, pct(r.slow)), ' slow');
+    if (r.rejectedPerSec > 0) {
+      fig.append(el('span'));
+      fig.lastChild.append(el('b', null, r.rejectedPerSec.toFixed(r.rejectedPerSec < 10 ? 1 : 0)), ' refused/s');
+    }
     t.append(fig, sparkline(c));
-    const retry = el('p', 'retry', retryText(c));
-    retry.dataset.retry = '1';
+    // Flapping: state changes in the last 5 minutes (seen by this page).
+    c.trans = c.trans.filter((x) => x > Date.now() - HISTORY_MS);
+    const retry = el('p', 'retry'), countdown = el('span', null, retryText(c));
+    countdown.dataset.retry = c.name;
+    retry.append(countdown);
+    if (c.trans.length >= 2) retry.append(' ', el('span', 'flaps', c.trans.length + ' changes in 5 min'));
     t.append(retry);
     const cmd = command(c);
     if (cmd) t.append(el('code', 'cmd', cmd));
     t.setAttribute('aria-label', c.name + ', ' + s.state.replace('_', ' ') + (holdText ? ', ' + holdText : '') +
       ', ' + r.perSec.toFixed(1) + ' calls per second, ' + pct(r.fail) + ' failed' +
-      (retryText(c) ? ', ' + retryText(c) : '') + (cmd ? ', command: ' + cmd : ''));
+      (retryText(c) ? ', ' + retryText(c) : '') + (c.trans.length >= 2 ? ', ' + c.trans.length + ' state changes in 5 minutes' : '') + (cmd ? ', command: ' + cmd : ''));
     return t;
   }
   function columns() { return Math.max(1, Math.floor((tilesEl.clientWidth + GAP) / (TILE_W + GAP))); }
@@ -185,7 +195,7 @@
   // The countdowns tick every second (the tiles in view only).
   setInterval(() => {
     for (const p of tilesEl.querySelectorAll('[data-retry]')) {
-      const c = circuits.get(p.parentNode.dataset.name);
+      const c = circuits.get(p.dataset.retry);
       if (c) p.textContent = retryText(c);
     }
   }, 1000);
@@ -228,6 +238,7 @@
     if (type === 'change') {
       const before = circuits.get(d.snapshot.name);
       put(d.snapshot);
+      if (d.from !== d.snapshot.state) circuits.get(d.snapshot.name).trans.push(Date.now());
       if (d.from !== d.snapshot.state) logLine(d.snapshot.name + ': ' + d.from + ' → ' + d.snapshot.state + ' (' + d.reason + ')');
       else if (!before || held(before) !== held(circuits.get(d.snapshot.name))) logLine(d.snapshot.name + ': ' + d.reason);
     } else if (type === 'policy') {
@@ -238,9 +249,9 @@
     } else if (type === 'stats') {
       const now = Date.now();
       tickMs = d.interval_ms || tickMs;
-      for (const [name, calls, fails, slow] of d.rates) {
+      for (const [name, calls, fails, slow, rejected] of d.rates) {
         const c = circuits.get(name);
-        if (c) c.hist.push({ t: now, ms: d.interval_ms, calls, fails, slow });
+        if (c) c.hist.push({ t: now, ms: d.interval_ms, calls, fails, slow, rejected });
       }
       for (const c of circuits.values()) {
         while (c.hist.length && c.hist[0].t < now - HISTORY_MS) c.hist.shift();
