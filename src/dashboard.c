@@ -131,7 +131,9 @@ dashboard_change_text(const char *name, const ct_change *change, size_t *len)
 	put_snapshot(&b, name, &view, &cbd.conf, now, false);
 	ENC_LIT(&b, ",\"reason\":\"");
 	enc_puts(&b, breaker_reason_text(change->reason));
-	ENC_LIT(&b, "\"}\n\n");
+	ENC_LIT(&b, "\",\"at\":");
+	enc_int(&b, now);
+	ENC_LIT(&b, "}\n\n");
 	return take(&b, len);
 }
 
@@ -144,7 +146,9 @@ dashboard_delete_text(const char *name, const char *reason, size_t *len)
 	enc_name(&b, name);
 	ENC_LIT(&b, ",\"reason\":\"");
 	enc_puts(&b, reason);
-	ENC_LIT(&b, "\"}\n\n");
+	ENC_LIT(&b, "\",\"at\":");
+	enc_int(&b, clock_realtime_ms());
+	ENC_LIT(&b, "}\n\n");
 	return take(&b, len);
 }
 
@@ -152,9 +156,12 @@ char *
 dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg, size_t *len)
 {
 	enc_buf b = { 0 };
+	int64_t now = clock_realtime_ms();
 
 	ENC_LIT(&b, "event: policy\ndata: {\"event\":\"policy\",\"snapshot\":");
-	put_snapshot(&b, name, view, cfg, clock_realtime_ms(), true);
+	put_snapshot(&b, name, view, cfg, now, true);
+	ENC_LIT(&b, ",\"at\":");
+	enc_int(&b, now);
 	ENC_LIT(&b, "}\n\n");
 	return take(&b, len);
 }

@@ -32,6 +32,7 @@
 extern const char dashboard_index_html[];
 extern const char dashboard_app_js[];
 extern const char dashboard_style_css[];
+extern const char dashboard_icon_svg[];
 
 /* GET /api/circuits: {"now", "tick_ms", "circuits": [compact snapshots,
  * open, half_open and held first], "count", "truncated"}, at most
@@ -39,7 +40,9 @@ extern const char dashboard_style_css[];
 char *dashboard_circuits_text(size_t *len);
 
 /* Server-Sent Event frames ("event: X\ndata: {...}\n\n"); NULL when out
- * of memory. The data is what watch sends for the same change. */
+ * of memory. The data is what watch sends for the same change, and "at":
+ * when it was sent (ms since the epoch: the page drops the events older
+ * than the /api/circuits it loads after them). */
 char *dashboard_change_text(const char *name, const ct_change *change, size_t *len);
 char *dashboard_delete_text(const char *name, const char *reason, size_t *len);
 char *dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg,

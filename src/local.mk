@@ -84,17 +84,18 @@ src/fleet-script.c: $(srcdir)/src/fleet.lua
 
 # The dashboard's page, script and style (src/dashboard/), built into cbd
 # as C strings the same way: no network, nothing but sed at build time.
-DASHBOARD_FILES = src/dashboard/index.html src/dashboard/app.js src/dashboard/style.css
+DASHBOARD_FILES = src/dashboard/index.html src/dashboard/app.js src/dashboard/style.css \
+	src/dashboard/icon.svg
 EXTRA_DIST += $(DASHBOARD_FILES)
 BUILT_SOURCES += src/dashboard-assets.c
 CLEANFILES += src/dashboard-assets.c
 src/dashboard-assets.c: $(srcdir)/src/dashboard/index.html $(srcdir)/src/dashboard/app.js \
-    $(srcdir)/src/dashboard/style.css
+    $(srcdir)/src/dashboard/style.css $(srcdir)/src/dashboard/icon.svg
 	$(AM_V_GEN)$(MKDIR_P) src && { \
 	  echo '/* Generated from src/dashboard/ by src/local.mk: do not edit. */'; \
 	  echo '/* clang-format off */'; \
 	  for f in index.html:dashboard_index_html app.js:dashboard_app_js \
-	      style.css:dashboard_style_css; do \
+	      style.css:dashboard_style_css icon.svg:dashboard_icon_svg; do \
 	    echo "const char $${f#*:}[] ="; \
 	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' \
 	      $(srcdir)/src/dashboard/$${f%%:*}; \

@@ -154,6 +154,8 @@ static const struct {
 	{ "/index.html", "text/html; charset=utf-8", dashboard_index_html },
 	{ "/app.js", "text/javascript; charset=utf-8", dashboard_app_js },
 	{ "/style.css", "text/css; charset=utf-8", dashboard_style_css },
+	{ "/icon.svg", "image/svg+xml", dashboard_icon_svg },
+	{ "/favicon.ico", "image/svg+xml", dashboard_icon_svg },
 };
 
 /* A dashboard route (target without its query); false when none is. */
@@ -166,10 +168,6 @@ conn_dashboard(http_conn *c, const char *path, bool head)
 			    strlen(dashboard_files[i].text), head);
 			return true;
 		}
-	}
-	if (strcmp(path, "/favicon.ico") == 0) {
-		conn_reply(c, 204, "No Content", "image/x-icon", "", 0, head);
-		return true;
 	}
 	if (strcmp(path, "/api/circuits") == 0) {
 		size_t len = 0;

@@ -247,6 +247,7 @@ START_TEST(test_routes)
 		{ "/index.html", " 200 ", "Content-Type: text/html", "app.js" },
 		{ "/app.js", " 200 ", "Content-Type: text/javascript", "EventSource" },
 		{ "/style.css", " 200 ", "Content-Type: text/css", "--open" },
+		{ "/favicon.ico", " 200 ", "Content-Type: image/svg+xml", "<svg" },
 		{ "/api/circuits?x=1", " 200 ", "Content-Type: application/json",
 		    "\"circuits\":[" },
 		{ "/metrics", " 200 ", "Content-Type: text/plain", "cbd_dashboard_clients 0" },

@@ -186,11 +186,18 @@
     if (f) { f.tabIndex = 0; if (hadFocus) f.focus({ preventScroll: true }); }
     else if (order.length > 0) { const any = tilesEl.querySelector('.tile'); if (any) any.tabIndex = 0; }
   }
-  let scheduled = false;
+  // Redrawing the tiles in view is cheap (scrolling: next frame); sorting
+  // 10,000 circuits is not, so the feed's changes are drawn at most every
+  // 250 ms however fast events come.
+  let scheduled = false, feedTimer = 0;
   function schedule() {
     if (scheduled) return;
     scheduled = true;
     requestAnimationFrame(() => { scheduled = false; render(); });
+  }
+  function scheduleFeed() {
+    if (feedTimer) return;
+    feedTimer = setTimeout(() => { feedTimer = 0; schedule(); }, 250);
   }
   // The countdowns tick every second (the tiles in view only).
   setInterval(() => {
@@ -258,7 +265,7 @@
       }
       dirty = true;
     }
-    schedule();
+    scheduleFeed();
   }
   function onEvent(type) {
     return (e) => {
@@ -289,7 +296,9 @@
       truncated = d.truncated;
       total = d.total;
       loaded = true;
-      for (const [type, ev] of queued) apply(type, ev);
+      // Events that came while the list was read: those older than it are
+      // in it already (and would take a circuit back).
+      for (const [type, ev] of queued) if (type === 'stats' || !(ev.at < d.now)) apply(type, ev);
       queued = [];
       dirty = true;
       schedule();
