@@ -172,6 +172,21 @@ async function step(what, fn) {
     await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => { window.scrollTo(0, document.body.scrollHeight); r(); })));
     await page.waitForFunction(() => Array.from(document.querySelectorAll('#tiles .tile')).some((t) => Number(t.dataset.index) > 9000), { timeout: BOUND });
   });
+  await step('2,000 trips at once among 10,000 circuits reach the page', async () => {
+    const reqs = [];
+    for (let i = 0; i < 2000; i++) reqs.push({ op: 'set_state', name: 'n' + String(i * 5).padStart(5, '0'), state: 'open' });
+    const t = Date.now();
+    await c.many(reqs);
+    // How long the page takes to answer meanwhile (printed, not asserted).
+    let worst = 0, done = false;
+    while (!done && Date.now() - t < BOUND) {
+      const t0 = Date.now();
+      done = await page.evaluate(() => /open: 200[0-9]/.test(document.getElementById('counts').textContent));
+      worst = Math.max(worst, Date.now() - t0);
+    }
+    if (!done) throw new Error('the counts never showed 2,000 more open');
+    console.log('# 2,000 trips shown in ' + (Date.now() - t) + ' ms; the page answered within ' + worst + ' ms at worst');
+  });
   if (errors.length) bad('no script errors', errors.join('; ')); else ok('no script errors');
   await browser.close();
   c.close();
