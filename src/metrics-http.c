@@ -125,22 +125,34 @@ conn_reply(http_conn *c, int status, const char *reason, const char *type, const
 		memcpy(c->out + n, body, body_len);
 }
 
-/* Is the request's Host header (when it has one) a loopback name? A page
- * elsewhere can point its own name at 127.0.0.1 (DNS rebinding): such
- * requests do not get the circuits. */
+/* Is the request's Host header (when it has one) a loopback name:
+ * localhost, [::1] or an address of 127.0.0.0/8, with or without a port?
+ * A page elsewhere can point a name of its own at 127.0.0.1 (DNS
+ * rebinding): its requests do not get the circuits. */
 static bool
 host_is_loopback(const char *in)
 {
 	const char *h = in;
 
 	while ((h = strchr(h, '\n')) != NULL) {
+		char host[64];
+		struct in_addr a;
+		size_t n;
+
 		h++;
-		if (strncasecmp(h, "Host:", 5) == 0) {
-			h += 5;
-			h += strspn(h, " \t");
-			return strncmp(h, "127.", 4) == 0 || strncmp(h, "[::1]", 5) == 0 ||
-			    (strncasecmp(h, "localhost", 9) == 0 && strchr(":\r\n", h[9]) != NULL);
-		}
+		if (strncasecmp(h, "Host:", 5) != 0)
+			continue;
+		h += 5;
+		h += strspn(h, " \t");
+		if (strncmp(h, "[::1]", 5) == 0)
+			return strchr(":\r\n", h[5]) != NULL;
+		n = strcspn(h, ":\r\n \t");
+		if (n >= sizeof host)
+			return false;
+		memcpy(host, h, n);
+		host[n] = '\0';
+		return strcasecmp(host, "localhost") == 0 ||
+		    (inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127);
 	}
 	return true;
 }
@@ -186,9 +198,12 @@ conn_dashboard(http_conn *c, const char *path, bool head)
 		static const char full[] = "too many dashboard event streams "
 					   "(dashboard_max_clients)\n";
 
-		if (head || !dashboard_sse_room())
+		if (head)
+			conn_reply(c, 405, "Method Not Allowed", "text/plain", "only GET\n", 9,
+			    true);
+		else if (!dashboard_sse_room())
 			conn_reply(c, 503, "Service Unavailable", "text/plain", full,
-			    sizeof full - 1, head);
+			    sizeof full - 1, false);
 		else
 			c->to_sse = true;
 		return true;

@@ -271,9 +271,21 @@ START_TEST(test_routes)
 		ck_assert(has(http, "Content-Security-Policy: default-src 'self'"));
 		ck_assert(!has(body(http), "http://") && !has(body(http), "https://"));
 		free(http);
-		http = http_get_host("/api/circuits", "evil.example:9464");
-		ck_assert_msg(has(http, " 403 "), "%.200s", http);
-		free(http);
+		static const char *const foreign[] = { "evil.example:9464",
+			"127.0.0.1.evil.example", "localhost.evil.example", "[::1].evil.example" };
+		static const char *const loopback[] = { "127.0.0.1:9464", "127.8.9.10", "localhost",
+			"LocalHost:80", "[::1]:9464" };
+
+		for (size_t i = 0; i < 4; i++) {
+			http = http_get_host("/api/circuits", foreign[i]);
+			ck_assert_msg(has(http, " 403 "), "%s: %.200s", foreign[i], http);
+			free(http);
+		}
+		for (size_t i = 0; i < 5; i++) {
+			http = http_get_host("/api/circuits", loopback[i]);
+			ck_assert_msg(has(http, " 200 "), "%s: %.200s", loopback[i], http);
+			free(http);
+		}
 		http = http_get_host("/metrics", "evil.example:9464");
 		ck_assert(has(http, " 200 "));
 		free(http);
