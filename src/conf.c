@@ -117,6 +117,9 @@ static const conf_key keys[] = {
 	    "loopback HOST:PORT serving Prometheus metrics at /metrics (empty: off)"),
 	CBD_KEY(metrics_max_connections, CONF_INT, 1, CONF_METRICS_CONNECTIONS_MAX, "16", true,
 	    "connections to metrics_listen at once; more are closed when accepted"),
+	CBD_KEY(dashboard_max_clients, CONF_INT, 0, CONF_METRICS_CONNECTIONS_MAX, "8", true,
+	    "dashboard event streams (GET /events on metrics_listen) at once; more are "
+	    "refused (503)"),
 	CBD_KEY(metrics_max_circuits, CONF_INT, 0, CONF_CIRCUITS_MAX, "1000", true,
 	    "circuits with their own metric series, at most"),
 	CBD_KEY(backend, CONF_STRING, 0, 0, "memory", false,

@@ -81,6 +81,7 @@ typedef struct cbd_conf {
 	char *state_file;
 	char *metrics_listen;
 	int64_t metrics_max_connections;
+	int64_t dashboard_max_clients;
 	int64_t metrics_max_circuits;
 	char *backend; /* "memory" or "redis" */
 	char *redis;

@@ -6,6 +6,7 @@
  * of those.
  */
 #include "daemon.h"
+#include "dashboard-sse.h"
 #include "events.h"
 #include "log-limit.h"
 #include "log.h"
@@ -23,6 +24,7 @@ events_changed(const char *name, const ct_change *change)
 	/* States and holds are what the state file keeps and watchers see. */
 	persist_mark_changed(name);
 	watch_changed(name, change);
+	dashboard_sse_changed(name, change);
 	if (change->from == change->to)
 		return;
 	stats.transitions++;
@@ -62,6 +64,7 @@ events_deleted(const char *name)
 {
 	persist_mark_changed(name);
 	watch_deleted(name, "deleted");
+	dashboard_sse_deleted(name, "deleted");
 }
 
 void
@@ -69,6 +72,7 @@ events_reclaimed(const char *name)
 {
 	/* An idle closed circuit: not in the state file. */
 	watch_deleted(name, "reclaimed");
+	dashboard_sse_deleted(name, "reclaimed");
 }
 
 /* What policy_changed compares. */
@@ -91,4 +95,5 @@ events_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 
 	circuit_table_renew_policies(cbd.table, policy_changed, &rc);
 	watch_policies_reloaded(old, fresh);
+	dashboard_sse_policies_reloaded(old, fresh);
 }

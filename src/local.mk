@@ -41,6 +41,8 @@ src_libcbdaemon_la_SOURCES = \
 	src/fleet-sync.c src/fleet-sync.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
+	src/dashboard.c src/dashboard.h \
+	src/dashboard-sse.c src/dashboard-sse.h \
 	src/metrics-http.c src/metrics-http.h \
 	src/stats-report.c src/stats-report.h \
 	src/op-call.c src/op-call.h \
@@ -53,7 +55,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/op.c src/op.h \
 	src/housekeeping.c src/housekeeping.h \
 	src/server.c src/server.h
-nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c
+nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c src/dashboard-assets.c
 src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)
 src_libcbdaemon_la_LIBADD = src/libcbcore.la src/libcbbase.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
@@ -80,4 +82,25 @@ src/fleet-script.c: $(srcdir)/src/fleet.lua
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' \
 	    $(srcdir)/src/fleet.lua; \
 	  echo ';'; \
+	  echo '/* clang-format on */'; } > $@.tmp && mv $@.tmp $@
+
+# The dashboard's page, script and style (src/dashboard/), built into cbd
+# as C strings the same way: no network, nothing but sed at build time.
+DASHBOARD_FILES = src/dashboard/index.html src/dashboard/app.js src/dashboard/style.css \
+	src/dashboard/icon.svg
+EXTRA_DIST += $(DASHBOARD_FILES)
+BUILT_SOURCES += src/dashboard-assets.c
+CLEANFILES += src/dashboard-assets.c
+src/dashboard-assets.c: $(srcdir)/src/dashboard/index.html $(srcdir)/src/dashboard/app.js \
+    $(srcdir)/src/dashboard/style.css $(srcdir)/src/dashboard/icon.svg
+	$(AM_V_GEN)$(MKDIR_P) src && { \
+	  echo '/* Generated from src/dashboard/ by src/local.mk: do not edit. */'; \
+	  echo '/* clang-format off */'; \
+	  for f in index.html:dashboard_index_html app.js:dashboard_app_js \
+	      style.css:dashboard_style_css icon.svg:dashboard_icon_svg; do \
+	    echo "const char $${f#*:}[] ="; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' \
+	      $(srcdir)/src/dashboard/$${f%%:*}; \
+	    echo ';'; \
+	  done; \
 	  echo '/* clang-format on */'; } > $@.tmp && mv $@.tmp $@

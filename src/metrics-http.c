@@ -6,6 +6,11 @@
  * ("Connection: close"). libevent's evhttp was used before: it neither
  * bounds its connections nor stops its listener on EMFILE (it spun,
  * logging every failed accept).
+ *
+ * Besides /metrics, the dashboard (README, "Dashboard"): the page, its
+ * script and style (compiled in), /api/circuits (dashboard.c) and /events,
+ * whose connection is handed to dashboard-sse.c once its request is read.
+ * Read-only: nothing here changes a circuit.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +27,8 @@
 #include "clock.h"
 #include "conf.h"
 #include "daemon.h"
+#include "dashboard-sse.h"
+#include "dashboard.h"
 #include "log.h"
 #include "metrics-http.h"
 #include "metrics.h"
@@ -37,6 +45,7 @@ typedef struct http_conn {
 	int64_t deadline; /* monotonic ms */
 	bool replied; /* out holds the reply; reading is over */
 	bool draining; /* the reply is out: read to EOF, then close */
+	bool to_sse; /* GET /events: the connection goes to dashboard-sse.c */
 	char *out;
 	size_t out_len, out_done;
 	size_t in_len;
@@ -64,7 +73,8 @@ conn_free(http_conn *c)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	event_free(c->ev);
-	close(c->fd);
+	if (c->fd >= 0)
+		close(c->fd);
 	free(c->out);
 	free(c);
 	mh.count--;
@@ -91,11 +101,16 @@ static void
 conn_reply(http_conn *c, int status, const char *reason, const char *type, const char *body,
     size_t body_len, bool head)
 {
-	char top[256];
+	char top[512];
 	int n = snprintf(top, sizeof top,
 	    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-	    "Connection: close\r\n\r\n",
-	    status, reason, type, body_len);
+	    "%sConnection: close\r\n\r\n",
+	    status, reason, type, body_len,
+	    /* The dashboard's: its own files only, never cached, never framed. */
+	    strncmp(type, "text/plain", 10) == 0
+		? ""
+		: "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+		  "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'\r\n");
 
 	c->replied = true;
 	c->out_len = (size_t)n + (head ? 0 : body_len);
@@ -110,11 +125,97 @@ conn_reply(http_conn *c, int status, const char *reason, const char *type, const
 		memcpy(c->out + n, body, body_len);
 }
 
+/* Is the request's Host header (when it has one) a loopback name:
+ * localhost, [::1] or an address of 127.0.0.0/8, with or without a port?
+ * A page elsewhere can point a name of its own at 127.0.0.1 (DNS
+ * rebinding): its requests do not get the circuits. */
+static bool
+host_is_loopback(const char *in)
+{
+	const char *h = in;
+
+	while ((h = strchr(h, '\n')) != NULL) {
+		char host[64];
+		struct in_addr a;
+		size_t n;
+
+		h++;
+		if (strncasecmp(h, "Host:", 5) != 0)
+			continue;
+		h += 5;
+		h += strspn(h, " \t");
+		if (strncmp(h, "[::1]", 5) == 0)
+			return strchr(":\r\n", h[5]) != NULL;
+		n = strcspn(h, ":\r\n \t");
+		if (n >= sizeof host)
+			return false;
+		memcpy(host, h, n);
+		host[n] = '\0';
+		return strcasecmp(host, "localhost") == 0 ||
+		    (inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127);
+	}
+	return true;
+}
+
+/* The dashboard's files: path, type, text. */
+static const struct {
+	const char *path, *type;
+	const char *text;
+} dashboard_files[] = {
+	{ "/", "text/html; charset=utf-8", dashboard_index_html },
+	{ "/index.html", "text/html; charset=utf-8", dashboard_index_html },
+	{ "/app.js", "text/javascript; charset=utf-8", dashboard_app_js },
+	{ "/style.css", "text/css; charset=utf-8", dashboard_style_css },
+	{ "/icon.svg", "image/svg+xml", dashboard_icon_svg },
+	{ "/favicon.ico", "image/svg+xml", dashboard_icon_svg },
+};
+
+/* A dashboard route (target without its query); false when none is. */
+static bool
+conn_dashboard(http_conn *c, const char *path, bool head)
+{
+	for (size_t i = 0; i < sizeof dashboard_files / sizeof dashboard_files[0]; i++) {
+		if (strcmp(path, dashboard_files[i].path) == 0) {
+			conn_reply(c, 200, "OK", dashboard_files[i].type, dashboard_files[i].text,
+			    strlen(dashboard_files[i].text), head);
+			return true;
+		}
+	}
+	if (strcmp(path, "/api/circuits") == 0) {
+		size_t len = 0;
+		char *text = dashboard_circuits_text(&len);
+
+		if (text == NULL) {
+			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
+			    14, false);
+			return true;
+		}
+		conn_reply(c, 200, "OK", "application/json", text, len, head);
+		free(text);
+		return true;
+	}
+	if (strcmp(path, "/events") == 0) {
+		static const char full[] = "too many dashboard event streams "
+					   "(dashboard_max_clients)\n";
+
+		if (head)
+			conn_reply(c, 405, "Method Not Allowed", "text/plain", "only GET\n", 9,
+			    true);
+		else if (!dashboard_sse_room())
+			conn_reply(c, 503, "Service Unavailable", "text/plain", full,
+			    sizeof full - 1, false);
+		else
+			c->to_sse = true;
+		return true;
+	}
+	return false;
+}
+
 /* A whole request head is in: answer it. */
 static void
 conn_answer(http_conn *c)
 {
-	char method[16], target[256];
+	char method[16], target[256], path[256];
 	bool head;
 
 	if (sscanf(c->in, "%15s %255s", method, target) != 2) {
@@ -126,10 +227,16 @@ conn_answer(http_conn *c)
 		conn_reply(c, 405, "Method Not Allowed", "text/plain", "only GET\n", 9, false);
 		return;
 	}
-	if (strncmp(target, "/metrics", 8) != 0 || (target[8] != '\0' && target[8] != '?')) {
-		static const char nope[] = "metrics are at /metrics\n";
+	snprintf(path, sizeof path, "%.*s", (int)strcspn(target, "?#"), target);
+	if (strcmp(path, "/metrics") != 0) {
+		static const char nope[] = "metrics are at /metrics, the dashboard at /\n";
+		static const char foreign[] = "the dashboard answers loopback names only\n";
 
-		conn_reply(c, 404, "Not Found", "text/plain", nope, sizeof nope - 1, head);
+		if (!host_is_loopback(c->in))
+			conn_reply(c, 403, "Forbidden", "text/plain", foreign, sizeof foreign - 1,
+			    head);
+		else if (!conn_dashboard(c, path, head))
+			conn_reply(c, 404, "Not Found", "text/plain", nope, sizeof nope - 1, head);
 		return;
 	}
 	{
@@ -167,9 +274,17 @@ conn_read(http_conn *c)
 		return false;
 	c->in_len += (size_t)n;
 	c->in[c->in_len] = '\0';
-	if (strstr(c->in, "\r\n\r\n") != NULL || strstr(c->in, "\n\n") != NULL)
+	if (strstr(c->in, "\r\n\r\n") != NULL || strstr(c->in, "\n\n") != NULL) {
 		conn_answer(c);
-	else if (c->in_len == METRICS_HTTP_HEADER_MAX)
+		if (c->to_sse) {
+			/* The stream takes the descriptor; this connection goes. */
+			int fd = c->fd;
+
+			c->fd = -1;
+			dashboard_sse_attach(fd);
+			return false;
+		}
+	} else if (c->in_len == METRICS_HTTP_HEADER_MAX)
 		conn_reply(c, 431, "Request Header Fields Too Large", "text/plain",
 		    "header too large\n", 17, false);
 	else
@@ -351,6 +466,7 @@ metrics_http_start(void)
 void
 metrics_http_stop(void)
 {
+	dashboard_sse_stop();
 	while (mh.conns != NULL)
 		conn_free(mh.conns);
 	if (mh.listen_ev != NULL)

@@ -205,6 +205,9 @@ metrics_text(size_t *len)
 		    (unsigned long long)stats.errors[c]);
 	family(&t, "cbd_connections", "gauge", "Client connections open now.");
 	put(&t, "cbd_connections %llu\n", (unsigned long long)stats.connections_current);
+	family(&t, "cbd_dashboard_clients", "gauge",
+	    "Dashboard event streams (GET /events) open now.");
+	put(&t, "cbd_dashboard_clients %llu\n", (unsigned long long)stats.dashboard_clients);
 	family(&t, "cbd_slots", "gauge", "Half-open slots (permits) held now.");
 	put(&t, "cbd_slots %llu\n", (unsigned long long)(ct.slots + stats.fleet_slots));
 	if (fleet_enabled()) {

@@ -499,9 +499,12 @@ static void
 raise_fd_limit(void)
 {
 	struct rlimit rl;
-	/* The metrics port's connections have their own bound, on top. */
-	rlim_t want = (rlim_t)cbd.conf.max_connections + SERVER_SPARE_FDS +
-	    (cbd.conf.metrics_listen[0] != '\0' ? (rlim_t)cbd.conf.metrics_max_connections : 0);
+	/* The metrics port's connections and the dashboard's streams have
+	 * their own bounds, on top. */
+	rlim_t http = cbd.conf.metrics_listen[0] == '\0'
+	    ? 0
+	    : (rlim_t)cbd.conf.metrics_max_connections + (rlim_t)cbd.conf.dashboard_max_clients;
+	rlim_t want = (rlim_t)cbd.conf.max_connections + SERVER_SPARE_FDS + http;
 
 	srv.max_clients = cbd.conf.max_connections;
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)

@@ -102,6 +102,8 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "noreply", stats.noreply) &&
 	    set_uint(reply, "watch_events", stats.watch_events) &&
 	    set_uint(reply, "metrics_scrapes", stats.metrics_scrapes) &&
+	    set_uint(reply, "dashboard_clients", stats.dashboard_clients) &&
+	    set_uint(reply, "dashboard_events", stats.dashboard_events) &&
 	    set_uint(reply, "held", ct.held) && set_uint(reply, "policies", ct.policies) &&
 	    set_uint(reply, "reclaimed_idle", ct.reclaimed_idle) &&
 	    set_uint(reply, "reclaimed_capacity", ct.reclaimed_capacity) &&

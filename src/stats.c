@@ -27,6 +27,7 @@ static const char *const limit_names[STATS_LIMIT_COUNT] = {
 	[STATS_LIMIT_METRICS_CUT] = "metrics_truncated",
 	[STATS_LIMIT_TOTAL_OUTPUT] = "max_total_output_bytes",
 	[STATS_LIMIT_WAITERS] = "max_waiters",
+	[STATS_LIMIT_DASHBOARD_CLIENTS] = "dashboard_max_clients",
 };
 
 void

@@ -39,6 +39,7 @@ typedef enum stats_limit {
 	STATS_LIMIT_METRICS_CUT, /* a metrics op's text cut to fit max_output_bytes */
 	STATS_LIMIT_TOTAL_OUTPUT, /* max_total_output_bytes: a client dropped */
 	STATS_LIMIT_WAITERS, /* max_waiters: an allow answered at once, not waiting */
+	STATS_LIMIT_DASHBOARD_CLIENTS, /* dashboard_max_clients: an event stream refused */
 	STATS_LIMIT_COUNT,
 } stats_limit;
 
@@ -57,6 +58,8 @@ typedef struct cbd_stats {
 	uint64_t noreply; /* requests answered with nothing (noreply: true) */
 	uint64_t watch_events; /* event lines queued for watchers */
 	uint64_t metrics_scrapes; /* GET /metrics answered */
+	uint64_t dashboard_clients; /* dashboard event streams open now */
+	uint64_t dashboard_events; /* event frames queued for dashboard streams */
 	uint64_t state_writes; /* state file written (whole or appended to) */
 	uint64_t state_appends; /* of which appends of changes to its journal */
 	uint64_t state_write_failures;

@@ -26,7 +26,7 @@ chmod +x "$work/cbd"
 status=0
 passed=0
 failed=0
-for t in cbd-ops-test cbd-lifecycle-test cbd-bulkhead-test cbd-fleet-test; do
+for t in cbd-ops-test cbd-lifecycle-test cbd-bulkhead-test cbd-fleet-test cbd-dashboard-test; do
 	echo "== $t with cbd under valgrind"
 	# CBD_TEST_BURST_LINES: cbd-fleet-test's noreply burst, smaller (its
 	# count stays exact; valgrind makes each line cost cbd far more).

@@ -99,6 +99,13 @@ tests_cbd_metrics_test_SOURCES = tests/cbd-metrics-test.c $(DAEMON_TEST_COMMON)
 tests_cbd_metrics_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_metrics_test_LDADD = $(DAEMON_TEST_LIBS)
 
+# Issue 27, the dashboard's HTTP side: routes, events, streams bounded, a
+# stalled stream dropped, odd names.
+check_PROGRAMS += tests/cbd-dashboard-test
+tests_cbd_dashboard_test_SOURCES = tests/cbd-dashboard-test.c $(DAEMON_TEST_COMMON)
+tests_cbd_dashboard_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
+tests_cbd_dashboard_test_LDADD = $(DAEMON_TEST_LIBS)
+
 # Issue 9, every peer bounded: output bound, idle connections, descriptor
 # limit, socket ownership, log flood and escaping, whole lines only.
 check_PROGRAMS += tests/cbd-limits-test

@@ -107,6 +107,16 @@ TESTS += tests/python.sh
 if SLOW_TESTS
 TESTS += tests/python-install.sh
 endif
+# The dashboard in headless Chromium (puppeteer-core, installed into the
+# build tree on first run): slow (a browser), once per ./bootstrap test.
+if SLOW_TESTS
+TESTS += tests/dashboard-browser.sh
+endif
+EXTRA_DIST += tests/dashboard-browser.sh tests/dashboard-browser.js docs/dashboard.png
+clean-local: clean-dashboard-node
+clean-dashboard-node:
+	rm -rf tests/dashboard-node
+.PHONY: clean-dashboard-node
 EXTRA_DIST += tests/python-install.sh tests/client-sample.sh tests/test-lib.sh
 
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),

@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * dashboard.c — the dashboard's JSON and event texts (see dashboard.h).
+ * Snapshots are encoded straight as text (encode.c), as list does. The
+ * tick remembers each circuit's totals (a hash on the name; a circuit's
+ * entry goes with its delete or reclaim event) to send what moved, and
+ * visits only the DASHBOARD_TICK_CIRCUITS most recently used circuits (the
+ * table keeps them in that order): a circuit further back had no calls.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+/* Out of memory in uthash must not exit cbd: the entry is dropped. */
+#define HASH_NONFATAL_OOM 1
+static int hash_oom;
+#define uthash_nonfatal_oom(obj) (hash_oom = 1)
+#include <uthash.h>
+
+#include "clock.h"
+#include "daemon.h"
+#include "dashboard.h"
+#include "encode.h"
+#include "stats.h"
+
+/* A circuit's totals at the last tick. */
+typedef struct rate_entry {
+	UT_hash_handle hh;
+	uint64_t calls, failures, slow, rejected;
+	char name[];
+} rate_entry;
+
+static rate_entry *rates;
+static int64_t last_tick_ms; /* monotonic; 0: no tick yet */
+
+/* Take b's text (NULL when it ran out of memory). */
+static char *
+take(enc_buf *b, size_t *len)
+{
+	if (b->nomem) {
+		enc_free(b);
+		return NULL;
+	}
+	*len = b->len;
+	return b->buf;
+}
+
+/* The compact snapshot of name (its own policy from cfg). */
+static void
+put_snapshot(enc_buf *b, const char *name, const ct_view *view, const cbd_conf *cfg, int64_t now,
+    bool with_policy)
+{
+	proto_policy_sources sources;
+	const char *preset;
+	cb_policy policy;
+
+	conf_policy(cfg, name, view->declared, &policy, &sources, &preset);
+	encode_snapshot(b, name, view, &policy, preset, &sources, now, with_policy);
+}
+
+/* What the /api/circuits walk needs. */
+typedef struct circuits_walk {
+	enc_buf *b;
+	int64_t now;
+	size_t budget; /* bytes of circuits left */
+	uint64_t count;
+	bool truncated;
+} circuits_walk;
+
+static void
+circuits_visit(const char *name, const ct_view *view, void *arg)
+{
+	circuits_walk *w = arg;
+	size_t before = w->b->len;
+
+	if (w->truncated)
+		return;
+	if (w->count > 0)
+		ENC_LIT(w->b, ",");
+	put_snapshot(w->b, name, view, &cbd.conf, w->now, false);
+	if (w->b->len - before > w->budget) {
+		w->b->len = before;
+		w->b->buf[before] = '\0';
+		w->truncated = true;
+		return;
+	}
+	w->budget -= w->b->len - before;
+	w->count++;
+}
+
+char *
+dashboard_circuits_text(size_t *len)
+{
+	enc_buf b = { 0 };
+	ct_stats ct;
+	circuits_walk w = { &b, clock_realtime_ms(), (size_t)cbd.conf.max_output_bytes, 0, false };
+
+	circuit_table_stats(cbd.table, &ct);
+	ENC_LIT(&b, "{\"now\":");
+	enc_int(&b, w.now);
+	ENC_LIT(&b, ",\"tick_ms\":");
+	enc_int(&b, DASHBOARD_TICK_MS);
+	ENC_LIT(&b, ",\"circuits\":[");
+	/* A snapshot takes more than DASHBOARD_SNAPSHOT_MIN bytes: the walk
+	 * stops where the budget must have run out. */
+	circuit_table_foreach_recent(cbd.table, w.now,
+	    (uint64_t)cbd.conf.max_output_bytes / DASHBOARD_SNAPSHOT_MIN + 1, circuits_visit, &w);
+	ENC_LIT(&b, "],\"count\":");
+	enc_int(&b, (int64_t)w.count);
+	ENC_LIT(&b, ",\"total\":");
+	enc_int(&b, (int64_t)ct.circuits);
+	if (w.truncated) {
+		stats_limit_hit(STATS_LIMIT_LIST);
+		ENC_LIT(&b, ",\"truncated\":true}");
+	} else {
+		ENC_LIT(&b, ",\"truncated\":false}");
+	}
+	return take(&b, len);
+}
+
+char *
+dashboard_change_text(const char *name, const ct_change *change, size_t *len)
+{
+	enc_buf b = { 0 };
+	ct_view view;
+	int64_t now = clock_realtime_ms();
+
+	circuit_table_get(cbd.table, name, now, &view, NULL);
+	ENC_LIT(&b, "event: change\ndata: {\"event\":\"change\",\"from\":\"");
+	enc_puts(&b, breaker_state_name(change->from));
+	ENC_LIT(&b, "\",\"snapshot\":");
+	put_snapshot(&b, name, &view, &cbd.conf, now, false);
+	ENC_LIT(&b, ",\"reason\":\"");
+	enc_puts(&b, breaker_reason_text(change->reason));
+	ENC_LIT(&b, "\",\"at\":");
+	enc_int(&b, now);
+	ENC_LIT(&b, "}\n\n");
+	return take(&b, len);
+}
+
+char *
+dashboard_delete_text(const char *name, const char *reason, size_t *len)
+{
+	enc_buf b = { 0 };
+
+	ENC_LIT(&b, "event: delete\ndata: {\"event\":\"delete\",\"name\":");
+	enc_name(&b, name);
+	ENC_LIT(&b, ",\"reason\":\"");
+	enc_puts(&b, reason);
+	ENC_LIT(&b, "\",\"at\":");
+	enc_int(&b, clock_realtime_ms());
+	ENC_LIT(&b, "}\n\n");
+	return take(&b, len);
+}
+
+char *
+dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg, size_t *len)
+{
+	enc_buf b = { 0 };
+	int64_t now = clock_realtime_ms();
+
+	ENC_LIT(&b, "event: policy\ndata: {\"event\":\"policy\",\"snapshot\":");
+	put_snapshot(&b, name, view, cfg, now, true);
+	ENC_LIT(&b, ",\"at\":");
+	enc_int(&b, now);
+	ENC_LIT(&b, "}\n\n");
+	return take(&b, len);
+}
+
+/* What the tick's walk needs. */
+typedef struct tick_walk {
+	enc_buf *b; /* NULL: a baseline walk, nothing sent */
+	size_t budget;
+	uint64_t count;
+	bool truncated;
+} tick_walk;
+
+/* Append one rates row: [name, calls, failures, slow, rejected]. */
+static void
+put_rates(tick_walk *w, const char *name, uint64_t calls, uint64_t failures, uint64_t slow,
+    uint64_t rejected)
+{
+	size_t before = w->b->len;
+
+	if (w->truncated)
+		return;
+	if (w->count > 0)
+		ENC_LIT(w->b, ",");
+	ENC_LIT(w->b, "[");
+	enc_name(w->b, name);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)calls);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)failures);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)slow);
+	ENC_LIT(w->b, ",");
+	enc_int(w->b, (int64_t)rejected);
+	ENC_LIT(w->b, "]");
+	if (w->b->len - before > w->budget) {
+		w->b->len = before;
+		w->b->buf[before] = '\0';
+		w->truncated = true;
+		return;
+	}
+	w->budget -= w->b->len - before;
+	w->count++;
+}
+
+static void
+tick_visit(const char *name, const ct_view *view, void *arg)
+{
+	tick_walk *w = arg;
+	const ct_totals *t = &view->totals;
+	uint64_t calls = t->successes + t->failures + t->ignored;
+	size_t len = strlen(name);
+	rate_entry *e;
+
+	HASH_FIND(hh, rates, name, len, e);
+	if (e == NULL) {
+		if (HASH_COUNT(rates) >= DASHBOARD_RATES_MAX)
+			return;
+		e = calloc(1, sizeof *e + len + 1);
+		if (e == NULL)
+			return;
+		memcpy(e->name, name, len + 1);
+		hash_oom = 0;
+		HASH_ADD_KEYPTR(hh, rates, e->name, len, e);
+		if (hash_oom) {
+			free(e);
+			return;
+		}
+		/* New since the last tick (created by its first calls: those
+		 * are this interval's), unless this is the baseline. */
+		if (w->b == NULL)
+			goto keep;
+	} else if (calls < e->calls || t->rejected < e->rejected) {
+		/* Deleted and made again between two ticks: counts from 0. */
+		e->calls = e->failures = e->slow = e->rejected = 0;
+	}
+	if (w->b != NULL && (calls != e->calls || t->rejected != e->rejected))
+		put_rates(w, name, calls - e->calls, t->failures - e->failures, t->slow - e->slow,
+		    t->rejected - e->rejected);
+keep:
+	e->calls = calls;
+	e->failures = t->failures;
+	e->slow = t->slow;
+	e->rejected = t->rejected;
+}
+
+void
+dashboard_rates_begin(void)
+{
+	tick_walk w = { NULL, 0, 0, false };
+
+	dashboard_forget();
+	circuit_table_foreach_recent(cbd.table, clock_realtime_ms(), DASHBOARD_TICK_CIRCUITS,
+	    tick_visit, &w);
+	last_tick_ms = clock_monotonic_ms();
+}
+
+void
+dashboard_rates_drop(const char *name)
+{
+	rate_entry *e;
+
+	HASH_FIND(hh, rates, name, strlen(name), e);
+	if (e != NULL) {
+		HASH_DEL(rates, e);
+		free(e);
+	}
+}
+
+char *
+dashboard_tick_text(size_t *len)
+{
+	enc_buf b = { 0 };
+	int64_t mono = clock_monotonic_ms(), now = clock_realtime_ms();
+	tick_walk w = { &b, (size_t)cbd.conf.max_output_bytes / 4, 0, false };
+	ct_stats ct;
+
+	circuit_table_stats(cbd.table, &ct);
+	ENC_LIT(&b, "event: stats\ndata: {\"event\":\"stats\",\"now\":");
+	enc_int(&b, now);
+	ENC_LIT(&b, ",\"interval_ms\":");
+	enc_int(&b, last_tick_ms > 0 ? mono - last_tick_ms : DASHBOARD_TICK_MS);
+	ENC_LIT(&b, ",\"circuits\":");
+	enc_int(&b, (int64_t)ct.circuits);
+	ENC_LIT(&b, ",\"rates\":[");
+	circuit_table_foreach_recent(cbd.table, now, DASHBOARD_TICK_CIRCUITS, tick_visit, &w);
+	if (w.truncated)
+		ENC_LIT(&b, "],\"truncated\":true}\n\n");
+	else
+		ENC_LIT(&b, "],\"truncated\":false}\n\n");
+	last_tick_ms = mono;
+	return take(&b, len);
+}
+
+void
+dashboard_forget(void)
+{
+	rate_entry *e, *tmp;
+
+	HASH_ITER (hh, rates, e, tmp) {
+		HASH_DEL(rates, e);
+		free(e);
+	}
+	last_tick_ms = 0;
+}
