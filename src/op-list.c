@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-list.c — the list op (see op-list.h): the circuits' snapshots a page
- * at a time, long lists answered in steps across turns of the event loop.
+ * op-list.c — the ops answered with many snapshots (see op-list.h): list,
+ * a page at a time, and watch/unwatch; long replies answered in steps
+ * across turns of the event loop (a walk of the table for list and watch
+ * all, of the request's names for a watch of names).
  */
 #include "config.h"
 
@@ -11,11 +13,13 @@
 
 #include <event2/event.h>
 
+#include "clock.h"
 #include "conf.h"
 #include "daemon.h"
 #include "log.h"
 #include "op-list.h"
 #include "stats.h"
+#include "watch.h"
 
 /* A listing that goes on in a later request: one per connection, its walk
  * linked into the table (so it survives changes between pages). */
@@ -29,6 +33,8 @@ typedef struct op_list_cursor {
 /* What list's visitor needs. */
 typedef struct list_walk {
 	op_snapshots snapshots;
+	const char *member; /* the reply's array: "circuits" (list), "snapshots" (watch) */
+	bool pages; /* list: a cut reply keeps a cursor for the next page */
 	bool filter;
 	cb_state state;
 	int64_t limit; /* circuits in this reply at most; 0: only the output bound */
@@ -117,11 +123,12 @@ list_reply(op_call *call, list_walk *w, op_list_cursor *cursor)
 	bool more = w->resume[0] != '\0';
 	char id[24];
 
-	if (!op_snapshots_reply(&w->snapshots, call, "circuits", true)) {
+	if (!op_snapshots_reply(&w->snapshots, call, w->member, w->pages)) {
 		list_cursor_free(cursor);
 		return false;
 	}
-	if (!more) {
+	if (!more || !w->pages) {
+		/* watch all: cut by the output bound, said by op_snapshots_reply. */
 		list_cursor_free(cursor);
 		return true;
 	}
@@ -172,7 +179,9 @@ list_stream_begin(op_list_job *job)
 	op_reply_head(&head, job->call.id);
 	if (!head.nomem) {
 		head.len--; /* the '}' */
-		ENC_LIT(&head, ",\"circuits\":[");
+		ENC_LIT(&head, ",\"");
+		enc_puts(&head, job->w.member);
+		ENC_LIT(&head, "\":[");
 	}
 	ok = !head.nomem &&
 	    server_client_write_piece(job->call.client, head.buf, head.len,
@@ -198,11 +207,14 @@ list_stream_end(op_list_job *job)
 	list_stream_items(job);
 	if (w->snapshots.truncated)
 		stats_limit_hit(STATS_LIMIT_LIST);
-	if (job->cut) {
+	if (job->cut || (!w->pages && w->resume[0] != '\0')) {
 		/* Circuits were left out with no way to go on: as a list cut by
-		 * the output bound was in protocol 1. */
+		 * the output bound was in protocol 1 (and a watch of all). */
 		list_cursor_free(job->cursor);
 		len = snprintf(end, sizeof end, "],\"truncated\":true}");
+	} else if (!w->pages) {
+		list_cursor_free(job->cursor);
+		len = snprintf(end, sizeof end, "]}");
 	} else if (w->resume[0] != '\0') {
 		list_keep_cursor(&job->call, w, job->cursor, id);
 		len = snprintf(end, sizeof end, "],\"truncated\":true,\"cursor\":\"%s\"}", id);
@@ -214,6 +226,24 @@ list_stream_end(op_list_job *job)
 	op_snapshots_free(&w->snapshots);
 	server_client_write_end(job->call.client, end, (size_t)len);
 	job->call.written = true;
+}
+
+/* A new walk from the first circuit, with w's filter; NULL with
+ * call->err. */
+static op_list_cursor *
+list_cursor_open(op_call *call, const list_walk *w)
+{
+	op_list_cursor *cursor = calloc(1, sizeof *cursor);
+
+	if (cursor == NULL) {
+		proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+		return NULL;
+	}
+	cursor->id = ++list_cursor_ids;
+	cursor->filter = w->filter;
+	cursor->state = w->state;
+	circuit_table_cursor_open(cbd.table, &cursor->walk);
+	return cursor;
 }
 
 /* The walk a list request goes on with: the connection's cursor when it
@@ -246,17 +276,10 @@ list_cursor_take(op_call *call, list_walk *w)
 		return cursor;
 	}
 	list_cursor_free(cursor);
-	cursor = calloc(1, sizeof *cursor);
-	if (cursor == NULL) {
-		proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-		return NULL;
-	}
-	cursor->id = ++list_cursor_ids;
-	cursor->filter = w->filter;
-	cursor->state = w->state;
-	circuit_table_cursor_open(cbd.table, &cursor->walk);
-	return cursor;
+	return list_cursor_open(call, w);
 }
+
+static bool list_job_run(op_call *call, op_list_job *job);
 
 bool
 op_list(op_call *call)
@@ -276,7 +299,17 @@ op_list(op_call *call)
 		return false;
 	}
 	job->w.filter = present;
+	job->w.member = "circuits";
+	job->w.pages = true;
 	job->cursor = list_cursor_take(call, &job->w);
+	return list_job_run(call, job);
+}
+
+/* Answer call from job's walk: at once when one step is enough, else in
+ * later turns (op_list_continue). Takes job. */
+static bool
+list_job_run(op_call *call, op_list_job *job)
+{
 	if (job->cursor == NULL || !op_snapshots_init(&job->w.snapshots, call)) {
 		list_cursor_free(job->cursor);
 		free(job);
@@ -363,4 +396,244 @@ op_list_client_closed(server_client *c)
 	free(job);
 	oc->list_job = NULL;
 	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
+}
+
+/* ---- watch and unwatch ---------------------------------------------- */
+
+/* The request's names (an array of valid names) or all: true. */
+static bool
+watch_targets(op_call *call, const json_t **list, bool *all)
+{
+	const json_t *v = json_object_get(call->request, "all");
+	char field[32];
+	size_t i;
+	json_t *n;
+
+	*all = json_is_true(v);
+	if (v != NULL && !json_is_null(v) && !json_is_boolean(v))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "all must be true or false");
+	*list = json_object_get(call->request, "names");
+	if (json_is_null(*list))
+		*list = NULL;
+	if (*list == NULL && !*all)
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names or all: true is required");
+	if (*list != NULL && !json_is_array(*list))
+		return proto_fail(&call->err, PROTO_BAD_REQUEST, "names must be an array of names");
+	json_array_foreach (*list, i, n) {
+		const char *why;
+
+		snprintf(field, sizeof field, "names[%zu]", i);
+		if (!json_is_string(n) ||
+		    !proto_name_valid(json_string_value(n), json_string_length(n), &why))
+			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s %s", field,
+			    json_is_string(n) ? why : "must be a string");
+	}
+	return true;
+}
+
+/* Would w watching list's names stay within max_watch_names? Else a
+ * capacity error (counted), and nothing of the watch is applied. A name
+ * listed twice counts twice here (a client has no reason to). */
+static bool
+watch_fits(op_call *call, const watcher *w, const json_t *list)
+{
+	size_t i, fresh = 0, have = watch_names(w);
+	json_t *n;
+
+	json_array_foreach (list, i, n)
+		fresh += !watch_has(w, json_string_value(n));
+	if (have + fresh <= (uint64_t)cbd.conf.max_watch_names)
+		return true;
+	stats_limit_hit(STATS_LIMIT_WATCH_NAMES);
+	return proto_fail(&call->err, PROTO_CAPACITY,
+	    "max_watch_names (%lld) reached: this connection watches %zu names, the watch adds %zu",
+	    (long long)cbd.conf.max_watch_names, have, fresh);
+}
+
+/* Watch list's names from index `from`, at most `step` of them, each
+ * with its current snapshot; *next the first left. True when done (or
+ * out of memory: snaps->nomem). */
+static bool
+watch_names_step(op_call *call, watcher *w, const json_t *list, size_t from, size_t step,
+    op_snapshots *snaps, size_t *next)
+{
+	size_t i, size = json_array_size(list);
+
+	for (i = from; i < size && i - from < step; i++) {
+		const char *name = json_string_value(json_array_get(list, i));
+		ct_view view;
+
+		if (!watch_add(w, name)) {
+			snaps->nomem = true;
+			break;
+		}
+		/* A name that is not stored lists its initial snapshot. */
+		circuit_table_get(cbd.table, name, call->now, &view, NULL);
+		op_snapshots_add(snaps, name, &view);
+	}
+	*next = i;
+	return i >= size || snaps->nomem;
+}
+
+/* A watch of more names than one step, answered across turns of the
+ * event loop (its connection reads nothing meanwhile, and its events
+ * wait for the reply), so that one long watch line does not stall every
+ * other connection. */
+typedef struct op_watch_job {
+	op_call call;
+	json_t *request; /* a reference: call's strings point into it */
+	size_t next; /* the first name not yet watched */
+	op_snapshots snaps;
+} op_watch_job;
+
+/* Connections with a watch in steps. */
+static unsigned watches_stepping;
+
+static bool
+watch_job_begin(op_call *call, size_t next, op_snapshots *snaps)
+{
+	op_conn *oc = op_conn_of(call->client);
+	op_watch_job *job = oc != NULL ? calloc(1, sizeof *job) : NULL;
+
+	if (job == NULL) {
+		op_snapshots_free(snaps);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	job->call = *call;
+	job->request = json_incref((json_t *)call->request);
+	job->next = next;
+	job->snaps = *snaps;
+	call->pending = true;
+	oc->watch_job = job;
+	server_client_block(call->client, SERVER_CLIENT_BLOCK_STEPS, true);
+	watches_stepping++;
+	return true;
+}
+
+static void
+watch_job_free(op_watch_job *job)
+{
+	op_snapshots_free(&job->snaps);
+	json_decref(job->call.reply);
+	enc_free(&job->call.tail);
+	enc_free(&job->call.tail_more);
+	json_decref(job->request);
+	free(job);
+}
+
+bool
+op_watch_continue(server_client *c, bool paced)
+{
+	op_conn *oc = op_conn_peek(c);
+	op_watch_job *job = oc != NULL ? oc->watch_job : NULL;
+	unsigned share = watches_stepping > 0 ? watches_stepping : 1;
+	watcher *w;
+	bool ok;
+
+	if (job == NULL)
+		return true;
+	job->call.now = clock_realtime_ms(); /* the snapshots of this step's turn */
+	w = watch_watcher(c, true);
+	if (w == NULL)
+		job->snaps.nomem = true;
+	else if (!watch_names_step(&job->call, w, json_object_get(job->request, "names"), job->next,
+		     paced ? (OP_WATCH_STEP_NAMES / share > 0 ? OP_WATCH_STEP_NAMES / share : 1)
+			   : SIZE_MAX,
+		     &job->snaps, &job->next))
+		return false;
+	oc->watch_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
+	watches_stepping--;
+	if (w != NULL)
+		watch_trim(w);
+	op_begin(c);
+	ok = op_snapshots_reply(&job->snaps, &job->call, "snapshots", false);
+	op_finish(&job->call, ok);
+	json_decref(job->request);
+	free(job);
+	return true;
+}
+
+void
+op_watch_client_closed(server_client *c)
+{
+	op_conn *oc = op_conn_peek(c);
+
+	if (oc->watch_job == NULL)
+		return;
+	watches_stepping--;
+	watch_job_free(oc->watch_job);
+	oc->watch_job = NULL;
+	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);
+}
+
+/* watch all's snapshots: every stored circuit, walked as a list without
+ * pages is (in steps, cut by the output bound with "truncated": true). */
+static bool
+watch_all_snapshots(op_call *call)
+{
+	op_list_job *job = op_conn_of(call->client) != NULL ? calloc(1, sizeof *job) : NULL;
+
+	if (job == NULL)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	job->w.member = "snapshots";
+	job->cursor = list_cursor_open(call, &job->w);
+	return list_job_run(call, job);
+}
+
+bool
+op_watch(op_call *call)
+{
+	op_snapshots snaps;
+	const json_t *list;
+	watcher *w;
+	size_t i;
+	bool all;
+
+	if (!watch_targets(call, &list, &all))
+		return false;
+	call->now = clock_realtime_ms();
+	if (!op_snapshots_init(&snaps, call))
+		return false;
+	w = watch_watcher(call->client, true);
+	if (w == NULL) {
+		op_snapshots_free(&snaps);
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (!watch_fits(call, w, list)) {
+		op_snapshots_free(&snaps);
+		watch_trim(w);
+		return false;
+	}
+	if (all) {
+		op_snapshots_free(&snaps);
+		watch_add_all(w);
+		return watch_all_snapshots(call);
+	}
+	if (watch_names_step(call, w, list, 0, OP_WATCH_STEP_NAMES, &snaps, &i)) {
+		watch_trim(w);
+		return op_snapshots_reply(&snaps, call, "snapshots", false);
+	}
+	return watch_job_begin(call, i, &snaps);
+}
+
+bool
+op_unwatch(op_call *call)
+{
+	watcher *w = watch_watcher(call->client, false);
+	const json_t *list;
+	size_t i;
+	json_t *n;
+	bool all;
+
+	if (!watch_targets(call, &list, &all))
+		return false;
+	if (w == NULL)
+		return true;
+	if (all)
+		watch_drop(w, NULL);
+	json_array_foreach (list, i, n)
+		watch_drop(w, json_string_value(n));
+	watch_trim(w);
+	return true;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * op-list.h — the list op: the circuits' snapshots, a page at a time
- * (cursor), long lists answered in steps across turns of the loop.
+ * op-list.h — the ops answered with many snapshots: list (a page at a
+ * time, cursor) and watch/unwatch; long replies answered in steps across
+ * turns of the loop.
  */
 #ifndef CBD_OP_LIST_H
 #define CBD_OP_LIST_H
@@ -28,5 +29,18 @@ void op_list_client_closed(server_client *c);
 
 /* The handler. */
 bool op_list(op_call *call);
+
+/* Names one watch step takes at most: a longer watch line is answered
+ * across turns (op_watch_continue), other connections served between. */
+#define OP_WATCH_STEP_NAMES 64
+/* watch and unwatch (their replies are snapshots in steps too). */
+bool op_watch(op_call *call);
+bool op_unwatch(op_call *call);
+/* The next step of c's watch; true when it was answered (or there is
+ * none), false when a later turn takes the next. paced: its share of
+ * OP_WATCH_STEP_NAMES; unpaced (the drain): the rest. */
+bool op_watch_continue(server_client *c, bool paced);
+/* c closed: drop its watch in progress. */
+void op_watch_client_closed(server_client *c);
 
 #endif

@@ -294,6 +294,61 @@ START_TEST(test_long_watch_in_steps)
 }
 END_TEST
 
+/* watch all of more circuits than one step: answered in steps like a
+ * list (every stored circuit once, no "truncated" when all fit); cut by
+ * the output bound with "truncated": true when they do not. */
+static void
+watch_all_of(int circuits, bool cut)
+{
+	char line[128];
+	json_t *r;
+	size_t n;
+
+	for (int i = 0; i < circuits; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"record_success\",\"name\":\"s%d\",\"noreply\":true}", i);
+		send_line(b, line);
+	}
+	ck_assert(util_stats_reach(b, "circuits", circuits));
+	r = util_call_ok(a, "{\"op\":\"watch\",\"all\":true}");
+	n = json_array_size(json_object_get(r, "snapshots"));
+	if (cut) {
+		ck_assert(util_bool(r, "truncated"));
+		ck_assert_uint_gt(n, 0);
+		ck_assert_uint_lt(n, (size_t)circuits);
+	} else {
+		static int seen[2000];
+		const json_t *s;
+		size_t i;
+
+		ck_assert_ptr_null(util_get(r, "truncated"));
+		ck_assert_uint_eq(n, (size_t)circuits);
+		memset(seen, 0, sizeof seen);
+		json_array_foreach (json_object_get(r, "snapshots"), i, s)
+			seen[atoi(json_string_value(json_object_get(s, "name")) + 1)]++;
+		for (int k = 0; k < circuits; k++)
+			ck_assert_int_eq(seen[k], 1);
+	}
+	json_decref(r);
+	/* Watching everything: a change after the reply is an event. */
+	json_decref(util_call_ok(b, "{\"op\":\"set_state\",\"name\":\"s7\",\"state\":\"open\"}"));
+	expect_event(a, "change", "s7", "closed", "open");
+}
+
+START_TEST(test_watch_all_in_steps)
+{
+	start("");
+	watch_all_of(2000, false);
+}
+END_TEST
+
+START_TEST(test_watch_all_cut)
+{
+	start("[cbd]\nmax_output_bytes = 65536\n");
+	watch_all_of(2000, true);
+}
+END_TEST
+
 /* A client that streams noreply outcomes and closes at once (a cached
  * client's close) gets every whole line it sent carried out, even though
  * the reply to its first line has nowhere to go. cbd is stopped while the
@@ -565,6 +620,8 @@ main(void)
 	tcase_add_test(tc, test_slow_watcher_dropped);
 	tcase_add_test(tc, test_events_wait_for_a_long_list);
 	tcase_add_test(tc, test_long_watch_in_steps);
+	tcase_add_test(tc, test_watch_all_in_steps);
+	tcase_add_test(tc, test_watch_all_cut);
 	tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
