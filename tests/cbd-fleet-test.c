@@ -1216,6 +1216,42 @@ START_TEST(test_flushall_request_is_not_answered_empty)
 }
 END_TEST
 
+/* What a cached client sees (its watch), across a FLUSHALL: the hold it
+ * refuses by stays, with no event, through the re-seed; the operator's
+ * release on the other host reaches it as the one change event, and only
+ * then is the circuit allowed on its host. */
+START_TEST(test_watcher_follows_a_release_after_reseed)
+{
+	int64_t until;
+	json_t *r;
+	int wa;
+
+	reseed_prepare(&until);
+	wa = reseed_watcher(&host_a);
+	ck_assert_int_eq(redis_command("FLUSHALL"), '+');
+	ck_assert_msg(util_stats_reach_min(a, "backend.reseeds", 1), "host a never re-seeded");
+	ck_assert_msg(util_stats_reach_min(b, "backend.reseeds", 1), "host b never re-seeded");
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+	ck_assert_msg(!util_bool(r, "allowed"), "the hold was lost");
+	ck_assert_str_eq(util_str(r, "reason"), "held");
+	json_decref(r);
+	r = util_call_ok(b, "{\"op\":\"release\",\"name\":\"held\"}");
+	ck_assert(util_bool(r, "released"));
+	json_decref(r);
+	/* The first event a's watcher gets: the release (nothing before it). */
+	r = util_next_event(wa, "change", "held", "open", NULL);
+	ck_assert(json_is_null(util_get(r, "snapshot.hold")));
+	json_decref(r);
+	r = util_call_ok(a,
+	    "{\"op\":\"cas\",\"name\":\"held\",\"from\":\"open\",\"to\":\"closed\"}");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+	ck_assert_msg(util_bool(r, "allowed"), "still refused after the release");
+	json_decref(r);
+	close(wa);
+}
+END_TEST
+
 START_TEST(test_redis_restarted_empty_is_reseeded)
 {
 	int64_t until;
@@ -1573,6 +1609,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_redis_restarted_empty_is_reseeded);
 	tcase_add_test(tc, test_concurrent_reseeds_keep_the_newer_hold);
 	tcase_add_test(tc, test_reseed_of_many_circuits);
+	tcase_add_test(tc, test_watcher_follows_a_release_after_reseed);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("sentinel");
 	tcase_add_checked_fixture(tc, sentinel_setup, sentinel_teardown);
