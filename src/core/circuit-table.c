@@ -77,6 +77,12 @@ typedef struct circuit_ext {
 	uint64_t trial_count; /* slots that are trials */
 	uint64_t ticket_count; /* slots that are tickets */
 	ct_budget *budget; /* retry_budget_percent set: the retry budget's counts */
+	/* Protocol 3's totals of the bulkhead and the retry budget: here, not
+	 * in every circuit (few circuits have either; a closed circuit's
+	 * bytes are the table's size). */
+	uint64_t rejected_concurrency;
+	uint64_t retries;
+	uint64_t rejected_retry;
 	/* Slots held elsewhere (fleet mode: in Redis) by this process's
 	 * connections: the circuit is not reclaimed while any is. */
 	uint32_t pins;
@@ -90,11 +96,28 @@ typedef struct circuit_ext {
 	circuit *held_prev, *held_next; /* the table's held circuits */
 } circuit_ext;
 
+/* The totals every circuit keeps (ct_totals' first five). */
+typedef struct circuit_totals {
+	uint64_t successes;
+	uint64_t failures;
+	uint64_t ignored;
+	uint64_t slow;
+	uint64_t rejected;
+} circuit_totals;
+
+/* Add one to an extension's count of c (lost only for lack of memory). */
+#define EXT_COUNT(c, field)                                                                        \
+	do {                                                                                       \
+		circuit_ext *x_ = ext_need(c);                                                     \
+		if (x_ != NULL)                                                                    \
+			x_->field++;                                                               \
+	} while (0)
+
 struct circuit {
 	UT_hash_handle hh; /* name -> circuit */
 	circuit *prev, *next; /* idle or pinned list */
 	cb_snapshot snap;
-	ct_totals totals;
+	circuit_totals totals; /* ct_totals but the ext's three */
 	int64_t used_at; /* owner's clock */
 	ct_layer *declared;
 	circuit_ext *ext;
@@ -372,7 +395,8 @@ ext_trim(circuit *c)
 {
 	if (c->ext == NULL || c->ext->slot_count > 0 || c->ext->pins > 0 || c->ext->held ||
 	    c->ext->window != NULL || c->ext->reporters != NULL || c->ext->transitions != NULL ||
-	    c->ext->budget != NULL)
+	    c->ext->budget != NULL || c->ext->rejected_concurrency > 0 || c->ext->retries > 0 ||
+	    c->ext->rejected_retry > 0)
 		return;
 	free(c->ext);
 	c->ext = NULL;
@@ -726,7 +750,16 @@ view_fill(const circuit_table *table, const circuit *c, ct_view *out)
 	out->stored = true;
 	out->policy_rev = c->policy_rev;
 	out->snap = c->snap;
-	out->totals = c->totals;
+	out->totals = (ct_totals){ .successes = c->totals.successes,
+		.failures = c->totals.failures,
+		.ignored = c->totals.ignored,
+		.slow = c->totals.slow,
+		.rejected = c->totals.rejected };
+	if (c->ext != NULL) {
+		out->totals.rejected_concurrency = c->ext->rejected_concurrency;
+		out->totals.retries = c->ext->retries;
+		out->totals.rejected_retry = c->ext->rejected_retry;
+	}
 	out->declared = c->declared != NULL ? &c->declared->ctx : NULL;
 	out->hold.until = CB_TIME_NONE;
 	if (c->ext != NULL) {
@@ -1270,7 +1303,7 @@ allow_admit(circuit_table *table, circuit *c, const ct_call *call, ct_budget *bu
 	/* 2. The retry budget. */
 	if (call->retry && budget != NULL &&
 	    !budget_grants(budget, policy, call->now, &out->retry_after_ms)) {
-		c->totals.rejected_retry++;
+		EXT_COUNT(c, rejected_retry);
 		out->reason = CT_REFUSED_RETRY_BUDGET;
 		return CT_OK;
 	}
@@ -1280,7 +1313,7 @@ allow_admit(circuit_table *table, circuit *c, const ct_call *call, ct_budget *bu
 		slots_prune_expired(table, c, call->now);
 		if (c->ext != NULL && c->ext->ticket_count >= (uint64_t)policy->max_concurrent) {
 			if (!call->wait)
-				c->totals.rejected_concurrency++;
+				EXT_COUNT(c, rejected_concurrency);
 			out->reason = CT_REFUSED_CONCURRENCY;
 			out->in_flight = c->ext->ticket_count;
 			return CT_OK;
@@ -1299,7 +1332,7 @@ allow_admit(circuit_table *table, circuit *c, const ct_call *call, ct_budget *bu
 	}
 	out->allowed = true;
 	if (call->retry) {
-		c->totals.retries++;
+		EXT_COUNT(c, retries);
 		if (c->ext != NULL && c->ext->budget != NULL)
 			c->ext->budget
 			    ->retries[budget_bucket(c->ext->budget, budget_second(call->now))]++;
@@ -1414,7 +1447,7 @@ circuit_table_count_waited(circuit_table *table, const char *name)
 	circuit *c = circuit_find(table, name);
 
 	if (c != NULL)
-		c->totals.rejected_concurrency++;
+		EXT_COUNT(c, rejected_concurrency);
 }
 
 bool
@@ -1461,10 +1494,10 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 		if (declared != NULL)
 			declared->refs++; /* compared below, after c is gone */
 	}
-	if (c != NULL) {
-		own.rejected_concurrency = c->totals.rejected_concurrency;
-		own.retries = c->totals.retries;
-		own.rejected_retry = c->totals.rejected_retry;
+	if (c != NULL && c->ext != NULL) {
+		own.rejected_concurrency = c->ext->rejected_concurrency;
+		own.retries = c->ext->retries;
+		own.rejected_retry = c->ext->rejected_retry;
 	}
 	if (c != NULL && c->ext != NULL) {
 		circuit_ext *x = c->ext;
@@ -1520,10 +1553,20 @@ circuit_table_restore(circuit_table *table, const char *name, const ct_view *vie
 			s->circuit = c;
 	}
 	c->snap = view->snap;
-	c->totals = view->totals;
-	c->totals.rejected_concurrency += own.rejected_concurrency;
-	c->totals.retries += own.retries;
-	c->totals.rejected_retry += own.rejected_retry;
+	c->totals = (circuit_totals){ .successes = view->totals.successes,
+		.failures = view->totals.failures,
+		.ignored = view->totals.ignored,
+		.slow = view->totals.slow,
+		.rejected = view->totals.rejected };
+	own.rejected_concurrency += view->totals.rejected_concurrency;
+	own.retries += view->totals.retries;
+	own.rejected_retry += view->totals.rejected_retry;
+	if ((own.rejected_concurrency > 0 || own.retries > 0 || own.rejected_retry > 0) &&
+	    ext_need(c) != NULL) {
+		c->ext->rejected_concurrency = own.rejected_concurrency;
+		c->ext->retries = own.retries;
+		c->ext->rejected_retry = own.rejected_retry;
+	}
 	if (view->hold.held) {
 		/* The hold keeps the state it was placed on. */
 		c->snap.state = view->hold.state;
