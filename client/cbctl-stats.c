@@ -41,6 +41,10 @@ static const stats_group groups[] = {
 	{ "watch and noreply",
 	    { { "watch_events", "events sent" }, { "noreply", "noreply requests" },
 		{ "metrics_scrapes", "metrics scrapes" }, { NULL, NULL } } },
+	{ "dashboard",
+	    { { "dashboard_clients", "event streams open" }, { "dashboard_events", "events sent" },
+		{ NULL, NULL } } },
+	{ "bulkhead", { { "waiters", "allows waiting for a ticket" }, { NULL, NULL } } },
 	{ "reloads", { { "reloads", "done" }, { "reload_failures", "failed" }, { NULL, NULL } } },
 };
 
