@@ -17,6 +17,7 @@
 #include "dashboard-sse.h"
 #include "dashboard.h"
 #include "log.h"
+#include "server-client.h"
 #include "stats.h"
 
 /* One browser's stream. */
@@ -58,6 +59,7 @@ client_free(sse_client *c)
 	if (c->write_ev != NULL)
 		event_free(c->write_ev);
 	close(c->fd);
+	server_client_output_external(c->out_cap, 0);
 	free(c->out);
 	free(c);
 	sse.count--;
@@ -94,8 +96,16 @@ client_queue(sse_client *c, const char *text, size_t len)
 
 		while (cap < c->out_len + len)
 			cap *= 2;
+		/* Counted with the socket's connections: past
+		 * max_total_output_bytes this stream goes, not a socket client. */
+		if (!server_client_output_external(c->out_cap, cap)) {
+			log_info("dashboard: a browser's event stream was dropped: all output "
+				 "would pass max_total_output_bytes");
+			return false;
+		}
 		grown = realloc(c->out, cap);
 		if (grown == NULL) {
+			server_client_output_external(cap, c->out_cap);
 			stats_limit_hit(STATS_LIMIT_NOMEM);
 			return false;
 		}

@@ -74,6 +74,23 @@ server_client_output_bytes(void)
 	return out_total;
 }
 
+bool
+server_client_output_external(size_t old_cap, size_t new_cap)
+{
+	uint64_t rest = out_total > old_cap ? out_total - old_cap : 0;
+
+	if (new_cap > old_cap && rest + new_cap > (uint64_t)cbd.conf.max_total_output_bytes) {
+		stats_limit_hit(STATS_LIMIT_TOTAL_OUTPUT);
+		return false;
+	}
+	out_total = rest + new_cap;
+	if (out_total > out_total_peak)
+		out_total_peak = out_total;
+	if (new_cap < old_cap)
+		out_untrimmed += old_cap - new_cap;
+	return true;
+}
+
 uint64_t
 server_client_output_bytes_peak(void)
 {

@@ -138,6 +138,12 @@ struct server_client {
 /* Bytes of output buffers all connections hold now (what
  * max_total_output_bytes bounds), and the most they held at once. */
 uint64_t server_client_output_bytes(void);
+/* An output buffer outside the socket's connections (the dashboard's
+ * event streams) goes from old_cap to new_cap bytes: counted with the
+ * connections' against max_total_output_bytes. False (counted in stats,
+ * nothing changed) when growing it would pass the bound: its owner drops
+ * that stream rather than a socket client. */
+bool server_client_output_external(size_t old_cap, size_t new_cap);
 uint64_t server_client_output_bytes_peak(void);
 
 /* Give freed output memory back to the system when much was freed since

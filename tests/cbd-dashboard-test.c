@@ -411,12 +411,15 @@ START_TEST(test_streams_bounded)
 }
 END_TEST
 
-/* A stream that reads nothing is dropped once max_output_bytes of events
- * wait for it; the socket's clients are answered all along (every request
- * of the loop below is), and another stream gets every event. */
-START_TEST(test_stalled_stream_dropped)
+/* A stream that reads nothing is dropped once the bound named `limit` is
+ * reached by the events waiting for it (its own max_output_bytes, or all
+ * output's max_total_output_bytes: the stream goes, not a socket client);
+ * the socket's clients are answered all along (every request of the loop
+ * below is), and another stream gets every event. */
+static void
+stalled_stream_dropped(const char *config, const char *limit)
 {
-	char reason[257], line[1024];
+	char reason[257], line[1024], limit_path[64];
 	sse *live;
 	json_t *st;
 	int stalled, sent = 0;
@@ -424,7 +427,8 @@ START_TEST(test_stalled_stream_dropped)
 
 	memset(reason, 'r', 256);
 	reason[256] = '\0';
-	start("max_output_bytes = 65536\n");
+	snprintf(limit_path, sizeof limit_path, "limits.%s", limit);
+	start(config);
 	stalled = http_open("/events", "localhost", 4096);
 	live = sse_open();
 	ck_assert(util_stats_reach(fd, "dashboard_clients", 2));
@@ -432,7 +436,7 @@ START_TEST(test_stalled_stream_dropped)
 	 * kernel's buffers take some first; bounded). */
 	for (;;) {
 		st = util_call_ok(fd, "{\"op\":\"stats\"}");
-		if (util_int(st, "limits.max_output_bytes") >= 1) {
+		if (util_int(st, limit_path) >= 1) {
 			json_decref(st);
 			break;
 		}
@@ -475,6 +479,18 @@ START_TEST(test_stalled_stream_dropped)
 	ck_assert_ptr_nonnull(st);
 	json_decref(st);
 	sse_close(live);
+}
+
+START_TEST(test_stalled_stream_dropped)
+{
+	stalled_stream_dropped("max_output_bytes = 65536\n", "max_output_bytes");
+}
+END_TEST
+
+START_TEST(test_streams_count_in_total_output)
+{
+	stalled_stream_dropped("max_output_bytes = 1048576\nmax_total_output_bytes = 65536\n",
+	    "max_total_output_bytes");
 }
 END_TEST
 
@@ -599,6 +615,7 @@ main(void)
 	tcase_add_test(tc, test_events_of_a_trip);
 	tcase_add_test(tc, test_streams_bounded);
 	tcase_add_test(tc, test_stalled_stream_dropped);
+	tcase_add_test(tc, test_streams_count_in_total_output);
 	tcase_add_test(tc, test_odd_names);
 	tcase_add_test(tc, test_list_cut);
 	tcase_add_test(tc, test_policy_event);
