@@ -417,9 +417,9 @@ NODE
 bh_node=$!
 "$tmp/go-agree" bulkhead bulkhead "$tmp/count.sock" >"$tmp/bh-go.out" 2>&1 &
 bh_go=$!
-for lang in py node go; do
-	eval "pid=\$bh_$lang"
-	wait "$pid"
+for job in "py $bh_py" "node $bh_node" "go $bh_go"; do
+	lang=${job% *}
+	wait "${job#* }"
 	out=$(cat "$tmp/bh-$lang.out")
 	if [ "$out" = "errors 0" ]; then
 		pass "$lang: 12 calls through the bulkhead, none refused"
