@@ -717,8 +717,14 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	case cacheRefuse:
 		atomic.AddInt64(&b.cacheRefusals, 1)
 		b.observe(StateOpen, false)
+		reason := "open"
+		u.cache.mu.RLock()
+		if u.entry.holdState == StateOpen {
+			reason = "held"
+		}
+		u.cache.mu.RUnlock()
 		return true, nil, &CircuitOpenError{Name: b.Name, State: StateOpen,
-			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond}
+			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond, Reason: reason}
 	}
 	return false, nil, nil
 }

@@ -545,3 +545,55 @@ func TestRetryOnACachedBreakerMarksRetries(t *testing.T) {
 		t.Fatalf("totals %+v", *s.Totals)
 	}
 }
+
+func TestRefusalsSayWhyFromCbdAndTheCache(t *testing.T) {
+	c := testClient(t)
+	name := circuitName(t)
+	ctx := context.Background()
+	own := NewClient(Options{Socket: c.Socket, ConnectTimeout: 2 * time.Second, IOTimeout: 2 * time.Second})
+	defer own.Close()
+	b, _ := NewBreaker(name, BreakerOptions{Client: own})
+	ok := func(context.Context) error { return nil }
+	if err := b.Execute(ctx, ok); err != nil { // the first call asks cbd, creating the circuit
+		t.Fatal(err)
+	}
+	// Call until the cache refused one (its event comes a little later
+	// than cbd's state): the refusals' reasons.
+	reasonsUntilCached := func() map[string]bool {
+		reasons := map[string]bool{}
+		before := b.CacheRefusals()
+		until(t, "the cache refuses", func() bool {
+			var open *CircuitOpenError
+			if err := b.Execute(ctx, ok); errors.As(err, &open) {
+				reasons[open.Reason] = true
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return b.CacheRefusals() > before
+		})
+		return reasons
+	}
+	if _, err := c.SetState(ctx, name, StateOpen, SetStateOptions{Hold: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r := reasonsUntilCached(); len(r) != 1 || !r["held"] {
+		t.Fatalf("held open: reasons %v", r)
+	}
+	if _, err := c.Release(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetState(ctx, name, StateClosed, SetStateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cached := b.CachedCalls()
+	until(t, "the cache sees it closed", func() bool {
+		_ = b.Execute(ctx, ok)
+		return b.CachedCalls() > cached
+	})
+	if _, err := c.SetState(ctx, name, StateOpen, SetStateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := reasonsUntilCached(); len(r) != 1 || !r["open"] {
+		t.Fatalf("open: reasons %v", r)
+	}
+}

@@ -401,7 +401,7 @@ export class Breaker extends EventEmitter {
           return new Permit(this.name, m.CLOSED, null, false, true);
         }
         this.observe(m.OPEN);
-        throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+        throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs, this.cacheEntry.hold?.state === m.OPEN ? 'held' : 'open');
       }
     }
     const ctx = this.callCtx();
@@ -615,7 +615,7 @@ export class Breaker extends EventEmitter {
   async check() {
     if (this.cacheEntry && this.primed) {
       const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
-      if (verdict === REFUSE) throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+      if (verdict === REFUSE) throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs, this.cacheEntry.hold?.state === m.OPEN ? 'held' : 'open');
       if (verdict === PERMIT) return;
     }
     const ctx = this.callCtx();

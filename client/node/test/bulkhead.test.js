@@ -335,3 +335,37 @@ test('a cached breaker marks its retries', async () => {
   await b.close();
   c.close();
 });
+
+test('refusals say why, from cbd and from the cache', async () => {
+  const name = uniqueName('bh-why');
+  const c = new Client(d.socket, { ioTimeoutMs: 2000 });
+  const b = new Breaker(name, { client: c });
+  await b.call(() => 1); // the first call asks cbd, creating the circuit
+  // Call until the cache refused one (its event comes a little later than
+  // cbd's state): the refusals' reasons.
+  const reasonsUntilCached = async () => {
+    const reasons = new Set();
+    const before = b.cacheStats().refusedCalls;
+    await until(async () => {
+      await b.call(() => 1).catch((e) => {
+        assert.ok(e instanceof CircuitOpenError, String(e));
+        reasons.add(e.reason);
+      });
+      return b.cacheStats().refusedCalls > before;
+    }, 'the cache refuses');
+    return [...reasons];
+  };
+  await client.setState(name, 'open', { hold: true });
+  assert.deepEqual(await reasonsUntilCached(), ['held']);
+  await client.release(name);
+  await client.setState(name, 'closed');
+  const cached = b.cacheStats().cachedCalls;
+  await until(async () => {
+    await b.call(() => 1).catch(() => {});
+    return b.cacheStats().cachedCalls > cached;
+  }, 'the cache sees it closed');
+  await client.setState(name, 'open');
+  assert.deepEqual(await reasonsUntilCached(), ['open']);
+  await b.close();
+  c.close();
+});

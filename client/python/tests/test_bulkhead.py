@@ -390,3 +390,40 @@ def test_retries_are_marked_on_a_cached_breaker(cbd, client, name):
     totals = snapshot(client, name)["totals"]
     assert totals["retries"] == 2 and totals["rejected_retry"] == 0
     b.close()
+
+
+def test_refusals_say_why_cached_and_not(cbd, client, name):
+    b = Breaker(name, Client(cbd.socket, io_timeout=2.0))
+    b.call(lambda: None)  # the first call asks cbd, creating the circuit
+
+    def reasons_until_cached():
+        """Call until the cache refused one (the event comes a little
+        later than cbd's state): the refusals' reasons."""
+        reasons, before = [], b.cache_stats().local_refusals
+
+        def refused_locally():
+            try:
+                b.call(lambda: None)
+            except CircuitOpenError as e:
+                reasons.append(e.reason)
+            return b.cache_stats().local_refusals > before
+        wait_until(refused_locally)
+        return set(reasons)
+
+    client.set_state(name, "open", hold=True)
+    assert reasons_until_cached() == {"held"}
+    client.release(name)
+    client.set_state(name, "closed")
+    # The cache saw it closed (a call ran from it) before the next state.
+    cached = b.cache_stats().cached_calls
+
+    def ran_from_cache():
+        try:
+            b.call(lambda: None)
+        except CircuitOpenError:
+            pass
+        return b.cache_stats().cached_calls > cached
+    wait_until(ran_from_cache)
+    client.set_state(name, "open")
+    assert reasons_until_cached() == {"open"}
+    b.close()

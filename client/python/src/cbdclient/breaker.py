@@ -491,7 +491,8 @@ class Breaker:
             return Permit(self.name, CLOSED, cached=True)
         if verdict == cache.REFUSE:
             self._observe(OPEN)
-            raise CircuitOpenError(self.name, OPEN, left)
+            raise CircuitOpenError(self.name, OPEN, left,
+                                   "held" if entry.hold_state == OPEN else "open")
         return None
 
     def _rejected_add(self, c: "cache.WatchCache") -> None:
@@ -831,7 +832,8 @@ class Breaker:
             return False
         verdict, left, _, _ = c.decide(entry, self._seen_seq, self._told)
         if verdict == cache.REFUSE:
-            raise CircuitOpenError(self.name, OPEN, left)
+            raise CircuitOpenError(self.name, OPEN, left,
+                                   "held" if entry.hold_state == OPEN else "open")
         return verdict == cache.PERMIT
 
     def _check_reply(self, reply: dict | None, ctx: dict | None) -> None:
