@@ -44,7 +44,7 @@ from .aio import AsyncClient
 from .classify import FAILURE, IGNORE, SUCCESS, Outcome, classified
 from .connection import Client
 from .errors import (CbdError, CbdTimeoutError, CircuitOpenError, RefusedError, ServerError,
-                     refusal, store_failed)
+                     UnavailableError, refusal, store_failed)
 from .local import LocalStore
 from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
 from .protocol import encode_request
@@ -269,12 +269,20 @@ class Breaker:
     def close(self) -> None:
         """Leave the watch cache (the last breaker to leave writes what is
         queued, waiting at most 200 ms, and closes the connection); later
-        calls take the uncached path."""
+        calls take the uncached path. Closes the connections of waiting
+        allows (wait_ms): tickets taken on them go back."""
         c = self._cache
         if c is not None:
             self._rejected_flush(c)
         self.cached = False
         self._leave_cache()
+        with self._lock:
+            conns, self._wait_conns = self._wait_conns, []
+        for conn in conns:  # the waiting allows' connections
+            if isinstance(conn, Client):
+                conn.close()
+            else:
+                conn._fail_all(UnavailableError("breaker closed"))
 
     def __enter__(self) -> "Breaker":
         return self
