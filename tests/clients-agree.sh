@@ -12,7 +12,18 @@
 #      (threshold 3) and 4 calls while open, cached and uncached, leave
 #      ignored 2, failures 3, rejected 4 (protocol 3 §6: ignored outcomes
 #      sent, uncached refusals from allow, cached ones reported as record
-#      outcome rejected with a count when the breaker closes).
+#      outcome rejected with a count when the breaker closes);
+#   4. the bulkhead (protocol 3 §2) holds across languages: Python,
+#      Node.js and Go processes calling one circuit with max_concurrent 3
+#      at once (each with several calls in flight, waiting up to 10 s for
+#      a ticket) never have more than 3 calls in flight at a counting
+#      server, every call runs, and cbd counts them all, no refusal, no
+#      ticket left;
+#   5. the retry helpers agree on the retry budget (protocol 3 §3): 8 runs
+#      of 3 attempts of an always-failing call on a circuit that grants 10
+#      retries and nothing more make 18 calls, 10 retries and 3 refused
+#      retries in each language.
+#   (The C side of 4 and 5 comes with libcbclient's bulkhead.)
 # The C side is tests/agree-c.c ($AGREE_C). Skipped (77) unless python3,
 # node and go are all installed.
 set -u
@@ -44,7 +55,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"sync"
 	"time"
 
 	cbd "cbd.example/cbdclient"
@@ -53,6 +67,14 @@ import (
 var errNotFound = errors.New("not found")
 
 func main() {
+	switch os.Args[1] {
+	case "bulkhead":
+		bulkhead(os.Args[2], os.Args[3])
+		return
+	case "budget":
+		budget(os.Args[2])
+		return
+	}
 	prefix := os.Args[1]
 	ctx := context.Background()
 	c := cbd.NewClient(cbd.Options{ConnectTimeout: 5 * time.Second, IOTimeout: 5 * time.Second})
@@ -95,6 +117,69 @@ func main() {
 		_ = k.Close()
 	}
 	fmt.Println("runs", runs)
+}
+
+// bulkhead: 12 calls, 4 at a time, each a request to the counting server.
+func bulkhead(name, server string) {
+	ctx := context.Background()
+	c := cbd.NewClient(cbd.Options{ConnectTimeout: 5 * time.Second, IOTimeout: 5 * time.Second})
+	defer c.Close()
+	b, _ := cbd.NewBreaker(name, cbd.BreakerOptions{Client: c, Wait: 10 * time.Second,
+		Policy: cbd.Ctx{"max_concurrent": 3}})
+	var mu sync.Mutex
+	failed := 0
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 3; i++ {
+				if err := b.Execute(ctx, func(context.Context) error { return hit(server) }); err != nil {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+					fmt.Fprintln(os.Stderr, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("errors", failed)
+}
+
+func hit(server string) error {
+	conn, err := net.Dial("unix", server)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("x")); err != nil {
+		return err
+	}
+	buf, err := io.ReadAll(conn)
+	if err != nil || string(buf) != "ok" {
+		return fmt.Errorf("counting server: %q %v", buf, err)
+	}
+	return nil
+}
+
+// budget: 8 runs of 3 attempts of a failing call (ignored), in fixed time.
+func budget(name string) {
+	c := cbd.NewClient(cbd.Options{ConnectTimeout: 5 * time.Second, IOTimeout: 5 * time.Second})
+	defer c.Close()
+	b, _ := cbd.NewBreaker(name, cbd.BreakerOptions{Client: c,
+		Clock:    func() int64 { return 1800000000000 },
+		Classify: func(error) cbd.Outcome { return cbd.Ignore },
+		Policy:   cbd.Ctx{"retry_budget_percent": 0, "retry_min_per_s": 1}})
+	r := cbd.Retry{Breaker: b, Attempts: 3, Sleep: func(context.Context, time.Duration) error { return nil }}
+	calls, refused := 0, 0
+	for i := 0; i < 8; i++ {
+		err := r.Do(context.Background(), func(context.Context) error { calls++; return errors.New("down") })
+		if errors.Is(err, cbd.ErrRetryBudget) {
+			refused++
+		}
+	}
+	fmt.Println("calls", calls, "refused", refused)
 }
 GO
 if (cd "$tmp/go" && HOME="$tmp" GOPATH="$tmp/gopath" GOCACHE="$tmp/gocache" GOFLAGS=-mod=mod \
@@ -238,6 +323,197 @@ for lang in $langs; do
 			fail "$lang $mode: cbd counts ${line:-$out} (want ignored 2, failures 3, rejected 4)"
 		fi
 	done
+done
+
+
+# 4. The bulkhead across languages: a counting server (each connection one
+# request, held 20 ms; "s" asks for the counts), and a process of each
+# language calling the circuit "bulkhead" (max_concurrent 3) 12 times, 4
+# calls at a time, all at once.
+"$PY" - "$tmp/count.sock" >"$tmp/count.out" 2>&1 <<'PY' &
+import socket, sys, threading, time
+path = sys.argv[1]
+lock = threading.Lock()
+now = peak = over = total = 0
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(path)
+srv.listen(128)
+print("listening", flush=True)
+def one(conn):
+    global now, peak, over, total
+    with conn:
+        if conn.recv(1) == b"s":
+            conn.sendall(f"total {total} over {over} peak {peak}".encode())
+            return
+        with lock:
+            now += 1
+            total += 1
+            over += now > 3
+            peak = max(peak, now)
+        time.sleep(0.02)
+        with lock:
+            now -= 1
+        conn.sendall(b"ok")
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=one, args=(c,), daemon=True).start()
+PY
+count_pid=$!
+test_started "$count_pid"
+i=0
+while ! grep -q listening "$tmp/count.out" 2>/dev/null && [ $i -lt 1000 ]; do
+	sleep 0.01
+	i=$((i + 1))
+done
+
+PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - "$tmp/count.sock" \
+	>"$tmp/bh-py.out" 2>&1 <<'PY' &
+import socket, sys, threading
+from cbdclient import Breaker, Client
+server = sys.argv[1]
+b = Breaker("bulkhead", Client(connect_timeout=5.0, io_timeout=5.0), max_concurrent=3,
+            wait_ms=10000)
+def hit():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(server)
+        s.sendall(b"x")
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(16) == b"ok"
+errors = []
+def lane():
+    for _ in range(3):
+        try:
+            b.call(hit)
+        except Exception as e:
+            errors.append(e)
+ts = [threading.Thread(target=lane) for _ in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("errors", len(errors), *errors[:1])
+PY
+bh_py=$!
+node --input-type=module - "$tmp/count.sock" >"$tmp/bh-node.out" 2>&1 <<NODE &
+import net from 'node:net';
+import { Breaker, Client } from '$srcdir/client/node/index.js';
+const server = process.argv[2];
+const c = new Client(undefined, { connectTimeoutMs: 5000, ioTimeoutMs: 5000 });
+const b = new Breaker('bulkhead', { client: c, waitMs: 10000, policy: { max_concurrent: 3 } });
+const hit = () => new Promise((resolve, reject) => {
+  const s = net.createConnection({ path: server });
+  let got = '';
+  s.on('connect', () => s.end('x'));
+  s.on('data', (x) => { got += x; });
+  s.on('close', () => (got === 'ok' ? resolve() : reject(new Error('counting server: ' + got))));
+  s.on('error', reject);
+});
+let errors = 0;
+await Promise.all([0, 1, 2, 3].map(async () => {
+  for (let i = 0; i < 3; i++) await b.call(hit).catch((e) => { errors += 1; console.error(String(e)); });
+}));
+console.log('errors', errors);
+await b.close();
+c.close();
+NODE
+bh_node=$!
+"$tmp/go-agree" bulkhead bulkhead "$tmp/count.sock" >"$tmp/bh-go.out" 2>&1 &
+bh_go=$!
+for job in "py $bh_py" "node $bh_node" "go $bh_go"; do
+	lang=${job% *}
+	wait "${job#* }"
+	out=$(cat "$tmp/bh-$lang.out")
+	if [ "$out" = "errors 0" ]; then
+		pass "$lang: 12 calls through the bulkhead, none refused"
+	else
+		fail "$lang: bulkhead calls: $out"
+	fi
+done
+counts=$("$PY" - "$tmp/count.sock" <<'PY'
+import socket, sys
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+    s.connect(sys.argv[1])
+    s.sendall(b"s")
+    print(s.recv(200).decode())
+PY
+)
+case $counts in
+"total 36 over 0 peak "[123]) pass "36 calls of three languages, never more than 3 in flight ($counts)" ;;
+*) fail "counting server: $counts (want 36 calls, none past 3 in flight)" ;;
+esac
+out=$(PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - <<'PY'
+from cbdclient import Client
+with Client(connect_timeout=5.0, io_timeout=5.0) as c:
+    s = c.get("bulkhead", policy=False)["snapshot"]
+    t = s["totals"]
+    print(s.get("in_flight"), t["successes"], t["rejected_concurrency"], t["rejected"])
+PY
+)
+if [ "$out" = "0 36 0 0" ]; then
+	pass "cbd counts 36 successes, no ticket left, no refusal"
+else
+	fail "bulkhead circuit: in_flight successes rejected_concurrency rejected = $out (want 0 36 0 0)"
+fi
+
+# 5. The retry helpers and the retry budget, each language on a circuit
+# of its own in fixed time: retry_min_per_s 1 grants 10 retries in 10 s.
+for lang in py node go; do
+	case $lang in
+	py) out=$(PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - <<'PY' 2>&1
+from cbdclient import IGNORE, Breaker, Client, Retry, RetryBudgetError
+b = Breaker("py-budget", Client(connect_timeout=5.0, io_timeout=5.0), retry_budget_percent=0,
+            retry_min_per_s=1, classify=lambda e: IGNORE, clock=lambda: 1800000000000)
+calls = refused = 0
+def down():
+    global calls
+    calls += 1
+    raise ConnectionError("down")
+for _ in range(8):
+    try:
+        Retry(b, attempts=3, base_ms=0, max_ms=0, sleep=lambda s: None).call(down)
+    except RetryBudgetError:
+        refused += 1
+    except ConnectionError:
+        pass
+print("calls", calls, "refused", refused)
+PY
+) ;;
+	node) out=$(node --input-type=module - <<NODE 2>&1
+import { Breaker, Client, IGNORE, Retry, RetryBudgetError } from '$srcdir/client/node/index.js';
+const c = new Client(undefined, { connectTimeoutMs: 5000, ioTimeoutMs: 5000 });
+const b = new Breaker('node-budget', { client: c, clock: () => 1800000000000, classify: () => IGNORE,
+  policy: { retry_budget_percent: 0, retry_min_per_s: 1 } });
+let calls = 0;
+let refused = 0;
+const r = new Retry({ breaker: b, attempts: 3, baseMs: 0, maxMs: 0, sleep: async () => {} });
+for (let i = 0; i < 8; i++) {
+  await r.call(() => { calls += 1; throw new Error('down'); }).catch((e) => { if (e instanceof RetryBudgetError) refused += 1; });
+}
+console.log('calls', calls, 'refused', refused);
+c.close();
+NODE
+) ;;
+	go) out=$("$tmp/go-agree" budget go-budget 2>&1) ;;
+	esac
+	if [ "$out" = "calls 18 refused 3" ]; then
+		pass "$lang: 8 runs of 3 attempts under a budget of 10 retries: 18 calls, the helper stopped 3 times"
+	else
+		fail "$lang: retry budget: $out (want calls 18 refused 3)"
+	fi
+done
+out=$(PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - <<'PY'
+from cbdclient import Client
+with Client(connect_timeout=5.0, io_timeout=5.0) as c:
+    for lang in ("py", "node", "go"):
+        t = c.get(lang + "-budget", {"now": 1800000000000}, policy=False)["snapshot"]["totals"]
+        print(lang, t["retries"], t["rejected_retry"], t["ignored"])
+PY
+)
+for lang in py node go; do
+	line=$(echo "$out" | grep "^$lang ")
+	if [ "$line" = "$lang 10 3 18" ]; then
+		pass "$lang: cbd counts 10 retries, 3 refused by the budget, 18 calls"
+	else
+		fail "$lang: retry budget totals: ${line:-$out} (want retries 10, rejected_retry 3, ignored 18)"
+	fi
 done
 
 test_end

@@ -3,7 +3,8 @@
 // breaker.go — the breaker API, as libcbclient's (client/circuit-breaker.c
 // over client/store-resilient.c): Execute with a fallback, three-way
 // classification, the call's duration reported as duration_ms, half-open
-// permits always handed back (a panic or a cancelled context too),
+// permits and bulkhead tickets always handed back (a panic or a cancelled
+// context too),
 // state-change callbacks; and the store policies for when cbd is
 // unreachable:
 //
@@ -21,7 +22,16 @@
 // Cached mode (cache.go, on by default): closed and open calls are
 // decided from the process's watch cache, without a round trip; half_open,
 // an elapsed break, a name not read yet and a lost watch connection take
-// the path above.
+// the path above; so do retries and every call on a circuit with a
+// bulkhead or a retry budget (protocol 3).
+//
+// Bulkhead (protocol 3 §2): on a circuit with max_concurrent every granted
+// call holds a ticket (its permit), handed back with its outcome whatever
+// the call does (returns, panics, its context is cancelled). Such allows
+// go over connections of the breaker's own, never dropped for a caller's
+// cancelled context (a dropped connection would free every ticket taken
+// on it): a caller cancelled while cbd has not answered gets ctx.Err() at
+// once, and a ticket granted later is handed back at once.
 
 package cbdclient
 
@@ -53,6 +63,15 @@ func (p StorePolicy) String() string {
 // (libcbclient's CBC_DEFAULT_TIMEOUT_BACKOFF_MS).
 const DefaultTimeoutBackoff = 250 * time.Millisecond
 
+// MaxWait is the longest wait for a bulkhead ticket cbd takes (allow's
+// wait_ms).
+const MaxWait = 60 * time.Second
+
+// limitKeys are protocol 3's policy members (§7b) a breaker may declare
+// besides the state machine's.
+var limitKeys = map[string]bool{"max_concurrent": true, "retry_budget_percent": true,
+	"retry_min_per_s": true}
+
 // MaxNameBytes is the longest circuit name (§5).
 const MaxNameBytes = 256
 
@@ -65,7 +84,8 @@ type BreakerOptions struct {
 	StorePolicy StorePolicy
 	// Classify maps a call's error to its outcome (default DefaultClassify).
 	Classify Classifier
-	// Fallback runs instead of returning a *CircuitOpenError.
+	// Fallback runs instead of returning a refusal (errors.Is(err,
+	// ErrRefused): *CircuitOpenError, *BulkheadFullError, *RetryBudgetError).
 	Fallback func(ctx context.Context, err error) error
 	// OnStateChange is called after the breaker saw the circuit move.
 	OnStateChange func(name, from, to string)
@@ -81,13 +101,18 @@ type BreakerOptions struct {
 	// Cache: CacheAuto (default: cached unless Clock is set), CacheOn or
 	// CacheOff (every call asks cbd: allow, then record).
 	Cache CacheMode
+	// Wait is how long a call waits in cbd for a bulkhead ticket when
+	// the circuit's max_concurrent calls are all in flight (0..MaxWait, in
+	// whole ms), before a *BulkheadFullError. Such allows go over
+	// connections of their own with the client's IOTimeout plus Wait.
+	Wait time.Duration
 }
 
 // Permit is a granted call: report its outcome exactly once.
 type Permit struct {
 	Name     string
 	State    string
-	Token    string // allow's permit (a half_open trial slot)
+	Token    string // allow's permit (a trial slot or a bulkhead ticket)
 	Local    bool   // granted by the local fallback
 	Started  time.Time
 	reported bool
@@ -131,6 +156,12 @@ type Breaker struct {
 	cachedCalls   int64     // closed calls the cache let run
 	cacheRefusals int64     // calls the cache refused
 	uncachedCalls int64     // calls of a cached breaker that asked cbd
+
+	// The circuit has a bulkhead or a retry budget (declared, reported, or
+	// a closed allow answered with a ticket): allows go over ticketConns.
+	limitedSeen atomic.Bool
+	ticketMu    sync.Mutex
+	ticketConns []*Client // idle; kept open (closing frees their tickets)
 }
 
 // cacheUse is the entry a breaker decides from, in the cache it belongs
@@ -168,7 +199,7 @@ func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
 		return nil, fmt.Errorf("StorePolicy must be StoreLocal, StoreAllow or StoreReject")
 	}
 	for k := range opts.Policy {
-		if !IsPolicyKey(k) {
+		if !IsPolicyKey(k) && !limitKeys[k] {
 			return nil, fmt.Errorf("Policy: unknown key %q", k)
 		}
 	}
@@ -181,6 +212,9 @@ func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
 	}
 	if opts.Cache == CacheOn && opts.Clock != nil {
 		return nil, fmt.Errorf("Cache: CacheOn needs real time (no Clock)")
+	}
+	if opts.Wait < 0 || opts.Wait > MaxWait {
+		return nil, fmt.Errorf("Wait must be from 0 to %v", MaxWait)
 	}
 	if opts.TimeoutBackoff == 0 {
 		opts.TimeoutBackoff = DefaultTimeoutBackoff
@@ -195,6 +229,9 @@ func NewBreaker(name string, opts BreakerOptions) (*Breaker, error) {
 	b := &Breaker{Name: name, opts: opts, client: c, policy: p, observed: StateClosed,
 		local: NewLocalStore(), seen: NewMachine(), ownClient: opts.Client == nil,
 		cached: opts.Cache == CacheOn || (opts.Cache == CacheAuto && opts.Clock == nil)}
+	if opts.Policy["max_concurrent"] != nil || opts.Policy["retry_budget_percent"] != nil {
+		b.limitedSeen.Store(true)
+	}
 	if b.cached {
 		if err := b.makeOutcomeLines(); err != nil {
 			return nil, err
@@ -292,6 +329,13 @@ func (b *Breaker) rejectedFlush(c *watchCache) {
 func (b *Breaker) Close() error {
 	if u := b.cacheUse.Load(); u != nil {
 		b.rejectedFlush(u.cache)
+	}
+	b.ticketMu.Lock()
+	conns := b.ticketConns
+	b.ticketConns = nil
+	b.ticketMu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
 	}
 	if b.ownClient {
 		return b.client.Close()
@@ -393,6 +437,9 @@ func (b *Breaker) noteSnapshot(s *Snapshot) {
 	switch {
 	case s.Policy != nil:
 		b.seenPolicy, b.seenRev = s.Policy, s.PolicyRev
+		if s.Policy["max_concurrent"] != nil || s.Policy["retry_budget_percent"] != nil {
+			b.limitedSeen.Store(true)
+		}
 	case s.PolicyRev != b.seenRev:
 		b.seenPolicy = nil // stale: the policy changed since
 	case b.seenPolicy != nil:
@@ -474,24 +521,47 @@ func (b *Breaker) degrade(now int64) {
 	}
 }
 
-// Acquire asks for a permit for one call: a *CircuitOpenError when
-// refused (StoreReject: cbd's *Error when cbd is unavailable; other
-// refusals of cbd, such as capacity, as they are).
+// Acquire asks for a permit for one call: a refusal when refused
+// (errors.Is(err, ErrRefused): a *CircuitOpenError, a *BulkheadFullError
+// after waiting up to Wait; StoreReject: cbd's *Error when cbd is
+// unavailable; other refusals of cbd, such as capacity, as they are).
 func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
+	return b.acquire(ctx, false)
+}
+
+// AcquireRetry is Acquire for a retry of a call that failed: allow's
+// "retry": true, counted against the circuit's retry budget (a
+// *RetryBudgetError past it); it always asks cbd.
+func (b *Breaker) AcquireRetry(ctx context.Context) (*Permit, error) {
+	return b.acquire(ctx, true)
+}
+
+// Limited says whether the breaker knows the circuit has a bulkhead or a
+// retry budget (its calls then always ask cbd).
+func (b *Breaker) Limited() bool { return b.limitedSeen.Load() }
+
+func (b *Breaker) acquire(ctx context.Context, retry bool) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // cancelled before the call: cbd is not asked
 	}
 	if b.cached {
-		if decided, permit, err := b.acquireCached(); decided {
-			return permit, err
+		if !retry && !b.limitedSeen.Load() {
+			if decided, permit, err := b.acquireCached(); decided {
+				return permit, err
+			}
 		}
 		atomic.AddInt64(&b.uncachedCalls, 1)
 	}
 	cctx, now := b.callCtx()
 	var reply *AllowReply
+	opts := AllowOptions{WaitMs: b.opts.Wait.Milliseconds(), Retry: retry}
 	answered, err := b.remote("allow", func() error {
 		var e error
-		reply, e = b.client.Allow(ctx, b.Name, cctx)
+		if b.limitedSeen.Load() || opts.WaitMs > 0 {
+			reply, e = b.allowDetached(ctx, cctx, opts)
+		} else {
+			reply, e = b.client.AllowWith(ctx, b.Name, cctx, opts)
+		}
 		return e
 	})
 	if answered && err != nil {
@@ -520,14 +590,67 @@ func (b *Breaker) Acquire(ctx context.Context) (*Permit, error) {
 	}
 	b.observe(reply.State, degraded)
 	if !reply.Allowed {
-		return nil, &CircuitOpenError{Name: b.Name, State: reply.State,
-			RetryAfter: time.Duration(reply.RetryAfterMs) * time.Millisecond}
+		if !degraded && reply.Reason == "concurrency" {
+			b.limitedSeen.Store(true)
+		}
+		return nil, refusal(b.Name, reply)
+	}
+	if !degraded && reply.State == StateClosed && reply.Permit != "" {
+		b.limitedSeen.Store(true) // a ticket: the circuit has a bulkhead
 	}
 	if degraded {
 		atomic.AddInt64(&b.localCalls, 1)
 	}
 	return &Permit{Name: b.Name, State: reply.State, Token: reply.Permit, Local: degraded,
 		Started: time.Now()}, nil
+}
+
+// allowDetached asks allow on one of the breaker's ticket connections,
+// in a goroutine of its own with no caller's context: a cancelled caller
+// gets ctx.Err() at once (the connection, and the tickets other calls
+// took on it, are not dropped for it), and a ticket granted after that
+// is handed back at once (outcome ignore).
+func (b *Breaker) allowDetached(ctx context.Context, cctx Ctx, o AllowOptions) (*AllowReply, error) {
+	type result struct {
+		r   *AllowReply
+		err error
+	}
+	conn := b.ticketConn()
+	done := make(chan result, 1)
+	go func() {
+		r, err := conn.AllowWith(context.Background(), b.Name, cctx, o)
+		b.ticketMu.Lock()
+		b.ticketConns = append(b.ticketConns, conn)
+		b.ticketMu.Unlock()
+		done <- result{r, err}
+	}()
+	select {
+	case res := <-done:
+		return res.r, res.err
+	case <-ctx.Done():
+		go func() {
+			res := <-done
+			if res.err == nil && res.r.Permit != "" {
+				_, _ = b.client.Record(context.Background(), b.Name, Ignore,
+					RecordOptions{Permit: res.r.Permit, DurationMs: -1, Ctx: cctx, NoReply: true})
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// ticketConn is an idle ticket connection, or a new one: the client's
+// socket and timeouts, Wait added to its IOTimeout.
+func (b *Breaker) ticketConn() *Client {
+	b.ticketMu.Lock()
+	defer b.ticketMu.Unlock()
+	if n := len(b.ticketConns); n > 0 {
+		c := b.ticketConns[n-1]
+		b.ticketConns = b.ticketConns[:n-1]
+		return c
+	}
+	return NewClient(Options{Socket: b.client.Socket, ConnectTimeout: b.client.ConnectTimeout,
+		IOTimeout: b.client.IOTimeout + b.opts.Wait, MaxReplyBytes: b.client.MaxReplyBytes})
 }
 
 // noteTold keeps the state cbd answered an uncached request of a cached
@@ -594,8 +717,14 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	case cacheRefuse:
 		atomic.AddInt64(&b.cacheRefusals, 1)
 		b.observe(StateOpen, false)
+		reason := "open"
+		u.cache.mu.RLock()
+		if u.entry.holdState == StateOpen {
+			reason = "held"
+		}
+		u.cache.mu.RUnlock()
 		return true, nil, &CircuitOpenError{Name: b.Name, State: StateOpen,
-			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond}
+			RetryAfter: time.Duration(retryAfterMs) * time.Millisecond, Reason: reason}
 	}
 	return false, nil, nil
 }
@@ -686,9 +815,10 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 }
 
 // Execute runs fn if the circuit permits and reports its outcome (by
-// Classify) and duration. While open: the fallback (BreakerOptions.Fallback)
-// with the *CircuitOpenError if one is set, else that error. A panic in fn
-// hands the permit back (outcome ignore) and panics on.
+// Classify) and duration. Refused (open, bulkhead full): the fallback
+// (BreakerOptions.Fallback) with the refusal if one is set, else that
+// error. A panic in fn hands the permit back (outcome ignore) and panics
+// on; so does a bulkhead ticket, whatever fn does.
 func (b *Breaker) Execute(ctx context.Context, fn func(context.Context) error) error {
 	return b.ExecuteWithFallback(ctx, fn, b.opts.Fallback)
 }
@@ -698,7 +828,7 @@ func (b *Breaker) ExecuteWithFallback(ctx context.Context, fn func(context.Conte
 	fallback func(context.Context, error) error) error {
 	permit, err := b.Acquire(ctx)
 	if err != nil {
-		if fallback != nil && errors.Is(err, ErrCircuitOpen) {
+		if fallback != nil && errors.Is(err, ErrRefused) {
 			return fallback(ctx, err)
 		}
 		return err

@@ -165,6 +165,9 @@ type cacheEntry struct {
 	// seen, or stale).
 	policy    map[string]any
 	policyRev uint64
+	// The circuit has a bulkhead (a ticket is never granted from the
+	// cache) or a retry budget (cbd counts first attempts): ask cbd.
+	limited bool
 }
 
 // ownCount is the circuit's rule as the last snapshot read reported it,
@@ -648,7 +651,9 @@ func (c *watchCache) decide(e *cacheEntry, seen, read *uint64, t *told) (v cache
 			if retryAfterMs > 0 {
 				v = cacheRefuse
 			}
-		case e.state == StateClosed:
+		case e.state == StateClosed && !e.limited:
+			// A bulkhead's tickets and a retry budget's first attempts
+			// are cbd's to count (limited: ask).
 			v = cachePermit
 		case e.state == StateOpen:
 			if e.openedAt != nil && e.breakMs >= 0 {
@@ -724,6 +729,8 @@ func (e *cacheEntry) apply(s *cacheSnapshot, now int64, reset bool) {
 	}
 	e.retryAfterMs = s.RetryAfterMs
 	e.receivedAt = now
+	e.limited = s.InFlight != nil || (s.Policy != nil &&
+		(s.Policy["max_concurrent"] != nil || s.Policy["retry_budget_percent"] != nil))
 	e.holdState, e.holdUntil = "", nil
 	if s.Hold != nil {
 		e.holdState, e.holdUntil = s.Hold.State, s.Hold.Until

@@ -20,6 +20,7 @@ EXTRA_DIST += \
 	client/go/internal/cbdtest/daemon.go \
 	client/go/bench_test.go \
 	client/go/breaker_test.go \
+	client/go/bulkhead_test.go \
 	client/go/cache_test.go \
 	client/go/classify_test.go \
 	client/go/fallback_test.go \

@@ -26,6 +26,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		os.Exit(runWorker(os.Getenv(workerEnv))) // a process of a multi-process test
+	}
 	code := m.Run()
 	// Every test closed the clients of its cached breakers: no watch
 	// goroutine may outlive them.

@@ -32,6 +32,11 @@ type Totals struct {
 	Ignored   int64 `json:"ignored"`
 	Slow      int64 `json:"slow"`
 	Rejected  int64 `json:"rejected"`
+	// Protocol 3 (§7b): allow calls refused for want of a bulkhead ticket,
+	// retries granted, retries the retry budget refused.
+	RejectedConcurrency int64 `json:"rejected_concurrency"`
+	Retries             int64 `json:"retries"`
+	RejectedRetry       int64 `json:"rejected_retry"`
 }
 
 // WindowView is what a rate circuit's window holds (§7).
@@ -64,6 +69,8 @@ type Snapshot struct {
 	Totals         *Totals        `json:"totals"`
 	Window         *WindowView    `json:"window"`
 	Reporters      *int64         `json:"reporters"`
+	// InFlight: the bulkhead's tickets out (only with max_concurrent).
+	InFlight *int64 `json:"in_flight"`
 }
 
 // Hello is hello's answer.
@@ -88,6 +95,21 @@ type AllowReply struct {
 	Permit       string `json:"permit"`
 	ExpiresAt    int64  `json:"expires_at"`
 	RetryAfterMs int64  `json:"retry_after_ms"`
+	// Reason says why a call was refused (protocol 3): "open", "held",
+	// "half_open_full", "concurrency" or "retry_budget".
+	Reason string `json:"reason"`
+	// InFlight: the tickets out when refused for "concurrency".
+	InFlight *int64 `json:"in_flight"`
+}
+
+// AllowOptions are allow's optional members (protocol 3): WaitMs, how
+// long cbd may wait for a bulkhead ticket (0..60000; cbd reads nothing
+// else of the connection meanwhile and answers up to WaitMs past the
+// IOTimeout: use a Client of its own with a longer IOTimeout, as Breaker
+// does), and Retry, the call is a retry (counted by the retry budget).
+type AllowOptions struct {
+	WaitMs int64
+	Retry  bool
 }
 
 // RecordOptions are record's optional members. DurationMs < 0 is left out.
@@ -199,6 +221,7 @@ type Stats struct {
 	Transitions int64              `json:"transitions"`
 	NoReply     int64              `json:"noreply"`
 	Held        int64              `json:"held"`
+	Waiters     int64              `json:"waiters"` // allows waiting for a ticket now (protocol 3)
 	Ops         map[string]OpCount `json:"ops"`
 	Errors      map[string]int64   `json:"errors"`
 	Limits      map[string]int64   `json:"limits"`
@@ -241,8 +264,20 @@ func (c *Client) Get(ctx context.Context, name string, cctx Ctx) (*GetReply, err
 
 // Allow asks "may I call?" (§8 allow and record).
 func (c *Client) Allow(ctx context.Context, name string, cctx Ctx) (*AllowReply, error) {
+	return c.AllowWith(ctx, name, cctx, AllowOptions{})
+}
+
+// AllowWith is Allow with allow's optional members.
+func (c *Client) AllowWith(ctx context.Context, name string, cctx Ctx, o AllowOptions) (*AllowReply, error) {
 	var r AllowReply
-	if err := c.Request(ctx, "allow", map[string]any{"name": name, "ctx": ctxMember(cctx)}, &r); err != nil {
+	m := map[string]any{"name": name, "ctx": ctxMember(cctx)}
+	if o.WaitMs > 0 {
+		m["wait_ms"] = o.WaitMs
+	}
+	if o.Retry {
+		m["retry"] = true
+	}
+	if err := c.Request(ctx, "allow", m, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil

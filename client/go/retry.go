@@ -4,8 +4,12 @@
 // "Retries, backoff and timeouts"): a per-attempt timeout (the attempt's
 // context carries its deadline), retries with exponential backoff (base,
 // max, full jitter), RetryOn, hooks. The breaker is asked before every
-// attempt and every attempt's outcome is reported to it; a refusal from an
-// open circuit ends the retries at once. The clock, the sleep and the
+// attempt and every attempt's outcome is reported to it (a bulkhead ticket
+// goes back with it, whatever the attempt did); attempts after the first
+// are marked retries (AcquireRetry: allow's "retry": true, counted against
+// the circuit's retry budget); any refusal — an open circuit, a full
+// bulkhead, a spent retry budget (*RetryBudgetError) — ends the retries at
+// once. The clock, the sleep and the
 // random source are injectable, so the tests run in virtual time. No
 // goroutines are spawned.
 
@@ -156,7 +160,7 @@ func (r *Retry) stateHooks(before, after string) {
 }
 
 func (r *Retry) retryable(err error) bool {
-	if errors.Is(err, ErrCircuitOpen) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, ErrRefused) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	if r.RetryOn != nil {
@@ -184,7 +188,9 @@ func (r *Retry) Do(ctx context.Context, fn func(context.Context) error) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrCircuitOpen) {
+		if errors.Is(err, ErrRefused) {
+			// Any refusal ends the retries: an open circuit, a full
+			// bulkhead, a spent retry budget (*RetryBudgetError).
 			var open *CircuitOpenError
 			if errors.As(err, &open) && r.Hooks.OnCircuitOpen != nil {
 				r.Hooks.OnCircuitOpen(open.RetryAfter)
@@ -218,7 +224,11 @@ func (r *Retry) attempt(ctx context.Context, n int, fn func(context.Context) err
 	var permit *Permit
 	if r.Breaker != nil {
 		before := r.Breaker.State()
-		p, err := r.Breaker.Acquire(ctx)
+		acquire := r.Breaker.Acquire
+		if n > 1 {
+			acquire = r.Breaker.AcquireRetry // marked: the retry budget counts it
+		}
+		p, err := acquire(ctx)
 		after := r.Breaker.State()
 		if after != StateOpen {
 			r.stateHooks(before, after)

@@ -27,6 +27,11 @@ export interface Policy {
   reporter_window_ms?: number;
   break_backoff?: number;
   break_max_ms?: number;
+  /** Protocol 3 §7b: the bulkhead (calls in flight across the host). */
+  max_concurrent?: number;
+  /** Protocol 3 §7b: the retry budget. */
+  retry_budget_percent?: number;
+  retry_min_per_s?: number;
 }
 
 /** A request's ctx: the policy, and now (ms since the epoch) for virtual time. */
@@ -159,7 +164,7 @@ export class Client extends EventEmitter {
   request(op: string, members?: Record<string, unknown>): Promise<Reply | null>;
   hello(client?: string): Promise<Reply & { server: string; version: string; protocol: number }>;
   get(name: string, ctx?: Ctx, options?: PolicyOption): Promise<GetReply>;
-  allow(name: string, ctx?: Ctx): Promise<AllowReply>;
+  allow(name: string, ctx?: Ctx, options?: { waitMs?: number; retry?: boolean }): Promise<AllowReply>;
   record(name: string, outcome: Outcome, options: RecordOptions & { permit?: string; noreply: true }): Promise<null>;
   record(name: string, outcome: Outcome, options?: RecordOptions & { permit?: string }): Promise<SnapshotReply>;
   recordSuccess(name: string, options?: RecordOptions): Promise<SnapshotReply | null>;
@@ -201,11 +206,26 @@ export class UnavailableError extends CbdError {
 export class CbdTimeoutError extends UnavailableError {
   constructor(message: string);
 }
-export class CircuitOpenError extends CbdError {
-  constructor(circuit: string, state: State, retryAfterMs: number);
+/** The common base of cbd's refusals of a call. */
+export class RefusedError extends CbdError {
   circuit: string;
   state: State;
   retryAfterMs: number;
+  /** 'open', 'held', 'half_open_full', 'concurrency', 'retry_budget'; null
+   * from an older cbd or the local fallback. */
+  reason: string | null;
+}
+export class CircuitOpenError extends RefusedError {
+  constructor(circuit: string, state: State, retryAfterMs: number, reason?: string | null);
+}
+/** No bulkhead ticket free (reason 'concurrency') within waitMs. */
+export class BulkheadFullError extends RefusedError {
+  constructor(circuit: string, state: State, retryAfterMs: number, inFlight?: number | null);
+  inFlight: number | null;
+}
+/** A retry refused by the retry budget (reason 'retry_budget'). */
+export class RetryBudgetError extends RefusedError {
+  constructor(circuit: string, state: State, retryAfterMs: number);
 }
 
 export const SUCCESS: 'success';
@@ -220,6 +240,7 @@ export function httpStatus(value: unknown): number | null;
 export const LOCAL: 'local';
 export const ALLOW: 'allow';
 export const REJECT: 'reject';
+export const WAIT_MS_MAX: 60000;
 
 export class Permit {
   readonly name: string;
@@ -238,8 +259,10 @@ export interface BreakerOptions {
   storePolicy?: StorePolicy;
   classify?: Classifier;
   classifyResults?: boolean;
-  fallback?: (err: CircuitOpenError) => unknown;
+  fallback?: (err: RefusedError) => unknown;
   timeoutBackoffMs?: number;
+  /** How long a call waits in cbd for a bulkhead ticket (0..60000). */
+  waitMs?: number;
   clock?: () => number;
   policy?: Policy;
   /** Cached mode (watch + noreply): by default on with cbd and no clock;
@@ -325,9 +348,9 @@ export class Breaker extends EventEmitter {
   on<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
   once<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
   off<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
-  acquire(): Promise<Permit>;
+  acquire(options?: { retry?: boolean; signal?: AbortSignal }): Promise<Permit>;
   report(permit: Permit, outcome: Outcome, durationMs?: number | null, error?: unknown): Promise<void>;
-  execute<T, F = never>(fn: () => T | Promise<T>, options?: { fallback?: (err: CircuitOpenError) => F | Promise<F> }): Promise<T | F>;
+  execute<T, F = never>(fn: () => T | Promise<T>, options?: { fallback?: (err: RefusedError) => F | Promise<F>; signal?: AbortSignal }): Promise<T | F>;
   call<A extends unknown[], T>(fn: (...args: A) => T | Promise<T>, ...args: A): Promise<T>;
   wrap<A extends unknown[], T>(fn: (...args: A) => Promise<T>): ((...args: A) => Promise<T>) & { breaker: Breaker };
   classifyValue(value: unknown): Outcome;
@@ -359,7 +382,7 @@ export interface RetryOptions {
   attemptTimeoutMs?: number | null;
   retryOn?: (error: unknown) => boolean;
   retryOnResult?: (result: any) => boolean;
-  fallback?: (err: CircuitOpenError) => unknown;
+  fallback?: (err: RefusedError) => unknown;
   hooks?: RetryHooks;
   clock?: () => number;
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;

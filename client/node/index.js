@@ -4,8 +4,8 @@
 // policies, the classifiers, retries, and the pure state machine).
 
 export { Client, DEFAULT_SOCKET, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_IO_TIMEOUT_MS, DEFAULT_MAX_IN_FLIGHT, LIST_LIMIT_MAX, resolveSocket } from './src/connection.js';
-export { Breaker, Permit, LOCAL, ALLOW, REJECT, DEFAULT_TIMEOUT_BACKOFF_MS } from './src/breaker.js';
-export { CbdError, ServerError, UnavailableError, CbdTimeoutError, CircuitOpenError } from './src/errors.js';
+export { Breaker, Permit, LOCAL, ALLOW, REJECT, DEFAULT_TIMEOUT_BACKOFF_MS, WAIT_MS_MAX } from './src/breaker.js';
+export { CbdError, ServerError, UnavailableError, CbdTimeoutError, RefusedError, CircuitOpenError, BulkheadFullError, RetryBudgetError } from './src/errors.js';
 export { SUCCESS, FAILURE, IGNORE, classifyDefault, classifyHttp, httpOutcome, httpStatus } from './src/classify.js';
 export { Retry, AttemptTimeoutError, RetryableResult } from './src/retry.js';
 export { LocalStore } from './src/local.js';

@@ -19,6 +19,7 @@ EXTRA_DIST += \
 	client/node/src/retry.js \
 	client/node/test/helpers.js \
 	client/node/test/breaker.test.js \
+	client/node/test/bulkhead.test.js \
 	client/node/test/cache.test.js \
 	client/node/test/cached-peer.js \
 	client/node/test/classify.test.js \

@@ -24,6 +24,7 @@ EXTRA_DIST += \
 	client/python/tests/conftest.py \
 	client/python/tests/test_aio.py \
 	client/python/tests/test_breaker.py \
+	client/python/tests/test_bulkhead.py \
 	client/python/tests/test_cache.py \
 	client/python/tests/test_classify.py \
 	client/python/tests/test_example.py \

@@ -30,7 +30,7 @@ import * as m from './machine.js';
 import { LocalStore } from './local.js';
 import { Client } from './connection.js';
 import { joinCache, leaveCache, PERMIT, policyRev, REFUSE } from './cache.js';
-import { CbdError, CbdTimeoutError, CircuitOpenError, storeFailed } from './errors.js';
+import { CbdError, CbdTimeoutError, CircuitOpenError, RefusedError, refusal, storeFailed } from './errors.js';
 import { classifyDefault, FAILURE, IGNORE, OUTCOMES, SUCCESS } from './classify.js';
 
 export const LOCAL = 'local';
@@ -46,6 +46,11 @@ export const TIMEOUT_BACKOFF_MAX_MS = 3_600_000;
 const REJECTED_FLUSH_MS = 1000;
 // Most refusals one record reports (cbd's bound on count).
 const REJECTED_COUNT_MAX = 1_000_000;
+// The longest wait for a bulkhead ticket cbd takes (allow's wait_ms).
+export const WAIT_MS_MAX = 60_000;
+// Policy members of protocol 3 (§7b) a breaker may declare besides the
+// state machine's.
+const LIMIT_KEYS = Object.freeze(['max_concurrent', 'retry_budget_percent', 'retry_min_per_s']);
 // A circuit name's length in bytes (§5).
 export const NAME_MAX_BYTES = 256;
 
@@ -54,7 +59,7 @@ export class Permit {
   constructor(name, state, token = null, local = false, cached = false) {
     this.name = name;
     this.state = state;
-    this.token = token; // allow's permit (a half_open trial slot)
+    this.token = token; // allow's permit (a trial slot or a bulkhead ticket)
     this.local = local; // granted by the local fallback
     this.cached = cached; // granted by the watch cache (closed)
     this.started = performance.now();
@@ -72,7 +77,17 @@ export class Permit {
  * §6 members to declare; normally the operator's config decides), cached
  * (decide from the process's watch cache: by default when on cbd without
  * a clock; false: every call asks cbd; true: insist, RangeError without cbd
- * or with a clock — the cache keeps real time).
+ * or with a clock — the cache keeps real time), waitMs (0..60000: how long
+ * a call waits in cbd for a bulkhead ticket when the circuit's
+ * max_concurrent calls are all in flight, before BulkheadFullError; such
+ * allows go over connections of their own, with the client's ioTimeoutMs
+ * plus waitMs).
+ * Bulkhead (protocol 3): on a circuit with max_concurrent every granted
+ * call holds a ticket (its permit), handed back with its outcome whatever
+ * the call does (returns, throws, rejects, is aborted); such calls never
+ * come from the watch cache. Refusals reject with a RefusedError:
+ * CircuitOpenError, BulkheadFullError, RetryBudgetError (a retry past the
+ * retry budget: acquire({ retry: true })).
  * Events: 'stateChange' (prev, state, error), 'storeError' (error, op).
  * close() leaves the cache (writing what is queued) and closes the client
  * the breaker made itself.
@@ -85,8 +100,9 @@ export class Breaker extends EventEmitter {
     }
     const {
       client, socketPath, storePolicy = LOCAL, classify = classifyDefault, classifyResults = false, fallback = null,
-      timeoutBackoffMs = DEFAULT_TIMEOUT_BACKOFF_MS, clock = null, policy = {}, private: priv = false, cached,
+      timeoutBackoffMs = DEFAULT_TIMEOUT_BACKOFF_MS, clock = null, policy = {}, private: priv = false, cached, waitMs = 0,
     } = options;
+    if (!(Number.isInteger(waitMs) && waitMs >= 0 && waitMs <= WAIT_MS_MAX)) throw new RangeError(`waitMs must be an integer from 0 to ${WAIT_MS_MAX}`);
     if (cached !== undefined && typeof cached !== 'boolean') throw new TypeError('cached must be a boolean');
     if (cached === true && (priv || clock)) {
       throw new RangeError(priv ? 'cached: true needs cbd (not a private breaker)' : 'cached: true with a clock: the cache keeps real time');
@@ -95,13 +111,19 @@ export class Breaker extends EventEmitter {
     if (!(timeoutBackoffMs >= 0 && timeoutBackoffMs <= TIMEOUT_BACKOFF_MAX_MS)) {
       throw new RangeError(`timeoutBackoffMs must be from 0 to ${TIMEOUT_BACKOFF_MAX_MS}`);
     }
-    for (const k of Object.keys(policy)) if (!m.POLICY_KEYS.includes(k)) throw new TypeError(`unknown policy member "${k}"`);
+    for (const k of Object.keys(policy)) if (!m.POLICY_KEYS.includes(k) && !LIMIT_KEYS.includes(k)) throw new TypeError(`unknown policy member "${k}"`);
     this.name = name;
     this.storePolicy = storePolicy;
     this.classify = classify;
     this.classifyResults = classifyResults;
     this.fallback = fallback;
     this.timeoutBackoffMs = timeoutBackoffMs;
+    this.waitMs = waitMs;
+    // Connections of waiting allows (waitMs): cbd reads nothing else of a
+    // connection while its allow waits, so a wait never holds up the
+    // breaker's client (nor the records that free tickets). Idle ones are
+    // kept open: a ticket goes back when its connection closes.
+    this.waitConns = [];
     this.clock = clock;
     this.ctx = Object.fromEntries(Object.entries(policy).filter(([, v]) => v != null));
     this.policy = m.resolvePolicy(this.ctx); // throws on a bad preset
@@ -178,6 +200,7 @@ export class Breaker extends EventEmitter {
       await leaveCache(membership);
     }
     if (this.ownsClient) this.client.close();
+    for (const c of this.waitConns.splice(0)) c.close();
   }
 
   /** From the cache: a snapshot of the circuit (a watch reply's, or a
@@ -326,10 +349,41 @@ export class Breaker extends EventEmitter {
   }
 
   // -- the two-step form --------------------------------------------------
-  /** A Permit for one call; rejects with CircuitOpenError (REJECT: with the
-   * UnavailableError when cbd is unavailable). */
-  async acquire() {
-    if (this.cacheEntry && !this.primed) {
+  /** Does the circuit have a bulkhead or a retry budget, as declared or as
+   * cbd last reported? Its calls then ask cbd (a ticket is never granted
+   * from a cache; first attempts are what the budget is a percent of). */
+  limited() {
+    if (this.ctx.max_concurrent != null || this.ctx.retry_budget_percent != null) return true;
+    const p = this.seenPolicy;
+    return !!p && (p.max_concurrent != null || p.retry_budget_percent != null);
+  }
+
+  /** allow on the client, or (waitMs) on a connection of its own. */
+  async allowRemote(ctx, retry) {
+    if (!this.waitMs) return this.client.allow(this.name, ctx, { retry });
+    const conn = this.waitConns.pop() || new Client(this.client.socketPath, {
+      connectTimeoutMs: this.client.connectTimeoutMs, ioTimeoutMs: this.client.ioTimeoutMs + this.waitMs,
+    });
+    try {
+      return await conn.allow(this.name, ctx, { waitMs: this.waitMs, retry });
+    } finally {
+      if (this.waitConns.length < 64) this.waitConns.push(conn);
+      else conn.close();
+    }
+  }
+
+  /** A Permit for one call; rejects with a RefusedError: CircuitOpenError,
+   * BulkheadFullError (after waiting up to waitMs), RetryBudgetError
+   * (REJECT: with the UnavailableError when cbd is unavailable). Options:
+   * retry (the call is a retry of one that failed: counted against the
+   * circuit's retry budget, always asks cbd), signal (an AbortSignal:
+   * aborted while cbd has not answered, acquire rejects with its reason at
+   * once and a ticket granted later is handed back at once). */
+  async acquire({ retry = false, signal } = {}) {
+    signal?.throwIfAborted();
+    if (retry || (this.cacheEntry && this.limited())) {
+      if (this.cacheEntry) this.cache.stats.uncachedCalls += 1;
+    } else if (this.cacheEntry && !this.primed) {
       this.cache.stats.uncachedCalls += 1; // the first call creates the circuit
     } else if (this.cacheEntry) {
       // Otherwise ASK (counted by decide): on to cbd below.
@@ -347,11 +401,12 @@ export class Breaker extends EventEmitter {
           return new Permit(this.name, m.CLOSED, null, false, true);
         }
         this.observe(m.OPEN);
-        throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+        throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs, this.cacheEntry.hold?.state === m.OPEN ? 'held' : 'open');
       }
     }
     const ctx = this.callCtx();
-    const { reply: answer, err } = await this.remote('allow', () => this.client.allow(this.name, ctx));
+    const asked = this.remote('allow', () => this.allowRemote(ctx, retry));
+    const { reply: answer, err } = signal ? await this.abortable(asked, signal, ctx) : await asked;
     let reply = answer;
     const degraded = reply === null;
     if (!degraded) this.primed = true;
@@ -366,8 +421,29 @@ export class Breaker extends EventEmitter {
       this.noteTold(reply.state);
     }
     this.observe(reply.state, null, degraded);
-    if (!reply.allowed) throw new CircuitOpenError(this.name, reply.state, reply.retry_after_ms || 0);
+    if (!reply.allowed) throw refusal(this.name, reply);
     return new Permit(this.name, reply.state, reply.permit ?? null, degraded);
+  }
+
+  /** asked, or signal's reason when it aborts first: the allow then goes
+   * on, and a permit it brings goes back at once (outcome ignore). */
+  abortable(asked, signal, ctx) {
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        reject(signal.reason);
+        asked.then(({ reply }) => {
+          if (reply?.permit) this.client.record(this.name, IGNORE, { permit: reply.permit, ctx, noreply: true }).catch(() => {});
+        }, () => {});
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      asked.then((v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      }, (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      });
+    });
   }
 
   /** Record a granted call's outcome (with its duration: by default the
@@ -484,15 +560,18 @@ export class Breaker extends EventEmitter {
   }
 
   /** Run fn() if the circuit permits (await its promise); report its
-   * outcome and duration. While open: fallback(err) if one is given (here
-   * or on the breaker), else CircuitOpenError. */
-  async execute(fn, { fallback } = {}) {
+   * outcome and duration (the permit, a bulkhead ticket too, goes back
+   * whatever fn does). Refused: fallback(err) if one is given (here or on
+   * the breaker), else the RefusedError (CircuitOpenError,
+   * BulkheadFullError). signal: an AbortSignal for the wait for cbd's
+   * answer (see acquire). */
+  async execute(fn, { fallback, signal } = {}) {
     const fb = fallback || this.fallback;
     let permit;
     try {
-      permit = await this.acquire();
+      permit = await this.acquire({ signal });
     } catch (e) {
-      if (e instanceof CircuitOpenError && fb) return fb(e);
+      if (e instanceof RefusedError && fb) return fb(e);
       throw e;
     }
     const started = performance.now();
@@ -536,7 +615,7 @@ export class Breaker extends EventEmitter {
   async check() {
     if (this.cacheEntry && this.primed) {
       const { verdict, retryAfterMs } = this.cache.decide(this.cacheEntry, this.told);
-      if (verdict === REFUSE) throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs);
+      if (verdict === REFUSE) throw new CircuitOpenError(this.name, m.OPEN, retryAfterMs, this.cacheEntry.hold?.state === m.OPEN ? 'held' : 'open');
       if (verdict === PERMIT) return;
     }
     const ctx = this.callCtx();

@@ -185,6 +185,8 @@ export class Entry {
     // seen, or stale).
     this.policy = null;
     this.policyRev = null;
+    // The circuit has a bulkhead or a retry budget: ask cbd.
+    this.limited = false;
   }
 
   /** Read a snapshot; returns it as the entry keeps it: a compact one
@@ -208,6 +210,8 @@ export class Entry {
     this.retryAfterMs = snap.retry_after_ms ?? 0;
     this.receivedAt = Date.now();
     this.hold = snap.hold ? { state: snap.hold.state, until: snap.hold.until ?? null } : null;
+    const p = snap.policy;
+    this.limited = 'in_flight' in snap || (!!p && typeof p === 'object' && (p.max_concurrent != null || p.retry_budget_percent != null));
     return snap;
   }
 }
@@ -626,7 +630,9 @@ export class WatchCache {
         verdict = REFUSE;
       }
     } else if (e.state === 'closed') {
-      verdict = PERMIT;
+      // A bulkhead's tickets and a retry budget's first attempts are cbd's
+      // to count.
+      verdict = e.limited ? ASK : PERMIT;
     } else if (e.state === 'open') {
       const now = Date.now();
       left = e.openedAt != null && e.breakMs != null ? e.openedAt + e.breakMs - now : e.retryAfterMs - (now - e.receivedAt);

@@ -252,8 +252,11 @@ export class Client extends EventEmitter {
     return this.request('get', { name, ctx, policy });
   }
 
-  allow(name, ctx) {
-    return this.request('allow', { name, ctx });
+  allow(name, ctx, { waitMs, retry } = {}) {
+    // waitMs: cbd reads nothing else of this connection while the allow
+    // waits, and answers up to waitMs past the ioTimeoutMs: use a
+    // connection of its own with a longer ioTimeoutMs (as Breaker does).
+    return this.request('allow', { name, ctx, wait_ms: waitMs || undefined, retry: retry || undefined });
   }
 
   /** record: outcome 'success' | 'failure' | 'ignore'; options permit,

@@ -2,14 +2,18 @@
 // retry.js — retries, backoff and timeouts around a breaker (issue 13's
 // "Retries, backoff and timeouts"): a per-attempt timeout, retries with
 // exponential backoff (base, max, full jitter), retryOn, hooks. The breaker
-// is asked before every attempt and told every attempt's outcome; a refusal
-// from an open circuit ends the retries at once. The clock, the sleep and
+// is asked before every attempt and told every attempt's outcome (a
+// bulkhead ticket goes back with it, whatever the attempt did); attempts
+// after the first are marked retries (allow's "retry": true, counted
+// against the circuit's retry budget); any refusal — an open circuit, a
+// full bulkhead, a spent retry budget (RetryBudgetError) — ends the
+// retries at once. The clock, the sleep and
 // the random source are injectable, so the tests run in virtual time. An
 // attempt gets an AbortSignal that is aborted at its deadline; it then
 // counts as a failure (AttemptTimeoutError) whatever it does later.
 
 import { performance } from 'node:perf_hooks';
-import { CircuitOpenError } from './errors.js';
+import { CircuitOpenError, RefusedError } from './errors.js';
 import { FAILURE, SUCCESS } from './classify.js';
 import { CLOSED, HALF_OPEN, OPEN } from './machine.js';
 
@@ -86,18 +90,16 @@ export class Retry {
     else if (after === CLOSED) this.hook('onCircuitClosed');
   }
 
-  async acquire() {
+  async acquire(retry = false) {
     if (!this.breaker) return null;
     const before = this.breaker.state;
     try {
-      const permit = await this.breaker.acquire();
+      const permit = await this.breaker.acquire({ retry });
       this.stateHooks(before, this.breaker.state);
       return permit;
     } catch (e) {
-      if (e instanceof CircuitOpenError) {
-        this.stateHooks(before, this.breaker.state);
-        this.hook('onCircuitOpen', e.retryAfterMs);
-      }
+      if (e instanceof RefusedError) this.stateHooks(before, this.breaker.state);
+      if (e instanceof CircuitOpenError) this.hook('onCircuitOpen', e.retryAfterMs);
       throw e;
     }
   }
@@ -142,14 +144,15 @@ export class Retry {
   }
 
   /** fn({attempt, signal}) with retries: its result, or the last error
-   * (CircuitOpenError, or the fallback's value, when the circuit refused). */
+   * (the RefusedError — CircuitOpenError, BulkheadFullError,
+   * RetryBudgetError — or the fallback's value, when the breaker refused). */
   async call(fn) {
     for (let n = 1; ; n++) {
       let permit;
       try {
-        permit = await this.acquire();
+        permit = await this.acquire(n > 1);
       } catch (e) {
-        if (e instanceof CircuitOpenError && this.fallback) return this.fallback(e);
+        if (e instanceof RefusedError && this.fallback) return this.fallback(e);
         throw e;
       }
       const started = this.clock();

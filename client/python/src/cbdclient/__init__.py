@@ -13,8 +13,8 @@ from .breaker import (ALLOW, DEFAULT_TIMEOUT_BACKOFF_MS, LOCAL, REJECT, AsyncBre
                       Permit, StorePolicy, circuit_breaker)
 from .classify import FAILURE, IGNORE, SUCCESS, Outcome, classify_http, http_outcome
 from .connection import DEFAULT_SOCKET, Client, resolve_socket
-from .errors import (CbdError, CbdTimeoutError, CircuitOpenError, ServerError,
-                     UnavailableError)
+from .errors import (BulkheadFullError, CbdError, CbdTimeoutError, CircuitOpenError,
+                     RefusedError, RetryBudgetError, ServerError, UnavailableError)
 from .machine import CLOSED, HALF_OPEN, OPEN
 from .retry import AttemptTimeoutError, Hooks, Retry, with_retries
 
@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_BACKOFF_MS", "circuit_breaker",
     "Outcome", "SUCCESS", "FAILURE", "IGNORE", "classify_http", "http_outcome",
     "CbdError", "ServerError", "UnavailableError", "CbdTimeoutError", "CircuitOpenError",
+    "RefusedError", "BulkheadFullError", "RetryBudgetError",
     "CLOSED", "OPEN", "HALF_OPEN",
     "Retry", "Hooks", "AttemptTimeoutError", "with_retries",
 ]

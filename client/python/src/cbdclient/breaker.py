@@ -43,7 +43,8 @@ from . import cache, machine
 from .aio import AsyncClient
 from .classify import FAILURE, IGNORE, SUCCESS, Outcome, classified
 from .connection import Client
-from .errors import CbdError, CbdTimeoutError, CircuitOpenError, ServerError, store_failed
+from .errors import (CbdError, CbdTimeoutError, CircuitOpenError, RefusedError, ServerError,
+                     UnavailableError, refusal, store_failed)
 from .local import LocalStore
 from .machine import CLOSED, HALF_OPEN, OPEN, Policy, Snapshot
 from .protocol import encode_request
@@ -68,7 +69,10 @@ POLICY_KEYS = frozenset({
     "failure_threshold", "success_threshold", "break_ms", "half_open_max", "slot_ttl_ms",
     "max_gap_ms", "trip", "window", "window_size", "minimum_calls", "failure_rate",
     "slow_call_ms", "slow_call_rate", "min_reporters", "reporter_window_ms",
-    "break_backoff", "break_max_ms", "preset"})
+    "break_backoff", "break_max_ms", "max_concurrent", "retry_budget_percent",
+    "retry_min_per_s", "preset"})
+# The longest wait for a bulkhead ticket cbd takes (allow's wait_ms).
+WAIT_MS_MAX = 60_000
 
 
 class StorePolicy(str, enum.Enum):
@@ -92,7 +96,7 @@ class Permit:
 
     name: str
     state: str
-    token: str | None = None  # allow's permit (a half_open trial slot)
+    token: str | None = None  # allow's permit (a trial slot or a bulkhead ticket)
     local: bool = False  # granted by the local fallback
     cached: bool = False  # granted by the watch cache: report with noreply
     started: float = field(default_factory=time.monotonic)
@@ -108,13 +112,26 @@ class Breaker:
     REJECT), ``classify`` (exception -> Outcome; default: every exception
     is a failure), ``classify_results`` (also classify returned values,
     e.g. HTTP responses; a plain return is otherwise a success, never
-    classified), ``fallback`` (called with the CircuitOpenError instead of
+    classified), ``fallback`` (called with the RefusedError instead of
     raising it), ``on_state_change(prev, state, error)``,
     ``on_store_error(error, op)``, ``timeout_backoff_ms``, ``clock`` (ms
     since the epoch, virtual time: sent as ctx.now), ``cached`` (None: the
     watch cache when on cbd without a clock; False: every call asks cbd;
-    True: insist), and the policy members of PROTOCOL.md §6 as keywords
-    (sent only when given; normally the operator's config decides).
+    True: insist), ``wait_ms`` (0..60000: how long a call waits in cbd for
+    a bulkhead ticket when the circuit's ``max_concurrent`` calls are all
+    in flight, before BulkheadFullError; such allows go over connections
+    of their own, each with the client's io_timeout plus wait_ms), and the
+    policy members of PROTOCOL.md §6 as keywords (``max_concurrent``,
+    ``retry_budget_percent`` and ``retry_min_per_s`` included; sent only
+    when given; normally the operator's config decides).
+
+    Bulkhead (protocol 3 §2): on a circuit with ``max_concurrent`` every
+    granted call holds a ticket (its permit), handed back with its outcome
+    whatever happens to the call (an exception, BaseException, asyncio
+    cancellation). Such calls never come from the watch cache. Refusals
+    raise a RefusedError: CircuitOpenError (open, held open, no trial
+    slot), BulkheadFullError (no ticket), RetryBudgetError (a retry past
+    the retry budget, ``acquire(retry=True)``).
 
     A breaker on an ``AsyncClient`` is used through ``AsyncBreaker``.
     ``close()`` (or ``with``) leaves the watch cache.
@@ -131,6 +148,7 @@ class Breaker:
                  timeout_backoff_ms: int = DEFAULT_TIMEOUT_BACKOFF_MS,
                  clock: Callable[[], int] | None = None,
                  cached: bool | None = None,
+                 wait_ms: int = 0,
                  _private: bool = False,
                  **policy: Any) -> None:
         if not isinstance(name, str) or not 1 <= len(name.encode()) <= 256:
@@ -138,6 +156,9 @@ class Breaker:
         unknown = sorted(set(policy) - POLICY_KEYS)
         if unknown:
             raise TypeError(f"unknown option {unknown[0]!r}")
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, int) \
+                or not 0 <= wait_ms <= WAIT_MS_MAX:
+            raise ValueError(f"wait_ms must be an integer from 0 to {WAIT_MS_MAX}")
         if not 0 <= timeout_backoff_ms <= TIMEOUT_BACKOFF_MAX_MS:
             raise ValueError(f"timeout_backoff_ms must be from 0 to {TIMEOUT_BACKOFF_MAX_MS}")
         self.name = name
@@ -148,6 +169,12 @@ class Breaker:
         self.on_state_change = on_state_change
         self.on_store_error = on_store_error
         self.timeout_backoff_ms = timeout_backoff_ms
+        self.wait_ms = wait_ms
+        # Connections of waiting allows (wait_ms): cbd reads nothing else
+        # of a connection while its allow waits, so a wait never blocks
+        # the breaker's client (nor the records that free tickets). Idle
+        # ones are kept open: a ticket goes back when its connection closes.
+        self._wait_conns: list = []
         self.clock = clock
         self.ctx = {k: v for k, v in policy.items() if v is not None}
         self.policy = Policy.from_ctx(self.ctx)  # raises on a bad preset
@@ -242,12 +269,20 @@ class Breaker:
     def close(self) -> None:
         """Leave the watch cache (the last breaker to leave writes what is
         queued, waiting at most 200 ms, and closes the connection); later
-        calls take the uncached path."""
+        calls take the uncached path. Closes the connections of waiting
+        allows (wait_ms): tickets taken on them go back."""
         c = self._cache
         if c is not None:
             self._rejected_flush(c)
         self.cached = False
         self._leave_cache()
+        with self._lock:
+            conns, self._wait_conns = self._wait_conns, []
+        for conn in conns:  # the waiting allows' connections
+            if isinstance(conn, Client):
+                conn.close()
+            else:
+                conn._fail_all(UnavailableError("breaker closed"))
 
     def __enter__(self) -> "Breaker":
         return self
@@ -414,15 +449,32 @@ class Breaker:
                 self._degraded = True
 
     # -- the two-step form ----------------------------------------------
-    def acquire(self) -> Permit:
-        """A permit for one call, or CircuitOpenError (REJECT: the
-        UnavailableError when cbd is unavailable)."""
-        permit = self._acquire_cached()
-        return permit if permit is not None else self._acquire_uncached()
+    def acquire(self, retry: bool = False) -> Permit:
+        """A permit for one call, or a RefusedError: CircuitOpenError,
+        BulkheadFullError (after waiting up to wait_ms), RetryBudgetError
+        (REJECT: the UnavailableError when cbd is unavailable).
+        ``retry=True`` marks the call a retry of one that failed (counted
+        against the circuit's retry budget; always asks cbd)."""
+        permit = None if retry else self._acquire_cached()
+        return permit if permit is not None else self._acquire_uncached(retry)
+
+    def _limited(self) -> bool:
+        """Does the circuit have a bulkhead or a retry budget, as this
+        breaker declared or cbd last reported? Its calls then ask cbd
+        (a ticket is never granted from a cache; first attempts are what
+        the budget is a percent of)."""
+        if any(self.ctx.get(k) is not None for k in ("max_concurrent", "retry_budget_percent")):
+            return True
+        with self._lock:
+            policy = self._seen_policy
+        return isinstance(policy, dict) and (policy.get("max_concurrent") is not None
+                                             or policy.get("retry_budget_percent") is not None)
 
     def _acquire_cached(self) -> Permit | None:
         """The cache's answer: a permit (closed), CircuitOpenError (open,
         break not elapsed), or None: ask cbd."""
+        if self._entry is not None and self._limited():
+            return None
         with self._lock:
             c, entry, seen, primed = self._cache, self._entry, self._seen_seq, self._primed
             told = self._told
@@ -447,7 +499,8 @@ class Breaker:
             return Permit(self.name, CLOSED, cached=True)
         if verdict == cache.REFUSE:
             self._observe(OPEN)
-            raise CircuitOpenError(self.name, OPEN, left)
+            raise CircuitOpenError(self.name, OPEN, left,
+                                   "held" if entry.hold_state == OPEN else "open")
         return None
 
     def _rejected_add(self, c: "cache.WatchCache") -> None:
@@ -514,17 +567,86 @@ class Breaker:
                 self._told = told
                 self._primed = True
 
-    def _acquire_uncached(self) -> Permit:
+    def _acquire_uncached(self, retry: bool = False) -> Permit:
         ctx = self._call_ctx()
         now = ctx["now"] if ctx and "now" in ctx else None
-        reply, err = self._remote("allow", lambda: self.client.allow(self.name, ctx))
+        reply, err = self._remote("allow", lambda: self._allow(ctx, retry))
         return self._granted(reply, err, now)
 
-    async def _acquire_uncached_async(self) -> Permit:
+    def _allow(self, ctx: dict | None, retry: bool) -> dict:
+        """allow on the client, or (wait_ms) on a connection of its own."""
+        if not self.wait_ms:
+            return self.client.allow(self.name, ctx, retry=retry or None)
+        conn = self._wait_conn()
+        try:
+            return conn.allow(self.name, ctx, wait_ms=self.wait_ms, retry=retry or None)
+        finally:
+            with self._lock:
+                self._wait_conns.append(conn)
+
+    def _wait_conn(self):
+        """An idle connection for a waiting allow (a new one when none):
+        the client's timeouts, the wait added to its io_timeout."""
+        with self._lock:
+            if self._wait_conns:
+                return self._wait_conns.pop()
+        cls = AsyncClient if self._async else Client
+        return cls(self.client.socket_path, connect_timeout=self.client.connect_timeout,
+                   io_timeout=self.client.io_timeout + self.wait_ms / 1000)
+
+    async def _allow_async(self, ctx: dict | None, retry: bool) -> dict:
+        if not self.wait_ms:
+            return await self.client.allow(self.name, ctx, retry=retry or None)
+        conn = self._wait_conn()
+        try:
+            return await conn.allow(self.name, ctx, wait_ms=self.wait_ms, retry=retry or None)
+        finally:
+            with self._lock:
+                self._wait_conns.append(conn)
+
+    async def _acquire_uncached_async(self, retry: bool = False) -> Permit:
         ctx = self._call_ctx()
         now = ctx["now"] if ctx and "now" in ctx else None
-        reply, err = await self._remote_async("allow", lambda: self.client.allow(self.name, ctx))
+        # The allow runs to its end even when the caller is cancelled
+        # meanwhile: a ticket it brings is then handed back at once. On a
+        # thread Client it runs on asyncio's thread pool.
+        if self._async:
+            task = asyncio.ensure_future(self._remote_async(
+                "allow", lambda: self._allow_async(ctx, retry)))
+        else:
+            task = asyncio.get_running_loop().run_in_executor(
+                None, self._remote, "allow", lambda: self._allow(ctx, retry))
+        try:
+            reply, err = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._hand_back_late)
+            raise
         return self._granted(reply, err, now)
+
+    def _hand_back_late(self, fut: "asyncio.Future") -> None:
+        """A cancelled acquire's allow ended: hand back the ticket or slot
+        it was granted (outcome ignore; the permit goes back with it)."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        reply = fut.result()
+        if isinstance(reply, tuple):
+            reply = reply[0]
+        if not isinstance(reply, dict) or not reply.get("permit"):
+            return
+        permit, ctx = reply["permit"], self._call_ctx()
+        if self._async:
+            coro = self.client.record(self.name, "ignore", permit=permit, ctx=ctx, noreply=True)
+            task = asyncio.ensure_future(coro)
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        else:
+            asyncio.get_running_loop().run_in_executor(
+                None, self._record_quietly, permit, ctx)
+
+    def _record_quietly(self, permit: str, ctx: dict | None) -> None:
+        try:
+            self.client.record(self.name, "ignore", permit=permit, ctx=ctx, noreply=True)
+        except CbdError:
+            pass  # cbd away: the connection's end or the ttl frees it
 
     def _granted(self, reply: dict | None, err: CbdError | None, now: int | None) -> Permit:
         """acquire's answer from cbd's allow reply, else the store policy."""
@@ -543,7 +665,7 @@ class Breaker:
         state = reply["state"]
         self._observe(state, degraded=degraded)
         if not reply["allowed"]:
-            raise CircuitOpenError(self.name, state, int(reply.get("retry_after_ms") or 0))
+            raise refusal(self.name, reply)
         return Permit(self.name, state, reply.get("permit"), local=degraded)
 
     def report(self, permit: Permit, outcome: Outcome | str,
@@ -661,12 +783,14 @@ class Breaker:
     def execute(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
                 *, fallback: Callable[[CircuitOpenError], Any] | None = None) -> Any:
         """Run fn(*args, **kwargs) if the circuit permits; report its
-        outcome and duration. While open: fallback(err) if one is given
-        (here or on the breaker), else CircuitOpenError."""
+        outcome and duration (the permit, a bulkhead ticket too, goes back
+        whatever fn does). Refused: fallback(err) if one is given (here or
+        on the breaker), else the RefusedError (CircuitOpenError,
+        BulkheadFullError)."""
         fallback = fallback or self.fallback
         try:
             permit = self.acquire()
-        except CircuitOpenError as e:
+        except RefusedError as e:
             if fallback is None:
                 raise
             return fallback(e)
@@ -716,7 +840,8 @@ class Breaker:
             return False
         verdict, left, _, _ = c.decide(entry, self._seen_seq, self._told)
         if verdict == cache.REFUSE:
-            raise CircuitOpenError(self.name, OPEN, left)
+            raise CircuitOpenError(self.name, OPEN, left,
+                                   "held" if entry.hold_state == OPEN else "open")
         return verdict == cache.PERMIT
 
     def _check_reply(self, reply: dict | None, ctx: dict | None) -> None:
@@ -810,20 +935,20 @@ class AsyncBreaker:
         self.breaker = breaker
         self._handing_back: set[asyncio.Task] = set()  # cancelled calls' reports
 
-    async def acquire(self) -> Permit:
-        """Breaker.acquire without blocking the event loop."""
+    async def acquire(self, retry: bool = False) -> Permit:
+        """Breaker.acquire without blocking the event loop. Cancelled
+        while cbd answers: a ticket or slot granted meanwhile is handed
+        back at once."""
         b = self.breaker
         if b._async and b.cached:
             loop = asyncio.get_running_loop()
             c = b._cache
             if c is None or c.loop is not loop or not c.usable():
                 b._join_cache(loop)  # the cache this loop owns
-        permit = b._acquire_cached()
+        permit = None if retry else b._acquire_cached()
         if permit is not None:
             return permit
-        if b._async:
-            return await b._acquire_uncached_async()
-        return await asyncio.to_thread(b._acquire_uncached)
+        return await b._acquire_uncached_async(retry)
 
     async def check(self) -> None:
         """Breaker.check without blocking the event loop."""
@@ -888,7 +1013,7 @@ class AsyncBreaker:
         fallback = fallback or b.fallback
         try:
             permit = await self.acquire()
-        except CircuitOpenError as e:
+        except RefusedError as e:
             if fallback is None:
                 raise
             return fallback(e)
@@ -925,4 +1050,4 @@ class AsyncBreaker:
 
 
 __all__ = ["Breaker", "AsyncBreaker", "Permit", "StorePolicy", "LOCAL", "ALLOW", "REJECT",
-           "DEFAULT_TIMEOUT_BACKOFF_MS", "circuit_breaker", "ServerError"]
+           "DEFAULT_TIMEOUT_BACKOFF_MS", "WAIT_MS_MAX", "circuit_breaker", "ServerError"]

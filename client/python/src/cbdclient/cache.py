@@ -275,7 +275,7 @@ class Entry:
 
     __slots__ = ("name", "valid", "state", "opened_at", "break_ms", "retry_after_ms",
                  "received_at", "hold_state", "hold_until", "seq", "last", "own",
-                 "applied", "latest", "policy", "policy_rev")
+                 "applied", "latest", "policy", "policy_rev", "limited")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -296,6 +296,9 @@ class Entry:
         # seen, or stale).
         self.policy: dict | None = None
         self.policy_rev: int | None = None
+        # The circuit has a bulkhead (a ticket is never granted from the
+        # cache) or a retry budget (cbd counts first attempts): ask cbd.
+        self.limited = False
 
     def set(self, snap: dict, reset: bool = False) -> bool:
         """Read a snapshot; False when it cannot be read. A compact one
@@ -327,6 +330,9 @@ class Entry:
         self.retry_after_ms = snap.get("retry_after_ms", 0)
         self.received_at = _wall_ms()
         self.hold_state = hold.get("state") if hold else None
+        self.limited = "in_flight" in snap or (isinstance(policy, dict) and (
+            policy.get("max_concurrent") is not None
+            or policy.get("retry_budget_percent") is not None))
         self.own.set_base(snap, reset)
         self.applied += 1
         self.latest = snap
@@ -419,7 +425,9 @@ class WatchCache:
                     left = e.hold_until - _wall_ms()
                 verdict = REFUSE if left > 0 else ASK
             elif e.state == CLOSED:
-                verdict = PERMIT
+                # A bulkhead's tickets and a retry budget's first attempts
+                # are cbd's to count.
+                verdict = ASK if e.limited else PERMIT
             elif e.state == OPEN:
                 now = _wall_ms()
                 if e.opened_at is not None and e.break_ms is not None:

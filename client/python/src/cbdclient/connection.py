@@ -66,8 +66,14 @@ class Ops:
     def get(self, name: str, ctx: dict | None = None, *, policy: bool | None = None):
         return self.request("get", name=name, ctx=ctx, policy=policy)
 
-    def allow(self, name: str, ctx: dict | None = None):
-        return self.request("allow", name=name, ctx=ctx)
+    def allow(self, name: str, ctx: dict | None = None, *, wait_ms: int | None = None,
+              retry: bool | None = None):
+        """May I call? ``wait_ms``: wait up to that long in cbd for a
+        bulkhead ticket (cbd reads nothing else of this connection
+        meanwhile, and the reply may take wait_ms past the io_timeout:
+        use a connection of its own with a longer io_timeout, as Breaker
+        does); ``retry=True``: the call is a retry (protocol 3 §2, §3)."""
+        return self.request("allow", name=name, ctx=ctx, wait_ms=wait_ms, retry=retry)
 
     def record(self, name: str, outcome: str, permit: str | None = None,
                duration_ms: int | None = None, ctx: dict | None = None,

@@ -3,7 +3,11 @@
 "Retries, backoff and timeouts"): a per-attempt timeout, retries with
 exponential backoff (base, max, full jitter), retry_on, hooks. The breaker
 is asked before every attempt and every attempt's outcome is reported to
-it; a refusal from an open circuit ends the retries at once.
+it (a bulkhead ticket goes back with it, whatever the attempt did); the
+attempts after the first are marked retries (allow's ``"retry": true``,
+counted against the circuit's retry budget), and any refusal — an open
+circuit, a full bulkhead, a spent retry budget (RetryBudgetError) — ends
+the retries at once.
 
 The clock, the sleep and the random source are injectable, so the tests run
 in virtual time. No threads are spawned for attempts: a synchronous attempt
@@ -25,7 +29,7 @@ from typing import Any, Callable
 
 from .breaker import Breaker, Permit
 from .classify import FAILURE, IGNORE, SUCCESS
-from .errors import CircuitOpenError
+from .errors import CircuitOpenError, RefusedError
 from .machine import CLOSED, HALF_OPEN, OPEN
 
 # Defaults of the backoff (ms) and of the number of attempts.
@@ -67,7 +71,7 @@ class Retry:
     backoff before retry n is drawn from [0, min(max_ms, base_ms * 2**(n-1))]
     (full jitter; ``jitter=False``: exactly that bound); attempt_timeout_ms:
     the per-attempt timeout; retry_on(error) -> bool (default: any
-    Exception; a CircuitOpenError never); retry_on_result(value) -> bool
+    Exception; a RefusedError never); retry_on_result(value) -> bool
     (retry a returned value, such as an HTTP 503 response); clock (seconds,
     monotonic), sleep(seconds), rng (random.Random) for virtual time.
     """
@@ -78,7 +82,7 @@ class Retry:
                  timeout_kwarg: str | None = None,
                  retry_on: Callable[[BaseException], bool] = _default_retry_on,
                  retry_on_result: Callable[[Any], bool] | None = None,
-                 hooks: Hooks | None = None, fallback: Callable[[CircuitOpenError], Any]
+                 hooks: Hooks | None = None, fallback: Callable[[RefusedError], Any]
                  | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Any] | None = None,
@@ -123,15 +127,18 @@ class Retry:
         elif after == CLOSED:
             self._hook("on_circuit_closed")
 
-    def _acquire(self) -> Permit | None:
+    def _acquire(self, retry: bool = False) -> Permit | None:
         if self.breaker is None:
             return None
         before = self.breaker.state
         try:
-            permit = self.breaker.acquire()
+            permit = self.breaker.acquire(retry=retry)
         except CircuitOpenError as e:
             self._state_hooks(before, self.breaker.state)
             self._hook("on_circuit_open", e.retry_after_ms)
+            raise
+        except RefusedError:
+            self._state_hooks(before, self.breaker.state)
             raise
         self._state_hooks(before, self.breaker.state)
         return permit
@@ -175,13 +182,14 @@ class Retry:
     # -- the synchronous form ---------------------------------------------
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """fn(*args, **kwargs) with retries; its result, or the last error
-        (CircuitOpenError, or the fallback's value, when the circuit
+        (the RefusedError — CircuitOpenError, BulkheadFullError,
+        RetryBudgetError — or the fallback's value, when the breaker
         refused an attempt)."""
         sleep = self.sleep or time.sleep
         for attempt in range(1, self.attempts + 1):
             try:
-                permit = self._acquire()
-            except CircuitOpenError as e:
+                permit = self._acquire(attempt > 1)
+            except RefusedError as e:
                 if self.fallback is not None:
                     return self.fallback(e)
                 raise
@@ -220,6 +228,24 @@ class Retry:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the asyncio form ---------------------------------------------------
+    async def _acquire_async(self, io: Callable[..., Any], retry: bool) -> Permit | None:
+        """_acquire off the event loop; cancelled meanwhile, a permit the
+        breaker was granted goes back at once (outcome ignore)."""
+        if io is _run_here:
+            return self._acquire(retry)
+        fut = asyncio.get_running_loop().run_in_executor(None, self._acquire, retry)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            fut.add_done_callback(self._hand_back_late)
+            raise
+
+    def _hand_back_late(self, fut: "asyncio.Future") -> None:
+        if fut.cancelled() or fut.exception() is not None or fut.result() is None:
+            return
+        asyncio.get_running_loop().run_in_executor(
+            None, self.breaker.report, fut.result(), IGNORE)
+
     async def call_async(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """await fn(*args, **kwargs) with retries; each attempt is
         cancelled at its deadline (AttemptTimeoutError)."""
@@ -229,8 +255,8 @@ class Retry:
               else _run_here)
         for attempt in range(1, self.attempts + 1):
             try:
-                permit = await io(self._acquire)
-            except CircuitOpenError as e:
+                permit = await self._acquire_async(io, attempt > 1)
+            except RefusedError as e:
                 if self.fallback is not None:
                     return self.fallback(e)
                 raise
