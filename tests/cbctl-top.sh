@@ -39,10 +39,13 @@ break_ms = 60000
 [circuit "ledger"]
 slow_call_ms = 100
 CONF
+# Waits poll every 50 ms for a condition, at most a minute (a slow,
+# loaded machine or a sanitizer build; never a timing claim).
+wait_steps=1200
 "$CBD_BINARY" -c "$tmp/cbd.conf" 2>"$tmp/cbd.log" &
 pid=$!
 i=0
-while [ ! -S "$sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$sock" ] && [ $i -lt $wait_steps ]; do sleep 0.05; i=$((i + 1)); done
 [ -S "$sock" ] || { echo "cbd did not start:"; cat "$tmp/cbd.log"; exit 1; }
 export CBD_SOCKET="$sock"
 ctl() { "$CBCTL_BINARY" "$@" >"$tmp/ctl.out" 2>&1 </dev/null || { echo "cbctl $*: $(cat "$tmp/ctl.out")"; exit 1; }; }
@@ -121,11 +124,14 @@ if [ "$rc" -eq 2 ] && grep -q -- '--interval' "$tmp/err"; then pass "a bad --int
 rc=$?
 if [ "$rc" -eq 3 ]; then pass "no cbd: exit 3"; else fail "no cbd: exit $rc"; fi
 
-# Not a terminal, no --once: a table each interval until SIGTERM.
+# Not a terminal, no --once: a table each interval until SIGTERM. (The
+# file exists before the background job's redirection does: a count read
+# first must be 0, not an error that ends the wait at once.)
+: >"$tmp/plain"
 "$CBCTL_BINARY" top --interval 100ms >"$tmp/plain" 2>"$tmp/err" </dev/null &
 top_pid=$!
 i=0
-while [ "$(grep -c '^NAME ' "$tmp/plain")" -lt 2 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+while [ "$(grep -c '^NAME ' "$tmp/plain")" -lt 2 ] && [ $i -lt $wait_steps ]; do sleep 0.05; i=$((i + 1)); done
 kill -TERM "$top_pid"
 wait "$top_pid"
 rc=$?
@@ -146,7 +152,7 @@ tm() { tmux -S "$tsock" "$@"; }
 # wait_pane PATTERN DESCRIPTION: until the pane shows PATTERN (grep -E).
 wait_pane() {
 	i=0
-	while [ $i -lt 400 ]; do
+	while [ $i -lt $wait_steps ]; do
 		tm capture-pane -p -t top >"$tmp/pane" 2>/dev/null
 		grep -Eq -- "$1" "$tmp/pane" && { pass "$2"; return 0; }
 		sleep 0.05
@@ -158,7 +164,7 @@ wait_pane() {
 # alternate_is 0|1 DESCRIPTION
 alternate_is() {
 	i=0
-	while [ $i -lt 200 ]; do
+	while [ $i -lt $wait_steps ]; do
 		[ "$(tm display -p -t top '#{alternate_on}')" = "$1" ] && { pass "$2"; return 0; }
 		sleep 0.05
 		i=$((i + 1))
@@ -189,7 +195,7 @@ fi
 # A deleted circuit goes.
 ctl delete inventory
 i=0
-while [ $i -lt 400 ]; do
+while [ $i -lt $wait_steps ]; do
 	tm capture-pane -p -t top >"$tmp/pane"
 	grep -q '^inventory ' "$tmp/pane" || break
 	sleep 0.05
