@@ -139,6 +139,8 @@ breaker_options_check(const cbc_breaker_options *o, const cbc_ctx *ctx, cbc_erro
 	if ((unsigned)o->store_policy > CBC_POLICY_REJECT)
 		return cbci_fail(err, CBC_EINVAL,
 		    "store_policy must be CBC_POLICY_LOCAL, CBC_POLICY_ALLOW or CBC_POLICY_REJECT");
+	if (o->wait_ms < 0 || o->wait_ms > CBC_WAIT_MAX_MS)
+		return cbci_fail(err, CBC_EINVAL, "wait_ms must be from 0 to %d", CBC_WAIT_MAX_MS);
 	if (o->timeout_backoff_ms > BREAKER_BACKOFF_MAX)
 		return cbci_fail(err, CBC_EINVAL,
 		    "timeout_backoff_ms must be from 0 to %d (negative: the default)",
@@ -168,6 +170,9 @@ breaker_options_ctx(const cbc_breaker_options *o, cbc_ctx *ctx)
 	ctx->reporter_window_ms = o->reporter_window_ms;
 	ctx->break_backoff = o->break_backoff;
 	ctx->break_max_ms = o->break_max_ms;
+	ctx->max_concurrent = o->max_concurrent;
+	ctx->retry_budget_percent = o->retry_budget_percent;
+	ctx->retry_min_per_s = o->retry_min_per_s;
 	ctx->preset = o->preset;
 }
 
@@ -451,6 +456,17 @@ permit_refuse(cbc_breaker *b, cbc_permit *p, cbc_state state, int64_t retry_afte
 	p->granted = false;
 	p->state = state;
 	p->retry_after_ms = retry_after_ms;
+	if (p->reason == CBC_REASON_NONE)
+		p->reason = state == CBC_STATE_HALF_OPEN ? CBC_REASON_HALF_OPEN_FULL
+							 : CBC_REASON_OPEN;
+	if (p->reason == CBC_REASON_CONCURRENCY)
+		return cbci_fail(err, CBC_EBULKHEAD,
+		    "circuit \"%s\": bulkhead full (%lld calls in flight): retry in %lld ms",
+		    b->name, (long long)p->in_flight, (long long)retry_after_ms);
+	if (p->reason == CBC_REASON_RETRY_BUDGET)
+		return cbci_fail(err, CBC_EBUDGET,
+		    "circuit \"%s\": retry refused by the retry budget: retry in %lld ms", b->name,
+		    (long long)retry_after_ms);
 	return cbci_fail(err, CBC_EOPEN, "circuit \"%s\" is %s: retry in %lld ms", b->name,
 	    cbc_state_name(state), (long long)retry_after_ms);
 }
@@ -503,9 +519,12 @@ acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cb
 	if (!allow->allowed) {
 		int64_t hint = allow->retry_after_ms;
 
+		p->reason = allow->reason;
+		p->in_flight = allow->in_flight;
 		/* half_open without a free slot: the trial usually ends well
 		 * before its slot's ttl (as acquire_trial hints). */
-		if (allow->state == CBC_STATE_HALF_OPEN && hint > BREAKER_TRIAL_RETRY_HINT_MS)
+		if (allow->state == CBC_STATE_HALF_OPEN && hint > BREAKER_TRIAL_RETRY_HINT_MS &&
+		    allow->reason != CBC_REASON_RETRY_BUDGET)
 			hint = BREAKER_TRIAL_RETRY_HINT_MS;
 		return permit_refuse(b, p, allow->state, hint, err);
 	}
@@ -519,6 +538,13 @@ acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cb
 cbc_status
 cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 {
+	return cbci_breaker_acquire(b, p, false, err);
+}
+
+cbc_status
+cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
+{
+	cbc_allow_options allow_opts = { .wait_ms = b->opts.wait_ms, .retry = retry };
 	cbc_allow_result allow;
 	cbc_snapshot snap;
 	cbc_status st;
@@ -526,7 +552,10 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	bool applied;
 
 	memset(p, 0, sizeof *p);
-	if (breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
+	p->in_flight = -1;
+	p->retry = retry;
+	/* A retry is always asked of cbd: its retry budget counts it. */
+	if (!retry && breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
 		int64_t left;
 		bool has_fresh;
 		uint64_t packed = __atomic_load_n(&b->told, __ATOMIC_RELAXED);
@@ -567,7 +596,7 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	store_degraded = false;
 	/* cbd's allow when it answers (it counts its refusals); else the
 	 * store ops, with the store policy. */
-	if (cbci_resilient_allow(b->store, b->name, &ctx, &allow, &st, err))
+	if (cbci_resilient_allow(b->store, b->name, &ctx, &allow_opts, &allow, &st, err))
 		return acquire_allowed(b, p, &allow, st, err);
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	/* At most two rounds: the state read, then the state after moving an
@@ -656,6 +685,19 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	ctx.has_duration = true;
 	ctx.duration_ms = duration_ms;
 	store_degraded = false;
+	/* A permit of cbd's allow (a trial slot, a bulkhead ticket) goes back
+	 * with the outcome in one record; when cbd does not answer, the store
+	 * ops below report and release it (a broken connection freed it). */
+	if (p->has_slot && cbci_resilient_record(b->store, b->name, outcome, p->slot_token, &ctx,
+			       &snap)) {
+		if (outcome != CBC_OUTCOME_IGNORE) {
+			breaker_told(b, snap.state);
+			breaker_observed(b, snap.state, error);
+		}
+		p->granted = false;
+		p->has_slot = false;
+		return;
+	}
 	if (outcome == CBC_OUTCOME_SUCCESS)
 		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
 	else if (outcome == CBC_OUTCOME_FAILURE)
@@ -737,9 +779,10 @@ cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *
 		return cbci_fail(err, CBC_EINVAL, "fn is required");
 	}
 	st = cbc_breaker_acquire(b, &p, err);
-	if (st == CBC_EOPEN) {
+	if (st == CBC_EOPEN || st == CBC_EBULKHEAD || st == CBC_EBUDGET) {
 		res.state = p.state;
 		res.retry_after_ms = p.retry_after_ms;
+		res.reason = p.reason;
 		if (b->opts.fallback != NULL) {
 			res.result = b->opts.fallback(arg, p.retry_after_ms, b->opts.user);
 			res.fallback_called = true;

@@ -281,6 +281,8 @@ cbc_conn_close(cbc_conn *conn)
 	pthread_mutex_unlock(&conn->lock);
 }
 
+_Thread_local int64_t cbci_conn_extra_ms;
+
 /* Wait for events on the socket until the deadline (monotonic ms). */
 static cbc_status
 conn_wait(cbc_conn *conn, short events, int64_t deadline, cbc_error *err)
@@ -406,7 +408,9 @@ conn_exchange_locked(cbc_conn *conn, const char *line, size_t len, char **reply,
 	st = conn_open_locked(conn, err);
 	if (st != CBC_OK)
 		return st;
-	deadline = clock_monotonic_ms() + conn->io_timeout_ms;
+	/* A request that may wait in cbd (allow's wait_ms) gets that long
+	 * more. */
+	deadline = clock_monotonic_ms() + conn->io_timeout_ms + cbci_conn_extra_ms;
 	st = conn_send_locked(conn, line, len, deadline, err);
 	if (st == CBC_OK)
 		st = conn_send_locked(conn, "\n", 1, deadline, err);

@@ -106,6 +106,9 @@ typedef struct cbci_reply {
 /* cbci_conn_call, the reply read into *reply (CBC_OK: to cbci_reply_free).
  * ~11 KiB: as much stack as the view proto_scan_request took before. */
 cbc_status cbci_conn_call_node(cbc_conn *conn, json_t *request, cbci_reply *reply, cbc_error *err);
+/* Added to the I/O timeout of this thread's requests while set (allow's
+ * wait_ms: cbd answers a waiting allow that much later). */
+extern _Thread_local int64_t cbci_conn_extra_ms;
 /* Decode a line from cbd (len bytes, no LF) into *out: its flat view when
  * the line is plain (proto-scan.h: no jansson values at all), else
  * jansson values (out->top absent when the line is not JSON; jerr, when
@@ -149,7 +152,17 @@ void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snaps
  * False when the store is another one, in its timeout backoff, or cbd is
  * unavailable: the caller takes the store ops, whose policy applies. */
 bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
-    cbc_allow_result *out, cbc_status *status, cbc_error *err);
+    const cbc_allow_options *opts, cbc_allow_result *out, cbc_status *status, cbc_error *err);
+/* Record outcome with allow's permit (a trial slot or a bulkhead ticket,
+ * handed back whatever the outcome) through a resilient store over a
+ * remote one. True when cbd answered (*out filled, may be NULL); false
+ * when the store is another one, in its timeout backoff, or cbd is
+ * unavailable (the caller reports through the store ops and releases the
+ * permit; a broken connection already freed it). */
+/* cbc_breaker_acquire, asking as a retry when retry (circuit-breaker.c). */
+cbc_status cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err);
+bool cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome,
+    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out);
 /* Tell cbd of an ignored outcome (record, outcome ignore) through a
  * resilient store over a remote one; no-op otherwise, errors swallowed. */
 void cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx);
