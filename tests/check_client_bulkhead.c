@@ -38,6 +38,7 @@ daemon_cleanup(void)
 {
 	if (daemon_h != NULL)
 		harness_stop(daemon_h);
+	free(daemon_h);
 	daemon_h = NULL;
 }
 
@@ -489,6 +490,141 @@ START_TEST(retries_past_the_budget_are_refused_and_retry_stops)
 }
 END_TEST
 
+/* ---------- timed-out attempts hand their tickets back ---------- */
+
+/* A retry clock that moves 100 ms at every reading: with a 50 ms
+ * timeout, every attempt runs past its deadline. */
+static int64_t
+leaping_clock(void *user)
+{
+	return (*(int64_t *)user += 100);
+}
+
+START_TEST(timed_out_attempts_hand_their_tickets_back)
+{
+	cbd_harness *h = start("[circuit \"t\"]\nmax_concurrent = 1\nfailure_threshold = 1000\n");
+	cbc_retry_options ro;
+	cbc_retry_result res;
+	int64_t now = 0;
+	cbc_snapshot s;
+	cbc_error err;
+	int calls = 0;
+	rig r;
+
+	/* One ticket: each attempt after the first gets it only if the one
+	 * before handed it back. */
+	rig_open(&r, h->socket_path, "t", CBC_CACHE_AUTO, 0);
+	cbc_retry_options_init(&ro);
+	ro.max_attempts = 4;
+	ro.timeout_ms = 50;
+	ro.base_ms = 0;
+	ro.max_ms = 0;
+	ro.sleep = no_sleep;
+	ro.clock = leaping_clock;
+	ro.user = &now;
+	ck_assert_int_eq(cbc_retry_execute(r.b, &ro, always_fails, &calls, &res, &err),
+	    CBC_ETIMEOUT);
+	ck_assert_int_eq(res.attempts, 4);
+	ck_assert(res.timed_out);
+	ck_assert_int_eq(calls, 4);
+	s = snap_of(h->socket_path, "t");
+	ck_assert_int_eq(s.in_flight, 0);
+	ck_assert_int_eq(s.totals.failures, 4);
+	ck_assert_int_eq(s.totals.retries, 3);
+	ck_assert_int_eq(s.totals.rejected_concurrency, 0);
+	ck_assert_int_eq(s.totals.rejected_retry, 0);
+	rig_close(&r);
+	stop();
+}
+END_TEST
+
+/* ---------- wait_ms beyond the I/O timeout ---------- */
+
+START_TEST(a_wait_longer_than_the_io_timeout_is_answered)
+{
+	cbd_harness *h = start("[circuit \"w\"]\nmax_concurrent = 1\n");
+	cbc_breaker_options o;
+	cbc_permit held, p;
+	cbc_error err;
+	cbc_conn *conn;
+	cbc_store *store;
+	cbc_breaker *b;
+	rig a;
+
+	rig_open(&a, h->socket_path, "w", CBC_CACHE_OFF, 0);
+	ck_assert_int_eq(cbc_breaker_acquire(a.b, &held, &err), CBC_OK);
+	/* I/O timeout 1 s, wait 1.5 s: cbd answers after the wait, within
+	 * the timeout the wait extends (a second to spare). */
+	conn = cbc_conn_new(h->socket_path, &err);
+	ck_assert_int_eq(cbc_conn_set_timeouts(conn, 1000, 1000, &err), CBC_OK);
+	store = cbc_store_new_remote(conn, &err);
+	cbc_breaker_options_init(&o);
+	o.name = "w";
+	o.store = store;
+	o.store_policy = CBC_POLICY_REJECT;
+	o.cache = CBC_CACHE_OFF;
+	o.wait_ms = 1500;
+	b = cbc_breaker_new(&o, &err);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p, &err), CBC_EBULKHEAD);
+	ck_assert_int_eq(p.reason, CBC_REASON_CONCURRENCY);
+	ck_assert_int_eq(cbc_breaker_report(a.b, &held, CBC_OUTCOME_SUCCESS, &err), CBC_OK);
+	ck_assert_int_eq(snap_of(h->socket_path, "w").totals.rejected_concurrency, 1);
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(conn);
+	rig_close(&a);
+	stop();
+}
+END_TEST
+
+/* ---------- a reload that adds a limit ends the cache's grants ---------- */
+
+START_TEST(cache_asks_once_a_reload_adds_a_limit)
+{
+	cbd_harness *h = start("[circuit \"r\"]\nfailure_threshold = 1000\n");
+	cbc_cache_stats before, cs;
+	cbc_exec_result res;
+	long long deadline;
+	cbc_snapshot s;
+	cbc_error err;
+	rig r;
+	FILE *f;
+
+	rig_open(&r, h->socket_path, "r", CBC_CACHE_ON, 0);
+	/* Until the watch is live and the circuit primed, calls ask. */
+	deadline = harness_mono_ms() + PATIENT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, counted_call_ok_shim, NULL, &res, &err),
+		    CBC_OK);
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, &err), CBC_OK);
+	} while (cs.permitted == 0 && harness_mono_ms() < deadline && usleep(2000) == 0);
+	ck_assert_uint_gt(cs.permitted, 0);
+	f = fopen(h->config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[circuit \"r\"]\nfailure_threshold = 1000\nmax_concurrent = 2\n");
+	fclose(f);
+	ck_assert_int_eq(kill(h->pid, SIGHUP), 0);
+	/* The policy event reaches the cache. */
+	deadline = harness_mono_ms() + PATIENT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &before, &err), CBC_OK);
+	} while (before.events <= cs.events && harness_mono_ms() < deadline && usleep(2000) == 0);
+	ck_assert_uint_gt(before.events, cs.events);
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, counted_call_ok_shim, NULL, &res, &err),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, &err), CBC_OK);
+	ck_assert_uint_eq(cs.permitted, before.permitted);
+	ck_assert_uint_eq(cs.asked, before.asked + 5);
+	s = snap_of(h->socket_path, "r");
+	ck_assert_int_eq(s.in_flight, 0);
+	ck_assert_int_eq(s.policy.max_concurrent, 2);
+	rig_close(&r);
+	stop();
+}
+END_TEST
+
 /* ---------- allow_ex on a connection ---------- */
 
 START_TEST(allow_ex_sends_wait_and_retry)
@@ -558,6 +694,9 @@ bulkhead_suite(void)
 	tcase_add_test(tc, fallback_runs_for_a_full_bulkhead);
 	tcase_add_test(tc, killed_holder_frees_its_ticket_for_a_waiter);
 	tcase_add_test(tc, retries_past_the_budget_are_refused_and_retry_stops);
+	tcase_add_test(tc, timed_out_attempts_hand_their_tickets_back);
+	tcase_add_test(tc, a_wait_longer_than_the_io_timeout_is_answered);
+	tcase_add_test(tc, cache_asks_once_a_reload_adds_a_limit);
 	suite_add_tcase(s, tc);
 	return s;
 }

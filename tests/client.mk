@@ -53,7 +53,8 @@ TESTS += tests/client-valgrind.sh
 endif
 EXTRA_DIST += tests/client-valgrind.sh
 tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT) \
-	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT)
+	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT) \
+	tests/check_client_bulkhead$(EXEEXT)
 
 # cbc_retry_* in virtual time on a local store (no daemon).
 check_PROGRAMS += tests/check_client_retry
