@@ -565,7 +565,8 @@ print_limits(const cbc_snapshot *s)
 	    p->retry_budget_percent >= 0;
 
 	if (s->in_flight >= 0 || (p->known && p->max_concurrent > 0)) {
-		printf("bulkhead: %lld in flight", (long long)(s->in_flight >= 0 ? s->in_flight : 0));
+		printf("bulkhead: %lld in flight",
+		    (long long)(s->in_flight >= 0 ? s->in_flight : 0));
 		if (p->known && p->max_concurrent > 0)
 			printf(" of %lld (max_concurrent)", (long long)p->max_concurrent);
 		if (s->totals.rejected_concurrency >= 0)
@@ -578,8 +579,10 @@ print_limits(const cbc_snapshot *s)
 		    (long long)p->retry_budget_percent,
 		    (long long)(p->retry_min_per_s >= 0 ? p->retry_min_per_s : 0));
 		if (s->totals.retries >= 0)
-			printf(" (%lld retries granted, %lld refused)", (long long)s->totals.retries,
-			    (long long)(s->totals.rejected_retry >= 0 ? s->totals.rejected_retry : 0));
+			printf(" (%lld retries granted, %lld refused)",
+			    (long long)s->totals.retries,
+			    (long long)(s->totals.rejected_retry >= 0 ? s->totals.rejected_retry
+								      : 0));
 		printf("\n");
 	} else if (s->totals.retries > 0 || s->totals.rejected_retry > 0) {
 		printf("retries: %lld granted, no retry budget\n", (long long)s->totals.retries);

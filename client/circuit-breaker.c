@@ -457,8 +457,8 @@ permit_refuse(cbc_breaker *b, cbc_permit *p, cbc_state state, int64_t retry_afte
 	p->state = state;
 	p->retry_after_ms = retry_after_ms;
 	if (p->reason == CBC_REASON_NONE)
-		p->reason = state == CBC_STATE_HALF_OPEN ? CBC_REASON_HALF_OPEN_FULL
-							 : CBC_REASON_OPEN;
+		p->reason =
+		    state == CBC_STATE_HALF_OPEN ? CBC_REASON_HALF_OPEN_FULL : CBC_REASON_OPEN;
 	if (p->reason == CBC_REASON_CONCURRENCY)
 		return cbci_fail(err, CBC_EBULKHEAD,
 		    "circuit \"%s\": bulkhead full (%lld calls in flight): retry in %lld ms",
@@ -688,8 +688,8 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	/* A permit of cbd's allow (a trial slot, a bulkhead ticket) goes back
 	 * with the outcome in one record; when cbd does not answer, the store
 	 * ops below report and release it (a broken connection freed it). */
-	if (p->has_slot && cbci_resilient_record(b->store, b->name, outcome, p->slot_token, &ctx,
-			       &snap)) {
+	if (p->has_slot &&
+	    cbci_resilient_record(b->store, b->name, outcome, p->slot_token, &ctx, &snap)) {
 		if (outcome != CBC_OUTCOME_IGNORE) {
 			breaker_told(b, snap.state);
 			breaker_observed(b, snap.state, error);

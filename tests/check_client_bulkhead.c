@@ -179,8 +179,8 @@ START_TEST(never_more_than_limit_in_flight_across_processes)
 	cbc_snapshot s;
 	int status;
 
-	shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-	    0);
+	shared =
+	    mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert(shared != MAP_FAILED);
 	memset(shared, 0, sizeof *shared);
 	for (int i = 0; i < PROCS; i++) {
@@ -196,8 +196,8 @@ START_TEST(never_more_than_limit_in_flight_across_processes)
 		    WEXITSTATUS(status));
 	}
 	/* Printed, not asserted: how many ran at once at most. */
-	printf("bulkhead: %d calls in %d processes, at most %d at once (limit %d)\n",
-	    shared->calls, PROCS, shared->peak, LIMIT);
+	printf("bulkhead: %d calls in %d processes, at most %d at once (limit %d)\n", shared->calls,
+	    PROCS, shared->peak, LIMIT);
 	ck_assert_int_eq(shared->over, 0);
 	ck_assert_int_le(shared->peak, LIMIT);
 	ck_assert_int_ge(shared->peak, 1);
