@@ -858,7 +858,8 @@ typedef struct cbc_breaker_options {
 	int64_t reporter_window_ms;
 	int64_t break_backoff;
 	int64_t break_max_ms;
-	/* Protocol 3 (§7b), 0 = not given: see cbc_ctx. */
+	/* Protocol 3 (§7b), 0 = not given: see cbc_ctx. A private store
+	 * (store NULL) applies them in this process (without waiting). */
 	int64_t max_concurrent;
 	int64_t retry_budget_percent;
 	int64_t retry_min_per_s;

@@ -598,6 +598,12 @@ cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
 	 * store ops, with the store policy. */
 	if (cbci_resilient_allow(b->store, b->name, &ctx, &allow_opts, &allow, &st, err))
 		return acquire_allowed(b, p, &allow, st, err);
+	/* A private store with a bulkhead or a retry budget: the same allow,
+	 * in this process (no waiting). */
+	if (b->opts.store == NULL &&
+	    (b->policy.max_concurrent > 0 || b->policy.retry_budget_percent >= 0) &&
+	    cbci_local_allow(b->store, b->name, &ctx, retry, &allow, &st, err))
+		return acquire_allowed(b, p, &allow, st, err);
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	/* At most two rounds: the state read, then the state after moving an
 	 * open circuit whose break elapsed to half_open. */

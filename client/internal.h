@@ -137,6 +137,11 @@ cbc_status cbci_local_seed(cbci_local *local, const char *name, const cb_snapsho
     cbc_error *err);
 /* Drop name's circuit. */
 void cbci_local_forget(cbci_local *local, const char *name);
+/* allow on a local store (protocol 3's bulkhead and retry budget in one
+ * process; no waiting): true when store is a local one (*status, *out),
+ * false for any other store. */
+bool cbci_local_allow(cbc_store *store, const char *name, const cbc_ctx *ctx, bool retry,
+    cbc_allow_result *out, cbc_status *status, cbc_error *err);
 
 /* Remember snap as the last snapshot of name that a resilient store saw
  * (what it degrades from); no-op for other stores. Cached breakers feed

@@ -680,6 +680,47 @@ START_TEST(breaker_options_check_wait_ms)
 }
 END_TEST
 
+/* ---------- a private (in-process) store ---------- */
+
+START_TEST(private_store_applies_both_rules_in_process)
+{
+	cbc_breaker_options o;
+	cbc_retry_options ro;
+	cbc_retry_result res;
+	cbc_permit p1, p2;
+	cbc_breaker *b;
+	cbc_error err;
+	int calls = 0;
+
+	cbc_breaker_options_init(&o);
+	o.max_concurrent = 1;
+	o.retry_budget_percent = 1; /* max(1 * 10, first attempts / 100): 10 */
+	o.retry_min_per_s = 1;
+	o.failure_threshold = 1000;
+	b = cbc_breaker_new(&o, &err);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p1, &err), CBC_OK);
+	ck_assert(p1.has_slot);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p2, &err), CBC_EBULKHEAD);
+	ck_assert_int_eq(p2.reason, CBC_REASON_CONCURRENCY);
+	ck_assert_int_eq(p2.in_flight, 1);
+	ck_assert_int_eq(cbc_breaker_report(b, &p1, CBC_OUTCOME_FAILURE, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(b, &p2, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_report(b, &p2, CBC_OUTCOME_IGNORE, &err), CBC_OK);
+	/* 1 first attempt and 10 retries, then the budget refuses. */
+	cbc_retry_options_init(&ro);
+	ro.max_attempts = 20;
+	ro.base_ms = 0;
+	ro.max_ms = 0;
+	ro.sleep = no_sleep;
+	ck_assert_int_eq(cbc_retry_execute(b, &ro, always_fails, &calls, &res, &err), CBC_EBUDGET);
+	ck_assert_int_eq(res.attempts, 11);
+	ck_assert_int_eq(calls, 11);
+	ck_assert_int_eq(res.reason, CBC_REASON_RETRY_BUDGET);
+	cbc_breaker_free(b);
+}
+END_TEST
+
 static Suite *
 bulkhead_suite(void)
 {
@@ -688,6 +729,7 @@ bulkhead_suite(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, breaker_options_check_wait_ms);
+	tcase_add_test(tc, private_store_applies_both_rules_in_process);
 	tcase_add_test(tc, allow_ex_sends_wait_and_retry);
 	tcase_add_test(tc, never_more_than_limit_in_flight_across_processes);
 	tcase_add_test(tc, bulkhead_full_is_its_own_error);
