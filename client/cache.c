@@ -954,6 +954,17 @@ cache_limited(const cbci_cache_entry *e)
 	    (p->source.retry_budget_percent != CBC_SOURCE_NONE && p->retry_budget_percent >= 0);
 }
 
+bool
+cbci_cache_held_open(cbci_cache *c, const cbci_cache_entry *e)
+{
+	bool held;
+
+	pthread_mutex_lock(&c->lock);
+	held = e->held && e->hold_state == CBC_STATE_OPEN;
+	pthread_mutex_unlock(&c->lock);
+	return held;
+}
+
 cbci_cache_verdict
 cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_snapshot *fresh,
     bool *has_fresh, int64_t *retry_after_ms, const cbci_cache_told *told)

@@ -589,6 +589,8 @@ cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
 		}
 		if (v == CBCI_CACHE_REFUSE) {
 			breaker_observed(b, CBC_STATE_OPEN, NULL);
+			p->reason = cbci_cache_held_open(b->cache, b->entry) ? CBC_REASON_HELD
+									     : CBC_REASON_OPEN;
 			return permit_refuse(b, p, CBC_STATE_OPEN, left, err);
 		}
 	}

@@ -226,6 +226,8 @@ typedef struct cbci_cache_told {
 	cbc_state state;
 } cbci_cache_told;
 
+/* Is the entry's circuit held open (the reason of a cached refusal)? */
+bool cbci_cache_held_open(cbci_cache *cache, const cbci_cache_entry *entry);
 cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *entry,
     uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms,
     const cbci_cache_told *told);

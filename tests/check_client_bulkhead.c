@@ -680,6 +680,47 @@ START_TEST(breaker_options_check_wait_ms)
 }
 END_TEST
 
+/* ---------- every refusal says why ---------- */
+
+START_TEST(refusals_say_why)
+{
+	cbd_harness *h = start("[circuit \"why\"]\nbreak_ms = 600000\n");
+	cbc_permit p;
+	cbc_error err;
+	long long deadline;
+	cbc_status st;
+	rig u, c;
+
+	rig_open(&u, h->socket_path, "why", CBC_CACHE_OFF, 0);
+	rig_open(&c, h->socket_path, "why", CBC_CACHE_ON, 0);
+	ck_assert_int_eq(cbc_breaker_acquire(c.b, &p, &err), CBC_OK); /* primes the cache */
+	ck_assert_int_eq(cbc_breaker_report(c.b, &p, CBC_OUTCOME_SUCCESS, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_force_open(u.b, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(u.b, &p, &err), CBC_EOPEN);
+	ck_assert_int_eq(p.reason, CBC_REASON_OPEN);
+	ck_assert_int_eq(cbc_hold(u.conn, "why", CBC_STATE_OPEN, 0, "test", NULL, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(u.b, &p, &err), CBC_EOPEN);
+	ck_assert_int_eq(p.reason, CBC_REASON_HELD);
+	/* The cache refuses on its own once the hold's event came. */
+	deadline = harness_mono_ms() + PATIENT_MS;
+	do {
+		st = cbc_breaker_acquire(c.b, &p, &err);
+		if (st == CBC_OK)
+			cbc_breaker_report(c.b, &p, CBC_OUTCOME_IGNORE, &err);
+	} while ((st != CBC_EOPEN || p.reason != CBC_REASON_HELD) && harness_mono_ms() < deadline &&
+	    usleep(2000) == 0);
+	ck_assert_int_eq(st, CBC_EOPEN);
+	ck_assert_int_eq(p.reason, CBC_REASON_HELD);
+	ck_assert_int_eq(cbc_breaker_force_half_open(u.b, &err), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_acquire(u.b, &p, &err), CBC_OK); /* the trial */
+	ck_assert_int_eq(cbc_breaker_acquire(c.b, &p, &err), CBC_EOPEN);
+	ck_assert_int_eq(p.reason, CBC_REASON_HALF_OPEN_FULL);
+	rig_close(&c);
+	rig_close(&u);
+	stop();
+}
+END_TEST
+
 /* ---------- a private (in-process) store ---------- */
 
 START_TEST(private_store_applies_both_rules_in_process)
@@ -730,6 +771,7 @@ bulkhead_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, breaker_options_check_wait_ms);
 	tcase_add_test(tc, private_store_applies_both_rules_in_process);
+	tcase_add_test(tc, refusals_say_why);
 	tcase_add_test(tc, allow_ex_sends_wait_and_retry);
 	tcase_add_test(tc, never_more_than_limit_in_flight_across_processes);
 	tcase_add_test(tc, bulkhead_full_is_its_own_error);
