@@ -676,6 +676,7 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	cbc_snapshot snap;
 	cbc_error ignored;
 	cbc_status st = CBC_OK;
+	bool has_snap = false;
 	cbc_ctx ctx;
 
 	if (outcome == CBC_OUTCOME_IGNORE && p->cached && breaker_cached(b) &&
@@ -697,8 +698,9 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	 * with the outcome in one record; when cbd does not answer, the store
 	 * ops below report and release it (a broken connection freed it). */
 	if (p->has_slot &&
-	    cbci_resilient_record(b->store, b->name, outcome, p->slot_token, &ctx, &snap)) {
-		if (outcome != CBC_OUTCOME_IGNORE) {
+	    cbci_resilient_record(b->store, b->name, outcome, p->slot_token, &ctx, &snap,
+		&has_snap)) {
+		if (has_snap && outcome != CBC_OUTCOME_IGNORE) {
 			breaker_told(b, snap.state);
 			breaker_observed(b, snap.state, error);
 		}

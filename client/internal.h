@@ -160,14 +160,15 @@ bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx
     const cbc_allow_options *opts, cbc_allow_result *out, cbc_status *status, cbc_error *err);
 /* Record outcome with allow's permit (a trial slot or a bulkhead ticket,
  * handed back whatever the outcome) through a resilient store over a
- * remote one. True when cbd answered (*out filled, may be NULL); false
+ * remote one. True when cbd answered (*has_out: with a snapshot in *out,
+ * which may be NULL; false when cbd refused the record); false
  * when the store is another one, in its timeout backoff, or cbd is
  * unavailable (the caller reports through the store ops and releases the
  * permit; a broken connection already freed it). */
 /* cbc_breaker_acquire, asking as a retry when retry (circuit-breaker.c). */
 cbc_status cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err);
 bool cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome,
-    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out);
+    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out);
 /* Tell cbd of an ignored outcome (record, outcome ignore) through a
  * resilient store over a remote one; no-op otherwise, errors swallowed. */
 void cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx);

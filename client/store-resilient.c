@@ -716,13 +716,14 @@ cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
 
 bool
 cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome, const char *permit,
-    const cbc_ctx *ctx, cbc_snapshot *out)
+    const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out)
 {
 	resilient *r = NULL;
 	cbc_conn *conn = resilient_remote(store, &r);
 	cbc_error inner_err;
 	cbc_snapshot snap;
 
+	*has_out = false;
 	if (conn == NULL || resilient_skipping(r, &inner_err))
 		return false;
 	if (cbc_record(conn, name, outcome, permit, ctx, &snap, &inner_err) == CBC_OK) {
@@ -731,6 +732,7 @@ cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome, c
 		resilient_answered(r, name, outcome == CBC_OUTCOME_IGNORE ? NULL : &snap);
 		if (out != NULL)
 			*out = snap;
+		*has_out = true;
 		return true;
 	}
 	if (cbci_store_failed(&inner_err)) {
