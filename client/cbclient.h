@@ -875,9 +875,11 @@ typedef struct cbc_breaker_options {
 	/* Protocol 3: how long a call may wait for a bulkhead ticket when the
 	 * circuit's max_concurrent calls are in flight (0..CBC_WAIT_MAX_MS;
 	 * 0: refused at once with CBC_EBULKHEAD). Sent as allow's wait_ms;
-	 * the request's I/O timeout grows by it (threads sharing the store's
-	 * connection wait behind a waiting call: give waiting threads their
-	 * own connection and store). */
+	 * the request's I/O timeout grows by it. With wait_ms, the breaker
+	 * asks on connections of its own (one per call in flight, kept for
+	 * reuse, same socket and timeouts as the store's), so a waiting call
+	 * never holds up the store's connection (other threads, the reports
+	 * that hand tickets back). */
 	int64_t wait_ms;
 	/* Callbacks (each may be NULL); user is passed to each. */
 	cbc_classify_fn classify;
@@ -946,6 +948,9 @@ typedef struct cbc_permit {
 	cbc_reason reason;
 	int64_t in_flight; /* refused for concurrency: tickets held; else -1 */
 	bool retry; /* asked as a retry (cbc_retry_execute) */
+	/* The library's own (do not touch): with wait_ms, the connection of
+	 * the breaker's that holds the ticket until report. */
+	void *wait_conn;
 } cbc_permit;
 
 /* CBC_OK: permit granted, make the call then report. CBC_EOPEN: refused

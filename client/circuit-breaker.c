@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -78,6 +79,12 @@ struct cbc_breaker {
 	 * with this breaker's policy and lets the resilient store learn the
 	 * policy cbd reports (what it degrades with). */
 	bool primed;
+	/* With wait_ms: idle connections of the breaker's own to ask allow
+	 * on (under lock), and the process they belong to (a child after
+	 * fork opens its own). */
+	cbc_conn **pool;
+	size_t pool_len, pool_cap;
+	pid_t pool_pid;
 };
 
 /* Set by the breaker's store-error hook during a store call on this
@@ -385,8 +392,60 @@ cbc_breaker_free(cbc_breaker *b)
 	free(b->line_sync[1]);
 	free(b->line_record);
 	cbc_store_free(b->store);
+	for (size_t i = 0; i < b->pool_len; i++)
+		cbc_conn_free(b->pool[i]);
+	free(b->pool);
 	pthread_mutex_destroy(&b->lock);
 	free(b);
+}
+
+/* A connection of the breaker's own for a waiting allow: an idle one,
+ * else a new one like the store's; NULL when the store is not remote
+ * (or out of memory: the store's connection then). */
+static cbc_conn *
+pool_take(cbc_breaker *b)
+{
+	cbc_conn *store_conn = cbci_store_remote_conn(b->opts.store), *c = NULL;
+	pid_t pid = getpid();
+
+	if (store_conn == NULL)
+		return NULL;
+	pthread_mutex_lock(&b->lock);
+	if (b->pool_pid != pid) {
+		/* Inherited across fork: the parent's sockets are not ours. */
+		for (size_t i = 0; i < b->pool_len; i++)
+			cbc_conn_free(b->pool[i]);
+		b->pool_len = 0;
+		b->pool_pid = pid;
+	}
+	if (b->pool_len > 0)
+		c = b->pool[--b->pool_len];
+	pthread_mutex_unlock(&b->lock);
+	return c != NULL ? c : cbci_conn_clone(store_conn, NULL);
+}
+
+/* Give a connection back for the next waiting allow. */
+static void
+pool_put(cbc_breaker *b, cbc_conn *c)
+{
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&b->lock);
+	if (b->pool_pid == getpid() && b->pool_len == b->pool_cap) {
+		size_t cap = b->pool_cap != 0 ? b->pool_cap * 2 : 4;
+		cbc_conn **grown = realloc(b->pool, cap * sizeof *grown);
+
+		if (grown != NULL) {
+			b->pool = grown;
+			b->pool_cap = cap;
+		}
+	}
+	if (b->pool_pid == getpid() && b->pool_len < b->pool_cap) {
+		b->pool[b->pool_len++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&b->lock);
+	cbc_conn_free(c);
 }
 
 const char *
@@ -546,6 +605,7 @@ cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
 {
 	cbc_allow_options allow_opts = { .wait_ms = b->opts.wait_ms, .retry = retry };
 	cbc_allow_result allow;
+	cbc_conn *via;
 	cbc_snapshot snap;
 	cbc_status st;
 	cbc_ctx ctx;
@@ -598,8 +658,18 @@ cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
 	store_degraded = false;
 	/* cbd's allow when it answers (it counts its refusals); else the
 	 * store ops, with the store policy. */
-	if (cbci_resilient_allow(b->store, b->name, &ctx, &allow_opts, &allow, &st, err))
-		return acquire_allowed(b, p, &allow, st, err);
+	/* A call that may wait asks on a connection of its own, which keeps
+	 * the ticket until report hands it back. */
+	via = b->opts.wait_ms > 0 ? pool_take(b) : NULL;
+	if (cbci_resilient_allow(b->store, via, b->name, &ctx, &allow_opts, &allow, &st, err)) {
+		st = acquire_allowed(b, p, &allow, st, err);
+		if (st == CBC_OK && p->has_slot && via != NULL)
+			p->wait_conn = via;
+		else
+			pool_put(b, via);
+		return st;
+	}
+	pool_put(b, via);
 	/* A private store with a bulkhead or a retry budget: the same allow,
 	 * in this process (no waiting). */
 	if (b->opts.store == NULL &&
@@ -697,9 +767,13 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	/* A permit of cbd's allow (a trial slot, a bulkhead ticket) goes back
 	 * with the outcome in one record; when cbd does not answer, the store
 	 * ops below report and release it (a broken connection freed it). */
+	if (p->wait_conn != NULL && __atomic_load_n(&b->pool_pid, __ATOMIC_RELAXED) != getpid())
+		p->wait_conn = NULL; /* taken before a fork: the parent's socket */
 	if (p->has_slot &&
-	    cbci_resilient_record(b->store, b->name, outcome, p->slot_token, &ctx, &snap,
-		&has_snap)) {
+	    cbci_resilient_record(b->store, p->wait_conn, b->name, outcome, p->slot_token, &ctx,
+		&snap, &has_snap)) {
+		pool_put(b, p->wait_conn);
+		p->wait_conn = NULL;
 		if (has_snap && outcome != CBC_OUTCOME_IGNORE) {
 			breaker_told(b, snap.state);
 			breaker_observed(b, snap.state, error);
@@ -708,6 +782,9 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 		p->has_slot = false;
 		return;
 	}
+	/* (A broken connection of the breaker's own freed its ticket.) */
+	pool_put(b, p->wait_conn);
+	p->wait_conn = NULL;
 	if (outcome == CBC_OUTCOME_SUCCESS)
 		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
 	else if (outcome == CBC_OUTCOME_FAILURE)

@@ -91,6 +91,23 @@ cbc_conn_new(const char *socket_path, cbc_error *err)
 	return conn;
 }
 
+cbc_conn *
+cbci_conn_clone(cbc_conn *conn, cbc_error *err)
+{
+	cbc_conn *c = cbc_conn_new(conn->path, err);
+	int connect_ms, io_ms;
+
+	if (c == NULL)
+		return NULL;
+	pthread_mutex_lock(&conn->lock);
+	connect_ms = conn->connect_timeout_ms;
+	io_ms = conn->io_timeout_ms;
+	pthread_mutex_unlock(&conn->lock);
+	c->connect_timeout_ms = connect_ms;
+	c->io_timeout_ms = io_ms;
+	return c;
+}
+
 /* Close the socket and drop buffered bytes (lock held). */
 static void
 conn_close_locked(cbc_conn *conn)

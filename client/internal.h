@@ -155,8 +155,12 @@ void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snaps
  * counts a refusal in totals.rejected). True when cbd answered: *status
  * is the op's (CBC_OK with *out, or an answer such as capacity in err).
  * False when the store is another one, in its timeout backoff, or cbd is
- * unavailable: the caller takes the store ops, whose policy applies. */
-bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
+ * unavailable: the caller takes the store ops, whose policy applies.
+ * via (may be NULL): another connection to the same cbd to ask on (a
+ * waiting allow holds its connection; the breaker gives it one of its
+ * own). cbci_resilient_record takes via too: the connection the permit
+ * was taken on. */
+bool cbci_resilient_allow(cbc_store *store, cbc_conn *via, const char *name, const cbc_ctx *ctx,
     const cbc_allow_options *opts, cbc_allow_result *out, cbc_status *status, cbc_error *err);
 /* Record outcome with allow's permit (a trial slot or a bulkhead ticket,
  * handed back whatever the outcome) through a resilient store over a
@@ -167,7 +171,7 @@ bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx
  * permit; a broken connection already freed it). */
 /* cbc_breaker_acquire, asking as a retry when retry (circuit-breaker.c). */
 cbc_status cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err);
-bool cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome,
+bool cbci_resilient_record(cbc_store *store, cbc_conn *via, const char *name, cbc_outcome outcome,
     const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out);
 /* Tell cbd of an ignored outcome (record, outcome ignore) through a
  * resilient store over a remote one; no-op otherwise, errors swallowed. */
@@ -181,6 +185,8 @@ cbc_status cbci_record_policy(cbc_conn *conn, const char *name, bool failure, co
 
 /* The connection of a remote store; NULL for any other store. */
 cbc_conn *cbci_store_remote_conn(const cbc_store *store);
+/* A new connection to conn's socket with its timeouts (lazy connect). */
+cbc_conn *cbci_conn_clone(cbc_conn *conn, cbc_error *err);
 
 /* A reply's snapshot object as the public snapshot (fallback_name when
  * it has none; out may be NULL: only checked). ops.c. */

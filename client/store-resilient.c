@@ -690,13 +690,15 @@ resilient_note_allow(resilient *r, const char *name, const cbc_ctx *ctx,
 }
 
 bool
-cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
+cbci_resilient_allow(cbc_store *store, cbc_conn *via, const char *name, const cbc_ctx *ctx,
     const cbc_allow_options *opts, cbc_allow_result *out, cbc_status *status, cbc_error *err)
 {
 	resilient *r = NULL;
 	cbc_conn *conn = resilient_remote(store, &r);
 	cbc_error inner_err;
 
+	if (conn != NULL && via != NULL)
+		conn = via;
 	if (conn == NULL || resilient_skipping(r, &inner_err))
 		return false;
 	*status = cbc_allow_ex(conn, name, ctx, opts, out, &inner_err);
@@ -715,8 +717,8 @@ cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
 }
 
 bool
-cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome, const char *permit,
-    const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out)
+cbci_resilient_record(cbc_store *store, cbc_conn *via, const char *name, cbc_outcome outcome,
+    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out)
 {
 	resilient *r = NULL;
 	cbc_conn *conn = resilient_remote(store, &r);
@@ -724,6 +726,8 @@ cbci_resilient_record(cbc_store *store, const char *name, cbc_outcome outcome, c
 	cbc_snapshot snap;
 
 	*has_out = false;
+	if (conn != NULL && via != NULL)
+		conn = via;
 	if (conn == NULL || resilient_skipping(r, &inner_err))
 		return false;
 	if (cbc_record(conn, name, outcome, permit, ctx, &snap, &inner_err) == CBC_OK) {

@@ -680,6 +680,67 @@ START_TEST(breaker_options_check_wait_ms)
 }
 END_TEST
 
+/* ---------- threads sharing one breaker wait without blocking ---------- */
+
+#define THREADS 6
+#define THREAD_CALLS 10
+
+typedef struct thread_arg {
+	cbc_breaker *b;
+	int refused;
+} thread_arg;
+
+static void *
+thread_calls(void *arg)
+{
+	thread_arg *t = arg;
+	cbc_exec_result res;
+
+	for (int i = 0; i < THREAD_CALLS; i++) {
+		if (cbc_breaker_execute(t->b, counted_call, NULL, &res, NULL) != CBC_OK ||
+		    !res.called)
+			t->refused++;
+	}
+	return NULL;
+}
+
+START_TEST(threads_sharing_a_breaker_wait_for_tickets)
+{
+	cbd_harness *h = start("[circuit \"bh\"]\nmax_concurrent = 3\n");
+	pthread_t th[THREADS];
+	thread_arg args[THREADS];
+	cbc_snapshot s;
+	rig r;
+
+	shared =
+	    mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(shared != MAP_FAILED);
+	memset(shared, 0, sizeof *shared);
+	/* One breaker, one store connection, six threads: the waiting
+	 * allows go on the breaker's own connections, so the reports that
+	 * hand tickets back are never stuck behind them. */
+	rig_open(&r, h->socket_path, "bh", CBC_CACHE_AUTO, PATIENT_MS / 2);
+	for (int i = 0; i < THREADS; i++) {
+		args[i] = (thread_arg){ .b = r.b };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, thread_calls, &args[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		ck_assert_int_eq(args[i].refused, 0);
+	}
+	ck_assert_int_eq(shared->over, 0);
+	ck_assert_int_le(shared->peak, LIMIT);
+	ck_assert_int_eq(shared->calls, THREADS * THREAD_CALLS);
+	s = snap_of(h->socket_path, "bh");
+	ck_assert_int_eq(s.in_flight, 0);
+	ck_assert_int_eq(s.totals.successes, THREADS * THREAD_CALLS);
+	ck_assert_int_eq(s.totals.rejected_concurrency, 0);
+	rig_close(&r);
+	munmap(shared, sizeof *shared);
+	stop();
+}
+END_TEST
+
 /* ---------- every refusal says why ---------- */
 
 START_TEST(refusals_say_why)
@@ -772,6 +833,7 @@ bulkhead_suite(void)
 	tcase_add_test(tc, breaker_options_check_wait_ms);
 	tcase_add_test(tc, private_store_applies_both_rules_in_process);
 	tcase_add_test(tc, refusals_say_why);
+	tcase_add_test(tc, threads_sharing_a_breaker_wait_for_tickets);
 	tcase_add_test(tc, allow_ex_sends_wait_and_retry);
 	tcase_add_test(tc, never_more_than_limit_in_flight_across_processes);
 	tcase_add_test(tc, bulkhead_full_is_its_own_error);
