@@ -663,10 +663,16 @@ cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
 	via = b->opts.wait_ms > 0 ? pool_take(b) : NULL;
 	if (cbci_resilient_allow(b->store, via, b->name, &ctx, &allow_opts, &allow, &st, err)) {
 		st = acquire_allowed(b, p, &allow, st, err);
-		if (st == CBC_OK && p->has_slot && via != NULL)
+		if (st == CBC_OK && p->has_slot && via != NULL) {
 			p->wait_conn = via;
-		else
-			pool_put(b, via);
+			return st;
+		}
+		/* An answer that could not be read may have granted a ticket:
+		 * closing the connection hands it back. */
+		if (via != NULL && st != CBC_OK && st != CBC_EOPEN && st != CBC_EBULKHEAD &&
+		    st != CBC_EBUDGET)
+			cbc_conn_close(via);
+		pool_put(b, via);
 		return st;
 	}
 	pool_put(b, via);
