@@ -938,6 +938,33 @@ cbci_cache_seq(cbci_cache *c, const cbci_cache_entry *e)
 	return seq;
 }
 
+/* Does the circuit have a bulkhead (its snapshots carry in_flight, or
+ * its policy max_concurrent) or a retry budget (protocol 3)? Then every
+ * permit is cbd's. */
+static bool
+cache_limited(const cbci_cache_entry *e)
+{
+	const cbc_policy *p = &e->policy.policy;
+
+	if (e->has_last && e->last.in_flight >= 0)
+		return true;
+	if (!p->known)
+		return false;
+	return p->max_concurrent > 0 ||
+	    (p->source.retry_budget_percent != CBC_SOURCE_NONE && p->retry_budget_percent >= 0);
+}
+
+bool
+cbci_cache_held_open(cbci_cache *c, const cbci_cache_entry *e)
+{
+	bool held;
+
+	pthread_mutex_lock(&c->lock);
+	held = e->held && e->hold_state == CBC_STATE_OPEN;
+	pthread_mutex_unlock(&c->lock);
+	return held;
+}
+
 cbci_cache_verdict
 cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_snapshot *fresh,
     bool *has_fresh, int64_t *retry_after_ms, const cbci_cache_told *told)
@@ -957,6 +984,10 @@ cbci_cache_decide(cbci_cache *c, const cbci_cache_entry *e, uint64_t *seen, cbc_
 		/* cbd answered this breaker with another state since the entry
 		 * was read (an uncached call tripped or closed it): ask until
 		 * the event brings the entry up to it. */
+		v = CBCI_CACHE_ASK;
+	} else if (cache_limited(e)) {
+		/* Protocol 3: a bulkhead ticket is never granted from a cache,
+		 * and a retry budget counts every first attempt cbd sees. */
 		v = CBCI_CACHE_ASK;
 	} else if (e->held && e->hold_state == CBC_STATE_OPEN) {
 		/* Held open: refused until the hold ends (the hold's own

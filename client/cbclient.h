@@ -76,9 +76,17 @@ typedef enum cbc_status {
 	CBC_ECAPACITY, /* max_circuits reached: no new circuit was created */
 	CBC_EOPEN, /* breaker: call not permitted (open, or no trial slot) */
 	CBC_ESTATE, /* breaker: permit already reported or never granted */
+	/* Protocol 3 (interface 6): the bulkhead was full (allow's reason
+	 * "concurrency": max_concurrent calls in flight, none freed within
+	 * wait_ms); the circuit itself may be closed. retry_after_ms says
+	 * when to try again (0: cbd cannot tell). */
+	CBC_EBULKHEAD,
+	/* Protocol 3: a retry refused by the circuit's retry budget (allow's
+	 * reason "retry_budget"); retry_after_ms: until a retry frees. */
+	CBC_EBUDGET,
 } cbc_status;
 
-#define CBC_STATUS_COUNT 11
+#define CBC_STATUS_COUNT 13
 
 /* Room for the daemon's error code and for a message. */
 #define CBC_CODE_SIZE 32
@@ -186,6 +194,13 @@ typedef struct cbc_ctx {
 	int64_t reporter_window_ms; /* how long a reporter counts */
 	int64_t break_backoff; /* 1..10: each failed trial multiplies the break */
 	int64_t break_max_ms; /* the longest break (>= break_ms) */
+	/* Protocol 3 (§7b): the bulkhead, calls in flight at once across the
+	 * host (1..1000000), and the retry budget (percent of first attempts,
+	 * 1..1000; retries a second always granted, 1..1000000). 0: not sent
+	 * (a budget of 0 % or a minimum of 0 is set in cbd's config). */
+	int64_t max_concurrent;
+	int64_t retry_budget_percent;
+	int64_t retry_min_per_s;
 	/* A preset: "http-external", "service", "database", or a [preset] of
 	 * cbd's config (borrowed; the local store knows the built-in ones). */
 	const char *preset;
@@ -233,6 +248,9 @@ typedef struct cbc_policy_sources {
 	cbc_policy_source reporter_window_ms;
 	cbc_policy_source break_backoff;
 	cbc_policy_source break_max_ms;
+	cbc_policy_source max_concurrent;
+	cbc_policy_source retry_budget_percent;
+	cbc_policy_source retry_min_per_s;
 	cbc_policy_source preset;
 } cbc_policy_sources;
 
@@ -266,6 +284,10 @@ typedef struct cbc_policy {
 	int64_t reporter_window_ms;
 	int64_t break_backoff;
 	int64_t break_max_ms;
+	/* Protocol 3: CBC_POLICY_NULL when unset (no limit, no budget). */
+	int64_t max_concurrent;
+	int64_t retry_budget_percent;
+	int64_t retry_min_per_s;
 	bool has_preset; /* false: no preset (null) */
 	char preset[CBC_PRESET_MAX + 1];
 	cbc_policy_sources source;
@@ -297,6 +319,11 @@ typedef struct cbc_totals {
 	int64_t ignored;
 	int64_t slow;
 	int64_t rejected; /* allow refusals */
+	/* Protocol 3 (§7b): allow refusals for want of a ticket (not in
+	 * rejected), retries granted, retries the budget refused. */
+	int64_t rejected_concurrency;
+	int64_t retries;
+	int64_t rejected_retry;
 } cbc_totals;
 
 /* A rate circuit's window now (protocol 2): calls, failures and slow calls
@@ -337,6 +364,9 @@ typedef struct cbc_snapshot {
 	 * promised across cbd restarts. 0 when not reported (a protocol 1 or
 	 * 2 cbd, whose snapshots all carry the policy; a local store). */
 	int64_t policy_rev;
+	/* Protocol 3 (§7b): tickets handed out and not back; -1 when not
+	 * reported (the circuit has no max_concurrent, or an older cbd). */
+	int64_t in_flight;
 } cbc_snapshot;
 
 /* A half-open trial slot. */
@@ -346,14 +376,47 @@ typedef struct cbc_slot {
 	int64_t expires_at; /* when acquired */
 } cbc_slot;
 
+/* Why allow refused (protocol 3: every refusal says why). */
+typedef enum cbc_reason {
+	CBC_REASON_NONE = 0, /* granted, or an older cbd that does not say */
+	CBC_REASON_OPEN, /* the circuit is open */
+	CBC_REASON_HELD, /* held open by an operator */
+	CBC_REASON_HALF_OPEN_FULL, /* half_open, no trial slot free */
+	CBC_REASON_CONCURRENCY, /* the bulkhead: no ticket free */
+	CBC_REASON_RETRY_BUDGET, /* a retry past the retry budget */
+	CBC_REASON_OTHER, /* a reason this library does not know */
+} cbc_reason;
+
+/* Wire name ("open", "held", "half_open_full", "concurrency",
+ * "retry_budget"); "none" and "other" for the two others. */
+const char *cbc_reason_name(cbc_reason reason);
+
 /* The answer to the sidecar op allow. */
 typedef struct cbc_allow_result {
 	bool allowed;
 	cbc_state state;
 	int64_t retry_after_ms; /* when refused: a hint */
-	bool has_permit; /* allowed in half_open */
+	/* A permit: a half_open trial slot, or (protocol 3) a bulkhead
+	 * ticket; hand it back with cbc_record (or cbc_release_slot). */
+	bool has_permit;
 	char permit[CBC_TOKEN_SIZE];
+	/* Protocol 3. */
+	cbc_reason reason; /* when refused */
+	int64_t in_flight; /* refused for concurrency: tickets held; else -1 */
+	int64_t expires_at; /* with a permit: when it ends on its own; else -1 */
 } cbc_allow_result;
+
+/* allow's protocol 3 members: wait up to wait_ms (0..60000) for a ticket
+ * (cbd answers when one frees, first come first served, or when wait_ms
+ * passes; the request's I/O timeout is extended by wait_ms), and retry:
+ * this call retries one that failed (counted against the retry budget). */
+typedef struct cbc_allow_options {
+	int64_t wait_ms;
+	bool retry;
+} cbc_allow_options;
+
+/* Longest wait_ms cbd accepts. */
+#define CBC_WAIT_MAX_MS 60000
 
 typedef enum cbc_outcome {
 	CBC_OUTCOME_SUCCESS = 0,
@@ -481,6 +544,9 @@ cbc_status cbc_release_slot(cbc_conn *conn, const char *name, const char *token,
     cbc_error *err);
 cbc_status cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
     cbc_error *err);
+/* allow with protocol 3's wait_ms and retry (opts may be NULL: neither). */
+cbc_status cbc_allow_ex(cbc_conn *conn, const char *name, const cbc_ctx *ctx,
+    const cbc_allow_options *opts, cbc_allow_result *out, cbc_error *err);
 /* permit may be NULL. */
 cbc_status cbc_record(cbc_conn *conn, const char *name, cbc_outcome outcome, const char *permit,
     const cbc_ctx *ctx, cbc_snapshot *out, cbc_error *err);
@@ -792,6 +858,11 @@ typedef struct cbc_breaker_options {
 	int64_t reporter_window_ms;
 	int64_t break_backoff;
 	int64_t break_max_ms;
+	/* Protocol 3 (§7b), 0 = not given: see cbc_ctx. A private store
+	 * (store NULL) applies them in this process (without waiting). */
+	int64_t max_concurrent;
+	int64_t retry_budget_percent;
+	int64_t retry_min_per_s;
 	const char *preset; /* copied */
 	/* The store (borrowed); NULL: a private local store. A given store is
 	 * wrapped in a resilient store with store_policy. */
@@ -801,6 +872,15 @@ typedef struct cbc_breaker_options {
 	/* Cached mode (above); AUTO: on for a remote store (off when a
 	 * clock is given: the cache keeps real time). */
 	cbc_cache_mode cache;
+	/* Protocol 3: how long a call may wait for a bulkhead ticket when the
+	 * circuit's max_concurrent calls are in flight (0..CBC_WAIT_MAX_MS;
+	 * 0: refused at once with CBC_EBULKHEAD). Sent as allow's wait_ms;
+	 * the request's I/O timeout grows by it. With wait_ms, the breaker
+	 * asks on connections of its own (one per call in flight, kept for
+	 * reuse, same socket and timeouts as the store's), so a waiting call
+	 * never holds up the store's connection (other threads, the reports
+	 * that hand tickets back). */
+	int64_t wait_ms;
 	/* Callbacks (each may be NULL); user is passed to each. */
 	cbc_classify_fn classify;
 	cbc_error_filter_fn error_filter; /* not with classify */
@@ -830,6 +910,7 @@ typedef struct cbc_exec_result {
 	int64_t duration_ms; /* how long fn ran (monotonic clock; when called) */
 	cbc_state state; /* the state after the call */
 	int64_t retry_after_ms; /* when not permitted: time until the next try */
+	cbc_reason reason; /* when not permitted: why (protocol 3) */
 } cbc_exec_result;
 
 /* Run fn(arg) when the circuit permits it, and record the outcome with
@@ -837,6 +918,9 @@ typedef struct cbc_exec_result {
  * a slow_call_ms rule counts slow calls).
  *   CBC_OK     fn ran (out->result is its value), or the fallback ran.
  *   CBC_EOPEN  not permitted and no fallback; out->retry_after_ms.
+ *   CBC_EBULKHEAD  protocol 3: the circuit's max_concurrent calls are in
+ *              flight and none ended within wait_ms (no fallback);
+ *              out->reason CBC_REASON_CONCURRENCY.
  *   other      only with CBC_POLICY_REJECT: the store failed before fn
  *              (fn did not run).
  * In half_open a trial slot is reserved from the store before fn and
@@ -859,10 +943,24 @@ typedef struct cbc_permit {
 	char slot_token[CBC_TOKEN_SIZE];
 	int64_t granted_at; /* monotonic ms when granted (for the duration) */
 	bool cached; /* granted from the cache: the outcome goes as noreply */
+	/* Protocol 3: why it was refused; has_slot also when the permit is a
+	 * bulkhead ticket (handed back by report, whatever the outcome). */
+	cbc_reason reason;
+	int64_t in_flight; /* refused for concurrency: tickets held; else -1 */
+	bool retry; /* asked as a retry (cbc_retry_execute) */
+	/* The library's own (do not touch): with wait_ms, the connection of
+	 * the breaker's that holds the ticket until report. */
+	void *wait_conn;
 } cbc_permit;
 
 /* CBC_OK: permit granted, make the call then report. CBC_EOPEN: refused
- * (permit->retry_after_ms). Other statuses as for execute. */
+ * (permit->retry_after_ms, permit->reason); CBC_EBULKHEAD: the bulkhead
+ * is full. Other statuses as for execute.
+ * Protocol 3's bulkhead: when cbd reports the circuit has max_concurrent
+ * (its snapshots carry in_flight), every permit is asked of cbd (never
+ * granted from the cache) and holds a ticket; report hands it back
+ * whatever the outcome. A permit never reported keeps its ticket until
+ * the store's connection closes or the ticket's ttl (slot_ttl_ms). */
 cbc_status cbc_breaker_acquire(cbc_breaker *breaker, cbc_permit *permit, cbc_error *err);
 /* Report the outcome of a granted permit (releases its slot), with the
  * time since acquire granted it as the call's duration. CBC_ESTATE when
@@ -961,6 +1059,7 @@ typedef struct cbc_retry_result {
 	bool timed_out; /* the last attempt ran past its deadline */
 	cbc_outcome outcome; /* how the last attempt was reported */
 	int64_t retry_after_ms; /* CBC_EOPEN: the circuit's time left */
+	cbc_reason reason; /* a refusal's reason (protocol 3) */
 } cbc_retry_result;
 
 /* The defaults above; no callbacks. */
@@ -976,6 +1075,12 @@ int64_t cbc_retry_delay_ms(const cbc_retry_options *opts, int retry);
  *   CBC_OK        the last attempt ran: out->succeeded tells how it went.
  *   CBC_ETIMEOUT  the last attempt ran past its deadline.
  *   CBC_EOPEN     the circuit refused an attempt (out->retry_after_ms).
+ *   CBC_EBULKHEAD the bulkhead refused an attempt (protocol 3).
+ *   CBC_EBUDGET   a retry was refused by the circuit's retry budget
+ *                 (protocol 3): retries stop; out->retry_after_ms.
+ * Protocol 3: attempts after the first are asked as retries ("retry":
+ * true on allow; always a round trip to cbd, even on a cached breaker),
+ * so cbd counts them against the circuit's retry budget.
  *   other         invalid options, or the store failed before an attempt
  *                 (CBC_POLICY_REJECT). out may be NULL. */
 cbc_status cbc_retry_execute(cbc_breaker *breaker, const cbc_retry_options *opts, cbc_retry_fn fn,

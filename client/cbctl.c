@@ -394,34 +394,56 @@ format_retry(const cbc_snapshot *s, char *buf, size_t size)
 	}
 }
 
-/* A circuit's row after its name column, and for a held circuit an
- * indented line saying who holds it, until when and why; NULL when out of
- * memory. */
-static char *
-format_row_rest(const cbctl *ctl, const cbc_snapshot *s)
+/* The IN FLIGHT column (protocol 3's bulkhead): the tickets out, with
+ * the limit when the snapshot carries the policy; "-" for a circuit
+ * without a limit. */
+static void
+format_in_flight(const cbc_snapshot *s, char *buf, size_t size)
 {
-	char opened[32], retry[48], hold[CBC_REASON_MAX + 256];
+	if (s->in_flight < 0)
+		snprintf(buf, size, "-");
+	else if (s->policy.known && s->policy.max_concurrent > 0)
+		snprintf(buf, size, "%lld/%lld", (long long)s->in_flight,
+		    (long long)s->policy.max_concurrent);
+	else
+		snprintf(buf, size, "%lld", (long long)s->in_flight);
+}
+
+/* A circuit's row after its name column (with the IN FLIGHT column when
+ * in_flight_column), and for a held circuit an indented line saying who
+ * holds it, until when and why; NULL when out of memory. */
+static char *
+format_row_rest(const cbctl *ctl, const cbc_snapshot *s, bool in_flight_column)
+{
+	char opened[32], retry[48], hold[CBC_REASON_MAX + 256], infl[48] = "";
 	char *text = NULL;
 
 	cbctl_format_time(s->opened_at, opened, sizeof opened);
 	format_retry(s, retry, sizeof retry);
+	if (in_flight_column) {
+		char value[40];
+
+		format_in_flight(s, value, sizeof value);
+		snprintf(infl, sizeof infl, "%9s  ", value);
+	}
 	hold[0] = '\0';
 	if (s->hold.held)
 		format_hold(&s->hold, hold, sizeof hold);
-	if (asprintf(&text, "%s%-9s%s  %8lld  %9lld  %-19s  %s\n%s%s%s", state_color(ctl, s->state),
-		cbc_state_name(s->state), ctl->color ? "\033[0m" : "", (long long)s->failure_count,
-		(long long)s->success_count, opened, retry, s->hold.held ? "  " : "", hold,
-		s->hold.held ? "\n" : "") < 0)
+	if (asprintf(&text, "%s%-9s%s  %8lld  %9lld  %s%-19s  %s\n%s%s%s",
+		state_color(ctl, s->state), cbc_state_name(s->state), ctl->color ? "\033[0m" : "",
+		(long long)s->failure_count, (long long)s->success_count, infl, opened, retry,
+		s->hold.held ? "  " : "", hold, s->hold.held ? "\n" : "") < 0)
 		return NULL;
 	return text;
 }
 
 /* The circuits' rows, the name column `width` wide. */
 static void
-print_table_rows(const cbctl *ctl, const cbc_snapshot *snaps, size_t count, int width)
+print_table_rows(const cbctl *ctl, const cbc_snapshot *snaps, size_t count, int width,
+    bool in_flight_column)
 {
 	for (size_t i = 0; i < count; i++) {
-		char *rest = format_row_rest(ctl, &snaps[i]);
+		char *rest = format_row_rest(ctl, &snaps[i], in_flight_column);
 
 		printf("%-*s  %s", width, snaps[i].name, rest != NULL ? rest : "(out of memory)\n");
 		free(rest);
@@ -443,11 +465,12 @@ table_width(const cbc_snapshot *snaps, size_t count)
 	return width;
 }
 
+/* The heading; IN FLIGHT only when a circuit listed has a limit. */
 static void
-print_table_head(int width)
+print_table_head(int width, bool in_flight_column)
 {
-	printf("%-*s  %-9s  %8s  %9s  %-19s  %s\n", width, "NAME", "STATE", "FAILURES", "SUCCESSES",
-	    "OPENED AT", "RETRY");
+	printf("%-*s  %-9s  %8s  %9s  %s%-19s  %s\n", width, "NAME", "STATE", "FAILURES",
+	    "SUCCESSES", in_flight_column ? "IN FLIGHT  " : "", "OPENED AT", "RETRY");
 }
 
 /* The circuits as an aligned table; the name column fits the longest. */
@@ -455,9 +478,12 @@ static void
 print_table(const cbctl *ctl, const cbc_snapshot *snaps, size_t count)
 {
 	int width = table_width(snaps, count);
+	bool in_flight_column = false;
 
-	print_table_head(width);
-	print_table_rows(ctl, snaps, count, width);
+	for (size_t i = 0; i < count; i++)
+		in_flight_column = in_flight_column || snaps[i].in_flight >= 0;
+	print_table_head(width, in_flight_column);
+	print_table_rows(ctl, snaps, count, width, in_flight_column);
 }
 
 /* A policy duration: "1.5s" under two minutes when not whole seconds, else
@@ -528,6 +554,41 @@ print_shared(const cbc_snapshot *s)
 	}
 }
 
+/* Protocol 3's bulkhead and retry budget: the tickets out of the limit
+ * and the calls it refused; the budget's keys and the retries granted
+ * and refused (shown when there is a budget or a retry was counted). */
+static void
+print_limits(const cbc_snapshot *s)
+{
+	const cbc_policy *p = &s->policy;
+	bool budget = p->known && p->source.retry_budget_percent != CBC_SOURCE_NONE &&
+	    p->retry_budget_percent >= 0;
+
+	if (s->in_flight >= 0 || (p->known && p->max_concurrent > 0)) {
+		printf("bulkhead: %lld in flight",
+		    (long long)(s->in_flight >= 0 ? s->in_flight : 0));
+		if (p->known && p->max_concurrent > 0)
+			printf(" of %lld (max_concurrent)", (long long)p->max_concurrent);
+		if (s->totals.rejected_concurrency >= 0)
+			printf(", %lld refused for want of a ticket",
+			    (long long)s->totals.rejected_concurrency);
+		printf("\n");
+	}
+	if (budget) {
+		printf("retry budget: %lld%% of first attempts, at least %lld a second, over 10s",
+		    (long long)p->retry_budget_percent,
+		    (long long)(p->retry_min_per_s >= 0 ? p->retry_min_per_s : 0));
+		if (s->totals.retries >= 0)
+			printf(" (%lld retries granted, %lld refused)",
+			    (long long)s->totals.retries,
+			    (long long)(s->totals.rejected_retry >= 0 ? s->totals.rejected_retry
+								      : 0));
+		printf("\n");
+	} else if (s->totals.retries > 0 || s->totals.rejected_retry > 0) {
+		printf("retries: %lld granted, no retry budget\n", (long long)s->totals.retries);
+	}
+}
+
 /* get's detail under the table: totals, a rate circuit's window, a grown
  * break and the reporters, then the effective policy with each key's
  * source, read from the reply's JSON so that keys a later cbd adds show
@@ -546,6 +607,7 @@ print_detail(cbctl *ctl, const cbc_snapshot *s)
 		    (long long)s->totals.successes, (long long)s->totals.failures,
 		    (long long)s->totals.ignored, (long long)s->totals.slow,
 		    (long long)s->totals.rejected);
+	print_limits(s);
 	if (s->window.known)
 		print_window(s);
 	print_shared(s);
@@ -583,6 +645,8 @@ typedef struct list_row {
 	char *name;
 	cbc_state state;
 	char *rest;
+	char *rest_in_flight; /* rest with the IN FLIGHT column */
+	bool limited; /* the circuit has max_concurrent (in_flight reported) */
 } list_row;
 
 /* Order of --sort state: open first, then half_open, then closed. */
@@ -612,6 +676,7 @@ rows_free(list_row *rows, size_t count)
 	for (size_t i = 0; i < count; i++) {
 		free(rows[i].name);
 		free(rows[i].rest);
+		free(rows[i].rest_in_flight);
 	}
 	free(rows);
 }
@@ -632,10 +697,13 @@ rows_add(const cbctl *ctl, list_row **rows, size_t *count, const cbc_snapshot *s
 
 		r->name = strdup(snaps[i].name);
 		r->state = snaps[i].state;
-		r->rest = names ? NULL : format_row_rest(ctl, &snaps[i]);
-		if (r->name == NULL || (!names && r->rest == NULL)) {
+		r->limited = snaps[i].in_flight >= 0;
+		r->rest = names ? NULL : format_row_rest(ctl, &snaps[i], false);
+		r->rest_in_flight = names ? NULL : format_row_rest(ctl, &snaps[i], true);
+		if (r->name == NULL || (!names && (r->rest == NULL || r->rest_in_flight == NULL))) {
 			free(r->name);
 			free(r->rest);
+			free(r->rest_in_flight);
 			return false;
 		}
 		(*count)++;
@@ -661,6 +729,7 @@ cmd_list(cbctl *ctl)
 	list_row *rows = NULL;
 	size_t count = 0, total = 0;
 	int width = 4;
+	bool in_flight_column = false;
 	cbc_error err;
 	cbc_status status;
 
@@ -711,14 +780,16 @@ cmd_list(cbctl *ctl)
 		int len = (int)strlen(rows[i].name);
 
 		width = len > width ? len : width;
+		in_flight_column = in_flight_column || rows[i].limited;
 	}
 	if (!names && total > 0)
-		print_table_head(width);
+		print_table_head(width, in_flight_column);
 	for (size_t i = 0; i < total; i++) {
 		if (names)
 			puts(rows[i].name);
 		else
-			printf("%-*s  %s", width, rows[i].name, rows[i].rest);
+			printf("%-*s  %s", width, rows[i].name,
+			    in_flight_column ? rows[i].rest_in_flight : rows[i].rest);
 	}
 	rows_free(rows, total);
 	if (!names && total == 0)

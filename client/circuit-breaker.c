@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -78,6 +79,12 @@ struct cbc_breaker {
 	 * with this breaker's policy and lets the resilient store learn the
 	 * policy cbd reports (what it degrades with). */
 	bool primed;
+	/* With wait_ms: idle connections of the breaker's own to ask allow
+	 * on (under lock), and the process they belong to (a child after
+	 * fork opens its own). */
+	cbc_conn **pool;
+	size_t pool_len, pool_cap;
+	pid_t pool_pid;
 };
 
 /* Set by the breaker's store-error hook during a store call on this
@@ -139,6 +146,8 @@ breaker_options_check(const cbc_breaker_options *o, const cbc_ctx *ctx, cbc_erro
 	if ((unsigned)o->store_policy > CBC_POLICY_REJECT)
 		return cbci_fail(err, CBC_EINVAL,
 		    "store_policy must be CBC_POLICY_LOCAL, CBC_POLICY_ALLOW or CBC_POLICY_REJECT");
+	if (o->wait_ms < 0 || o->wait_ms > CBC_WAIT_MAX_MS)
+		return cbci_fail(err, CBC_EINVAL, "wait_ms must be from 0 to %d", CBC_WAIT_MAX_MS);
 	if (o->timeout_backoff_ms > BREAKER_BACKOFF_MAX)
 		return cbci_fail(err, CBC_EINVAL,
 		    "timeout_backoff_ms must be from 0 to %d (negative: the default)",
@@ -168,6 +177,9 @@ breaker_options_ctx(const cbc_breaker_options *o, cbc_ctx *ctx)
 	ctx->reporter_window_ms = o->reporter_window_ms;
 	ctx->break_backoff = o->break_backoff;
 	ctx->break_max_ms = o->break_max_ms;
+	ctx->max_concurrent = o->max_concurrent;
+	ctx->retry_budget_percent = o->retry_budget_percent;
+	ctx->retry_min_per_s = o->retry_min_per_s;
 	ctx->preset = o->preset;
 }
 
@@ -380,8 +392,60 @@ cbc_breaker_free(cbc_breaker *b)
 	free(b->line_sync[1]);
 	free(b->line_record);
 	cbc_store_free(b->store);
+	for (size_t i = 0; i < b->pool_len; i++)
+		cbc_conn_free(b->pool[i]);
+	free(b->pool);
 	pthread_mutex_destroy(&b->lock);
 	free(b);
+}
+
+/* A connection of the breaker's own for a waiting allow: an idle one,
+ * else a new one like the store's; NULL when the store is not remote
+ * (or out of memory: the store's connection then). */
+static cbc_conn *
+pool_take(cbc_breaker *b)
+{
+	cbc_conn *store_conn = cbci_store_remote_conn(b->opts.store), *c = NULL;
+	pid_t pid = getpid();
+
+	if (store_conn == NULL)
+		return NULL;
+	pthread_mutex_lock(&b->lock);
+	if (b->pool_pid != pid) {
+		/* Inherited across fork: the parent's sockets are not ours. */
+		for (size_t i = 0; i < b->pool_len; i++)
+			cbc_conn_free(b->pool[i]);
+		b->pool_len = 0;
+		b->pool_pid = pid;
+	}
+	if (b->pool_len > 0)
+		c = b->pool[--b->pool_len];
+	pthread_mutex_unlock(&b->lock);
+	return c != NULL ? c : cbci_conn_clone(store_conn, NULL);
+}
+
+/* Give a connection back for the next waiting allow. */
+static void
+pool_put(cbc_breaker *b, cbc_conn *c)
+{
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&b->lock);
+	if (b->pool_pid == getpid() && b->pool_len == b->pool_cap) {
+		size_t cap = b->pool_cap != 0 ? b->pool_cap * 2 : 4;
+		cbc_conn **grown = realloc(b->pool, cap * sizeof *grown);
+
+		if (grown != NULL) {
+			b->pool = grown;
+			b->pool_cap = cap;
+		}
+	}
+	if (b->pool_pid == getpid() && b->pool_len < b->pool_cap) {
+		b->pool[b->pool_len++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&b->lock);
+	cbc_conn_free(c);
 }
 
 const char *
@@ -451,6 +515,17 @@ permit_refuse(cbc_breaker *b, cbc_permit *p, cbc_state state, int64_t retry_afte
 	p->granted = false;
 	p->state = state;
 	p->retry_after_ms = retry_after_ms;
+	if (p->reason == CBC_REASON_NONE)
+		p->reason =
+		    state == CBC_STATE_HALF_OPEN ? CBC_REASON_HALF_OPEN_FULL : CBC_REASON_OPEN;
+	if (p->reason == CBC_REASON_CONCURRENCY)
+		return cbci_fail(err, CBC_EBULKHEAD,
+		    "circuit \"%s\": bulkhead full (%lld calls in flight): retry in %lld ms",
+		    b->name, (long long)p->in_flight, (long long)retry_after_ms);
+	if (p->reason == CBC_REASON_RETRY_BUDGET)
+		return cbci_fail(err, CBC_EBUDGET,
+		    "circuit \"%s\": retry refused by the retry budget: retry in %lld ms", b->name,
+		    (long long)retry_after_ms);
 	return cbci_fail(err, CBC_EOPEN, "circuit \"%s\" is %s: retry in %lld ms", b->name,
 	    cbc_state_name(state), (long long)retry_after_ms);
 }
@@ -503,9 +578,12 @@ acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cb
 	if (!allow->allowed) {
 		int64_t hint = allow->retry_after_ms;
 
+		p->reason = allow->reason;
+		p->in_flight = allow->in_flight;
 		/* half_open without a free slot: the trial usually ends well
 		 * before its slot's ttl (as acquire_trial hints). */
-		if (allow->state == CBC_STATE_HALF_OPEN && hint > BREAKER_TRIAL_RETRY_HINT_MS)
+		if (allow->state == CBC_STATE_HALF_OPEN && hint > BREAKER_TRIAL_RETRY_HINT_MS &&
+		    allow->reason != CBC_REASON_RETRY_BUDGET)
 			hint = BREAKER_TRIAL_RETRY_HINT_MS;
 		return permit_refuse(b, p, allow->state, hint, err);
 	}
@@ -519,14 +597,25 @@ acquire_allowed(cbc_breaker *b, cbc_permit *p, const cbc_allow_result *allow, cb
 cbc_status
 cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 {
+	return cbci_breaker_acquire(b, p, false, err);
+}
+
+cbc_status
+cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
+{
+	cbc_allow_options allow_opts = { .wait_ms = b->opts.wait_ms, .retry = retry };
 	cbc_allow_result allow;
+	cbc_conn *via;
 	cbc_snapshot snap;
 	cbc_status st;
 	cbc_ctx ctx;
 	bool applied;
 
 	memset(p, 0, sizeof *p);
-	if (breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
+	p->in_flight = -1;
+	p->retry = retry;
+	/* A retry is always asked of cbd: its retry budget counts it. */
+	if (!retry && breaker_cached(b) && __atomic_load_n(&b->primed, __ATOMIC_RELAXED)) {
 		int64_t left;
 		bool has_fresh;
 		uint64_t packed = __atomic_load_n(&b->told, __ATOMIC_RELAXED);
@@ -560,6 +649,8 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 		}
 		if (v == CBCI_CACHE_REFUSE) {
 			breaker_observed(b, CBC_STATE_OPEN, NULL);
+			p->reason = cbci_cache_held_open(b->cache, b->entry) ? CBC_REASON_HELD
+									     : CBC_REASON_OPEN;
 			return permit_refuse(b, p, CBC_STATE_OPEN, left, err);
 		}
 	}
@@ -567,7 +658,29 @@ cbc_breaker_acquire(cbc_breaker *b, cbc_permit *p, cbc_error *err)
 	store_degraded = false;
 	/* cbd's allow when it answers (it counts its refusals); else the
 	 * store ops, with the store policy. */
-	if (cbci_resilient_allow(b->store, b->name, &ctx, &allow, &st, err))
+	/* A call that may wait asks on a connection of its own, which keeps
+	 * the ticket until report hands it back. */
+	via = b->opts.wait_ms > 0 ? pool_take(b) : NULL;
+	if (cbci_resilient_allow(b->store, via, b->name, &ctx, &allow_opts, &allow, &st, err)) {
+		st = acquire_allowed(b, p, &allow, st, err);
+		if (st == CBC_OK && p->has_slot && via != NULL) {
+			p->wait_conn = via;
+			return st;
+		}
+		/* An answer that could not be read may have granted a ticket:
+		 * closing the connection hands it back. */
+		if (via != NULL && st != CBC_OK && st != CBC_EOPEN && st != CBC_EBULKHEAD &&
+		    st != CBC_EBUDGET)
+			cbc_conn_close(via);
+		pool_put(b, via);
+		return st;
+	}
+	pool_put(b, via);
+	/* A private store with a bulkhead or a retry budget: the same allow,
+	 * in this process (no waiting). */
+	if (b->opts.store == NULL &&
+	    (b->policy.max_concurrent > 0 || b->policy.retry_budget_percent >= 0) &&
+	    cbci_local_allow(b->store, b->name, &ctx, retry, &allow, &st, err))
 		return acquire_allowed(b, p, &allow, st, err);
 	st = cbc_store_get(b->store, b->name, &ctx, &snap, err);
 	/* At most two rounds: the state read, then the state after moving an
@@ -639,6 +752,7 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	cbc_snapshot snap;
 	cbc_error ignored;
 	cbc_status st = CBC_OK;
+	bool has_snap = false;
 	cbc_ctx ctx;
 
 	if (outcome == CBC_OUTCOME_IGNORE && p->cached && breaker_cached(b) &&
@@ -656,6 +770,27 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	ctx.has_duration = true;
 	ctx.duration_ms = duration_ms;
 	store_degraded = false;
+	/* A permit of cbd's allow (a trial slot, a bulkhead ticket) goes back
+	 * with the outcome in one record; when cbd does not answer, the store
+	 * ops below report and release it (a broken connection freed it). */
+	if (p->wait_conn != NULL && __atomic_load_n(&b->pool_pid, __ATOMIC_RELAXED) != getpid())
+		p->wait_conn = NULL; /* taken before a fork: the parent's socket */
+	if (p->has_slot &&
+	    cbci_resilient_record(b->store, p->wait_conn, b->name, outcome, p->slot_token, &ctx,
+		&snap, &has_snap)) {
+		pool_put(b, p->wait_conn);
+		p->wait_conn = NULL;
+		if (has_snap && outcome != CBC_OUTCOME_IGNORE) {
+			breaker_told(b, snap.state);
+			breaker_observed(b, snap.state, error);
+		}
+		p->granted = false;
+		p->has_slot = false;
+		return;
+	}
+	/* (A broken connection of the breaker's own freed its ticket.) */
+	pool_put(b, p->wait_conn);
+	p->wait_conn = NULL;
 	if (outcome == CBC_OUTCOME_SUCCESS)
 		st = cbc_store_record_success(b->store, b->name, &ctx, &snap, &ignored);
 	else if (outcome == CBC_OUTCOME_FAILURE)
@@ -737,9 +872,10 @@ cbc_breaker_execute(cbc_breaker *b, cbc_call_fn fn, void *arg, cbc_exec_result *
 		return cbci_fail(err, CBC_EINVAL, "fn is required");
 	}
 	st = cbc_breaker_acquire(b, &p, err);
-	if (st == CBC_EOPEN) {
+	if (st == CBC_EOPEN || st == CBC_EBULKHEAD || st == CBC_EBUDGET) {
 		res.state = p.state;
 		res.retry_after_ms = p.retry_after_ms;
+		res.reason = p.reason;
 		if (b->opts.fallback != NULL) {
 			res.result = b->opts.fallback(arg, p.retry_after_ms, b->opts.user);
 			res.fallback_called = true;

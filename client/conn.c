@@ -91,6 +91,23 @@ cbc_conn_new(const char *socket_path, cbc_error *err)
 	return conn;
 }
 
+cbc_conn *
+cbci_conn_clone(cbc_conn *conn, cbc_error *err)
+{
+	cbc_conn *c = cbc_conn_new(conn->path, err);
+	int connect_ms, io_ms;
+
+	if (c == NULL)
+		return NULL;
+	pthread_mutex_lock(&conn->lock);
+	connect_ms = conn->connect_timeout_ms;
+	io_ms = conn->io_timeout_ms;
+	pthread_mutex_unlock(&conn->lock);
+	c->connect_timeout_ms = connect_ms;
+	c->io_timeout_ms = io_ms;
+	return c;
+}
+
 /* Close the socket and drop buffered bytes (lock held). */
 static void
 conn_close_locked(cbc_conn *conn)
@@ -281,6 +298,8 @@ cbc_conn_close(cbc_conn *conn)
 	pthread_mutex_unlock(&conn->lock);
 }
 
+_Thread_local int64_t cbci_conn_extra_ms;
+
 /* Wait for events on the socket until the deadline (monotonic ms). */
 static cbc_status
 conn_wait(cbc_conn *conn, short events, int64_t deadline, cbc_error *err)
@@ -406,7 +425,9 @@ conn_exchange_locked(cbc_conn *conn, const char *line, size_t len, char **reply,
 	st = conn_open_locked(conn, err);
 	if (st != CBC_OK)
 		return st;
-	deadline = clock_monotonic_ms() + conn->io_timeout_ms;
+	/* A request that may wait in cbd (allow's wait_ms) gets that long
+	 * more. */
+	deadline = clock_monotonic_ms() + conn->io_timeout_ms + cbci_conn_extra_ms;
 	st = conn_send_locked(conn, line, len, deadline, err);
 	if (st == CBC_OK)
 		st = conn_send_locked(conn, "\n", 1, deadline, err);

@@ -47,6 +47,9 @@ static const ctx_int_row ctx_int_rows[] = {
 	CTX_INT(PROTO_CTX_REPORTER_WINDOW_MS, reporter_window_ms),
 	CTX_INT(PROTO_CTX_BREAK_BACKOFF, break_backoff),
 	CTX_INT(PROTO_CTX_BREAK_MAX_MS, break_max_ms),
+	CTX_INT(PROTO_CTX_MAX_CONCURRENT, max_concurrent),
+	CTX_INT(PROTO_CTX_RETRY_BUDGET_PERCENT, retry_budget_percent),
+	CTX_INT(PROTO_CTX_RETRY_MIN_PER_S, retry_min_per_s),
 };
 
 #define CTX_INT_ROW_COUNT (sizeof ctx_int_rows / sizeof ctx_int_rows[0])

@@ -29,7 +29,27 @@ static const char *const status_text[CBC_STATUS_COUNT] = {
 	[CBC_ECAPACITY] = "max_circuits reached: no new circuit created",
 	[CBC_EOPEN] = "circuit open: call not permitted",
 	[CBC_ESTATE] = "permit not granted or already reported",
+	[CBC_EBULKHEAD] = "bulkhead full: too many calls in flight",
+	[CBC_EBUDGET] = "retry refused by the retry budget",
 };
+
+static const char *const reason_text[] = {
+	[CBC_REASON_NONE] = "none",
+	[CBC_REASON_OPEN] = "open",
+	[CBC_REASON_HELD] = "held",
+	[CBC_REASON_HALF_OPEN_FULL] = "half_open_full",
+	[CBC_REASON_CONCURRENCY] = "concurrency",
+	[CBC_REASON_RETRY_BUDGET] = "retry_budget",
+	[CBC_REASON_OTHER] = "other",
+};
+
+const char *
+cbc_reason_name(cbc_reason reason)
+{
+	if ((unsigned)reason > CBC_REASON_OTHER)
+		return "other";
+	return reason_text[reason];
+}
 
 const char *
 cbc_version(void)

@@ -106,6 +106,9 @@ typedef struct cbci_reply {
 /* cbci_conn_call, the reply read into *reply (CBC_OK: to cbci_reply_free).
  * ~11 KiB: as much stack as the view proto_scan_request took before. */
 cbc_status cbci_conn_call_node(cbc_conn *conn, json_t *request, cbci_reply *reply, cbc_error *err);
+/* Added to the I/O timeout of this thread's requests while set (allow's
+ * wait_ms: cbd answers a waiting allow that much later). */
+extern _Thread_local int64_t cbci_conn_extra_ms;
 /* Decode a line from cbd (len bytes, no LF) into *out: its flat view when
  * the line is plain (proto-scan.h: no jansson values at all), else
  * jansson values (out->top absent when the line is not JSON; jerr, when
@@ -134,6 +137,11 @@ cbc_status cbci_local_seed(cbci_local *local, const char *name, const cb_snapsho
     cbc_error *err);
 /* Drop name's circuit. */
 void cbci_local_forget(cbci_local *local, const char *name);
+/* allow on a local store (protocol 3's bulkhead and retry budget in one
+ * process; no waiting): true when store is a local one (*status, *out),
+ * false for any other store. */
+bool cbci_local_allow(cbc_store *store, const char *name, const cbc_ctx *ctx, bool retry,
+    cbc_allow_result *out, cbc_status *status, cbc_error *err);
 
 /* Remember snap as the last snapshot of name that a resilient store saw
  * (what it degrades from); no-op for other stores. Cached breakers feed
@@ -147,9 +155,24 @@ void cbci_resilient_remember(cbc_store *store, const char *name, const cbc_snaps
  * counts a refusal in totals.rejected). True when cbd answered: *status
  * is the op's (CBC_OK with *out, or an answer such as capacity in err).
  * False when the store is another one, in its timeout backoff, or cbd is
- * unavailable: the caller takes the store ops, whose policy applies. */
-bool cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx,
-    cbc_allow_result *out, cbc_status *status, cbc_error *err);
+ * unavailable: the caller takes the store ops, whose policy applies.
+ * via (may be NULL): another connection to the same cbd to ask on (a
+ * waiting allow holds its connection; the breaker gives it one of its
+ * own). cbci_resilient_record takes via too: the connection the permit
+ * was taken on. */
+bool cbci_resilient_allow(cbc_store *store, cbc_conn *via, const char *name, const cbc_ctx *ctx,
+    const cbc_allow_options *opts, cbc_allow_result *out, cbc_status *status, cbc_error *err);
+/* Record outcome with allow's permit (a trial slot or a bulkhead ticket,
+ * handed back whatever the outcome) through a resilient store over a
+ * remote one. True when cbd answered (*has_out: with a snapshot in *out,
+ * which may be NULL; false when cbd refused the record); false
+ * when the store is another one, in its timeout backoff, or cbd is
+ * unavailable (the caller reports through the store ops and releases the
+ * permit; a broken connection already freed it). */
+/* cbc_breaker_acquire, asking as a retry when retry (circuit-breaker.c). */
+cbc_status cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err);
+bool cbci_resilient_record(cbc_store *store, cbc_conn *via, const char *name, cbc_outcome outcome,
+    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out);
 /* Tell cbd of an ignored outcome (record, outcome ignore) through a
  * resilient store over a remote one; no-op otherwise, errors swallowed. */
 void cbci_resilient_record_ignore(cbc_store *store, const char *name, const cbc_ctx *ctx);
@@ -162,6 +185,8 @@ cbc_status cbci_record_policy(cbc_conn *conn, const char *name, bool failure, co
 
 /* The connection of a remote store; NULL for any other store. */
 cbc_conn *cbci_store_remote_conn(const cbc_store *store);
+/* A new connection to conn's socket with its timeouts (lazy connect). */
+cbc_conn *cbci_conn_clone(cbc_conn *conn, cbc_error *err);
 
 /* A reply's snapshot object as the public snapshot (fallback_name when
  * it has none; out may be NULL: only checked). ops.c. */
@@ -208,6 +233,8 @@ typedef struct cbci_cache_told {
 	cbc_state state;
 } cbci_cache_told;
 
+/* Is the entry's circuit held open (the reason of a cached refusal)? */
+bool cbci_cache_held_open(cbci_cache *cache, const cbci_cache_entry *entry);
 cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *entry,
     uint64_t *seen, cbc_snapshot *fresh, bool *has_fresh, int64_t *retry_after_ms,
     const cbci_cache_told *told);

@@ -393,18 +393,78 @@ cbc_release_slot(cbc_conn *conn, const char *name, const char *token, const cbc_
 	return op_done(&reply, st, err);
 }
 
+/* allow's reason member (protocol 3). */
+static cbc_reason
+allow_reason(const char *text)
+{
+	static const char *const names[] = { "", "open", "held", "half_open_full", "concurrency",
+		"retry_budget" };
+
+	if (text[0] == '\0')
+		return CBC_REASON_NONE;
+	for (size_t i = 1; i < sizeof names / sizeof names[0]; i++) {
+		if (strcmp(text, names[i]) == 0)
+			return (cbc_reason)i;
+	}
+	return CBC_REASON_OTHER;
+}
+
+/* Build allow's request: name, ctx, and protocol 3's wait_ms and retry. */
+static cbc_status
+allow_request(const char *name, const cbc_ctx *ctx, const cbc_allow_options *opts, json_t **out,
+    cbc_error *err)
+{
+	json_t *req;
+	cbc_status st;
+
+	if (opts != NULL && (opts->wait_ms < 0 || opts->wait_ms > CBC_WAIT_MAX_MS))
+		return cbci_fail(err, CBC_EINVAL, "wait_ms must be from 0 to %d", CBC_WAIT_MAX_MS);
+	st = request_new("allow", name, &req, err);
+	if (st == CBC_OK)
+		st = request_ctx(req, ctx, err);
+	if (st == CBC_OK && opts != NULL && opts->wait_ms > 0 &&
+	    json_object_set_new(req, "wait_ms", json_integer(opts->wait_ms)) != 0)
+		st = cbci_fail(err, CBC_ENOMEM, "out of memory building wait_ms");
+	if (st == CBC_OK && opts != NULL && opts->retry &&
+	    json_object_set_new(req, "retry", json_true()) != 0)
+		st = cbci_fail(err, CBC_ENOMEM, "out of memory building retry");
+	if (st != CBC_OK) {
+		json_decref(req);
+		return st;
+	}
+	*out = req;
+	return CBC_OK;
+}
+
 cbc_status
 cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
     cbc_error *err)
 {
+	return cbc_allow_ex(conn, name, ctx, NULL, out, err);
+}
+
+cbc_status
+cbc_allow_ex(cbc_conn *conn, const char *name, const cbc_ctx *ctx, const cbc_allow_options *opts,
+    cbc_allow_result *out, cbc_error *err)
+{
 	cbci_reply reply;
 	cbc_allow_result res;
-	char state[16];
-	cbc_status st = request_call(conn, "allow", name, NULL, 0, ctx, &reply, err);
+	char state[16], reason[64];
+	json_t *req = NULL;
+	int64_t extra = cbci_conn_extra_ms;
+	cbc_status st = allow_request(name, ctx, opts, &req, err);
 
 	if (st != CBC_OK)
 		return st;
+	/* cbd answers a waiting allow up to wait_ms later. */
+	cbci_conn_extra_ms = opts != NULL ? opts->wait_ms : 0;
+	st = request_send(conn, req, &reply, err);
+	cbci_conn_extra_ms = extra;
+	if (st != CBC_OK)
+		return st;
 	memset(&res, 0, sizeof res);
+	res.in_flight = -1;
+	res.expires_at = -1;
 	st = reply_bool(&reply, "allowed", &res.allowed, err);
 	if (st == CBC_OK)
 		st = reply_string(&reply, "state", true, state, sizeof state, err);
@@ -415,6 +475,14 @@ cbc_allow(cbc_conn *conn, const char *name, const cbc_ctx *ctx, cbc_allow_result
 	if (st == CBC_OK)
 		st = reply_string(&reply, "permit", false, res.permit, sizeof res.permit, err);
 	res.has_permit = res.permit[0] != '\0';
+	if (st == CBC_OK)
+		st = reply_string(&reply, "reason", false, reason, sizeof reason, err);
+	if (st == CBC_OK)
+		res.reason = allow_reason(reason);
+	if (st == CBC_OK)
+		st = reply_int(&reply, "in_flight", false, &res.in_flight, err);
+	if (st == CBC_OK && res.has_permit)
+		st = reply_int(&reply, "expires_at", false, &res.expires_at, err);
 	if (st == CBC_OK && out != NULL)
 		*out = res;
 	return op_done(&reply, st, err);

@@ -159,9 +159,11 @@ state_hooks(run *r, cbc_state before, cbc_state after)
 		announce_open(r, CBC_TIME_NONE);
 }
 
-/* Acquire a permit for one attempt (no breaker: always granted). */
+/* Acquire a permit for one attempt (no breaker: always granted); the
+ * attempts after the first are asked as retries (protocol 3: cbd's retry
+ * budget counts them, and a budget refusal ends the run). */
 static cbc_status
-attempt_acquire(run *r, cbc_permit *p, cbc_retry_result *res, cbc_error *err)
+attempt_acquire(run *r, int attempt, cbc_permit *p, cbc_retry_result *res, cbc_error *err)
 {
 	cbc_state before;
 	cbc_status st;
@@ -170,11 +172,13 @@ attempt_acquire(run *r, cbc_permit *p, cbc_retry_result *res, cbc_error *err)
 	if (r->b == NULL)
 		return CBC_OK;
 	before = cbc_breaker_state(r->b);
-	st = cbc_breaker_acquire(r->b, p, err);
-	if (st == CBC_EOPEN) {
+	st = cbci_breaker_acquire(r->b, p, attempt > 1, err);
+	if (st == CBC_EOPEN || st == CBC_EBULKHEAD || st == CBC_EBUDGET) {
 		state_hooks(r, before, cbc_breaker_state(r->b));
 		res->retry_after_ms = p->retry_after_ms;
-		announce_open(r, p->retry_after_ms);
+		res->reason = p->reason;
+		if (st == CBC_EOPEN)
+			announce_open(r, p->retry_after_ms);
 		return st;
 	}
 	if (st == CBC_OK)
@@ -229,7 +233,7 @@ cbc_retry_execute(cbc_breaker *breaker, const cbc_retry_options *opts, cbc_retry
 		int64_t start, end, deadline, delay;
 		bool more;
 
-		st = attempt_acquire(&r, &permit, &res, err);
+		st = attempt_acquire(&r, attempt, &permit, &res, err);
 		if (st != CBC_OK)
 			break;
 		start = r.clock(opts->user);

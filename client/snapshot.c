@@ -87,6 +87,9 @@ static const policy_row policy_rows[] = {
 	POLICY_ROW(reporter_window_ms),
 	POLICY_ROW(break_backoff),
 	POLICY_ROW(break_max_ms),
+	POLICY_ROW(max_concurrent),
+	POLICY_ROW(retry_budget_percent),
+	POLICY_ROW(retry_min_per_s),
 	POLICY_ROW_KIND(preset, POLICY_PRESET),
 };
 
@@ -104,6 +107,10 @@ cbci_snapshot_v2_clear(cbc_snapshot *out)
 	out->totals.ignored = -1;
 	out->totals.slow = -1;
 	out->totals.rejected = -1;
+	out->totals.rejected_concurrency = -1;
+	out->totals.retries = -1;
+	out->totals.rejected_retry = -1;
+	out->in_flight = -1;
 	memset(&out->policy, 0, sizeof out->policy);
 	out->current_break_ms = -1;
 	memset(&out->window, 0, sizeof out->window);
@@ -225,6 +232,12 @@ read_totals(proto_node *v, cbc_totals *out, cbc_error *err)
 		out->slow = (int64_t)t.slow;
 	if (found & 16u)
 		out->rejected = (int64_t)t.rejected;
+	if (found & 32u)
+		out->rejected_concurrency = (int64_t)t.rejected_concurrency;
+	if (found & 64u)
+		out->retries = (int64_t)t.retries;
+	if (found & 128u)
+		out->rejected_retry = (int64_t)t.rejected_retry;
 	return CBC_OK;
 }
 
@@ -413,6 +426,8 @@ cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err)
 	}
 	if (st == CBC_OK)
 		st = read_int(obj, "snapshot", "reporters", -1, &s.reporters, err);
+	if (st == CBC_OK)
+		st = read_int(obj, "snapshot", "in_flight", -1, &s.in_flight, err);
 	if (st == CBC_OK && out != NULL) {
 		out->hold = s.hold;
 		out->totals = s.totals;
@@ -421,6 +436,7 @@ cbci_snapshot_v2(proto_node *obj, cbc_snapshot *out, cbc_error *err)
 		out->window = s.window;
 		out->reporters = s.reporters;
 		out->policy_rev = s.policy_rev;
+		out->in_flight = s.in_flight;
 	}
 	return st;
 }

@@ -256,6 +256,53 @@ local_acquire_slot(void *impl, const char *name, const cbc_ctx *ctx, cbc_slot *o
 	return local_status(status, name, err);
 }
 
+bool
+cbci_local_allow(cbc_store *store, const char *name, const cbc_ctx *ctx, bool retry,
+    cbc_allow_result *out, cbc_status *status, cbc_error *err)
+{
+	static const cbc_reason reasons[] = {
+		[CT_REFUSED_NONE] = CBC_REASON_NONE,
+		[CT_REFUSED_OPEN] = CBC_REASON_OPEN,
+		[CT_REFUSED_HELD] = CBC_REASON_HELD,
+		[CT_REFUSED_HALF_OPEN_FULL] = CBC_REASON_HALF_OPEN_FULL,
+		[CT_REFUSED_CONCURRENCY] = CBC_REASON_CONCURRENCY,
+		[CT_REFUSED_RETRY_BUDGET] = CBC_REASON_RETRY_BUDGET,
+	};
+	cbci_local *local;
+	cb_policy policy;
+	ct_call call;
+	ct_allow allow;
+	ct_status st;
+
+	if (store == NULL || store->ops != &cbci_local_ops)
+		return false;
+	local = store->impl;
+	call = local_call(ctx, &policy);
+	call.retry = retry;
+	pthread_mutex_lock(&local->lock);
+	st = circuit_table_allow(local->table, name, &call, &allow, NULL, NULL);
+	pthread_mutex_unlock(&local->lock);
+	*status = local_status(st, name, err);
+	if (st != CT_OK)
+		return true;
+	memset(out, 0, sizeof *out);
+	out->allowed = allow.allowed;
+	out->state = (cbc_state)allow.state;
+	out->retry_after_ms = allow.retry_after_ms;
+	out->reason = (unsigned)allow.reason < sizeof reasons / sizeof reasons[0]
+	    ? reasons[allow.reason]
+	    : CBC_REASON_OTHER;
+	out->in_flight = allow.reason == CT_REFUSED_CONCURRENCY ? (int64_t)allow.in_flight : -1;
+	out->expires_at = -1;
+	if (allow.has_permit) {
+		out->has_permit = true;
+		memcpy(out->permit, allow.permit.token, sizeof allow.permit.token);
+		out->expires_at = allow.permit.expires_at;
+	}
+	cbci_error_clear(err);
+	return true;
+}
+
 static cbc_status
 local_release_slot(void *impl, const char *name, const char *token, const cbc_ctx *ctx,
     cbc_error *err)

@@ -690,16 +690,18 @@ resilient_note_allow(resilient *r, const char *name, const cbc_ctx *ctx,
 }
 
 bool
-cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc_allow_result *out,
-    cbc_status *status, cbc_error *err)
+cbci_resilient_allow(cbc_store *store, cbc_conn *via, const char *name, const cbc_ctx *ctx,
+    const cbc_allow_options *opts, cbc_allow_result *out, cbc_status *status, cbc_error *err)
 {
 	resilient *r = NULL;
 	cbc_conn *conn = resilient_remote(store, &r);
 	cbc_error inner_err;
 
+	if (conn != NULL && via != NULL)
+		conn = via;
 	if (conn == NULL || resilient_skipping(r, &inner_err))
 		return false;
-	*status = cbc_allow(conn, name, ctx, out, &inner_err);
+	*status = cbc_allow_ex(conn, name, ctx, opts, out, &inner_err);
 	if (*status == CBC_OK) {
 		resilient_answered(r, name, NULL);
 		resilient_note_allow(r, name, ctx, out);
@@ -712,6 +714,37 @@ cbci_resilient_allow(cbc_store *store, const char *name, const cbc_ctx *ctx, cbc
 	}
 	resilient_backoff(r, &inner_err);
 	return false;
+}
+
+bool
+cbci_resilient_record(cbc_store *store, cbc_conn *via, const char *name, cbc_outcome outcome,
+    const char *permit, const cbc_ctx *ctx, cbc_snapshot *out, bool *has_out)
+{
+	resilient *r = NULL;
+	cbc_conn *conn = resilient_remote(store, &r);
+	cbc_error inner_err;
+	cbc_snapshot snap;
+
+	*has_out = false;
+	if (conn != NULL && via != NULL)
+		conn = via;
+	if (conn == NULL || resilient_skipping(r, &inner_err))
+		return false;
+	if (cbc_record(conn, name, outcome, permit, ctx, &snap, &inner_err) == CBC_OK) {
+		/* An ignored outcome's snapshot of a circuit not stored: no
+		 * snapshot worth keeping. */
+		resilient_answered(r, name, outcome == CBC_OUTCOME_IGNORE ? NULL : &snap);
+		if (out != NULL)
+			*out = snap;
+		*has_out = true;
+		return true;
+	}
+	if (cbci_store_failed(&inner_err)) {
+		resilient_backoff(r, &inner_err);
+		return false;
+	}
+	/* cbd refused it (capacity): the permit was released all the same. */
+	return true;
 }
 
 void

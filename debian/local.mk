@@ -11,8 +11,8 @@ EXTRA_DIST += \
 	debian/cbd.install \
 	debian/cbd.prerm \
 	debian/cbd.postrm \
-	debian/libcbclient5.install \
-	debian/libcbclient5.symbols \
+	debian/libcbclient6.install \
+	debian/libcbclient6.symbols \
 	debian/libcbclient-dev.install \
 	debian/not-installed \
 	tests/debian.sh

@@ -36,6 +36,11 @@ break_backoff = 2
 break_max_ms = 600000
 [circuit "pair"]
 min_reporters = 2
+[circuit "limited"]
+max_concurrent = 2
+[circuit "budgeted"]
+retry_budget_percent = 20
+retry_min_per_s = 1
 CONF
 "$CBD_BINARY" -c "$tmp/cbd.conf" 2>"$tmp/cbd.log" &
 pid=$!
@@ -637,6 +642,53 @@ if id nobody >/dev/null 2>&1 && command -v setpriv >/dev/null 2>&1; then
 			expect err 'Permission denied \(the socket is for its owner and group daemon, mode 0660\)' \
 				"libcbclient's error names the socket's group"
 	done
+fi
+
+# Protocol 3: list's IN FLIGHT column appears only when a circuit has a
+# limit; get shows the bulkhead (in flight of max_concurrent, refusals)
+# and the retry budget's keys with the retries granted and refused.
+run 0 "list without a limited circuit" list
+reject out 'IN FLIGHT' "no IN FLIGHT column while no circuit has a limit"
+if command -v socat >/dev/null 2>&1; then
+	# A ticket is held while its connection stays open: a holder keeps one.
+	mkfifo "$tmp/hold.fifo"
+	socat -t 30 UNIX-CONNECT:"$sock" - <"$tmp/hold.fifo" >"$tmp/hold.out" &
+	spid=$!
+	exec 9>"$tmp/hold.fifo"
+	printf '%s\n' '{"op":"allow","name":"limited"}' >&9
+	wait_for "$tmp/hold.out" '"permit"' || fail "the holder got no ticket: $(cat "$tmp/hold.out")"
+	send '{"op":"allow","name":"limited"}' '{"op":"allow","name":"budgeted"}' \
+		'{"op":"allow","name":"budgeted","retry":true}'
+	run 0 "list with a limited circuit" list
+	expect out '^NAME +STATE +FAILURES +SUCCESSES +IN FLIGHT +OPENED AT +RETRY$' \
+		"list's heading has IN FLIGHT"
+	expect out '^limited +closed +0 +0 +1 +- +-$' "list shows the ticket out"
+	expect out '^budgeted +closed +0 +0 +- +- +-$' "a circuit without a limit shows -"
+	expect out '^cfg +open ' "list's rows keep state second"
+	run 0 "get a limited circuit" get limited
+	expect out '^limited +closed +0 +0 +1/2 ' "get shows in flight of the limit"
+	expect out '^totals: 0 successes, 0 failures, 0 ignored, 0 slow, 0 rejected$' \
+		"the totals line stays as it was"
+	expect out '^bulkhead: 1 in flight of 2 \(max_concurrent\), 0 refused for want of a ticket$' \
+		"get shows the bulkhead"
+	expect out '^  max_concurrent +2 +config$' "max_concurrent in the policy"
+	printf '%s\n' '{"op":"allow","name":"limited"}' '{"op":"allow","name":"limited"}' >&9
+	wait_for "$tmp/hold.out" '"concurrency"' || fail "no concurrency refusal: $(cat "$tmp/hold.out")"
+	run 0 "get a full bulkhead" get limited
+	expect out '^bulkhead: 2 in flight of 2 \(max_concurrent\), 1 refused for want of a ticket$' \
+		"get counts the bulkhead's refusals"
+	run 0 "get a budgeted circuit" get budgeted
+	expect out '^retry budget: 20% of first attempts, at least 1 a second, over 10s \(1 retries granted, 0 refused\)$' \
+		"get shows the retry budget"
+	reject out '^bulkhead:' "no bulkhead line without a limit"
+	run 0 "get a plain circuit" get cfg
+	reject out '^(bulkhead|retry budget|retries):' "no bulkhead or budget lines for a plain circuit"
+	exec 9>&-
+	wait "$spid" 2>/dev/null
+	run 0 "get after the holder left" get limited
+	expect out '^bulkhead: 0 in flight of 2 ' "the holder's tickets went back with its connection"
+else
+	echo "socat not installed: the bulkhead's columns not checked"
 fi
 
 # list follows the cursor: more circuits than one reply may carry (half of

@@ -19,7 +19,8 @@ trap 'rm -rf "$work"' EXIT INT TERM
 status=0
 passed=0
 failed=0
-for t in check_client_local check_client_remote check_client_retry check_client_snapshot; do
+for t in check_client_local check_client_remote check_client_retry check_client_snapshot \
+    check_client_bulkhead; do
 	echo "== $t under valgrind"
 	# Tests tagged "native" assume the client's own speed (see
 	# check_client_remote.c); valgrind is far slower.

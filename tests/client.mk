@@ -31,6 +31,14 @@ tests_check_client_remote_SOURCES = tests/check_client_remote.c \
 tests_check_client_remote_CFLAGS = $(CLIENT_TEST_CFLAGS)
 tests_check_client_remote_LDADD = $(CLIENT_TEST_LIBS)
 
+# Protocol 3's bulkhead and retry budget through the breaker and
+# cbc_retry_execute, against real cbd processes.
+check_PROGRAMS += tests/check_client_bulkhead
+tests_check_client_bulkhead_SOURCES = tests/check_client_bulkhead.c \
+	tests/cbd-harness.c tests/cbd-harness.h
+tests_check_client_bulkhead_CFLAGS = $(CLIENT_TEST_CFLAGS)
+tests_check_client_bulkhead_LDADD = $(CLIENT_TEST_LIBS)
+
 # Latency measurements (built, not run by make check): see its header.
 noinst_PROGRAMS += tests/bench_client
 tests_bench_client_SOURCES = tests/bench_client.c \
@@ -45,7 +53,8 @@ TESTS += tests/client-valgrind.sh
 endif
 EXTRA_DIST += tests/client-valgrind.sh
 tests/client-valgrind.log: tests/check_client_local$(EXEEXT) tests/check_client_remote$(EXEEXT) \
-	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT)
+	tests/check_client_retry$(EXEEXT) tests/check_client_snapshot$(EXEEXT) \
+	tests/check_client_bulkhead$(EXEEXT)
 
 # cbc_retry_* in virtual time on a local store (no daemon).
 check_PROGRAMS += tests/check_client_retry

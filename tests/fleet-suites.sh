@@ -31,7 +31,7 @@ done
 failed=0
 for t in cbd-contract-test cbd-ops-test cbd-concurrency-test cbd-authority-test \
 	cbd-rates-test cbd-watch-test cbd-snapshot-test cbd-limits-test cbd-metrics-test cbd-bulkhead-test \
-	check_client_remote; do
+	check_client_remote check_client_bulkhead; do
 	if CBD_TEST_REDIS_SOCKET=$sock "tests/$t" >"$dir/$t.log" 2>&1; then
 		echo "fleet: $t: $(grep -E 'Checks:' "$dir/$t.log" | tail -n 1)"
 	else
