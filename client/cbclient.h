@@ -107,7 +107,7 @@ typedef struct cbc_error {
 #define CBC_VERSION_PATCH 0
 #define CBC_VERSION ((CBC_VERSION_MAJOR * 10000) + (CBC_VERSION_MINOR * 100) + CBC_VERSION_PATCH)
 /* The wire protocol this library speaks. */
-#define CBC_PROTOCOL 2
+#define CBC_PROTOCOL 3
 
 /* "0.2.0": the version of the library loaded at run time. */
 const char *cbc_version(void);

@@ -142,7 +142,7 @@ START_TEST(versions_agree)
 	snprintf(number, sizeof number, "%d.%d.%d", CBC_VERSION_MAJOR, CBC_VERSION_MINOR,
 	    CBC_VERSION_PATCH);
 	ck_assert_str_eq(number, PACKAGE_VERSION);
-	ck_assert_int_eq(CBC_PROTOCOL, 2);
+	ck_assert_int_eq(CBC_PROTOCOL, 3);
 }
 END_TEST
 
