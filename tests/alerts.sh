@@ -46,6 +46,12 @@ for series in $(grep -o 'cbd_[a-z_]*' "$rules" | sort -u); do
 		fail "the rules query $series, which cbd does not export"; fi
 done
 
+# So does the Grafana dashboard.
+for series in $(grep -o 'cbd_[a-z_]*' "$src/conf/grafana-cbd.json" | sort -u); do
+	if grep -q "\"$series\"" "$src/src/metrics.c"; then pass "dashboard: $series is exported"; else
+		fail "the dashboard queries $series, which cbd does not export"; fi
+done
+
 # The dashboard's "cbd up" panel: 1 while cbd answers, 0 once its scrape
 # fails (cbd_up vanishes, up is 0), 0 when nothing is scraped at all.
 expr=$(python3 -c '
