@@ -119,6 +119,12 @@ clean-dashboard-node:
 .PHONY: clean-dashboard-node
 EXTRA_DIST += tests/python-install.sh tests/client-sample.sh tests/test-lib.sh
 
+# The bulkhead and retry budget at work: 8 service processes (Python and
+# Node.js) against a dependency that slows down, then one that fails and
+# is retried; prints figures, asserts nothing; not run by make check.
+#   CBD_BINARY=src/cbd CBD_SRCDIR=.. python3 ../tests/bench-bulkhead.py [-d SECONDS]
+EXTRA_DIST += tests/bench-bulkhead.py
+
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
 # one load generator; prints figures, asserts nothing; not run by make check.
 #   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-r ROUNDS] [-P]
