@@ -10,11 +10,20 @@
  *   PREFIX-count-cached, PREFIX-count-uncached
  *                         2 ignored errors, 3 failures (threshold 3), 4
  *                         calls while open, then the breaker is freed.
+ * With `bulkhead NAME SERVER`: 12 calls through circuit NAME (declared
+ * max_concurrent 3, waiting up to 10 s for a ticket), 4 threads at once,
+ * each call one request to the counting server at the Unix socket SERVER;
+ * prints "errors N".
  *
  *   agree-c PREFIX
+ *   agree-c bulkhead NAME SERVER
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "cbclient.h"
 
@@ -85,6 +94,93 @@ breaker(cbc_store *store, const char *prefix, const char *suffix, cbc_cache_mode
 	return b;
 }
 
+/* One request to the counting server: connect, "x", read "ok". */
+static int
+call_counting(void *arg)
+{
+	const char *path = arg;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	char got[8] = "";
+	ssize_t n;
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok;
+
+	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+	ok = fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+	    write(fd, "x", 1) == 1 && shutdown(fd, SHUT_WR) == 0 &&
+	    (n = read(fd, got, sizeof got - 1)) == 2 && memcmp(got, "ok", 2) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok ? 0 : 1;
+}
+
+typedef struct lane {
+	cbc_breaker *b;
+	const char *server;
+	int errors;
+} lane;
+
+static void *
+lane_run(void *arg)
+{
+	lane *l = arg;
+
+	for (int i = 0; i < 3; i++) {
+		cbc_exec_result r;
+		cbc_error err;
+
+		if (cbc_breaker_execute(l->b, call_counting, (void *)l->server, &r, &err) !=
+			CBC_OK ||
+		    !r.called || r.result != 0) {
+			l->errors++;
+			fprintf(stderr, "agree-c: bulkhead call: %s (result %d)\n", err.message,
+			    r.result);
+		}
+	}
+	return NULL;
+}
+
+/* agree-c bulkhead NAME SERVER */
+static int
+bulkhead(const char *name, const char *server)
+{
+	cbc_breaker_options o;
+	pthread_t threads[4];
+	lane lanes[4];
+	cbc_error err;
+	cbc_breaker *b;
+	cbc_conn *conn = cbc_conn_new(NULL, &err);
+	cbc_store *store = conn != NULL ? cbc_store_new_remote(conn, &err) : NULL;
+	int errors = 0;
+
+	if (store == NULL || cbc_conn_set_timeouts(conn, 5000, 5000, &err) != CBC_OK) {
+		fprintf(stderr, "agree-c: %s\n", err.message);
+		return 1;
+	}
+	cbc_breaker_options_init(&o);
+	o.store = store;
+	o.name = name;
+	o.max_concurrent = 3;
+	o.wait_ms = 10000;
+	b = cbc_breaker_new(&o, &err);
+	if (b == NULL) {
+		fprintf(stderr, "agree-c: %s: %s\n", name, err.message);
+		return 1;
+	}
+	for (int i = 0; i < 4; i++) {
+		lanes[i] = (lane){ b, server, 0 };
+		pthread_create(&threads[i], NULL, lane_run, &lanes[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(threads[i], NULL);
+		errors += lanes[i].errors;
+	}
+	cbc_breaker_free(b);
+	cbc_store_free(store);
+	cbc_conn_free(conn);
+	printf("errors %d\n", errors);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -96,8 +192,10 @@ main(int argc, char **argv)
 	cbc_error err;
 	int runs = 0;
 
+	if (argc == 4 && strcmp(argv[1], "bulkhead") == 0)
+		return bulkhead(argv[2], argv[3]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: agree-c PREFIX\n");
+		fprintf(stderr, "usage: agree-c PREFIX | agree-c bulkhead NAME SERVER\n");
 		return 2;
 	}
 	conn = cbc_conn_new(NULL, &err);

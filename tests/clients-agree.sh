@@ -13,7 +13,7 @@
 #      ignored 2, failures 3, rejected 4 (protocol 3 §6: ignored outcomes
 #      sent, uncached refusals from allow, cached ones reported as record
 #      outcome rejected with a count when the breaker closes);
-#   4. the bulkhead (protocol 3 §2) holds across languages: Python,
+#   4. the bulkhead (protocol 3 §2) holds across languages: C, Python,
 #      Node.js and Go processes calling one circuit with max_concurrent 3
 #      at once (each with several calls in flight, waiting up to 10 s for
 #      a ticket) never have more than 3 calls in flight at a counting
@@ -23,7 +23,7 @@
 #      of 3 attempts of an always-failing call on a circuit that grants 10
 #      retries and nothing more make 18 calls, 10 retries and 3 refused
 #      retries in each language.
-#   (The C side of 4 and 5 comes with libcbclient's bulkhead.)
+#   (The C side of 5 is tests/check_client_bulkhead's budget case.)
 # The C side is tests/agree-c.c ($AGREE_C). Skipped (77) unless python3,
 # node and go are all installed.
 set -u
@@ -417,7 +417,9 @@ NODE
 bh_node=$!
 "$tmp/go-agree" bulkhead bulkhead "$tmp/count.sock" >"$tmp/bh-go.out" 2>&1 &
 bh_go=$!
-for job in "py $bh_py" "node $bh_node" "go $bh_go"; do
+"$AGREE_C" bulkhead bulkhead "$tmp/count.sock" >"$tmp/bh-c.out" 2>"$tmp/bh-c.err" &
+bh_c=$!
+for job in "py $bh_py" "node $bh_node" "go $bh_go" "c $bh_c"; do
 	lang=${job% *}
 	wait "${job#* }"
 	out=$(cat "$tmp/bh-$lang.out")
@@ -436,8 +438,8 @@ with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
 PY
 )
 case $counts in
-"total 36 over 0 peak "[123]) pass "36 calls of three languages, never more than 3 in flight ($counts)" ;;
-*) fail "counting server: $counts (want 36 calls, none past 3 in flight)" ;;
+"total 48 over 0 peak "[123]) pass "48 calls of four languages, never more than 3 in flight ($counts)" ;;
+*) fail "counting server: $counts (want 48 calls, none past 3 in flight)" ;;
 esac
 out=$(PYTHONPATH="$srcdir/client/python/src" PYTHONDONTWRITEBYTECODE=1 "$PY" - <<'PY'
 from cbdclient import Client
@@ -447,10 +449,10 @@ with Client(connect_timeout=5.0, io_timeout=5.0) as c:
     print(s.get("in_flight"), t["successes"], t["rejected_concurrency"], t["rejected"])
 PY
 )
-if [ "$out" = "0 36 0 0" ]; then
-	pass "cbd counts 36 successes, no ticket left, no refusal"
+if [ "$out" = "0 48 0 0" ]; then
+	pass "cbd counts 48 successes, no ticket left, no refusal"
 else
-	fail "bulkhead circuit: in_flight successes rejected_concurrency rejected = $out (want 0 36 0 0)"
+	fail "bulkhead circuit: in_flight successes rejected_concurrency rejected = $out (want 0 48 0 0)"
 fi
 
 # 5. The retry helpers and the retry budget, each language on a circuit

@@ -167,6 +167,8 @@ TESTS += tests/clients-agree.sh
 EXTRA_DIST += tests/clients-agree.sh
 noinst_PROGRAMS += tests/agree-c
 tests_agree_c_SOURCES = tests/agree-c.c
+tests_agree_c_CFLAGS = $(AM_CFLAGS) -pthread
+tests_agree_c_LDFLAGS = $(AM_LDFLAGS) -pthread
 tests_agree_c_LDADD = client/libcbclient.la
 # The libcurl example against a real local HTTP server and cbd (skips
 # without libcurl or python3).
