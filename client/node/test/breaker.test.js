@@ -8,21 +8,17 @@
 // (cached: false): cached mode learns of its own trips one event later
 // (cache.test.js covers it); virtual-clock breakers are never cached.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Daemon, uniqueName } from './helpers.js';
+import { uniqueName, sharedDaemon } from './helpers.js';
 import { Breaker, Client, CircuitOpenError, ServerError, classifyHttp, IGNORE, SUCCESS } from '../index.js';
 
 let d;
 let client;
-before(async () => {
-  d = await Daemon.start();
-  client = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000 });
-});
-after(async () => {
-  client?.close();
-  await d?.cleanup();
+sharedDaemon(async (dd, cc) => {
+  d = dd;
+  client = cc;
 });
 
 const boom = async () => {

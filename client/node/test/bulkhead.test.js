@@ -8,7 +8,7 @@
 // on a limited circuit, retries marked and stopped by the retry budget
 // (RetryBudgetError), exact totals.
 
-import { test, before, after } from 'node:test';
+import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -16,7 +16,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Daemon, TOP, uniqueName } from './helpers.js';
+import { Daemon, TOP, uniqueName, sharedDaemon } from './helpers.js';
 import { Breaker, BulkheadFullError, CircuitOpenError, Client, IGNORE, RefusedError, Retry, RetryBudgetError } from '../index.js';
 
 const INDEX = path.join(TOP, 'client', 'node', 'index.js');
@@ -25,14 +25,12 @@ const WAIT_MS = 10_000;
 let d;
 let client;
 let dir;
-before(async () => {
-  d = await Daemon.start();
-  client = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000 });
+sharedDaemon(async (dd, cc) => {
+  d = dd;
+  client = cc;
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cbd-node-bh.'));
 });
-after(async () => {
-  client?.close();
-  await d?.cleanup();
+after(() => {
   fs.rmSync(dir, { recursive: true, force: true });
 });
 

@@ -10,7 +10,7 @@
 // writes what is queued; breakers dropped without close; the name limit.
 // Every wait is a bounded poll on a condition, never a timing assertion.
 
-import { test, before, after } from 'node:test';
+import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { spawn } from 'node:child_process';
@@ -19,7 +19,7 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { Daemon, uniqueName } from './helpers.js';
+import { Daemon, uniqueName, sharedDaemon, waitFor } from './helpers.js';
 import { Breaker, CACHE_NAMES_MAX, Client, CircuitOpenError, cacheStats } from '../index.js';
 import { PROBE_INTERVAL_MS } from '../src/cache.js';
 
@@ -28,24 +28,10 @@ const OPTS = { ioTimeoutMs: 2000, connectTimeoutMs: 2000 };
 
 let d;
 let plain; // another connection: cbd's view, and changes made elsewhere
-before(async () => {
-  d = await Daemon.start();
-  plain = new Client(d.socket, OPTS);
-});
-after(async () => {
-  plain?.close();
-  await d?.cleanup();
-});
-
-/** Poll cond (sync or async) every 5 ms until it holds; fail after waitMs. */
-async function waitFor(cond, what, waitMs = WAIT_MS) {
-  const deadline = Date.now() + waitMs;
-  for (;;) {
-    if (await cond()) return;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await delay(5);
-  }
-}
+sharedDaemon((dd, cc) => {
+  d = dd;
+  plain = cc;
+}, OPTS);
 
 /** A client whose requests are counted (sent.n). */
 function countedClient(socket = d.socket) {

@@ -8,8 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { setTimeout as delay } from 'node:timers/promises';
-import { Daemon } from './helpers.js';
+import { Daemon, waitFor } from './helpers.js';
 import { Client } from '../index.js';
 
 const SERVICE = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'examples', 'service.js');
@@ -17,7 +16,6 @@ const SERVICE = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'e
 const START_WAIT_MS = 10_000;
 const HTTP_WAIT_MS = 10_000;
 // Bound on waiting for a condition (an outcome at cbd, a line of the service).
-const WAIT_MS = 10_000;
 
 // The operator's policy for the circuit (the service declares 5 only for
 // circuits nobody configured): the third failure, the last attempt of one
@@ -40,14 +38,6 @@ async function get(url) {
 }
 
 /** Poll cond (sync or async) every 10 ms until it holds, at most waitMs. */
-async function waitFor(cond, what, waitMs = WAIT_MS) {
-  const deadline = Date.now() + waitMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await delay(10);
-  }
-}
-
 test('the example service falls back once the circuit opens', async () => {
   const proc = spawn(process.execPath, [SERVICE, '--demo', '--port', '0', '--demo-port', '0'], {
     env: { ...process.env, CBD_SOCKET: d.socket }, stdio: ['ignore', 'ignore', 'pipe'],

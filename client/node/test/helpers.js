@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // helpers.js — a real cbd for the tests: started from $CBD_BINARY on a
 // socket in a temporary directory, stopped at the end (SIGCONT then
-// SIGTERM, SIGKILL after a bounded wait); every wait bounded. Also a
-// virtual clock for the retry tests.
+// SIGTERM, SIGKILL after a bounded wait); every wait bounded. Also the
+// per-file fixture (one cbd and a client of it), waitFor, and a virtual
+// clock for the retry tests.
 
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { before, after } from 'node:test';
 import { fileURLToPath } from 'node:url';
+
+import { Client } from '../index.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const TOP = path.resolve(HERE, '..', '..', '..');
@@ -163,4 +168,33 @@ export class VirtualClock {
       });
     });
   };
+}
+
+/**
+ * One cbd for the test file and a client of it: node:test's before
+ * starts them and calls ready(d, client); after closes both. Client
+ * options default to 2 s timeouts.
+ */
+export function sharedDaemon(ready, clientOptions = {}) {
+  let d = null;
+  let client = null;
+  before(async () => {
+    d = await Daemon.start();
+    client = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000, ...clientOptions });
+    await ready(d, client);
+  });
+  after(async () => {
+    client?.close();
+    await d?.cleanup();
+  });
+}
+
+/** Poll cond (sync or async) every pollMs until it holds; fail after waitMs. */
+export async function waitFor(cond, what, waitMs = 10_000, pollMs = 5) {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    if (await cond()) return;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(pollMs);
+  }
 }

@@ -7,22 +7,18 @@
 // the middleware in an Express app when express is installed (skipped
 // with a message otherwise: the suite never needs the network).
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { once } from 'node:events';
-import { Daemon, uniqueName } from './helpers.js';
+import { uniqueName, sharedDaemon } from './helpers.js';
 import { Breaker, BreakerGuard, CircuitOpenError, Client, breakerFetch, breakerMiddleware, retryAfterSeconds } from '../index.js';
 
 let d;
 let client;
-before(async () => {
-  d = await Daemon.start();
-  client = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000 });
-});
-after(async () => {
-  client?.close();
-  await d?.cleanup();
+sharedDaemon(async (dd, cc) => {
+  d = dd;
+  client = cc;
 });
 
 async function serve(handler) {

@@ -7,9 +7,9 @@
 // limits out of range refused by the client, and a cbd whose output bound
 // cuts one reply well short of its circuits.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Daemon, uniqueName } from './helpers.js';
+import { Daemon, uniqueName, sharedDaemon } from './helpers.js';
 import { Client, ServerError, UnavailableError, LIST_LIMIT_MAX } from '../index.js';
 
 const CIRCUITS = 750;
@@ -18,15 +18,11 @@ const PAGE = 300;
 let d;
 let c;
 let created; // the names of the CIRCUITS circuits stored in d
-before(async () => {
-  d = await Daemon.start();
-  c = new Client(d.socket, { ioTimeoutMs: 5000, connectTimeoutMs: 2000 });
+sharedDaemon(async (dd, cc) => {
+  d = dd;
+  c = cc;
   created = await createCircuits(c, 'page', CIRCUITS);
-});
-after(async () => {
-  c?.close();
-  await d?.cleanup();
-});
+}, { ioTimeoutMs: 5000, connectTimeoutMs: 2000 });
 
 /** n circuits created with noreply; answered in order, so once the get
  * behind them is answered cbd has stored them all. */

@@ -4,20 +4,16 @@
 // flight on one connection, answered in order), noreply, the socket path
 // resolution, timeouts and reconnection.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Daemon, uniqueName } from './helpers.js';
+import { Daemon, uniqueName, sharedDaemon } from './helpers.js';
 import { Client, ServerError, UnavailableError, CbdTimeoutError, resolveSocket, DEFAULT_SOCKET } from '../index.js';
 
 let d;
 let c;
-before(async () => {
-  d = await Daemon.start();
-  c = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000 });
-});
-after(async () => {
-  c?.close();
-  await d?.cleanup();
+sharedDaemon(async (dd, cc) => {
+  d = dd;
+  c = cc;
 });
 
 test('hello names cbd and protocol 3', async () => {

@@ -8,43 +8,28 @@
 // a v2 cbd too (policy in every snapshot, no policy_rev). Every wait is a
 // bounded poll on a condition, never a timing assertion.
 
-import { test, before, after } from 'node:test';
+import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { setTimeout as delay } from 'node:timers/promises';
-import { Daemon, uniqueName } from './helpers.js';
+import { Daemon, uniqueName, sharedDaemon, waitFor } from './helpers.js';
 import { Breaker, Client, CircuitOpenError } from '../index.js';
 import { Entry, joinCache, leaveCache, policyRev, PERMIT } from '../src/cache.js';
 import { snapshotFromReply } from '../src/machine.js';
 
-const WAIT_MS = 10_000;
 const OPTS = { ioTimeoutMs: 2000, connectTimeoutMs: 2000 };
 const POLICY3 = { failure_threshold: 3, break_ms: 60000, trip: 'consecutive', source: { failure_threshold: 'config' } };
 const POLICY5 = { ...POLICY3, failure_threshold: 5 };
 
 let d;
 let plain;
-before(async () => {
-  d = await Daemon.start();
-  plain = new Client(d.socket, OPTS);
-});
-after(async () => {
-  plain?.close();
-  await d?.cleanup();
-});
-
-async function waitFor(cond, what, waitMs = WAIT_MS) {
-  const deadline = Date.now() + waitMs;
-  for (;;) {
-    if (await cond()) return;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await delay(5);
-  }
-}
+sharedDaemon((dd, cc) => {
+  d = dd;
+  plain = cc;
+}, OPTS);
 
 function snap({ rev = null, policy = null, ...members } = {}) {
   const s = { name: 'x', state: 'closed', failure_count: 0, opened_at: null, retry_after_ms: 0, hold: null, current_break_ms: 60000 };

@@ -5,20 +5,16 @@
 // hooks; with a breaker on a real cbd: asked before every attempt, told
 // every outcome, an open-circuit refusal ends the retries at once.
 
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Daemon, VirtualClock, uniqueName } from './helpers.js';
+import { VirtualClock, uniqueName, sharedDaemon } from './helpers.js';
 import { AttemptTimeoutError, Breaker, CircuitOpenError, Client, Retry, RetryableResult, classifyHttp } from '../index.js';
 
 let d;
 let client;
-before(async () => {
-  d = await Daemon.start();
-  client = new Client(d.socket, { ioTimeoutMs: 2000, connectTimeoutMs: 2000 });
-});
-after(async () => {
-  client?.close();
-  await d?.cleanup();
+sharedDaemon(async (dd, cc) => {
+  d = dd;
+  client = cc;
 });
 
 // A function failing its first n calls, then answering 'ok'.
