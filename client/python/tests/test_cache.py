@@ -351,6 +351,19 @@ def stand_in_server(path, backlog):
     return server
 
 
+def accept_watch(server):
+    """The stand-in's next connection, its request reader, and the first
+    line that is not a hello (a cache connected before it watched a name
+    says hello to turn live): the watch."""
+    conn, _ = server.accept()
+    conn.settimeout(10)
+    lines = read_lines(conn)
+    line = next(lines)
+    if b'"op":"hello"' in line:
+        line = next(lines)
+    return conn, lines, line
+
+
 def test_a_silent_server_is_probed_then_dropped(tmp_path):
     # A stand-in for a frozen cbd: it answers the watch, then stays silent
     # to the probe; the cache drops the connection and connects again.
@@ -359,12 +372,7 @@ def test_a_silent_server_is_probed_then_dropped(tmp_path):
     c = cache.acquire(path)
     try:
         entry = c.watch("x")
-        conn, _ = server.accept()
-        conn.settimeout(10)
-        first = read_lines(conn)
-        line = next(first)
-        if b'"op":"hello"' in line:
-            line = next(first)  # connected before the name: a hello makes it live
+        conn, first, line = accept_watch(server)
         assert b'"op":"watch"' in line
         conn.sendall(b'{"ok":true,"snapshots":[{"name":"x","state":"closed","hold":null}]}\n')
         wait_until(lambda: c.decide(entry, 0)[0] == cache.PERMIT)

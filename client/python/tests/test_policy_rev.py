@@ -19,7 +19,7 @@ from cbdclient import Breaker, Client
 from cbdclient import cache
 from cbdclient.machine import Snapshot
 
-from test_cache import prime, read_lines, refused, stand_in_server
+from test_cache import accept_watch, prime, refused, stand_in_server
 
 POLICY3 = {"failure_threshold": 3, "break_ms": 60000, "trip": "consecutive",
            "source": {"failure_threshold": "config"}}
@@ -99,12 +99,7 @@ def test_policy_event_refreshes_the_rule_without_a_state_change(tmp_path):
     c = cache.acquire(path)
     try:
         entry = c.watch("x")
-        conn, _ = server.accept()
-        conn.settimeout(10)
-        lines = read_lines(conn)
-        line = next(lines)
-        if b'"op":"hello"' in line:
-            line = next(lines)
+        conn, lines, line = accept_watch(server)
         watch = json.loads(line)
         assert watch["op"] == "watch" and watch["policy"] is True
         conn.sendall(b'{"ok":true,"snapshots":[%s]}\n'
