@@ -36,31 +36,10 @@ teardown(void)
 	util_stop_conn(&h, &fd);
 }
 
-/* A free loopback port (bound then released). */
-static int
-free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof sa;
-	int s = socket(AF_INET, SOCK_STREAM, 0), p;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_ge(s, 0);
-	ck_assert_int_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
-	ck_assert_int_eq(getsockname(s, (struct sockaddr *)&sa, &len), 0);
-	p = ntohs(sa.sin_port);
-	close(s);
-	return p;
-}
-
 static void
 start(const char *extra)
 {
-	char config[512];
-
-	port = free_port();
-	snprintf(config, sizeof config, "[cbd]\nmetrics_listen = 127.0.0.1:%d\n%s", port, extra);
-	util_start_conn(&h, &fd, config);
+	util_start_metrics(&h, &fd, &port, extra);
 }
 
 /* A connection to the metrics port (rcvbuf > 0: that receive buffer,

@@ -4,7 +4,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -438,4 +440,30 @@ util_request_as(const cbd_harness *h, unsigned uid, unsigned gid, const char *li
 	close(pipefd[0]);
 	waitpid(pid, &status, 0);
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int
+util_free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof sa;
+	int s = socket(AF_INET, SOCK_STREAM, 0), p;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_ge(s, 0);
+	ck_assert_int_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert_int_eq(getsockname(s, (struct sockaddr *)&sa, &len), 0);
+	p = ntohs(sa.sin_port);
+	close(s);
+	return p;
+}
+
+void
+util_start_metrics(cbd_harness *h, int *fd, int *port, const char *extra)
+{
+	char config[512];
+
+	*port = util_free_port();
+	snprintf(config, sizeof config, "[cbd]\nmetrics_listen = 127.0.0.1:%d\n%s", *port, extra);
+	util_start_conn(h, fd, config);
 }

@@ -85,6 +85,12 @@ bool util_path_exists(const char *path);
  * (NULL: none) and connect *fd to it (a check assertion when either
  * fails). */
 void util_start_conn(cbd_harness *h, int *fd, const char *config);
+/* A free loopback port (bound then released; a race with another program
+ * is possible but harmless: cbd then fails to start and the test says so). */
+int util_free_port(void);
+/* util_start_conn with metrics_listen on a free loopback port (*port) and
+ * the rest of [cbd] from extra. */
+void util_start_metrics(cbd_harness *h, int *fd, int *port, const char *extra);
 /* Close *fd when it is open; -1 after. */
 void util_close(int *fd);
 /* Its teardown: close *fd, stop h. */
