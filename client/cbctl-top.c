@@ -120,15 +120,6 @@ top_mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int64_t
-top_real_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Copy src (NULL: "") into dst (size bytes), control characters as '?';
  * a cut copy does not end inside a UTF-8 sequence. */
 static void
@@ -731,7 +722,7 @@ top_print_plain(const top *t)
 	for (size_t i = 0; i < count; i++)
 		if (top_text_cols(rows[i]->name) > name_w)
 			name_w = top_text_cols(rows[i]->name);
-	cbctl_format_time(top_real_ms(), when, sizeof when);
+	cbctl_format_time(cbctl_now_ms(), when, sizeof when);
 	printf("%s  ", when);
 	top_put_title(stdout, t);
 	putchar('\n');

@@ -308,9 +308,8 @@ format_span(int64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%llds", (long long)secs);
 }
 
-/* The realtime clock in ms (for "in 9m58s"). */
-static int64_t
-now_ms(void)
+int64_t
+cbctl_now_ms(void)
 {
 	struct timespec ts;
 
@@ -343,7 +342,7 @@ format_hold(const cbc_hold_info *h, char *buf, size_t size)
 		snprintf(until, sizeof until, "until released");
 	} else {
 		cbctl_format_time(h->until, when, sizeof when);
-		format_span(h->until - now_ms(), left, sizeof left);
+		format_span(h->until - cbctl_now_ms(), left, sizeof left);
 		snprintf(until, sizeof until, "until %s (in %s)", when, left);
 	}
 	snprintf(buf, size, "held %s by %s %s%s%s", cbc_state_name(h->state), who, until,

@@ -60,6 +60,8 @@ const char *cbctl_option_get(const cbctl *ctl, const char *name, bool *given);
 /* A time in ms since the epoch as local time ("2026-11-30 10:01:02"),
  * "-" for CBC_TIME_NONE. */
 void cbctl_format_time(int64_t ms, char *buf, size_t size);
+/* The realtime clock in ms (for "in 9m58s"). */
+int64_t cbctl_now_ms(void);
 
 /* The reply of the connection's last request, parsed (NULL when none). */
 json_t *cbctl_last_reply(cbctl *ctl);
