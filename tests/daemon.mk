@@ -39,12 +39,13 @@ tests_cbd_contract_test_SOURCES = tests/cbd-contract-test.c tests/cbd-harness.c 
 tests_cbd_contract_test_CFLAGS = $(DAEMON_TEST_CFLAGS)
 tests_cbd_contract_test_LDADD = src/libcbcore.la $(DAEMON_TEST_LIBS)
 
-# The ops and lifecycle tests again with cbd under valgrind: fails on any
-# memory error or leak (skipped without valgrind and in sanitizer builds).
+# The ops, lifecycle, bulkhead, fleet and dashboard tests again with cbd
+# under valgrind, in two halves that run side by side: fails on any memory
+# error or leak (skipped without valgrind and in sanitizer builds).
 if SLOW_TESTS
-TESTS += tests/cbd-valgrind.sh
+TESTS += tests/cbd-valgrind.sh tests/cbd-valgrind-fleet.sh
 endif
-EXTRA_DIST += tests/cbd-valgrind.sh
+EXTRA_DIST += tests/cbd-valgrind.sh tests/cbd-valgrind-fleet.sh
 
 # Unit tests of the request codec cbd added to proto.c.
 check_PROGRAMS += tests/cbd-codec-test
