@@ -13,7 +13,7 @@
  * circuit with calls gets one; a ring written is zeroed lazily over the
  * ticks it had none; a ring that holds nothing (idle for the whole
  * window) goes at the end of a tick. Circuits with calls and no room are
- * left out (stats: dashboard_history_left_out).
+ * left out: each tick counts them (stats: dashboard_history_left_out).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -409,7 +409,7 @@ dashboard_tick(bool send, size_t *len)
 	/* Rings that hold nothing now (no calls for the whole window) go. */
 	while (hs.tail != NULL && hs.tail->last_seq + DASHBOARD_HISTORY_TICKS <= hs.seq)
 		history_free(hs.tail);
-	stats.dashboard_history_left_out = w.left_out;
+	stats.dashboard_history_left_out += w.left_out;
 	if (send) {
 		if (w.truncated)
 			ENC_LIT(&b, "],\"truncated\":true}\n\n");
@@ -517,5 +517,4 @@ dashboard_forget(void)
 		free(e);
 	}
 	last_tick_ms = 0;
-	stats.dashboard_history_left_out = 0;
 }

@@ -70,7 +70,8 @@ char *dashboard_tick(bool send, size_t *len);
  * time: the stream's stats events up to it are in), "circuits": [{"name",
  * "since", "samples": [[t, calls, failures, slow, rejected, refused],
  * ...]}, ...] (most recently busy first; ticks with nothing left out),
- * "count", "total", "left_out", "truncated"}, at most max_output_bytes of
+ * "count", "total", "left_out" (circuits x ticks with calls that had no
+ * room, since start), "truncated"}, at most max_output_bytes of
  * circuits. NULL when out of memory. */
 char *dashboard_history_text(size_t *len);
 
