@@ -13,7 +13,7 @@
   const circuits = new Map(); // name -> circuit
   let order = []; // circuits shown, in order
   let tickMs = 2000, loaded = false, queued = [], dirty = true, focusIndex = -1;
-  let truncated = false, total = 0, histLast = 0;
+  let truncated = false, total = 0, histLast = 0, ticks = 0;
   const $ = (id) => document.getElementById(id);
   const tilesEl = $('tiles'), filterEl = $('filter'), stateEl = $('state');
 
@@ -258,6 +258,7 @@
     } else if (type === 'stats') {
       const now = Date.now();
       tickMs = d.interval_ms || tickMs;
+      ticks++;
       // A tick the history loaded already holds.
       if (d.now <= histLast) return;
       for (const [name, calls, fails, slow, rejected] of d.rates) {
@@ -345,6 +346,6 @@
     };
   }
   connect();
-  window.cbdDashboard = { size: () => circuits.size, shown: () => order.length, loaded: () => loaded };
+  window.cbdDashboard = { size: () => circuits.size, shown: () => order.length, loaded: () => loaded, ticks: () => ticks };
   schedule();
 })();
