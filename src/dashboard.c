@@ -255,8 +255,8 @@ history_put(rate_entry *e, const uint64_t v[DASHBOARD_HISTORY_FIELDS])
 		stats.dashboard_history_circuits = hs.count;
 	} else {
 		/* The ticks since the last write had none. */
-		for (uint64_t q = h->last_seq + 1; q < hs.seq && q + DASHBOARD_HISTORY_TICKS > hs.seq;
-		    q++)
+		for (uint64_t q = h->last_seq + 1;
+		     q < hs.seq && q + DASHBOARD_HISTORY_TICKS > hs.seq; q++)
 			memset(h->s[q % DASHBOARD_HISTORY_TICKS], 0, sizeof h->s[0]);
 		history_unlink(h);
 	}
@@ -427,7 +427,8 @@ dashboard_tick(bool send, size_t *len)
 static void
 put_history(enc_buf *b, const history *h)
 {
-	uint64_t first = hs.seq >= DASHBOARD_HISTORY_TICKS ? hs.seq - DASHBOARD_HISTORY_TICKS + 1 : 1;
+	uint64_t first =
+	    hs.seq >= DASHBOARD_HISTORY_TICKS ? hs.seq - DASHBOARD_HISTORY_TICKS + 1 : 1;
 	bool any = false;
 
 	if (h->since_seq > first)

@@ -184,8 +184,8 @@ conn_dashboard(http_conn *c, const char *path, bool head)
 	}
 	if (strcmp(path, "/api/circuits") == 0 || strcmp(path, "/api/history") == 0) {
 		size_t len = 0;
-		char *text = path[5] == 'c' ? dashboard_circuits_text(&len)
-					    : dashboard_history_text(&len);
+		char *text =
+		    path[5] == 'c' ? dashboard_circuits_text(&len) : dashboard_history_text(&len);
 
 		if (text == NULL) {
 			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",

@@ -699,7 +699,8 @@ START_TEST(test_history)
 	json_decref(list);
 	for (int i = 0; i < 6; i++)
 		json_decref(util_call_ok(fd,
-		    "{\"op\":\"record_success\",\"name\":\"h1\",\"duration_ms\":%d}", i < 2 ? 500 : 1));
+		    "{\"op\":\"record_success\",\"name\":\"h1\",\"duration_ms\":%d}",
+		    i < 2 ? 500 : 1));
 	for (int i = 0; i < 3; i++)
 		json_decref(util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"h1\"}"));
 	list = history_wait("h1", 1, 9);
