@@ -12,8 +12,10 @@
  * (hung on its rate entry), aligned with one ring of tick times. Only a
  * circuit with calls gets one; a ring written is zeroed lazily over the
  * ticks it had none; a ring that holds nothing (idle for the whole
- * window) goes at the end of a tick. Circuits with calls and no room are
- * left out: each tick counts them (stats: dashboard_history_left_out).
+ * window) goes at the end of a tick. When all are taken, the least
+ * recently busy yields its ring to a newly busy circuit once it has had
+ * no calls for DASHBOARD_HISTORY_YIELD_TICKS; else the newcomer is left
+ * out: each tick counts them (stats: dashboard_history_left_out).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -241,9 +243,20 @@ history_put(rate_entry *e, const uint64_t v[DASHBOARD_HISTORY_FIELDS])
 	history *h = e->hist;
 	uint32_t *slot;
 
-	if (h == NULL) {
-		if (hs.count >= DASHBOARD_HISTORY_CIRCUITS)
+	if (h == NULL && hs.count >= DASHBOARD_HISTORY_CIRCUITS) {
+		/* Full: the least recently busy circuit yields its ring when
+		 * it had no calls for DASHBOARD_HISTORY_YIELD_TICKS. */
+		h = hs.tail;
+		if (h == NULL || h->last_seq + DASHBOARD_HISTORY_YIELD_TICKS > hs.seq)
 			return false;
+		history_unlink(h);
+		h->owner->hist = NULL;
+		memset(h, 0, sizeof *h);
+		h->owner = e;
+		h->since_seq = hs.seq;
+		h->last_seq = hs.seq;
+		e->hist = h;
+	} else if (h == NULL) {
 		h = calloc(1, sizeof *h);
 		if (h == NULL)
 			return false;

@@ -29,12 +29,15 @@
 /* The history (GET /api/history): each tick's counts (calls, failures,
  * slow, rejected, refused for want of a ticket) for the last
  * DASHBOARD_HISTORY_TICKS ticks (5 minutes), for at most
- * DASHBOARD_HISTORY_CIRCUITS circuits (those with calls, first come; a
- * circuit without calls for 5 minutes makes room). Memory: at most
- * CIRCUITS x TICKS x FIELDS x 4 bytes = 3,000 bytes a circuit, 2.9 MiB. */
+ * DASHBOARD_HISTORY_CIRCUITS circuits (those with calls; when all are
+ * taken, one without calls for DASHBOARD_HISTORY_YIELD_TICKS (30 s)
+ * yields its place to a newly busy one; one without calls for 5 minutes
+ * goes). Memory: at most CIRCUITS x TICKS x FIELDS x 4 bytes = 3,000
+ * bytes a circuit, 2.9 MiB. */
 #define DASHBOARD_HISTORY_CIRCUITS 1000
 #define DASHBOARD_HISTORY_TICKS 150
 #define DASHBOARD_HISTORY_FIELDS 5
+#define DASHBOARD_HISTORY_YIELD_TICKS 15
 /* Fewer bytes than any compact snapshot takes (bounds /api/circuits' walk). */
 #define DASHBOARD_SNAPSHOT_MIN 128
 

@@ -812,6 +812,40 @@ START_TEST(test_history_odd_names)
 }
 END_TEST
 
+/* All 1,000 histories taken: a newly busy circuit is left out (counted)
+ * until the least recently busy has had no calls for 30 s
+ * (DASHBOARD_HISTORY_YIELD_TICKS), then takes its place. */
+START_TEST(test_history_yield)
+{
+	long long deadline;
+	json_t *list, *st;
+	bool found = false;
+
+	start("");
+	for (int i = 0; i < 1000; i++)
+		json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"c%04d\"}", i));
+	ck_assert(util_stats_reach(fd, "dashboard_history_circuits", 1000));
+	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"late\"}"));
+	ck_assert(util_stats_reach_min(fd, "dashboard_history_left_out", 1));
+	/* 15 ticks of 2 s, and the harness's bound on top. */
+	deadline = harness_mono_ms() + 40000 + harness_timeout_ms();
+	while (!found && harness_mono_ms() < deadline) {
+		json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"late\"}"));
+		harness_sleep_ms(500);
+		list = history_get();
+		found = history_of(list, "late") != NULL;
+		if (found)
+			ck_assert_int_eq(util_int(list, "total"), 1000);
+		json_decref(list);
+	}
+	ck_assert_msg(found, "late never got a history");
+	st = util_call_ok(fd, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(st, "dashboard_history_circuits"), 1000);
+	ck_assert_int_ge(util_int(st, "dashboard_history_left_out"), 1);
+	json_decref(st);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -831,6 +865,7 @@ main(void)
 	tcase_add_test(tc, test_history);
 	tcase_add_test(tc, test_history_cap);
 	tcase_add_test(tc, test_history_odd_names);
+	tcase_add_test(tc, test_history_yield);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }
