@@ -43,7 +43,9 @@ static const stats_group groups[] = {
 		{ "metrics_scrapes", "metrics scrapes" }, { NULL, NULL } } },
 	{ "dashboard",
 	    { { "dashboard_clients", "event streams open" }, { "dashboard_events", "events sent" },
-		{ NULL, NULL } } },
+		{ "dashboard_history_circuits", "circuits with a history" },
+		{ "dashboard_history_left_out", "busy ticks with no room" },
+		{ "dashboard_tick_us", "last tick (us)" }, { NULL, NULL } } },
 	{ "bulkhead", { { "waiters", "allows waiting for a ticket" }, { NULL, NULL } } },
 	{ "reloads", { { "reloads", "done" }, { "reload_failures", "failed" }, { NULL, NULL } } },
 };

@@ -64,11 +64,6 @@ client_free(sse_client *c)
 	free(c);
 	sse.count--;
 	stats.dashboard_clients = sse.count;
-	if (sse.count == 0) {
-		if (sse.tick_ev != NULL)
-			event_del(sse.tick_ev);
-		dashboard_forget();
-	}
 }
 
 /* Queue len bytes for c; false when that passes its output bound (or
@@ -179,12 +174,10 @@ static void
 tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	size_t len = 0;
-	char *text;
+	char *text = dashboard_tick(sse.count > 0, &len);
 
-	if (sse.count == 0)
-		return;
-	text = dashboard_tick_text(&len);
-	broadcast(text, len);
+	if (sse.count > 0)
+		broadcast(text, len);
 }
 
 bool
@@ -197,14 +190,25 @@ dashboard_sse_room(void)
 }
 
 bool
-dashboard_sse_attach(int fd)
+dashboard_sse_start(void)
 {
 	struct timeval tick = { DASHBOARD_TICK_MS / 1000, (DASHBOARD_TICK_MS % 1000) * 1000 };
+
+	if (sse.tick_ev != NULL)
+		return true;
+	sse.tick_ev = event_new(cbd.base, -1, EV_PERSIST, tick_cb, NULL);
+	if (sse.tick_ev == NULL || event_add(sse.tick_ev, &tick) != 0)
+		return false;
+	dashboard_rates_begin();
+	return true;
+}
+
+bool
+dashboard_sse_attach(int fd)
+{
 	sse_client *c = calloc(1, sizeof *c);
 
-	if (sse.tick_ev == NULL)
-		sse.tick_ev = event_new(cbd.base, -1, EV_PERSIST, tick_cb, NULL);
-	if (c == NULL || sse.tick_ev == NULL) {
+	if (c == NULL) {
 		stats_limit_hit(STATS_LIMIT_NOMEM);
 		free(c);
 		close(fd);
@@ -224,10 +228,6 @@ dashboard_sse_attach(int fd)
 		stats_limit_hit(STATS_LIMIT_NOMEM);
 		client_free(c);
 		return false;
-	}
-	if (sse.count == 1) {
-		dashboard_rates_begin();
-		event_add(sse.tick_ev, &tick);
 	}
 	return true;
 }
@@ -250,9 +250,9 @@ dashboard_sse_deleted(const char *name, const char *reason)
 	size_t len = 0;
 	char *text;
 
+	dashboard_rates_drop(name);
 	if (sse.count == 0)
 		return;
-	dashboard_rates_drop(name);
 	text = dashboard_delete_text(name, reason, &len);
 	broadcast(text, len);
 }
@@ -299,4 +299,5 @@ dashboard_sse_stop(void)
 	if (sse.tick_ev != NULL)
 		event_free(sse.tick_ev);
 	sse.tick_ev = NULL;
+	dashboard_forget();
 }

@@ -3,7 +3,8 @@
  * dashboard-sse.h — the dashboard's Server-Sent Events streams (GET
  * /events on metrics_listen): at most dashboard_max_clients at once, each
  * sent every change, policy and delete (what a watcher of every circuit is
- * sent) and a stats tick every DASHBOARD_TICK_MS. A stream whose unsent
+ * sent) and a stats tick every DASHBOARD_TICK_MS. The tick runs while
+ * metrics_listen is set, streams or not: it keeps the history. A stream whose unsent
  * output would pass max_output_bytes is dropped, like a slow watcher:
  * nothing waits for a browser.
  */
@@ -15,6 +16,10 @@
 
 #include "circuit-table.h"
 #include "conf.h"
+
+/* Start the stats tick (metrics_listen began); false when out of
+ * memory. */
+bool dashboard_sse_start(void);
 
 /* Is there room for one more stream? (false: counted as a limit hit). */
 bool dashboard_sse_room(void);
@@ -31,7 +36,7 @@ void dashboard_sse_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 /* Streams open now (stats, tests). */
 uint64_t dashboard_sse_clients(void);
 
-/* Close every stream (exit, metrics_listen stopped). */
+/* Close every stream and stop the tick (exit, metrics_listen stopped). */
 void dashboard_sse_stop(void);
 
 #endif

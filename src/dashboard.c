@@ -6,7 +6,18 @@
  * entry goes with its delete or reclaim event) to send what moved, and
  * visits only the DASHBOARD_TICK_CIRCUITS most recently used circuits (the
  * table keeps them in that order): a circuit further back had no calls.
+ *
+ * The history: what the tick found for at most DASHBOARD_HISTORY_CIRCUITS
+ * circuits, kept for DASHBOARD_HISTORY_TICKS ticks in a ring per circuit
+ * (hung on its rate entry), aligned with one ring of tick times. Only a
+ * circuit with calls gets one; a ring written is zeroed lazily over the
+ * ticks it had none; a ring that holds nothing (idle for the whole
+ * window) goes at the end of a tick. When all are taken, the least
+ * recently busy yields its ring to a newly busy circuit once it has had
+ * no calls for DASHBOARD_HISTORY_YIELD_TICKS; else the newcomer is left
+ * out: each tick counts them (stats: dashboard_history_left_out).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,15 +33,35 @@ static int hash_oom;
 #include "encode.h"
 #include "stats.h"
 
+struct rate_entry;
+
+/* A circuit's last DASHBOARD_HISTORY_TICKS ticks: s[seq % TICKS] is tick
+ * seq's counts when since_seq <= seq <= last_seq (else none, or 0). */
+typedef struct history {
+	struct history *prev, *next; /* by last calls, most recent first */
+	struct rate_entry *owner;
+	uint64_t since_seq, last_seq;
+	uint32_t s[DASHBOARD_HISTORY_TICKS][DASHBOARD_HISTORY_FIELDS];
+} history;
+
 /* A circuit's totals at the last tick. */
 typedef struct rate_entry {
 	UT_hash_handle hh;
-	uint64_t calls, failures, slow, rejected;
+	uint64_t calls, failures, slow, rejected, refused;
+	history *hist; /* NULL: none */
 	char name[];
 } rate_entry;
 
 static rate_entry *rates;
 static int64_t last_tick_ms; /* monotonic; 0: no tick yet */
+
+/* The rings of ticks. */
+static struct {
+	uint64_t seq; /* the last tick's number (the first is 1) */
+	int64_t at[DASHBOARD_HISTORY_TICKS]; /* realtime ms of tick seq % TICKS */
+	history *head, *tail;
+	uint64_t count;
+} hs;
 
 /* Take b's text (NULL when it ran out of memory). */
 static char *
@@ -168,11 +199,92 @@ dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg
 
 /* What the tick's walk needs. */
 typedef struct tick_walk {
-	enc_buf *b; /* NULL: a baseline walk, nothing sent */
+	enc_buf *b; /* NULL: nothing sent */
+	bool baseline; /* remember the totals only */
 	size_t budget;
-	uint64_t count;
+	uint64_t count, left_out;
 	bool truncated;
 } tick_walk;
+
+static void
+history_unlink(history *h)
+{
+	if (h->prev != NULL)
+		h->prev->next = h->next;
+	else
+		hs.head = h->next;
+	if (h->next != NULL)
+		h->next->prev = h->prev;
+	else
+		hs.tail = h->prev;
+	h->prev = h->next = NULL;
+}
+
+static void
+history_free(history *h)
+{
+	history_unlink(h);
+	h->owner->hist = NULL;
+	free(h);
+	hs.count--;
+	stats.dashboard_history_circuits = hs.count;
+}
+
+static uint32_t
+clamp32(uint64_t v)
+{
+	return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* e had calls (or refusals) in tick hs.seq: keep them (false: no room). */
+static bool
+history_put(rate_entry *e, const uint64_t v[DASHBOARD_HISTORY_FIELDS])
+{
+	history *h = e->hist;
+	uint32_t *slot;
+
+	if (h == NULL && hs.count >= DASHBOARD_HISTORY_CIRCUITS) {
+		/* Full: the least recently busy circuit yields its ring when
+		 * it had no calls for DASHBOARD_HISTORY_YIELD_TICKS. */
+		h = hs.tail;
+		if (h == NULL || h->last_seq + DASHBOARD_HISTORY_YIELD_TICKS > hs.seq)
+			return false;
+		history_unlink(h);
+		h->owner->hist = NULL;
+		memset(h, 0, sizeof *h);
+		h->owner = e;
+		h->since_seq = hs.seq;
+		h->last_seq = hs.seq;
+		e->hist = h;
+	} else if (h == NULL) {
+		h = calloc(1, sizeof *h);
+		if (h == NULL)
+			return false;
+		h->owner = e;
+		h->since_seq = hs.seq;
+		h->last_seq = hs.seq;
+		e->hist = h;
+		hs.count++;
+		stats.dashboard_history_circuits = hs.count;
+	} else {
+		/* The ticks since the last write had none. */
+		for (uint64_t q = h->last_seq + 1;
+		     q < hs.seq && q + DASHBOARD_HISTORY_TICKS > hs.seq; q++)
+			memset(h->s[q % DASHBOARD_HISTORY_TICKS], 0, sizeof h->s[0]);
+		history_unlink(h);
+	}
+	slot = h->s[hs.seq % DASHBOARD_HISTORY_TICKS];
+	for (int i = 0; i < DASHBOARD_HISTORY_FIELDS; i++)
+		slot[i] = clamp32(v[i]);
+	h->last_seq = hs.seq;
+	h->next = hs.head;
+	if (hs.head != NULL)
+		hs.head->prev = h;
+	hs.head = h;
+	if (hs.tail == NULL)
+		hs.tail = h;
+	return true;
+}
 
 /* Append one rates row: [name, calls, failures, slow, rejected]. */
 static void
@@ -231,26 +343,37 @@ tick_visit(const char *name, const ct_view *view, void *arg)
 		}
 		/* New since the last tick (created by its first calls: those
 		 * are this interval's), unless this is the baseline. */
-		if (w->b == NULL)
+		if (w->baseline)
 			goto keep;
-	} else if (calls < e->calls || t->rejected < e->rejected) {
+	} else if (calls < e->calls || t->rejected < e->rejected ||
+	    t->rejected_concurrency < e->refused) {
 		/* Deleted and made again between two ticks: counts from 0. */
-		e->calls = e->failures = e->slow = e->rejected = 0;
+		e->calls = e->failures = e->slow = e->rejected = e->refused = 0;
 	}
-	if (w->b != NULL && (calls != e->calls || t->rejected != e->rejected))
-		put_rates(w, name, calls - e->calls, t->failures - e->failures, t->slow - e->slow,
-		    t->rejected - e->rejected);
+	if (!w->baseline &&
+	    (calls != e->calls || t->rejected != e->rejected ||
+		t->rejected_concurrency != e->refused)) {
+		const uint64_t v[DASHBOARD_HISTORY_FIELDS] = { calls - e->calls,
+			t->failures - e->failures, t->slow - e->slow, t->rejected - e->rejected,
+			t->rejected_concurrency - e->refused };
+
+		if (w->b != NULL && (calls != e->calls || t->rejected != e->rejected))
+			put_rates(w, name, v[0], v[1], v[2], v[3]);
+		if (!history_put(e, v))
+			w->left_out++;
+	}
 keep:
 	e->calls = calls;
 	e->failures = t->failures;
 	e->slow = t->slow;
 	e->rejected = t->rejected;
+	e->refused = t->rejected_concurrency;
 }
 
 void
 dashboard_rates_begin(void)
 {
-	tick_walk w = { NULL, 0, 0, false };
+	tick_walk w = { NULL, true, 0, 0, 0, false };
 
 	dashboard_forget();
 	circuit_table_foreach_recent(cbd.table, clock_realtime_ms(), DASHBOARD_TICK_CIRCUITS,
@@ -265,33 +388,134 @@ dashboard_rates_drop(const char *name)
 
 	HASH_FIND(hh, rates, name, strlen(name), e);
 	if (e != NULL) {
+		if (e->hist != NULL)
+			history_free(e->hist);
 		HASH_DEL(rates, e);
 		free(e);
 	}
 }
 
 char *
-dashboard_tick_text(size_t *len)
+dashboard_tick(bool send, size_t *len)
 {
 	enc_buf b = { 0 };
 	int64_t mono = clock_monotonic_ms(), now = clock_realtime_ms();
-	tick_walk w = { &b, (size_t)cbd.conf.max_output_bytes / 4, 0, false };
+	int64_t t0 = clock_monotonic_us();
+	tick_walk w = { send ? &b : NULL, false, (size_t)cbd.conf.max_output_bytes / 4, 0, 0,
+		false };
 	ct_stats ct;
+	char *text = NULL;
 
-	circuit_table_stats(cbd.table, &ct);
-	ENC_LIT(&b, "event: stats\ndata: {\"event\":\"stats\",\"now\":");
-	enc_int(&b, now);
-	ENC_LIT(&b, ",\"interval_ms\":");
-	enc_int(&b, last_tick_ms > 0 ? mono - last_tick_ms : DASHBOARD_TICK_MS);
-	ENC_LIT(&b, ",\"circuits\":");
-	enc_int(&b, (int64_t)ct.circuits);
-	ENC_LIT(&b, ",\"rates\":[");
+	hs.seq++;
+	hs.at[hs.seq % DASHBOARD_HISTORY_TICKS] = now;
+	if (send) {
+		circuit_table_stats(cbd.table, &ct);
+		ENC_LIT(&b, "event: stats\ndata: {\"event\":\"stats\",\"now\":");
+		enc_int(&b, now);
+		ENC_LIT(&b, ",\"interval_ms\":");
+		enc_int(&b, last_tick_ms > 0 ? mono - last_tick_ms : DASHBOARD_TICK_MS);
+		ENC_LIT(&b, ",\"circuits\":");
+		enc_int(&b, (int64_t)ct.circuits);
+		ENC_LIT(&b, ",\"rates\":[");
+	}
 	circuit_table_foreach_recent(cbd.table, now, DASHBOARD_TICK_CIRCUITS, tick_visit, &w);
-	if (w.truncated)
-		ENC_LIT(&b, "],\"truncated\":true}\n\n");
-	else
-		ENC_LIT(&b, "],\"truncated\":false}\n\n");
+	/* Rings that hold nothing now (no calls for the whole window) go. */
+	while (hs.tail != NULL && hs.tail->last_seq + DASHBOARD_HISTORY_TICKS <= hs.seq)
+		history_free(hs.tail);
+	stats.dashboard_history_left_out += w.left_out;
+	if (send) {
+		if (w.truncated)
+			ENC_LIT(&b, "],\"truncated\":true}\n\n");
+		else
+			ENC_LIT(&b, "],\"truncated\":false}\n\n");
+		text = take(&b, len);
+	}
 	last_tick_ms = mono;
+	stats.dashboard_tick_us = (uint64_t)(clock_monotonic_us() - t0);
+	return text;
+}
+
+/* Append h's samples: {"name", "since", "samples": [[t, calls, failures,
+ * slow, rejected, refused], ...]} (ticks without any left out). */
+static void
+put_history(enc_buf *b, const history *h)
+{
+	uint64_t first =
+	    hs.seq >= DASHBOARD_HISTORY_TICKS ? hs.seq - DASHBOARD_HISTORY_TICKS + 1 : 1;
+	bool any = false;
+
+	if (h->since_seq > first)
+		first = h->since_seq;
+	ENC_LIT(b, "{\"name\":");
+	enc_name(b, h->owner->name);
+	ENC_LIT(b, ",\"since\":");
+	enc_int(b, hs.at[first % DASHBOARD_HISTORY_TICKS]);
+	ENC_LIT(b, ",\"samples\":[");
+	for (uint64_t q = first; q <= h->last_seq; q++) {
+		const uint32_t *s = h->s[q % DASHBOARD_HISTORY_TICKS];
+
+		if ((s[0] | s[1] | s[2] | s[3] | s[4]) == 0)
+			continue;
+		if (any)
+			ENC_LIT(b, ",");
+		ENC_LIT(b, "[");
+		enc_int(b, hs.at[q % DASHBOARD_HISTORY_TICKS]);
+		for (int i = 0; i < DASHBOARD_HISTORY_FIELDS; i++) {
+			ENC_LIT(b, ",");
+			enc_int(b, s[i]);
+		}
+		ENC_LIT(b, "]");
+		any = true;
+	}
+	ENC_LIT(b, "]}");
+}
+
+char *
+dashboard_history_text(size_t *len)
+{
+	enc_buf b = { 0 };
+	size_t budget = (size_t)cbd.conf.max_output_bytes;
+	uint64_t count = 0;
+	bool truncated = false;
+
+	ENC_LIT(&b, "{\"now\":");
+	enc_int(&b, clock_realtime_ms());
+	ENC_LIT(&b, ",\"tick_ms\":");
+	enc_int(&b, DASHBOARD_TICK_MS);
+	ENC_LIT(&b, ",\"ticks\":");
+	enc_int(&b, DASHBOARD_HISTORY_TICKS);
+	ENC_LIT(&b, ",\"last\":");
+	enc_int(&b, hs.seq > 0 ? hs.at[hs.seq % DASHBOARD_HISTORY_TICKS] : 0);
+	ENC_LIT(&b, ",\"circuits\":[");
+	for (const history *h = hs.head; h != NULL; h = h->next) {
+		size_t before = b.len;
+
+		if (count > 0)
+			ENC_LIT(&b, ",");
+		put_history(&b, h);
+		if (b.nomem)
+			break;
+		if (b.len - before > budget) {
+			b.len = before;
+			b.buf[before] = '\0';
+			truncated = true;
+			break;
+		}
+		budget -= b.len - before;
+		count++;
+	}
+	ENC_LIT(&b, "],\"count\":");
+	enc_int(&b, (int64_t)count);
+	ENC_LIT(&b, ",\"total\":");
+	enc_int(&b, (int64_t)hs.count);
+	ENC_LIT(&b, ",\"left_out\":");
+	enc_int(&b, (int64_t)stats.dashboard_history_left_out);
+	if (truncated) {
+		stats_limit_hit(STATS_LIMIT_LIST);
+		ENC_LIT(&b, ",\"truncated\":true}");
+	} else {
+		ENC_LIT(&b, ",\"truncated\":false}");
+	}
 	return take(&b, len);
 }
 
@@ -301,6 +525,8 @@ dashboard_forget(void)
 	rate_entry *e, *tmp;
 
 	HASH_ITER (hh, rates, e, tmp) {
+		if (e->hist != NULL)
+			history_free(e->hist);
 		HASH_DEL(rates, e);
 		free(e);
 	}

@@ -11,6 +11,7 @@
 #ifndef CBD_DASHBOARD_H
 #define CBD_DASHBOARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,18 @@
 /* Circuits a tick visits, most recently used first (its cost each
  * DASHBOARD_TICK_MS, whatever max_circuits is). */
 #define DASHBOARD_TICK_CIRCUITS 20000
+/* The history (GET /api/history): each tick's counts (calls, failures,
+ * slow, rejected, refused for want of a ticket) for the last
+ * DASHBOARD_HISTORY_TICKS ticks (5 minutes), for at most
+ * DASHBOARD_HISTORY_CIRCUITS circuits (those with calls; when all are
+ * taken, one without calls for DASHBOARD_HISTORY_YIELD_TICKS (30 s)
+ * yields its place to a newly busy one; one without calls for 5 minutes
+ * goes). Memory: at most CIRCUITS x TICKS x FIELDS x 4 bytes = 3,000
+ * bytes a circuit, 2.9 MiB. */
+#define DASHBOARD_HISTORY_CIRCUITS 1000
+#define DASHBOARD_HISTORY_TICKS 150
+#define DASHBOARD_HISTORY_FIELDS 5
+#define DASHBOARD_HISTORY_YIELD_TICKS 15
 /* Fewer bytes than any compact snapshot takes (bounds /api/circuits' walk). */
 #define DASHBOARD_SNAPSHOT_MIN 128
 
@@ -47,16 +60,29 @@ char *dashboard_change_text(const char *name, const ct_change *change, size_t *l
 char *dashboard_delete_text(const char *name, const char *reason, size_t *len);
 char *dashboard_policy_text(const char *name, const ct_view *view, const cbd_conf *cfg,
     size_t *len);
-/* The stats tick: [name, calls, failures, slow, rejected] for every circuit
+/* The stats tick, every DASHBOARD_TICK_MS while metrics_listen is set
+ * (streams or not): what moved goes into the history; with send, the
+ * event's text: [name, calls, failures, slow, rejected] for every circuit
  * whose totals moved since the last tick (or the baseline), over
- * interval_ms; the list is cut (truncated) at max_output_bytes / 4. */
-char *dashboard_tick_text(size_t *len);
+ * interval_ms; the list is cut (truncated) at max_output_bytes / 4.
+ * NULL without send or when out of memory. Its cost: stats'
+ * dashboard_tick_us. */
+char *dashboard_tick(bool send, size_t *len);
 
-/* The first stream opened: remember every recent circuit's totals now. */
+/* GET /api/history: {"now", "tick_ms", "ticks", "last" (the last tick's
+ * time: the stream's stats events up to it are in), "circuits": [{"name",
+ * "since", "samples": [[t, calls, failures, slow, rejected, refused],
+ * ...]}, ...] (most recently busy first; ticks with nothing left out),
+ * "count", "total", "left_out" (circuits x ticks with calls that had no
+ * room, since start), "truncated"}, at most max_output_bytes of
+ * circuits. NULL when out of memory. */
+char *dashboard_history_text(size_t *len);
+
+/* The ticks begin: remember every recent circuit's totals now. */
 void dashboard_rates_begin(void);
 /* name was deleted or reclaimed: forget its totals. */
 void dashboard_rates_drop(const char *name);
-/* Forget the totals the tick remembers (no client left; exit). */
+/* Forget the totals and the history (the ticks stop: exit, reload). */
 void dashboard_forget(void);
 
 #endif

@@ -8,7 +8,8 @@
  * logging every failed accept).
  *
  * Besides /metrics, the dashboard (README, "Dashboard"): the page, its
- * script and style (compiled in), /api/circuits (dashboard.c) and /events,
+ * script and style (compiled in), /api/circuits and /api/history
+ * (dashboard.c) and /events,
  * whose connection is handed to dashboard-sse.c once its request is read.
  * Read-only: nothing here changes a circuit.
  */
@@ -181,9 +182,10 @@ conn_dashboard(http_conn *c, const char *path, bool head)
 			return true;
 		}
 	}
-	if (strcmp(path, "/api/circuits") == 0) {
+	if (strcmp(path, "/api/circuits") == 0 || strcmp(path, "/api/history") == 0) {
 		size_t len = 0;
-		char *text = dashboard_circuits_text(&len);
+		char *text =
+		    path[5] == 'c' ? dashboard_circuits_text(&len) : dashboard_history_text(&len);
 
 		if (text == NULL) {
 			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
@@ -454,7 +456,8 @@ metrics_http_start(void)
 	}
 	mh.listen_ev = event_new(cbd.base, mh.fd, EV_READ | EV_PERSIST, accept_cb, NULL);
 	mh.pause_ev = evtimer_new(cbd.base, resume_cb, NULL);
-	if (mh.listen_ev == NULL || mh.pause_ev == NULL || event_add(mh.listen_ev, NULL) != 0) {
+	if (mh.listen_ev == NULL || mh.pause_ev == NULL || event_add(mh.listen_ev, NULL) != 0 ||
+	    !dashboard_sse_start()) {
 		log_error("metrics_listen: out of memory");
 		metrics_http_stop();
 		return false;

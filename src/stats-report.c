@@ -104,6 +104,9 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "metrics_scrapes", stats.metrics_scrapes) &&
 	    set_uint(reply, "dashboard_clients", stats.dashboard_clients) &&
 	    set_uint(reply, "dashboard_events", stats.dashboard_events) &&
+	    set_uint(reply, "dashboard_history_circuits", stats.dashboard_history_circuits) &&
+	    set_uint(reply, "dashboard_history_left_out", stats.dashboard_history_left_out) &&
+	    set_uint(reply, "dashboard_tick_us", stats.dashboard_tick_us) &&
 	    set_uint(reply, "held", ct.held) && set_uint(reply, "policies", ct.policies) &&
 	    set_uint(reply, "reclaimed_idle", ct.reclaimed_idle) &&
 	    set_uint(reply, "reclaimed_capacity", ct.reclaimed_capacity) &&

@@ -60,6 +60,9 @@ typedef struct cbd_stats {
 	uint64_t metrics_scrapes; /* GET /metrics answered */
 	uint64_t dashboard_clients; /* dashboard event streams open now */
 	uint64_t dashboard_events; /* event frames queued for dashboard streams */
+	uint64_t dashboard_history_circuits; /* circuits with a history now */
+	uint64_t dashboard_history_left_out; /* circuit-ticks with calls, no room in the history */
+	uint64_t dashboard_tick_us; /* the last stats tick's cost */
 	uint64_t state_writes; /* state file written (whole or appended to) */
 	uint64_t state_appends; /* of which appends of changes to its journal */
 	uint64_t state_write_failures;

@@ -5,7 +5,9 @@
  * Server-Sent Events of a trip, a delete and the stats tick, streams past
  * dashboard_max_clients refused (counted), a stalled stream dropped at
  * max_output_bytes while the socket's clients are answered throughout,
- * and /api/circuits and the events valid JSON for odd names and reasons.
+ * and /api/circuits and the events valid JSON for odd names and reasons;
+ * /api/history holding every tick's counts (with no browser connected),
+ * its cap on circuits honoured and counted, its cut, its odd names.
  * The page itself is tests/dashboard-browser.sh's.
  */
 #include <arpa/inet.h>
@@ -582,6 +584,247 @@ START_TEST(test_list_cut)
 }
 END_TEST
 
+/* ---- the history (/api/history) ------------------------------------------ */
+
+/* GET /api/history, parsed (valid JSON or the test fails). */
+static json_t *
+history_get(void)
+{
+	char *http = http_get("/api/history");
+	json_error_t err;
+	json_t *j;
+
+	ck_assert_msg(has(http, " 200 ") && has(http, "Content-Type: application/json"), "%.200s",
+	    http);
+	j = json_loads(body(http), 0, &err);
+	ck_assert_msg(j != NULL, "%s: %.300s", err.text, body(http));
+	free(http);
+	return j;
+}
+
+/* The history of name in list (NULL: none). */
+static json_t *
+history_of(json_t *list, const char *name)
+{
+	size_t k;
+	json_t *c;
+
+	json_array_foreach (json_object_get(list, "circuits"), k, c) {
+		if (strcmp(json_string_value(json_object_get(c, "name")), name) == 0)
+			return c;
+	}
+	return NULL;
+}
+
+/* The sum over name's samples of field (1 calls, 2 failures, 3 slow, 4
+ * rejected, 5 refused for want of a ticket); -1 when it has no history.
+ * *samples: how many (when not NULL). Each sample's time is checked: at
+ * or after "since", after the one before, at most "last". */
+static int64_t
+history_sum(json_t *list, const char *name, int field, size_t *samples)
+{
+	json_t *c = history_of(list, name), *row;
+	int64_t sum = 0, prev = 0, since, last = util_int(list, "last");
+	size_t k;
+
+	if (c == NULL)
+		return -1;
+	since = json_integer_value(json_object_get(c, "since"));
+	json_array_foreach (json_object_get(c, "samples"), k, row) {
+		int64_t t = json_integer_value(json_array_get(row, 0));
+
+		ck_assert_int_eq(json_array_size(row), 6);
+		ck_assert_int_ge(t, since);
+		ck_assert_int_gt(t, prev);
+		ck_assert_int_le(t, last);
+		prev = t;
+		sum += json_integer_value(json_array_get(row, (size_t)field));
+	}
+	if (samples != NULL)
+		*samples = json_array_size(json_object_get(c, "samples"));
+	return sum;
+}
+
+/* Wait (bounded) until name's history sums field to want; the list then. */
+static json_t *
+history_wait(const char *name, int field, int64_t want)
+{
+	long long deadline = harness_mono_ms() + harness_timeout_ms();
+	json_t *list;
+
+	for (;;) {
+		list = history_get();
+		if (history_sum(list, name, field, NULL) == want || harness_mono_ms() > deadline)
+			return list;
+		json_decref(list);
+		harness_sleep_ms(50);
+	}
+}
+
+/* With no browser connected, the ticks keep each circuit's counts: the
+ * samples of the ticks sum to exactly the calls, failures, slow calls,
+ * refusals while open and refusals for want of a ticket made; calls made
+ * after a tick took the first ones land in later samples. */
+START_TEST(test_history)
+{
+	json_t *list;
+	size_t samples = 0;
+
+	start("[circuit \"h1\"]\nslow_call_ms = 100\n[circuit \"b\"]\nmax_concurrent = 1\n");
+	list = history_get();
+	ck_assert_int_eq(util_int(list, "ticks"), 150);
+	ck_assert_int_eq(util_int(list, "tick_ms"), 2000);
+	ck_assert_int_eq(util_int(list, "count"), 0);
+	json_decref(list);
+	for (int i = 0; i < 6; i++)
+		json_decref(util_call_ok(fd,
+		    "{\"op\":\"record_success\",\"name\":\"h1\",\"duration_ms\":%d}",
+		    i < 2 ? 500 : 1));
+	for (int i = 0; i < 3; i++)
+		json_decref(util_call_ok(fd, "{\"op\":\"record_failure\",\"name\":\"h1\"}"));
+	list = history_wait("h1", 1, 9);
+	ck_assert_int_eq(history_sum(list, "h1", 1, &samples), 9);
+	ck_assert_int_ge(samples, 1);
+	ck_assert_int_eq(history_sum(list, "h1", 2, NULL), 3);
+	ck_assert_int_eq(history_sum(list, "h1", 3, NULL), 2);
+	ck_assert_int_eq(history_sum(list, "h1", 4, NULL), 0);
+	json_decref(list);
+	/* A tick took those: these are a later tick's. */
+	for (int i = 0; i < 4; i++)
+		json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"h1\"}"));
+	json_decref(util_call_ok(fd, "{\"op\":\"set_state\",\"name\":\"r\",\"state\":\"open\"}"));
+	for (int i = 0; i < 3; i++) {
+		json_t *a = util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"r\"}");
+
+		ck_assert(!util_bool(a, "allowed"));
+		json_decref(a);
+	}
+	json_decref(util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"b\"}"));
+	json_decref(util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"b\"}"));
+	json_decref(history_wait("h1", 1, 13));
+	json_decref(history_wait("r", 4, 3));
+	list = history_wait("b", 5, 1);
+	ck_assert_int_eq(history_sum(list, "h1", 1, &samples), 13);
+	ck_assert_int_ge(samples, 2);
+	ck_assert_int_eq(history_sum(list, "h1", 2, NULL), 3);
+	ck_assert_int_eq(history_sum(list, "h1", 3, NULL), 2);
+	ck_assert_int_eq(history_sum(list, "r", 4, NULL), 3);
+	ck_assert_int_eq(history_sum(list, "r", 1, NULL), 0);
+	ck_assert_int_eq(history_sum(list, "b", 5, NULL), 1);
+	ck_assert_int_eq(util_int(list, "total"), 3);
+	ck_assert_int_eq(util_int(list, "left_out"), 0);
+	ck_assert(!util_bool(list, "truncated"));
+	json_decref(list);
+	ck_assert(util_stats_reach(fd, "dashboard_history_circuits", 3));
+	ck_assert(util_stats_reach(fd, "dashboard_clients", 0));
+	/* A deleted circuit's history goes with it. */
+	json_decref(util_call_ok(fd, "{\"op\":\"delete\",\"name\":\"r\"}"));
+	ck_assert(util_stats_reach(fd, "dashboard_history_circuits", 2));
+	list = history_get();
+	ck_assert_ptr_null(history_of(list, "r"));
+	json_decref(list);
+	{
+		/* What a tick costs (printed, not asserted). */
+		json_t *st = util_call_ok(fd, "{\"op\":\"stats\"}");
+
+		printf("history: a tick over 3 circuits took %lld us\n",
+		    (long long)util_int(st, "dashboard_tick_us"));
+		json_decref(st);
+	}
+}
+END_TEST
+
+/* More busy circuits than DASHBOARD_HISTORY_CIRCUITS (1,000): 1,000 get a
+ * history, the others are counted as left out; a history longer than
+ * max_output_bytes is cut, says so and counts the cut. */
+START_TEST(test_history_cap)
+{
+	json_t *list, *st;
+
+	start("max_output_bytes = 65536\n");
+	for (int i = 0; i < 1010; i++)
+		json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"c%04d\"}", i));
+	ck_assert(util_stats_reach_min(fd, "dashboard_history_left_out", 10));
+	ck_assert(util_stats_reach(fd, "dashboard_history_circuits", 1000));
+	list = history_get();
+	ck_assert_int_eq(util_int(list, "total"), 1000);
+	ck_assert_int_ge(util_int(list, "left_out"), 10);
+	ck_assert(util_bool(list, "truncated"));
+	ck_assert_int_lt(util_int(list, "count"), 1000);
+	ck_assert_int_gt(util_int(list, "count"), 0);
+	json_decref(list);
+	{
+		char *http = http_get("/api/history");
+
+		ck_assert_int_le(strlen(body(http)), 65536 + 256);
+		free(http);
+	}
+	st = util_call_ok(fd, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(st, "limits.list_truncated"), 1);
+	printf("history: a tick over 1,010 circuits took %lld us\n",
+	    (long long)util_int(st, "dashboard_tick_us"));
+	json_decref(st);
+}
+END_TEST
+
+/* Odd names in the history: valid JSON with the exact strings. */
+START_TEST(test_history_odd_names)
+{
+	static const char *const names[] = { "quote\"d", "back\\slash", "caf\xc3\xa9 \xe6\x97\xa5",
+		"</script><b>", "ctl\x01x" };
+	static const char *const wire[] = { "quote\\\"d", "back\\\\slash",
+		"caf\xc3\xa9 \xe6\x97\xa5", "</script><b>", "ctl\\u0001x" };
+	json_t *list;
+
+	start("");
+	for (size_t i = 0; i < 5; i++) {
+		json_t *r = util_call(fd, "{\"op\":\"record_success\",\"name\":\"%s\"}", wire[i]);
+		bool stored = r != NULL && util_code(r) == NULL;
+
+		json_decref(r);
+		if (!stored)
+			continue; /* a name cbd refuses (control bytes) has no history */
+		list = history_wait(names[i], 1, 1);
+		ck_assert_msg(history_sum(list, names[i], 1, NULL) == 1, "%s", names[i]);
+		json_decref(list);
+	}
+}
+END_TEST
+
+/* All 1,000 histories taken: a newly busy circuit is left out (counted)
+ * until the least recently busy has had no calls for 30 s
+ * (DASHBOARD_HISTORY_YIELD_TICKS), then takes its place. */
+START_TEST(test_history_yield)
+{
+	long long deadline;
+	json_t *list, *st;
+	bool found = false;
+
+	start("");
+	for (int i = 0; i < 1000; i++)
+		json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"c%04d\"}", i));
+	ck_assert(util_stats_reach(fd, "dashboard_history_circuits", 1000));
+	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"late\"}"));
+	ck_assert(util_stats_reach_min(fd, "dashboard_history_left_out", 1));
+	/* 15 ticks of 2 s, and the harness's bound on top. */
+	deadline = harness_mono_ms() + 40000 + harness_timeout_ms();
+	while (!found && harness_mono_ms() < deadline) {
+		json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"late\"}"));
+		harness_sleep_ms(500);
+		list = history_get();
+		found = history_of(list, "late") != NULL;
+		if (found)
+			ck_assert_int_eq(util_int(list, "total"), 1000);
+		json_decref(list);
+	}
+	ck_assert_msg(found, "late never got a history");
+	st = util_call_ok(fd, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(st, "dashboard_history_circuits"), 1000);
+	ck_assert_int_ge(util_int(st, "dashboard_history_left_out"), 1);
+	json_decref(st);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -598,6 +841,10 @@ main(void)
 	tcase_add_test(tc, test_odd_names);
 	tcase_add_test(tc, test_list_cut);
 	tcase_add_test(tc, test_policy_event);
+	tcase_add_test(tc, test_history);
+	tcase_add_test(tc, test_history_cap);
+	tcase_add_test(tc, test_history_odd_names);
+	tcase_add_test(tc, test_history_yield);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }

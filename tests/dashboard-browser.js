@@ -4,7 +4,9 @@
 // loads the page from a real cbd; a trip from a client turns its tile open
 // without a reload, a hold set with cbctl shows its badge, a deleted
 // circuit's tile goes, 10,000 circuits render and the filter finds one,
-// the arrow keys move between tiles; a screenshot is written. Every wait
+// the arrow keys move between tiles; a page opened after traffic, without
+// its event stream, draws the sparklines and rates at once from cbd's
+// history (/api/history); a screenshot is written. Every wait
 // is for a condition, with a generous bound; times are printed, not
 // asserted.
 'use strict';
@@ -147,6 +149,28 @@ async function step(what, fn) {
     }, { timeout: BOUND }, UPDATE);
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: SHOT });
+  });
+  await step('a page opened after traffic shows the sparklines at once (history, no stream)', async () => {
+    const p2 = await browser.newPage();
+    await p2.setViewport({ width: 1280, height: 800 });
+    p2.on('pageerror', (e) => errors.push(String(e)));
+    // No event stream (refused, as past dashboard_max_clients): whatever
+    // the tiles show came from /api/circuits and /api/history.
+    await p2.setRequestInterception(true);
+    p2.on('request', (r) => (/\/events$/.test(r.url())
+      ? r.respond({ status: 503, contentType: 'text/plain', body: 'no stream in this test\n' }) : r.continue()));
+    await p2.goto(URL, { waitUntil: 'load', timeout: BOUND });
+    await p2.waitForFunction(() => window.cbdDashboard && window.cbdDashboard.loaded() && document.querySelector('#tiles [data-name="search"]'), { timeout: BOUND });
+    const seen = await p2.evaluate(() => {
+      const t = document.querySelector('#tiles [data-name="search"]');
+      return { ticks: window.cbdDashboard.ticks(), rate: parseFloat(t.querySelector('.figures b').textContent),
+        points: t.querySelector('.spark .calls').getAttribute('points').split(' ').filter((p) => !p.endsWith(',27.0')).length };
+    });
+    console.log('# history at load: ' + seen.points + ' sparkline points, ' + seen.rate + ' calls/s, ' + seen.ticks + ' live ticks');
+    if (seen.ticks !== 0) throw new Error('the page had live ticks: ' + seen.ticks);
+    if (seen.points < 3) throw new Error('the sparkline is empty at load: ' + seen.points + ' points');
+    if (!(seen.rate > 0)) throw new Error('no calls/s at load');
+    await p2.close();
   });
   traffic = false;
   await step('10,000 circuits render and the filter finds one', async () => {

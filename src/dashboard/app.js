@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // src/dashboard/app.js — the dashboard's script (compiled into cbd, served
-// at /app.js): loads /api/circuits, follows /events (change, policy,
-// delete, and a stats tick with each circuit's calls since the last) and
+// at /app.js): loads /api/circuits and /api/history (the last 5 minutes of
+// ticks, so the sparklines are drawn at once), follows /events (change,
+// policy, delete, and a stats tick with each circuit's calls since the
+// last, appended to the history) and
 // draws a tile per circuit, open and held first. Only the tiles in view
 // exist in the page (10,000 circuits are 10,000 objects, not 10,000
 // elements). Vanilla JS, no dependency, nothing fetched from elsewhere.
@@ -11,7 +13,7 @@
   const circuits = new Map(); // name -> circuit
   let order = []; // circuits shown, in order
   let tickMs = 2000, loaded = false, queued = [], dirty = true, focusIndex = -1;
-  let truncated = false, total = 0;
+  let truncated = false, total = 0, histLast = 0, ticks = 0;
   const $ = (id) => document.getElementById(id);
   const tilesEl = $('tiles'), filterEl = $('filter'), stateEl = $('state');
 
@@ -256,9 +258,12 @@
     } else if (type === 'stats') {
       const now = Date.now();
       tickMs = d.interval_ms || tickMs;
+      ticks++;
+      // A tick the history loaded already holds.
+      if (d.now <= histLast) return;
       for (const [name, calls, fails, slow, rejected] of d.rates) {
         const c = circuits.get(name);
-        if (c) c.hist.push({ t: now, ms: d.interval_ms, calls, fails, slow, rejected });
+        if (c) c.hist.push({ t: d.now || now, ms: d.interval_ms, calls, fails, slow, rejected });
       }
       for (const c of circuits.values()) {
         while (c.hist.length && c.hist[0].t < now - HISTORY_MS) c.hist.shift();
@@ -278,8 +283,10 @@
     loaded = false;
     queued = [];
     try {
-      const r = await fetch('api/circuits', { cache: 'no-store' });
+      const [r, rh] = await Promise.all([fetch('api/circuits', { cache: 'no-store' }),
+        fetch('api/history', { cache: 'no-store' }).catch(() => null)]);
       const d = await r.json();
+      const hd = rh && rh.ok ? await rh.json().catch(() => null) : null;
       const old = circuits;
       const keep = new Map();
       for (const s of d.circuits) {
@@ -293,6 +300,16 @@
         put(s);
       }
       tickMs = d.tick_ms || tickMs;
+      // The last 5 minutes as cbd kept them (the ticks it had before this
+      // page): they replace what this page saw, live ticks come after.
+      if (hd) {
+        histLast = hd.last || 0;
+        for (const h of hd.circuits) {
+          const c = circuits.get(h.name);
+          if (!c) continue;
+          c.hist = h.samples.map(([t, calls, fails, slow, rejected]) => ({ t, ms: hd.tick_ms || tickMs, calls, fails, slow, rejected }));
+        }
+      }
       truncated = d.truncated;
       total = d.total;
       loaded = true;
@@ -329,6 +346,6 @@
     };
   }
   connect();
-  window.cbdDashboard = { size: () => circuits.size, shown: () => order.length, loaded: () => loaded };
+  window.cbdDashboard = { size: () => circuits.size, shown: () => order.length, loaded: () => loaded, ticks: () => ticks };
   schedule();
 })();
