@@ -88,6 +88,21 @@ put_snapshot(enc_buf *b, const char *name, const ct_view *view, const cbd_conf *
 	encode_snapshot(b, name, view, &policy, preset, &sources, now, with_policy);
 }
 
+/* Whether the item b grew by since `before` fits *budget: kept (the
+ * budget less), or cut off and *truncated set. */
+static bool
+item_fits(enc_buf *b, size_t before, size_t *budget, bool *truncated)
+{
+	if (b->len - before > *budget) {
+		b->len = before;
+		b->buf[before] = '\0';
+		*truncated = true;
+		return false;
+	}
+	*budget -= b->len - before;
+	return true;
+}
+
 /* What the /api/circuits walk needs. */
 typedef struct circuits_walk {
 	enc_buf *b;
@@ -108,14 +123,8 @@ circuits_visit(const char *name, const ct_view *view, void *arg)
 	if (w->count > 0)
 		ENC_LIT(w->b, ",");
 	put_snapshot(w->b, name, view, &cbd.conf, w->now, false);
-	if (w->b->len - before > w->budget) {
-		w->b->len = before;
-		w->b->buf[before] = '\0';
-		w->truncated = true;
-		return;
-	}
-	w->budget -= w->b->len - before;
-	w->count++;
+	if (item_fits(w->b, before, &w->budget, &w->truncated))
+		w->count++;
 }
 
 char *
@@ -308,14 +317,8 @@ put_rates(tick_walk *w, const char *name, uint64_t calls, uint64_t failures, uin
 	ENC_LIT(w->b, ",");
 	enc_int(w->b, (int64_t)rejected);
 	ENC_LIT(w->b, "]");
-	if (w->b->len - before > w->budget) {
-		w->b->len = before;
-		w->b->buf[before] = '\0';
-		w->truncated = true;
-		return;
-	}
-	w->budget -= w->b->len - before;
-	w->count++;
+	if (item_fits(w->b, before, &w->budget, &w->truncated))
+		w->count++;
 }
 
 static void
