@@ -116,6 +116,11 @@ static struct {
 	fleet_call *head, *tail;
 	unsigned inflight; /* calls in the FIFO */
 	fleet_room_fn on_room;
+	/* Script calls made so far (fleet_seq), and its value when the
+	 * subscription to the event channel was last confirmed. */
+	uint64_t seq;
+	uint64_t events_mark;
+	bool events_live; /* the current event connection's SUBSCRIBE confirmed */
 	struct event *timeout_ev;
 	struct event *reconnect_ev;
 	int64_t outage_since; /* realtime ms; 0: none */
@@ -222,6 +227,25 @@ fleet_count_unavailable(void)
 	fleet.stats.unavailable++;
 }
 
+void
+fleet_count_copy_answer(void)
+{
+	fleet.stats.copy_answers++;
+}
+
+uint64_t
+fleet_seq(void)
+{
+	return fleet.seq;
+}
+
+bool
+fleet_events_fresh(uint64_t stamp)
+{
+	return fleet.health == FLEET_UP && fleet.events_live && fleet.sub != NULL &&
+	    !fleet.hold_requests && stamp >= fleet.events_mark;
+}
+
 /* --- the FIFO of waiting calls --- */
 
 static void
@@ -305,6 +329,7 @@ contexts_free(void)
 	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
 
 	calls_answer_all();
+	fleet.events_live = false;
 	fleet.main = fleet.sub = NULL;
 	if (main != NULL)
 		redisAsyncFree(main);
@@ -582,6 +607,7 @@ fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn 
 	}
 	call->done = done;
 	call->arg = arg;
+	fleet.seq++;
 	return call;
 }
 
@@ -857,8 +883,16 @@ event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 
 	(void)privdata;
 	if (r == NULL || ac != fleet.sub || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-	    r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+	    r->element[0]->type != REDIS_REPLY_STRING)
+		return;
+	if (strcmp(r->element[0]->str, "subscribe") == 0) {
+		/* Redis ran the SUBSCRIBE: every change a script call made
+		 * after now reaches this host as an event (fleet_events_fresh). */
+		fleet.events_live = true;
+		fleet.events_mark = fleet.seq;
+		return;
+	}
+	if (strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
 		return;
 	event = json_loadb(r->element[2]->str, r->element[2]->len, 0, &jerr);
 	origin = json_object_get(event, "origin");

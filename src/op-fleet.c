@@ -52,6 +52,7 @@ typedef struct op_pending {
 	json_t *first; /* record with a permit: the outcome's reply */
 	bool permit_next; /* record with a permit: its release is still to send */
 	int in_flight; /* script calls sent and not yet answered */
+	uint64_t stamp; /* fleet_seq() before its last script call */
 	int retries;
 	char *declared_text; /* the policy the circuit was created with */
 	proto_ctx declared; /* parsed from it after a mismatch */
@@ -119,7 +120,10 @@ pending_args(op_pending *p, json_t *extra)
 static bool
 pending_send(op_pending *p, const char *script_op, json_t *args)
 {
-	bool ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
+	bool ok;
+
+	p->stamp = fleet_seq();
+	ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
 
 	p->in_flight += ok;
 	return ok;
@@ -434,6 +438,70 @@ queue_drain(void)
 	}
 }
 
+/* Has c a request on name that Redis has not answered (its noreply
+ * outcomes included)? A later request of c on name must follow it. */
+static bool
+conn_busy_with(server_client *c, const char *name)
+{
+	const op_conn *oc = op_conn_peek(c);
+
+	for (const op_pending *p = oc != NULL ? oc->fleet_pending : NULL; p != NULL; p = p->next)
+		if (strcmp(p->call.name, name) == 0)
+			return true;
+	return false;
+}
+
+/* allow and get from this host's copy, without a script call, when its
+ * answer is the script's: the copy is fresh (fleet_copy_fresh: no event
+ * can have been missed since Redis last said what it is), closed and not
+ * held, the policy has no max_concurrent nor retry budget (and allow is
+ * not a retry), get's snapshot does not move with the clock (no rate
+ * window, no min_reporters), and this connection has no request on the
+ * circuit still in Redis (its requests take effect in order). Everything
+ * else (half_open's slots, open with or without an elapsed break, holds,
+ * tickets) is Redis's to answer. False: ask Redis (*bad: call->err). */
+static bool
+copy_answer(op_call *call, bool *bad)
+{
+	const cb_policy *policy = &call->policy;
+	bool allow = call->op->fleet == &op_fleet_allow;
+	int64_t wait_ms;
+	ct_change change;
+	ct_view view;
+
+	*bad = false;
+	if (!allow && call->op->fleet != &op_fleet_get)
+		return false;
+	if (!call->stored || policy->max_concurrent > 0 || policy->retry_budget_percent >= 0)
+		return false;
+	if (allow && !op_wait_members(call, &wait_ms))
+		return *bad = true, false;
+	if (allow ? call->table.retry
+		  : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
+		return false;
+	if (!fleet_copy_fresh(call->name) || conn_busy_with(call->client, call->name) ||
+	    !circuit_table_peek(cbd.table, call->name, &view) ||
+	    view.snap.state != CB_STATE_CLOSED || view.hold.held)
+		return false;
+	fleet_count_copy_answer();
+	if (allow) {
+		ct_allow a = { .allowed = true, .state = CB_STATE_CLOSED };
+
+		if (!op_reply_allow(call, &a))
+			*bad = true;
+		return true;
+	}
+	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
+	events_changed(call->name, &change);
+	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0) {
+		proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+		return *bad = true, true;
+	}
+	if (!op_reply_snapshot(call, "snapshot", &view))
+		*bad = true;
+	return true;
+}
+
 bool
 op_fleet_send(op_call *call, bool *answered)
 {
@@ -444,6 +512,12 @@ op_fleet_send(op_call *call, bool *answered)
 	*answered = false;
 	if (call->client == NULL || call->name == NULL)
 		return true; /* this host's copy answers */
+	if (copy_answer(call, &bad)) {
+		*answered = true;
+		return !bad;
+	}
+	if (bad)
+		return false;
 	/* max_circuits bounds this host's copies: a circuit it has no copy of
 	 * is created only when there is room for one. */
 	if (path_needs_room(call) && !call->stored &&
@@ -912,8 +986,8 @@ pending_done(const json_t *reply, void *arg)
 	if (json_is_integer(json_object_get(reply, "now")))
 		call->now = json_integer_value(json_object_get(reply, "now"));
 	circuit = json_object_get(reply, "circuit");
-	if (!fleet_copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
-		!call->op->fleet->deletes, &view)) {
+	if (!fleet_copy_apply_fresh(call->name, circuit, json_object_get(reply, "change"),
+		call->now, !call->op->fleet->deletes, &view, p->stamp)) {
 		pending_local(p);
 		return;
 	}
