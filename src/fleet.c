@@ -240,6 +240,12 @@ fleet_seq(void)
 }
 
 bool
+fleet_events_live(void)
+{
+	return fleet.events_live && fleet.sub != NULL;
+}
+
+bool
 fleet_events_fresh(uint64_t stamp)
 {
 	return fleet.health == FLEET_UP && fleet.events_live && fleet.sub != NULL &&

@@ -125,6 +125,8 @@ uint64_t fleet_seq(void);
  * every later change of the circuit reaches this host as an event), and
  * no re-seed is under way? */
 bool fleet_events_fresh(uint64_t stamp);
+/* Is the event channel's subscription confirmed on the current connection? */
+bool fleet_events_live(void);
 /* Is there room for another request's call (FLEET_INFLIGHT_MAX)? */
 bool fleet_has_room(void);
 /* Who is told when room comes (one; NULL: none). */
