@@ -121,6 +121,12 @@ static struct {
 	uint64_t seq;
 	uint64_t events_mark;
 	bool events_live; /* the current event connection's SUBSCRIBE confirmed */
+	/* This host's ping through the event channel (every heartbeat): one
+	 * not back within redis_timeout_ms makes every copy stale until it is
+	 * (an event connection that hangs without closing). */
+	bool ping_out;
+	int64_t ping_sent_ms; /* monotonic */
+	uint64_t ping_seq;
 	struct event *timeout_ev;
 	struct event *reconnect_ev;
 	int64_t outage_since; /* realtime ms; 0: none */
@@ -249,7 +255,9 @@ bool
 fleet_events_fresh(uint64_t stamp)
 {
 	return fleet.health == FLEET_UP && fleet.events_live && fleet.sub != NULL &&
-	    !fleet.hold_requests && stamp >= fleet.events_mark;
+	    !fleet.hold_requests && stamp >= fleet.events_mark &&
+	    (!fleet.ping_out ||
+		clock_monotonic_ms() - fleet.ping_sent_ms <= cbd.conf.redis_timeout_ms);
 }
 
 /* --- the FIFO of waiting calls --- */
@@ -336,6 +344,7 @@ contexts_free(void)
 
 	calls_answer_all();
 	fleet.events_live = false;
+	fleet.ping_out = false;
 	fleet.main = fleet.sub = NULL;
 	if (main != NULL)
 		redisAsyncFree(main);
@@ -815,6 +824,18 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	(void)arg;
 	if (fleet.conf_addr.sentinels > 0 && fleet.health == FLEET_UP)
 		fleet_sentinel_watch();
+	if (fleet.health == FLEET_UP && fleet.main != NULL && fleet.events_live && !fleet.ping_out) {
+		/* Through the event channel and back (fleet_events_fresh). */
+		char note[96];
+
+		snprintf(note, sizeof note, "{\"origin\":\"%s\",\"ping\":%" PRIu64 "}", fleet.origin,
+		    ++fleet.ping_seq);
+		if (redisAsyncCommand(fleet.main, NULL, NULL, "PUBLISH %s %s", fleet.channel, note) ==
+		    REDIS_OK) {
+			fleet.ping_out = true;
+			fleet.ping_sent_ms = clock_monotonic_ms();
+		}
+	}
 	if (fleet.health != FLEET_UP || !fleet.script_ready || fleet.main == NULL ||
 	    fleet.heartbeat_pending)
 		return;
@@ -904,6 +925,15 @@ event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 	origin = json_object_get(event, "origin");
 	if (!json_is_object(event) || !json_is_string(origin)) {
 		fleet.stats.events_bad++;
+		json_decref(event);
+		return;
+	}
+	/* A ping (heartbeat_cb): this host's is back; another host's is
+	 * nothing here (not counted). */
+	if (json_is_integer(json_object_get(event, "ping"))) {
+		if (strcmp(json_string_value(origin), fleet.origin) == 0 &&
+		    (uint64_t)json_integer_value(json_object_get(event, "ping")) == fleet.ping_seq)
+			fleet.ping_out = false;
 		json_decref(event);
 		return;
 	}

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uthash.h>
+
 #include "daemon.h"
 #include "events.h"
 #include "fleet-copy.h"
@@ -59,6 +61,7 @@ typedef struct op_pending {
 	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
 	int64_t wait_ms; /* allow: how long it may wait for a ticket here */
 	bool released_here; /* release_slot: a ticket of this host's went back */
+	bool busy; /* counted in its circuit's busy entry */
 	/* Waiting for room in Redis (FLEET_INFLIGHT_MAX): its first call's
 	 * arguments, and the next request waiting. */
 	json_t *queued_args;
@@ -66,6 +69,74 @@ typedef struct op_pending {
 } op_pending;
 
 static uint64_t token_counter;
+
+/* Requests of this host on one circuit that Redis has not answered yet
+ * (sent or waiting for room): while there is one, an allow or get of the
+ * circuit is not answered from the copy, so that this host's requests
+ * take effect in the order it read them (as when all go to Redis on its
+ * one script connection). */
+typedef struct busy_entry {
+	UT_hash_handle hh;
+	unsigned count;
+	char name[];
+} busy_entry;
+
+static busy_entry *busy;
+
+/* Count one more request of this host on name in Redis; false when not
+ * counted (out of memory: the copy may answer sooner). */
+static bool
+busy_inc(const char *name)
+{
+	size_t len = strlen(name);
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, len, e);
+	if (e == NULL) {
+		e = calloc(1, sizeof *e + len + 1);
+		if (e == NULL)
+			return false;
+		memcpy(e->name, name, len + 1);
+		HASH_ADD_KEYPTR(hh, busy, e->name, len, e);
+	}
+	e->count++;
+	return true;
+}
+
+static void
+busy_dec(const char *name)
+{
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, strlen(name), e);
+	if (e != NULL && --e->count == 0) {
+		HASH_DEL(busy, e);
+		free(e);
+	}
+}
+
+static void
+busy_add(op_pending *p)
+{
+	p->busy = busy_inc(p->call.name);
+}
+
+static void
+busy_drop(op_pending *p)
+{
+	if (p->busy)
+		busy_dec(p->call.name);
+	p->busy = false;
+}
+
+static bool
+busy_with(const char *name)
+{
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, strlen(name), e);
+	return e != NULL;
+}
 
 /* Requests waiting for room in Redis, host-wide, oldest first (each
  * connection has one at most: it reads no further line meanwhile). */
@@ -334,6 +405,7 @@ pending_unlink(op_pending *p, server_client *c)
 static void
 pending_free(op_pending *p)
 {
+	busy_drop(p);
 	json_decref(p->queued_args);
 	json_decref(p->first);
 	json_decref(p->call.reply);
@@ -438,26 +510,14 @@ queue_drain(void)
 	}
 }
 
-/* Has c a request on name that Redis has not answered (its noreply
- * outcomes included)? A later request of c on name must follow it. */
-static bool
-conn_busy_with(server_client *c, const char *name)
-{
-	const op_conn *oc = op_conn_peek(c);
-
-	for (const op_pending *p = oc != NULL ? oc->fleet_pending : NULL; p != NULL; p = p->next)
-		if (strcmp(p->call.name, name) == 0)
-			return true;
-	return false;
-}
-
 /* allow and get from this host's copy, without a script call, when its
  * answer is the script's: the copy is fresh (fleet_copy_fresh: no event
  * can have been missed since Redis last said what it is), closed and not
  * held, the policy has no max_concurrent nor retry budget (and allow is
  * not a retry), get's snapshot does not move with the clock (no rate
- * window, no min_reporters), and this connection has no request on the
- * circuit still in Redis (its requests take effect in order). Everything
+ * window, no min_reporters), and no request of this host on the circuit
+ * is still in Redis or waiting for room (this host's requests take effect
+ * in the order it read them). Everything
  * else (half_open's slots, open with or without an elapsed break, holds,
  * tickets) is Redis's to answer. False: ask Redis (*bad: call->err). */
 static bool
@@ -479,7 +539,7 @@ copy_answer(op_call *call, bool *bad)
 	if (allow ? call->table.retry
 		  : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
 		return false;
-	if (!fleet_copy_fresh(call->name) || conn_busy_with(call->client, call->name) ||
+	if (!fleet_copy_fresh(call->name) || busy_with(call->name) ||
 	    !circuit_table_peek(cbd.table, call->name, &view) ||
 	    view.snap.state != CB_STATE_CLOSED || view.hold.held)
 		return false;
@@ -562,6 +622,7 @@ op_fleet_send(op_call *call, bool *answered)
 	json_decref(extra);
 	if (queued)
 		op_conn_peek(call->client)->fleet_queued++;
+	busy_add(p);
 	call->pending = true;
 	pending_link(p, call->client);
 	/* A reply must keep its place among the connection's replies; a
@@ -581,12 +642,31 @@ static bool reply_nomem(op_pending *p);
  * "declared": a release never mismatches the policy the circuit was
  * created with (with "" it would, for any circuit created with a ctx). */
 static void
+give_back_done(const json_t *reply, void *arg)
+{
+	(void)reply;
+	busy_dec(arg);
+	free(arg);
+}
+
+static void
 slot_give_back(const char *name, const char *token)
 {
 	json_t *args = json_pack("{s:s}", "token", token);
+	/* Counted busy: this host's later allow or get of the circuit follows
+	 * it (answered from the copy only once it ran). */
+	char *copy = strdup(name);
 
-	if (args != NULL)
-		fleet_call_script("release_slot", name, args, NULL, NULL);
+	if (copy != NULL && !busy_inc(copy)) {
+		free(copy);
+		copy = NULL;
+	}
+	if (args == NULL ||
+	    fleet_call_script("release_slot", name, args, copy != NULL ? give_back_done : NULL,
+		copy) == NULL) {
+		if (copy != NULL)
+			give_back_done(NULL, copy);
+	}
 	json_decref(args);
 }
 
