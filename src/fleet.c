@@ -824,14 +824,15 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	(void)arg;
 	if (fleet.conf_addr.sentinels > 0 && fleet.health == FLEET_UP)
 		fleet_sentinel_watch();
-	if (fleet.health == FLEET_UP && fleet.main != NULL && fleet.events_live && !fleet.ping_out) {
+	if (fleet.health == FLEET_UP && fleet.main != NULL && fleet.events_live &&
+	    !fleet.ping_out) {
 		/* Through the event channel and back (fleet_events_fresh). */
 		char note[96];
 
-		snprintf(note, sizeof note, "{\"origin\":\"%s\",\"ping\":%" PRIu64 "}", fleet.origin,
-		    ++fleet.ping_seq);
-		if (redisAsyncCommand(fleet.main, NULL, NULL, "PUBLISH %s %s", fleet.channel, note) ==
-		    REDIS_OK) {
+		snprintf(note, sizeof note, "{\"origin\":\"%s\",\"ping\":%" PRIu64 "}",
+		    fleet.origin, ++fleet.ping_seq);
+		if (redisAsyncCommand(fleet.main, NULL, NULL, "PUBLISH %s %s", fleet.channel,
+			note) == REDIS_OK) {
 			fleet.ping_out = true;
 			fleet.ping_sent_ms = clock_monotonic_ms();
 		}

@@ -536,8 +536,7 @@ copy_answer(op_call *call, bool *bad)
 		return false;
 	if (allow && !op_wait_members(call, &wait_ms))
 		return *bad = true, false;
-	if (allow ? call->table.retry
-		  : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
+	if (allow ? call->table.retry : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
 		return false;
 	if (!fleet_copy_fresh(call->name) || busy_with(call->name) ||
 	    !circuit_table_peek(cbd.table, call->name, &view) ||

@@ -258,7 +258,8 @@ fleet_gen_run(void *arg)
 		failure = fleet_in_burst(c, t0 - fleet_t0) || rand_r(&g->seed) % 100 < 3;
 		g->failures += failure;
 		len = snprintf(req, sizeof req,
-		    "{\"op\":\"record\",\"name\":\"c-%d\",\"outcome\":\"%s\",%s%s%s\"noreply\":true}\n",
+		    "{\"op\":\"record\",\"name\":\"c-%d\",\"outcome\":\"%s\",%s%s%s\"noreply\":"
+		    "true}\n",
 		    c, failure ? "failure" : "success", has_permit ? "\"permit\":\"" : "",
 		    has_permit ? permit : "", has_permit ? "\"," : "");
 		if (!harness_send_all(fd, req, (size_t)len)) {
@@ -408,7 +409,8 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 	    calls > refused ? 100.0 * (double)failures / (double)(calls - refused) : 0,
 	    (unsigned long long)errors);
 	if (calls > 0)
-		printf("Redis CPU %.2f us per protected call (%.0f %% of a core); cbds' CPU %.2f us "
+		printf("Redis CPU %.2f us per protected call (%.0f %% of a core); cbds' CPU %.2f "
+		       "us "
 		       "per protected call (all %d)\n",
 		    (redis_cpu1 - redis_cpu0) * 1e6 / (double)calls,
 		    100.0 * (redis_cpu1 - redis_cpu0) / (t_end - t_start),
@@ -453,8 +455,9 @@ main(int argc, char **argv)
 		else if (opt == 'n')
 			trips = atoi(optarg) < TRIPS_MAX ? atoi(optarg) : TRIPS_MAX;
 		else {
-			fprintf(stderr, "usage: bench-fleet [-d SECONDS] [-c 8,50] [-n TRIPS]\n"
-					"       bench-fleet -f HOSTS [-C CONNS] [-d SECONDS] [-n TRIPS]\n");
+			fprintf(stderr,
+			    "usage: bench-fleet [-d SECONDS] [-c 8,50] [-n TRIPS]\n"
+			    "       bench-fleet -f HOSTS [-C CONNS] [-d SECONDS] [-n TRIPS]\n");
 			return 2;
 		}
 	}

@@ -1567,7 +1567,6 @@ START_TEST(test_sentinel_master_killed_is_followed)
 }
 END_TEST
 
-
 /* --- answers from this host's copy (issue 24) --- */
 
 /* A member of fd's stats.backend. */
@@ -1806,8 +1805,7 @@ START_TEST(test_half_open_held_and_limited_go_to_the_script)
 		ck_assert(!util_bool(r, "allowed"));
 		ck_assert_str_eq(util_str(r, "reason"), "half_open_full");
 		json_decref(r);
-		snprintf(req, sizeof req,
-		    "{\"op\":\"get\",\"name\":\"ho\",\"ctx\":{\"now\":%lld}}",
+		snprintf(req, sizeof req, "{\"op\":\"get\",\"name\":\"ho\",\"ctx\":{\"now\":%lld}}",
 		    (long long)(T0 + 1000));
 		json_decref(allow_by_script(a, req));
 	}
