@@ -30,7 +30,7 @@
  * refusals, the script calls and copy answers (stats.backend), and the
  * trip's propagation delay p50/p99.
  *
- *   CBD_BINARY=src/cbd tests/bench-fleet -f 8 [-C 2] [-d SECONDS] [-n TRIPS]
+ *   CBD_BINARY=src/cbd tests/bench-fleet -f 8 [-C 2] [-d SECONDS] [-n TRIPS (200)]
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -437,6 +437,7 @@ int
 main(int argc, char **argv)
 {
 	int conns[8] = { 8, 50 }, nconns = 2, trips = 1000, opt, hosts = 0, per_host = 2;
+	bool trips_given = false;
 	double seconds = 3;
 	char config[512], sha[41];
 	cbd_harness a, b;
@@ -452,8 +453,10 @@ main(int argc, char **argv)
 			seconds = atof(optarg);
 		else if (opt == 'c')
 			nconns = bench_parse_conns(optarg, conns, 8);
-		else if (opt == 'n')
+		else if (opt == 'n') {
 			trips = atoi(optarg) < TRIPS_MAX ? atoi(optarg) : TRIPS_MAX;
+			trips_given = true;
+		}
 		else {
 			fprintf(stderr,
 			    "usage: bench-fleet [-d SECONDS] [-c 8,50] [-n TRIPS]\n"
@@ -467,7 +470,8 @@ main(int argc, char **argv)
 			    FLEET_CONNS_MAX);
 			return 2;
 		}
-		return fleet_bench(hosts, per_host, seconds, trips);
+		/* Trips timed while the load runs (-d): fewer by default. */
+		return fleet_bench(hosts, per_host, seconds, trips_given ? trips : 200);
 	}
 	if (!redis_available() || !redis_start(&redis)) {
 		fprintf(stderr, "bench-fleet: needs redis-server\n");
