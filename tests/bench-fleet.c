@@ -456,8 +456,7 @@ main(int argc, char **argv)
 		else if (opt == 'n') {
 			trips = atoi(optarg) < TRIPS_MAX ? atoi(optarg) : TRIPS_MAX;
 			trips_given = true;
-		}
-		else {
+		} else {
 			fprintf(stderr,
 			    "usage: bench-fleet [-d SECONDS] [-c 8,50] [-n TRIPS]\n"
 			    "       bench-fleet -f HOSTS [-C CONNS] [-d SECONDS] [-n TRIPS]\n");
