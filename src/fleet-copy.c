@@ -26,10 +26,20 @@ typedef struct copy_version {
 	UT_hash_handle hh;
 	int64_t created_at;
 	int64_t version;
+	/* Freshness (fleet_copy_fresh): the fleet_seq() of the script call
+	 * whose reply the copy is (stamped: it was such a reply, read while
+	 * the event channel was live), and fleet_seq() when the last event
+	 * of this circuit from another host arrived. */
+	bool stamped;
+	uint64_t stamp;
+	uint64_t event_mark;
 	char name[];
 } copy_version;
 
 static copy_version *versions;
+/* The latest event_mark of a forgotten entry: a new entry starts with it
+ * (an event must never be forgotten with its entry). */
+static uint64_t forgotten_mark;
 
 static const struct {
 	const char *name;
@@ -170,6 +180,8 @@ fleet_copy_forget(const char *name)
 	copy_version *v = version_find(name);
 
 	if (v != NULL) {
+		if (v->event_mark > forgotten_mark)
+			forgotten_mark = v->event_mark;
 		HASH_DEL(versions, v);
 		free(v);
 	}
@@ -184,6 +196,7 @@ fleet_copy_free(void)
 		HASH_DEL(versions, v);
 		free(v);
 	}
+	forgotten_mark = 0;
 }
 
 /* circuit's version and created_at; false when it reports none (a cbd's
@@ -201,27 +214,59 @@ version_read(const json_t *circuit, int64_t *version, int64_t *created_at)
 	return true;
 }
 
+/* name's entry, made when missing (NULL: no memory). */
+static copy_version *
+version_need(const char *name)
+{
+	copy_version *v = version_find(name);
+
+	if (v == NULL) {
+		size_t len = strlen(name);
+
+		v = calloc(1, sizeof *v + len + 1);
+		if (v == NULL)
+			return NULL;
+		memcpy(v->name, name, len + 1);
+		v->event_mark = forgotten_mark;
+		HASH_ADD_KEYPTR(hh, versions, v->name, len, v);
+	}
+	return v;
+}
+
 /* Remember circuit's version as this host's copy's. */
-static void
+static copy_version *
 version_note(const char *name, const json_t *circuit)
 {
 	int64_t version, created_at;
 	copy_version *v;
 
 	if (!version_read(circuit, &version, &created_at))
-		return;
-	v = version_find(name);
-	if (v == NULL) {
-		size_t len = strlen(name);
-
-		v = calloc(1, sizeof *v + len + 1);
-		if (v == NULL)
-			return;
-		memcpy(v->name, name, len + 1);
-		HASH_ADD_KEYPTR(hh, versions, v->name, len, v);
-	}
+		return NULL;
+	v = version_need(name);
+	if (v == NULL)
+		return NULL;
 	v->version = version;
 	v->created_at = created_at;
+	return v;
+}
+
+void
+fleet_copy_event_arrived(const char *name)
+{
+	copy_version *v = version_need(name);
+
+	if (v != NULL)
+		v->event_mark = fleet_seq();
+	else
+		forgotten_mark = fleet_seq(); /* every new entry starts stale */
+}
+
+bool
+fleet_copy_fresh(const char *name)
+{
+	const copy_version *v = version_find(name);
+
+	return v != NULL && v->stamped && v->stamp >= v->event_mark && fleet_events_fresh(v->stamp);
 }
 
 /* Is circuit (Redis's) behind this host's copy: the same circuit at a
@@ -307,15 +352,19 @@ static union {
 /* Make this host's copy of name what the script reports (circuit NULL
  * or null: not stored), log and broadcast its change. *view (may be
  * NULL) receives the script's view. Returns whether circuit was read. */
-bool
-fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
-    bool deleted_event, ct_view *view)
+static bool
+copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
+    bool deleted_event, ct_view *view, bool stamped, uint64_t stamp)
 {
 	ct_view local;
 	ct_change change;
+	copy_version *v = version_find(name);
 
 	if (view == NULL)
 		view = &local;
+	/* Fresh again only when a reply says so (fleet_copy_apply_fresh). */
+	if (v != NULL)
+		v->stamped = false;
 	if (circuit == NULL || json_is_null(circuit)) {
 		memset(view, 0, sizeof *view);
 		breaker_snapshot_init(&view->snap);
@@ -337,7 +386,11 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 		restore_send(name);
 		return true;
 	}
-	version_note(name, circuit);
+	v = version_note(name, circuit);
+	if (v != NULL && stamped) {
+		v->stamped = true;
+		v->stamp = stamp;
+	}
 	/* Only a cache: a refused restore (max_circuits) leaves the copy out. */
 	circuit_table_restore(cbd.table, name, view, clock_realtime_ms());
 	/* The copy's (kept across refreshes of one policy: protocol 3). */
@@ -349,4 +402,18 @@ fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_j
 		circuit_table_count_transition(cbd.table, name, change.from, change.to);
 	events_changed(name, &change);
 	return true;
+}
+
+bool
+fleet_copy_apply(const char *name, const json_t *circuit, const json_t *change_json, int64_t now,
+    bool deleted_event, ct_view *view)
+{
+	return copy_apply(name, circuit, change_json, now, deleted_event, view, false, 0);
+}
+
+bool
+fleet_copy_apply_fresh(const char *name, const json_t *circuit, const json_t *change_json,
+    int64_t now, bool deleted_event, ct_view *view, uint64_t stamp)
+{
+	return copy_apply(name, circuit, change_json, now, deleted_event, view, true, stamp);
 }

@@ -304,17 +304,33 @@ event_apply_now(const json_t *event, const json_t *circuit)
 	    true, NULL);
 }
 
+/* An event being read again (event_apply), and fleet_seq() before. */
+typedef struct event_read {
+	json_t *event;
+	uint64_t stamp;
+} event_read;
+
 static void
 event_read_done(const json_t *reply, void *arg)
 {
-	json_t *event = arg;
+	event_read *er = arg;
+	const json_t *event = er->event;
+	const char *name = json_string_value(json_object_get(event, "name"));
 
 	/* Redis gone meanwhile (or the read failed): the event's own view. */
 	if (reply == NULL || json_is_true(json_object_get(reply, "mismatch")))
 		event_apply_now(event, json_object_get(event, "circuit"));
 	else
-		event_apply_now(event, json_object_get(reply, "circuit"));
-	json_decref(event);
+		/* Read after the event arrived: fresh (fleet_copy_fresh). */
+		fleet_copy_apply_fresh(name, json_object_get(reply, "circuit"),
+		    event_change_news(name, json_object_get(reply, "circuit"),
+			json_object_get(event, "change")),
+		    json_is_integer(json_object_get(event, "now"))
+			? json_integer_value(json_object_get(event, "now"))
+			: clock_realtime_ms(),
+		    true, NULL, er->stamp);
+	json_decref(er->event);
+	free(er);
 }
 
 static void
@@ -327,9 +343,12 @@ event_apply(const json_t *event)
 	const char *preset, *why;
 	cb_policy policy;
 	json_t *args, *kept;
+	event_read *er;
 
 	if (name == NULL || !proto_name_valid(name, strlen(name), &why))
 		return;
+	/* This host's copy is stale until the read below answers. */
+	fleet_copy_event_arrived(name);
 	/* A get never creates and, sent without "declared", never
 	 * mismatches; the policy only shapes what it reads. */
 	fleet_copy_declared_parse(json_string_value(json_object_get(circuit, "declared")),
@@ -341,11 +360,17 @@ event_apply(const json_t *event)
 	args = json_pack("{s:o, s:O}", "policy", proto_policy_flat_json(&policy), "now",
 	    json_object_get(event, "now") != NULL ? json_object_get(event, "now") : json_null());
 	kept = json_deep_copy(event);
-	if (args != NULL && kept != NULL &&
-	    fleet_call_script("get", name, args, event_read_done, kept) != NULL) {
+	er = kept != NULL ? malloc(sizeof *er) : NULL;
+	if (er != NULL) {
+		er->event = kept;
+		er->stamp = fleet_seq();
+	}
+	if (args != NULL && er != NULL &&
+	    fleet_call_script("get", name, args, event_read_done, er) != NULL) {
 		json_decref(args);
 		return;
 	}
+	free(er);
 	json_decref(args);
 	json_decref(kept);
 	event_apply_now(event, circuit);

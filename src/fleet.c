@@ -116,6 +116,17 @@ static struct {
 	fleet_call *head, *tail;
 	unsigned inflight; /* calls in the FIFO */
 	fleet_room_fn on_room;
+	/* Script calls made so far (fleet_seq), and its value when the
+	 * subscription to the event channel was last confirmed. */
+	uint64_t seq;
+	uint64_t events_mark;
+	bool events_live; /* the current event connection's SUBSCRIBE confirmed */
+	/* This host's ping through the event channel (every heartbeat): one
+	 * not back within redis_timeout_ms makes every copy stale until it is
+	 * (an event connection that hangs without closing). */
+	bool ping_out;
+	int64_t ping_sent_ms; /* monotonic */
+	uint64_t ping_seq;
 	struct event *timeout_ev;
 	struct event *reconnect_ev;
 	int64_t outage_since; /* realtime ms; 0: none */
@@ -222,6 +233,33 @@ fleet_count_unavailable(void)
 	fleet.stats.unavailable++;
 }
 
+void
+fleet_count_copy_answer(void)
+{
+	fleet.stats.copy_answers++;
+}
+
+uint64_t
+fleet_seq(void)
+{
+	return fleet.seq;
+}
+
+bool
+fleet_events_live(void)
+{
+	return fleet.events_live && fleet.sub != NULL;
+}
+
+bool
+fleet_events_fresh(uint64_t stamp)
+{
+	return fleet.health == FLEET_UP && fleet.events_live && fleet.sub != NULL &&
+	    !fleet.hold_requests && stamp >= fleet.events_mark &&
+	    (!fleet.ping_out ||
+		clock_monotonic_ms() - fleet.ping_sent_ms <= cbd.conf.redis_timeout_ms);
+}
+
 /* --- the FIFO of waiting calls --- */
 
 static void
@@ -305,6 +343,8 @@ contexts_free(void)
 	redisAsyncContext *main = fleet.main, *sub = fleet.sub;
 
 	calls_answer_all();
+	fleet.events_live = false;
+	fleet.ping_out = false;
 	fleet.main = fleet.sub = NULL;
 	if (main != NULL)
 		redisAsyncFree(main);
@@ -582,6 +622,7 @@ fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn 
 	}
 	call->done = done;
 	call->arg = arg;
+	fleet.seq++;
 	return call;
 }
 
@@ -783,6 +824,19 @@ heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 	(void)arg;
 	if (fleet.conf_addr.sentinels > 0 && fleet.health == FLEET_UP)
 		fleet_sentinel_watch();
+	if (fleet.health == FLEET_UP && fleet.main != NULL && fleet.events_live &&
+	    !fleet.ping_out) {
+		/* Through the event channel and back (fleet_events_fresh). */
+		char note[96];
+
+		snprintf(note, sizeof note, "{\"origin\":\"%s\",\"ping\":%" PRIu64 "}",
+		    fleet.origin, ++fleet.ping_seq);
+		if (redisAsyncCommand(fleet.main, NULL, NULL, "PUBLISH %s %s", fleet.channel,
+			note) == REDIS_OK) {
+			fleet.ping_out = true;
+			fleet.ping_sent_ms = clock_monotonic_ms();
+		}
+	}
 	if (fleet.health != FLEET_UP || !fleet.script_ready || fleet.main == NULL ||
 	    fleet.heartbeat_pending)
 		return;
@@ -857,13 +911,30 @@ event_cb(redisAsyncContext *ac, void *reply, void *privdata)
 
 	(void)privdata;
 	if (r == NULL || ac != fleet.sub || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-	    r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+	    r->element[0]->type != REDIS_REPLY_STRING)
+		return;
+	if (strcmp(r->element[0]->str, "subscribe") == 0) {
+		/* Redis ran the SUBSCRIBE: every change a script call made
+		 * after now reaches this host as an event (fleet_events_fresh). */
+		fleet.events_live = true;
+		fleet.events_mark = fleet.seq;
+		return;
+	}
+	if (strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
 		return;
 	event = json_loadb(r->element[2]->str, r->element[2]->len, 0, &jerr);
 	origin = json_object_get(event, "origin");
 	if (!json_is_object(event) || !json_is_string(origin)) {
 		fleet.stats.events_bad++;
+		json_decref(event);
+		return;
+	}
+	/* A ping (heartbeat_cb): this host's is back; another host's is
+	 * nothing here (not counted). */
+	if (json_is_integer(json_object_get(event, "ping"))) {
+		if (strcmp(json_string_value(origin), fleet.origin) == 0 &&
+		    (uint64_t)json_integer_value(json_object_get(event, "ping")) == fleet.ping_seq)
+			fleet.ping_out = false;
 		json_decref(event);
 		return;
 	}

@@ -69,6 +69,7 @@ typedef struct fleet_stats {
 	uint64_t reseeded; /* circuits a re-seed wrote (held, open or half_open) */
 	uint64_t master_switches; /* times Sentinel named another master */
 	uint64_t restored; /* circuits written back: Redis's was older than the copy */
+	uint64_t copy_answers; /* allow and get answered from a fresh copy, no script call */
 } fleet_stats;
 
 /* Called once per call: reply is the script's decoded answer (borrowed),
@@ -113,6 +114,19 @@ const char *fleet_address(void);
 const char *fleet_origin(void);
 /* Count a request answered locally because Redis is away. */
 void fleet_count_unavailable(void);
+/* Count an allow or get answered from this host's fresh copy. */
+void fleet_count_copy_answer(void);
+/* Script calls made so far: read before a call, it stamps what the call's
+ * reply says (fleet_events_fresh). */
+uint64_t fleet_seq(void);
+/* Is what a script call stamped `stamp` (fleet_seq() before it was made)
+ * said still news-proof: Redis is up, the event channel's subscription
+ * was confirmed before that call was made and has not dropped since (so
+ * every later change of the circuit reaches this host as an event), and
+ * no re-seed is under way? */
+bool fleet_events_fresh(uint64_t stamp);
+/* Is the event channel's subscription confirmed on the current connection? */
+bool fleet_events_live(void);
 /* Is there room for another request's call (FLEET_INFLIGHT_MAX)? */
 bool fleet_has_room(void);
 /* Who is told when room comes (one; NULL: none). */

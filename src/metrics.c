@@ -264,6 +264,11 @@ metrics_text(size_t *len)
 		    "Fleet mode: circuits written back because Redis held an older version than "
 		    "this host's copy (a replica promoted before it had the last changes).");
 		put(&t, "cbd_backend_restored_total %llu\n", (unsigned long long)f->restored);
+		family(&t, "cbd_backend_copy_answers_total", "counter",
+		    "Fleet mode: allow and get answered from this host's fresh copy of a closed "
+		    "circuit, without a script call.");
+		put(&t, "cbd_backend_copy_answers_total %llu\n",
+		    (unsigned long long)f->copy_answers);
 	}
 	family(&t, "cbd_reloads_total", "counter",
 	    "Configuration reloads (SIGHUP): ok, or failed (a file with errors: the old one "

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uthash.h>
+
 #include "daemon.h"
 #include "events.h"
 #include "fleet-copy.h"
@@ -52,12 +54,14 @@ typedef struct op_pending {
 	json_t *first; /* record with a permit: the outcome's reply */
 	bool permit_next; /* record with a permit: its release is still to send */
 	int in_flight; /* script calls sent and not yet answered */
+	uint64_t stamp; /* fleet_seq() before its last script call */
 	int retries;
 	char *declared_text; /* the policy the circuit was created with */
 	proto_ctx declared; /* parsed from it after a mismatch */
 	char token[CT_TOKEN_SIZE]; /* allow, acquire_slot: the token offered */
 	int64_t wait_ms; /* allow: how long it may wait for a ticket here */
 	bool released_here; /* release_slot: a ticket of this host's went back */
+	bool busy; /* counted in its circuit's busy entry */
 	/* Waiting for room in Redis (FLEET_INFLIGHT_MAX): its first call's
 	 * arguments, and the next request waiting. */
 	json_t *queued_args;
@@ -65,6 +69,74 @@ typedef struct op_pending {
 } op_pending;
 
 static uint64_t token_counter;
+
+/* Requests of this host on one circuit that Redis has not answered yet
+ * (sent or waiting for room): while there is one, an allow or get of the
+ * circuit is not answered from the copy, so that this host's requests
+ * take effect in the order it read them (as when all go to Redis on its
+ * one script connection). */
+typedef struct busy_entry {
+	UT_hash_handle hh;
+	unsigned count;
+	char name[];
+} busy_entry;
+
+static busy_entry *busy;
+
+/* Count one more request of this host on name in Redis; false when not
+ * counted (out of memory: the copy may answer sooner). */
+static bool
+busy_inc(const char *name)
+{
+	size_t len = strlen(name);
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, len, e);
+	if (e == NULL) {
+		e = calloc(1, sizeof *e + len + 1);
+		if (e == NULL)
+			return false;
+		memcpy(e->name, name, len + 1);
+		HASH_ADD_KEYPTR(hh, busy, e->name, len, e);
+	}
+	e->count++;
+	return true;
+}
+
+static void
+busy_dec(const char *name)
+{
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, strlen(name), e);
+	if (e != NULL && --e->count == 0) {
+		HASH_DEL(busy, e);
+		free(e);
+	}
+}
+
+static void
+busy_add(op_pending *p)
+{
+	p->busy = busy_inc(p->call.name);
+}
+
+static void
+busy_drop(op_pending *p)
+{
+	if (p->busy)
+		busy_dec(p->call.name);
+	p->busy = false;
+}
+
+static bool
+busy_with(const char *name)
+{
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, strlen(name), e);
+	return e != NULL;
+}
 
 /* Requests waiting for room in Redis, host-wide, oldest first (each
  * connection has one at most: it reads no further line meanwhile). */
@@ -119,7 +191,10 @@ pending_args(op_pending *p, json_t *extra)
 static bool
 pending_send(op_pending *p, const char *script_op, json_t *args)
 {
-	bool ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
+	bool ok;
+
+	p->stamp = fleet_seq();
+	ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
 
 	p->in_flight += ok;
 	return ok;
@@ -330,6 +405,7 @@ pending_unlink(op_pending *p, server_client *c)
 static void
 pending_free(op_pending *p)
 {
+	busy_drop(p);
 	json_decref(p->queued_args);
 	json_decref(p->first);
 	json_decref(p->call.reply);
@@ -434,6 +510,57 @@ queue_drain(void)
 	}
 }
 
+/* allow and get from this host's copy, without a script call, when its
+ * answer is the script's: the copy is fresh (fleet_copy_fresh: no event
+ * can have been missed since Redis last said what it is), closed and not
+ * held, the policy has no max_concurrent nor retry budget (and allow is
+ * not a retry), get's snapshot does not move with the clock (no rate
+ * window, no min_reporters), and no request of this host on the circuit
+ * is still in Redis or waiting for room (this host's requests take effect
+ * in the order it read them). Everything
+ * else (half_open's slots, open with or without an elapsed break, holds,
+ * tickets) is Redis's to answer. False: ask Redis (*bad: call->err). */
+static bool
+copy_answer(op_call *call, bool *bad)
+{
+	const cb_policy *policy = &call->policy;
+	bool allow = call->op->fleet == &op_fleet_allow;
+	int64_t wait_ms;
+	ct_change change;
+	ct_view view;
+
+	*bad = false;
+	if (!allow && call->op->fleet != &op_fleet_get)
+		return false;
+	if (!call->stored || policy->max_concurrent > 0 || policy->retry_budget_percent >= 0)
+		return false;
+	if (allow && !op_wait_members(call, &wait_ms))
+		return *bad = true, false;
+	if (allow ? call->table.retry : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
+		return false;
+	if (!fleet_copy_fresh(call->name) || busy_with(call->name) ||
+	    !circuit_table_peek(cbd.table, call->name, &view) ||
+	    view.snap.state != CB_STATE_CLOSED || view.hold.held)
+		return false;
+	fleet_count_copy_answer();
+	if (allow) {
+		ct_allow a = { .allowed = true, .state = CB_STATE_CLOSED };
+
+		if (!op_reply_allow(call, &a))
+			*bad = true;
+		return true;
+	}
+	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
+	events_changed(call->name, &change);
+	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0) {
+		proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+		return *bad = true, true;
+	}
+	if (!op_reply_snapshot(call, "snapshot", &view))
+		*bad = true;
+	return true;
+}
+
 bool
 op_fleet_send(op_call *call, bool *answered)
 {
@@ -444,6 +571,12 @@ op_fleet_send(op_call *call, bool *answered)
 	*answered = false;
 	if (call->client == NULL || call->name == NULL)
 		return true; /* this host's copy answers */
+	if (copy_answer(call, &bad)) {
+		*answered = true;
+		return !bad;
+	}
+	if (bad)
+		return false;
 	/* max_circuits bounds this host's copies: a circuit it has no copy of
 	 * is created only when there is room for one. */
 	if (path_needs_room(call) && !call->stored &&
@@ -488,6 +621,7 @@ op_fleet_send(op_call *call, bool *answered)
 	json_decref(extra);
 	if (queued)
 		op_conn_peek(call->client)->fleet_queued++;
+	busy_add(p);
 	call->pending = true;
 	pending_link(p, call->client);
 	/* A reply must keep its place among the connection's replies; a
@@ -507,12 +641,31 @@ static bool reply_nomem(op_pending *p);
  * "declared": a release never mismatches the policy the circuit was
  * created with (with "" it would, for any circuit created with a ctx). */
 static void
+give_back_done(const json_t *reply, void *arg)
+{
+	(void)reply;
+	busy_dec(arg);
+	free(arg);
+}
+
+static void
 slot_give_back(const char *name, const char *token)
 {
 	json_t *args = json_pack("{s:s}", "token", token);
+	/* Counted busy: this host's later allow or get of the circuit follows
+	 * it (answered from the copy only once it ran). */
+	char *copy = strdup(name);
 
-	if (args != NULL)
-		fleet_call_script("release_slot", name, args, NULL, NULL);
+	if (copy != NULL && !busy_inc(copy)) {
+		free(copy);
+		copy = NULL;
+	}
+	if (args == NULL ||
+	    fleet_call_script("release_slot", name, args, copy != NULL ? give_back_done : NULL,
+		copy) == NULL) {
+		if (copy != NULL)
+			give_back_done(NULL, copy);
+	}
 	json_decref(args);
 }
 
@@ -912,8 +1065,8 @@ pending_done(const json_t *reply, void *arg)
 	if (json_is_integer(json_object_get(reply, "now")))
 		call->now = json_integer_value(json_object_get(reply, "now"));
 	circuit = json_object_get(reply, "circuit");
-	if (!fleet_copy_apply(call->name, circuit, json_object_get(reply, "change"), call->now,
-		!call->op->fleet->deletes, &view)) {
+	if (!fleet_copy_apply_fresh(call->name, circuit, json_object_get(reply, "change"),
+		call->now, !call->op->fleet->deletes, &view, p->stamp)) {
 		pending_local(p);
 		return;
 	}

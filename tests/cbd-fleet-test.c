@@ -1567,6 +1567,270 @@ START_TEST(test_sentinel_master_killed_is_followed)
 }
 END_TEST
 
+/* --- answers from this host's copy (issue 24) --- */
+
+/* A member of fd's stats.backend. */
+static int64_t
+backend_int(int fd, const char *member)
+{
+	char path[64];
+	json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
+	int64_t v;
+
+	snprintf(path, sizeof path, "backend.%s", member);
+	v = util_int(r, path);
+	json_decref(r);
+	return v;
+}
+
+/* fd's script calls and copy answers now. */
+static void
+backend_counts(int fd, int64_t *calls, int64_t *copy)
+{
+	json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
+
+	*calls = util_int(r, "backend.calls");
+	*copy = util_int(r, "backend.copy_answers");
+	json_decref(r);
+}
+
+/* fd's copy of name is fresh: name was written through fd with the event
+ * channel live, and fd's next allow is answered from the copy. */
+static void
+copy_warm(int fd, const char *name, const char *ctx)
+{
+	int64_t calls, copy, calls2, copy2;
+	json_t *r;
+
+	ck_assert(util_stats_reach_str(fd, "backend.event_channel", "live"));
+	json_decref(util_call_ok(fd, "{\"op\":\"record_success\",\"name\":\"%s\"%s%s%s}", name,
+	    ctx != NULL ? ",\"ctx\":" : "", ctx != NULL ? ctx : "", ""));
+	backend_counts(fd, &calls, &copy);
+	r = util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"%s\"}", name);
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	backend_counts(fd, &calls2, &copy2);
+	ck_assert_msg(copy2 == copy + 1 && calls2 == calls,
+	    "allow on a fresh closed copy called the script (calls %lld -> %lld, copy answers "
+	    "%lld -> %lld)",
+	    (long long)calls, (long long)calls2, (long long)copy, (long long)copy2);
+}
+
+/* An allow on fd that must go to the script (not answered from the copy);
+ * its reply. */
+static json_t *
+allow_by_script(int fd, const char *request)
+{
+	int64_t calls, copy, calls2, copy2;
+	json_t *r;
+
+	backend_counts(fd, &calls, &copy);
+	r = util_call_ok(fd, "%s", request);
+	backend_counts(fd, &calls2, &copy2);
+	ck_assert_msg(copy2 == copy, "%s was answered from the copy", request);
+	ck_assert_msg(calls2 > calls, "%s made no script call", request);
+	return r;
+}
+
+START_TEST(test_fresh_closed_copy_answers_without_the_script)
+{
+	int64_t calls, copy, calls2, copy2;
+	json_t *r, *rb;
+
+	copy_warm(a, "fresh", NULL);
+	backend_counts(a, &calls, &copy);
+	for (int i = 0; i < 5; i++) {
+		r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"fresh\"}");
+		ck_assert(util_bool(r, "allowed"));
+		ck_assert_str_eq(util_str(r, "state"), "closed");
+		ck_assert_ptr_null(util_get(r, "permit"));
+		json_decref(r);
+	}
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"fresh\"}");
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_int_eq(calls2, calls);
+	ck_assert_int_eq(copy2, copy + 6);
+	/* The snapshot the script would give (host b asks Redis). */
+	ck_assert(util_bool(r, "stored"));
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1);
+	rb = util_call_ok(b, "{\"op\":\"get\",\"name\":\"fresh\"}");
+	ck_assert_int_eq(backend_int(b, "copy_answers"), 0);
+	ck_assert_int_eq(util_int(rb, "snapshot.totals.successes"), 1);
+	ck_assert_int_eq(util_int(rb, "snapshot.failure_count"),
+	    util_int(r, "snapshot.failure_count"));
+	ck_assert(json_equal(util_get(r, "snapshot.totals"), util_get(rb, "snapshot.totals")));
+	ck_assert(json_equal(util_get(r, "snapshot.policy"), util_get(rb, "snapshot.policy")));
+	json_decref(r);
+	json_decref(rb);
+	/* The metric counts them too. */
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	{
+		char line[64];
+
+		snprintf(line, sizeof line, "cbd_backend_copy_answers_total %lld\n",
+		    (long long)copy2);
+		ck_assert_ptr_nonnull(strstr(util_str(r, "text"), line));
+	}
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_trip_elsewhere_reaches_the_copy_by_its_event)
+{
+	int64_t events;
+	json_t *r;
+
+	copy_warm(a, "far", "{\"failure_threshold\":2,\"break_ms\":60000}");
+	events = backend_int(a, "events_in");
+	json_decref(util_call_ok(b,
+	    "{\"op\":\"record_failure\",\"name\":\"far\",\"ctx\":{\"failure_threshold\":2,"
+	    "\"break_ms\":60000}}"));
+	r = util_call_ok(b, "{\"op\":\"record_failure\",\"name\":\"far\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	/* Its event reached a: a's next allow is refused (by the script: an
+	 * open circuit is Redis's to answer). */
+	ck_assert(util_stats_reach(a, "backend.events_in", events + 1));
+	r = allow_by_script(a, "{\"op\":\"allow\",\"name\":\"far\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "open");
+	json_decref(r);
+	r = allow_by_script(a, "{\"op\":\"allow\",\"name\":\"far\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+}
+END_TEST
+
+START_TEST(test_copy_not_used_once_the_event_channel_drops)
+{
+	int64_t degraded, calls, copy, calls2, copy2;
+	json_t *r;
+
+	copy_warm(a, "chan", NULL);
+	degraded = backend_int(a, "degraded");
+	/* Both hosts' subscriber connections go. */
+	ck_assert_int_eq(redis_command("CLIENT KILL TYPE pubsub"), ':');
+	ck_assert(util_stats_reach(a, "backend.degraded", degraded + 1));
+	backend_counts(a, &calls, &copy);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"chan\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_msg(copy2 == copy, "answered from a copy after the event channel dropped");
+	/* Back: the copy is stale until the script refreshed it. */
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(a, "backend.event_channel", "live"));
+	r = allow_by_script(a, "{\"op\":\"allow\",\"name\":\"chan\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	backend_counts(a, &calls, &copy);
+	json_decref(util_call_ok(a, "{\"op\":\"allow\",\"name\":\"chan\"}"));
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_int_eq(copy2, copy + 1);
+	ck_assert_int_eq(calls2, calls);
+}
+END_TEST
+
+START_TEST(test_copy_not_used_when_redis_stops)
+{
+	int64_t copy;
+	json_t *r;
+
+	copy_warm(a, "stop", NULL);
+	copy = backend_int(a, "copy_answers");
+	redis_stop(&redis);
+	ck_assert(util_stats_reach_str(a, "backend.health", "degraded"));
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"stop\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	ck_assert_int_eq(backend_int(a, "copy_answers"), copy);
+	ck_assert_int_ge(backend_int(a, "local_answers"), 1);
+}
+END_TEST
+
+START_TEST(test_half_open_held_and_limited_go_to_the_script)
+{
+	json_t *r;
+
+	/* Held closed. */
+	copy_warm(a, "held", NULL);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"set_state\",\"name\":\"held\",\"state\":\"closed\",\"hold\":true}"));
+	r = allow_by_script(a, "{\"op\":\"allow\",\"name\":\"held\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	r = allow_by_script(a, "{\"op\":\"get\",\"name\":\"held\"}");
+	json_decref(r);
+	/* A concurrency limit, a retry budget, a retry. */
+	copy_warm(b, "warm-b", NULL);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_success\",\"name\":\"lim\",\"ctx\":{\"max_concurrent\":4}}"));
+	for (int i = 0; i < 2; i++) {
+		r = allow_by_script(a, "{\"op\":\"allow\",\"name\":\"lim\"}");
+		ck_assert(util_bool(r, "allowed"));
+		ck_assert_ptr_nonnull(util_get(r, "permit"));
+		json_decref(r);
+	}
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_success\",\"name\":\"budget\",\"ctx\":{\"retry_budget_percent\":"
+	    "20}}"));
+	for (int i = 0; i < 2; i++)
+		json_decref(allow_by_script(a, "{\"op\":\"allow\",\"name\":\"budget\"}"));
+	copy_warm(a, "retry", NULL);
+	json_decref(allow_by_script(a, "{\"op\":\"allow\",\"name\":\"retry\",\"retry\":true}"));
+	/* Open (break running, then elapsed: half_open, its one trial, then
+	 * full). */
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"ho\",\"ctx\":{\"failure_threshold\":1,"
+	    "\"break_ms\":1000,\"half_open_max\":1,\"now\":%lld}}",
+	    (long long)T0));
+	{
+		char req[256];
+
+		snprintf(req, sizeof req,
+		    "{\"op\":\"allow\",\"name\":\"ho\",\"ctx\":{\"now\":%lld}}",
+		    (long long)(T0 + 10));
+		r = allow_by_script(a, req);
+		ck_assert(!util_bool(r, "allowed"));
+		json_decref(r);
+		snprintf(req, sizeof req,
+		    "{\"op\":\"allow\",\"name\":\"ho\",\"ctx\":{\"now\":%lld}}",
+		    (long long)(T0 + 1000));
+		r = allow_by_script(a, req);
+		ck_assert(util_bool(r, "allowed"));
+		ck_assert_str_eq(util_str(r, "state"), "half_open");
+		json_decref(r);
+		r = allow_by_script(a, req);
+		ck_assert(!util_bool(r, "allowed"));
+		ck_assert_str_eq(util_str(r, "reason"), "half_open_full");
+		json_decref(r);
+		snprintf(req, sizeof req, "{\"op\":\"get\",\"name\":\"ho\",\"ctx\":{\"now\":%lld}}",
+		    (long long)(T0 + 1000));
+		json_decref(allow_by_script(a, req));
+	}
+}
+END_TEST
+
+/* A noreply outcome of this connection still in Redis: the allow after
+ * it waits its turn (a connection's requests take effect in order). */
+START_TEST(test_copy_waits_for_the_connections_own_outcome)
+{
+	json_t *r;
+
+	copy_warm(a, "order", "{\"failure_threshold\":1,\"break_ms\":60000}");
+	ck_assert(harness_send_all(a,
+	    "{\"op\":\"record_failure\",\"name\":\"order\",\"noreply\":true}\n"
+	    "{\"op\":\"allow\",\"name\":\"order\",\"id\":7}\n",
+	    strlen("{\"op\":\"record_failure\",\"name\":\"order\",\"noreply\":true}\n"
+		   "{\"op\":\"allow\",\"name\":\"order\",\"id\":7}\n")));
+	r = util_next_json(a, "allow's reply");
+	ck_assert_int_eq(util_int(r, "id"), 7);
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -1600,6 +1864,16 @@ fleet_suite(void)
 	tcase_add_test(tc, test_script_refused_by_acl_is_away);
 	tcase_add_test(tc, test_readonly_replica_is_away);
 	tcase_add_test(tc, test_redis_out_of_memory_is_away);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("copy");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fresh_closed_copy_answers_without_the_script);
+	tcase_add_test(tc, test_trip_elsewhere_reaches_the_copy_by_its_event);
+	tcase_add_test(tc, test_copy_not_used_once_the_event_channel_drops);
+	tcase_add_test(tc, test_copy_not_used_when_redis_stops);
+	tcase_add_test(tc, test_half_open_held_and_limited_go_to_the_script);
+	tcase_add_test(tc, test_copy_waits_for_the_connections_own_outcome);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("reseed");
 	tcase_add_checked_fixture(tc, setup, teardown);
