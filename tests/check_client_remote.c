@@ -1192,6 +1192,27 @@ cached_open_stoppable(rig *r, const cbd_harness *h, cbc_breaker_options *o)
 	ck_assert(cached_wait_live(r->b));
 }
 
+/* Freeze h's cbd (SIGSTOP: its connections stay open, it answers
+ * nothing) and wait (bounded) until r's cache's probe notices; the cache
+ * stats then into *cs. */
+static void
+freeze_until_probed(rig *r, const cbd_harness *h, cbc_cache_stats *cs)
+{
+	int64_t deadline;
+
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r->b, cs, NULL), CBC_OK);
+		if (cs->probe_timeouts >= 1)
+			break;
+		usleep(10000);
+	} while (harness_mono_ms() < deadline);
+	ck_assert_msg(cs->probe_timeouts >= 1,
+	    "a frozen cbd went unnoticed (live %d, %llu permitted)", (int)cs->live,
+	    (unsigned long long)cs->permitted);
+}
+
 /* Wait (at most harness_timeout_ms()) until cbd's totals of name reach
  * outcomes (failures + successes), ignored and rejected; returns the
  * snapshot last read. Not CACHE_WAIT_MS: a backlog of thousands of lines
@@ -1598,7 +1619,6 @@ START_TEST(cached_frozen_cbd_goes_uncached_until_it_answers)
 	cbc_breaker_options o;
 	cbc_exec_result res;
 	cbc_cache_stats cs, before;
-	int64_t deadline;
 	cbc_status st = CBC_OK;
 	rig r;
 
@@ -1615,17 +1635,7 @@ START_TEST(cached_frozen_cbd_goes_uncached_until_it_answers)
 	cached_open_stoppable(&r, h, &o);
 	/* Frozen: the watch connection stays open, but cbd answers nothing;
 	 * the cache's probe notices (bounded wait). */
-	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
-	deadline = harness_mono_ms() + CACHE_WAIT_MS;
-	do {
-		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
-		if (cs.probe_timeouts >= 1)
-			break;
-		usleep(10000);
-	} while (harness_mono_ms() < deadline);
-	ck_assert_msg(cs.probe_timeouts >= 1,
-	    "a frozen cbd went unnoticed (live %d, %llu permitted)", (int)cs.live,
-	    (unsigned long long)cs.permitted);
+	freeze_until_probed(&r, h, &cs);
 	ck_assert_int_ge(cs.disconnects, 1);
 	before = cs;
 	/* A failing call goes the uncached way: asked cbd (timed out), run
@@ -2032,13 +2042,7 @@ START_TEST(cached_hold_survives_cbd_death_after_an_outage)
 	o.on_store_error = on_store_error;
 	o.user = &r.rec;
 	cached_open_stoppable(&r, h, &o);
-	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
-	deadline = harness_mono_ms() + CACHE_WAIT_MS;
-	do {
-		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
-		usleep(10000);
-	} while (cs.probe_timeouts == 0 && harness_mono_ms() < deadline);
-	ck_assert_int_ge(cs.probe_timeouts, 1);
+	freeze_until_probed(&r, h, &cs);
 	/* The reader reconnects to the frozen cbd (its listener accepts):
 	 * not live until cbd answers. Sampled until it reconnected twice
 	 * more (bounded by time). */
