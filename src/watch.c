@@ -272,31 +272,33 @@ watched(const char *name)
 	return n != NULL;
 }
 
-/* A snapshot of name's circuit as view has it (its own policy from cfg),
- * with the policy or without. */
+/* A snapshot of name's circuit as view has it at now (its own policy
+ * from cfg), with the policy or without. */
 static json_t *
-snapshot_of(const char *name, const ct_view *view, const cbd_conf *cfg, bool with_policy)
+snapshot_of(const char *name, const ct_view *view, const cbd_conf *cfg, int64_t now,
+    bool with_policy)
 {
 	proto_policy_sources sources;
 	const char *preset;
 	cb_policy policy;
 
 	conf_policy(cfg, name, view->declared, &policy, &sources, &preset);
-	return circuit_json_snapshot(name, view, &policy, preset, &sources, clock_realtime_ms(),
-	    with_policy);
+	return circuit_json_snapshot(name, view, &policy, preset, &sources, now, with_policy);
 }
 
 void
 watch_changed(const char *name, const ct_change *change)
 {
+	int64_t now;
 	json_t *snap;
 	ct_view view;
 
 	if (change->reason == CB_REASON_NONE || watchers == NULL || !watched(name))
 		return;
-	circuit_table_get(cbd.table, name, clock_realtime_ms(), &view, NULL);
+	now = clock_realtime_ms();
+	circuit_table_get(cbd.table, name, now, &view, NULL);
 	/* Protocol 3: change events are compact (no policy). */
-	snap = snapshot_of(name, &view, &cbd.conf, false);
+	snap = snapshot_of(name, &view, &cbd.conf, now, false);
 	if (snap == NULL)
 		return;
 	event_broadcast(name,
@@ -314,9 +316,10 @@ watch_deleted(const char *name, const char *reason)
 	    json_pack("{s:s, s:s, s:s}", "event", "delete", "name", name, "reason", reason));
 }
 
-/* What policies_visit compares. */
+/* What policies_visit compares, and the walk's clock. */
 typedef struct reload_walk {
 	const cbd_conf *old, *fresh;
+	int64_t now;
 } reload_walk;
 
 /* A policy event (protocol 3) for name when a watcher watches it and the
@@ -329,7 +332,7 @@ policies_visit(const char *name, const ct_view *view, void *arg)
 
 	if (!watched(name) || !conf_policy_changed(rw->old, rw->fresh, name, view->declared))
 		return;
-	snap = snapshot_of(name, view, rw->fresh, true);
+	snap = snapshot_of(name, view, rw->fresh, rw->now, true);
 	if (snap != NULL)
 		event_broadcast(name, json_pack("{s:s, s:o}", "event", "policy", "snapshot", snap));
 }
@@ -337,13 +340,13 @@ policies_visit(const char *name, const ct_view *view, void *arg)
 void
 watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 {
-	reload_walk rw = { old, fresh };
+	reload_walk rw = { old, fresh, clock_realtime_ms() };
 	watch_name *n, *tmp;
 
 	if (watchers == NULL)
 		return;
 	if (all_count > 0) {
-		circuit_table_foreach(cbd.table, clock_realtime_ms(), policies_visit, &rw);
+		circuit_table_foreach(cbd.table, rw.now, policies_visit, &rw);
 		return;
 	}
 	/* Only the watched names: a reload need not walk a million circuits. */
@@ -352,7 +355,7 @@ watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 
 		/* peek, not get: nothing may change while names is walked. */
 		if (!circuit_table_peek(cbd.table, n->name, &view))
-			circuit_table_get(cbd.table, n->name, clock_realtime_ms(), &view, NULL);
+			circuit_table_get(cbd.table, n->name, rw.now, &view, NULL);
 		policies_visit(n->name, &view, &rw);
 	}
 }
