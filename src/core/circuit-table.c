@@ -1289,6 +1289,23 @@ circuit_table_refusal_name(ct_refusal reason)
 	return NULL;
 }
 
+/* c's retry budget, with call counted when it is a first attempt (the
+ * budget counts every first attempt, granted or not); NULL when the
+ * policy has no budget, or for a waiting allow's later attempt (counted
+ * when it came). */
+static ct_budget *
+budget_count_first(circuit *c, const ct_call *call)
+{
+	ct_budget *budget;
+
+	if (call->again)
+		return NULL;
+	budget = budget_need(c, call->policy);
+	if (budget != NULL && !call->retry)
+		budget->first[budget_bucket(budget, budget_second(call->now))]++;
+	return budget;
+}
+
 /* allow past the breaker: the retry budget (2), then the bulkhead (3),
  * then the grant, taking a slot of `kind` (a trial) and a ticket when
  * the policy has a limit, named token (NULL: a new one). */
@@ -1344,7 +1361,7 @@ ct_status
 circuit_table_allow_local(circuit_table *table, const char *name, const ct_call *call,
     ct_allow *out)
 {
-	ct_budget *budget = NULL;
+	ct_budget *budget;
 	ct_slot_grant elsewhere = out->permit;
 	bool had_permit = out->has_permit;
 	circuit *c;
@@ -1352,11 +1369,7 @@ circuit_table_allow_local(circuit_table *table, const char *name, const ct_call 
 
 	if (status != CT_OK)
 		return status;
-	if (!call->again) {
-		budget = budget_need(c, call->policy);
-		if (budget != NULL && !call->retry)
-			budget->first[budget_bucket(budget, budget_second(call->now))]++;
-	}
+	budget = budget_count_first(c, call);
 	if (out->allowed) {
 		out->allowed = false;
 		out->has_permit = false;
@@ -1379,7 +1392,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
     ct_view *view, ct_change *change)
 {
 	const cb_policy *policy = call->policy;
-	ct_budget *budget = NULL;
+	ct_budget *budget;
 	ct_view scratch;
 	circuit *c;
 	ct_status status;
@@ -1404,12 +1417,7 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 		transition_done(c, from);
 	}
 	out->state = c->snap.state;
-	/* The retry budget counts every first attempt, granted or not. */
-	if (!call->again) {
-		budget = budget_need(c, policy);
-		if (budget != NULL && !call->retry)
-			budget->first[budget_bucket(budget, budget_second(call->now))]++;
-	}
+	budget = budget_count_first(c, call);
 	/* 1. The breaker. */
 	switch (c->snap.state) {
 	case CB_STATE_CLOSED:
