@@ -366,9 +366,11 @@ expect err '^cbctl: list: --names and --json' "--names and --json conflict named
 # watch: the current snapshots, then a line per event as it happens.
 # The trip comes from another client; waits are bounded (10 s).
 # wait_for FILE PATTERN: until grep -E finds it, at most 10 s.
+# wait_for FILE REGEX [TRIES]: polls every 50 ms; TRIES (200 unless
+# given) only bounds a hang, it asserts no speed.
 wait_for() {
 	i=0
-	while ! grep -Eq -- "$2" "$1" 2>/dev/null && [ $i -lt 200 ]; do
+	while ! grep -Eq -- "$2" "$1" 2>/dev/null && [ $i -lt "${3:-200}" ]; do
 		sleep 0.05; i=$((i + 1))
 	done
 	grep -Eq -- "$2" "$1" 2>/dev/null
@@ -721,9 +723,11 @@ grep -Eq '"cursor": ?"l[0-9]+"' "$tmp/out" && pass "a page's reply carries its c
 	fail "no page's reply carries a cursor"
 
 # watch ends with exit 3 and a message when cbd goes away.
-"$CBCTL_BINARY" watch >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
+"$CBCTL_BINARY" --timeout 120000 watch >"$tmp/watch" 2>"$tmp/watch.err" </dev/null &
 wpid=$!
-wait_for "$tmp/watch" '\(now\)$' || fail "watch before cbd stops: $(cat "$tmp/watch.err")"
+# (20000 circuits make a big first reply: on a loaded CI machine it took
+# longer than the usual 10 s; up to 2 minutes only bounds a hang.)
+wait_for "$tmp/watch" '\(now\)$' 2400 || fail "watch before cbd stops: $(cat "$tmp/watch.err")"
 kill -TERM "$pid"
 wait "$pid"
 pid=""
