@@ -14,14 +14,28 @@
  * max_concurrent 3, waiting up to 10 s for a ticket), 4 threads at once,
  * each call one request to the counting server at the Unix socket SERVER;
  * prints "errors N".
+ * With `serve`: the C side of tests/fleet-clients-reseed.sh, a long-lived
+ * process whose cached breakers (one per circuit named, default policy,
+ * made on first use) answer commands read from stdin, one a line, each
+ * answered with one line "NAME RESULT" (RESULT: allowed, the refusal's
+ * reason such as held or open, or error):
+ *   call NAME          one call (a success when it runs);
+ *   expect NAME WANT   a call every 10 ms until RESULT is WANT (60 s at
+ *                      most): the last RESULT;
+ *   sample NAME FILE   a call every 10 ms until FILE exists (300 s at
+ *                      most): "NAME CALLS RESULT[,RESULT...]", the results
+ *                      seen in the order first seen.
  *
  *   agree-c PREFIX
  *   agree-c bulkhead NAME SERVER
+ *   agree-c serve
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -181,6 +195,141 @@ bulkhead(const char *name, const char *server)
 	return 0;
 }
 
+/* serve's breakers, by circuit name. */
+#define SERVE_MAX 16
+
+typedef struct serve_state {
+	cbc_store *store;
+	cbc_breaker *b[SERVE_MAX];
+	size_t n;
+} serve_state;
+
+static cbc_breaker *
+serve_breaker(serve_state *s, const char *name)
+{
+	cbc_breaker_options o;
+	cbc_error err;
+
+	for (size_t i = 0; i < s->n; i++)
+		if (strcmp(cbc_breaker_name(s->b[i]), name) == 0)
+			return s->b[i];
+	if (s->n == SERVE_MAX)
+		return NULL;
+	cbc_breaker_options_init(&o);
+	o.name = name;
+	o.store = s->store;
+	o.cache = CBC_CACHE_ON;
+	/* A store error is reported as one, not answered by a local breaker. */
+	o.store_policy = CBC_POLICY_REJECT;
+	s->b[s->n] = cbc_breaker_new(&o, &err);
+	if (s->b[s->n] == NULL) {
+		fprintf(stderr, "agree-c: %s: %s\n", name, err.message);
+		return NULL;
+	}
+	return s->b[s->n++];
+}
+
+/* One call through b: "allowed", the refusal's reason, or "error". */
+static const char *
+serve_call(cbc_breaker *b)
+{
+	cbc_exec_result r;
+	cbc_error err;
+
+	switch (cbc_breaker_execute(b, call_ok, NULL, &r, &err)) {
+	case CBC_OK:
+		return "allowed";
+	case CBC_EOPEN:
+		return cbc_reason_name(r.reason);
+	default:
+		fprintf(stderr, "agree-c: %s: %s\n", cbc_breaker_name(b), err.message);
+		return "error";
+	}
+}
+
+/* Append result to the comma-separated seen unless it is there already. */
+static void
+seen_add(char *seen, size_t size, const char *result)
+{
+	size_t len = strlen(seen), rlen = strlen(result);
+
+	for (const char *p = seen; *p != '\0';) {
+		size_t n = strcspn(p, ",");
+
+		if (n == rlen && strncmp(p, result, n) == 0)
+			return;
+		p += n + (p[n] == ',');
+	}
+	if (len + rlen + 2 <= size)
+		snprintf(seen + len, size - len, "%s%s", len > 0 ? "," : "", result);
+}
+
+static bool
+serve_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* agree-c serve: commands on stdin (above), answers on stdout. */
+static int
+serve(void)
+{
+	serve_state s = { .n = 0 };
+	cbc_error err;
+	cbc_conn *conn = cbc_conn_new(NULL, &err);
+	char line[1024];
+
+	s.store = conn != NULL ? cbc_store_new_remote(conn, &err) : NULL;
+	if (s.store == NULL || cbc_conn_set_timeouts(conn, 5000, 5000, &err) != CBC_OK) {
+		fprintf(stderr, "agree-c: %s\n", err.message);
+		return 1;
+	}
+	while (fgets(line, sizeof line, stdin) != NULL) {
+		char cmd[16], name[CBC_NAME_MAX + 1], arg[512] = "";
+		cbc_breaker *b;
+		const char *got = "error";
+
+		line[strcspn(line, "\n")] = '\0';
+		if (sscanf(line, "%15s %128s %511s", cmd, name, arg) < 2 ||
+		    (b = serve_breaker(&s, name)) == NULL) {
+			printf("%s error\n", line);
+			fflush(stdout);
+			continue;
+		}
+		if (strcmp(cmd, "call") == 0) {
+			got = serve_call(b);
+		} else if (strcmp(cmd, "expect") == 0) {
+			for (int i = 0; i < 6000; i++) {
+				got = serve_call(b);
+				if (strcmp(got, arg) == 0)
+					break;
+				usleep(10000);
+			}
+		} else if (strcmp(cmd, "sample") == 0) {
+			char seen[256] = "";
+			int calls = 0;
+
+			for (int i = 0; i < 30000 && !serve_exists(arg); i++) {
+				seen_add(seen, sizeof seen, serve_call(b));
+				calls++;
+				usleep(10000);
+			}
+			printf("%s %d %s\n", name, calls, seen);
+			fflush(stdout);
+			continue;
+		}
+		printf("%s %s\n", name, got);
+		fflush(stdout);
+	}
+	for (size_t i = 0; i < s.n; i++)
+		cbc_breaker_free(s.b[i]);
+	cbc_store_free(s.store);
+	cbc_conn_free(conn);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -194,8 +343,11 @@ main(int argc, char **argv)
 
 	if (argc == 4 && strcmp(argv[1], "bulkhead") == 0)
 		return bulkhead(argv[2], argv[3]);
+	if (argc == 2 && strcmp(argv[1], "serve") == 0)
+		return serve();
 	if (argc != 2) {
-		fprintf(stderr, "usage: agree-c PREFIX | agree-c bulkhead NAME SERVER\n");
+		fprintf(stderr,
+		    "usage: agree-c PREFIX | agree-c bulkhead NAME SERVER | agree-c serve\n");
 		return 2;
 	}
 	conn = cbc_conn_new(NULL, &err);

@@ -170,6 +170,12 @@ tests_agree_c_SOURCES = tests/agree-c.c
 tests_agree_c_CFLAGS = $(AM_CFLAGS) -pthread
 tests_agree_c_LDFLAGS = $(AM_LDFLAGS) -pthread
 tests_agree_c_LDADD = client/libcbclient.la
+# Fleet mode (issue 23): each language's cached client on one host through
+# Redis losing its data (FLUSHALL under a hold, Redis restarted empty under
+# an open circuit), and Sentinel failing over under load on two hosts.
+TESTS += tests/fleet-clients-reseed.sh
+EXTRA_DIST += tests/fleet-clients-reseed.sh
+tests/fleet-clients-reseed.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT) tests/agree-c$(EXEEXT)
 # The libcurl example against a real local HTTP server and cbd (skips
 # without libcurl or python3).
 TESTS += tests/curl-example.sh
