@@ -173,9 +173,10 @@ tests_agree_c_LDADD = client/libcbclient.la
 # Fleet mode (issue 23): each language's cached client on one host through
 # Redis losing its data (FLUSHALL under a hold, Redis restarted empty under
 # an open circuit), and Sentinel failing over under load on two hosts.
-TESTS += tests/fleet-clients-reseed.sh
-EXTRA_DIST += tests/fleet-clients-reseed.sh
+TESTS += tests/fleet-clients-reseed.sh tests/fleet-sentinel-load.sh
+EXTRA_DIST += tests/fleet-clients-reseed.sh tests/fleet-sentinel-load.sh
 tests/fleet-clients-reseed.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT) tests/agree-c$(EXEEXT)
+tests/fleet-sentinel-load.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT)
 # The libcurl example against a real local HTTP server and cbd (skips
 # without libcurl or python3).
 TESTS += tests/curl-example.sh

@@ -1,0 +1,368 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# fleet-sentinel-load.sh — Redis Sentinel failing over under load (issue
+# 23): a master and a replica (redis-server on loopback TCP ports), one
+# Sentinel (redis-server --sentinel) watching them, and two fleet-mode
+# cbds (hosts a and b) naming the Sentinel. While 8 connections (4 per
+# host) stream noreply failures over 20 circuits and one connection per
+# host asks allow of them, of a held circuit and of an open one,
+# SENTINEL FAILOVER promotes the replica. Then:
+#   - both hosts follow the new master, re-seed it and are up (not stuck
+#     degraded);
+#   - every allow was answered (none hung: the longest wait is printed),
+#     the held circuit was refused (held) and the open one (open) on
+#     every call, and the hold and the open circuit are on the new master;
+#   - no outcome was counted twice: each circuit's failures in Redis are
+#     at most what was sent (those sent while the hosts were switching
+#     may be lost: answered from a host's copy, or written to the old
+#     master after the promotion; how many is printed);
+#   - outcomes sent after the failover are counted exactly (8 connections
+#     × LINES lines, CBD_TEST_LOAD_LINES, default 2,000).
+# Waits are for settled state, bounded generously; no timing is asserted.
+# Skipped (77) without redis-server, redis-cli or python3.
+set -u
+srcdir=${CBD_SRCDIR:?}
+cbd=${CBD_BINARY:?}
+cbctl=${CBCTL_BINARY:?}
+. "$srcdir/tests/test-lib.sh"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+for tool in redis-server redis-cli "$PY"; do
+	[ -n "$tool" ] && command -v "$tool" >/dev/null 2>&1 || {
+		echo "redis-server, redis-cli and python3 are needed: skipping"
+		exit 77
+	}
+done
+test_begin fleet-sentinel-load
+lines=${CBD_TEST_LOAD_LINES:-2000}
+
+# Three free loopback ports.
+set -- $("$PY" - <<'PY'
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+PY
+)
+master_port=$1 replica_port=$2 sentinel_port=$3
+# redis_up PORT: the server on PORT answers PING.
+redis_up() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+# until_true DESCRIPTION COMMAND...: run COMMAND until it succeeds (60 s
+# at most); a failure names DESCRIPTION.
+until_true() {
+	what=$1
+	shift
+	i=0
+	until "$@"; do
+		i=$((i + 1))
+		[ $i -ge 600 ] && { fail "$what (waited 60 s)"; return 1; }
+		sleep 0.1
+	done
+}
+mkdir "$tmp/master" "$tmp/replica" "$tmp/sentinel"
+redis-server --port "$master_port" --bind 127.0.0.1 --save '' --appendonly no \
+	--dir "$tmp/master" --loglevel warning >"$tmp/master.log" 2>&1 &
+test_started $!
+redis-server --port "$replica_port" --bind 127.0.0.1 --save '' --appendonly no \
+	--dir "$tmp/replica" --loglevel warning --replicaof 127.0.0.1 "$master_port" \
+	>"$tmp/replica.log" 2>&1 &
+test_started $!
+until_true "the master starts" redis_up "$master_port" || exit 1
+until_true "the replica starts" redis_up "$replica_port" || exit 1
+redis-cli -p "$master_port" set synced 1 >/dev/null
+synced() { [ "$(redis-cli -p "$replica_port" get synced 2>/dev/null)" = 1 ]; }
+until_true "the replica syncs" synced || exit 1
+cat >"$tmp/sentinel/sentinel.conf" <<CONF
+port $sentinel_port
+bind 127.0.0.1
+dir $tmp/sentinel
+loglevel warning
+sentinel monitor fleet 127.0.0.1 $master_port 1
+sentinel down-after-milliseconds fleet 1000
+sentinel failover-timeout fleet 10000
+CONF
+redis-server "$tmp/sentinel/sentinel.conf" --sentinel >"$tmp/sentinel.log" 2>&1 &
+test_started $!
+until_true "the sentinel starts" redis_up "$sentinel_port" || exit 1
+
+for host in a b; do
+	cat >"$tmp/$host.conf" <<CONF
+[cbd]
+backend = redis
+redis = sentinel://127.0.0.1:$sentinel_port/fleet
+redis_timeout_ms = 300
+idle_reclaim_ms = 0
+[defaults]
+break_ms = 600000
+CONF
+	"$cbd" -c "$tmp/$host.conf" -s "$tmp/$host.sock" 2>"$tmp/$host.log" &
+	test_started $!
+done
+# stat HOST KEY: the value of stats member KEY (dotted) on HOST's cbd.
+stat() {
+	"$cbctl" -j -s "$tmp/$1.sock" stats 2>/dev/null | "$PY" -c '
+import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[k]
+print(v)' "$2" 2>/dev/null
+}
+on_server() { [ "$(stat "$1" backend.server)" = "$2" ] && [ "$(stat "$1" backend.health)" = up ]; }
+for host in a b; do
+	until_true "host $host on the master" on_server "$host" "127.0.0.1:$master_port" ||
+		{ cat "$tmp/$host.log"; exit 1; }
+done
+
+# A hold placed on host a and a circuit tripped on host b before the load.
+"$cbctl" -s "$tmp/a.sock" open drill --for 10m --reason "failover drill" >/dev/null ||
+	fail "cbctl open drill"
+"$cbctl" -s "$tmp/b.sock" open tripped --no-hold >/dev/null || fail "cbctl open tripped --no-hold"
+in_replica() { [ "$(redis-cli -p "$replica_port" exists "cbd:{$1}")" = 1 ]; }
+until_true "the hold reaches the replica" in_replica drill
+until_true "the open circuit reaches the replica" in_replica tripped
+
+# The load: `load.py stream A B STOP` streams until STOP exists; `load.py
+# fixed A B LINES` sends LINES per connection. Each outcome connection
+# ends with a get (its noreply lines are carried out in order before it);
+# prints one JSON object: sent per circuit, allow results per host and
+# circuit, the longest allow.
+cat >"$tmp/load.py" <<'PY'
+import json, os, socket, sys, threading, time
+
+CIRCUITS = [f"load-{i}" for i in range(20)]
+CHUNK = 40
+mode, socks = sys.argv[1], sys.argv[2:4]
+lock = threading.Lock()
+sent = {c: 0 for c in CIRCUITS}
+allows = {}
+longest = [0.0]
+errors = []
+
+
+def line(name):
+    return ('{"op":"record_failure","name":"%s","noreply":true,'
+            '"ctx":{"failure_threshold":1000000000}}\n' % name).encode()
+
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    return s, s.makefile("rb")
+
+
+def request(s, f, req):
+    s.sendall((json.dumps(req) + "\n").encode())
+    reply = f.readline()
+    if not reply:
+        raise ConnectionError("cbd closed the connection")
+    return json.loads(reply)
+
+
+def outcomes(path, k, count):
+    try:
+        s, f = connect(path)
+        mine = {c: 0 for c in CIRCUITS}
+        n = 0
+        while (count is None and not os.path.exists(stop)) or (count is not None and n < count):
+            todo = CHUNK if count is None else min(CHUNK, count - n)
+            buf = b""
+            for j in range(todo):
+                c = CIRCUITS[(k + n + j) % len(CIRCUITS)]
+                buf += line(c)
+                mine[c] += 1
+            s.sendall(buf)
+            n += todo
+            if count is None:
+                time.sleep(0.002)
+        r = request(s, f, {"op": "get", "name": CIRCUITS[0]})
+        if not r.get("ok"):
+            errors.append(r)
+        with lock:
+            for c, v in mine.items():
+                sent[c] += v
+        s.close()
+    except Exception as e:
+        errors.append(repr(e))
+
+
+def asking(host, path):
+    try:
+        s, f = connect(path)
+        seen = allows.setdefault(host, {})
+        names = ["drill", "tripped"] + CIRCUITS[:4]
+        i = 0
+        while not os.path.exists(stop):
+            name = names[i % len(names)]
+            i += 1
+            t = time.monotonic()
+            r = request(s, f, {"op": "allow", "name": name})
+            took = time.monotonic() - t
+            with lock:
+                longest[0] = max(longest[0], took)
+            got = "allowed" if r.get("allowed") else r.get("reason", "error:" + json.dumps(r))
+            kind = "load" if name.startswith("load-") else name
+            seen.setdefault(kind, set()).add(got)
+        s.close()
+    except Exception as e:
+        errors.append(repr(e))
+
+
+# The circuits exist (with the policy the outcomes name) before any allow.
+s, f = connect(socks[0])
+for c in CIRCUITS:
+    r = request(s, f, {"op": "record_success", "name": c,
+                            "ctx": {"failure_threshold": 1000000000}})
+    if not r.get("ok"):
+        errors.append(r)
+s.close()
+threads = []
+if mode == "stream":
+    stop = sys.argv[4]
+    count = None
+    for h, path in zip("ab", socks):
+        threads.append(threading.Thread(target=asking, args=(h, path)))
+else:
+    stop = None
+    count = int(sys.argv[4])
+for k in range(8):
+    threads.append(threading.Thread(target=outcomes, args=(socks[k % 2], k, count)))
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"sent": sent, "allows": {h: {k: sorted(v) for k, v in d.items()}
+                                            for h, d in allows.items()},
+                  "longest_ms": round(longest[0] * 1000, 1), "errors": errors[:3]}))
+PY
+# totals PORT: each load circuit's failures in the Redis on PORT (read
+# there: a host's `get` of a closed circuit may be answered from its copy,
+# which does not count the other host's outcomes since).
+totals() {
+	for i in $(seq 0 19); do
+		echo "load-$i $(redis-cli -p "$1" hget "cbd:{load-$i}" t_failures)"
+	done | "$PY" -c '
+import json, sys
+print(json.dumps({k: int(v) if v.isdigit() else None for k, v in (l.split() for l in sys.stdin)}))'
+}
+
+# --- the failover under load ---
+"$PY" "$tmp/load.py" stream "$tmp/a.sock" "$tmp/b.sock" "$tmp/stop" >"$tmp/load1.json" \
+	2>"$tmp/load1.err" &
+load=$!
+test_started "$load"
+# The load is under way: both hosts have sent calls.
+calls_a=$(stat a backend.calls)
+calls_b=$(stat b backend.calls)
+busy() { [ "$(stat a backend.calls)" -gt $((calls_a + 1000)) ] && [ "$(stat b backend.calls)" -gt $((calls_b + 1000)) ]; }
+until_true "the load reaches Redis" busy
+failover() {
+	[ "$(redis-cli -p "$sentinel_port" sentinel failover fleet 2>&1)" = OK ]
+}
+until_true "SENTINEL FAILOVER" failover
+for host in a b; do
+	if until_true "host $host follows the new master" on_server "$host" "127.0.0.1:$replica_port"; then
+		pass "host $host follows Sentinel to the new master under load and is up"
+	fi
+done
+for host in a b; do
+	[ "$(stat "$host" backend.reseeds)" -ge 1 ] 2>/dev/null &&
+		pass "host $host re-seeded the new master" ||
+		fail "host $host: reseeds $(stat "$host" backend.reseeds) after the failover"
+done
+# The load goes on against the new master for a while, then stops.
+calls_a=$(stat a backend.calls)
+calls_b=$(stat b backend.calls)
+until_true "the load reaches the new master" busy
+touch "$tmp/stop"
+wait "$load"
+load=
+summary=$(cat "$tmp/load1.json")
+echo "load across the failover: $summary"
+[ -s "$tmp/load1.err" ] && { echo "load.py:"; cat "$tmp/load1.err"; }
+check() {
+	"$PY" - "$summary" "$@" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1])
+what = sys.argv[2]
+if what == "errors":
+    sys.exit(1 if s["errors"] else 0)
+if what == "allows":
+    host, kind, want = sys.argv[3:6]
+    got = s["allows"].get(host, {}).get(kind)
+    print(",".join(got or []))
+    sys.exit(0 if got == want.split(",") else 1)
+PY
+}
+check errors && pass "every load connection ended with its reply (longest allow: $(
+	"$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["longest_ms"])' "$summary") ms)" ||
+	fail "a load connection failed: $summary"
+for host in a b; do
+	got=$(check allows "$host" drill held) &&
+		pass "host $host refused the held circuit (held) on every allow through the failover" ||
+		fail "host $host: allow of the held circuit answered $got (want held only)"
+	got=$(check allows "$host" tripped open) &&
+		pass "host $host refused the open circuit (open) on every allow through the failover" ||
+		fail "host $host: allow of the open circuit answered $got (want open only)"
+	got=$(check allows "$host" load allowed) &&
+		pass "host $host allowed the closed circuits on every allow through the failover" ||
+		fail "host $host: allow of the closed circuits answered $got (want allowed only)"
+done
+for name in drill tripped; do
+	in_replica "$name" && pass "$name is on the new master" || fail "$name is missing on the new master"
+done
+for host in a b; do
+	got=$("$cbctl" -j -s "$tmp/$host.sock" get drill | "$PY" -c '
+import json, sys
+s = json.load(sys.stdin)["snapshot"]
+print(s["state"], (s.get("hold") or {}).get("reason"))')
+	[ "$got" = "open failover drill" ] && pass "host $host: the hold survived the failover" ||
+		fail "host $host: drill after the failover: $got"
+done
+# No outcome counted twice; those lost in the switch are printed.
+counted=$(totals "$replica_port")
+echo "failures in Redis after the failover: $counted"
+lost=$("$PY" - "$summary" "$counted" <<'PY'
+import json, sys
+sent = json.loads(sys.argv[1])["sent"]
+got = json.loads(sys.argv[2])
+over = [c for c in sent if got[c] is None or got[c] > sent[c]]
+print(" ".join(over) if over else "ok", sum(sent.values()), sum(v or 0 for v in got.values()))
+PY
+)
+case $lost in
+ok*) set -- $lost
+	pass "no outcome counted twice: $3 of $2 failures sent across the failover are in Redis ($(($2 - $3)) lost in the switch)" ;;
+*) fail "circuits with more failures in Redis than sent, or unreadable: $lost" ;;
+esac
+for host in a b; do
+	echo "host $host: $("$cbctl" -j -s "$tmp/$host.sock" stats | "$PY" -c '
+import json, sys
+b = json.load(sys.stdin)["backend"]
+print(" ".join(f"{k} {b[k]}" for k in ("timeouts", "local_answers", "degraded", "queued",
+                                          "data_lost", "reseeds", "reseeded", "master_switches")))')"
+done
+
+# --- outcomes after the failover: exact ---
+before=$(totals "$replica_port")
+"$PY" "$tmp/load.py" fixed "$tmp/a.sock" "$tmp/b.sock" "$lines" >"$tmp/load2.json" 2>"$tmp/load2.err" ||
+	fail "the load after the failover: $(cat "$tmp/load2.err")"
+after=$(totals "$replica_port")
+got=$("$PY" - "$(cat "$tmp/load2.json")" "$before" "$after" <<'PY'
+import json, sys
+sent = json.loads(sys.argv[1])["sent"]
+before, after = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+bad = [f"{c}: sent {sent[c]}, counted {after[c] - before[c]}" for c in sent
+       if after[c] - before[c] != sent[c]]
+print("; ".join(bad) if bad else f"ok {sum(sent.values())}")
+PY
+)
+case $got in
+"ok $((8 * lines))") pass "after the failover every outcome is counted once: $((8 * lines)) failures from both hosts, exact per circuit" ;;
+*) fail "after the failover: $got" ;;
+esac
+for host in a b; do
+	[ "$(stat "$host" backend.health)" = up ] &&
+		pass "host $host is up at the end" || fail "host $host: health $(stat "$host" backend.health)"
+done
+test_end
