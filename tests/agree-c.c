@@ -24,7 +24,11 @@
  *                      most): the last RESULT;
  *   sample NAME FILE   a call every 10 ms until FILE exists (300 s at
  *                      most): "NAME CALLS RESULT[,RESULT...]", the results
- *                      seen in the order first seen.
+ *                      seen in the order first seen;
+ *   first NAME WANT    a call every 10 ms until RESULT is WANT (120 s at
+ *                      most): "NAME RESULT MS SEEN", MS the wall clock
+ *                      (ms since the epoch) when that call returned, SEEN
+ *                      the results before it (as sample's, or -).
  *
  *   agree-c PREFIX
  *   agree-c bulkhead NAME SERVER
@@ -36,6 +40,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -307,6 +312,23 @@ serve(void)
 					break;
 				usleep(10000);
 			}
+		} else if (strcmp(cmd, "first") == 0) {
+			char seen[256] = "";
+			struct timespec at = { 0, 0 };
+
+			for (int i = 0; i < 12000; i++) {
+				got = serve_call(b);
+				clock_gettime(CLOCK_REALTIME, &at);
+				if (strcmp(got, arg) == 0)
+					break;
+				seen_add(seen, sizeof seen, got);
+				usleep(10000);
+			}
+			printf("%s %s %lld %s\n", name, got,
+			    (long long)at.tv_sec * 1000 + at.tv_nsec / 1000000,
+			    seen[0] != '\0' ? seen : "-");
+			fflush(stdout);
+			continue;
 		} else if (strcmp(cmd, "sample") == 0) {
 			char seen[256] = "";
 			int calls = 0;

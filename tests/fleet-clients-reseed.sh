@@ -16,6 +16,11 @@
 #      stopped, started again empty on the same socket and the re-seeds,
 #      each client keeps refusing (open), both hosts and Redis say open,
 #      and a close on host a afterwards reaches each client's cache.
+#   3. A 20-second hold placed on host a before that restart keeps its
+#      end on both hosts, and each client refuses (held) until it ends,
+#      then allows.
+#   A watcher (cbctl watch) on each host sees each hold, trip, release,
+#   close and end, and no change in between (the re-seeds change nothing).
 # Waits are for settled state (stats counters, the clients' answers), each
 # bounded generously; nothing asserts a timing. Skipped (77) without
 # redis-server, python3, node or go.
@@ -96,6 +101,37 @@ for host in a b; do
 	until_true "host $host reaches Redis" is_up "$host" || { cat "$tmp/$host.log"; exit 1; }
 done
 
+# A watcher on each host (cbctl watch: every circuit), from the start.
+for host in a b; do
+	"$cbctl" -j -s "$tmp/$host.sock" watch >"$tmp/watch.$host" 2>&1 &
+	test_started $!
+done
+watching() { [ -s "$tmp/watch.a" ] && [ -s "$tmp/watch.b" ]; }
+until_true "the watchers start" watching || exit 1
+# events HOST NAME: the states of the change events HOST's watcher saw
+# for NAME, in order, comma-separated.
+events() {
+	"$PY" - "$tmp/watch.$1" "$2" <<'PY'
+import json, sys
+states = []
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("event") == "change" and e["snapshot"]["name"] == sys.argv[2]:
+        states.append(e["snapshot"]["state"])
+print(",".join(states))
+PY
+}
+# events_begin HOST NAME STATES: HOST's watcher saw STATES first for NAME.
+events_begin() {
+	case $(events "$1" "$2") in
+	"$3" | "$3",*) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+
 # snap HOST NAME: "STATE HELD" of NAME on HOST (HELD: the hold's state, or -).
 snap() {
 	"$cbctl" -j -s "$tmp/$1.sock" get "$2" 2>/dev/null | "$PY" -c '
@@ -173,6 +209,28 @@ func main() {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+		case f[0] == "first" && len(f) == 3:
+			var seen []string
+			var at time.Time
+			for i := 0; i < 12000; i++ {
+				got = call(name)
+				at = time.Now()
+				if got == f[2] {
+					break
+				}
+				known := false
+				for _, s := range seen {
+					known = known || s == got
+				}
+				if !known {
+					seen = append(seen, got)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if len(seen) == 0 {
+				seen = []string{"-"}
+			}
+			got = fmt.Sprintf("%s %d %s", got, at.UnixMilli(), strings.Join(seen, ","))
 		case f[0] == "sample" && len(f) == 3:
 			var seen []string
 			calls := 0
@@ -244,6 +302,17 @@ while True:
             if got == f[2]:
                 break
             time.sleep(0.01)
+    elif f[0] == "first" and len(f) == 3:
+        seen, at = [], 0
+        for _ in range(12000):
+            got = call(name)
+            at = int(time.time() * 1000)
+            if got == f[2]:
+                break
+            if got not in seen:
+                seen.append(got)
+            time.sleep(0.01)
+        got = f"{got} {at} {','.join(seen) or '-'}"
     elif f[0] == "sample" and len(f) == 3:
         seen, calls = [], 0
         for _ in range(30000):
@@ -288,6 +357,17 @@ for await (const line of createInterface({ input: process.stdin })) {
       if (got === f[2]) break;
       await sleep(10);
     }
+  } else if (f[0] === 'first' && f.length === 3) {
+    const seen = [];
+    let at = 0;
+    for (let i = 0; i < 12000; i++) {
+      got = await call(name);
+      at = Date.now();
+      if (got === f[2]) break;
+      if (!seen.includes(got)) seen.push(got);
+      await sleep(10);
+    }
+    got = got + ' ' + at + ' ' + (seen.join(',') || '-');
   } else if (f[0] === 'sample' && f.length === 3) {
     const seen = [];
     let calls = 0;
@@ -422,6 +502,23 @@ for lang in $langs; do
 		pass "$lang: a circuit tripped on host a is refused (open) by the cached client on host b" ||
 		fail "$lang: before the restart: $got (want open)"
 done
+# 3. A hold with an end (20 s) placed on host a before the restart: it
+# keeps its end through the re-seed, and each cached client on host b
+# refuses (held) until it ends, then allows.
+for lang in $langs; do
+	"$cbctl" -s "$tmp/a.sock" open "t-$lang" --for 20s >/dev/null || fail "$lang: cbctl open t-$lang --for 20s"
+	got=$(ask "$lang" "expect t-$lang held")
+	[ "$got" = "t-$lang held" ] || fail "$lang: t-$lang before the restart: $got (want held)"
+done
+# until HOST NAME: the hold's until on HOST (- when not held).
+until_of() {
+	"$cbctl" -j -s "$tmp/$1.sock" get "$2" 2>/dev/null | "$PY" -c '
+import json, sys
+print((json.load(sys.stdin)["snapshot"].get("hold") or {}).get("until", "-"))' 2>/dev/null
+}
+for lang in $langs; do
+	echo "$(until_of a "t-$lang")" >"$tmp/until.$lang"
+done
 rs_a=$(stat a backend.reseeds)
 rs_b=$(stat b backend.reseeds)
 for lang in $langs; do send "$lang" "sample o-$lang $tmp/stop-restart"; done
@@ -463,6 +560,49 @@ for lang in $langs; do
 		pass "$lang: a close on host a after the restart: the cached client on host b allows" ||
 		fail "$lang: after the close: $got (want allowed)"
 done
+# The timed holds: the same end on both hosts after the re-seed (unless a
+# slow machine got past it already), and no call allowed before it.
+now_ms() { "$PY" -c 'import time; print(int(time.time() * 1000))'; }
+for lang in $langs; do
+	until=$(cat "$tmp/until.$lang")
+	for host in a b; do
+		got=$(until_of "$host" "t-$lang")
+		if [ "$got" = "$until" ]; then
+			pass "$lang: after the restart host $host's hold on t-$lang ends when it did ($until)"
+		elif [ "$got" = - ] && [ "$(now_ms)" -ge "$until" ]; then
+			pass "$lang: host $host: the 20 s hold on t-$lang has ended already (slow machine)"
+		else
+			fail "$lang: after the restart host $host's hold on t-$lang ends at $got (want $until)"
+		fi
+	done
+	send "$lang" "first t-$lang allowed"
+done
+for lang in $langs; do
+	until=$(cat "$tmp/until.$lang")
+	set -- $(answer "$lang")
+	if [ "$#" -eq 4 ] && [ "$2" = allowed ] && [ "$4" = held ] && [ "$3" -ge "$until" ]; then
+		pass "$lang: the cached client refused (held) until the hold ended, then allowed"
+	else
+		fail "$lang: t-$lang: $* (want allowed at or after $until, held before)"
+	fi
+done
+
+# What each host's watcher saw: the hold and its release (never a change
+# in between: the re-seeds changed nothing), the trip and the close, the
+# timed hold and its end.
+for host in a b; do
+	for lang in $langs; do
+		for want in "h-$lang open,half_open" "o-$lang open,closed" "t-$lang open,half_open"; do
+			name=${want% *}
+			if until_true "host $host's watcher on $name" events_begin "$host" "$name" "${want#* }"; then
+				pass "host $host's watcher saw $name ${want#* }"
+			else
+				echo "  (saw: $(events "$host" "$name"))"
+			fi
+		done
+	done
+done
+
 for host in a b; do
 	[ "$(stat "$host" backend.data_lost)" -ge 2 ] 2>/dev/null &&
 		pass "host $host counted both losses (stats.backend.data_lost)" ||

@@ -37,6 +37,7 @@ test_begin fleet-sentinel-load
 lines=${CBD_TEST_LOAD_LINES:-2000}
 
 # Three free loopback ports.
+# shellcheck disable=SC2046 # three words
 set -- $("$PY" - <<'PY'
 import socket
 ss = [socket.socket() for _ in range(3)]
@@ -331,7 +332,9 @@ print(" ".join(over) if over else "ok", sum(sent.values()), sum(v or 0 for v in 
 PY
 )
 case $lost in
-ok*) set -- $lost
+ok*)
+	# shellcheck disable=SC2086 # three words
+	set -- $lost
 	pass "no outcome counted twice: $3 of $2 failures sent across the failover are in Redis ($(($2 - $3)) lost in the switch)" ;;
 *) fail "circuits with more failures in Redis than sent, or unreadable: $lost" ;;
 esac
