@@ -517,7 +517,7 @@ import json, sys
 print((json.load(sys.stdin)["snapshot"].get("hold") or {}).get("until", "-"))' 2>/dev/null
 }
 for lang in $langs; do
-	echo "$(until_of a "t-$lang")" >"$tmp/until.$lang"
+	until_of a "t-$lang" >"$tmp/until.$lang"
 done
 rs_a=$(stat a backend.reseeds)
 rs_b=$(stat b backend.reseeds)
@@ -579,6 +579,7 @@ for lang in $langs; do
 done
 for lang in $langs; do
 	until=$(cat "$tmp/until.$lang")
+	# shellcheck disable=SC2046 # four words
 	set -- $(answer "$lang")
 	if [ "$#" -eq 4 ] && [ "$2" = allowed ] && [ "$4" = held ] && [ "$3" -ge "$until" ]; then
 		pass "$lang: the cached client refused (held) until the hold ended, then allowed"

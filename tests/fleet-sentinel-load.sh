@@ -132,7 +132,7 @@ cat >"$tmp/load.py" <<'PY'
 import json, os, socket, sys, threading, time
 
 CIRCUITS = [f"load-{i}" for i in range(20)]
-CHUNK = 40
+CHUNK = 10
 mode, socks = sys.argv[1], sys.argv[2:4]
 lock = threading.Lock()
 sent = {c: 0 for c in CIRCUITS}
@@ -175,7 +175,7 @@ def outcomes(path, k, count):
             s.sendall(buf)
             n += todo
             if count is None:
-                time.sleep(0.002)
+                time.sleep(0.01)
         r = request(s, f, {"op": "get", "name": CIRCUITS[0]})
         if not r.get("ok"):
             errors.append(r)
@@ -257,6 +257,18 @@ calls_a=$(stat a backend.calls)
 calls_b=$(stat b backend.calls)
 busy() { [ "$(stat a backend.calls)" -gt $((calls_a + 1000)) ] && [ "$(stat b backend.calls)" -gt $((calls_b + 1000)) ]; }
 until_true "the load reaches Redis" busy
+# backend_stats: what each host's backend counted so far (printed).
+backend_stats() {
+	for host in a b; do
+		echo "host $host: $("$cbctl" -j -s "$tmp/$host.sock" stats | "$PY" -c '
+import json, sys
+b = json.load(sys.stdin)["backend"]
+print(" ".join(f"{k} {b[k]}" for k in ("calls", "timeouts", "local_answers", "degraded", "queued",
+                                          "data_lost", "reseeds", "reseeded", "master_switches")))')"
+	done
+}
+echo "before the failover:"
+backend_stats
 failover() {
 	[ "$(redis-cli -p "$sentinel_port" sentinel failover fleet 2>&1)" = OK ]
 }
@@ -338,13 +350,7 @@ ok*)
 	pass "no outcome counted twice: $3 of $2 failures sent across the failover are in Redis ($(($2 - $3)) lost in the switch)" ;;
 *) fail "circuits with more failures in Redis than sent, or unreadable: $lost" ;;
 esac
-for host in a b; do
-	echo "host $host: $("$cbctl" -j -s "$tmp/$host.sock" stats | "$PY" -c '
-import json, sys
-b = json.load(sys.stdin)["backend"]
-print(" ".join(f"{k} {b[k]}" for k in ("timeouts", "local_answers", "degraded", "queued",
-                                          "data_lost", "reseeds", "reseeded", "master_switches")))')"
-done
+backend_stats
 
 # --- outcomes after the failover: exact ---
 before=$(totals "$replica_port")
@@ -368,4 +374,6 @@ for host in a b; do
 	[ "$(stat "$host" backend.health)" = up ] &&
 		pass "host $host is up at the end" || fail "host $host: health $(stat "$host" backend.health)"
 done
+echo "warnings logged:"
+for host in a b; do grep -h warning "$tmp/$host.log" | sed "s/^/  host $host: /"; done
 test_end
