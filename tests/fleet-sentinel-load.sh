@@ -5,8 +5,13 @@
 # Sentinel (redis-server --sentinel) watching them, and two fleet-mode
 # cbds (hosts a and b) naming the Sentinel. While 8 connections (4 per
 # host) stream noreply failures over 20 circuits and one connection per
-# host asks allow of them, of a held circuit and of an open one,
-# SENTINEL FAILOVER promotes the replica. Then:
+# host asks allow of them, of a held circuit and of an open one, the
+# master goes: twice, each time with servers and cbds of its own,
+#   failover  SENTINEL FAILOVER promotes the replica (the old master is
+#             alive and becomes its replica);
+#   kill      the master is killed (SIGKILL); Sentinel finds it down and
+#             promotes the replica.
+# Then:
 #   - both hosts follow the new master, re-seed it and are up (not stuck
 #     degraded);
 #   - every allow was answered (none hung: the longest wait is printed),
@@ -15,7 +20,8 @@
 #   - no outcome was counted twice: each circuit's failures in Redis are
 #     at most what was sent (those sent while the hosts were switching
 #     may be lost: answered from a host's copy, or written to the old
-#     master after the promotion; how many is printed);
+#     master after the promotion; how many is printed, with each host's
+#     backend counters);
 #   - outcomes sent after the failover are counted exactly (8 connections
 #     × LINES lines, CBD_TEST_LOAD_LINES, default 2,000).
 # Waits are for settled state, bounded generously; no timing is asserted.
@@ -35,93 +41,6 @@ for tool in redis-server redis-cli "$PY"; do
 done
 test_begin fleet-sentinel-load
 lines=${CBD_TEST_LOAD_LINES:-2000}
-
-# Three free loopback ports.
-# shellcheck disable=SC2046 # three words
-set -- $("$PY" - <<'PY'
-import socket
-ss = [socket.socket() for _ in range(3)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-PY
-)
-master_port=$1 replica_port=$2 sentinel_port=$3
-# redis_up PORT: the server on PORT answers PING.
-redis_up() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
-# until_true DESCRIPTION COMMAND...: run COMMAND until it succeeds (60 s
-# at most); a failure names DESCRIPTION.
-until_true() {
-	what=$1
-	shift
-	i=0
-	until "$@"; do
-		i=$((i + 1))
-		[ $i -ge 600 ] && { fail "$what (waited 60 s)"; return 1; }
-		sleep 0.1
-	done
-}
-mkdir "$tmp/master" "$tmp/replica" "$tmp/sentinel"
-redis-server --port "$master_port" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$tmp/master" --loglevel warning >"$tmp/master.log" 2>&1 &
-test_started $!
-redis-server --port "$replica_port" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$tmp/replica" --loglevel warning --replicaof 127.0.0.1 "$master_port" \
-	>"$tmp/replica.log" 2>&1 &
-test_started $!
-until_true "the master starts" redis_up "$master_port" || exit 1
-until_true "the replica starts" redis_up "$replica_port" || exit 1
-redis-cli -p "$master_port" set synced 1 >/dev/null
-synced() { [ "$(redis-cli -p "$replica_port" get synced 2>/dev/null)" = 1 ]; }
-until_true "the replica syncs" synced || exit 1
-cat >"$tmp/sentinel/sentinel.conf" <<CONF
-port $sentinel_port
-bind 127.0.0.1
-dir $tmp/sentinel
-loglevel warning
-sentinel monitor fleet 127.0.0.1 $master_port 1
-sentinel down-after-milliseconds fleet 1000
-sentinel failover-timeout fleet 10000
-CONF
-redis-server "$tmp/sentinel/sentinel.conf" --sentinel >"$tmp/sentinel.log" 2>&1 &
-test_started $!
-until_true "the sentinel starts" redis_up "$sentinel_port" || exit 1
-
-for host in a b; do
-	cat >"$tmp/$host.conf" <<CONF
-[cbd]
-backend = redis
-redis = sentinel://127.0.0.1:$sentinel_port/fleet
-redis_timeout_ms = 300
-idle_reclaim_ms = 0
-[defaults]
-break_ms = 600000
-CONF
-	"$cbd" -c "$tmp/$host.conf" -s "$tmp/$host.sock" 2>"$tmp/$host.log" &
-	test_started $!
-done
-# stat HOST KEY: the value of stats member KEY (dotted) on HOST's cbd.
-stat() {
-	"$cbctl" -j -s "$tmp/$1.sock" stats 2>/dev/null | "$PY" -c '
-import json, sys
-v = json.load(sys.stdin)
-for k in sys.argv[1].split("."):
-    v = v[k]
-print(v)' "$2" 2>/dev/null
-}
-on_server() { [ "$(stat "$1" backend.server)" = "$2" ] && [ "$(stat "$1" backend.health)" = up ]; }
-for host in a b; do
-	until_true "host $host on the master" on_server "$host" "127.0.0.1:$master_port" ||
-		{ cat "$tmp/$host.log"; exit 1; }
-done
-
-# A hold placed on host a and a circuit tripped on host b before the load.
-"$cbctl" -s "$tmp/a.sock" open drill --for 10m --reason "failover drill" >/dev/null ||
-	fail "cbctl open drill"
-"$cbctl" -s "$tmp/b.sock" open tripped --no-hold >/dev/null || fail "cbctl open tripped --no-hold"
-in_replica() { [ "$(redis-cli -p "$replica_port" exists "cbd:{$1}")" = 1 ]; }
-until_true "the hold reaches the replica" in_replica drill
-until_true "the open circuit reaches the replica" in_replica tripped
 
 # The load: `load.py stream A B STOP` streams until STOP exists; `load.py
 # fixed A B LINES` sends LINES per connection. Each outcome connection
@@ -236,6 +155,57 @@ print(json.dumps({"sent": sent, "allows": {h: {k: sorted(v) for k, v in d.items(
                                             for h, d in allows.items()},
                   "longest_ms": round(longest[0] * 1000, 1), "errors": errors[:3]}))
 PY
+
+# until_true DESCRIPTION COMMAND...: run COMMAND until it succeeds (60 s
+# at most); a failure names DESCRIPTION.
+until_true() {
+	what=$1
+	shift
+	i=0
+	until "$@"; do
+		i=$((i + 1))
+		[ $i -ge 600 ] && { fail "$what (waited 60 s)"; return 1; }
+		sleep 0.1
+	done
+}
+# redis_up PORT: the server on PORT answers PING.
+redis_up() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+# The round under way: its directory ($dir), ports and processes.
+dir='' master_port='' replica_port='' sentinel_port='' round_pids='' master_pid=''
+# start_bg COMMAND...: run COMMAND in the background, stopped at the
+# round's end (and at exit).
+start_bg() {
+	"$@" &
+	test_started $!
+	round_pids="$round_pids $!"
+}
+# stat HOST KEY: the value of stats member KEY (dotted) on HOST's cbd.
+stat() {
+	"$cbctl" -j -s "$dir/$1.sock" stats 2>/dev/null | "$PY" -c '
+import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[k]
+print(v)' "$2" 2>/dev/null
+}
+on_server() { [ "$(stat "$1" backend.server)" = "$2" ] && [ "$(stat "$1" backend.health)" = up ]; }
+in_replica() { [ "$(redis-cli -p "$replica_port" exists "cbd:{$1}")" = 1 ]; }
+synced() { [ "$(redis-cli -p "$replica_port" get synced 2>/dev/null)" = 1 ]; }
+busy() {
+	[ "$(stat a backend.calls)" -gt $((calls_a + 1000)) ] &&
+		[ "$(stat b backend.calls)" -gt $((calls_b + 1000)) ]
+}
+failover() { [ "$(redis-cli -p "$sentinel_port" sentinel failover fleet 2>&1)" = OK ]; }
+# backend_stats: what each host's backend counted so far (printed).
+backend_stats() {
+	for host in a b; do
+		echo "  host $host: $("$cbctl" -j -s "$dir/$host.sock" stats | "$PY" -c '
+import json, sys
+b = json.load(sys.stdin)["backend"]
+print(" ".join(f"{k} {b[k]}" for k in ("calls", "timeouts", "local_answers", "degraded", "queued",
+                                          "data_lost", "reseeds", "reseeded", "master_switches")))')"
+	done
+}
 # totals PORT: each load circuit's failures in the Redis on PORT (read
 # there: a host's `get` of a closed circuit may be answered from its copy,
 # which does not count the other host's outcomes since).
@@ -246,53 +216,7 @@ totals() {
 import json, sys
 print(json.dumps({k: int(v) if v.isdigit() else None for k, v in (l.split() for l in sys.stdin)}))'
 }
-
-# --- the failover under load ---
-"$PY" "$tmp/load.py" stream "$tmp/a.sock" "$tmp/b.sock" "$tmp/stop" >"$tmp/load1.json" \
-	2>"$tmp/load1.err" &
-load=$!
-test_started "$load"
-# The load is under way: both hosts have sent calls.
-calls_a=$(stat a backend.calls)
-calls_b=$(stat b backend.calls)
-busy() { [ "$(stat a backend.calls)" -gt $((calls_a + 1000)) ] && [ "$(stat b backend.calls)" -gt $((calls_b + 1000)) ]; }
-until_true "the load reaches Redis" busy
-# backend_stats: what each host's backend counted so far (printed).
-backend_stats() {
-	for host in a b; do
-		echo "host $host: $("$cbctl" -j -s "$tmp/$host.sock" stats | "$PY" -c '
-import json, sys
-b = json.load(sys.stdin)["backend"]
-print(" ".join(f"{k} {b[k]}" for k in ("calls", "timeouts", "local_answers", "degraded", "queued",
-                                          "data_lost", "reseeds", "reseeded", "master_switches")))')"
-	done
-}
-echo "before the failover:"
-backend_stats
-failover() {
-	[ "$(redis-cli -p "$sentinel_port" sentinel failover fleet 2>&1)" = OK ]
-}
-until_true "SENTINEL FAILOVER" failover
-for host in a b; do
-	if until_true "host $host follows the new master" on_server "$host" "127.0.0.1:$replica_port"; then
-		pass "host $host follows Sentinel to the new master under load and is up"
-	fi
-done
-for host in a b; do
-	[ "$(stat "$host" backend.reseeds)" -ge 1 ] 2>/dev/null &&
-		pass "host $host re-seeded the new master" ||
-		fail "host $host: reseeds $(stat "$host" backend.reseeds) after the failover"
-done
-# The load goes on against the new master for a while, then stops.
-calls_a=$(stat a backend.calls)
-calls_b=$(stat b backend.calls)
-until_true "the load reaches the new master" busy
-touch "$tmp/stop"
-wait "$load"
-load=
-summary=$(cat "$tmp/load1.json")
-echo "load across the failover: $summary"
-[ -s "$tmp/load1.err" ] && { echo "load.py:"; cat "$tmp/load1.err"; }
+# check errors | check allows HOST KIND WANT: on the load's $summary.
 check() {
 	"$PY" - "$summary" "$@" <<'PY'
 import json, sys
@@ -307,35 +231,143 @@ if what == "allows":
     sys.exit(0 if got == want.split(",") else 1)
 PY
 }
-check errors && pass "every load connection ended with its reply (longest allow: $(
-	"$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["longest_ms"])' "$summary") ms)" ||
-	fail "a load connection failed: $summary"
-for host in a b; do
-	got=$(check allows "$host" drill held) &&
-		pass "host $host refused the held circuit (held) on every allow through the failover" ||
-		fail "host $host: allow of the held circuit answered $got (want held only)"
-	got=$(check allows "$host" tripped open) &&
-		pass "host $host refused the open circuit (open) on every allow through the failover" ||
-		fail "host $host: allow of the open circuit answered $got (want open only)"
-	got=$(check allows "$host" load allowed) &&
-		pass "host $host allowed the closed circuits on every allow through the failover" ||
-		fail "host $host: allow of the closed circuits answered $got (want allowed only)"
-done
-for name in drill tripped; do
-	in_replica "$name" && pass "$name is on the new master" || fail "$name is missing on the new master"
-done
-for host in a b; do
-	got=$("$cbctl" -j -s "$tmp/$host.sock" get drill | "$PY" -c '
+
+# round MODE: servers and hosts of its own, the load, the master going
+# (MODE failover or kill), the checks; everything stopped at its end.
+round() {
+	mode=$1
+	dir=$tmp/$mode
+	round_pids=
+	# Three free loopback ports.
+	# shellcheck disable=SC2046 # three words
+	set -- $("$PY" - <<'PY'
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+PY
+)
+	master_port=$1 replica_port=$2 sentinel_port=$3
+	mkdir -p "$dir/master" "$dir/replica" "$dir/sentinel"
+	start_bg redis-server --port "$master_port" --bind 127.0.0.1 --save '' --appendonly no \
+		--dir "$dir/master" --loglevel warning >"$dir/master.log" 2>&1
+	master_pid=$!
+	start_bg redis-server --port "$replica_port" --bind 127.0.0.1 --save '' --appendonly no \
+		--dir "$dir/replica" --loglevel warning --replicaof 127.0.0.1 "$master_port" \
+		>"$dir/replica.log" 2>&1
+	until_true "$mode: the master starts" redis_up "$master_port" || return 1
+	until_true "$mode: the replica starts" redis_up "$replica_port" || return 1
+	redis-cli -p "$master_port" set synced 1 >/dev/null
+	until_true "$mode: the replica syncs" synced || return 1
+	cat >"$dir/sentinel/sentinel.conf" <<CONF
+port $sentinel_port
+bind 127.0.0.1
+dir $dir/sentinel
+loglevel warning
+sentinel monitor fleet 127.0.0.1 $master_port 1
+sentinel down-after-milliseconds fleet 1000
+sentinel failover-timeout fleet 10000
+CONF
+	start_bg redis-server "$dir/sentinel/sentinel.conf" --sentinel >"$dir/sentinel.log" 2>&1
+	until_true "$mode: the sentinel starts" redis_up "$sentinel_port" || return 1
+	for host in a b; do
+		cat >"$dir/$host.conf" <<CONF
+[cbd]
+backend = redis
+redis = sentinel://127.0.0.1:$sentinel_port/fleet
+redis_timeout_ms = 300
+idle_reclaim_ms = 0
+[defaults]
+break_ms = 600000
+CONF
+		start_bg "$cbd" -c "$dir/$host.conf" -s "$dir/$host.sock" 2>"$dir/$host.log"
+	done
+	for host in a b; do
+		until_true "$mode: host $host on the master" on_server "$host" "127.0.0.1:$master_port" ||
+			{ cat "$dir/$host.log"; return 1; }
+	done
+
+	# A hold placed on host a and a circuit tripped on host b before the load.
+	"$cbctl" -s "$dir/a.sock" open drill --for 10m --reason "failover drill" >/dev/null ||
+		fail "$mode: cbctl open drill"
+	"$cbctl" -s "$dir/b.sock" open tripped --no-hold >/dev/null ||
+		fail "$mode: cbctl open tripped --no-hold"
+	until_true "$mode: the hold reaches the replica" in_replica drill
+	until_true "$mode: the open circuit reaches the replica" in_replica tripped
+
+	# --- the master goes under load ---
+	calls_a=$(stat a backend.calls)
+	calls_b=$(stat b backend.calls)
+	start_bg "$PY" "$tmp/load.py" stream "$dir/a.sock" "$dir/b.sock" "$dir/stop" \
+		>"$dir/load1.json" 2>"$dir/load1.err"
+	load=$!
+	until_true "$mode: the load reaches Redis" busy
+	echo "$mode: before the master goes:"
+	backend_stats
+	case $mode in
+	failover) until_true "$mode: SENTINEL FAILOVER" failover ;;
+	kill) kill -KILL "$master_pid" ;;
+	esac
+	for host in a b; do
+		until_true "$mode: host $host follows the new master" \
+			on_server "$host" "127.0.0.1:$replica_port" &&
+			pass "$mode: host $host follows Sentinel to the new master under load and is up"
+	done
+	for host in a b; do
+		if [ "$(stat "$host" backend.reseeds)" -ge 1 ] 2>/dev/null; then
+			pass "$mode: host $host re-seeded the new master"
+		else
+			fail "$mode: host $host: reseeds $(stat "$host" backend.reseeds) after the failover"
+		fi
+	done
+	# The load goes on against the new master for a while, then stops.
+	calls_a=$(stat a backend.calls)
+	calls_b=$(stat b backend.calls)
+	until_true "$mode: the load reaches the new master" busy
+	touch "$dir/stop"
+	wait "$load"
+	summary=$(cat "$dir/load1.json")
+	echo "$mode: load across the failover: $summary"
+	[ -s "$dir/load1.err" ] && { echo "load.py:"; cat "$dir/load1.err"; }
+	if check errors; then
+		pass "$mode: every load connection ended with its reply (longest allow: $(
+			"$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["longest_ms"])' "$summary") ms)"
+	else
+		fail "$mode: a load connection failed: $summary"
+	fi
+	for host in a b; do
+		for want in "drill held" "tripped open" "load allowed"; do
+			# shellcheck disable=SC2086 # NAME and WANT
+			if got=$(check allows "$host" $want); then
+				pass "$mode: host $host answered ${want#* } on every allow of ${want% *} through the failover"
+			else
+				fail "$mode: host $host: allow of ${want% *} answered $got (want ${want#* } only)"
+			fi
+		done
+	done
+	for name in drill tripped; do
+		if in_replica "$name"; then
+			pass "$mode: $name is on the new master"
+		else
+			fail "$mode: $name is missing on the new master"
+		fi
+	done
+	for host in a b; do
+		got=$("$cbctl" -j -s "$dir/$host.sock" get drill | "$PY" -c '
 import json, sys
 s = json.load(sys.stdin)["snapshot"]
 print(s["state"], (s.get("hold") or {}).get("reason"))')
-	[ "$got" = "open failover drill" ] && pass "host $host: the hold survived the failover" ||
-		fail "host $host: drill after the failover: $got"
-done
-# No outcome counted twice; those lost in the switch are printed.
-counted=$(totals "$replica_port")
-echo "failures in Redis after the failover: $counted"
-lost=$("$PY" - "$summary" "$counted" <<'PY'
+		if [ "$got" = "open failover drill" ]; then
+			pass "$mode: host $host: the hold survived the failover"
+		else
+			fail "$mode: host $host: drill after the failover: $got"
+		fi
+	done
+	# No outcome counted twice; those lost in the switch are printed.
+	counted=$(totals "$replica_port")
+	echo "$mode: failures in Redis after the failover: $counted"
+	lost=$("$PY" - "$summary" "$counted" <<'PY'
 import json, sys
 sent = json.loads(sys.argv[1])["sent"]
 got = json.loads(sys.argv[2])
@@ -343,21 +375,22 @@ over = [c for c in sent if got[c] is None or got[c] > sent[c]]
 print(" ".join(over) if over else "ok", sum(sent.values()), sum(v or 0 for v in got.values()))
 PY
 )
-case $lost in
-ok*)
-	# shellcheck disable=SC2086 # three words
-	set -- $lost
-	pass "no outcome counted twice: $3 of $2 failures sent across the failover are in Redis ($(($2 - $3)) lost in the switch)" ;;
-*) fail "circuits with more failures in Redis than sent, or unreadable: $lost" ;;
-esac
-backend_stats
+	case $lost in
+	ok*)
+		# shellcheck disable=SC2086 # three words
+		set -- $lost
+		pass "$mode: no outcome counted twice: $3 of $2 failures sent across the failover are in Redis ($(($2 - $3)) lost in the switch)"
+		;;
+	*) fail "$mode: circuits with more failures in Redis than sent, or unreadable: $lost" ;;
+	esac
+	backend_stats
 
-# --- outcomes after the failover: exact ---
-before=$(totals "$replica_port")
-"$PY" "$tmp/load.py" fixed "$tmp/a.sock" "$tmp/b.sock" "$lines" >"$tmp/load2.json" 2>"$tmp/load2.err" ||
-	fail "the load after the failover: $(cat "$tmp/load2.err")"
-after=$(totals "$replica_port")
-got=$("$PY" - "$(cat "$tmp/load2.json")" "$before" "$after" <<'PY'
+	# --- outcomes after the failover: exact ---
+	before=$(totals "$replica_port")
+	"$PY" "$tmp/load.py" fixed "$dir/a.sock" "$dir/b.sock" "$lines" >"$dir/load2.json" \
+		2>"$dir/load2.err" || fail "$mode: the load after the failover: $(cat "$dir/load2.err")"
+	after=$(totals "$replica_port")
+	got=$("$PY" - "$(cat "$dir/load2.json")" "$before" "$after" <<'PY'
 import json, sys
 sent = json.loads(sys.argv[1])["sent"]
 before, after = json.loads(sys.argv[2]), json.loads(sys.argv[3])
@@ -366,14 +399,24 @@ bad = [f"{c}: sent {sent[c]}, counted {after[c] - before[c]}" for c in sent
 print("; ".join(bad) if bad else f"ok {sum(sent.values())}")
 PY
 )
-case $got in
-"ok $((8 * lines))") pass "after the failover every outcome is counted once: $((8 * lines)) failures from both hosts, exact per circuit" ;;
-*) fail "after the failover: $got" ;;
-esac
-for host in a b; do
-	[ "$(stat "$host" backend.health)" = up ] &&
-		pass "host $host is up at the end" || fail "host $host: health $(stat "$host" backend.health)"
-done
-echo "warnings logged:"
-for host in a b; do grep -h warning "$tmp/$host.log" | sed "s/^/  host $host: /"; done
+	if [ "$got" = "ok $((8 * lines))" ]; then
+		pass "$mode: after the failover every outcome is counted once: $((8 * lines)) failures from both hosts, exact per circuit"
+	else
+		fail "$mode: after the failover: $got"
+	fi
+	for host in a b; do
+		if [ "$(stat "$host" backend.health)" = up ]; then
+			pass "$mode: host $host is up at the end"
+		else
+			fail "$mode: host $host: health $(stat "$host" backend.health)"
+		fi
+	done
+	echo "$mode: warnings logged:"
+	for host in a b; do grep -h warning "$dir/$host.log" | sed "s/^/  host $host: /"; done
+	for p in $round_pids; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+	return 0
+}
+
+round failover
+round kill
 test_end
