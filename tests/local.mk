@@ -172,7 +172,9 @@ tests_agree_c_LDFLAGS = $(AM_LDFLAGS) -pthread
 tests_agree_c_LDADD = client/libcbclient.la
 # Fleet mode (issue 23): each language's cached client on one host through
 # Redis losing its data (FLUSHALL under a hold, Redis restarted empty under
-# an open circuit), and Sentinel failing over under load on two hosts.
+# an open circuit and a timed hold); Sentinel failing over (SENTINEL
+# FAILOVER, the master killed) under load on two hosts. Skip without
+# redis-server (and python3, node, go for the clients).
 TESTS += tests/fleet-clients-reseed.sh tests/fleet-sentinel-load.sh
 EXTRA_DIST += tests/fleet-clients-reseed.sh tests/fleet-sentinel-load.sh
 tests/fleet-clients-reseed.log: src/cbd$(EXEEXT) client/cbctl$(EXEEXT) tests/agree-c$(EXEEXT)
