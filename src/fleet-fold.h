@@ -20,7 +20,7 @@
 
 /* Most outcomes one fold carries (one script call); an outcome past it
  * starts the next fold (counted: stats.backend.fold_full). */
-#define FLEET_FOLD_MAX 256
+#define FLEET_FOLD_MAX 128
 
 /* One outcome of a fold. */
 typedef struct fleet_fold_item {

@@ -239,6 +239,14 @@ fleet_count_copy_answer(void)
 	fleet.stats.copy_answers++;
 }
 
+void
+fleet_count_fold(size_t n, bool full)
+{
+	fleet.stats.folds++;
+	fleet.stats.coalesced += n;
+	fleet.stats.fold_full += full;
+}
+
 uint64_t
 fleet_seq(void)
 {

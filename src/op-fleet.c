@@ -25,6 +25,7 @@
 #include "daemon.h"
 #include "events.h"
 #include "fleet-copy.h"
+#include "fleet-fold.h"
 #include "fleet-sync.h"
 #include "fleet.h"
 #include "log.h"
@@ -66,7 +67,51 @@ typedef struct op_pending {
 	 * arguments, and the next request waiting. */
 	json_t *queued_args;
 	struct op_pending *queue_next;
+	/* Its call carries a fold of outcomes (it is the fold's first): the
+	 * fold's answer goes to each of them (fold_done). */
+	struct op_fold *fold;
 } op_pending;
+
+/* --- coalesced outcomes (issue 24) ---
+ * The outcomes of one circuit (success, failure, ignore, rejected; not a
+ * record with a permit) that arrive while a script call of this host for
+ * the circuit is in flight, or within fleet_coalesce_ms of the first, wait
+ * in a fold and go to Redis in one call of the script's "outcomes" op,
+ * which applies them one by one in arrival order (fleet-fold.h). A fold
+ * goes when its window has passed (at once for a failure: it may trip)
+ * and no call of this host for the circuit is in flight; at once when
+ * another request of the circuit arrives (requests take effect in the
+ * order this host read them), when FLEET_FOLD_MAX outcomes are in, or
+ * when one arrives that the fold cannot carry (another policy, declared
+ * or now). Each outcome's request is answered from the script's answer
+ * for it; Redis away, each is answered from this host's copy, as alone. */
+typedef struct op_fold_member {
+	op_pending *p;
+	fleet_fold_item item;
+	fleet_fold_place place;
+	char reporter[FLEET_ORIGIN_SIZE + 24];
+} op_fold_member;
+
+typedef struct op_fold {
+	char *name;
+	json_t *key; /* the policy, declared and now its outcomes share */
+	json_t *first_extra; /* the first's own members (a fold of one goes as it) */
+	const char *first_op; /* the first's own script op */
+	op_fold_member *m;
+	size_t n, cap;
+	struct event *timer; /* its window (fleet_coalesce_ms) */
+	bool due; /* its window has passed (or a failure is in) */
+} op_fold;
+
+/* This host's script calls in flight per circuit, and its fold waiting. */
+typedef struct circuit_calls {
+	UT_hash_handle hh;
+	unsigned sent;
+	op_fold *fold;
+	char name[];
+} circuit_calls;
+
+static circuit_calls *calls_by_name;
 
 static uint64_t token_counter;
 
@@ -173,6 +218,45 @@ args_common(op_pending *p)
 
 static void pending_done(const json_t *reply, void *arg);
 
+/* This host's calls of circuit name (create: made when missing; NULL:
+ * none, or out of memory). */
+static circuit_calls *
+calls_find(const char *name, bool create)
+{
+	size_t len = strlen(name);
+	circuit_calls *e;
+
+	HASH_FIND(hh, calls_by_name, name, len, e);
+	if (e == NULL && create) {
+		e = calloc(1, sizeof *e + len + 1);
+		if (e == NULL)
+			return NULL;
+		memcpy(e->name, name, len + 1);
+		HASH_ADD_KEYPTR(hh, calls_by_name, e->name, len, e);
+	}
+	return e;
+}
+
+/* Forget e when it has no call in flight and no fold. */
+static void
+calls_tidy(circuit_calls *e)
+{
+	if (e != NULL && e->sent == 0 && e->fold == NULL) {
+		HASH_DEL(calls_by_name, e);
+		free(e);
+	}
+}
+
+/* A script call of a request on name went out. */
+static void
+calls_sent(const char *name)
+{
+	circuit_calls *e = calls_find(name, true);
+
+	if (e != NULL)
+		e->sent++;
+}
+
 /* The arguments of a script call for p: the common members and extra
  * (may be NULL). NULL: out of memory. */
 static json_t *
@@ -197,6 +281,8 @@ pending_send(op_pending *p, const char *script_op, json_t *args)
 	ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
 
 	p->in_flight += ok;
+	if (ok)
+		calls_sent(p->call.name);
 	return ok;
 }
 
@@ -429,6 +515,9 @@ pending_fix(op_pending *p)
 
 static void queue_drain(void);
 static void pending_local(op_pending *p);
+static void fold_fail(op_pending *lead);
+static void folds_flush_all(void);
+static void pending_finish(op_pending *p, bool ok);
 
 /* Does call need room for a copy (max_circuits) before it is sent? Its
  * path says, as memory mode would create the circuit: a cas from closed
@@ -475,6 +564,10 @@ queue_add(op_pending *p, json_t *extra)
 static void
 queue_drain(void)
 {
+	/* Redis away: the outcomes waiting in folds are answered from this
+	 * host's copy now, as requests waiting for room are. */
+	if (!fleet_up())
+		folds_flush_all();
 	while (queue.head != NULL && (fleet_has_room() || !fleet_up())) {
 		op_pending *p = queue.head;
 		server_client *c = p->call.client;
@@ -493,6 +586,11 @@ queue_drain(void)
 			bool was_blocked = server_client_waiting(c);
 
 			oc->fleet_queued--;
+			if (!sent && p->fold != NULL) {
+				block_update(c, oc);
+				fold_fail(p);
+				continue;
+			}
 			if (!sent) {
 				fleet_count_unavailable();
 				pending_local(p); /* answers, resumes c */
@@ -501,6 +599,8 @@ queue_drain(void)
 			block_update(c, oc);
 			if (was_blocked && !server_client_waiting(c))
 				server_client_resume(c);
+		} else if (!sent && p->fold != NULL) {
+			fold_fail(p);
 		} else if (!sent) {
 			/* Its connection closed and Redis is away: nothing to
 			 * answer, and no copy to change without a connection. */
@@ -508,6 +608,338 @@ queue_drain(void)
 			pending_free(p);
 		}
 	}
+}
+
+/* --- folds (see op_fold) --- */
+
+static void
+fold_free(op_fold *f)
+{
+	if (f->timer != NULL)
+		event_free(f->timer);
+	json_decref(f->key);
+	json_decref(f->first_extra);
+	free(f->name);
+	free(f->m);
+	free(f);
+}
+
+/* Send p's call with its members in extra, or queue it for room. False
+ * when Redis cannot take it. */
+static bool
+pending_go(op_pending *p, json_t *extra)
+{
+	if ((queue.head != NULL || !fleet_has_room()) && queue_add(p, extra)) {
+		if (p->call.client != NULL) {
+			op_conn *oc = op_conn_peek(p->call.client);
+
+			oc->fleet_queued++;
+			block_update(p->call.client, oc);
+		}
+		return true;
+	}
+	return pending_call(p, p->script_op, extra);
+}
+
+/* Answer one of a fold's requests from this host's copy (Redis away). */
+static void
+fold_member_local(op_pending *m)
+{
+	fleet_count_unavailable();
+	if (m->call.client != NULL)
+		pending_local(m);
+	else
+		pending_free(m);
+}
+
+/* The call of lead's fold could not go: each of its requests is answered
+ * from this host's copy, as it would have been alone. */
+static void
+fold_fail(op_pending *lead)
+{
+	op_fold *f = lead->fold;
+
+	lead->fold = NULL;
+	lead->script_op = f->first_op;
+	for (size_t i = 0; i < f->n; i++)
+		fold_member_local(f->m[i].p);
+	fold_free(f);
+}
+
+/* Send e's fold (full: it holds FLEET_FOLD_MAX). A fold of one goes as
+ * its request's own call. */
+static void
+fold_send(circuit_calls *e, bool full)
+{
+	op_fold *f = e->fold;
+	op_pending *lead = f->m[0].p;
+	fleet_fold_item *items;
+	fleet_fold_place *place;
+	json_t *extra;
+
+	e->fold = NULL;
+	if (f->n == 1) {
+		extra = f->first_extra;
+		f->first_extra = NULL;
+		fold_free(f);
+		if (!pending_go(lead, extra))
+			fold_member_local(lead);
+		json_decref(extra);
+		return;
+	}
+	items = malloc(f->n * sizeof *items);
+	place = malloc(f->n * sizeof *place);
+	for (size_t i = 0; items != NULL && i < f->n; i++)
+		items[i] = f->m[i].item;
+	extra = items != NULL && place != NULL
+	    ? fleet_fold_extra(items, f->n, &lead->call.policy, place)
+	    : NULL;
+	for (size_t i = 0; extra != NULL && i < f->n; i++)
+		f->m[i].place = place[i];
+	free(items);
+	free(place);
+	lead->fold = f;
+	lead->script_op = "outcomes";
+	if (extra == NULL || !pending_go(lead, extra)) {
+		json_decref(extra);
+		fold_fail(lead);
+		return;
+	}
+	json_decref(extra);
+	fleet_count_fold(f->n, full);
+	for (size_t i = 1; i < f->n; i++)
+		f->m[i].p->in_flight = 1;
+}
+
+/* Send name's fold when it may go: full, or its window passed (or a
+ * failure is in) and no call of this host for the circuit is in flight;
+ * now: whenever it has one (another request of the circuit follows). */
+static void
+fold_kick(const char *name, bool now)
+{
+	circuit_calls *e = calls_find(name, false);
+	bool full;
+	char *copy;
+
+	if (e == NULL || e->fold == NULL)
+		return;
+	full = e->fold->n >= FLEET_FOLD_MAX;
+	if (!full && !now && !(e->fold->due && e->sent == 0))
+		return;
+	/* name may go with the request that answers (a local answer). */
+	copy = strdup(name);
+	fold_send(e, full);
+	if (copy != NULL)
+		calls_tidy(calls_find(copy, false));
+	free(copy);
+}
+
+static void
+fold_timer(evutil_socket_t fd, short what, void *arg)
+{
+	op_fold *f = arg;
+
+	(void)fd;
+	(void)what;
+	f->due = true;
+	fold_kick(f->name, false);
+}
+
+/* Send every fold now (Redis away: they are answered locally). */
+static void
+folds_flush_all(void)
+{
+	circuit_calls *e, *tmp;
+
+	HASH_ITER(hh, calls_by_name, e, tmp) {
+		if (e->fold != NULL)
+			fold_kick(e->name, true);
+	}
+}
+
+/* A script call of a request on name was answered: a fold waiting for
+ * it may go. */
+static void
+calls_answered(const char *name)
+{
+	circuit_calls *e = calls_find(name, false);
+
+	if (e == NULL)
+		return;
+	if (e->sent > 0)
+		e->sent--;
+	if (e->sent == 0 && e->fold != NULL)
+		fold_kick(name, false);
+	else
+		calls_tidy(e);
+}
+
+/* The members a fold's outcomes share: p's common ones but its reporter
+ * and duration (each outcome carries its own). NULL: no memory. */
+static json_t *
+fold_key(op_pending *p)
+{
+	json_t *key = args_common(p);
+
+	if (key != NULL) {
+		json_object_del(key, "reporter");
+		json_object_del(key, "duration_ms");
+	}
+	return key;
+}
+
+/* Put outcome p (its own members in extra) in its circuit's fold, made
+ * when there is none; false when it goes alone (not an outcome that
+ * folds, Redis away, or nothing to fold it with: no call of the circuit
+ * in flight and fleet_coalesce_ms 0). Never sends: fold_kick does, once p
+ * is linked. */
+static bool
+fold_take(op_pending *p, json_t *extra)
+{
+	const char *op = p->script_op;
+	char kind = strcmp(op, "success") == 0 ? 's'
+	    : strcmp(op, "failure") == 0       ? 'f'
+	    : strcmp(op, "ignore") == 0        ? 'i'
+	    : strcmp(op, "rejected") == 0      ? 'r'
+					       : '\0';
+	circuit_calls *e;
+	op_fold_member *m;
+	op_fold *f;
+	json_t *key;
+
+	if (kind == '\0' || p->permit_next || !fleet_up())
+		return false;
+	e = calls_find(p->call.name, false);
+	if (cbd.conf.fleet_coalesce_ms == 0 && (e == NULL || (e->sent == 0 && e->fold == NULL)))
+		return false;
+	key = fold_key(p);
+	if (key == NULL)
+		return false;
+	if (e != NULL && e->fold != NULL && !json_equal(e->fold->key, key)) {
+		/* Another policy, declared or now: that fold goes first. */
+		fold_send(e, false);
+		e = calls_find(p->call.name, false);
+	}
+	if (e == NULL)
+		e = calls_find(p->call.name, true);
+	if (e == NULL) {
+		json_decref(key);
+		return false;
+	}
+	f = e->fold;
+	if (f == NULL) {
+		f = calloc(1, sizeof *f);
+		if (f == NULL || (f->name = strdup(p->call.name)) == NULL) {
+			free(f);
+			json_decref(key);
+			calls_tidy(e);
+			return false;
+		}
+		f->key = json_incref(key);
+		f->first_extra = json_incref(extra);
+		f->first_op = op;
+		if (cbd.conf.fleet_coalesce_ms > 0) {
+			struct timeval tv = { (time_t)(cbd.conf.fleet_coalesce_ms / 1000),
+				(suseconds_t)(cbd.conf.fleet_coalesce_ms % 1000 * 1000) };
+
+			f->timer = evtimer_new(cbd.base, fold_timer, f);
+			if (f->timer == NULL || evtimer_add(f->timer, &tv) != 0)
+				f->due = true;
+		} else {
+			f->due = true;
+		}
+		e->fold = f;
+		/* Told when Redis goes away (queue_drain). */
+		fleet_set_room_hook(queue_drain);
+	}
+	json_decref(key);
+	if (f->n == f->cap) {
+		size_t cap = f->cap > 0 ? f->cap * 2 : 4;
+		op_fold_member *grown = realloc(f->m, cap * sizeof *grown);
+
+		if (grown == NULL) {
+			if (f->n == 0) {
+				e->fold = NULL;
+				fold_free(f);
+				calls_tidy(e);
+			}
+			return false;
+		}
+		f->m = grown;
+		f->cap = cap;
+	}
+	m = &f->m[f->n++];
+	memset(m, 0, sizeof *m);
+	m->p = p;
+	snprintf(m->reporter, sizeof m->reporter, "%s:%ld", fleet_origin(),
+	    p->call.client != NULL ? (long)p->call.client->pid : 0L);
+	m->item.kind = kind;
+	m->item.value = kind == 'r' ? json_integer_value(json_object_get(extra, "count"))
+	    : p->call.table.duration_ms > 0 ? p->call.table.duration_ms
+					    : 0;
+	m->item.reporter = m->reporter;
+	m->item.want = !p->call.noreply;
+	/* A failure may trip: the fleet learns it as soon as nothing of this
+	 * host's is in flight for the circuit. */
+	if (kind == 'f')
+		f->due = true;
+	return true;
+}
+
+/* One of a fold's requests that neither changed the state nor waits for
+ * a reply (noreply): it is done, the fold's last answer refreshes the
+ * copy. */
+static void
+fold_quiet(op_pending *m)
+{
+	m->in_flight--;
+	if (m->call.client == NULL) {
+		if (m->in_flight == 0)
+			pending_free(m);
+		return;
+	}
+	op_begin(m->call.client);
+	pending_finish(m, true);
+}
+
+static void pending_answer(const json_t *reply, op_pending *p);
+
+/* lead's fold was answered: each of its requests gets the script's answer
+ * for its outcome (the circuit as it left it, its change), in order; the
+ * last one the circuit after them all. Redis away or a declared mismatch:
+ * each gets that answer, as alone (the copy; its own call again). */
+static void
+fold_done(op_pending *lead, const json_t *reply)
+{
+	op_fold *f = lead->fold;
+	bool whole = reply == NULL || json_is_true(json_object_get(reply, "mismatch"));
+	json_t *now = reply != NULL ? json_object_get(reply, "now") : NULL;
+	size_t cursor = 0;
+
+	lead->fold = NULL;
+	lead->script_op = f->first_op;
+	for (size_t i = 0; i < f->n; i++) {
+		op_pending *m = f->m[i].p;
+		const json_t *e;
+		json_t *one;
+
+		m->stamp = lead->stamp;
+		if (whole) {
+			pending_answer(reply, m);
+			continue;
+		}
+		e = fleet_fold_answer(reply, f->m[i].place, &cursor);
+		if (e == NULL && i + 1 < f->n) {
+			fold_quiet(m);
+			continue;
+		}
+		one = json_pack("{s:O?, s:O?, s:O?}", "now", now, "circuit",
+		    e != NULL ? json_array_get(e, 2) : json_object_get(reply, "circuit"), "change",
+		    e != NULL ? json_array_get(e, 3) : NULL);
+		pending_answer(one, m);
+		json_decref(one);
+	}
+	fold_free(f);
 }
 
 /* allow and get from this host's copy, without a script call, when its
@@ -592,6 +1024,23 @@ op_fleet_send(op_call *call, bool *answered)
 	pending_fix(p);
 	p->declared_text = fleet_copy_declared_text(call->declared);
 	extra = p->declared_text != NULL ? args_for_op(p, &bad, answered) : NULL;
+	if (extra != NULL && fold_take(p, extra)) {
+		/* Folded with the circuit's other outcomes (see op_fold). */
+		json_decref(extra);
+		busy_add(p);
+		call->pending = true;
+		pending_link(p, call->client);
+		if (!call->noreply) {
+			op_conn_peek(call->client)->fleet_wait = p;
+			block_update(call->client, op_conn_peek(call->client));
+		}
+		fold_kick(p->call.name, false);
+		return true;
+	}
+	/* Any other request of the circuit follows the outcomes folded
+	 * before it. */
+	if (extra != NULL)
+		fold_kick(p->call.name, true);
 	/* Redis runs FLEET_INFLIGHT_MAX calls at once for this host: past
 	 * it (or behind others waiting) a request waits its turn. */
 	queued = extra != NULL && (queue.head != NULL || !fleet_has_room()) && queue_add(p, extra);
@@ -972,10 +1421,23 @@ view_add_local(const char *name, ct_view *view)
 	view->totals.rejected_retry = local.totals.rejected_retry;
 }
 
+/* The callback of every request's script call. */
 static void
 pending_done(const json_t *reply, void *arg)
 {
 	op_pending *p = arg;
+
+	calls_answered(p->call.name);
+	if (p->fold != NULL)
+		fold_done(p, reply);
+	else
+		pending_answer(reply, p);
+}
+
+/* p's script call was answered (reply; NULL: Redis did not). */
+static void
+pending_answer(const json_t *reply, op_pending *p)
+{
 	op_call *call = &p->call;
 	const json_t *circuit;
 	ct_view view;
