@@ -43,8 +43,9 @@ positional, not one JSON object, so that the common ops decode no JSON:
            arguments: tests and benchmarks calling the script directly)
            nothing is checked. KEYS[4] is not under the circuit's hash
            tag: Redis Cluster would need one epoch per slot.
-  ARGV[1]  op: get | success | failure | ignore | rejected | allow | cas | set_state |
-           release | acquire_slot | release_slot | delete | merge | writeback | restore
+  ARGV[1]  op: get | success | failure | ignore | rejected | outcomes | allow | cas |
+           set_state | release | acquire_slot | release_slot | delete | merge | writeback |
+           restore
   ARGV[2]  channel for events
   ARGV[3]  name (for events)       ARGV[4] origin (the calling cbd's id)
   ARGV[5]  now: integer ms, or "": Redis TIME
@@ -61,13 +62,16 @@ positional, not one JSON object, so that the common ops decode no JSON:
   ARGV[9]  duration_ms: integer, or "": not given
   ARGV[10] token (allow, acquire_slot, release_slot), or "": none
   ARGV[11] extra: a JSON object of an op's own members, or "": none:
-           count (rejected), from/to (cas), state + hold (set_state), circuit +
+           count (rejected), items (outcomes: see ops.outcomes), from/to (cas),
+           state + hold (set_state), circuit +
            reseed (merge), action + state + at + known (writeback), circuit
            (restore)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (op-fleet.c reads it). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
-Op results: allow: allowed, retry_after_ms, permit; cas: applied;
+Op results: allow: allowed, retry_after_ms, permit; outcomes: items (its
+"change" is null: each outcome's change is in its item, and published
+as its own event); cas: applied;
 acquire_slot: acquired, permit; release, release_slot: released; delete:
 the top-level "existed"; writeback: applied. A malformed request (not 11
 arguments, now or duration_ms not an integer, a policy member missing or
