@@ -689,8 +689,11 @@ fold_send(circuit_calls *e, bool full)
 	}
 	items = malloc(f->n * sizeof *items);
 	place = malloc(f->n * sizeof *place);
-	for (size_t i = 0; items != NULL && i < f->n; i++)
+	for (size_t i = 0; items != NULL && i < f->n; i++) {
 		items[i] = f->m[i].item;
+		/* f->m moved as it grew: the reporter is read where it is now. */
+		items[i].reporter = f->m[i].reporter;
+	}
 	extra = items != NULL && place != NULL
 	    ? fleet_fold_extra(items, f->n, &lead->call.policy, place)
 	    : NULL;
@@ -877,7 +880,6 @@ fold_take(op_pending *p, json_t *extra)
 	m->item.value = kind == 'r' ? json_integer_value(json_object_get(extra, "count"))
 	    : p->call.table.duration_ms > 0 ? p->call.table.duration_ms
 					    : 0;
-	m->item.reporter = m->reporter;
 	m->item.want = !p->call.noreply;
 	/* A failure may trip: the fleet learns it as soon as nothing of this
 	 * host's is in flight for the circuit. */
