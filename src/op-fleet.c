@@ -94,7 +94,6 @@ typedef struct op_fold_member {
 
 typedef struct op_fold {
 	char *name;
-	json_t *key; /* the policy, declared and now its outcomes share */
 	json_t *first_extra; /* the first's own members (a fold of one goes as it) */
 	const char *first_op; /* the first's own script op */
 	op_fold_member *m;
@@ -617,7 +616,6 @@ fold_free(op_fold *f)
 {
 	if (f->timer != NULL)
 		event_free(f->timer);
-	json_decref(f->key);
 	json_decref(f->first_extra);
 	free(f->name);
 	free(f->m);
@@ -777,18 +775,28 @@ calls_answered(const char *name)
 		calls_tidy(e);
 }
 
-/* The members a fold's outcomes share: p's common ones but its reporter
- * and duration (each outcome carries its own). NULL: no memory. */
-static json_t *
-fold_key(op_pending *p)
+/* May p's outcome go in the same script call as first's: the same
+ * policy as the script reads it (fleet-args.c's 17 members), the same
+ * creating policy and the same now (each outcome carries its own
+ * reporter and duration)? */
+static bool
+fold_fits(const op_pending *first, const op_pending *p)
 {
-	json_t *key = args_common(p);
+	const cb_policy *a = &first->call.policy, *b = &p->call.policy;
+	bool now_a = proto_ctx_has(&first->call.ctx, PROTO_CTX_NOW);
+	bool now_b = proto_ctx_has(&p->call.ctx, PROTO_CTX_NOW);
 
-	if (key != NULL) {
-		json_object_del(key, "reporter");
-		json_object_del(key, "duration_ms");
-	}
-	return key;
+	return a->trip == b->trip && a->failure_threshold == b->failure_threshold &&
+	    a->success_threshold == b->success_threshold && a->break_ms == b->break_ms &&
+	    a->half_open_max == b->half_open_max && a->slot_ttl_ms == b->slot_ttl_ms &&
+	    a->max_gap_ms == b->max_gap_ms && a->window == b->window &&
+	    a->window_size == b->window_size && a->minimum_calls == b->minimum_calls &&
+	    a->failure_rate == b->failure_rate && a->slow_call_ms == b->slow_call_ms &&
+	    a->slow_call_rate == b->slow_call_rate && a->min_reporters == b->min_reporters &&
+	    a->reporter_window_ms == b->reporter_window_ms &&
+	    a->break_backoff == b->break_backoff && a->break_max_ms == b->break_max_ms &&
+	    strcmp(first->declared_text, p->declared_text) == 0 && now_a == now_b &&
+	    (!now_a || first->call.now == p->call.now);
 }
 
 /* Put outcome p (its own members in extra) in its circuit's fold, made
@@ -808,37 +816,33 @@ fold_take(op_pending *p, json_t *extra)
 	circuit_calls *e;
 	op_fold_member *m;
 	op_fold *f;
-	json_t *key;
 
 	if (kind == '\0' || p->permit_next || !fleet_up())
 		return false;
 	e = calls_find(p->call.name, false);
-	if (cbd.conf.fleet_coalesce_ms == 0 && (e == NULL || (e->sent == 0 && e->fold == NULL)))
+	/* Nothing to wait for and nothing to wait with: alone, at once (a
+	 * failure and a request that waits for its reply never wait out the
+	 * window). */
+	if ((e == NULL || (e->sent == 0 && e->fold == NULL)) &&
+	    (cbd.conf.fleet_coalesce_ms == 0 || kind == 'f' || !p->call.noreply))
 		return false;
-	key = fold_key(p);
-	if (key == NULL)
-		return false;
-	if (e != NULL && e->fold != NULL && !json_equal(e->fold->key, key)) {
+	if (e != NULL && e->fold != NULL && !fold_fits(e->fold->m[0].p, p)) {
 		/* Another policy, declared or now: that fold goes first. */
 		fold_send(e, false);
 		e = calls_find(p->call.name, false);
 	}
 	if (e == NULL)
 		e = calls_find(p->call.name, true);
-	if (e == NULL) {
-		json_decref(key);
+	if (e == NULL)
 		return false;
-	}
 	f = e->fold;
 	if (f == NULL) {
 		f = calloc(1, sizeof *f);
 		if (f == NULL || (f->name = strdup(p->call.name)) == NULL) {
 			free(f);
-			json_decref(key);
 			calls_tidy(e);
 			return false;
 		}
-		f->key = json_incref(key);
 		f->first_extra = json_incref(extra);
 		f->first_op = op;
 		if (cbd.conf.fleet_coalesce_ms > 0) {
@@ -855,7 +859,6 @@ fold_take(op_pending *p, json_t *extra)
 		/* Told when Redis goes away (queue_drain). */
 		fleet_set_room_hook(queue_drain);
 	}
-	json_decref(key);
 	if (f->n == f->cap) {
 		size_t cap = f->cap > 0 ? f->cap * 2 : 4;
 		op_fold_member *grown = realloc(f->m, cap * sizeof *grown);
@@ -882,8 +885,9 @@ fold_take(op_pending *p, json_t *extra)
 					    : 0;
 	m->item.want = !p->call.noreply;
 	/* A failure may trip: the fleet learns it as soon as nothing of this
-	 * host's is in flight for the circuit. */
-	if (kind == 'f')
+	 * host's is in flight for the circuit; and a request that waits for
+	 * its reply does not wait out the window either. */
+	if (kind == 'f' || m->item.want)
 		f->due = true;
 	return true;
 }
