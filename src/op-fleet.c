@@ -100,6 +100,7 @@ typedef struct op_fold {
 	size_t n, cap;
 	struct event *timer; /* its window (fleet_coalesce_ms) */
 	bool due; /* its window has passed (or a failure is in) */
+	bool failures; /* a failure is in */
 } op_fold;
 
 /* This host's script calls in flight per circuit, and its fold waiting. */
@@ -171,6 +172,15 @@ busy_drop(op_pending *p)
 	if (p->busy)
 		busy_dec(p->call.name);
 	p->busy = false;
+}
+
+static unsigned
+busy_count(const char *name)
+{
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, strlen(name), e);
+	return e != NULL ? e->count : 0;
 }
 
 static bool
@@ -799,6 +809,22 @@ fold_fits(const op_pending *first, const op_pending *p)
 	    (!now_a || first->call.now == p->call.now);
 }
 
+static unsigned busy_count(const char *name);
+
+/* Is every request of this host on name still to reach Redis an outcome
+ * waiting in its fold that cannot move the state of a closed circuit
+ * under policy (a success, ignore or rejected under the consecutive rule:
+ * it resets or counts, never trips)? Then an answer from a closed copy is
+ * the one Redis gives after the fold. */
+static bool
+fold_only_benign(const char *name, const cb_policy *policy)
+{
+	circuit_calls *e = calls_find(name, false);
+
+	return e != NULL && e->fold != NULL && e->sent == 0 && !e->fold->failures &&
+	    policy->trip == CB_TRIP_CONSECUTIVE && busy_count(name) == e->fold->n;
+}
+
 /* Put outcome p (its own members in extra) in its circuit's fold, made
  * when there is none; false when it goes alone (not an outcome that
  * folds, Redis away, or nothing to fold it with: no call of the circuit
@@ -889,6 +915,7 @@ fold_take(op_pending *p, json_t *extra)
 	 * its reply does not wait out the window either. */
 	if (kind == 'f' || m->item.want)
 		f->due = true;
+	f->failures = f->failures || kind == 'f';
 	return true;
 }
 
@@ -955,7 +982,8 @@ fold_done(op_pending *lead, const json_t *reply)
  * not a retry), get's snapshot does not move with the clock (no rate
  * window, no min_reporters), and no request of this host on the circuit
  * is still in Redis or waiting for room (this host's requests take effect
- * in the order it read them). Everything
+ * in the order it read them) — but an allow may pass outcomes waiting in
+ * a fold that cannot move a closed circuit (fold_only_benign). Everything
  * else (half_open's slots, open with or without an elapsed break, holds,
  * tickets) is Redis's to answer. False: ask Redis (*bad: call->err). */
 static bool
@@ -976,7 +1004,8 @@ copy_answer(op_call *call, bool *bad)
 		return *bad = true, false;
 	if (allow ? call->table.retry : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
 		return false;
-	if (!fleet_copy_fresh(call->name) || busy_with(call->name) ||
+	if (!fleet_copy_fresh(call->name) ||
+	    (busy_with(call->name) && !(allow && fold_only_benign(call->name, policy))) ||
 	    !circuit_table_peek(cbd.table, call->name, &view) ||
 	    view.snap.state != CB_STATE_CLOSED || view.hold.held)
 		return false;

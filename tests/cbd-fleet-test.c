@@ -2013,6 +2013,40 @@ START_TEST(test_fold_closes_and_trips_as_one_by_one)
 }
 END_TEST
 
+/* While only successes of a closed circuit wait in a fold (their window),
+ * an allow is answered from the copy (they cannot trip it under the
+ * consecutive rule) and the fold keeps waiting; a failure sends the fold
+ * at once, and the allow after it goes to Redis behind it: refused. */
+START_TEST(test_fold_of_successes_keeps_allows_on_the_copy)
+{
+	int64_t calls, copy, calls2, copy2;
+	json_t *r;
+
+	restart_host_a_coalescing(2000, 800);
+	copy_warm(a, "benign", "{\"failure_threshold\":1,\"break_ms\":60000}");
+	backend_counts(a, &calls, &copy);
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"benign\",\"noreply\":true}\n", 3);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"benign\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_int_eq(copy2, copy + 1);
+	ck_assert_int_eq(calls2, calls);
+	write_lines(a, "{\"op\":\"record_failure\",\"name\":\"benign\",\"noreply\":true}\n", 1);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"benign\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"benign\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 4);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+	ck_assert_int_eq(redis_hget_int("cbd:{benign}", "t_successes"), 4);
+	ck_assert_int_eq(stat_int(a, "backend.folds"), 1);
+	ck_assert_int_eq(stat_int(a, "backend.coalesced"), 4);
+}
+END_TEST
+
 /* Outcomes folded behind a call that Redis never answers (frozen past
  * redis_timeout_ms) are answered from the copy, each once, and never
  * reach Redis later; after it is back, Redis counts exactly what was
@@ -2135,6 +2169,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_fold_closes_and_trips_as_one_by_one);
 	tcase_add_test(tc, test_fold_cut_short_by_redis_going_away);
 	tcase_add_test(tc, test_fold_bound_is_counted);
+	tcase_add_test(tc, test_fold_of_successes_keeps_allows_on_the_copy);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("reseed");
 	tcase_add_checked_fixture(tc, setup, teardown);
