@@ -982,7 +982,7 @@ fold_done(op_pending *lead, const json_t *reply)
  * not a retry), get's snapshot does not move with the clock (no rate
  * window, no min_reporters), and no request of this host on the circuit
  * is still in Redis or waiting for room (this host's requests take effect
- * in the order it read them) — but an allow may pass outcomes waiting in
+ * in the order it read them); but an allow may pass outcomes waiting in
  * a fold that cannot move a closed circuit (fold_only_benign). Everything
  * else (half_open's slots, open with or without an elapsed break, holds,
  * tickets) is Redis's to answer. False: ask Redis (*bad: call->err). */
