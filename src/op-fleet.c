@@ -762,7 +762,7 @@ folds_flush_all(void)
 {
 	circuit_calls *e, *tmp;
 
-	HASH_ITER(hh, calls_by_name, e, tmp) {
+	HASH_ITER (hh, calls_by_name, e, tmp) {
 		if (e->fold != NULL)
 			fold_kick(e->name, true);
 	}
@@ -906,7 +906,7 @@ fold_take(op_pending *p, json_t *extra)
 	snprintf(m->reporter, sizeof m->reporter, "%s:%ld", fleet_origin(),
 	    p->call.client != NULL ? (long)p->call.client->pid : 0L);
 	m->item.kind = kind;
-	m->item.value = kind == 'r' ? json_integer_value(json_object_get(extra, "count"))
+	m->item.value = kind == 'r'         ? json_integer_value(json_object_get(extra, "count"))
 	    : p->call.table.duration_ms > 0 ? p->call.table.duration_ms
 					    : 0;
 	m->item.want = !p->call.noreply;

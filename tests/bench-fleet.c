@@ -438,7 +438,8 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 		    (double)(calls1 - calls0) / (double)calls, copy1 - copy0,
 		    100.0 * (double)(copy1 - copy0) / (double)calls);
 	if (calls > 0)
-		printf("outcomes folded (issue 24): %lld in %lld script calls (%.1f %% of outcomes, "
+		printf("outcomes folded (issue 24): %lld in %lld script calls (%.1f %% of "
+		       "outcomes, "
 		       "%.1f a fold)\n",
 		    folded1 - folded0, folds1 - folds0,
 		    100.0 * (double)(folded1 - folded0) / (double)calls,

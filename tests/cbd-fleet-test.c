@@ -2001,10 +2001,12 @@ START_TEST(test_fold_closes_and_trips_as_one_by_one)
 	 * metrics), as one by one. */
 	r = util_call_ok(a, "{\"op\":\"metrics\"}");
 	text = util_str(r, "text");
-	ck_assert_msg(strstr(text, "cbd_circuit_transitions_total{name=\"fold\",from=\"half_open\","
-				   "to=\"closed\"} 1\n") != NULL &&
-		strstr(text, "cbd_circuit_transitions_total{name=\"fold\",from=\"closed\","
-			     "to=\"open\"} 2\n") != NULL,
+	ck_assert_msg(strstr(text,
+			  "cbd_circuit_transitions_total{name=\"fold\",from=\"half_open\","
+			  "to=\"closed\"} 1\n") != NULL &&
+		strstr(text,
+		    "cbd_circuit_transitions_total{name=\"fold\",from=\"closed\","
+		    "to=\"open\"} 2\n") != NULL,
 	    "metrics:\n%s", text);
 	ck_assert_ptr_nonnull(strstr(text, "cbd_backend_coalesced_outcomes_total 6\n"));
 	json_decref(r);

@@ -1707,13 +1707,18 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 				const char *op;
 				json_t *q = at(now);
 
-				it->kind = k < 5 ? 'i' : k < 9 ? 'r' : rng(100) < fail_pct ? 'f' : 's';
-				it->value = it->kind == 'r' ? 1 + (int64_t)rng(3) : (int64_t)rng(4) * 60;
+				it->kind = k < 5          ? 'i'
+				    : k < 9               ? 'r'
+				    : rng(100) < fail_pct ? 'f'
+							  : 's';
+				it->value =
+				    it->kind == 'r' ? 1 + (int64_t)rng(3) : (int64_t)rng(4) * 60;
 				it->reporter = reporters[rng(3)];
 				it->want = rng(4) == 0;
-				op = it->kind == 's' ? "success" : it->kind == 'f' ? "failure"
-				    : it->kind == 'i'				     ? "ignore"
-										     : "rejected";
+				op = it->kind == 's'  ? "success"
+				    : it->kind == 'f' ? "failure"
+				    : it->kind == 'i' ? "ignore"
+						      : "rejected";
 				with_str(q, "reporter", it->reporter);
 				if (it->kind == 'r')
 					with_int(q, "count", it->value);
@@ -1731,15 +1736,17 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 				const json_t *e = fleet_fold_answer(fr, place[i], &cursor);
 				const json_t *change = json_object_get(replies[i], "change");
 
-				snprintf(where, sizeof where, "%s step %d outcome %zu of %zu (%c)", base,
-				    step, i + 1, n, items[i].kind);
+				snprintf(where, sizeof where, "%s step %d outcome %zu of %zu (%c)",
+				    base, step, i + 1, n, items[i].kind);
 				if (json_is_null(change) && !items[i].want) {
-					ck_assert_msg(e == NULL, "%s: an answer for no change", where);
+					ck_assert_msg(e == NULL, "%s: an answer for no change",
+					    where);
 				} else {
 					ck_assert_msg(e != NULL, "%s: no answer", where);
 					assert_json_eq(json_object_get(replies[i], "circuit"),
 					    json_array_get(e, 2), "circuit", where);
-					assert_json_eq(change, json_array_get(e, 3), "change", where);
+					assert_json_eq(change, json_array_get(e, 3), "change",
+					    where);
 					changes += !json_is_null(change);
 				}
 				json_decref(replies[i]);
@@ -1752,7 +1759,8 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 		} else if (what < 10) {
 			snprintf(where, sizeof where, "%s step %d (allow)", base, step);
 			r1 = fleet_call(ctx, one, "allow", policy, with_str(at(now), "token", "t"));
-			r2 = fleet_call(ctx, fold, "allow", policy, with_str(at(now), "token", "t"));
+			r2 =
+			    fleet_call(ctx, fold, "allow", policy, with_str(at(now), "token", "t"));
 			assert_json_eq(r1, r2, "allow", where);
 			json_decref(r1);
 			json_decref(r2);
@@ -1761,21 +1769,24 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 			bool hold = rng(2) == 0 && strcmp(state, "half_open") != 0;
 			int64_t ttl = 1 + (int64_t)rng(4) * 100;
 
-			snprintf(where, sizeof where, "%s step %d (set_state %s)", base, step, state);
+			snprintf(where, sizeof where, "%s step %d (set_state %s)", base, step,
+			    state);
 			r1 = fleet_call(ctx, one, "set_state", policy,
-			    hold ? with_hold(at(now), state, ttl, NULL) : with_str(at(now), "state", state));
+			    hold ? with_hold(at(now), state, ttl, NULL)
+				 : with_str(at(now), "state", state));
 			r2 = fleet_call(ctx, fold, "set_state", policy,
-			    hold ? with_hold(at(now), state, ttl, NULL) : with_str(at(now), "state", state));
-			assert_json_eq(json_object_get(r1, "circuit"), json_object_get(r2, "circuit"),
-			    "circuit", where);
+			    hold ? with_hold(at(now), state, ttl, NULL)
+				 : with_str(at(now), "state", state));
+			assert_json_eq(json_object_get(r1, "circuit"),
+			    json_object_get(r2, "circuit"), "circuit", where);
 			json_decref(r1);
 			json_decref(r2);
 		}
 		snprintf(where, sizeof where, "%s step %d (get)", base, step);
 		r1 = fleet_call(ctx, one, "get", policy, at(now));
 		r2 = fleet_call(ctx, fold, "get", policy, at(now));
-		assert_json_eq(json_object_get(r1, "circuit"), json_object_get(r2, "circuit"), "circuit",
-		    where);
+		assert_json_eq(json_object_get(r1, "circuit"), json_object_get(r2, "circuit"),
+		    "circuit", where);
 		json_decref(r1);
 		json_decref(r2);
 		events_until_mark(ctx, sub, one, ev_one, fold, ev_fold);
@@ -1865,7 +1876,8 @@ START_TEST(fold_malformed_refused)
 	redisContext *ctx = connect_server();
 	cb_policy p = default_policy();
 	static const char *const bad[] = { "[]", "[[\"x\",0,\"r\",1,0]]", "[[\"s\",0,\"r\",0,0]]",
-		"[[\"s\",0,\"r\",2,1]]", "[[\"r\",0,\"r\",1,0]]", "[[\"s\",0.5,\"r\",1,0]]", "[7]" };
+		"[[\"s\",0,\"r\",2,1]]", "[[\"r\",0,\"r\",1,0]]", "[[\"s\",0.5,\"r\",1,0]]",
+		"[7]" };
 
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		json_t *req = at(T0);
@@ -1875,7 +1887,8 @@ START_TEST(fold_malformed_refused)
 		json_object_set_new(req, "name", json_string("fold-bad"));
 		json_object_set_new(req, "policy", proto_policy_flat_json(&p));
 		reply = script_command(ctx, "fold-bad", "outcomes", req);
-		ck_assert_msg(reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "outcomes") != NULL,
+		ck_assert_msg(reply->type == REDIS_REPLY_ERROR &&
+			strstr(reply->str, "outcomes") != NULL,
 		    "%s: %s", bad[i], reply->type == REDIS_REPLY_ERROR ? reply->str : "accepted");
 		freeReplyObject(reply);
 		json_decref(req);
