@@ -1227,7 +1227,12 @@ fleet_free(void)
 {
 	if (fleet.health == FLEET_OFF)
 		return;
+	/* Stopping: what waits on Redis is answered here (calls sent, and
+	 * requests waiting for room or in a fold: told by the room hook). */
+	fleet.health = FLEET_DEGRADED;
 	contexts_free();
+	if (fleet.on_room != NULL)
+		fleet.on_room();
 	fleet_sentinel_free();
 	if (fleet.timeout_ev != NULL)
 		event_free(fleet.timeout_ev);

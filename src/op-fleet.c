@@ -686,6 +686,12 @@ fold_send(circuit_calls *e, bool full)
 	json_t *extra;
 
 	e->fold = NULL;
+	if (!fleet_up()) {
+		/* Redis away (or cbd stopping): each answered from the copy. */
+		lead->fold = f;
+		fold_fail(lead);
+		return;
+	}
 	if (f->n == 1) {
 		extra = f->first_extra;
 		f->first_extra = NULL;
@@ -947,6 +953,8 @@ fold_done(op_pending *lead, const json_t *reply)
 	op_fold *f = lead->fold;
 	bool whole = reply == NULL || json_is_true(json_object_get(reply, "mismatch"));
 	json_t *now = reply != NULL ? json_object_get(reply, "now") : NULL;
+	/* lead may be answered (and freed) first, as the fold's first. */
+	uint64_t stamp = lead->stamp;
 	size_t cursor = 0;
 
 	lead->fold = NULL;
@@ -956,7 +964,7 @@ fold_done(op_pending *lead, const json_t *reply)
 		const json_t *e;
 		json_t *one;
 
-		m->stamp = lead->stamp;
+		m->stamp = stamp;
 		if (whole) {
 			pending_answer(reply, m);
 			continue;
