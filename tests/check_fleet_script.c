@@ -1614,7 +1614,9 @@ END_TEST
 
 /* ---- folded outcomes (issue 24) ----------------------------------------- */
 
-#define FOLD_STEPS 400
+/* Steps per policy: two in three are a fold (about 6,000 folds of 1 to
+ * 40 outcomes over the six policies). */
+#define FOLD_STEPS 1500
 #define FOLD_LEN_MAX 40
 #define FOLD_MARK "fold-mark"
 
@@ -1864,8 +1866,7 @@ START_TEST(fold_equals_one_by_one)
 	fold_differential(ctx, sub, "fold-reporters-rate", &p, 0x5555aaaa3333ccccu, &trips_inside);
 	/* Folds that moved the state more than once (e.g. a trial closed
 	 * then a failure run tripped) were among them. */
-	fprintf(stderr, "trips_inside %d\n", trips_inside);
-	ck_assert_int_gt(trips_inside, 10);
+	ck_assert_int_gt(trips_inside, 40);
 	redisFree(sub);
 	redisFree(ctx);
 }
