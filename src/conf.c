@@ -55,6 +55,8 @@ struct conf_circuit {
 #define CONF_WATCH_NAMES_MAX INT64_C(100000000)
 #define CONF_IDLE_MAX INT64_C(86400000)
 #define CONF_REDIS_TIMEOUT_MAX INT64_C(60000)
+/* Longest window fleet mode folds one circuit's outcomes in (ms). */
+#define CONF_FLEET_COALESCE_MAX INT64_C(1000)
 #define CONF_REDIS_PREFIX_MAX 64
 /* What libinih cannot read. */
 #define CONF_SYNTAX_ERROR "syntax error (expected [section] or key = value)"
@@ -133,6 +135,9 @@ static const conf_key keys[] = {
 	CBD_KEY(redis_timeout_ms, CONF_INT, 1, CONF_REDIS_TIMEOUT_MAX, "50", true,
 	    "fleet mode: a request Redis has not answered in this long is answered from this "
 	    "host's copy"),
+	CBD_KEY(fleet_coalesce_ms, CONF_INT, 0, CONF_FLEET_COALESCE_MAX, "2", true,
+	    "fleet mode: a circuit's successes wait up to this long to go to Redis folded into "
+	    "one script call (0: folded only while a call for the circuit is in flight)"),
 	CBD_KEY(redis_password_file, CONF_STRING, 0, 0, "", false,
 	    "fleet mode: file holding the Redis password (AUTH), or user and password on one "
 	    "line (empty: no AUTH)"),

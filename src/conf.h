@@ -87,6 +87,7 @@ typedef struct cbd_conf {
 	char *redis;
 	char *redis_prefix;
 	int64_t redis_timeout_ms;
+	int64_t fleet_coalesce_ms;
 	char *redis_password_file;
 	/* Resolved from admin_users, and from the members of admin_groups. */
 	uid_t *admin_uids;

@@ -239,6 +239,14 @@ fleet_count_copy_answer(void)
 	fleet.stats.copy_answers++;
 }
 
+void
+fleet_count_fold(size_t n, bool full)
+{
+	fleet.stats.folds++;
+	fleet.stats.coalesced += n;
+	fleet.stats.fold_full += full;
+}
+
 uint64_t
 fleet_seq(void)
 {
@@ -1219,7 +1227,12 @@ fleet_free(void)
 {
 	if (fleet.health == FLEET_OFF)
 		return;
+	/* Stopping: what waits on Redis is answered here (calls sent, and
+	 * requests waiting for room or in a fold: told by the room hook). */
+	fleet.health = FLEET_DEGRADED;
 	contexts_free();
+	if (fleet.on_room != NULL)
+		fleet.on_room();
 	fleet_sentinel_free();
 	if (fleet.timeout_ev != NULL)
 		event_free(fleet.timeout_ev);

@@ -13,6 +13,7 @@
 #define CBD_FLEET_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -70,6 +71,9 @@ typedef struct fleet_stats {
 	uint64_t master_switches; /* times Sentinel named another master */
 	uint64_t restored; /* circuits written back: Redis's was older than the copy */
 	uint64_t copy_answers; /* allow and get answered from a fresh copy, no script call */
+	uint64_t folds; /* script calls carrying a fold of two or more outcomes */
+	uint64_t coalesced; /* outcomes those calls carried */
+	uint64_t fold_full; /* folds sent because FLEET_FOLD_MAX outcomes were in */
 } fleet_stats;
 
 /* Called once per call: reply is the script's decoded answer (borrowed),
@@ -116,6 +120,9 @@ const char *fleet_origin(void);
 void fleet_count_unavailable(void);
 /* Count an allow or get answered from this host's fresh copy. */
 void fleet_count_copy_answer(void);
+/* Count a script call carrying a fold of n outcomes (n >= 2); full: it
+ * went because it held FLEET_FOLD_MAX. */
+void fleet_count_fold(size_t n, bool full);
 /* Script calls made so far: read before a call, it stamps what the call's
  * reply says (fleet_events_fresh). */
 uint64_t fleet_seq(void);

@@ -43,8 +43,9 @@ positional, not one JSON object, so that the common ops decode no JSON:
            arguments: tests and benchmarks calling the script directly)
            nothing is checked. KEYS[4] is not under the circuit's hash
            tag: Redis Cluster would need one epoch per slot.
-  ARGV[1]  op: get | success | failure | ignore | rejected | allow | cas | set_state |
-           release | acquire_slot | release_slot | delete | merge | writeback | restore
+  ARGV[1]  op: get | success | failure | ignore | rejected | outcomes | allow | cas |
+           set_state | release | acquire_slot | release_slot | delete | merge | writeback |
+           restore
   ARGV[2]  channel for events
   ARGV[3]  name (for events)       ARGV[4] origin (the calling cbd's id)
   ARGV[5]  now: integer ms, or "": Redis TIME
@@ -61,13 +62,16 @@ positional, not one JSON object, so that the common ops decode no JSON:
   ARGV[9]  duration_ms: integer, or "": not given
   ARGV[10] token (allow, acquire_slot, release_slot), or "": none
   ARGV[11] extra: a JSON object of an op's own members, or "": none:
-           count (rejected), from/to (cas), state + hold (set_state), circuit +
+           count (rejected), items (outcomes: see ops.outcomes), from/to (cas),
+           state + hold (set_state), circuit +
            reseed (merge), action + state + at + known (writeback), circuit
            (restore)
 Reply: a JSON string {"now", "existed", "circuit", "change", op results}
 (op-fleet.c reads it). Events: when change ~= null, or a stored circuit is
 deleted, PUBLISH ARGV[2] {"origin","name","now","circuit","change"}.
-Op results: allow: allowed, retry_after_ms, permit; cas: applied;
+Op results: allow: allowed, retry_after_ms, permit; outcomes: items (its
+"change" is null: each outcome's change is in its item, and published
+as its own event); cas: applied;
 acquire_slot: acquired, permit; release, release_slot: released; delete:
 the top-level "existed"; writeback: applied. A malformed request (not 11
 arguments, now or duration_ms not an integer, a policy member missing or
@@ -1190,6 +1194,107 @@ if op == 'rejected' then
 		end
 		fn.hold_expire(c)
 		c.t_rejected = c.t_rejected + n
+	end
+end
+
+-- outcomes: a fold of one host's outcomes of this circuit (op-fleet.c
+-- coalesces them while a call for the circuit is in flight), applied one
+-- by one in arrival order at this call's now, each exactly as its own
+-- success / failure / ignore / rejected call would apply it (same rule
+-- order, totals, version, events). extra.items: runs [kind, value,
+-- reporter, n, want]: kind "s" | "f" | "i" | "r", value its duration_ms
+-- ("r": its count), n the run's length (identical outcomes one after
+-- another), want 1: its request waits for a reply (then n is 1). Every
+-- outcome that changes the state publishes its own event (the circuit as
+-- that outcome left it), as its own call would. Reply member "items":
+-- [[run, k, circuit, change], ...] in order, one for each outcome that
+-- changed the state or wants a reply (k: its place in its run, from 1).
+if op == 'outcomes' then
+	function ops.outcomes()
+		local items = fn.arg('items')
+		if type(items) ~= 'table' or #items == 0 then
+			return 'outcomes needs items'
+		end
+		for i = 1, #items do
+			local it = items[i]
+			if type(it) ~= 'table' then
+				return 'outcomes item ' .. i .. ' is not an array'
+			end
+			local k, v, r, n, w = it[1], it[2], it[3], it[4], it[5]
+			if (k ~= 's' and k ~= 'f' and k ~= 'i' and k ~= 'r') or type(v) ~= 'number' or
+				v ~= math.floor(v) or type(r) ~= 'string' or type(n) ~= 'number' or
+				n ~= math.floor(n) or n < 1 or n > COUNT_MAX or (w ~= 0 and w ~= 1) or
+				(w == 1 and n ~= 1) or (k == 'r' and (v < 1 or v > REJECTED_COUNT_MAX)) then
+				return 'outcomes item ' .. i .. ' is malformed'
+			end
+		end
+		local CODE = { s = 1, f = 2, i = 0 }
+		local out = {}
+		local fitted = false
+		for i = 1, #items do
+			local it = items[i]
+			local kind, value, n, want = it[1], it[2], it[4], it[5] == 1
+			reporter = it[3]
+			duration = value
+			local k = 1
+			while k <= n do
+				local had = c ~= nil
+				local st, oa, hold = nil, nil, nil
+				if had then
+					st, oa, hold = c.state, c.oa, c.hold
+				end
+				change = nil
+				local step = 1
+				if kind == 'r' then
+					if c ~= nil then
+						fn.hold_expire(c)
+						c.t_rejected = c.t_rejected + value
+					end
+				elseif fitted and kind == 's' and c.state == 'closed' and
+					P.trip == 'consecutive' and not c.hold then
+					-- A run of successes on a closed circuit under the
+					-- consecutive rule: each resets the failure count and
+					-- counts (slow ones too); none can move the state.
+					step = n - k + 1
+					c.fc = 0
+					c.t_successes = c.t_successes + step
+					if P.slow_call_ms > 0 and duration >= P.slow_call_ms then
+						c.t_slow = c.t_slow + step
+					end
+				else
+					fn.record(CODE[kind])
+					-- The policy is fitted (window, reporters) from here on.
+					fitted = fitted or kind ~= 'i'
+
+				end
+				if c ~= nil then
+					-- As each call's reply and persist would: the version
+					-- counts calls that changed state, opened_at or hold.
+					if not had or c.state ~= st or c.oa ~= oa or c.hold ~= hold then
+						c.ver = c.ver + 1
+					end
+					fn.window_counts()
+				end
+				if c ~= nil and (change ~= nil or want) then
+					local cj = fn.circuit_json(c)
+					local change_text = fn.change_json()
+					out[#out + 1] = format('[%d,%d,%s,%s]', i, k, cj, change_text)
+					if change ~= nil then
+						redis.call('PUBLISH', channel,
+							format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',
+								cjson.encode(origin), cjson.encode(name), now, cj, change_text))
+					end
+				elseif want then
+					out[#out + 1] = format('[%d,%d,null,null]', i, k)
+				end
+				k = k + step
+			end
+		end
+		change = nil
+		if c ~= nil then
+			c.ver_set = c.ver
+		end
+		fn.add('items', '[' .. table.concat(out, ',') .. ']')
 	end
 end
 

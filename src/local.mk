@@ -33,7 +33,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/stats.c src/stats.h \
 	src/log-limit.c src/log-limit.h \
 	src/persist.c src/persist.h \
-	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h \
+	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h src/fleet-fold.c src/fleet-fold.h \
 	src/server-client.c src/server-client.h \
 	src/events.c src/events.h \
 	src/fleet-copy.c src/fleet-copy.h \

@@ -25,6 +25,7 @@
 #include "daemon.h"
 #include "events.h"
 #include "fleet-copy.h"
+#include "fleet-fold.h"
 #include "fleet-sync.h"
 #include "fleet.h"
 #include "log.h"
@@ -66,7 +67,51 @@ typedef struct op_pending {
 	 * arguments, and the next request waiting. */
 	json_t *queued_args;
 	struct op_pending *queue_next;
+	/* Its call carries a fold of outcomes (it is the fold's first): the
+	 * fold's answer goes to each of them (fold_done). */
+	struct op_fold *fold;
 } op_pending;
+
+/* --- coalesced outcomes (issue 24) ---
+ * The outcomes of one circuit (success, failure, ignore, rejected; not a
+ * record with a permit) that arrive while a script call of this host for
+ * the circuit is in flight, or within fleet_coalesce_ms of the first, wait
+ * in a fold and go to Redis in one call of the script's "outcomes" op,
+ * which applies them one by one in arrival order (fleet-fold.h). A fold
+ * goes when its window has passed (at once for a failure: it may trip)
+ * and no call of this host for the circuit is in flight; at once when
+ * another request of the circuit arrives (requests take effect in the
+ * order this host read them), when FLEET_FOLD_MAX outcomes are in, or
+ * when one arrives that the fold cannot carry (another policy, declared
+ * or now). Each outcome's request is answered from the script's answer
+ * for it; Redis away, each is answered from this host's copy, as alone. */
+typedef struct op_fold_member {
+	op_pending *p;
+	fleet_fold_item item;
+	fleet_fold_place place;
+	char reporter[FLEET_ORIGIN_SIZE + 24];
+} op_fold_member;
+
+typedef struct op_fold {
+	char *name;
+	json_t *first_extra; /* the first's own members (a fold of one goes as it) */
+	const char *first_op; /* the first's own script op */
+	op_fold_member *m;
+	size_t n, cap;
+	struct event *timer; /* its window (fleet_coalesce_ms) */
+	bool due; /* its window has passed (or a failure is in) */
+	bool failures; /* a failure is in */
+} op_fold;
+
+/* This host's script calls in flight per circuit, and its fold waiting. */
+typedef struct circuit_calls {
+	UT_hash_handle hh;
+	unsigned sent;
+	op_fold *fold;
+	char name[];
+} circuit_calls;
+
+static circuit_calls *calls_by_name;
 
 static uint64_t token_counter;
 
@@ -129,6 +174,15 @@ busy_drop(op_pending *p)
 	p->busy = false;
 }
 
+static unsigned
+busy_count(const char *name)
+{
+	busy_entry *e;
+
+	HASH_FIND(hh, busy, name, strlen(name), e);
+	return e != NULL ? e->count : 0;
+}
+
 static bool
 busy_with(const char *name)
 {
@@ -173,6 +227,45 @@ args_common(op_pending *p)
 
 static void pending_done(const json_t *reply, void *arg);
 
+/* This host's calls of circuit name (create: made when missing; NULL:
+ * none, or out of memory). */
+static circuit_calls *
+calls_find(const char *name, bool create)
+{
+	size_t len = strlen(name);
+	circuit_calls *e;
+
+	HASH_FIND(hh, calls_by_name, name, len, e);
+	if (e == NULL && create) {
+		e = calloc(1, sizeof *e + len + 1);
+		if (e == NULL)
+			return NULL;
+		memcpy(e->name, name, len + 1);
+		HASH_ADD_KEYPTR(hh, calls_by_name, e->name, len, e);
+	}
+	return e;
+}
+
+/* Forget e when it has no call in flight and no fold. */
+static void
+calls_tidy(circuit_calls *e)
+{
+	if (e != NULL && e->sent == 0 && e->fold == NULL) {
+		HASH_DEL(calls_by_name, e);
+		free(e);
+	}
+}
+
+/* A script call of a request on name went out. */
+static void
+calls_sent(const char *name)
+{
+	circuit_calls *e = calls_find(name, true);
+
+	if (e != NULL)
+		e->sent++;
+}
+
 /* The arguments of a script call for p: the common members and extra
  * (may be NULL). NULL: out of memory. */
 static json_t *
@@ -197,6 +290,8 @@ pending_send(op_pending *p, const char *script_op, json_t *args)
 	ok = fleet_call_script(script_op, p->call.name, args, pending_done, p) != NULL;
 
 	p->in_flight += ok;
+	if (ok)
+		calls_sent(p->call.name);
 	return ok;
 }
 
@@ -429,6 +524,9 @@ pending_fix(op_pending *p)
 
 static void queue_drain(void);
 static void pending_local(op_pending *p);
+static void fold_fail(op_pending *lead);
+static void folds_flush_all(void);
+static void pending_finish(op_pending *p, bool ok);
 
 /* Does call need room for a copy (max_circuits) before it is sent? Its
  * path says, as memory mode would create the circuit: a cas from closed
@@ -475,6 +573,10 @@ queue_add(op_pending *p, json_t *extra)
 static void
 queue_drain(void)
 {
+	/* Redis away: the outcomes waiting in folds are answered from this
+	 * host's copy now, as requests waiting for room are. */
+	if (!fleet_up())
+		folds_flush_all();
 	while (queue.head != NULL && (fleet_has_room() || !fleet_up())) {
 		op_pending *p = queue.head;
 		server_client *c = p->call.client;
@@ -493,6 +595,11 @@ queue_drain(void)
 			bool was_blocked = server_client_waiting(c);
 
 			oc->fleet_queued--;
+			if (!sent && p->fold != NULL) {
+				block_update(c, oc);
+				fold_fail(p);
+				continue;
+			}
 			if (!sent) {
 				fleet_count_unavailable();
 				pending_local(p); /* answers, resumes c */
@@ -501,6 +608,8 @@ queue_drain(void)
 			block_update(c, oc);
 			if (was_blocked && !server_client_waiting(c))
 				server_client_resume(c);
+		} else if (!sent && p->fold != NULL) {
+			fold_fail(p);
 		} else if (!sent) {
 			/* Its connection closed and Redis is away: nothing to
 			 * answer, and no copy to change without a connection. */
@@ -510,6 +619,370 @@ queue_drain(void)
 	}
 }
 
+/* --- folds (see op_fold) --- */
+
+static void
+fold_free(op_fold *f)
+{
+	if (f->timer != NULL)
+		event_free(f->timer);
+	json_decref(f->first_extra);
+	free(f->name);
+	free(f->m);
+	free(f);
+}
+
+/* Send p's call with its members in extra, or queue it for room. False
+ * when Redis cannot take it. */
+static bool
+pending_go(op_pending *p, json_t *extra)
+{
+	if ((queue.head != NULL || !fleet_has_room()) && queue_add(p, extra)) {
+		if (p->call.client != NULL) {
+			op_conn *oc = op_conn_peek(p->call.client);
+
+			oc->fleet_queued++;
+			block_update(p->call.client, oc);
+		}
+		return true;
+	}
+	return pending_call(p, p->script_op, extra);
+}
+
+/* Answer one of a fold's requests from this host's copy (Redis away). */
+static void
+fold_member_local(op_pending *m)
+{
+	fleet_count_unavailable();
+	if (m->call.client != NULL)
+		pending_local(m);
+	else
+		pending_free(m);
+}
+
+/* The call of lead's fold could not go: each of its requests is answered
+ * from this host's copy, as it would have been alone. */
+static void
+fold_fail(op_pending *lead)
+{
+	op_fold *f = lead->fold;
+
+	lead->fold = NULL;
+	lead->script_op = f->first_op;
+	for (size_t i = 0; i < f->n; i++)
+		fold_member_local(f->m[i].p);
+	fold_free(f);
+}
+
+/* Send e's fold (full: it holds FLEET_FOLD_MAX). A fold of one goes as
+ * its request's own call. */
+static void
+fold_send(circuit_calls *e, bool full)
+{
+	op_fold *f = e->fold;
+	op_pending *lead = f->m[0].p;
+	fleet_fold_item *items;
+	fleet_fold_place *place;
+	json_t *extra;
+
+	e->fold = NULL;
+	if (!fleet_up()) {
+		/* Redis away (or cbd stopping): each answered from the copy. */
+		lead->fold = f;
+		fold_fail(lead);
+		return;
+	}
+	if (f->n == 1) {
+		extra = f->first_extra;
+		f->first_extra = NULL;
+		fold_free(f);
+		if (!pending_go(lead, extra))
+			fold_member_local(lead);
+		json_decref(extra);
+		return;
+	}
+	items = malloc(f->n * sizeof *items);
+	place = malloc(f->n * sizeof *place);
+	for (size_t i = 0; items != NULL && i < f->n; i++) {
+		items[i] = f->m[i].item;
+		/* f->m moved as it grew: the reporter is read where it is now. */
+		items[i].reporter = f->m[i].reporter;
+	}
+	extra = items != NULL && place != NULL
+	    ? fleet_fold_extra(items, f->n, &lead->call.policy, place)
+	    : NULL;
+	for (size_t i = 0; extra != NULL && i < f->n; i++)
+		f->m[i].place = place[i];
+	free(items);
+	free(place);
+	lead->fold = f;
+	lead->script_op = "outcomes";
+	if (extra == NULL || !pending_go(lead, extra)) {
+		json_decref(extra);
+		fold_fail(lead);
+		return;
+	}
+	json_decref(extra);
+	fleet_count_fold(f->n, full);
+	for (size_t i = 1; i < f->n; i++)
+		f->m[i].p->in_flight = 1;
+}
+
+/* Send name's fold when it may go: full, or its window passed (or a
+ * failure is in) and no call of this host for the circuit is in flight;
+ * now: whenever it has one (another request of the circuit follows). */
+static void
+fold_kick(const char *name, bool now)
+{
+	circuit_calls *e = calls_find(name, false);
+	bool full;
+	char *copy;
+
+	if (e == NULL || e->fold == NULL)
+		return;
+	full = e->fold->n >= FLEET_FOLD_MAX;
+	if (!full && !now && !(e->fold->due && e->sent == 0))
+		return;
+	/* name may go with the request that answers (a local answer). */
+	copy = strdup(name);
+	fold_send(e, full);
+	if (copy != NULL)
+		calls_tidy(calls_find(copy, false));
+	free(copy);
+}
+
+static void
+fold_timer(evutil_socket_t fd, short what, void *arg)
+{
+	op_fold *f = arg;
+
+	(void)fd;
+	(void)what;
+	f->due = true;
+	fold_kick(f->name, false);
+}
+
+/* Send every fold now (Redis away: they are answered locally). */
+static void
+folds_flush_all(void)
+{
+	circuit_calls *e, *tmp;
+
+	HASH_ITER (hh, calls_by_name, e, tmp) {
+		if (e->fold != NULL)
+			fold_kick(e->name, true);
+	}
+}
+
+/* A script call of a request on name was answered: a fold waiting for
+ * it may go. */
+static void
+calls_answered(const char *name)
+{
+	circuit_calls *e = calls_find(name, false);
+
+	if (e == NULL)
+		return;
+	if (e->sent > 0)
+		e->sent--;
+	if (e->sent == 0 && e->fold != NULL)
+		fold_kick(name, false);
+	else
+		calls_tidy(e);
+}
+
+/* May p's outcome go in the same script call as first's: the same
+ * policy as the script reads it (fleet-args.c's 17 members), the same
+ * creating policy and the same now (each outcome carries its own
+ * reporter and duration)? */
+static bool
+fold_fits(const op_pending *first, const op_pending *p)
+{
+	const cb_policy *a = &first->call.policy, *b = &p->call.policy;
+	bool now_a = proto_ctx_has(&first->call.ctx, PROTO_CTX_NOW);
+	bool now_b = proto_ctx_has(&p->call.ctx, PROTO_CTX_NOW);
+
+	return a->trip == b->trip && a->failure_threshold == b->failure_threshold &&
+	    a->success_threshold == b->success_threshold && a->break_ms == b->break_ms &&
+	    a->half_open_max == b->half_open_max && a->slot_ttl_ms == b->slot_ttl_ms &&
+	    a->max_gap_ms == b->max_gap_ms && a->window == b->window &&
+	    a->window_size == b->window_size && a->minimum_calls == b->minimum_calls &&
+	    a->failure_rate == b->failure_rate && a->slow_call_ms == b->slow_call_ms &&
+	    a->slow_call_rate == b->slow_call_rate && a->min_reporters == b->min_reporters &&
+	    a->reporter_window_ms == b->reporter_window_ms &&
+	    a->break_backoff == b->break_backoff && a->break_max_ms == b->break_max_ms &&
+	    strcmp(first->declared_text, p->declared_text) == 0 && now_a == now_b &&
+	    (!now_a || first->call.now == p->call.now);
+}
+
+static unsigned busy_count(const char *name);
+
+/* Is every request of this host on name still to reach Redis an outcome
+ * waiting in its fold that cannot move the state of a closed circuit
+ * under policy (a success, ignore or rejected under the consecutive rule:
+ * it resets or counts, never trips)? Then an answer from a closed copy is
+ * the one Redis gives after the fold. */
+static bool
+fold_only_benign(const char *name, const cb_policy *policy)
+{
+	circuit_calls *e = calls_find(name, false);
+
+	return e != NULL && e->fold != NULL && e->sent == 0 && !e->fold->failures &&
+	    policy->trip == CB_TRIP_CONSECUTIVE && busy_count(name) == e->fold->n;
+}
+
+/* Put outcome p (its own members in extra) in its circuit's fold, made
+ * when there is none; false when it goes alone (not an outcome that
+ * folds, Redis away, or nothing to fold it with: no call of the circuit
+ * in flight and fleet_coalesce_ms 0). Never sends: fold_kick does, once p
+ * is linked. */
+static bool
+fold_take(op_pending *p, json_t *extra)
+{
+	const char *op = p->script_op;
+	char kind = strcmp(op, "success") == 0 ? 's'
+	    : strcmp(op, "failure") == 0       ? 'f'
+	    : strcmp(op, "ignore") == 0        ? 'i'
+	    : strcmp(op, "rejected") == 0      ? 'r'
+					       : '\0';
+	circuit_calls *e;
+	op_fold_member *m;
+	op_fold *f;
+
+	if (kind == '\0' || p->permit_next || !fleet_up())
+		return false;
+	e = calls_find(p->call.name, false);
+	/* Nothing to wait for and nothing to wait with: alone, at once (a
+	 * failure and a request that waits for its reply never wait out the
+	 * window). */
+	if ((e == NULL || (e->sent == 0 && e->fold == NULL)) &&
+	    (cbd.conf.fleet_coalesce_ms == 0 || kind == 'f' || !p->call.noreply))
+		return false;
+	if (e != NULL && e->fold != NULL && !fold_fits(e->fold->m[0].p, p)) {
+		/* Another policy, declared or now: that fold goes first. */
+		fold_send(e, false);
+		e = calls_find(p->call.name, false);
+	}
+	if (e == NULL)
+		e = calls_find(p->call.name, true);
+	if (e == NULL)
+		return false;
+	f = e->fold;
+	if (f == NULL) {
+		f = calloc(1, sizeof *f);
+		if (f == NULL || (f->name = strdup(p->call.name)) == NULL) {
+			free(f);
+			calls_tidy(e);
+			return false;
+		}
+		f->first_extra = json_incref(extra);
+		f->first_op = op;
+		if (cbd.conf.fleet_coalesce_ms > 0) {
+			struct timeval tv = { (time_t)(cbd.conf.fleet_coalesce_ms / 1000),
+				(suseconds_t)(cbd.conf.fleet_coalesce_ms % 1000 * 1000) };
+
+			f->timer = evtimer_new(cbd.base, fold_timer, f);
+			if (f->timer == NULL || evtimer_add(f->timer, &tv) != 0)
+				f->due = true;
+		} else {
+			f->due = true;
+		}
+		e->fold = f;
+		/* Told when Redis goes away (queue_drain). */
+		fleet_set_room_hook(queue_drain);
+	}
+	if (f->n == f->cap) {
+		size_t cap = f->cap > 0 ? f->cap * 2 : 4;
+		op_fold_member *grown = realloc(f->m, cap * sizeof *grown);
+
+		if (grown == NULL) {
+			if (f->n == 0) {
+				e->fold = NULL;
+				fold_free(f);
+				calls_tidy(e);
+			}
+			return false;
+		}
+		f->m = grown;
+		f->cap = cap;
+	}
+	m = &f->m[f->n++];
+	memset(m, 0, sizeof *m);
+	m->p = p;
+	snprintf(m->reporter, sizeof m->reporter, "%s:%ld", fleet_origin(),
+	    p->call.client != NULL ? (long)p->call.client->pid : 0L);
+	m->item.kind = kind;
+	m->item.value = kind == 'r'         ? json_integer_value(json_object_get(extra, "count"))
+	    : p->call.table.duration_ms > 0 ? p->call.table.duration_ms
+					    : 0;
+	m->item.want = !p->call.noreply;
+	/* A failure may trip: the fleet learns it as soon as nothing of this
+	 * host's is in flight for the circuit; and a request that waits for
+	 * its reply does not wait out the window either. */
+	if (kind == 'f' || m->item.want)
+		f->due = true;
+	f->failures = f->failures || kind == 'f';
+	return true;
+}
+
+/* One of a fold's requests that neither changed the state nor waits for
+ * a reply (noreply): it is done, the fold's last answer refreshes the
+ * copy. */
+static void
+fold_quiet(op_pending *m)
+{
+	m->in_flight--;
+	if (m->call.client == NULL) {
+		if (m->in_flight == 0)
+			pending_free(m);
+		return;
+	}
+	op_begin(m->call.client);
+	pending_finish(m, true);
+}
+
+static void pending_answer(const json_t *reply, op_pending *p);
+
+/* lead's fold was answered: each of its requests gets the script's answer
+ * for its outcome (the circuit as it left it, its change), in order; the
+ * last one the circuit after them all. Redis away or a declared mismatch:
+ * each gets that answer, as alone (the copy; its own call again). */
+static void
+fold_done(op_pending *lead, const json_t *reply)
+{
+	op_fold *f = lead->fold;
+	bool whole = reply == NULL || json_is_true(json_object_get(reply, "mismatch"));
+	json_t *now = reply != NULL ? json_object_get(reply, "now") : NULL;
+	/* lead may be answered (and freed) first, as the fold's first. */
+	uint64_t stamp = lead->stamp;
+	size_t cursor = 0;
+
+	lead->fold = NULL;
+	lead->script_op = f->first_op;
+	for (size_t i = 0; i < f->n; i++) {
+		op_pending *m = f->m[i].p;
+		const json_t *e;
+		json_t *one;
+
+		m->stamp = stamp;
+		if (whole) {
+			pending_answer(reply, m);
+			continue;
+		}
+		e = fleet_fold_answer(reply, f->m[i].place, &cursor);
+		if (e == NULL && i + 1 < f->n) {
+			fold_quiet(m);
+			continue;
+		}
+		one = json_pack("{s:O?, s:O?, s:O?}", "now", now, "circuit",
+		    e != NULL ? json_array_get(e, 2) : json_object_get(reply, "circuit"), "change",
+		    e != NULL ? json_array_get(e, 3) : NULL);
+		pending_answer(one, m);
+		json_decref(one);
+	}
+	fold_free(f);
+}
+
 /* allow and get from this host's copy, without a script call, when its
  * answer is the script's: the copy is fresh (fleet_copy_fresh: no event
  * can have been missed since Redis last said what it is), closed and not
@@ -517,7 +990,8 @@ queue_drain(void)
  * not a retry), get's snapshot does not move with the clock (no rate
  * window, no min_reporters), and no request of this host on the circuit
  * is still in Redis or waiting for room (this host's requests take effect
- * in the order it read them). Everything
+ * in the order it read them); but an allow may pass outcomes waiting in
+ * a fold that cannot move a closed circuit (fold_only_benign). Everything
  * else (half_open's slots, open with or without an elapsed break, holds,
  * tickets) is Redis's to answer. False: ask Redis (*bad: call->err). */
 static bool
@@ -538,7 +1012,8 @@ copy_answer(op_call *call, bool *bad)
 		return *bad = true, false;
 	if (allow ? call->table.retry : policy->trip == CB_TRIP_RATE || policy->min_reporters > 1)
 		return false;
-	if (!fleet_copy_fresh(call->name) || busy_with(call->name) ||
+	if (!fleet_copy_fresh(call->name) ||
+	    (busy_with(call->name) && !(allow && fold_only_benign(call->name, policy))) ||
 	    !circuit_table_peek(cbd.table, call->name, &view) ||
 	    view.snap.state != CB_STATE_CLOSED || view.hold.held)
 		return false;
@@ -592,6 +1067,23 @@ op_fleet_send(op_call *call, bool *answered)
 	pending_fix(p);
 	p->declared_text = fleet_copy_declared_text(call->declared);
 	extra = p->declared_text != NULL ? args_for_op(p, &bad, answered) : NULL;
+	if (extra != NULL && fold_take(p, extra)) {
+		/* Folded with the circuit's other outcomes (see op_fold). */
+		json_decref(extra);
+		busy_add(p);
+		call->pending = true;
+		pending_link(p, call->client);
+		if (!call->noreply) {
+			op_conn_peek(call->client)->fleet_wait = p;
+			block_update(call->client, op_conn_peek(call->client));
+		}
+		fold_kick(p->call.name, false);
+		return true;
+	}
+	/* Any other request of the circuit follows the outcomes folded
+	 * before it. */
+	if (extra != NULL)
+		fold_kick(p->call.name, true);
 	/* Redis runs FLEET_INFLIGHT_MAX calls at once for this host: past
 	 * it (or behind others waiting) a request waits its turn. */
 	queued = extra != NULL && (queue.head != NULL || !fleet_has_room()) && queue_add(p, extra);
@@ -972,10 +1464,23 @@ view_add_local(const char *name, ct_view *view)
 	view->totals.rejected_retry = local.totals.rejected_retry;
 }
 
+/* The callback of every request's script call. */
 static void
 pending_done(const json_t *reply, void *arg)
 {
 	op_pending *p = arg;
+
+	calls_answered(p->call.name);
+	if (p->fold != NULL)
+		fold_done(p, reply);
+	else
+		pending_answer(reply, p);
+}
+
+/* p's script call was answered (reply; NULL: Redis did not). */
+static void
+pending_answer(const json_t *reply, op_pending *p)
+{
 	op_call *call = &p->call;
 	const json_t *circuit;
 	ct_view view;

@@ -44,7 +44,9 @@ set_backend(json_t *reply)
 		!set_uint(b, "reseeded", f->reseeded) ||
 		!set_uint(b, "master_switches", f->master_switches) ||
 		!set_uint(b, "restored", f->restored) ||
-		!set_uint(b, "copy_answers", f->copy_answers) ||
+		!set_uint(b, "copy_answers", f->copy_answers) || !set_uint(b, "folds", f->folds) ||
+		!set_uint(b, "coalesced", f->coalesced) ||
+		!set_uint(b, "fold_full", f->fold_full) ||
 		json_object_set_new(b, "event_channel",
 		    json_string(fleet_events_live() ? "live" : "down")) != 0 ||
 		json_object_set_new(b, "server", json_string(fleet_address())) != 0)) {

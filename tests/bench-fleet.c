@@ -31,6 +31,11 @@
  * trip's propagation delay p50/p99.
  *
  *   CBD_BINARY=src/cbd tests/bench-fleet -f 8 [-C 2] [-d SECONDS] [-n TRIPS (200)]
+ *       [-K CIRCUITS (1000)] [-W FLEET_COALESCE_MS (the cbd's default)]
+ *
+ * It also prints the outcomes folded into shared script calls
+ * (stats.backend.coalesced, folds): -K and -W show folding where the load
+ * meets in few circuits or waits longer.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,6 +54,10 @@
 #define FLEET_HOSTS_MAX 32
 #define FLEET_CONNS_MAX 16
 #define FLEET_CIRCUITS 1000
+/* Circuits the load spreads over (-K; default FLEET_CIRCUITS), and the
+ * cbds' fleet_coalesce_ms (-W; -1: not set, the cbd's default). */
+static int fleet_circuits = FLEET_CIRCUITS;
+static int fleet_coalesce_ms = -1;
 #define FLEET_BURST_EVERY_S 80 /* a circuit's burst of failures: 2 s out of this */
 #define FLEET_BURST_S 2
 #define FLEET_SAMPLES_MAX 200000 /* allow latencies kept per connection */
@@ -232,7 +241,7 @@ fleet_gen_run(void *arg)
 		return NULL;
 	}
 	while (harness_now_s() < g->until) {
-		int c = (int)(rand_r(&g->seed) % FLEET_CIRCUITS);
+		int c = (int)(rand_r(&g->seed) % (unsigned)fleet_circuits);
 		double t0 = harness_now_s(), ms;
 		bool failure, has_permit;
 		int len;
@@ -314,7 +323,9 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 {
 	static cbd_harness cbds[FLEET_HOSTS_MAX];
 	static fleet_gen gens[FLEET_HOSTS_MAX * FLEET_CONNS_MAX];
-	long long calls0 = 0, calls1 = 0, copy0 = 0, copy1 = 0;
+	long long calls0 = 0, calls1 = 0, copy0 = 0, copy1 = 0, folded0 = 0, folded1 = 0;
+	long long folds0 = 0, folds1 = 0;
+	char coalesce[64] = "";
 	double redis_cpu0, redis_cpu1, cbd_cpu0 = 0, cbd_cpu1 = 0, t_start, t_end;
 	uint64_t calls = 0, refused = 0, failures = 0, errors = 0;
 	size_t nsamples = 0, ngens = (size_t)hosts * (size_t)conns;
@@ -327,11 +338,13 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 		fprintf(stderr, "bench-fleet: needs redis-server\n");
 		return 2;
 	}
+	if (fleet_coalesce_ms >= 0)
+		snprintf(coalesce, sizeof coalesce, "fleet_coalesce_ms = %d\n", fleet_coalesce_ms);
 	snprintf(config, sizeof config,
 	    "[cbd]\nlog_level = warning\nbackend = redis\nredis = unix:%s\n"
-	    "redis_timeout_ms = 2000\nmax_circuits = 100000\n"
+	    "redis_timeout_ms = 2000\nmax_circuits = 100000\n%s"
 	    "[defaults]\nfailure_threshold = 5\nbreak_ms = 1000\n",
-	    redis.socket_path);
+	    redis.socket_path, coalesce);
 	for (; started < hosts; started++) {
 		if (getenv("CBD_BINARY") == NULL || !harness_start(&cbds[started], config)) {
 			fprintf(stderr, "bench-fleet: set CBD_BINARY to a cbd that starts\n");
@@ -362,6 +375,8 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 	for (int h = 0; h < hosts; h++) {
 		calls0 += fleet_backend_int(&cbds[h], "calls");
 		copy0 += fleet_backend_int(&cbds[h], "copy_answers");
+		folded0 += fleet_backend_int(&cbds[h], "coalesced");
+		folds0 += fleet_backend_int(&cbds[h], "folds");
 		cbd_cpu0 += fleet_cpu_s(cbds[h].pid);
 	}
 	redis_cpu0 = fleet_cpu_s(redis.pid);
@@ -380,6 +395,8 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 	for (int h = 0; h < hosts; h++) {
 		calls1 += fleet_backend_int(&cbds[h], "calls");
 		copy1 += fleet_backend_int(&cbds[h], "copy_answers");
+		folded1 += fleet_backend_int(&cbds[h], "coalesced");
+		folds1 += fleet_backend_int(&cbds[h], "folds");
 		cbd_cpu1 += fleet_cpu_s(cbds[h].pid);
 	}
 	for (size_t i = 0; i < ngens; i++) {
@@ -401,7 +418,7 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 	}
 	printf("fleet: %d cbds on one redis-server, %d load connections each (a thread each), "
 	       "%d circuits, %.1f s\n",
-	    hosts, conns, FLEET_CIRCUITS, t_end - t_start);
+	    hosts, conns, fleet_circuits, t_end - t_start);
 	printf("protected calls (allow + noreply outcome): %llu, %.0f/s fleet-wide; refused "
 	       "%.2f %%, failures %.2f %% of outcomes, errors %llu\n",
 	    (unsigned long long)calls, (double)calls / (t_end - t_start),
@@ -420,6 +437,13 @@ fleet_bench(int hosts, int conns, double seconds, int trips)
 		       "answered from a copy: %lld (%.1f %% of allows)\n",
 		    (double)(calls1 - calls0) / (double)calls, copy1 - copy0,
 		    100.0 * (double)(copy1 - copy0) / (double)calls);
+	if (calls > 0)
+		printf("outcomes folded (issue 24): %lld in %lld script calls (%.1f %% of "
+		       "outcomes, "
+		       "%.1f a fold)\n",
+		    folded1 - folded0, folds1 - folds0,
+		    100.0 * (double)(folded1 - folded0) / (double)calls,
+		    folds1 > folds0 ? (double)(folded1 - folded0) / (double)(folds1 - folds0) : 0);
 	if (all != NULL && nsamples > 0)
 		printf("allow latency: p50 %.3f ms  p99 %.3f ms  max %.3f ms (%zu samples)\n",
 		    all[nsamples / 2], all[nsamples * 99 / 100], all[nsamples - 1], nsamples);
@@ -444,8 +468,12 @@ main(int argc, char **argv)
 	redis_server redis;
 	char *script;
 
-	while ((opt = getopt(argc, argv, "d:c:n:f:C:")) != -1) {
-		if (opt == 'f')
+	while ((opt = getopt(argc, argv, "d:c:n:f:C:K:W:")) != -1) {
+		if (opt == 'K' && atoi(optarg) > 0)
+			fleet_circuits = atoi(optarg);
+		else if (opt == 'W')
+			fleet_coalesce_ms = atoi(optarg);
+		else if (opt == 'f')
 			hosts = atoi(optarg);
 		else if (opt == 'C')
 			per_host = atoi(optarg);
@@ -459,7 +487,8 @@ main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 			    "usage: bench-fleet [-d SECONDS] [-c 8,50] [-n TRIPS]\n"
-			    "       bench-fleet -f HOSTS [-C CONNS] [-d SECONDS] [-n TRIPS]\n");
+			    "       bench-fleet -f HOSTS [-C CONNS] [-d SECONDS] [-n TRIPS] "
+			    "[-K CIRCUITS] [-W COALESCE_MS]\n");
 			return 2;
 		}
 	}

@@ -160,6 +160,9 @@ START_TEST(test_errors_name_file_line_key)
 	expect_error("[cbd]\nsocket_mode = 0999\n", 2, "socket_mode", "octal");
 	expect_error("[cbd]\nlog_level = loud\n", 2, "log_level", "loud");
 	expect_error("[cbd]\nopen_warning_interval = -1\n", 2, "open_warning_interval", NULL);
+	expect_error("[cbd]\nfleet_coalesce_ms = -1\n", 2, "fleet_coalesce_ms", NULL);
+	expect_error("[cbd]\nfleet_coalesce_ms = 1001\n", 2, "fleet_coalesce_ms", NULL);
+	expect_error("[cbd]\nfleet_coalesce_ms = 2ms\n", 2, "fleet_coalesce_ms", "2ms");
 	expect_error("[defaults]\nfailure_threshold = 0\n", 2, "failure_threshold", NULL);
 	expect_error("[defaults]\nbreak_ms = 1.5\n", 2, "break_ms", NULL);
 	expect_error("[defaults]\nnow = 5\n", 2, "now", "unknown key");

@@ -527,26 +527,32 @@ END_TEST
  * count stays exact. */
 #define BURST_CONNS 8
 #define BURST_LINES 5000
+/* Circuits the lines go to in turn: more than Redis runs calls for at
+ * once for a host (32), so that outcomes both fold (issue 24) and wait
+ * their turn. */
+#define BURST_CIRCUITS 64
 
 /* One burst connection (a child process): every line at once, then a
  * get whose reply says they were all read; exits 0 when it came. */
 static void
 burst_child(int lines)
 {
-	static const char line[] = "{\"op\":\"record_failure\",\"name\":\"burst\","
-				   "\"noreply\":true}\n";
-	size_t len = sizeof line - 1;
-	char *buf = malloc(len * (size_t)lines);
+	const size_t line_max = 128;
+	char *buf = malloc(line_max * (size_t)lines);
 	int fd = harness_connect(&host_a);
+	size_t len = 0;
 	json_t *r;
 
 	if (buf == NULL || fd < 0)
 		_exit(2);
 	for (int i = 0; i < lines; i++)
-		memcpy(buf + len * (size_t)i, line, len);
-	if (!harness_send_all(fd, buf, len * (size_t)lines))
+		len += (size_t)snprintf(buf + len, line_max,
+		    "{\"op\":\"record_failure\",\"name\":\"burst-%d\",\"ctx\":{"
+		    "\"failure_threshold\":1000000},\"noreply\":true}\n",
+		    i % BURST_CIRCUITS);
+	if (!harness_send_all(fd, buf, len))
 		_exit(3);
-	r = util_call(fd, "{\"op\":\"get\",\"name\":\"burst\"}");
+	r = util_call(fd, "{\"op\":\"get\",\"name\":\"burst-0\"}");
 	_exit(r != NULL && util_bool(r, "ok") ? 0 : 4);
 }
 
@@ -576,9 +582,6 @@ START_TEST(test_noreply_burst_is_counted_exactly)
 	a = harness_connect(&host_a);
 	ck_assert(a >= 0);
 	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
-	json_decref(util_call_ok(a,
-	    "{\"op\":\"record_success\",\"name\":\"burst\",\"ctx\":{"
-	    "\"failure_threshold\":1000000}}"));
 	for (int i = 0; i < BURST_CONNS; i++) {
 		kids[i] = fork();
 		ck_assert_int_ge(kids[i], 0);
@@ -597,11 +600,19 @@ START_TEST(test_noreply_burst_is_counted_exactly)
 	ck_assert_int_eq(util_int(r, "backend.degraded"), 0);
 	ck_assert_int_eq(util_int(r, "backend.local_answers"), 0);
 	ck_assert_int_gt(util_int(r, "backend.queued"), 0);
+	ck_assert_int_gt(util_int(r, "backend.coalesced"), 0);
 	json_decref(r);
-	/* Every outcome is in Redis: b reads the fleet's circuit. */
-	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"burst\"}");
-	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), (int64_t)BURST_CONNS * lines);
-	json_decref(r);
+	/* Every outcome is in Redis once: b reads the fleet's circuits. */
+	{
+		int64_t failures = 0;
+
+		for (int i = 0; i < BURST_CIRCUITS; i++) {
+			r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"burst-%d\"}", i);
+			failures += util_int(r, "snapshot.totals.failures");
+			json_decref(r);
+		}
+		ck_assert_int_eq(failures, (int64_t)BURST_CONNS * lines);
+	}
 }
 END_TEST
 
@@ -1831,6 +1842,285 @@ START_TEST(test_copy_waits_for_the_connections_own_outcome)
 }
 END_TEST
 
+/* --- coalesced outcomes (issue 24) --- */
+
+/* fd's stats member `path` as an integer. */
+static int64_t
+stat_int(int fd, const char *path)
+{
+	json_t *r = util_call_ok(fd, "{\"op\":\"stats\"}");
+	int64_t v = util_int(r, path);
+
+	json_decref(r);
+	return v;
+}
+
+/* An integer field of a hash in the fleet's Redis (-1: none). */
+static int64_t
+redis_hget_int(const char *key, const char *field)
+{
+	char command[256], reply[256];
+	int fd = harness_connect_path(redis.socket_path);
+	ssize_t n;
+	const char *value;
+
+	ck_assert(fd >= 0);
+	snprintf(command, sizeof command, "HGET %s %s\r\n", key, field);
+	ck_assert(harness_send_all(fd, command, strlen(command)));
+	n = 0;
+	/* "$len\r\nvalue\r\n" (or "$-1\r\n"): read until a line holds the value. */
+	while (n < (ssize_t)sizeof reply - 1) {
+		ssize_t got = read(fd, reply + n, sizeof reply - 1 - (size_t)n);
+
+		ck_assert(got > 0);
+		n += got;
+		reply[n] = '\0';
+		if (strncmp(reply, "$-1", 3) == 0)
+			break;
+		value = strstr(reply, "\r\n");
+		if (value != NULL && strstr(value + 2, "\r\n") != NULL)
+			break;
+	}
+	close(fd);
+	if (strncmp(reply, "$-1", 3) == 0)
+		return -1;
+	value = strstr(reply, "\r\n");
+	ck_assert_ptr_nonnull(value);
+	return strtoll(value + 2, NULL, 10);
+}
+
+/* Write `count` copies of line (a noreply request with its newline) to fd. */
+static void
+write_lines(int fd, const char *line, int count)
+{
+	for (int i = 0; i < count; i++)
+		ck_assert(util_write_all(fd, line, strlen(line)));
+}
+
+/* Restart host a with redis_timeout_ms and fleet_coalesce_ms of its own. */
+static void
+restart_host_a_coalescing(int64_t timeout_ms, int64_t coalesce_ms)
+{
+	char config[1024];
+	harness_opts opts = { .env = NULL };
+
+	snprintf(config, sizeof config,
+	    "[cbd]\nbackend = redis\nredis = unix:%s\nredis_timeout_ms = %lld\n"
+	    "fleet_coalesce_ms = %lld\nidle_reclaim_ms = 0\n",
+	    redis.socket_path, (long long)timeout_ms, (long long)coalesce_ms);
+	close(a);
+	harness_stop(&host_a);
+	ck_assert_msg(harness_start_opts(&host_a, config, &opts), "cbd did not start");
+	a = harness_connect(&host_a);
+	ck_assert(a >= 0);
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+}
+
+/* Redis frozen with an ignored outcome of name from another connection
+ * in flight (sent, unanswered): what a sends on name meanwhile is folded
+ * behind it. Returns that connection (its reply still to read). */
+static int
+freeze_behind_a_call(int watcher, const char *name)
+{
+	int other = harness_connect(&host_a);
+	int64_t calls = stat_int(watcher, "backend.calls");
+	char line[128];
+
+	ck_assert(other >= 0);
+	kill(redis.pid, SIGSTOP);
+	snprintf(line, sizeof line,
+	    "{\"id\":1,\"op\":\"record\",\"outcome\":\"ignore\",\"name\":\"%s\"}\n", name);
+	ck_assert(util_write_all(other, line, strlen(line)));
+	ck_assert(util_stats_reach(watcher, "backend.calls", calls + 1));
+	return other;
+}
+
+/* A half_open circuit's trial closes it and a failure run trips it again,
+ * all in one fold: the state, totals and every transition are as one by
+ * one, here and on host b; the fold is counted. */
+START_TEST(test_fold_closes_and_trips_as_one_by_one)
+{
+	int watcher, other;
+	int64_t records;
+	json_t *r, *rb;
+	const char *text;
+
+	restart_host_a_coalescing(20000, 0);
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_success\",\"name\":\"fold\",\"ctx\":{"
+	    "\"failure_threshold\":3,\"success_threshold\":2,\"break_ms\":200}}"));
+	for (int i = 0; i < 3; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"fold\"}"));
+	/* The break elapses: an allow makes it half_open (a trial granted). */
+	do {
+		usleep(50 * 1000);
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"fold\"}");
+		text = util_bool(r, "allowed") ? "y" : "n";
+		json_decref(r);
+	} while (text[0] == 'n');
+	other = freeze_behind_a_call(watcher, "fold");
+	records = stat_int(watcher, "ops.record_success.requests") +
+	    stat_int(watcher, "ops.record_failure.requests");
+	/* Two trial successes close it; three failures trip it again; one
+	 * more success is counted while open; then a get. */
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"fold\",\"noreply\":true}\n", 2);
+	write_lines(a, "{\"op\":\"record_failure\",\"name\":\"fold\",\"noreply\":true}\n", 3);
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"fold\",\"noreply\":true}\n", 1);
+	/* All six read (folded behind the get) before Redis runs again. */
+	for (int tries = 0; stat_int(watcher, "ops.record_success.requests") +
+		 stat_int(watcher, "ops.record_failure.requests") <
+	     records + 6;
+	     tries++) {
+		ck_assert_msg(tries < 2000, "the outcomes were never read");
+		usleep(10 * 1000);
+	}
+	ck_assert_int_eq(stat_int(watcher, "backend.folds"), 0);
+	kill(redis.pid, SIGCONT);
+	r = util_next_json(other, "the outcome in flight");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "half_open");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"fold\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 4);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 6);
+	ck_assert_int_eq(util_int(r, "snapshot.failure_count"), 3);
+	rb = util_call_ok(b, "{\"op\":\"get\",\"name\":\"fold\"}");
+	ck_assert_str_eq(util_str(rb, "snapshot.state"), "open");
+	ck_assert(json_equal(util_get(r, "snapshot.totals"), util_get(rb, "snapshot.totals")));
+	json_decref(r);
+	json_decref(rb);
+	r = util_call_ok(watcher, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "backend.folds"), 1);
+	ck_assert_int_eq(util_int(r, "backend.coalesced"), 6);
+	ck_assert_int_eq(util_int(r, "backend.fold_full"), 0);
+	ck_assert_int_eq(util_int(r, "backend.timeouts"), 0);
+	json_decref(r);
+	/* Each transition inside the fold reached this host (its copy and
+	 * metrics), as one by one. */
+	r = util_call_ok(a, "{\"op\":\"metrics\"}");
+	text = util_str(r, "text");
+	ck_assert_msg(strstr(text,
+			  "cbd_circuit_transitions_total{name=\"fold\",from=\"half_open\","
+			  "to=\"closed\"} 1\n") != NULL &&
+		strstr(text,
+		    "cbd_circuit_transitions_total{name=\"fold\",from=\"closed\","
+		    "to=\"open\"} 2\n") != NULL,
+	    "metrics:\n%s", text);
+	ck_assert_ptr_nonnull(strstr(text, "cbd_backend_coalesced_outcomes_total 6\n"));
+	json_decref(r);
+	close(other);
+	close(watcher);
+}
+END_TEST
+
+/* While only successes of a closed circuit wait in a fold (their window),
+ * an allow is answered from the copy (they cannot trip it under the
+ * consecutive rule) and the fold keeps waiting; a failure sends the fold
+ * at once, and the allow after it goes to Redis behind it: refused. */
+START_TEST(test_fold_of_successes_keeps_allows_on_the_copy)
+{
+	int64_t calls, copy, calls2, copy2;
+	json_t *r;
+
+	restart_host_a_coalescing(2000, 800);
+	copy_warm(a, "benign", "{\"failure_threshold\":1,\"break_ms\":60000}");
+	backend_counts(a, &calls, &copy);
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"benign\",\"noreply\":true}\n", 3);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"benign\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_int_eq(copy2, copy + 1);
+	ck_assert_int_eq(calls2, calls);
+	write_lines(a, "{\"op\":\"record_failure\",\"name\":\"benign\",\"noreply\":true}\n", 1);
+	r = util_call_ok(a, "{\"op\":\"allow\",\"name\":\"benign\"}");
+	ck_assert(!util_bool(r, "allowed"));
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"benign\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 4);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+	ck_assert_int_eq(redis_hget_int("cbd:{benign}", "t_successes"), 4);
+	ck_assert_int_eq(stat_int(a, "backend.folds"), 1);
+	ck_assert_int_eq(stat_int(a, "backend.coalesced"), 4);
+}
+END_TEST
+
+/* Outcomes folded behind a call that Redis never answers (frozen past
+ * redis_timeout_ms) are answered from the copy, each once, and never
+ * reach Redis later; after it is back, Redis counts exactly what was
+ * sent. */
+START_TEST(test_fold_cut_short_by_redis_going_away)
+{
+	int watcher = harness_connect(&host_a);
+	int other;
+	int64_t local;
+	json_t *r;
+
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"cut\"}"));
+	local = stat_int(watcher, "backend.local_answers");
+	other = freeze_behind_a_call(watcher, "cut");
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"cut\",\"noreply\":true}\n", 5);
+	/* The get times out; the fold behind it is answered locally. */
+	ck_assert(util_stats_reach_str(watcher, "backend.health", "degraded"));
+	ck_assert(util_stats_reach(watcher, "backend.local_answers", local + 5));
+	r = util_next_json(other, "the outcome answered from the copy");
+	ck_assert(util_bool(r, "ok"));
+	json_decref(r);
+	kill(redis.pid, SIGCONT);
+	ck_assert(util_stats_reach_str(watcher, "backend.health", "up"));
+	ck_assert_int_eq(stat_int(watcher, "backend.local_answers"), local + 5);
+	ck_assert_int_eq(stat_int(watcher, "backend.folds"), 0);
+	/* Redis has the one outcome sent before; none of the five. */
+	ck_assert_int_eq(redis_hget_int("cbd:{cut}", "t_successes"), 1);
+	/* After recovery every outcome counts exactly once. */
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"cut\",\"noreply\":true}\n", 7);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"cut\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 8);
+	json_decref(r);
+	ck_assert_int_eq(redis_hget_int("cbd:{cut}", "t_successes"), 8);
+	close(other);
+	close(watcher);
+}
+END_TEST
+
+/* A burst of noreply outcomes of one circuit behind a frozen Redis fills
+ * folds of FLEET_FOLD_MAX (counted) and loses none. */
+START_TEST(test_fold_bound_is_counted)
+{
+	int watcher, other;
+	json_t *r;
+
+	restart_host_a_coalescing(20000, 0);
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_success\",\"name\":\"big\",\"ctx\":{"
+	    "\"failure_threshold\":1000000}}"));
+	other = freeze_behind_a_call(watcher, "big");
+	/* 2.5 folds' worth from one connection (FLEET_FOLD_MAX is below the
+	 * requests one connection has in Redis at once). */
+	write_lines(a, "{\"op\":\"record_failure\",\"name\":\"big\",\"noreply\":true}\n", 320);
+	ck_assert(util_stats_reach(watcher, "backend.fold_full", 2));
+	kill(redis.pid, SIGCONT);
+	r = util_next_json(other, "the outcome in flight");
+	json_decref(r);
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"big\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 320);
+	json_decref(r);
+	r = util_call_ok(watcher, "{\"op\":\"stats\"}");
+	ck_assert_int_ge(util_int(r, "backend.fold_full"), 1);
+	ck_assert_int_eq(util_int(r, "backend.local_answers"), 0);
+	json_decref(r);
+	close(other);
+	close(watcher);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -1874,6 +2164,14 @@ fleet_suite(void)
 	tcase_add_test(tc, test_copy_not_used_when_redis_stops);
 	tcase_add_test(tc, test_half_open_held_and_limited_go_to_the_script);
 	tcase_add_test(tc, test_copy_waits_for_the_connections_own_outcome);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("coalesce");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fold_closes_and_trips_as_one_by_one);
+	tcase_add_test(tc, test_fold_cut_short_by_redis_going_away);
+	tcase_add_test(tc, test_fold_bound_is_counted);
+	tcase_add_test(tc, test_fold_of_successes_keeps_allows_on_the_copy);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("reseed");
 	tcase_add_checked_fixture(tc, setup, teardown);

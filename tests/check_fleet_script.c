@@ -22,6 +22,7 @@
 #include "check-run.h"
 #include "circuit-table.h"
 #include "fleet-args.h"
+#include "fleet-fold.h"
 #include "proto.h"
 #include "redis-util.h"
 #include "trace-load.h"
@@ -1611,6 +1612,293 @@ START_TEST(backoff_without_cap)
 }
 END_TEST
 
+/* ---- folded outcomes (issue 24) ----------------------------------------- */
+
+/* Steps per policy: two in three are a fold (about 6,000 folds of 1 to
+ * 40 outcomes over the six policies). */
+#define FOLD_STEPS 1500
+#define FOLD_LEN_MAX 40
+#define FOLD_MARK "fold-mark"
+
+/* The events published since the last mark, of circuit `name` each into
+ * its list (in order): PUBLISH a mark and read up to it. */
+static void
+events_until_mark(redisContext *ctx, redisContext *sub, const char *one, json_t *ev_one,
+    const char *fold, json_t *ev_fold)
+{
+	redisReply *reply = redisCommand(ctx, "PUBLISH %s %s", CHANNEL, FOLD_MARK);
+
+	ck_assert_ptr_nonnull(reply);
+	freeReplyObject(reply);
+	for (;;) {
+		json_error_t err;
+		json_t *e;
+		const char *n;
+
+		reply = NULL;
+		ck_assert_msg(redisGetReply(sub, (void **)&reply) == REDIS_OK, "no event: %s",
+		    sub->errstr);
+		ck_assert(reply->type == REDIS_REPLY_ARRAY && reply->elements == 3);
+		if (strcmp(reply->element[2]->str, FOLD_MARK) == 0) {
+			freeReplyObject(reply);
+			return;
+		}
+		e = json_loads(reply->element[2]->str, 0, &err);
+		ck_assert_msg(e != NULL, "event %s", reply->element[2]->str);
+		freeReplyObject(reply);
+		n = json_string_value(json_object_get(e, "name"));
+		json_object_del(e, "name");
+		if (n != NULL && strcmp(n, one) == 0)
+			json_array_append_new(ev_one, e);
+		else if (n != NULL && strcmp(n, fold) == 0)
+			json_array_append_new(ev_fold, e);
+		else
+			json_decref(e);
+	}
+}
+
+/* Two JSON values equal, or the case fails saying where. */
+static void
+assert_json_eq(const json_t *a, const json_t *b, const char *what, const char *where)
+{
+	if (!json_equal(a, b)) {
+		char *ta = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+		char *tb = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+
+		ck_abort_msg("%s: %s one by one %s, folded %s", where, what, ta, tb);
+	}
+}
+
+/* Random sequences of outcomes on two circuits: one gets each outcome in
+ * its own call, the other the same outcomes folded into one "outcomes"
+ * call (made by fleet-fold.c, as cbd makes it) at the same now; allows,
+ * holds with a ttl and forced states between folds, on both alike. Each
+ * outcome's answer (circuit and change, when it changed the state or
+ * wants a reply), the events published, and the circuit after every step
+ * must be the same. */
+static void
+fold_differential(redisContext *ctx, redisContext *sub, const char *base, const cb_policy *policy,
+    uint64_t seed, int *trips_inside)
+{
+	static const char *const reporters[] = { "r1", "r2", "r3" };
+	static const char *const states[] = { "closed", "open", "half_open" };
+	char one[64], fold[64];
+	int64_t now = T0;
+	json_t *ev_one = json_array(), *ev_fold = json_array();
+
+	snprintf(one, sizeof one, "%s-one", base);
+	snprintf(fold, sizeof fold, "%s-fold", base);
+	rng_state = seed;
+	for (int step = 0; step < FOLD_STEPS; step++) {
+		uint64_t what = rng(12);
+		char where[128];
+		json_t *r1, *r2;
+
+		if (what < 8) {
+			fleet_fold_item items[FOLD_LEN_MAX];
+			fleet_fold_place place[FOLD_LEN_MAX];
+			json_t *replies[FOLD_LEN_MAX], *extra, *req, *fr;
+			size_t n = 1 + rng(rng(3) == 0 ? FOLD_LEN_MAX : 8), cursor = 0;
+			int changes = 0;
+			/* Failures in bursts: some folds are mostly failures. */
+			uint64_t fail_pct = rng(3) == 0 ? 80 : 25;
+
+			for (size_t i = 0; i < n; i++) {
+				uint64_t k = rng(100);
+				fleet_fold_item *it = &items[i];
+				const char *op;
+				json_t *q = at(now);
+
+				it->kind = k < 5          ? 'i'
+				    : k < 9               ? 'r'
+				    : rng(100) < fail_pct ? 'f'
+							  : 's';
+				it->value =
+				    it->kind == 'r' ? 1 + (int64_t)rng(3) : (int64_t)rng(4) * 60;
+				it->reporter = reporters[rng(3)];
+				it->want = rng(4) == 0;
+				op = it->kind == 's'  ? "success"
+				    : it->kind == 'f' ? "failure"
+				    : it->kind == 'i' ? "ignore"
+						      : "rejected";
+				with_str(q, "reporter", it->reporter);
+				if (it->kind == 'r')
+					with_int(q, "count", it->value);
+				else
+					with_int(q, "duration_ms", it->value);
+				replies[i] = fleet_call(ctx, one, op, policy, q);
+			}
+			extra = fleet_fold_extra(items, n, policy, place);
+			ck_assert_ptr_nonnull(extra);
+			req = at(now);
+			json_object_set(req, "items", json_object_get(extra, "items"));
+			json_decref(extra);
+			fr = fleet_call(ctx, fold, "outcomes", policy, req);
+			for (size_t i = 0; i < n; i++) {
+				const json_t *e = fleet_fold_answer(fr, place[i], &cursor);
+				const json_t *change = json_object_get(replies[i], "change");
+
+				snprintf(where, sizeof where, "%s step %d outcome %zu of %zu (%c)",
+				    base, step, i + 1, n, items[i].kind);
+				if (json_is_null(change) && !items[i].want) {
+					ck_assert_msg(e == NULL, "%s: an answer for no change",
+					    where);
+				} else {
+					ck_assert_msg(e != NULL, "%s: no answer", where);
+					assert_json_eq(json_object_get(replies[i], "circuit"),
+					    json_array_get(e, 2), "circuit", where);
+					assert_json_eq(change, json_array_get(e, 3), "change",
+					    where);
+					changes += !json_is_null(change);
+				}
+				json_decref(replies[i]);
+			}
+			ck_assert_msg(cursor == json_array_size(json_object_get(fr, "items")),
+			    "%s step %d: answers left over", base, step);
+			if (changes > 1)
+				(*trips_inside)++;
+			json_decref(fr);
+		} else if (what < 10) {
+			snprintf(where, sizeof where, "%s step %d (allow)", base, step);
+			r1 = fleet_call(ctx, one, "allow", policy, with_str(at(now), "token", "t"));
+			r2 =
+			    fleet_call(ctx, fold, "allow", policy, with_str(at(now), "token", "t"));
+			assert_json_eq(r1, r2, "allow", where);
+			json_decref(r1);
+			json_decref(r2);
+		} else if (what == 10) {
+			const char *state = states[rng(3)];
+			bool hold = rng(2) == 0 && strcmp(state, "half_open") != 0;
+			int64_t ttl = 1 + (int64_t)rng(4) * 100;
+
+			snprintf(where, sizeof where, "%s step %d (set_state %s)", base, step,
+			    state);
+			r1 = fleet_call(ctx, one, "set_state", policy,
+			    hold ? with_hold(at(now), state, ttl, NULL)
+				 : with_str(at(now), "state", state));
+			r2 = fleet_call(ctx, fold, "set_state", policy,
+			    hold ? with_hold(at(now), state, ttl, NULL)
+				 : with_str(at(now), "state", state));
+			assert_json_eq(json_object_get(r1, "circuit"),
+			    json_object_get(r2, "circuit"), "circuit", where);
+			json_decref(r1);
+			json_decref(r2);
+		}
+		snprintf(where, sizeof where, "%s step %d (get)", base, step);
+		r1 = fleet_call(ctx, one, "get", policy, at(now));
+		r2 = fleet_call(ctx, fold, "get", policy, at(now));
+		assert_json_eq(json_object_get(r1, "circuit"), json_object_get(r2, "circuit"),
+		    "circuit", where);
+		json_decref(r1);
+		json_decref(r2);
+		events_until_mark(ctx, sub, one, ev_one, fold, ev_fold);
+		assert_json_eq(ev_one, ev_fold, "events", where);
+		json_array_clear(ev_one);
+		json_array_clear(ev_fold);
+		if (rng(2) == 0)
+			now += (int64_t)rng(rng(5) == 0 ? 40 : 4) * 50;
+		else
+			now += rng(5) == 0 ? (int64_t)rng(2000) : (int64_t)rng(100);
+	}
+	json_decref(ev_one);
+	json_decref(ev_fold);
+}
+
+START_TEST(fold_equals_one_by_one)
+{
+	redisContext *ctx = connect_server();
+	redisContext *sub = connect_server();
+	struct timeval wait = { EVENT_WAIT_S, 0 };
+	redisReply *reply;
+	int trips_inside = 0;
+	cb_policy p;
+
+	ck_assert_int_eq(redisSetTimeout(sub, wait), REDIS_OK);
+	reply = redisCommand(sub, "SUBSCRIBE %s", CHANNEL);
+	ck_assert_ptr_nonnull(reply);
+	freeReplyObject(reply);
+	/* Consecutive with max_gap chains, two trials, backoff. */
+	breaker_policy_default(&p);
+	p.failure_threshold = 3;
+	p.success_threshold = 2;
+	p.max_gap_ms = 100;
+	p.break_ms = 300;
+	p.half_open_max = 2;
+	p.break_backoff = 2;
+	p.break_max_ms = 2000;
+	fold_differential(ctx, sub, "fold-consecutive", &p, 0x9e3779b97f4a7c15u, &trips_inside);
+	/* Consecutive, slow calls counted. */
+	p.slow_call_ms = 120;
+	p.max_gap_ms = 0;
+	fold_differential(ctx, sub, "fold-slow", &p, 0x2545f4914f6cdd1du, &trips_inside);
+	/* Rate rule over a count window with the slow rule. */
+	breaker_policy_default(&p);
+	p.trip = CB_TRIP_RATE;
+	p.window_size = 6;
+	p.minimum_calls = 3;
+	p.failure_rate = 60;
+	p.slow_call_ms = 120;
+	p.slow_call_rate = 50;
+	p.break_ms = 400;
+	fold_differential(ctx, sub, "fold-rate-count", &p, 0x1234567887654321u, &trips_inside);
+	/* Rate rule over a time window. */
+	breaker_policy_default(&p);
+	p.trip = CB_TRIP_RATE;
+	p.window = CB_WINDOW_TIME;
+	p.window_size = 2000;
+	p.minimum_calls = 4;
+	p.failure_rate = 50;
+	p.break_ms = 300;
+	p.break_backoff = 3;
+	fold_differential(ctx, sub, "fold-rate-time", &p, 0xdeadbeefcafef00du, &trips_inside);
+	/* min_reporters on both rules. */
+	breaker_policy_default(&p);
+	p.failure_threshold = 2;
+	p.min_reporters = 2;
+	p.reporter_window_ms = 400;
+	p.break_ms = 300;
+	fold_differential(ctx, sub, "fold-reporters", &p, 0x0badc0ffee0ddf00u, &trips_inside);
+	p.trip = CB_TRIP_RATE;
+	p.window_size = 4;
+	p.minimum_calls = 2;
+	p.min_reporters = 3;
+	p.slow_call_ms = 100;
+	fold_differential(ctx, sub, "fold-reporters-rate", &p, 0x5555aaaa3333ccccu, &trips_inside);
+	/* Folds that moved the state more than once (e.g. a trial closed
+	 * then a failure run tripped) were among them. */
+	ck_assert_int_gt(trips_inside, 40);
+	redisFree(sub);
+	redisFree(ctx);
+}
+END_TEST
+
+START_TEST(fold_malformed_refused)
+{
+	redisContext *ctx = connect_server();
+	cb_policy p = default_policy();
+	static const char *const bad[] = { "[]", "[[\"x\",0,\"r\",1,0]]", "[[\"s\",0,\"r\",0,0]]",
+		"[[\"s\",0,\"r\",2,1]]", "[[\"r\",0,\"r\",1,0]]", "[[\"s\",0.5,\"r\",1,0]]",
+		"[7]" };
+
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		json_t *req = at(T0);
+		redisReply *reply;
+
+		json_object_set_new(req, "items", json_loads(bad[i], 0, NULL));
+		json_object_set_new(req, "name", json_string("fold-bad"));
+		json_object_set_new(req, "policy", proto_policy_flat_json(&p));
+		reply = script_command(ctx, "fold-bad", "outcomes", req);
+		ck_assert_msg(reply->type == REDIS_REPLY_ERROR &&
+			strstr(reply->str, "outcomes") != NULL,
+		    "%s: %s", bad[i], reply->type == REDIS_REPLY_ERROR ? reply->str : "accepted");
+		freeReplyObject(reply);
+		json_decref(req);
+	}
+	ck_assert(!key_exists(ctx, "cbd:{fold-bad}"));
+	redisFree(ctx);
+}
+END_TEST
+
 /* Load the script once; the cases use its sha. */
 static bool
 load_script(void)
@@ -1679,6 +1967,8 @@ main(void)
 	tcase_add_test(diff, mirrors_the_c_core);
 	tcase_add_test(diff, rate_boundaries_exact);
 	tcase_add_test(diff, backoff_without_cap);
+	tcase_add_test(diff, fold_equals_one_by_one);
+	tcase_add_test(ops, fold_malformed_refused);
 	/* Bounds for a loaded machine, not timing assertions. */
 	tcase_set_timeout(trace, 60);
 	tcase_set_timeout(ops, 60);

@@ -191,7 +191,7 @@ EXTRA_DIST += tests/examples.sh
 # the trace, each op, and random op sequences against the C core.
 check_PROGRAMS += tests/check_fleet_script
 tests_check_fleet_script_SOURCES = tests/check_fleet_script.c tests/redis-util.c \
-	tests/redis-util.h src/fleet-args.c src/fleet-args.h
+	tests/redis-util.h src/fleet-args.c src/fleet-args.h src/fleet-fold.c src/fleet-fold.h
 tests_check_fleet_script_CFLAGS = $(TEST_CFLAGS) $(HIREDIS_CFLAGS)
 tests_check_fleet_script_LDADD = tests/libcontract.la $(TEST_CORE_LIBS) $(HIREDIS_LIBS) \
 	$(JANSSON_LIBS) $(CHECK_LIBS)
