@@ -1004,7 +1004,11 @@ START_TEST(test_script_loaded_again_after_noscript)
 	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
 	json_decref(r);
 	r = util_call_ok(a, "{\"op\":\"stats\"}");
-	ck_assert_int_eq(util_int(r, "backend.noscript"), 1);
+	/* The circuit script reloaded once; the once-a-second probe's script,
+	 * flushed too, may have met NOSCRIPT and reloaded itself meanwhile
+	 * (counted alike): never more than once each. */
+	ck_assert_int_ge(util_int(r, "backend.noscript"), 1);
+	ck_assert_int_le(util_int(r, "backend.noscript"), 2);
 	ck_assert_str_eq(util_str(r, "backend.health"), "up");
 	json_decref(r);
 }
