@@ -333,8 +333,11 @@ bool circuit_table_pin(circuit_table *table, const char *name, bool pin);
 uint32_t circuit_table_policy_rev(circuit_table *table, const char *name);
 
 /* The configuration changed: a new policy_rev for circuits not stored,
- * and for each stored circuit `changed` says changed. */
-void circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg);
+ * and for each stored circuit `changed` says changed; then `renewed` (may
+ * be NULL) is called with that circuit's view at now, its new policy_rev
+ * in it. One walk of the table. renewed must not change the table. */
+void circuit_table_renew_policies(circuit_table *table, int64_t now, ct_policy_changed_fn changed,
+    ct_visit_fn renewed, void *arg);
 
 /* End every hold whose ttl has passed at `now`, calling fn for each. */
 void circuit_table_expire_holds(circuit_table *table, int64_t now, ct_change_fn fn, void *arg);
