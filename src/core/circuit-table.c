@@ -1768,6 +1768,17 @@ circuit_table_peek(circuit_table *table, const char *name, ct_view *out)
 	return true;
 }
 
+bool
+circuit_table_peek_at(circuit_table *table, const char *name, int64_t now, ct_view *out)
+{
+	circuit *c = circuit_find(table, name);
+
+	if (c == NULL)
+		return false;
+	view_at(table, c, now, out);
+	return true;
+}
+
 void
 circuit_table_foreach_pinned(circuit_table *table, ct_visit_fn visit, void *arg)
 {

@@ -229,6 +229,9 @@ void circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_v
 /* The stored circuit of `name` as it is (no clock applied, nothing
  * changed); false when not stored. */
 bool circuit_table_peek(circuit_table *table, const char *name, ct_view *out);
+/* The same with its window read at now, as the walks read it (not a use:
+ * the circuit keeps its place among the most recently used). */
+bool circuit_table_peek_at(circuit_table *table, const char *name, int64_t now, ct_view *out);
 
 /* Apply an outcome; `out` is the circuit after it. change may be NULL.
  * An ignored outcome counts in totals of a stored circuit only. */
