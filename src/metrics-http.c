@@ -193,7 +193,8 @@ conn_top(http_conn *c, int status, const char *reason, const char *type, const s
 	if (body_len != NULL)
 		snprintf(length, sizeof length, "Content-Length: %zu\r\n", *body_len);
 	else
-		snprintf(length, sizeof length, "%s", c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
+		snprintf(length, sizeof length, "%s",
+		    c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
 	n = snprintf(top, sizeof top,
 	    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s"
 	    "%sConnection: close\r\n\r\n",

@@ -324,8 +324,7 @@ metrics_head(enc_buf *t)
 bool
 metrics_scrape(scrape *s, bool in_steps)
 {
-	if (!scrape_init(s, &metrics_kind, NULL, (uint64_t)cbd.conf.metrics_max_circuits,
-		in_steps))
+	if (!scrape_init(s, &metrics_kind, NULL, (uint64_t)cbd.conf.metrics_max_circuits, in_steps))
 		return false;
 	metrics_head(&s->out);
 	return true;

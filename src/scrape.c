@@ -95,8 +95,8 @@ collect_step(scrape *s, uint64_t visits)
 {
 	uint64_t room = s->max - s->count, n;
 
-	n = circuit_table_cursor_next(cbd.table, &s->cursor, s->now,
-	    visits < room ? visits : room, names_visit, s);
+	n = circuit_table_cursor_next(cbd.table, &s->cursor, s->now, visits < room ? visits : room,
+	    names_visit, s);
 	if (s->cursor.at == NULL || s->count >= s->max || s->nomem) {
 		circuit_table_cursor_close(cbd.table, &s->cursor);
 		s->collecting = false;
@@ -145,8 +145,7 @@ scrape_step(scrape *s, uint64_t visits)
 	while (!s->done && visits > 0) {
 		uint64_t n;
 
-		if (s->nomem || s->out.nomem ||
-		    (s->stop_after > 0 && s->out.len > s->stop_after)) {
+		if (s->nomem || s->out.nomem || (s->stop_after > 0 && s->out.len > s->stop_after)) {
 			s->stopped = !s->nomem && !s->out.nomem;
 			s->done = true;
 			break;
