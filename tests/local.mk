@@ -131,6 +131,13 @@ EXTRA_DIST += tests/bench-bulkhead.py
 #   python3 ../tests/bench-scrape.py src/cbd [CIRCUITS] [SCRAPES] [PATH]
 EXTRA_DIST += tests/bench-scrape.py
 
+# Watchers that do not keep up (issue 28, item 3): cbd's RSS peak and
+# after they closed, and another client's get latency, with 500 watchers
+# (400 slow, 100 never reading) at 200 changes/s for 40 s; prints
+# figures, asserts nothing; not run by make check.
+#   python3 ../tests/bench-watchers.py src/cbd [-w 500] [-s 400] [-c 200] [-d 40]
+EXTRA_DIST += tests/bench-watchers.py
+
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
 # one load generator; prints figures, asserts nothing; not run by make check.
 #   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-r ROUNDS] [-P]
