@@ -12,7 +12,6 @@
 
 #include <event2/event.h>
 
-#include "clock.h"
 #include "daemon.h"
 #include "dashboard-sse.h"
 #include "dashboard.h"
@@ -257,32 +256,16 @@ dashboard_sse_deleted(const char *name, const char *reason)
 	broadcast(text, len);
 }
 
-/* What policies_visit compares. */
-typedef struct reload_walk {
-	const cbd_conf *old, *fresh;
-} reload_walk;
-
-static void
-policies_visit(const char *name, const ct_view *view, void *arg)
+void
+dashboard_sse_policy_renewed(const char *name, const ct_view *view, const cbd_conf *fresh)
 {
-	reload_walk *rw = arg;
 	size_t len = 0;
 	char *text;
 
-	if (sse.count == 0 || !conf_policy_changed(rw->old, rw->fresh, name, view->declared))
-		return;
-	text = dashboard_policy_text(name, view, rw->fresh, &len);
-	broadcast(text, len);
-}
-
-void
-dashboard_sse_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
-{
-	reload_walk rw = { old, fresh };
-
 	if (sse.count == 0)
 		return;
-	circuit_table_foreach(cbd.table, clock_realtime_ms(), policies_visit, &rw);
+	text = dashboard_policy_text(name, view, fresh, &len);
+	broadcast(text, len);
 }
 
 uint64_t

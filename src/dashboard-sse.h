@@ -28,10 +28,12 @@ bool dashboard_sse_room(void);
  * reply's head goes out first. Takes fd (closed on failure). */
 bool dashboard_sse_attach(int fd);
 
-/* The fan-out (events.c): a change, a delete, a reload. */
+/* The fan-out (events.c): a change, a delete, a circuit whose policy_rev
+ * a reload (to fresh) renewed (called from the table's walk: view has
+ * the new rev). */
 void dashboard_sse_changed(const char *name, const ct_change *change);
 void dashboard_sse_deleted(const char *name, const char *reason);
-void dashboard_sse_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh);
+void dashboard_sse_policy_renewed(const char *name, const ct_view *view, const cbd_conf *fresh);
 
 /* Streams open now (stats, tests). */
 uint64_t dashboard_sse_clients(void);

@@ -103,58 +103,73 @@ item_fits(enc_buf *b, size_t before, size_t *budget, bool *truncated)
 	return true;
 }
 
-/* What the /api/circuits walk needs. */
+/* What /api/circuits' scrape keeps. */
 typedef struct circuits_walk {
-	enc_buf *b;
-	int64_t now;
 	size_t budget; /* bytes of circuits left */
 	uint64_t count;
 	bool truncated;
 } circuits_walk;
 
-static void
-circuits_visit(const char *name, const ct_view *view, void *arg)
+static bool
+circuits_visit(scrape *s, unsigned pass, const char *name, const ct_view *view)
 {
-	circuits_walk *w = arg;
-	size_t before = w->b->len;
+	circuits_walk *w = s->arg;
+	size_t before = s->out.len;
 
-	if (w->truncated)
-		return;
+	(void)pass;
 	if (w->count > 0)
-		ENC_LIT(w->b, ",");
-	put_snapshot(w->b, name, view, &cbd.conf, w->now, false);
-	if (item_fits(w->b, before, &w->budget, &w->truncated))
-		w->count++;
+		ENC_LIT(&s->out, ",");
+	put_snapshot(&s->out, name, view, &cbd.conf, s->now, false);
+	if (!item_fits(&s->out, before, &w->budget, &w->truncated))
+		return false;
+	w->count++;
+	return true;
 }
 
-char *
-dashboard_circuits_text(size_t *len)
+static void
+circuits_end(scrape *s)
 {
-	enc_buf b = { 0 };
-	ct_stats ct;
-	circuits_walk w = { &b, clock_realtime_ms(), (size_t)cbd.conf.max_output_bytes, 0, false };
+	circuits_walk *w = s->arg;
 
-	circuit_table_stats(cbd.table, &ct);
-	ENC_LIT(&b, "{\"now\":");
-	enc_int(&b, w.now);
-	ENC_LIT(&b, ",\"tick_ms\":");
-	enc_int(&b, DASHBOARD_TICK_MS);
-	ENC_LIT(&b, ",\"circuits\":[");
-	/* A snapshot takes more than DASHBOARD_SNAPSHOT_MIN bytes: the walk
-	 * stops where the budget must have run out. */
-	circuit_table_foreach_recent(cbd.table, w.now,
-	    (uint64_t)cbd.conf.max_output_bytes / DASHBOARD_SNAPSHOT_MIN + 1, circuits_visit, &w);
-	ENC_LIT(&b, "],\"count\":");
-	enc_int(&b, (int64_t)w.count);
-	ENC_LIT(&b, ",\"total\":");
-	enc_int(&b, (int64_t)ct.circuits);
-	if (w.truncated) {
+	ENC_LIT(&s->out, "],\"count\":");
+	enc_int(&s->out, (int64_t)w->count);
+	ENC_LIT(&s->out, ",\"total\":");
+	enc_int(&s->out, (int64_t)s->total);
+	if (w->truncated) {
 		stats_limit_hit(STATS_LIMIT_LIST);
-		ENC_LIT(&b, ",\"truncated\":true}");
+		ENC_LIT(&s->out, ",\"truncated\":true}");
 	} else {
-		ENC_LIT(&b, ",\"truncated\":false}");
+		ENC_LIT(&s->out, ",\"truncated\":false}");
 	}
-	return take(&b, len);
+}
+
+static const scrape_kind circuits_kind = {
+	.passes = 1,
+	.visit = circuits_visit,
+	.end = circuits_end,
+	.free = free,
+};
+
+bool
+dashboard_circuits_scrape(scrape *s)
+{
+	circuits_walk *w = calloc(1, sizeof *w);
+
+	if (w == NULL)
+		return false;
+	w->budget = (size_t)cbd.conf.max_output_bytes;
+	/* A snapshot takes more than DASHBOARD_SNAPSHOT_MIN bytes: the walk
+	 * stops where the budget must have run out. The most recent first,
+	 * taken at once: a cut list keeps the open, half_open and held. */
+	if (!scrape_init(s, &circuits_kind, w,
+		(uint64_t)cbd.conf.max_output_bytes / DASHBOARD_SNAPSHOT_MIN + 1, false))
+		return false;
+	ENC_LIT(&s->out, "{\"now\":");
+	enc_int(&s->out, s->now);
+	ENC_LIT(&s->out, ",\"tick_ms\":");
+	enc_int(&s->out, DASHBOARD_TICK_MS);
+	ENC_LIT(&s->out, ",\"circuits\":[");
+	return true;
 }
 
 char *

@@ -17,6 +17,7 @@
 
 #include "circuit-table.h"
 #include "conf.h"
+#include "scrape.h"
 
 /* The stats tick's period. */
 #define DASHBOARD_TICK_MS 2000
@@ -48,9 +49,10 @@ extern const char dashboard_style_css[];
 extern const char dashboard_icon_svg[];
 
 /* GET /api/circuits: {"now", "tick_ms", "circuits": [compact snapshots,
- * open, half_open and held first], "count", "truncated"}, at most
- * max_output_bytes of circuits. NULL when out of memory. */
-char *dashboard_circuits_text(size_t *len);
+ * open, half_open and held first], "count", "total", "truncated"}, at
+ * most max_output_bytes of circuits: begin s, made in steps (scrape.h).
+ * False when out of memory. */
+bool dashboard_circuits_scrape(scrape *s);
 
 /* Server-Sent Event frames ("event: X\ndata: {...}\n\n"); NULL when out
  * of memory. The data is what watch sends for the same change, and "at":

@@ -5,6 +5,7 @@
  * logged (rate-limited). The ops and the chores report here and name none
  * of those.
  */
+#include "clock.h"
 #include "daemon.h"
 #include "dashboard-sse.h"
 #include "events.h"
@@ -75,9 +76,10 @@ events_reclaimed(const char *name)
 	dashboard_sse_deleted(name, "reclaimed");
 }
 
-/* What policy_changed compares. */
+/* What policy_changed compares; the walk's clock. */
 typedef struct reload_confs {
 	const cbd_conf *old, *fresh;
+	int64_t now;
 } reload_confs;
 
 static bool
@@ -88,12 +90,25 @@ policy_changed(const char *name, const ct_view *view, void *arg)
 	return conf_policy_changed(rc->old, rc->fresh, name, view->declared);
 }
 
+/* A circuit the walk renewed: its watchers and the dashboard's browsers
+ * get a policy event. */
+static void
+policy_renewed(const char *name, const ct_view *view, void *arg)
+{
+	const reload_confs *rc = arg;
+
+	watch_policy_renewed(name, view, rc->fresh, rc->now);
+	dashboard_sse_policy_renewed(name, view, rc->fresh);
+}
+
 void
 events_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
 {
-	reload_confs rc = { old, fresh };
+	reload_confs rc = { old, fresh, clock_realtime_ms() };
+	bool told = watch_watchers() > 0 || dashboard_sse_clients() > 0;
 
-	circuit_table_renew_policies(cbd.table, policy_changed, &rc);
-	watch_policies_reloaded(old, fresh);
-	dashboard_sse_policies_reloaded(old, fresh);
+	/* One walk of the table: renew, and tell whoever listens. */
+	circuit_table_renew_policies(cbd.table, rc.now, policy_changed,
+	    told ? policy_renewed : NULL, &rc);
+	watch_policies_unstored(old, fresh, rc.now);
 }

@@ -41,6 +41,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/fleet-sync.c src/fleet-sync.h \
 	src/watch.c src/watch.h \
 	src/metrics.c src/metrics.h \
+	src/scrape.c src/scrape.h \
 	src/dashboard.c src/dashboard.h \
 	src/dashboard-sse.c src/dashboard-sse.h \
 	src/metrics-http.c src/metrics-http.h \

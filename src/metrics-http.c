@@ -33,6 +33,8 @@
 #include "log.h"
 #include "metrics-http.h"
 #include "metrics.h"
+#include "scrape.h"
+#include "server-client.h"
 #include "stats.h"
 
 /* Out-of-descriptor warnings: at most one this often. */
@@ -43,12 +45,20 @@ typedef struct http_conn {
 	struct http_conn *next, *prev;
 	int fd;
 	struct event *ev;
+	short armed; /* what ev waits for (-1: nothing yet) */
 	int64_t deadline; /* monotonic ms */
 	bool replied; /* out holds the reply; reading is over */
 	bool draining; /* the reply is out: read to EOF, then close */
 	bool to_sse; /* GET /events: the connection goes to dashboard-sse.c */
-	char *out;
-	size_t out_len, out_done;
+	bool http11; /* an HTTP/1.1 request: a reply may be chunked */
+	/* A reply made in steps (scrape.h), sent as they are made: chunked
+	 * (HTTP/1.1), or ended by the close (HTTP/1.0). */
+	bool stepping;
+	bool chunked;
+	scrape sc;
+	struct event *step_ev; /* the next step, at the loop's next turn */
+	char *out; /* counted with the connections' output (max_total_output_bytes) */
+	size_t out_len, out_done, out_cap;
 	size_t in_len;
 	char in[METRICS_HTTP_HEADER_MAX + 1];
 } http_conn;
@@ -58,11 +68,78 @@ static struct {
 	struct event *listen_ev, *pause_ev;
 	http_conn *conns;
 	uint64_t count;
+	unsigned stepping; /* connections with a reply in steps */
 	int64_t emfile_logged_ms;
 	uint64_t emfile_unlogged;
 } mh = { .fd = -1 };
 
 static void conn_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Free c's output buffer. */
+static void
+out_release(http_conn *c)
+{
+	server_client_output_external(c->out_cap, 0);
+	free(c->out);
+	c->out = NULL;
+	c->out_len = c->out_done = c->out_cap = 0;
+}
+
+/* Room for len more bytes of output, counted with the socket's
+ * connections against max_total_output_bytes; false (counted) when there
+ * is none. */
+static bool
+out_room(http_conn *c, size_t len)
+{
+	size_t cap;
+	char *grown;
+
+	if (c->out_cap - c->out_len >= len)
+		return true;
+	if (c->out_done > 0) {
+		memmove(c->out, c->out + c->out_done, c->out_len - c->out_done);
+		c->out_len -= c->out_done;
+		c->out_done = 0;
+		if (c->out_cap - c->out_len >= len)
+			return true;
+	}
+	cap = c->out_cap > 0 ? c->out_cap : 4096;
+	while (cap - c->out_len < len)
+		cap *= 2;
+	if (!server_client_output_external(c->out_cap, cap))
+		return false;
+	grown = realloc(c->out, cap);
+	if (grown == NULL) {
+		server_client_output_external(cap, c->out_cap);
+		stats_limit_hit(STATS_LIMIT_NOMEM);
+		return false;
+	}
+	c->out = grown;
+	c->out_cap = cap;
+	return true;
+}
+
+/* Append len bytes to c's output; false when there is no room. */
+static bool
+out_put(http_conn *c, const void *data, size_t len)
+{
+	if (!out_room(c, len))
+		return false;
+	memcpy(c->out + c->out_len, data, len);
+	c->out_len += len;
+	return true;
+}
+
+/* c's reply in steps is over (made, or dropped). */
+static void
+conn_steps_end(http_conn *c)
+{
+	if (!c->stepping)
+		return;
+	scrape_free(&c->sc);
+	c->stepping = false;
+	mh.stepping--;
+}
 
 static void
 conn_free(http_conn *c)
@@ -73,57 +150,113 @@ conn_free(http_conn *c)
 		mh.conns = c->next;
 	if (c->next != NULL)
 		c->next->prev = c->prev;
+	conn_steps_end(c);
+	if (c->step_ev != NULL)
+		event_free(c->step_ev);
 	event_free(c->ev);
 	if (c->fd >= 0)
 		close(c->fd);
-	free(c->out);
+	out_release(c);
 	free(c);
 	mh.count--;
 }
 
-/* Wait for what (EV_READ or EV_WRITE) until the connection's deadline. */
+/* Wait for what (EV_READ, EV_WRITE, or 0: nothing but the deadline) until
+ * the connection's deadline. */
 static bool
 conn_wait(http_conn *c, short what)
 {
 	int64_t left = c->deadline - clock_monotonic_ms();
 	struct timeval tv;
 
+	if (c->armed == what)
+		return true; /* its deadline stands */
 	if (left < 1)
 		left = 1;
 	tv.tv_sec = left / 1000;
 	tv.tv_usec = (left % 1000) * 1000;
 	event_del(c->ev);
-	event_assign(c->ev, cbd.base, c->fd, what | EV_PERSIST, conn_cb, c);
+	event_assign(c->ev, cbd.base, what != 0 ? c->fd : -1, what | EV_PERSIST, conn_cb, c);
+	c->armed = what;
 	return event_add(c->ev, &tv) == 0;
 }
 
-/* The reply: status line, headers and (but for HEAD) body. */
-static void
-conn_reply(http_conn *c, int status, const char *reason, const char *type, const char *body,
-    size_t body_len, bool head)
+/* The status line and headers; body_len NULL: a reply made in steps (its
+ * length unknown: chunked, or ended by the close for HTTP/1.0). False
+ * when there is no room. */
+static bool
+conn_top(http_conn *c, int status, const char *reason, const char *type, const size_t *body_len)
 {
-	char top[512];
-	int n = snprintf(top, sizeof top,
-	    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	char top[512], length[64];
+	int n;
+
+	if (body_len != NULL)
+		snprintf(length, sizeof length, "Content-Length: %zu\r\n", *body_len);
+	else
+		snprintf(length, sizeof length, "%s",
+		    c->chunked ? "Transfer-Encoding: chunked\r\n" : "");
+	n = snprintf(top, sizeof top,
+	    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s"
 	    "%sConnection: close\r\n\r\n",
-	    status, reason, type, body_len,
+	    status, reason, type, length,
 	    /* The dashboard's: its own files only, never cached, never framed. */
 	    strncmp(type, "text/plain", 10) == 0
 		? ""
 		: "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
 		  "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'\r\n");
-
 	c->replied = true;
-	c->out_len = (size_t)n + (head ? 0 : body_len);
-	c->out = malloc(c->out_len);
-	if (c->out == NULL) {
-		stats_limit_hit(STATS_LIMIT_NOMEM);
-		c->out_len = 0;
+	return out_put(c, top, (size_t)n);
+}
+
+/* The reply: status line, headers and (but for HEAD) body. No room: none
+ * (the connection is closed). */
+static void
+conn_reply(http_conn *c, int status, const char *reason, const char *type, const char *body,
+    size_t body_len, bool head)
+{
+	if (!out_room(c, 512 + (head ? 0 : body_len)) ||
+	    !conn_top(c, status, reason, type, &body_len) ||
+	    (!head && !out_put(c, body, body_len))) {
+		c->replied = true;
+		c->out_len = c->out_done = 0;
+	}
+}
+
+static void conn_step_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Answer with the scrape begun in c->sc: made at once when it is small
+ * (as before, with its length), else in steps, one a turn, sent as they
+ * are made. */
+static void
+conn_scrape(http_conn *c, const char *type, bool head)
+{
+	scrape *s = &c->sc;
+
+	if (scrape_small(s)) {
+		scrape_run(s);
+		if (s->nomem || s->out.nomem)
+			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
+			    14, false);
+		else
+			conn_reply(c, 200, "OK", type, s->out.buf, s->out.len, head);
+		scrape_free(s);
 		return;
 	}
-	memcpy(c->out, top, (size_t)n);
-	if (!head)
-		memcpy(c->out + n, body, body_len);
+	if (c->step_ev == NULL)
+		c->step_ev = evtimer_new(cbd.base, conn_step_cb, c);
+	if (c->step_ev == NULL) {
+		stats_limit_hit(STATS_LIMIT_NOMEM);
+		c->replied = true; /* nothing to send: closed */
+		scrape_free(s);
+		return;
+	}
+	c->chunked = c->http11;
+	if (!conn_top(c, 200, "OK", type, NULL) || head) {
+		scrape_free(s); /* HEAD: the headers only; no room: closed */
+		return;
+	}
+	c->stepping = true;
+	mh.stepping++;
 }
 
 /* Is the request's Host header (when it has one) a loopback name:
@@ -182,10 +315,17 @@ conn_dashboard(http_conn *c, const char *path, bool head)
 			return true;
 		}
 	}
-	if (strcmp(path, "/api/circuits") == 0 || strcmp(path, "/api/history") == 0) {
+	if (strcmp(path, "/api/circuits") == 0) {
+		if (!dashboard_circuits_scrape(&c->sc))
+			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
+			    14, false);
+		else
+			conn_scrape(c, "application/json", head);
+		return true;
+	}
+	if (strcmp(path, "/api/history") == 0) {
 		size_t len = 0;
-		char *text =
-		    path[5] == 'c' ? dashboard_circuits_text(&len) : dashboard_history_text(&len);
+		char *text = dashboard_history_text(&len);
 
 		if (text == NULL) {
 			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
@@ -225,6 +365,13 @@ conn_answer(http_conn *c)
 		return;
 	}
 	head = strcmp(method, "HEAD") == 0;
+	{
+		size_t eol = strcspn(c->in, "\r\n");
+
+		/* HTTP/1.0 (or older) knows no chunks: a reply made in steps
+		 * is then ended by the close. */
+		c->http11 = eol >= 8 && strncmp(c->in + eol - 8, "HTTP/1.1", 8) == 0;
+	}
 	if (strcmp(method, "GET") != 0 && !head) {
 		conn_reply(c, 405, "Method Not Allowed", "text/plain", "only GET\n", 9, false);
 		return;
@@ -241,20 +388,13 @@ conn_answer(http_conn *c)
 			conn_reply(c, 404, "Not Found", "text/plain", nope, sizeof nope - 1, head);
 		return;
 	}
-	{
-		size_t len;
-		char *text = metrics_text(&len);
-
-		if (text == NULL) {
-			conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n",
-			    14, false);
-			return;
-		}
-		conn_reply(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", text, len,
-		    head);
-		free(text);
-		stats.metrics_scrapes++;
+	if (!metrics_scrape(&c->sc, true)) {
+		conn_reply(c, 500, "Internal Server Error", "text/plain", "out of memory\n", 14,
+		    false);
+		return;
 	}
+	conn_scrape(c, "text/plain; version=0.0.4; charset=utf-8", head);
+	stats.metrics_scrapes++;
 }
 
 /* Read what came; answer once the head is whole. False: close. */
@@ -294,26 +434,70 @@ conn_read(http_conn *c)
 	return c->out_len > 0 && conn_wait(c, EV_WRITE);
 }
 
-/* Write what the socket takes. False: close. */
+/* Write what the socket takes; then wait for it to take more, for the
+ * next step, or (all out) for the client's close. False: close. */
 static bool
 conn_write(http_conn *c)
 {
+	static const struct timeval now = { 0, 0 };
+
 	while (c->out_done < c->out_len) {
 		ssize_t n = write(c->fd, c->out + c->out_done, c->out_len - c->out_done);
 
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno != EAGAIN)
+			return false;
 		if (n < 0)
-			return errno == EAGAIN;
+			break;
 		c->out_done += (size_t)n;
 	}
+	if (c->stepping) {
+		/* The next step once the unsent output is below the bound:
+		 * a scraper that reads slowly makes the scrape slow. */
+		if (c->out_len - c->out_done < METRICS_HTTP_OUT_MAX &&
+		    !evtimer_pending(c->step_ev, NULL))
+			evtimer_add(c->step_ev, &now);
+		return conn_wait(c, c->out_done < c->out_len ? EV_WRITE : 0);
+	}
+	if (c->out_done < c->out_len)
+		return conn_wait(c, EV_WRITE);
 	/* All out: half-close, and read what the client still sends until it
 	 * closes (closing at once could reset the reply away). */
-	free(c->out);
-	c->out = NULL;
+	out_release(c);
 	c->draining = true;
 	shutdown(c->fd, SHUT_WR);
 	return conn_wait(c, EV_READ);
+}
+
+/* The next step of c's reply, sent as a chunk; the last ends the body.
+ * Each stepping connection steps once a turn, over its share of
+ * SCRAPE_STEP_CIRCUITS. */
+static void
+conn_step_cb(evutil_socket_t fd, short what, void *arg)
+{
+	static const char last[] = "0\r\n\r\n";
+	http_conn *c = arg;
+	scrape *s = &c->sc;
+	unsigned share = SCRAPE_STEP_CIRCUITS / (mh.stepping > 0 ? mh.stepping : 1);
+	bool done = scrape_step(s, share > 0 ? share : 1), ok = !s->nomem && !s->out.nomem;
+
+	if (ok && s->out.len > 0) {
+		char size[24];
+		int n = snprintf(size, sizeof size, "%zx\r\n", s->out.len);
+
+		ok = (!c->chunked || out_put(c, size, (size_t)n)) &&
+		    out_put(c, s->out.buf, s->out.len) && (!c->chunked || out_put(c, "\r\n", 2));
+	}
+	s->out.len = 0;
+	if (ok && done) {
+		conn_steps_end(c);
+		ok = !c->chunked || out_put(c, last, sizeof last - 1);
+	}
+	/* Out of memory or room: the body is cut short (the scraper sees an
+	 * unfinished chunked body, or for HTTP/1.0 a close before the end). */
+	if (!ok || !conn_write(c))
+		conn_free(c);
 }
 
 static void
@@ -394,6 +578,7 @@ accept_cb(evutil_socket_t lfd, short what, void *arg)
 			continue;
 		}
 		c->fd = fd;
+		c->armed = -1;
 		c->deadline = clock_monotonic_ms() + METRICS_HTTP_TIMEOUT_MS;
 		c->next = mh.conns;
 		if (mh.conns != NULL)

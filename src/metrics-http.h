@@ -21,6 +21,10 @@
 #define METRICS_HTTP_BACKLOG 64
 /* Accepting pauses this long when cbd is out of descriptors. */
 #define METRICS_HTTP_PAUSE_MS 100
+/* A reply made in steps (a scrape of more than SCRAPE_AT_ONCE_CIRCUITS
+ * circuits) makes its next step only while less than this is unsent:
+ * a scraper that reads slowly slows its scrape, not cbd's memory. */
+#define METRICS_HTTP_OUT_MAX (256 * 1024)
 /* Connections accepted in one turn of the loop, at most. */
 #define METRICS_HTTP_ACCEPT_BATCH 16
 

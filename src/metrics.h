@@ -10,7 +10,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The whole text; NULL when out of memory. Free with free(). */
-char *metrics_text(size_t *len);
+#include "scrape.h"
+
+/* Begin s: the metrics text, its daemon-wide series made now (in
+ * s->out), its circuits' series in steps (scrape.h; in_steps as there).
+ * False when out of memory. */
+bool metrics_scrape(scrape *s, bool in_steps);
+
+/* The whole text at once, made no further than the first line end past
+ * `most` bytes (0: all; the metrics op cuts it there); NULL when out of
+ * memory. Free with free(). */
+char *metrics_text(size_t most, size_t *len);
 
 #endif

@@ -54,13 +54,14 @@ bool
 op_metrics(op_call *call)
 {
 	size_t len, fit = (size_t)cbd.conf.max_output_bytes / OP_METRICS_CUT_DIVISOR;
-	char *buf = metrics_text(&len);
+	char *buf = metrics_text(fit, &len);
 	bool cut = buf != NULL && len > fit;
 	json_t *body;
 
 	/* Cut like list (§10): at a line's end, within half of
 	 * max_output_bytes (escaped in JSON the text grows, at most
-	 * twofold), so that the client is answered, not dropped. */
+	 * twofold), so that the client is answered, not dropped. The text
+	 * is made no further than the first line past the cut. */
 	if (cut) {
 		while (fit > 0 && buf[fit - 1] != '\n')
 			fit--;

@@ -316,47 +316,45 @@ watch_deleted(const char *name, const char *reason)
 	    json_pack("{s:s, s:s, s:s}", "event", "delete", "name", name, "reason", reason));
 }
 
-/* What policies_visit compares, and the walk's clock. */
-typedef struct reload_walk {
-	const cbd_conf *old, *fresh;
-	int64_t now;
-} reload_walk;
-
-/* A policy event (protocol 3) for name when a watcher watches it and the
- * reload changed its effective policy. */
+/* A policy event (protocol 3) for name when a watcher watches it. */
 static void
-policies_visit(const char *name, const ct_view *view, void *arg)
+policy_event(const char *name, const ct_view *view, const cbd_conf *fresh, int64_t now)
 {
-	reload_walk *rw = arg;
 	json_t *snap;
 
-	if (!watched(name) || !conf_policy_changed(rw->old, rw->fresh, name, view->declared))
+	if (!watched(name))
 		return;
-	snap = snapshot_of(name, view, rw->fresh, rw->now, true);
+	snap = snapshot_of(name, view, fresh, now, true);
 	if (snap != NULL)
 		event_broadcast(name, json_pack("{s:s, s:o}", "event", "policy", "snapshot", snap));
 }
 
 void
-watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh)
+watch_policy_renewed(const char *name, const ct_view *view, const cbd_conf *fresh, int64_t now)
 {
-	reload_walk rw = { old, fresh, clock_realtime_ms() };
+	if (watchers != NULL)
+		policy_event(name, view, fresh, now);
+}
+
+void
+watch_policies_unstored(const cbd_conf *old, const cbd_conf *fresh, int64_t now)
+{
 	watch_name *n, *tmp;
 
-	if (watchers == NULL)
+	/* Watchers of everything see the stored circuits only (the table's
+	 * walk told them); with none, the names watched, walked here (a
+	 * reload need not walk a million circuits for them). */
+	if (watchers == NULL || all_count > 0)
 		return;
-	if (all_count > 0) {
-		circuit_table_foreach(cbd.table, rw.now, policies_visit, &rw);
-		return;
-	}
-	/* Only the watched names: a reload need not walk a million circuits. */
 	HASH_ITER (hh, names, n, tmp) {
 		ct_view view;
 
 		/* peek, not get: nothing may change while names is walked. */
-		if (!circuit_table_peek(cbd.table, n->name, &view))
-			circuit_table_get(cbd.table, n->name, rw.now, &view, NULL);
-		policies_visit(n->name, &view, &rw);
+		if (circuit_table_peek(cbd.table, n->name, &view))
+			continue;
+		circuit_table_get(cbd.table, n->name, now, &view, NULL);
+		if (conf_policy_changed(old, fresh, n->name, view.declared))
+			policy_event(n->name, &view, fresh, now);
 	}
 }
 

@@ -32,9 +32,16 @@ void watch_changed(const char *name, const ct_change *change);
 /* name was dropped: reason "deleted" or "reclaimed". */
 void watch_deleted(const char *name, const char *reason);
 
-/* A reload replaced old by fresh: a change event (from = the state then)
- * for every watched circuit whose effective policy changed. */
-void watch_policies_reloaded(const cbd_conf *old, const cbd_conf *fresh);
+/* A reload (to fresh) renewed name's policy_rev (view has the new one,
+ * read at now): a policy event when somebody watches name. Called from
+ * the table's one walk (events.c): sends, never writes or closes. */
+void watch_policy_renewed(const char *name, const ct_view *view, const cbd_conf *fresh,
+    int64_t now);
+
+/* After that walk: a policy event for each name watched by name but not
+ * stored whose effective policy changed from old to fresh (when nobody
+ * watches everything). Walks the names watched, not the table. */
+void watch_policies_unstored(const cbd_conf *old, const cbd_conf *fresh, int64_t now);
 
 /* A connection's watches (the watch and unwatch ops change them). */
 typedef struct watcher watcher;

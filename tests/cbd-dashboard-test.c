@@ -584,6 +584,63 @@ START_TEST(test_list_cut)
 }
 END_TEST
 
+/* Issue 28 item 2: /api/circuits of more than SCRAPE_AT_ONCE_CIRCUITS
+ * circuits is made in steps and sent chunked: the same JSON (open and
+ * held first), whole; and cut to max_output_bytes in steps as at once. */
+START_TEST(test_list_in_steps)
+{
+	enum { CIRCUITS = 3000 };
+	char line[128], *http, *b;
+	json_t *list;
+	FILE *f;
+
+	start("");
+	for (int i = 0; i < CIRCUITS; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"record_success\",\"name\":\"c%04d\",\"noreply\":true}\n", i);
+		ck_assert(util_write_all(fd, line, strlen(line)));
+	}
+	ck_assert(util_stats_reach(fd, "circuits", CIRCUITS));
+	json_decref(
+	    util_call_ok(fd, "{\"op\":\"set_state\",\"name\":\"c1500\",\"state\":\"open\"}"));
+	http = http_get("/api/circuits");
+	ck_assert_msg(has(http, "\r\nTransfer-Encoding: chunked\r\n"), "%.300s", http);
+	b = (char *)body(http);
+	ck_assert(util_http_dechunk(b));
+	list = json_loads(b, 0, NULL);
+	ck_assert_ptr_nonnull(list);
+	ck_assert(!util_bool(list, "truncated"));
+	ck_assert_int_eq(util_int(list, "total"), CIRCUITS);
+	ck_assert_int_eq(util_int(list, "count"), CIRCUITS);
+	ck_assert_int_eq(json_array_size(json_object_get(list, "circuits")), CIRCUITS);
+	ck_assert_str_eq(util_str(list, "circuits.0.name"), "c1500");
+	json_decref(list);
+	free(http);
+	/* Cut to max_output_bytes (in steps: more than SCRAPE_AT_ONCE_CIRCUITS
+	 * snapshots of DASHBOARD_SNAPSHOT_MIN bytes fit it). */
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[cbd]\nmetrics_listen = 127.0.0.1:%d\nmax_output_bytes = 262144\n", port);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	ck_assert(util_stats_reach(fd, "reloads", 1));
+	http = http_get("/api/circuits");
+	ck_assert(has(http, "\r\nTransfer-Encoding: chunked\r\n"));
+	b = (char *)body(http);
+	ck_assert(util_http_dechunk(b));
+	list = json_loads(b, 0, NULL);
+	ck_assert_ptr_nonnull(list);
+	ck_assert(util_bool(list, "truncated"));
+	ck_assert_int_lt(util_int(list, "count"), CIRCUITS);
+	ck_assert_int_eq(util_int(list, "count"),
+	    json_array_size(json_object_get(list, "circuits")));
+	ck_assert_str_eq(util_str(list, "circuits.0.name"), "c1500");
+	ck_assert_int_le(strlen(b), 262144 + 256);
+	json_decref(list);
+	free(http);
+}
+END_TEST
+
 /* ---- the history (/api/history) ------------------------------------------ */
 
 /* GET /api/history, parsed (valid JSON or the test fails). */
@@ -840,6 +897,7 @@ main(void)
 	tcase_add_test(tc, test_streams_count_in_total_output);
 	tcase_add_test(tc, test_odd_names);
 	tcase_add_test(tc, test_list_cut);
+	tcase_add_test(tc, test_list_in_steps);
 	tcase_add_test(tc, test_policy_event);
 	tcase_add_test(tc, test_history);
 	tcase_add_test(tc, test_history_cap);

@@ -481,6 +481,115 @@ START_TEST(test_metrics_op_cut_to_fit)
 }
 END_TEST
 
+/* An HTTP request (request: its whole text) on a new connection whose
+ * receive buffer is small (no autotuning: cbd can run ahead of a reader
+ * by its own bound and its send buffer only). */
+static int
+http_send(const char *request)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct timeval tv = { harness_timeout_ms() / 1000, 0 };
+	int s = socket(AF_INET, SOCK_STREAM, 0), rcvbuf = 65536;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
+	ck_assert(util_write_all(s, request, strlen(request)));
+	return s;
+}
+
+/* Read s into *buf (grown; NUL-ended) until `until` is in it (NULL: until
+ * EOF); returns the length. */
+static size_t
+http_read(int s, char **buf, size_t len, const char *until)
+{
+	size_t cap = len + (1 << 20);
+	ssize_t n;
+
+	*buf = realloc(*buf, cap);
+	(*buf)[len] = '\0';
+	while (until == NULL || strstr(*buf, until) == NULL) {
+		if (cap - len < 65536 + 1) {
+			cap *= 2;
+			*buf = realloc(*buf, cap);
+			ck_assert_ptr_nonnull(*buf);
+		}
+		n = read(s, *buf + len, cap - len - 1);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		(*buf)[len] = '\0';
+	}
+	return len;
+}
+
+/* Issue 28 item 2: a scrape of more circuits than SCRAPE_AT_ONCE_CIRCUITS
+ * is made in steps across turns of the loop, sent as it is made (chunked)
+ * and no further ahead of its reader than cbd's bound: a request on the
+ * socket is answered while it is under way, and a change it makes (to
+ * the circuit the scrape visits last) shows in the scrape. Before, the
+ * whole text was made in the turn that read the request: the change
+ * could not show. No timing: the reader reads only the head until the
+ * change is answered, and the first family alone is several times what
+ * the sockets hold. */
+START_TEST(test_big_scrape_in_steps)
+{
+	enum { CIRCUITS = 50000, BATCH = 1000 };
+	static const char name[] = "scrape-test-circuit-with-a-long-name-%05d";
+	char last[64], want[160], line[160], *batch, *resp = NULL, *body;
+	size_t len;
+	int s;
+
+	start("metrics_max_circuits = 100000\n");
+	batch = malloc(BATCH * sizeof line);
+	ck_assert_ptr_nonnull(batch);
+	for (int i = 0; i < CIRCUITS; i += BATCH) {
+		batch[0] = '\0';
+		for (int j = i; j < i + BATCH; j++) {
+			char n[64];
+
+			snprintf(n, sizeof n, name, j);
+			snprintf(line, sizeof line,
+			    "{\"op\":\"record_success\",\"name\":\"%s\",\"noreply\":true}\n", n);
+			strcat(batch, line);
+		}
+		ck_assert(util_write_all(fd, batch, strlen(batch)));
+	}
+	free(batch);
+	ck_assert(util_stats_reach(fd, "circuits", CIRCUITS));
+	snprintf(last, sizeof last, name, CIRCUITS - 1);
+	s = http_send("GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+	len = http_read(s, &resp, 0, "\r\n\r\n");
+	ck_assert_msg(has(resp, " 200 OK\r\n"), "%.200s", resp);
+	ck_assert(has(resp, "\r\nTransfer-Encoding: chunked\r\n"));
+	ck_assert(!has(resp, "Content-Length"));
+	/* The scrape is under way: the socket is answered, and the change
+	 * made now shows in what is still to come. */
+	json_decref(
+	    util_call_ok(fd, "{\"op\":\"set_state\",\"name\":\"%s\",\"state\":\"open\"}", last));
+	len = http_read(s, &resp, len, NULL);
+	close(s);
+	body = strstr(resp, "\r\n\r\n") + 4;
+	ck_assert_msg(util_http_dechunk(body), "not a whole chunked body (%zu bytes)", len);
+	snprintf(want, sizeof want, "\ncbd_circuit_state{name=\"%s\",state=\"open\"} 1\n", last);
+	ck_assert_msg(has(body, want), "the change made during the scrape is not in it");
+	snprintf(want, sizeof want, "\ncbd_circuit_retries_total{name=\"%s\"} 0\n", last);
+	ck_assert(has(body, want));
+	ck_assert(has(body, "\ncbd_circuits{state=\"closed\"} 50000\n"));
+	ck_assert(has(body, "\ncbd_metrics_circuits_omitted 0\n"));
+	promtool_accepts(body);
+	/* HTTP/1.0 knows no chunks: the body ends with the connection. */
+	s = http_send("GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n");
+	len = http_read(s, &resp, 0, NULL);
+	close(s);
+	ck_assert(!has(resp, "Transfer-Encoding"));
+	ck_assert(!has(resp, "Content-Length"));
+	ck_assert(has(resp, "\ncbd_metrics_circuits_omitted 0\n"));
+	free(resp);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -496,6 +605,7 @@ main(void)
 	tcase_add_test(tc, test_dashboard_queries_exported_series);
 	tcase_add_test(tc, test_http_connections_bounded);
 	tcase_add_test(tc, test_metrics_op_cut_to_fit);
+	tcase_add_test(tc, test_big_scrape_in_steps);
 	suite_add_tcase(s, tc);
 	return check_run(s, NULL);
 }

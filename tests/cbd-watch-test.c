@@ -154,6 +154,52 @@ START_TEST(test_watch_all_reclaim_and_reload)
 }
 END_TEST
 
+/* A reload tells a watcher by name of both its names whose policy
+ * changed, stored (from the table's walk) or not (from the names
+ * watched), and nothing of the one whose policy did not change. */
+START_TEST(test_reload_policy_events_by_name)
+{
+	bool seen_s = false, seen_u = false;
+	json_t *r;
+	FILE *f;
+
+	start("[circuit \"same\"]\nbreak_ms = 777\n");
+	json_decref(util_call(b, "{\"op\":\"record_success\",\"name\":\"s\"}"));
+	json_decref(util_call(b, "{\"op\":\"record_success\",\"name\":\"same\"}"));
+	r = util_call(a, "{\"op\":\"watch\",\"names\":[\"s\",\"u\",\"same\"]}");
+	ck_assert(util_bool(r, "ok"));
+	json_decref(r);
+	f = fopen(h.config_path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[circuit \"same\"]\nbreak_ms = 777\n[circuit \"s\"]\nbreak_ms = 1111\n"
+	      "[circuit \"u\"]\nbreak_ms = 2222\n",
+	    f);
+	fclose(f);
+	ck_assert_int_eq(kill(h.pid, SIGHUP), 0);
+	for (int i = 0; i < 2; i++) {
+		json_t *e = util_next_json(a, "policy event");
+		const char *name = util_str(e, "snapshot.name");
+
+		ck_assert_str_eq(util_str(e, "event"), "policy");
+		ck_assert_ptr_nonnull(name);
+		if (strcmp(name, "s") == 0) {
+			ck_assert(!seen_s);
+			seen_s = true;
+			ck_assert_int_eq(util_int(e, "snapshot.policy.break_ms"), 1111);
+		} else {
+			ck_assert_str_eq(name, "u");
+			ck_assert(!seen_u);
+			seen_u = true;
+			ck_assert_int_eq(util_int(e, "snapshot.policy.break_ms"), 2222);
+		}
+		json_decref(e);
+	}
+	/* Nothing for "same": the next line is a's own reply. */
+	send_line(a, "{\"id\":7,\"op\":\"get\",\"name\":\"same\"}");
+	expect_reply(a, 7);
+}
+END_TEST
+
 /* A watcher that never reads is dropped once its unsent output passes
  * max_output_bytes (1,500 compact change events: about 500 KB, past what
  * the kernel's socket buffers take); the others go on. */
@@ -617,6 +663,7 @@ main(void)
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_add_test(tc, test_change_events);
 	tcase_add_test(tc, test_watch_all_reclaim_and_reload);
+	tcase_add_test(tc, test_reload_policy_events_by_name);
 	tcase_add_test(tc, test_slow_watcher_dropped);
 	tcase_add_test(tc, test_events_wait_for_a_long_list);
 	tcase_add_test(tc, test_long_watch_in_steps);

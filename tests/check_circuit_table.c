@@ -570,6 +570,59 @@ START_TEST(expire_holds_and_pinned_walk)
 }
 END_TEST
 
+/* The reload's one walk: which circuits changed, and what renewed saw. */
+typedef struct renew_seen {
+	const char *changed; /* the one circuit whose policy changed */
+	int calls;
+	uint32_t rev;
+	int64_t failures;
+} renew_seen;
+
+static bool
+renew_changed(const char *name, const ct_view *view, void *arg)
+{
+	(void)view;
+	return strcmp(name, ((renew_seen *)arg)->changed) == 0;
+}
+
+static void
+renew_renewed(const char *name, const ct_view *view, void *arg)
+{
+	renew_seen *seen = arg;
+
+	ck_assert_str_eq(name, seen->changed);
+	seen->calls++;
+	seen->rev = view->policy_rev;
+	seen->failures = view->totals.failures;
+}
+
+/* renew_policies gives a changed circuit a new rev and calls renewed with
+ * it (once, after the renewal); the others keep theirs and are not named. */
+START_TEST(renew_policies_calls_renewed_after)
+{
+	cb_policy p = policy();
+	renew_seen seen = { .changed = "a" };
+	uint32_t a0, b0, unstored0;
+
+	fail_at(table, "a", &p, T0, CT_OK);
+	succeed_at(table, "b", &p, T0);
+	a0 = circuit_table_policy_rev(table, "a");
+	b0 = circuit_table_policy_rev(table, "b");
+	unstored0 = circuit_table_policy_rev(table, "none");
+	circuit_table_renew_policies(table, T0, renew_changed, renew_renewed, &seen);
+	ck_assert_int_eq(seen.calls, 1);
+	ck_assert_uint_ne(seen.rev, a0);
+	ck_assert_uint_eq(seen.rev, circuit_table_policy_rev(table, "a"));
+	ck_assert_int_eq(seen.failures, 1);
+	ck_assert_uint_eq(circuit_table_policy_rev(table, "b"), b0);
+	ck_assert_uint_ne(circuit_table_policy_rev(table, "none"), unstored0);
+	/* renewed may be NULL. */
+	circuit_table_renew_policies(table, T0, renew_changed, NULL, &seen);
+	ck_assert_int_eq(seen.calls, 1);
+	ck_assert_uint_ne(circuit_table_policy_rev(table, "a"), seen.rev);
+}
+END_TEST
+
 START_TEST(declared_policies_are_interned)
 {
 	cb_policy p = policy();
@@ -782,6 +835,7 @@ table_suite(void)
 	tcase_add_test(tc, held_closed_never_opens_and_release_resets);
 	tcase_add_test(tc, expire_holds_and_pinned_walk);
 	tcase_add_test(tc, declared_policies_are_interned);
+	tcase_add_test(tc, renew_policies_calls_renewed_after);
 	tcase_add_test(tc, restore_keeps_snapshot_and_hold);
 	tcase_add_test(tc, slot_tokens_look_random_and_differ);
 	suite_add_tcase(suite, tc);

@@ -458,6 +458,29 @@ util_free_port(void)
 	return p;
 }
 
+bool
+util_http_dechunk(char *body)
+{
+	char *in = body, *out = body, *end;
+
+	for (;;) {
+		unsigned long size = strtoul(in, &end, 16);
+
+		if (end == in || strncmp(end, "\r\n", 2) != 0)
+			return false;
+		in = end + 2;
+		if (size == 0) {
+			*out = '\0';
+			return strcmp(in, "\r\n") == 0;
+		}
+		if (strlen(in) < size + 2 || strncmp(in + size, "\r\n", 2) != 0)
+			return false;
+		memmove(out, in, size);
+		out += size;
+		in += size + 2;
+	}
+}
+
 void
 util_start_metrics(cbd_harness *h, int *fd, int *port, const char *extra)
 {

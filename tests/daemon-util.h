@@ -91,6 +91,9 @@ int util_free_port(void);
 /* util_start_conn with metrics_listen on a free loopback port (*port) and
  * the rest of [cbd] from extra. */
 void util_start_metrics(cbd_harness *h, int *fd, int *port, const char *extra);
+/* Decode an HTTP chunked body in place (NUL-ended); false when it is not
+ * well formed or does not end with its last chunk. */
+bool util_http_dechunk(char *body);
 /* Close *fd when it is open; -1 after. */
 void util_close(int *fd);
 /* Its teardown: close *fd, stop h. */

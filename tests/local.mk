@@ -125,6 +125,19 @@ EXTRA_DIST += tests/python-install.sh tests/client-sample.sh tests/test-lib.sh
 #   CBD_BINARY=src/cbd CBD_SRCDIR=.. python3 ../tests/bench-bulkhead.py [-d SECONDS]
 EXTRA_DIST += tests/bench-bulkhead.py
 
+# One big scrape against cbd's loop: a get loop's latency while curl
+# scrapes /metrics (or /api/circuits) of N circuits; prints figures,
+# asserts nothing; not run by make check.
+#   python3 ../tests/bench-scrape.py src/cbd [CIRCUITS] [SCRAPES] [PATH]
+EXTRA_DIST += tests/bench-scrape.py
+
+# Watchers that do not keep up (issue 28, item 3): cbd's RSS peak and
+# after they closed, and another client's get latency, with 500 watchers
+# (400 slow, 100 never reading) at 200 changes/s for 40 s; prints
+# figures, asserts nothing; not run by make check.
+#   python3 ../tests/bench-watchers.py src/cbd [-w 500] [-s 400] [-c 200] [-d 40]
+EXTRA_DIST += tests/bench-watchers.py
+
 # cbd side by side with Redis (GET, and EVALSHA of a record-failure script),
 # one load generator; prints figures, asserts nothing; not run by make check.
 #   CBD_BINARY=src/cbd tests/bench-vs-redis [-d SECONDS] [-c 8,50] [-r ROUNDS] [-P]

@@ -1611,7 +1611,8 @@ circuit_table_policy_rev(circuit_table *table, const char *name)
 }
 
 void
-circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg)
+circuit_table_renew_policies(circuit_table *table, int64_t now, ct_policy_changed_fn changed,
+    ct_visit_fn renewed, void *arg)
 {
 	circuit *c, *tmp;
 	ct_view view;
@@ -1619,8 +1620,13 @@ circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed,
 	table->unstored_rev = rev_next(table);
 	HASH_ITER (hh, table->circuits, c, tmp) {
 		view_fill(table, c, &view);
-		if (changed(c->name, &view, arg))
-			c->policy_rev = rev_next(table);
+		if (!changed(c->name, &view, arg))
+			continue;
+		c->policy_rev = rev_next(table);
+		if (renewed != NULL) {
+			view_at(table, c, now, &view);
+			renewed(c->name, &view, arg);
+		}
 	}
 }
 
@@ -1759,6 +1765,17 @@ circuit_table_peek(circuit_table *table, const char *name, ct_view *out)
 	if (c == NULL)
 		return false;
 	view_fill(table, c, out);
+	return true;
+}
+
+bool
+circuit_table_peek_at(circuit_table *table, const char *name, int64_t now, ct_view *out)
+{
+	circuit *c = circuit_find(table, name);
+
+	if (c == NULL)
+		return false;
+	view_at(table, c, now, out);
 	return true;
 }
 

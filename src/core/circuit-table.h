@@ -229,6 +229,9 @@ void circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_v
 /* The stored circuit of `name` as it is (no clock applied, nothing
  * changed); false when not stored. */
 bool circuit_table_peek(circuit_table *table, const char *name, ct_view *out);
+/* The same with its window read at now, as the walks read it (not a use:
+ * the circuit keeps its place among the most recently used). */
+bool circuit_table_peek_at(circuit_table *table, const char *name, int64_t now, ct_view *out);
 
 /* Apply an outcome; `out` is the circuit after it. change may be NULL.
  * An ignored outcome counts in totals of a stored circuit only. */
@@ -333,8 +336,11 @@ bool circuit_table_pin(circuit_table *table, const char *name, bool pin);
 uint32_t circuit_table_policy_rev(circuit_table *table, const char *name);
 
 /* The configuration changed: a new policy_rev for circuits not stored,
- * and for each stored circuit `changed` says changed. */
-void circuit_table_renew_policies(circuit_table *table, ct_policy_changed_fn changed, void *arg);
+ * and for each stored circuit `changed` says changed; then `renewed` (may
+ * be NULL) is called with that circuit's view at now, its new policy_rev
+ * in it. One walk of the table. renewed must not change the table. */
+void circuit_table_renew_policies(circuit_table *table, int64_t now, ct_policy_changed_fn changed,
+    ct_visit_fn renewed, void *arg);
 
 /* End every hold whose ttl has passed at `now`, calling fn for each. */
 void circuit_table_expire_holds(circuit_table *table, int64_t now, ct_change_fn fn, void *arg);
