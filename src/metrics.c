@@ -298,15 +298,15 @@ metrics_head(enc_buf *t)
 		    "circuit, without a script call.");
 		put(t, "cbd_backend_copy_answers_total %llu\n",
 		    (unsigned long long)f->copy_answers);
-		family(&t, "cbd_backend_coalesced_outcomes_total", "counter",
+		family(t, "cbd_backend_coalesced_outcomes_total", "counter",
 		    "Fleet mode: outcomes that went to Redis folded with others of their circuit "
 		    "into one script call.");
-		put(&t, "cbd_backend_coalesced_outcomes_total %llu\n",
+		put(t, "cbd_backend_coalesced_outcomes_total %llu\n",
 		    (unsigned long long)f->coalesced);
-		family(&t, "cbd_backend_fold_full_total", "counter",
+		family(t, "cbd_backend_fold_full_total", "counter",
 		    "Fleet mode: folds of outcomes sent because they held the most one call "
 		    "carries (FLEET_FOLD_MAX).");
-		put(&t, "cbd_backend_fold_full_total %llu\n", (unsigned long long)f->fold_full);
+		put(t, "cbd_backend_fold_full_total %llu\n", (unsigned long long)f->fold_full);
 	}
 	family(t, "cbd_reloads_total", "counter",
 	    "Configuration reloads (SIGHUP): ok, or failed (a file with errors: the old one "
