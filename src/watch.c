@@ -228,9 +228,10 @@ event_send(watcher *w, json_t *event, const char *text, size_t len)
 	server_client_write_soon(w->conn);
 }
 
-/* Send event to every watcher of name (by name, or watching everything). */
+/* Send event to the watchers of name by name and, when to_all, to every
+ * watcher of everything (who see stored circuits only). */
 static void
-event_broadcast(const char *name, json_t *event)
+event_fanout(const char *name, json_t *event, bool to_all)
 {
 	watch_name *n;
 	watcher *w, *tmp;
@@ -250,7 +251,7 @@ event_broadcast(const char *name, json_t *event)
 		if (!l->w->all)
 			event_send(l->w, event, text, len);
 	}
-	if (all_count > 0) {
+	if (to_all && all_count > 0) {
 		HASH_ITER (hh, watchers, w, tmp) {
 			if (w->all)
 				event_send(w, event, text, len);
@@ -258,6 +259,13 @@ event_broadcast(const char *name, json_t *event)
 	}
 	free(text);
 	json_decref(event);
+}
+
+/* Send event to every watcher of name (by name, or watching everything). */
+static void
+event_broadcast(const char *name, json_t *event)
+{
+	event_fanout(name, event, true);
 }
 
 /* Is anybody watching name? */
@@ -341,10 +349,11 @@ watch_policies_unstored(const cbd_conf *old, const cbd_conf *fresh, int64_t now)
 {
 	watch_name *n, *tmp;
 
-	/* Watchers of everything see the stored circuits only (the table's
-	 * walk told them); with none, the names watched, walked here (a
-	 * reload need not walk a million circuits for them). */
-	if (watchers == NULL || all_count > 0)
+	/* The table's walk told the watchers of stored circuits; the names
+	 * watched are walked here for those not stored (a reload need not
+	 * walk a million circuits for them), told to their watchers by name
+	 * only: watchers of everything see stored circuits only. */
+	if (watchers == NULL)
 		return;
 	HASH_ITER (hh, names, n, tmp) {
 		ct_view view;
@@ -353,8 +362,13 @@ watch_policies_unstored(const cbd_conf *old, const cbd_conf *fresh, int64_t now)
 		if (circuit_table_peek(cbd.table, n->name, &view))
 			continue;
 		circuit_table_get(cbd.table, n->name, now, &view, NULL);
-		if (conf_policy_changed(old, fresh, n->name, view.declared))
-			policy_event(n->name, &view, fresh, now);
+		if (conf_policy_changed(old, fresh, n->name, view.declared)) {
+			json_t *snap = snapshot_of(n->name, &view, fresh, now, true);
+
+			if (snap != NULL)
+				event_fanout(n->name,
+				    json_pack("{s:s, s:o}", "event", "policy", "snapshot", snap), false);
+		}
 	}
 }
 

@@ -169,6 +169,11 @@ START_TEST(test_reload_policy_events_by_name)
 	r = util_call(a, "{\"op\":\"watch\",\"names\":[\"s\",\"u\",\"same\"]}");
 	ck_assert(util_bool(r, "ok"));
 	json_decref(r);
+	/* A watcher of everything on b: a still hears of "u" by name; b, which
+	 * sees stored circuits only, hears of "s" alone. */
+	r = util_call(b, "{\"op\":\"watch\",\"all\":true}");
+	ck_assert(util_bool(r, "ok"));
+	json_decref(r);
 	f = fopen(h.config_path, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("[circuit \"same\"]\nbreak_ms = 777\n[circuit \"s\"]\nbreak_ms = 1111\n"
@@ -197,6 +202,12 @@ START_TEST(test_reload_policy_events_by_name)
 	/* Nothing for "same": the next line is a's own reply. */
 	send_line(a, "{\"id\":7,\"op\":\"get\",\"name\":\"same\"}");
 	expect_reply(a, 7);
+	r = util_next_json(b, "policy event of s");
+	ck_assert_str_eq(util_str(r, "event"), "policy");
+	ck_assert_str_eq(util_str(r, "snapshot.name"), "s");
+	json_decref(r);
+	send_line(b, "{\"id\":8,\"op\":\"get\",\"name\":\"same\"}");
+	expect_reply(b, 8);
 }
 END_TEST
 
