@@ -6,6 +6,8 @@
 #ifndef CBD_JSON_ALLOC_H
 #define CBD_JSON_ALLOC_H
 
+#include <stdbool.h>
+
 /* Size classes (JSON_ALLOC_CLASS_BYTES apart) the free lists serve; larger
  * blocks go straight to malloc. */
 #define JSON_ALLOC_CLASSES 8
@@ -18,6 +20,20 @@
  * value exists (a value must be freed by the allocator that made it).
  * Does nothing in sanitizer builds, whose checks need plain malloc. */
 void json_alloc_install(void);
+
+/* A bulk load (the state file at start, 100,000 circuits: millions of
+ * small values made at once and freed at once). Between begin and end,
+ * values made while json_alloc_bulk(true) are carved from large blocks,
+ * their frees cost nothing, and end gives the blocks back whole: no
+ * millions of malloc chunks to free and coalesce (which stalled the first
+ * turn of the loop for seconds). end must come after the last such value
+ * is freed. The caller is the only thread using jansson meanwhile.
+ * Plain jansson allocation in sanitizer builds (begin does nothing). */
+void json_alloc_bulk_begin(void);
+/* Values made from now on are bulk (true) or ordinary (false). */
+void json_alloc_bulk(bool on);
+/* Give the blocks back; ordinary allocation again. */
+void json_alloc_bulk_end(void);
 
 /* Free the blocks kept (at exit, after the last jansson value is gone). */
 void json_alloc_release(void);

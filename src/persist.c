@@ -29,6 +29,7 @@ static int hash_oom;
 #define uthash_nonfatal_oom(obj) (hash_oom = 1)
 #include <uthash.h>
 
+#include "json-alloc.h"
 #include "log.h"
 #include "circuit-json.h"
 #include "persist.h"
@@ -706,7 +707,9 @@ snapshot_read(const char *path, int64_t clock, json_t *map, uint64_t *gen)
 		move_aside(path, clock, why);
 		return -1;
 	}
+	json_alloc_bulk(true);
 	doc = load_fd(fd, &jerr);
+	json_alloc_bulk(false);
 	close(fd);
 	if (doc == NULL) {
 		snprintf(why, sizeof why, "cannot read: %s (line %d)", jerr.text, jerr.line);
@@ -838,7 +841,9 @@ journal_replay(const char *path, uint64_t gen, json_t *map)
 
 		if (n == 1 && line[0] == '\n')
 			continue;
+		json_alloc_bulk(true);
 		rec = json_loadb(line, (size_t)n, JSON_REJECT_DUPLICATES, NULL);
+		json_alloc_bulk(false);
 		set = json_object_get(rec, "set");
 		del = json_object_get(rec, "del");
 		if (json_is_object(set) && entry_read(set, &view, &declared, &name, &err)) {
@@ -874,6 +879,9 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 		log_error("state_file %s: out of memory; starting with no circuits", path);
 		return 0;
 	}
+	/* The file's and the journals' values are made in bulk and given
+	 * back at once below (json-alloc.h: millions of small values). */
+	json_alloc_bulk_begin();
 	read = snapshot_read(path, clock, map, &gen);
 	if (read < 0)
 		journals_aside(path, clock);
@@ -915,5 +923,6 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 		loaded++;
 	}
 	json_decref(map);
+	json_alloc_bulk_end();
 	return loaded;
 }
