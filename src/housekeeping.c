@@ -223,8 +223,8 @@ housekeeping_start(void)
 
 		if (done_fd < 0)
 			fatal("cannot start the state file's writer thread: %s", strerror(errno));
-		appended_ev = event_new(cbd.base, done_fd, EV_READ | EV_PERSIST,
-		    housekeeping_appended, NULL);
+		appended_ev =
+		    event_new(cbd.base, done_fd, EV_READ | EV_PERSIST, housekeeping_appended, NULL);
 		append_ev = event_new(cbd.base, -1, 0, housekeeping_append, NULL);
 		if (appended_ev == NULL || append_ev == NULL || event_add(appended_ev, NULL) != 0)
 			fatal("cannot start the state file's writer thread");

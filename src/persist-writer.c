@@ -33,7 +33,9 @@ static struct {
 	bool ok;
 	char why[4300];
 	int done_r, done_w; /* the pipe: a byte per finished batch */
-} w = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .done_r = -1,
+} w = { .lock = PTHREAD_MUTEX_INITIALIZER,
+	.wake = PTHREAD_COND_INITIALIZER,
+	.done_r = -1,
 	.done_w = -1 };
 
 /* The writer thread's own: the journal open now (-1: none) and its path;
@@ -92,8 +94,8 @@ append(const char *path, const char *buf, size_t len, char *why, size_t why_size
 		struct stat st;
 
 		/* Never through a symlink, never blocking on a FIFO. */
-		journal_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
-			O_CLOEXEC, 0600);
+		journal_fd = open(path,
+		    O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 		if (journal_fd < 0 || fstat(journal_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 			snprintf(why, why_size, "cannot open %s: %s", path,
 			    journal_fd < 0 ? strerror(errno) : "not a regular file");

@@ -15,7 +15,10 @@
  * fdatasync is in uninterruptible sleep either way. The thread touches
  * nothing of the daemon's (no table, no libevent, no log, no jansson): it
  * gets a path and bytes under a mutex, and says it is done by a byte on a
- * pipe that the main loop watches. The queue is bounded at one batch in
+ * pipe that the main loop watches (libevent stays the main thread's, its
+ * locking off). A compaction's fork copies only the main thread: the
+ * writer holds no lock its child could need (malloc's are reset by
+ * glibc's fork; the child never touches the writer's mutex). The queue is bounded at one batch in
  * flight: while it syncs, changes gather (each circuit once) in
  * persist.c's set and go together in the next batch (group commit).
  */

@@ -313,8 +313,7 @@ hold_one(int fd, const char *name)
 	char line[256], reply[4096];
 
 	snprintf(line, sizeof line,
-	    "{\"op\":\"set_state\",\"name\":\"%s\",\"state\":\"open\",\"hold\":true}",
-	    name);
+	    "{\"op\":\"set_state\",\"name\":\"%s\",\"state\":\"open\",\"hold\":true}", name);
 	return harness_request(fd, line, reply, sizeof reply) && strstr(reply, "\"ok\":true");
 }
 
@@ -390,8 +389,8 @@ durability(long held, int count, int rounds)
 		stats_settle(fd, "state_writes");
 	}
 	if (rounds > 0)
-		printf("durable: %d holds placed 100 ms before a kill -9: %d lost; restart with %ld "
-		       "held circuits: mean %.2f s, max %.2f s\n",
+		printf("durable: %d holds placed 100 ms before a kill -9: %d lost; "
+		       "restart with %ld held circuits: mean %.2f s, max %.2f s\n",
 		    rounds, lost, held, restart_sum / rounds, restart_max);
 	close(fd);
 	harness_stop(&h);
