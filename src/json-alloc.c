@@ -88,7 +88,7 @@ typedef struct bulk_block {
 #define BULK_BLOCK_MIN (4u << 20)
 
 static bulk_block *bulk_blocks;
-static bool bulk_active, bulk_on;
+static bool bulk_active;
 /* The allocator in place when the bulk load began. */
 static json_malloc_t bulk_prev_malloc;
 static json_free_t bulk_prev_free;
@@ -112,8 +112,6 @@ bulk_malloc(size_t size)
 	size_t need = (size + align - 1) / align * align;
 	bulk_block *b = bulk_blocks;
 
-	if (!bulk_on)
-		return bulk_prev_malloc(size);
 	if (need == 0)
 		need = align;
 	if (b == NULL || b->size - b->used < need) {
@@ -143,24 +141,18 @@ bulk_free(void *p)
 
 #endif /* !JSON_ALLOC_SANITIZED */
 
-void
+bool
 json_alloc_bulk_begin(void)
 {
 #ifndef JSON_ALLOC_SANITIZED
 	if (bulk_active)
-		return;
+		return false;
 	json_get_alloc_funcs(&bulk_prev_malloc, &bulk_prev_free);
 	bulk_active = true;
-	bulk_on = false;
 	json_set_alloc_funcs(bulk_malloc, bulk_free);
-#endif
-}
-
-void
-json_alloc_bulk(bool on)
-{
-#ifndef JSON_ALLOC_SANITIZED
-	bulk_on = bulk_active && on;
+	return true;
+#else
+	return false;
 #endif
 }
 
@@ -177,7 +169,7 @@ json_alloc_bulk_end(void)
 		bulk_blocks = b->next;
 		free(b);
 	}
-	bulk_active = bulk_on = false;
+	bulk_active = false;
 #endif
 }
 

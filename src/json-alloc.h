@@ -23,15 +23,14 @@ void json_alloc_install(void);
 
 /* A bulk load (the state file at start, 100,000 circuits: millions of
  * small values made at once and freed at once). Between begin and end,
- * values made while json_alloc_bulk(true) are carved from large blocks,
- * their frees cost nothing, and end gives the blocks back whole: no
- * millions of malloc chunks to free and coalesce (which stalled the first
- * turn of the loop for seconds). end must come after the last such value
- * is freed. The caller is the only thread using jansson meanwhile.
- * Plain jansson allocation in sanitizer builds (begin does nothing). */
-void json_alloc_bulk_begin(void);
-/* Values made from now on are bulk (true) or ordinary (false). */
-void json_alloc_bulk(bool on);
+ * every value jansson makes is carved from large blocks, its free costs
+ * nothing, and end gives the blocks back whole: no millions of malloc
+ * chunks to free and coalesce (which stalled the first turn of the loop
+ * for seconds), and no need to free the values one by one. Nothing made
+ * in between may outlive end. The caller is the only thread using
+ * jansson meanwhile. begin says whether the load is in bulk (false in
+ * sanitizer builds, whose checks need plain malloc: free as usual). */
+bool json_alloc_bulk_begin(void);
 /* Give the blocks back; ordinary allocation again. */
 void json_alloc_bulk_end(void);
 

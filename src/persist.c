@@ -707,9 +707,7 @@ snapshot_read(const char *path, int64_t clock, json_t *map, uint64_t *gen)
 		move_aside(path, clock, why);
 		return -1;
 	}
-	json_alloc_bulk(true);
 	doc = load_fd(fd, &jerr);
-	json_alloc_bulk(false);
 	close(fd);
 	if (doc == NULL) {
 		snprintf(why, sizeof why, "cannot read: %s (line %d)", jerr.text, jerr.line);
@@ -841,9 +839,7 @@ journal_replay(const char *path, uint64_t gen, json_t *map)
 
 		if (n == 1 && line[0] == '\n')
 			continue;
-		json_alloc_bulk(true);
 		rec = json_loadb(line, (size_t)n, JSON_REJECT_DUPLICATES, NULL);
-		json_alloc_bulk(false);
 		set = json_object_get(rec, "set");
 		del = json_object_get(rec, "del");
 		if (json_is_object(set) && entry_read(set, &view, &declared, &name, &err)) {
@@ -870,6 +866,9 @@ journal_replay(const char *path, uint64_t gen, json_t *map)
 uint64_t
 persist_load(const char *path, circuit_table *table, int64_t clock)
 {
+	/* The file's and the journals' values are made in bulk and given
+	 * back at once below (json-alloc.h: millions of small values). */
+	bool bulk = json_alloc_bulk_begin();
 	json_t *map = json_object(), *entry;
 	uint64_t loaded = 0, gen = 0, total;
 	const char *key;
@@ -877,11 +876,10 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 
 	if (map == NULL) {
 		log_error("state_file %s: out of memory; starting with no circuits", path);
+		if (bulk)
+			json_alloc_bulk_end();
 		return 0;
 	}
-	/* The file's and the journals' values are made in bulk and given
-	 * back at once below (json-alloc.h: millions of small values). */
-	json_alloc_bulk_begin();
 	read = snapshot_read(path, clock, map, &gen);
 	if (read < 0)
 		journals_aside(path, clock);
@@ -922,7 +920,10 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 		}
 		loaded++;
 	}
-	json_decref(map);
-	json_alloc_bulk_end();
+	/* In bulk, the blocks go back whole: no walk over every value. */
+	if (bulk)
+		json_alloc_bulk_end();
+	else
+		json_decref(map);
 	return loaded;
 }
