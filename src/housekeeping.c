@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * housekeeping.c — the periodic chores (see housekeeping.h) and the
- * state file's writer process.
+ * state file's writers: the compaction's child process, the journal's
+ * writer thread (persist-writer.h) and when each starts.
  */
 #include <errno.h>
 #include <signal.h>
@@ -14,17 +15,25 @@
 #include "log.h"
 #include "events.h"
 #include "persist.h"
+#include "persist-writer.h"
 #include "daemon.h"
 #include "server-client.h"
 #include "stats.h"
 
 static struct event *tick_ev;
 static struct event *child_ev;
-/* The state file's writers: a compaction and an append may run at once
- * (an append never waits for a compaction: a change is durable within a
- * tick plus one append, whatever the number of circuits). */
-static pid_t compactor = -1, appender = -1;
+/* The journal's writer thread says a batch is done; a change asks for an
+ * append (activated, run once the loop's turn ends). */
+static struct event *appended_ev, *append_ev;
+/* The state file's writers: a compaction (a child) and an append (the
+ * writer thread) may run at once (an append never waits for a
+ * compaction: a change is durable within two batches, whatever the
+ * number of circuits). */
+static pid_t compactor = -1;
 static int64_t compactor_started, appender_started; /* monotonic ms */
+/* The last append failed: the next waits for the tick (no busy retry
+ * against a failing disk). */
+static bool append_failed;
 
 /* A hold that ran out on the daemon's clock: logged like any change. */
 static void
@@ -45,6 +54,24 @@ writer_started(pid_t pid, int64_t pause_start)
 		log_limit_allow_kind(LOG_LIMIT_STATE_FILE, "");
 		stats.state_write_failures++;
 	}
+}
+
+/* Start an append when one is due and none is in flight. */
+static void
+append_maybe(void)
+{
+	int64_t pause_start = clock_monotonic_us(), pause;
+
+	if (cbd.conf.state_file[0] == '\0' || cbd.state == DAEMON_STOPPING || append_failed ||
+	    !persist_append_due())
+		return;
+	appender_started = clock_monotonic_ms();
+	if (!persist_append_start(cbd.conf.state_file, cbd.table, PERSIST_APPEND_BATCH))
+		return;
+	/* Serializing the batch: the longest pause requests see. */
+	pause = clock_monotonic_us() - pause_start;
+	if ((uint64_t)pause > stats.state_write_pause_max_us)
+		stats.state_write_pause_max_us = (uint64_t)pause;
 }
 
 /* Start the writes of the state file that are due and not running. */
@@ -70,13 +97,46 @@ state_write_maybe(void)
 		if (compactor < 0)
 			persist_mark_dirty(); /* try again at the next tick */
 	}
-	if (appender <= 0 && persist_append_due()) {
-		int64_t pause_start = clock_monotonic_us();
+	append_failed = false;
+	append_maybe();
+}
 
-		appender_started = clock_monotonic_ms();
-		appender = persist_append_async(cbd.conf.state_file, cbd.table, quiet);
-		writer_started(appender, pause_start);
+/* A change was marked: append it once this turn of the loop ends. */
+static void
+append_wanted(void)
+{
+	if (append_ev != NULL)
+		event_active(append_ev, EV_TIMEOUT, 1);
+}
+
+static void
+housekeeping_append(evutil_socket_t fd, short what, void *arg)
+{
+	append_maybe();
+}
+
+/* The writer thread finished a batch: count it, start the next. */
+static void
+housekeeping_appended(evutil_socket_t fd, short what, void *arg)
+{
+	char why[4400];
+	bool ok;
+
+	if (!persist_writer_done(&ok, why, sizeof why))
+		return;
+	persist_appended(cbd.conf.state_file, ok);
+	stats.state_writes += ok;
+	if (ok) {
+		stats.state_appends++;
+		log_debug("state_file %s: changes appended in %lld ms", cbd.conf.state_file,
+		    (long long)(clock_monotonic_ms() - appender_started));
+		append_maybe();
+		return;
 	}
+	stats.state_write_failures++;
+	append_failed = true;
+	if (log_limit_allow_kind(LOG_LIMIT_STATE_FILE, ""))
+		log_error("state_file: %s", why);
 }
 
 static void
@@ -117,7 +177,7 @@ writer_reap_one(pid_t *pid, bool block, bool *ok)
 	return true;
 }
 
-/* Reap the writers that ended; count how they went. */
+/* Reap the compaction when it ended; count how it went. */
 static void
 writer_reap(bool block)
 {
@@ -128,14 +188,6 @@ writer_reap(bool block)
 		if (ok)
 			log_debug("state_file %s written whole in %lld ms", cbd.conf.state_file,
 			    (long long)(clock_monotonic_ms() - compactor_started));
-	}
-	if (writer_reap_one(&appender, block, &ok)) {
-		persist_appended(ok);
-		if (ok) {
-			stats.state_appends++;
-			log_debug("state_file %s: changes appended in %lld ms", cbd.conf.state_file,
-			    (long long)(clock_monotonic_ms() - appender_started));
-		}
 	}
 }
 
@@ -166,6 +218,18 @@ housekeeping_start(void)
 	if (tick_ev == NULL || child_ev == NULL || event_add(tick_ev, &tv) != 0 ||
 	    event_add(child_ev, NULL) != 0)
 		fatal("cannot start the housekeeping timer");
+	if (cbd.conf.state_file[0] != '\0') {
+		int done_fd = persist_writer_start();
+
+		if (done_fd < 0)
+			fatal("cannot start the state file's writer thread: %s", strerror(errno));
+		appended_ev =
+		    event_new(cbd.base, done_fd, EV_READ | EV_PERSIST, housekeeping_appended, NULL);
+		append_ev = event_new(cbd.base, -1, 0, housekeeping_append, NULL);
+		if (appended_ev == NULL || append_ev == NULL || event_add(appended_ev, NULL) != 0)
+			fatal("cannot start the state file's writer thread");
+		persist_on_change(append_wanted);
+	}
 }
 
 void
@@ -174,18 +238,20 @@ housekeeping_stop(void)
 	if (tick_ev != NULL)
 		event_del(tick_ev);
 	/* The file is written in process next, from the newest table: a
-	 * writer still running (perhaps stuck on a slow disk) is not
-	 * waited for. */
-	for (int i = 0; i < 2; i++) {
-		pid_t *pid = i == 0 ? &compactor : &appender;
-
-		if (*pid <= 0)
-			continue;
-		kill(*pid, SIGKILL);
-		while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+	 * compaction still running (perhaps stuck on a slow disk) is not
+	 * waited for. The journal's writer finishes its batch (small; the
+	 * whole write next waits on the same disk anyway) and ends, so that
+	 * no journal is appended to after the whole write removes them. */
+	if (compactor > 0) {
+		kill(compactor, SIGKILL);
+		while (waitpid(compactor, NULL, 0) < 0 && errno == EINTR)
 			;
-		*pid = -1;
+		compactor = -1;
 	}
+	persist_on_change(NULL);
+	persist_writer_stop();
+	if (appended_ev != NULL)
+		event_del(appended_ev);
 	if (cbd.conf.state_file[0] == '\0' || cbd.table == NULL)
 		return;
 	if (persist_write_sync(cbd.conf.state_file, cbd.table, clock_realtime_ms()))
@@ -201,7 +267,14 @@ housekeeping_free(void)
 		event_free(tick_ev);
 	if (child_ev != NULL)
 		event_free(child_ev);
-	tick_ev = child_ev = NULL;
+	if (appended_ev != NULL)
+		event_free(appended_ev);
+	if (append_ev != NULL)
+		event_free(append_ev);
+	tick_ev = child_ev = appended_ev = append_ev = NULL;
+	persist_on_change(NULL);
+	persist_writer_stop();
 	persist_clean();
-	compactor = appender = -1;
+	compactor = -1;
+	append_failed = false;
 }

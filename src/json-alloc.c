@@ -78,7 +78,100 @@ json_release(void *p)
 	free(p);
 }
 
+/* The bulk load's blocks: each one malloc'd, carved from its start. */
+typedef struct bulk_block {
+	struct bulk_block *next;
+	size_t size, used;
+	max_align_t data[];
+} bulk_block;
+
+#define BULK_BLOCK_MIN (4u << 20)
+
+static bulk_block *bulk_blocks;
+static bool bulk_active;
+/* The allocator in place when the bulk load began. */
+static json_malloc_t bulk_prev_malloc;
+static json_free_t bulk_prev_free;
+
+static bool
+bulk_owns(const void *p)
+{
+	for (const bulk_block *b = bulk_blocks; b != NULL; b = b->next) {
+		const char *start = (const char *)b->data;
+
+		if ((const char *)p >= start && (const char *)p < start + b->size)
+			return true;
+	}
+	return false;
+}
+
+static void *
+bulk_malloc(size_t size)
+{
+	const size_t align = sizeof(max_align_t);
+	size_t need = (size + align - 1) / align * align;
+	bulk_block *b = bulk_blocks;
+
+	if (need == 0)
+		need = align;
+	if (b == NULL || b->size - b->used < need) {
+		/* Each block twice the last: few blocks for bulk_owns to walk. */
+		size_t size_next = b != NULL ? b->size * 2 : BULK_BLOCK_MIN;
+
+		while (size_next < need)
+			size_next *= 2;
+		b = malloc(sizeof *b + size_next);
+		if (b == NULL)
+			return NULL;
+		b->size = size_next;
+		b->used = 0;
+		b->next = bulk_blocks;
+		bulk_blocks = b;
+	}
+	b->used += need;
+	return (char *)b->data + b->used - need;
+}
+
+static void
+bulk_free(void *p)
+{
+	if (p != NULL && !bulk_owns(p))
+		bulk_prev_free(p);
+}
+
 #endif /* !JSON_ALLOC_SANITIZED */
+
+bool
+json_alloc_bulk_begin(void)
+{
+#ifndef JSON_ALLOC_SANITIZED
+	if (bulk_active)
+		return false;
+	json_get_alloc_funcs(&bulk_prev_malloc, &bulk_prev_free);
+	bulk_active = true;
+	json_set_alloc_funcs(bulk_malloc, bulk_free);
+	return true;
+#else
+	return false;
+#endif
+}
+
+void
+json_alloc_bulk_end(void)
+{
+#ifndef JSON_ALLOC_SANITIZED
+	if (!bulk_active)
+		return;
+	json_set_alloc_funcs(bulk_prev_malloc, bulk_prev_free);
+	while (bulk_blocks != NULL) {
+		bulk_block *b = bulk_blocks;
+
+		bulk_blocks = b->next;
+		free(b);
+	}
+	bulk_active = false;
+#endif
+}
 
 void
 json_alloc_install(void)

@@ -6,6 +6,8 @@
 #ifndef CBD_JSON_ALLOC_H
 #define CBD_JSON_ALLOC_H
 
+#include <stdbool.h>
+
 /* Size classes (JSON_ALLOC_CLASS_BYTES apart) the free lists serve; larger
  * blocks go straight to malloc. */
 #define JSON_ALLOC_CLASSES 8
@@ -18,6 +20,19 @@
  * value exists (a value must be freed by the allocator that made it).
  * Does nothing in sanitizer builds, whose checks need plain malloc. */
 void json_alloc_install(void);
+
+/* A bulk load (the state file at start, 100,000 circuits: millions of
+ * small values made at once and freed at once). Between begin and end,
+ * every value jansson makes is carved from large blocks, its free costs
+ * nothing, and end gives the blocks back whole: no millions of malloc
+ * chunks to free and coalesce (which stalled the first turn of the loop
+ * for seconds), and no need to free the values one by one. Nothing made
+ * in between may outlive end. The caller is the only thread using
+ * jansson meanwhile. begin says whether the load is in bulk (false in
+ * sanitizer builds, whose checks need plain malloc: free as usual). */
+bool json_alloc_bulk_begin(void);
+/* Give the blocks back; ordinary allocation again. */
+void json_alloc_bulk_end(void);
 
 /* Free the blocks kept (at exit, after the last jansson value is gone). */
 void json_alloc_release(void);

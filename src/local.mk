@@ -32,6 +32,7 @@ src_libcbdaemon_la_SOURCES = \
 	src/daemon.c src/daemon.h \
 	src/stats.c src/stats.h \
 	src/log-limit.c src/log-limit.h \
+	src/persist-writer.c src/persist-writer.h \
 	src/persist.c src/persist.h \
 	src/fleet.c src/fleet.h src/fleet-args.c src/fleet-args.h src/fleet-fold.c src/fleet-fold.h \
 	src/server-client.c src/server-client.h \
@@ -57,10 +58,12 @@ src_libcbdaemon_la_SOURCES = \
 	src/housekeeping.c src/housekeeping.h \
 	src/server.c src/server.h
 nodist_src_libcbdaemon_la_SOURCES = src/fleet-script.c src/dashboard-assets.c
-src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
+# -pthread: the state file journal's writer thread (src/persist-writer.c).
+src_libcbdaemon_la_CFLAGS = $(AM_CFLAGS) -pthread $(LIBEVENT_CFLAGS) $(JANSSON_CFLAGS) \
 	$(INIH_CFLAGS) $(SYSTEMD_CFLAGS) $(HIREDIS_CFLAGS)
 src_libcbdaemon_la_LIBADD = src/libcbcore.la src/libcbbase.la $(LIBEVENT_LIBS) $(JANSSON_LIBS) $(INIH_LIBS) \
 	$(HIREDIS_LIBS)
+src_libcbdaemon_la_LDFLAGS = $(AM_LDFLAGS) -pthread
 if HAVE_SYSTEMD
 src_libcbdaemon_la_LIBADD += $(SYSTEMD_LIBS)
 endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * persist.c — the state file (see persist.h): its JSON form, atomic
- * writes in a forked child or in process, and loading at start.
+ * whole writes in a forked child or in process, the journal's batches
+ * (handed to persist-writer.c's thread), and loading at start.
  *
  * Format (version 1):
  *   {"format": "cbd-state", "version": 1, "written_at": ms,
@@ -28,9 +29,11 @@ static int hash_oom;
 #define uthash_nonfatal_oom(obj) (hash_oom = 1)
 #include <uthash.h>
 
+#include "json-alloc.h"
 #include "log.h"
 #include "circuit-json.h"
 #include "persist.h"
+#include "persist-writer.h"
 #include "proto.h"
 
 /* A circuit whose change is not yet appended (or being appended). */
@@ -39,9 +42,13 @@ typedef struct changed_name {
 	char name[];
 } changed_name;
 
-/* Changed circuits not yet appended, and those the running append
+/* Changed circuits not yet appended, and those the batch in flight
  * writes (due again if it fails). */
 static changed_name *changed, *in_flight;
+/* The generation whose journal the batch in flight goes to. */
+static uint64_t in_flight_generation;
+/* Told when the first change since the last batch is marked. */
+static void (*on_change)(void);
 /* A compaction is due (after a failed one, or journals replayed). */
 static bool compaction_due;
 /* The generation new records go to, and the oldest one whose journal a
@@ -100,7 +107,17 @@ set_free(changed_name **set)
 void
 persist_mark_changed(const char *name)
 {
+	bool first = changed == NULL;
+
 	set_add(&changed, name);
+	if (first && changed != NULL && on_change != NULL)
+		on_change();
+}
+
+void
+persist_on_change(void (*fn)(void))
+{
+	on_change = fn;
 }
 
 void
@@ -411,31 +428,28 @@ persist_compacted(const char *path, bool ok)
 	base_generation = compacting;
 }
 
-/* Append the records of the names in set to the journal of gen (in the
- * child): one "set" or "del" line each, then fdatasync. */
+/* A batch's records into *out (malloc'd, *len bytes): a "set" or "del"
+ * line for each of at most budget names of changed, which move to
+ * in_flight. False when out of memory (changed as it was). */
 static bool
-append_records(const char *path, circuit_table *table, changed_name *set, uint64_t gen)
+batch_records(const char *path, circuit_table *table, size_t budget, char **out, size_t *len)
 {
-	char jp[4096], *text;
-	size_t len = 0, cap = 65536;
-	char *buf = malloc(cap);
+	size_t cap = 65536, n_taken = 0;
+	char *buf = malloc(cap), *text;
 	changed_name *n, *tmp;
-	struct stat st;
-	bool ok;
-	int fd;
 
-	if (buf == NULL || !journal_path(path, gen, jp, sizeof jp)) {
-		persist_error("state_file %s: out of memory", path);
-		free(buf);
-		return false;
-	}
+	*len = 0;
+	if (buf == NULL)
+		goto nomem;
 	/* A line of its own even after a torn one (replay skips empty lines). */
-	buf[len++] = '\n';
-	HASH_ITER (hh, set, n, tmp) {
+	buf[(*len)++] = '\n';
+	HASH_ITER (hh, changed, n, tmp) {
 		ct_view view;
 		json_t *rec;
 		size_t tlen;
 
+		if (n_taken == budget)
+			break;
 		if (circuit_table_peek(table, n->name, &view) && kept(&view)) {
 			json_t *entry = entry_json(n->name, &view);
 
@@ -444,72 +458,77 @@ append_records(const char *path, circuit_table *table, changed_name *set, uint64
 			rec = json_pack("{s:s}", "del", n->name);
 		text = rec != NULL ? json_dumps(rec, JSON_COMPACT) : NULL;
 		json_decref(rec);
-		if (text == NULL) {
-			persist_error("state_file %s: out of memory", path);
-			free(buf);
-			return false;
-		}
+		if (text == NULL)
+			goto nomem;
 		tlen = strlen(text);
-		while (cap - len < tlen + 1) {
+		while (cap - *len < tlen + 1) {
 			char *grown = realloc(buf, cap * 2);
 
 			if (grown == NULL) {
-				persist_error("state_file %s: out of memory", path);
 				free(text);
-				free(buf);
-				return false;
+				goto nomem;
 			}
 			buf = grown;
 			cap *= 2;
 		}
-		memcpy(buf + len, text, tlen);
-		len += tlen;
-		buf[len++] = '\n';
+		memcpy(buf + *len, text, tlen);
+		*len += tlen;
+		buf[(*len)++] = '\n';
 		free(text);
+		n_taken++;
 	}
-	/* Never through a symlink, never blocking on a FIFO. */
-	fd = open(jp, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		persist_error("state_file: cannot open %s: %s", jp,
-		    fd < 0 ? strerror(errno) : "not a regular file");
-		if (fd >= 0)
-			close(fd);
-		free(buf);
-		return false;
+	/* The names written move to in_flight (the same nodes). */
+	HASH_ITER (hh, changed, n, tmp) {
+		if (n_taken-- == 0)
+			break;
+		HASH_DEL(changed, n);
+		hash_oom = 0;
+		HASH_ADD_KEYPTR(hh, in_flight, n->name, strlen(n->name), n);
+		if (hash_oom) {
+			free(n); /* its record is in the batch: if that fails, a compaction */
+			compaction_due = true;
+		}
 	}
-	ok = write_all(fd, buf, len) && fdatasync(fd) == 0;
-	if (!ok)
-		persist_error("state_file: cannot write %s: %s", jp, strerror(errno));
-	close(fd);
+	*out = buf;
+	return true;
+nomem:
+	persist_error("state_file %s: out of memory", path);
 	free(buf);
-	/* A new journal's name must survive a crash too. */
-	if (ok && st.st_size == 0)
-		sync_dir(path);
-	return ok;
+	return false;
 }
 
-pid_t
-persist_append_async(const char *path, circuit_table *table, bool quiet_errors)
+bool
+persist_append_start(const char *path, circuit_table *table, size_t budget)
 {
-	pid_t pid = writer_fork(quiet_errors);
-	changed_name *n, *tmp;
+	char jp[4096], *buf;
+	size_t len;
 
-	if (pid == 0)
-		_exit(append_records(path, table, changed, generation) ? 0 : 1);
-	if (pid < 0)
-		return -1;
-	HASH_ITER (hh, changed, n, tmp)
-		journal_records++;
-	in_flight = changed;
-	changed = NULL;
-	return pid;
+	if (changed == NULL || in_flight != NULL || persist_writer_busy())
+		return false;
+	if (!journal_path(path, generation, jp, sizeof jp)) {
+		persist_error("state_file %s: path too long", path);
+		return false;
+	}
+	if (!batch_records(path, table, budget, &buf, &len))
+		return false;
+	in_flight_generation = generation;
+	if (!persist_writer_submit(jp, buf, len)) {
+		persist_appended(path, false);
+		return false;
+	}
+	journal_records += HASH_COUNT(in_flight);
+	return true;
 }
 
 void
-persist_appended(bool ok)
+persist_appended(const char *path, bool ok)
 {
 	changed_name *n, *tmp;
 
+	/* A batch for a generation a compaction has made history since may
+	 * have created its journal anew after the compaction removed it. */
+	if (in_flight != NULL && in_flight_generation < base_generation)
+		journals_remove(path, in_flight_generation, in_flight_generation + 1);
 	if (ok) {
 		set_free(&in_flight);
 		return;
@@ -614,6 +633,56 @@ open_regular(const char *path)
 	return fd;
 }
 
+/* Parse the JSON document in fd (closed by the caller). Read whole into
+ * memory first: jansson's json_loadfd reads a byte per read(2), which
+ * was most of a restart's time (27 MB: 27 million system calls). */
+static json_t *
+load_fd(int fd, json_error_t *jerr)
+{
+	struct stat st;
+	size_t cap, len = 0;
+	char *buf;
+	json_t *doc;
+
+	if (fstat(fd, &st) != 0)
+		return json_loadfd(fd, JSON_REJECT_DUPLICATES, jerr);
+	cap = (size_t)st.st_size + 1;
+	buf = malloc(cap);
+	if (buf == NULL)
+		return json_loadfd(fd, JSON_REJECT_DUPLICATES, jerr);
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			char *grown = realloc(buf, cap * 2);
+
+			if (grown == NULL) {
+				free(buf);
+				snprintf(jerr->text, sizeof jerr->text, "out of memory");
+				jerr->line = 0;
+				return NULL;
+			}
+			buf = grown;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(jerr->text, sizeof jerr->text, "%s", strerror(errno));
+			jerr->line = 0;
+			free(buf);
+			return NULL;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	doc = json_loadb(buf, len, JSON_REJECT_DUPLICATES, jerr);
+	free(buf);
+	return doc;
+}
+
 /* Read the state file into map (name -> entry) and its generation into
  * *gen: 1 read, 0 none there, -1 bad (moved aside). */
 static int
@@ -638,7 +707,7 @@ snapshot_read(const char *path, int64_t clock, json_t *map, uint64_t *gen)
 		move_aside(path, clock, why);
 		return -1;
 	}
-	doc = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+	doc = load_fd(fd, &jerr);
 	close(fd);
 	if (doc == NULL) {
 		snprintf(why, sizeof why, "cannot read: %s (line %d)", jerr.text, jerr.line);
@@ -797,6 +866,9 @@ journal_replay(const char *path, uint64_t gen, json_t *map)
 uint64_t
 persist_load(const char *path, circuit_table *table, int64_t clock)
 {
+	/* The file's and the journals' values are made in bulk and given
+	 * back at once below (json-alloc.h: millions of small values). */
+	bool bulk = json_alloc_bulk_begin();
 	json_t *map = json_object(), *entry;
 	uint64_t loaded = 0, gen = 0, total;
 	const char *key;
@@ -804,6 +876,8 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 
 	if (map == NULL) {
 		log_error("state_file %s: out of memory; starting with no circuits", path);
+		if (bulk)
+			json_alloc_bulk_end();
 		return 0;
 	}
 	read = snapshot_read(path, clock, map, &gen);
@@ -846,6 +920,10 @@ persist_load(const char *path, circuit_table *table, int64_t clock)
 		}
 		loaded++;
 	}
-	json_decref(map);
+	/* In bulk, the blocks go back whole: no walk over every value. */
+	if (bulk)
+		json_alloc_bulk_end();
+	else
+		json_decref(map);
 	return loaded;
 }

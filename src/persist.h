@@ -4,16 +4,20 @@
  * half_open or held, with the policy their creating request declared and
  * their hold, kept in `state_file` across restarts.
  *
- * Two kinds of write, each in a forked child working on the copy-on-write
- * image of the table, so the daemon never waits on the disk and pauses
- * only for fork():
- *  - an append: the circuits changed since the last append, one JSON line
- *    each, appended to the journal (`state_file.journal-<generation>`),
- *    then fdatasync. Its cost is the changes', whatever the number of
- *    circuits: a change is durable within PERSIST_DELAY_MS plus one
- *    append.
+ * Two kinds of write, neither of which makes the daemon wait on the disk:
+ *  - an append: the circuits changed since the last one, one JSON line
+ *    each, serialized by the main thread (at most PERSIST_APPEND_BATCH a
+ *    batch) and handed to the journal's writer thread (persist-writer.c),
+ *    which appends them to the journal (`state_file.journal-<generation>`)
+ *    and fdatasyncs. A batch starts as soon as the loop's turn that made
+ *    the first change ends, or the batch in flight is done; changes made
+ *    meanwhile go together in the next (group commit). Its cost is the
+ *    changes', whatever the number of circuits: a change is durable once
+ *    the batch in flight and its own are synced (two fdatasyncs, while
+ *    fewer than PERSIST_APPEND_BATCH circuits change meanwhile).
  *  - a compaction: the whole file (write, fsync, rename, fsync of the
- *    directory), of a new generation; the journals of older generations
+ *    directory), of a new generation, in a forked child working on the
+ *    copy-on-write image of the table; the journals of older generations
  *    are removed once it is in place. Due when the journal holds as many
  *    records as there are circuits (at least PERSIST_JOURNAL_MIN_RECORDS),
  *    after journals were replayed at start, and after a failed one.
@@ -31,8 +35,10 @@
 
 #include "circuit-table.h"
 
-/* A change is written at most this long after it happened. */
-#define PERSIST_DELAY_MS 50
+/* Records in one append at most: the loop pauses to serialize them
+ * (stats.state_write_pause_max_us: 7 ms on a shared 2-core box while
+ * 100,000 holds were placed at once; 9 ms with batches of 1,024). */
+#define PERSIST_APPEND_BATCH 256
 /* The file's format version (the "version" member). */
 #define PERSIST_VERSION 1
 
@@ -42,6 +48,9 @@
 
 /* Circuit name changed (state, hold, deleted): its record is due. */
 void persist_mark_changed(const char *name);
+/* fn is called (in persist_mark_changed) when a record becomes due and
+ * none was: the caller starts an append soon (NULL: none). */
+void persist_on_change(void (*fn)(void));
 /* A compaction (the whole file) is due. */
 void persist_mark_dirty(void);
 /* Is an append due (changed circuits not yet written)? */
@@ -68,10 +77,13 @@ pid_t persist_compact_async(const char *path, circuit_table *table, int64_t cloc
 /* The compaction ended (ok: it is in place). */
 void persist_compacted(const char *path, bool ok);
 
-/* Start an append of the changed circuits in a child; as
- * persist_compact_async. persist_appended(result) after it ends. */
-pid_t persist_append_async(const char *path, circuit_table *table, bool quiet_errors);
-/* The append ended (not ok: its circuits are due again). */
-void persist_appended(bool ok);
+/* Start an append: serialize the records of at most budget changed
+ * circuits and hand them to the writer thread (persist-writer.h, started
+ * by the caller). False when none is due, one is in flight, or it could
+ * not start (logged; its circuits stay due). persist_appended(result)
+ * once the writer says it is done. */
+bool persist_append_start(const char *path, circuit_table *table, size_t budget);
+/* The append in flight ended (not ok: its circuits are due again). */
+void persist_appended(const char *path, bool ok);
 
 #endif

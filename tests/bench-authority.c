@@ -10,11 +10,21 @@
  *      of 10000 open circuits up to date: a probe sends `get` back to back
  *      and records every round trip, first quietly, then while another
  *      client changes a circuit every 20 ms (each change makes cbd write
- *      the whole file).
+ *      the whole file);
+ *   3. durability at scale (issue 28 item 4): with HELD held circuits
+ *      (default 100000), the time from a hold's reply until stats says
+ *      its append is fdatasync'ed (state_appends moved on; the daemon is
+ *      otherwise quiet, so that append holds the hold), SAMPLES times;
+ *      then ROUNDS times a hold placed 100 ms before a kill -9: is it
+ *      there after the restart, and how long the restart took. Run the
+ *      machine's load beside it (e.g. busy loops) to see it under load.
  *
  *   CBD_BINARY=src/cbd tests/bench-authority [-n CIRCUITS] [-o OPEN] [-d SECONDS]
+ *       [-H HELD] [-s SAMPLES] [-k ROUNDS]
+ *   (-n 0, -o 0 or -H 0 skips that part)
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,14 +253,171 @@ state_file_stall(long open, int seconds)
 		fprintf(stderr, "bench: cannot remove %s\n", dir);
 }
 
+/* A member of a stats reply (-1: absent or no reply). */
+static long
+stats_member(int fd, const char *member)
+{
+	static char reply[65536];
+	char key[96];
+	const char *w;
+
+	snprintf(key, sizeof key, "\"%s\":", member);
+	if (!harness_request(fd, "{\"op\":\"stats\"}", reply, sizeof reply) ||
+	    (w = strstr(reply, key)) == NULL)
+		return -1;
+	return strtol(w + strlen(key), NULL, 10);
+}
+
+/* Wait until stats' member stops moving (unchanged for 1 s). */
+static void
+stats_settle(int fd, const char *member)
+{
+	long last = -2, now;
+	int still = 0;
+
+	while (still < 20) {
+		now = stats_member(fd, member);
+		still = now == last ? still + 1 : 0;
+		last = now;
+		harness_sleep_ms(50);
+	}
+}
+
+/* Create `held` held-open circuits "s%06ld" (noreply, pipelined). */
+static void
+hold_many(int fd, long held)
+{
+	static char buf[BENCH_BATCH * 128];
+
+	for (long i = 0; i < held; i += BENCH_BATCH) {
+		size_t len = 0;
+
+		for (long k = i; k < i + BENCH_BATCH && k < held; k++)
+			len += (size_t)snprintf(buf + len, sizeof buf - len,
+			    "{\"op\":\"set_state\",\"name\":\"s%06ld\",\"state\":\"open\","
+			    "\"hold\":true,\"noreply\":true}\n",
+			    k);
+		if (!harness_send_all(fd, buf, len)) {
+			fprintf(stderr, "bench: cbd went away\n");
+			exit(1);
+		}
+	}
+	while (stats_member(fd, "held") < held)
+		harness_sleep_ms(50);
+}
+
+/* Place hold `name`; true once its reply came. */
+static bool
+hold_one(int fd, const char *name)
+{
+	char line[256], reply[4096];
+
+	snprintf(line, sizeof line,
+	    "{\"op\":\"set_state\",\"name\":\"%s\",\"state\":\"open\",\"hold\":true}", name);
+	return harness_request(fd, line, reply, sizeof reply) && strstr(reply, "\"ok\":true");
+}
+
+static void
+durability(long held, int count, int rounds)
+{
+	char config[512], dir[] = "/tmp/cbd-bench-XXXXXX", name[64], reply[4096];
+	cbd_harness h;
+	int fd, lost = 0;
+	double restart_sum = 0, restart_max = 0;
+
+	if (mkdtemp(dir) == NULL) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	/* A restart with HELD circuits takes seconds (more on a loaded box). */
+	setenv("CBD_HARNESS_TIMEOUT_MS", "180000", 0);
+	snprintf(config, sizeof config,
+	    "[cbd]\nstate_file = %s/state.json\nmax_circuits = %ld\nlog_level = warning\n", dir,
+	    held * 2 + 1000);
+	if (!harness_start(&h, config)) {
+		fprintf(stderr, "bench: cbd did not start\n");
+		exit(1);
+	}
+	fd = harness_connect(&h);
+	hold_many(fd, held);
+	stats_settle(fd, "state_writes");
+	for (int i = 0; i < count; i++) {
+		long before = stats_member(fd, "state_appends");
+		double t0;
+
+		snprintf(name, sizeof name, "late-%d", i);
+		if (!hold_one(fd, name))
+			break;
+		t0 = now_us();
+		while (stats_member(fd, "state_appends") <= before)
+			usleep(200);
+		samples[i] = (now_us() - t0) / 1000.0;
+		harness_sleep_ms(20 + 37 * (i % 5)); /* not in step with a tick */
+	}
+	harness_sort_samples(samples, (size_t)count);
+	printf("durable: %ld held circuits, %d holds: reply -> appended and fdatasync'ed: "
+	       "p50 %.1f ms  p90 %.1f ms  max %.1f ms\n",
+	    held, count, samples[count / 2], samples[count * 9 / 10], samples[count - 1]);
+	for (int r = 0; r < rounds; r++) {
+		double t0;
+
+		snprintf(name, sizeof name, "kill-%d", r);
+		if (!hold_one(fd, name))
+			break;
+		harness_sleep_ms(100);
+		kill(h.pid, SIGKILL);
+		close(fd);
+		harness_wait(&h);
+		harness_stop(&h);
+		t0 = now_us();
+		if (!harness_start(&h, config)) {
+			fprintf(stderr, "bench: cbd did not restart\n");
+			exit(1);
+		}
+		fd = harness_connect(&h);
+		{
+			char line[128];
+
+			snprintf(line, sizeof line, "{\"op\":\"get\",\"name\":\"%s\"}", name);
+			if (!harness_request(fd, line, reply, sizeof reply))
+				reply[0] = '\0';
+		}
+		t0 = (now_us() - t0) / 1e6;
+		restart_sum += t0;
+		restart_max = t0 > restart_max ? t0 : restart_max;
+		lost += strstr(reply, "\"hold\":{") == NULL;
+		stats_settle(fd, "state_writes");
+	}
+	if (rounds > 0)
+		printf("durable: %d holds placed 100 ms before a kill -9: %d lost; "
+		       "restart with %ld held circuits: mean %.2f s, max %.2f s\n",
+		    rounds, lost, held, restart_sum / rounds, restart_max);
+	close(fd);
+	harness_stop(&h);
+	snprintf(config, sizeof config, "rm -rf %s", dir);
+	if (system(config) != 0)
+		fprintf(stderr, "bench: cannot remove %s\n", dir);
+}
+
 int
 main(int argc, char **argv)
 {
-	long circuits = 1000000, open = 10000;
-	int seconds = 3, opt;
+	long circuits = 1000000, open = 10000, held = 100000;
+	int seconds = 3, opt, count = 20, rounds = 5;
 
-	while ((opt = getopt(argc, argv, "n:o:d:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:o:d:H:s:k:")) != -1) {
 		switch (opt) {
+		case 'H':
+			held = strtol(optarg, NULL, 10);
+			break;
+		case 's':
+			count = atoi(optarg);
+			if (count < 1 || count > 100000)
+				count = 20;
+			break;
+		case 'k':
+			rounds = atoi(optarg);
+			break;
 		case 'n':
 			circuits = strtol(optarg, NULL, 10);
 			break;
@@ -262,7 +429,8 @@ main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr,
-			    "usage: bench-authority [-n CIRCUITS] [-o OPEN] [-d SECONDS]\n");
+			    "usage: bench-authority [-n CIRCUITS] [-o OPEN] [-d SECONDS] [-H HELD] "
+			    "[-s SAMPLES] [-k ROUNDS]\n");
 			return 2;
 		}
 	}
@@ -270,7 +438,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "bench-authority: set CBD_BINARY to the cbd to measure\n");
 		return 2;
 	}
-	memory_per_circuit(circuits);
-	state_file_stall(open, seconds);
+	if (circuits > 0)
+		memory_per_circuit(circuits);
+	if (open > 0)
+		state_file_stall(open, seconds);
+	if (held > 0)
+		durability(held, count, rounds);
 	return 0;
 }
