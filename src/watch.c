@@ -367,7 +367,8 @@ watch_policies_unstored(const cbd_conf *old, const cbd_conf *fresh, int64_t now)
 
 			if (snap != NULL)
 				event_fanout(n->name,
-				    json_pack("{s:s, s:o}", "event", "policy", "snapshot", snap), false);
+				    json_pack("{s:s, s:o}", "event", "policy", "snapshot", snap),
+				    false);
 		}
 	}
 }
