@@ -107,7 +107,7 @@ struct op_entry {
 	const char *name;
 	op_fn handler;
 	unsigned flags;
-	const char *const *required; /* members that must be present, NULL-ended */
+	uint32_t required; /* members that must be present: bit 1 << proto_member */
 	/* Fleet mode: the op's path through the circuit script in Redis (the
 	 * fleet column, op-fleet.h); NULL: this host answers it. */
 	const struct op_fleet_path *fleet;

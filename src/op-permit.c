@@ -86,8 +86,8 @@ op_record(op_call *call)
 	ct_status status = CT_OK;
 	ct_view view;
 
-	if (!proto_req_text(&call->req, "outcome", true, &outcome, NULL, &call->err) ||
-	    !proto_req_text(&call->req, "permit", false, &permit, NULL, &call->err))
+	if (!proto_req_text(&call->req, PROTO_MEMBER_OUTCOME, true, &outcome, NULL, &call->err) ||
+	    !proto_req_text(&call->req, PROTO_MEMBER_PERMIT, false, &permit, NULL, &call->err))
 		return false;
 	for (int i = 0; i < (int)(sizeof outcome_names / sizeof outcome_names[0]); i++) {
 		if (strcmp(outcome, outcome_names[i]) == 0)
@@ -96,7 +96,7 @@ op_record(op_call *call)
 	if (which < 0)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
 		    "outcome must be \"success\", \"failure\", \"ignore\" or \"rejected\"");
-	if (!proto_req_int(&call->req, "count", 1, PROTO_REJECTED_COUNT_MAX, false, &count,
+	if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1, PROTO_REJECTED_COUNT_MAX, false, &count,
 		&has_count, &call->err))
 		return false;
 	if (has_count && which != RECORD_REJECTED)

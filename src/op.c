@@ -22,37 +22,39 @@
 #include "op.h"
 #include "stats.h"
 
-static const char *const need_name[] = { "name", NULL };
-static const char *const need_cas[] = { "name", "from", "to", NULL };
-static const char *const need_state[] = { "name", "state", NULL };
-static const char *const need_token[] = { "name", "token", NULL };
-static const char *const need_outcome[] = { "name", "outcome", NULL };
+/* Required members (checked in proto_member's order: name first). */
+#define NEED(m) (UINT32_C(1) << PROTO_MEMBER_##m)
+#define NEED_NAME NEED(NAME)
+#define NEED_CAS (NEED(NAME) | NEED(FROM) | NEED(TO))
+#define NEED_STATE (NEED(NAME) | NEED(STATE))
+#define NEED_TOKEN (NEED(NAME) | NEED(TOKEN))
+#define NEED_OUTCOME (NEED(NAME) | NEED(OUTCOME))
 
 /* Every op of protocol 2: name, handler, flags, required members, and
  * fleet mode's path through the circuit script (NULL: answered here). */
 static const op_entry ops[] = {
-	{ "hello", op_hello, OP_REPLIES, NULL, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY, need_name, &op_fleet_get },
-	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
+	{ "hello", op_hello, OP_REPLIES, 0, NULL },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY, NEED_NAME, &op_fleet_get },
+	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_NAME,
 	    &op_fleet_record_success },
-	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
+	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_NAME,
 	    &op_fleet_record_failure },
-	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, need_cas, &op_fleet_cas },
-	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, need_state,
+	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, NEED_CAS, &op_fleet_cas },
+	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, NEED_STATE,
 	    &op_fleet_set_state },
-	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, need_name,
+	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, NEED_NAME,
 	    &op_fleet_acquire_slot },
-	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, need_token, &op_fleet_release_slot },
-	{ "delete", op_delete, OP_ADMIN | OP_NAME, need_name, &op_fleet_delete },
-	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name, &op_fleet_release },
-	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name, &op_fleet_allow },
-	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_outcome,
+	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, NEED_TOKEN, &op_fleet_release_slot },
+	{ "delete", op_delete, OP_ADMIN | OP_NAME, NEED_NAME, &op_fleet_delete },
+	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, NEED_NAME, &op_fleet_release },
+	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_NAME, &op_fleet_allow },
+	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_OUTCOME,
 	    &op_fleet_record },
-	{ "list", op_list, OP_CTX | OP_REPLIES, NULL, NULL },
-	{ "stats", op_stats, OP_REPLIES, NULL, NULL },
-	{ "watch", op_watch, OP_REPLIES, NULL, NULL },
-	{ "unwatch", op_unwatch, OP_REPLIES, NULL, NULL },
-	{ "metrics", op_metrics, OP_REPLIES, NULL, NULL },
+	{ "list", op_list, OP_CTX | OP_REPLIES, 0, NULL },
+	{ "stats", op_stats, OP_REPLIES, 0, NULL },
+	{ "watch", op_watch, OP_REPLIES, 0, NULL },
+	{ "unwatch", op_unwatch, OP_REPLIES, 0, NULL },
+	{ "metrics", op_metrics, OP_REPLIES, 0, NULL },
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])
@@ -106,11 +108,15 @@ op_run(op_call *call, const op_entry *op)
 		    "%s is an admin op and uid %ld is not an admin (cbd's admin_users and "
 		    "admin_groups name the admins; root and cbd's own user always are)",
 		    op->name, (long)call->client->uid);
-	for (const char *const *m = op->required; m != NULL && *m != NULL; m++) {
-		if (!proto_req_has(&call->req, *m))
-			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required", *m);
+	for (uint32_t need = op->required; need != 0; need &= need - 1) {
+		proto_member m = (proto_member)__builtin_ctz(need);
+
+		if (!proto_req_has(&call->req, m))
+			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required",
+			    proto_member_name(m));
 	}
-	if ((op->flags & OP_NAME) && !proto_req_name(&call->req, "name", &call->name, &call->err))
+	if ((op->flags & OP_NAME) &&
+	    !proto_req_name(&call->req, PROTO_MEMBER_NAME, &call->name, &call->err))
 		return false;
 	call->clock = clock_realtime_ms();
 	if (op->flags & OP_CTX) {
@@ -132,7 +138,7 @@ op_run(op_call *call, const op_entry *op)
 			.owner = &call->client->owner,
 			.reporter = (int64_t)call->client->pid };
 		/* How long the reported call took (slow-call rule). */
-		if (!proto_req_int(&call->req, "duration_ms", 0, CB_DURATION_MAX, false,
+		if (!proto_req_int(&call->req, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, false,
 			&call->table.duration_ms, NULL, &call->err))
 			return false;
 	}
@@ -192,18 +198,18 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	if (!proto_request_read(line, len, &flat, &call.req, &request, &call.err))
 		goto reply;
 	if (!proto_req_id(&call.req, &id, &call.err) ||
-	    !proto_req_text(&call.req, "op", true, &opname, &oplen, &call.err))
+	    !proto_req_text(&call.req, PROTO_MEMBER_OP, true, &opname, &oplen, &call.err))
 		goto reply;
 	op = op_find(opname, oplen);
 	/* noreply (protocol 2, §6): carried out, nothing written back, not
 	 * even an error (counted as usual), except for the ops that exist to
 	 * answer. */
-	noreply = proto_req_true(&call.req, "noreply") && (op == NULL || !(op->flags & OP_REPLIES));
+	noreply = proto_req_true(&call.req, PROTO_MEMBER_NOREPLY) && (op == NULL || !(op->flags & OP_REPLIES));
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
 	}
-	if (!proto_req_bool(&call.req, "policy", (op->flags & OP_POLICY) != 0, &call.with_policy,
+	if (!proto_req_bool(&call.req, PROTO_MEMBER_POLICY, (op->flags & OP_POLICY) != 0, &call.with_policy,
 		&call.err))
 		goto reply;
 	/* Every op but the OP_FLAT ones (and all of them in fleet mode, where

@@ -113,6 +113,78 @@ scan_integer(scanner *s, int64_t *out)
 
 static bool scan_object(scanner *s, int obj, int depth);
 
+_Static_assert(PROTO_FLAT_VALUES_MAX <= INT8_MAX + 1, "proto_flat.member holds an index");
+
+static const char *const member_names[PROTO_MEMBER_MAX] = {
+	[PROTO_MEMBER_ID] = "id",
+	[PROTO_MEMBER_OP] = "op",
+	[PROTO_MEMBER_NAME] = "name",
+	[PROTO_MEMBER_FROM] = "from",
+	[PROTO_MEMBER_TO] = "to",
+	[PROTO_MEMBER_STATE] = "state",
+	[PROTO_MEMBER_TOKEN] = "token",
+	[PROTO_MEMBER_OUTCOME] = "outcome",
+	[PROTO_MEMBER_NOREPLY] = "noreply",
+	[PROTO_MEMBER_POLICY] = "policy",
+	[PROTO_MEMBER_CTX] = "ctx",
+	[PROTO_MEMBER_DURATION_MS] = "duration_ms",
+	[PROTO_MEMBER_PERMIT] = "permit",
+	[PROTO_MEMBER_COUNT] = "count",
+	[PROTO_MEMBER_WAIT_MS] = "wait_ms",
+	[PROTO_MEMBER_RETRY] = "retry",
+};
+
+const char *
+proto_member_name(proto_member m)
+{
+	return member_names[m];
+}
+
+/* The proto_member named key (len bytes), or -1: by its first byte, then
+ * compared whole (memcmp of a literal's length: a few compares inline). */
+static int
+member_of(const char *key, size_t len)
+{
+#define MEMBER_IS(lit) (len == sizeof(lit) - 1 && memcmp(key, lit, sizeof(lit) - 1) == 0)
+	switch (key[0]) {
+	case 'c':
+		return MEMBER_IS("ctx") ? PROTO_MEMBER_CTX
+		    : MEMBER_IS("count") ? PROTO_MEMBER_COUNT
+					 : -1;
+	case 'd':
+		return MEMBER_IS("duration_ms") ? PROTO_MEMBER_DURATION_MS : -1;
+	case 'f':
+		return MEMBER_IS("from") ? PROTO_MEMBER_FROM : -1;
+	case 'i':
+		return MEMBER_IS("id") ? PROTO_MEMBER_ID : -1;
+	case 'n':
+		return MEMBER_IS("name") ? PROTO_MEMBER_NAME
+		    : MEMBER_IS("noreply") ? PROTO_MEMBER_NOREPLY
+					   : -1;
+	case 'o':
+		return MEMBER_IS("op") ? PROTO_MEMBER_OP
+		    : MEMBER_IS("outcome") ? PROTO_MEMBER_OUTCOME
+					   : -1;
+	case 'p':
+		return MEMBER_IS("policy") ? PROTO_MEMBER_POLICY
+		    : MEMBER_IS("permit") ? PROTO_MEMBER_PERMIT
+					  : -1;
+	case 'r':
+		return MEMBER_IS("retry") ? PROTO_MEMBER_RETRY : -1;
+	case 's':
+		return MEMBER_IS("state") ? PROTO_MEMBER_STATE : -1;
+	case 't':
+		return MEMBER_IS("to") ? PROTO_MEMBER_TO
+		    : MEMBER_IS("token") ? PROTO_MEMBER_TOKEN
+					 : -1;
+	case 'w':
+		return MEMBER_IS("wait_ms") ? PROTO_MEMBER_WAIT_MS : -1;
+	default:
+		return -1;
+	}
+#undef MEMBER_IS
+}
+
 /* One of 64 bits for a key, from its length and its first, middle and
  * last bytes (a snapshot's 19 policy keys share first and last bytes:
  * break_ms, break_max_ms; this spreads them over 18 bits). */
@@ -194,6 +266,13 @@ scan_object(scanner *s, int obj, int depth)
 		seen |= bit;
 		i = f->count++;
 		f->v[i] = (proto_flat_value){ .key = key, .key_len = len, .first = -1, .next = -1 };
+		/* The request's own members: noted for proto_flat.member. */
+		if (obj == 0) {
+			int m = member_of(key, len);
+
+			if (m >= 0)
+				f->member[m] = (int8_t)i;
+		}
 		if (last < 0)
 			f->v[obj].first = i;
 		else
@@ -234,6 +313,7 @@ proto_scan_flat(const char *line, size_t len, proto_flat *out)
 	out->text[len] = '\0';
 	out->text_len = len + 1;
 	out->count = 1;
+	memset(out->member, -1, sizeof out->member);
 	out->v[0] =
 	    (proto_flat_value){ .key = "", .type = PROTO_FLAT_OBJECT, .first = -1, .next = -1 };
 	skip_space(&s);
