@@ -53,6 +53,8 @@ op_allow(op_call *call)
 		return false;
 	events_changed(call->name, &change);
 	if (call->table.wait && !allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		/* Answered later, maybe: not in the output begun now. */
+		op_reply_direct_cancel(call);
 		if (op_wait_defer(call, wait_ms, allow_again))
 			return true;
 		circuit_table_count_waited(cbd.table, call->name);
@@ -96,8 +98,8 @@ op_record(op_call *call)
 	if (which < 0)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
 		    "outcome must be \"success\", \"failure\", \"ignore\" or \"rejected\"");
-	if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1, PROTO_REJECTED_COUNT_MAX, false, &count,
-		&has_count, &call->err))
+	if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1, PROTO_REJECTED_COUNT_MAX, false,
+		&count, &has_count, &call->err))
 		return false;
 	if (has_count && which != RECORD_REJECTED)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,

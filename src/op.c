@@ -34,11 +34,12 @@
  * fleet mode's path through the circuit script (NULL: answered here). */
 static const op_entry ops[] = {
 	{ "hello", op_hello, OP_REPLIES, 0, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY, NEED_NAME, &op_fleet_get },
-	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_NAME,
-	    &op_fleet_record_success },
-	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_NAME,
-	    &op_fleet_record_failure },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY | OP_DIRECT, NEED_NAME,
+	    &op_fleet_get },
+	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT,
+	    NEED_NAME, &op_fleet_record_success },
+	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT,
+	    NEED_NAME, &op_fleet_record_failure },
 	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, NEED_CAS, &op_fleet_cas },
 	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, NEED_STATE,
 	    &op_fleet_set_state },
@@ -47,8 +48,9 @@ static const op_entry ops[] = {
 	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, NEED_TOKEN, &op_fleet_release_slot },
 	{ "delete", op_delete, OP_ADMIN | OP_NAME, NEED_NAME, &op_fleet_delete },
 	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, NEED_NAME, &op_fleet_release },
-	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_NAME, &op_fleet_allow },
-	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, NEED_OUTCOME,
+	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT, NEED_NAME,
+	    &op_fleet_allow },
+	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT, NEED_OUTCOME,
 	    &op_fleet_record },
 	{ "list", op_list, OP_CTX | OP_REPLIES, 0, NULL },
 	{ "stats", op_stats, OP_REPLIES, 0, NULL },
@@ -145,6 +147,7 @@ op_run(op_call *call, const op_entry *op)
 	/* Fleet mode: the circuit script in Redis answers (op-fleet.c);
 	 * while Redis is away, this host's copy does. */
 	if (op->fleet != NULL && fleet_enabled()) {
+		call->tail = enc_take();
 		if (fleet_up()) {
 			bool answered;
 
@@ -159,6 +162,12 @@ op_run(op_call *call, const op_entry *op)
 			return op_fleet_local(call) && op_reply_conflicts(call);
 		}
 	}
+	/* The reply straight into the connection's output, where the
+	 * handler writes it in order (its conflicts are jansson members). */
+	if ((op->flags & OP_DIRECT) && !call->noreply && call->conflicts == 0 && !fleet_enabled())
+		op_reply_direct(call);
+	else if (call->tail.buf == NULL)
+		call->tail = enc_take();
 	/* A request answered later (a waiting allow) reports its conflicts
 	 * then. */
 	return op->handler(call) && (call->pending || op_reply_conflicts(call));
@@ -186,7 +195,8 @@ op_conn_closed(server_client *c)
 void
 op_dispatch(server_client *c, const char *line, size_t len)
 {
-	op_call call = { .client = c, .tail = enc_take() };
+	/* (Its tail is taken by op_run, or begun in c's output.) */
+	op_call call = { .client = c };
 	const op_entry *op = NULL;
 	json_t *request = NULL, *id = NULL;
 	proto_flat flat;
@@ -204,13 +214,14 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	/* noreply (protocol 2, §6): carried out, nothing written back, not
 	 * even an error (counted as usual), except for the ops that exist to
 	 * answer. */
-	noreply = proto_req_true(&call.req, PROTO_MEMBER_NOREPLY) && (op == NULL || !(op->flags & OP_REPLIES));
+	noreply = proto_req_true(&call.req, PROTO_MEMBER_NOREPLY) &&
+	    (op == NULL || !(op->flags & OP_REPLIES));
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
 	}
-	if (!proto_req_bool(&call.req, PROTO_MEMBER_POLICY, (op->flags & OP_POLICY) != 0, &call.with_policy,
-		&call.err))
+	if (!proto_req_bool(&call.req, PROTO_MEMBER_POLICY, (op->flags & OP_POLICY) != 0,
+		&call.with_policy, &call.err))
 		goto reply;
 	/* Every op but the OP_FLAT ones (and all of them in fleet mode, where
 	 * they may be answered later) reads jansson values. */
@@ -247,6 +258,7 @@ reply:
 	call.id = id;
 	call.noreply = noreply;
 	if (call.pending) {
+		op_reply_direct_cancel(&call); /* (never direct: answered later) */
 		/* op-fleet.c answers once Redis has; it holds its own references
 		 * (to the request and the id). (Its events are held back again
 		 * when it is answered.) */

@@ -1240,7 +1240,6 @@ req_json_both(const req_pair *p)
 	json_decref(jj);
 }
 
-
 /* Bounds proto_req_int is asked with. */
 static const int64_t req_bounds[][2] = {
 	{ 0, CB_DURATION_MAX },
@@ -1352,8 +1351,8 @@ START_TEST(req_int_hand_picked)
 		bool present, ok;
 
 		req_open_must(&p, c->line);
-		ok = req_int_both(&p, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, c->required, &v, &present,
-		    &err);
+		ok = req_int_both(&p, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, c->required, &v,
+		    &present, &err);
 		ck_assert_msg(ok == c->ok && v == c->value && present == c->present,
 		    "%s: ok %d value %lld present %d", c->line, ok, (long long)v, present);
 		if (!ok) {
@@ -1414,7 +1413,8 @@ START_TEST(req_text_hand_picked)
 
 	/* A NUL inside: jansson's only (an escape), and refused. */
 	v = req_json_only("{\"token\":\"a\\u0000b\"}", 20);
-	ck_assert(!proto_req_text(&(proto_req){ .json = v }, PROTO_MEMBER_TOKEN, false, &text, &len, &err));
+	ck_assert(!proto_req_text(&(proto_req){ .json = v }, PROTO_MEMBER_TOKEN, false, &text, &len,
+	    &err));
 	ck_assert_str_eq(err.message, "token must not contain NUL bytes");
 	json_decref(v);
 }
@@ -1462,7 +1462,8 @@ START_TEST(req_name_hand_picked)
 	for (int len = CT_NAME_MAX - 1; len <= CT_NAME_MAX + 1; len++) {
 		n = snprintf(line, sizeof line, "{\"name\":\"%0*d\"}", len, 7);
 		ck_assert(req_open(&p, line, (size_t)n));
-		ck_assert_int_eq(req_name_both(&p, PROTO_MEMBER_NAME, &name, &err), len <= CT_NAME_MAX);
+		ck_assert_int_eq(req_name_both(&p, PROTO_MEMBER_NAME, &name, &err),
+		    len <= CT_NAME_MAX);
 		if (len > CT_NAME_MAX)
 			ck_assert_str_eq(err.message, "name must be 1 to 256 bytes");
 		else

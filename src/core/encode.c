@@ -16,6 +16,30 @@ static int hash_oom;
 #include "encode.h"
 #include "circuit-json.h"
 
+/* Move b's borrowed text into cap bytes of its own. */
+static bool
+unborrow(enc_buf *b, size_t cap)
+{
+	char *own = malloc(cap);
+
+	if (own == NULL) {
+		*b = (enc_buf){ .nomem = true };
+		return false;
+	}
+	memcpy(own, b->buf, b->len + 1);
+	b->buf = own;
+	b->cap = cap;
+	b->borrowed = false;
+	return true;
+}
+
+void
+enc_unborrow(enc_buf *b)
+{
+	if (b->borrowed)
+		unborrow(b, b->len + 1 > 2048 ? b->len + 1 : 2048);
+}
+
 bool
 enc_reserve(enc_buf *b, size_t len)
 {
@@ -26,8 +50,12 @@ enc_reserve(enc_buf *b, size_t len)
 		return false;
 	if (b->cap - b->len >= len + 1)
 		return true;
+	if (b->borrowed && cap < 2048)
+		cap = 2048;
 	while (cap - b->len < len + 1)
 		cap *= 2;
+	if (b->borrowed)
+		return unborrow(b, cap);
 	grown = realloc(b->buf, cap);
 	if (grown == NULL) {
 		b->nomem = true;
@@ -143,7 +171,8 @@ enc_name(enc_buf *b, const char *name)
 void
 enc_free(enc_buf *b)
 {
-	free(b->buf);
+	if (!b->borrowed)
+		free(b->buf);
 	*b = (enc_buf){ 0 };
 }
 
@@ -154,7 +183,8 @@ static int spare_count;
 void
 enc_recycle(enc_buf *b)
 {
-	if (spare_count < ENC_SPARES && b->buf != NULL && !b->nomem && b->cap <= ENC_SPARE_MAX) {
+	if (spare_count < ENC_SPARES && b->buf != NULL && !b->nomem && !b->borrowed &&
+	    b->cap <= ENC_SPARE_MAX) {
 		spares[spare_count] = *b;
 		spares[spare_count++].len = 0;
 		*b = (enc_buf){ 0 };
@@ -189,6 +219,8 @@ enc_value(enc_buf *b, const json_t *v)
 		return;
 	}
 	enc_put(b, "", 0);
+	if (b->borrowed && b->cap - b->len < size + 1)
+		enc_reserve(b, size);
 	if (!b->nomem && b->cap - b->len < size + 1) {
 		char *grown = realloc(b->buf, b->len + size + 1);
 

@@ -148,7 +148,7 @@ member_of(const char *key, size_t len)
 #define MEMBER_IS(lit) (len == sizeof(lit) - 1 && memcmp(key, lit, sizeof(lit) - 1) == 0)
 	switch (key[0]) {
 	case 'c':
-		return MEMBER_IS("ctx") ? PROTO_MEMBER_CTX
+		return MEMBER_IS("ctx")  ? PROTO_MEMBER_CTX
 		    : MEMBER_IS("count") ? PROTO_MEMBER_COUNT
 					 : -1;
 	case 'd':
@@ -158,23 +158,23 @@ member_of(const char *key, size_t len)
 	case 'i':
 		return MEMBER_IS("id") ? PROTO_MEMBER_ID : -1;
 	case 'n':
-		return MEMBER_IS("name") ? PROTO_MEMBER_NAME
+		return MEMBER_IS("name")   ? PROTO_MEMBER_NAME
 		    : MEMBER_IS("noreply") ? PROTO_MEMBER_NOREPLY
 					   : -1;
 	case 'o':
-		return MEMBER_IS("op") ? PROTO_MEMBER_OP
+		return MEMBER_IS("op")     ? PROTO_MEMBER_OP
 		    : MEMBER_IS("outcome") ? PROTO_MEMBER_OUTCOME
 					   : -1;
 	case 'p':
 		return MEMBER_IS("policy") ? PROTO_MEMBER_POLICY
-		    : MEMBER_IS("permit") ? PROTO_MEMBER_PERMIT
-					  : -1;
+		    : MEMBER_IS("permit")  ? PROTO_MEMBER_PERMIT
+					   : -1;
 	case 'r':
 		return MEMBER_IS("retry") ? PROTO_MEMBER_RETRY : -1;
 	case 's':
 		return MEMBER_IS("state") ? PROTO_MEMBER_STATE : -1;
 	case 't':
-		return MEMBER_IS("to") ? PROTO_MEMBER_TO
+		return MEMBER_IS("to")   ? PROTO_MEMBER_TO
 		    : MEMBER_IS("token") ? PROTO_MEMBER_TOKEN
 					 : -1;
 	case 'w':
