@@ -97,7 +97,6 @@ typedef struct op_call {
 	 * direct, the whole reply so far, in the connection's output. */
 	enc_buf tail;
 	enc_buf tail_more; /* a large member's text moved in whole, after tail */
-	proto_error err; /* set when a handler returns false */
 	const op_entry *op;
 	unsigned op_index; /* op's row in the table (its stats) */
 	const json_t *id; /* the request's id (NULL: none) */
@@ -109,6 +108,9 @@ typedef struct op_call {
 	 * (server_client_reply_begin), in order: tail holds it from its
 	 * head on; no member goes to `reply`. */
 	bool direct;
+	/* Set when a handler returns false. Last: a new call's is not
+	 * cleared past its code (op_dispatch; proto_fail writes it). */
+	proto_error err;
 } op_call;
 
 typedef bool (*op_fn)(op_call *call);

@@ -778,7 +778,8 @@ pval_text(const pval *v, const char *key, bool required, const char **out, size_
 
 	if (!pval_string(v, key, required, out, &n, err))
 		return false;
-	if (*out != NULL && strlen(*out) != n)
+	/* (A flat view's strings are printable ASCII: no NUL.) */
+	if (*out != NULL && v->flat < 0 && strlen(*out) != n)
 		return proto_fail(err, PROTO_BAD_REQUEST, "%s must not contain NUL bytes", key);
 	if (len != NULL)
 		*len = *out != NULL ? n : 0;
