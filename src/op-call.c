@@ -373,9 +373,8 @@ op_reply_head(enc_buf *b, const json_t *id)
 void
 op_reply_direct(op_call *call)
 {
-	enc_buf *b = &call->tail;
+	enc_buf *b = &call->tail; /* (empty: op_run takes none for it) */
 
-	enc_recycle(b); /* (empty: nothing written yet) */
 	server_client_reply_begin(call->client, b);
 	call->direct = true;
 	if (call->id != NULL) {
@@ -519,8 +518,10 @@ op_finish(op_call *call, bool ok)
 	}
 	/* Events this request caused reach its own connection after it. */
 	watch_request_end(c);
-	enc_recycle(&call->tail);
-	enc_free(&call->tail_more);
+	if (call->tail.buf != NULL) /* (most replies: given to c's output) */
+		enc_recycle(&call->tail);
+	if (call->tail_more.buf != NULL)
+		enc_free(&call->tail_more);
 }
 
 /* An optional boolean member. */

@@ -164,21 +164,24 @@ enc_int(enc_buf *b, int64_t v)
 	b->buf[b->len] = '\0';
 }
 
+/* The bytes a name's run stops at: the end, and those to escape. */
+static const bool name_stop[256] = { ['\0'] = true, ['"'] = true, ['\\'] = true };
+
 void
 enc_name(enc_buf *b, const char *name)
 {
-	const char *run = name;
-	size_t n;
+	const char *run = name, *p = name;
 
 	enc_put(b, "\"", 1);
-	/* Runs without a byte to escape (most names are one), by strcspn. */
-	while (run[n = strcspn(run, "\"\\")] != '\0') {
-		enc_put(b, run, n);
+	for (;;) {
+		while (!name_stop[(unsigned char)*p])
+			p++;
+		enc_put(b, run, (size_t)(p - run));
+		if (*p == '\0')
+			break;
 		enc_put(b, "\\", 1);
-		enc_put(b, run + n, 1);
-		run += n + 1;
+		run = p++; /* the byte itself starts the next run */
 	}
-	enc_put(b, run, n);
 	enc_put(b, "\"", 1);
 }
 
