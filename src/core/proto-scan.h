@@ -27,6 +27,8 @@
 /* Room for the view's copy of the line and a NUL: longer lines are
  * json_loadb's (a snapshot event is ~1.1 KB, a request ~50-300 bytes). */
 #define PROTO_FLAT_TEXT_MAX 4096
+/* Bytes the scanner reads at once (a string's bytes, 16 a step). */
+#define PROTO_SCAN_READ_AHEAD 16
 
 typedef enum proto_flat_type {
 	PROTO_FLAT_STRING,
@@ -84,7 +86,9 @@ typedef struct proto_flat {
 	 * index into v), -1 when absent. */
 	int8_t member[PROTO_MEMBER_MAX];
 	size_t text_len;
-	char text[PROTO_FLAT_TEXT_MAX]; /* the line, its strings ended in place */
+	/* The line, its strings ended in place, and zeroes after it: a scan
+	 * may read PROTO_SCAN_READ_AHEAD bytes from any byte of the line. */
+	char text[PROTO_FLAT_TEXT_MAX + PROTO_SCAN_READ_AHEAD];
 } proto_flat;
 
 /* Read line (len bytes, no LF) into *out when the whole line is in the
