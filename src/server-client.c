@@ -578,7 +578,11 @@ server_client_reply_commit(server_client *c, enc_buf *b)
 	 * send or drop leaves it there (a drop closes c: nothing written). */
 	c->reply_open = NULL;
 	*b = (enc_buf){ 0 };
-	if (c->state != SERVER_CLIENT_OPEN || out_over_bound(c, len + 1))
+	/* (Within max_output_bytes, out_over_bound's answer is known: the
+	 * buffer does not grow, so max_total_output_bytes is not asked.) */
+	if (c->state != SERVER_CLIENT_OPEN ||
+	    (c->out_len - c->out_off + len + 1 > (size_t)cbd.conf.max_output_bytes &&
+		out_over_bound(c, len + 1)))
 		return;
 	c->out_len += len;
 	c->out[c->out_len++] = '\n';
@@ -829,7 +833,9 @@ input_process(server_client *c, size_t budget, int64_t ms)
 		return false;
 	}
 	if (start > 0) {
-		memmove(c->in, c->in + start, c->in_len - start);
+		/* (Mostly nothing is left: every line was whole.) */
+		if (c->in_len > start)
+			memmove(c->in, c->in + start, c->in_len - start);
 		c->in_len -= start;
 	}
 	c->in_scan = c->in_len;
