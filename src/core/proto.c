@@ -734,7 +734,7 @@ req_member_of(const proto_req *r, const pval *obj, const char *key)
 			       : pval_json(json_object_get(obj->json, key));
 }
 
-static bool
+static inline bool
 pval_int(const pval *v, const char *key, int64_t min, int64_t max, bool required, int64_t *out,
     bool *present, proto_error *err)
 {
@@ -752,7 +752,7 @@ pval_int(const pval *v, const char *key, int64_t min, int64_t max, bool required
 	return true;
 }
 
-static bool
+static inline bool
 pval_string(const pval *v, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
@@ -770,7 +770,7 @@ pval_string(const pval *v, const char *key, bool required, const char **out, siz
 	return true;
 }
 
-static bool
+static inline bool
 pval_text(const pval *v, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
@@ -786,7 +786,7 @@ pval_text(const pval *v, const char *key, bool required, const char **out, size_
 	return true;
 }
 
-static bool
+static inline bool
 pval_name(const pval *v, const char *key, const char **out, proto_error *err)
 {
 	const char *why;
