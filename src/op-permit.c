@@ -92,8 +92,11 @@ op_record(op_call *call)
 	    !proto_req_text(&call->req, PROTO_MEMBER_PERMIT, false, &permit, NULL, &call->err))
 		return false;
 	for (int i = 0; i < (int)(sizeof outcome_names / sizeof outcome_names[0]); i++) {
-		if (strcmp(outcome, outcome_names[i]) == 0)
+		/* (The first byte tells the four apart.) */
+		if (outcome[0] == outcome_names[i][0] && strcmp(outcome, outcome_names[i]) == 0) {
 			which = i;
+			break;
+		}
 	}
 	if (which < 0)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
