@@ -242,12 +242,59 @@ op_resolve_policy(op_call *call)
 		    (unsigned long long)call->client->id, (long)call->client->pid);
 }
 
+/* ,"member":"text" (text needs no escaping). */
+static void
+put_member_text(enc_buf *b, const char *member, const char *text)
+{
+	ENC_LIT(b, ",\"");
+	enc_puts(b, member);
+	ENC_LIT(b, "\":\"");
+	enc_puts(b, text);
+	ENC_LIT(b, "\"");
+}
+
+/* allow's members as text, in the order op_reply_allow's jansson members
+ * are written (direct). */
+static bool
+reply_allow_text(op_call *call, const ct_allow *allow, const char *reason)
+{
+	enc_buf *b = &call->tail;
+
+	if (allow->allowed)
+		ENC_LIT(b, ",\"allowed\":true");
+	else
+		ENC_LIT(b, ",\"allowed\":false");
+	put_member_text(b, "state", breaker_state_name(allow->state));
+	if (!allow->allowed && reason != NULL)
+		put_member_text(b, "reason", reason);
+	if (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY) {
+		ENC_LIT(b, ",\"in_flight\":");
+		enc_int(b, (json_int_t)allow->in_flight);
+	}
+	if (!allow->allowed) {
+		ENC_LIT(b, ",\"retry_after_ms\":");
+		enc_int(b, allow->retry_after_ms);
+	}
+	if (allow->has_permit) {
+		ENC_LIT(b, ",\"permit\":");
+		enc_name(b, allow->permit.token);
+		ENC_LIT(b, ",\"expires_at\":");
+		enc_int(b, allow->permit.expires_at);
+	}
+	if (b->nomem)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
 bool
 op_reply_allow(op_call *call, const ct_allow *allow)
 {
-	json_t *r = op_reply(call);
+	json_t *r;
 	const char *reason = circuit_table_refusal_name(allow->reason);
 
+	if (call->direct)
+		return reply_allow_text(call, allow, reason);
+	r = op_reply(call);
 	/* A permit's members are written as text after the others (every
 	 * granted allow of a circuit with a ticket has them). */
 	if (allow->has_permit) {
@@ -323,6 +370,49 @@ op_reply_head(enc_buf *b, const json_t *id)
 	}
 }
 
+void
+op_reply_direct(op_call *call)
+{
+	enc_buf *b = &call->tail; /* (empty: op_run takes none for it) */
+
+	server_client_reply_begin(call->client, b);
+	call->direct = true;
+	if (call->id != NULL) {
+		ENC_LIT(b, "{\"id\":");
+		enc_compact(b, call->id);
+		ENC_LIT(b, ",\"ok\":true");
+	} else {
+		ENC_LIT(b, OK_HEAD);
+	}
+}
+
+void
+op_reply_direct_cancel(op_call *call)
+{
+	if (!call->direct)
+		return;
+	server_client_reply_cancel(call->client, &call->tail);
+	call->tail = enc_take();
+	call->direct = false;
+}
+
+bool
+op_reply_bool(op_call *call, const char *member, bool value)
+{
+	if (call->direct) {
+		ENC_LIT(&call->tail, ",\"");
+		enc_puts(&call->tail, member);
+		if (value)
+			ENC_LIT(&call->tail, "\":true");
+		else
+			ENC_LIT(&call->tail, "\":false");
+		return true; /* (nomem: seen with the reply's next member or end) */
+	}
+	if (json_object_set_new(op_reply(call), member, json_boolean(value)) != 0)
+		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	return true;
+}
+
 /* Write call's reply: its jansson members, then the members encoded as
  * text (call->tail, then call->tail_more), as one line, copied once into
  * the connection's output. Steals call->reply. */
@@ -377,7 +467,26 @@ op_finish(op_call *call, bool ok)
 {
 	server_client *c = call->client;
 
-	if (ok && call->written) {
+	if (call->direct && (!ok || call->noreply || call->tail.nomem)) {
+		/* Not to be written as begun: nothing of it goes out. */
+		bool nomem = ok && !call->noreply;
+
+		op_reply_direct_cancel(call);
+		if (nomem)
+			ok = proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
+	}
+	if (ok && call->direct) {
+		/* Written in place, in order: ended and committed. */
+		ENC_LIT(&call->tail, "}");
+		if (call->tail.nomem) {
+			op_reply_direct_cancel(call);
+			server_client_reply_oom(c, call->id);
+		} else {
+			server_client_reply_commit(c, &call->tail);
+		}
+		json_decref(call->reply);
+		call->reply = NULL;
+	} else if (ok && call->written) {
 		json_decref(call->reply); /* written piece by piece already */
 	} else if (ok) {
 		if (call->noreply) {
@@ -409,8 +518,10 @@ op_finish(op_call *call, bool ok)
 	}
 	/* Events this request caused reach its own connection after it. */
 	watch_request_end(c);
-	enc_recycle(&call->tail);
-	enc_free(&call->tail_more);
+	if (call->tail.buf != NULL) /* (most replies: given to c's output) */
+		enc_recycle(&call->tail);
+	if (call->tail_more.buf != NULL)
+		enc_free(&call->tail_more);
 }
 
 /* An optional boolean member. */

@@ -33,6 +33,11 @@
 /* Its snapshots carry the policy unless the request says "policy": false
  * (get); other ops' carry it only with "policy": true (protocol 3, §1). */
 #define OP_POLICY 0x80u
+/* Its handler writes the reply's members as text, in the reply's order
+ * (op_reply_bool, op_reply_allow, op_reply_snapshot): in memory mode the
+ * reply is encoded straight into the connection's output (op_call.direct)
+ * unless noreply or the request's ctx conflicts with the policy. */
+#define OP_DIRECT 0x100u
 
 typedef struct op_entry op_entry;
 
@@ -88,9 +93,10 @@ typedef struct op_call {
 	int64_t clock; /* the daemon's clock (idleness, audit) */
 	ct_call table; /* OP_CTX: what the circuit table takes */
 	json_t *reply; /* the ok reply's members (op_reply): NULL until one is added */
-	enc_buf tail; /* members already encoded as text, written after reply's */
+	/* Members already encoded as text, written after reply's; when
+	 * direct, the whole reply so far, in the connection's output. */
+	enc_buf tail;
 	enc_buf tail_more; /* a large member's text moved in whole, after tail */
-	proto_error err; /* set when a handler returns false */
 	const op_entry *op;
 	unsigned op_index; /* op's row in the table (its stats) */
 	const json_t *id; /* the request's id (NULL: none) */
@@ -98,6 +104,13 @@ typedef struct op_call {
 	bool with_policy; /* the reply's snapshots carry the policy */
 	bool pending; /* answered later, when Redis has (fleet mode) */
 	bool written; /* the reply is in the output already (a list in pieces) */
+	/* The reply is being encoded straight into the connection's output
+	 * (server_client_reply_begin), in order: tail holds it from its
+	 * head on; no member goes to `reply`. */
+	bool direct;
+	/* Set when a handler returns false. Last: a new call's is not
+	 * cleared past its code (op_dispatch; proto_fail writes it). */
+	proto_error err;
 } op_call;
 
 typedef bool (*op_fn)(op_call *call);
@@ -107,7 +120,7 @@ struct op_entry {
 	const char *name;
 	op_fn handler;
 	unsigned flags;
-	const char *const *required; /* members that must be present, NULL-ended */
+	uint32_t required; /* members that must be present: bit 1 << proto_member */
 	/* Fleet mode: the op's path through the circuit script in Redis (the
 	 * fleet column, op-fleet.h); NULL: this host answers it. */
 	const struct op_fleet_path *fleet;
@@ -134,6 +147,15 @@ void op_resolve_policy(op_call *call);
  * replies: a snapshot, encoded as text). NULL when out of memory (adding a
  * member to NULL fails, which handlers answer as internal). */
 json_t *op_reply(op_call *call);
+
+/* Begin call's reply straight in its connection's output (OP_DIRECT):
+ * its head, {"id": id, "ok": true as proto_reply_ok's, written. */
+void op_reply_direct(op_call *call);
+/* Stop writing call's reply in place (it is to be answered later):
+ * nothing of it written, members go to `reply` and `tail` again. */
+void op_reply_direct_cancel(op_call *call);
+/* reply[member] = value: as text when direct, else in `reply`. */
+bool op_reply_bool(op_call *call, const char *member, bool value);
 
 /* The text of {"id": id, "ok": true} as proto_reply_ok makes it (no
  * member added: no object to build). */

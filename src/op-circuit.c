@@ -20,9 +20,8 @@ op_get(op_call *call)
 
 	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
 	events_changed(call->name, &change);
-	if (json_object_set_new(op_reply(call), "stored", json_boolean(view.stored)) != 0)
-		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
-	return op_reply_snapshot(call, "snapshot", &view);
+	return op_reply_bool(call, "stored", view.stored) &&
+	    op_reply_snapshot(call, "snapshot", &view);
 }
 
 /* Shared body of record_success and record_failure. */

@@ -53,6 +53,8 @@ op_allow(op_call *call)
 		return false;
 	events_changed(call->name, &change);
 	if (call->table.wait && !allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
+		/* Answered later, maybe: not in the output begun now. */
+		op_reply_direct_cancel(call);
 		if (op_wait_defer(call, wait_ms, allow_again))
 			return true;
 		circuit_table_count_waited(cbd.table, call->name);
@@ -86,18 +88,21 @@ op_record(op_call *call)
 	ct_status status = CT_OK;
 	ct_view view;
 
-	if (!proto_req_text(&call->req, "outcome", true, &outcome, NULL, &call->err) ||
-	    !proto_req_text(&call->req, "permit", false, &permit, NULL, &call->err))
+	if (!proto_req_text(&call->req, PROTO_MEMBER_OUTCOME, true, &outcome, NULL, &call->err) ||
+	    !proto_req_text(&call->req, PROTO_MEMBER_PERMIT, false, &permit, NULL, &call->err))
 		return false;
 	for (int i = 0; i < (int)(sizeof outcome_names / sizeof outcome_names[0]); i++) {
-		if (strcmp(outcome, outcome_names[i]) == 0)
+		/* (The first byte tells the four apart.) */
+		if (outcome[0] == outcome_names[i][0] && strcmp(outcome, outcome_names[i]) == 0) {
 			which = i;
+			break;
+		}
 	}
 	if (which < 0)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
 		    "outcome must be \"success\", \"failure\", \"ignore\" or \"rejected\"");
-	if (!proto_req_int(&call->req, "count", 1, PROTO_REJECTED_COUNT_MAX, false, &count,
-		&has_count, &call->err))
+	if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1, PROTO_REJECTED_COUNT_MAX, false,
+		&count, &has_count, &call->err))
 		return false;
 	if (has_count && which != RECORD_REJECTED)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,

@@ -247,9 +247,9 @@ bool
 op_wait_members(op_call *call, int64_t *wait_ms)
 {
 	*wait_ms = 0;
-	return proto_req_int(&call->req, "wait_ms", 0, OP_WAIT_MAX_MS, false, wait_ms, NULL,
-		   &call->err) &&
-	    proto_req_bool(&call->req, "retry", false, &call->table.retry, &call->err);
+	return proto_req_int(&call->req, PROTO_MEMBER_WAIT_MS, 0, OP_WAIT_MAX_MS, false, wait_ms,
+		   NULL, &call->err) &&
+	    proto_req_bool(&call->req, PROTO_MEMBER_RETRY, false, &call->table.retry, &call->err);
 }
 
 bool

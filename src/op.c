@@ -7,6 +7,7 @@
  * mode, send it to Redis) and append its reply. Counts requests and
  * errors. The only file that names every op's room.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,37 +23,41 @@
 #include "op.h"
 #include "stats.h"
 
-static const char *const need_name[] = { "name", NULL };
-static const char *const need_cas[] = { "name", "from", "to", NULL };
-static const char *const need_state[] = { "name", "state", NULL };
-static const char *const need_token[] = { "name", "token", NULL };
-static const char *const need_outcome[] = { "name", "outcome", NULL };
+/* Required members (checked in proto_member's order: name first). */
+#define NEED(m) (UINT32_C(1) << PROTO_MEMBER_##m)
+#define NEED_NAME NEED(NAME)
+#define NEED_CAS (NEED(NAME) | NEED(FROM) | NEED(TO))
+#define NEED_STATE (NEED(NAME) | NEED(STATE))
+#define NEED_TOKEN (NEED(NAME) | NEED(TOKEN))
+#define NEED_OUTCOME (NEED(NAME) | NEED(OUTCOME))
 
 /* Every op of protocol 2: name, handler, flags, required members, and
  * fleet mode's path through the circuit script (NULL: answered here). */
 static const op_entry ops[] = {
-	{ "hello", op_hello, OP_REPLIES, NULL, NULL },
-	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY, need_name, &op_fleet_get },
-	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
-	    &op_fleet_record_success },
-	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name,
-	    &op_fleet_record_failure },
-	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, need_cas, &op_fleet_cas },
-	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, need_state,
+	{ "hello", op_hello, OP_REPLIES, 0, NULL },
+	{ "get", op_get, OP_NAME | OP_CTX | OP_FLAT | OP_POLICY | OP_DIRECT, NEED_NAME,
+	    &op_fleet_get },
+	{ "record_success", op_record_success, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT,
+	    NEED_NAME, &op_fleet_record_success },
+	{ "record_failure", op_record_failure, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT,
+	    NEED_NAME, &op_fleet_record_failure },
+	{ "cas", op_cas, OP_WRITE | OP_NAME | OP_CTX, NEED_CAS, &op_fleet_cas },
+	{ "set_state", op_set_state, OP_ADMIN | OP_WRITE | OP_NAME | OP_CTX, NEED_STATE,
 	    &op_fleet_set_state },
-	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, need_name,
+	{ "acquire_slot", op_acquire_slot, OP_WRITE | OP_NAME | OP_CTX, NEED_NAME,
 	    &op_fleet_acquire_slot },
-	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, need_token, &op_fleet_release_slot },
-	{ "delete", op_delete, OP_ADMIN | OP_NAME, need_name, &op_fleet_delete },
-	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, need_name, &op_fleet_release },
-	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_name, &op_fleet_allow },
-	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT, need_outcome,
+	{ "release_slot", op_release_slot, OP_NAME | OP_CTX, NEED_TOKEN, &op_fleet_release_slot },
+	{ "delete", op_delete, OP_ADMIN | OP_NAME, NEED_NAME, &op_fleet_delete },
+	{ "release", op_release, OP_ADMIN | OP_NAME | OP_CTX, NEED_NAME, &op_fleet_release },
+	{ "allow", op_allow, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT, NEED_NAME,
+	    &op_fleet_allow },
+	{ "record", op_record, OP_WRITE | OP_NAME | OP_CTX | OP_FLAT | OP_DIRECT, NEED_OUTCOME,
 	    &op_fleet_record },
-	{ "list", op_list, OP_CTX | OP_REPLIES, NULL, NULL },
-	{ "stats", op_stats, OP_REPLIES, NULL, NULL },
-	{ "watch", op_watch, OP_REPLIES, NULL, NULL },
-	{ "unwatch", op_unwatch, OP_REPLIES, NULL, NULL },
-	{ "metrics", op_metrics, OP_REPLIES, NULL, NULL },
+	{ "list", op_list, OP_CTX | OP_REPLIES, 0, NULL },
+	{ "stats", op_stats, OP_REPLIES, 0, NULL },
+	{ "watch", op_watch, OP_REPLIES, 0, NULL },
+	{ "unwatch", op_unwatch, OP_REPLIES, 0, NULL },
+	{ "metrics", op_metrics, OP_REPLIES, 0, NULL },
 };
 
 #define OP_COUNT (sizeof ops / sizeof ops[0])
@@ -81,17 +86,25 @@ op_names(void)
 	return op_name_list;
 }
 
+/* The lengths of the ops' names (filled on first use). */
+static size_t op_name_len[OP_COUNT];
+
 /* The row of op `text` (len bytes), or NULL. */
 static const op_entry *
 op_find(const char *text, size_t len)
 {
+	if (op_name_len[0] == 0) {
+		for (size_t i = 0; i < OP_COUNT; i++)
+			op_name_len[i] = strlen(ops[i].name);
+	}
 	for (size_t i = 0; i < OP_COUNT; i++) {
 		const char *name = ops[i].name;
 
-		/* The first byte first: most rows differ there. (text holds no
-		 * NUL: the readers refuse one.) */
-		if (len > 0 && name[0] == text[0] && strncmp(name, text, len) == 0 &&
-		    name[len] == '\0')
+		/* The length and the first and last bytes first: they tell
+		 * every row but the one apart (record_success from
+		 * record_failure by the last). */
+		if (op_name_len[i] == len && name[0] == text[0] && name[len - 1] == text[len - 1] &&
+		    memcmp(name, text, len) == 0)
 			return &ops[i];
 	}
 	return NULL;
@@ -106,11 +119,15 @@ op_run(op_call *call, const op_entry *op)
 		    "%s is an admin op and uid %ld is not an admin (cbd's admin_users and "
 		    "admin_groups name the admins; root and cbd's own user always are)",
 		    op->name, (long)call->client->uid);
-	for (const char *const *m = op->required; m != NULL && *m != NULL; m++) {
-		if (!proto_req_has(&call->req, *m))
-			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required", *m);
+	for (uint32_t need = op->required; need != 0; need &= need - 1) {
+		proto_member m = (proto_member)__builtin_ctz(need);
+
+		if (!proto_req_has(&call->req, m))
+			return proto_fail(&call->err, PROTO_BAD_REQUEST, "%s is required",
+			    proto_member_name(m));
 	}
-	if ((op->flags & OP_NAME) && !proto_req_name(&call->req, "name", &call->name, &call->err))
+	if ((op->flags & OP_NAME) &&
+	    !proto_req_name(&call->req, PROTO_MEMBER_NAME, &call->name, &call->err))
 		return false;
 	call->clock = clock_realtime_ms();
 	if (op->flags & OP_CTX) {
@@ -132,13 +149,14 @@ op_run(op_call *call, const op_entry *op)
 			.owner = &call->client->owner,
 			.reporter = (int64_t)call->client->pid };
 		/* How long the reported call took (slow-call rule). */
-		if (!proto_req_int(&call->req, "duration_ms", 0, CB_DURATION_MAX, false,
+		if (!proto_req_int(&call->req, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, false,
 			&call->table.duration_ms, NULL, &call->err))
 			return false;
 	}
 	/* Fleet mode: the circuit script in Redis answers (op-fleet.c);
 	 * while Redis is away, this host's copy does. */
 	if (op->fleet != NULL && fleet_enabled()) {
+		call->tail = enc_take();
 		if (fleet_up()) {
 			bool answered;
 
@@ -153,6 +171,12 @@ op_run(op_call *call, const op_entry *op)
 			return op_fleet_local(call) && op_reply_conflicts(call);
 		}
 	}
+	/* The reply straight into the connection's output, where the
+	 * handler writes it in order (its conflicts are jansson members). */
+	if ((op->flags & OP_DIRECT) && !call->noreply && call->conflicts == 0 && !fleet_enabled())
+		op_reply_direct(call);
+	else if (call->tail.buf == NULL)
+		call->tail = enc_take();
 	/* A request answered later (a waiting allow) reports its conflicts
 	 * then. */
 	return op->handler(call) && (call->pending || op_reply_conflicts(call));
@@ -180,7 +204,7 @@ op_conn_closed(server_client *c)
 void
 op_dispatch(server_client *c, const char *line, size_t len)
 {
-	op_call call = { .client = c, .tail = enc_take() };
+	op_call call;
 	const op_entry *op = NULL;
 	json_t *request = NULL, *id = NULL;
 	proto_flat flat;
@@ -188,23 +212,29 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	size_t oplen;
 	bool ok = false, noreply = false;
 
+	/* Zero but the error's message (written by proto_fail, read only
+	 * after it): a fifth of the struct. (Its tail is taken by op_run, or
+	 * begun in c's output.) */
+	memset(&call, 0, offsetof(op_call, err.message));
+	call.client = c;
 	stats.requests++;
 	if (!proto_request_read(line, len, &flat, &call.req, &request, &call.err))
 		goto reply;
 	if (!proto_req_id(&call.req, &id, &call.err) ||
-	    !proto_req_text(&call.req, "op", true, &opname, &oplen, &call.err))
+	    !proto_req_text(&call.req, PROTO_MEMBER_OP, true, &opname, &oplen, &call.err))
 		goto reply;
 	op = op_find(opname, oplen);
 	/* noreply (protocol 2, §6): carried out, nothing written back, not
 	 * even an error (counted as usual), except for the ops that exist to
 	 * answer. */
-	noreply = proto_req_true(&call.req, "noreply") && (op == NULL || !(op->flags & OP_REPLIES));
+	noreply = proto_req_true(&call.req, PROTO_MEMBER_NOREPLY) &&
+	    (op == NULL || !(op->flags & OP_REPLIES));
 	if (op == NULL) {
 		proto_fail(&call.err, PROTO_UNKNOWN_OP, "unknown op \"%.64s\"", opname);
 		goto reply;
 	}
-	if (!proto_req_bool(&call.req, "policy", (op->flags & OP_POLICY) != 0, &call.with_policy,
-		&call.err))
+	if (!proto_req_bool(&call.req, PROTO_MEMBER_POLICY, (op->flags & OP_POLICY) != 0,
+		&call.with_policy, &call.err))
 		goto reply;
 	/* Every op but the OP_FLAT ones (and all of them in fleet mode, where
 	 * they may be answered later) reads jansson values. */
@@ -241,6 +271,7 @@ reply:
 	call.id = id;
 	call.noreply = noreply;
 	if (call.pending) {
+		op_reply_direct_cancel(&call); /* (never direct: answered later) */
 		/* op-fleet.c answers once Redis has; it holds its own references
 		 * (to the request and the id). (Its events are held back again
 		 * when it is answered.) */

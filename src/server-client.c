@@ -59,10 +59,22 @@ out_account(server_client *c, size_t cap)
 	c->out_cap = cap;
 }
 
+/* The reply being encoded in place in c's output (if any) moves to
+ * memory of its own: c's buffer is about to change or be written. */
+static inline void
+out_unborrow(server_client *c)
+{
+	if (c->reply_open != NULL) {
+		enc_unborrow(c->reply_open);
+		c->reply_open = NULL;
+	}
+}
+
 /* Free c's output buffer (nothing left in it to write). */
 static void
 out_release(server_client *c)
 {
+	out_unborrow(c);
 	free(c->out);
 	c->out = NULL;
 	out_account(c, 0);
@@ -193,6 +205,7 @@ out_reserve(server_client *c, size_t need)
 	size_t max = (size_t)cbd.conf.max_output_bytes, cap;
 	char *grown;
 
+	out_unborrow(c);
 	if (c->out_off > 0 && c->out_off == c->out_len) {
 		c->out_off = 0;
 		c->out_len = 0;
@@ -257,6 +270,7 @@ out_shrink(server_client *c)
 	size_t rest = c->out_len - c->out_off;
 	char *small;
 
+	out_unborrow(c);
 	if (rest == 0) {
 		out_release(c);
 		c->out_off = c->out_len = 0;
@@ -357,6 +371,7 @@ out_cut(server_client *c)
 {
 	char *nl;
 
+	out_unborrow(c);
 	c->cut = true;
 	if (!c->mid_line) {
 		c->out_len = c->out_off;
@@ -524,6 +539,63 @@ server_client_reply_parts(server_client *c, const struct iovec *parts, int n)
 	c->out[c->out_len++] = '\n';
 }
 
+/* Room a reply needs in c's output to be begun there; with less it is
+ * encoded apart and copied (as when c's buffer is not made yet). */
+#define REPLY_IN_PLACE_MIN 1024
+
+void
+server_client_reply_begin(server_client *c, enc_buf *b)
+{
+	out_unborrow(c);
+	/* Nothing unsent: write from the start (as out_reserve would). */
+	if (c->out_off > 0 && c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	if (c->state != SERVER_CLIENT_OPEN || c->out_cap - c->out_len < REPLY_IN_PLACE_MIN) {
+		*b = enc_take();
+		return;
+	}
+	*b = enc_borrow(c->out + c->out_len, c->out_cap - c->out_len);
+	c->reply_open = b;
+}
+
+void
+server_client_reply_commit(server_client *c, enc_buf *b)
+{
+	size_t len = b->len;
+
+	if (!b->borrowed) {
+		/* Encoded apart (or moved there): copied, as any line. */
+		if (c->reply_open == b)
+			c->reply_open = NULL;
+		if (!b->nomem)
+			server_client_reply_line(c, b->buf, b->len);
+		enc_recycle(b);
+		return;
+	}
+	/* In place: b's text is at out + out_len (anything that changed the
+	 * buffer since would have moved it), with room for the LF (b's NUL).
+	 * The bounds as server_client_reply_parts checks them: what they may
+	 * send or drop leaves it there (a drop closes c: nothing written). */
+	c->reply_open = NULL;
+	*b = (enc_buf){ 0 };
+	/* (Within max_output_bytes, out_over_bound's answer is known: the
+	 * buffer does not grow, so max_total_output_bytes is not asked.) */
+	if (c->state != SERVER_CLIENT_OPEN ||
+	    (c->out_len - c->out_off + len + 1 > (size_t)cbd.conf.max_output_bytes &&
+		out_over_bound(c, len + 1)))
+		return;
+	c->out_len += len;
+	c->out[c->out_len++] = '\n';
+}
+
+void
+server_client_reply_cancel(server_client *c, enc_buf *b)
+{
+	if (c->reply_open == b)
+		c->reply_open = NULL;
+	enc_recycle(b);
+}
+
 bool
 server_client_write_piece(server_client *c, const char *piece, size_t len, size_t keep)
 {
@@ -639,6 +711,7 @@ server_client_flush(server_client *c)
 
 	if (c->state == SERVER_CLIENT_DEAD)
 		return;
+	out_unborrow(c);
 	/* The rest, if the socket takes more, at the next turn of the loop
 	 * (EV_WRITE). */
 	err = out_send_most(c, SERVER_CLIENT_FLUSH_MAX);
@@ -760,7 +833,9 @@ input_process(server_client *c, size_t budget, int64_t ms)
 		return false;
 	}
 	if (start > 0) {
-		memmove(c->in, c->in + start, c->in_len - start);
+		/* (Mostly nothing is left: every line was whole.) */
+		if (c->in_len > start)
+			memmove(c->in, c->in + start, c->in_len - start);
 		c->in_len -= start;
 	}
 	c->in_scan = c->in_len;

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "circuit-table.h"
+#include "encode.h"
 #include "proto.h"
 
 /* Bytes asked of read() at once (Redis reads 16 KiB too). */
@@ -111,6 +112,9 @@ struct server_client {
 	size_t out_len;
 	size_t out_cap;
 	size_t out_counted; /* out_cap as server_client_output_bytes() counts it */
+	/* A reply line being encoded in place, in the room after out_len
+	 * (server_client_reply_begin); NULL: none. */
+	enc_buf *reply_open;
 	/* Every connection, for the host-wide output bound's choice. */
 	struct server_client *all_next, *all_prev;
 
@@ -200,6 +204,21 @@ void server_client_reply_line(server_client *c, const char *line, size_t len);
 /* The same for a line given in n parts (copied once). */
 struct iovec;
 void server_client_reply_parts(server_client *c, const struct iovec *parts, int n);
+
+/* A reply line encoded straight into c's output, after what is queued
+ * (no copy of it): *b borrows the room left in c's output buffer (encode.h)
+ * — or, when there is little or c is not open, is an ordinary buffer.
+ * What is written to b is the line, without its LF. Whatever else writes
+ * to c, or changes its buffer, meanwhile first moves b's text to memory
+ * of its own (b stays valid). Ended by server_client_reply_commit or
+ * server_client_reply_cancel, before b goes out of scope. */
+void server_client_reply_begin(server_client *c, enc_buf *b);
+/* Append b's text to c's output as a line, exactly as
+ * server_client_reply_line would (max_output_bytes and
+ * max_total_output_bytes alike), and empty b (b must not be nomem). */
+void server_client_reply_commit(server_client *c, enc_buf *b);
+/* Forget the line begun: nothing is written; b is emptied. */
+void server_client_reply_cancel(server_client *c, enc_buf *b);
 
 /* A line written piece by piece (a long list, as its steps are done):
  * append part of it, keeping room for `keep` more bytes (its end). False

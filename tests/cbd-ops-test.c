@@ -873,6 +873,44 @@ START_TEST(test_pipelining_thousands)
 }
 END_TEST
 
+/* Replies encoded straight into the connection's output: pipelined so
+ * that the room left after those queued is sometimes ample, sometimes too
+ * little (the reply moves to memory of its own midway), sometimes none,
+ * each one is byte for byte the reply of the same request sent alone. */
+START_TEST(test_pipelined_replies_as_alone)
+{
+	enum { NAMES = 4, N = 2000 };
+	char names[NAMES][260], alone[NAMES][4096], reply[4096], line[512];
+	size_t cap = (size_t)N * 400, len = 0;
+	char *buf = malloc(cap);
+
+	ck_assert_ptr_nonnull(buf);
+	for (int k = 0; k < NAMES; k++) {
+		/* Names of 1, 64, 200 and 256 bytes: replies of ~1.1-1.6 KB. */
+		static const int lengths[NAMES] = { 1, 64, 200, 256 };
+
+		memset(names[k], 'a' + k, (size_t)lengths[k]);
+		names[k][lengths[k]] = '\0';
+		snprintf(line, sizeof line,
+		    "{\"id\":%d,\"op\":\"get\",\"name\":\"%s\",\"policy\":true}\n", k, names[k]);
+		ck_assert(util_write_all(fd, line, strlen(line)));
+		ck_assert(util_read_line(fd, alone[k], sizeof alone[k]));
+		ck_assert_msg(strstr(alone[k], "\"ok\":true") != NULL, "got %s", alone[k]);
+	}
+	for (int i = 0; i < N; i++)
+		len += (size_t)snprintf(buf + len, cap - len,
+		    "{\"id\":%d,\"op\":\"get\",\"name\":\"%s\",\"policy\":true}\n", i % NAMES,
+		    names[i % NAMES]);
+	ck_assert(util_write_all(fd, buf, len));
+	for (int i = 0; i < N; i++) {
+		ck_assert(util_read_line(fd, reply, sizeof reply));
+		ck_assert_msg(strcmp(reply, alone[i % NAMES]) == 0, "reply %d:\n%s\nalone:\n%s", i,
+		    reply, alone[i % NAMES]);
+	}
+	free(buf);
+}
+END_TEST
+
 START_TEST(test_half_sent_line_does_not_delay_others)
 {
 	int other = harness_connect(&h);
@@ -1422,6 +1460,7 @@ ops_suite(void)
 	tcase_add_test(tc, test_line_past_flat_scanner_answered);
 	tcase_add_test(tc, test_framing_crlf_and_empty_lines);
 	tcase_add_test(tc, test_pipelining_thousands);
+	tcase_add_test(tc, test_pipelined_replies_as_alone);
 	tcase_add_test(tc, test_half_sent_line_does_not_delay_others);
 	tcase_add_test(tc, test_slot_release_on_disconnect);
 	tcase_add_test(tc, test_connection_limit);

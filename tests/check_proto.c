@@ -1045,14 +1045,15 @@ req_same_result(const req_pair *p, const char *reader, const char *key, const ch
 /* proto_req_int on both forms (and proto_get_int on the jansson value):
  * the same everything. The flat form's results in *out, *present, *err. */
 static bool
-req_int_both(const req_pair *p, const char *key, int64_t min, int64_t max, bool required,
+req_int_both(const req_pair *p, proto_member m, int64_t min, int64_t max, bool required,
     int64_t *out, bool *present, proto_error *err)
 {
+	const char *key = proto_member_name(m);
 	int64_t fv = REQ_UNSET_INT, jv = REQ_UNSET_INT, gv = REQ_UNSET_INT;
 	bool fp = true, jp = true, gp = true;
 	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
-	bool fok = proto_req_int(&p->f, key, min, max, required, &fv, &fp, &fe);
-	bool jok = proto_req_int(&p->j, key, min, max, required, &jv, &jp, &je);
+	bool fok = proto_req_int(&p->f, m, min, max, required, &fv, &fp, &fe);
+	bool jok = proto_req_int(&p->j, m, min, max, required, &jv, &jp, &je);
 	bool gok = proto_get_int(p->json, key, min, max, required, &gv, &gp, &ge);
 
 	req_same_result(p, "proto_req_int", key, "json", fok, jok, &fe, &je);
@@ -1082,14 +1083,15 @@ req_same_text(const char *a, size_t alen, const char *b, size_t blen)
 /* proto_req_text on both forms (and proto_get_text on the jansson
  * value). */
 static bool
-req_text_both(const req_pair *p, const char *key, bool required, const char **out, size_t *len,
+req_text_both(const req_pair *p, proto_member m, bool required, const char **out, size_t *len,
     proto_error *err)
 {
+	const char *key = proto_member_name(m);
 	const char *fs = req_unset, *js = req_unset, *gs = req_unset;
 	size_t fl = REQ_UNSET_LEN, jl = REQ_UNSET_LEN, gl = REQ_UNSET_LEN;
 	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
-	bool fok = proto_req_text(&p->f, key, required, &fs, &fl, &fe);
-	bool jok = proto_req_text(&p->j, key, required, &js, &jl, &je);
+	bool fok = proto_req_text(&p->f, m, required, &fs, &fl, &fe);
+	bool jok = proto_req_text(&p->j, m, required, &js, &jl, &je);
 	bool gok = proto_get_text(p->json, key, required, &gs, &gl, &ge);
 
 	req_same_result(p, "proto_req_text", key, "json", fok, jok, &fe, &je);
@@ -1113,12 +1115,13 @@ req_len(const char *s)
 
 /* proto_req_name on both forms (and proto_get_name). */
 static bool
-req_name_both(const req_pair *p, const char *key, const char **out, proto_error *err)
+req_name_both(const req_pair *p, proto_member m, const char **out, proto_error *err)
 {
+	const char *key = proto_member_name(m);
 	const char *fs = req_unset, *js = req_unset, *gs = req_unset;
 	proto_error fe = { 0 }, je = { 0 }, ge = { 0 };
-	bool fok = proto_req_name(&p->f, key, &fs, &fe);
-	bool jok = proto_req_name(&p->j, key, &js, &je);
+	bool fok = proto_req_name(&p->f, m, &fs, &fe);
+	bool jok = proto_req_name(&p->j, m, &js, &je);
 	bool gok = proto_get_name(p->json, key, &gs, &ge);
 
 	req_same_result(p, "proto_req_name", key, "json", fok, jok, &fe, &je);
@@ -1202,10 +1205,11 @@ req_id_both(const req_pair *p, json_t **out, proto_error *err)
 
 /* proto_req_has and proto_req_true on both forms. */
 static void
-req_flags_both(const req_pair *p, const char *key, bool *has, bool *is_true)
+req_flags_both(const req_pair *p, proto_member m, bool *has, bool *is_true)
 {
-	bool fh = proto_req_has(&p->f, key), jh = proto_req_has(&p->j, key);
-	bool ft = proto_req_true(&p->f, key), jt = proto_req_true(&p->j, key);
+	const char *key = proto_member_name(m);
+	bool fh = proto_req_has(&p->f, m), jh = proto_req_has(&p->j, m);
+	bool ft = proto_req_true(&p->f, m), jt = proto_req_true(&p->j, m);
 
 	REQ_CHECK(fh == jh, "proto_req_has(\"%s\") on \"%s\": flat %d, json %d", key,
 	    scan_quote(p->line, p->len), fh, jh);
@@ -1236,13 +1240,6 @@ req_json_both(const req_pair *p)
 	json_decref(jj);
 }
 
-/* The members the readers are asked for: the dispatcher's, one unknown,
- * one never generated, the empty name. */
-static const char *const req_keys[] = { "op", "name", "id", "noreply", "duration_ms", "outcome",
-	"permit", "token", "ctx", "x", "absent", "" };
-
-#define REQ_KEY_COUNT (sizeof req_keys / sizeof req_keys[0])
-
 /* Bounds proto_req_int is asked with. */
 static const int64_t req_bounds[][2] = {
 	{ 0, CB_DURATION_MAX },
@@ -1259,9 +1256,9 @@ typedef struct req_tally {
 
 /* Count a reader's answer on a member the line has (t may be NULL). */
 static void
-req_count(req_tally *t, int reader, const req_pair *p, const char *key, bool ok)
+req_count(req_tally *t, int reader, const req_pair *p, proto_member m, bool ok)
 {
-	if (t == NULL || !proto_req_has(&p->f, key))
+	if (t == NULL || !proto_req_has(&p->f, m))
 		return;
 	if (ok)
 		t->ok[reader]++;
@@ -1278,31 +1275,37 @@ req_compare_all(const req_pair *p, req_tally *t)
 	json_t *id;
 	bool ok;
 
-	for (size_t k = 0; k < REQ_KEY_COUNT; k++) {
-		const char *key = req_keys[k], *text;
+	for (int k = 0; k < PROTO_MEMBER_MAX; k++) {
+		proto_member m = (proto_member)k;
+		const char *key = proto_member_name(m), *text;
 		size_t len;
 		int64_t v;
 		bool present, has, is_true;
 
+		/* The scanner's index finds what a search by name finds. */
+		REQ_CHECK(p->f.flat->member[m] == proto_flat_find(p->f.flat, 0, key),
+		    "member index of \"%s\" on \"%s\": %d, proto_flat_find %d", key,
+		    scan_quote(p->line, p->len), p->f.flat->member[m],
+		    proto_flat_find(p->f.flat, 0, key));
 		for (size_t b = 0; b < sizeof req_bounds / sizeof req_bounds[0]; b++) {
 			for (int required = 0; required <= 1; required++) {
-				ok = req_int_both(p, key, req_bounds[b][0], req_bounds[b][1],
+				ok = req_int_both(p, m, req_bounds[b][0], req_bounds[b][1],
 				    required, &v, &present, &err);
-				if (b == 0 && required && strcmp(key, "duration_ms") == 0)
-					req_count(t, 0, p, key, ok);
+				if (b == 0 && required && m == PROTO_MEMBER_DURATION_MS)
+					req_count(t, 0, p, m, ok);
 			}
 		}
-		req_text_both(p, key, false, &text, &len, &err);
-		req_text_both(p, key, true, &text, &len, &err);
-		ok = req_name_both(p, key, &text, &err);
-		if (strcmp(key, "name") == 0)
-			req_count(t, 1, p, key, ok);
-		req_flags_both(p, key, &has, &is_true);
+		req_text_both(p, m, false, &text, &len, &err);
+		req_text_both(p, m, true, &text, &len, &err);
+		ok = req_name_both(p, m, &text, &err);
+		if (m == PROTO_MEMBER_NAME)
+			req_count(t, 1, p, m, ok);
+		req_flags_both(p, m, &has, &is_true);
 	}
-	req_count(t, 2, p, "ctx", req_ctx_both(p, &ctx, &err));
+	req_count(t, 2, p, PROTO_MEMBER_CTX, req_ctx_both(p, &ctx, &err));
 	ok = req_id_both(p, &id, &err);
 	json_decref(id);
-	req_count(t, 3, p, "id", ok);
+	req_count(t, 3, p, PROTO_MEMBER_ID, ok);
 	req_json_both(p);
 }
 
@@ -1348,8 +1351,8 @@ START_TEST(req_int_hand_picked)
 		bool present, ok;
 
 		req_open_must(&p, c->line);
-		ok = req_int_both(&p, "duration_ms", 0, CB_DURATION_MAX, c->required, &v, &present,
-		    &err);
+		ok = req_int_both(&p, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, c->required, &v,
+		    &present, &err);
 		ck_assert_msg(ok == c->ok && v == c->value && present == c->present,
 		    "%s: ok %d value %lld present %d", c->line, ok, (long long)v, present);
 		if (!ok) {
@@ -1372,37 +1375,37 @@ START_TEST(req_text_hand_picked)
 	req_pair p;
 	json_t *v;
 
-	req_open_must(&p, "{\"token\":\"abc\",\"outcome\":\"\",\"op\":5,\"id\":{},\"x\":true}");
-	ck_assert(req_text_both(&p, "token", true, &text, &len, &err));
+	req_open_must(&p, "{\"token\":\"abc\",\"outcome\":\"\",\"op\":5,\"id\":{},\"retry\":true}");
+	ck_assert(req_text_both(&p, PROTO_MEMBER_TOKEN, true, &text, &len, &err));
 	ck_assert_str_eq(text, "abc");
 	ck_assert_uint_eq(len, 3);
-	ck_assert(req_text_both(&p, "outcome", true, &text, &len, &err));
+	ck_assert(req_text_both(&p, PROTO_MEMBER_OUTCOME, true, &text, &len, &err));
 	ck_assert_str_eq(text, "");
 	ck_assert_uint_eq(len, 0);
-	ck_assert(!req_text_both(&p, "op", false, &text, &len, &err));
+	ck_assert(!req_text_both(&p, PROTO_MEMBER_OP, false, &text, &len, &err));
 	ck_assert_str_eq(err.message, "op must be a string");
 	ck_assert(text == req_unset && len == REQ_UNSET_LEN);
-	ck_assert(!req_text_both(&p, "id", false, &text, &len, &err));
+	ck_assert(!req_text_both(&p, PROTO_MEMBER_ID, false, &text, &len, &err));
 	ck_assert_str_eq(err.message, "id must be a string");
-	ck_assert(!req_text_both(&p, "x", false, &text, &len, &err));
-	ck_assert(req_text_both(&p, "permit", false, &text, &len, &err));
+	ck_assert(!req_text_both(&p, PROTO_MEMBER_RETRY, false, &text, &len, &err));
+	ck_assert(req_text_both(&p, PROTO_MEMBER_PERMIT, false, &text, &len, &err));
 	ck_assert_ptr_null(text);
 	ck_assert_uint_eq(len, 0);
-	ck_assert(!req_text_both(&p, "permit", true, &text, &len, &err));
+	ck_assert(!req_text_both(&p, PROTO_MEMBER_PERMIT, true, &text, &len, &err));
 	ck_assert_str_eq(err.message, "permit is required");
 	req_compare_all(&p, NULL);
 	req_close(&p);
 
 	req_open_must(&p, "{\"token\":null}");
-	ck_assert(req_text_both(&p, "token", false, &text, &len, &err));
+	ck_assert(req_text_both(&p, PROTO_MEMBER_TOKEN, false, &text, &len, &err));
 	ck_assert_ptr_null(text);
-	ck_assert(!req_text_both(&p, "token", true, &text, &len, &err));
+	ck_assert(!req_text_both(&p, PROTO_MEMBER_TOKEN, true, &text, &len, &err));
 	ck_assert_str_eq(err.message, "token is required");
 	req_compare_all(&p, NULL);
 	req_close(&p);
 
 	req_open_must(&p, printable);
-	ck_assert(req_text_both(&p, "token", true, &text, &len, &err));
+	ck_assert(req_text_both(&p, PROTO_MEMBER_TOKEN, true, &text, &len, &err));
 	ck_assert_uint_eq(len, sizeof printable - 1 - strlen("{\"token\":\"\"}"));
 	ck_assert(memcmp(text, printable + 10, len) == 0);
 	req_compare_all(&p, NULL);
@@ -1410,7 +1413,8 @@ START_TEST(req_text_hand_picked)
 
 	/* A NUL inside: jansson's only (an escape), and refused. */
 	v = req_json_only("{\"token\":\"a\\u0000b\"}", 20);
-	ck_assert(!proto_req_text(&(proto_req){ .json = v }, "token", false, &text, &len, &err));
+	ck_assert(!proto_req_text(&(proto_req){ .json = v }, PROTO_MEMBER_TOKEN, false, &text, &len,
+	    &err));
 	ck_assert_str_eq(err.message, "token must not contain NUL bytes");
 	json_decref(v);
 }
@@ -1436,21 +1440,21 @@ START_TEST(req_name_hand_picked)
 	int n;
 
 	req_open_must(&p, "{\"name\":\"payments\",\"op\":\"\",\"id\":5,\"token\":\" ~\"}");
-	ck_assert(req_name_both(&p, "name", &name, &err));
+	ck_assert(req_name_both(&p, PROTO_MEMBER_NAME, &name, &err));
 	ck_assert_str_eq(name, "payments");
-	ck_assert(!req_name_both(&p, "op", &name, &err));
+	ck_assert(!req_name_both(&p, PROTO_MEMBER_OP, &name, &err));
 	ck_assert_str_eq(err.message, "op must be 1 to 256 bytes");
-	ck_assert(!req_name_both(&p, "id", &name, &err));
+	ck_assert(!req_name_both(&p, PROTO_MEMBER_ID, &name, &err));
 	ck_assert_str_eq(err.message, "id must be a string");
-	ck_assert(req_name_both(&p, "token", &name, &err));
+	ck_assert(req_name_both(&p, PROTO_MEMBER_TOKEN, &name, &err));
 	ck_assert_str_eq(name, " ~");
-	ck_assert(!req_name_both(&p, "permit", &name, &err));
+	ck_assert(!req_name_both(&p, PROTO_MEMBER_PERMIT, &name, &err));
 	ck_assert_str_eq(err.message, "permit is required");
 	req_compare_all(&p, NULL);
 	req_close(&p);
 
 	req_open_must(&p, "{\"name\":null}");
-	ck_assert(!req_name_both(&p, "name", &name, &err));
+	ck_assert(!req_name_both(&p, PROTO_MEMBER_NAME, &name, &err));
 	ck_assert_str_eq(err.message, "name is required");
 	req_close(&p);
 
@@ -1458,7 +1462,8 @@ START_TEST(req_name_hand_picked)
 	for (int len = CT_NAME_MAX - 1; len <= CT_NAME_MAX + 1; len++) {
 		n = snprintf(line, sizeof line, "{\"name\":\"%0*d\"}", len, 7);
 		ck_assert(req_open(&p, line, (size_t)n));
-		ck_assert_int_eq(req_name_both(&p, "name", &name, &err), len <= CT_NAME_MAX);
+		ck_assert_int_eq(req_name_both(&p, PROTO_MEMBER_NAME, &name, &err),
+		    len <= CT_NAME_MAX);
 		if (len > CT_NAME_MAX)
 			ck_assert_str_eq(err.message, "name must be 1 to 256 bytes");
 		else
@@ -1470,7 +1475,7 @@ START_TEST(req_name_hand_picked)
 	/* Control characters and other bytes never reach the flat view. */
 	for (size_t i = 0; i < sizeof json_only / sizeof json_only[0]; i++) {
 		json_t *v = req_json_only(json_only[i][0], strlen(json_only[i][0]));
-		bool ok = proto_req_name(&(proto_req){ .json = v }, "name", &name, &err);
+		bool ok = proto_req_name(&(proto_req){ .json = v }, PROTO_MEMBER_NAME, &name, &err);
 
 		ck_assert_msg(ok == (json_only[i][1] == NULL), "%s", json_only[i][0]);
 		if (!ok)
@@ -1751,7 +1756,7 @@ START_TEST(req_id_and_flags_hand_picked)
 		bool has, is_true;
 
 		req_open_must(&p, flags[i].line);
-		req_flags_both(&p, "noreply", &has, &is_true);
+		req_flags_both(&p, PROTO_MEMBER_NOREPLY, &has, &is_true);
 		ck_assert_msg(has == flags[i].has && is_true == flags[i].is_true, "%s",
 		    flags[i].line);
 		req_compare_all(&p, NULL);
@@ -2025,8 +2030,12 @@ req_gen_request_value(scan_gen *g, const char *name, int depth)
 
 START_TEST(req_generated_differential)
 {
+	/* The dispatcher's members, the others proto_member names, near
+	 * misses of them (the scanner's member index), one unknown, the
+	 * empty name. */
 	static const char *const names[] = { "op", "name", "id", "noreply", "duration_ms",
-		"outcome", "permit", "token", "ctx", "x", "" };
+		"outcome", "permit", "token", "ctx", "from", "to", "state", "policy", "count",
+		"wait_ms", "retry", "nam", "names", "t", "ctxs", "x", "" };
 	const char *env = getenv("CBD_REQ_ITERATIONS");
 	long iterations = env != NULL && atol(env) > 0 ? atol(env) : REQ_ITERATIONS;
 	scan_gen g = { .state = UINT64_C(20261130) };

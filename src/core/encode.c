@@ -16,6 +16,30 @@ static int hash_oom;
 #include "encode.h"
 #include "circuit-json.h"
 
+/* Move b's borrowed text into cap bytes of its own. */
+static bool
+unborrow(enc_buf *b, size_t cap)
+{
+	char *own = malloc(cap);
+
+	if (own == NULL) {
+		*b = (enc_buf){ .nomem = true };
+		return false;
+	}
+	memcpy(own, b->buf, b->len + 1);
+	b->buf = own;
+	b->cap = cap;
+	b->borrowed = false;
+	return true;
+}
+
+void
+enc_unborrow(enc_buf *b)
+{
+	if (b->borrowed)
+		unborrow(b, b->len + 1 > 2048 ? b->len + 1 : 2048);
+}
+
 bool
 enc_reserve(enc_buf *b, size_t len)
 {
@@ -26,8 +50,12 @@ enc_reserve(enc_buf *b, size_t len)
 		return false;
 	if (b->cap - b->len >= len + 1)
 		return true;
+	if (b->borrowed && cap < 2048)
+		cap = 2048;
 	while (cap - b->len < len + 1)
 		cap *= 2;
+	if (b->borrowed)
+		return unborrow(b, cap);
 	grown = realloc(b->buf, cap);
 	if (grown == NULL) {
 		b->nomem = true;
@@ -85,27 +113,40 @@ put_u32_back(char *end, uint32_t u, int min)
 	}
 }
 
-/* Write u at p; the end. Counts are mostly small and times 13 digits:
- * both take 32-bit steps (a time as its high digits and 8 low ones). */
+/* Write u (10 or more) at p; the end. Times are 13 digits: taken in
+ * 32-bit steps (a time as its high digits and 8 low ones). */
 static char *
+put_uint_long(char *p, uint64_t u)
+{
+	if (u <= UINT32_MAX) {
+		p += digit_count32((uint32_t)u);
+		put_u32_back(p, (uint32_t)u, 1);
+		return p;
+	}
+	p = put_uint_long(p, u / 100000000);
+	put_u32_back(p + 8, (uint32_t)(u % 100000000), 8);
+	return p + 8;
+}
+
+/* Write u at p; the end. Most of a snapshot's integers are counts under
+ * 100: written inline, without a call. */
+static inline char *
 put_uint(char *p, uint64_t u)
 {
 	if (u < 10) {
 		*p = (char)('0' + u);
 		return p + 1;
 	}
-	if (u <= UINT32_MAX) {
-		p += digit_count32((uint32_t)u);
-		put_u32_back(p, (uint32_t)u, 1);
-		return p;
+	if (u < 100) {
+		p[0] = digit_pairs[u * 2];
+		p[1] = digit_pairs[u * 2 + 1];
+		return p + 2;
 	}
-	p = put_uint(p, u / 100000000);
-	put_u32_back(p + 8, (uint32_t)(u % 100000000), 8);
-	return p + 8;
+	return put_uint_long(p, u);
 }
 
 /* Write v at p, which has room for ENC_INT_MAX bytes; the end. */
-static char *
+static inline char *
 put_int(char *p, int64_t v)
 {
 	if (v >= 0)
@@ -123,27 +164,32 @@ enc_int(enc_buf *b, int64_t v)
 	b->buf[b->len] = '\0';
 }
 
+/* The bytes a name's run stops at: the end, and those to escape. */
+static const bool name_stop[256] = { ['\0'] = true, ['"'] = true, ['\\'] = true };
+
 void
 enc_name(enc_buf *b, const char *name)
 {
-	const char *run = name;
+	const char *run = name, *p = name;
 
 	enc_put(b, "\"", 1);
-	for (const char *p = name; *p != '\0'; p++) {
-		if (*p != '"' && *p != '\\')
-			continue;
+	for (;;) {
+		while (!name_stop[(unsigned char)*p])
+			p++;
 		enc_put(b, run, (size_t)(p - run));
+		if (*p == '\0')
+			break;
 		enc_put(b, "\\", 1);
-		run = p;
+		run = p++; /* the byte itself starts the next run */
 	}
-	enc_puts(b, run);
 	enc_put(b, "\"", 1);
 }
 
 void
 enc_free(enc_buf *b)
 {
-	free(b->buf);
+	if (!b->borrowed)
+		free(b->buf);
 	*b = (enc_buf){ 0 };
 }
 
@@ -154,7 +200,8 @@ static int spare_count;
 void
 enc_recycle(enc_buf *b)
 {
-	if (spare_count < ENC_SPARES && b->buf != NULL && !b->nomem && b->cap <= ENC_SPARE_MAX) {
+	if (spare_count < ENC_SPARES && b->buf != NULL && !b->nomem && !b->borrowed &&
+	    b->cap <= ENC_SPARE_MAX) {
 		spares[spare_count] = *b;
 		spares[spare_count++].len = 0;
 		*b = (enc_buf){ 0 };
@@ -189,6 +236,8 @@ enc_value(enc_buf *b, const json_t *v)
 		return;
 	}
 	enc_put(b, "", 0);
+	if (b->borrowed && b->cap - b->len < size + 1)
+		enc_reserve(b, size);
 	if (!b->nomem && b->cap - b->len < size + 1) {
 		char *grown = realloc(b->buf, b->len + size + 1);
 
@@ -476,7 +525,8 @@ put_time(char *p, int64_t t, time_memo *memo)
 		memo->len = (size_t)(put_int(memo->text, t) - memo->text);
 		memo->t = t;
 	}
-	memcpy(p, memo->text, memo->len);
+	/* A fixed size (the room is there): a few moves, not a call. */
+	memcpy(p, memo->text, ENC_INT_MAX);
 	return p + memo->len;
 }
 
@@ -515,10 +565,22 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	if ((p = part_begin(b)) == NULL)
 		return;
 	/* 6 integers, 138 bytes of text. */
-	PUT_LIT(p, ",\"state\":\"");
-	state = breaker_state_name(s->state);
-	p = (char *)memcpy(p, state, strlen(state)) + strlen(state);
-	PUT_LIT(p, "\",\"failure_count\":");
+	switch (s->state) {
+	case CB_STATE_CLOSED:
+		PUT_LIT(p, ",\"state\":\"closed\",\"failure_count\":");
+		break;
+	case CB_STATE_OPEN:
+		PUT_LIT(p, ",\"state\":\"open\",\"failure_count\":");
+		break;
+	case CB_STATE_HALF_OPEN:
+		PUT_LIT(p, ",\"state\":\"half_open\",\"failure_count\":");
+		break;
+	default:
+		PUT_LIT(p, ",\"state\":\"");
+		state = breaker_state_name(s->state);
+		p = (char *)memcpy(p, state, strlen(state)) + strlen(state);
+		PUT_LIT(p, "\",\"failure_count\":");
+	}
 	p = put_int(p, s->failure_count);
 	PUT_LIT(p, ",\"success_count\":");
 	p = put_int(p, s->success_count);

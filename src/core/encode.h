@@ -25,16 +25,31 @@
  * stale, not even across reloads). */
 #define ENCODE_POLICY_CACHE_MAX 256
 
-/* A growing text buffer; nomem sticks once an allocation failed. */
+/* A growing text buffer; nomem sticks once an allocation failed. A
+ * borrowed buffer writes into room that is another's (a connection's
+ * output, server-client.h): it is never grown, moved or freed there;
+ * when its room runs out (or its owner calls enc_unborrow) its text moves
+ * to memory of its own and it goes on there. */
 typedef struct enc_buf {
 	char *buf;
 	size_t len;
 	size_t cap;
 	bool nomem;
+	bool borrowed;
 } enc_buf;
 
 /* Room for len more bytes and a NUL; false (nomem) when there is none. */
 bool enc_reserve(enc_buf *b, size_t len);
+/* A buffer writing into the cap bytes at room (cap >= 1: a NUL at least). */
+static inline enc_buf
+enc_borrow(char *room, size_t cap)
+{
+	room[0] = '\0';
+	return (enc_buf){ .buf = room, .cap = cap, .borrowed = true };
+}
+/* Move a borrowed buffer's text to memory of its own (nomem when there is
+ * none: the text is lost); nothing for another buffer. */
+void enc_unborrow(enc_buf *b);
 
 /* Append len bytes (inline: the encoder's every piece goes through it). */
 static inline void

@@ -5,6 +5,9 @@
  * left to json_loadb, so it needs no error messages of its own.
  */
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "proto-scan.h"
 
@@ -40,6 +43,7 @@ at(const scanner *s, char c)
 	return *s->p == c;
 }
 
+#if !defined(__SSE2__)
 /* Bytes a plain string holds: 0x20..0x7e other than '"' and '\\'. */
 static const bool plain_byte[256] = {
 	[0x20] = true,
@@ -47,9 +51,8 @@ static const bool plain_byte[256] = {
 	[0x23 ... 0x5b] = true,
 	[0x5d ... 0x7e] = true,
 };
+#endif
 
-/* A string of plain bytes (no escapes to undo, nothing to check for
- * UTF-8), copied with a NUL into the view's text. */
 /* A string of plain bytes (no escapes to undo, nothing to check for
  * UTF-8), ended in place. */
 static bool
@@ -60,12 +63,33 @@ scan_plain_string(scanner *s, const char **out, size_t *len)
 	if (*p != '"')
 		return false;
 	start = ++p;
+#if defined(__SSE2__)
+	/* 16 bytes a step: the first that is not plain (below 0x20 or
+	 * above 0x7e, '"', '\\'; the NUL at the end is one) ends the run.
+	 * The view's text has PROTO_SCAN_READ_AHEAD zeroes after the line:
+	 * no step reads past it, or reads a byte not set. */
+	for (;;) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+		__m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+						_mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+		    _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)), /* and 0x80..0xff */
+			_mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f))));
+		unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+
+		if (mask != 0) {
+			p += __builtin_ctz(mask);
+			break;
+		}
+		p += 16;
+	}
+#else
 	/* Four bytes a step (the NUL at the end stops it too), then one. */
 	while (plain_byte[(unsigned char)p[0]] && plain_byte[(unsigned char)p[1]] &&
 	    plain_byte[(unsigned char)p[2]] && plain_byte[(unsigned char)p[3]])
 		p += 4;
 	while (plain_byte[(unsigned char)*p])
 		p++;
+#endif
 	/* Anything but the closing quote (an escape, a control or non-ASCII
 	 * byte, the end) is json_loadb's to read. */
 	if (*p != '"')
@@ -112,6 +136,78 @@ scan_integer(scanner *s, int64_t *out)
 }
 
 static bool scan_object(scanner *s, int obj, int depth);
+
+_Static_assert(PROTO_FLAT_VALUES_MAX <= INT8_MAX + 1, "proto_flat.member holds an index");
+
+static const char *const member_names[PROTO_MEMBER_MAX] = {
+	[PROTO_MEMBER_ID] = "id",
+	[PROTO_MEMBER_OP] = "op",
+	[PROTO_MEMBER_NAME] = "name",
+	[PROTO_MEMBER_FROM] = "from",
+	[PROTO_MEMBER_TO] = "to",
+	[PROTO_MEMBER_STATE] = "state",
+	[PROTO_MEMBER_TOKEN] = "token",
+	[PROTO_MEMBER_OUTCOME] = "outcome",
+	[PROTO_MEMBER_NOREPLY] = "noreply",
+	[PROTO_MEMBER_POLICY] = "policy",
+	[PROTO_MEMBER_CTX] = "ctx",
+	[PROTO_MEMBER_DURATION_MS] = "duration_ms",
+	[PROTO_MEMBER_PERMIT] = "permit",
+	[PROTO_MEMBER_COUNT] = "count",
+	[PROTO_MEMBER_WAIT_MS] = "wait_ms",
+	[PROTO_MEMBER_RETRY] = "retry",
+};
+
+const char *
+proto_member_name(proto_member m)
+{
+	return member_names[m];
+}
+
+/* The proto_member named key (len bytes), or -1: by its first byte, then
+ * compared whole (memcmp of a literal's length: a few compares inline). */
+static int
+member_of(const char *key, size_t len)
+{
+#define MEMBER_IS(lit) (len == sizeof(lit) - 1 && memcmp(key, lit, sizeof(lit) - 1) == 0)
+	switch (key[0]) {
+	case 'c':
+		return MEMBER_IS("ctx")  ? PROTO_MEMBER_CTX
+		    : MEMBER_IS("count") ? PROTO_MEMBER_COUNT
+					 : -1;
+	case 'd':
+		return MEMBER_IS("duration_ms") ? PROTO_MEMBER_DURATION_MS : -1;
+	case 'f':
+		return MEMBER_IS("from") ? PROTO_MEMBER_FROM : -1;
+	case 'i':
+		return MEMBER_IS("id") ? PROTO_MEMBER_ID : -1;
+	case 'n':
+		return MEMBER_IS("name")   ? PROTO_MEMBER_NAME
+		    : MEMBER_IS("noreply") ? PROTO_MEMBER_NOREPLY
+					   : -1;
+	case 'o':
+		return MEMBER_IS("op")     ? PROTO_MEMBER_OP
+		    : MEMBER_IS("outcome") ? PROTO_MEMBER_OUTCOME
+					   : -1;
+	case 'p':
+		return MEMBER_IS("policy") ? PROTO_MEMBER_POLICY
+		    : MEMBER_IS("permit")  ? PROTO_MEMBER_PERMIT
+					   : -1;
+	case 'r':
+		return MEMBER_IS("retry") ? PROTO_MEMBER_RETRY : -1;
+	case 's':
+		return MEMBER_IS("state") ? PROTO_MEMBER_STATE : -1;
+	case 't':
+		return MEMBER_IS("to")   ? PROTO_MEMBER_TO
+		    : MEMBER_IS("token") ? PROTO_MEMBER_TOKEN
+					 : -1;
+	case 'w':
+		return MEMBER_IS("wait_ms") ? PROTO_MEMBER_WAIT_MS : -1;
+	default:
+		return -1;
+	}
+#undef MEMBER_IS
+}
 
 /* One of 64 bits for a key, from its length and its first, middle and
  * last bytes (a snapshot's 19 policy keys share first and last bytes:
@@ -194,6 +290,13 @@ scan_object(scanner *s, int obj, int depth)
 		seen |= bit;
 		i = f->count++;
 		f->v[i] = (proto_flat_value){ .key = key, .key_len = len, .first = -1, .next = -1 };
+		/* The request's own members: noted for proto_flat.member. */
+		if (obj == 0) {
+			int m = member_of(key, len);
+
+			if (m >= 0)
+				f->member[m] = (int8_t)i;
+		}
 		if (last < 0)
 			f->v[obj].first = i;
 		else
@@ -231,9 +334,10 @@ proto_scan_flat(const char *line, size_t len, proto_flat *out)
 		return false;
 	s = (scanner){ out->text, out->text + len, out };
 	memcpy(out->text, line, len);
-	out->text[len] = '\0';
+	memset(out->text + len, 0, PROTO_SCAN_READ_AHEAD); /* its NUL, and more */
 	out->text_len = len + 1;
 	out->count = 1;
+	memset(out->member, -1, sizeof out->member);
 	out->v[0] =
 	    (proto_flat_value){ .key = "", .type = PROTO_FLAT_OBJECT, .first = -1, .next = -1 };
 	skip_space(&s);

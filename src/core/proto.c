@@ -717,12 +717,13 @@ node_member(proto_node *obj, const char *key)
 	return pval_node(&v);
 }
 
-/* Member key of the request's top object. */
-static pval
-req_member(const proto_req *r, const char *key)
+/* Member m of the request's top object: where the scanner noted it in a
+ * flat view. */
+static inline pval
+req_member(const proto_req *r, proto_member m)
 {
-	return r->flat != NULL ? pval_flat(r->flat, proto_flat_find(r->flat, 0, key))
-			       : pval_json(json_object_get(r->json, key));
+	return r->flat != NULL ? pval_flat(r->flat, r->flat->member[m])
+			       : pval_json(json_object_get(r->json, proto_member_name(m)));
 }
 
 /* Member key of obj, an object member of request r. */
@@ -733,7 +734,7 @@ req_member_of(const proto_req *r, const pval *obj, const char *key)
 			       : pval_json(json_object_get(obj->json, key));
 }
 
-static bool
+static inline bool
 pval_int(const pval *v, const char *key, int64_t min, int64_t max, bool required, int64_t *out,
     bool *present, proto_error *err)
 {
@@ -751,7 +752,7 @@ pval_int(const pval *v, const char *key, int64_t min, int64_t max, bool required
 	return true;
 }
 
-static bool
+static inline bool
 pval_string(const pval *v, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
@@ -769,7 +770,7 @@ pval_string(const pval *v, const char *key, bool required, const char **out, siz
 	return true;
 }
 
-static bool
+static inline bool
 pval_text(const pval *v, const char *key, bool required, const char **out, size_t *len,
     proto_error *err)
 {
@@ -777,14 +778,15 @@ pval_text(const pval *v, const char *key, bool required, const char **out, size_
 
 	if (!pval_string(v, key, required, out, &n, err))
 		return false;
-	if (*out != NULL && strlen(*out) != n)
+	/* (A flat view's strings are printable ASCII: no NUL.) */
+	if (*out != NULL && v->flat < 0 && strlen(*out) != n)
 		return proto_fail(err, PROTO_BAD_REQUEST, "%s must not contain NUL bytes", key);
 	if (len != NULL)
 		*len = *out != NULL ? n : 0;
 	return true;
 }
 
-static bool
+static inline bool
 pval_name(const pval *v, const char *key, const char **out, proto_error *err)
 {
 	const char *why;
@@ -912,7 +914,7 @@ proto_get_state(const json_t *obj, const char *key, bool required, cb_state *out
 static bool
 req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
 {
-	pval ctx = req_member(r, "ctx");
+	pval ctx = req_member(r, PROTO_MEMBER_CTX);
 	char field[64];
 
 	memset(out, 0, sizeof *out);
@@ -1205,29 +1207,29 @@ proto_get_text(const json_t *obj, const char *key, bool required, const char **o
 /* ---- requests, in either form ----------------------------------------- */
 
 bool
-proto_req_int(const proto_req *r, const char *key, int64_t min, int64_t max, bool required,
+proto_req_int(const proto_req *r, proto_member m, int64_t min, int64_t max, bool required,
     int64_t *out, bool *present, proto_error *err)
 {
-	pval v = req_member(r, key);
+	pval v = req_member(r, m);
 
-	return pval_int(&v, key, min, max, required, out, present, err);
+	return pval_int(&v, proto_member_name(m), min, max, required, out, present, err);
 }
 
 bool
-proto_req_text(const proto_req *r, const char *key, bool required, const char **out, size_t *len,
+proto_req_text(const proto_req *r, proto_member m, bool required, const char **out, size_t *len,
     proto_error *err)
 {
-	pval v = req_member(r, key);
+	pval v = req_member(r, m);
 
-	return pval_text(&v, key, required, out, len, err);
+	return pval_text(&v, proto_member_name(m), required, out, len, err);
 }
 
 bool
-proto_req_name(const proto_req *r, const char *key, const char **out, proto_error *err)
+proto_req_name(const proto_req *r, proto_member m, const char **out, proto_error *err)
 {
-	pval v = req_member(r, key);
+	pval v = req_member(r, m);
 
-	return pval_name(&v, key, out, err);
+	return pval_name(&v, proto_member_name(m), out, err);
 }
 
 bool
@@ -1237,21 +1239,21 @@ proto_req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
 }
 
 bool
-proto_req_has(const proto_req *r, const char *key)
+proto_req_has(const proto_req *r, proto_member m)
 {
-	return req_member(r, key).type != PVAL_ABSENT;
+	return req_member(r, m).type != PVAL_ABSENT;
 }
 
 bool
-proto_req_true(const proto_req *r, const char *key)
+proto_req_true(const proto_req *r, proto_member m)
 {
-	return req_member(r, key).type == PVAL_TRUE;
+	return req_member(r, m).type == PVAL_TRUE;
 }
 
 bool
-proto_req_bool(const proto_req *r, const char *key, bool absent, bool *out, proto_error *err)
+proto_req_bool(const proto_req *r, proto_member m, bool absent, bool *out, proto_error *err)
 {
-	switch (req_member(r, key).type) {
+	switch (req_member(r, m).type) {
 	case PVAL_ABSENT:
 		*out = absent;
 		return true;
@@ -1262,14 +1264,15 @@ proto_req_bool(const proto_req *r, const char *key, bool absent, bool *out, prot
 		*out = false;
 		return true;
 	default:
-		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be true or false", key);
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be true or false",
+		    proto_member_name(m));
 	}
 }
 
 bool
 proto_req_id(const proto_req *r, json_t **id, proto_error *err)
 {
-	pval v = req_member(r, "id");
+	pval v = req_member(r, PROTO_MEMBER_ID);
 
 	*id = NULL;
 	if (!pval_id(&v, err))

@@ -413,26 +413,28 @@ bool proto_get_text(const json_t *obj, const char *key, bool required, const cha
 
 /* A request as the dispatcher reads it: its jansson values, or the flat
  * view of the decoder's fast path (proto-scan.h). Exactly one is set. The
- * readers below check and word errors as the proto_get_* readers do. */
+ * readers below take the member by its proto_member (found by index in a
+ * flat view, by its name in jansson values) and check and word errors as
+ * the proto_get_* readers do. */
 typedef struct proto_req {
 	const json_t *json;
 	const proto_flat *flat;
 } proto_req;
 
-bool proto_req_int(const proto_req *r, const char *key, int64_t min, int64_t max, bool required,
+bool proto_req_int(const proto_req *r, proto_member m, int64_t min, int64_t max, bool required,
     int64_t *out, bool *present, proto_error *err);
-bool proto_req_text(const proto_req *r, const char *key, bool required, const char **out,
+bool proto_req_text(const proto_req *r, proto_member m, bool required, const char **out,
     size_t *len, proto_error *err);
-bool proto_req_name(const proto_req *r, const char *key, const char **out, proto_error *err);
+bool proto_req_name(const proto_req *r, proto_member m, const char **out, proto_error *err);
 /* The request's "ctx" (absent or null: empty), as proto_ctx_from_json. */
 bool proto_req_ctx(const proto_req *r, proto_ctx *out, proto_error *err);
-/* Is member key given, and not null? */
-bool proto_req_has(const proto_req *r, const char *key);
-/* Is member key true? */
-bool proto_req_true(const proto_req *r, const char *key);
-/* Member key as a boolean (absent or null: `absent`); false (bad_request)
+/* Is member m given, and not null? */
+bool proto_req_has(const proto_req *r, proto_member m);
+/* Is member m true? */
+bool proto_req_true(const proto_req *r, proto_member m);
+/* Member m as a boolean (absent or null: `absent`); false (bad_request)
  * when it is of another type. */
-bool proto_req_bool(const proto_req *r, const char *key, bool absent, bool *out, proto_error *err);
+bool proto_req_bool(const proto_req *r, proto_member m, bool absent, bool *out, proto_error *err);
 /* The request's id for echoing (a new reference: an integer or a string);
  * *id NULL when absent or null. False (bad_request) for any other type. */
 bool proto_req_id(const proto_req *r, json_t **id, proto_error *err);
