@@ -880,7 +880,7 @@ END_TEST
 START_TEST(test_pipelined_replies_as_alone)
 {
 	enum { NAMES = 4, N = 2000 };
-	char names[NAMES][260], alone[NAMES][4096], reply[4096], line[512];
+	char names[NAMES][260], alone[NAMES][4096], reply[4096], line[1400];
 	size_t cap = (size_t)N * 400, len = 0;
 	char *buf = malloc(cap);
 
