@@ -1632,7 +1632,7 @@ events_until_mark(redisContext *ctx, redisContext *sub, const char *one, json_t 
 	freeReplyObject(reply);
 	for (;;) {
 		json_error_t err;
-		json_t *e;
+		json_t *e, *to;
 		const char *n;
 
 		reply = NULL;
@@ -1646,12 +1646,15 @@ events_until_mark(redisContext *ctx, redisContext *sub, const char *one, json_t 
 		e = json_loads(reply->element[2]->str, 0, &err);
 		ck_assert_msg(e != NULL, "event %s", reply->element[2]->str);
 		freeReplyObject(reply);
+		/* The list is chosen before "name" (which n points into) goes. */
 		n = json_string_value(json_object_get(e, "name"));
+		to = n == NULL             ? NULL
+		    : strcmp(n, one) == 0  ? ev_one
+		    : strcmp(n, fold) == 0 ? ev_fold
+					   : NULL;
 		json_object_del(e, "name");
-		if (n != NULL && strcmp(n, one) == 0)
-			json_array_append_new(ev_one, e);
-		else if (n != NULL && strcmp(n, fold) == 0)
-			json_array_append_new(ev_fold, e);
+		if (to != NULL)
+			json_array_append_new(to, e);
 		else
 			json_decref(e);
 	}
