@@ -727,7 +727,8 @@ grep -Eq '"cursor": ?"l[0-9]+"' "$tmp/out" && pass "a page's reply carries its c
 wpid=$!
 # (20000 circuits make a big first reply: on a loaded CI machine it took
 # longer than the usual 10 s; up to 2 minutes only bounds a hang.)
-wait_for "$tmp/watch" '\(now\)$' 2400 || fail "watch before cbd stops: $(cat "$tmp/watch.err")"
+wait_for "$tmp/watch" '\(now\)$' 2400 ||
+	fail "watch before cbd stops: $(cat "$tmp/watch.err"); $(wc -c <"$tmp/watch") bytes out; cbd: $("$CBCTL_BINARY" --json stats 2>&1 | head -c 3000)"
 kill -TERM "$pid"
 wait "$pid"
 pid=""
