@@ -1916,19 +1916,22 @@ write_lines(int fd, const char *line, int count)
 
 /* At a failover, the requests never sent to the old master wait for the
  * new one: the old master stops running scripts (CLIENT PAUSE WRITE) with
- * FLEET_INFLIGHT_MAX calls of host a in it and one more waiting for room
- * (its connection's further lines unread); Sentinel switches the master.
- * The calls the old master had are answered from a's copy (their fate is
- * unknown: circuits of their own); every outcome never sent is counted
- * in the new master, none answered locally, and the switch did not time
- * out (a's redis_timeout_ms is generous: never waited out). */
+ * FLEET_INFLIGHT_MAX calls of host a in it, outcomes folded behind one of
+ * them, and one more request waiting for room (its connection's further
+ * lines unread); Sentinel switches the master. The calls the old master
+ * had are answered from a's copy (their fate is unknown); every outcome
+ * never sent (folded, waiting for room, unread) is counted in the new
+ * master, none answered locally, and the switch did not time out (a's
+ * redis_timeout_ms is generous: never waited out). */
 #define SWITCH_SENT 32 /* FLEET_INFLIGHT_MAX */
+#define SWITCH_FOLDED 20
 #define SWITCH_UNSENT 300
 START_TEST(test_sentinel_switch_keeps_unsent_requests)
 {
 	char reply[256], server[64], line[256];
 	bool ok = false;
 	int64_t local;
+	int c;
 
 	util_stop_conn(&host_a, &a);
 	sentinel_host_start_timeout(&host_a, &a, 30000);
@@ -1936,7 +1939,16 @@ START_TEST(test_sentinel_switch_keeps_unsent_requests)
 	ck_assert(util_stats_reach_str(a, "backend.server", server));
 	redis_command_at(master_srv.socket_path, "CLIENT PAUSE 60000 WRITE", reply, sizeof reply);
 	ck_assert_str_eq(reply, "+OK");
-	for (int i = 0; i < SWITCH_SENT; i++) {
+	/* The first "folded" goes (and stays in the old master); the others
+	 * wait in its fold (read: the stats reply follows them). */
+	c = harness_connect(&host_a);
+	ck_assert(c >= 0);
+	write_lines(c,
+	    "{\"op\":\"record_failure\",\"name\":\"folded\",\"ctx\":{"
+	    "\"failure_threshold\":1000000},\"noreply\":true}\n",
+	    SWITCH_FOLDED);
+	json_decref(util_call_ok(c, "{\"op\":\"stats\"}"));
+	for (int i = 1; i < SWITCH_SENT; i++) {
 		snprintf(line, sizeof line,
 		    "{\"op\":\"record_failure\",\"name\":\"sent-%d\",\"ctx\":{"
 		    "\"failure_threshold\":1000000},\"noreply\":true}\n",
@@ -1972,7 +1984,10 @@ START_TEST(test_sentinel_switch_keeps_unsent_requests)
 		usleep(20000);
 	ck_assert_int_eq(redis_hget_int_at(replica_srv.socket_path, "cbd:{unsent}", "t_failures"),
 	    SWITCH_UNSENT);
+	ck_assert_int_eq(redis_hget_int_at(replica_srv.socket_path, "cbd:{folded}", "t_failures"),
+	    SWITCH_FOLDED - 1);
 	ck_assert_int_eq(stat_int(a, "backend.local_answers"), local);
+	close(c);
 	ck_assert_int_eq(stat_int(a, "backend.switch_timeouts"), 0);
 	ck_assert_int_eq(stat_int(a, "backend.degraded"), 0);
 	redis_command_at(master_srv.socket_path, "CLIENT UNPAUSE", reply, sizeof reply);
