@@ -1137,7 +1137,17 @@ sentinel_master(const char *host, int port, bool switched)
 		return;
 	}
 	if (!address_is(host, port)) {
-		if (fleet.addr_text[0] != '\0') {
+		if (fleet.addr_text[0] != '\0' && fleet.health == FLEET_DEGRADED) {
+			/* The old master was lost and a sentinel names another
+			 * before its +switch-master reached this host: requests
+			 * wait for the new one, as after a +switch-master (what
+			 * the copy answered meanwhile is written back). */
+			fleet.stats.master_switches++;
+			switch_begin();
+			log_warning("fleet: redis master %s is now %s:%d (sentinel); requests wait "
+				    "for it (at most redis_timeout_ms)",
+			    fleet.conf_addr.master, host, port);
+		} else if (fleet.addr_text[0] != '\0') {
 			fleet.stats.master_switches++;
 			log_warning("fleet: redis master %s is now %s:%d (sentinel)",
 			    fleet.conf_addr.master, host, port);
