@@ -1447,6 +1447,11 @@ sentinel_setup(void)
 static void
 sentinel_teardown(void)
 {
+	/* A test that stopped a process and failed before it ran again. */
+	if (host_a.pid > 0)
+		kill(host_a.pid, SIGCONT);
+	if (replica_srv.pid > 0)
+		kill(replica_srv.pid, SIGCONT);
 	util_stop_conn(&host_a, &a);
 	util_stop_conn(&host_b, &b);
 	redis_stop(&sentinel_srv);
@@ -1994,6 +1999,57 @@ START_TEST(test_sentinel_switch_keeps_unsent_requests)
 }
 END_TEST
 
+/* The wait for the new master is bounded: host a (its redis_timeout_ms
+ * the bound) is stopped while Sentinel switches the master, the new
+ * master is stopped once Sentinel has named it (host b followed), then a
+ * runs again: it reads +switch-master, connects to a master that never
+ * answers, and after redis_timeout_ms takes Redis for away, counted in
+ * switch_timeouts (a request made meanwhile is answered from its copy);
+ * once the new master runs again a is up on it. */
+START_TEST(test_sentinel_switch_wait_is_bounded)
+{
+	char reply[256], server[64];
+	bool ok = false;
+	int64_t local;
+	json_t *r;
+
+	util_stop_conn(&host_a, &a);
+	sentinel_host_start_timeout(&host_a, &a, 1000);
+	snprintf(server, sizeof server, "127.0.0.1:%d", master_srv.port);
+	ck_assert(util_stats_reach_str(a, "backend.server", server));
+	ck_assert_int_eq(kill(host_a.pid, SIGSTOP), 0);
+	for (long long end = harness_mono_ms() + harness_timeout_ms();
+	     !ok && harness_mono_ms() < end;) {
+		sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
+		ok = strcmp(reply, "+OK") == 0;
+		if (!ok)
+			usleep(100000);
+	}
+	ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	/* Sentinel announced the new master: host b is on it. */
+	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
+	ck_assert_msg(util_stats_reach_str(b, "backend.server", server), "b never followed");
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+	ck_assert_int_eq(kill(replica_srv.pid, SIGSTOP), 0);
+	ck_assert_int_eq(kill(host_a.pid, SIGCONT), 0);
+	ck_assert(util_stats_reach_min(a, "backend.master_switches", 1));
+	/* A request made meanwhile waits (switching) or not (degraded
+	 * already): either way it is answered, from a's copy. */
+	local = stat_int(a, "backend.local_answers");
+	r = util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"waited\",\"ctx\":{"
+	    "\"failure_threshold\":1000}}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+	ck_assert_int_eq(stat_int(a, "backend.local_answers"), local + 1);
+	ck_assert(util_stats_reach_min(a, "backend.switch_timeouts", 1));
+	ck_assert(util_stats_reach_min(a, "backend.degraded", 1));
+	ck_assert_int_eq(kill(replica_srv.pid, SIGCONT), 0);
+	/* Sentinel may have failed over again meanwhile: up on a master. */
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+}
+END_TEST
+
 /* Restart host a with redis_timeout_ms and fleet_coalesce_ms of its own. */
 static void
 restart_host_a_coalescing(int64_t timeout_ms, int64_t coalesce_ms)
@@ -2286,6 +2342,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_sentinel_failover_is_followed);
 	tcase_add_test(tc, test_sentinel_master_killed_is_followed);
 	tcase_add_test(tc, test_sentinel_switch_keeps_unsent_requests);
+	tcase_add_test(tc, test_sentinel_switch_wait_is_bounded);
 	suite_add_tcase(s, tc);
 	/* Long: its own case (CK_RUN_CASE=burst runs it alone). */
 	tc = tcase_create("burst");
