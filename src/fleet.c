@@ -25,8 +25,12 @@
  *
  * With redis = sentinel://..., the sentinels are asked for the master
  * (fleet-sentinel.c, each in turn) before every connection; the master's
- * ROLE is checked; a +switch-master from the sentinel watched takes Redis
- * for away and connects to the new master at once.
+ * ROLE is checked; a +switch-master from the sentinel watched answers the
+ * calls the old master had from this host's copy (their fate is unknown),
+ * and connects to the new master at once (FLEET_SWITCHING): requests not
+ * sent yet, and new ones, wait for it (op-fleet.c's queue and folds: no
+ * room) until it is probed and re-seeded, or redis_timeout_ms after the
+ * switch (then Redis is away, as after a timeout).
  *
  * Calls are answered in the order they were sent (Redis answers one
  * connection in order), so they wait in one FIFO and one timer watches
@@ -102,6 +106,7 @@ static struct {
 	struct event *heartbeat_ev; /* the probe while up, every FLEET_RECONNECT_MS */
 	bool heartbeat_pending;
 	bool hold_requests; /* fleet_hold_requests: a re-seed under way */
+	struct event *switch_ev; /* FLEET_SWITCHING's bound (redis_timeout_ms) */
 	bool addr_fresh; /* Sentinel just named the master: connect to it */
 	bool sentinel_logged; /* no sentinel answered: logged this outage */
 	char origin[FLEET_ORIGIN_SIZE];
@@ -147,6 +152,8 @@ fleet_health_name(fleet_health health)
 		return "connecting";
 	case FLEET_UP:
 		return "up";
+	case FLEET_SWITCHING:
+		return "switching";
 	case FLEET_DEGRADED:
 		return "degraded";
 	}
@@ -172,7 +179,14 @@ fleet_up(void)
 {
 	/* At start, requests wait (up to redis_timeout_ms) for the first
 	 * connection rather than be answered by a copy Redis never sees. */
-	return fleet.health == FLEET_UP || (fleet.health == FLEET_CONNECTING && connecting());
+	return fleet.health == FLEET_UP || fleet.health == FLEET_SWITCHING ||
+	    (fleet.health == FLEET_CONNECTING && connecting());
+}
+
+bool
+fleet_writes_back(void)
+{
+	return !fleet_up() || fleet.health == FLEET_SWITCHING;
 }
 
 bool
@@ -190,7 +204,8 @@ fleet_counters(void)
 bool
 fleet_has_room(void)
 {
-	return fleet.inflight < FLEET_INFLIGHT_MAX && !fleet.hold_requests;
+	return fleet.inflight < FLEET_INFLIGHT_MAX && !fleet.hold_requests &&
+	    fleet.health != FLEET_SWITCHING;
 }
 
 static void room_tell(void);
@@ -396,8 +411,10 @@ reconnect_schedule(void)
 static void
 fleet_lose_since(const char *why, int64_t oldest_ms)
 {
-	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING) {
-		/* At start, what this host answers counts from the start. */
+	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING ||
+	    fleet.health == FLEET_SWITCHING) {
+		/* At start, what this host answers counts from the start;
+		 * after a switch, from the switch (switch_begin). */
 		if (fleet.health == FLEET_UP) {
 			/* From the oldest call Redis did not answer: it is answered
 			 * here, and what it opens is written back (FLEET_OUTAGE_SLACK_MS
@@ -416,6 +433,7 @@ fleet_lose_since(const char *why, int64_t oldest_ms)
 	fleet.script_ready = false;
 	contexts_free();
 	evtimer_del(fleet.timeout_ev);
+	evtimer_del(fleet.switch_ev);
 	reconnect_schedule();
 	/* Requests waiting for room are answered here now. */
 	room_tell();
@@ -462,6 +480,20 @@ timeout_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	timeout_schedule();
+}
+
+/* The new master was not up within redis_timeout_ms of the switch:
+ * Redis is away; what waited for it is answered from this host's copy. */
+static void
+switch_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	if (fleet.health != FLEET_SWITCHING)
+		return;
+	fleet.stats.switch_timeouts++;
+	fleet_lose_since("the new master was not up within redis_timeout_ms of the switch", -1);
 }
 
 static void
@@ -615,6 +647,7 @@ fleet_call_script(const char *op, const char *name, json_t *args, fleet_done_fn 
 {
 	fleet_call *call;
 	bool ready = fleet.health == FLEET_CONNECTING ? connecting()
+	    : fleet.health == FLEET_SWITCHING         ? fleet.main != NULL
 						      : fleet.main != NULL && fleet.script_ready;
 
 	if (!ready || strlen(op) >= sizeof call->op || strlen(name) > CT_NAME_MAX)
@@ -786,12 +819,20 @@ probe_cb(redisAsyncContext *ac, void *reply, void *privdata)
 		log_info("fleet: redis %s%s%s is back; circuits are shared again", cbd.conf.redis,
 		    fleet.conf_addr.sentinels > 0 ? ", master " : "",
 		    fleet.conf_addr.sentinels > 0 ? fleet.addr_text : "");
+	else if (fleet.health == FLEET_SWITCHING)
+		log_info("fleet: redis %s, new master %s, is up; requests that waited for it go "
+			 "to it now",
+		    cbd.conf.redis, fleet.addr_text);
 	else
 		log_info("fleet: redis %s%s%s reached; circuits are shared through it",
 		    cbd.conf.redis, fleet.conf_addr.sentinels > 0 ? ", master " : "",
 		    fleet.conf_addr.sentinels > 0 ? fleet.addr_text : "");
 	fleet.health = FLEET_UP;
 	fleet.outage_since = 0;
+	evtimer_del(fleet.switch_ev);
+	/* Requests that waited for room (the switch) go now, unless a
+	 * re-seed holds them (they go when it ends). */
+	room_tell();
 }
 
 /* --- the probe while up --- */
@@ -972,7 +1013,8 @@ connect_cb(const redisAsyncContext *ac, int status)
 		fleet.main = NULL;
 	if (ac == fleet.sub)
 		fleet.sub = NULL;
-	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING)
+	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING ||
+	    fleet.health == FLEET_SWITCHING)
 		fleet_lose(ac->errstr);
 	reconnect_schedule();
 }
@@ -1042,32 +1084,70 @@ address_is(const char *host, int port)
 	return !fleet.addr.is_unix && fleet.addr.port == port && strcmp(fleet.addr.path, host) == 0;
 }
 
+/* Sentinel switched the master: the calls the old one had are answered
+ * from this host's copy (their fate is unknown; what they open is written
+ * back: the outage counts from the oldest, as fleet_lose_since's), and
+ * nothing more goes to it. Requests not sent yet wait for the new master
+ * (no room while switching), at most redis_timeout_ms from the first
+ * switch (switch_cb). */
+static void
+switch_begin(void)
+{
+	bool was_switching = fleet.health == FLEET_SWITCHING;
+
+	if (fleet.health == FLEET_UP) {
+		fleet.outage_since = clock_realtime_ms();
+		if (fleet.head != NULL)
+			fleet.outage_since -=
+			    clock_monotonic_ms() - fleet.head->sent_ms + FLEET_OUTAGE_SLACK_MS;
+	}
+	/* Switching before the calls are answered: a fold or a request
+	 * waiting for room that they set going waits for the new master. */
+	fleet.health = FLEET_SWITCHING;
+	fleet.script_ready = false;
+	contexts_free();
+	evtimer_del(fleet.timeout_ev);
+	evtimer_del(fleet.reconnect_ev);
+	if (!was_switching) {
+		struct timeval tv = { (time_t)(cbd.conf.redis_timeout_ms / 1000),
+			(suseconds_t)(cbd.conf.redis_timeout_ms % 1000) * 1000 };
+
+		evtimer_add(fleet.switch_ev, &tv);
+	}
+}
+
 /* A sentinel named host:port the master: asked before a connection
  * (connect to it), or by +switch-master (a failover: Redis is away, and
  * the new master is connected to at once). */
 static void
 sentinel_master(const char *host, int port, bool switched)
 {
-	char why[FLEET_WHY_MAX];
-
 	if (switched) {
 		if (address_is(host, port))
 			return;
 		fleet.stats.master_switches++;
-		snprintf(why, sizeof why, "failed over: sentinel names %s:%d the master of %s",
-		    host, port, fleet.conf_addr.master);
-		fleet_lose(why);
+		switch_begin();
 		address_set(host, port);
-		log_warning("fleet: redis master %s is now %s (sentinel +switch-master); "
-			    "connecting "
-			    "to it",
+		log_warning("fleet: redis master %s is now %s (sentinel +switch-master); calls "
+			    "the old master had were answered from this host's copy; requests "
+			    "not sent yet wait for the new master (at most redis_timeout_ms)",
 		    fleet.conf_addr.master, fleet.addr_text);
 		fleet.addr_fresh = true;
 		reconnect_now();
 		return;
 	}
 	if (!address_is(host, port)) {
-		if (fleet.addr_text[0] != '\0') {
+		if (fleet.addr_text[0] != '\0' && fleet.health == FLEET_DEGRADED) {
+			/* The old master was lost and a sentinel names another
+			 * before its +switch-master reached this host: requests
+			 * wait for the new one, as after a +switch-master (what
+			 * the copy answered meanwhile is written back). */
+			fleet.stats.master_switches++;
+			switch_begin();
+			log_warning("fleet: redis master %s is now %s:%d (sentinel); requests wait "
+				    "for it (at most redis_timeout_ms)",
+			    fleet.conf_addr.master, host, port);
+		} else if (fleet.addr_text[0] != '\0') {
 			fleet.stats.master_switches++;
 			log_warning("fleet: redis master %s is now %s:%d (sentinel)",
 			    fleet.conf_addr.master, host, port);
@@ -1091,7 +1171,8 @@ sentinel_none(void)
 		log_warning("fleet: no sentinel of %s named the master of %s", cbd.conf.redis,
 		    fleet.conf_addr.master);
 	fleet.sentinel_logged = true;
-	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING)
+	if (fleet.health == FLEET_UP || fleet.health == FLEET_CONNECTING ||
+	    fleet.health == FLEET_SWITCHING)
 		fleet_lose("no sentinel named the master");
 	reconnect_schedule();
 }
@@ -1134,7 +1215,7 @@ fleet_connect(void)
 		}
 	}
 	if (fleet.main == NULL || fleet.sub == NULL) {
-		if (fleet.health == FLEET_CONNECTING)
+		if (fleet.health == FLEET_CONNECTING || fleet.health == FLEET_SWITCHING)
 			fleet_lose("cannot connect");
 		reconnect_schedule();
 	}
@@ -1201,7 +1282,9 @@ fleet_start(fleet_event_fn on_event, fleet_recover_fn on_recover)
 	fleet.timeout_ev = evtimer_new(cbd.base, timeout_cb, NULL);
 	fleet.reconnect_ev = evtimer_new(cbd.base, reconnect_cb, NULL);
 	fleet.heartbeat_ev = event_new(cbd.base, -1, EV_PERSIST, heartbeat_cb, NULL);
+	fleet.switch_ev = evtimer_new(cbd.base, switch_cb, NULL);
 	if (fleet.timeout_ev == NULL || fleet.reconnect_ev == NULL || fleet.heartbeat_ev == NULL ||
+	    fleet.switch_ev == NULL ||
 	    (fleet.conf_addr.sentinels > 0 &&
 		!fleet_sentinel_start(&fleet.conf_addr, sentinel_master, sentinel_none))) {
 		log_error("fleet: out of memory");
@@ -1240,6 +1323,8 @@ fleet_free(void)
 		event_free(fleet.reconnect_ev);
 	if (fleet.heartbeat_ev != NULL)
 		event_free(fleet.heartbeat_ev);
+	if (fleet.switch_ev != NULL)
+		event_free(fleet.switch_ev);
 	if (fleet.auth_password != NULL)
 		explicit_bzero(fleet.auth_password, strlen(fleet.auth_password));
 	free(fleet.auth_user);

@@ -47,6 +47,11 @@ typedef enum fleet_health {
 	FLEET_OFF = 0, /* backend = memory */
 	FLEET_CONNECTING, /* not yet reached since start: this host's copy answers */
 	FLEET_UP, /* Redis answers circuit ops */
+	/* Sentinel named another master (+switch-master): the calls the old
+	 * one had were answered from this host's copy; requests not sent yet,
+	 * and new ones, wait for the new master (at most redis_timeout_ms
+	 * from the switch, then Redis is away: degraded). */
+	FLEET_SWITCHING,
 	FLEET_DEGRADED, /* Redis lost or too slow: this host's copy answers */
 } fleet_health;
 
@@ -69,6 +74,9 @@ typedef struct fleet_stats {
 	uint64_t reseeds; /* re-seeds of Redis from this host's copy, completed */
 	uint64_t reseeded; /* circuits a re-seed wrote (held, open or half_open) */
 	uint64_t master_switches; /* times Sentinel named another master */
+	/* switches whose new master was not up within redis_timeout_ms: the
+	 * requests that waited for it were answered from this host's copy */
+	uint64_t switch_timeouts;
 	uint64_t restored; /* circuits written back: Redis's was older than the copy */
 	uint64_t copy_answers; /* allow and get answered from a fresh copy, no script call */
 	uint64_t folds; /* script calls carrying a fold of two or more outcomes */
@@ -106,8 +114,13 @@ void fleet_free(void);
 
 fleet_health fleet_state(void);
 const char *fleet_health_name(fleet_health health);
-/* Do circuit ops go to Redis now? */
+/* Do circuit ops go to Redis now (or wait for it: at start, and while
+ * the master switches)? */
 bool fleet_up(void);
+/* Is what this host's copy answers now written back when Redis answers
+ * again (Redis away, or a call the old master had when Sentinel switched
+ * it)? */
+bool fleet_writes_back(void);
 /* Fleet mode configured (whatever its health)? */
 bool fleet_enabled(void);
 const fleet_stats *fleet_counters(void);
@@ -134,7 +147,8 @@ uint64_t fleet_seq(void);
 bool fleet_events_fresh(uint64_t stamp);
 /* Is the event channel's subscription confirmed on the current connection? */
 bool fleet_events_live(void);
-/* Is there room for another request's call (FLEET_INFLIGHT_MAX)? */
+/* Is there room for another request's call (FLEET_INFLIGHT_MAX; none
+ * while the master switches: requests wait for the new one)? */
 bool fleet_has_room(void);
 /* Who is told when room comes (one; NULL: none). */
 void fleet_set_room_hook(fleet_room_fn fn);

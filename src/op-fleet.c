@@ -569,7 +569,9 @@ queue_add(op_pending *p, json_t *extra)
 }
 
 /* Room in Redis, or Redis gone: send the requests waiting, oldest first,
- * while there is room (answer them locally when Redis is away). */
+ * while there is room (answer them locally when Redis is away). While
+ * Sentinel switches the master there is no room and Redis is not away:
+ * they wait, with folds, for the new master (fleet.h, FLEET_SWITCHING). */
 static void
 queue_drain(void)
 {
@@ -1621,7 +1623,7 @@ op_fleet_local(op_call *call)
 	bool hold = false;
 	int64_t now;
 
-	if (call->name == NULL || fleet_up() || path->writeback == FLEET_WB_NONE)
+	if (call->name == NULL || !fleet_writes_back() || path->writeback == FLEET_WB_NONE)
 		return call->op->handler(call);
 	/* The circuit before the action (a lapsed hold ends here, as the
 	 * action would end it); delete has no ctx, so no ctx.now. */

@@ -43,6 +43,7 @@ set_backend(json_t *reply)
 	    (!set_uint(b, "data_lost", f->data_lost) || !set_uint(b, "reseeds", f->reseeds) ||
 		!set_uint(b, "reseeded", f->reseeded) ||
 		!set_uint(b, "master_switches", f->master_switches) ||
+		!set_uint(b, "switch_timeouts", f->switch_timeouts) ||
 		!set_uint(b, "restored", f->restored) ||
 		!set_uint(b, "copy_answers", f->copy_answers) || !set_uint(b, "folds", f->folds) ||
 		!set_uint(b, "coalesced", f->coalesced) ||

@@ -1402,7 +1402,7 @@ redis_reach(const char *socket, const char *command, const char *want)
 }
 
 static void
-sentinel_host_start(cbd_harness *h, int *fd)
+sentinel_host_start_timeout(cbd_harness *h, int *fd, int timeout_ms)
 {
 	char config[1024];
 	harness_opts opts = { .env = NULL };
@@ -1410,12 +1410,18 @@ sentinel_host_start(cbd_harness *h, int *fd)
 	snprintf(config, sizeof config,
 	    "[cbd]\nbackend = redis\n"
 	    "redis = sentinel://127.0.0.1:%d,127.0.0.1:%d/" SENTINEL_MASTER "\n"
-	    "redis_timeout_ms = 300\nidle_reclaim_ms = 0\n",
-	    redis_free_port(), sentinel_srv.port);
+	    "redis_timeout_ms = %d\nidle_reclaim_ms = 0\n",
+	    redis_free_port(), sentinel_srv.port, timeout_ms);
 	ck_assert_msg(harness_start_opts(h, config, &opts), "cbd did not start");
 	*fd = harness_connect(h);
 	ck_assert(*fd >= 0);
 	ck_assert_msg(util_stats_reach_str(*fd, "backend.health", "up"), "redis never reached");
+}
+
+static void
+sentinel_host_start(cbd_harness *h, int *fd)
+{
+	sentinel_host_start_timeout(h, fd, 300);
 }
 
 static void
@@ -1441,6 +1447,11 @@ sentinel_setup(void)
 static void
 sentinel_teardown(void)
 {
+	/* A test that stopped a process and failed before it ran again. */
+	if (host_a.pid > 0)
+		kill(host_a.pid, SIGCONT);
+	if (replica_srv.pid > 0)
+		kill(replica_srv.pid, SIGCONT);
 	util_stop_conn(&host_a, &a);
 	util_stop_conn(&host_b, &b);
 	redis_stop(&sentinel_srv);
@@ -1859,12 +1870,12 @@ stat_int(int fd, const char *path)
 	return v;
 }
 
-/* An integer field of a hash in the fleet's Redis (-1: none). */
+/* An integer field of a hash in the Redis at socket (-1: none). */
 static int64_t
-redis_hget_int(const char *key, const char *field)
+redis_hget_int_at(const char *socket, const char *key, const char *field)
 {
 	char command[256], reply[256];
-	int fd = harness_connect_path(redis.socket_path);
+	int fd = harness_connect_path(socket);
 	ssize_t n;
 	const char *value;
 
@@ -1893,6 +1904,13 @@ redis_hget_int(const char *key, const char *field)
 	return strtoll(value + 2, NULL, 10);
 }
 
+/* An integer field of a hash in the fleet's Redis (-1: none). */
+static int64_t
+redis_hget_int(const char *key, const char *field)
+{
+	return redis_hget_int_at(redis.socket_path, key, field);
+}
+
 /* Write `count` copies of line (a noreply request with its newline) to fd. */
 static void
 write_lines(int fd, const char *line, int count)
@@ -1900,6 +1918,137 @@ write_lines(int fd, const char *line, int count)
 	for (int i = 0; i < count; i++)
 		ck_assert(util_write_all(fd, line, strlen(line)));
 }
+
+/* At a failover, the requests never sent to the old master wait for the
+ * new one: the old master stops running scripts (CLIENT PAUSE WRITE) with
+ * FLEET_INFLIGHT_MAX calls of host a in it, outcomes folded behind one of
+ * them, and one more request waiting for room (its connection's further
+ * lines unread); Sentinel switches the master. The calls the old master
+ * had are answered from a's copy (their fate is unknown); every outcome
+ * never sent (folded, waiting for room, unread) is counted in the new
+ * master, none answered locally, and the switch did not time out (a's
+ * redis_timeout_ms is generous: never waited out). */
+#define SWITCH_SENT 32 /* FLEET_INFLIGHT_MAX */
+#define SWITCH_FOLDED 20
+#define SWITCH_UNSENT 300
+START_TEST(test_sentinel_switch_keeps_unsent_requests)
+{
+	char reply[256], server[64], line[256];
+	bool ok = false;
+	int64_t local;
+	int c;
+
+	util_stop_conn(&host_a, &a);
+	sentinel_host_start_timeout(&host_a, &a, 30000);
+	snprintf(server, sizeof server, "127.0.0.1:%d", master_srv.port);
+	ck_assert(util_stats_reach_str(a, "backend.server", server));
+	redis_command_at(master_srv.socket_path, "CLIENT PAUSE 60000 WRITE", reply, sizeof reply);
+	ck_assert_str_eq(reply, "+OK");
+	/* The first "folded" goes (and stays in the old master); the others
+	 * wait in its fold (read: the stats reply follows them). */
+	c = harness_connect(&host_a);
+	ck_assert(c >= 0);
+	write_lines(c,
+	    "{\"op\":\"record_failure\",\"name\":\"folded\",\"ctx\":{"
+	    "\"failure_threshold\":1000000},\"noreply\":true}\n",
+	    SWITCH_FOLDED);
+	json_decref(util_call_ok(c, "{\"op\":\"stats\"}"));
+	for (int i = 1; i < SWITCH_SENT; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"record_failure\",\"name\":\"sent-%d\",\"ctx\":{"
+		    "\"failure_threshold\":1000000},\"noreply\":true}\n",
+		    i);
+		ck_assert(util_write_all(a, line, strlen(line)));
+	}
+	write_lines(a,
+	    "{\"op\":\"record_failure\",\"name\":\"unsent\",\"ctx\":{"
+	    "\"failure_threshold\":1000000},\"noreply\":true}\n",
+	    SWITCH_UNSENT);
+	/* The old master holds a's calls; the next request waits for room. */
+	ck_assert(util_stats_reach_min(a, "backend.queued", 1));
+	local = stat_int(a, "backend.local_answers");
+	for (long long end = harness_mono_ms() + harness_timeout_ms();
+	     !ok && harness_mono_ms() < end;) {
+		sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
+		/* Sentinel may fail over by itself (the paused master stops
+		 * answering it): that does as well. */
+		ok = strcmp(reply, "+OK") == 0 || strncmp(reply, "-INPROG", 7) == 0 ||
+		    stat_int(a, "backend.master_switches") > 0;
+		if (!ok)
+			usleep(100000);
+	}
+	ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
+	ck_assert_msg(util_stats_reach_str(a, "backend.server", server), "a never followed");
+	ck_assert(util_stats_reach_min(a, "backend.master_switches", 1));
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	for (long long end = harness_mono_ms() + harness_timeout_ms();
+	     redis_hget_int_at(replica_srv.socket_path, "cbd:{unsent}", "t_failures") <
+		 SWITCH_UNSENT &&
+	     harness_mono_ms() < end;)
+		usleep(20000);
+	ck_assert_int_eq(redis_hget_int_at(replica_srv.socket_path, "cbd:{unsent}", "t_failures"),
+	    SWITCH_UNSENT);
+	ck_assert_int_eq(redis_hget_int_at(replica_srv.socket_path, "cbd:{folded}", "t_failures"),
+	    SWITCH_FOLDED - 1);
+	ck_assert_int_eq(stat_int(a, "backend.local_answers"), local);
+	close(c);
+	ck_assert_int_eq(stat_int(a, "backend.switch_timeouts"), 0);
+	ck_assert_int_eq(stat_int(a, "backend.degraded"), 0);
+	redis_command_at(master_srv.socket_path, "CLIENT UNPAUSE", reply, sizeof reply);
+}
+END_TEST
+
+/* The wait for the new master is bounded: host a (its redis_timeout_ms
+ * the bound) is stopped while Sentinel switches the master, the new
+ * master is stopped once Sentinel has named it (host b followed), then a
+ * runs again: it reads +switch-master, connects to a master that never
+ * answers, and after redis_timeout_ms takes Redis for away, counted in
+ * switch_timeouts (a request made meanwhile is answered from its copy);
+ * once the new master runs again a is up on it. */
+START_TEST(test_sentinel_switch_wait_is_bounded)
+{
+	char reply[256], server[64];
+	bool ok = false;
+	int64_t local;
+	json_t *r;
+
+	util_stop_conn(&host_a, &a);
+	sentinel_host_start_timeout(&host_a, &a, 1000);
+	snprintf(server, sizeof server, "127.0.0.1:%d", master_srv.port);
+	ck_assert(util_stats_reach_str(a, "backend.server", server));
+	ck_assert_int_eq(kill(host_a.pid, SIGSTOP), 0);
+	for (long long end = harness_mono_ms() + harness_timeout_ms();
+	     !ok && harness_mono_ms() < end;) {
+		sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
+		ok = strcmp(reply, "+OK") == 0;
+		if (!ok)
+			usleep(100000);
+	}
+	ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	/* Sentinel announced the new master: host b is on it. */
+	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
+	ck_assert_msg(util_stats_reach_str(b, "backend.server", server), "b never followed");
+	ck_assert(util_stats_reach_str(b, "backend.health", "up"));
+	ck_assert_int_eq(kill(replica_srv.pid, SIGSTOP), 0);
+	ck_assert_int_eq(kill(host_a.pid, SIGCONT), 0);
+	ck_assert(util_stats_reach_min(a, "backend.master_switches", 1));
+	/* A request made meanwhile waits (switching) or not (degraded
+	 * already): either way it is answered, from a's copy. */
+	local = stat_int(a, "backend.local_answers");
+	r = util_call_ok(a,
+	    "{\"op\":\"record_failure\",\"name\":\"waited\",\"ctx\":{"
+	    "\"failure_threshold\":1000}}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+	ck_assert_int_eq(stat_int(a, "backend.local_answers"), local + 1);
+	ck_assert(util_stats_reach_min(a, "backend.switch_timeouts", 1));
+	ck_assert(util_stats_reach_min(a, "backend.degraded", 1));
+	ck_assert_int_eq(kill(replica_srv.pid, SIGCONT), 0);
+	/* Sentinel may have failed over again meanwhile: up on a master. */
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+}
+END_TEST
 
 /* Restart host a with redis_timeout_ms and fleet_coalesce_ms of its own. */
 static void
@@ -2195,6 +2344,8 @@ fleet_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_sentinel_failover_is_followed);
 	tcase_add_test(tc, test_sentinel_master_killed_is_followed);
+	tcase_add_test(tc, test_sentinel_switch_keeps_unsent_requests);
+	tcase_add_test(tc, test_sentinel_switch_wait_is_bounded);
 	suite_add_tcase(s, tc);
 	/* Long: its own case (CK_RUN_CASE=burst runs it alone). */
 	tc = tcase_create("burst");

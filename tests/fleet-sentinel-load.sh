@@ -18,10 +18,14 @@
 #     the held circuit was refused (held) and the open one (open) on
 #     every call, and the hold and the open circuit are on the new master;
 #   - no outcome was counted twice: each circuit's failures in Redis are
-#     at most what was sent (those sent while the hosts were switching
-#     may be lost: answered from a host's copy, or written to the old
-#     master after the promotion; how many is printed, with each host's
-#     backend counters);
+#     at most what was sent (those in the old master when the hosts
+#     switched may be lost: their calls answered from a host's copy, or
+#     written to the old master after the promotion; how many is printed,
+#     with each host's backend counters);
+#   - failover round: no request was answered from a host's copy
+#     (local_answers 0): those never sent to the old master waited for
+#     the new one (unless it was not up within redis_timeout_ms of the
+#     switch: switch_timeouts, printed; then not asserted);
 #   - outcomes sent after the failover are counted exactly (8 connections
 #     × LINES lines, CBD_TEST_LOAD_LINES, default 2,000).
 # Waits are for settled state, bounded generously; no timing is asserted.
@@ -203,7 +207,8 @@ backend_stats() {
 import json, sys
 b = json.load(sys.stdin)["backend"]
 print(" ".join(f"{k} {b[k]}" for k in ("calls", "timeouts", "local_answers", "degraded", "queued",
-                                          "data_lost", "reseeds", "reseeded", "master_switches")))')"
+                                          "data_lost", "reseeds", "reseeded", "master_switches",
+                                          "switch_timeouts")))')"
 	done
 }
 # totals PORT: each load circuit's failures in the Redis on PORT (read
@@ -384,6 +389,22 @@ PY
 	*) fail "$mode: circuits with more failures in Redis than sent, or unreadable: $lost" ;;
 	esac
 	backend_stats
+	# A SENTINEL FAILOVER leaves the old master up: no outage, so nothing
+	# is answered from a host's copy (the calls the old master had when
+	# the hosts switched are answered from it, not counted there).
+	if [ "$mode" = failover ]; then
+		for host in a b; do
+			local_answers=$(stat "$host" backend.local_answers)
+			switch_timeouts=$(stat "$host" backend.switch_timeouts)
+			if [ "$local_answers" = 0 ]; then
+				pass "$mode: host $host answered no request from its copy: those never sent to the old master waited for the new one"
+			elif [ "$switch_timeouts" != 0 ]; then
+				echo "$mode: host $host: the new master was not up within redis_timeout_ms ($switch_timeouts switch timeouts): $local_answers local answers (not asserted)"
+			else
+				fail "$mode: host $host answered $local_answers requests from its copy in the switch"
+			fi
+		done
+	fi
 
 	# --- outcomes after the failover: exact ---
 	before=$(totals "$replica_port")
