@@ -44,10 +44,8 @@ static int journal_fd = -1;
 static char journal_open[4096];
 static bool dir_synced;
 
-/* fsync the directory holding path, so a new file's name survives a
- * crash. */
-static void
-sync_dir(const char *path)
+void
+persist_sync_dir(const char *path)
 {
 	char *copy = strdup(path);
 	int fd;
@@ -62,9 +60,8 @@ sync_dir(const char *path)
 	free(copy);
 }
 
-/* Write all of buf to fd. */
-static bool
-write_all(int fd, const char *buf, size_t len)
+bool
+persist_write_all(int fd, const char *buf, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = write(fd, buf, len);
@@ -107,7 +104,7 @@ append(const char *path, const char *buf, size_t len, char *why, size_t why_size
 		snprintf(journal_open, sizeof journal_open, "%s", path);
 		dir_synced = false;
 	}
-	ok = write_all(journal_fd, buf, len) && fdatasync(journal_fd) == 0;
+	ok = persist_write_all(journal_fd, buf, len) && fdatasync(journal_fd) == 0;
 	if (!ok) {
 		snprintf(why, why_size, "cannot write %s: %s", path, strerror(errno));
 		/* Opened afresh for the next batch (which carries these
@@ -120,7 +117,7 @@ append(const char *path, const char *buf, size_t len, char *why, size_t why_size
 	/* Once per open: the file may be new, and its name must survive a
 	 * crash too. */
 	if (!dir_synced) {
-		sync_dir(path);
+		persist_sync_dir(path);
 		dir_synced = true;
 	}
 	return true;

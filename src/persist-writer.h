@@ -51,4 +51,12 @@ bool persist_writer_done(bool *ok, char *why, size_t why_size);
  * close its descriptors. Nothing when it is not running. */
 void persist_writer_stop(void);
 
+/* Write all of buf to fd (short writes and EINTR retried); false on an
+ * error (errno says which). Safe from any thread. */
+bool persist_write_all(int fd, const char *buf, size_t len);
+
+/* fsync the directory holding path, so a new or renamed file's name
+ * survives a crash. Safe from any thread. */
+void persist_sync_dir(const char *path);
+
 #endif

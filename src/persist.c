@@ -241,40 +241,6 @@ state_to_json(circuit_table *table, int64_t clock, uint64_t gen)
 	return doc;
 }
 
-/* fsync the directory holding path, so the rename survives a crash. */
-static void
-sync_dir(const char *path)
-{
-	char *copy = strdup(path);
-	int fd;
-
-	if (copy == NULL)
-		return;
-	fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0) {
-		fsync(fd);
-		close(fd);
-	}
-	free(copy);
-}
-
-/* Write all of buf to fd. */
-static bool
-write_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
-
 /* Write doc to path atomically: a temp file beside it, fsync, rename. */
 static bool
 write_atomic(const char *path, const json_t *doc)
@@ -310,8 +276,8 @@ write_atomic(const char *path, const json_t *doc)
 	}
 	/* One buffer, one write: json_dumpfd would make a syscall per token. */
 	text = json_dumps(doc, JSON_COMPACT);
-	ok = text != NULL && write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1) &&
-	    fsync(fd) == 0;
+	ok = text != NULL && persist_write_all(fd, text, strlen(text)) &&
+	    persist_write_all(fd, "\n", 1) && fsync(fd) == 0;
 	free(text);
 	if (!ok)
 		persist_error("state_file: cannot write %s: %s", tmp, strerror(errno));
@@ -327,7 +293,7 @@ write_atomic(const char *path, const json_t *doc)
 		unlink(tmp);
 		return false;
 	}
-	sync_dir(path);
+	persist_sync_dir(path); /* the rename survives a crash */
 	return true;
 }
 
