@@ -1385,6 +1385,33 @@ sentinel_command(const char *inline_command, char *reply, size_t size)
 	reply[strcspn(reply, "\r\n")] = '\0';
 }
 
+/* Start a failover: SENTINEL FAILOVER, retried while the Sentinel has not
+ * yet found the replica. With watch (a connection to a cbd; -1: none), a
+ * failover the Sentinel began by itself does as well (a paused master
+ * stops answering it): -INPROG, or that cbd saw a switch already. */
+static void
+sentinel_start_failover(int watch)
+{
+	char reply[256];
+	bool ok = false;
+
+	for (long long end = harness_mono_ms() + harness_timeout_ms();
+	     !ok && harness_mono_ms() < end;) {
+		sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
+		ok = strcmp(reply, "+OK") == 0;
+		if (!ok && watch >= 0) {
+			json_t *r = util_call(watch, "{\"op\":\"stats\"}");
+
+			ok = strncmp(reply, "-INPROG", 7) == 0 ||
+			    util_int(r, "backend.master_switches") > 0;
+			json_decref(r);
+		}
+		if (!ok)
+			usleep(100000);
+	}
+	ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+}
+
 /* Poll (bounded by the harness's wait) until the server at socket answers
  * command with a reply whose first line is want. */
 static bool
@@ -1465,8 +1492,7 @@ sentinel_teardown(void)
 static void
 sentinel_fail_over(bool kill_master)
 {
-	char reply[256], server[64];
-	bool ok = false;
+	char server[64];
 
 	if (kill_master) {
 		json_t *r;
@@ -1479,14 +1505,7 @@ sentinel_fail_over(bool kill_master)
 		ck_assert_msg(!util_bool(r, "allowed"), "the open circuit closed in the failover");
 		json_decref(r);
 	} else {
-		for (long long end = harness_mono_ms() + harness_timeout_ms();
-		     !ok && harness_mono_ms() < end;) {
-			sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
-			ok = strcmp(reply, "+OK") == 0;
-			if (!ok)
-				usleep(100000);
-		}
-		ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+		sentinel_start_failover(-1);
 	}
 	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
 	ck_assert_msg(util_stats_reach_str(a, "backend.server", server), "a never followed");
@@ -1934,7 +1953,6 @@ write_lines(int fd, const char *line, int count)
 START_TEST(test_sentinel_switch_keeps_unsent_requests)
 {
 	char reply[256], server[64], line[256];
-	bool ok = false;
 	int64_t local;
 	int c;
 
@@ -1967,17 +1985,7 @@ START_TEST(test_sentinel_switch_keeps_unsent_requests)
 	/* The old master holds a's calls; the next request waits for room. */
 	ck_assert(util_stats_reach_min(a, "backend.queued", 1));
 	local = stat_int(a, "backend.local_answers");
-	for (long long end = harness_mono_ms() + harness_timeout_ms();
-	     !ok && harness_mono_ms() < end;) {
-		sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
-		/* Sentinel may fail over by itself (the paused master stops
-		 * answering it): that does as well. */
-		ok = strcmp(reply, "+OK") == 0 || strncmp(reply, "-INPROG", 7) == 0 ||
-		    stat_int(a, "backend.master_switches") > 0;
-		if (!ok)
-			usleep(100000);
-	}
-	ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	sentinel_start_failover(a);
 	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
 	ck_assert_msg(util_stats_reach_str(a, "backend.server", server), "a never followed");
 	ck_assert(util_stats_reach_min(a, "backend.master_switches", 1));
@@ -2008,8 +2016,7 @@ END_TEST
  * once the new master runs again a is up on it. */
 START_TEST(test_sentinel_switch_wait_is_bounded)
 {
-	char reply[256], server[64];
-	bool ok = false;
+	char server[64];
 	int64_t local;
 	json_t *r;
 
@@ -2018,14 +2025,7 @@ START_TEST(test_sentinel_switch_wait_is_bounded)
 	snprintf(server, sizeof server, "127.0.0.1:%d", master_srv.port);
 	ck_assert(util_stats_reach_str(a, "backend.server", server));
 	ck_assert_int_eq(kill(host_a.pid, SIGSTOP), 0);
-	for (long long end = harness_mono_ms() + harness_timeout_ms();
-	     !ok && harness_mono_ms() < end;) {
-		sentinel_command("SENTINEL FAILOVER " SENTINEL_MASTER, reply, sizeof reply);
-		ok = strcmp(reply, "+OK") == 0;
-		if (!ok)
-			usleep(100000);
-	}
-	ck_assert_msg(ok, "SENTINEL FAILOVER: %s", reply);
+	sentinel_start_failover(-1);
 	/* Sentinel announced the new master: host b is on it. */
 	snprintf(server, sizeof server, "127.0.0.1:%d", replica_srv.port);
 	ck_assert_msg(util_stats_reach_str(b, "backend.server", server), "b never followed");
