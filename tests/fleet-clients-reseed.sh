@@ -81,18 +81,6 @@ for k in sys.argv[1].split("."):
     v = v[k]
 print(v)' "$2" 2>/dev/null
 }
-# until_true DESCRIPTION COMMAND...: run COMMAND until it succeeds (60 s
-# at most); a failure names DESCRIPTION.
-until_true() {
-	what=$1
-	shift
-	i=0
-	until "$@"; do
-		i=$((i + 1))
-		[ $i -ge 1200 ] && { fail "$what (waited 60 s)"; return 1; }
-		sleep 0.05
-	done
-}
 is_up() { [ "$(stat "$1" backend.health)" = up ]; }
 is_degraded() { [ "$(stat "$1" backend.health)" = degraded ]; }
 # reseeded HOST N: HOST's cbd has re-seeded N times or more and is up.

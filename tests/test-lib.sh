@@ -10,6 +10,20 @@ failed=0
 pass() { passed=$((passed + 1)); echo "ok: $1"; }
 fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
 
+# until_true DESCRIPTION COMMAND...: run COMMAND every 50 ms until it
+# succeeds; after 60 s a failure names DESCRIPTION (the bound only
+# catches a hang).
+until_true() {
+	what=$1
+	shift
+	i=0
+	until "$@"; do
+		i=$((i + 1))
+		[ $i -ge 1200 ] && { fail "$what (waited 60 s)"; return 1; }
+		sleep 0.05
+	done
+}
+
 # test_begin NAME: $tmp is a new /tmp/cbd-NAME.XXXXXX; at exit every
 # process given to test_started is stopped and $tmp removed.
 test_pids=
