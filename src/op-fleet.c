@@ -481,6 +481,23 @@ pending_link(op_pending *p, server_client *c)
 	block_update(c, oc);
 }
 
+/* call goes on in p (sent, queued or folded): the dispatcher leaves it
+ * pending, the connection keeps it; a reply must keep its place among the
+ * connection's replies, so the connection waits for it. A noreply request
+ * has none to keep (Redis runs the connection's calls in order all the
+ * same). */
+static void
+pending_hold(op_pending *p, op_call *call)
+{
+	busy_add(p);
+	call->pending = true;
+	pending_link(p, call->client);
+	if (!call->noreply) {
+		op_conn_peek(call->client)->fleet_wait = p;
+		block_update(call->client, op_conn_peek(call->client));
+	}
+}
+
 static void
 pending_unlink(op_pending *p, server_client *c)
 {
@@ -1072,13 +1089,7 @@ op_fleet_send(op_call *call, bool *answered)
 	if (extra != NULL && fold_take(p, extra)) {
 		/* Folded with the circuit's other outcomes (see op_fold). */
 		json_decref(extra);
-		busy_add(p);
-		call->pending = true;
-		pending_link(p, call->client);
-		if (!call->noreply) {
-			op_conn_peek(call->client)->fleet_wait = p;
-			block_update(call->client, op_conn_peek(call->client));
-		}
+		pending_hold(p, call);
 		fold_kick(p->call.name, false);
 		return true;
 	}
@@ -1115,16 +1126,7 @@ op_fleet_send(op_call *call, bool *answered)
 	json_decref(extra);
 	if (queued)
 		op_conn_peek(call->client)->fleet_queued++;
-	busy_add(p);
-	call->pending = true;
-	pending_link(p, call->client);
-	/* A reply must keep its place among the connection's replies; a
-	 * noreply request has none to keep (Redis runs the connection's
-	 * calls in order all the same). */
-	if (!call->noreply) {
-		op_conn_peek(call->client)->fleet_wait = p;
-		block_update(call->client, op_conn_peek(call->client));
-	}
+	pending_hold(p, call);
 	return true;
 }
 
