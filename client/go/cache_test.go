@@ -847,9 +847,11 @@ func TestCachedHoldSurvivesCbdDeathAfterAnOutage(t *testing.T) {
 	b := cachedBreaker(t, d.Socket, "payments", BreakerOptions{Policy: Ctx{"failure_threshold": 3}})
 	ctx := context.Background()
 	d.Pause()
-	// Past the probe: the cache gives up, calls fall back to the local copy.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
+	// Past the probe (1.5 s): the cache gives up, calls fall back to the
+	// local copy. Called until one has (a minute only bounds a hang: a
+	// loaded machine took more than 3 s).
+	deadline := time.Now().Add(60 * time.Second)
+	for b.LocalCalls() == 0 && time.Now().Before(deadline) {
 		_ = b.Execute(ctx, succeeding)
 		time.Sleep(50 * time.Millisecond)
 	}
