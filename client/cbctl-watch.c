@@ -315,6 +315,7 @@ cbctl_cmd_watch(cbctl *ctl)
 	struct sigaction sa = { .sa_handler = watch_on_signal };
 	sigset_t block, unblocked;
 	cbctl_line_buf buf = { 0 };
+	size_t scanned = 0; /* bytes of buf known to hold no newline */
 	bool replied = false;
 	struct timespec start, now;
 	int fd, rc = EXIT_OK;
@@ -346,8 +347,11 @@ cbctl_cmd_watch(cbctl *ctl)
 		char *nl;
 		int r;
 
-		/* Lines already read first. */
-		while (buf.len > 0 && (nl = memchr(buf.data, '\n', buf.len)) != NULL) {
+		/* Lines already read first (a long line is searched for its end
+		 * only in what came since the last search: the first reply of a
+		 * watch of every circuit comes in thousands of reads). */
+		while (buf.len > scanned &&
+		    (nl = memchr(buf.data + scanned, '\n', buf.len - scanned)) != NULL) {
 			size_t line_len = (size_t)(nl - buf.data);
 
 			*nl = '\0';
@@ -366,7 +370,9 @@ cbctl_cmd_watch(cbctl *ctl)
 			}
 			memmove(buf.data, nl + 1, buf.len - line_len - 1);
 			buf.len -= line_len + 1;
+			scanned = 0;
 		}
+		scanned = buf.len;
 		if (ferror(stdout)) {
 			cbctl_errorf("watch: cannot write: %s", strerror(errno));
 			rc = EXIT_REFUSED;
