@@ -273,7 +273,9 @@ class Breaker:
         allows (wait_ms): tickets taken on them go back."""
         c = self._cache
         if c is not None:
-            self._rejected_flush(c)
+            # Written now, not left to the cache's owner: leaving may close
+            # the cache, which waits only so long for what is queued.
+            self._rejected_flush(c, urgent=True)
         self.cached = False
         self._leave_cache()
         with self._lock:
@@ -517,14 +519,14 @@ class Breaker:
         if due:
             self._rejected_flush(c)
 
-    def _rejected_flush(self, c: "cache.WatchCache") -> None:
+    def _rejected_flush(self, c: "cache.WatchCache", urgent: bool = False) -> None:
         """Report the refusals made from the cache so far (kept for later
-        when the cache cannot take the line)."""
+        when the cache cannot take the line; urgent: written now)."""
         with self._lock:
             n, self._rejected_n, self._rejected_since = self._rejected_n, 0, None
         while n > 0:
             part = min(n, REJECTED_COUNT_MAX)
-            if not c.send(self._rejected_line + b',"count":%d}\n' % part, False):
+            if not c.send(self._rejected_line + b',"count":%d}\n' % part, urgent):
                 with self._lock:
                     self._rejected_n += n
                 return
