@@ -341,9 +341,10 @@ export class Breaker extends EventEmitter {
   readonly cacheLive: boolean;
   /** The cache's counters; null when not cached. */
   cacheStats(): CacheStats | null;
-  /** Leave the cache (the last cached breaker of the process writes what is
-   * queued, 200 ms at most, and closes the watch connection); close the
-   * client the breaker made itself. */
+  /** Leave the cache (the breaker's refusal count is written at once; the
+   * last cached breaker of the process writes what is queued and ends the
+   * watch connection once cbd has read it, never waiting for cbd); close
+   * the client the breaker made itself. */
   close(): Promise<void>;
   on<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;
   once<K extends keyof BreakerEvents>(event: K, listener: (...args: BreakerEvents[K]) => void): this;

@@ -188,12 +188,13 @@ export class Breaker extends EventEmitter {
   }
 
   /** Leave the watch cache (the last breaker of the process writes what is
-   * queued, waiting 200 ms at most, and closes it); close the client the
-   * breaker made itself. Later calls ask cbd. */
+   * queued and ends its connection, never waiting for cbd: see cache.js);
+   * close the client the breaker made itself. Later calls ask cbd. */
   async close() {
     const membership = this.cacheMembership;
     if (membership) {
-      this.rejectedFlush();
+      // Written now, with what is queued before it, not left to a timer.
+      this.rejectedFlush(true);
       this.cacheMembership = null;
       this.cache = null;
       this.cacheEntry = null;
@@ -489,15 +490,15 @@ export class Breaker extends EventEmitter {
   }
 
   /** Report the refusals made from the cache so far (kept for later when
-   * the cache cannot take the line). */
-  rejectedFlush() {
+   * the cache cannot take the line; urgent: written at once). */
+  rejectedFlush(urgent = false) {
     let n = this.rejectedN;
     this.rejectedN = 0;
     this.rejectedSince = 0;
     while (n > 0 && this.cache) {
       const part = Math.min(n, REJECTED_COUNT_MAX);
       const line = `${this.rejectedHead}${part}}\n`;
-      if (!this.cache.send(line, Buffer.byteLength(line), false, this, 'rejected', 0)) break;
+      if (!this.cache.send(line, Buffer.byteLength(line), urgent, this, 'rejected', 0, part)) break;
       n -= part;
     }
     this.rejectedN += n;
@@ -509,8 +510,15 @@ export class Breaker extends EventEmitter {
     if (this.cacheEntry) this.told = { seq: this.cacheEntry.seq, state };
   }
 
-  /** A cached call's outcome that the watch connection could not carry. */
-  reportThroughClient(outcome, durationMs) {
+  /** A cached call's outcome (or count refusals made from the cache) that
+   * the watch connection could not carry. */
+  reportThroughClient(outcome, durationMs, count = 1) {
+    if (outcome === 'rejected') {
+      if (!this.client) return;
+      const ctx = Object.keys(this.ctx).length ? this.ctx : undefined;
+      this.client.request('record', { name: this.name, outcome, count, ctx, noreply: true }).catch((e) => this.emit('storeError', e, 'record'));
+      return;
+    }
     this.recordThroughClient(new Permit(this.name, m.CLOSED), outcome, durationMs, null).catch((e) => this.emit('storeError', e, 'record'));
   }
 

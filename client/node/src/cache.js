@@ -27,7 +27,10 @@
 //     line at all arrived) is taken as a lost connection (counted).
 //   - The socket never keeps the process alive on its own (unref'd; a write
 //     in progress and the FLUSH_MS timer do, briefly). The last breaker to
-//     leave closes it after writing what is queued (CLOSE_FLUSH_MS at most).
+//     leave closes it: what is queued is written at once (what the kernel's
+//     socket buffer takes; the rest as cbd reads it), then the connection
+//     ends (sock.end(): no timer drops it, and close() never waits for cbd,
+//     so a frozen cbd cannot hang it; it reads everything once it resumes).
 //   - Protocol 3 §1: snapshots are compact (no policy, a policy_rev
 //     instead). Each entry keeps the last policy seen with the rev it came
 //     with; a snapshot without policy and with another rev makes it unknown
@@ -53,8 +56,6 @@ export const NAMES_MAX = 4096;
 // Longest line accepted from cbd (a watch reply carries a snapshot per
 // name, about 1 KiB each); past it the connection is dropped.
 export const LINE_MAX_BYTES = NAMES_MAX * 2048;
-// How long closing waits for queued outcomes to be written (ms).
-export const CLOSE_FLUSH_MS = 200;
 // Names per watch request (keeps each line far below cbd's max_line_bytes).
 export const WATCH_BATCH = 64;
 // A frozen cbd keeps the watch connection open: after this long with
@@ -230,12 +231,11 @@ export class WatchCache {
     this.everConnected = false;
     this.closed = false;
     this.in = '';
-    this.out = []; // {line, breaker, outcome, durationMs}: not written yet
+    this.out = []; // {line, breaker, outcome, durationMs, count}: not written yet
     this.outBytes = 0;
     this.flushTimer = null;
     this.reconnectTimer = null;
     this.writing = 0; // writes not yet completed
-    this.written = []; // resolved when writing drops to 0
     this.probeTimer = null; // armed while connected
     this.probeJudge = null; // the setImmediate that judges a late probe
     this.probeSentAt = null; // the outstanding probe's performance.now()
@@ -498,7 +498,6 @@ export class WatchCache {
     this.sock.write(text, (err) => {
       if (err && items.length > 0) this.reroute(items);
       this.writing -= 1;
-      if (this.writing === 0) for (const resolve of this.written.splice(0)) resolve();
     });
   }
 
@@ -522,9 +521,10 @@ export class WatchCache {
 
   /** Queue one outcome line (bytes: its length in UTF-8); false when the
    * breaker must report it through its client: no live connection, or
-   * OUT_MAX_BYTES already unwritten. urgent (failures): written at once
-   * with everything queued before it. */
-  send(line, bytes, urgent, breaker, outcome, durationMs) {
+   * OUT_MAX_BYTES already unwritten. urgent (failures, a closing breaker's
+   * refusals): written at once with everything queued before it. count:
+   * how many refusals a 'rejected' line reports. */
+  send(line, bytes, urgent, breaker, outcome, durationMs, count = 1) {
     if (!this.live) {
       this.stats.storeReports += 1;
       return false;
@@ -534,7 +534,7 @@ export class WatchCache {
       this.stats.storeReports += 1;
       return false;
     }
-    this.out.push({ line, breaker, outcome, durationMs });
+    this.out.push({ line, breaker, outcome, durationMs, count });
     this.outBytes += bytes;
     this.stats.noreplyLines += 1;
     if (urgent || this.outBytes >= FLUSH_BYTES) this.flush();
@@ -576,9 +576,9 @@ export class WatchCache {
   /** Outcomes that did not reach the socket: through each breaker's client
    * (cbd on its own connection, else the store policy). */
   reroute(items) {
-    for (const { breaker, outcome, durationMs } of items) {
+    for (const { breaker, outcome, durationMs, count } of items) {
       this.stats.storeReports += 1;
-      breaker.reportThroughClient(outcome, durationMs);
+      breaker.reportThroughClient(outcome, durationMs, count);
     }
   }
 
@@ -649,28 +649,30 @@ export class WatchCache {
   }
 
   // -- closing ---------------------------------------------------------------
-  /** Write what is queued (waiting CLOSE_FLUSH_MS at most), then close. */
+  /** Close: what is queued is written now, after what is in flight (the
+   * kernel takes what fits in the socket's buffer at once, in this call);
+   * then the connection ends once the rest is written (sock.end(): the
+   * socket lives on, unref'd, until cbd has read it all, so nothing queued
+   * is dropped by a timer, and a frozen cbd gets it when it resumes; a
+   * closed or crashed cbd fails the writes, whose outcomes then go through
+   * the breakers' clients). Never waits for cbd. */
   async close() {
     this.closed = true;
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = null;
     this.clearProbeTimer();
     this.flush();
-    if (this.sock && this.writing > 0) {
-      let timer;
-      await Promise.race([
-        new Promise((resolve) => this.written.push(resolve)),
-        new Promise((resolve) => {
-          timer = setTimeout(resolve, CLOSE_FLUSH_MS);
-        }),
-      ]);
-      clearTimeout(timer);
-    }
     const sock = this.sock;
     if (sock) {
       this.sock = null;
       this.live = false;
-      sock.destroy();
+      this.answered = false;
+      if (this.writing > 0) {
+        sock.end(); // after the writes in flight
+        sock.once('finish', () => sock.destroy()); // then stop reading too
+      } else {
+        sock.destroy();
+      }
     }
     // Outcomes still unwritten (no live connection): through the client.
     const unwritten = this.out;
