@@ -291,14 +291,14 @@ func (b *Breaker) rejectedAdd(c *watchCache) {
 	due := now.Sub(b.rejectedSince) >= rejectedFlushAfter
 	b.rejectedMu.Unlock()
 	if due {
-		b.rejectedFlush(c)
+		b.rejectedFlush(c, false)
 	}
 }
 
 // rejectedFlush reports the refusals made from the cache so far (record,
 // outcome rejected, with their count); kept for later when c cannot take
-// the line.
-func (b *Breaker) rejectedFlush(c *watchCache) {
+// the line. urgent: written at once, with what is queued before it.
+func (b *Breaker) rejectedFlush(c *watchCache, urgent bool) {
 	b.rejectedMu.Lock()
 	n := atomic.SwapInt64(&b.rejectedN, 0)
 	b.rejectedMu.Unlock()
@@ -307,7 +307,7 @@ func (b *Breaker) rejectedFlush(c *watchCache) {
 		if part > rejectedCountMax {
 			part = rejectedCountMax
 		}
-		if !c.send(b.rejectedLine, part, false) {
+		if !c.send(b.rejectedLine, part, urgent) {
 			break
 		}
 		n -= part
@@ -322,13 +322,15 @@ func (b *Breaker) rejectedFlush(c *watchCache) {
 }
 
 // Close gives back what the breaker holds: the refusals its cache made
-// not yet reported to cbd (sent now), the client NewBreaker made for
-// it (Options.Client nil), with its share of the watch connection (queued
-// outcomes written first, within 200 ms). A breaker on a Client of yours
-// leaves that to the client's Close.
+// not yet reported to cbd (written now, with the outcomes queued before
+// them), the client NewBreaker made for it (Options.Client nil), with its
+// share of the watch connection (queued outcomes written first, never
+// waiting for cbd). A breaker on a Client of yours leaves that to the
+// client's Close.
 func (b *Breaker) Close() error {
 	if u := b.cacheUse.Load(); u != nil {
-		b.rejectedFlush(u.cache)
+		// Written now, not left to the cache's owner.
+		b.rejectedFlush(u.cache, true)
 	}
 	b.ticketMu.Lock()
 	conns := b.ticketConns
@@ -707,7 +709,7 @@ func (b *Breaker) acquireCached() (decided bool, permit *Permit, err error) {
 	if v == cacheRefuse {
 		b.rejectedAdd(u.cache)
 	} else if atomic.LoadInt64(&b.rejectedN) != 0 {
-		b.rejectedFlush(u.cache) // it stopped refusing
+		b.rejectedFlush(u.cache, false) // it stopped refusing
 	}
 	switch v {
 	case cachePermit:

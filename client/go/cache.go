@@ -79,8 +79,11 @@ const (
 	cacheHotPeriods = 50
 	// Wait between reconnect attempts while cbd is away.
 	cacheReconnectEvery = 20 * time.Millisecond
-	// How long the last release waits for queued outcomes to be written.
-	cacheCloseFlush = 200 * time.Millisecond
+	// At close, what the socket does not take at once is written by a
+	// goroutine of its own as cbd reads it (close never waits for cbd);
+	// it gives up when cbd has read nothing for this long (a cbd frozen
+	// or hung past it loses that tail, which is all it holds).
+	cacheCloseTailIdle = time.Minute
 	// Names per watch request (each line far below max_line_bytes).
 	cacheWatchBatch = 64
 	// Longest line accepted from cbd (a watch reply carries about 1 KiB
@@ -315,9 +318,10 @@ type watchCache struct {
 	timerOn   bool // the owner flushes every period: no need to wake it
 	connected bool // ever connected (reconnects are the connects after)
 
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	closing atomic.Bool // stopped: the reader applies nothing more
 
 	// Times are durations since epoch (monotonic). lastRecv is set by the
 	// reader (atomic); the probe's state belongs to the owner.
@@ -362,8 +366,8 @@ func acquireWatchCache(socket string) *watchCache {
 	return c
 }
 
-// releaseWatchCache drops one use; the last one flushes queued outcomes
-// (at most cacheCloseFlush) and stops the connection.
+// releaseWatchCache drops one use; the last one writes the queued
+// outcomes (closeConn: never waiting for cbd) and stops the connection.
 func releaseWatchCache(c *watchCache) {
 	cacheRegistry.mu.Lock()
 	c.refs--
@@ -853,6 +857,9 @@ func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
 		if err != nil {
 			break
 		}
+		if c.closing.Load() {
+			continue // closed: read on only until the tail is written
+		}
 		if !answered {
 			// Live once cbd answered on this connection: a frozen cbd's
 			// backlog accepts a connection that nothing will ever read.
@@ -1010,19 +1017,60 @@ func (c *watchCache) probe() (wait time.Duration, expired bool) {
 	return cacheProbeTimeout, false
 }
 
-// closeFlush gives queued outcomes up to cacheCloseFlush to be written.
-func (c *watchCache) closeFlush() {
-	deadline := time.Now().Add(cacheCloseFlush)
-	for {
-		c.outMu.Lock()
-		c.flushLocked()
-		pending := c.conn != nil && !c.broken && len(c.out) > 0
+// closeConn ends the connection at close (the owner, lost its reader's
+// channel, nil without a connection). Everything queued is written now,
+// in order, as far as the socket takes it; the rest (cbd reads nothing:
+// frozen, or slower than the queue) by a goroutine of its own, which
+// closes the connection once it is written or cbd has read nothing for
+// cacheCloseTailIdle: no timer of a loaded machine drops what breakers
+// queued before their Close, and close never waits for cbd. Lines kept
+// from a lost connection get one connect of their own (for a Unix socket
+// it succeeds or fails at once).
+func (c *watchCache) closeConn(lost chan struct{}) {
+	c.closing.Store(true)
+	c.invalidate()
+	c.wakeWaiters() // no reply is read from now on
+	c.outMu.Lock()
+	if c.conn == nil && len(c.out) > 0 {
 		c.outMu.Unlock()
-		if !pending || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(cacheFlushPeriod)
+		lost = c.connect()
+		c.outMu.Lock()
 	}
+	conn := c.conn
+	if conn == nil {
+		c.out = nil
+		c.outMu.Unlock()
+		return
+	}
+	c.flushLocked()
+	tail := c.out
+	if c.broken {
+		tail = nil
+	}
+	c.conn, c.raw, c.out = nil, nil, nil
+	c.outMu.Unlock()
+	atomic.AddInt64(&c.disconnects, 1)
+	if len(tail) == 0 {
+		conn.Close()
+		<-lost
+		return
+	}
+	go func() {
+		for len(tail) > 0 {
+			chunk := tail
+			if len(chunk) > 64<<10 {
+				chunk = chunk[:64<<10]
+			}
+			_ = conn.SetWriteDeadline(time.Now().Add(cacheCloseTailIdle))
+			n, err := conn.Write(chunk)
+			tail = tail[n:]
+			if err != nil {
+				break
+			}
+		}
+		conn.Close()
+		<-lost
+	}()
 }
 
 // run is the goroutine owning the watch connection.
@@ -1080,10 +1128,7 @@ func (c *watchCache) run() {
 		select {
 		case <-c.stop:
 			timer.Stop()
-			if lost != nil {
-				c.closeFlush()
-				c.disconnect(lost)
-			}
+			c.closeConn(lost)
 			return
 		case <-lost:
 			c.disconnect(lost)
