@@ -82,8 +82,14 @@ static _Thread_local int cache_hash_oom;
 /* First size of the read and write buffers; they double as needed. */
 #define CACHE_BUF_INITIAL 4096u
 /* How long the last breaker's release waits for queued outcomes to be
- * written before the connection closes (ms). */
+ * written before the connection closes (ms): only when no thread can be
+ * started to write them (cache_close_locked). */
 #define CACHE_CLOSE_FLUSH_MS 200
+/* At release, what the socket does not take at once is written by a
+ * detached thread as cbd reads it (the release never waits for cbd); it
+ * gives up when cbd has read nothing for this long (ms): a cbd frozen or
+ * hung past it loses that tail, which is all the thread holds. */
+#define CACHE_CLOSE_TAIL_IDLE_MS 60000
 /* Names per watch request (keeps each line far below max_line_bytes). */
 #define CACHE_WATCH_BATCH 64u
 /* A frozen cbd (SIGSTOP, hung) keeps the watch connection open: without a
@@ -683,8 +689,9 @@ cache_read(cbci_cache *c)
 	}
 }
 
-/* At release: give queued outcomes up to CACHE_CLOSE_FLUSH_MS to be
- * written (lock held; released while waiting). */
+/* At release, when no tail thread could be started: give queued outcomes
+ * up to CACHE_CLOSE_FLUSH_MS to be written (lock held; released while
+ * waiting). */
 static void
 cache_close_flush_locked(cbci_cache *c)
 {
@@ -702,6 +709,91 @@ cache_close_flush_locked(cbci_cache *c)
 		pthread_mutex_lock(&c->lock);
 		cache_flush_locked(c);
 	}
+}
+
+/* What the release left for cbd to read: the connection and the output
+ * the socket did not take, written by a detached thread of its own. */
+typedef struct cache_tail {
+	int fd;
+	size_t len;
+	char buf[];
+} cache_tail;
+
+/* Write the tail as cbd reads it (reading and dropping what cbd sends,
+ * so its replies never block it), then close the connection; give up
+ * when cbd took nothing for CACHE_CLOSE_TAIL_IDLE_MS or went away. */
+static void *
+cache_tail_thread(void *arg)
+{
+	cache_tail *t = arg;
+	size_t off = 0;
+
+	while (off < t->len) {
+		struct pollfd pfd = { .fd = t->fd, .events = POLLIN | POLLOUT };
+		char sink[4096];
+		int n = poll(&pfd, 1, CACHE_CLOSE_TAIL_IDLE_MS);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || (pfd.revents & (POLLERR | POLLNVAL)))
+			break;
+		if ((pfd.revents & POLLIN) && recv(t->fd, sink, sizeof sink, MSG_DONTWAIT) == 0)
+			break; /* cbd closed the connection */
+		if (pfd.revents & POLLOUT) {
+			ssize_t w = send(t->fd, t->buf + off, t->len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+			if (w > 0)
+				off += (size_t)w;
+			else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				break;
+		} else if (pfd.revents & POLLHUP) {
+			break;
+		}
+	}
+	close(t->fd);
+	free(t);
+	return NULL;
+}
+
+/* At release (lock held; reader thread): everything queued is written
+ * now, in order, as far as the socket takes it; the rest (cbd reads
+ * nothing: frozen, or slower than the queue) goes to a tail thread that
+ * writes it as cbd reads, so no timer of a loaded machine drops what
+ * breakers queued before their release, and the release never waits for
+ * cbd. Lines kept from a lost connection get one connect of their own (a
+ * Unix socket's succeeds or fails at once). */
+static void
+cache_close_locked(cbci_cache *c)
+{
+	cache_tail *t;
+	pthread_attr_t attr;
+	pthread_t thread;
+	bool started = false;
+
+	if (c->fd < 0 && c->out_len > 0)
+		cache_connect_locked(c);
+	cache_flush_locked(c);
+	if (c->fd >= 0 && !c->broken && c->out_len > 0 &&
+	    (t = malloc(sizeof *t + c->out_len)) != NULL) {
+		t->fd = c->fd;
+		t->len = c->out_len;
+		memcpy(t->buf, c->out, c->out_len);
+		if (pthread_attr_init(&attr) == 0) {
+			started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+			    pthread_create(&thread, &attr, cache_tail_thread, t) == 0;
+			pthread_attr_destroy(&attr);
+		}
+		if (started) {
+			c->fd = -1; /* the tail thread's now */
+			c->out_len = 0;
+			c->out_partial = false;
+		} else {
+			free(t);
+		}
+	}
+	if (!started)
+		cache_close_flush_locked(c);
+	cache_disconnect_locked(c);
 }
 
 /* Check that cbd still answers (lock held; reader thread only): queue a
@@ -796,8 +888,7 @@ cache_thread(void *arg)
 		}
 		pthread_mutex_lock(&c->lock);
 	}
-	cache_close_flush_locked(c);
-	cache_disconnect_locked(c);
+	cache_close_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }

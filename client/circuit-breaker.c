@@ -258,9 +258,10 @@ breaker_digits(char *buf, int64_t n)
 }
 
 /* Queue the noreply record line with tail (`,"outcome":...` without the
- * closing brace) on the cache; false when it cannot take it. */
+ * closing brace) on the cache (urgent: written at once, after what is
+ * queued); false when it cannot take it. */
 static bool
-breaker_send_record(cbc_breaker *b, const char *tail, size_t tail_len, int64_t n)
+breaker_send_record(cbc_breaker *b, const char *tail, size_t tail_len, int64_t n, bool urgent)
 {
 	char line[BREAKER_LINE_MAX];
 	size_t len = b->line_record_len;
@@ -271,14 +272,14 @@ breaker_send_record(cbc_breaker *b, const char *tail, size_t tail_len, int64_t n
 	len += breaker_digits(line + len, n);
 	line[len++] = '}';
 	line[len++] = '\n';
-	return cbci_cache_send(b->cache, line, len, false);
+	return cbci_cache_send(b->cache, line, len, urgent);
 }
 
 /* Report the refusals made from the cache so far (record, outcome
  * rejected, with their count); kept for later when the cache cannot take
- * the line. */
+ * the line. urgent: written at once, with what is queued before it. */
 static void
-breaker_rejected_flush(cbc_breaker *b)
+breaker_rejected_flush(cbc_breaker *b, bool urgent)
 {
 	static const char tail[] = ",\"outcome\":\"rejected\",\"count\":";
 	uint64_t n = __atomic_exchange_n(&b->rejected_pending, 0, __ATOMIC_ACQ_REL);
@@ -287,7 +288,7 @@ breaker_rejected_flush(cbc_breaker *b)
 	while (n > 0) {
 		uint64_t part = n > PROTO_REJECTED_COUNT_MAX ? PROTO_REJECTED_COUNT_MAX : n;
 
-		if (!breaker_send_record(b, tail, sizeof tail - 1, (int64_t)part)) {
+		if (!breaker_send_record(b, tail, sizeof tail - 1, (int64_t)part, urgent)) {
 			__atomic_fetch_add(&b->rejected_pending, n, __ATOMIC_RELAXED);
 			return;
 		}
@@ -307,7 +308,7 @@ breaker_rejected_add(cbc_breaker *b)
 	if (since == 0)
 		__atomic_store_n(&b->rejected_since, now, __ATOMIC_RELAXED);
 	else if (now - since >= BREAKER_REJECTED_FLUSH_MS)
-		breaker_rejected_flush(b);
+		breaker_rejected_flush(b, false);
 }
 
 cbc_status
@@ -383,8 +384,9 @@ cbc_breaker_free(cbc_breaker *b)
 {
 	if (b == NULL)
 		return;
+	/* Written now, not left to the reader thread. */
 	if (breaker_cached(b))
-		breaker_rejected_flush(b);
+		breaker_rejected_flush(b, true);
 	cbci_cache_release(b->cache, b->cache_gen);
 	free(b->line[0]);
 	free(b->line[1]);
@@ -640,7 +642,7 @@ cbci_breaker_acquire(cbc_breaker *b, cbc_permit *p, bool retry, cbc_error *err)
 		if (v == CBCI_CACHE_REFUSE) {
 			breaker_rejected_add(b);
 		} else if (__atomic_load_n(&b->rejected_pending, __ATOMIC_RELAXED) != 0) {
-			breaker_rejected_flush(b); /* it stopped refusing */
+			breaker_rejected_flush(b, false); /* it stopped refusing */
 		}
 		if (v == CBCI_CACHE_PERMIT) {
 			breaker_observed(b, CBC_STATE_CLOSED, NULL);
@@ -756,7 +758,7 @@ report_outcome(cbc_breaker *b, cbc_permit *p, cbc_outcome outcome, int64_t durat
 	cbc_ctx ctx;
 
 	if (outcome == CBC_OUTCOME_IGNORE && p->cached && breaker_cached(b) &&
-	    breaker_send_record(b, ignore_tail, sizeof ignore_tail - 1, duration_ms)) {
+	    breaker_send_record(b, ignore_tail, sizeof ignore_tail - 1, duration_ms, false)) {
 		p->granted = false;
 		return;
 	}
