@@ -29,8 +29,10 @@
 //     in progress and the FLUSH_MS timer do, briefly). The last breaker to
 //     leave closes it: what is queued is written at once (what the kernel's
 //     socket buffer takes; the rest as cbd reads it), then the connection
-//     ends (sock.end(): no timer drops it, and close() never waits for cbd,
-//     so a frozen cbd cannot hang it; it reads everything once it resumes).
+//     ends (sock.end(): no timer of a loaded machine drops it, and close()
+//     never waits for cbd, so a frozen cbd cannot hang it; it reads
+//     everything once it resumes, within CLOSE_TAIL_IDLE_MS; a process
+//     ending meanwhile waits for that write, as for any write in progress).
 //   - Protocol 3 §1: snapshots are compact (no policy, a policy_rev
 //     instead). Each entry keeps the last policy seen with the rev it came
 //     with; a snapshot without policy and with another rev makes it unknown
@@ -58,6 +60,10 @@ export const NAMES_MAX = 4096;
 export const LINE_MAX_BYTES = NAMES_MAX * 2048;
 // Names per watch request (keeps each line far below cbd's max_line_bytes).
 export const WATCH_BATCH = 64;
+// A closed cache's connection, still writing what it queued (cbd reads
+// nothing: frozen, or slower than the queue), gives up after this long
+// with nothing read (ms): a cbd frozen or hung past it loses that tail.
+export const CLOSE_TAIL_IDLE_MS = 60_000;
 // A frozen cbd keeps the watch connection open: after this long with
 // nothing received (ms) the connection sends a probe (a hello)...
 export const PROBE_INTERVAL_MS = 500;
@@ -653,7 +659,8 @@ export class WatchCache {
    * kernel takes what fits in the socket's buffer at once, in this call);
    * then the connection ends once the rest is written (sock.end(): the
    * socket lives on, unref'd, until cbd has read it all, so nothing queued
-   * is dropped by a timer, and a frozen cbd gets it when it resumes; a
+   * is dropped by a timer of a loaded machine, and a frozen cbd gets it
+   * when it resumes, unless it read nothing for CLOSE_TAIL_IDLE_MS; a
    * closed or crashed cbd fails the writes, whose outcomes then go through
    * the breakers' clients). Never waits for cbd. */
   async close() {
@@ -670,6 +677,7 @@ export class WatchCache {
       if (this.writing > 0) {
         sock.end(); // after the writes in flight
         sock.once('finish', () => sock.destroy()); // then stop reading too
+        sock.setTimeout(CLOSE_TAIL_IDLE_MS, () => sock.destroy());
       } else {
         sock.destroy();
       }
