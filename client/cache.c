@@ -740,7 +740,8 @@ cache_tail_thread(void *arg)
 		if ((pfd.revents & POLLIN) && recv(t->fd, sink, sizeof sink, MSG_DONTWAIT) == 0)
 			break; /* cbd closed the connection */
 		if (pfd.revents & POLLOUT) {
-			ssize_t w = send(t->fd, t->buf + off, t->len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+			ssize_t w =
+			    send(t->fd, t->buf + off, t->len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 			if (w > 0)
 				off += (size_t)w;
@@ -779,7 +780,8 @@ cache_close_locked(cbci_cache *c)
 		t->len = c->out_len;
 		memcpy(t->buf, c->out, c->out_len);
 		if (pthread_attr_init(&attr) == 0) {
-			started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+			started =
+			    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
 			    pthread_create(&thread, &attr, cache_tail_thread, t) == 0;
 			pthread_attr_destroy(&attr);
 		}

@@ -1621,15 +1621,17 @@ START_TEST(cached_release_with_cbd_frozen_loses_nothing_queued)
 	ck_assert_int_eq(cbc_breaker_cache_stats(ok.b, &before, NULL), CBC_OK);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int i = 0; i < SUCCESSES; i++) {
-		ck_assert_int_eq(cbc_breaker_execute(ok.b, client_call_ok, NULL, &res, NULL), CBC_OK);
+		ck_assert_int_eq(cbc_breaker_execute(ok.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
 		ck_assert(res.called);
 	}
 	for (int i = 0; i < 300; i++)
 		ck_assert_int_eq(cbc_breaker_execute(open.b, client_call_ok, NULL, &res, NULL),
 		    CBC_EOPEN);
 	ck_assert_int_eq(cbc_breaker_cache_stats(ok.b, &cs, NULL), CBC_OK);
-	ck_assert_msg(cs.permitted - before.permitted == SUCCESSES && cs.refused_calls - before.refused_calls == 300 &&
-	        cs.store_reports == before.store_reports,
+	ck_assert_msg(cs.permitted - before.permitted == SUCCESSES &&
+		cs.refused_calls - before.refused_calls == 300 &&
+		cs.store_reports == before.store_reports,
 	    "not all from the cache on the watch connection: %llu permitted, %llu refused, "
 	    "%llu store reports, %llu probe timeouts",
 	    (unsigned long long)(cs.permitted - before.permitted),
