@@ -573,8 +573,14 @@ test('close writes the queued outcomes and stops the watch connection', async (t
   const own = await Daemon.start();
   t.after(() => own.cleanup());
   const name = uniqueName('close');
-  const b = new Breaker(name, { socketPath: own.socket, client: undefined });
+  // Patient (not the default 100 ms): the first call must reach cbd, also
+  // on a loaded machine running cbd under ASan, or its success would be
+  // recorded locally and never counted there.
+  const client = new Client(own.socket, { ioTimeoutMs: 10_000, connectTimeoutMs: 10_000 });
+  t.after(() => client.close());
+  const b = new Breaker(name, { client });
   await b.call(async () => 'first');
+  assert.equal(b.degraded, false, 'the first call went to cbd');
   await waitFor(() => b.cacheLive, 'the watch reply', COUNTED_WAIT_MS);
   const n = 100;
   for (let i = 0; i < n; i++) await b.call(async () => i); // queued: the loop never yields
