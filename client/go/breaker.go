@@ -324,9 +324,10 @@ func (b *Breaker) rejectedFlush(c *watchCache, urgent bool) {
 // Close gives back what the breaker holds: the refusals its cache made
 // not yet reported to cbd (written now, with the outcomes queued before
 // them), the client NewBreaker made for it (Options.Client nil), with its
-// share of the watch connection (queued outcomes written first, never
-// waiting for cbd). A breaker on a Client of yours leaves that to the
-// client's Close.
+// share of the watch connection (queued outcomes written first: what the
+// socket does not take at once goes on as cbd reads it, waited for 200 ms
+// at most). A breaker on a Client of yours leaves that to the client's
+// Close.
 func (b *Breaker) Close() error {
 	if u := b.cacheUse.Load(); u != nil {
 		// Written now, not left to the cache's owner.

@@ -80,9 +80,12 @@ const (
 	// Wait between reconnect attempts while cbd is away.
 	cacheReconnectEvery = 20 * time.Millisecond
 	// At close, what the socket does not take at once is written by a
-	// goroutine of its own as cbd reads it (close never waits for cbd);
-	// it gives up when cbd has read nothing for this long (a cbd frozen
-	// or hung past it loses that tail, which is all it holds).
+	// goroutine of its own as cbd reads it; close waits for it at most
+	// cacheCloseFlush (so a process ending right after has it written if
+	// cbd reads), then lets it go on (close never waits for cbd). It
+	// gives up when cbd has read nothing for cacheCloseTailIdle (a cbd
+	// frozen or hung past it loses that tail, which is all it holds).
+	cacheCloseFlush    = 200 * time.Millisecond
 	cacheCloseTailIdle = time.Minute
 	// Names per watch request (each line far below max_line_bytes).
 	cacheWatchBatch = 64
@@ -1023,7 +1026,8 @@ func (c *watchCache) probe() (wait time.Duration, expired bool) {
 // frozen, or slower than the queue) by a goroutine of its own, which
 // closes the connection once it is written or cbd has read nothing for
 // cacheCloseTailIdle: no timer of a loaded machine drops what breakers
-// queued before their Close, and close never waits for cbd. Lines kept
+// queued before their Close, and close waits for cbd at most
+// cacheCloseFlush (a process ending then loses what is left). Lines kept
 // from a lost connection get one connect of their own (for a Unix socket
 // it succeeds or fails at once).
 func (c *watchCache) closeConn(lost chan struct{}) {
@@ -1055,7 +1059,9 @@ func (c *watchCache) closeConn(lost chan struct{}) {
 		<-lost
 		return
 	}
+	written := make(chan struct{})
 	go func() {
+		defer close(written)
 		for len(tail) > 0 {
 			chunk := tail
 			if len(chunk) > 64<<10 {
@@ -1071,6 +1077,12 @@ func (c *watchCache) closeConn(lost chan struct{}) {
 		conn.Close()
 		<-lost
 	}()
+	wait := time.NewTimer(cacheCloseFlush)
+	defer wait.Stop()
+	select {
+	case <-written:
+	case <-wait.C: // it goes on without us
+	}
 }
 
 // run is the goroutine owning the watch connection.

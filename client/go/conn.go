@@ -129,7 +129,8 @@ func (c *Client) Counters() Counters {
 // Close drops the connection (the next request reconnects) and this
 // client's share of the watch connection of cached breakers: the last
 // share writes the outcomes still queued (what the socket does not take
-// at once goes as cbd reads it, never waited for) and closes it. Breakers on the client keep working (the next cached call
+// at once goes on as cbd reads it, waited for 200 ms at most) and closes
+// it. Breakers on the client keep working (the next cached call
 // watches again).
 func (c *Client) Close() error {
 	c.cacheMu.Lock()
