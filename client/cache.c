@@ -81,14 +81,15 @@ static _Thread_local int cache_hash_oom;
 #define CACHE_LINE_MAX (CBC_CACHE_NAMES_MAX * 2048u)
 /* First size of the read and write buffers; they double as needed. */
 #define CACHE_BUF_INITIAL 4096u
-/* How long the last breaker's release waits for queued outcomes to be
- * written before the connection closes (ms): only when no thread can be
- * started to write them (cache_close_locked). */
-#define CACHE_CLOSE_FLUSH_MS 200
 /* At release, what the socket does not take at once is written by a
- * detached thread as cbd reads it (the release never waits for cbd); it
- * gives up when cbd has read nothing for this long (ms): a cbd frozen or
- * hung past it loses that tail, which is all the thread holds. */
+ * detached thread as cbd reads it; the release waits for it at most
+ * CACHE_CLOSE_FLUSH_MS (ms: so a process ending right after has it
+ * written if cbd reads), then lets it go on (never waiting for cbd). It
+ * gives up when cbd has read nothing for CACHE_CLOSE_TAIL_IDLE_MS (ms): a
+ * cbd frozen or hung past it loses that tail, which is all it holds.
+ * Without a thread, the release writes for CACHE_CLOSE_FLUSH_MS and drops
+ * the rest. */
+#define CACHE_CLOSE_FLUSH_MS 200
 #define CACHE_CLOSE_TAIL_IDLE_MS 60000
 /* Names per watch request (keeps each line far below max_line_bytes). */
 #define CACHE_WATCH_BATCH 64u
@@ -712,9 +713,10 @@ cache_close_flush_locked(cbci_cache *c)
 }
 
 /* What the release left for cbd to read: the connection and the output
- * the socket did not take, written by a detached thread of its own. */
+ * the socket did not take, written by a detached thread of its own, which
+ * closes done (the write end of a pipe, or -1) when it ends. */
 typedef struct cache_tail {
-	int fd;
+	int fd, done;
 	size_t len;
 	char buf[];
 } cache_tail;
@@ -752,6 +754,8 @@ cache_tail_thread(void *arg)
 		}
 	}
 	close(t->fd);
+	if (t->done >= 0)
+		close(t->done);
 	free(t);
 	return NULL;
 }
@@ -760,9 +764,9 @@ cache_tail_thread(void *arg)
  * now, in order, as far as the socket takes it; the rest (cbd reads
  * nothing: frozen, or slower than the queue) goes to a tail thread that
  * writes it as cbd reads, so no timer of a loaded machine drops what
- * breakers queued before their release, and the release never waits for
- * cbd. Lines kept from a lost connection get one connect of their own (a
- * Unix socket's succeeds or fails at once). */
+ * breakers queued before their release, and the release waits for cbd
+ * at most CACHE_CLOSE_FLUSH_MS. Lines kept from a lost connection get one
+ * connect of their own (a Unix socket's succeeds or fails at once). */
 static void
 cache_close_locked(cbci_cache *c)
 {
@@ -770,6 +774,7 @@ cache_close_locked(cbci_cache *c)
 	pthread_attr_t attr;
 	pthread_t thread;
 	bool started = false;
+	int done[2] = { -1, -1 };
 
 	if (c->fd < 0 && c->out_len > 0)
 		cache_connect_locked(c);
@@ -779,6 +784,9 @@ cache_close_locked(cbci_cache *c)
 		t->fd = c->fd;
 		t->len = c->out_len;
 		memcpy(t->buf, c->out, c->out_len);
+		if (pipe2(done, O_CLOEXEC) != 0)
+			done[0] = done[1] = -1;
+		t->done = done[1];
 		if (pthread_attr_init(&attr) == 0) {
 			started =
 			    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
@@ -791,11 +799,27 @@ cache_close_locked(cbci_cache *c)
 			c->out_partial = false;
 		} else {
 			free(t);
+			if (done[1] >= 0)
+				close(done[1]);
 		}
 	}
 	if (!started)
 		cache_close_flush_locked(c);
 	cache_disconnect_locked(c);
+	if (started && done[0] >= 0) {
+		/* The tail thread ends (done's write end closes: POLLHUP) or
+		 * goes on without us. */
+		struct pollfd pfd = { .fd = done[0], .events = POLLIN };
+		int64_t deadline = clock_monotonic_ms() + CACHE_CLOSE_FLUSH_MS, left;
+
+		pthread_mutex_unlock(&c->lock);
+		while ((left = deadline - clock_monotonic_ms()) > 0 &&
+		    poll(&pfd, 1, (int)left) < 0 && errno == EINTR)
+			;
+		pthread_mutex_lock(&c->lock);
+	}
+	if (done[0] >= 0)
+		close(done[0]);
 }
 
 /* Check that cbd still answers (lock held; reader thread only): queue a
