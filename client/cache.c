@@ -29,8 +29,12 @@
  *     thread on a CACHE_FLUSH_US timer that runs while calls flow, so a
  *     steady stream of closed calls costs no system call each: one write
  *     carries every line queued in the period. When the socket cannot
- *     take it all, the rest waits for POLLOUT. Past CBC_CACHE_OUT_MAX
- *     pending bytes, or with no live connection, the caller reports
+ *     take it all, the rest waits for POLLOUT. A caller that finds
+ *     CBC_CACHE_OUT_MAX bytes pending (cbd reads slower than calls
+ *     come) writes what the socket takes and waits for room, at most
+ *     ROOM_TIMEOUT_MS: its outcome then queues behind the earlier ones,
+ *     so every outcome reaches cbd once and in order. With no live
+ *     connection, or cbd frozen past that wait, the caller reports
  *     through the store instead.
  *   - A frozen cbd (SIGSTOP, hung) keeps the connection open, so the
  *     reader checks that cbd still answers: PROBE_INTERVAL_MS after the
@@ -110,6 +114,11 @@ static _Thread_local int cache_hash_oom;
  * circuit's rule allows. */
 #define SYNC_ID_PREFIX "cache-sync-"
 #define SYNC_TIMEOUT_MS PROBE_TIMEOUT_MS
+/* How long a caller that found CBC_CACHE_OUT_MAX bytes already queued
+ * waits for cbd to read some before it reports through the store (ms):
+ * the probe's bound, past which cbd counts as frozen. A live cbd makes
+ * room within its read of a socket buffer (~1 ms). */
+#define ROOM_TIMEOUT_MS PROBE_TIMEOUT_MS
 
 /* The circuit's rule as the last snapshot read reported it, the counts
  * that snapshot carried (base) and the process's own outcomes since
@@ -164,12 +173,17 @@ struct cbci_cache {
 	pthread_t thread;
 	cbci_cache_entry *entries;
 	size_t names;
-	char *out; /* pending lines, out_len bytes; out_sent of them sent */
-	size_t out_len, out_cap;
-	bool out_partial; /* out starts with the unsent tail of a line */
+	/* Pending lines: out[out_head..out_len) (both 0 when none; a
+	 * partial send advances out_head instead of moving the rest). */
+	char *out;
+	size_t out_head, out_len, out_cap;
+	bool out_partial; /* out_head is in the unsent tail of a line */
+	unsigned room_waiters; /* callers waiting for room in out */
 	bool blocked; /* the socket took less than all: wait for POLLOUT */
 	bool cold; /* the reader sleeps without a timer: wake it */
-	int64_t lazy_at; /* monotonic µs of the last success queued */
+	/* Monotonic µs of the last success queued, from the coarse clock
+	 * (no TSC read per call; a tick late at most, against CACHE_HOT_US). */
+	int64_t lazy_at;
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
 	/* The line being applied (reader thread only; its flat view is
@@ -265,19 +279,32 @@ cache_wake(cbci_cache *c)
 	(void)n; /* full pipe: the reader is awake already */
 }
 
-/* Send as much pending output as the socket takes now (lock held). */
+/* Send as much pending output as the socket takes now (lock held).
+ * Callers waiting for room are told when some was made. */
 static void
 cache_flush_locked(cbci_cache *c)
 {
 	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
-		ssize_t n = send(c->fd, c->out, c->out_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t n = send(c->fd, c->out + c->out_head, c->out_len - c->out_head,
+		    MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (n > 0) {
 			c->blocked = false;
 			c->stats.sends++;
-			c->out_partial = c->out[n - 1] != '\n';
-			memmove(c->out, c->out + n, c->out_len - (size_t)n);
-			c->out_len -= (size_t)n;
+			c->out_head += (size_t)n;
+			c->out_partial = c->out[c->out_head - 1] != '\n';
+			if (c->out_head == c->out_len) {
+				c->out_head = c->out_len = 0;
+			} else if (c->out_len - c->out_head <= c->out_head) {
+				/* Less left than sent: move it to the start now
+				 * (costs the sender no more than it sent), so that
+				 * callers appending rarely have to. */
+				memmove(c->out, c->out + c->out_head, c->out_len - c->out_head);
+				c->out_len -= c->out_head;
+				c->out_head = 0;
+			}
+			if (c->room_waiters > 0)
+				pthread_cond_broadcast(&c->synced);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -290,19 +317,76 @@ cache_flush_locked(cbci_cache *c)
 	}
 }
 
+/* Does the output have room for len more bytes (CBC_CACHE_OUT_MAX)? */
+static bool
+cache_room(const cbci_cache *c, size_t len)
+{
+	return c->out_len - c->out_head + len <= CBC_CACHE_OUT_MAX;
+}
+
+/* Make room for len more bytes at the end of the output, moving the
+ * pending bytes to its start first when that is enough (lock held). */
+static bool
+cache_out_reserve(cbci_cache *c, size_t len)
+{
+	if (c->out_head > 0 && c->out_len + len > c->out_cap) {
+		memmove(c->out, c->out + c->out_head, c->out_len - c->out_head);
+		c->out_len -= c->out_head;
+		c->out_head = 0;
+	}
+	return cache_buf_reserve(&c->out, c->out_len, &c->out_cap, len);
+}
+
 /* Append one line (with its newline) to the output (lock held). */
 static bool
 cache_append_locked(cbci_cache *c, const char *line, size_t len)
 {
-	if (c->out_len + len > CBC_CACHE_OUT_MAX) {
+	if (!cache_room(c, len)) {
 		c->stats.out_full++;
 		return false;
 	}
-	if (!cache_buf_reserve(&c->out, c->out_len, &c->out_cap, len))
+	if (!cache_out_reserve(c, len))
 		return false;
 	memcpy(c->out + c->out_len, line, len);
 	c->out_len += len;
 	return true;
+}
+
+/* The output is full (CBC_CACHE_OUT_MAX: cbd reads slower than calls
+ * come): write what the socket takes now, and while that leaves no room
+ * for len bytes, wait (lock released) until the reader thread's writes
+ * make some, cbd goes away, or ROOM_TIMEOUT_MS passes (cbd frozen).
+ * True when there is room and the connection is still up: the line then
+ * queues behind every earlier one (nothing overtakes it through the
+ * store). Counted in out_full once per call that found it full. */
+static bool
+cache_wait_room_locked(cbci_cache *c, size_t len)
+{
+	struct timespec until;
+	int rc = 0;
+
+	if (cache_room(c, len))
+		return true;
+	c->stats.out_full++;
+	cache_flush_locked(c);
+	if (cache_room(c, len) || c->fd < 0 || c->broken)
+		return c->fd >= 0 && !c->broken;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ROOM_TIMEOUT_MS / 1000;
+	until.tv_nsec += (long)(ROOM_TIMEOUT_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	/* The reader writes the rest when the socket is writable: wake it
+	 * to poll for that now (blocked) rather than at its next timer. */
+	c->cold = false;
+	cache_wake(c);
+	c->room_waiters++;
+	while (rc == 0 && c->fd >= 0 && !c->broken && !cache_room(c, len))
+		rc = pthread_cond_timedwait(&c->synced, &c->lock, &until);
+	c->room_waiters--;
+	return c->fd >= 0 && !c->broken && cache_room(c, len);
 }
 
 /* Queue watch requests for names[0..n) (lock held). */
@@ -581,11 +665,12 @@ cache_disconnect_locked(cbci_cache *c)
 	/* Lines not yet written stay queued for the next connection (a
 	 * line half written is dropped: its head went to the old one). */
 	if (c->out_partial) {
-		char *nl = memchr(c->out, '\n', c->out_len);
-		size_t drop = nl != NULL ? (size_t)(nl - c->out) + 1 : c->out_len;
+		char *head = c->out + c->out_head;
+		char *nl = memchr(head, '\n', c->out_len - c->out_head);
 
-		memmove(c->out, c->out + drop, c->out_len - drop);
-		c->out_len -= drop;
+		c->out_head = nl != NULL ? (size_t)(nl - c->out) + 1 : c->out_len;
+		if (c->out_head == c->out_len)
+			c->out_head = c->out_len = 0;
 		c->out_partial = false;
 	}
 	HASH_ITER (hh, c->entries, e, tmp)
@@ -733,7 +818,7 @@ cache_probe_locked(cbci_cache *c, int64_t now)
 	 * those), past CBC_CACHE_OUT_MAX too: a full output is when the
 	 * question matters most. Out of memory it is not sent, and the
 	 * connection is dropped unless another line comes. */
-	if (cache_buf_reserve(&c->out, c->out_len, &c->out_cap, (size_t)len)) {
+	if (cache_out_reserve(c, (size_t)len)) {
 		memcpy(c->out + c->out_len, line, (size_t)len);
 		c->out_len += (size_t)len;
 	}
@@ -1028,9 +1113,11 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 {
 	bool queued = false;
 
-	if (c->fd >= 0 && !c->broken) {
+	/* A full output is waited out (bounded), never overtaken: an
+	 * outcome through the store would reach cbd before those queued. */
+	if (c->fd >= 0 && !c->broken && cache_wait_room_locked(c, len)) {
 		bool idle = c->out_len == 0;
-		int64_t now = clock_monotonic_us();
+		int64_t now = clock_monotonic_coarse_ms() * 1000;
 		/* Another success within the hot period: calls are flowing. */
 		bool dense = !urgent && now - c->lazy_at < CACHE_HOT_US;
 		/* Failures, and sparse successes while the reader sleeps (waking
@@ -1047,7 +1134,7 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 				/* cbd went away under us: the line was not
 				 * written; the store reports it (and degrades
 				 * as its policy says). */
-				c->out_len = 0;
+				c->out_head = c->out_len = 0;
 				queued = false;
 			}
 		}
@@ -1126,7 +1213,9 @@ cbci_cache_sync(cbci_cache *c, const cbci_cache_entry *e, const char *line, size
 		until.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (c->fd >= 0 && !c->broken) {
+	/* Room first: the wait releases the lock, and the number is taken
+	 * after it (the lock then held until the line is queued). */
+	if (c->fd >= 0 && !c->broken && cache_wait_room_locked(c, len + sizeof tail)) {
 		n = c->sync_sent + 1;
 		tail_len = (size_t)snprintf(tail, sizeof tail, ",\"id\":\"%s%llu\"}\n",
 		    SYNC_ID_PREFIX, (unsigned long long)n);
