@@ -73,10 +73,19 @@ static _Thread_local int cache_hash_oom;
  * core per process. */
 #define CACHE_FLUSH_US 1000
 /* The reader keeps that period's timer running this long after the last
- * queued success (µs), so a steady flow of calls never has to wake it.
- * After it the reader sleeps: a lone success is written by its caller,
- * and the second within this period wakes the reader's timer again. */
+ * success that came within CACHE_HOT_US of the one before (µs), so a
+ * steady flow of calls never has to wake it. */
 #define CACHE_HOT_US 50000
+/* After it, for CACHE_WARM_US after the last success, the reader writes
+ * sparse successes on a slower timer (CACHE_WARM_FLUSH_US), so that
+ * their callers do not wake anyone: a wake-up after an idle spell costs
+ * the waker 18-32 µs on a 2-core VM (a send waking cbd or a pipe or
+ * eventfd write waking the reader; a plain system call 2.6 µs), a queued
+ * line ~1 µs. Past it the reader sleeps without a timer (an idle process
+ * costs nothing): a lone success is written by its caller, and the
+ * second within CACHE_HOT_US wakes the reader's timer again. */
+#define CACHE_WARM_US 1000000
+#define CACHE_WARM_FLUSH_US 10000
 /* Wait between reconnect attempts while cbd is away (ms). */
 #define CACHE_RECONNECT_MS 20
 /* Longest event or reply line the reader accepts (a watch reply carries a
@@ -184,6 +193,8 @@ struct cbci_cache {
 	/* Monotonic µs of the last success queued, from the coarse clock
 	 * (no TSC read per call; a tick late at most, against CACHE_HOT_US). */
 	int64_t lazy_at;
+	int64_t dense_at; /* the same, of the last success within CACHE_HOT_US
+			   * of the one before it */
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
 	/* The line being applied (reader thread only; its flat view is
@@ -853,8 +864,10 @@ cache_thread(void *arg)
 		c->cold = false;
 		if (c->fd < 0) {
 			wait_us = CACHE_RECONNECT_MS * 1000LL;
-		} else if (now - c->lazy_at < CACHE_HOT_US) {
+		} else if (now - c->dense_at < CACHE_HOT_US) {
 			wait_us = CACHE_FLUSH_US;
+		} else if (now - c->lazy_at < CACHE_WARM_US) {
+			wait_us = CACHE_WARM_FLUSH_US;
 		} else {
 			/* Cold means no flush timer (callers write sparse
 			 * successes themselves), even with a probe due. */
@@ -1127,6 +1140,8 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 		queued = cache_append_locked(c, line, len);
 		if (queued && !urgent)
 			c->lazy_at = now;
+		if (queued && dense)
+			c->dense_at = now;
 		if (queued && write_now) {
 			/* Written now, after whatever is queued (order kept). */
 			cache_flush_locked(c);
