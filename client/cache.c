@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -182,8 +183,9 @@ struct cbci_cache {
 	pthread_t thread;
 	cbci_cache_entry *entries;
 	size_t names;
-	/* Pending lines: out[out_head..out_len) (both 0 when none; a
-	 * partial send advances out_head instead of moving the rest). */
+	/* Pending lines: a ring of out_cap bytes, out_len of them pending
+	 * from out_head on (wrapping at out_cap): a send takes them in place
+	 * and nothing is ever moved, except when the ring grows. */
 	char *out;
 	size_t out_head, out_len, out_cap;
 	bool out_partial; /* out_head is in the unsent tail of a line */
@@ -290,30 +292,48 @@ cache_wake(cbci_cache *c)
 	(void)n; /* full pipe: the reader is awake already */
 }
 
+/* The ring's pending bytes as (at most) two spans; returns how many. */
+static int
+cache_out_spans(const cbci_cache *c, struct iovec iov[2])
+{
+	size_t first = c->out_cap - c->out_head;
+
+	if (c->out_len <= first) {
+		iov[0] = (struct iovec){ c->out + c->out_head, c->out_len };
+		return 1;
+	}
+	iov[0] = (struct iovec){ c->out + c->out_head, first };
+	iov[1] = (struct iovec){ c->out, c->out_len - first };
+	return 2;
+}
+
+/* Drop the first n pending bytes (sent, or a line's unsent tail). */
+static void
+cache_out_consume(cbci_cache *c, size_t n)
+{
+	c->out_len -= n;
+	c->out_head = c->out_len == 0 ? 0 : (c->out_head + n) % c->out_cap;
+}
+
 /* Send as much pending output as the socket takes now (lock held).
  * Callers waiting for room are told when some was made. */
 static void
 cache_flush_locked(cbci_cache *c)
 {
 	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
-		ssize_t n = send(c->fd, c->out + c->out_head, c->out_len - c->out_head,
-		    MSG_DONTWAIT | MSG_NOSIGNAL);
+		struct iovec iov[2];
+		struct msghdr msg = { .msg_iov = iov };
+		ssize_t n;
 
+		msg.msg_iovlen = (size_t)cache_out_spans(c, iov);
+		n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n > 0) {
+			size_t last = (c->out_head + (size_t)n - 1) % c->out_cap;
+
 			c->blocked = false;
 			c->stats.sends++;
-			c->out_head += (size_t)n;
-			c->out_partial = c->out[c->out_head - 1] != '\n';
-			if (c->out_head == c->out_len) {
-				c->out_head = c->out_len = 0;
-			} else if (c->out_len - c->out_head <= c->out_head) {
-				/* Less left than sent: move it to the start now
-				 * (costs the sender no more than it sent), so that
-				 * callers appending rarely have to. */
-				memmove(c->out, c->out + c->out_head, c->out_len - c->out_head);
-				c->out_len -= c->out_head;
-				c->out_head = 0;
-			}
+			c->out_partial = c->out[last] != '\n';
+			cache_out_consume(c, (size_t)n);
 			if (c->room_waiters > 0)
 				pthread_cond_broadcast(&c->synced);
 			continue;
@@ -332,20 +352,44 @@ cache_flush_locked(cbci_cache *c)
 static bool
 cache_room(const cbci_cache *c, size_t len)
 {
-	return c->out_len - c->out_head + len <= CBC_CACHE_OUT_MAX;
+	return c->out_len + len <= CBC_CACHE_OUT_MAX;
 }
 
-/* Make room for len more bytes at the end of the output, moving the
- * pending bytes to its start first when that is enough (lock held). */
+/* Append len bytes to the ring, growing it (doubling; the pending bytes
+ * then start the new one) when they do not fit (lock held). */
 static bool
-cache_out_reserve(cbci_cache *c, size_t len)
+cache_out_put(cbci_cache *c, const char *data, size_t len)
 {
-	if (c->out_head > 0 && c->out_len + len > c->out_cap) {
-		memmove(c->out, c->out + c->out_head, c->out_len - c->out_head);
-		c->out_len -= c->out_head;
+	size_t tail, first;
+
+	if (len == 0)
+		return true;
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap == 0 ? CACHE_BUF_INITIAL : c->out_cap;
+		struct iovec iov[2];
+		char *grown;
+		int spans;
+
+		while (cap < c->out_len + len)
+			cap *= 2;
+		grown = malloc(cap);
+		if (grown == NULL)
+			return false;
+		spans = c->out_len > 0 ? cache_out_spans(c, iov) : 0;
+		for (int i = 0; i < spans; i++)
+			memcpy(grown + (i == 0 ? 0 : iov[0].iov_len), iov[i].iov_base,
+			    iov[i].iov_len);
+		free(c->out);
+		c->out = grown;
+		c->out_cap = cap;
 		c->out_head = 0;
 	}
-	return cache_buf_reserve(&c->out, c->out_len, &c->out_cap, len);
+	tail = (c->out_head + c->out_len) % c->out_cap;
+	first = c->out_cap - tail < len ? c->out_cap - tail : len;
+	memcpy(c->out + tail, data, first);
+	memcpy(c->out, data + first, len - first);
+	c->out_len += len;
+	return true;
 }
 
 /* Append one line (with its newline) to the output (lock held). */
@@ -356,11 +400,7 @@ cache_append_locked(cbci_cache *c, const char *line, size_t len)
 		c->stats.out_full++;
 		return false;
 	}
-	if (!cache_out_reserve(c, len))
-		return false;
-	memcpy(c->out + c->out_len, line, len);
-	c->out_len += len;
-	return true;
+	return cache_out_put(c, line, len);
 }
 
 /* The output is full (CBC_CACHE_OUT_MAX: cbd reads slower than calls
@@ -675,15 +715,23 @@ cache_disconnect_locked(cbci_cache *c)
 	c->in_len = 0;
 	/* Lines not yet written stay queued for the next connection (a
 	 * line half written is dropped: its head went to the old one). */
-	if (c->out_partial) {
-		char *head = c->out + c->out_head;
-		char *nl = memchr(head, '\n', c->out_len - c->out_head);
+	if (c->out_partial && c->out_len > 0) {
+		struct iovec iov[2];
+		int spans = cache_out_spans(c, iov);
+		size_t drop = c->out_len;
 
-		c->out_head = nl != NULL ? (size_t)(nl - c->out) + 1 : c->out_len;
-		if (c->out_head == c->out_len)
-			c->out_head = c->out_len = 0;
-		c->out_partial = false;
+		for (int i = 0; i < spans; i++) {
+			char *nl = memchr(iov[i].iov_base, '\n', iov[i].iov_len);
+
+			if (nl != NULL) {
+				drop = (i == 0 ? 0 : iov[0].iov_len) +
+				    (size_t)(nl - (char *)iov[i].iov_base) + 1;
+				break;
+			}
+		}
+		cache_out_consume(c, drop);
 	}
+	c->out_partial = false;
 	HASH_ITER (hh, c->entries, e, tmp)
 		e->valid = false;
 	/* Synced outcomes waiting for a reply get none: their callers go on
@@ -829,10 +877,7 @@ cache_probe_locked(cbci_cache *c, int64_t now)
 	 * those), past CBC_CACHE_OUT_MAX too: a full output is when the
 	 * question matters most. Out of memory it is not sent, and the
 	 * connection is dropped unless another line comes. */
-	if (cache_out_reserve(c, (size_t)len)) {
-		memcpy(c->out + c->out_len, line, (size_t)len);
-		c->out_len += (size_t)len;
-	}
+	(void)cache_out_put(c, line, (size_t)len);
 	c->probe_at = now;
 	return c->probe_at + PROBE_TIMEOUT_MS * 1000LL;
 }
@@ -1149,7 +1194,8 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 				/* cbd went away under us: the line was not
 				 * written; the store reports it (and degrades
 				 * as its policy says). */
-				c->out_head = c->out_len = 0;
+				c->out_head = 0;
+				c->out_len = 0;
 				queued = false;
 			}
 		}
