@@ -384,10 +384,13 @@ cache_out_put(cbci_cache *c, const char *data, size_t len)
 		c->out_cap = cap;
 		c->out_head = 0;
 	}
-	tail = (c->out_head + c->out_len) % c->out_cap;
+	tail = c->out_head + c->out_len;
+	if (tail >= c->out_cap)
+		tail -= c->out_cap;
 	first = c->out_cap - tail < len ? c->out_cap - tail : len;
 	memcpy(c->out + tail, data, first);
-	memcpy(c->out, data + first, len - first);
+	if (first < len)
+		memcpy(c->out, data + first, len - first);
 	c->out_len += len;
 	return true;
 }
