@@ -1185,7 +1185,7 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 		 * it would cost the caller more than the write), go now. */
 		bool write_now = urgent || (c->cold && !dense);
 
-		queued = cache_append_locked(c, line, len);
+		queued = cache_out_put(c, line, len); /* room: waited for above */
 		if (queued && !urgent)
 			c->lazy_at = now;
 		if (queued && dense)
