@@ -29,8 +29,12 @@
  *     thread on a CACHE_FLUSH_US timer that runs while calls flow, so a
  *     steady stream of closed calls costs no system call each: one write
  *     carries every line queued in the period. When the socket cannot
- *     take it all, the rest waits for POLLOUT. Past CBC_CACHE_OUT_MAX
- *     pending bytes, or with no live connection, the caller reports
+ *     take it all, the rest waits for POLLOUT. A caller that finds
+ *     CBC_CACHE_OUT_MAX bytes pending (cbd reads slower than calls
+ *     come) writes what the socket takes and waits for room, at most
+ *     ROOM_TIMEOUT_MS: its outcome then queues behind the earlier ones,
+ *     so every outcome reaches cbd once and in order. With no live
+ *     connection, or cbd frozen past that wait, the caller reports
  *     through the store instead.
  *   - A frozen cbd (SIGSTOP, hung) keeps the connection open, so the
  *     reader checks that cbd still answers: PROBE_INTERVAL_MS after the
@@ -49,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,10 +74,19 @@ static _Thread_local int cache_hash_oom;
  * core per process. */
 #define CACHE_FLUSH_US 1000
 /* The reader keeps that period's timer running this long after the last
- * queued success (µs), so a steady flow of calls never has to wake it.
- * After it the reader sleeps: a lone success is written by its caller,
- * and the second within this period wakes the reader's timer again. */
+ * success that came within CACHE_HOT_US of the one before (µs), so a
+ * steady flow of calls never has to wake it. */
 #define CACHE_HOT_US 50000
+/* After it, for CACHE_WARM_US after the last success, the reader writes
+ * sparse successes on a slower timer (CACHE_WARM_FLUSH_US), so that
+ * their callers do not wake anyone: a wake-up after an idle spell costs
+ * the waker 18-32 µs on a 2-core VM (a send waking cbd or a pipe or
+ * eventfd write waking the reader; a plain system call 2.6 µs), a queued
+ * line ~1 µs. Past it the reader sleeps without a timer (an idle process
+ * costs nothing): a lone success is written by its caller, and the
+ * second within CACHE_HOT_US wakes the reader's timer again. */
+#define CACHE_WARM_US 1000000
+#define CACHE_WARM_FLUSH_US 10000
 /* Wait between reconnect attempts while cbd is away (ms). */
 #define CACHE_RECONNECT_MS 20
 /* Longest event or reply line the reader accepts (a watch reply carries a
@@ -117,6 +131,11 @@ static _Thread_local int cache_hash_oom;
  * circuit's rule allows. */
 #define SYNC_ID_PREFIX "cache-sync-"
 #define SYNC_TIMEOUT_MS PROBE_TIMEOUT_MS
+/* How long a caller that found CBC_CACHE_OUT_MAX bytes already queued
+ * waits for cbd to read some before it reports through the store (ms):
+ * the probe's bound, past which cbd counts as frozen. A live cbd makes
+ * room within its read of a socket buffer (~1 ms). */
+#define ROOM_TIMEOUT_MS PROBE_TIMEOUT_MS
 
 /* The circuit's rule as the last snapshot read reported it, the counts
  * that snapshot carried (base) and the process's own outcomes since
@@ -171,12 +190,20 @@ struct cbci_cache {
 	pthread_t thread;
 	cbci_cache_entry *entries;
 	size_t names;
-	char *out; /* pending lines, out_len bytes; out_sent of them sent */
-	size_t out_len, out_cap;
-	bool out_partial; /* out starts with the unsent tail of a line */
+	/* Pending lines: a ring of out_cap bytes, out_len of them pending
+	 * from out_head on (wrapping at out_cap): a send takes them in place
+	 * and nothing is ever moved, except when the ring grows. */
+	char *out;
+	size_t out_head, out_len, out_cap;
+	bool out_partial; /* out_head is in the unsent tail of a line */
+	unsigned room_waiters; /* callers waiting for room in out */
 	bool blocked; /* the socket took less than all: wait for POLLOUT */
 	bool cold; /* the reader sleeps without a timer: wake it */
-	int64_t lazy_at; /* monotonic µs of the last success queued */
+	/* Monotonic µs of the last success queued, from the coarse clock
+	 * (no TSC read per call; a tick late at most, against CACHE_HOT_US). */
+	int64_t lazy_at;
+	int64_t dense_at; /* the same, of the last success within CACHE_HOT_US
+			   * of the one before it */
 	char *in; /* bytes read, not yet a full line */
 	size_t in_len, in_cap;
 	/* The line being applied (reader thread only; its flat view is
@@ -272,19 +299,50 @@ cache_wake(cbci_cache *c)
 	(void)n; /* full pipe: the reader is awake already */
 }
 
-/* Send as much pending output as the socket takes now (lock held). */
+/* The ring's pending bytes as (at most) two spans; returns how many. */
+static int
+cache_out_spans(const cbci_cache *c, struct iovec iov[2])
+{
+	size_t first = c->out_cap - c->out_head;
+
+	if (c->out_len <= first) {
+		iov[0] = (struct iovec){ c->out + c->out_head, c->out_len };
+		return 1;
+	}
+	iov[0] = (struct iovec){ c->out + c->out_head, first };
+	iov[1] = (struct iovec){ c->out, c->out_len - first };
+	return 2;
+}
+
+/* Drop the first n pending bytes (sent, or a line's unsent tail). */
+static void
+cache_out_consume(cbci_cache *c, size_t n)
+{
+	c->out_len -= n;
+	c->out_head = c->out_len == 0 ? 0 : (c->out_head + n) % c->out_cap;
+}
+
+/* Send as much pending output as the socket takes now (lock held).
+ * Callers waiting for room are told when some was made. */
 static void
 cache_flush_locked(cbci_cache *c)
 {
 	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
-		ssize_t n = send(c->fd, c->out, c->out_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		struct iovec iov[2];
+		struct msghdr msg = { .msg_iov = iov };
+		ssize_t n;
 
+		msg.msg_iovlen = (size_t)cache_out_spans(c, iov);
+		n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n > 0) {
+			size_t last = (c->out_head + (size_t)n - 1) % c->out_cap;
+
 			c->blocked = false;
 			c->stats.sends++;
-			c->out_partial = c->out[n - 1] != '\n';
-			memmove(c->out, c->out + n, c->out_len - (size_t)n);
-			c->out_len -= (size_t)n;
+			c->out_partial = c->out[last] != '\n';
+			cache_out_consume(c, (size_t)n);
+			if (c->room_waiters > 0)
+				pthread_cond_broadcast(&c->synced);
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -297,19 +355,99 @@ cache_flush_locked(cbci_cache *c)
 	}
 }
 
+/* Does the output have room for len more bytes (CBC_CACHE_OUT_MAX)? */
+static bool
+cache_room(const cbci_cache *c, size_t len)
+{
+	return c->out_len + len <= CBC_CACHE_OUT_MAX;
+}
+
+/* Append len bytes to the ring, growing it (doubling; the pending bytes
+ * then start the new one) when they do not fit (lock held). */
+static bool
+cache_out_put(cbci_cache *c, const char *data, size_t len)
+{
+	size_t tail, first;
+
+	if (len == 0)
+		return true;
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap == 0 ? CACHE_BUF_INITIAL : c->out_cap;
+		struct iovec iov[2];
+		char *grown;
+		int spans;
+
+		while (cap < c->out_len + len)
+			cap *= 2;
+		grown = malloc(cap);
+		if (grown == NULL)
+			return false;
+		spans = c->out_len > 0 ? cache_out_spans(c, iov) : 0;
+		for (int i = 0; i < spans; i++)
+			memcpy(grown + (i == 0 ? 0 : iov[0].iov_len), iov[i].iov_base,
+			    iov[i].iov_len);
+		free(c->out);
+		c->out = grown;
+		c->out_cap = cap;
+		c->out_head = 0;
+	}
+	tail = c->out_head + c->out_len;
+	if (tail >= c->out_cap)
+		tail -= c->out_cap;
+	first = c->out_cap - tail < len ? c->out_cap - tail : len;
+	memcpy(c->out + tail, data, first);
+	if (first < len)
+		memcpy(c->out, data + first, len - first);
+	c->out_len += len;
+	return true;
+}
+
 /* Append one line (with its newline) to the output (lock held). */
 static bool
 cache_append_locked(cbci_cache *c, const char *line, size_t len)
 {
-	if (c->out_len + len > CBC_CACHE_OUT_MAX) {
+	if (!cache_room(c, len)) {
 		c->stats.out_full++;
 		return false;
 	}
-	if (!cache_buf_reserve(&c->out, c->out_len, &c->out_cap, len))
-		return false;
-	memcpy(c->out + c->out_len, line, len);
-	c->out_len += len;
-	return true;
+	return cache_out_put(c, line, len);
+}
+
+/* The output is full (CBC_CACHE_OUT_MAX: cbd reads slower than calls
+ * come): write what the socket takes now, and while that leaves no room
+ * for len bytes, wait (lock released) until the reader thread's writes
+ * make some, cbd goes away, or ROOM_TIMEOUT_MS passes (cbd frozen).
+ * True when there is room and the connection is still up: the line then
+ * queues behind every earlier one (nothing overtakes it through the
+ * store). Counted in out_full once per call that found it full. */
+static bool
+cache_wait_room_locked(cbci_cache *c, size_t len)
+{
+	struct timespec until;
+	int rc = 0;
+
+	if (cache_room(c, len))
+		return true;
+	c->stats.out_full++;
+	cache_flush_locked(c);
+	if (cache_room(c, len) || c->fd < 0 || c->broken)
+		return c->fd >= 0 && !c->broken;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ROOM_TIMEOUT_MS / 1000;
+	until.tv_nsec += (long)(ROOM_TIMEOUT_MS % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	/* The reader writes the rest when the socket is writable: wake it
+	 * to poll for that now (blocked) rather than at its next timer. */
+	c->cold = false;
+	cache_wake(c);
+	c->room_waiters++;
+	while (rc == 0 && c->fd >= 0 && !c->broken && !cache_room(c, len))
+		rc = pthread_cond_timedwait(&c->synced, &c->lock, &until);
+	c->room_waiters--;
+	return c->fd >= 0 && !c->broken && cache_room(c, len);
 }
 
 /* Queue watch requests for names[0..n) (lock held). */
@@ -587,14 +725,23 @@ cache_disconnect_locked(cbci_cache *c)
 	c->in_len = 0;
 	/* Lines not yet written stay queued for the next connection (a
 	 * line half written is dropped: its head went to the old one). */
-	if (c->out_partial) {
-		char *nl = memchr(c->out, '\n', c->out_len);
-		size_t drop = nl != NULL ? (size_t)(nl - c->out) + 1 : c->out_len;
+	if (c->out_partial && c->out_len > 0) {
+		struct iovec iov[2];
+		int spans = cache_out_spans(c, iov);
+		size_t drop = c->out_len;
 
-		memmove(c->out, c->out + drop, c->out_len - drop);
-		c->out_len -= drop;
-		c->out_partial = false;
+		for (int i = 0; i < spans; i++) {
+			char *nl = memchr(iov[i].iov_base, '\n', iov[i].iov_len);
+
+			if (nl != NULL) {
+				drop = (i == 0 ? 0 : iov[0].iov_len) +
+				    (size_t)(nl - (char *)iov[i].iov_base) + 1;
+				break;
+			}
+		}
+		cache_out_consume(c, drop);
 	}
+	c->out_partial = false;
 	HASH_ITER (hh, c->entries, e, tmp)
 		e->valid = false;
 	/* Synced outcomes waiting for a reply get none: their callers go on
@@ -781,9 +928,15 @@ cache_close_locked(cbci_cache *c)
 	cache_flush_locked(c);
 	if (c->fd >= 0 && !c->broken && c->out_len > 0 &&
 	    (t = malloc(sizeof *t + c->out_len)) != NULL) {
+		struct iovec iov[2];
+		int spans = cache_out_spans(c, iov);
+
 		t->fd = c->fd;
-		t->len = c->out_len;
-		memcpy(t->buf, c->out, c->out_len);
+		t->len = 0;
+		for (int i = 0; i < spans; i++) { /* the ring's two spans, in order */
+			memcpy(t->buf + t->len, iov[i].iov_base, iov[i].iov_len);
+			t->len += iov[i].iov_len;
+		}
 		if (pipe2(done, O_CLOEXEC) != 0)
 			done[0] = done[1] = -1;
 		t->done = done[1];
@@ -796,6 +949,7 @@ cache_close_locked(cbci_cache *c)
 		if (started) {
 			c->fd = -1; /* the tail thread's now */
 			c->out_len = 0;
+			c->out_head = 0;
 			c->out_partial = false;
 		} else {
 			free(t);
@@ -851,10 +1005,7 @@ cache_probe_locked(cbci_cache *c, int64_t now)
 	 * those), past CBC_CACHE_OUT_MAX too: a full output is when the
 	 * question matters most. Out of memory it is not sent, and the
 	 * connection is dropped unless another line comes. */
-	if (cache_buf_reserve(&c->out, c->out_len, &c->out_cap, (size_t)len)) {
-		memcpy(c->out + c->out_len, line, (size_t)len);
-		c->out_len += (size_t)len;
-	}
+	(void)cache_out_put(c, line, (size_t)len);
 	c->probe_at = now;
 	return c->probe_at + PROBE_TIMEOUT_MS * 1000LL;
 }
@@ -886,8 +1037,10 @@ cache_thread(void *arg)
 		c->cold = false;
 		if (c->fd < 0) {
 			wait_us = CACHE_RECONNECT_MS * 1000LL;
-		} else if (now - c->lazy_at < CACHE_HOT_US) {
+		} else if (now - c->dense_at < CACHE_HOT_US) {
 			wait_us = CACHE_FLUSH_US;
+		} else if (now - c->lazy_at < CACHE_WARM_US) {
+			wait_us = CACHE_WARM_FLUSH_US;
 		} else {
 			/* Cold means no flush timer (callers write sparse
 			 * successes themselves), even with a probe due. */
@@ -1145,18 +1298,22 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 {
 	bool queued = false;
 
-	if (c->fd >= 0 && !c->broken) {
+	/* A full output is waited out (bounded), never overtaken: an
+	 * outcome through the store would reach cbd before those queued. */
+	if (c->fd >= 0 && !c->broken && cache_wait_room_locked(c, len)) {
 		bool idle = c->out_len == 0;
-		int64_t now = clock_monotonic_us();
+		int64_t now = clock_monotonic_coarse_ms() * 1000;
 		/* Another success within the hot period: calls are flowing. */
 		bool dense = !urgent && now - c->lazy_at < CACHE_HOT_US;
 		/* Failures, and sparse successes while the reader sleeps (waking
 		 * it would cost the caller more than the write), go now. */
 		bool write_now = urgent || (c->cold && !dense);
 
-		queued = cache_append_locked(c, line, len);
+		queued = cache_out_put(c, line, len); /* room: waited for above */
 		if (queued && !urgent)
 			c->lazy_at = now;
+		if (queued && dense)
+			c->dense_at = now;
 		if (queued && write_now) {
 			/* Written now, after whatever is queued (order kept). */
 			cache_flush_locked(c);
@@ -1164,6 +1321,7 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 				/* cbd went away under us: the line was not
 				 * written; the store reports it (and degrades
 				 * as its policy says). */
+				c->out_head = 0;
 				c->out_len = 0;
 				queued = false;
 			}
@@ -1243,7 +1401,9 @@ cbci_cache_sync(cbci_cache *c, const cbci_cache_entry *e, const char *line, size
 		until.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (c->fd >= 0 && !c->broken) {
+	/* Room first: the wait releases the lock, and the number is taken
+	 * after it (the lock then held until the line is queued). */
+	if (c->fd >= 0 && !c->broken && cache_wait_room_locked(c, len + sizeof tail)) {
 		n = c->sync_sent + 1;
 		tail_len = (size_t)snprintf(tail, sizeof tail, ",\"id\":\"%s%llu\"}\n",
 		    SYNC_ID_PREFIX, (unsigned long long)n);

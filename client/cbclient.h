@@ -763,8 +763,10 @@ typedef enum cbc_cache_mode {
 /* Most circuit names one process's cache watches (more: those breakers
  * ask cbd; counted in names_full). */
 #define CBC_CACHE_NAMES_MAX 4096u
-/* Most outcome bytes waiting to be written (more: reported through the
- * store; counted in out_full). */
+/* Most outcome bytes waiting to be written. A call whose outcome finds
+ * them queued (cbd reads slower than calls come) waits until cbd has read
+ * some, at most 1 s (then, cbd counting as frozen, it reports through the
+ * store); counted in out_full. */
 #define CBC_CACHE_OUT_MAX (1024u * 1024u)
 
 /* The counters of a process's cache (shared by its cached breakers). */
@@ -782,7 +784,7 @@ typedef struct cbc_cache_stats {
 	uint64_t disconnects; /* watch connections lost */
 	uint64_t refused; /* ok:false answers to a watch (a protocol 1 cbd) */
 	uint64_t bad_lines; /* lines or snapshots that could not be read */
-	uint64_t out_full; /* limit hits: CBC_CACHE_OUT_MAX */
+	uint64_t out_full; /* limit hits: CBC_CACHE_OUT_MAX (calls that waited) */
 	uint64_t names_full; /* limit hits: CBC_CACHE_NAMES_MAX */
 	uint64_t line_too_long; /* limit hits: a line from cbd too long */
 	int64_t last_event_us; /* monotonic µs when the last event was applied */

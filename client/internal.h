@@ -241,9 +241,10 @@ cbci_cache_verdict cbci_cache_decide(cbci_cache *cache, const cbci_cache_entry *
 /* The change events applied to entry so far. */
 uint64_t cbci_cache_seq(cbci_cache *cache, const cbci_cache_entry *entry);
 /* Queue a noreply line (with its newline) on the watch connection, and
- * write it now when urgent (else within CACHE_FLUSH_US); false when there
- * is no live connection or the output is full (report through the store
- * instead). */
+ * write it now when urgent (else on the reader's timer); when the output
+ * is full, first wait (bounded) for cbd to read some. False when there is
+ * no live connection, or cbd did not read within the bound (report
+ * through the store instead). */
 bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgent);
 /* A cached permit's outcome (line: its noreply line): counted against
  * the entry's rule with the process's own outcomes since cbd's last

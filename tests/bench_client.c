@@ -8,15 +8,20 @@
  * closed, open and half_open, and the propagation delay of a trip made in
  * one process to the caches of PROP_WATCHERS others.
  *
- *   CBD_BINARY=src/cbd tests/bench_client [-p] [-n NICE]
+ *   CBD_BINARY=src/cbd tests/bench_client [-p | -c [-s STATE] [-l CALLS]] [-P] [-n NICE]
  *
- * -p: the propagation measurement alone. -n: run cbd at that nice value
- * (what a unit's Nice= does; it needs root for a negative one).
+ * -p: the propagation measurement alone. -c: the cached closed and open
+ * calls alone (-s closed or -s open: one of them); with -l, also the mean
+ * over CALLS closed calls back to back (a sustained loop: past the 1 MiB
+ * backlog it runs at cbd's reading pace). -P: cbd on CPU 0, the bench
+ * (callers and the cache's reader thread) on CPU 1. -n: run cbd at that nice value (what a unit's Nice= does; it
+ * needs root for a negative one).
  *
  * Starts its own cbd on a temporary socket (tests/cbd-harness API).
  * Prints one line per measurement; not run by make check.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -39,13 +44,17 @@ now_us(void)
 	return harness_now_s() * 1e6;
 }
 
-/* Print p50/p99/max of the first n samples (µs). */
+/* Print p50/p99/max and the mean of the first n samples (µs). */
 static void
 report(const char *what, int n)
 {
+	double sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += samples[i];
 	harness_sort_samples(samples, (size_t)n);
-	printf("%-52s n=%-6d p50=%9.1f us  p99=%9.1f us  max=%9.1f us\n", what, n, samples[n / 2],
-	    samples[n * 99 / 100], samples[n - 1]);
+	printf("%-52s n=%-6d p50=%9.1f us  p99=%9.1f us  max=%9.1f us  mean=%9.3f us\n", what, n,
+	    samples[n / 2], samples[n * 99 / 100], samples[n - 1], sum / n);
 }
 
 static int
@@ -72,11 +81,26 @@ static int wait_poll_us = 1000;
 /* The pace of the paced closed-call measurement (µs between calls). */
 #define PACED_GAP_US 100
 #define PACED_CALLS 5000
+/* The pause before the burst: cbd reads a full backlog (~14,000 lines)
+ * in ~15-30 ms. */
+#define BURST_SETTLE_US 300000
+/* Busy-paced closed calls: µs between call starts. */
+static const double spin_gaps[] = { 2, 5, 20 };
 /* Sparse calls: further apart than the reader's hot period (50 ms). */
 #define SPARSE_GAP_US 60000
 #define SPARSE_CALLS 100
 
 static void time_calls(cbc_breaker *b, const char *what, int n, int gap_us);
+static void time_calls_spin(cbc_breaker *b, const char *what, int n, double gap_us);
+static double cbd_cpu_s(void);
+/* -c: only the cached closed and open cases; -l: a sustained closed loop
+ * of that many calls. */
+static bool only_cached;
+/* cbd's pid (its CPU time: /proc/PID/stat). */
+static pid_t cbd_pid;
+/* -s closed|open: with -c, that state alone (callgrind: one path). */
+static const char *only_state;
+static long long sustained_calls;
 
 static cbc_breaker *
 breaker_named(cbc_store *store, const char *name, int64_t backoff_ms, cbc_cache_mode cache)
@@ -140,6 +164,12 @@ bench_states(cbc_store *remote, cbc_conn *admin)
 			int n =
 			    on && states[i] != CBC_STATE_HALF_OPEN ? CACHED_CALLS : UNCACHED_CALLS;
 
+			if (only_cached && (!on || states[i] == CBC_STATE_HALF_OPEN))
+				continue;
+			if (only_state != NULL &&
+			    strcmp(only_state, cbc_state_name(states[i])) != 0)
+				continue;
+
 			snprintf(name, sizeof name, "state-%zu-%d", i, on);
 			b = breaker_named(remote, name, -1, on ? CBC_CACHE_ON : CBC_CACHE_OFF);
 			if (b == NULL)
@@ -154,33 +184,83 @@ bench_states(cbc_store *remote, cbc_conn *admin)
 			snprintf(what, sizeof what, "protected call, %s, cache %s",
 			    cbc_state_name(states[i]), on ? "on" : "off");
 			time_calls(b, what, n, 0);
-			if (on && states[i] != CBC_STATE_HALF_OPEN) {
-				/* The mean over a run (p50 above is rounded to 0.1 us). */
-				double t0 = now_us();
+			/* The mean over a run (p50 above is rounded to 0.1 us),
+			 * with the calls of it that found the backlog full: right
+			 * after the run above (closed: its outcomes still queued,
+			 * so the calls go at cbd's reading pace), then as a burst
+			 * once cbd has read them (closed: 20,000 outcomes, 1.5 MB,
+			 * about what the backlog and the socket hold). */
+			for (int burst = 0; on && states[i] != CBC_STATE_HALF_OPEN && burst < 2;
+			     burst++) {
+				cbc_cache_stats s0, s1;
+				double t0;
 
+				if (burst)
+					usleep(BURST_SETTLE_US);
+				cbc_breaker_cache_stats(b, &s0, NULL);
+				t0 = now_us();
 				for (int k = 0; k < n; k++)
 					cbc_breaker_execute(b, call_ok, NULL, NULL, NULL);
-				printf("    mean over %d calls: %.0f ns\n", n,
-				    (now_us() - t0) * 1000.0 / n);
+				t0 = now_us() - t0;
+				cbc_breaker_cache_stats(b, &s1, NULL);
+				printf("    mean over %d calls%s: %.0f ns (%llu found the backlog "
+				       "full, %llu via the store)\n",
+				    n, burst ? ", a burst after a pause" : "", t0 * 1000.0 / n,
+				    (unsigned long long)(s1.out_full - s0.out_full),
+				    (unsigned long long)(s1.store_reports - s0.store_reports));
+			}
+			if (on && states[i] == CBC_STATE_CLOSED && sustained_calls > 0) {
+				cbc_cache_stats s0, s1;
+				double t0;
+
+				double cpu0 = cbd_cpu_s();
+
+				cbc_breaker_cache_stats(b, &s0, NULL);
+				t0 = now_us();
+				for (long long k = 0; k < sustained_calls; k++)
+					cbc_breaker_execute(b, call_ok, NULL, NULL, NULL);
+				t0 = now_us() - t0;
+				cbc_breaker_cache_stats(b, &s1, NULL);
+				/* cbd's CPU a call (the lines it read meanwhile are
+				 * about the calls made: the backlog is full at both
+				 * ends). */
+				printf("    sustained: mean over %lld calls: %.0f ns (%llu found "
+				       "the backlog full, %llu via the store); cbd CPU %.0f ns "
+				       "a call\n",
+				    sustained_calls, t0 * 1000.0 / (double)sustained_calls,
+				    (unsigned long long)(s1.out_full - s0.out_full),
+				    (unsigned long long)(s1.store_reports - s0.store_reports),
+				    (cbd_cpu_s() - cpu0) * 1e9 / (double)sustained_calls);
 			}
 			if (on) {
 				cbc_cache_stats cs;
 
 				cbc_breaker_cache_stats(b, &cs, NULL);
 				printf("    cache: %llu permitted, %llu refused, %llu asked cbd, "
-				       "%llu noreply lines in %llu writes, %llu via the store\n",
+				       "%llu noreply lines in %llu writes, %llu via the store, "
+				       "%llu found the backlog full, %llu disconnects\n",
 				    (unsigned long long)cs.permitted,
 				    (unsigned long long)cs.refused_calls,
 				    (unsigned long long)cs.asked,
 				    (unsigned long long)cs.noreply_lines,
 				    (unsigned long long)cs.sends,
-				    (unsigned long long)cs.store_reports);
+				    (unsigned long long)cs.store_reports,
+				    (unsigned long long)cs.out_full,
+				    (unsigned long long)cs.disconnects);
 			}
 			if (on && states[i] == CBC_STATE_CLOSED) {
 				/* One call at a time, cbd keeping up: a write per call. */
 				snprintf(what, sizeof what,
 				    "protected call, closed, cache on, 1 call/%d us", PACED_GAP_US);
 				time_calls(b, what, PACED_CALLS, PACED_GAP_US);
+				/* Busy paced: 500k, 200k and 50k calls a second. */
+				for (size_t g = 0; g < sizeof spin_gaps / sizeof spin_gaps[0];
+				     g++) {
+					snprintf(what, sizeof what,
+					    "protected call, closed, cache on, 1 call/%g us (spin)",
+					    spin_gaps[g]);
+					time_calls_spin(b, what, CACHED_CALLS, spin_gaps[g]);
+				}
 				/* Sparse: past the reader's hot period each call
 				 * wakes it (a pipe write). */
 				snprintf(what, sizeof what,
@@ -273,6 +353,52 @@ out:
 			waitpid(pids[i], NULL, 0);
 }
 
+/* cbd's user + system CPU time so far (s), or -1. */
+static double
+cbd_cpu_s(void)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	ssize_t n;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)cbd_pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	n = (ssize_t)fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* Fields 14 and 15 (utime, stime), after the ")" that ends comm. */
+	p = strrchr(buf, ')');
+	if (p == NULL ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Time n breaker calls, spinning (not sleeping: the core stays busy and
+ * its caches warm, as in a server's loop) until start + gap_us between
+ * their starts: a call rate of 1e6 / gap_us a second. */
+static void
+time_calls_spin(cbc_breaker *b, const char *what, int n, double gap_us)
+{
+	double next = now_us();
+
+	for (int i = 0; i < n; i++) {
+		double t0;
+
+		while ((t0 = now_us()) < next)
+			;
+		next = t0 + gap_us;
+		cbc_breaker_execute(b, call_ok, NULL, NULL, NULL);
+		samples[i] = now_us() - t0;
+	}
+	report(what, n);
+}
+
 /* Time n breaker calls, sleeping gap_us between them. */
 static void
 time_calls(cbc_breaker *b, const char *what, int n, int gap_us)
@@ -291,7 +417,7 @@ time_calls(cbc_breaker *b, const char *what, int n, int gap_us)
 int
 main(int argc, char **argv)
 {
-	bool only_propagation = false;
+	bool only_propagation = false, pin = false;
 	int cbd_nice = 0, opt;
 	cbd_harness h;
 	cbc_conn *conn;
@@ -300,13 +426,22 @@ main(int argc, char **argv)
 	cbc_snapshot s;
 	char what[96];
 
-	while ((opt = getopt(argc, argv, "pn:")) != -1) {
+	while ((opt = getopt(argc, argv, "pcPs:l:n:")) != -1) {
 		if (opt == 'p') {
 			only_propagation = true;
+		} else if (opt == 'c') {
+			only_cached = true;
+		} else if (opt == 'P') {
+			pin = true;
+		} else if (opt == 's') {
+			only_state = optarg;
+		} else if (opt == 'l') {
+			sustained_calls = atoll(optarg);
 		} else if (opt == 'n') {
 			cbd_nice = atoi(optarg);
 		} else {
-			fprintf(stderr, "usage: bench_client [-p] [-n NICE]\n");
+			fprintf(stderr,
+			    "usage: bench_client [-p | -c [-s STATE] [-l CALLS]] [-P] [-n NICE]\n");
 			return 2;
 		}
 	}
@@ -318,6 +453,21 @@ main(int argc, char **argv)
 	/* -n: cbd's priority, as a unit's Nice= would set it (a trip's
 	 * events reach 100 woken watchers sooner when they do not preempt
 	 * cbd between its writes). */
+	/* -P: cbd on CPU 0, this process (caller and reader thread) on CPU
+	 * 1: what the caller pays itself, without cbd preempting it. */
+	if (pin) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(0, &set);
+		if (sched_setaffinity(h.pid, sizeof set, &set) != 0)
+			fprintf(stderr, "bench_client: cannot pin cbd: %s\n", strerror(errno));
+		CPU_ZERO(&set);
+		CPU_SET(1, &set);
+		if (sched_setaffinity(0, sizeof set, &set) != 0)
+			fprintf(stderr, "bench_client: cannot pin: %s\n", strerror(errno));
+		printf("cbd on CPU 0, bench_client on CPU 1\n");
+	}
 	if (cbd_nice != 0) {
 		if (setpriority(PRIO_PROCESS, (id_t)h.pid, cbd_nice) != 0)
 			fprintf(stderr, "bench_client: cannot set cbd's nice to %d: %s\n", cbd_nice,
@@ -325,8 +475,20 @@ main(int argc, char **argv)
 		else
 			printf("cbd runs at nice %d\n", cbd_nice);
 	}
+	cbd_pid = h.pid;
 	conn = cbc_conn_new(h.socket_path, NULL);
 	remote = cbc_store_new_remote(conn, NULL);
+	if (only_cached) {
+		cbc_conn *admin = cbc_conn_new(h.socket_path, NULL);
+
+		cbc_conn_set_timeouts(admin, 5000, 5000, NULL);
+		bench_states(remote, admin);
+		cbc_conn_free(admin);
+		cbc_store_free(remote);
+		cbc_conn_free(conn);
+		harness_stop(&h);
+		return 0;
+	}
 	if (only_propagation) {
 		cbc_conn *admin = cbc_conn_new(h.socket_path, NULL);
 

@@ -1558,8 +1558,11 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 	/* (Reaching live sent ignored outcomes as noreply lines too.) */
 	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 	before = cs.noreply_lines + cs.store_reports;
-	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX, then go
-	 * through the store (which times out and degrades: LOCAL). */
+	/* cbd stops reading: failures queue until CBC_CACHE_OUT_MAX; the
+	 * call that finds it full waits for room (at most ~1 s: cbd stays
+	 * frozen), then goes through the store (which times out and
+	 * degrades: LOCAL). cached_full_backlog_waits_and_keeps_order: the
+	 * wait ends when cbd reads again. */
 	kill(h->pid, SIGSTOP);
 	/* Bounded by calls (a line is more than 32 bytes, the socket's own
 	 * buffers far less than the limit) and, loosely, by time. The limit
@@ -1653,6 +1656,97 @@ START_TEST(cached_release_with_cbd_frozen_loses_nothing_queued)
 	ck_assert_int_eq(s.totals.successes, SUCCESSES);
 	s = cbd_wait_counts(h, "frozen-release-open", 0, 0, 300);
 	ck_assert_int_eq(s.totals.rejected, 300);
+	cbd_stop(h);
+}
+END_TEST
+
+/* The thaw of cached_full_backlog_waits_and_keeps_order: once the
+ * breaker's cache found its backlog full (a caller now waits for room),
+ * SIGCONT the stopped cbd. */
+typedef struct thaw_args {
+	cbc_breaker *b;
+	pid_t pid;
+	bool thawed;
+} thaw_args;
+
+static void *
+thaw_when_full(void *arg)
+{
+	thaw_args *t = arg;
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	cbc_cache_stats cs;
+
+	while (harness_mono_ms() < deadline) {
+		if (cbc_breaker_cache_stats(t->b, &cs, NULL) == CBC_OK && cs.out_full >= 1)
+			break;
+		usleep(500);
+	}
+	t->thawed = kill(t->pid, SIGCONT) == 0;
+	return NULL;
+}
+
+START_TEST(cached_full_backlog_waits_and_keeps_order)
+{
+	static char name[241];
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs0, cs;
+	cbc_snapshot s;
+	thaw_args t;
+	pthread_t th;
+	int64_t deadline, successes = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	/* Long lines: 1 MiB fills in a few thousand calls. */
+	memset(name, 'w', sizeof name - 1);
+	name[sizeof name - 1] = '\0';
+	o.name = name;
+	o.failure_threshold = 1000000000; /* never trips: no outcome is synced */
+	cached_open_stoppable(&r, h, &o);
+	/* One failure first: its reply tells the cache the circuit's rule. */
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
+	/* cbd stops reading: successes queue until CBC_CACHE_OUT_MAX; the
+	 * call that finds the backlog full waits for room, which comes when
+	 * the thread thaws cbd (well within the wait's bound and before the
+	 * probe gives up on the stopped cbd, ~1.5 s: the fill takes ~0.1 s). */
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	t = (thaw_args){ .b = r.b, .pid = h->pid };
+	ck_assert_int_eq(pthread_create(&th, NULL, thaw_when_full, &t), 0);
+	deadline = harness_mono_ms() + 12 * CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+		successes++;
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	} while (cs.out_full == cs0.out_full && successes < (int64_t)(2 * CBC_CACHE_OUT_MAX / 32) &&
+	    harness_mono_ms() < deadline);
+	pthread_join(th, NULL);
+	ck_assert(t.thawed);
+	ck_assert_msg(cs.out_full > cs0.out_full, "no out_full after %lld calls",
+	    (long long)successes);
+	/* A few more successes behind the backlog, then a failure last. */
+	for (int i = 0; i < 100; i++, successes++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	/* Every outcome queued, none through the store, the cache still up. */
+	ck_assert_int_eq(cs.store_reports, cs0.store_reports);
+	ck_assert_int_eq(cs.noreply_lines - cs0.noreply_lines, (uint64_t)successes + 1);
+	ck_assert_int_eq(cs.disconnects, cs0.disconnects);
+	s = cbd_wait_totals(h, name, successes + 2);
+	/* Exactly once: the totals are the calls made. */
+	ck_assert_int_eq(s.totals.successes, successes);
+	ck_assert_int_eq(s.totals.failures, 2);
+	/* In order: the last failure came after every success (a success
+	 * sets failure_count to 0); one overtaking through the store would
+	 * have left it 0. */
+	ck_assert_int_eq(s.failure_count, 1);
+	rig_close(&r);
 	cbd_stop(h);
 }
 END_TEST
@@ -2256,6 +2350,8 @@ remote_suite(void)
 		tcase_add_test(tc, cached_output_limit_sends_outcomes_through_the_store);
 		tcase_add_test(tc, cached_release_with_cbd_frozen_loses_nothing_queued);
 	}
+	if (getenv("CBD_TEST_REDIS_SOCKET") == NULL)
+		tcase_add_test(tc, cached_full_backlog_waits_and_keeps_order);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("degraded");
