@@ -854,3 +854,53 @@ def test_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
                              f"queued {(primed + n, refusals)}") from None
     assert c.sent == sent, "outcomes went through the client"
     admin.close()
+
+
+def test_loop_owned_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
+    """The same for a cache its event loop owns: the successes queued past
+    the kernel's socket buffer while cbd is frozen reach it once it
+    resumes, after the client's close returned."""
+    n = 6000
+
+    async def ok():
+        return "ok"
+
+    async def main():
+        ac = CountingAsyncClient(own_cbd.socket, io_timeout=2.0, connect_timeout=2.0)
+        ab = AsyncBreaker(Breaker("ok", ac, failure_threshold=1000000))
+        primed = 0
+        while True:  # the first calls ask cbd, until the watch reply is read
+            await ab.call(ok)
+            primed += 1
+            s = ab.breaker.cache_stats()
+            if s is not None and s.cached_calls > 0:
+                break
+            await asyncio.sleep(0.002)
+        watch = ab.breaker._cache
+        assert isinstance(watch, cache.LoopWatchCache)
+        before = ab.breaker.cache_stats()
+        sent = ac.sent
+        own_cbd.pause()
+        try:
+            for _ in range(n):
+                assert await ab.call(ok) == "ok"
+            queued = ab.breaker.cache_stats()
+            if queued.probe_timeouts != before.probe_timeouts:
+                pytest.skip(f"inconclusive: the probe dropped the connection first: {queued}")
+            assert (queued.cached_calls - before.cached_calls == n
+                    and queued.store_reports == before.store_reports), (queued, before)
+            with watch._lock:
+                assert watch._out, "the kernel took everything: no tail to write"
+            await ac.close()  # the cache closes: returns with cbd frozen
+            assert ab.breaker.cache_stats() is None and ac.sent == sent
+        finally:
+            own_cbd.resume()
+        return primed + n
+
+    want = asyncio.run(asyncio.wait_for(main(), LOOP_BOUND))
+    with Client(own_cbd.socket, io_timeout=2.0) as admin:
+        try:
+            wait_until(lambda: totals(admin, "ok")["successes"] == want, FROZEN_WAIT)
+        except AssertionError:
+            raise AssertionError(f"at cbd: {totals(admin, 'ok')['successes']} successes, "
+                                 f"queued {want}") from None
