@@ -798,3 +798,109 @@ def test_a_sync_not_sent_is_reported_uncached(cbd, client, name, monkeypatch):
     # dropped leaves one failure, and the circuit closed for good).
     wait_until(lambda: client.get(name)["snapshot"]["state"] == "open")
     assert totals(client, name)["failures"] == 2
+
+
+def test_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
+    """Closing the cache while cbd is frozen (SIGSTOP) loses nothing queued
+    before: more outcomes than the kernel's socket buffer takes (the tail
+    still in the process at close) and a breaker's refusal count all reach
+    cbd once it resumes, each counted once; close() does not wait for cbd.
+    (Before: the close waited 200 ms for the socket, then dropped the
+    tail.)"""
+    c = CountingClient(own_cbd.socket, io_timeout=2.0, connect_timeout=2.0)
+    admin = Client(own_cbd.socket, io_timeout=2.0, connect_timeout=2.0)
+    ok = Breaker("ok", c, failure_threshold=1000000)
+    shut = Breaker("shut", c, failure_threshold=1, break_ms=600000)
+    n, r = 6000, 300  # ~100 bytes a line: past the kernel's ~200 KiB
+    try:
+        primed = prime(ok)
+        prime(shut)
+        admin.record_failure("shut", ctx={"failure_threshold": 1, "break_ms": 600000})
+        wait_until(lambda: refused(shut))  # the change event arrived
+        before = ok.cache_stats()
+        sent = c.sent
+        watch = ok._cache
+        own_cbd.pause()
+        for i in range(n):
+            ok.call(lambda: None)
+        for i in range(r):
+            assert refused(shut) is not None, f"refusal {i}: the call ran"
+        queued = ok.cache_stats()
+        if queued.probe_timeouts != before.probe_timeouts:
+            # The probe judged cbd frozen (this process stalled 1.5 s): the
+            # connection was dropped, not by the close.
+            pytest.skip(f"inconclusive: the probe dropped the connection first: {queued}")
+        assert (queued.cached_calls - before.cached_calls == n
+                and queued.local_refusals - before.local_refusals == r
+                and queued.store_reports == before.store_reports
+                and queued.uncached == before.uncached), (queued, before)
+        with watch._lock:
+            assert watch._out, "the kernel took everything: no tail to write"
+        refusals = queued.local_refusals  # every refusal of shut, from the cache
+        shut.close()  # its refusal count, after the successes
+        closer = threading.Thread(target=c.close)  # the last user: the cache closes
+        closer.start()
+        closer.join(FROZEN_WAIT)
+        assert not closer.is_alive(), "closing waited for the frozen cbd"
+        assert watch_threads(own_cbd.socket) == []
+    finally:
+        own_cbd.resume()
+    def landed():
+        return totals(admin, "ok")["successes"], totals(admin, "shut")["rejected"]
+    try:
+        wait_until(lambda: landed() == (primed + n, refusals), FROZEN_WAIT)
+    except AssertionError:
+        raise AssertionError(f"at cbd (successes, rejected): {landed()}, "
+                             f"queued {(primed + n, refusals)}") from None
+    assert c.sent == sent, "outcomes went through the client"
+    admin.close()
+
+
+def test_loop_owned_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
+    """The same for a cache its event loop owns: the successes queued past
+    the kernel's socket buffer while cbd is frozen reach it once it
+    resumes, after the client's close returned."""
+    n = 6000
+
+    async def ok():
+        return "ok"
+
+    async def main():
+        ac = CountingAsyncClient(own_cbd.socket, io_timeout=2.0, connect_timeout=2.0)
+        ab = AsyncBreaker(Breaker("ok", ac, failure_threshold=1000000))
+        primed = 0
+        while True:  # the first calls ask cbd, until the watch reply is read
+            await ab.call(ok)
+            primed += 1
+            s = ab.breaker.cache_stats()
+            if s is not None and s.cached_calls > 0:
+                break
+            await asyncio.sleep(0.002)
+        watch = ab.breaker._cache
+        assert isinstance(watch, cache.LoopWatchCache)
+        before = ab.breaker.cache_stats()
+        sent = ac.sent
+        own_cbd.pause()
+        try:
+            for _ in range(n):
+                assert await ab.call(ok) == "ok"
+            queued = ab.breaker.cache_stats()
+            if queued.probe_timeouts != before.probe_timeouts:
+                pytest.skip(f"inconclusive: the probe dropped the connection first: {queued}")
+            assert (queued.cached_calls - before.cached_calls == n
+                    and queued.store_reports == before.store_reports), (queued, before)
+            with watch._lock:
+                assert watch._out, "the kernel took everything: no tail to write"
+            await ac.close()  # the cache closes: returns with cbd frozen
+            assert ab.breaker.cache_stats() is None and ac.sent == sent
+        finally:
+            own_cbd.resume()
+        return primed + n
+
+    want = asyncio.run(asyncio.wait_for(main(), LOOP_BOUND))
+    with Client(own_cbd.socket, io_timeout=2.0) as admin:
+        try:
+            wait_until(lambda: totals(admin, "ok")["successes"] == want, FROZEN_WAIT)
+        except AssertionError:
+            raise AssertionError(f"at cbd: {totals(admin, 'ok')['successes']} successes, "
+                                 f"queued {want}") from None

@@ -59,7 +59,8 @@ class AsyncClient(Ops):
 
     async def close(self) -> None:
         """Close the connection, and the watch cache of the breakers on
-        it (queued outcomes written first, at most 200 ms)."""
+        it (queued outcomes written first: what the socket does not take
+        at once goes on as cbd reads it, waited for 200 ms at most)."""
         for b in list(self._cached_breakers):
             b.close()
         self._fail_all(UnavailableError("connection closed by the client"))

@@ -268,13 +268,14 @@ class Breaker:
 
     def close(self) -> None:
         """Leave the watch cache (the last breaker to leave writes what is
-        queued, waiting at most 200 ms, and closes the connection); later
+        queued, what the socket does not take at once going on as cbd reads
+        it, waited for 200 ms at most, and closes the connection); later
         calls take the uncached path. Closes the connections of waiting
         allows (wait_ms): tickets taken on them go back."""
         c = self._cache
         if c is not None:
-            # Written now, not left to the cache's owner: leaving may close
-            # the cache, which waits only so long for what is queued.
+            # Written now, with what is queued before it, not left to the
+            # cache's owner.
             self._rejected_flush(c, urgent=True)
         self.cached = False
         self._leave_cache()

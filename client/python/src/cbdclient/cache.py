@@ -31,6 +31,17 @@ name, and carrying their outcomes to cbd as noreply lines.
     applies before the next line: the next call of the process decides
     from the state cbd reached. Other processes' trips still arrive as
     events, one event late.
+  - Closing (the last breaker's release, the interpreter's exit) writes
+    everything queued at once, in order, as far as the socket takes it;
+    the rest (cbd reads nothing: frozen, or slower than the queue) goes to
+    a daemon thread of its own that writes it as cbd reads, reading and
+    dropping what cbd sends, and gives up when cbd has read nothing for
+    CLOSE_TAIL_IDLE_S. close() waits for that thread at most
+    CLOSE_FLUSH_S (so a process ending right after has it written if cbd
+    reads), then lets it go on: no timer of a loaded machine drops what
+    breakers queued before their close, and close never waits for cbd.
+    Lines kept from a lost connection get one connect of their own. Once
+    closing, the reader applies nothing more.
   - After fork() the child forgets its parent's caches: breakers it
     inherited take the uncached path, breakers it creates get a cache of
     its own.
@@ -68,8 +79,15 @@ FLUSH_S = 0.001
 HOT_S = 0.05
 # Wait between reconnect attempts while cbd is away (seconds).
 RECONNECT_S = 0.02
-# How long closing waits for queued outcomes to be written (seconds).
+# At close, what the socket does not take at once is written by a daemon
+# thread as cbd reads it; close waits for it at most CLOSE_FLUSH_S (so a
+# process ending right after has it written if cbd reads), then lets it go
+# on (close never waits for cbd). It gives up when cbd has read nothing for
+# CLOSE_TAIL_IDLE_S: a cbd frozen or hung past it loses that tail, which is
+# all it holds. Without a thread (none can start: the interpreter is
+# finalizing), close writes for CLOSE_FLUSH_S and drops the rest.
 CLOSE_FLUSH_S = 0.2
+CLOSE_TAIL_IDLE_S = 60.0
 # Unwritten outcome bytes past which outcomes take the uncached path.
 OUT_MAX = 1 << 20
 # Names cached per process and socket path; past it breakers ask cbd.
@@ -603,8 +621,9 @@ class WatchCache:
             self._out += line
         return True
 
-    def _connect_locked(self) -> bool:
-        """Try to connect and watch every name."""
+    def _connect_locked(self, watch: bool = True) -> bool:
+        """Try to connect and watch every name (watch false: only connect,
+        for the lines kept at close)."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.setblocking(False)
         try:
@@ -619,6 +638,9 @@ class WatchCache:
         if self._stats.connects > 1:
             self._stats.reconnects += 1
         self._answered = False
+        if not watch:
+            self._flush_locked()
+            return True
         # The watch reply (a hello's without names) makes it live.
         if not self._queue_watch_locked(list(self._entries)):
             self._broken = True
@@ -675,8 +697,45 @@ class WatchCache:
             self._stats.probes += 1
         return max(0.0, self._probe_at + PROBE_TIMEOUT_S - now)
 
+    def _close_conn_locked(self) -> None:
+        """At close (lock held; the owner, or the loop's close): everything
+        queued is written now, in order, as far as the socket takes it; the
+        rest goes to a tail thread (_write_tail) that writes it as cbd
+        reads, waited for at most CLOSE_FLUSH_S. Lines kept from a lost
+        connection get one connect of their own (a Unix socket's succeeds
+        or fails at once). The connection is gone after, the entries
+        invalid, waiters woken."""
+        if self._sock is None and self._out:
+            self._connect_locked(watch=False)
+        self._flush_locked()
+        done = None
+        if self._sock is not None and not self._broken and self._out:
+            done = threading.Event()
+            try:
+                threading.Thread(target=_write_tail, args=(self._sock, bytes(self._out), done),
+                                 name=f"cbd-close {self.path}", daemon=True).start()
+            except RuntimeError:  # the interpreter is finalizing (3.12+)
+                done = None
+            else:
+                self._sock = None  # the tail thread's now
+                self._out.clear()
+                self._out_partial = False
+                self._stats.disconnects += 1
+        if done is None:
+            self._close_flush_locked()
+        self._disconnect_locked()
+        self._out.clear()  # no connection will come to write it
+        if done is not None:
+            # The tail thread ends, or goes on without us.
+            self._lock.release()
+            try:
+                done.wait(CLOSE_FLUSH_S)
+            finally:
+                self._lock.acquire()
+
     def _close_flush_locked(self) -> None:
-        """At close: give queued outcomes up to CLOSE_FLUSH_S to go."""
+        """At close, when no tail thread could be started: give queued
+        outcomes up to CLOSE_FLUSH_S to go."""
         deadline = time.monotonic() + CLOSE_FLUSH_S
         self._flush_locked()
         while self._sock is not None and not self._broken and self._out:
@@ -705,6 +764,8 @@ class WatchCache:
                 return False
             if not data:
                 return False
+            if self._stop:
+                continue  # closed: nothing more is applied
             # Anything from cbd shows it answers (a long line arriving in
             # pieces too).
             with self._lock:
@@ -877,8 +938,7 @@ class ThreadWatchCache(WatchCache):
                     lock.acquire()
                 if gone:
                     self._disconnect_locked()
-            self._close_flush_locked()
-            self._disconnect_locked()
+            self._close_conn_locked()
         finally:
             lock.release()
             if threading.current_thread() is self._thread and self._stop:
@@ -886,7 +946,9 @@ class ThreadWatchCache(WatchCache):
                 self._wake_w.close()
 
     def close(self) -> None:
-        """Write what is queued (at most CLOSE_FLUSH_S), stop the reader."""
+        """Write what is queued (what the socket does not take at once goes
+        on as cbd reads it, waited for at most CLOSE_FLUSH_S), stop the
+        reader."""
         with self._lock:
             self._stop = True
         self._wake()
@@ -974,7 +1036,8 @@ class LoopWatchCache(WatchCache):
             self._service()
 
     def close(self) -> None:
-        """Write what is queued (at most CLOSE_FLUSH_S), drop the
+        """Write what is queued (what the socket does not take at once goes
+        on as cbd reads it, waited for at most CLOSE_FLUSH_S), drop the
         connection and the loop's callbacks."""
         with self._lock:
             self._stop = True
@@ -982,8 +1045,7 @@ class LoopWatchCache(WatchCache):
                 self._timer.cancel()
                 self._timer = None
             self._unhook()
-            self._close_flush_locked()
-            self._disconnect_locked()
+            self._close_conn_locked()
 
 
 # Every cache of this process: thread-owned ones by socket path,
@@ -1010,7 +1072,7 @@ def acquire(path: str, loop=None) -> WatchCache:
 
 def release(c: WatchCache) -> None:
     """One user less; the last one stops the cache (its queued outcomes
-    written first, at most CLOSE_FLUSH_S)."""
+    written first: see WatchCache._close_conn_locked)."""
     if c.pid != os.getpid() or c._stop:
         return  # a parent's cache, abandoned at fork, or stopped
     with _registry_lock:
@@ -1030,8 +1092,47 @@ def stats(path: str, loop=None) -> CacheStats | None:
     return c.stats() if c is not None else None
 
 
+def _write_tail(sock: socket.socket, tail: bytes, done: threading.Event) -> None:
+    """A closed cache's tail thread: write what the socket did not take at
+    close as cbd reads it (reading and dropping what cbd sends, so its
+    replies never block it), then close the connection; give up when cbd
+    took nothing for CLOSE_TAIL_IDLE_S or went away. done is set at the
+    end."""
+    view = memoryview(tail)
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLOUT)
+        while view:
+            ready = poller.poll(CLOSE_TAIL_IDLE_S * 1000)
+            if not ready:
+                break  # cbd read nothing for CLOSE_TAIL_IDLE_S
+            ev = ready[0][1]
+            if ev & (select.POLLERR | select.POLLNVAL):
+                break
+            if ev & select.POLLIN:
+                try:
+                    if not sock.recv(READ_CHUNK):
+                        break  # cbd closed the connection
+                except (BlockingIOError, InterruptedError):
+                    pass
+            if ev & select.POLLOUT:
+                try:
+                    view = view[sock.send(view):]
+                except (BlockingIOError, InterruptedError):
+                    pass
+            elif ev & select.POLLHUP:
+                break
+    except OSError:
+        pass  # cbd went away: what is left is lost with it
+    finally:
+        sock.close()
+        done.set()
+
+
 def _close_all() -> None:
-    """At exit: write what every cache has queued, stop their owners."""
+    """At exit: write what every cache has queued (as close() does), stop
+    their owners. A tail thread still writing when the interpreter ends
+    ends with it: the exit waits for cbd at most CLOSE_FLUSH_S a cache."""
     with _registry_lock:
         caches = list(_registry.values())
         _registry.clear()
