@@ -219,7 +219,8 @@ void
 op_resolve_policy(op_call *call)
 {
 	bool stored;
-	const proto_ctx *declared = circuit_table_use(cbd.table, call->name, call->clock, &stored);
+	const proto_ctx *declared =
+	    circuit_table_use_found(cbd.table, call->name, call->clock, &stored, &call->found);
 	char quoted[LOG_QUOTE_SIZE];
 
 	call->stored = stored;

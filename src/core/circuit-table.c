@@ -731,7 +731,7 @@ circuit_create(circuit_table *table, const char *name, const proto_ctx *declared
 static ct_status
 circuit_for_write(circuit_table *table, const char *name, const ct_call *call, circuit **out)
 {
-	*out = circuit_find(table, name);
+	*out = call->found != NULL ? call->found : circuit_find(table, name);
 	if (*out != NULL)
 		return CT_OK;
 	return circuit_create(table, name, call->declared, call->clock, out);
@@ -806,6 +806,15 @@ circuit_table_free(circuit_table *table)
 const proto_ctx *
 circuit_table_use(circuit_table *table, const char *name, int64_t clock, bool *stored)
 {
+	struct circuit *found;
+
+	return circuit_table_use_found(table, name, clock, stored, &found);
+}
+
+const proto_ctx *
+circuit_table_use_found(circuit_table *table, const char *name, int64_t clock, bool *stored,
+    struct circuit **found)
+{
 	circuit *c;
 
 	for (int i = 0; i < CT_RECLAIM_PER_USE; i++) {
@@ -814,23 +823,36 @@ circuit_table_use(circuit_table *table, const char *name, int64_t clock, bool *s
 	}
 	c = circuit_find(table, name);
 	*stored = c != NULL;
+	*found = c;
 	if (c == NULL)
 		return NULL;
 	circuit_touch(table, c, clock);
 	return c->declared != NULL ? &c->declared->ctx : NULL;
 }
 
-void
-circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
-    ct_change *change)
+static void
+get_at(circuit_table *table, circuit *c, int64_t now, ct_view *out, ct_change *change)
 {
-	circuit *c = circuit_find(table, name);
-
 	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
 	if (c != NULL)
 		hold_expire(table, c, now, change);
 	view_at(table, c, now, out);
+}
+
+void
+circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
+    ct_change *change)
+{
+	get_at(table, circuit_find(table, name), now, out, change);
+}
+
+void
+circuit_table_get_call(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change)
+{
+	get_at(table, call->found != NULL ? call->found : circuit_find(table, name), call->now, out,
+	    change);
 }
 
 /* Shared body of the outcomes: 0 ignore, 1 success, 2 failure, 3 `count`
@@ -839,7 +861,7 @@ static ct_status
 record_outcome(circuit_table *table, const char *name, const ct_call *call, int outcome,
     uint64_t count, ct_view *out, ct_change *change)
 {
-	circuit *c = circuit_find(table, name);
+	circuit *c = call->found != NULL ? call->found : circuit_find(table, name);
 	cb_policy policy = *call->policy;
 	cb_outcome o = { .failure = outcome == 2, .reporter = call->reporter };
 	cb_reason reason;
