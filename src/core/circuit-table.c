@@ -906,7 +906,8 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
     uint64_t count, ct_view *out, ct_change *change)
 {
 	circuit *c = call->found != NULL ? call->found : circuit_find(table, name);
-	cb_policy policy = *call->policy;
+	const cb_policy *policy = call->policy;
+	cb_policy held; /* the policy as a held circuit applies it */
 	cb_outcome o = { .failure = outcome == 2, .reporter = call->reporter };
 	cb_reason reason;
 	cb_state from;
@@ -933,27 +934,29 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		view_at(table, c, call->now, out);
 		return CT_OK;
 	}
-	if (!ext_fit_policy(c, &policy)) {
+	if (!ext_fit_policy(c, policy)) {
 		view_at(table, c, call->now, out);
 		return CT_NOMEM;
 	}
-	o.slow = policy.slow_call_ms > 0 && call->duration_ms >= policy.slow_call_ms;
+	o.slow = policy->slow_call_ms > 0 && call->duration_ms >= policy->slow_call_ms;
 	c->totals.slow += o.slow;
 	if (o.failure)
 		c->totals.failures++;
 	else
 		c->totals.successes++;
-	o.window = policy.trip == CB_TRIP_RATE && c->ext != NULL ? c->ext->window : NULL;
+	o.window = policy->trip == CB_TRIP_RATE && c->ext != NULL ? c->ext->window : NULL;
 	o.reporters = c->ext != NULL ? c->ext->reporters : NULL;
 	/* A held circuit counts its calls but no rule moves it: held open
 	 * only sees stragglers; held closed never reaches a threshold. */
 	if (circuit_held(c)) {
-		policy.trip = CB_TRIP_CONSECUTIVE;
-		policy.failure_threshold = CB_COUNT_MAX;
+		held = *policy;
+		held.trip = CB_TRIP_CONSECUTIVE;
+		held.failure_threshold = CB_COUNT_MAX;
+		policy = &held;
 		o.window = NULL;
 	}
 	from = c->snap.state;
-	reason = breaker_on_outcome(&c->snap, &policy, call->now, &o);
+	reason = breaker_on_outcome(&c->snap, policy, call->now, &o);
 	change_merge(change, c->snap.state, reason);
 	transition_done(c, from);
 	circuit_relist(table, c);
