@@ -189,6 +189,7 @@ def callgrind_totals(path):
             obj = os.path.basename(m.group(2))
             obj = re.sub(r"\.so[.\d]*$", "", obj)
             obj = "redis-server" if obj.startswith("redis-") else obj
+            obj = "cbd" if obj == os.path.basename(os.environ.get("CBD_BINARY", "")) else obj
             by_obj[obj] = by_obj.get(obj, 0) + int(m.group(1).replace(",", ""))
     return total, by_obj
 
