@@ -653,10 +653,14 @@ static circuit *
 circuit_find(circuit_table *table, const char *name)
 {
 	circuit *c = table->found;
+	size_t len = strlen(name);
 
-	if (c != NULL && strcmp(c->name, name) == 0)
+	/* (The length first: most misses end there or a byte or two in.
+	 * name_len is 16 bits: the NUL says a longer name ends there too.) */
+	if (c != NULL && c->name_len == len && c->name[len] == '\0' &&
+	    memcmp(c->name, name, len) == 0)
 		return c;
-	HASH_FIND(hh, table->circuits, name, strlen(name), c);
+	HASH_FIND(hh, table->circuits, name, len, c);
 	if (c != NULL)
 		table->found = c;
 	return c;
