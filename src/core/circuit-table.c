@@ -1518,7 +1518,10 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 done:
 	ext_trim(c);
 	circuit_relist(table, c);
-	view_at(table, c, call->now, view);
+	if (view != &scratch)
+		view_at(table, c, call->now, view);
+	else if (c->ext != NULL && c->ext->window != NULL)
+		window_counts(c->ext->window, call->now); /* as view_at reads it */
 	return status;
 }
 
