@@ -271,11 +271,17 @@ reply_allow_text(op_call *call, const ct_allow *allow, const char *reason)
 {
 	enc_buf *b = &call->tail;
 
-	if (allow->allowed)
+	/* The common answers as one literal each. */
+	if (allow->allowed && allow->state == CB_STATE_CLOSED)
+		ENC_LIT(b, ",\"allowed\":true,\"state\":\"closed\"");
+	else if (!allow->allowed && allow->state == CB_STATE_OPEN)
+		ENC_LIT(b, ",\"allowed\":false,\"state\":\"open\"");
+	else if (allow->allowed)
 		ENC_LIT(b, ",\"allowed\":true");
 	else
 		ENC_LIT(b, ",\"allowed\":false");
-	put_member_text(b, "state", breaker_state_name(allow->state));
+	if (allow->state != (allow->allowed ? CB_STATE_CLOSED : CB_STATE_OPEN))
+		put_member_text(b, "state", breaker_state_name(allow->state));
 	if (!allow->allowed && reason != NULL)
 		put_member_text(b, "reason", reason);
 	if (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY) {
