@@ -22,8 +22,14 @@ op_get(op_call *call)
 	circuit_table_get_call(cbd.table, call->name, &call->table, &view, &change);
 	call->table.found = NULL;
 	events_changed(call->name, &change);
-	return op_reply_bool(call, "stored", view.stored) &&
-	    op_reply_snapshot(call, "snapshot", &view);
+	/* (Written in place: "stored" and its value as one literal.) */
+	if (call->direct && view.stored)
+		ENC_LIT(&call->tail, ",\"stored\":true");
+	else if (call->direct)
+		ENC_LIT(&call->tail, ",\"stored\":false");
+	else if (!op_reply_bool(call, "stored", view.stored))
+		return false;
+	return op_reply_snapshot(call, "snapshot", &view);
 }
 
 /* Shared body of record_success and record_failure. */
