@@ -896,8 +896,8 @@ circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *
 }
 
 void
-circuit_table_get_call(circuit_table *table, const char *name, const ct_call *call,
-    ct_view *out, ct_change *change)
+circuit_table_get_call(circuit_table *table, const char *name, const ct_call *call, ct_view *out,
+    ct_change *change)
 {
 	get_at(table, call->found != NULL ? call->found : circuit_find(table, name), call->now, out,
 	    change);

@@ -134,8 +134,9 @@ put_uint_long(char *p, uint64_t u)
 		return p + 8;
 	}
 	v = (uint32_t)u;
-	n = v < 10000 ? (v < 1000 ? 3 : 4)
-		      : v < 1000000 ? (v < 100000 ? 5 : 6) : (v < 10000000 ? 7 : 8);
+	n = v < 10000     ? (v < 1000 ? 3 : 4)
+	    : v < 1000000 ? (v < 100000 ? 5 : 6)
+			  : (v < 10000000 ? 7 : 8);
 	put_u32_back(p + n, v);
 	return p + n;
 }
@@ -544,7 +545,8 @@ put_time(char *p, int64_t t, time_memo *memo)
 				put_u32_back(memo->text + 5, high);
 				memo->high = high;
 			}
-			put_u32_8(memo->text + 5, (uint32_t)((uint64_t)t - (uint64_t)high * 100000000));
+			put_u32_8(memo->text + 5,
+			    (uint32_t)((uint64_t)t - (uint64_t)high * 100000000));
 			memo->len = 13;
 		} else {
 			memo->len = (size_t)(put_int(memo->text, t) - memo->text);
@@ -563,9 +565,12 @@ put_time(char *p, int64_t t, time_memo *memo)
 #define SNAPSHOT_PART_MAX (SNAPSHOT_PART_TEXT + SNAPSHOT_PART_INTS * ENC_INT_MAX)
 
 /* Start an unchecked part at b's end; NULL when there is no room. */
-static char *
+static inline char *
 part_begin(enc_buf *b)
 {
+	/* (Mostly the room is there: no call.) */
+	if (!b->nomem && b->cap - b->len >= SNAPSHOT_PART_MAX + 1)
+		return b->buf + b->len;
 	return enc_reserve(b, SNAPSHOT_PART_MAX) ? b->buf + b->len : NULL;
 }
 
@@ -596,7 +601,9 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	if (*end == '\0') {
 		size_t n = (size_t)(end - name);
 
-		if (!enc_reserve(b, n + SNAPSHOT_PART_MAX + sizeof "{\"name\":\"\""))
+		if ((b->nomem ||
+			b->cap - b->len < n + SNAPSHOT_PART_MAX + sizeof "{\"name\":\"\"" + 1) &&
+		    !enc_reserve(b, n + SNAPSHOT_PART_MAX + sizeof "{\"name\":\"\""))
 			return;
 		p = b->buf + b->len;
 		PUT_LIT(p, "{\"name\":\"");
