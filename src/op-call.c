@@ -17,6 +17,7 @@
 #include "conf.h"
 #include "daemon.h"
 #include "events.h"
+#include "fleet.h"
 #include "log-limit.h"
 #include "log.h"
 #include "op-call.h"
@@ -48,10 +49,15 @@ op_status(op_call *call, ct_status status)
 bool
 op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 {
-	/* Encoded straight as text (encode.c): the reply's largest member. */
-	ENC_LIT(&call->tail, ",\"");
-	enc_puts(&call->tail, member);
-	ENC_LIT(&call->tail, "\":");
+	/* Encoded straight as text (encode.c): the reply's largest member.
+	 * (Every op's is "snapshot": one literal, not three pieces.) */
+	if (strcmp(member, "snapshot") == 0) {
+		ENC_LIT(&call->tail, ",\"snapshot\":");
+	} else {
+		ENC_LIT(&call->tail, ",\"");
+		enc_puts(&call->tail, member);
+		ENC_LIT(&call->tail, "\":");
+	}
 	encode_snapshot(&call->tail, call->name, view, &call->policy, call->preset, &call->sources,
 	    call->now, call->with_policy);
 	if (call->tail.nomem)
@@ -219,10 +225,15 @@ void
 op_resolve_policy(op_call *call)
 {
 	bool stored;
-	const proto_ctx *declared = circuit_table_use(cbd.table, call->name, call->clock, &stored);
+	struct circuit *found;
+	const proto_ctx *declared =
+	    circuit_table_use_found(cbd.table, call->name, call->clock, &stored, &found);
 	char quoted[LOG_QUOTE_SIZE];
 
 	call->stored = stored;
+	/* In fleet mode other requests may run (and create circuits, and so
+	 * reclaim idle ones) before this one's table call: no hint. */
+	call->found = fleet_enabled() ? NULL : found;
 	call->declared = stored ? declared : &call->ctx;
 	conf_policy(&cbd.conf, call->name, call->declared, &call->policy, &call->sources,
 	    &call->preset);
@@ -260,11 +271,17 @@ reply_allow_text(op_call *call, const ct_allow *allow, const char *reason)
 {
 	enc_buf *b = &call->tail;
 
-	if (allow->allowed)
+	/* The common answers as one literal each. */
+	if (allow->allowed && allow->state == CB_STATE_CLOSED)
+		ENC_LIT(b, ",\"allowed\":true,\"state\":\"closed\"");
+	else if (!allow->allowed && allow->state == CB_STATE_OPEN)
+		ENC_LIT(b, ",\"allowed\":false,\"state\":\"open\"");
+	else if (allow->allowed)
 		ENC_LIT(b, ",\"allowed\":true");
 	else
 		ENC_LIT(b, ",\"allowed\":false");
-	put_member_text(b, "state", breaker_state_name(allow->state));
+	if (allow->state != (allow->allowed ? CB_STATE_CLOSED : CB_STATE_OPEN))
+		put_member_text(b, "state", breaker_state_name(allow->state));
 	if (!allow->allowed && reason != NULL)
 		put_member_text(b, "reason", reason);
 	if (!allow->allowed && allow->reason == CT_REFUSED_CONCURRENCY) {

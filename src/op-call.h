@@ -82,6 +82,11 @@ typedef struct op_call {
 				  given a flat view */
 	const char *name; /* OP_NAME */
 	bool stored; /* OP_NAME + OP_CTX: the circuit existed before this request */
+	/* OP_NAME + OP_CTX: the circuit as op_resolve_policy found it (NULL:
+	 * none, or fleet mode), for the handler's table call (ct_call's
+	 * found, set just before it); never read once the loop has turned (a
+	 * waiter's copy). */
+	struct circuit *found;
 	proto_ctx ctx; /* OP_CTX: the request's ctx */
 	cb_policy policy; /* OP_CTX: the circuit's effective policy */
 	proto_policy_sources sources; /* OP_CTX: where each policy key came from */

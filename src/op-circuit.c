@@ -18,10 +18,18 @@ op_get(op_call *call)
 	ct_change change;
 	ct_view view;
 
-	circuit_table_get(cbd.table, call->name, call->now, &view, &change);
+	call->table.found = call->found; /* looked up once (op_resolve_policy) */
+	circuit_table_get_call(cbd.table, call->name, &call->table, &view, &change);
+	call->table.found = NULL;
 	events_changed(call->name, &change);
-	return op_reply_bool(call, "stored", view.stored) &&
-	    op_reply_snapshot(call, "snapshot", &view);
+	/* (Written in place: "stored" and its value as one literal.) */
+	if (call->direct && view.stored)
+		ENC_LIT(&call->tail, ",\"stored\":true");
+	else if (call->direct)
+		ENC_LIT(&call->tail, ",\"stored\":false");
+	else if (!op_reply_bool(call, "stored", view.stored))
+		return false;
+	return op_reply_snapshot(call, "snapshot", &view);
 }
 
 /* Shared body of record_success and record_failure. */
@@ -32,12 +40,14 @@ record_outcome(op_call *call, bool success)
 	ct_status status;
 	ct_view view;
 
+	call->table.found = call->found; /* looked up once (op_resolve_policy) */
 	if (success)
 		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
 		    &change);
 	else
 		status = circuit_table_record_failure(cbd.table, call->name, &call->table, &view,
 		    &change);
+	call->table.found = NULL;
 	if (!op_status(call, status))
 		return false;
 	events_changed(call->name, &change);

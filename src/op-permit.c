@@ -40,16 +40,22 @@ op_allow(op_call *call)
 {
 	ct_allow allow;
 	ct_change change;
+	ct_status status;
 	int64_t wait_ms = 0;
 
 	if (!op_wait_members(call, &wait_ms))
 		return false;
-	/* Waiters first: a ticket freed on cbd's clock is theirs. */
+	/* Waiters first: a ticket freed on cbd's clock is theirs. (Their
+	 * attempts may create circuits, and so reclaim idle ones: the circuit
+	 * is then looked up again.) */
 	if (op_wait_queued(call->name))
 		op_wait_kick(call->name);
+	else
+		call->table.found = call->found; /* looked up once (op_resolve_policy) */
 	call->table.wait = wait_ms > 0 && !call->noreply;
-	if (!op_status(call,
-		circuit_table_allow(cbd.table, call->name, &call->table, &allow, NULL, &change)))
+	status = circuit_table_allow(cbd.table, call->name, &call->table, &allow, NULL, &change);
+	call->table.found = NULL;
+	if (!op_status(call, status))
 		return false;
 	events_changed(call->name, &change);
 	if (call->table.wait && !allow.allowed && allow.reason == CT_REFUSED_CONCURRENCY) {
@@ -112,6 +118,10 @@ op_record(op_call *call)
 	if (permit != NULL) {
 		circuit_table_release_slot(cbd.table, call->name, permit, call->now);
 		op_wait_kick(call->name);
+	} else {
+		/* Looked up once (op_resolve_policy); a waiter kicked above may
+		 * have created a circuit, and so reclaimed idle ones. */
+		call->table.found = call->found;
 	}
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
@@ -130,6 +140,7 @@ op_record(op_call *call)
 		    &view, &change);
 		break;
 	}
+	call->table.found = NULL;
 	events_changed(call->name, &change);
 	if (!op_status(call, status))
 		return false;

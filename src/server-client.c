@@ -777,7 +777,10 @@ input_process(server_client *c, size_t budget, int64_t ms)
 		return false; /* nothing read yet */
 	/* A connection dropped by one of the lines answers none of the rest. */
 	while (c->state == SERVER_CLIENT_OPEN) {
-		char *nl = memchr(c->in + c->in_scan, '\n', c->in_len - c->in_scan);
+		/* (Mostly the turn's one line was answered and nothing is left.) */
+		char *nl = c->in_scan < c->in_len
+		    ? memchr(c->in + c->in_scan, '\n', c->in_len - c->in_scan)
+		    : NULL;
 		size_t end;
 
 		if (nl == NULL)

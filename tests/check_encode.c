@@ -95,6 +95,28 @@ START_TEST(closed_and_open)
 }
 END_TEST
 
+/* The times' text is kept from one snapshot to the next (the 13-digit
+ * ones by their 5 high digits): across those digits' changes, the 13-digit
+ * bounds, and back and forth between times of other lengths. */
+START_TEST(times_kept_between_snapshots)
+{
+	const int64_t times[] = { T0, T0 + 1, T0 + 99999999, T0 + 100000000, T0 - 1,
+		INT64_C(999999999999), INT64_C(1000000000000), INT64_C(1000000000001),
+		INT64_C(9999999999999), INT64_C(10000000000000), T0, 0, 7, -1, T0 + 12345,
+		INT64_C(1099999999999), INT64_C(1100000000000), CB_TIME_NONE, T0 };
+	cb_policy p;
+	ct_view v = initial();
+
+	breaker_policy_default(&p);
+	v.snap.state = CB_STATE_OPEN;
+	for (size_t i = 0; i < sizeof times / sizeof times[0]; i++) {
+		v.snap.last_failure_at = times[i];
+		v.snap.opened_at = times[(i + 3) % (sizeof times / sizeof times[0])];
+		same_text("payments", &v, &p, NULL, NULL, T0);
+	}
+}
+END_TEST
+
 START_TEST(names_and_holds)
 {
 	cb_policy p;
@@ -532,6 +554,7 @@ main(void)
 	TCase *tc = tcase_create("encode");
 
 	tcase_add_test(tc, closed_and_open);
+	tcase_add_test(tc, times_kept_between_snapshots);
 	tcase_add_test(tc, names_and_holds);
 	tcase_add_test(tc, rate_reporters_backoff_preset);
 	tcase_add_test(tc, bulkhead_and_budget);

@@ -131,6 +131,13 @@ EXTRA_DIST += tests/bench-bulkhead.py
 #   python3 ../tests/bench-scrape.py src/cbd [CIRCUITS] [SCRAPES] [PATH]
 EXTRA_DIST += tests/bench-scrape.py
 
+# What a request costs cbd and a GET costs Redis, counted: user-space
+# instructions (callgrind), system calls (strace -c -f) and bytes a
+# request, N and 2N requests subtracted; prints figures, asserts nothing;
+# not run by make check.
+#   CBD_BINARY=src/cbd python3 ../tests/bench-instr.py [-n 20000] [-c 8] [OP ...|all]
+EXTRA_DIST += tests/bench-instr.py
+
 # Watchers that do not keep up (issue 28, item 3): cbd's RSS peak and
 # after they closed, and another client's get latency, with 500 watchers
 # (400 slow, 100 never reading) at 200 changes/s for 40 s; prints

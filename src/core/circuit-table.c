@@ -20,6 +20,39 @@
 #define HASH_NONFATAL_OOM 1
 static _Thread_local int hash_oom;
 #define uthash_nonfatal_oom(obj) (hash_oom = 1)
+
+/* The tables' hash: 8 bytes a step, a multiply and a shift each, then
+ * murmur3's finalizer (uthash takes the low bits). uthash's default
+ * (Jenkins) is 12 bytes a step of a dozen operations each, plus a
+ * byte-at-a-time tail: for a request's one lookup of a 10- to 40-byte
+ * name it was most of the lookup. Neither is seeded. */
+static inline unsigned
+ct_hash(const void *key, size_t len)
+{
+	const unsigned char *p = key;
+	uint64_t h = UINT64_C(0x9e3779b97f4a7c15) ^ len, w;
+
+	for (; len >= 8; p += 8, len -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ w) * UINT64_C(0xff51afd7ed558ccd);
+		h ^= h >> 29;
+	}
+	if (len >= 4) {
+		uint32_t a, b;
+
+		memcpy(&a, p, 4);
+		memcpy(&b, p + len - 4, 4);
+		h = (h ^ (a | (uint64_t)b << 32)) * UINT64_C(0xc4ceb9fe1a85ec53);
+	} else if (len > 0) {
+		h = (h ^ (p[0] | (uint64_t)p[len / 2] << 8 | (uint64_t)p[len - 1] << 16)) *
+		    UINT64_C(0xc4ceb9fe1a85ec53);
+	}
+	h ^= h >> 33;
+	h *= UINT64_C(0xff51afd7ed558ccd);
+	h ^= h >> 33;
+	return (unsigned)h;
+}
+#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = ct_hash((keyptr), (size_t)(keylen)))
 #include <uthash.h>
 
 #include "circuit-table.h"
@@ -620,10 +653,14 @@ static circuit *
 circuit_find(circuit_table *table, const char *name)
 {
 	circuit *c = table->found;
+	size_t len = strlen(name);
 
-	if (c != NULL && strcmp(c->name, name) == 0)
+	/* (The length first: most misses end there or a byte or two in.
+	 * name_len is 16 bits: the NUL says a longer name ends there too.) */
+	if (c != NULL && c->name_len == len && c->name[len] == '\0' &&
+	    memcmp(c->name, name, len) == 0)
 		return c;
-	HASH_FIND(hh, table->circuits, name, strlen(name), c);
+	HASH_FIND(hh, table->circuits, name, len, c);
 	if (c != NULL)
 		table->found = c;
 	return c;
@@ -731,7 +768,7 @@ circuit_create(circuit_table *table, const char *name, const proto_ctx *declared
 static ct_status
 circuit_for_write(circuit_table *table, const char *name, const ct_call *call, circuit **out)
 {
-	*out = circuit_find(table, name);
+	*out = call->found != NULL ? call->found : circuit_find(table, name);
 	if (*out != NULL)
 		return CT_OK;
 	return circuit_create(table, name, call->declared, call->clock, out);
@@ -740,7 +777,18 @@ circuit_for_write(circuit_table *table, const char *name, const ct_call *call, c
 static void
 view_fill(const circuit_table *table, const circuit *c, ct_view *out)
 {
-	memset(out, 0, sizeof *out);
+	if (c == NULL || c->ext != NULL) {
+		memset(out, 0, sizeof *out);
+	} else {
+		/* A closed circuit without extension (most): every member set
+		 * below or here, without clearing the window's counts first. */
+		out->hold = (ct_hold){ .held = false };
+		out->slots = out->in_flight = 0;
+		out->has_window = false;
+		out->window = (cb_window_counts){ 0 };
+		out->reporters = NULL;
+		out->transitions = NULL;
+	}
 	if (c == NULL) {
 		breaker_snapshot_init(&out->snap);
 		out->hold.until = CB_TIME_NONE;
@@ -806,6 +854,15 @@ circuit_table_free(circuit_table *table)
 const proto_ctx *
 circuit_table_use(circuit_table *table, const char *name, int64_t clock, bool *stored)
 {
+	struct circuit *found;
+
+	return circuit_table_use_found(table, name, clock, stored, &found);
+}
+
+const proto_ctx *
+circuit_table_use_found(circuit_table *table, const char *name, int64_t clock, bool *stored,
+    struct circuit **found)
+{
 	circuit *c;
 
 	for (int i = 0; i < CT_RECLAIM_PER_USE; i++) {
@@ -814,23 +871,36 @@ circuit_table_use(circuit_table *table, const char *name, int64_t clock, bool *s
 	}
 	c = circuit_find(table, name);
 	*stored = c != NULL;
+	*found = c;
 	if (c == NULL)
 		return NULL;
 	circuit_touch(table, c, clock);
 	return c->declared != NULL ? &c->declared->ctx : NULL;
 }
 
-void
-circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
-    ct_change *change)
+static void
+get_at(circuit_table *table, circuit *c, int64_t now, ct_view *out, ct_change *change)
 {
-	circuit *c = circuit_find(table, name);
-
 	change_set(change, c != NULL ? c->snap.state : CB_STATE_CLOSED,
 	    c != NULL ? c->snap.state : CB_STATE_CLOSED, CB_REASON_NONE);
 	if (c != NULL)
 		hold_expire(table, c, now, change);
 	view_at(table, c, now, out);
+}
+
+void
+circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
+    ct_change *change)
+{
+	get_at(table, circuit_find(table, name), now, out, change);
+}
+
+void
+circuit_table_get_call(circuit_table *table, const char *name, const ct_call *call, ct_view *out,
+    ct_change *change)
+{
+	get_at(table, call->found != NULL ? call->found : circuit_find(table, name), call->now, out,
+	    change);
 }
 
 /* Shared body of the outcomes: 0 ignore, 1 success, 2 failure, 3 `count`
@@ -839,8 +909,9 @@ static ct_status
 record_outcome(circuit_table *table, const char *name, const ct_call *call, int outcome,
     uint64_t count, ct_view *out, ct_change *change)
 {
-	circuit *c = circuit_find(table, name);
-	cb_policy policy = *call->policy;
+	circuit *c = call->found != NULL ? call->found : circuit_find(table, name);
+	const cb_policy *policy = call->policy;
+	cb_policy held; /* the policy as a held circuit applies it */
 	cb_outcome o = { .failure = outcome == 2, .reporter = call->reporter };
 	cb_reason reason;
 	cb_state from;
@@ -867,27 +938,29 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		view_at(table, c, call->now, out);
 		return CT_OK;
 	}
-	if (!ext_fit_policy(c, &policy)) {
+	if (!ext_fit_policy(c, policy)) {
 		view_at(table, c, call->now, out);
 		return CT_NOMEM;
 	}
-	o.slow = policy.slow_call_ms > 0 && call->duration_ms >= policy.slow_call_ms;
+	o.slow = policy->slow_call_ms > 0 && call->duration_ms >= policy->slow_call_ms;
 	c->totals.slow += o.slow;
 	if (o.failure)
 		c->totals.failures++;
 	else
 		c->totals.successes++;
-	o.window = policy.trip == CB_TRIP_RATE && c->ext != NULL ? c->ext->window : NULL;
+	o.window = policy->trip == CB_TRIP_RATE && c->ext != NULL ? c->ext->window : NULL;
 	o.reporters = c->ext != NULL ? c->ext->reporters : NULL;
 	/* A held circuit counts its calls but no rule moves it: held open
 	 * only sees stragglers; held closed never reaches a threshold. */
 	if (circuit_held(c)) {
-		policy.trip = CB_TRIP_CONSECUTIVE;
-		policy.failure_threshold = CB_COUNT_MAX;
+		held = *policy;
+		held.trip = CB_TRIP_CONSECUTIVE;
+		held.failure_threshold = CB_COUNT_MAX;
+		policy = &held;
 		o.window = NULL;
 	}
 	from = c->snap.state;
-	reason = breaker_on_outcome(&c->snap, &policy, call->now, &o);
+	reason = breaker_on_outcome(&c->snap, policy, call->now, &o);
 	change_merge(change, c->snap.state, reason);
 	transition_done(c, from);
 	circuit_relist(table, c);
@@ -1445,7 +1518,10 @@ circuit_table_allow(circuit_table *table, const char *name, const ct_call *call,
 done:
 	ext_trim(c);
 	circuit_relist(table, c);
-	view_at(table, c, call->now, view);
+	if (view != &scratch)
+		view_at(table, c, call->now, view);
+	else if (c->ext != NULL && c->ext->window != NULL)
+		window_counts(c->ext->window, call->now); /* as view_at reads it */
 	return status;
 }
 

@@ -144,6 +144,11 @@ typedef struct ct_call {
 	bool retry;
 	bool wait;
 	bool again;
+	/* The circuit circuit_table_use found for this request's name (NULL:
+	 * look the name up): a request looks its circuit up once. The caller
+	 * sets it just before the call on that name and clears it after,
+	 * nothing having run in between that may free a circuit. */
+	struct circuit *found;
 } ct_call;
 
 /* A slot as handed to its holder. */
@@ -220,11 +225,18 @@ void circuit_table_set_reclaim_hook(circuit_table *table, ct_reclaim_fn fn, void
  * *stored says whether the circuit exists. */
 const proto_ctx *circuit_table_use(circuit_table *table, const char *name, int64_t clock,
     bool *stored);
+/* The same; *found is the circuit (NULL when not stored), for ct_call's
+ * found. */
+const proto_ctx *circuit_table_use_found(circuit_table *table, const char *name, int64_t clock,
+    bool *stored, struct circuit **found);
 
 /* The circuit of `name` at `now` (the initial one when not stored); never
  * creates. A hold whose ttl has passed at `now` ends here (change). */
 void circuit_table_get(circuit_table *table, const char *name, int64_t now, ct_view *out,
     ct_change *change);
+/* The same for a request: at call->now, its circuit call->found when set. */
+void circuit_table_get_call(circuit_table *table, const char *name, const ct_call *call,
+    ct_view *out, ct_change *change);
 
 /* The stored circuit of `name` as it is (no clock applied, nothing
  * changed); false when not stored. */

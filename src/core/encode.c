@@ -77,55 +77,68 @@ static const char digit_pairs[] = "000102030405060708091011121314151617181920212
 				  "50515253545556575859606162636465666768697071727374"
 				  "75767778798081828384858687888990919293949596979899";
 
-/* Decimal digits of u. */
-static int
-digit_count32(uint32_t u)
+/* v's digits ending at end, two a step (32-bit arithmetic: a division
+ * by a constant is a multiply); as many as v has. */
+static inline void
+put_u32_back(char *end, uint32_t v)
 {
-	int n = 1;
+	while (v >= 100) {
+		uint32_t q = v / 100;
 
-	while (u >= 100) {
-		u /= 100;
-		n += 2;
+		end -= 2;
+		memcpy(end, digit_pairs + (v - q * 100) * 2, 2);
+		v = q;
 	}
-	return u >= 10 ? n + 1 : n;
-}
-
-/* u's digits ending at end (32-bit arithmetic: a division by a constant
- * is a cheap multiply), two a step; at least min of them, zero-padded. */
-static void
-put_u32_back(char *end, uint32_t u, int min)
-{
-	char *stop = end - min;
-
-	while (u >= 100 || end - 2 >= stop) {
-		uint32_t q = u / 100;
-		unsigned pair = (unsigned)(u - q * 100) * 2;
-
-		u = q;
-		*--end = digit_pairs[pair + 1];
-		*--end = digit_pairs[pair];
-	}
-	if (u >= 10) {
-		*--end = digit_pairs[u * 2 + 1];
-		*--end = digit_pairs[u * 2];
-	} else if (u > 0 || end > stop) {
-		*--end = (char)('0' + u);
+	if (v >= 10) {
+		end -= 2;
+		memcpy(end, digit_pairs + v * 2, 2);
+	} else {
+		*--end = (char)('0' + v);
 	}
 }
 
-/* Write u (10 or more) at p; the end. Times are 13 digits: taken in
- * 32-bit steps (a time as its high digits and 8 low ones). */
+/* Exactly 8 digits of v (< 10^8), zero-padded, at p. */
+static inline void
+put_u32_8(char *p, uint32_t v)
+{
+	for (int i = 6; i >= 0; i -= 2) {
+		uint32_t q = v / 100;
+
+		memcpy(p + i, digit_pairs + (v - q * 100) * 2, 2);
+		v = q;
+	}
+}
+
+/* Write u (100 or more) at p; the end. Its length by comparisons (a
+ * loop of divisions to count the digits, then another to write them, was
+ * twice the work); times are 13 digits: their high digits, then 8 low
+ * ones. */
 static char *
 put_uint_long(char *p, uint64_t u)
 {
-	if (u <= UINT32_MAX) {
-		p += digit_count32((uint32_t)u);
-		put_u32_back(p, (uint32_t)u, 1);
-		return p;
+	uint32_t v;
+	int n;
+
+	if (u >= 100000000) {
+		uint64_t high = u / 100000000;
+
+		if (high < 10) {
+			*p++ = (char)('0' + high);
+		} else if (high < 100) {
+			memcpy(p, digit_pairs + high * 2, 2);
+			p += 2;
+		} else {
+			p = put_uint_long(p, high);
+		}
+		put_u32_8(p, (uint32_t)(u - high * 100000000));
+		return p + 8;
 	}
-	p = put_uint_long(p, u / 100000000);
-	put_u32_back(p + 8, (uint32_t)(u % 100000000), 8);
-	return p + 8;
+	v = (uint32_t)u;
+	n = v < 10000     ? (v < 1000 ? 3 : 4)
+	    : v < 1000000 ? (v < 100000 ? 5 : 6)
+			  : (v < 10000000 ? 7 : 8);
+	put_u32_back(p + n, v);
+	return p + n;
 }
 
 /* Write u at p; the end. Most of a snapshot's integers are counts under
@@ -508,6 +521,7 @@ enc_policy(enc_buf *b, const cb_policy *policy, const char *preset,
  * ~300 of them). */
 typedef struct time_memo {
 	int64_t t;
+	uint32_t high; /* text's first 5 digits are this time's / 10^8 (0: not) */
 	size_t len;
 	char text[ENC_INT_MAX];
 } time_memo;
@@ -522,7 +536,22 @@ put_time(char *p, int64_t t, time_memo *memo)
 		return p;
 	}
 	if (t != memo->t || memo->len == 0) {
-		memo->len = (size_t)(put_int(memo->text, t) - memo->text);
+		if (t >= INT64_C(1000000000000) && t < INT64_C(10000000000000)) {
+			/* A time of these years, 13 digits: its 5 high ones
+			 * change every 100 s, kept; the 8 low ones unrolled. */
+			uint32_t high = (uint32_t)((uint64_t)t / 100000000);
+
+			if (high != memo->high) {
+				put_u32_back(memo->text + 5, high);
+				memo->high = high;
+			}
+			put_u32_8(memo->text + 5,
+			    (uint32_t)((uint64_t)t - (uint64_t)high * 100000000));
+			memo->len = 13;
+		} else {
+			memo->len = (size_t)(put_int(memo->text, t) - memo->text);
+			memo->high = 0;
+		}
 		memo->t = t;
 	}
 	/* A fixed size (the room is there): a few moves, not a call. */
@@ -536,9 +565,12 @@ put_time(char *p, int64_t t, time_memo *memo)
 #define SNAPSHOT_PART_MAX (SNAPSHOT_PART_TEXT + SNAPSHOT_PART_INTS * ENC_INT_MAX)
 
 /* Start an unchecked part at b's end; NULL when there is no room. */
-static char *
+static inline char *
 part_begin(enc_buf *b)
 {
+	/* (Mostly the room is there: no call.) */
+	if (!b->nomem && b->cap - b->len >= SNAPSHOT_PART_MAX + 1)
+		return b->buf + b->len;
 	return enc_reserve(b, SNAPSHOT_PART_MAX) ? b->buf + b->len : NULL;
 }
 
@@ -560,10 +592,29 @@ encode_snapshot(enc_buf *b, const char *name, const ct_view *view, const cb_poli
 	const char *state;
 	char *p;
 
-	ENC_LIT(b, "{\"name\":");
-	enc_name(b, name);
-	if ((p = part_begin(b)) == NULL)
-		return;
+	const char *end = name;
+
+	/* A name with nothing to escape (every name a client sends): one
+	 * reservation for it and the first part, one copy. */
+	while (!name_stop[(unsigned char)*end])
+		end++;
+	if (*end == '\0') {
+		size_t n = (size_t)(end - name);
+
+		if ((b->nomem ||
+			b->cap - b->len < n + SNAPSHOT_PART_MAX + sizeof "{\"name\":\"\"" + 1) &&
+		    !enc_reserve(b, n + SNAPSHOT_PART_MAX + sizeof "{\"name\":\"\""))
+			return;
+		p = b->buf + b->len;
+		PUT_LIT(p, "{\"name\":\"");
+		p = (char *)memcpy(p, name, n) + n;
+		*p++ = '"';
+	} else {
+		ENC_LIT(b, "{\"name\":");
+		enc_name(b, name);
+		if ((p = part_begin(b)) == NULL)
+			return;
+	}
 	/* 6 integers, 138 bytes of text. */
 	switch (s->state) {
 	case CB_STATE_CLOSED:
