@@ -3,7 +3,9 @@
  * op-list.c — the ops answered with many snapshots (see op-list.h): list,
  * a page at a time, and watch/unwatch; long replies answered in steps
  * across turns of the event loop (a walk of the table for list and watch
- * all, of the request's names for a watch of names).
+ * all, of the request's names for a watch of names), each turn's step
+ * bounded by time (OP_STEP_TURN_US) and by the output a turn writes
+ * (OP_STEP_TURN_BYTES), not by a count.
  */
 #include "config.h"
 
@@ -18,6 +20,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "op-list.h"
+#include "server-client.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -41,6 +44,10 @@ typedef struct list_walk {
 	int64_t added;
 	char resume[CT_NAME_MAX + 1]; /* the first circuit left for the next page */
 } list_walk;
+
+/* A step makes what a turn's flush writes (op-list.h). */
+_Static_assert(OP_STEP_TURN_BYTES == SERVER_CLIENT_FLUSH_MAX,
+    "OP_STEP_TURN_BYTES is a turn's flush");
 
 /* Lists answered in steps now (connections with a list_job). */
 static unsigned lists_stepping;
@@ -333,17 +340,52 @@ list_job_run(op_call *call, op_list_job *job)
 	return true;
 }
 
-/* This list's share of a turn: each listing connection steps once a turn
- * (its turn event), so the turn's list work stays OP_LIST_STEP_CIRCUITS
- * however many lists are in progress. Counting turns needed libevent's
- * precise timer, which rearms a timerfd every turn (a syscall per request
- * at low load). */
+/* The chunk of circuits this list walks at a time in a turn: each
+ * listing connection steps once a turn (its turn event), so that the
+ * least a turn walks stays OP_LIST_STEP_CIRCUITS however many lists are
+ * in progress. Counting turns needed libevent's precise timer, which
+ * rearms a timerfd every turn (a syscall per request at low load). */
 static unsigned
 list_share(void)
 {
 	unsigned n = lists_stepping > 0 ? lists_stepping : 1;
 
 	return OP_LIST_STEP_CIRCUITS / n > 0 ? OP_LIST_STEP_CIRCUITS / n : 1;
+}
+
+/* When this turn's share of OP_STEP_TURN_US ends for one of `stepping`
+ * jobs in steps (microseconds of the monotonic clock). */
+static int64_t
+step_until(unsigned stepping)
+{
+	return clock_monotonic_us() + OP_STEP_TURN_US / (stepping > 0 ? stepping : 1);
+}
+
+/* Has a step that began with `budget` bytes left in s made a turn's
+ * worth of output (OP_STEP_TURN_BYTES)? */
+static bool
+step_made_enough(const op_snapshots *s, size_t budget)
+{
+	return budget - s->budget >= OP_STEP_TURN_BYTES;
+}
+
+/* This turn's step of job: chunks of list_share() circuits until the
+ * list's share of the turn is spent, or a turn's output made (at least
+ * one chunk); true when the reply is complete. Time and bytes, not a
+ * count of circuits, bound it: steps of 8 circuits made a long reply
+ * thousands of turns, each a write of 2.5 KB waking the reader. */
+static bool
+list_step_paced(op_list_job *job)
+{
+	int64_t until = step_until(lists_stepping);
+	unsigned chunk = list_share();
+	size_t budget = job->w.snapshots.budget;
+
+	do {
+		if (list_step(&job->w, job->cursor, job->call.now, chunk))
+			return true;
+	} while (!step_made_enough(&job->w.snapshots, budget) && clock_monotonic_us() < until);
+	return false;
 }
 
 bool
@@ -355,8 +397,8 @@ op_list_continue(server_client *c, bool paced)
 
 	if (job == NULL)
 		return true;
-	if (!list_step(&job->w, job->cursor, job->call.now,
-		paced ? list_share() : OP_LIST_STEP_CIRCUITS)) {
+	if (!(paced ? list_step_paced(job)
+		    : list_step(&job->w, job->cursor, job->call.now, OP_LIST_STEP_CIRCUITS))) {
 		if (job->streaming)
 			list_stream_items(job);
 		if (!job->cut)
@@ -521,12 +563,32 @@ watch_job_free(op_watch_job *job)
 	free(job);
 }
 
+/* This turn's step of a watch of names: chunks of OP_WATCH_STEP_NAMES
+ * / (watches in steps) names (at least one) until the watch's share of
+ * OP_STEP_TURN_US is spent or a turn's output made, at least one chunk;
+ * true when done. */
+static bool
+watch_step_paced(op_watch_job *job, watcher *w)
+{
+	const json_t *list = json_object_get(job->request, "names");
+	unsigned share = watches_stepping > 0 ? watches_stepping : 1;
+	size_t chunk = OP_WATCH_STEP_NAMES / share > 0 ? OP_WATCH_STEP_NAMES / share : 1;
+	int64_t until = step_until(watches_stepping);
+	size_t budget = job->snaps.budget;
+
+	do {
+		if (watch_names_step(&job->call, w, list, job->next, chunk, &job->snaps,
+			&job->next))
+			return true;
+	} while (!step_made_enough(&job->snaps, budget) && clock_monotonic_us() < until);
+	return false;
+}
+
 bool
 op_watch_continue(server_client *c, bool paced)
 {
 	op_conn *oc = op_conn_peek(c);
 	op_watch_job *job = oc != NULL ? oc->watch_job : NULL;
-	unsigned share = watches_stepping > 0 ? watches_stepping : 1;
 	watcher *w;
 	bool ok;
 
@@ -536,10 +598,9 @@ op_watch_continue(server_client *c, bool paced)
 	w = watch_watcher(c, true);
 	if (w == NULL)
 		job->snaps.nomem = true;
-	else if (!watch_names_step(&job->call, w, json_object_get(job->request, "names"), job->next,
-		     paced ? (OP_WATCH_STEP_NAMES / share > 0 ? OP_WATCH_STEP_NAMES / share : 1)
-			   : SIZE_MAX,
-		     &job->snaps, &job->next))
+	else if (!(paced ? watch_step_paced(job, w)
+			 : watch_names_step(&job->call, w, json_object_get(job->request, "names"),
+			       job->next, SIZE_MAX, &job->snaps, &job->next)))
 		return false;
 	oc->watch_job = NULL;
 	server_client_block(c, SERVER_CLIENT_BLOCK_STEPS, false);

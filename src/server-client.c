@@ -112,10 +112,19 @@ server_client_output_bytes_peak(void)
 void
 server_client_trim(void)
 {
-	if (out_untrimmed < SERVER_CLIENT_TRIM_MIN)
+	static int64_t last_ms;
+	int64_t now = clock_monotonic_coarse_ms(), began;
+	uint64_t freed = out_untrimmed;
+
+	if (freed < SERVER_CLIENT_TRIM_MIN ||
+	    (last_ms != 0 && now - last_ms < SERVER_CLIENT_TRIM_INTERVAL_MS))
 		return;
+	last_ms = now;
 	out_untrimmed = 0;
+	began = clock_monotonic_us();
 	malloc_trim(0);
+	log_debug("malloc_trim after %llu bytes of output buffers freed: %lld us",
+	    (unsigned long long)freed, (long long)(clock_monotonic_us() - began));
 }
 
 server_client *

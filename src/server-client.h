@@ -138,6 +138,10 @@ struct server_client {
 /* Memory no connection uses is given back (malloc_trim) once freed
  * output buffers of at least this many bytes in all are waiting for it. */
 #define SERVER_CLIENT_TRIM_MIN (1024 * 1024)
+/* ... and at most once in this many milliseconds: malloc_trim walks the
+ * whole heap, a pause of milliseconds (6-46 ms measured near the output
+ * bound, where it ran every housekeeping tick, 50 ms). */
+#define SERVER_CLIENT_TRIM_INTERVAL_MS 1000
 
 /* Bytes of output buffers all connections hold now (what
  * max_total_output_bytes bounds), and the most they held at once. */

@@ -3,13 +3,16 @@
  * cbd-watch-test.c — protocol 2's watch/unwatch events (§5) and noreply
  * (§6) against a real cbd: change events after state and hold changes,
  * after the reply of the request that caused them, none for counts;
- * delete and reclaim events; watch all; unwatch; policy changes on reload;
+ * delete and reclaim events; watch all (in steps, going on while another
+ * connection keeps cbd busy); unwatch; policy changes on reload;
  * a watcher that does not read is dropped; noreply writes nothing.
  */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -406,6 +409,66 @@ START_TEST(test_watch_all_cut)
 }
 END_TEST
 
+/* A watch of all is answered in steps while another connection keeps cbd
+ * busy every turn: b's pings, each answered before the next is sent (each
+ * is at least one turn of the loop), do not hold the steps back, and the
+ * reply comes whole within a bound in turns, not time: every turn steps
+ * the watch by at least one chunk of circuits and writes at least what a
+ * step makes, so its end comes within about as many turns as there are
+ * circuits (with room to spare). */
+START_TEST(test_watch_all_progresses_while_another_pings)
+{
+	enum { CIRCUITS = 2500, PINGS_MAX = 4 * CIRCUITS };
+	struct pollfd pfd = { .fd = -1, .events = POLLIN };
+	size_t len = 0, cap = UTIL_REPLY_SIZE;
+	char *buf = malloc(cap), *nl = NULL, line[128];
+	int pings = 0;
+	json_t *r;
+
+	ck_assert_ptr_nonnull(buf);
+	start("");
+	pfd.fd = a;
+	for (int i = 0; i < CIRCUITS; i++) {
+		snprintf(line, sizeof line,
+		    "{\"op\":\"record_success\",\"name\":\"p%d\",\"noreply\":true}", i);
+		send_line(b, line);
+	}
+	ck_assert(util_stats_reach(b, "circuits", CIRCUITS));
+	send_line(a, "{\"op\":\"watch\",\"all\":true,\"id\":4}");
+	while (nl == NULL && pings < PINGS_MAX) {
+		json_decref(util_call_ok(b, "{\"op\":\"hello\"}"));
+		pings++;
+		/* One read a ping: b keeps cbd busy while the reply comes. */
+		if (poll(&pfd, 1, 0) > 0) {
+			ssize_t n = recv(a, buf + len, cap - len - 1, MSG_DONTWAIT);
+
+			ck_assert_msg(n > 0, "the watcher's connection ended after %zu bytes", len);
+			buf[len + (size_t)n] = '\0';
+			nl = strchr(buf + len, '\n');
+			len += (size_t)n;
+			ck_assert_msg(nl != NULL || len + 1 < cap, "a reply of more than %zu bytes",
+			    cap);
+		}
+	}
+	ck_assert_msg(nl != NULL, "no whole watch reply after %d pings answered (%zu bytes)", pings,
+	    len);
+	fprintf(stderr, "watch of %d circuits: whole after %d pings of another connection\n",
+	    CIRCUITS, pings);
+	*nl = '\0';
+	r = json_loads(buf, 0, NULL);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(util_int(r, "id"), 4);
+	ck_assert(util_bool(r, "ok"));
+	ck_assert_ptr_null(util_get(r, "truncated"));
+	ck_assert_uint_eq(json_array_size(json_object_get(r, "snapshots")), CIRCUITS);
+	json_decref(r);
+	free(buf);
+	/* Watching everything: a change now is an event. */
+	json_decref(util_call_ok(b, "{\"op\":\"set_state\",\"name\":\"p7\",\"state\":\"open\"}"));
+	expect_event(a, "change", "p7", "closed", "open");
+}
+END_TEST
+
 /* A client that streams noreply outcomes and closes at once (a cached
  * client's close) gets every whole line it sent carried out, even though
  * the reply to its first line has nowhere to go. cbd is stopped while the
@@ -680,6 +743,7 @@ main(void)
 	tcase_add_test(tc, test_long_watch_in_steps);
 	tcase_add_test(tc, test_watch_all_in_steps);
 	tcase_add_test(tc, test_watch_all_cut);
+	tcase_add_test(tc, test_watch_all_progresses_while_another_pings);
 	tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
 	tcase_add_test(tc, test_noreply);
 	tcase_add_test(tc, test_watcher_pipelines);
