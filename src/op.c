@@ -8,6 +8,7 @@
  * errors. The only file that names every op's room.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,26 +87,48 @@ op_names(void)
 	return op_name_list;
 }
 
-/* The lengths of the ops' names (filled on first use). */
-static size_t op_name_len[OP_COUNT];
+/* The ops by name: a small open-addressed table (filled on first use),
+ * keyed on the length and the first and last bytes, which tell every row
+ * but record_success from record_failure apart by themselves: a request
+ * finds its op in a probe or two, not a search of the table in order. */
+#define OP_SLOTS 64 /* a power of two, well above OP_COUNT */
+_Static_assert(OP_COUNT < OP_SLOTS / 2, "raise OP_SLOTS");
 
-/* The row of op `text` (len bytes), or NULL. */
+static struct {
+	uint8_t len; /* 0: empty */
+	uint8_t row;
+} op_slot[OP_SLOTS];
+
+static inline unsigned
+op_hash(const char *text, size_t len)
+{
+	return ((unsigned)len * 7u + (unsigned char)text[0] * 3u +
+		   (unsigned char)text[len - 1] * 5u) &
+	    (OP_SLOTS - 1);
+}
+
+/* The row of op `text` (len bytes, len > 0), or NULL. */
 static const op_entry *
 op_find(const char *text, size_t len)
 {
-	if (op_name_len[0] == 0) {
-		for (size_t i = 0; i < OP_COUNT; i++)
-			op_name_len[i] = strlen(ops[i].name);
-	}
-	for (size_t i = 0; i < OP_COUNT; i++) {
-		const char *name = ops[i].name;
+	if (op_slot[op_hash(ops[0].name, strlen(ops[0].name))].len == 0) {
+		for (size_t i = 0; i < OP_COUNT; i++) {
+			size_t n = strlen(ops[i].name);
+			unsigned h = op_hash(ops[i].name, n);
 
-		/* The length and the first and last bytes first: they tell
-		 * every row but the one apart (record_success from
-		 * record_failure by the last). */
-		if (op_name_len[i] == len && name[0] == text[0] && name[len - 1] == text[len - 1] &&
-		    memcmp(name, text, len) == 0)
-			return &ops[i];
+			while (op_slot[h].len != 0)
+				h = (h + 1) & (OP_SLOTS - 1);
+			op_slot[h].len = (uint8_t)n;
+			op_slot[h].row = (uint8_t)i;
+		}
+	}
+	if (len == 0 || len > UINT8_MAX)
+		return NULL;
+	for (unsigned h = op_hash(text, len); op_slot[h].len != 0; h = (h + 1) & (OP_SLOTS - 1)) {
+		const op_entry *op = &ops[op_slot[h].row];
+
+		if (op_slot[h].len == len && memcmp(op->name, text, len) == 0)
+			return op;
 	}
 	return NULL;
 }
