@@ -133,6 +133,10 @@ op_find(const char *text, size_t len)
 	return NULL;
 }
 
+/* Where op_call's members after its ctx begin. */
+#define CALL_AFTER_CTX (offsetof(op_call, ctx) + sizeof(proto_ctx))
+_Static_assert(CALL_AFTER_CTX <= offsetof(op_call, err.message), "op_call's order");
+
 /* The checks every op shares, then the handler. False with call->err. */
 static bool
 op_run(op_call *call, const op_entry *op)
@@ -175,6 +179,8 @@ op_run(op_call *call, const op_entry *op)
 		if (!proto_req_int(&call->req, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, false,
 			&call->table.duration_ms, NULL, &call->err))
 			return false;
+	} else {
+		memset(&call->ctx, 0, sizeof call->ctx); /* (op_dispatch leaves it) */
 	}
 	/* Fleet mode: the circuit script in Redis answers (op-fleet.c);
 	 * while Redis is away, this host's copy does. */
@@ -198,7 +204,7 @@ op_run(op_call *call, const op_entry *op)
 	 * handler writes it in order (its conflicts are jansson members). */
 	if ((op->flags & OP_DIRECT) && !call->noreply && call->conflicts == 0 && !fleet_enabled())
 		op_reply_direct(call);
-	else if (call->tail.buf == NULL)
+	else if (call->tail.buf == NULL && !call->noreply) /* (noreply: none is made) */
 		call->tail = enc_take();
 	/* A request answered later (a waiting allow) reports its conflicts
 	 * then. */
@@ -236,9 +242,12 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	bool ok = false, noreply = false;
 
 	/* Zero but the error's message (written by proto_fail, read only
-	 * after it): a fifth of the struct. (Its tail is taken by op_run, or
-	 * begun in c's output.) */
-	memset(&call, 0, offsetof(op_call, err.message));
+	 * after it): a fifth of the struct, and the ctx, a third of the rest
+	 * (op_run clears it: proto_req_ctx does for the OP_CTX ops, and
+	 * nothing reads it before). (Its tail is taken by op_run, or begun
+	 * in c's output.) */
+	memset(&call, 0, offsetof(op_call, ctx));
+	memset((char *)&call + CALL_AFTER_CTX, 0, offsetof(op_call, err.message) - CALL_AFTER_CTX);
 	call.client = c;
 	stats.requests++;
 	if (!proto_request_read(line, len, &flat, &call.req, &request, &call.err))

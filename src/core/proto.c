@@ -176,19 +176,6 @@ proto_ctx_check(proto_ctx_key key, int64_t v, const char *field, proto_error *er
 	return true;
 }
 
-void
-proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v)
-{
-	ctx->present |= UINT32_C(1) << key;
-	ctx->value[key] = v;
-}
-
-bool
-proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key)
-{
-	return (ctx->present & (UINT32_C(1) << key)) != 0;
-}
-
 bool
 proto_ctx_set_preset(proto_ctx *ctx, const char *name)
 {
@@ -485,13 +472,11 @@ proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy, const 
 {
 	uint32_t conflicts = 0;
 
-	for (int k = 0; (request->present & PROTO_CTX_POLICY_MASK) != 0 && k < PROTO_CTX_KEY_COUNT;
-	     k++) {
+	/* The policy members given only (a request gives a few, if any). */
+	for (uint32_t left = request->present & PROTO_CTX_POLICY_MASK; left != 0;
+	     left &= left - 1) {
+		int k = __builtin_ctz(left);
 		int64_t v;
-
-		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) ||
-		    !proto_ctx_has(request, (proto_ctx_key)k))
-			continue;
 		if (k == PROTO_CTX_PRESET) {
 			if (preset == NULL || strcmp(preset, request->preset) != 0)
 				conflicts |= UINT32_C(1) << k;
@@ -958,6 +943,8 @@ ctx_member(const pval *v, int k, proto_ctx *out, proto_error *err)
 	proto_ctx_set(out, (proto_ctx_key)k, v->integer);
 	return true;
 }
+
+_Static_assert(PROTO_CTX_KEY_COUNT <= 32, "ctx rows are bits of a uint32_t");
 
 /* The "ctx" member of request r into out. */
 static bool
