@@ -495,15 +495,19 @@ START_TEST(test_noreply_ctx)
 	json_decref(r);
 	/* Bad members, in either form (the last one is outside the fast
 	 * path's subset: an escape). */
-	send_line(a, "{\"op\":\"record_success\",\"name\":\"nb\",\"noreply\":true,"
-		     "\"ctx\":{\"now\":-1,\"failure_threshold\":0}}");
-	send_line(a, "{\"op\":\"record\",\"name\":\"nb\",\"outcome\":\"success\","
-		     "\"noreply\":true,\"ctx\":{\"trip\":\"x\"}}");
-	send_line(a, "{\"op\":\"record_failure\",\"name\":\"nb\",\"noreply\":true,"
-		     "\"ctx\":{\"preset\":\"a\\u0020b\"}}");
+	send_line(a,
+	    "{\"op\":\"record_success\",\"name\":\"nb\",\"noreply\":true,"
+	    "\"ctx\":{\"now\":-1,\"failure_threshold\":0}}");
+	send_line(a,
+	    "{\"op\":\"record\",\"name\":\"nb\",\"outcome\":\"success\","
+	    "\"noreply\":true,\"ctx\":{\"trip\":\"x\"}}");
+	send_line(a,
+	    "{\"op\":\"record_failure\",\"name\":\"nb\",\"noreply\":true,"
+	    "\"ctx\":{\"preset\":\"a\\u0020b\"}}");
 	/* A policy of its own: a conflict, the outcome counted. */
-	send_line(a, "{\"op\":\"record_success\",\"name\":\"nc\",\"noreply\":true,"
-		     "\"ctx\":{\"failure_threshold\":5}}");
+	send_line(a,
+	    "{\"op\":\"record_success\",\"name\":\"nc\",\"noreply\":true,"
+	    "\"ctx\":{\"failure_threshold\":5}}");
 	send_line(a, "{\"id\":9,\"op\":\"hello\"}");
 	r = util_next_json(a, "reply");
 	ck_assert_int_eq(util_int(r, "id"), 9);
