@@ -88,9 +88,9 @@ op_names(void)
 }
 
 /* The ops by name: a small open-addressed table (filled on first use),
- * keyed on the length and the first and last bytes, which tell every row
- * but record_success from record_failure apart by themselves: a request
- * finds its op in a probe or two, not a search of the table in order. */
+ * hashed on the length and the first and last bytes (which tell every
+ * row apart): a request finds its op in a probe or two and one memcmp,
+ * not a search of the table in order. */
 #define OP_SLOTS 64 /* a power of two, well above OP_COUNT */
 _Static_assert(OP_COUNT < OP_SLOTS / 2, "raise OP_SLOTS");
 
