@@ -49,6 +49,10 @@ op_status(op_call *call, ct_status status)
 bool
 op_reply_snapshot(op_call *call, const char *member, const ct_view *view)
 {
+	/* A noreply request's reply would be thrown away (op_finish): it
+	 * is not made. (Making it could fail only for want of memory.) */
+	if (call->noreply)
+		return true;
 	/* Encoded straight as text (encode.c): the reply's largest member.
 	 * (Every op's is "snapshot": one literal, not three pieces.) */
 	if (strcmp(member, "snapshot") == 0) {

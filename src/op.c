@@ -8,6 +8,7 @@
  * errors. The only file that names every op's room.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,29 +87,55 @@ op_names(void)
 	return op_name_list;
 }
 
-/* The lengths of the ops' names (filled on first use). */
-static size_t op_name_len[OP_COUNT];
+/* The ops by name: a small open-addressed table (filled on first use),
+ * hashed on the length and the first and last bytes (which tell every
+ * row apart): a request finds its op in a probe or two and one memcmp,
+ * not a search of the table in order. */
+#define OP_SLOTS 64 /* a power of two, well above OP_COUNT */
+_Static_assert(OP_COUNT < OP_SLOTS / 2, "raise OP_SLOTS");
 
-/* The row of op `text` (len bytes), or NULL. */
+static struct {
+	uint8_t len; /* 0: empty */
+	uint8_t row;
+} op_slot[OP_SLOTS];
+
+static inline unsigned
+op_hash(const char *text, size_t len)
+{
+	return ((unsigned)len * 7u + (unsigned char)text[0] * 3u +
+		   (unsigned char)text[len - 1] * 5u) &
+	    (OP_SLOTS - 1);
+}
+
+/* The row of op `text` (len bytes, len > 0), or NULL. */
 static const op_entry *
 op_find(const char *text, size_t len)
 {
-	if (op_name_len[0] == 0) {
-		for (size_t i = 0; i < OP_COUNT; i++)
-			op_name_len[i] = strlen(ops[i].name);
-	}
-	for (size_t i = 0; i < OP_COUNT; i++) {
-		const char *name = ops[i].name;
+	if (op_slot[op_hash(ops[0].name, strlen(ops[0].name))].len == 0) {
+		for (size_t i = 0; i < OP_COUNT; i++) {
+			size_t n = strlen(ops[i].name);
+			unsigned h = op_hash(ops[i].name, n);
 
-		/* The length and the first and last bytes first: they tell
-		 * every row but the one apart (record_success from
-		 * record_failure by the last). */
-		if (op_name_len[i] == len && name[0] == text[0] && name[len - 1] == text[len - 1] &&
-		    memcmp(name, text, len) == 0)
-			return &ops[i];
+			while (op_slot[h].len != 0)
+				h = (h + 1) & (OP_SLOTS - 1);
+			op_slot[h].len = (uint8_t)n;
+			op_slot[h].row = (uint8_t)i;
+		}
+	}
+	if (len == 0 || len > UINT8_MAX)
+		return NULL;
+	for (unsigned h = op_hash(text, len); op_slot[h].len != 0; h = (h + 1) & (OP_SLOTS - 1)) {
+		const op_entry *op = &ops[op_slot[h].row];
+
+		if (op_slot[h].len == len && memcmp(op->name, text, len) == 0)
+			return op;
 	}
 	return NULL;
 }
+
+/* Where op_call's members after its ctx begin. */
+#define CALL_AFTER_CTX (offsetof(op_call, ctx) + sizeof(proto_ctx))
+_Static_assert(CALL_AFTER_CTX <= offsetof(op_call, err.message), "op_call's order");
 
 /* The checks every op shares, then the handler. False with call->err. */
 static bool
@@ -152,6 +179,8 @@ op_run(op_call *call, const op_entry *op)
 		if (!proto_req_int(&call->req, PROTO_MEMBER_DURATION_MS, 0, CB_DURATION_MAX, false,
 			&call->table.duration_ms, NULL, &call->err))
 			return false;
+	} else {
+		memset(&call->ctx, 0, sizeof call->ctx); /* (op_dispatch leaves it) */
 	}
 	/* Fleet mode: the circuit script in Redis answers (op-fleet.c);
 	 * while Redis is away, this host's copy does. */
@@ -175,7 +204,7 @@ op_run(op_call *call, const op_entry *op)
 	 * handler writes it in order (its conflicts are jansson members). */
 	if ((op->flags & OP_DIRECT) && !call->noreply && call->conflicts == 0 && !fleet_enabled())
 		op_reply_direct(call);
-	else if (call->tail.buf == NULL)
+	else if (call->tail.buf == NULL && !call->noreply) /* (noreply: none is made) */
 		call->tail = enc_take();
 	/* A request answered later (a waiting allow) reports its conflicts
 	 * then. */
@@ -213,9 +242,12 @@ op_dispatch(server_client *c, const char *line, size_t len)
 	bool ok = false, noreply = false;
 
 	/* Zero but the error's message (written by proto_fail, read only
-	 * after it): a fifth of the struct. (Its tail is taken by op_run, or
-	 * begun in c's output.) */
-	memset(&call, 0, offsetof(op_call, err.message));
+	 * after it): a fifth of the struct, and the ctx, a third of the rest
+	 * (op_run clears it: proto_req_ctx does for the OP_CTX ops, and
+	 * nothing reads it before). (Its tail is taken by op_run, or begun
+	 * in c's output.) */
+	memset(&call, 0, offsetof(op_call, ctx));
+	memset((char *)&call + CALL_AFTER_CTX, 0, offsetof(op_call, err.message) - CALL_AFTER_CTX);
 	call.client = c;
 	stats.requests++;
 	if (!proto_request_read(line, len, &flat, &call.req, &request, &call.err))

@@ -25,8 +25,14 @@ strace and (for the Redis lines) redis-server on PATH.
   CBD_BINARY=build/src/cbd python3 tests/bench-instr.py [-n 20000] [-c 8]
       [-k 8] [--no-strace] [--no-redis] [OP ...]
 
-OP: record_failure (default), record_success, record, get, allow, or
-all. Timers (cbd's housekeeping, Redis's serverCron at hz 10) run by the
+OP: record_failure (default), record_success, record, get, allow,
+noreply_record_success, noreply_record, hello, or all. The noreply ops
+send what a cached client sends (libcbclient: "noreply": true, the
+breaker's ctx, duration_ms); cbd answers none of them, so each goes in
+one write with a hello behind it, whose reply paces the connection as
+any reply does: their line also gives the figure minus hello's (measured
+once in the same run), the cost of one noreply line read with others.
+Timers (cbd's housekeeping, Redis's serverCron at hz 10) run by the
 clock, so a long run adds a few instructions a request; keep N at 10,000
 or more.
 """
@@ -42,12 +48,21 @@ import sys
 import tempfile
 import time
 
+# The line that paces a noreply op (and measured alone: "hello").
+HELLO = '{"op":"hello"}\n'
 CBD_OPS = {
     "record_failure": '{"op":"record_failure","name":"circuit-%02d"}\n',
     "record_success": '{"op":"record_success","name":"circuit-%02d"}\n',
     "record": '{"op":"record","name":"circuit-%02d","outcome":"success"}\n',
     "get": '{"op":"get","name":"circuit-%02d"}\n',
     "allow": '{"op":"allow","name":"circuit-%02d"}\n',
+    "noreply_record_success": '{"op":"record_success","name":"circuit-%02d","noreply":true,'
+                              '"ctx":{"failure_threshold":5,"break_ms":30000,"half_open_max":1},'
+                              '"duration_ms":12}\n' + HELLO,
+    "noreply_record": '{"op":"record","name":"circuit-%02d","noreply":true,'
+                      '"ctx":{"failure_threshold":5,"break_ms":30000,"half_open_max":1},'
+                      '"outcome":"success","duration_ms":12}\n' + HELLO,
+    "hello": HELLO,
 }
 # As bench-vs-redis: GET of keys nobody set (a 5-byte nil reply).
 REDIS_GET = "*2\r\n$3\r\nGET\r\n$8\r\nvalue-%02d\r\n"
@@ -103,7 +118,7 @@ def drive(path, fmt, resp, total, conns, keys):
 
     def send(s):
         nonlocal sent, out_bytes
-        req = (fmt % (sent % keys)).encode()
+        req = (fmt % (sent % keys) if "%" in fmt else fmt).encode()
         sent += 1
         out_bytes += len(req)
         s.sendall(req)
@@ -207,7 +222,10 @@ def strace_totals(path):
     return calls
 
 
-def measure(name, server, args, work):
+def measure(name, server, args, work, minus=None):
+    """Print the figures of one server and op; its instructions a request
+    (None without callgrind). minus: hello's, to subtract."""
+    instr = None
     n1, n2 = args.requests, 2 * args.requests
     per = n2 - n1
     line = "%-22s" % name
@@ -219,7 +237,10 @@ def measure(name, server, args, work):
         objs = sorted(set(b1) | set(b2), key=lambda o: -(b2.get(o, 0) - b1.get(o, 0)))
         split = ", ".join("%s %.0f" % (o, (b2.get(o, 0) - b1.get(o, 0)) / per) for o in objs
                           if abs(b2.get(o, 0) - b1.get(o, 0)) / per >= 5)
-        line += " %7.0f instr/req (%s);" % ((t2 - t1) / per, split)
+        instr = (t2 - t1) / per
+        line += " %7.0f instr/req (%s);" % (instr, split)
+        if minus is not None:
+            line += " minus hello: %.0f instr/line;" % (instr - minus)
         line += " wrote %.1f B/req, read %.1f B/req" % ((g2 - g1) / per, (s2 - s1) / per)
     if not args.no_strace:
         (o1, _, _), (o2, _, _) = (run_once(server, "strace", n, args, work) for n in (n1, n2))
@@ -230,6 +251,7 @@ def measure(name, server, args, work):
                           if v >= 0.005)
         line += "; %.3f syscalls/req (%s)" % (total, calls)
     print(line, flush=True)
+    return instr
 
 
 def main():
@@ -259,9 +281,18 @@ def main():
         print("%d and %d requests, %d connections, %d circuits/keys; the difference over "
               "the %d extra:" % (args.requests, 2 * args.requests, args.conns, args.keys,
                                   args.requests), flush=True)
+        hello = None
+
+        def cbd_op(op, minus=None):
+            return measure("cbd " + op, ([os.path.abspath(cbd), "-c", conf, "-s", sock], sock,
+                                         CBD_OPS[op], False), args, work, minus)
+
         for op in ops:
-            measure("cbd " + op, ([os.path.abspath(cbd), "-c", conf, "-s", sock], sock,
-                                  CBD_OPS[op], False), args, work)
+            if op.startswith("noreply_") and hello is None and not args.no_callgrind:
+                hello = cbd_op("hello")
+            if op != "hello" or hello is None:
+                got = cbd_op(op, hello if op.startswith("noreply_") else None)
+                hello = got if op == "hello" else hello
         if not args.no_redis and shutil.which("redis-server"):
             rsock = os.path.join(work, "redis.sock")
             measure("redis GET", (["redis-server", "--port", "0", "--unixsocket", rsock,

@@ -534,6 +534,63 @@ START_TEST(test_noreply)
 }
 END_TEST
 
+/* noreply outcomes with a ctx, as cached clients send them: carried out
+ * with the ctx's policy; a bad ctx member is counted as an error and
+ * changes nothing; a ctx that differs from the circuit's policy is
+ * counted as a conflict; no line comes back for any of them. */
+START_TEST(test_noreply_ctx)
+{
+	json_t *r;
+
+	start(NULL);
+	send_line(a, "{\"op\":\"watch\",\"names\":[\"nc\"]}");
+	r = util_next_json(a, "reply");
+	ck_assert(json_is_true(json_object_get(r, "ok")));
+	json_decref(r);
+	for (int i = 0; i < 2; i++)
+		send_line(a,
+		    "{\"op\":\"record_failure\",\"name\":\"nc\",\"noreply\":true,"
+		    "\"ctx\":{\"failure_threshold\":2,\"break_ms\":60000},\"duration_ms\":3}");
+	/* The second trips it: its event comes, and no reply before it. */
+	r = util_next_json(a, "event");
+	ck_assert_str_eq(util_str(r, "event"), "change");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	json_decref(r);
+	/* Bad members, in either form (the last one is outside the fast
+	 * path's subset: an escape). */
+	send_line(a,
+	    "{\"op\":\"record_success\",\"name\":\"nb\",\"noreply\":true,"
+	    "\"ctx\":{\"now\":-1,\"failure_threshold\":0}}");
+	send_line(a,
+	    "{\"op\":\"record\",\"name\":\"nb\",\"outcome\":\"success\","
+	    "\"noreply\":true,\"ctx\":{\"trip\":\"x\"}}");
+	send_line(a,
+	    "{\"op\":\"record_failure\",\"name\":\"nb\",\"noreply\":true,"
+	    "\"ctx\":{\"preset\":\"a\\u0020b\"}}");
+	/* A policy of its own: a conflict, the outcome counted. */
+	send_line(a,
+	    "{\"op\":\"record_success\",\"name\":\"nc\",\"noreply\":true,"
+	    "\"ctx\":{\"failure_threshold\":5}}");
+	send_line(a, "{\"id\":9,\"op\":\"hello\"}");
+	r = util_next_json(a, "reply");
+	ck_assert_int_eq(util_int(r, "id"), 9);
+	json_decref(r);
+	r = util_call(b, "{\"op\":\"get\",\"name\":\"nb\"}");
+	ck_assert(json_is_false(json_object_get(r, "stored")));
+	json_decref(r);
+	r = util_call(b, "{\"op\":\"get\",\"name\":\"nc\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "open");
+	ck_assert_int_eq(util_int(r, "snapshot.policy.failure_threshold"), 2);
+	ck_assert_int_eq(util_int(r, "snapshot.policy.break_ms"), 60000);
+	json_decref(r);
+	r = util_call(b, "{\"op\":\"stats\"}");
+	ck_assert_int_eq(util_int(r, "noreply"), 6);
+	ck_assert_int_eq(util_int(r, "errors.bad_request"), 3);
+	ck_assert_int_eq(util_int(r, "policy_conflicts"), 1);
+	json_decref(r);
+}
+END_TEST
+
 /* A watcher that pipelines requests: every reply comes, in order, and
  * each event follows the reply of the request that caused it. */
 START_TEST(test_watcher_pipelines)
@@ -746,6 +803,7 @@ main(void)
 	tcase_add_test(tc, test_watch_all_progresses_while_another_pings);
 	tcase_add_test(tc, test_lines_sent_before_close_are_carried_out);
 	tcase_add_test(tc, test_noreply);
+	tcase_add_test(tc, test_noreply_ctx);
 	tcase_add_test(tc, test_watcher_pipelines);
 	tcase_add_test(tc, test_watch_many_names_bounded);
 	tcase_add_test(tc, test_watchers_held_to_host_wide_bound);

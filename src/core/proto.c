@@ -176,19 +176,6 @@ proto_ctx_check(proto_ctx_key key, int64_t v, const char *field, proto_error *er
 	return true;
 }
 
-void
-proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v)
-{
-	ctx->present |= UINT32_C(1) << key;
-	ctx->value[key] = v;
-}
-
-bool
-proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key)
-{
-	return (ctx->present & (UINT32_C(1) << key)) != 0;
-}
-
 bool
 proto_ctx_set_preset(proto_ctx *ctx, const char *name)
 {
@@ -485,13 +472,11 @@ proto_policy_conflicts(const proto_ctx *request, const cb_policy *policy, const 
 {
 	uint32_t conflicts = 0;
 
-	for (int k = 0; (request->present & PROTO_CTX_POLICY_MASK) != 0 && k < PROTO_CTX_KEY_COUNT;
-	     k++) {
+	/* The policy members given only (a request gives a few, if any). */
+	for (uint32_t left = request->present & PROTO_CTX_POLICY_MASK; left != 0;
+	     left &= left - 1) {
+		int k = __builtin_ctz(left);
 		int64_t v;
-
-		if (!(PROTO_CTX_POLICY_MASK & (UINT32_C(1) << k)) ||
-		    !proto_ctx_has(request, (proto_ctx_key)k))
-			continue;
 		if (k == PROTO_CTX_PRESET) {
 			if (preset == NULL || strcmp(preset, request->preset) != 0)
 				conflicts |= UINT32_C(1) << k;
@@ -910,44 +895,100 @@ proto_get_state(const json_t *obj, const char *key, bool required, cb_state *out
 	return true;
 }
 
+/* "ctx.<name>", the field an error about ctx member def names. */
+static const char *
+ctx_field(const proto_ctx_def *def, char *buf, size_t size)
+{
+	snprintf(buf, size, "ctx.%s", def->name);
+	return buf;
+}
+
+/* The row of ctx member key (NUL-ended), or -1: the first byte, then the
+ * rest (most rows differ in the first). */
+static int
+ctx_key_find(const char *key)
+{
+	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
+		if (ctx_defs[k].name[0] == key[0] && strcmp(ctx_defs[k].name, key) == 0)
+			return k;
+	}
+	return -1;
+}
+
+/* Member def (row k) of request r's ctx, given as v, into out. The
+ * field's name is made only for an error: the checks run again with it
+ * (they are pure), so that a good member costs no formatting. */
+static bool
+ctx_member(const pval *v, int k, proto_ctx *out, proto_error *err)
+{
+	const proto_ctx_def *def = &ctx_defs[k];
+	char field[64];
+
+	if (def->type != PROTO_CTX_INT) {
+		if (v->type != PVAL_STRING || strlen(v->text) != v->len) {
+			ctx_field(def, field, sizeof field);
+			return def->type == PROTO_CTX_ENUM
+			    ? enum_fail(def, field, err)
+			    : proto_fail(err, PROTO_BAD_REQUEST, "%s must be a string", field);
+		}
+		if (proto_ctx_parse_text(out, (proto_ctx_key)k, v->text, def->name, err))
+			return true;
+		return proto_ctx_parse_text(out, (proto_ctx_key)k, v->text,
+		    ctx_field(def, field, sizeof field), err);
+	}
+	if (v->type != PVAL_INT || v->integer < def->min || v->integer > def->max)
+		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be an integer from %lld to %lld",
+		    ctx_field(def, field, sizeof field), (long long)def->min,
+		    (long long)def->max);
+	proto_ctx_set(out, (proto_ctx_key)k, v->integer);
+	return true;
+}
+
+_Static_assert(PROTO_CTX_KEY_COUNT <= 32, "ctx rows are bits of a uint32_t");
+
 /* The "ctx" member of request r into out. */
 static bool
 req_ctx(const proto_req *r, proto_ctx *out, proto_error *err)
 {
 	pval ctx = req_member(r, PROTO_MEMBER_CTX);
-	char field[64];
 
 	memset(out, 0, sizeof *out);
 	if (ctx.type == PVAL_ABSENT)
 		return true;
 	if (ctx.type != PVAL_OBJECT)
 		return proto_fail(err, PROTO_BAD_REQUEST, "ctx must be an object");
+	if (r->flat != NULL) {
+		/* A flat view: its members read once, each row's found by
+		 * name (a search of the ctx for each of the table's rows was
+		 * most of a request's lookups); then checked in the table's
+		 * order, as below. */
+		int at[PROTO_CTX_KEY_COUNT];
+		uint32_t given = 0;
+
+		for (int i = r->flat->v[ctx.flat].first; i >= 0; i = r->flat->v[i].next) {
+			int k = ctx_key_find(r->flat->v[i].key);
+
+			if (k >= 0) {
+				at[k] = i;
+				given |= UINT32_C(1) << k;
+			}
+		}
+		for (uint32_t left = given; left != 0; left &= left - 1) {
+			int k = __builtin_ctz(left);
+			pval v = pval_flat(r->flat, at[k]);
+
+			if (v.type != PVAL_ABSENT && !ctx_member(&v, k, out, err))
+				return false;
+		}
+		return proto_ctx_check_combination(out, "ctx.", err);
+	}
 	/* In the table's order, so that of two bad members the same one is
 	 * named whichever form the request is in. */
 	for (int k = 0; k < PROTO_CTX_KEY_COUNT; k++) {
-		const proto_ctx_def *def = &ctx_defs[k];
-		pval v = req_member_of(r, &ctx, def->name);
+		pval v = req_member_of(r, &ctx, ctx_defs[k].name);
 
-		if (v.type == PVAL_ABSENT)
-			continue;
-		snprintf(field, sizeof field, "ctx.%s", def->name);
-		if (def->type != PROTO_CTX_INT) {
-			if (v.type != PVAL_STRING || strlen(v.text) != v.len)
-				return def->type == PROTO_CTX_ENUM
-				    ? enum_fail(def, field, err)
-				    : proto_fail(err, PROTO_BAD_REQUEST, "%s must be a string",
-					  field);
-			if (!proto_ctx_parse_text(out, (proto_ctx_key)k, v.text, field, err))
-				return false;
-			continue;
-		}
-		if (v.type != PVAL_INT)
-			return proto_fail(err, PROTO_BAD_REQUEST,
-			    "%s must be an integer from %lld to %lld", field, (long long)def->min,
-			    (long long)def->max);
-		if (!proto_ctx_check((proto_ctx_key)k, v.integer, field, err))
+		if (v.type != PVAL_ABSENT && !ctx_member(&v, k, out, err))
 			return false;
-		proto_ctx_set(out, (proto_ctx_key)k, v.integer);
 	}
 	return proto_ctx_check_combination(out, "ctx.", err);
 }

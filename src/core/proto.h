@@ -167,8 +167,18 @@ const char *const *proto_preset_builtin_names(void);
 bool proto_ctx_set_preset(proto_ctx *ctx, const char *name);
 
 /* Set / test a member of a partial policy. */
-void proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v);
-bool proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key);
+static inline void
+proto_ctx_set(proto_ctx *ctx, proto_ctx_key key, int64_t v)
+{
+	ctx->present |= UINT32_C(1) << key;
+	ctx->value[key] = v;
+}
+
+static inline bool
+proto_ctx_has(const proto_ctx *ctx, proto_ctx_key key)
+{
+	return (ctx->present & (UINT32_C(1) << key)) != 0;
+}
 
 /* Resolve a policy from layers, highest precedence first (protocol 2:
  * circuit section, the creating request, [defaults]); NULL layers are
