@@ -5,7 +5,7 @@
  * by make check.
  *
  *   CBD_SRCDIR=.. tests/bench-fleet-script [-n CALLS (20000)] [-r ROUNDS (3)]
- *       [-k CIRCUITS (1000)] [-p PIPELINE (32)] [-g GROUPS (all)]
+ *       [-k CIRCUITS (1000)] [-p PIPELINE (32)] [-g GROUPS (all)] [-B BASELINE.lua]
  *
  * Starts a redis-server on a Unix socket in a temp dir, loads the script and
  * variants of it, and calls each variant CALLS times (pipelined, PIPELINE
@@ -15,6 +15,9 @@
  * runs every variant back to back, so that load on the machine falls alike
  * on the variants compared; the table gives each variant's median and
  * lowest µs of Redis CPU a call (and an outcome, for folds) over the rounds.
+ * With -B, every variant of groups c, r, s and b runs again right after
+ * itself with BASELINE.lua (e.g. the script before a change: an A/B in one
+ * run).
  *
  * The variants (GROUPS: letters, e.g. -g fcr):
  *   f  floors: PING; EVALSHA of a script that only returns, with the same
@@ -70,15 +73,12 @@ static int pipeline = 32;
 /* ------------------------------------------------------------ scripts */
 
 static char *
-read_script(void)
+read_file(const char *path)
 {
-	const char *srcdir = getenv("CBD_SRCDIR");
-	char path[1024];
 	char *text = NULL;
 	long len;
 	FILE *f;
 
-	snprintf(path, sizeof path, "%s/src/fleet.lua", srcdir != NULL ? srcdir : ".");
 	f = fopen(path, "rb");
 	if (f == NULL)
 		return NULL;
@@ -93,6 +93,16 @@ read_script(void)
 	}
 	fclose(f);
 	return text;
+}
+
+static char *
+read_script(void)
+{
+	const char *srcdir = getenv("CBD_SRCDIR");
+	char path[1024];
+
+	snprintf(path, sizeof path, "%s/src/fleet.lua", srcdir != NULL ? srcdir : ".");
+	return read_file(path);
 }
 
 /* SCRIPT LOAD text into sha (""; not loaded: says why). */
@@ -165,7 +175,7 @@ batch_script(const char *script)
 
 /* ------------------------------------------------------------ variants */
 
-enum { S_FULL, S_EMPTY, S_BATCH, S_CUT0 };
+enum { S_FULL, S_EMPTY, S_BATCH, S_BASE, S_BASE_BATCH, S_CUT0 };
 
 /* The script's sections, each cut before its anchor (group t). */
 static const struct {
@@ -219,7 +229,7 @@ typedef struct variant {
 	double us[ROUNDS_MAX];
 } variant;
 
-#define VARIANTS_MAX 128
+#define VARIANTS_MAX 160
 static variant variants[VARIANTS_MAX];
 static int nvariants;
 static char shas[S_CUT0 + CUTS][64];
@@ -361,9 +371,7 @@ append_call(const variant *v, int first)
 		return;
 	}
 	argv[argc++] = "EVALSHA";
-	argv[argc++] = v->script == S_BATCH ? shas[S_BATCH]
-	    : v->script <= -2              ? floor_shas[-2 - v->script]
-					   : shas[v->script];
+	argv[argc++] = v->script <= -2 ? floor_shas[-2 - v->script] : shas[v->script];
 	snprintf(nbuf, sizeof nbuf, "%d", 4 * n);
 	argv[argc++] = nbuf;
 	for (int b = 0; b < n; b++) {
@@ -377,7 +385,7 @@ append_call(const variant *v, int first)
 		for (int j = 0; j < 4; j++)
 			argv[argc++] = keys[b][j];
 	}
-	if (v->script == S_BATCH) {
+	if (v->script == S_BATCH || v->script == S_BASE_BATCH) {
 		static char kbuf[16];
 
 		snprintf(kbuf, sizeof kbuf, "%d", n);
@@ -458,11 +466,11 @@ cmp_double(const void *a, const void *b)
 int
 main(int argc, char **argv)
 {
-	const char *groups = "ftcrsb";
-	char *script;
+	const char *groups = "ftcrsb", *base_path = NULL;
+	char *script, *base = NULL;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "n:r:k:p:g:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:r:k:p:g:B:")) != -1) {
 		switch (opt) {
 		case 'n':
 			calls_per_variant = atol(optarg);
@@ -479,10 +487,13 @@ main(int argc, char **argv)
 		case 'g':
 			groups = optarg;
 			break;
+		case 'B':
+			base_path = optarg;
+			break;
 		default:
 			fprintf(stderr,
 			    "usage: bench-fleet-script [-n CALLS] [-r ROUNDS] [-k CIRCUITS] "
-			    "[-p PIPELINE] [-g GROUPS]\n");
+			    "[-p PIPELINE] [-g GROUPS] [-B BASELINE.lua]\n");
 			return 2;
 		}
 	}
@@ -518,6 +529,19 @@ main(int argc, char **argv)
 		load("the batch wrapper", b, shas[S_BATCH]);
 		free(b);
 	}
+	if (base_path != NULL) {
+		char *b;
+
+		base = read_file(base_path);
+		if (base == NULL) {
+			fprintf(stderr, "bench-fleet-script: cannot read %s\n", base_path);
+			return 1;
+		}
+		load("the baseline script", base, shas[S_BASE]);
+		b = batch_script(base);
+		load("the baseline batch wrapper", b, shas[S_BASE_BATCH]);
+		free(b);
+	}
 	for (size_t i = 0; i < CUTS; i++) {
 		char *cut = cut_before(script, cuts[i].anchor);
 
@@ -532,6 +556,23 @@ main(int argc, char **argv)
 	for (size_t i = 0; i < FLOORS; i++)
 		load(floors[i].name, floors[i].body, floor_shas[i]);
 	make_variants(groups);
+	if (base != NULL) {
+		/* Each variant of the rules and batches again with the baseline
+		 * script, right after it. */
+		int n = nvariants;
+
+		for (int i = n - 1; i >= 0; i--) {
+			variant *v = &variants[i];
+
+			if (v->script != S_FULL && v->script != S_BATCH)
+				continue;
+			memmove(v + 2, v + 1, sizeof *v * (size_t)(nvariants - i - 1));
+			v[1] = *v;
+			v[1].script = v->script == S_FULL ? S_BASE : S_BASE_BATCH;
+			snprintf(v[1].name, sizeof v[1].name, "  (base) %.60s", v->name);
+			nvariants++;
+		}
+	}
 
 	/* Every circuit stored (a get does not create): a few outcomes each,
 	 * with each policy. */
@@ -608,5 +649,6 @@ main(int argc, char **argv)
 	redisFree(ctx);
 	redis_stop(&server);
 	free(script);
+	free(base);
 	return 0;
 }

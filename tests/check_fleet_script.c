@@ -1672,13 +1672,49 @@ assert_json_eq(const json_t *a, const json_t *b, const char *what, const char *w
 	}
 }
 
+/* Hash key as a JSON object of its fields (empty: no such key). */
+static json_t *
+hash_json(redisContext *ctx, const char *key)
+{
+	redisReply *reply = redisCommand(ctx, "HGETALL %s", key);
+	json_t *out = json_object();
+
+	ck_assert_msg(reply != NULL && reply->type == REDIS_REPLY_ARRAY, "HGETALL %s", key);
+	for (size_t i = 0; i + 1 < reply->elements; i += 2)
+		json_object_set_new(out, reply->element[i]->str,
+		    json_string(reply->element[i + 1]->str));
+	freeReplyObject(reply);
+	return out;
+}
+
+/* The circuit's hash and its window's (the ring entries or buckets a fold
+ * writes once at its end) are stored alike for circuits one and fold. */
+static void
+assert_stored_alike(redisContext *ctx, const char *one, const char *fold, const char *where)
+{
+	static const char *const suffixes[] = { "", ":window" };
+
+	for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+		char k1[128], k2[128];
+		json_t *h1, *h2;
+
+		snprintf(k1, sizeof k1, "cbd:{%s}%s", one, suffixes[i]);
+		snprintf(k2, sizeof k2, "cbd:{%s}%s", fold, suffixes[i]);
+		h1 = hash_json(ctx, k1);
+		h2 = hash_json(ctx, k2);
+		assert_json_eq(h1, h2, i == 0 ? "stored circuit" : "stored window", where);
+		json_decref(h1);
+		json_decref(h2);
+	}
+}
+
 /* Random sequences of outcomes on two circuits: one gets each outcome in
  * its own call, the other the same outcomes folded into one "outcomes"
  * call (made by fleet-fold.c, as cbd makes it) at the same now; allows,
  * holds with a ttl and forced states between folds, on both alike. Each
  * outcome's answer (circuit and change, when it changed the state or
  * wants a reply), the events published, and the circuit after every step
- * must be the same. */
+ * (its reply, and its hash and window's hash as stored) must be the same. */
 static void
 fold_differential(redisContext *ctx, redisContext *sub, const char *base, const cb_policy *policy,
     uint64_t seed, int *trips_inside)
@@ -1794,6 +1830,7 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 		    "circuit", where);
 		json_decref(r1);
 		json_decref(r2);
+		assert_stored_alike(ctx, one, fold, where);
 		events_until_mark(ctx, sub, one, ev_one, fold, ev_fold);
 		assert_json_eq(ev_one, ev_fold, "events", where);
 		json_array_clear(ev_one);
