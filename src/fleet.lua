@@ -164,8 +164,21 @@ local ARGC = 11
 local K_CIRCUIT, K_SLOTS, K_WINDOW = KEYS[1], KEYS[2], KEYS[3]
 local format, match = string.format, string.match
 -- The script's functions: fields of one table rather than locals, so that
--- a closure made (every call) finds its few upvalues in a short list.
-local fn = {}
+-- a closure made (every call) finds its few upvalues in a short list. The
+-- table is made with a field for each function defined on every call (see
+-- "function fn." below: keep the list in step), so that it is never
+-- rehashed while they are defined (each rehash copies it).
+local fn = {
+	later = false, fail = false, int_arg = false, arg = false, encode = false, int = false,
+	int_or_null = false, num_or_nil = false, load_circuit = false, field_text = false,
+	save_circuit = false, new_circuit = false, ver_update = false, window_slots = false,
+	window_load = false, head_flush = false, window_save = false, window_counts = false,
+	break_ms = false, reporters_count = false, chain_continues = false, on_outcome = false,
+	break_elapsed = false, on_allow = false, change_merge = false, transition_done = false,
+	hold_expire = false, fit_policy = false, slots_live = false, circuit_json = false,
+	change_json = false, permit_json = false, persist = false, add = false, bool_json = false,
+	need_circuit = false, state_arg = false, record = false,
+}
 -- Functions most calls do not need are defined on first use by these
 -- loaders, tried in order until one defines the function asked for.
 fn.later = {}
@@ -1044,7 +1057,8 @@ function fn.fit_policy(c)
 			c.rep_n = P.min_reporters
 			c.reporters = {}
 		end
-	else
+	elseif c.rep_n ~= 0 or next(c.reporters) ~= nil then
+		-- (Not a new empty list on every outcome of a fold.)
 		c.rep_n = 0
 		c.reporters = {}
 	end

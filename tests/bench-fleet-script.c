@@ -37,7 +37,9 @@
  *      script once for each of K circuits in one EVALSHA; NOT what cbd
  *      sends): K = 16, 64, 128 circuits each with a fold of 16 outcomes
  *      (1 failure: 6 %), both rules, and of 1 success; per circuit and per
- *      outcome.
+ *      outcome; and K = 64 with each circuit's script cut before the load
+ *      (arguments, policy, function definitions: what a script made for
+ *      batches would run once a call, not once a circuit).
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -175,7 +177,7 @@ batch_script(const char *script)
 
 /* ------------------------------------------------------------ variants */
 
-enum { S_FULL, S_EMPTY, S_BATCH, S_BASE, S_BASE_BATCH, S_CUT0 };
+enum { S_FULL, S_EMPTY, S_BATCH, S_BASE, S_BASE_BATCH, S_BATCH_PRELUDE, S_CUT0 };
 
 /* The script's sections, each cut before its anchor (group t). */
 static const struct {
@@ -193,6 +195,7 @@ static const struct {
 	{ "cut: + persist (HSET, PEXPIRE)", "local change_text = fn.change_json()" },
 };
 #define CUTS (sizeof cuts / sizeof cuts[0])
+#define CUT_LOAD 3 /* the cut before load_circuit */
 
 /* Floors: one Redis command in an otherwise empty script. */
 static const struct {
@@ -352,6 +355,18 @@ make_variants(const char *groups)
 				v->outcomes = 1;
 				v->batch = 64;
 			}
+			{
+				char name[80];
+				variant *v;
+
+				snprintf(name, sizeof name,
+				    "batch %s: K=64, cut before load (prelude)", rules[r].label);
+				v = add('b', name, S_BATCH_PRELUDE, "outcomes", rules[r].prefix,
+				    rules[r].policy);
+				fold_extra(v->extra, sizeof v->extra, 16, 1);
+				v->outcomes = 16;
+				v->batch = 64;
+			}
 		}
 	}
 }
@@ -385,7 +400,7 @@ append_call(const variant *v, int first)
 		for (int j = 0; j < 4; j++)
 			argv[argc++] = keys[b][j];
 	}
-	if (v->script == S_BATCH || v->script == S_BASE_BATCH) {
+	if (v->script == S_BATCH || v->script == S_BASE_BATCH || v->script == S_BATCH_PRELUDE) {
 		static char kbuf[16];
 
 		snprintf(kbuf, sizeof kbuf, "%d", n);
@@ -541,6 +556,17 @@ main(int argc, char **argv)
 		b = batch_script(base);
 		load("the baseline batch wrapper", b, shas[S_BASE_BATCH]);
 		free(b);
+	}
+	{
+		/* The batch with each circuit's script cut before the load: what
+		 * a script made for batches would run once, not per circuit. */
+		char *cut = cut_before(script, cuts[CUT_LOAD].anchor), *b;
+
+		b = cut != NULL ? batch_script(cut) : NULL;
+		if (b != NULL)
+			load("the batch prelude", b, shas[S_BATCH_PRELUDE]);
+		free(b);
+		free(cut);
 	}
 	for (size_t i = 0; i < CUTS; i++) {
 		char *cut = cut_before(script, cuts[i].anchor);
