@@ -144,7 +144,10 @@ the top is a closure made on every call, so functions are fields of `fn`
 (few upvalues each), those most calls do not need are defined on first
 use (fn.later), and only the running op's handler is defined; the circuit
 is read with one HMGET and only changed fields are formatted and written;
-replies and events are string.format of one literal each.
+the rate rule's window likewise (its meta with one HMGET, the ring entries
+an outcomes fold overwrites with one more, every outcome applied in memory,
+what changed written once at the end: window_save); replies and events are
+string.format of one literal each.
 Numbers: Lua 5.1 numbers are doubles; every value here is an integer below
 2^53, exact in a double. Seconds of a time window are floor(now / 1000)
 computed in doubles: exact for now below ~2^43 ms (year 2248).
@@ -1340,6 +1343,55 @@ end
 -- [[run, k, circuit, change], ...] in order, one for each outcome that
 -- changed the state or wants a reply (k: its place in its run, from 1).
 if op == 'outcomes' then
+	-- Up to m outcomes of a run (failures, or successes) on a closed, unheld
+	-- circuit under the rate rule with its window fitted, each exactly as
+	-- record applies it (on_outcome, rate_trips), without record's calls;
+	-- stops after the outcome that trips. Returns how many it applied.
+	function fn.rate_run(failure, m)
+		local slow_rule = P.slow_call_ms > 0
+		local slow = slow_rule and duration >= P.slow_call_ms
+		local bad = failure or slow
+		local gated = c.rep_n > 1
+		local w = window
+		local minimum, rate, slow_rate = P.minimum_calls, P.failure_rate, P.slow_call_rate
+		for j = 1, m do
+			if slow then
+				c.t_slow = c.t_slow + 1
+			end
+			if failure then
+				c.t_failures = c.t_failures + 1
+			else
+				c.t_successes = c.t_successes + 1
+			end
+			if bad and gated then
+				fn.reporters_note(c, reporter)
+			end
+			if failure then
+				if fn.chain_continues(c) then
+					c.fc = c.fc + 1
+				else
+					c.fc = 1
+				end
+				c.lfa = now
+			else
+				c.fc = 0
+			end
+			fn.window_add(failure, slow)
+			-- rate_trips (window_counts: window_add moved a time window's
+			-- head to now already).
+			local calls = w.calls
+			if calls ~= 0 and calls >= minimum and
+				(w.failures * 100 >= rate * calls or (slow_rule and w.slow * 100 >= slow_rate * calls)) and
+				fn.reporters_allow_trip(c, gated) then
+				fn.trip_open(c)
+				fn.change_merge('closed', 'open', 'failure_rate')
+				fn.transition_done(c, 'closed')
+				return j
+			end
+		end
+		return m
+	end
+
 	function ops.outcomes()
 		local items = fn.arg('items')
 		if type(items) ~= 'table' or #items == 0 then
@@ -1400,6 +1452,12 @@ if op == 'outcomes' then
 					if P.slow_call_ms > 0 and duration >= P.slow_call_ms then
 						c.t_slow = c.t_slow + step
 					end
+				elseif fitted and (kind == 's' or kind == 'f') and c.state == 'closed' and
+					P.trip == 'rate' and not c.hold and window then
+					-- A run on a closed circuit under the rate rule: its
+					-- outcomes one after another as record applies them,
+					-- up to the one that trips (if one does).
+					step = fn.rate_run(kind == 'f', n - k + 1)
 				else
 					fn.record(CODE[kind])
 					-- The policy is fitted (window, reporters) from here on.
@@ -1417,7 +1475,9 @@ if op == 'outcomes' then
 				if c ~= nil and (change ~= nil or want) then
 					local cj = fn.circuit_json(c)
 					local change_text = fn.change_json()
-					out[#out + 1] = format('[%d,%d,%s,%s]', i, k, cj, change_text)
+					-- (Only the last outcome of a step can change the state;
+					-- one that wants a reply is a run of one.)
+					out[#out + 1] = format('[%d,%d,%s,%s]', i, k + step - 1, cj, change_text)
 					if change ~= nil then
 						redis.call('PUBLISH', channel,
 							format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',

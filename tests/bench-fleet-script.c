@@ -213,6 +213,21 @@ static const struct {
 	    "redis.call('PUBLISH', ARGV[2], string.rep('x', 400)) return ''" },
 	{ "floor: + GET epoch", "redis.call('GET', KEYS[4]) return ''" },
 	{ "floor: + TIME", "redis.call('TIME') return ''" },
+	{ "floor: + policy: match of 17 captures",
+	    "local a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q = string.match(ARGV[7], "
+	    "'^(%a+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%a+) (%d+) (%d+) (%d+) (%d+) (%d+) "
+	    "(%d+) (%d+) (%d+) (%d+)$') return ''" },
+	{ "floor: + policy: match, 15 tonumber, table",
+	    "local a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q = string.match(ARGV[7], "
+	    "'^(%a+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%a+) (%d+) (%d+) (%d+) (%d+) (%d+) "
+	    "(%d+) (%d+) (%d+) (%d+)$') local P = { trip = a, ft = tonumber(b), st = tonumber(c), "
+	    "bm = tonumber(d), hom = tonumber(e), stm = tonumber(f), mgm = tonumber(g), win = h, "
+	    "ws = tonumber(i), mc = tonumber(j), fr = tonumber(k), scm = tonumber(l), "
+	    "scr = tonumber(m), mr = tonumber(n), rwm = tonumber(o), bb = tonumber(p), "
+	    "bmm = tonumber(q) } return ''" },
+	{ "floor: + 40 closures (3 upvalues) into a table",
+	    "local x, y, z = 1, 2, 3 local t = {} for i = 1, 40 do t[i] = function() return x + y + "
+	    "z end end return ''" },
 	{ "floor: + HGET+HSET window field",
 	    "local v = redis.call('HGET', KEYS[3], 'r7') redis.call('HSET', KEYS[3], 'r7', 1) "
 	    "return ''" },
