@@ -521,6 +521,8 @@ local window_ahead = 1
 local WINDOW_META = { 'kind', 'slots', 'next', 'last', 'calls', 'failures', 'slow' }
 -- Most fields one HMGET reads (unpack's stack).
 local WINDOW_READ_MAX = 512
+-- A count window's ring entry names by index ('r' .. i formats a number).
+local ring_names = {}
 
 function fn.window_slots(kind, size)
 	if kind == 'count' then
@@ -673,17 +675,28 @@ fn.later[#fn.later + 1] = function()
 	-- read (with the ones the fold's next adds overwrite) only when the ring
 	-- is full: until then it is empty.
 	function fn.count_add(w, failure, slow)
-		local field = 'r' .. w.next
+		local field = ring_names[w.next]
+		if field == nil then
+			field = 'r' .. w.next
+			ring_names[w.next] = field
+		end
 		if w.calls == w.slots then
 			if w.f[field] == nil and not w.empty then
 				local ahead = math.min(math.max(window_ahead, 1), w.slots, WINDOW_READ_MAX)
 				local list = {}
 				for j = 0, ahead - 1 do
-					list[j + 1] = 'r' .. ((w.next + j) % w.slots)
+					local i = (w.next + j) % w.slots
+					local name = ring_names[i]
+					if name == nil then
+						name = 'r' .. i
+						ring_names[i] = name
+					end
+					list[j + 1] = name
 				end
 				fn.window_read(w, list, ahead)
 			end
-			local old = tonumber(w.f[field] or '0')
+			local old = w.f[field]
+			old = old and tonumber(old) or 0
 			w.calls = w.calls - 1
 			if old % 2 == 1 then
 				w.failures = w.failures - 1
@@ -757,10 +770,11 @@ fn.later[#fn.later + 1] = function()
 		end
 		fn.time_advance(w, fn.second_of(now))
 		-- A clock behind the newest bucket counts in the newest bucket.
-		local field = fn.bucket_field(w, w.last)
+		-- (time_advance flushes the head when it moves: a head is the
+		-- bucket of w.last.)
 		local h = w.head
-		if h == nil or h[1] ~= field then
-			fn.head_flush(w)
+		if h == nil then
+			local field = fn.bucket_field(w, w.last)
 			fn.window_read(w, { field }, 1)
 			local b = w.f[field]
 			local bc, bf, bs = 0, 0, 0
