@@ -151,19 +151,18 @@ static char *
 batch_script(const char *script)
 {
 	static const char head[] = "local one = function(KEYS, ARGV)\n";
-	static const char tail[] =
-	    "\nend\n"
-	    "local n = tonumber(ARGV[1])\n"
-	    "local out = {}\n"
-	    "for i = 1, n do\n"
-	    "\tlocal k, a = {}, {}\n"
-	    "\tfor j = 1, 4 do k[j] = KEYS[4 * (i - 1) + j] end\n"
-	    "\tfor j = 1, 12 do a[j] = ARGV[1 + 12 * (i - 1) + j] end\n"
-	    "\tlocal r = one(k, a)\n"
-	    "\tif type(r) ~= 'string' then return r end\n"
-	    "\tout[i] = r\n"
-	    "end\n"
-	    "return table.concat(out, '\\n')\n";
+	static const char tail[] = "\nend\n"
+				   "local n = tonumber(ARGV[1])\n"
+				   "local out = {}\n"
+				   "for i = 1, n do\n"
+				   "\tlocal k, a = {}, {}\n"
+				   "\tfor j = 1, 4 do k[j] = KEYS[4 * (i - 1) + j] end\n"
+				   "\tfor j = 1, 12 do a[j] = ARGV[1 + 12 * (i - 1) + j] end\n"
+				   "\tlocal r = one(k, a)\n"
+				   "\tif type(r) ~= 'string' then return r end\n"
+				   "\tout[i] = r\n"
+				   "end\n"
+				   "return table.concat(out, '\\n')\n";
 	size_t len = strlen(script);
 	char *out = malloc(sizeof head + len + sizeof tail);
 
@@ -208,7 +207,8 @@ static const struct {
 	    "'created_at', 'hold', 'rep_n', 'reporters', 'ver') return ''" },
 	{ "floor: + HSET 1 field", "redis.call('HSET', KEYS[1], 't_successes', '12') return ''" },
 	{ "floor: + PEXPIRE", "redis.call('PEXPIRE', KEYS[1], 86400000) return ''" },
-	{ "floor: + ZRANGE slots", "redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES') return ''" },
+	{ "floor: + ZRANGE slots",
+	    "redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES') return ''" },
 	{ "floor: + PUBLISH (no subscriber)",
 	    "redis.call('PUBLISH', ARGV[2], string.rep('x', 400)) return ''" },
 	{ "floor: + GET epoch", "redis.call('GET', KEYS[4]) return ''" },
@@ -226,7 +226,8 @@ static const struct {
 	    "scr = tonumber(m), mr = tonumber(n), rwm = tonumber(o), bb = tonumber(p), "
 	    "bmm = tonumber(q) } return ''" },
 	{ "floor: + 40 closures (3 upvalues) into a table",
-	    "local x, y, z = 1, 2, 3 local t = {} for i = 1, 40 do t[i] = function() return x + y + "
+	    "local x, y, z = 1, 2, 3 local t = {} for i = 1, 40 do t[i] = function() return x + y "
+	    "+ "
 	    "z end end return ''" },
 	{ "floor: + HGET+HSET window field",
 	    "local v = redis.call('HGET', KEYS[3], 'r7') redis.call('HSET', KEYS[3], 'r7', 1) "
@@ -625,8 +626,11 @@ main(int argc, char **argv)
 		int c = 0;
 
 		for (size_t w = 0; w < 3; w++) {
-			variant v = { .script = S_FULL, .op = "success", .prefix = warm[w].prefix,
-				.policy = warm[w].policy, .batch = 1 };
+			variant v = { .script = S_FULL,
+				.op = "success",
+				.prefix = warm[w].prefix,
+				.policy = warm[w].policy,
+				.batch = 1 };
 
 			run_calls(&v, (long)circuits * 3, &c);
 		}
@@ -648,8 +652,9 @@ main(int argc, char **argv)
 			}
 			/* Batches: the same circuit-calls as the others. */
 			if (v->batch > 1)
-				calls = calls_per_variant / v->batch > 0 ? calls_per_variant / v->batch
-									 : 1;
+				calls = calls_per_variant / v->batch > 0
+				    ? calls_per_variant / v->batch
+				    : 1;
 			/* Heavy folds: fewer calls (at least 2,000). */
 			if (v->outcomes > 1 && v->batch == 1) {
 				calls = calls_per_variant * 4 / v->outcomes;

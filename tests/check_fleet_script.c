@@ -1870,7 +1870,8 @@ START_TEST(fold_equals_one_by_one)
 	p.half_open_max = 2;
 	p.break_backoff = 2;
 	p.break_max_ms = 2000;
-	fold_differential(ctx, sub, "fold-consecutive", &p, 0x9e3779b97f4a7c15u ^ salt, &trips_inside);
+	fold_differential(ctx, sub, "fold-consecutive", &p, 0x9e3779b97f4a7c15u ^ salt,
+	    &trips_inside);
 	/* Consecutive, slow calls counted. */
 	p.slow_call_ms = 120;
 	p.max_gap_ms = 0;
@@ -1884,7 +1885,8 @@ START_TEST(fold_equals_one_by_one)
 	p.slow_call_ms = 120;
 	p.slow_call_rate = 50;
 	p.break_ms = 400;
-	fold_differential(ctx, sub, "fold-rate-count", &p, 0x1234567887654321u ^ salt, &trips_inside);
+	fold_differential(ctx, sub, "fold-rate-count", &p, 0x1234567887654321u ^ salt,
+	    &trips_inside);
 	/* Rate rule over a time window. */
 	breaker_policy_default(&p);
 	p.trip = CB_TRIP_RATE;
@@ -1894,20 +1896,23 @@ START_TEST(fold_equals_one_by_one)
 	p.failure_rate = 50;
 	p.break_ms = 300;
 	p.break_backoff = 3;
-	fold_differential(ctx, sub, "fold-rate-time", &p, 0xdeadbeefcafef00du ^ salt, &trips_inside);
+	fold_differential(ctx, sub, "fold-rate-time", &p, 0xdeadbeefcafef00du ^ salt,
+	    &trips_inside);
 	/* min_reporters on both rules. */
 	breaker_policy_default(&p);
 	p.failure_threshold = 2;
 	p.min_reporters = 2;
 	p.reporter_window_ms = 400;
 	p.break_ms = 300;
-	fold_differential(ctx, sub, "fold-reporters", &p, 0x0badc0ffee0ddf00u ^ salt, &trips_inside);
+	fold_differential(ctx, sub, "fold-reporters", &p, 0x0badc0ffee0ddf00u ^ salt,
+	    &trips_inside);
 	p.trip = CB_TRIP_RATE;
 	p.window_size = 4;
 	p.minimum_calls = 2;
 	p.min_reporters = 3;
 	p.slow_call_ms = 100;
-	fold_differential(ctx, sub, "fold-reporters-rate", &p, 0x5555aaaa3333ccccu ^ salt, &trips_inside);
+	fold_differential(ctx, sub, "fold-reporters-rate", &p, 0x5555aaaa3333ccccu ^ salt,
+	    &trips_inside);
 	/* Folds that moved the state more than once (e.g. a trial closed
 	 * then a failure run tripped) were among them. */
 	ck_assert_int_gt(trips_inside, 40);
