@@ -1367,6 +1367,7 @@ if op == 'outcomes' then
 		local bad = failure or slow
 		local gated = c.rep_n > 1
 		local w = window
+		local count = w.kind == 'count'
 		local minimum, rate, slow_rate = P.minimum_calls, P.failure_rate, P.slow_call_rate
 		for j = 1, m do
 			if slow then
@@ -1390,7 +1391,26 @@ if op == 'outcomes' then
 			else
 				c.fc = 0
 			end
-			fn.window_add(failure, slow)
+			-- window_add: a time window's head bucket, once made at now (now
+			-- does not move within a call), takes the run's next outcomes
+			-- as window_add would.
+			local h = w.head
+			if count then
+				fn.count_add(w, failure, slow)
+			elseif h == nil then
+				fn.window_add(failure, slow)
+			else
+				h[2] = h[2] + 1
+				w.calls = w.calls + 1
+				if failure then
+					h[3] = h[3] + 1
+					w.failures = w.failures + 1
+				end
+				if slow then
+					h[4] = h[4] + 1
+					w.slow = w.slow + 1
+				end
+			end
 			-- rate_trips (window_counts: window_add moved a time window's
 			-- head to now already).
 			local calls = w.calls
