@@ -144,7 +144,10 @@ the top is a closure made on every call, so functions are fields of `fn`
 (few upvalues each), those most calls do not need are defined on first
 use (fn.later), and only the running op's handler is defined; the circuit
 is read with one HMGET and only changed fields are formatted and written;
-replies and events are string.format of one literal each.
+the rate rule's window likewise (its meta with one HMGET, the ring entries
+an outcomes fold overwrites with one more, every outcome applied in memory,
+what changed written once at the end: window_save); replies and events are
+string.format of one literal each.
 Numbers: Lua 5.1 numbers are doubles; every value here is an integer below
 2^53, exact in a double. Seconds of a time window are floor(now / 1000)
 computed in doubles: exact for now below ~2^43 ms (year 2248).
@@ -164,8 +167,21 @@ local ARGC = 11
 local K_CIRCUIT, K_SLOTS, K_WINDOW = KEYS[1], KEYS[2], KEYS[3]
 local format, match = string.format, string.match
 -- The script's functions: fields of one table rather than locals, so that
--- a closure made (every call) finds its few upvalues in a short list.
-local fn = {}
+-- a closure made (every call) finds its few upvalues in a short list. The
+-- table is made with a field for each function defined on every call (see
+-- "function fn." below: keep the list in step), so that it is never
+-- rehashed while they are defined (each rehash copies it).
+local fn = {
+	later = false, fail = false, int_arg = false, arg = false, encode = false, int = false,
+	int_or_null = false, num_or_nil = false, load_circuit = false, field_text = false,
+	save_circuit = false, new_circuit = false, ver_update = false, window_slots = false,
+	window_load = false, head_flush = false, window_save = false, window_counts = false,
+	break_ms = false, reporters_count = false, chain_continues = false, on_outcome = false,
+	break_elapsed = false, on_allow = false, change_merge = false, transition_done = false,
+	hold_expire = false, fit_policy = false, slots_live = false, circuit_json = false,
+	change_json = false, permit_json = false, persist = false, add = false, bool_json = false,
+	need_circuit = false, state_arg = false, record = false,
+}
 -- Functions most calls do not need are defined on first use by these
 -- loaders, tried in order until one defines the function asked for.
 fn.later = {}
@@ -491,8 +507,22 @@ function fn.ver_update(c)
 end
 
 ---------------------------------------------------------------- window.c
+-- The window is read and written through a cache (issue 24: a fold of
+-- outcomes must not cost a round trip per outcome): window_load reads the
+-- meta fields, a ring entry or bucket is read on first use (the ring
+-- entries a fold will overwrite with one HMGET), every change is made in
+-- memory, and window_save writes what changed at the end of the call, once
+-- (one HSET, one HDEL). A transition's DEL is made at once.
 
 local window -- the window's meta, loaded on first use; false: none stored
+-- Window adds still to come in this call (an outcomes fold: its successes
+-- and failures): how many ring entries a count window reads at once.
+local window_ahead = 1
+local WINDOW_META = { 'kind', 'slots', 'next', 'last', 'calls', 'failures', 'slow' }
+-- Most fields one HMGET reads (unpack's stack).
+local WINDOW_READ_MAX = 512
+-- A count window's ring entry names by index ('r' .. i formats a number).
+local ring_names = {}
 
 function fn.window_slots(kind, size)
 	if kind == 'count' then
@@ -511,12 +541,15 @@ function fn.window_load()
 		window = false
 		return window
 	end
-	local raw = redis.call('HMGET', K_WINDOW, 'kind', 'slots', 'next', 'last', 'calls',
-		'failures', 'slow')
+	local raw = redis.call('HMGET', K_WINDOW, unpack(WINDOW_META))
 	if not raw[1] then
 		window = false
 		return window
 	end
+	-- f: ring entry or bucket -> its text now (false: none); orig: as
+	-- stored, for those read; empty: nothing stored but the meta (after a
+	-- DEL); meta: the meta fields as stored (nil: none stored); head: the
+	-- time window's newest bucket as numbers {field, calls, failures, slow}.
 	window = {
 		kind = raw[1],
 		slots = tonumber(raw[2]),
@@ -526,27 +559,77 @@ function fn.window_load()
 		failures = tonumber(raw[6]),
 		slow = tonumber(raw[7]),
 		dirty = false,
+		f = {}, orig = {}, empty = false, meta = raw, head = nil,
 	}
 	return window
 end
 
+-- The time window's newest bucket, as text in f.
+function fn.head_flush(w)
+	local h = w.head
+	if h ~= nil then
+		w.f[h[1]] = h[2] .. ':' .. h[3] .. ':' .. h[4]
+		w.head = nil
+	end
+end
+
+-- Write what changed since window_load (see above): the meta fields and
+-- entries whose text changed (an entry never read: always written).
 function fn.window_save()
-	if not window or not window.dirty then
+	local w = window
+	if not w or not w.dirty then
 		return
 	end
-	redis.call('HSET', K_WINDOW, 'kind', window.kind, 'slots', fn.int(window.slots),
-		'next', fn.int(window.next), 'last', window.last and fn.int(window.last) or '',
-		'calls', fn.int(window.calls), 'failures', fn.int(window.failures), 'slow', fn.int(window.slow))
-	window.dirty = false
+	fn.head_flush(w)
+	local set, n, del, nd = {}, 0, {}, 0
+	local meta = w.meta
+	local vals = { w.kind, fn.int(w.slots), fn.int(w.next), w.last and fn.int(w.last) or '',
+		fn.int(w.calls), fn.int(w.failures), fn.int(w.slow) }
+	for i = 1, #WINDOW_META do
+		if meta == nil or meta[i] ~= vals[i] then
+			set[n + 1] = WINDOW_META[i]
+			set[n + 2] = vals[i]
+			n = n + 2
+		end
+	end
+	local orig, empty = w.orig, w.empty
+	for field, v in pairs(w.f) do
+		local o = orig[field]
+		if o == nil and empty then
+			o = false
+		end
+		if o == nil or o ~= v then
+			if v then
+				set[n + 1] = field
+				set[n + 2] = v
+				n = n + 2
+			elseif o ~= false then
+				nd = nd + 1
+				del[nd] = field
+			end
+		end
+	end
+	if n > 0 then
+		redis.call('HSET', K_WINDOW, unpack(set, 1, n))
+	end
+	if nd > 0 then
+		redis.call('HDEL', K_WINDOW, unpack(del, 1, nd))
+	end
+	w.dirty = false
 end
 
 -- Defined on first use (the rate rule's window changing).
 fn.later[#fn.later + 1] = function()
+	-- After the window's DEL: nothing stored.
+	function fn.window_emptied(w)
+		w.f, w.orig, w.empty, w.meta, w.head = {}, {}, true, nil, nil
+	end
+
 	-- window_init / window_reset: an empty window of this kind and slots.
 	function fn.window_new(kind, slots)
 		redis.call('DEL', K_WINDOW)
 		window = { kind = kind, slots = slots, next = 0, last = nil, calls = 0, failures = 0,
-			slow = 0, dirty = true }
+			slow = 0, dirty = true, f = {}, orig = {}, empty = true, meta = nil, head = nil }
 	end
 
 	function fn.window_drop()
@@ -561,10 +644,59 @@ fn.later[#fn.later + 1] = function()
 		end
 	end
 
-	-- count_add: the ring of the last `slots` calls.
+	-- Read the fields of list[1..n] not known yet (HMGETs of at most
+	-- WINDOW_READ_MAX).
+	function fn.window_read(w, list, n)
+		local f, orig = w.f, w.orig
+		if w.empty then
+			return
+		end
+		local ask, m = {}, 0
+		for i = 1, n do
+			if f[list[i]] == nil then
+				m = m + 1
+				ask[m] = list[i]
+			end
+		end
+		local from = 1
+		while from <= m do
+			local to = math.min(m, from + WINDOW_READ_MAX - 1)
+			local raw = redis.call('HMGET', K_WINDOW, unpack(ask, from, to))
+			for i = from, to do
+				local v = raw[i - from + 1]
+				f[ask[i]] = v
+				orig[ask[i]] = v
+			end
+			from = to + 1
+		end
+	end
+
+	-- count_add: the ring of the last `slots` calls. The entry at next is
+	-- read (with the ones the fold's next adds overwrite) only when the ring
+	-- is full: until then it is empty.
 	function fn.count_add(w, failure, slow)
+		local field = ring_names[w.next]
+		if field == nil then
+			field = 'r' .. w.next
+			ring_names[w.next] = field
+		end
 		if w.calls == w.slots then
-			local old = tonumber(redis.call('HGET', K_WINDOW, 'r' .. w.next) or '0')
+			if w.f[field] == nil and not w.empty then
+				local ahead = math.min(math.max(window_ahead, 1), w.slots, WINDOW_READ_MAX)
+				local list = {}
+				for j = 0, ahead - 1 do
+					local i = (w.next + j) % w.slots
+					local name = ring_names[i]
+					if name == nil then
+						name = 'r' .. i
+						ring_names[i] = name
+					end
+					list[j + 1] = name
+				end
+				fn.window_read(w, list, ahead)
+			end
+			local old = w.f[field]
+			old = old and tonumber(old) or 0
 			w.calls = w.calls - 1
 			if old % 2 == 1 then
 				w.failures = w.failures - 1
@@ -574,11 +706,8 @@ fn.later[#fn.later + 1] = function()
 			end
 		end
 		local v = (failure and 1 or 0) + (slow and 2 or 0)
-		if v == 0 then
-			redis.call('HDEL', K_WINDOW, 'r' .. w.next)
-		else
-			redis.call('HSET', K_WINDOW, 'r' .. w.next, v)
-		end
+		w.f[field] = v ~= 0 and tostring(v)
+		window_ahead = window_ahead - 1
 		w.next = (w.next + 1) % w.slots
 		w.calls = w.calls + 1
 		w.failures = w.failures + (failure and 1 or 0)
@@ -601,22 +730,32 @@ fn.later[#fn.later + 1] = function()
 		if w.last ~= nil and second <= w.last then
 			return
 		end
+		fn.head_flush(w)
 		if w.last == nil or second - w.last >= w.slots then
 			if w.calls ~= 0 or w.failures ~= 0 or w.slow ~= 0 then
 				redis.call('DEL', K_WINDOW)
+				fn.window_emptied(w)
 			end
 			w.calls, w.failures, w.slow = 0, 0, 0
 		else
+			local list, n = {}, 0
 			for s = w.last + 1, second do
-				local field = fn.bucket_field(w, s)
-				local b = redis.call('HGET', K_WINDOW, field)
+				n = n + 1
+				list[n] = fn.bucket_field(w, s)
+			end
+			fn.window_read(w, list, n)
+			local f = w.f
+			for i = 1, n do
+				local b = f[list[i]]
 				if b then
 					local bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
 					w.calls = w.calls - tonumber(bc)
 					w.failures = w.failures - tonumber(bf)
 					w.slow = w.slow - tonumber(bs)
-					redis.call('HDEL', K_WINDOW, field)
 				end
+				-- Known empty from here on (an entry never read that
+				-- stays false is deleted by window_save, as before).
+				f[list[i]] = false
 			end
 		end
 		w.last = second
@@ -631,17 +770,24 @@ fn.later[#fn.later + 1] = function()
 		end
 		fn.time_advance(w, fn.second_of(now))
 		-- A clock behind the newest bucket counts in the newest bucket.
-		local field = fn.bucket_field(w, w.last)
-		local b = redis.call('HGET', K_WINDOW, field)
-		local bc, bf, bs = 0, 0, 0
-		if b then
-			bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
-			bc, bf, bs = tonumber(bc), tonumber(bf), tonumber(bs)
+		-- (time_advance flushes the head when it moves: a head is the
+		-- bucket of w.last.)
+		local h = w.head
+		if h == nil then
+			local field = fn.bucket_field(w, w.last)
+			fn.window_read(w, { field }, 1)
+			local b = w.f[field]
+			local bc, bf, bs = 0, 0, 0
+			if b then
+				bc, bf, bs = string.match(b, '^(%d+):(%d+):(%d+)$')
+				bc, bf, bs = tonumber(bc), tonumber(bf), tonumber(bs)
+			end
+			h = { field, bc, bf, bs }
+			w.head = h
 		end
-		bc = bc + 1
-		bf = bf + (failure and 1 or 0)
-		bs = bs + (slow and 1 or 0)
-		redis.call('HSET', K_WINDOW, field, bc .. ':' .. bf .. ':' .. bs)
+		h[2] = h[2] + 1
+		h[3] = h[3] + (failure and 1 or 0)
+		h[4] = h[4] + (slow and 1 or 0)
 		w.calls = w.calls + 1
 		w.failures = w.failures + (failure and 1 or 0)
 		w.slow = w.slow + (slow and 1 or 0)
@@ -928,7 +1074,8 @@ function fn.fit_policy(c)
 			c.rep_n = P.min_reporters
 			c.reporters = {}
 		end
-	else
+	elseif c.rep_n ~= 0 or next(c.reporters) ~= nil then
+		-- (Not a new empty list on every outcome of a fold.)
 		c.rep_n = 0
 		c.reporters = {}
 	end
@@ -1210,6 +1357,75 @@ end
 -- [[run, k, circuit, change], ...] in order, one for each outcome that
 -- changed the state or wants a reply (k: its place in its run, from 1).
 if op == 'outcomes' then
+	-- Up to m outcomes of a run (failures, or successes) on a closed, unheld
+	-- circuit under the rate rule with its window fitted, each exactly as
+	-- record applies it (on_outcome, rate_trips), without record's calls;
+	-- stops after the outcome that trips. Returns how many it applied.
+	function fn.rate_run(failure, m)
+		local slow_rule = P.slow_call_ms > 0
+		local slow = slow_rule and duration >= P.slow_call_ms
+		local bad = failure or slow
+		local gated = c.rep_n > 1
+		local w = window
+		local count = w.kind == 'count'
+		local minimum, rate, slow_rate = P.minimum_calls, P.failure_rate, P.slow_call_rate
+		for j = 1, m do
+			if slow then
+				c.t_slow = c.t_slow + 1
+			end
+			if failure then
+				c.t_failures = c.t_failures + 1
+			else
+				c.t_successes = c.t_successes + 1
+			end
+			if bad and gated then
+				fn.reporters_note(c, reporter)
+			end
+			if failure then
+				if fn.chain_continues(c) then
+					c.fc = c.fc + 1
+				else
+					c.fc = 1
+				end
+				c.lfa = now
+			else
+				c.fc = 0
+			end
+			-- window_add: a time window's head bucket, once made at now (now
+			-- does not move within a call), takes the run's next outcomes
+			-- as window_add would.
+			local h = w.head
+			if count then
+				fn.count_add(w, failure, slow)
+			elseif h == nil then
+				fn.window_add(failure, slow)
+			else
+				h[2] = h[2] + 1
+				w.calls = w.calls + 1
+				if failure then
+					h[3] = h[3] + 1
+					w.failures = w.failures + 1
+				end
+				if slow then
+					h[4] = h[4] + 1
+					w.slow = w.slow + 1
+				end
+			end
+			-- rate_trips (window_counts: window_add moved a time window's
+			-- head to now already).
+			local calls = w.calls
+			if calls ~= 0 and calls >= minimum and
+				(w.failures * 100 >= rate * calls or (slow_rule and w.slow * 100 >= slow_rate * calls)) and
+				fn.reporters_allow_trip(c, gated) then
+				fn.trip_open(c)
+				fn.change_merge('closed', 'open', 'failure_rate')
+				fn.transition_done(c, 'closed')
+				return j
+			end
+		end
+		return m
+	end
+
 	function ops.outcomes()
 		local items = fn.arg('items')
 		if type(items) ~= 'table' or #items == 0 then
@@ -1231,6 +1447,15 @@ if op == 'outcomes' then
 		local CODE = { s = 1, f = 2, i = 0 }
 		local out = {}
 		local fitted = false
+		-- A count window reads the ring entries the fold will overwrite at
+		-- once (count_add).
+		window_ahead = 0
+		for i = 1, #items do
+			local kind = items[i][1]
+			if kind == 's' or kind == 'f' then
+				window_ahead = window_ahead + items[i][4]
+			end
+		end
 		for i = 1, #items do
 			local it = items[i]
 			local kind, value, n, want = it[1], it[2], it[4], it[5] == 1
@@ -1261,6 +1486,12 @@ if op == 'outcomes' then
 					if P.slow_call_ms > 0 and duration >= P.slow_call_ms then
 						c.t_slow = c.t_slow + step
 					end
+				elseif fitted and (kind == 's' or kind == 'f') and c.state == 'closed' and
+					P.trip == 'rate' and not c.hold and window then
+					-- A run on a closed circuit under the rate rule: its
+					-- outcomes one after another as record applies them,
+					-- up to the one that trips (if one does).
+					step = fn.rate_run(kind == 'f', n - k + 1)
 				else
 					fn.record(CODE[kind])
 					-- The policy is fitted (window, reporters) from here on.
@@ -1278,7 +1509,9 @@ if op == 'outcomes' then
 				if c ~= nil and (change ~= nil or want) then
 					local cj = fn.circuit_json(c)
 					local change_text = fn.change_json()
-					out[#out + 1] = format('[%d,%d,%s,%s]', i, k, cj, change_text)
+					-- (Only the last outcome of a step can change the state;
+					-- one that wants a reply is a run of one.)
+					out[#out + 1] = format('[%d,%d,%s,%s]', i, k + step - 1, cj, change_text)
 					if change ~= nil then
 						redis.call('PUBLISH', channel,
 							format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',

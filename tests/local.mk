@@ -163,6 +163,18 @@ tests_bench_fleet_SOURCES = tests/bench-fleet.c tests/bench-load.c tests/bench-l
 	tests/redis-util.c tests/redis-util.h tests/cbd-harness.c tests/cbd-harness.h
 tests_bench_fleet_CFLAGS = $(AM_CFLAGS) -pthread
 tests_bench_fleet_LDFLAGS = $(AM_LDFLAGS) -pthread
+
+# Where the circuit script spends Redis's CPU (issue 24): the script and cut
+# short variants of it, per call, circuit and outcome, both rules, and a
+# test-only multi-circuit batch; prints figures, asserts nothing; not run by
+# make check.
+#   CBD_SRCDIR=.. tests/bench-fleet-script [-n CALLS] [-r ROUNDS] [-k CIRCUITS] [-p PIPELINE]
+#       [-g GROUPS (ftcrsb)]
+noinst_PROGRAMS += tests/bench-fleet-script
+tests_bench_fleet_script_SOURCES = tests/bench-fleet-script.c tests/redis-util.c \
+	tests/redis-util.h
+tests_bench_fleet_script_CFLAGS = $(AM_CFLAGS) $(HIREDIS_CFLAGS)
+tests_bench_fleet_script_LDADD = $(HIREDIS_LIBS)
 TESTS += tests/go.sh
 EXTRA_DIST += tests/go.sh
 if SLOW_TESTS
