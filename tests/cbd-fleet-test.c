@@ -348,7 +348,11 @@ START_TEST(test_forced_state_during_outage_is_written_back)
 	json_decref(r);
 	json_decref(
 	    util_call_ok(a, "{\"op\":\"set_state\",\"name\":\"fc2\",\"state\":\"closed\"}"));
-	/* fc2 closes and trips again on b meanwhile: a new trip. */
+	/* fc2 closes and trips again on b meanwhile: a new trip. A trip is
+	 * told apart from the one a knew by its opened_at, in ms: the sleep
+	 * makes sure the clock has moved on since (it failed once on a fast
+	 * run, both trips in the same ms). It waits for nothing else. */
+	usleep(3000);
 	json_decref(
 	    util_call_ok(b, "{\"op\":\"set_state\",\"name\":\"fc2\",\"state\":\"closed\"}"));
 	json_decref(util_call_ok(b, "{\"op\":\"record_failure\",\"name\":\"fc2\"}"));
