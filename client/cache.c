@@ -413,6 +413,22 @@ cache_append_locked(cbci_cache *c, const char *line, size_t len)
 	return cache_out_put(c, line, len);
 }
 
+/* ms from now on CLOCK_REALTIME, for pthread_cond_timedwait. */
+static struct timespec
+cache_deadline(int64_t ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += (time_t)(ms / 1000);
+	t.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (t.tv_nsec >= 1000000000L) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000L;
+	}
+	return t;
+}
+
 /* The output is full (CBC_CACHE_OUT_MAX: cbd reads slower than calls
  * come): write what the socket takes now, and while that leaves no room
  * for len bytes, wait (lock released) until the reader thread's writes
@@ -432,13 +448,7 @@ cache_wait_room_locked(cbci_cache *c, size_t len)
 	cache_flush_locked(c);
 	if (cache_room(c, len) || c->fd < 0 || c->broken)
 		return c->fd >= 0 && !c->broken;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ROOM_TIMEOUT_MS / 1000;
-	until.tv_nsec += (long)(ROOM_TIMEOUT_MS % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	until = cache_deadline(ROOM_TIMEOUT_MS);
 	/* The reader writes the rest when the socket is writable: wake it
 	 * to poll for that now (blocked) rather than at its next timer. */
 	c->cold = false;
@@ -1393,13 +1403,7 @@ cbci_cache_sync(cbci_cache *c, const cbci_cache_entry *e, const char *line, size
 	buf = malloc(len + sizeof tail);
 	if (buf == NULL)
 		return false;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += SYNC_TIMEOUT_MS / 1000;
-	until.tv_nsec += (long)(SYNC_TIMEOUT_MS % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	until = cache_deadline(SYNC_TIMEOUT_MS);
 	pthread_mutex_lock(&c->lock);
 	/* Room first: the wait releases the lock, and the number is taken
 	 * after it (the lock then held until the line is queued). */

@@ -74,39 +74,6 @@ static int pipeline = 32;
 
 /* ------------------------------------------------------------ scripts */
 
-static char *
-read_file(const char *path)
-{
-	char *text = NULL;
-	long len;
-	FILE *f;
-
-	f = fopen(path, "rb");
-	if (f == NULL)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-	    (text = malloc((size_t)len + 1)) != NULL) {
-		if (fread(text, 1, (size_t)len, f) != (size_t)len) {
-			free(text);
-			text = NULL;
-		} else {
-			text[len] = '\0';
-		}
-	}
-	fclose(f);
-	return text;
-}
-
-static char *
-read_script(void)
-{
-	const char *srcdir = getenv("CBD_SRCDIR");
-	char path[1024];
-
-	snprintf(path, sizeof path, "%s/src/fleet.lua", srcdir != NULL ? srcdir : ".");
-	return read_file(path);
-}
-
 /* SCRIPT LOAD text into sha (""; not loaded: says why). */
 static void
 load(const char *what, const char *text, char sha[64])
@@ -537,7 +504,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "bench-fleet-script: redis-server not installed\n");
 		return 77;
 	}
-	if ((script = read_script()) == NULL) {
+	if ((script = redis_fleet_script()) == NULL) {
 		fprintf(stderr, "bench-fleet-script: no src/fleet.lua (set CBD_SRCDIR)\n");
 		return 1;
 	}
@@ -563,7 +530,7 @@ main(int argc, char **argv)
 	if (base_path != NULL) {
 		char *b;
 
-		base = read_file(base_path);
+		base = redis_read_file(base_path);
 		if (base == NULL) {
 			fprintf(stderr, "bench-fleet-script: cannot read %s\n", base_path);
 			return 1;

@@ -101,32 +101,6 @@ format_evalsha(char *req, size_t size, int key, void *arg)
 	return len;
 }
 
-static char *
-read_script(void)
-{
-	const char *srcdir = getenv("CBD_SRCDIR");
-	char path[1024];
-	char *text = NULL;
-	long len;
-	FILE *f;
-
-	snprintf(path, sizeof path, "%s/src/fleet.lua", srcdir != NULL ? srcdir : ".");
-	f = fopen(path, "rb");
-	if (f == NULL)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-	    (text = malloc((size_t)len + 1)) != NULL) {
-		if (fread(text, 1, (size_t)len, f) != (size_t)len) {
-			free(text);
-			text = NULL;
-		} else {
-			text[len] = '\0';
-		}
-	}
-	fclose(f);
-	return text;
-}
-
 /* Read one line from fd into buf (blocking); false at EOF. */
 static bool
 read_line(int fd, char *buf, size_t size)
@@ -505,7 +479,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "bench-fleet: needs redis-server\n");
 		return 2;
 	}
-	script = read_script();
+	script = redis_fleet_script();
 	if (script == NULL || !bench_redis_load(redis.socket_path, script, sha)) {
 		fprintf(stderr, "bench-fleet: cannot load src/fleet.lua (set CBD_SRCDIR)\n");
 		redis_stop(&redis);

@@ -48,36 +48,6 @@ connect_server(void)
 	return ctx;
 }
 
-/* src/fleet.lua's text, from $CBD_SRCDIR (malloc'd). */
-static char *
-script_text(void)
-{
-	char path[1024];
-	const char *srcdir = getenv("CBD_SRCDIR");
-	FILE *f;
-	char *text;
-	long len;
-
-	snprintf(path, sizeof path, "%s/src/fleet.lua", srcdir != NULL ? srcdir : ".");
-	f = fopen(path, "rb");
-	if (f == NULL) {
-		fprintf(stderr, "check_fleet_script: cannot open %s\n", path);
-		return NULL;
-	}
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	rewind(f);
-	text = malloc((size_t)len + 1);
-	if (text != NULL && fread(text, 1, (size_t)len, f) != (size_t)len) {
-		free(text);
-		text = NULL;
-	}
-	if (text != NULL)
-		text[len] = '\0';
-	fclose(f);
-	return text;
-}
-
 /* EVALSHA of op on circuit name with the script's positional arguments
  * made from request as cbd makes them (fleet-args.c). */
 static redisReply *
@@ -1953,10 +1923,12 @@ static bool
 load_script(void)
 {
 	redisContext *ctx = redisConnectUnix(server.socket_path);
-	char *text = script_text();
+	char *text = redis_fleet_script();
 	redisReply *reply = NULL;
 	bool ok = false;
 
+	if (text == NULL)
+		fprintf(stderr, "check_fleet_script: cannot read src/fleet.lua (set CBD_SRCDIR)\n");
 	if (ctx != NULL && ctx->err == 0 && text != NULL)
 		reply = redisCommand(ctx, "SCRIPT LOAD %s", text);
 	if (reply != NULL && reply->type == REDIS_REPLY_STRING && reply->len < sizeof sha) {

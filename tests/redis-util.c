@@ -284,3 +284,36 @@ redis_stop(redis_server *r)
 		r->dir[0] = '\0';
 	}
 }
+
+char *
+redis_read_file(const char *path)
+{
+	char *text = NULL;
+	long len;
+	FILE *f;
+
+	f = fopen(path, "rb");
+	if (f == NULL)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+	    (text = malloc((size_t)len + 1)) != NULL) {
+		if (fread(text, 1, (size_t)len, f) != (size_t)len) {
+			free(text);
+			text = NULL;
+		} else {
+			text[len] = '\0';
+		}
+	}
+	fclose(f);
+	return text;
+}
+
+char *
+redis_fleet_script(void)
+{
+	const char *srcdir = getenv("CBD_SRCDIR");
+	char path[1024];
+
+	snprintf(path, sizeof path, "%s/src/fleet.lua", srcdir != NULL ? srcdir : ".");
+	return redis_read_file(path);
+}

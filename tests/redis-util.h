@@ -4,7 +4,8 @@
  * Unix socket in a fresh temp dir (no TCP port, no persistence), killed
  * and restarted on the same socket, stopped and cleaned up; or on a
  * loopback TCP port too (a replica of another), or as a Redis Sentinel
- * (redis-server --sentinel) watching a master.
+ * (redis-server --sentinel) watching a master; and the text of a
+ * script to load into it (fleet mode's src/fleet.lua).
  */
 #ifndef CBD_REDIS_UTIL_H
 #define CBD_REDIS_UTIL_H
@@ -21,6 +22,14 @@ typedef struct redis_server {
 	bool sentinel; /* a Sentinel (port only) */
 	char master[64]; /* the master a Sentinel watches */
 } redis_server;
+
+/* A whole file's text, NUL-terminated (malloc'd); NULL when it cannot be
+ * read. */
+char *redis_read_file(const char *path);
+
+/* src/fleet.lua's text, from $CBD_SRCDIR (default .; malloc'd); NULL when
+ * it cannot be read. */
+char *redis_fleet_script(void);
 
 /* Is redis-server on PATH? (Tests skip with 77 without it.) */
 bool redis_available(void);
