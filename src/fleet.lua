@@ -176,7 +176,8 @@ local fn = {
 	int_or_null = false, num_or_nil = false, load_circuit = false, field_text = false,
 	save_circuit = false, new_circuit = false, ver_update = false, window_slots = false,
 	window_load = false, head_flush = false, window_save = false, window_counts = false,
-	break_ms = false, reporters_count = false, chain_continues = false, on_outcome = false,
+	break_ms = false, reporters_count = false, chain_continues = false, chain_note = false,
+	on_outcome = false,
 	break_elapsed = false, on_allow = false, change_merge = false, transition_done = false,
 	hold_expire = false, fit_policy = false, slots_live = false, circuit_json = false,
 	change_json = false, permit_json = false, persist = false, add = false, bool_json = false,
@@ -837,6 +838,21 @@ function fn.chain_continues(c)
 	return now - c.lfa <= P.max_gap_ms
 end
 
+-- A closed circuit's consecutive count after an outcome: a failure
+-- continues the chain (or starts one past max_gap_ms), a success ends it.
+function fn.chain_note(c, failure)
+	if failure then
+		if fn.chain_continues(c) then
+			c.fc = c.fc + 1
+		else
+			c.fc = 1
+		end
+		c.lfa = now
+	else
+		c.fc = 0
+	end
+end
+
 -- breaker_on_outcome, with `trip` / `threshold` as record_outcome passes
 -- them (a held circuit: consecutive, COUNT_MAX, no window).
 function fn.on_outcome(c, failure, slow, trip, threshold, use_window, gated)
@@ -845,16 +861,7 @@ function fn.on_outcome(c, failure, slow, trip, threshold, use_window, gated)
 		fn.reporters_note(c, reporter)
 	end
 	if c.state == 'closed' then
-		if failure then
-			if fn.chain_continues(c) then
-				c.fc = c.fc + 1
-			else
-				c.fc = 1
-			end
-			c.lfa = now
-		else
-			c.fc = 0
-		end
+		fn.chain_note(c, failure)
 		local trips
 		if trip == 'rate' then
 			trips = fn.rate_trips(failure, slow, use_window)
@@ -1381,16 +1388,7 @@ if op == 'outcomes' then
 			if bad and gated then
 				fn.reporters_note(c, reporter)
 			end
-			if failure then
-				if fn.chain_continues(c) then
-					c.fc = c.fc + 1
-				else
-					c.fc = 1
-				end
-				c.lfa = now
-			else
-				c.fc = 0
-			end
+			fn.chain_note(c, failure)
 			-- window_add: a time window's head bucket, once made at now (now
 			-- does not move within a call), takes the run's next outcomes
 			-- as window_add would.
