@@ -2281,6 +2281,143 @@ START_TEST(test_fold_bound_is_counted)
 }
 END_TEST
 
+/* --- the ping through the event channel (issue 24) --- */
+
+/* fd's allow of name: allowed and closed; was it answered from the copy
+ * (copy_answers +1, no script call), else how (*calls_made: script calls
+ * made for it, *local: answered locally)? The counters settle with the
+ * reply (stats is answered after it, on one connection). */
+static bool
+allow_closed_from_copy(int fd, const char *name, int64_t *calls_made, int64_t *local)
+{
+	json_t *s0 = util_call_ok(fd, "{\"op\":\"stats\"}"), *s1, *r;
+	int64_t copy;
+
+	r = util_call_ok(fd, "{\"op\":\"allow\",\"name\":\"%s\"}", name);
+	ck_assert(util_bool(r, "allowed"));
+	ck_assert_str_eq(util_str(r, "state"), "closed");
+	json_decref(r);
+	s1 = util_call_ok(fd, "{\"op\":\"stats\"}");
+	copy = util_int(s1, "backend.copy_answers") - util_int(s0, "backend.copy_answers");
+	*calls_made = util_int(s1, "backend.calls") - util_int(s0, "backend.calls");
+	*local = util_int(s1, "backend.local_answers") - util_int(s0, "backend.local_answers");
+	json_decref(s0);
+	json_decref(s1);
+	ck_assert_msg(copy == 0 || copy == 1, "one allow, %lld copy answers", (long long)copy);
+	ck_assert_msg(copy == 0 || (*calls_made == 0 && *local == 0),
+	    "an allow answered from the copy also made %lld script calls, %lld local answers",
+	    (long long)*calls_made, (long long)*local);
+	return copy == 1;
+}
+
+/* Redis frozen whole (SIGSTOP): no connection closes, and with every
+ * allow answered from the copy no script call waits to time out; only
+ * the ping through the event channel, overdue by redis_timeout_ms, ends
+ * answers from the copy (fleet_events_fresh) — while health is still
+ * "up". The first allow that is not answered from the copy goes to the
+ * script, times out, and is answered locally (Redis away); no allow
+ * after it is answered from the copy while Redis is frozen. Thawed: the
+ * copy is stale until the script answered for the circuit again, then
+ * answers resume; Redis's totals count each outcome answered by the
+ * script exactly once. */
+START_TEST(test_overdue_ping_ends_copy_answers)
+{
+	int64_t calls, copy, calls2, copy2, made, local, degraded, timeouts, copy_frozen = 0;
+	long long bound = harness_timeout_ms() > 60000 ? harness_timeout_ms() : 60000, end;
+	bool from_copy = true;
+	json_t *r;
+
+	/* 1. A closed circuit answered from the copy: 1 + 3 successes in
+	 * Redis (each answered by the script), 5 allows from the copy. */
+	copy_warm(a, "ping", NULL);
+	for (int i = 0; i < 3; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"ping\"}"));
+	ck_assert_int_eq(redis_hget_int("cbd:{ping}", "t_successes"), 4);
+	backend_counts(a, &calls, &copy);
+	for (int i = 0; i < 5; i++)
+		ck_assert_msg(allow_closed_from_copy(a, "ping", &made, &local),
+		    "allow %d not answered from a fresh closed copy", i);
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_int_eq(copy2, copy + 5);
+	ck_assert_int_eq(calls2, calls);
+	degraded = backend_int(a, "degraded");
+	timeouts = backend_int(a, "timeouts");
+
+	/* 2. Frozen whole. Allows are answered from the copy until this
+	 * host's ping is overdue (at most a second plus redis_timeout_ms);
+	 * nothing else can end it: health stays "up" (no call waits). */
+	ck_assert_int_eq(kill(redis.pid, SIGSTOP), 0);
+	end = harness_mono_ms() + bound;
+	while (from_copy && harness_mono_ms() < end) {
+		r = util_call_ok(a, "{\"op\":\"stats\"}");
+		ck_assert_str_eq(util_str(r, "backend.health"), "up");
+		ck_assert_int_eq(util_int(r, "backend.degraded"), degraded);
+		json_decref(r);
+		from_copy = allow_closed_from_copy(a, "ping", &made, &local);
+		if (from_copy) {
+			copy_frozen++;
+			usleep(20 * 1000);
+		}
+	}
+	ck_assert_msg(!from_copy,
+	    "%lld allows in %lld ms after Redis froze were all answered from the copy",
+	    (long long)copy_frozen, bound);
+	/* The first one after the ping went overdue: to the script (health
+	 * was "up"), unanswered within redis_timeout_ms (a timeout: answered
+	 * from the copy by memory mode's rules, not counted in copy_answers
+	 * nor local_answers), and Redis is away. */
+	ck_assert_int_eq(made, 1);
+	ck_assert_int_eq(local, 0);
+	r = util_call_ok(a, "{\"op\":\"stats\"}");
+	ck_assert_str_eq(util_str(r, "backend.health"), "degraded");
+	ck_assert_int_eq(util_int(r, "backend.degraded"), degraded + 1);
+	ck_assert_int_eq(util_int(r, "backend.timeouts"), timeouts + 1);
+	ck_assert_int_eq(util_int(r, "backend.copy_answers"), copy2 + copy_frozen);
+	json_decref(r);
+	/* Every later allow while frozen: locally, none from the copy; and
+	 * outcomes are answered locally (never sent: not in Redis later). */
+	for (int i = 0; i < 5; i++) {
+		ck_assert_msg(!allow_closed_from_copy(a, "ping", &made, &local),
+		    "allow %d answered from the copy with Redis frozen and the ping overdue", i);
+		ck_assert_int_eq(made, 0);
+		ck_assert_int_eq(local, 1);
+	}
+	local = backend_int(a, "local_answers");
+	for (int i = 0; i < 2; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"ping\"}"));
+	ck_assert_int_eq(backend_int(a, "local_answers"), local + 2);
+	ck_assert_int_eq(backend_int(a, "copy_answers"), copy2 + copy_frozen);
+
+	/* 3. Thawed: back (a new subscription); the copy is stale until the
+	 * script answers for it, then allows come from the copy again. */
+	ck_assert_int_eq(kill(redis.pid, SIGCONT), 0);
+	ck_assert(util_stats_reach_str(a, "backend.health", "up"));
+	ck_assert(util_stats_reach_str(a, "backend.event_channel", "live"));
+	r = allow_by_script(a, "{\"op\":\"allow\",\"name\":\"ping\"}");
+	ck_assert(util_bool(r, "allowed"));
+	json_decref(r);
+	backend_counts(a, &calls, &copy);
+	for (int i = 0; i < 3; i++)
+		ck_assert_msg(allow_closed_from_copy(a, "ping", &made, &local),
+		    "allow %d after Redis thawed not answered from the copy", i);
+	backend_counts(a, &calls2, &copy2);
+	ck_assert_int_eq(copy2, copy + 3);
+	ck_assert_int_eq(calls2, calls);
+	/* Totals: the 4 successes sent before, none of the 2 answered
+	 * locally, the 2 sent now; each once (here, in Redis, on host b). */
+	for (int i = 0; i < 2; i++)
+		json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"ping\"}"));
+	ck_assert_int_eq(redis_hget_int("cbd:{ping}", "t_successes"), 6);
+	ck_assert_int_le(redis_hget_int("cbd:{ping}", "t_failures"), 0);
+	r = util_call_ok(b, "{\"op\":\"get\",\"name\":\"ping\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 6);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 0);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 0);
+	json_decref(r);
+}
+END_TEST
+
 static Suite *
 fleet_suite(void)
 {
@@ -2322,6 +2459,7 @@ fleet_suite(void)
 	tcase_add_test(tc, test_trip_elsewhere_reaches_the_copy_by_its_event);
 	tcase_add_test(tc, test_copy_not_used_once_the_event_channel_drops);
 	tcase_add_test(tc, test_copy_not_used_when_redis_stops);
+	tcase_add_test(tc, test_overdue_ping_ends_copy_answers);
 	tcase_add_test(tc, test_half_open_held_and_limited_go_to_the_script);
 	tcase_add_test(tc, test_copy_waits_for_the_connections_own_outcome);
 	suite_add_tcase(s, tc);
