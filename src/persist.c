@@ -132,6 +132,12 @@ persist_append_due(void)
 	return changed != NULL;
 }
 
+uint64_t
+persist_pending(void)
+{
+	return (uint64_t)HASH_COUNT(changed) + (uint64_t)HASH_COUNT(in_flight);
+}
+
 bool
 persist_compaction_due(uint64_t circuits)
 {

@@ -55,6 +55,9 @@ void persist_on_change(void (*fn)(void));
 void persist_mark_dirty(void);
 /* Is an append due (changed circuits not yet written)? */
 bool persist_append_due(void);
+/* Changed circuits not yet in the journal: waiting for a batch, or in
+ * the batch being written (stats.state_pending). */
+uint64_t persist_pending(void);
 /* Is a compaction due, with this many circuits stored? */
 bool persist_compaction_due(uint64_t circuits);
 /* Forget what is due (the daemon starts over). */

@@ -5,6 +5,7 @@
  */
 #include "daemon.h"
 #include "fleet.h"
+#include "persist.h"
 #include "server-client.h"
 #include "stats-report.h"
 
@@ -120,6 +121,7 @@ stats_to_json(json_t *reply, const char *const *op_names, size_t op_count,
 	    set_uint(reply, "output_bytes_peak", server_client_output_bytes_peak()) &&
 	    set_uint(reply, "state_writes", stats.state_writes) &&
 	    set_uint(reply, "state_appends", stats.state_appends) &&
+	    set_uint(reply, "state_pending", persist_pending()) &&
 	    set_uint(reply, "state_write_failures", stats.state_write_failures) &&
 	    set_uint(reply, "state_write_pause_max_us", stats.state_write_pause_max_us) &&
 	    set_uint(reply, "reloads", stats.reloads) &&
