@@ -214,7 +214,9 @@ key_bit(const char *key, size_t len)
 static char *
 scan_object(proto_flat *f, char *p, int obj, int depth)
 {
-	int last = -1;
+	/* Where the next member's index goes: the object's first, then
+	 * the last member's next. */
+	int *link = &f->v[obj].first;
 	/* A bit per key seen, by key_bit: a key whose bit is clear is not a
 	 * repeat, and only the others are compared with the object's keys
 	 * (a snapshot's policy has 19 members). The request's own members
@@ -262,11 +264,8 @@ scan_object(proto_flat *f, char *p, int obj, int depth)
 				return NULL;
 			seen |= bit;
 		}
-		if (last < 0)
-			f->v[obj].first = i;
-		else
-			f->v[last].next = i;
-		last = i;
+		*link = i;
+		link = &v->next;
 		if ((p = expect(p, ':')) == NULL)
 			return NULL;
 		p++;
