@@ -516,6 +516,35 @@ static const scan_case scan_cases[] = {
 	SCAN_NO(""),
 	SCAN_NO(" "),
 	SCAN_NO("\r"),
+	/* The request's own members (proto_flat.member) and others. */
+	SCAN_YES("{\"op\":\"get\",\"ctx\":{\"op\":1,\"name\":2,\"ctx\":{\"op\":3}}}"),
+	SCAN_YES("{\"nam\":1,\"name\":2,\"names\":3,\"o\":4,\"op\":5,\"opx\":6}"),
+	SCAN_YES("{\"x\":1,\"name\":\"a\",\"y\":2,\"noreply\":true}"),
+	SCAN_NO("{\"name\":\"a\",\"x\":1,\"name\":\"b\"}"),
+	SCAN_NO("{\"name\":\"a\",\"x\":1,\"noreply\":true,\"x\":2}"),
+	SCAN_NO("{\"ctx\":{\"name\":1,\"name\":2}}"),
+	SCAN_NO("{\"duration_ms\":1,\"ctx\":{},\"duration_ms\":1}"),
+	/* Space around every token, at every depth. */
+	SCAN_YES(" { \"ctx\" : { \"a\" : 1 , \"b\" : \"x\" , \"c\" : { } } , \"op\" : \"get\" , "
+		 "\"t\" : true , \"f\" : false , \"z\" : null , \"n\" : -5 } "),
+	SCAN_YES("{\"n\":1 ,\"m\":-2\t}"),
+	/* Words cut short, at the line's end and before others. */
+	SCAN_YES("{\"a\":false,\"b\":true,\"c\":null}"),
+	SCAN_NO("{\"a\":fals"),
+	SCAN_NO("{\"a\":f"),
+	SCAN_NO("{\"a\":t"),
+	SCAN_NO("{\"a\":n"),
+	SCAN_NO("{\"a\":fals}"),
+	SCAN_NO("{\"a\":fAlse}"),
+	SCAN_NO("{\"a\":nulL}"),
+	SCAN_NO("{\"a\":f\0lse}"),
+	/* Integers' ends. */
+	SCAN_NO("{\"n\":-a}"),
+	SCAN_NO("{\"n\":1x}"),
+	SCAN_NO("{\"n\":1E}"),
+	SCAN_NO("{\"n\":5,\"m\":1.0}"),
+	SCAN_NO("{\"n\":1/}"),
+	SCAN_YES("{\"n\":123456789012345678,\"m\":-123456789012345678}"),
 	/* Top-level non-objects. */
 	SCAN_NO("1"),
 	SCAN_NO("-0"),
@@ -621,6 +650,81 @@ START_TEST(scan_key_lengths)
 		/* Names alike up to the limit and different after it. */
 		n = snprintf(line, sizeof line, "{\"%sa\":1,\"%sb\":2}", key, key);
 		ck_assert_int_eq(scan_same(line, (size_t)n, NULL), klen + 1 <= PROTO_SCAN_KEY_MAX);
+	}
+}
+END_TEST
+
+/* Strings (values and names) of 0 to 40 bytes at every offset from the
+ * line's start, plain or with one byte the fast path leaves to jansson at
+ * each place: its 16-byte steps end in the right place. */
+START_TEST(scan_string_boundaries)
+{
+	static const char *const bad[] = { "\\n", "\\\"", "\\u0041", "\x7f", "\x80", "\xc3\xa9",
+		"\xff", "\x1f", "\x01", "\t" };
+	char text[64], line[256];
+	int n;
+
+	for (size_t pad = 0; pad < 17; pad++) {
+		for (size_t len = 0; len <= 40; len++) {
+			proto_flat f;
+
+			memset(text, 'a' + (int)(len % 26), len);
+			text[len] = '\0';
+			n = snprintf(line, sizeof line, "{\"%.*s\":\"%s\",\"%s\":%zu}", (int)pad,
+			    "ppppppppppppppppp", text, text, len);
+			/* The same name twice when pad == len and the bytes agree. */
+			if (pad == len && (pad == 0 || text[0] == 'p'))
+				continue;
+			ck_assert_msg(scan_same(line, (size_t)n, NULL), "left to jansson: %s", line);
+			ck_assert(proto_scan_flat(line, (size_t)n, &f));
+			ck_assert_uint_eq(f.v[1].len, len);
+			ck_assert_uint_eq(f.v[2].key_len, len);
+			ck_assert_int_eq(f.v[2].integer, (int64_t)len);
+			for (size_t at = 0; at <= len; at++) {
+				for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+					n = snprintf(line, sizeof line, "{\"%.*s\":\"%.*s%s%s\"}",
+					    (int)pad, "ppppppppppppppppp", (int)at, text, bad[b],
+					    text + at);
+					ck_assert_msg(!scan_same(line, (size_t)n, NULL),
+					    "took: %s", scan_quote(line, (size_t)n));
+					n = snprintf(line, sizeof line, "{\"%.*s\":1,\"%.*s%s%s\":2}",
+					    (int)pad, "ppppppppppppppppp", (int)at, text, bad[b],
+					    text + at);
+					ck_assert_msg(!scan_same(line, (size_t)n, NULL),
+					    "took: %s", scan_quote(line, (size_t)n));
+				}
+			}
+		}
+	}
+}
+END_TEST
+
+/* Each of the request's own members: noted where it is, refused twice in
+ * the request, taken in a nested object, refused twice there. */
+START_TEST(scan_member_index)
+{
+	char line[256];
+	int n;
+
+	for (int m = 0; m < PROTO_MEMBER_MAX; m++) {
+		const char *name = proto_member_name((proto_member)m);
+		proto_flat f;
+		int i;
+
+		n = snprintf(line, sizeof line, "{\"x\":0,\"%s\":7,\"y\":{\"%s\":8}}", name, name);
+		ck_assert(scan_same(line, (size_t)n, NULL));
+		ck_assert(proto_scan_flat(line, (size_t)n, &f));
+		for (int o = 0; o < PROTO_MEMBER_MAX; o++)
+			ck_assert_int_eq(f.member[o], o == m ? 2 : -1);
+		i = f.member[m];
+		ck_assert_str_eq(f.v[i].key, name);
+		ck_assert_int_eq(f.v[i].type, PROTO_FLAT_INT);
+		ck_assert_int_eq(f.v[i].integer, 7);
+		ck_assert_int_eq(proto_flat_find(&f, 0, name), i);
+		n = snprintf(line, sizeof line, "{\"%s\":1,\"x\":0,\"%s\":2}", name, name);
+		ck_assert(!scan_same(line, (size_t)n, NULL));
+		n = snprintf(line, sizeof line, "{\"y\":{\"%s\":1,\"x\":0,\"%s\":2}}", name, name);
+		ck_assert(!scan_same(line, (size_t)n, NULL));
 	}
 }
 END_TEST
@@ -2161,6 +2265,8 @@ main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, scan_hand_picked);
 	tcase_add_test(tc, scan_key_lengths);
+	tcase_add_test(tc, scan_string_boundaries);
+	tcase_add_test(tc, scan_member_index);
 	tcase_add_test(tc, scan_random_differential);
 	tcase_add_test(tc, scan_generated_differential);
 	tcase_add_test(tc, decode_unchanged_by_scan);

@@ -12,35 +12,33 @@
 #include "proto-scan.h"
 
 /* The scanner walks the view's own copy of the line, which ends in a NUL
- * (a byte no test below takes: every loop stops there without a bounds
- * test), and ends each string in place (its closing quote becomes its
- * NUL). A NUL inside the line stops the scan the same way: such a line is
- * json_loadb's. */
-typedef struct scanner {
-	char *p;
-	const char *end;
-	proto_flat *f;
-} scanner;
+ * and PROTO_SCAN_READ_AHEAD zeroes (a byte no test below takes: every
+ * loop stops there without a bounds test), and ends each string in place
+ * (its closing quote becomes its NUL). A NUL inside the line stops the
+ * scan the same way: such a line is json_loadb's. Every step takes the
+ * position and gives the one after what it read, NULL when the line is
+ * not in the subset: the position stays in a register. */
 
-static void
-skip_some_space(scanner *s)
+static char *
+skip_some_space(char *p)
 {
-	while (*s->p == ' ' || *s->p == '\t' || *s->p == '\r' || *s->p == '\n')
-		s->p++;
+	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+		p++;
+	return p;
 }
 
-/* Lines cbd and libcbclient write have no spaces: one test, inline. */
-static inline void
-skip_space(scanner *s)
+/* Past the space before byte c, which must come next; NULL when it does
+ * not. Lines cbd and libcbclient write have no spaces: one test when c is
+ * there. */
+static inline char *
+expect(char *p, char c)
 {
-	if ((unsigned char)*s->p <= ' ')
-		skip_some_space(s);
-}
-
-static bool
-at(const scanner *s, char c)
-{
-	return *s->p == c;
+	if (*p != c) {
+		p = skip_some_space(p);
+		if (*p != c)
+			return NULL;
+	}
+	return p;
 }
 
 #if !defined(__SSE2__)
@@ -53,16 +51,12 @@ static const bool plain_byte[256] = {
 };
 #endif
 
-/* A string of plain bytes (no escapes to undo, nothing to check for
- * UTF-8), ended in place. */
-static bool
-scan_plain_string(scanner *s, const char **out, size_t *len)
+/* The first byte at or after p that a plain string does not hold (no
+ * escapes to undo, nothing to check for UTF-8): its closing quote when
+ * it is plain. */
+static inline char *
+plain_end(char *p)
 {
-	char *p = s->p, *start;
-
-	if (*p != '"')
-		return false;
-	start = ++p;
 #if defined(__SSE2__)
 	/* 16 bytes a step: the first that is not plain (below 0x20 or
 	 * above 0x7e, '"', '\\'; the NUL at the end is one) ends the run.
@@ -76,10 +70,8 @@ scan_plain_string(scanner *s, const char **out, size_t *len)
 			_mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f))));
 		unsigned mask = (unsigned)_mm_movemask_epi8(stop);
 
-		if (mask != 0) {
-			p += __builtin_ctz(mask);
-			break;
-		}
+		if (mask != 0)
+			return p + __builtin_ctz(mask);
 		p += 16;
 	}
 #else
@@ -89,53 +81,48 @@ scan_plain_string(scanner *s, const char **out, size_t *len)
 		p += 4;
 	while (plain_byte[(unsigned char)*p])
 		p++;
+	return p;
 #endif
-	/* Anything but the closing quote (an escape, a control or non-ASCII
-	 * byte, the end) is json_loadb's to read. */
-	if (*p != '"')
-		return false;
-	*p = '\0';
-	*out = start;
-	*len = (size_t)(p - start);
-	s->p = p + 1;
-	return true;
 }
 
-static bool
-scan_word(scanner *s, const char *word, size_t len)
+/* The 4 bytes at p are word's (a literal of 4 bytes or more): one
+ * compare. The view's text has zeroes after the line: 4 bytes can be
+ * read from any byte of it. */
+static inline bool
+is_word4(const char *p, const char *word)
 {
-	if ((size_t)(s->end - s->p) < len || memcmp(s->p, word, len) != 0)
-		return false;
-	s->p += len;
-	return true;
+	uint32_t a, b;
+
+	memcpy(&a, p, 4);
+	memcpy(&b, word, 4);
+	return a == b;
 }
 
-/* -?(0|[1-9][0-9]*) with no fraction or exponent after it. */
-static bool
-scan_integer(scanner *s, int64_t *out)
+/* -?(0|[1-9][0-9]*) with no fraction or exponent after it, of up to
+ * PROTO_SCAN_DIGITS_MAX digits: one pass (unsigned, so a longer run may
+ * wrap before it is refused). */
+static inline char *
+scan_integer(char *p, int64_t *out)
 {
-	bool negative = at(s, '-');
+	bool negative = *p == '-';
 	const char *digits;
-	int64_t v = 0;
+	uint64_t v = 0;
+	unsigned d;
+	size_t n;
 
-	if (negative)
-		s->p++;
-	digits = s->p;
-	while (*s->p >= '0' && *s->p <= '9') {
-		/* Counted before it is added: no overflow, ever. */
-		if (s->p - digits >= PROTO_SCAN_DIGITS_MAX)
-			return false;
-		v = v * 10 + (*s->p - '0');
-		s->p++;
+	p += negative;
+	digits = p;
+	while ((d = (unsigned)(unsigned char)*p - '0') <= 9) {
+		v = v * 10 + d;
+		p++;
 	}
-	if (s->p == digits || (digits[0] == '0' && s->p - digits > 1) || at(s, '.') || at(s, 'e') ||
-	    at(s, 'E'))
-		return false;
-	*out = negative ? -v : v;
-	return true;
+	n = (size_t)(p - digits);
+	if (n == 0 || n > PROTO_SCAN_DIGITS_MAX || (digits[0] == '0' && n > 1) || *p == '.' ||
+	    (*p | 0x20) == 'e')
+		return NULL;
+	*out = negative ? -(int64_t)v : (int64_t)v;
+	return p;
 }
-
-static bool scan_object(scanner *s, int obj, int depth);
 
 _Static_assert(PROTO_FLAT_VALUES_MAX <= INT8_MAX + 1, "proto_flat.member holds an index");
 
@@ -223,116 +210,131 @@ key_bit(const char *key, size_t len)
 	return UINT64_C(1) << (h & 63);
 }
 
-/* The value at s into v (its key set by the caller). */
-static bool
-scan_value(scanner *s, int i, int depth)
-{
-	proto_flat_value *v = &s->f->v[i];
-
-	if (s->p >= s->end)
-		return false;
-	switch (*s->p) {
-	case '"':
-		v->type = PROTO_FLAT_STRING;
-		return scan_plain_string(s, &v->text, &v->len);
-	case '{':
-		v->type = PROTO_FLAT_OBJECT;
-		return scan_object(s, i, depth + 1);
-	case 't':
-		v->type = PROTO_FLAT_TRUE;
-		return scan_word(s, "true", 4);
-	case 'f':
-		v->type = PROTO_FLAT_FALSE;
-		return scan_word(s, "false", 5);
-	case 'n':
-		v->type = PROTO_FLAT_NULL;
-		return scan_word(s, "null", 4);
-	default:
-		v->type = PROTO_FLAT_INT;
-		return scan_integer(s, &v->integer);
-	}
-}
-
 /* The members of object obj, starting at its '{'. */
-static bool
-scan_object(scanner *s, int obj, int depth)
+static char *
+scan_object(proto_flat *f, char *p, int obj, int depth)
 {
-	proto_flat *f = s->f;
-	int last = -1;
+	/* Where the next member's index goes: the object's first, then
+	 * the last member's next. */
+	int *link = &f->v[obj].first;
 	/* A bit per key seen, by key_bit: a key whose bit is clear is not a
 	 * repeat, and only the others are compared with the object's keys
-	 * (a snapshot's policy has 19 members). */
+	 * (a snapshot's policy has 19 members). The request's own members
+	 * need none: proto_flat.member says whether one came before. */
 	uint64_t seen = 0;
 
 	f->v[obj].first = -1;
 	if (depth > PROTO_SCAN_DEPTH_MAX)
-		return false;
-	s->p++;
-	skip_space(s);
-	if (at(s, '}')) {
-		s->p++;
-		return true;
-	}
+		return NULL;
+	p = skip_some_space(p + 1);
+	if (*p == '}')
+		return p + 1;
 	for (;;) {
-		const char *key;
+		proto_flat_value *v;
+		char *key;
 		size_t len;
-		uint64_t bit;
-		int i;
+		int i, m;
 
-		skip_space(s);
-		if (f->count >= PROTO_FLAT_VALUES_MAX || !scan_plain_string(s, &key, &len) ||
-		    len > PROTO_SCAN_KEY_MAX)
-			return false;
-		/* A name twice: json_loadb's error (JSON_REJECT_DUPLICATES). */
-		bit = key_bit(key, len);
-		if ((seen & bit) != 0 && proto_flat_find(f, obj, key) >= 0)
-			return false;
-		seen |= bit;
+		if ((p = expect(p, '"')) == NULL || f->count >= PROTO_FLAT_VALUES_MAX)
+			return NULL;
+		key = p + 1;
+		p = plain_end(key);
+		len = (size_t)(p - key);
+		if (*p != '"' || len > PROTO_SCAN_KEY_MAX)
+			return NULL;
+		*p++ = '\0';
 		i = f->count++;
-		f->v[i] = (proto_flat_value){ .key = key, .key_len = len, .first = -1, .next = -1 };
-		/* The request's own members: noted for proto_flat.member. */
-		if (obj == 0) {
-			int m = member_of(key, len);
+		v = &f->v[i];
+		/* The fields of other types are not read (proto_node reads
+		 * a value by its type): not set. */
+		v->key = key;
+		v->key_len = len;
+		v->first = -1;
+		v->next = -1;
+		/* A name twice: json_loadb's error (JSON_REJECT_DUPLICATES).
+		 * The request's own members are noted for proto_flat.member. */
+		if (obj == 0 && (m = member_of(key, len)) >= 0) {
+			if (f->member[m] >= 0)
+				return NULL;
+			f->member[m] = (int8_t)i;
+		} else {
+			uint64_t bit = key_bit(key, len);
 
-			if (m >= 0)
-				f->member[m] = (int8_t)i;
+			if ((seen & bit) != 0 && proto_flat_find(f, obj, key) >= 0)
+				return NULL;
+			seen |= bit;
 		}
-		if (last < 0)
-			f->v[obj].first = i;
-		else
-			f->v[last].next = i;
-		last = i;
-		skip_space(s);
-		if (!at(s, ':'))
-			return false;
-		s->p++;
-		skip_space(s);
-		if (!scan_value(s, i, depth))
-			return false;
-		skip_space(s);
-		if (at(s, ',')) {
-			s->p++;
+		*link = i;
+		link = &v->next;
+		if ((p = expect(p, ':')) == NULL)
+			return NULL;
+		p++;
+		if ((unsigned char)*p <= ' ')
+			p = skip_some_space(p);
+		switch (*p) {
+		case '"': {
+			char *text = p + 1;
+
+			p = plain_end(text);
+			if (*p != '"')
+				return NULL;
+			*p++ = '\0';
+			v->type = PROTO_FLAT_STRING;
+			v->text = text;
+			v->len = (size_t)(p - 1 - text);
+			break;
+		}
+		case '{':
+			v->type = PROTO_FLAT_OBJECT;
+			if ((p = scan_object(f, p, i, depth + 1)) == NULL)
+				return NULL;
+			break;
+		case 't':
+			if (!is_word4(p, "true"))
+				return NULL;
+			v->type = PROTO_FLAT_TRUE;
+			p += 4;
+			break;
+		case 'f':
+			if (!is_word4(p + 1, "alse"))
+				return NULL;
+			v->type = PROTO_FLAT_FALSE;
+			p += 5;
+			break;
+		case 'n':
+			if (!is_word4(p, "null"))
+				return NULL;
+			v->type = PROTO_FLAT_NULL;
+			p += 4;
+			break;
+		default:
+			v->type = PROTO_FLAT_INT;
+			if ((p = scan_integer(p, &v->integer)) == NULL)
+				return NULL;
+			break;
+		}
+		if ((unsigned char)*p <= ' ')
+			p = skip_some_space(p);
+		if (*p == ',') {
+			p++;
 			continue;
 		}
-		if (at(s, '}')) {
-			s->p++;
-			return true;
-		}
-		return false;
+		if (*p == '}')
+			return p + 1;
+		return NULL;
 	}
 }
 
 bool
 proto_scan_flat(const char *line, size_t len, proto_flat *out)
 {
-	scanner s;
+	char *p;
 
 	/* The copy the scan walks and ends strings in: one copy of the line
 	 * instead of one a string. Checked before any pointer into the copy
 	 * is formed: out->text + len past the array is undefined. */
 	if (len >= PROTO_FLAT_TEXT_MAX)
 		return false;
-	s = (scanner){ out->text, out->text + len, out };
 	memcpy(out->text, line, len);
 	memset(out->text + len, 0, PROTO_SCAN_READ_AHEAD); /* its NUL, and more */
 	out->text_len = len + 1;
@@ -340,11 +342,11 @@ proto_scan_flat(const char *line, size_t len, proto_flat *out)
 	memset(out->member, -1, sizeof out->member);
 	out->v[0] =
 	    (proto_flat_value){ .key = "", .type = PROTO_FLAT_OBJECT, .first = -1, .next = -1 };
-	skip_space(&s);
-	if (!at(&s, '{') || !scan_object(&s, 0, 1))
+	if ((p = expect(out->text, '{')) == NULL || (p = scan_object(out, p, 0, 1)) == NULL)
 		return false;
-	skip_space(&s);
-	return s.p == s.end;
+	if ((unsigned char)*p <= ' ')
+		p = skip_some_space(p);
+	return p == out->text + len;
 }
 
 int

@@ -39,7 +39,9 @@ typedef enum proto_flat_type {
 	PROTO_FLAT_OBJECT,
 } proto_flat_type;
 
-/* One value: a member of its object (key), or the top object (index 0). */
+/* One value: a member of its object (key), or the top object (index 0).
+ * The fields of a type other than its own are not set: read a value by
+ * its type (proto_node does). */
 typedef struct proto_flat_value {
 	const char *key; /* NUL-ended, in the view's text */
 	size_t key_len;
