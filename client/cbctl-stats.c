@@ -37,6 +37,8 @@ static const stats_group groups[] = {
 		{ "slots_expired", "slots expired" }, { NULL, NULL } } },
 	{ "state file",
 	    { { "state_writes", "writes" }, { "state_write_failures", "write failures" },
+		{ "state_appends", "journal appends" },
+		{ "state_pending", "changes not yet in the journal" },
 		{ "state_write_pause_max_us", "longest pause (us)" }, { NULL, NULL } } },
 	{ "watch and noreply",
 	    { { "watch_events", "events sent" }, { "noreply", "noreply requests" },

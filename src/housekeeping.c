@@ -204,6 +204,7 @@ housekeeping_start(void)
 	struct timeval tv = { 0, HOUSEKEEPING_INTERVAL_MS * 1000 };
 	int64_t now = clock_realtime_ms();
 
+	persist_track(cbd.conf.state_file[0] != '\0');
 	if (cbd.conf.state_file[0] != '\0') {
 		uint64_t n = persist_load(cbd.conf.state_file, cbd.table, now);
 

@@ -47,6 +47,8 @@ typedef struct changed_name {
 static changed_name *changed, *in_flight;
 /* The generation whose journal the batch in flight goes to. */
 static uint64_t in_flight_generation;
+/* A state file is kept: changes are remembered (persist_track). */
+static bool tracking;
 /* Told when the first change since the last batch is marked. */
 static void (*on_change)(void);
 /* A compaction is due (after a failed one, or journals replayed). */
@@ -105,10 +107,18 @@ set_free(changed_name **set)
 }
 
 void
+persist_track(bool on)
+{
+	tracking = on;
+}
+
+void
 persist_mark_changed(const char *name)
 {
 	bool first = changed == NULL;
 
+	if (!tracking)
+		return;
 	set_add(&changed, name);
 	if (first && changed != NULL && on_change != NULL)
 		on_change();

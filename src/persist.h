@@ -53,6 +53,9 @@ void persist_mark_changed(const char *name);
 void persist_on_change(void (*fn)(void));
 /* A compaction (the whole file) is due. */
 void persist_mark_dirty(void);
+/* Changes are remembered for the journal only when cbd has a state file
+ * (without one, the set of changed names would only grow). */
+void persist_track(bool on);
 /* Is an append due (changed circuits not yet written)? */
 bool persist_append_due(void);
 /* Changed circuits not yet in the journal: waiting for a batch, or in

@@ -258,6 +258,7 @@ expect out '^  unwatch +0$' "--all shows unused ops"
 expect out '^limits hit:$' "--all shows the limits"
 expect out '^  max_line_bytes +0$' "--all shows zero limits"
 expect out '^state file:$' "--all shows the state file group"
+expect out '^  changes not yet in the journal +0$' "--all shows the journal's backlog (stats.state_pending)"
 expect out '^watch and noreply:$' "--all shows watch and noreply"
 run 0 "stats --json after the command" stats --json
 expect out '"uptime_ms": ?[0-9]+' "stats --json is cbd's reply"

@@ -675,7 +675,8 @@ START_TEST(scan_string_boundaries)
 			/* The same name twice when pad == len and the bytes agree. */
 			if (pad == len && (pad == 0 || text[0] == 'p'))
 				continue;
-			ck_assert_msg(scan_same(line, (size_t)n, NULL), "left to jansson: %s", line);
+			ck_assert_msg(scan_same(line, (size_t)n, NULL), "left to jansson: %s",
+			    line);
 			ck_assert(proto_scan_flat(line, (size_t)n, &f));
 			ck_assert_uint_eq(f.v[1].len, len);
 			ck_assert_uint_eq(f.v[2].key_len, len);
@@ -685,13 +686,13 @@ START_TEST(scan_string_boundaries)
 					n = snprintf(line, sizeof line, "{\"%.*s\":\"%.*s%s%s\"}",
 					    (int)pad, "ppppppppppppppppp", (int)at, text, bad[b],
 					    text + at);
-					ck_assert_msg(!scan_same(line, (size_t)n, NULL),
-					    "took: %s", scan_quote(line, (size_t)n));
-					n = snprintf(line, sizeof line, "{\"%.*s\":1,\"%.*s%s%s\":2}",
-					    (int)pad, "ppppppppppppppppp", (int)at, text, bad[b],
-					    text + at);
-					ck_assert_msg(!scan_same(line, (size_t)n, NULL),
-					    "took: %s", scan_quote(line, (size_t)n));
+					ck_assert_msg(!scan_same(line, (size_t)n, NULL), "took: %s",
+					    scan_quote(line, (size_t)n));
+					n = snprintf(line, sizeof line,
+					    "{\"%.*s\":1,\"%.*s%s%s\":2}", (int)pad,
+					    "ppppppppppppppppp", (int)at, text, bad[b], text + at);
+					ck_assert_msg(!scan_same(line, (size_t)n, NULL), "took: %s",
+					    scan_quote(line, (size_t)n));
 				}
 			}
 		}
