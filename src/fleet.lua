@@ -177,6 +177,7 @@ local fn = {
 	save_circuit = false, new_circuit = false, ver_update = false, window_slots = false,
 	window_load = false, head_flush = false, window_save = false, window_counts = false,
 	break_ms = false, reporters_count = false, chain_continues = false, chain_note = false,
+	totals_note = false,
 	on_outcome = false,
 	break_elapsed = false, on_allow = false, change_merge = false, transition_done = false,
 	hold_expire = false, fit_policy = false, slots_live = false, circuit_json = false,
@@ -838,6 +839,18 @@ function fn.chain_continues(c)
 	return now - c.lfa <= P.max_gap_ms
 end
 
+-- An outcome in the circuit's totals.
+function fn.totals_note(c, failure, slow)
+	if slow then
+		c.t_slow = c.t_slow + 1
+	end
+	if failure then
+		c.t_failures = c.t_failures + 1
+	else
+		c.t_successes = c.t_successes + 1
+	end
+end
+
 -- A closed circuit's consecutive count after an outcome: a failure
 -- continues the chain (or starts one past max_gap_ms), a success ends it.
 function fn.chain_note(c, failure)
@@ -1286,14 +1299,7 @@ function fn.record(outcome)
 	fn.fit_policy(c)
 	local failure = outcome == 2
 	local slow = P.slow_call_ms > 0 and duration >= P.slow_call_ms
-	if slow then
-		c.t_slow = c.t_slow + 1
-	end
-	if failure then
-		c.t_failures = c.t_failures + 1
-	else
-		c.t_successes = c.t_successes + 1
-	end
+	fn.totals_note(c, failure, slow)
 	local trip, threshold, use_window = P.trip, P.failure_threshold, P.trip == 'rate'
 	-- A held circuit counts its calls but no rule moves it.
 	if c.hold then
@@ -1377,14 +1383,7 @@ if op == 'outcomes' then
 		local count = w.kind == 'count'
 		local minimum, rate, slow_rate = P.minimum_calls, P.failure_rate, P.slow_call_rate
 		for j = 1, m do
-			if slow then
-				c.t_slow = c.t_slow + 1
-			end
-			if failure then
-				c.t_failures = c.t_failures + 1
-			else
-				c.t_successes = c.t_successes + 1
-			end
+			fn.totals_note(c, failure, slow)
 			if bad and gated then
 				fn.reporters_note(c, reporter)
 			end
