@@ -1435,6 +1435,11 @@ pending_finish(op_pending *p, bool ok)
 		pending_unlink(p, c);
 		if (was_blocked && !server_client_waiting(c))
 			server_client_resume(c);
+		else
+			/* Answered outside the connection's read: what it wrote
+			 * (a noreply request's events) goes out with no reply or
+			 * turn to carry it. */
+			server_client_write_soon(c);
 	}
 	pending_free(p);
 }

@@ -405,10 +405,6 @@ watch_request_end(server_client *c)
 	}
 	json_decref(pending);
 	watch_trim(w);
-	/* Have the loop write them: a request answered outside its
-	 * connection's read (fleet mode's Redis reply to a noreply request)
-	 * writes no reply that would carry them out. */
-	server_client_write_soon(c);
 }
 
 void
