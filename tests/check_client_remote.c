@@ -845,28 +845,73 @@ START_TEST(two_processes_one_trips_the_other_fails_fast)
 }
 END_TEST
 
-/* A child that takes a permit, says so on `ready`, waits for a byte on
- * `go`, reports success and exits 0; 3 when refused, 2 on setup errors. */
-static pid_t
-permit_holder(const char *socket_path, int ready, int go)
-{
-	pid_t pid = fork();
+/* A child forked now and held until go_child: a test forks its children
+ * before it starts a cache's thread, because a fork while another thread
+ * holds an allocator lock leaves the child stuck in its first malloc
+ * (ASan's allocator has no fork handlers in Debian 12's toolchains; CI
+ * hung so once in half_open_max_across_processes). The child runs
+ * body(arg), which must _exit; it exits 2 if the parent goes away first. */
+typedef struct {
+	pid_t pid;
+	int go; /* write end: one byte starts the child */
+} held_child;
 
-	if (pid != 0)
-		return pid;
+static held_child
+fork_held(void (*body)(void *), void *arg)
+{
+	held_child c = { -1, -1 };
+	int fds[2];
+	char byte;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	c.pid = fork();
+	ck_assert_int_ge(c.pid, 0);
+	if (c.pid == 0) {
+		close(fds[1]);
+		if (read(fds[0], &byte, 1) != 1)
+			_exit(2);
+		close(fds[0]);
+		body(arg);
+		_exit(2);
+	}
+	close(fds[0]);
+	c.go = fds[1];
+	return c;
+}
+
+static void
+go_child(held_child *c)
+{
+	ck_assert_int_eq(write(c->go, "g", 1), 1);
+	close(c->go);
+	c->go = -1;
+}
+
+/* A child's part in half_open_max_across_processes: it takes a permit,
+ * says so on `ready`, waits for a byte on `go`, reports success and exits
+ * 0; 3 when refused, 2 on setup errors. */
+typedef struct {
+	const char *socket_path;
+	int ready, go;
+} permit_holder_args;
+
+static void
+permit_holder(void *arg)
+{
+	const permit_holder_args *a = arg;
 	rig r;
 	cbc_permit p;
 	char byte = 'y';
 
-	if (!rig_open_child(&r, socket_path, "trial", 2))
+	if (!rig_open_child(&r, a->socket_path, "trial", 2))
 		_exit(2);
 	if (cbc_breaker_acquire(r.b, &p, NULL) != CBC_OK || !p.has_slot)
 		byte = 'n';
-	if (write(ready, &byte, 1) != 1)
+	if (write(a->ready, &byte, 1) != 1)
 		_exit(2);
 	if (byte == 'n')
 		_exit(3);
-	if (read(go, &byte, 1) != 1)
+	if (read(a->go, &byte, 1) != 1)
 		_exit(2);
 	_exit(cbc_breaker_report(r.b, &p, CBC_OUTCOME_SUCCESS, NULL) == CBC_OK ? 0 : 2);
 }
@@ -875,17 +920,23 @@ START_TEST(half_open_max_across_processes)
 {
 	cbd_harness *h = cbd_start("");
 	int ready[2], go1[2], go2[2], status;
+	permit_holder_args a1, a2;
+	held_child c1, c2;
 	cbc_breaker_options o;
 	cbc_permit p;
 	cbc_error err;
 	rig r;
-	pid_t c1, c2;
 	char byte;
 
 	ck_assert_ptr_nonnull(h);
 	ck_assert_int_eq(pipe(ready), 0);
 	ck_assert_int_eq(pipe(go1), 0);
 	ck_assert_int_eq(pipe(go2), 0);
+	a1 = (permit_holder_args){ h->socket_path, ready[1], go1[0] };
+	a2 = (permit_holder_args){ h->socket_path, ready[1], go2[0] };
+	/* Forked before this process's breaker starts its cache's thread. */
+	c1 = fork_held(permit_holder, &a1);
+	c2 = fork_held(permit_holder, &a2);
 	cbc_breaker_options_init(&o);
 	o.name = "trial";
 	o.success_threshold = 10;
@@ -894,10 +945,10 @@ START_TEST(half_open_max_across_processes)
 	o.store_policy = CBC_POLICY_REJECT;
 	ck_assert(rig_build(&r, conn_new_patient(h->socket_path), &o, &err));
 	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
-	c1 = permit_holder(h->socket_path, ready[1], go1[0]);
+	go_child(&c1);
 	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
 	ck_assert_int_eq(byte, 'y');
-	c2 = permit_holder(h->socket_path, ready[1], go2[0]);
+	go_child(&c2);
 	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
 	ck_assert_int_eq(byte, 'y');
 	/* Two trials run elsewhere: a third is refused. */
@@ -905,13 +956,13 @@ START_TEST(half_open_max_across_processes)
 	ck_assert_int_eq(p.state, CBC_STATE_HALF_OPEN);
 	/* One finishes: its slot is free again. */
 	ck_assert_int_eq(write(go1[1], "g", 1), 1);
-	ck_assert_int_eq(waitpid(c1, &status, 0), c1);
+	ck_assert_int_eq(waitpid(c1.pid, &status, 0), c1.pid);
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	ck_assert_int_eq(cbc_breaker_acquire(r.b, &p, &err), CBC_OK);
 	ck_assert(p.has_slot);
 	ck_assert_int_eq(cbc_breaker_report(r.b, &p, CBC_OUTCOME_IGNORE, &err), CBC_OK);
 	ck_assert_int_eq(write(go2[1], "g", 1), 1);
-	ck_assert_int_eq(waitpid(c2, &status, 0), c2);
+	ck_assert_int_eq(waitpid(c2.pid, &status, 0), c2.pid);
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	rig_close(&r);
 	cbd_stop(h);
@@ -1243,6 +1294,23 @@ cbd_wait_totals(const cbd_harness *h, const char *name, int64_t total)
 	return cbd_wait_counts(h, name, total, 0, 0);
 }
 
+/* Process A of cached_trip_in_one_process_refuses_in_another: three
+ * failures on the cbd at socket_path (its first call primes through cbd,
+ * the others go as noreply when its cache is live). */
+static void
+cached_three_failures(void *socket_path)
+{
+	cbc_exec_result res;
+	rig a;
+
+	if (!cached_open(&a, socket_path, "cshared", 3, 1))
+		_exit(2);
+	for (int i = 0; i < 3; i++)
+		cbc_breaker_execute(a.b, client_call_fail, NULL, &res, NULL);
+	rig_close(&a);
+	_exit(0);
+}
+
 START_TEST(cached_trip_in_one_process_refuses_in_another)
 {
 	cbd_harness *h = cbd_start("");
@@ -1251,10 +1319,12 @@ START_TEST(cached_trip_in_one_process_refuses_in_another)
 	int64_t deadline;
 	cbc_status st = CBC_OK;
 	int status, calls = 0;
+	held_child a;
 	rig r;
-	pid_t pid;
 
 	ck_assert_ptr_nonnull(h);
+	/* Process A, forked before this process's cache starts its thread. */
+	a = fork_held(cached_three_failures, h->socket_path);
 	ck_assert(cached_open(&r, h->socket_path, "cshared", 3, 1));
 	ck_assert(cached_wait_live(r.b));
 	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL), CBC_OK);
@@ -1262,22 +1332,8 @@ START_TEST(cached_trip_in_one_process_refuses_in_another)
 	 * the cache's reader (its 1-10 ms timers), it could land between
 	 * them and end their run (it failed so once in distcheck). */
 	cbd_wait_counts(h, "cshared", 1, 0, 0);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		/* Process A: three failures (its first call primes through
-		 * cbd, the others go as noreply when its cache is live). */
-		rig a;
-		cbc_exec_result ares;
-
-		if (!cached_open(&a, h->socket_path, "cshared", 3, 1))
-			_exit(2);
-		for (int i = 0; i < 3; i++)
-			cbc_breaker_execute(a.b, client_call_fail, NULL, &ares, NULL);
-		rig_close(&a);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	go_child(&a);
+	ck_assert_int_eq(waitpid(a.pid, &status, 0), a.pid);
 	ck_assert(WIFEXITED(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 0);
 	/* Process B (here) refuses within one event delivery: poll, bounded. */
@@ -1415,11 +1471,34 @@ START_TEST(cached_clients_rewatch_after_cbd_restarts)
 }
 END_TEST
 
+/* A child's part in cached_half_open_max_holds_across_processes: a cached
+ * breaker's trial permit (taken from cbd, not the cache), 'y' or 'n' on
+ * ready, then a byte on go to report it. */
+static void
+cached_trial_holder(void *arg)
+{
+	const permit_holder_args *a = arg;
+	cbc_permit cp;
+	char byte = 'y';
+	rig c;
+
+	if (!cached_open(&c, a->socket_path, "ctrial", 3, 2))
+		_exit(2);
+	if (cbc_breaker_acquire(c.b, &cp, NULL) != CBC_OK || !cp.has_slot || cp.cached)
+		byte = 'n';
+	if (write(a->ready, &byte, 1) != 1 || read(a->go, &byte, 1) != 1)
+		_exit(2);
+	cbc_breaker_report(c.b, &cp, CBC_OUTCOME_IGNORE, NULL);
+	rig_close(&c);
+	_exit(0);
+}
+
 START_TEST(cached_half_open_max_holds_across_processes)
 {
 	cbd_harness *h = cbd_start("");
 	int ready[2], go[2], status;
-	pid_t kids[2];
+	permit_holder_args args;
+	held_child kids[2];
 	cbc_permit p;
 	cbc_error err;
 	char byte;
@@ -1428,28 +1507,15 @@ START_TEST(cached_half_open_max_holds_across_processes)
 	ck_assert_ptr_nonnull(h);
 	ck_assert_int_eq(pipe(ready), 0);
 	ck_assert_int_eq(pipe(go), 0);
+	args = (permit_holder_args){ h->socket_path, ready[1], go[0] };
+	/* Forked before this process's cache starts its thread. */
+	for (int i = 0; i < 2; i++)
+		kids[i] = fork_held(cached_trial_holder, &args);
 	ck_assert(cached_open(&r, h->socket_path, "ctrial", 3, 2));
 	ck_assert(cached_wait_live(r.b));
 	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
 	for (int i = 0; i < 2; i++) {
-		kids[i] = fork();
-		ck_assert_int_ge(kids[i], 0);
-		if (kids[i] == 0) {
-			rig c;
-			cbc_permit cp;
-
-			byte = 'y';
-			if (!cached_open(&c, h->socket_path, "ctrial", 3, 2))
-				_exit(2);
-			if (cbc_breaker_acquire(c.b, &cp, NULL) != CBC_OK || !cp.has_slot ||
-			    cp.cached)
-				byte = 'n';
-			if (write(ready[1], &byte, 1) != 1 || read(go[0], &byte, 1) != 1)
-				_exit(2);
-			cbc_breaker_report(c.b, &cp, CBC_OUTCOME_IGNORE, NULL);
-			rig_close(&c);
-			_exit(0);
-		}
+		go_child(&kids[i]);
 		ck_assert_int_eq(read(ready[0], &byte, 1), 1);
 		ck_assert_int_eq(byte, 'y');
 	}
@@ -1459,7 +1525,7 @@ START_TEST(cached_half_open_max_holds_across_processes)
 	ck_assert_int_eq(p.state, CBC_STATE_HALF_OPEN);
 	ck_assert_int_eq(write(go[1], "gg", 2), 2);
 	for (int i = 0; i < 2; i++) {
-		ck_assert_int_eq(waitpid(kids[i], &status, 0), kids[i]);
+		ck_assert_int_eq(waitpid(kids[i].pid, &status, 0), kids[i].pid);
 		ck_assert_int_eq(WEXITSTATUS(status), 0);
 	}
 	/* The slots are back: a trial runs here now. */
