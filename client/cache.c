@@ -136,6 +136,19 @@ static _Thread_local int cache_hash_oom;
  * the probe's bound, past which cbd counts as frozen. A live cbd makes
  * room within its read of a socket buffer (~1 ms). */
 #define ROOM_TIMEOUT_MS PROBE_TIMEOUT_MS
+/* Counted successes (cbd's hello lists "success" in outcome_counts): a
+ * success that is not slow is not queued as a line of its own but
+ * counted in an open fold of its breaker's line (the exact bytes of its
+ * prefix: breakers of one name may send different ctx), which goes out
+ * as one line with "count" before any other line is queued, when the
+ * output is written, at CACHE_FOLD_COUNT_MAX, when CACHE_FOLDS_MAX folds
+ * are open (all of them then), and at a disconnect or the release. */
+#define CACHE_FOLDS_MAX 32u
+/* The most successes one counted line carries (protocol 3: 1..1000000,
+ * PROTO_REJECTED_COUNT_MAX's bound for refusals too). */
+#define CACHE_FOLD_COUNT_MAX 1000000u
+/* A longer line prefix is not folded (its successes go one line each). */
+#define CACHE_FOLD_PREFIX_MAX 4096u
 
 /* The circuit's rule as the last snapshot read reported it, the counts
  * that snapshot carried (base) and the process's own outcomes since
@@ -155,6 +168,15 @@ typedef struct cache_own {
 	int64_t base_fc, base_calls, base_fails, base_slow;
 	int64_t own_fc, own_calls, own_fails, own_slow;
 } cache_own;
+
+/* An open fold: count successes of the line prefix (its bytes, owned:
+ * the breaker may be freed first; the buffer is kept for the slot's next
+ * fold). */
+typedef struct cache_fold {
+	char *prefix;
+	size_t len, cap;
+	uint64_t count;
+} cache_fold;
 
 struct cbci_cache_entry {
 	UT_hash_handle hh;
@@ -220,6 +242,14 @@ struct cbci_cache {
 	uint64_t sync_sent, sync_done;
 	pthread_cond_t synced;
 	uint64_t probe_seq;
+	/* This connection's cbd takes counted successes: false from every
+	 * connect until its hello reply lists "success" in outcome_counts
+	 * (an older cbd answers bad_request to a count on a success, and a
+	 * noreply line's error is never seen). */
+	bool counts_ok;
+	/* The open folds (folds[0..nfolds)), and the one last counted in. */
+	cache_fold folds[CACHE_FOLDS_MAX];
+	unsigned nfolds, fold_last;
 	cbc_cache_stats stats;
 };
 
@@ -322,11 +352,17 @@ cache_out_consume(cbci_cache *c, size_t n)
 	c->out_head = c->out_len == 0 ? 0 : (c->out_head + n) % c->out_cap;
 }
 
+static bool cache_folds_put_locked(cbci_cache *c);
+
 /* Send as much pending output as the socket takes now (lock held).
  * Callers waiting for room are told when some was made. */
 static void
 cache_flush_locked(cbci_cache *c)
 {
+	/* The open folds go with this write (a success waits at most one
+	 * flush, as its line would). */
+	if (c->nfolds > 0 && c->fd >= 0 && !c->broken)
+		(void)cache_folds_put_locked(c);
 	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
 		struct iovec iov[2];
 		struct msghdr msg = { .msg_iov = iov };
@@ -362,36 +398,40 @@ cache_room(const cbci_cache *c, size_t len)
 	return c->out_len + len <= CBC_CACHE_OUT_MAX;
 }
 
-/* Append len bytes to the ring, growing it (doubling; the pending bytes
- * then start the new one) when they do not fit (lock held). */
+/* Make room in the ring for len more bytes, growing it (doubling; the
+ * pending bytes then start the new one) when they do not fit (lock
+ * held). */
 static bool
-cache_out_put(cbci_cache *c, const char *data, size_t len)
+cache_out_grow(cbci_cache *c, size_t len)
 {
-	size_t tail, first;
+	size_t cap = c->out_cap == 0 ? CACHE_BUF_INITIAL : c->out_cap;
+	struct iovec iov[2];
+	char *grown;
+	int spans;
 
-	if (len == 0)
+	if (c->out_len + len <= c->out_cap)
 		return true;
-	if (c->out_len + len > c->out_cap) {
-		size_t cap = c->out_cap == 0 ? CACHE_BUF_INITIAL : c->out_cap;
-		struct iovec iov[2];
-		char *grown;
-		int spans;
+	while (cap < c->out_len + len)
+		cap *= 2;
+	grown = malloc(cap);
+	if (grown == NULL)
+		return false;
+	spans = c->out_len > 0 ? cache_out_spans(c, iov) : 0;
+	for (int i = 0; i < spans; i++)
+		memcpy(grown + (i == 0 ? 0 : iov[0].iov_len), iov[i].iov_base, iov[i].iov_len);
+	free(c->out);
+	c->out = grown;
+	c->out_cap = cap;
+	c->out_head = 0;
+	return true;
+}
 
-		while (cap < c->out_len + len)
-			cap *= 2;
-		grown = malloc(cap);
-		if (grown == NULL)
-			return false;
-		spans = c->out_len > 0 ? cache_out_spans(c, iov) : 0;
-		for (int i = 0; i < spans; i++)
-			memcpy(grown + (i == 0 ? 0 : iov[0].iov_len), iov[i].iov_base,
-			    iov[i].iov_len);
-		free(c->out);
-		c->out = grown;
-		c->out_cap = cap;
-		c->out_head = 0;
-	}
-	tail = c->out_head + c->out_len;
+/* Copy len bytes to the ring's end (room made: cache_out_grow). */
+static void
+cache_out_copy(cbci_cache *c, const char *data, size_t len)
+{
+	size_t tail = c->out_head + c->out_len, first;
+
 	if (tail >= c->out_cap)
 		tail -= c->out_cap;
 	first = c->out_cap - tail < len ? c->out_cap - tail : len;
@@ -399,6 +439,139 @@ cache_out_put(cbci_cache *c, const char *data, size_t len)
 	if (first < len)
 		memcpy(c->out, data + first, len - first);
 	c->out_len += len;
+}
+
+/* Append len bytes to the ring, raw (lock held): no fold goes before. */
+static bool
+cache_out_put_raw(cbci_cache *c, const char *data, size_t len)
+{
+	if (len == 0)
+		return true;
+	if (!cache_out_grow(c, len))
+		return false;
+	cache_out_copy(c, data, len);
+	return true;
+}
+
+/* Put every open fold into the ring as one line: its prefix, then
+ * `,"count":N}` (N > 1; else the plain line) and a newline, past
+ * CBC_CACHE_OUT_MAX too (at most CACHE_FOLDS_MAX lines: it holds no more
+ * than the lines they replace). Lock held. False when out of memory: the
+ * folds not put stay open (and a line meant to follow them is not
+ * queued: it would overtake them). */
+static bool
+cache_folds_put_locked(cbci_cache *c)
+{
+	unsigned i;
+
+	for (i = 0; i < c->nfolds; i++) {
+		cache_fold *f = &c->folds[i];
+		char tail[48];
+		size_t tail_len = f->count > 1
+		    ? (size_t)snprintf(tail, sizeof tail, ",\"count\":%llu}\n",
+			  (unsigned long long)f->count)
+		    : (size_t)snprintf(tail, sizeof tail, "}\n");
+
+		if (!cache_out_grow(c, f->len + tail_len))
+			break;
+		cache_out_copy(c, f->prefix, f->len);
+		cache_out_copy(c, tail, tail_len);
+		c->stats.noreply_lines++;
+		if (f->count > 1)
+			c->stats.folded += f->count;
+	}
+	if (i == c->nfolds) {
+		c->nfolds = 0;
+		return true;
+	}
+	/* Out of memory: the folds left move to the front (their buffers
+	 * swapped with the ones put: each slot keeps one). */
+	for (unsigned j = i; j < c->nfolds; j++) {
+		cache_fold t = c->folds[j - i];
+
+		c->folds[j - i] = c->folds[j];
+		c->folds[j] = t;
+	}
+	c->nfolds -= i;
+	c->fold_last = 0;
+	return false;
+}
+
+/* Append len bytes (a line) to the ring after the open folds (lock
+ * held): nothing overtakes a success. */
+static bool
+cache_out_put(cbci_cache *c, const char *data, size_t len)
+{
+	if (c->nfolds > 0 && !cache_folds_put_locked(c))
+		return false;
+	return cache_out_put_raw(c, data, len);
+}
+
+/* Count a success of the line prefix (len bytes) in its open fold
+ * instead of queuing its line (lock held): when this connection's cbd
+ * takes counted successes, the entry's rule is known and the call is
+ * not slow by it (nor by slow_ms, the breaker's own slow_call_ms: -1
+ * none), and the reader's timer runs (a lone success of an idle process
+ * is written by its caller, as a line). The hot path: a comparison with
+ * the fold counted last and an increment. False: queue the line. */
+static bool
+cache_fold_locked(cbci_cache *c, const cbci_cache_entry *e, const char *prefix, size_t len,
+    int64_t slow_ms, int64_t duration_ms)
+{
+	const cbc_policy *p = &e->policy.policy;
+	cache_fold *f = &c->folds[c->fold_last];
+	int64_t now;
+	bool dense;
+
+	if (!c->counts_ok || c->fd < 0 || c->broken || !p->known || len > CACHE_FOLD_PREFIX_MAX ||
+	    (p->slow_call_ms > 0 && duration_ms >= p->slow_call_ms) ||
+	    (slow_ms >= 0 && duration_ms >= slow_ms))
+		return false;
+	now = clock_monotonic_coarse_ms() * 1000;
+	dense = now - c->lazy_at < CACHE_HOT_US;
+	if (c->cold && !dense)
+		return false;
+	if (c->fold_last >= c->nfolds || f->len != len || memcmp(f->prefix, prefix, len) != 0) {
+		f = NULL;
+		for (unsigned i = 0; i < c->nfolds; i++) {
+			if (c->folds[i].len == len &&
+			    memcmp(c->folds[i].prefix, prefix, len) == 0) {
+				f = &c->folds[i];
+				c->fold_last = i;
+				break;
+			}
+		}
+	}
+	if (f == NULL) {
+		if (c->nfolds == CACHE_FOLDS_MAX && !cache_folds_put_locked(c))
+			return false;
+		f = &c->folds[c->nfolds];
+		if (f->cap < len) {
+			char *grown = realloc(f->prefix, len);
+
+			if (grown == NULL)
+				return false;
+			f->prefix = grown;
+			f->cap = len;
+		}
+		memcpy(f->prefix, prefix, len);
+		f->len = len;
+		f->count = 0;
+		c->fold_last = c->nfolds++;
+	}
+	if (f->count >= CACHE_FOLD_COUNT_MAX)
+		return false; /* full and out of memory: the line tries again */
+	f->count++;
+	c->lazy_at = now;
+	if (dense)
+		c->dense_at = now;
+	if (f->count == CACHE_FOLD_COUNT_MAX)
+		(void)cache_folds_put_locked(c); /* (out of memory: later) */
+	/* Wake the reader to run its timer now that successes flow. */
+	if (c->cold && dense) {
+		c->cold = false;
+		cache_wake(c);
+	}
 	return true;
 }
 
@@ -645,8 +818,23 @@ cache_apply_message(cbci_cache *c, proto_node *msg)
 		return;
 	}
 	if (id != NULL && strncmp(id, PROBE_ID_PREFIX, strlen(PROBE_ID_PREFIX)) == 0) {
-		/* A probe's reply (this one's or an earlier one's): the line
-		 * itself was the sign of life (cache_read); nothing to apply. */
+		/* A hello's reply (the connect's or a probe's): the line itself
+		 * was the sign of life (cache_read); it says whether this cbd
+		 * takes counted successes (outcome_counts lists "success"; an
+		 * older cbd has no such member). */
+		proto_node counts = proto_node_get(msg, "outcome_counts");
+		size_t n = proto_node_array_size(&counts);
+		bool takes = false;
+
+		for (size_t i = 0; i < n && !takes; i++) {
+			proto_node item = proto_node_array_get(&counts, i);
+			const char *what = proto_node_string(&item, NULL);
+
+			takes = what != NULL && strcmp(what, "success") == 0;
+		}
+		pthread_mutex_lock(&c->lock);
+		c->counts_ok = takes && c->fd >= 0 && !c->broken;
+		pthread_mutex_unlock(&c->lock);
 		return;
 	}
 	if (event != NULL) {
@@ -719,6 +907,20 @@ cbci_cache_apply_line(cbci_cache *c, const char *line, size_t len)
 	cbci_reply_free(&c->line);
 }
 
+/* Queue a hello with the probe's next id (lock held): its reply is a
+ * sign of life and says whether cbd takes counted successes. Past
+ * CBC_CACHE_OUT_MAX too; out of memory it is not sent. */
+static void
+cache_queue_hello_locked(cbci_cache *c)
+{
+	char line[64];
+	int len =
+	    snprintf(line, sizeof line, "{\"op\":\"hello\",\"id\":\"" PROBE_ID_PREFIX "%llu\"}\n",
+		(unsigned long long)++c->probe_seq);
+
+	(void)cache_out_put(c, line, (size_t)len);
+}
+
 /* Drop the connection: every entry invalid until re-watched (lock held). */
 static void
 cache_disconnect_locked(cbci_cache *c)
@@ -752,6 +954,11 @@ cache_disconnect_locked(cbci_cache *c)
 		cache_out_consume(c, drop);
 	}
 	c->out_partial = false;
+	/* The open folds are queued lines too: kept for the next connection
+	 * (as one line each, after the lines queued before them). That
+	 * connection's cbd folds nothing until its hello reply says so. */
+	c->counts_ok = false;
+	(void)cache_folds_put_locked(c);
 	HASH_ITER (hh, c->entries, e, tmp)
 		e->valid = false;
 	/* Synced outcomes waiting for a reply get none: their callers go on
@@ -795,6 +1002,10 @@ cache_connect_locked(cbci_cache *c)
 	if (!cache_queue_watch_locked(c, all, n))
 		c->broken = true;
 	free(all);
+	/* Does this cbd take counted successes? Until its reply says so,
+	 * every success goes as a line of its own. */
+	c->counts_ok = false;
+	cache_queue_hello_locked(c);
 	cache_flush_locked(c);
 }
 
@@ -933,6 +1144,8 @@ cache_close_locked(cbci_cache *c)
 	bool started = false;
 	int done[2] = { -1, -1 };
 
+	/* The open folds are queued lines too. */
+	(void)cache_folds_put_locked(c);
 	if (c->fd < 0 && c->out_len > 0)
 		cache_connect_locked(c);
 	cache_flush_locked(c);
@@ -994,9 +1207,6 @@ cache_close_locked(cbci_cache *c)
 static int64_t
 cache_probe_locked(cbci_cache *c, int64_t now)
 {
-	char line[64];
-	int len;
-
 	if (c->fd < 0 || c->broken || c->names == 0)
 		return -1;
 	if (c->probe_at != 0) {
@@ -1009,13 +1219,11 @@ cache_probe_locked(cbci_cache *c, int64_t now)
 	}
 	if (now - c->rx_at < PROBE_INTERVAL_MS * 1000LL)
 		return c->rx_at + PROBE_INTERVAL_MS * 1000LL;
-	len = snprintf(line, sizeof line, "{\"op\":\"hello\",\"id\":\"" PROBE_ID_PREFIX "%llu\"}\n",
-	    (unsigned long long)++c->probe_seq);
 	/* Queued after whatever waits (cbd answers it once it has read
 	 * those), past CBC_CACHE_OUT_MAX too: a full output is when the
 	 * question matters most. Out of memory it is not sent, and the
 	 * connection is dropped unless another line comes. */
-	(void)cache_out_put(c, line, (size_t)len);
+	cache_queue_hello_locked(c);
 	c->probe_at = now;
 	return c->probe_at + PROBE_TIMEOUT_MS * 1000LL;
 }
@@ -1172,6 +1380,8 @@ cbci_cache_release(cbci_cache *c, unsigned generation)
 	close(c->wake[1]);
 	pthread_cond_destroy(&c->synced);
 	pthread_mutex_destroy(&c->lock);
+	for (unsigned i = 0; i < CACHE_FOLDS_MAX; i++)
+		free(c->folds[i].prefix);
 	free(c->out);
 	free(c->in);
 	free(c);
@@ -1375,14 +1585,18 @@ cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
 }
 
 bool
-cbci_cache_report(cbci_cache *c, cbci_cache_entry *e, const char *line, size_t len, bool failure,
-    int64_t duration_ms, bool *could_trip)
+cbci_cache_report(cbci_cache *c, cbci_cache_entry *e, const char *line, size_t len,
+    const char *prefix, size_t prefix_len, int64_t slow_ms, bool failure, int64_t duration_ms,
+    bool *could_trip)
 {
 	bool queued = false;
 
 	pthread_mutex_lock(&c->lock);
 	*could_trip = own_count(&e->own, failure, duration_ms);
-	if (!*could_trip)
+	if (!*could_trip && !failure &&
+	    cache_fold_locked(c, e, prefix, prefix_len, slow_ms, duration_ms))
+		queued = true;
+	else if (!*could_trip)
 		queued = cache_send_locked(c, line, len, failure);
 	pthread_mutex_unlock(&c->lock);
 	return queued;

@@ -797,6 +797,10 @@ typedef struct cbc_cache_stats {
 	 * sync_timeouts). */
 	uint64_t synced;
 	uint64_t sync_timeouts;
+	/* Successes sent inside counted lines ("count": N > 1, one line for
+	 * N successes; a cbd whose hello lists "success" in outcome_counts).
+	 * noreply_lines counts each such line once. (libcbclient 7.) */
+	uint64_t folded;
 } cbc_cache_stats;
 
 /* The protected operation: returns 0 on success, anything else is a

@@ -57,6 +57,10 @@ struct cbc_breaker {
 	unsigned cache_gen;
 	char *line[2];
 	size_t line_len[2];
+	/* A success this long or longer is never folded into a counted line
+	 * (its duration must reach cbd): the breaker's own slow_call_ms, -1
+	 * none, 0 every success (a preset the client does not know). */
+	int64_t fold_slow_ms;
 	/* The same with a reply awaited (an outcome that could trip). */
 	char *line_sync[2];
 	size_t line_sync_len[2];
@@ -226,6 +230,12 @@ breaker_cache_join(cbc_breaker *b, const cbc_breaker_options *o, cbc_error *err)
 	    b->line_len[1] + BREAKER_LINE_TAIL > BREAKER_LINE_MAX ||
 	    b->line_record_len + BREAKER_LINE_TAIL > BREAKER_LINE_MAX)
 		return CBC_OK; /* cannot happen with today's bounds: run uncached */
+	/* The circuit is created with this breaker's policy, which the
+	 * cache's copy (a watch reply's initial snapshot) may not show. */
+	if (b->ctx.preset != NULL && proto_preset_builtin(b->ctx.preset) == NULL)
+		b->fold_slow_ms = 0;
+	else
+		b->fold_slow_ms = b->policy.slow_call_ms > 0 ? b->policy.slow_call_ms : -1;
 	b->cache_gen = cbci_cache_generation();
 	b->cache = cbci_cache_acquire(cbc_conn_socket_path(conn), err);
 	if (b->cache == NULL)
@@ -727,7 +737,8 @@ report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms, const i
 	len += breaker_digits(line + len, duration_ms);
 	line[len++] = '}';
 	line[len++] = '\n';
-	if (cbci_cache_report(b->cache, b->entry, line, len, failure, duration_ms, &could_trip))
+	if (cbci_cache_report(b->cache, b->entry, line, len, b->line[0], b->line_len[0],
+		b->fold_slow_ms, failure, duration_ms, &could_trip))
 		return true;
 	if (!could_trip)
 		return false;

@@ -249,9 +249,15 @@ bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgen
 /* A cached permit's outcome (line: its noreply line): counted against
  * the entry's rule with the process's own outcomes since cbd's last
  * snapshot; when it could trip the circuit, *could_trip and nothing is
- * queued (send it with cbci_cache_sync); else as cbci_cache_send. */
+ * queued (send it with cbci_cache_sync); else as cbci_cache_send, except
+ * that a success cbd may take counted (its hello said so, and it is not
+ * slow by the entry's rule nor by slow_ms, the breaker's own
+ * slow_call_ms: -1 none, 0 any call may be slow) is counted in the open
+ * fold of prefix (prefix_len bytes: the line up to its duration, without
+ * the closing brace), sent later as one line with "count". */
 bool cbci_cache_report(cbci_cache *cache, cbci_cache_entry *entry, const char *line, size_t len,
-    bool failure, int64_t duration_ms, bool *could_trip);
+    const char *prefix, size_t prefix_len, int64_t slow_ms, bool failure, int64_t duration_ms,
+    bool *could_trip);
 /* Send an outcome with its reply awaited on the watch connection (line:
  * the request without noreply, less its closing brace) and wait for the
  * reply (bounded), which updates the entry; *state gets the entry's state

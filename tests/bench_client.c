@@ -237,13 +237,14 @@ bench_states(cbc_store *remote, cbc_conn *admin)
 
 				cbc_breaker_cache_stats(b, &cs, NULL);
 				printf("    cache: %llu permitted, %llu refused, %llu asked cbd, "
-				       "%llu noreply lines in %llu writes, %llu via the store, "
+				       "%llu noreply lines in %llu writes (%llu successes folded "
+				       "into counted lines), %llu via the store, "
 				       "%llu found the backlog full, %llu disconnects\n",
 				    (unsigned long long)cs.permitted,
 				    (unsigned long long)cs.refused_calls,
 				    (unsigned long long)cs.asked,
 				    (unsigned long long)cs.noreply_lines,
-				    (unsigned long long)cs.sends,
+				    (unsigned long long)cs.sends, (unsigned long long)cs.folded,
 				    (unsigned long long)cs.store_reports,
 				    (unsigned long long)cs.out_full,
 				    (unsigned long long)cs.disconnects);

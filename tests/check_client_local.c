@@ -2629,6 +2629,261 @@ START_TEST(breaker_sends_every_trip_rule_option)
 }
 END_TEST
 
+/* ---------- cached mode against a counting stand-in ---------- */
+
+/* Connections the counting stand-in serves at once (a cached breaker
+ * has two: its store's and the cache's watch connection). */
+#define COUNTING_CONNS 8
+/* Successes of the counting tests: a tight loop of cached calls. */
+#define COUNTING_CALLS 20000
+/* Bound on the waits for the stand-in to have read every line: far
+ * above a delivery, only a lost line reaches it. */
+#define COUNTING_WAIT_MS 20000
+
+/* A stand-in cbd for cached breakers: serves every connection at once
+ * (a thread each), answers hello (with "outcome_counts" when counts),
+ * watch (a closed circuit, its policy known), allow and awaited records,
+ * and counts the noreply success lines and the successes they carry. */
+typedef struct counting_fake {
+	client_stand_in listen; /* its socket (no thread of its own) */
+	bool counts;
+	pthread_t accepter, conn_thread[COUNTING_CONNS];
+	int conn_fd[COUNTING_CONNS];
+	int conns;
+	pthread_mutex_t lock;
+	int64_t lines; /* noreply record_success lines */
+	int64_t counted_lines; /* of them with "count" */
+	int64_t successes; /* successes they carry */
+	int64_t timed; /* of them with duration_ms */
+	int64_t hellos;
+} counting_fake;
+
+static const char counting_snapshot[] =
+    "{\"name\":\"%s\",\"state\":\"closed\",\"failure_count\":0,\"success_count\":0,"
+    "\"last_failure_at\":null,\"opened_at\":null,\"retry_after_ms\":0,\"policy_rev\":1,"
+    "\"hold\":null,\"policy\":{\"failure_threshold\":1000000,\"break_ms\":30000,"
+    "\"trip\":\"consecutive\",\"source\":{}}}";
+
+static bool
+counting_line(const char *line, char *out, size_t size, void *arg)
+{
+	counting_fake *f = arg;
+	json_t *req = json_loads(line, 0, NULL);
+	const char *op = json_string_value(json_object_get(req, "op"));
+	const char *name = json_string_value(json_object_get(req, "name"));
+	const json_t *id = json_object_get(req, "id");
+	char idtext[96] = "null", snap[1024];
+
+	if (json_is_string(id))
+		snprintf(idtext, sizeof idtext, "\"%s\"", json_string_value(id));
+	else if (json_is_integer(id))
+		snprintf(idtext, sizeof idtext, "%lld", (long long)json_integer_value(id));
+	if (op == NULL) {
+		snprintf(out, size, "{\"ok\":false,\"error\":{\"code\":\"bad_request\"}}\n");
+	} else if (strcmp(op, "hello") == 0) {
+		pthread_mutex_lock(&f->lock);
+		f->hellos++;
+		pthread_mutex_unlock(&f->lock);
+		snprintf(out, size,
+		    "{\"id\":%s,\"ok\":true,\"server\":\"fake\",\"version\":\"0\",\"protocol\":3%s}"
+		    "\n",
+		    idtext, f->counts ? ",\"outcome_counts\":[\"rejected\",\"success\"]" : "");
+	} else if (strcmp(op, "watch") == 0) {
+		const char *first =
+		    json_string_value(json_array_get(json_object_get(req, "names"), 0));
+
+		snprintf(snap, sizeof snap, counting_snapshot, first != NULL ? first : "");
+		snprintf(out, size, "{\"ok\":true,\"snapshots\":[%s]}\n", snap);
+	} else if (json_is_true(json_object_get(req, "noreply"))) {
+		const json_t *count = json_object_get(req, "count");
+
+		pthread_mutex_lock(&f->lock);
+		if (strcmp(op, "record_success") == 0) {
+			f->lines++;
+			f->counted_lines += count != NULL;
+			f->successes += count != NULL ? json_integer_value(count) : 1;
+			f->timed += json_object_get(req, "duration_ms") != NULL;
+		}
+		pthread_mutex_unlock(&f->lock);
+	} else if (strcmp(op, "allow") == 0) {
+		snprintf(out, size,
+		    "{\"id\":%s,\"ok\":true,\"allowed\":true,\"state\":\"closed\"}\n", idtext);
+	} else {
+		snprintf(snap, sizeof snap, counting_snapshot, name != NULL ? name : "");
+		snprintf(out, size, "{\"id\":%s,\"ok\":true,\"snapshot\":%s}\n", idtext, snap);
+	}
+	json_decref(req);
+	return true;
+}
+
+/* The stand-in a connection thread serves (one at a time per test). */
+static counting_fake *counting_current;
+
+static void *
+counting_conn_serve(void *arg)
+{
+	client_serve_lines(*(int *)arg, counting_line, counting_current);
+	return NULL;
+}
+
+static void *
+counting_serve(void *arg)
+{
+	counting_fake *f = arg;
+
+	for (;;) {
+		int c = accept(f->listen.listen_fd, NULL, NULL);
+
+		if (c < 0)
+			return NULL;
+		pthread_mutex_lock(&f->lock);
+		if (f->conns == COUNTING_CONNS) {
+			pthread_mutex_unlock(&f->lock);
+			close(c);
+			continue;
+		}
+		f->conn_fd[f->conns] = c;
+		pthread_mutex_unlock(&f->lock);
+		/* (Only this thread adds connections.) */
+		ck_assert_int_eq(pthread_create(&f->conn_thread[f->conns], NULL,
+				     counting_conn_serve, &f->conn_fd[f->conns]),
+		    0);
+		pthread_mutex_lock(&f->lock);
+		f->conns++;
+		pthread_mutex_unlock(&f->lock);
+	}
+}
+
+static void
+counting_start(counting_fake *f, bool counts)
+{
+	memset(f, 0, sizeof *f);
+	/* A listening socket without a thread of the stand-in's own. */
+	client_stand_in_start(&f->listen, NULL, NULL);
+	f->counts = counts;
+	ck_assert_int_eq(pthread_mutex_init(&f->lock, NULL), 0);
+	counting_current = f;
+	ck_assert_int_eq(pthread_create(&f->accepter, NULL, counting_serve, f), 0);
+}
+
+static void
+counting_stop(counting_fake *f)
+{
+	int n;
+
+	shutdown(f->listen.listen_fd, SHUT_RDWR);
+	pthread_join(f->accepter, NULL);
+	pthread_mutex_lock(&f->lock);
+	n = f->conns;
+	pthread_mutex_unlock(&f->lock);
+	for (int i = 0; i < n; i++) {
+		shutdown(f->conn_fd[i], SHUT_RDWR);
+		pthread_join(f->conn_thread[i], NULL);
+		close(f->conn_fd[i]);
+	}
+	client_stand_in_stop(&f->listen);
+	pthread_mutex_destroy(&f->lock);
+	counting_current = NULL;
+}
+
+/* Wait (bounded) until the stand-in has read successes carried in
+ * noreply lines; the count then. */
+static int64_t
+counting_wait(counting_fake *f, int64_t successes)
+{
+	struct timespec start, now;
+	int64_t got;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		pthread_mutex_lock(&f->lock);
+		got = f->successes;
+		pthread_mutex_unlock(&f->lock);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (got >= successes ||
+		    (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 >
+			COUNTING_WAIT_MS)
+			return got;
+		usleep(2000);
+	}
+}
+
+/* A cached breaker named name on the stand-in, deciding from its cache
+ * (bounded wait: permits reported ignored until one came from it). */
+static cbc_breaker *
+counting_breaker(counting_fake *f, const char *name, cbc_conn **conn, cbc_store **store)
+{
+	cbc_breaker_options o;
+	cbc_breaker *b;
+	cbc_permit p;
+
+	*conn = cbc_conn_new(f->listen.path, NULL);
+	ck_assert_ptr_nonnull(*conn);
+	ck_assert_int_eq(cbc_conn_set_timeouts(*conn, FAKE_SLOW_TIMEOUT_MS, FAKE_SLOW_TIMEOUT_MS,
+			     NULL),
+	    CBC_OK);
+	*store = cbc_store_new_remote(*conn, NULL);
+	cbc_breaker_options_init(&o);
+	o.name = name;
+	o.store = *store;
+	o.cache = CBC_CACHE_ON;
+	o.store_policy = CBC_POLICY_REJECT;
+	b = breaker_new_ok(&o);
+	for (int i = 0; i < COUNTING_WAIT_MS; i++) {
+		if (cbc_breaker_acquire(b, &p, NULL) == CBC_OK) {
+			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
+			if (p.cached)
+				return b;
+		}
+		usleep(1000);
+	}
+	ck_abort_msg("the cache of %s never decided", name);
+	return b;
+}
+
+/* A stand-in cbd whose hello has no outcome_counts (an older cbd): every
+ * success goes as a line of its own, with its duration. (_i 1: the same
+ * loop folds when hello lists "success".) */
+START_TEST(cached_successes_fold_only_when_hello_says_so)
+{
+	counting_fake f;
+	cbc_cache_stats cs;
+	cbc_breaker *b;
+	cbc_store *store;
+	cbc_conn *conn;
+	int calls = 0;
+
+	counting_start(&f, _i == 1);
+	b = counting_breaker(&f, "counting", &conn, &store);
+	for (int i = 0; i < COUNTING_CALLS; i++)
+		ck_assert_int_eq(cbc_breaker_execute(b, client_call_ok, &calls, NULL, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(b, &cs, NULL), CBC_OK);
+	ck_assert_int_eq(cs.store_reports, 0);
+	cbc_breaker_free(b); /* the release writes what is queued */
+	ck_assert_int_eq(counting_wait(&f, COUNTING_CALLS), COUNTING_CALLS);
+	pthread_mutex_lock(&f.lock);
+	if (_i == 0) {
+		ck_assert_int_eq(cs.folded, 0);
+		ck_assert_int_eq(f.counted_lines, 0);
+		ck_assert_int_eq(f.lines, COUNTING_CALLS);
+		ck_assert_int_eq(f.timed, COUNTING_CALLS);
+	} else {
+		ck_assert_int_gt(cs.folded, 0);
+		ck_assert_int_gt(f.counted_lines, 0);
+		/* Far fewer lines than successes (a line a flush at most). */
+		ck_assert_msg(f.lines * 10 < COUNTING_CALLS, "%lld lines", (long long)f.lines);
+		/* A counted line carries no duration. */
+		ck_assert_int_eq(f.timed, f.lines - f.counted_lines);
+	}
+	ck_assert_int_ge(f.hellos, 1);
+	pthread_mutex_unlock(&f.lock);
+	cbc_store_free(store);
+	cbc_conn_free(conn);
+	counting_stop(&f);
+}
+END_TEST
+
 static Suite *
 client_suite(void)
 {
@@ -2695,6 +2950,11 @@ client_suite(void)
 	tcase_add_test(tc, breaker_sends_only_the_policy_it_was_given);
 	tcase_add_test(tc, conn_reads_trip_rule_members);
 	tcase_add_test(tc, breaker_sends_every_trip_rule_option);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cached");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, cached_successes_fold_only_when_hello_says_so, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
