@@ -11,8 +11,8 @@ EXTRA_DIST += \
 	debian/cbd.install \
 	debian/cbd.prerm \
 	debian/cbd.postrm \
-	debian/libcbclient6.install \
-	debian/libcbclient6.symbols \
+	debian/libcbclient7.install \
+	debian/libcbclient7.symbols \
 	debian/libcbclient-dev.install \
 	debian/not-installed \
 	tests/debian.sh

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# debian.sh — `dpkg-buildpackage -us -uc -b` builds cbd, libcbclient6 and
+# debian.sh — `dpkg-buildpackage -us -uc -b` builds cbd, libcbclient7 and
 # libcbclient-dev from a copy of the source tree (the checkout's files, or
 # the dist tarball's: srcdir may be read-only); the packages hold what they
 # should (dpkg-deb -c), the config is a conffile, the maintainer scripts
@@ -88,7 +88,7 @@ if [ "${1:-}" = --throwaway-root ]; then
 		bad "cbd -t: $(rt cbd -t -c /etc/cbd/cbd.conf 2>&1)"
 	rt cbctl --help >/dev/null 2>&1 && ok "cbctl runs" || bad "cbctl --help failed"
 	# The -dev package: an example builds with pkg-config alone and runs
-	# with the shared library from libcbclient6.
+	# with the shared library from libcbclient7.
 	if rt sh -c 'cc -o /tmp/flaky /tmp/flaky.c $(pkg-config --cflags --libs cbclient)' \
 		>"$ov/cc.log" 2>&1 && rt /tmp/flaky --help >/dev/null 2>&1; then
 		ok "an example builds against libcbclient-dev and runs"
