@@ -745,6 +745,21 @@ typedef struct cbc_breaker cbc_breaker;
  * the policy, a policy event (a reload) refreshes it, and a snapshot of
  * another policy_rev makes it unknown again (failures synced until a
  * reply brings it).
+ * Counted successes: when cbd's hello (sent on every watch connection)
+ * lists "success" in outcome_counts, a closed call's success that is not
+ * slow (by the circuit's slow_call_ms as cbd reported it, and by the
+ * breaker's own) is not queued as a line of its own: the cache counts it
+ * in an open fold of its breaker's line, which goes out as one line
+ * (record_success with "count": N, no duration_ms) before any other line
+ * is queued (every circuit's outcomes keep their order: a success only
+ * ever moves later, never past a later line), with the next write (the
+ * same 1-10 ms timer as the lines: a success reaches cbd at most one
+ * write later, as before), at 1,000,000 successes, when 32 folds are open,
+ * and when the connection is lost (then queued for the next one, as the
+ * lines are) or the cache closes. A slow success, a failure, an ignored
+ * outcome and a refusal count go as lines, as does every success on a
+ * connection whose cbd has not said it takes counts (an older cbd, or
+ * until its hello reply comes). folded counts the successes sent so.
  * Staleness: a change made by another process (a trip, a hold) is seen
  * here once cbd's event is delivered, one write and one read after the
  * request that caused it; until then calls decide on the previous state.
@@ -776,7 +791,7 @@ typedef struct cbc_cache_stats {
 	uint64_t permitted; /* calls let through from the cache (closed) */
 	uint64_t refused_calls; /* calls refused from the cache (open) */
 	uint64_t asked; /* decisions left to cbd (half_open, elapsed, not live) */
-	uint64_t noreply_lines; /* outcomes queued as noreply lines */
+	uint64_t noreply_lines; /* noreply lines queued (a counted line: one) */
 	uint64_t sends; /* writes that carried them (lines / sends: batching) */
 	uint64_t store_reports; /* cached outcomes reported through the store */
 	uint64_t events; /* events applied (change, policy, delete, ...) */
