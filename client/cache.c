@@ -217,7 +217,12 @@ struct cbci_cache {
 	 * and nothing is ever moved, except when the ring grows. */
 	char *out;
 	size_t out_head, out_len, out_cap;
-	bool out_partial; /* out_head is in the unsent tail of a line */
+	/* Bytes of the first pending line already written on this
+	 * connection (its head: the rest waits for POLLOUT). It stays in the
+	 * ring whole until its newline is written: a lost connection sends
+	 * it again, whole, on the next one (cbd never carries out a line
+	 * without its newline: the old one dropped that head). */
+	size_t out_sent;
 	unsigned room_waiters; /* callers waiting for room in out */
 	bool blocked; /* the socket took less than all: wait for POLLOUT */
 	bool cold; /* the reader sleeps without a timer: wake it */
@@ -329,22 +334,50 @@ cache_wake(cbci_cache *c)
 	(void)n; /* full pipe: the reader is awake already */
 }
 
+/* The ring's pending bytes from the off-th on as (at most) two spans;
+ * returns how many (0: none). */
+static int
+cache_out_spans_from(const cbci_cache *c, size_t off, struct iovec iov[2])
+{
+	size_t start = c->out_head + off, len = c->out_len - off, first;
+
+	if (len == 0)
+		return 0;
+	if (start >= c->out_cap)
+		start -= c->out_cap;
+	first = c->out_cap - start;
+	if (len <= first) {
+		iov[0] = (struct iovec){ c->out + start, len };
+		return 1;
+	}
+	iov[0] = (struct iovec){ c->out + start, first };
+	iov[1] = (struct iovec){ c->out, len - first };
+	return 2;
+}
+
 /* The ring's pending bytes as (at most) two spans; returns how many. */
 static int
 cache_out_spans(const cbci_cache *c, struct iovec iov[2])
 {
-	size_t first = c->out_cap - c->out_head;
-
-	if (c->out_len <= first) {
-		iov[0] = (struct iovec){ c->out + c->out_head, c->out_len };
-		return 1;
-	}
-	iov[0] = (struct iovec){ c->out + c->out_head, first };
-	iov[1] = (struct iovec){ c->out, c->out_len - first };
-	return 2;
+	return cache_out_spans_from(c, 0, iov);
 }
 
-/* Drop the first n pending bytes (sent, or a line's unsent tail). */
+/* The pending bytes up to the last newline among the pending bytes
+ * [from, to) (counted from the head); 0 when there is none. Scans back
+ * from to: about a line. */
+static size_t
+cache_out_lines_before(const cbci_cache *c, size_t from, size_t to)
+{
+	while (to > from) {
+		size_t i = c->out_head + --to;
+
+		if (c->out[i >= c->out_cap ? i - c->out_cap : i] == '\n')
+			return to + 1;
+	}
+	return 0;
+}
+
+/* Drop the first n pending bytes (written lines). */
 static void
 cache_out_consume(cbci_cache *c, size_t n)
 {
@@ -363,20 +396,23 @@ cache_flush_locked(cbci_cache *c)
 	 * flush, as its line would). */
 	if (c->nfolds > 0 && c->fd >= 0 && !c->broken)
 		(void)cache_folds_put_locked(c);
-	while (c->fd >= 0 && !c->broken && c->out_len > 0) {
+	while (c->fd >= 0 && !c->broken && c->out_len > c->out_sent) {
 		struct iovec iov[2];
 		struct msghdr msg = { .msg_iov = iov };
 		ssize_t n;
 
-		msg.msg_iovlen = (size_t)cache_out_spans(c, iov);
+		msg.msg_iovlen = (size_t)cache_out_spans_from(c, c->out_sent, iov);
 		n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (n > 0) {
-			size_t last = (c->out_head + (size_t)n - 1) % c->out_cap;
+			size_t end = c->out_sent + (size_t)n;
+			size_t whole = cache_out_lines_before(c, c->out_sent, end);
 
 			c->blocked = false;
 			c->stats.sends++;
-			c->out_partial = c->out[last] != '\n';
-			cache_out_consume(c, (size_t)n);
+			/* Whole lines leave the ring; a line's written head stays
+			 * with it (out_sent). */
+			cache_out_consume(c, whole);
+			c->out_sent = end - whole;
 			if (c->room_waiters > 0)
 				pthread_cond_broadcast(&c->synced);
 			continue;
@@ -935,25 +971,10 @@ cache_disconnect_locked(cbci_cache *c)
 	c->broken = false;
 	c->blocked = false;
 	c->in_len = 0;
-	/* Lines not yet written stay queued for the next connection (a
-	 * line half written is dropped: its head went to the old one). */
-	if (c->out_partial && c->out_len > 0) {
-		struct iovec iov[2];
-		int spans = cache_out_spans(c, iov);
-		size_t drop = c->out_len;
-
-		for (int i = 0; i < spans; i++) {
-			char *nl = memchr(iov[i].iov_base, '\n', iov[i].iov_len);
-
-			if (nl != NULL) {
-				drop = (i == 0 ? 0 : iov[0].iov_len) +
-				    (size_t)(nl - (char *)iov[i].iov_base) + 1;
-				break;
-			}
-		}
-		cache_out_consume(c, drop);
-	}
-	c->out_partial = false;
+	/* Lines not yet written stay queued for the next connection, and so
+	 * does a line half written, whole: cbd drops a line's head that
+	 * comes without its newline, so it reaches cbd once. */
+	c->out_sent = 0;
 	/* The open folds are queued lines too: kept for the next connection
 	 * (as one line each, after the lines queued before them). That
 	 * connection's cbd folds nothing until its hello reply says so. */
@@ -1152,7 +1173,9 @@ cache_close_locked(cbci_cache *c)
 	if (c->fd >= 0 && !c->broken && c->out_len > 0 &&
 	    (t = malloc(sizeof *t + c->out_len)) != NULL) {
 		struct iovec iov[2];
-		int spans = cache_out_spans(c, iov);
+		/* (The head of a line already written goes on after it: the
+		 * same connection.) */
+		int spans = cache_out_spans_from(c, c->out_sent, iov);
 
 		t->fd = c->fd;
 		t->len = 0;
@@ -1173,7 +1196,7 @@ cache_close_locked(cbci_cache *c)
 			c->fd = -1; /* the tail thread's now */
 			c->out_len = 0;
 			c->out_head = 0;
-			c->out_partial = false;
+			c->out_sent = 0;
 		} else {
 			free(t);
 			if (done[1] >= 0)
@@ -1521,7 +1544,8 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 	/* A full output is waited out (bounded), never overtaken: an
 	 * outcome through the store would reach cbd before those queued. */
 	if (c->fd >= 0 && !c->broken && cache_wait_room_locked(c, len)) {
-		bool idle = c->out_len == 0;
+		/* (Open folds go before the line: not idle then.) */
+		bool idle = c->out_len == 0 && c->nfolds == 0;
 		int64_t now = clock_monotonic_coarse_ms() * 1000;
 		/* Another success within the hot period: calls are flowing. */
 		bool dense = !urgent && now - c->lazy_at < CACHE_HOT_US;
@@ -1543,6 +1567,7 @@ cache_send_locked(cbci_cache *c, const char *line, size_t len, bool urgent)
 				 * as its policy says). */
 				c->out_head = 0;
 				c->out_len = 0;
+				c->out_sent = 0;
 				queued = false;
 			}
 		}

@@ -1165,6 +1165,23 @@ START_TEST(threads_share_a_connection_and_a_breaker)
 }
 END_TEST
 
+/* Results of the counting test's calls: an error classified ignored. */
+#define COUNTED_IGNORED 2
+
+static cbc_outcome
+counted_classify(int result, void *user)
+{
+	(void)user;
+	return result == COUNTED_IGNORED ? CBC_OUTCOME_IGNORE : CBC_OUTCOME_FAILURE;
+}
+
+static int
+counted_call_ignored(void *arg)
+{
+	(void)arg;
+	return COUNTED_IGNORED;
+}
+
 /* ---------- cached mode (watch + noreply) across processes ---------- */
 
 /* The bound on every wait for an event or a noreply outcome to land: far
@@ -2007,23 +2024,6 @@ START_TEST(cached_option_checks)
 }
 END_TEST
 
-/* Results of the counting test's calls: an error classified ignored. */
-#define COUNTED_IGNORED 2
-
-static cbc_outcome
-counted_classify(int result, void *user)
-{
-	(void)user;
-	return result == COUNTED_IGNORED ? CBC_OUTCOME_IGNORE : CBC_OUTCOME_FAILURE;
-}
-
-static int
-counted_call_ignored(void *arg)
-{
-	(void)arg;
-	return COUNTED_IGNORED;
-}
-
 /* Every call counted by cbd, cached (_i 1) or not (_i 0): 2 ignored
  * errors, 3 failures (threshold 3), 4 calls while open leave ignored 2,
  * failures 3, rejected 4 (protocol 3 §6: ignored outcomes are sent, an
@@ -2088,6 +2088,290 @@ START_TEST(every_call_counted_by_cbd)
 	ck_assert_int_eq(s.totals.failures, 3);
 	ck_assert_int_eq(s.totals.rejected, 4);
 	ck_assert_int_eq(s.totals.successes, _i == 1 ? 1 : 0);
+	cbd_stop(h);
+}
+END_TEST
+
+/* ---------- counted successes (protocol 3: record_success count) ---------- */
+
+/* The successes of the counted-success tests' tight loops. */
+#define FOLD_CALLS 20000
+
+/* cbd's request and error counts of op (stats). */
+static void
+cbd_op_counts(const cbd_harness *h, const char *op, int64_t *requests, int64_t *errors)
+{
+	cbc_conn *c = conn_new_patient(h->socket_path);
+	cbc_stats st;
+
+	ck_assert_int_eq(cbc_stats_get(c, &st, NULL), CBC_OK);
+	*requests = *errors = 0;
+	for (size_t i = 0; i < st.op_count; i++) {
+		if (strcmp(st.ops[i].op, op) == 0) {
+			*requests = st.ops[i].requests;
+			*errors = st.ops[i].errors;
+		}
+	}
+	cbc_conn_free(c);
+}
+
+/* A cached breaker on h that never trips by failures (every outcome
+ * counts), live; threshold: its failure_threshold. */
+static void
+fold_open(rig *r, const cbd_harness *h, const char *name, int64_t threshold)
+{
+	ck_assert(cached_open(r, h->socket_path, name, threshold, 1));
+	ck_assert(cached_wait_live(r->b));
+}
+
+/* A tight loop of successes on a cached breaker reaches cbd exactly, in
+ * far fewer lines than successes (counted lines), none refused. */
+START_TEST(cached_successes_fold_into_counted_lines)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_cache_stats cs0, cs;
+	int64_t requests0, errors0, requests, errors;
+	cbc_exec_result res;
+	cbc_snapshot s;
+	int calls = 0;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	fold_open(&r, h, "folded", 1000000000);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
+	cbd_op_counts(h, "record_success", &requests0, &errors0);
+	for (int i = 0; i < FOLD_CALLS; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, &calls, &res, NULL),
+		    CBC_OK);
+		ck_assert(res.called);
+	}
+	ck_assert_int_eq(calls, FOLD_CALLS);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_int_eq(cs.store_reports, cs0.store_reports);
+	ck_assert_int_eq(cs.permitted - cs0.permitted, FOLD_CALLS);
+	s = cbd_wait_totals(h, "folded", FOLD_CALLS);
+	ck_assert_int_eq(s.totals.successes, FOLD_CALLS);
+	ck_assert_int_eq(s.totals.failures, 0);
+	rig_close(&r); /* what was still open or queued */
+	s = cbd_wait_totals(h, "folded", FOLD_CALLS);
+	ck_assert_int_eq(s.totals.successes, FOLD_CALLS);
+	/* Far fewer lines than successes, every one taken. */
+	cbd_op_counts(h, "record_success", &requests, &errors);
+	ck_assert_int_eq(errors, errors0);
+	ck_assert_msg((requests - requests0) * 10 < FOLD_CALLS, "%lld record_success lines",
+	    (long long)(requests - requests0));
+	ck_assert_uint_gt(cs.folded, 0);
+	ck_assert_uint_lt(cs.noreply_lines - cs0.noreply_lines, FOLD_CALLS / 10);
+	cbd_stop(h);
+}
+END_TEST
+
+/* Order kept: with failure_threshold 3, (100 successes, 2 failures) x 50
+ * never trips (each run of failures follows the successes before it);
+ * then 3 failures in a row trip it. */
+START_TEST(cached_folds_keep_the_order_of_outcomes)
+{
+	enum { ROUNDS = 50, RUN = 100 };
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	fold_open(&r, h, "fold-order", 3);
+	for (int round = 0; round < ROUNDS; round++) {
+		for (int i = 0; i < RUN; i++)
+			ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+			    CBC_OK);
+		for (int i = 0; i < 2; i++) {
+			ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res,
+					     NULL),
+			    CBC_OK);
+			ck_assert(res.called);
+		}
+	}
+	s = cbd_wait_totals(h, "fold-order", ROUNDS * (RUN + 2));
+	ck_assert_int_eq(s.totals.successes, ROUNDS * RUN);
+	ck_assert_int_eq(s.totals.failures, ROUNDS * 2);
+	ck_assert_int_eq(s.state, CBC_STATE_CLOSED);
+	ck_assert_int_eq(s.failure_count, 2);
+	ck_assert_int_eq(r.rec.changes, 0);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	ck_assert_uint_gt(cs.folded, 0);
+	/* Successes, then a run of 3 failures: the third trips it (synced:
+	 * the cache counted 2 before it). */
+	for (int i = 0; i < RUN; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_EOPEN);
+	ck_assert(!res.called);
+	s = cbd_snapshot(h, "fold-order");
+	ck_assert_int_eq(s.state, CBC_STATE_OPEN);
+	ck_assert_int_eq(s.totals.successes, (ROUNDS + 1) * RUN);
+	ck_assert_int_eq(s.totals.failures, ROUNDS * 2 + 3);
+	rig_close(&r);
+	cbd_stop(h);
+}
+END_TEST
+
+/* Breakers of two circuits called in turn (A, B, A, B, ...), and a
+ * second breaker of A with the same options (its lines are A's: one
+ * fold): every circuit's totals exact, far fewer lines than calls. */
+START_TEST(cached_folds_per_breaker_line)
+{
+	cbd_harness *h = cbd_start("");
+	cbc_exec_result res;
+	cbc_cache_stats cs0, cs;
+	cbc_snapshot s;
+	rig a, a2, b;
+
+	ck_assert_ptr_nonnull(h);
+	fold_open(&a, h, "fold-a", 1000000000);
+	fold_open(&a2, h, "fold-a", 1000000000);
+	fold_open(&b, h, "fold-b", 1000000000);
+	ck_assert_int_eq(cbc_breaker_cache_stats(a.b, &cs0, NULL), CBC_OK);
+	for (int i = 0; i < FOLD_CALLS / 2; i++) {
+		ck_assert_int_eq(cbc_breaker_execute(i % 4 == 0 ? a2.b : a.b, client_call_ok, NULL,
+				     &res, NULL),
+		    CBC_OK);
+		ck_assert_int_eq(cbc_breaker_execute(b.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+		if (i % 1000 == 999) /* a failure of B now and then: B's folds go first */
+			ck_assert_int_eq(cbc_breaker_execute(b.b, client_call_fail, NULL, &res,
+					     NULL),
+			    CBC_OK);
+	}
+	ck_assert_int_eq(cbc_breaker_cache_stats(a.b, &cs, NULL), CBC_OK);
+	rig_close(&a);
+	rig_close(&a2);
+	rig_close(&b);
+	s = cbd_wait_totals(h, "fold-a", FOLD_CALLS / 2);
+	ck_assert_int_eq(s.totals.successes, FOLD_CALLS / 2);
+	ck_assert_int_eq(s.totals.failures, 0);
+	s = cbd_wait_totals(h, "fold-b", FOLD_CALLS / 2 + FOLD_CALLS / 2 / 1000);
+	ck_assert_int_eq(s.totals.successes, FOLD_CALLS / 2);
+	ck_assert_int_eq(s.totals.failures, FOLD_CALLS / 2 / 1000);
+	ck_assert_int_eq(s.failure_count, 1); /* B's last outcome: a failure, after its successes */
+	ck_assert_uint_gt(cs.folded, 0);
+	ck_assert_uint_lt(cs.noreply_lines - cs0.noreply_lines, FOLD_CALLS / 10);
+	cbd_stop(h);
+}
+END_TEST
+
+/* A slow success (slow_call_ms 40, a 50 ms call) goes alone with its
+ * duration: cbd counts it slow; the fast ones around it fold. */
+START_TEST(cached_slow_success_goes_alone)
+{
+	enum { FAST = 400 };
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs;
+	cbc_snapshot s;
+	int slow = 50;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = "fold-slow";
+	o.trip = CBC_TRIP_RATE;
+	o.window = CBC_WINDOW_COUNT;
+	o.window_size = 1000; /* holds every call of the test */
+	o.minimum_calls = 1000; /* never trips */
+	o.slow_call_ms = 40;
+	o.slow_call_rate = 100;
+	ck_assert(cached_rig(&r, conn_new_patient(h->socket_path), &o));
+	ck_assert(cached_wait_live(r.b));
+	for (int i = 0; i < FAST; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_sleep, &slow, &res, NULL), CBC_OK);
+	ck_assert_int_ge(res.duration_ms, 50);
+	for (int i = 0; i < FAST; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	rig_close(&r);
+	s = cbd_wait_totals(h, "fold-slow", 2 * FAST + 1);
+	ck_assert_int_eq(s.totals.successes, 2 * FAST + 1);
+	ck_assert_int_eq(s.totals.slow, 1);
+	ck_assert(s.window.known);
+	ck_assert_int_eq(s.window.slow, 1);
+	ck_assert_int_eq(s.window.calls, 2 * FAST + 1);
+	ck_assert_uint_gt(cs.folded, 0);
+	cbd_stop(h);
+}
+END_TEST
+
+/* Folds across a frozen cbd: successes run while cbd is stopped, the
+ * probe drops the connection (folds and lines not written kept for the
+ * next one), cbd resumes: every success counted once. Then the same with
+ * the cache released while cbd is frozen (the close tail). */
+START_TEST(cached_folds_survive_a_frozen_cbd)
+{
+	enum { CALLS = 5000 };
+	cbd_harness *h = cbd_start("");
+	cbc_breaker_options o;
+	cbc_exec_result res;
+	cbc_cache_stats cs0, cs;
+	cbc_snapshot s;
+	int64_t deadline;
+	rig r;
+
+	ck_assert_ptr_nonnull(h);
+	cbc_breaker_options_init(&o);
+	o.name = "fold-frozen";
+	o.failure_threshold = 1000000000;
+	o.store_policy = CBC_POLICY_LOCAL;
+	cached_open_stoppable(&r, h, &o);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	for (int i = 0; i < CALLS; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	if (cs.store_reports != cs0.store_reports || cs.probe_timeouts != cs0.probe_timeouts) {
+		/* This process stalled past the probe: some calls went through
+		 * the store (timed out); nothing to judge here. */
+		kill(h->pid, SIGCONT);
+		rig_close(&r);
+		cbd_stop(h);
+		return;
+	}
+	/* No more calls: wait until the probe drops the connection. */
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		if (cs.probe_timeouts > cs0.probe_timeouts)
+			break;
+		usleep(10000);
+	} while (harness_mono_ms() < deadline);
+	ck_assert_uint_gt(cs.probe_timeouts, cs0.probe_timeouts);
+	ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
+	/* The cache reconnects by itself and writes what it kept. */
+	s = cbd_wait_totals(h, "fold-frozen", CALLS);
+	ck_assert_int_eq(s.totals.successes, CALLS);
+	ck_assert(cached_wait_live(r.b));
+	/* Frozen again, successes, then the release: the close tail. */
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
+	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
+	for (int i = 0; i < CALLS; i++)
+		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
+		    CBC_OK);
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	rig_close(&r);
+	ck_assert_int_eq(kill(h->pid, SIGCONT), 0);
+	if (cs.store_reports != cs0.store_reports || cs.probe_timeouts != cs0.probe_timeouts) {
+		cbd_stop(h);
+		return; /* stalled past the probe, as above */
+	}
+	s = cbd_wait_totals(h, "fold-frozen", 2 * CALLS);
+	ck_assert_int_eq(s.totals.successes, 2 * CALLS);
+	ck_assert_uint_gt(cs.folded, 0);
 	cbd_stop(h);
 }
 END_TEST
@@ -2404,6 +2688,17 @@ remote_suite(void)
 	tcase_add_test(tc, cached_hold_survives_cbd_death_after_an_outage);
 	tcase_add_test(tc, cached_rule_refreshes_after_a_reload);
 	tcase_add_test(tc, cached_break_waited_out_gives_the_trial);
+	suite_add_tcase(s, tc);
+
+	/* Protocol 3's counted successes: a cbd whose hello lists "success"
+	 * in outcome_counts (check_client_local: one that does not). */
+	tc = tcase_create("counted successes");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, cached_successes_fold_into_counted_lines);
+	tcase_add_test(tc, cached_folds_keep_the_order_of_outcomes);
+	tcase_add_test(tc, cached_folds_per_breaker_line);
+	tcase_add_test(tc, cached_slow_success_goes_alone);
+	tcase_add_test(tc, cached_folds_survive_a_frozen_cbd);
 	suite_add_tcase(s, tc);
 
 	/* Tagged "native": its premise is the client's own speed (1 MiB of
