@@ -1684,42 +1684,55 @@ START_TEST(cached_output_limit_sends_outcomes_through_the_store)
 END_TEST
 
 /* Freeing the last cached breaker while cbd is frozen (SIGSTOP) loses
- * nothing queued before: more successes than the kernel's socket buffer
- * takes (the tail still in the process at the release) and another
- * breaker's refusal count all reach cbd once it resumes, each counted
- * once; the release does not wait for cbd. (Before: it waited 200 ms for
- * the socket, then dropped the tail.) */
+ * nothing queued before: more lines than the kernel's socket buffer
+ * takes (successes, each followed by an ignored call so that none folds
+ * into a counted line: the tail still in the process at the release) and
+ * another breaker's refusal count all reach cbd once it resumes, each
+ * counted once; the release does not wait for cbd. (Before: it waited
+ * 200 ms for the socket, then dropped the tail.) */
 START_TEST(cached_release_with_cbd_frozen_loses_nothing_queued)
 {
-	/* About 100 bytes a line: several times the kernel's ~200 KiB, under
-	 * CBC_CACHE_OUT_MAX. */
-	enum { SUCCESSES = 4000 };
+	/* About 90 bytes a line, two a pair: several times the kernel's
+	 * ~200 KiB, under CBC_CACHE_OUT_MAX. */
+	enum { SUCCESSES = 3000 };
 	cbd_harness *h = cbd_start("");
 	cbc_cache_stats before, cs;
+	cbc_breaker_options o;
 	cbc_exec_result res;
 	cbc_snapshot s;
+	int64_t ignored0;
 	rig ok, open;
 
 	ck_assert_ptr_nonnull(h);
-	ck_assert(cached_open(&ok, h->socket_path, "frozen-release-ok", 1000000000, 1));
+	cbc_breaker_options_init(&o);
+	o.name = "frozen-release-ok";
+	o.failure_threshold = 1000000000;
+	o.classify = counted_classify;
+	ck_assert(cached_rig(&ok, conn_new_patient(h->socket_path), &o));
 	ck_assert(cached_wait_live(ok.b));
 	ck_assert(cached_open(&open, h->socket_path, "frozen-release-open", 3, 1));
 	ck_assert(cached_wait_live(open.b));
 	/* (The trip's failures are synced: the cache read the open state
 	 * from the last one's reply.) */
 	rig_trip(&open);
+	/* (cached_wait_live's ignored permits: counted once the trip's
+	 * synced failures were answered.) */
+	ignored0 = cbd_snapshot(h, "frozen-release-ok").totals.ignored;
 	ck_assert_int_eq(cbc_breaker_cache_stats(ok.b, &before, NULL), CBC_OK);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int i = 0; i < SUCCESSES; i++) {
 		ck_assert_int_eq(cbc_breaker_execute(ok.b, client_call_ok, NULL, &res, NULL),
 		    CBC_OK);
 		ck_assert(res.called);
+		ck_assert_int_eq(cbc_breaker_execute(ok.b, counted_call_ignored, NULL, &res, NULL),
+		    CBC_OK);
+		ck_assert_int_eq(res.outcome, CBC_OUTCOME_IGNORE);
 	}
 	for (int i = 0; i < 300; i++)
 		ck_assert_int_eq(cbc_breaker_execute(open.b, client_call_ok, NULL, &res, NULL),
 		    CBC_EOPEN);
 	ck_assert_int_eq(cbc_breaker_cache_stats(ok.b, &cs, NULL), CBC_OK);
-	ck_assert_msg(cs.permitted - before.permitted == SUCCESSES &&
+	ck_assert_msg(cs.permitted - before.permitted == 2 * SUCCESSES &&
 		cs.refused_calls - before.refused_calls == 300 &&
 		cs.store_reports == before.store_reports,
 	    "not all from the cache on the watch connection: %llu permitted, %llu refused, "
@@ -1739,8 +1752,9 @@ START_TEST(cached_release_with_cbd_frozen_loses_nothing_queued)
 		cbd_stop(h);
 		return;
 	}
-	s = cbd_wait_counts(h, "frozen-release-ok", SUCCESSES, 0, 0);
+	s = cbd_wait_counts(h, "frozen-release-ok", SUCCESSES, ignored0 + SUCCESSES, 0);
 	ck_assert_int_eq(s.totals.successes, SUCCESSES);
+	ck_assert_int_eq(s.totals.ignored, ignored0 + SUCCESSES);
 	s = cbd_wait_counts(h, "frozen-release-open", 0, 0, 300);
 	ck_assert_int_eq(s.totals.rejected, 300);
 	cbd_stop(h);
@@ -1782,7 +1796,7 @@ START_TEST(cached_full_backlog_waits_and_keeps_order)
 	cbc_snapshot s;
 	thaw_args t;
 	pthread_t th;
-	int64_t deadline, successes = 0;
+	int64_t deadline, successes = 0, ignored0;
 	rig r;
 
 	ck_assert_ptr_nonnull(h);
@@ -1792,9 +1806,14 @@ START_TEST(cached_full_backlog_waits_and_keeps_order)
 	name[sizeof name - 1] = '\0';
 	o.name = name;
 	o.failure_threshold = 1000000000; /* never trips: no outcome is synced */
+	/* Each success is followed by an ignored call: the ignored line
+	 * sends it before, as a line of its own (no counted line). */
+	o.classify = counted_classify;
 	cached_open_stoppable(&r, h, &o);
-	/* One failure first: its reply tells the cache the circuit's rule. */
+	/* One failure first: its reply tells the cache the circuit's rule
+	 * (and, awaited, that cbd has counted what came before). */
 	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
+	ignored0 = cbd_snapshot(h, name).totals.ignored;
 	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
 	/* cbd stops reading: successes queue until CBC_CACHE_OUT_MAX; the
 	 * call that finds the backlog full waits for room, which comes when
@@ -1808,6 +1827,8 @@ START_TEST(cached_full_backlog_waits_and_keeps_order)
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
 		    CBC_OK);
 		successes++;
+		ck_assert_int_eq(cbc_breaker_execute(r.b, counted_call_ignored, NULL, &res, NULL),
+		    CBC_OK);
 		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
 	} while (cs.out_full == cs0.out_full && successes < (int64_t)(2 * CBC_CACHE_OUT_MAX / 32) &&
 	    harness_mono_ms() < deadline);
@@ -1815,19 +1836,24 @@ START_TEST(cached_full_backlog_waits_and_keeps_order)
 	ck_assert(t.thawed);
 	ck_assert_msg(cs.out_full > cs0.out_full, "no out_full after %lld calls",
 	    (long long)successes);
-	/* A few more successes behind the backlog, then a failure last. */
-	for (int i = 0; i < 100; i++, successes++)
+	/* A few more successes behind the backlog (these may fold into a
+	 * counted line), then a failure last. */
+	for (int i = 0; i < 100; i++)
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
 		    CBC_OK);
 	ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_fail, NULL, &res, NULL), CBC_OK);
 	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
-	/* Every outcome queued, none through the store, the cache still up. */
+	/* Every outcome queued, none through the store, the cache still up:
+	 * a line for each success and ignored call of the loop, at most 100
+	 * for the 100, one for the failure. */
 	ck_assert_int_eq(cs.store_reports, cs0.store_reports);
-	ck_assert_int_eq(cs.noreply_lines - cs0.noreply_lines, (uint64_t)successes + 1);
+	ck_assert_uint_ge(cs.noreply_lines - cs0.noreply_lines, (uint64_t)successes * 2 + 2);
+	ck_assert_uint_le(cs.noreply_lines - cs0.noreply_lines, (uint64_t)successes * 2 + 101);
 	ck_assert_int_eq(cs.disconnects, cs0.disconnects);
-	s = cbd_wait_totals(h, name, successes + 2);
+	s = cbd_wait_counts(h, name, successes + 100 + 2, ignored0 + successes, 0);
 	/* Exactly once: the totals are the calls made. */
-	ck_assert_int_eq(s.totals.successes, successes);
+	ck_assert_int_eq(s.totals.successes, successes + 100);
+	ck_assert_int_eq(s.totals.ignored, ignored0 + successes);
 	ck_assert_int_eq(s.totals.failures, 2);
 	/* In order: the last failure came after every success (a success
 	 * sets failure_count to 0); one overtaking through the store would
