@@ -2141,6 +2141,30 @@ cbd_op_counts(const cbd_harness *h, const char *op, int64_t *requests, int64_t *
 	cbc_conn_free(c);
 }
 
+/* Does h's cbd take counted successes (its hello lists "success" in
+ * outcome_counts)? Every cbd of this tree does in memory mode; where one
+ * does not (a backend without them), the tests below check that nothing
+ * folds, and the same exact totals. */
+static bool
+cbd_takes_counts(const cbd_harness *h)
+{
+	cbc_conn *c = conn_new_patient(h->socket_path);
+	char *reply = NULL;
+	const char *counts, *end;
+	bool takes = false;
+
+	ck_assert_int_eq(cbc_request(c, "{\"op\":\"hello\"}", &reply, NULL), CBC_OK);
+	counts = strstr(reply, "\"outcome_counts\":[");
+	if (counts != NULL && (end = strchr(counts, ']')) != NULL) {
+		const char *success = strstr(counts, "\"success\"");
+
+		takes = success != NULL && success < end;
+	}
+	cbc_free(reply);
+	cbc_conn_free(c);
+	return takes;
+}
+
 /* A cached breaker on h that never trips by failures (every outcome
  * counts), live; threshold: its failure_threshold. */
 static void
@@ -2184,10 +2208,15 @@ START_TEST(cached_successes_fold_into_counted_lines)
 	/* Far fewer lines than successes, every one taken. */
 	cbd_op_counts(h, "record_success", &requests, &errors);
 	ck_assert_int_eq(errors, errors0);
-	ck_assert_msg((requests - requests0) * 10 < FOLD_CALLS, "%lld record_success lines",
-	    (long long)(requests - requests0));
-	ck_assert_uint_gt(cs.folded, 0);
-	ck_assert_uint_lt(cs.noreply_lines - cs0.noreply_lines, FOLD_CALLS / 10);
+	if (cbd_takes_counts(h)) {
+		ck_assert_msg((requests - requests0) * 10 < FOLD_CALLS, "%lld record_success lines",
+		    (long long)(requests - requests0));
+		ck_assert_uint_gt(cs.folded, 0);
+		ck_assert_uint_lt(cs.noreply_lines - cs0.noreply_lines, FOLD_CALLS / 10);
+	} else {
+		ck_assert_int_eq(requests - requests0, FOLD_CALLS);
+		ck_assert_uint_eq(cs.folded, 0);
+	}
 	cbd_stop(h);
 }
 END_TEST
@@ -2224,7 +2253,7 @@ START_TEST(cached_folds_keep_the_order_of_outcomes)
 	ck_assert_int_eq(s.failure_count, 2);
 	ck_assert_int_eq(r.rec.changes, 0);
 	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
-	ck_assert_uint_gt(cs.folded, 0);
+	ck_assert(cbd_takes_counts(h) ? cs.folded > 0 : cs.folded == 0);
 	/* Successes, then a run of 3 failures: the third trips it (synced:
 	 * the cache counted 2 before it). */
 	for (int i = 0; i < RUN; i++)
@@ -2282,8 +2311,10 @@ START_TEST(cached_folds_per_breaker_line)
 	ck_assert_int_eq(s.totals.successes, FOLD_CALLS / 2);
 	ck_assert_int_eq(s.totals.failures, FOLD_CALLS / 2 / 1000);
 	ck_assert_int_eq(s.failure_count, 1); /* B's last outcome: a failure, after its successes */
-	ck_assert_uint_gt(cs.folded, 0);
-	ck_assert_uint_lt(cs.noreply_lines - cs0.noreply_lines, FOLD_CALLS / 10);
+	if (cbd_takes_counts(h)) {
+		ck_assert_uint_gt(cs.folded, 0);
+		ck_assert_uint_lt(cs.noreply_lines - cs0.noreply_lines, FOLD_CALLS / 10);
+	}
 	cbd_stop(h);
 }
 END_TEST
@@ -2328,7 +2359,7 @@ START_TEST(cached_slow_success_goes_alone)
 	ck_assert(s.window.known);
 	ck_assert_int_eq(s.window.slow, 1);
 	ck_assert_int_eq(s.window.calls, 2 * FAST + 1);
-	ck_assert_uint_gt(cs.folded, 0);
+	ck_assert(cbd_takes_counts(h) ? cs.folded > 0 : cs.folded == 0);
 	cbd_stop(h);
 }
 END_TEST
@@ -2397,7 +2428,7 @@ START_TEST(cached_folds_survive_a_frozen_cbd)
 	}
 	s = cbd_wait_totals(h, "fold-frozen", 2 * CALLS);
 	ck_assert_int_eq(s.totals.successes, 2 * CALLS);
-	ck_assert_uint_gt(cs.folded, 0);
+	ck_assert(cbd_takes_counts(h) ? cs.folded > 0 : cs.folded == 0);
 	cbd_stop(h);
 }
 END_TEST
