@@ -11,7 +11,7 @@
 static bool
 same_outcome(const fleet_fold_item *a, const fleet_fold_item *b, const cb_policy *policy)
 {
-	if (a->want || b->want || a->kind != b->kind)
+	if (a->want || b->want || a->kind != b->kind || a->count > 1 || b->count > 1)
 		return false;
 	if (a->kind == 'r')
 		return a->value == b->value;
@@ -45,12 +45,18 @@ fleet_fold_extra(const fleet_fold_item *items, size_t n, const cb_policy *policy
 			place[i] = (fleet_fold_place){ (int)json_array_size(runs), (int)count };
 			continue;
 		}
-		run = json_pack("[s, I, s, i, i]", kind, (json_int_t)it->value,
-		    it->reporter != NULL ? it->reporter : "", 1, it->want ? 1 : 0);
+		if (it->count > 1)
+			run = json_pack("[s, I, s, I, i, i]", kind, (json_int_t)it->value,
+			    it->reporter != NULL ? it->reporter : "", (json_int_t)it->count,
+			    it->want ? 1 : 0, 1);
+		else
+			run = json_pack("[s, I, s, i, i]", kind, (json_int_t)it->value,
+			    it->reporter != NULL ? it->reporter : "", 1, it->want ? 1 : 0);
 		if (run == NULL || json_array_append_new(runs, run) != 0)
 			goto fail;
 		start = i;
-		place[i] = (fleet_fold_place){ (int)json_array_size(runs), 1 };
+		place[i] = (fleet_fold_place){ (int)json_array_size(runs),
+			it->count > 1 ? (int)it->count : 1 };
 	}
 	json_decref(runs);
 	return extra;

@@ -28,6 +28,10 @@ typedef struct fleet_fold_item {
 	int64_t value; /* duration_ms (0: none given); rejected: its count */
 	const char *reporter; /* borrowed */
 	bool want; /* its request waits for a reply */
+	/* A counted success (record_success's count, up to
+	 * PROTO_SUCCESS_COUNT_MAX): that many in a run of its own, answered
+	 * once, after its last (0 or 1: one outcome). */
+	int64_t count;
 } fleet_fold_item;
 
 /* Where each outcome of a fold sits in the script's runs (1-based). */
@@ -39,8 +43,10 @@ typedef struct fleet_fold_place {
  * a circuit with policy: consecutive outcomes the script cannot tell
  * apart under that policy (same kind and rejected count; the same side
  * of slow_call_ms; the same reporter when min_reporters > 1; no reply
- * wanted) share one run. place[i]: outcome i's run and place in it.
- * NULL: out of memory. */
+ * wanted; not counted) share one run. A counted success is a run of its
+ * own: [kind, value, reporter, count, want, 1], its count applied in bulk
+ * and answered once, at its last. place[i]: outcome i's run and place in
+ * it (a counted one's: its last). NULL: out of memory. */
 json_t *fleet_fold_extra(const fleet_fold_item *items, size_t n, const cb_policy *policy,
     fleet_fold_place *place);
 

@@ -158,6 +158,8 @@ local DAY_MS = 86400000
 local SLOTS_GRACE_MS = 60000
 local COUNT_MAX = 1000000000
 local REJECTED_COUNT_MAX = 1000000 -- PROTO_REJECTED_COUNT_MAX
+local SUCCESS_COUNT_MAX = 1000000 -- PROTO_SUCCESS_COUNT_MAX
+local WINDOW_CALLS_MAX = 4294967295 -- CB_WINDOW_CALLS_MAX: a window's calls stop there
 local DURATION_MAX = 9007199254740992 -- 2^53
 local BUCKET_MS = 1000
 local USER_MAX = 64
@@ -787,6 +789,9 @@ fn.later[#fn.later + 1] = function()
 			h = { field, bc, bf, bs }
 			w.head = h
 		end
+		if w.calls >= WINDOW_CALLS_MAX then
+			return
+		end
 		h[2] = h[2] + 1
 		h[3] = h[3] + (failure and 1 or 0)
 		h[4] = h[4] + (slow and 1 or 0)
@@ -1323,9 +1328,170 @@ if op == 'get' then
 	end
 end
 
+-- Successes alike in bulk (record_success's count): breaker.c's
+-- breaker_on_successes with circuit-table.c's record_outcome around it.
+if op == 'success' or op == 'outcomes' then
+	-- The rate rule's test of the window as it is.
+	function fn.rate_reached(w)
+		local calls = w.calls
+		return calls ~= 0 and calls >= P.minimum_calls and
+			(w.failures * 100 >= P.failure_rate * calls or
+				(P.slow_call_ms > 0 and w.slow * 100 >= P.slow_call_rate * calls))
+	end
+
+	-- successes_safe: how many successes may be added, after one that did
+	-- not trip, before one more might (that one is added and tested
+	-- alone); `left` when none of them can trip.
+	function fn.successes_safe(w, slow, left)
+		local calls, min = w.calls, P.minimum_calls
+		if calls < min then
+			if (w.kind == 'count' and min > w.slots) or calls >= WINDOW_CALLS_MAX then
+				return left
+			end
+			return math.min(min - calls - 1, left)
+		end
+		if not slow then
+			return left
+		end
+		if w.kind == 'count' then
+			return 0
+		end
+		local rate = P.slow_call_rate
+		if rate >= 100 or calls >= WINDOW_CALLS_MAX then
+			return left
+		end
+		local need = rate * calls - w.slow * 100
+		need = math.floor((need + (100 - rate) - 1) / (100 - rate))
+		return math.min(need - 1, left)
+	end
+
+	-- window_add_run: j successes alike (window.c).
+	function fn.window_add_run(w, slow, j)
+		if j <= 0 then
+			return
+		end
+		if w.kind == 'count' then
+			local slots = w.slots
+			if j >= slots then
+				-- Every entry falls out: the ring holds only these (none
+				-- read).
+				local v = slow and '2' or false
+				for i = 0, slots - 1 do
+					local name = ring_names[i]
+					if name == nil then
+						name = 'r' .. i
+						ring_names[i] = name
+					end
+					w.f[name] = v
+				end
+				w.calls, w.failures, w.slow = slots, 0, slow and slots or 0
+				w.next = (w.next + j) % slots
+				window_ahead = window_ahead - j
+				w.dirty = true
+				return
+			end
+			for _ = 1, j do
+				fn.count_add(w, false, slow)
+			end
+			return
+		end
+		fn.window_add(false, slow)
+		local h = w.head
+		local k = math.min(j - 1, WINDOW_CALLS_MAX - w.calls)
+		if h ~= nil and k > 0 then
+			h[2] = h[2] + k
+			w.calls = w.calls + k
+			if slow then
+				h[4] = h[4] + k
+				w.slow = w.slow + k
+			end
+		end
+	end
+
+	-- Up to m successes alike on c (fitted, its hold ended at now if
+	-- due), each as record(1) applies it, in bulk: stops after a
+	-- transition (the window is emptied between). Returns how many.
+	function fn.success_run(m)
+		local slow = P.slow_call_ms > 0 and duration >= P.slow_call_ms
+		local gated = c.rep_n > 1
+		local rate = P.trip == 'rate' and not c.hold
+		local from = c.state
+		local j, reason = m, nil
+		if slow and rate and gated then
+			fn.reporters_note(c, reporter)
+		end
+		if from == 'closed' then
+			c.fc = 0
+			local w = window
+			if rate and w then
+				fn.window_add(false, slow)
+				local allow = fn.reporters_allow_trip(c, gated)
+				local done = 1
+				if allow and fn.rate_reached(fn.window_counts()) then
+					j = 1
+					reason = 'failure_rate'
+				elseif not allow then
+					fn.window_add_run(w, slow, m - 1)
+				else
+					while done < m do
+						local skip = fn.successes_safe(w, slow, m - done)
+						fn.window_add_run(w, slow, skip)
+						done = done + skip
+						if done == m then
+							break
+						end
+						fn.window_add(false, slow)
+						done = done + 1
+						if fn.rate_reached(w) then
+							j = done
+							reason = 'failure_rate'
+							break
+						end
+					end
+				end
+				if reason ~= nil then
+					fn.trip_open(c)
+				end
+			end
+		elseif from == 'half_open' then
+			if slow and rate then
+				j = 1
+				fn.trial_failed(c)
+				reason = 'trial_failed'
+			elseif c.sc + j < P.success_threshold then
+				c.sc = c.sc + j
+			else
+				j = P.success_threshold - c.sc
+				fn.close_after_trials(c)
+				reason = 'trial_succeeded'
+			end
+		end
+		-- (open: a success moves nothing.)
+		c.t_successes = c.t_successes + j
+		if slow then
+			c.t_slow = c.t_slow + j
+		end
+		fn.change_merge(from, c.state, reason)
+		fn.transition_done(c, from)
+		return j
+	end
+end
+
 if op == 'success' then
+	-- extra.count: that many successes alike (PROTO_SUCCESS_COUNT_MAX).
 	function ops.success()
+		local n = fn.arg('count')
+		if n ~= nil and (type(n) ~= 'number' or n ~= math.floor(n) or n < 1 or
+			n > SUCCESS_COUNT_MAX) then
+			return 'success needs a count from 1 to ' .. SUCCESS_COUNT_MAX
+		end
+		n = n or 1
+		window_ahead = n
 		fn.record(1)
+		n = n - 1
+		while n > 0 do
+			n = n - fn.success_run(n)
+		end
 	end
 end
 
@@ -1396,7 +1562,7 @@ if op == 'outcomes' then
 				fn.count_add(w, failure, slow)
 			elseif h == nil then
 				fn.window_add(failure, slow)
-			else
+			elseif w.calls < WINDOW_CALLS_MAX then
 				h[2] = h[2] + 1
 				w.calls = w.calls + 1
 				if failure then
@@ -1433,11 +1599,12 @@ if op == 'outcomes' then
 			if type(it) ~= 'table' then
 				return 'outcomes item ' .. i .. ' is not an array'
 			end
-			local k, v, r, n, w = it[1], it[2], it[3], it[4], it[5]
+			local k, v, r, n, w, one = it[1], it[2], it[3], it[4], it[5], it[6]
 			if (k ~= 's' and k ~= 'f' and k ~= 'i' and k ~= 'r') or type(v) ~= 'number' or
 				v ~= math.floor(v) or type(r) ~= 'string' or type(n) ~= 'number' or
 				n ~= math.floor(n) or n < 1 or n > COUNT_MAX or (w ~= 0 and w ~= 1) or
-				(w == 1 and n ~= 1) or (k == 'r' and (v < 1 or v > REJECTED_COUNT_MAX)) then
+				(one ~= nil and one ~= 0 and one ~= 1) or (one == 1 and (k ~= 's' or n > SUCCESS_COUNT_MAX)) or
+				(w == 1 and n ~= 1 and one ~= 1) or (k == 'r' and (v < 1 or v > REJECTED_COUNT_MAX)) then
 				return 'outcomes item ' .. i .. ' is malformed'
 			end
 		end
@@ -1456,6 +1623,10 @@ if op == 'outcomes' then
 		for i = 1, #items do
 			local it = items[i]
 			local kind, value, n, want = it[1], it[2], it[4], it[5] == 1
+			-- A counted success: one request's, answered once at its end
+			-- with the change its steps made (first from, last to).
+			local one = it[6] == 1
+			local one_change = nil
 			reporter = it[3]
 			duration = value
 			local k = 1
@@ -1472,23 +1643,16 @@ if op == 'outcomes' then
 						fn.hold_expire(c)
 						c.t_rejected = c.t_rejected + value
 					end
-				elseif fitted and kind == 's' and c.state == 'closed' and
-					P.trip == 'consecutive' and not c.hold then
-					-- A run of successes on a closed circuit under the
-					-- consecutive rule: each resets the failure count and
-					-- counts (slow ones too); none can move the state.
-					step = n - k + 1
-					c.fc = 0
-					c.t_successes = c.t_successes + step
-					if P.slow_call_ms > 0 and duration >= P.slow_call_ms then
-						c.t_slow = c.t_slow + step
-					end
-				elseif fitted and (kind == 's' or kind == 'f') and c.state == 'closed' and
+				elseif fitted and kind == 's' then
+					-- A run of successes in bulk, whatever the state, up
+					-- to a transition (if one happens).
+					step = fn.success_run(n - k + 1)
+				elseif fitted and kind == 'f' and c.state == 'closed' and
 					P.trip == 'rate' and not c.hold and window then
-					-- A run on a closed circuit under the rate rule: its
-					-- outcomes one after another as record applies them,
-					-- up to the one that trips (if one does).
-					step = fn.rate_run(kind == 'f', n - k + 1)
+					-- A run of failures on a closed circuit under the rate
+					-- rule: one after another as record applies them, up
+					-- to the one that trips (if one does).
+					step = fn.rate_run(true, n - k + 1)
 				else
 					fn.record(CODE[kind])
 					-- The policy is fitted (window, reporters) from here on.
@@ -1503,7 +1667,26 @@ if op == 'outcomes' then
 					end
 					fn.window_counts()
 				end
-				if c ~= nil and (change ~= nil or want) then
+				if one then
+					-- Its events as its steps make them; its answer after
+					-- the last.
+					if c ~= nil and change ~= nil then
+						local cj = fn.circuit_json(c)
+						redis.call('PUBLISH', channel,
+							format('{"origin":%s,"name":%s,"now":%.0f,"circuit":%s,"change":%s}',
+								cjson.encode(origin), cjson.encode(name), now, cj, fn.change_json()))
+						if one_change == nil then
+							one_change = change
+						else
+							one_change.to, one_change.reason = change.to, change.reason
+						end
+					end
+					if k + step > n and (one_change ~= nil or want) then
+						change = one_change
+						out[#out + 1] = format('[%d,%d,%s,%s]', i, n, fn.circuit_json(c),
+							fn.change_json())
+					end
+				elseif c ~= nil and (change ~= nil or want) then
 					local cj = fn.circuit_json(c)
 					local change_text = fn.change_json()
 					-- (Only the last outcome of a step can change the state;

@@ -39,9 +39,23 @@ record_outcome(op_call *call, bool success)
 	ct_change change;
 	ct_status status;
 	ct_view view;
+	int64_t count = 1;
 
+	/* record_success's count: that many successes alike (failures are
+	 * one a request: each may trip). */
+	if (proto_req_has(&call->req, PROTO_MEMBER_COUNT)) {
+		if (!success)
+			return proto_fail(&call->err, PROTO_BAD_REQUEST,
+			    "count is only for record_success (failures are one a request)");
+		if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1, PROTO_SUCCESS_COUNT_MAX,
+			false, &count, NULL, &call->err))
+			return false;
+	}
 	call->table.found = call->found; /* looked up once (op_resolve_policy) */
-	if (success)
+	if (count > 1)
+		status = circuit_table_record_successes(cbd.table, call->name, &call->table,
+		    (uint64_t)count, &view, &change);
+	else if (success)
 		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
 		    &change);
 	else

@@ -347,15 +347,18 @@ args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
 		return *bad = true, false;
 	}
 	p->script_op = text;
-	/* rejected's count (protocol 3, §6), as memory mode reads it. */
-	if (!proto_get_int(call->request, "count", 1, PROTO_REJECTED_COUNT_MAX, false, &count,
-		&has_count, &call->err))
+	/* rejected's count (protocol 3, §6) and success's, as memory mode
+	 * reads them. */
+	if (!proto_get_int(call->request, "count", 1,
+		strcmp(text, "success") == 0 ? PROTO_SUCCESS_COUNT_MAX : PROTO_REJECTED_COUNT_MAX,
+		false, &count, &has_count, &call->err))
 		return *bad = true, false;
-	if (has_count && strcmp(text, "rejected") != 0) {
-		proto_fail(&call->err, PROTO_BAD_REQUEST, "count is only for outcome \"rejected\"");
+	if (has_count && strcmp(text, "rejected") != 0 && strcmp(text, "success") != 0) {
+		proto_fail(&call->err, PROTO_BAD_REQUEST,
+		    "count is only for outcomes \"rejected\" and \"success\"");
 		return *bad = true, false;
 	}
-	if (strcmp(text, "rejected") == 0 &&
+	if ((strcmp(text, "rejected") == 0 || count > 1) &&
 	    json_object_set_new(extra, "count", json_integer((json_int_t)count)) != 0)
 		return false;
 	if (!proto_get_text(call->request, "permit", false, &text, NULL, &call->err))
@@ -366,6 +369,34 @@ args_record(op_pending *p, json_t *extra, bool *bad, bool *answered)
 	if (text != NULL) {
 		circuit_table_release_slot(cbd.table, call->name, text, call->now);
 		op_wait_kick(call->name);
+	}
+	return true;
+}
+
+/* record_success: its count (successes alike), as memory mode reads it. */
+static bool
+args_success(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	int64_t count = 1;
+
+	(void)answered;
+	if (!proto_get_int(p->call.request, "count", 1, PROTO_SUCCESS_COUNT_MAX, false, &count,
+		NULL, &p->call.err))
+		return *bad = true, false;
+	return count == 1 ||
+	    json_object_set_new(extra, "count", json_integer((json_int_t)count)) == 0;
+}
+
+/* record_failure: a failure is one a request (each may trip). */
+static bool
+args_failure(op_pending *p, json_t *extra, bool *bad, bool *answered)
+{
+	(void)extra;
+	(void)answered;
+	if (json_object_get(p->call.request, "count") != NULL) {
+		proto_fail(&p->call.err, PROTO_BAD_REQUEST,
+		    "count is only for record_success (failures are one a request)");
+		return *bad = true, false;
 	}
 	return true;
 }
@@ -934,6 +965,10 @@ fold_take(op_pending *p, json_t *extra)
 	m->item.value = kind == 'r'         ? json_integer_value(json_object_get(extra, "count"))
 	    : p->call.table.duration_ms > 0 ? p->call.table.duration_ms
 					    : 0;
+	/* A counted success: that many in one run of its own. */
+	m->item.count = kind == 's' && json_is_integer(json_object_get(extra, "count"))
+	    ? json_integer_value(json_object_get(extra, "count"))
+	    : 1;
 	m->item.want = !p->call.noreply;
 	/* A failure may trip: the fleet learns it as soon as nothing of this
 	 * host's is in flight for the circuit; and a request that waits for
@@ -1651,8 +1686,10 @@ op_fleet_local(op_call *call)
 /* --- the op table's fleet column --- */
 
 const op_fleet_path op_fleet_get = { "get", NULL, reply_get, false, FLEET_WB_NONE, false };
-const op_fleet_path op_fleet_record_success = { "success", NULL, NULL, true, FLEET_WB_NONE, false };
-const op_fleet_path op_fleet_record_failure = { "failure", NULL, NULL, true, FLEET_WB_NONE, false };
+const op_fleet_path op_fleet_record_success = { "success", args_success, NULL, true, FLEET_WB_NONE,
+	false };
+const op_fleet_path op_fleet_record_failure = { "failure", args_failure, NULL, true, FLEET_WB_NONE,
+	false };
 const op_fleet_path op_fleet_record = { NULL, args_record, NULL, true, FLEET_WB_NONE, false };
 const op_fleet_path op_fleet_allow = { "allow", args_allow, reply_allow, true, FLEET_WB_NONE,
 	false };

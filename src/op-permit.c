@@ -107,12 +107,15 @@ op_record(op_call *call)
 	if (which < 0)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
 		    "outcome must be \"success\", \"failure\", \"ignore\" or \"rejected\"");
-	if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1, PROTO_REJECTED_COUNT_MAX, false,
+	/* A count of refusals (protocol 3, §6) or of successes alike; a
+	 * failure or an ignored call is one (each failure may trip). */
+	if (!proto_req_int(&call->req, PROTO_MEMBER_COUNT, 1,
+		which == RECORD_SUCCESS ? PROTO_SUCCESS_COUNT_MAX : PROTO_REJECTED_COUNT_MAX, false,
 		&count, &has_count, &call->err))
 		return false;
-	if (has_count && which != RECORD_REJECTED)
+	if (has_count && which != RECORD_REJECTED && which != RECORD_SUCCESS)
 		return proto_fail(&call->err, PROTO_BAD_REQUEST,
-		    "count is only for outcome \"rejected\"");
+		    "count is only for outcomes \"rejected\" and \"success\"");
 	/* The permit goes back whatever becomes of the outcome (before it:
 	 * the outcome's snapshot shows it back); a waiter may take it. */
 	if (permit != NULL) {
@@ -125,8 +128,8 @@ op_record(op_call *call)
 	}
 	switch ((record_outcome)which) {
 	case RECORD_SUCCESS:
-		status = circuit_table_record_success(cbd.table, call->name, &call->table, &view,
-		    &change);
+		status = circuit_table_record_successes(cbd.table, call->name, &call->table,
+		    (uint64_t)count, &view, &change);
 		break;
 	case RECORD_FAILURE:
 		status = circuit_table_record_failure(cbd.table, call->name, &call->table, &view,

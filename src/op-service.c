@@ -19,6 +19,9 @@
 /* A metrics op's text is cut to 1/this of max_output_bytes. */
 #define OP_METRICS_CUT_DIVISOR 2
 
+/* hello's outcome_counts: the outcomes record (and record_success)
+ * takes a `count` of; a cbd without the member takes none for successes
+ * (clients then send them one a line). */
 bool
 op_hello(op_call *call)
 {
@@ -34,7 +37,9 @@ op_hello(op_call *call)
 	}
 	if (json_object_set_new(op_reply(call), "server", json_string(PACKAGE_NAME)) != 0 ||
 	    json_object_set_new(op_reply(call), "version", json_string(PACKAGE_VERSION)) != 0 ||
-	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0)
+	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0 ||
+	    json_object_set_new(op_reply(call), "outcome_counts",
+		json_pack("[ss]", "rejected", "success")) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

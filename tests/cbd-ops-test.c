@@ -76,6 +76,12 @@ START_TEST(test_hello)
 	ck_assert_str_eq(util_str(r, "server"), "cbd");
 	ck_assert_int_eq(util_int(r, "protocol"), 3);
 	ck_assert_ptr_nonnull(util_str(r, "version"));
+	/* The outcomes record takes a count for (this cbd folds successes). */
+	ck_assert_int_eq(json_array_size(util_get(r, "outcome_counts")), 2);
+	ck_assert_str_eq(json_string_value(json_array_get(util_get(r, "outcome_counts"), 0)),
+	    "rejected");
+	ck_assert_str_eq(json_string_value(json_array_get(util_get(r, "outcome_counts"), 1)),
+	    "success");
 	json_decref(r);
 	r = CALL_OK("{\"id\":\"abc\",\"op\":\"hello\"}");
 	ck_assert_str_eq(util_str(r, "id"), "abc");
@@ -471,6 +477,208 @@ START_TEST(test_record_rejected)
 		    "\"break_ms\":1000}}");
 	ck_assert_int_eq(util_int(r, "snapshot.totals.rejected"), 1000006);
 	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	json_decref(r);
+}
+END_TEST
+
+/* tmpl with @N replaced by name and @T by now. */
+static void
+line_fill(char *out, size_t size, const char *tmpl, const char *name, const char *now)
+{
+	size_t n = 0;
+
+	for (const char *t = tmpl; *t != '\0'; t++) {
+		const char *with = NULL;
+
+		if (t[0] == '@' && (t[1] == 'N' || t[1] == 'T'))
+			with = t[1] == 'N' ? name : now;
+		if (with != NULL) {
+			ck_assert(n + strlen(with) < size);
+			memcpy(out + n, with, strlen(with));
+			n += strlen(with);
+			t++;
+		} else {
+			ck_assert(n + 1 < size);
+			out[n++] = *t;
+		}
+	}
+	out[n] = '\0';
+}
+
+/* The snapshot after lines (templates of line_fill) less its name and
+ * policy_rev; with
+ * one_by_one, a counted success ("count":N,) is sent as N lines without. */
+static json_t *
+snapshot_after(const char *name, const char *now, const char *const *lines, bool one_by_one)
+{
+	json_t *r = NULL, *snap;
+	char line[512], one[512];
+
+	for (size_t i = 0; lines[i] != NULL; i++) {
+		const char *c;
+		long times = 1;
+
+		line_fill(line, sizeof line, lines[i], name, now);
+		c = strstr(line, "\"count\":");
+		if (one_by_one && c != NULL) {
+			char *end;
+			int len;
+
+			times = strtol(c + strlen("\"count\":"), &end, 10);
+			len = snprintf(one, sizeof one, "%.*s%s", (int)(c - line), line,
+			    end + 1); /* (the comma after it too) */
+			ck_assert(len > 0 && (size_t)len < sizeof one);
+			memcpy(line, one, sizeof line);
+		}
+		for (long k = 0; k < times; k++) {
+			json_decref(r);
+			r = CALL_OK("%s", line);
+		}
+	}
+	snap = json_deep_copy(util_get(r, "snapshot"));
+	json_decref(r);
+	ck_assert_ptr_nonnull(snap);
+	json_object_del(snap, "name");
+	json_object_del(snap, "policy_rev"); /* (a circuit's own) */
+	return snap;
+}
+
+/* A counted success is that many lines: state, counts, window, totals. */
+START_TEST(test_record_success_count_equals_lines)
+{
+#define RATE_CTX                                                                                   \
+	"\"ctx\":{\"now\":@T,\"trip\":\"rate\",\"window_size\":8,\"minimum_calls\":6,"             \
+	"\"failure_rate\":40,\"slow_call_ms\":100,\"slow_call_rate\":60,\"success_threshold\":3,"  \
+	"\"break_ms\":1000}"
+	/* Each case: the lines after which the two circuits must agree. */
+	static const char *const cases[][7] = {
+		/* consecutive: failures, then successes reset the count. */
+		{ "{\"op\":\"record_failure\",\"name\":\"@N\",\"ctx\":{\"now\":1}}",
+		    "{\"op\":\"record_failure\",\"name\":\"@N\",\"ctx\":{\"now\":2}}",
+		    "{\"op\":\"record_success\",\"name\":\"@N\",\"count\":7,\"ctx\":{\"now\":3}}",
+		    NULL },
+		/* the rate rule, count window: a fast run drops the failures. */
+		{ "{\"op\":\"record_failure\",\"name\":\"@N\"," RATE_CTX "}",
+		    "{\"op\":\"record_failure\",\"name\":\"@N\"," RATE_CTX "}",
+		    "{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"@N\",\"count\":5,"
+		    "\"duration_ms\":3," RATE_CTX "}",
+		    "{\"op\":\"record_failure\",\"name\":\"@N\"," RATE_CTX "}",
+		    "{\"op\":\"record_success\",\"name\":\"@N\",\"count\":11,\"duration_ms\":"
+		    "5," RATE_CTX "}",
+		    NULL },
+		/* slow successes trip the slow-call rate part way through. */
+		{ "{\"op\":\"record_success\",\"name\":\"@N\",\"count\":4," RATE_CTX "}",
+		    "{\"op\":\"record_success\",\"name\":\"@N\",\"count\":9,\"duration_ms\":"
+		    "150," RATE_CTX "}",
+		    NULL },
+		/* half_open: three close, the rest count in closed. */
+		{ "{\"op\":\"set_state\",\"name\":\"@N\",\"state\":\"half_open\"," RATE_CTX "}",
+		    "{\"op\":\"record_success\",\"name\":\"@N\",\"count\":6," RATE_CTX "}", NULL },
+	};
+#undef RATE_CTX
+	static const char *const nows[] = { "10", "10", "20", "30" };
+	char name[32];
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		json_t *bulk, *one;
+		char *a, *b;
+
+		snprintf(name, sizeof name, "count-bulk-%zu", i);
+		bulk = snapshot_after(name, nows[i], cases[i], false);
+		snprintf(name, sizeof name, "count-one-%zu", i);
+		one = snapshot_after(name, nows[i], cases[i], true);
+		a = json_dumps(bulk, JSON_SORT_KEYS | JSON_COMPACT);
+		b = json_dumps(one, JSON_SORT_KEYS | JSON_COMPACT);
+		ck_assert_msg(json_equal(bulk, one), "case %zu: counted %s, one by one %s", i, a,
+		    b);
+		free(a);
+		free(b);
+		json_decref(bulk);
+		json_decref(one);
+	}
+}
+END_TEST
+
+/* count's bounds and outcomes, with a permit, noreply, and the metrics. */
+START_TEST(test_record_success_count)
+{
+	json_t *r;
+	const char *text;
+	const char *permit;
+	char line[512];
+
+	/* Bounds: the error names count; nothing is recorded. */
+	expect_error("{\"op\":\"record_success\",\"name\":\"k\",\"count\":0}", "bad_request",
+	    "count");
+	expect_error("{\"op\":\"record_success\",\"name\":\"k\",\"count\":1000001}", "bad_request",
+	    "count");
+	expect_error("{\"op\":\"record_success\",\"name\":\"k\",\"count\":\"2\"}", "bad_request",
+	    "count");
+	expect_error("{\"op\":\"record_success\",\"name\":\"k\",\"count\":2.5}", "bad_request",
+	    "count");
+	expect_error("{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"k\",\"count\":0}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"k\",\"count\":1000001}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"k\",\"count\":true}",
+	    "bad_request", "count");
+	/* Failures are one a line (each may trip), ignored calls too. */
+	expect_error("{\"op\":\"record_failure\",\"name\":\"k\",\"count\":2}", "bad_request",
+	    "count");
+	expect_error("{\"op\":\"record\",\"outcome\":\"failure\",\"name\":\"k\",\"count\":1}",
+	    "bad_request", "count");
+	expect_error("{\"op\":\"record\",\"outcome\":\"ignore\",\"name\":\"k\",\"count\":3}",
+	    "bad_request", "count");
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"k\"}");
+	ck_assert(!util_bool(r, "stored"));
+	json_decref(r);
+	/* A count of 1 is a line without one; the largest is taken. */
+	r = CALL_OK("{\"op\":\"record_success\",\"name\":\"k\",\"count\":1}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"k\",\"count\":1000000,"
+		    "\"duration_ms\":7}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1000001);
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	json_decref(r);
+	/* With a permit: the ticket goes back once, then the successes. */
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"p\",\"ctx\":{\"max_concurrent\":1}}");
+	ck_assert(util_bool(r, "allowed"));
+	permit = util_str(r, "permit");
+	ck_assert_ptr_nonnull(permit);
+	snprintf(line, sizeof line,
+	    "{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"p\",\"count\":40,"
+	    "\"permit\":\"%s\",\"ctx\":{\"max_concurrent\":1}}",
+	    permit);
+	json_decref(r);
+	r = CALL_OK("%s", line);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 40);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"allow\",\"name\":\"p\",\"ctx\":{\"max_concurrent\":1}}");
+	ck_assert(util_bool(r, "allowed")); /* (the ticket was back) */
+	json_decref(r);
+	/* noreply: carried out, nothing written back. */
+	{
+		static const char nr[] =
+		    "{\"op\":\"record_success\",\"name\":\"k\",\"count\":500,"
+		    "\"noreply\":true}\n{\"op\":\"record\",\"outcome\":"
+		    "\"success\",\"name\":\"k\",\"count\":499,\"noreply\":true}\n";
+
+		ck_assert(util_write_all(fd, nr, sizeof nr - 1));
+	}
+	r = CALL_OK("{\"op\":\"get\",\"name\":\"k\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1001000);
+	json_decref(r);
+	r = CALL_OK("{\"op\":\"metrics\"}");
+	text = util_str(r, "text");
+	ck_assert_msg(strstr(text,
+			  "cbd_circuit_calls_total{name=\"k\",outcome=\"success\"} "
+			  "1001000\n") != NULL,
+	    "%s", text);
+	ck_assert_msg(strstr(text,
+			  "cbd_circuit_calls_total{name=\"p\",outcome=\"success\"} "
+			  "40\n") != NULL,
+	    "%s", text);
 	json_decref(r);
 }
 END_TEST
@@ -1447,6 +1655,8 @@ ops_suite(void)
 	tcase_add_test(tc, test_allow_and_record);
 	tcase_add_test(tc, test_record_ignore);
 	tcase_add_test(tc, test_record_rejected);
+	tcase_add_test(tc, test_record_success_count_equals_lines);
+	tcase_add_test(tc, test_record_success_count);
 	tcase_add_test(tc, test_list);
 	tcase_add_test(tc, test_stats_counts);
 	tcase_add_test(tc, test_error_codes);

@@ -12,6 +12,7 @@
 #include "check-run.h"
 #include "circuit-table.h"
 #include "store-contract.h"
+#include "test-rand.h"
 
 #define T0 INT64_C(1700000000000)
 
@@ -816,6 +817,232 @@ START_TEST(retry_budget_rule)
 }
 END_TEST
 
+/* ---- counted successes: in bulk as one by one ------------------------- */
+
+/* check's assertions write a mark each (a system call): these loops
+ * assert only what failed. */
+#define CHECK_MSG(cond, ...)                                                                       \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			ck_abort_msg(__VA_ARGS__);                                                 \
+	} while (0)
+#define CHECK_OK(expr) CHECK_MSG((expr) == CT_OK, "%s failed", #expr)
+
+/* A random policy of one of the rules a counted success meets. */
+static cb_policy
+random_policy(uint64_t *rng)
+{
+	cb_policy p;
+
+	breaker_policy_default(&p);
+	p.failure_threshold = 1 + (int64_t)test_below(rng, 5);
+	p.success_threshold = 1 + (int64_t)test_below(rng, 5);
+	p.break_ms = 500 + (int64_t)test_below(rng, 2500);
+	p.slot_ttl_ms = p.break_ms;
+	p.half_open_max = 1 + (int64_t)test_below(rng, 3);
+	if (test_below(rng, 3) == 0)
+		p.max_gap_ms = 100 + (int64_t)test_below(rng, 2000);
+	switch (test_below(rng, 3)) {
+	case 0:
+		p.trip = CB_TRIP_CONSECUTIVE;
+		break;
+	case 1:
+		p.trip = CB_TRIP_RATE;
+		p.window = CB_WINDOW_COUNT;
+		p.window_size = 1 + (int64_t)test_below(rng, 30);
+		break;
+	default:
+		p.trip = CB_TRIP_RATE;
+		p.window = CB_WINDOW_TIME;
+		p.window_size = CB_WINDOW_TIME_MIN + (int64_t)test_below(rng, 4000);
+		break;
+	}
+	p.minimum_calls = 1 + (int64_t)test_below(rng, 40);
+	p.failure_rate = 1 + (int64_t)test_below(rng, 100);
+	if (test_below(rng, 2) == 0) {
+		p.slow_call_ms = 100;
+		p.slow_call_rate = 1 + (int64_t)test_below(rng, 100);
+	}
+	if (test_below(rng, 4) == 0) {
+		p.min_reporters = 2 + (int64_t)test_below(rng, 2);
+		p.reporter_window_ms = 500 + (int64_t)test_below(rng, 3000);
+	}
+	return p;
+}
+
+/* Two views of one circuit alike (the pointers' contents compared). */
+static void
+views_equal(const ct_view *a, const ct_view *b, const char *where, int step)
+{
+	CHECK_MSG(a->stored == b->stored, "%s %d: stored", where, step);
+	CHECK_MSG(memcmp(&a->snap, &b->snap, sizeof a->snap) == 0,
+	    "%s %d: snapshot %s/%lld/%lld vs %s/%lld/%lld", where, step,
+	    breaker_state_name(a->snap.state), (long long)a->snap.failure_count,
+	    (long long)a->snap.success_count, breaker_state_name(b->snap.state),
+	    (long long)b->snap.failure_count, (long long)b->snap.success_count);
+	CHECK_MSG(memcmp(&a->totals, &b->totals, sizeof a->totals) == 0, "%s %d: totals", where,
+	    step);
+	CHECK_MSG(a->has_window == b->has_window, "%s %d: window", where, step);
+	CHECK_MSG(a->window.calls == b->window.calls && a->window.failures == b->window.failures &&
+		a->window.slow == b->window.slow,
+	    "%s %d: window %u/%u/%u vs %u/%u/%u", where, step, a->window.calls, a->window.failures,
+	    a->window.slow, b->window.calls, b->window.failures, b->window.slow);
+	CHECK_MSG((a->transitions == NULL) == (b->transitions == NULL), "%s %d: transitions", where,
+	    step);
+	if (a->transitions != NULL)
+		CHECK_MSG(memcmp(a->transitions, b->transitions,
+			      sizeof a->transitions[0] * CB_STATE_COUNT * CB_STATE_COUNT) == 0,
+		    "%s %d: transitions", where, step);
+	CHECK_MSG((a->reporters == NULL) == (b->reporters == NULL), "%s %d: reporters", where,
+	    step);
+	if (a->reporters != NULL) {
+		CHECK_MSG(a->reporters->slots == b->reporters->slots, "%s %d: reporters", where,
+		    step);
+		CHECK_MSG(memcmp(a->reporters->r, b->reporters->r,
+			      sizeof a->reporters->r[0] * a->reporters->slots) == 0,
+		    "%s %d: reporters", where, step);
+	}
+	CHECK_MSG(a->hold.held == b->hold.held, "%s %d: hold", where, step);
+}
+
+/* The change a run of calls made, as one call reports it: the first
+ * `from`, the last change's `to` and reason. */
+static void
+change_add(ct_change *run, const ct_change *one, bool first)
+{
+	if (first)
+		run->from = one->from;
+	if (first || one->reason != CB_REASON_NONE) {
+		run->to = one->to;
+		run->reason = one->reason;
+	}
+}
+
+/* How many successes a counted step carries: mostly about a window's
+ * worth, at times many. */
+static uint64_t
+random_count(uint64_t *rng)
+{
+	switch (test_below(rng, 8)) {
+	case 0:
+		return 1;
+	case 1:
+		return 1 + test_below(rng, 2000);
+	case 2:
+		return 1 + test_below(rng, 300);
+	case 3:
+	case 4:
+		return 2 + test_below(rng, 4);
+	default:
+		return 1 + test_below(rng, 60);
+	}
+}
+
+/* Thousands of random sequences over the rules: a record_successes of N
+ * leaves the circuit as N record_success calls do (and answers the same
+ * view and change), whatever came before: failures, allows into
+ * half_open, holds, time passing. */
+START_TEST(counted_successes_equal_one_by_one)
+{
+	uint64_t rng = 0xc0a7ed5;
+	const int sequences = 3000, steps = 40;
+	uint64_t counted = 0;
+
+	for (int seq = 0; seq < sequences; seq++) {
+		circuit_table *one = circuit_table_new(10, 1), *bulk = circuit_table_new(10, 1);
+		cb_policy p = random_policy(&rng);
+		int64_t now = T0 + (int64_t)test_below(&rng, 1000);
+
+		ck_assert_ptr_nonnull(one);
+		ck_assert_ptr_nonnull(bulk);
+		for (int step = 0; step < steps; step++) {
+			ct_call call = at(&p, now);
+			ct_view va, vb;
+			ct_change ca, cb, c1;
+			ct_allow aa, ab;
+			ct_hold_request hold = { .ttl_ms = 0 };
+			uint64_t n;
+			size_t what = test_below(&rng, 16);
+
+			call.reporter = 1 + (int64_t)test_below(&rng, 3);
+			call.duration_ms = test_below(&rng, 3) == 0
+			    ? 100 + (int64_t)test_below(&rng, 50)
+			    : (int64_t)test_below(&rng, 100);
+			if (what < 7) {
+				n = random_count(&rng);
+				counted += n;
+				CHECK_OK(
+				    circuit_table_record_successes(bulk, "c", &call, n, &vb, &cb));
+				for (uint64_t i = 0; i < n; i++) {
+					CHECK_OK(circuit_table_record_success(one, "c", &call, &va,
+					    &c1));
+					change_add(&ca, &c1, i == 0);
+				}
+				CHECK_MSG(ca.from == cb.from && ca.to == cb.to &&
+					ca.reason == cb.reason,
+				    "seq %d step %d: change %d->%d (%d) vs %d->%d (%d), n %llu",
+				    seq, step, ca.from, ca.to, ca.reason, cb.from, cb.to, cb.reason,
+				    (unsigned long long)n);
+			} else if (what < 11) {
+				CHECK_OK(circuit_table_record_failure(bulk, "c", &call, &vb, NULL));
+				CHECK_OK(circuit_table_record_failure(one, "c", &call, &va, NULL));
+			} else if (what < 13) {
+				CHECK_OK(circuit_table_allow(bulk, "c", &call, &ab, &vb, NULL));
+				CHECK_OK(circuit_table_allow(one, "c", &call, &aa, &va, NULL));
+				CHECK_MSG(aa.allowed == ab.allowed, "allow");
+			} else if (what == 13 && test_below(&rng, 4) == 0) {
+				/* An operator's hold (open or closed), or its end. */
+				cb_state s = test_below(&rng, 2) ? CB_STATE_OPEN : CB_STATE_CLOSED;
+
+				hold.ttl_ms = (int64_t)test_below(&rng, 3000);
+				CHECK_OK(
+				    circuit_table_set_state(bulk, "c", s, &hold, &call, &vb, NULL));
+				CHECK_OK(
+				    circuit_table_set_state(one, "c", s, &hold, &call, &va, NULL));
+			} else if (what == 14 && test_below(&rng, 3) == 0) {
+				bool released;
+
+				circuit_table_release(bulk, "c", &call, &released, &vb, NULL);
+				circuit_table_release(one, "c", &call, &released, &va, NULL);
+			} else {
+				now += (int64_t)test_below(&rng, 1500);
+				circuit_table_get(bulk, "c", now, &vb, NULL);
+				circuit_table_get(one, "c", now, &va, NULL);
+			}
+			views_equal(&va, &vb, "counted", seq * 1000 + step);
+		}
+		circuit_table_free(one);
+		circuit_table_free(bulk);
+	}
+	/* (The sequences did count: a case that stopped early would not.) */
+	ck_assert_uint_gt(counted, 100000);
+}
+END_TEST
+
+/* The bulk path's cost: a count window takes at most its size in pushes,
+ * a time window one, whatever the count (a million here: instant). */
+START_TEST(counted_successes_do_not_loop_count_times)
+{
+	cb_policy p = policy();
+	ct_call call = at(&p, T0);
+	ct_view v;
+
+	p.trip = CB_TRIP_RATE;
+	p.window = CB_WINDOW_TIME;
+	p.window_size = 60000;
+	ck_assert_int_eq(circuit_table_record_failure(table, "t", &call, &v, NULL), CT_OK);
+	for (int i = 0; i < 5000; i++)
+		ck_assert_int_eq(circuit_table_record_successes(table, "t", &call,
+				     PROTO_SUCCESS_COUNT_MAX, &v, NULL),
+		    CT_OK);
+	ck_assert_uint_eq(v.totals.successes, 5000 * (uint64_t)PROTO_SUCCESS_COUNT_MAX);
+	/* The window's 32-bit counts stop at CB_WINDOW_CALLS_MAX, not wrap. */
+	ck_assert_uint_eq(v.window.calls, CB_WINDOW_CALLS_MAX);
+	ck_assert_uint_eq(v.window.failures, 1);
+	ck_assert_int_eq(v.snap.state, CB_STATE_CLOSED);
+}
+END_TEST
+
 static Suite *
 table_suite(void)
 {
@@ -826,6 +1053,8 @@ table_suite(void)
 	tcase_add_test(tc, writes_create_reads_do_not);
 	tcase_add_test(tc, tickets_bound_in_flight);
 	tcase_add_test(tc, retry_budget_rule);
+	tcase_add_test(tc, counted_successes_equal_one_by_one);
+	tcase_add_test(tc, counted_successes_do_not_loop_count_times);
 	tcase_add_test(tc, idle_closed_circuits_are_reclaimed);
 	tcase_add_test(tc, capacity_reclaims_longest_idle_first);
 	tcase_add_test(tc, owner_release_frees_all_its_slots);

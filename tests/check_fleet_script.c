@@ -1687,7 +1687,7 @@ assert_stored_alike(redisContext *ctx, const char *one, const char *fold, const 
  * (its reply, and its hash and window's hash as stored) must be the same. */
 static void
 fold_differential(redisContext *ctx, redisContext *sub, const char *base, const cb_policy *policy,
-    uint64_t seed, int *trips_inside)
+    uint64_t seed, int *trips_inside, int *counted)
 {
 	static const char *const reporters[] = { "r1", "r2", "r3" };
 	static const char *const states[] = { "closed", "open", "half_open" };
@@ -1726,6 +1726,12 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 				    it->kind == 'r' ? 1 + (int64_t)rng(3) : (int64_t)rng(4) * 60;
 				it->reporter = reporters[rng(3)];
 				it->want = rng(4) == 0;
+				/* A counted success (record_success's count): one by
+				 * one on circuit one, its answer the last call's circuit
+				 * with the change they made (first from, last to). */
+				it->count = it->kind == 's' && rng(4) == 0
+				    ? 2 + (int64_t)rng(rng(4) == 0 ? 400 : 12)
+				    : 1;
 				op = it->kind == 's'  ? "success"
 				    : it->kind == 'f' ? "failure"
 				    : it->kind == 'i' ? "ignore"
@@ -1736,6 +1742,32 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 				else
 					with_int(q, "duration_ms", it->value);
 				replies[i] = fleet_call(ctx, one, op, policy, q);
+				if (it->count > 1) {
+					json_t *merged =
+					    json_incref(json_object_get(replies[i], "change"));
+
+					for (int64_t c = 1; c < it->count; c++) {
+						json_t *q2 = with_int(with_str(at(now), "reporter",
+									  it->reporter),
+						    "duration_ms", it->value);
+						json_t *r = fleet_call(ctx, one, op, policy, q2);
+						json_t *ch = json_object_get(r, "change");
+
+						if (json_is_null(merged) && !json_is_null(ch)) {
+							json_decref(merged);
+							merged = json_deep_copy(ch);
+						} else if (!json_is_null(ch)) {
+							json_object_set(merged, "to",
+							    json_object_get(ch, "to"));
+							json_object_set(merged, "reason",
+							    json_object_get(ch, "reason"));
+						}
+						json_decref(replies[i]);
+						replies[i] = r;
+					}
+					json_object_set_new(replies[i], "change", merged);
+					(*counted)++;
+				}
 			}
 			extra = fleet_fold_extra(items, n, policy, place);
 			ck_assert_ptr_nonnull(extra);
@@ -1820,7 +1852,7 @@ START_TEST(fold_equals_one_by_one)
 	redisContext *sub = connect_server();
 	struct timeval wait = { EVENT_WAIT_S, 0 };
 	redisReply *reply;
-	int trips_inside = 0;
+	int trips_inside = 0, counted = 0;
 	cb_policy p;
 	/* FOLD_SEED (hex): other random sequences than the fixed ones, to
 	 * explore by hand; unset in make check. */
@@ -1841,11 +1873,12 @@ START_TEST(fold_equals_one_by_one)
 	p.break_backoff = 2;
 	p.break_max_ms = 2000;
 	fold_differential(ctx, sub, "fold-consecutive", &p, 0x9e3779b97f4a7c15u ^ salt,
-	    &trips_inside);
+	    &trips_inside, &counted);
 	/* Consecutive, slow calls counted. */
 	p.slow_call_ms = 120;
 	p.max_gap_ms = 0;
-	fold_differential(ctx, sub, "fold-slow", &p, 0x2545f4914f6cdd1du ^ salt, &trips_inside);
+	fold_differential(ctx, sub, "fold-slow", &p, 0x2545f4914f6cdd1du ^ salt, &trips_inside,
+	    &counted);
 	/* Rate rule over a count window with the slow rule. */
 	breaker_policy_default(&p);
 	p.trip = CB_TRIP_RATE;
@@ -1856,7 +1889,7 @@ START_TEST(fold_equals_one_by_one)
 	p.slow_call_rate = 50;
 	p.break_ms = 400;
 	fold_differential(ctx, sub, "fold-rate-count", &p, 0x1234567887654321u ^ salt,
-	    &trips_inside);
+	    &trips_inside, &counted);
 	/* Rate rule over a time window. */
 	breaker_policy_default(&p);
 	p.trip = CB_TRIP_RATE;
@@ -1866,26 +1899,28 @@ START_TEST(fold_equals_one_by_one)
 	p.failure_rate = 50;
 	p.break_ms = 300;
 	p.break_backoff = 3;
-	fold_differential(ctx, sub, "fold-rate-time", &p, 0xdeadbeefcafef00du ^ salt,
-	    &trips_inside);
+	fold_differential(ctx, sub, "fold-rate-time", &p, 0xdeadbeefcafef00du ^ salt, &trips_inside,
+	    &counted);
 	/* min_reporters on both rules. */
 	breaker_policy_default(&p);
 	p.failure_threshold = 2;
 	p.min_reporters = 2;
 	p.reporter_window_ms = 400;
 	p.break_ms = 300;
-	fold_differential(ctx, sub, "fold-reporters", &p, 0x0badc0ffee0ddf00u ^ salt,
-	    &trips_inside);
+	fold_differential(ctx, sub, "fold-reporters", &p, 0x0badc0ffee0ddf00u ^ salt, &trips_inside,
+	    &counted);
 	p.trip = CB_TRIP_RATE;
 	p.window_size = 4;
 	p.minimum_calls = 2;
 	p.min_reporters = 3;
 	p.slow_call_ms = 100;
 	fold_differential(ctx, sub, "fold-reporters-rate", &p, 0x5555aaaa3333ccccu ^ salt,
-	    &trips_inside);
+	    &trips_inside, &counted);
 	/* Folds that moved the state more than once (e.g. a trial closed
 	 * then a failure run tripped) were among them. */
 	ck_assert_int_gt(trips_inside, 40);
+	/* Counted successes (runs of their own) were among the outcomes. */
+	ck_assert_int_gt(counted, 100);
 	redisFree(sub);
 	redisFree(ctx);
 }
@@ -1896,8 +1931,9 @@ START_TEST(fold_malformed_refused)
 	redisContext *ctx = connect_server();
 	cb_policy p = default_policy();
 	static const char *const bad[] = { "[]", "[[\"x\",0,\"r\",1,0]]", "[[\"s\",0,\"r\",0,0]]",
-		"[[\"s\",0,\"r\",2,1]]", "[[\"r\",0,\"r\",1,0]]", "[[\"s\",0.5,\"r\",1,0]]",
-		"[7]" };
+		"[[\"s\",0,\"r\",2,1]]", "[[\"r\",0,\"r\",1,0]]", "[[\"s\",0.5,\"r\",1,0]]", "[7]",
+		"[[\"f\",0,\"r\",2,0,1]]", "[[\"s\",0,\"r\",1000001,0,1]]",
+		"[[\"s\",0,\"r\",2,0,2]]" };
 
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		json_t *req = at(T0);

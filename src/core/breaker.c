@@ -230,6 +230,118 @@ breaker_on_outcome(cb_snapshot *snap, const cb_policy *policy, int64_t now, cons
 	return CB_REASON_NONE;
 }
 
+/* The rate rule's test of the window as it is (rate_trips without the
+ * call it adds). */
+static bool
+rate_reached(const cb_policy *policy, cb_window_counts n)
+{
+	bool slow_rule = policy->slow_call_ms > 0;
+
+	if (n.calls == 0 || (int64_t)n.calls < policy->minimum_calls)
+		return false;
+	return (int64_t)n.failures * 100 >= policy->failure_rate * (int64_t)n.calls ||
+	    (slow_rule && (int64_t)n.slow * 100 >= policy->slow_call_rate * (int64_t)n.calls);
+}
+
+/* How many successes alike may be added to w, after the one just added
+ * did not trip, before one more might (that one is then added and tested
+ * alone); `left` when none of the rest can trip. Added successes only
+ * lower the failure share and, when not slow, the slow share, so a test
+ * that failed with at least minimum_calls in the window fails for every
+ * later one; slow ones raise the slow share. */
+static uint64_t
+successes_safe(const cb_policy *policy, const cb_window *w, bool slow, uint64_t left)
+{
+	cb_window_counts n = w->counts;
+	int64_t calls = n.calls, min = policy->minimum_calls, need;
+
+	if (calls < min) {
+		/* Each success adds a call until a count window is full. */
+		if (w->kind == CB_WINDOW_COUNT && min > (int64_t)w->slots)
+			return left;
+		if (w->kind == CB_WINDOW_TIME && n.calls == CB_WINDOW_CALLS_MAX)
+			return left;
+		need = min - calls - 1; /* the pushes that keep calls < min */
+		return (uint64_t)need < left ? (uint64_t)need : left;
+	}
+	if (!slow)
+		return left;
+	if (w->kind == CB_WINDOW_COUNT)
+		return 0; /* the share moves with what drops out: one at a time */
+	/* A time window: calls and slow both grow by one a success; the
+	 * first j with (slow + j) x 100 >= rate x (calls + j). */
+	if (policy->slow_call_rate >= CB_PERCENT_MAX || n.calls == CB_WINDOW_CALLS_MAX)
+		return left;
+	need = policy->slow_call_rate * calls - (int64_t)n.slow * 100;
+	need = (need + (CB_PERCENT_MAX - policy->slow_call_rate) - 1) /
+	    (CB_PERCENT_MAX - policy->slow_call_rate);
+	return (uint64_t)(need - 1) < left ? (uint64_t)(need - 1) : left;
+}
+
+cb_reason
+breaker_on_successes(cb_snapshot *snap, const cb_policy *policy, int64_t now, const cb_outcome *o,
+    uint64_t *n)
+{
+	bool slow = o->slow && policy->trip == CB_TRIP_RATE && policy->slow_call_ms > 0;
+	bool window_slow = policy->slow_call_ms > 0 && o->slow;
+	uint64_t want = *n, done, skip;
+	cb_reason reason;
+
+	if (want <= 1) {
+		*n = want;
+		return want == 1 ? breaker_on_outcome(snap, policy, now, o) : CB_REASON_NONE;
+	}
+	switch (snap->state) {
+	case CB_STATE_CLOSED:
+		/* The first one as ever (it notes a slow reporter, moves the
+		 * window's head and resets the failure count). */
+		reason = breaker_on_outcome(snap, policy, now, o);
+		if (reason != CB_REASON_NONE) {
+			*n = 1;
+			return reason;
+		}
+		if (policy->trip != CB_TRIP_RATE || o->window == NULL ||
+		    !reporters_allow_trip(policy, o, now)) {
+			/* Nothing of the rest can trip: the window takes them. */
+			if (policy->trip == CB_TRIP_RATE && o->window != NULL)
+				window_add_run(o->window, false, window_slow, want - 1, now);
+			return CB_REASON_NONE;
+		}
+		for (done = 1; done < want; done++) {
+			skip = successes_safe(policy, o->window, slow, want - done);
+			window_add_run(o->window, false, window_slow, skip, now);
+			done += skip;
+			if (done == want)
+				break;
+			window_add(o->window, false, window_slow, now);
+			if (rate_reached(policy, window_counts(o->window, now))) {
+				trip_open(snap, now);
+				*n = done + 1;
+				return CB_REASON_FAILURE_RATE;
+			}
+		}
+		return CB_REASON_NONE;
+	case CB_STATE_HALF_OPEN:
+		if (slow || snap->success_count + 1 >= policy->success_threshold) {
+			*n = 1;
+			return breaker_on_outcome(snap, policy, now, o);
+		}
+		/* Trial successes until the one that closes. */
+		done = (uint64_t)(policy->success_threshold - snap->success_count) - 1;
+		if (want <= done) {
+			snap->success_count += (int64_t)want;
+			return CB_REASON_NONE;
+		}
+		snap->success_count += (int64_t)done;
+		*n = done + 1;
+		return breaker_on_outcome(snap, policy, now, o);
+	case CB_STATE_OPEN:
+		/* What one does there (a slow one notes its reporter), once. */
+		return breaker_on_outcome(snap, policy, now, o);
+	}
+	return CB_REASON_NONE;
+}
+
 cb_reason
 breaker_on_success(cb_snapshot *snap, const cb_policy *policy, int64_t now)
 {

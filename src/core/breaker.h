@@ -171,6 +171,15 @@ bool breaker_snapshot_is_initial(const cb_snapshot *snap);
 cb_reason breaker_on_outcome(cb_snapshot *snap, const cb_policy *policy, int64_t now,
     const cb_outcome *outcome);
 
+/* Apply *n successes alike (o->failure false) as *n breaker_on_outcome
+ * calls would, in bulk: the cost does not grow with *n (a count window
+ * takes at most its size in pushes). Stops right after the first
+ * transition (the caller empties the window, then applies the rest):
+ * *n becomes how many were applied, and the reason is returned; NONE when
+ * all were applied without one. */
+cb_reason breaker_on_successes(cb_snapshot *snap, const cb_policy *policy, int64_t now,
+    const cb_outcome *o, uint64_t *n);
+
 /* breaker_on_outcome of a plain success / failure (no window, no
  * reporters, not slow). */
 cb_reason breaker_on_success(cb_snapshot *snap, const cb_policy *policy, int64_t now);

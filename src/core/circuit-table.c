@@ -943,11 +943,11 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		return CT_NOMEM;
 	}
 	o.slow = policy->slow_call_ms > 0 && call->duration_ms >= policy->slow_call_ms;
-	c->totals.slow += o.slow;
+	c->totals.slow += o.slow ? count : 0;
 	if (o.failure)
 		c->totals.failures++;
 	else
-		c->totals.successes++;
+		c->totals.successes += count;
 	o.window = policy->trip == CB_TRIP_RATE && c->ext != NULL ? c->ext->window : NULL;
 	o.reporters = c->ext != NULL ? c->ext->reporters : NULL;
 	/* A held circuit counts its calls but no rule moves it: held open
@@ -959,10 +959,18 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		policy = &held;
 		o.window = NULL;
 	}
-	from = c->snap.state;
-	reason = breaker_on_outcome(&c->snap, policy, call->now, &o);
-	change_merge(change, c->snap.state, reason);
-	transition_done(c, from);
+	/* `count` successes alike: in bulk, a step for each transition (the
+	 * window emptied between them, as between separate calls). */
+	do {
+		uint64_t n = count;
+
+		from = c->snap.state;
+		reason = o.failure ? breaker_on_outcome(&c->snap, policy, call->now, &o)
+				   : breaker_on_successes(&c->snap, policy, call->now, &o, &n);
+		change_merge(change, c->snap.state, reason);
+		transition_done(c, from);
+		count -= o.failure ? count : n;
+	} while (count > 0);
 	circuit_relist(table, c);
 	view_at(table, c, call->now, out);
 	return CT_OK;
@@ -973,6 +981,13 @@ circuit_table_record_success(circuit_table *table, const char *name, const ct_ca
     ct_view *out, ct_change *change)
 {
 	return record_outcome(table, name, call, 1, 1, out, change);
+}
+
+ct_status
+circuit_table_record_successes(circuit_table *table, const char *name, const ct_call *call,
+    uint64_t count, ct_view *out, ct_change *change)
+{
+	return record_outcome(table, name, call, 1, count < 1 ? 1 : count, out, change);
 }
 
 ct_status

@@ -249,6 +249,13 @@ bool circuit_table_peek_at(circuit_table *table, const char *name, int64_t now, 
  * An ignored outcome counts in totals of a stored circuit only. */
 ct_status circuit_table_record_success(circuit_table *table, const char *name, const ct_call *call,
     ct_view *out, ct_change *change);
+/* `count` successes alike (>= 1), exactly as `count`
+ * circuit_table_record_success calls in a row would leave the circuit
+ * (totals, window, transitions; `out` the view after the last; `change`
+ * the first state and the last, which at most one transition moves), at a
+ * cost that does not grow with count. */
+ct_status circuit_table_record_successes(circuit_table *table, const char *name,
+    const ct_call *call, uint64_t count, ct_view *out, ct_change *change);
 ct_status circuit_table_record_failure(circuit_table *table, const char *name, const ct_call *call,
     ct_view *out, ct_change *change);
 void circuit_table_record_ignore(circuit_table *table, const char *name, const ct_call *call,

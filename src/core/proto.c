@@ -938,8 +938,7 @@ ctx_member(const pval *v, int k, proto_ctx *out, proto_error *err)
 	}
 	if (v->type != PVAL_INT || v->integer < def->min || v->integer > def->max)
 		return proto_fail(err, PROTO_BAD_REQUEST, "%s must be an integer from %lld to %lld",
-		    ctx_field(def, field, sizeof field), (long long)def->min,
-		    (long long)def->max);
+		    ctx_field(def, field, sizeof field), (long long)def->min, (long long)def->max);
 	proto_ctx_set(out, (proto_ctx_key)k, v->integer);
 	return true;
 }

@@ -97,6 +97,9 @@ typedef enum proto_ctx_type {
 /* Most refusals one `record` with outcome "rejected" reports (its `count`,
  * protocol 3, §6). */
 #define PROTO_REJECTED_COUNT_MAX 1000000
+/* Most successes one record_success (or `record` with outcome "success")
+ * reports: its `count`, the same call that many times in a row. */
+#define PROTO_SUCCESS_COUNT_MAX 1000000
 
 /* A row of the ctx table: the member's name, type and bounds. */
 typedef struct proto_ctx_def {

@@ -134,11 +134,28 @@ time_advance(cb_window *w, int64_t second)
 	w->last_second = second;
 }
 
+/* Add n calls alike to the newest bucket of a time window (its head
+ * moved to now already), up to CB_WINDOW_CALLS_MAX calls in all. */
+static void
+time_add(cb_window *w, bool failure, bool slow, uint64_t n)
+{
+	bucket *b = bucket_at(w, w->last_second);
+	uint32_t k;
+
+	if (n > (uint64_t)(CB_WINDOW_CALLS_MAX - w->counts.calls))
+		n = (uint64_t)(CB_WINDOW_CALLS_MAX - w->counts.calls);
+	k = (uint32_t)n;
+	b->calls += k;
+	b->failures += failure ? k : 0;
+	b->slow += slow ? k : 0;
+	w->counts.calls += k;
+	w->counts.failures += failure ? k : 0;
+	w->counts.slow += slow ? k : 0;
+}
+
 void
 window_add(cb_window *w, bool failure, bool slow, int64_t now)
 {
-	bucket *b;
-
 	if (w->kind == CB_WINDOW_COUNT) {
 		count_add(w, failure, slow);
 		return;
@@ -146,13 +163,28 @@ window_add(cb_window *w, bool failure, bool slow, int64_t now)
 	time_advance(w, second_of(now));
 	/* A clock behind the newest bucket (another process's ctx.now)
 	 * counts in the newest bucket. */
-	b = bucket_at(w, w->last_second);
-	b->calls++;
-	b->failures += failure;
-	b->slow += slow;
-	w->counts.calls++;
-	w->counts.failures += failure;
-	w->counts.slow += slow;
+	time_add(w, failure, slow, 1);
+}
+
+void
+window_add_run(cb_window *w, bool failure, bool slow, uint64_t n, int64_t now)
+{
+	uint64_t pushed;
+
+	if (n == 0)
+		return;
+	if (w->kind == CB_WINDOW_TIME) {
+		time_advance(w, second_of(now));
+		time_add(w, failure, slow, n);
+		return;
+	}
+	/* A count window: the first `slots` calls push out what was there;
+	 * after them the ring holds only these calls, and the rest only move
+	 * its start. */
+	pushed = n < w->slots ? n : w->slots;
+	for (uint64_t i = 0; i < pushed; i++)
+		count_add(w, failure, slow);
+	w->next = (uint32_t)((w->next + (n - pushed) % w->slots) % w->slots);
 }
 
 cb_window_counts

@@ -28,6 +28,10 @@ typedef enum cb_window_kind {
 #define CB_WINDOW_TIME_MAX 3600000
 /* A time window's bucket. */
 #define CB_WINDOW_BUCKET_MS 1000
+/* Most calls a window holds: a time window's calls beyond it (counted
+ * successes can bring billions a second) are left out of it, so that its
+ * 32-bit counts never wrap. */
+#define CB_WINDOW_CALLS_MAX UINT32_MAX
 
 /* What the window holds now. */
 typedef struct cb_window_counts {
@@ -59,6 +63,11 @@ void window_reset(cb_window *w);
 
 /* Add one call at now. */
 void window_add(cb_window *w, bool failure, bool slow, int64_t now);
+
+/* Add n calls alike at now, as n window_add() calls would, in
+ * O(min(n, slots)) for a count window and O(1) for a time window once its
+ * head is at now. */
+void window_add_run(cb_window *w, bool failure, bool slow, uint64_t n, int64_t now);
 
 /* What the window holds at now (a time window drops expired buckets). */
 cb_window_counts window_counts(cb_window *w, int64_t now);
