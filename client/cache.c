@@ -144,9 +144,8 @@ static _Thread_local int cache_hash_oom;
  * output is written, at CACHE_FOLD_COUNT_MAX, when CACHE_FOLDS_MAX folds
  * are open (all of them then), and at a disconnect or the release. */
 #define CACHE_FOLDS_MAX 32u
-/* The most successes one counted line carries (protocol 3: 1..1000000,
- * PROTO_REJECTED_COUNT_MAX's bound for refusals too). */
-#define CACHE_FOLD_COUNT_MAX 1000000u
+/* The most successes one counted line carries (cbd takes 1..this). */
+#define CACHE_FOLD_COUNT_MAX PROTO_SUCCESS_COUNT_MAX
 /* A longer line prefix is not folded (its successes go one line each). */
 #define CACHE_FOLD_PREFIX_MAX 4096u
 
