@@ -143,7 +143,7 @@ static _Thread_local int cache_hash_oom;
  * as one line with "count" before any other line is queued, when the
  * output is written, at CACHE_FOLD_COUNT_MAX, when CACHE_FOLDS_MAX folds
  * are open (all of them then), and at a disconnect or the release. */
-#define CACHE_FOLDS_MAX 32u
+#define CACHE_FOLDS_MAX 64u
 /* The most successes one counted line carries (cbd takes 1..this). */
 #define CACHE_FOLD_COUNT_MAX PROTO_SUCCESS_COUNT_MAX
 /* A longer line prefix is not folded (its successes go one line each). */
@@ -251,9 +251,9 @@ struct cbci_cache {
 	 * (an older cbd answers bad_request to a count on a success, and a
 	 * noreply line's error is never seen). */
 	bool counts_ok;
-	/* The open folds (folds[0..nfolds)), and the one last counted in. */
+	/* The open folds (folds[0..nfolds)). */
 	cache_fold folds[CACHE_FOLDS_MAX];
-	unsigned nfolds, fold_last;
+	unsigned nfolds;
 	cbc_cache_stats stats;
 };
 
@@ -528,7 +528,6 @@ cache_folds_put_locked(cbci_cache *c)
 		c->folds[j] = t;
 	}
 	c->nfolds -= i;
-	c->fold_last = 0;
 	return false;
 }
 
@@ -547,14 +546,15 @@ cache_out_put(cbci_cache *c, const char *data, size_t len)
  * takes counted successes, the entry's rule is known and the call is
  * not slow by it (nor by slow_ms, the breaker's own slow_call_ms: -1
  * none), and the reader's timer runs (a lone success of an idle process
- * is written by its caller, as a line). The hot path: a comparison with
- * the fold counted last and an increment. False: queue the line. */
+ * is written by its caller, as a line). *hint: the caller's slot the
+ * last time (read and written under the lock). The hot path: a
+ * comparison with that fold and an increment. False: queue the line. */
 static bool
 cache_fold_locked(cbci_cache *c, const cbci_cache_entry *e, const char *prefix, size_t len,
-    int64_t slow_ms, int64_t duration_ms)
+    unsigned *hint, int64_t slow_ms, int64_t duration_ms)
 {
 	const cbc_policy *p = &e->policy.policy;
-	cache_fold *f = &c->folds[c->fold_last];
+	cache_fold *f = &c->folds[*hint % CACHE_FOLDS_MAX];
 	int64_t now;
 	bool dense;
 
@@ -566,13 +566,13 @@ cache_fold_locked(cbci_cache *c, const cbci_cache_entry *e, const char *prefix, 
 	dense = now - c->lazy_at < CACHE_HOT_US;
 	if (c->cold && !dense)
 		return false;
-	if (c->fold_last >= c->nfolds || f->len != len || memcmp(f->prefix, prefix, len) != 0) {
+	if (*hint >= c->nfolds || f->len != len || memcmp(f->prefix, prefix, len) != 0) {
 		f = NULL;
 		for (unsigned i = 0; i < c->nfolds; i++) {
 			if (c->folds[i].len == len &&
 			    memcmp(c->folds[i].prefix, prefix, len) == 0) {
 				f = &c->folds[i];
-				c->fold_last = i;
+				*hint = i;
 				break;
 			}
 		}
@@ -592,7 +592,7 @@ cache_fold_locked(cbci_cache *c, const cbci_cache_entry *e, const char *prefix, 
 		memcpy(f->prefix, prefix, len);
 		f->len = len;
 		f->count = 0;
-		c->fold_last = c->nfolds++;
+		*hint = c->nfolds++;
 	}
 	if (f->count >= CACHE_FOLD_COUNT_MAX)
 		return false; /* full and out of memory: the line tries again */
@@ -1610,15 +1610,15 @@ cbci_cache_send(cbci_cache *c, const char *line, size_t len, bool urgent)
 
 bool
 cbci_cache_report(cbci_cache *c, cbci_cache_entry *e, const char *line, size_t len,
-    const char *prefix, size_t prefix_len, int64_t slow_ms, bool failure, int64_t duration_ms,
-    bool *could_trip)
+    const char *prefix, size_t prefix_len, unsigned *hint, int64_t slow_ms, bool failure,
+    int64_t duration_ms, bool *could_trip)
 {
 	bool queued = false;
 
 	pthread_mutex_lock(&c->lock);
 	*could_trip = own_count(&e->own, failure, duration_ms);
 	if (!*could_trip && !failure &&
-	    cache_fold_locked(c, e, prefix, prefix_len, slow_ms, duration_ms))
+	    cache_fold_locked(c, e, prefix, prefix_len, hint, slow_ms, duration_ms))
 		queued = true;
 	else if (!*could_trip)
 		queued = cache_send_locked(c, line, len, failure);

@@ -754,7 +754,7 @@ typedef struct cbc_breaker cbc_breaker;
  * is queued (every circuit's outcomes keep their order: a success only
  * ever moves later, never past a later line), with the next write (the
  * same 1-10 ms timer as the lines: a success reaches cbd at most one
- * write later, as before), at 1,000,000 successes, when 32 folds are open,
+ * write later, as before), at 1,000,000 successes, when 64 folds are open,
  * and when the connection is lost (then queued for the next one, as the
  * lines are) or the cache closes. A slow success, a failure, an ignored
  * outcome and a refusal count go as lines, as does every success on a

@@ -61,6 +61,9 @@ struct cbc_breaker {
 	 * (its duration must reach cbd): the breaker's own slow_call_ms, -1
 	 * none, 0 every success (a preset the client does not know). */
 	int64_t fold_slow_ms;
+	/* The cache's fold slot of these successes the last time (touched
+	 * under the cache's lock only). */
+	unsigned fold_hint;
 	/* The same with a reply awaited (an outcome that could trip). */
 	char *line_sync[2];
 	size_t line_sync_len[2];
@@ -738,7 +741,7 @@ report_noreply(cbc_breaker *b, cbc_outcome outcome, int64_t duration_ms, const i
 	line[len++] = '}';
 	line[len++] = '\n';
 	if (cbci_cache_report(b->cache, b->entry, line, len, b->line[0], b->line_len[0],
-		b->fold_slow_ms, failure, duration_ms, &could_trip))
+		&b->fold_hint, b->fold_slow_ms, failure, duration_ms, &could_trip))
 		return true;
 	if (!could_trip)
 		return false;

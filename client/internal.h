@@ -254,10 +254,11 @@ bool cbci_cache_send(cbci_cache *cache, const char *line, size_t len, bool urgen
  * slow by the entry's rule nor by slow_ms, the breaker's own
  * slow_call_ms: -1 none, 0 any call may be slow) is counted in the open
  * fold of prefix (prefix_len bytes: the line up to its duration, without
- * the closing brace), sent later as one line with "count". */
+ * the closing brace), sent later as one line with "count". *hint: the
+ * caller's own (0 at first), where the cache looks for its fold first. */
 bool cbci_cache_report(cbci_cache *cache, cbci_cache_entry *entry, const char *line, size_t len,
-    const char *prefix, size_t prefix_len, int64_t slow_ms, bool failure, int64_t duration_ms,
-    bool *could_trip);
+    const char *prefix, size_t prefix_len, unsigned *hint, int64_t slow_ms, bool failure,
+    int64_t duration_ms, bool *could_trip);
 /* Send an outcome with its reply awaited on the watch connection (line:
  * the request without noreply, less its closing brace) and wait for the
  * reply (bounded), which updates the entry; *state gets the entry's state

@@ -572,7 +572,9 @@ failure_synced(cbci_cache *c, cbci_cache_entry *e)
 	static const char line[] = "{}\n";
 	bool could_trip = false;
 
-	cbci_cache_report(c, e, line, sizeof line - 1, "{", 1, -1, true, 0, &could_trip);
+	unsigned hint = 0;
+
+	cbci_cache_report(c, e, line, sizeof line - 1, "{", 1, &hint, -1, true, 0, &could_trip);
 	return could_trip;
 }
 
