@@ -36,6 +36,17 @@
  *     so every outcome reaches cbd once and in order. With no live
  *     connection, or cbd frozen past that wait, the caller reports
  *     through the store instead.
+ *   - Counted successes: each connection starts with a hello whose reply
+ *     says whether cbd takes a success's "count" (outcome_counts lists
+ *     "success"). While it does, a success that is not slow is counted in
+ *     an open fold of its breaker's line instead of queued, and each fold
+ *     goes out as one line with "count" before any other line is queued
+ *     (order kept: a success only moves later), with the next write, at
+ *     CACHE_FOLD_COUNT_MAX, when CACHE_FOLDS_MAX are open, and at a
+ *     disconnect or the release, where it is a queued line like the
+ *     others. A lost connection keeps every line not wholly written,
+ *     the one half written included (cbd drops a line's head that came
+ *     without its newline): the next connection carries each once.
  *   - A frozen cbd (SIGSTOP, hung) keeps the connection open, so the
  *     reader checks that cbd still answers: PROBE_INTERVAL_MS after the
  *     last line received it sends a hello on the watch connection, and

@@ -756,7 +756,8 @@ typedef struct cbc_breaker cbc_breaker;
  * same 1-10 ms timer as the lines: a success reaches cbd at most one
  * write later, as before), at 1,000,000 successes, when 64 folds are open,
  * and when the connection is lost (then queued for the next one, as the
- * lines are) or the cache closes. A slow success, a failure, an ignored
+ * lines are: every line not wholly written, the one half written
+ * included, goes whole to the next connection) or the cache closes. A slow success, a failure, an ignored
  * outcome and a refusal count go as lines, as does every success on a
  * connection whose cbd has not said it takes counts (an older cbd, or
  * until its hello reply comes). folded counts the successes sent so.
