@@ -27,7 +27,9 @@ strace and (for the Redis lines) redis-server on PATH.
 
 OP: record_failure (default), record_success, record, get, allow,
 noreply_record_success, noreply_record, noreply_record_success_count (400
-successes in one line), hello, or all. The noreply ops
+successes in one line), noreply_record_success_rate and
+noreply_record_success_count_rate (the same under the rate rule), hello,
+or all. The noreply ops
 send what a cached client sends (libcbclient: "noreply": true, the
 breaker's ctx, duration_ms); cbd answers none of them, so each goes in
 one write with a hello behind it, whose reply paces the connection as
@@ -70,6 +72,15 @@ CBD_OPS = {
                                     '"noreply":true,"count":400,'
                                     '"ctx":{"failure_threshold":5,"break_ms":30000,'
                                     '"half_open_max":1},"duration_ms":12}\n' + HELLO,
+    # The same under the rate rule (a count window of 100: the line
+    # pushes 100 successes, not 400).
+    "noreply_record_success_count_rate": '{"op":"record_success","name":"circuit-%02d",'
+                                         '"noreply":true,"count":400,'
+                                         '"ctx":{"trip":"rate","window_size":100},'
+                                         '"duration_ms":12}\n' + HELLO,
+    "noreply_record_success_rate": '{"op":"record_success","name":"circuit-%02d",'
+                                   '"noreply":true,"ctx":{"trip":"rate","window_size":100},'
+                                   '"duration_ms":12}\n' + HELLO,
     "hello": HELLO,
 }
 # As bench-vs-redis: GET of keys nobody set (a 5-byte nil reply).
