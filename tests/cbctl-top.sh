@@ -175,6 +175,9 @@ alternate_is() {
 top_cmd="CBD_SOCKET='$sock' '$CBCTL_BINARY' top --interval 500ms; echo top-exited-\$?"
 tm -f /dev/null new-session -d -s top -x 80 -y 24 "env PS1='$ ' sh"
 tm set-option -t top status off
+# Keys sent before the shell's first prompt are echoed before it, and the
+# prompt then lands where the command's output goes ("$ top-exited-0").
+wait_pane '^\$ ?$' "the shell's first prompt"
 tm send-keys -t top "$top_cmd" Enter
 wait_pane '^cbctl top ' "the screen shows"
 alternate_is 1 "on the alternate screen"
