@@ -536,7 +536,7 @@ export class WatchCache {
     }
     this.stats.probes += 1; // also the probe's number in its id
     this.probeSentAt = now;
-    this.write(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.stats.probes}` })}\n`, []);
+    this.writeAfterQueued(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.stats.probes}` })}\n`);
     this.armProbe(PROBE_TIMEOUT_MS);
   }
 
@@ -550,6 +550,14 @@ export class WatchCache {
       if (err && items.length > 0) this.reroute(items);
       this.writing -= 1;
     });
+  }
+
+  /** Write a request of the cache's own (a watch, an unwatch, a probe) now,
+   * after the queued outcomes and open folds (nothing overtakes a
+   * success: written with them). */
+  writeAfterQueued(text) {
+    if (this.out.length > 0 || this.folds.size > 0) this.flush();
+    this.write(text, []);
   }
 
   flush() {
@@ -688,7 +696,7 @@ export class WatchCache {
       e = new Entry(name);
       this.entries.set(name, e);
       namesWatched += 1;
-      if (this.live) this.write(watchLine([name]), []);
+      if (this.live) this.writeAfterQueued(watchLine([name]));
     }
     e.breakers.add(ref);
     return e;
@@ -700,7 +708,7 @@ export class WatchCache {
     if (e.breakers.size > 0 || this.entries.get(e.name) !== e) return;
     this.entries.delete(e.name);
     namesWatched -= 1;
-    if (this.live) this.write(`${JSON.stringify({ op: 'unwatch', names: [e.name] })}\n`, []);
+    if (this.live) this.writeAfterQueued(`${JSON.stringify({ op: 'unwatch', names: [e.name] })}\n`);
   }
 
   /** {verdict: PERMIT | REFUSE | ASK, retryAfterMs} for a call on e now. */
