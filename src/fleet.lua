@@ -62,7 +62,8 @@ positional, not one JSON object, so that the common ops decode no JSON:
   ARGV[9]  duration_ms: integer, or "": not given
   ARGV[10] token (allow, acquire_slot, release_slot), or "": none
   ARGV[11] extra: a JSON object of an op's own members, or "": none:
-           count (rejected), items (outcomes: see ops.outcomes), from/to (cas),
+           count (rejected; success: that many alike), items (outcomes: see
+           ops.outcomes), from/to (cas),
            state + hold (set_state), circuit +
            reseed (merge), action + state + at + known (writeback), circuit
            (restore)
@@ -1328,9 +1329,10 @@ if op == 'get' then
 	end
 end
 
--- Successes alike in bulk (record_success's count): breaker.c's
--- breaker_on_successes with circuit-table.c's record_outcome around it.
-if op == 'success' or op == 'outcomes' then
+-- Successes alike in bulk (record_success's count, a fold's runs):
+-- breaker.c's breaker_on_successes with circuit-table.c's record_outcome
+-- around it. Defined on first use (most success calls are one success).
+fn.later[#fn.later + 1] = function()
 	-- The rate rule's test of the window as it is.
 	function fn.rate_reached(w)
 		local calls = w.calls
@@ -1528,9 +1530,13 @@ end
 -- by one in arrival order at this call's now, each exactly as its own
 -- success / failure / ignore / rejected call would apply it (same rule
 -- order, totals, version, events). extra.items: runs [kind, value,
--- reporter, n, want]: kind "s" | "f" | "i" | "r", value its duration_ms
--- ("r": its count), n the run's length (identical outcomes one after
--- another), want 1: its request waits for a reply (then n is 1). Every
+-- reporter, n, want, one]: kind "s" | "f" | "i" | "r", value its
+-- duration_ms ("r": its count), n the run's length (identical outcomes one
+-- after another), want 1: its request waits for a reply (then n is 1, but
+-- for one), one 1 (optional, "s" only): the run is one request's counted
+-- successes (record_success's count, n up to SUCCESS_COUNT_MAX), applied in
+-- bulk and answered once, [run, n, circuit, change] after its last, its
+-- change from the first state it left to the last it reached. Every
 -- outcome that changes the state publishes its own event (the circuit as
 -- that outcome left it), as its own call would. Reply member "items":
 -- [[run, k, circuit, change], ...] in order, one for each outcome that

@@ -25,6 +25,9 @@
 bool
 op_hello(op_call *call)
 {
+	/* (Made once; each reply holds a reference.) */
+	static json_t *outcome_counts;
+
 	const char *client;
 
 	if (!proto_get_text(call->request, "client", false, &client, NULL, &call->err))
@@ -38,8 +41,9 @@ op_hello(op_call *call)
 	if (json_object_set_new(op_reply(call), "server", json_string(PACKAGE_NAME)) != 0 ||
 	    json_object_set_new(op_reply(call), "version", json_string(PACKAGE_VERSION)) != 0 ||
 	    json_object_set_new(op_reply(call), "protocol", json_integer(PROTO_VERSION)) != 0 ||
-	    json_object_set_new(op_reply(call), "outcome_counts",
-		json_pack("[ss]", "rejected", "success")) != 0)
+	    (outcome_counts == NULL &&
+		(outcome_counts = json_pack("[ss]", "rejected", "success")) == NULL) ||
+	    json_object_set(op_reply(call), "outcome_counts", outcome_counts) != 0)
 		return proto_fail(&call->err, PROTO_INTERNAL, "out of memory");
 	return true;
 }

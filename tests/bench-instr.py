@@ -26,7 +26,10 @@ strace and (for the Redis lines) redis-server on PATH.
       [-k 8] [--no-strace] [--no-redis] [OP ...]
 
 OP: record_failure (default), record_success, record, get, allow,
-noreply_record_success, noreply_record, hello, or all. The noreply ops
+noreply_record_success, noreply_record, noreply_record_success_count (400
+successes in one line), noreply_record_success_rate and
+noreply_record_success_count_rate (the same under the rate rule), hello,
+or all. The noreply ops
 send what a cached client sends (libcbclient: "noreply": true, the
 breaker's ctx, duration_ms); cbd answers none of them, so each goes in
 one write with a hello behind it, whose reply paces the connection as
@@ -62,6 +65,22 @@ CBD_OPS = {
     "noreply_record": '{"op":"record","name":"circuit-%02d","noreply":true,'
                       '"ctx":{"failure_threshold":5,"break_ms":30000,"half_open_max":1},'
                       '"outcome":"success","duration_ms":12}\n' + HELLO,
+    # 400 successes in one line (a cached client folding them, when
+    # hello lists "success" in outcome_counts): compare with 400 x
+    # noreply_record_success.
+    "noreply_record_success_count": '{"op":"record_success","name":"circuit-%02d",'
+                                    '"noreply":true,"count":400,'
+                                    '"ctx":{"failure_threshold":5,"break_ms":30000,'
+                                    '"half_open_max":1},"duration_ms":12}\n' + HELLO,
+    # The same under the rate rule (a count window of 100: the line
+    # pushes 100 successes, not 400).
+    "noreply_record_success_count_rate": '{"op":"record_success","name":"circuit-%02d",'
+                                         '"noreply":true,"count":400,'
+                                         '"ctx":{"trip":"rate","window_size":100},'
+                                         '"duration_ms":12}\n' + HELLO,
+    "noreply_record_success_rate": '{"op":"record_success","name":"circuit-%02d",'
+                                   '"noreply":true,"ctx":{"trip":"rate","window_size":100},'
+                                   '"duration_ms":12}\n' + HELLO,
     "hello": HELLO,
 }
 # As bench-vs-redis: GET of keys nobody set (a 5-byte nil reply).

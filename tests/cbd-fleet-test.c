@@ -2248,6 +2248,99 @@ START_TEST(test_fold_cut_short_by_redis_going_away)
 }
 END_TEST
 
+/* Counted successes (record_success's count) folded behind a call:
+ * each is one outcome of the fold, applied as its N successes (a trial
+ * run that closes, the rest in closed); the same with Redis away: the
+ * copy answers each as its N successes. */
+START_TEST(test_fold_of_counted_successes)
+{
+	int watcher, other;
+	int64_t records;
+	const char *text;
+	json_t *r, *rb;
+
+	restart_host_a_coalescing(20000, 0);
+	watcher = harness_connect(&host_a);
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(a,
+	    "{\"op\":\"record_success\",\"name\":\"cs\",\"ctx\":{"
+	    "\"failure_threshold\":1,\"success_threshold\":3,\"break_ms\":200}}"));
+	json_decref(util_call_ok(a, "{\"op\":\"record_failure\",\"name\":\"cs\"}"));
+	do {
+		usleep(50 * 1000);
+		r = util_call_ok(b, "{\"op\":\"allow\",\"name\":\"cs\"}");
+		text = util_bool(r, "allowed") ? "y" : "n";
+		json_decref(r);
+	} while (text[0] == 'n');
+	other = freeze_behind_a_call(watcher, "cs");
+	records = stat_int(watcher, "ops.record_success.requests") +
+	    stat_int(watcher, "ops.record.requests");
+	/* Two trials, then five (the first closes the circuit, four count
+	 * in closed), then a thousand in closed. */
+	write_lines(a, "{\"op\":\"record_success\",\"name\":\"cs\",\"count\":2,\"noreply\":true}\n",
+	    1);
+	write_lines(a,
+	    "{\"op\":\"record\",\"outcome\":\"success\",\"name\":\"cs\",\"count\":5,"
+	    "\"noreply\":true}\n",
+	    1);
+	write_lines(a,
+	    "{\"op\":\"record_success\",\"name\":\"cs\",\"count\":1000,\"noreply\":true}\n", 1);
+	for (int tries = 0; stat_int(watcher, "ops.record_success.requests") +
+		 stat_int(watcher, "ops.record.requests") <
+	     records + 3;
+	     tries++) {
+		ck_assert_msg(tries < 2000, "the outcomes were never read");
+		usleep(10 * 1000);
+	}
+	kill(redis.pid, SIGCONT);
+	json_decref(util_next_json(other, "the outcome in flight"));
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"cs\"}");
+	ck_assert_str_eq(util_str(r, "snapshot.state"), "closed");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 1 + 2 + 5 + 1000);
+	ck_assert_int_eq(util_int(r, "snapshot.totals.failures"), 1);
+	rb = util_call_ok(b, "{\"op\":\"get\",\"name\":\"cs\"}");
+	ck_assert(json_equal(util_get(r, "snapshot.totals"), util_get(rb, "snapshot.totals")));
+	json_decref(rb);
+	json_decref(r);
+	ck_assert_int_ge(stat_int(watcher, "backend.folds"), 1);
+	ck_assert_int_eq(redis_hget_int("cbd:{cs}", "t_successes"), 1008);
+	close(other);
+	close(watcher);
+}
+END_TEST
+
+/* Redis away behind a call: counted successes folded behind it are
+ * answered from the copy, each as its N successes. */
+START_TEST(test_counted_successes_cut_short_by_redis_going_away)
+{
+	int watcher = harness_connect(&host_a);
+	int other;
+	int64_t local;
+	json_t *r;
+
+	ck_assert(watcher >= 0);
+	json_decref(util_call_ok(a, "{\"op\":\"record_success\",\"name\":\"cutc\"}"));
+	local = stat_int(watcher, "backend.local_answers");
+	other = freeze_behind_a_call(watcher, "cutc");
+	write_lines(a,
+	    "{\"op\":\"record_success\",\"name\":\"cutc\",\"count\":300,\"noreply\":true}\n", 3);
+	ck_assert(util_stats_reach_str(watcher, "backend.health", "degraded"));
+	ck_assert(util_stats_reach(watcher, "backend.local_answers", local + 3));
+	json_decref(util_next_json(other, "the outcome answered from the copy"));
+	/* The copy (Redis still away) counted them as 900 successes. */
+	r = util_call_ok(a, "{\"op\":\"get\",\"name\":\"cutc\"}");
+	ck_assert_int_eq(util_int(r, "snapshot.totals.successes"), 901);
+	json_decref(r);
+	kill(redis.pid, SIGCONT);
+	ck_assert(util_stats_reach_str(watcher, "backend.health", "up"));
+	/* Redis has the one sent before (outcomes answered locally are not
+	 * written back). */
+	ck_assert_int_eq(redis_hget_int("cbd:{cutc}", "t_successes"), 1);
+	close(other);
+	close(watcher);
+}
+END_TEST
+
 /* A burst of noreply outcomes of one circuit behind a frozen Redis fills
  * folds of FLEET_FOLD_MAX (counted) and loses none. */
 START_TEST(test_fold_bound_is_counted)
@@ -2478,6 +2571,8 @@ fleet_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_fold_closes_and_trips_as_one_by_one);
 	tcase_add_test(tc, test_fold_cut_short_by_redis_going_away);
+	tcase_add_test(tc, test_fold_of_counted_successes);
+	tcase_add_test(tc, test_counted_successes_cut_short_by_redis_going_away);
 	tcase_add_test(tc, test_fold_bound_is_counted);
 	tcase_add_test(tc, test_fold_of_successes_keeps_allows_on_the_copy);
 	suite_add_tcase(s, tc);

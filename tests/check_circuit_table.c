@@ -1019,8 +1019,9 @@ START_TEST(counted_successes_equal_one_by_one)
 }
 END_TEST
 
-/* The bulk path's cost: a count window takes at most its size in pushes,
- * a time window one, whatever the count (a million here: instant). */
+/* The bulk path's cost: a count window takes fewer pushes than its size
+ * (or is written whole), a time window one, whatever the count (a million
+ * here, 5000 times: instant). */
 START_TEST(counted_successes_do_not_loop_count_times)
 {
 	cb_policy p = policy();
@@ -1040,6 +1041,17 @@ START_TEST(counted_successes_do_not_loop_count_times)
 	ck_assert_uint_eq(v.window.calls, CB_WINDOW_CALLS_MAX);
 	ck_assert_uint_eq(v.window.failures, 1);
 	ck_assert_int_eq(v.snap.state, CB_STATE_CLOSED);
+	/* The largest count window, replaced whole by each line. */
+	p.window = CB_WINDOW_COUNT;
+	p.window_size = CB_WINDOW_COUNT_MAX;
+	ck_assert_int_eq(circuit_table_record_failure(table, "c", &call, &v, NULL), CT_OK);
+	for (int i = 0; i < 5000; i++)
+		ck_assert_int_eq(circuit_table_record_successes(table, "c", &call,
+				     PROTO_SUCCESS_COUNT_MAX, &v, NULL),
+		    CT_OK);
+	ck_assert_uint_eq(v.window.calls, CB_WINDOW_COUNT_MAX);
+	ck_assert_uint_eq(v.window.failures, 0);
+	ck_assert_uint_eq(v.totals.successes, 5000 * (uint64_t)PROTO_SUCCESS_COUNT_MAX);
 }
 END_TEST
 

@@ -1281,14 +1281,24 @@ differential(redisContext *ctx, const char *name, const cb_policy *policy, uint6
 			const char *op = kind < 5 ? "success" : kind < 11 ? "failure" : "ignore";
 			char id[16];
 
+			/* Some successes counted (record_success's count): the
+			 * script's success op with extra.count against the
+			 * core's bulk path. */
+			uint64_t count =
+			    kind < 5 && rng(3) == 0 ? 2 + rng(rng(4) == 0 ? 500 : 20) : 1;
+
 			call.duration_ms = (int64_t)rng(4) * 60;
 			call.reporter = reporter;
 			snprintf(id, sizeof id, "r%lld", (long long)reporter);
 			with_int(with_str(req, "reporter", id), "duration_ms", call.duration_ms);
-			snprintf(where, sizeof where, "%s step %d (%s)", name, step, op);
+			if (count > 1)
+				with_int(req, "count", (int64_t)count);
+			snprintf(where, sizeof where, "%s step %d (%s x%llu)", name, step, op,
+			    (unsigned long long)count);
 			r = fleet_call(ctx, name, op, policy, req);
 			if (kind < 5)
-				circuit_table_record_success(table, name, &call, &view, &change);
+				circuit_table_record_successes(table, name, &call, count, &view,
+				    &change);
 			else if (kind < 11)
 				circuit_table_record_failure(table, name, &call, &view, &change);
 			else
@@ -1730,7 +1740,7 @@ fold_differential(redisContext *ctx, redisContext *sub, const char *base, const 
 				 * one on circuit one, its answer the last call's circuit
 				 * with the change they made (first from, last to). */
 				it->count = it->kind == 's' && rng(4) == 0
-				    ? 2 + (int64_t)rng(rng(4) == 0 ? 400 : 12)
+				    ? 2 + (int64_t)rng(rng(4) == 0 ? 150 : 12)
 				    : 1;
 				op = it->kind == 's'  ? "success"
 				    : it->kind == 'f' ? "failure"

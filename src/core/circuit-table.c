@@ -903,9 +903,12 @@ circuit_table_get_call(circuit_table *table, const char *name, const ct_call *ca
 	    change);
 }
 
-/* Shared body of the outcomes: 0 ignore, 1 success, 2 failure, 3 `count`
- * refusals made by a client on its own (counted, nothing else). */
-static ct_status
+/* Shared body of the outcomes: 0 ignore, 1 `count` successes alike, 2
+ * failure, 3 `count` refusals made by a client on its own (counted,
+ * nothing else). Inlined in each: outcome and count are constants there
+ * but for counted successes and refusals (one success costs what it did
+ * before counts). */
+static inline __attribute__((always_inline)) ct_status
 record_outcome(circuit_table *table, const char *name, const ct_call *call, int outcome,
     uint64_t count, ct_view *out, ct_change *change)
 {
@@ -959,18 +962,24 @@ record_outcome(circuit_table *table, const char *name, const ct_call *call, int 
 		policy = &held;
 		o.window = NULL;
 	}
-	/* `count` successes alike: in bulk, a step for each transition (the
-	 * window emptied between them, as between separate calls). */
-	do {
-		uint64_t n = count;
-
-		from = c->snap.state;
-		reason = o.failure ? breaker_on_outcome(&c->snap, policy, call->now, &o)
-				   : breaker_on_successes(&c->snap, policy, call->now, &o, &n);
+	from = c->snap.state;
+	if (count == 1) {
+		reason = breaker_on_outcome(&c->snap, policy, call->now, &o);
 		change_merge(change, c->snap.state, reason);
 		transition_done(c, from);
-		count -= o.failure ? count : n;
-	} while (count > 0);
+	} else {
+		/* `count` successes alike: in bulk, a step for each transition
+		 * (the window emptied between them, as between separate calls). */
+		do {
+			uint64_t n = count;
+
+			from = c->snap.state;
+			reason = breaker_on_successes(&c->snap, policy, call->now, &o, &n);
+			change_merge(change, c->snap.state, reason);
+			transition_done(c, from);
+			count -= n;
+		} while (count > 0);
+	}
 	circuit_relist(table, c);
 	view_at(table, c, call->now, out);
 	return CT_OK;

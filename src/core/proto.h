@@ -443,6 +443,14 @@ bool proto_req_name(const proto_req *r, proto_member m, const char **out, proto_
 bool proto_req_ctx(const proto_req *r, proto_ctx *out, proto_error *err);
 /* Is member m given, and not null? */
 bool proto_req_has(const proto_req *r, proto_member m);
+
+/* Is member m surely absent? An index read in a flat view (a hot path's
+ * test for a rare member); false: ask proto_req_has. */
+static inline bool
+proto_req_surely_absent(const proto_req *r, proto_member m)
+{
+	return r->flat != NULL && r->flat->member[m] < 0;
+}
 /* Is member m true? */
 bool proto_req_true(const proto_req *r, proto_member m);
 /* Member m as a boolean (absent or null: `absent`); false (bad_request)

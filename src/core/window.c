@@ -169,7 +169,7 @@ window_add(cb_window *w, bool failure, bool slow, int64_t now)
 void
 window_add_run(cb_window *w, bool failure, bool slow, uint64_t n, int64_t now)
 {
-	uint64_t pushed;
+	unsigned bits;
 
 	if (n == 0)
 		return;
@@ -178,13 +178,20 @@ window_add_run(cb_window *w, bool failure, bool slow, uint64_t n, int64_t now)
 		time_add(w, failure, slow, n);
 		return;
 	}
-	/* A count window: the first `slots` calls push out what was there;
-	 * after them the ring holds only these calls, and the rest only move
-	 * its start. */
-	pushed = n < w->slots ? n : w->slots;
-	for (uint64_t i = 0; i < pushed; i++)
-		count_add(w, failure, slow);
-	w->next = (uint32_t)((w->next + (n - pushed) % w->slots) % w->slots);
+	/* A count window: fewer calls than slots push out as many, one by
+	 * one; as many or more leave the ring holding only these calls (every
+	 * slot the same two bits: written at once), its start moved n on. */
+	if (n < w->slots) {
+		for (uint64_t i = 0; i < n; i++)
+			count_add(w, failure, slow);
+		return;
+	}
+	bits = (failure ? OUTCOME_FAILURE : 0) | (slow ? OUTCOME_SLOW : 0);
+	memset(w->data, (int)(bits * 0x55u), (w->slots + 3) / 4);
+	w->next = (uint32_t)((w->next + n % w->slots) % w->slots);
+	w->counts.calls = w->slots;
+	w->counts.failures = failure ? w->slots : 0;
+	w->counts.slow = slow ? w->slots : 0;
 }
 
 cb_window_counts
