@@ -152,6 +152,7 @@ type Breaker struct {
 	rejectedLine  []byte    // the record of refusals made from the cache, up to count's value
 	foldPrefix    []byte    // the noreply success line's head, without duration_ms (a fold's key)
 	foldSlowMs    int64     // the ctx's slow_call_ms (-1: none): slower successes are not folded
+	foldHint      int       // its fold's slot the last time (the cache's outMu)
 	rejectedMu    sync.Mutex
 	rejectedN     int64     // refusals made from the cache not yet reported (atomic)
 	rejectedSince time.Time // when the first of them was made
@@ -781,7 +782,7 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 			return nil
 		}
 	} else if p.cache != nil && foldable && (b.foldSlowMs < 0 || ms < b.foldSlowMs) &&
-		p.cache.fold(b.foldPrefix) {
+		p.cache.fold(b.foldPrefix, &b.foldHint) {
 		return nil // counted in its fold, sent with the next write
 	} else if p.cache != nil && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
 		return nil // cbd applies it without answering

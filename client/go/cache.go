@@ -124,7 +124,7 @@ const (
 	cacheSyncTimeout = cacheProbeTimeout
 	// The most folds open at once (successes of as many line heads);
 	// one more puts them all in the output.
-	cacheFoldsMax = 32
+	cacheFoldsMax = 64
 	// The most successes one counted line carries (cbd's
 	// PROTO_SUCCESS_COUNT_MAX).
 	cacheFoldCountMax = 1000000
@@ -357,9 +357,8 @@ type watchCache struct {
 	// This connection's cbd takes counted successes (its hello reply
 	// listed "success" in outcome_counts); false from every connect.
 	countsOK bool
-	// The open folds (outMu), and the one counted in last.
-	folds    []cacheFold
-	foldLast int
+	// The open folds (outMu).
+	folds []cacheFold
 
 	wake    chan struct{}
 	stop    chan struct{}
@@ -537,21 +536,21 @@ func (c *watchCache) putFoldsLocked() {
 		atomic.AddInt64(&c.noreplyLines, 1)
 	}
 	c.folds = c.folds[:0]
-	c.foldLast = 0
 }
 
 // fold counts one success of the line head prefix in its open fold
 // instead of queuing its line, when this connection's cbd takes counted
 // successes (the caller checked that the success is not slow by the
-// cached rule). The hot path: a comparison with the fold counted last and
-// an increment. False: send its line.
-func (c *watchCache) fold(prefix []byte) bool {
+// cached rule). *hint: the caller's fold the last time (read and written
+// under outMu). The hot path: a comparison with that fold and an
+// increment. False: send its line.
+func (c *watchCache) fold(prefix []byte, hint *int) bool {
 	c.outMu.Lock()
 	if !c.countsOK || c.conn == nil || c.broken {
 		c.outMu.Unlock()
 		return false
 	}
-	i := c.foldLast
+	i := *hint
 	if i >= len(c.folds) || !bytes.Equal(c.folds[i].prefix, prefix) {
 		i = -1
 		for j := range c.folds {
@@ -568,7 +567,7 @@ func (c *watchCache) fold(prefix []byte) bool {
 			c.folds = append(c.folds, cacheFold{prefix: prefix})
 			i = len(c.folds) - 1
 		}
-		c.foldLast = i
+		*hint = i
 	}
 	c.folds[i].count++
 	if c.folds[i].count == cacheFoldCountMax {

@@ -219,3 +219,41 @@ func TestCachedNoFoldsWithoutOutcomeCounts(t *testing.T) {
 		}
 	}
 }
+
+// More breakers than folds, interleaved: the table fills and is put whole,
+// and every success still reaches cbd exactly once.
+func TestCachedMoreBreakersThanFolds(t *testing.T) {
+	d := sharedCbd(t)
+	plain := testClient(t)
+	ctx := context.Background()
+	bs := make([]*Breaker, cacheFoldsMax+6)
+	for i := range bs {
+		bs[i] = cachedBreaker(t, d.Socket, circuitName(t), BreakerOptions{Policy: Ctx{"failure_threshold": 1000}})
+	}
+	u := bs[0].cacheUse.Load()
+	waitFor(t, "the hello's reply", func() bool {
+		u.cache.outMu.Lock()
+		defer u.cache.outMu.Unlock()
+		return u.cache.countsOK
+	})
+	const rounds = 50
+	for r := 0; r < rounds; r++ {
+		for _, b := range bs {
+			// Runs of 3 per breaker, so that folds count more than one.
+			for k := 0; k < 3; k++ {
+				if err := b.Execute(ctx, succeeding); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, b := range bs {
+		b := b
+		waitFor(t, "cbd to count "+b.Name+"'s successes", func() bool {
+			return totals(t, plain, b.Name).Successes == 1+3*rounds
+		})
+	}
+	if bs[0].Client().CacheCounters().Folded == 0 {
+		t.Fatal("no success was folded")
+	}
+}

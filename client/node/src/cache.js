@@ -95,7 +95,7 @@ export const SYNC_TIMEOUT_MS = PROBE_TIMEOUT_MS;
 
 // The most folds open at once (successes of as many line heads); one more
 // queues them all.
-export const FOLDS_MAX = 32;
+export const FOLDS_MAX = 64;
 // The most successes one counted line carries (cbd's PROTO_SUCCESS_COUNT_MAX).
 export const FOLD_COUNT_MAX = 1_000_000;
 // Successes folded since the last write past which the output is written

@@ -942,3 +942,26 @@ test('a cbd whose hello lacks outcome_counts (older) gets no line with a count',
   await b.close();
   client.close();
 });
+
+test('more breakers than open folds, interleaved in runs: every success reaches cbd once', async () => {
+  const { FOLDS_MAX } = await import('../src/cache.js');
+  const client = new Client(d.socket, OPTS);
+  const bs = [];
+  for (let i = 0; i < FOLDS_MAX + 6; i++) {
+    const b = new Breaker(uniqueName('folds'), { client, policy: { failure_threshold: 1000 } });
+    await b.call(async () => 'first');
+    bs.push(b);
+  }
+  await waitFor(() => bs.every((b) => b.cacheLive), 'the watch replies', COUNTED_WAIT_MS);
+  await countsOk(bs[0]);
+  const before = bs[0].cacheStats();
+  const rounds = 20;
+  for (let r = 0; r < rounds; r++) for (const b of bs) for (let k = 0; k < 3; k++) await b.call(async () => k);
+  assert.equal(bs[0].cacheStats().cachedCalls - before.cachedCalls, bs.length * rounds * 3, 'all from the cache');
+  for (const b of bs) {
+    await waitFor(async () => (await totals(b.name)).successes === 1 + 3 * rounds, `${b.name}'s successes at cbd`, COUNTED_WAIT_MS);
+  }
+  assert.ok(bs[0].cacheStats().folded > before.folded, 'successes were folded');
+  await Promise.all(bs.map((b) => b.close()));
+  client.close();
+});

@@ -1054,3 +1054,23 @@ def test_no_count_without_outcome_counts(cbd, client, name, tmp_path):
     finally:
         c.close()
         server.close()
+
+
+def test_more_breakers_than_folds_stay_exact(cbd, client, name, monkeypatch):
+    """More breakers than open folds, interleaved in runs: the table fills
+    and is put whole, and every success reaches cbd exactly once."""
+    monkeypatch.setattr(cache, "FOLDS_MAX", 2)
+    c = Client(cbd.socket, io_timeout=2.0)
+    bs = [Breaker(f"{name}-{i}", c, failure_threshold=1000) for i in range(5)]
+    primed = [prime(b) for b in bs]
+    wait_counts_ok(bs[0])
+    folded = bs[0].cache_stats().folded
+    rounds = 50
+    for _ in range(rounds):
+        for b in bs:
+            for _ in range(3):
+                b.call(lambda: None)
+    for b, p in zip(bs, primed):
+        wait_until(lambda: totals(client, b.name)["successes"] == p + 3 * rounds)
+    assert bs[0].cache_stats().folded > folded
+    c.close()

@@ -127,7 +127,7 @@ SYNC_TIMEOUT_S = PROBE_TIMEOUT_S
 
 # The most folds open at once (successes of as many line heads); one more
 # puts them all in the output.
-FOLDS_MAX = 32
+FOLDS_MAX = 64
 # The most successes one counted line carries (cbd's PROTO_SUCCESS_COUNT_MAX).
 FOLD_COUNT_MAX = 1_000_000
 
