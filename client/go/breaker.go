@@ -147,12 +147,12 @@ type Breaker struct {
 	cacheSeen     uint64 // change events of the entry already seen
 	cacheRead     uint64 // snapshots of the entry already noted
 	told          atomic.Pointer[told]
-	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
-	syncLines     [3][]byte // the same with a reply (an outcome that could trip)
-	rejectedLine  []byte    // the record of refusals made from the cache, up to count's value
-	foldPrefix    []byte    // the noreply success line's head, without duration_ms (a fold's key)
-	foldSlowMs    int64     // the ctx's slow_call_ms (-1: none): slower successes are not folded
-	foldHint      int       // its fold's slot the last time (the cache's outMu)
+	outcomeLines  [3][]byte    // noreply line heads by Outcome, up to duration_ms's value
+	syncLines     [3][]byte    // the same with a reply (an outcome that could trip)
+	rejectedLine  []byte       // the record of refusals made from the cache, up to count's value
+	foldPrefix    []byte       // the noreply success line's head, without duration_ms (a fold's key)
+	foldSlowMs    int64        // the ctx's slow_call_ms (-1: none): slower successes are not folded
+	foldHint      atomic.Int32 // its fold's slot the last time (a hint: any value is safe)
 	rejectedMu    sync.Mutex
 	rejectedN     int64     // refusals made from the cache not yet reported (atomic)
 	rejectedSince time.Time // when the first of them was made

@@ -541,16 +541,16 @@ func (c *watchCache) putFoldsLocked() {
 // fold counts one success of the line head prefix in its open fold
 // instead of queuing its line, when this connection's cbd takes counted
 // successes (the caller checked that the success is not slow by the
-// cached rule). *hint: the caller's fold the last time (read and written
-// under outMu). The hot path: a comparison with that fold and an
-// increment. False: send its line.
-func (c *watchCache) fold(prefix []byte, hint *int) bool {
+// cached rule). hint: the caller's fold the last time (checked before
+// use: a stale one costs a search). The hot path: a comparison with that
+// fold and an increment. False: send its line.
+func (c *watchCache) fold(prefix []byte, hint *atomic.Int32) bool {
 	c.outMu.Lock()
 	if !c.countsOK || c.conn == nil || c.broken {
 		c.outMu.Unlock()
 		return false
 	}
-	i := *hint
+	i := int(hint.Load())
 	if i >= len(c.folds) || !bytes.Equal(c.folds[i].prefix, prefix) {
 		i = -1
 		for j := range c.folds {
@@ -567,7 +567,7 @@ func (c *watchCache) fold(prefix []byte, hint *int) bool {
 			c.folds = append(c.folds, cacheFold{prefix: prefix})
 			i = len(c.folds) - 1
 		}
-		*hint = i
+		hint.Store(int32(i))
 	}
 	c.folds[i].count++
 	if c.folds[i].count == cacheFoldCountMax {
