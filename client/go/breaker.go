@@ -147,9 +147,12 @@ type Breaker struct {
 	cacheSeen     uint64 // change events of the entry already seen
 	cacheRead     uint64 // snapshots of the entry already noted
 	told          atomic.Pointer[told]
-	outcomeLines  [3][]byte // noreply line heads by Outcome, up to duration_ms's value
-	syncLines     [3][]byte // the same with a reply (an outcome that could trip)
-	rejectedLine  []byte    // the record of refusals made from the cache, up to count's value
+	outcomeLines  [3][]byte    // noreply line heads by Outcome, up to duration_ms's value
+	syncLines     [3][]byte    // the same with a reply (an outcome that could trip)
+	rejectedLine  []byte       // the record of refusals made from the cache, up to count's value
+	foldPrefix    []byte       // the noreply success line's head, without duration_ms (a fold's key)
+	foldSlowMs    int64        // the ctx's slow_call_ms (-1: none): slower successes are not folded
+	foldHint      atomic.Int32 // its fold's slot the last time (a hint: any value is safe)
 	rejectedMu    sync.Mutex
 	rejectedN     int64     // refusals made from the cache not yet reported (atomic)
 	rejectedSince time.Time // when the first of them was made
@@ -262,7 +265,16 @@ func (b *Breaker) makeOutcomeLines() error {
 		// With a reply (an outcome that could trip), which carries the
 		// circuit's policy (protocol 3 §1) to refresh the cache's rule.
 		b.syncLines[o] = append(append([]byte{}, line...), `,"policy":true,"duration_ms":`...)
-		b.outcomeLines[o] = append(line, `,"noreply":true,"duration_ms":`...)
+		b.outcomeLines[o] = append(append([]byte{}, line...), `,"noreply":true,"duration_ms":`...)
+		if o == Success {
+			// Counted successes: this head, then ,"count":N} (PROTOCOL.md
+			// §14 item 12). Its own array: the cache keeps it as a key.
+			b.foldPrefix = append(append([]byte{}, line...), `,"noreply":true`...)
+		}
+	}
+	b.foldSlowMs = -1
+	if v, ok := toInt(b.opts.Policy["slow_call_ms"]); ok {
+		b.foldSlowMs = v
 	}
 	b.rejectedLine = append(append([]byte(`{"op":"record","outcome":"rejected","name":`), name...), ctx...)
 	b.rejectedLine = append(b.rejectedLine, `,"noreply":true,"count":`...)
@@ -754,9 +766,11 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 	// The process's own outcomes, whatever path they take, are counted
 	// against the rule: one that could trip the circuit is sent with a
 	// reply awaited, so the next call sees the state it led to.
-	couldTrip := false
+	couldTrip, foldable := false, false
 	if u := b.cacheUse.Load(); u != nil && u.entry != nil {
 		couldTrip = u.entry.own.count(o, ms)
+		// A success not slow by the kept policy may be counted in a fold.
+		foldable = o == Success && !couldTrip && u.entry.foldable(ms)
 	}
 	if p.cache != nil && couldTrip {
 		if snap, sent := p.cache.sendSync(b.syncLines[o], ms); sent {
@@ -767,6 +781,9 @@ func (b *Breaker) Report(p *Permit, o Outcome, d time.Duration) error {
 			}
 			return nil
 		}
+	} else if p.cache != nil && foldable && (b.foldSlowMs < 0 || ms < b.foldSlowMs) &&
+		p.cache.fold(b.foldPrefix, &b.foldHint) {
+		return nil // counted in its fold, sent with the next write
 	} else if p.cache != nil && p.cache.send(b.outcomeLines[o], ms, o == Failure) {
 		return nil // cbd applies it without answering
 	}

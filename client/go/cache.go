@@ -43,11 +43,23 @@
 //     replies refresh it, and a policy event (a reload changed the
 //     circuit's policy) refreshes it without a state change. A v2 cbd
 //     sends the policy in every snapshot and no rev: the same code reads it.
+//   - Counted successes (PROTOCOL.md §14 item 12, as libcbclient): every
+//     connection starts with a hello; once its reply lists "success" in
+//     outcome_counts, a success that is not slow by the cached rule is not
+//     queued as a line but counted in an open fold of its breaker's exact
+//     line head (breakers of one name may carry different ctx). The folds
+//     go out as one line each, with "count" (an older cbd would count such
+//     a line as one success: until the reply says so, and after every
+//     disconnect, successes go one line each), before any other line is
+//     queued, whenever the output is written, at cacheFoldCountMax, when
+//     cacheFoldsMax folds are open (all of them then), and at a
+//     disconnect or the close, where they are queued lines like any other.
 
 package cbdclient
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net"
@@ -110,6 +122,12 @@ const (
 	// (a live cbd answers within a millisecond; a frozen one is noticed
 	// by the probe).
 	cacheSyncTimeout = cacheProbeTimeout
+	// The most folds open at once (successes of as many line heads);
+	// one more puts them all in the output.
+	cacheFoldsMax = 64
+	// The most successes one counted line carries (cbd's
+	// PROTO_SUCCESS_COUNT_MAX).
+	cacheFoldCountMax = 1000000
 )
 
 // CacheMode says whether a breaker decides from the watch cache.
@@ -146,6 +164,7 @@ type CacheCounters struct {
 	ProbeTimeouts int64 // connections dropped as cbd left a probe unanswered
 	Syncs         int64 // outcomes that could trip, sent with a reply awaited
 	SyncTimeouts  int64 // of them, those whose reply did not come in time
+	Folded        int64 // successes sent inside counted lines ("count" > 1)
 	Names         int64 // names watched now
 	Live          bool  // the watch connection is up
 }
@@ -174,6 +193,20 @@ type cacheEntry struct {
 	// The circuit has a bulkhead (a ticket is never granted from the
 	// cache) or a retry budget (cbd counts first attempts): ask cbd.
 	limited bool
+	// The kept policy's slow_call_ms for folding successes (atomic: read
+	// without mu by Report): -1 none, cacheFoldUnknown no policy kept.
+	foldSlowMs int64
+}
+
+// cacheFoldUnknown: no policy kept, so no success is folded (it might be
+// slow by a rule not read).
+const cacheFoldUnknown = -2
+
+// foldable says whether a success of ms on e may be counted in a fold:
+// the kept policy is known and does not make it slow.
+func (e *cacheEntry) foldable(ms int64) bool {
+	slow := atomic.LoadInt64(&e.foldSlowMs)
+	return slow != cacheFoldUnknown && (slow < 0 || ms < slow)
 }
 
 // ownCount is the circuit's rule as the last snapshot read reported it,
@@ -321,6 +354,12 @@ type watchCache struct {
 	timerOn   bool // the owner flushes every period: no need to wake it
 	connected bool // ever connected (reconnects are the connects after)
 
+	// This connection's cbd takes counted successes (its hello reply
+	// listed "success" in outcome_counts); false from every connect.
+	countsOK bool
+	// The open folds (outMu).
+	folds []cacheFold
+
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -337,11 +376,19 @@ type watchCache struct {
 	permitted, refused, uncached, noreplyLines, writes, storeReports   int64
 	events, connects, reconnects, disconnects, namesFull, outFull, bad int64
 	refusals, probeTimeouts, syncs, syncTimeouts, policyEvents         int64
+	folded                                                             int64
 
 	// Callers waiting for the reply to an outcome sent with an id.
 	syncMu      sync.Mutex
 	syncSeq     uint64
 	syncWaiters map[string]chan *Snapshot
+}
+
+// cacheFold is an open fold: count successes of the line head prefix
+// (a breaker's, up to and with "noreply":true).
+type cacheFold struct {
+	prefix []byte
+	count  int64
 }
 
 // cacheRegistry holds every watch cache of the process, one per socket.
@@ -409,7 +456,7 @@ func (c *watchCache) counters() CacheCounters {
 		NamesFull: ld(&c.namesFull), OutFull: ld(&c.outFull), BadLines: ld(&c.bad),
 		Refusals: ld(&c.refusals), ProbeTimeouts: ld(&c.probeTimeouts), Syncs: ld(&c.syncs),
 		SyncTimeouts: ld(&c.syncTimeouts), PolicyEvents: ld(&c.policyEvents), Names: names,
-		Live: live}
+		Live: live, Folded: ld(&c.folded)}
 }
 
 func (c *watchCache) poke() {
@@ -430,7 +477,7 @@ func (c *watchCache) watch(name string) *cacheEntry {
 			atomic.AddInt64(&c.namesFull, 1)
 			return nil
 		}
-		e = &cacheEntry{name: name, breakMs: -1, own: &ownCount{}}
+		e = &cacheEntry{name: name, breakMs: -1, own: &ownCount{}, foldSlowMs: cacheFoldUnknown}
 		c.entries[name] = e
 		created = true
 	}
@@ -466,13 +513,97 @@ func (c *watchCache) queueWatchLocked(names []string) bool {
 		if err != nil || len(c.out)+len(line)+1 > MaxCachedOutBytes {
 			return false
 		}
+		c.putFoldsLocked()
 		c.out = append(append(c.out, line...), '\n')
 	}
 	return true
 }
 
-// flushLocked sends what the socket takes now, without waiting (outMu held).
+// putFoldsLocked queues every open fold as one line (outMu held): its
+// head, then ,"count":N} (N > 1; else the plain line), past
+// MaxCachedOutBytes too (at most cacheFoldsMax lines, fewer than those
+// they replace).
+func (c *watchCache) putFoldsLocked() {
+	for i := range c.folds {
+		f := &c.folds[i]
+		c.out = append(c.out, f.prefix...)
+		if f.count > 1 {
+			c.out = append(c.out, `,"count":`...)
+			c.out = strconv.AppendInt(c.out, f.count, 10)
+			atomic.AddInt64(&c.folded, f.count)
+		}
+		c.out = append(c.out, '}', '\n')
+		atomic.AddInt64(&c.noreplyLines, 1)
+	}
+	c.folds = c.folds[:0]
+}
+
+// fold counts one success of the line head prefix in its open fold
+// instead of queuing its line, when this connection's cbd takes counted
+// successes (the caller checked that the success is not slow by the
+// cached rule). hint: the caller's fold the last time (checked before
+// use: a stale one costs a search). The hot path: a comparison with that
+// fold and an increment. False: send its line.
+func (c *watchCache) fold(prefix []byte, hint *atomic.Int32) bool {
+	c.outMu.Lock()
+	if !c.countsOK || c.conn == nil || c.broken {
+		c.outMu.Unlock()
+		return false
+	}
+	i := int(hint.Load())
+	if i >= len(c.folds) || !bytes.Equal(c.folds[i].prefix, prefix) {
+		i = -1
+		for j := range c.folds {
+			if bytes.Equal(c.folds[j].prefix, prefix) {
+				i = j
+				break
+			}
+		}
+		if i < 0 {
+			if len(c.folds) == cacheFoldsMax {
+				c.putFoldsLocked()
+			}
+			// (prefix is the breaker's, never changed: kept, not copied.)
+			c.folds = append(c.folds, cacheFold{prefix: prefix})
+			i = len(c.folds) - 1
+		}
+		hint.Store(int32(i))
+	}
+	c.folds[i].count++
+	if c.folds[i].count == cacheFoldCountMax {
+		c.putFoldsLocked()
+	}
+	if !c.timerOn {
+		c.timerOn = true
+		c.poke()
+	}
+	c.outMu.Unlock()
+	return true
+}
+
+// noteHello reads a hello reply's outcome_counts on conn (the reader's;
+// nil: the current one): counted successes once it lists "success".
+func (c *watchCache) noteHello(conn net.Conn, counts []any) {
+	takes := false
+	for _, v := range counts {
+		if s, ok := v.(string); ok && s == "success" {
+			takes = true
+		}
+	}
+	c.outMu.Lock()
+	if c.conn != nil && !c.broken && (conn == nil || net.Conn(c.conn) == conn) {
+		c.countsOK = takes
+	}
+	c.outMu.Unlock()
+}
+
+// flushLocked sends what the socket takes now, without waiting (outMu
+// held); the open folds go with it (a success waits at most one flush,
+// as its line would).
 func (c *watchCache) flushLocked() {
+	if len(c.folds) > 0 && c.conn != nil && !c.broken {
+		c.putFoldsLocked()
+	}
 	for c.conn != nil && !c.broken && len(c.out) > 0 {
 		var n int
 		var werr error
@@ -515,7 +646,9 @@ func (c *watchCache) send(prefix []byte, ms int64, urgent bool) bool {
 		atomic.AddInt64(&c.storeReports, 1)
 		return false
 	}
-	idle := len(c.out) == 0
+	// (Open folds go before the line: not idle then.)
+	idle := len(c.out) == 0 && len(c.folds) == 0
+	c.putFoldsLocked()
 	c.out = append(c.out, prefix...)
 	c.out = strconv.AppendInt(c.out, ms, 10)
 	c.out = append(c.out, '}', '\n')
@@ -560,8 +693,9 @@ func (c *watchCache) sendSync(prefix []byte, ms int64) (snap *Snapshot, sent boo
 	}
 	c.syncWaiters[id] = ch
 	c.syncMu.Unlock()
-	idle := len(c.out) == 0
+	idle := len(c.out) == 0 && len(c.folds) == 0
 	// Past MaxCachedOutBytes too: it is one line, and it matters most.
+	c.putFoldsLocked()
 	c.out = append(c.out, prefix...)
 	c.out = strconv.AppendInt(c.out, ms, 10)
 	c.out = append(c.out, `,"id":"`...)
@@ -703,6 +837,8 @@ type cacheLine struct {
 	Snapshot  *cacheSnapshot   `json:"snapshot"`
 	Snapshots []*cacheSnapshot `json:"snapshots"`
 	ID        any              `json:"id"`
+	// A hello's reply: the outcomes cbd takes with a count.
+	OutcomeCounts []any `json:"outcome_counts"`
 }
 
 func validState(s string) bool {
@@ -722,6 +858,11 @@ func (e *cacheEntry) apply(s *cacheSnapshot, now int64, reset bool) {
 	default:
 		s.Policy = e.policy
 	}
+	fold := int64(cacheFoldUnknown)
+	if e.policy != nil {
+		fold = policyInt(e.policy, "slow_call_ms", -1)
+	}
+	atomic.StoreInt64(&e.foldSlowMs, fold)
 	e.own.mu.Lock()
 	e.own.setBase(&s.Snapshot, reset)
 	e.own.mu.Unlock()
@@ -776,8 +917,11 @@ func (c *watchCache) applySnapshot(s *cacheSnapshot, event, sync bool) {
 	}
 }
 
-// applyLine applies one line from cbd (the reader goroutine).
-func (c *watchCache) applyLine(raw []byte) {
+// applyLine applies one line from cbd as if read on the current connection.
+func (c *watchCache) applyLine(raw []byte) { c.applyLineOn(raw, nil) }
+
+// applyLineOn applies one line from cbd read on conn (the reader goroutine).
+func (c *watchCache) applyLineOn(raw []byte, conn net.Conn) {
 	var l cacheLine
 	if err := json.Unmarshal(raw, &l); err != nil {
 		atomic.AddInt64(&c.bad, 1)
@@ -785,7 +929,11 @@ func (c *watchCache) applyLine(raw []byte) {
 	}
 	switch {
 	case isProbeID(l.ID):
-		// A probe's reply: its arrival (counted by the reader) was the point.
+		// A hello's reply (the connect's or a probe's): its arrival
+		// (counted by the reader) is a sign of life, and it says whether
+		// this cbd takes counted successes (an older one has no
+		// outcome_counts, and counts such a line as one success).
+		c.noteHello(conn, l.OutcomeCounts)
 	case isSyncID(l.ID):
 		// The reply to an outcome that could trip: applied before the
 		// next line, then its caller goes on.
@@ -883,7 +1031,7 @@ func (c *watchCache) read(conn net.Conn, lost chan<- struct{}) {
 			continue
 		}
 		if len(line) > 0 {
-			c.applyLine(line)
+			c.applyLineOn(line, conn)
 		}
 		line = line[:0]
 	}
@@ -934,14 +1082,16 @@ func (c *watchCache) connect() chan struct{} {
 	}
 	c.connected = true
 	// Outcomes queued before (whole lines only) go first. The watch
-	// reply (a hello's without names) makes the connection live.
+	// reply (a hello's without names) makes the connection live. The
+	// hello's reply says whether this cbd takes counted successes: until
+	// it does, every success goes as a line of its own.
+	c.countsOK = false
 	if !c.queueWatchLocked(names) {
 		c.broken = true
 	}
-	if len(names) == 0 {
-		c.probeSeq++
-		c.out = append(c.out, `{"op":"hello","id":"`+cacheProbeIDPrefix+strconv.FormatUint(c.probeSeq, 10)+"\"}\n"...)
-	}
+	c.putFoldsLocked()
+	c.probeSeq++
+	c.out = append(c.out, `{"op":"hello","id":"`+cacheProbeIDPrefix+strconv.FormatUint(c.probeSeq, 10)+"\"}\n"...)
 	c.flushLocked()
 	c.outMu.Unlock()
 	lost := make(chan struct{})
@@ -970,6 +1120,10 @@ func (c *watchCache) disconnect(lost chan struct{}) {
 		c.out = c.out[:copy(c.out, c.out[drop:])]
 		c.partial = false
 	}
+	// The open folds are queued lines too: kept for the next connection
+	// (whose cbd folds nothing until its hello reply says so).
+	c.countsOK = false
+	c.putFoldsLocked()
 	c.outMu.Unlock()
 	<-lost
 	c.invalidate()
@@ -1012,6 +1166,7 @@ func (c *watchCache) probe() (wait time.Duration, expired bool) {
 	if c.conn != nil && !c.broken {
 		// After whatever is queued, past MaxCachedOutBytes too: a full
 		// queue is what a frozen cbd leaves.
+		c.putFoldsLocked()
 		c.out = append(c.out, line...)
 		c.flushLocked()
 	}
@@ -1035,6 +1190,7 @@ func (c *watchCache) closeConn(lost chan struct{}) {
 	c.invalidate()
 	c.wakeWaiters() // no reply is read from now on
 	c.outMu.Lock()
+	c.putFoldsLocked() // the open folds are queued lines too
 	if c.conn == nil && len(c.out) > 0 {
 		c.outMu.Unlock()
 		lost = c.connect()
@@ -1119,7 +1275,7 @@ func (c *watchCache) run() {
 		switch {
 		case lost == nil:
 			wait = cacheReconnectEvery
-		case len(c.out) > 0 || idle < cacheHotPeriods:
+		case len(c.out) > 0 || len(c.folds) > 0 || idle < cacheHotPeriods:
 			wait = cacheFlushPeriod
 		}
 		c.timerOn = wait == cacheFlushPeriod && !broken
@@ -1150,7 +1306,7 @@ func (c *watchCache) run() {
 		case <-tick:
 			tick = nil
 			c.outMu.Lock()
-			if len(c.out) == 0 {
+			if len(c.out) == 0 && len(c.folds) == 0 {
 				idle++
 			} else {
 				idle = 0

@@ -106,6 +106,7 @@ func TestCachedClosedCallsMakeNoRoundTrip(t *testing.T) {
 	const n = 500
 	requests := b.Client().Counters().Requests
 	lines, syncs := b.Client().CacheCounters().NoReplyLines, b.Client().CacheCounters().Syncs
+	folded := b.Client().CacheCounters().Folded
 	ctx := context.Background()
 	for i := 0; i < n; i++ {
 		call := succeeding
@@ -122,9 +123,12 @@ func TestCachedClosedCallsMakeNoRoundTrip(t *testing.T) {
 	}
 	// Outcomes that could trip (here the first failure: no rule read yet)
 	// go on the watch connection too, with a reply.
+	// Successes may be folded (counted lines: PROTOCOL.md §14 item 12):
+	// a counted line counts once as a line and N times folded.
 	syncs = b.Client().CacheCounters().Syncs - syncs
-	if got := b.Client().CacheCounters().NoReplyLines - lines + syncs; got < n {
-		t.Fatalf("%d noreply and synced lines for %d calls", got, n)
+	folded = b.Client().CacheCounters().Folded - folded
+	if got := b.Client().CacheCounters().NoReplyLines - lines + syncs + folded; got < n {
+		t.Fatalf("%d noreply and synced lines and folded successes for %d calls", got, n)
 	}
 	// Every outcome reaches cbd (the first call's too).
 	waitFor(t, "cbd to count every outcome", func() bool {
@@ -134,8 +138,8 @@ func TestCachedClosedCallsMakeNoRoundTrip(t *testing.T) {
 	// (The synced ones are not noreply: with no test before this one on
 	// the shared cbd, they were missing.)
 	st, err := plain.Stats(ctx)
-	if err != nil || st.NoReply < n-syncs {
-		t.Fatalf("cbd's stats.noreply: %d for %d calls, %d synced (%v)", st.NoReply, n, syncs, err)
+	if err != nil || st.NoReply+folded < n-syncs {
+		t.Fatalf("cbd's stats.noreply: %d for %d calls, %d synced, %d folded (%v)", st.NoReply, n, syncs, folded, err)
 	}
 }
 
@@ -509,6 +513,9 @@ func TestCachedOutputBound(t *testing.T) {
 	d.Pause()
 	defer d.Resume()
 	// cbd reads nothing: the socket fills, then the queue up to its bound.
+	// (An ignored call after each success: its line puts the success's
+	// fold in the output as a line, which a lone success stream would
+	// not fill.)
 	for i := 0; b.Client().CacheCounters().OutFull == 0; i++ {
 		if i > 20*MaxCachedOutBytes/64 {
 			t.Fatal("the output never reached its bound")
@@ -516,6 +523,7 @@ func TestCachedOutputBound(t *testing.T) {
 		if err := b.Execute(ctx, succeeding); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
+		ignoredCall(t, b)
 	}
 	cc := b.Client().CacheCounters()
 	if cc.StoreReports == 0 || !cc.Live {
@@ -528,7 +536,7 @@ func TestCachedOutputBound(t *testing.T) {
 	defer plain.Close()
 	waitFor(t, "cbd to count the queued outcomes", func() bool {
 		g, err := plain.Get(ctx, "bounded", nil)
-		return err == nil && g.Snapshot.Totals.Successes >= 1+queued
+		return err == nil && g.Snapshot.Totals.Successes+g.Snapshot.Totals.Ignored >= 1+queued
 	})
 }
 
@@ -785,6 +793,19 @@ func TestCachedHalfOpenAcrossProcesses(t *testing.T) {
 	}
 }
 
+// ignoredCall is one call of b reported Ignore (from the cache: its
+// noreply line is queued after the successes before it).
+func ignoredCall(t *testing.T, b *Breaker) {
+	t.Helper()
+	p, err := b.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Report(p, Ignore, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // runTight makes n calls back to back, the k-th failing when fail(k); it
 // returns how many ran.
 func runTight(b *Breaker, n int, fail func(k int) bool) int {
@@ -969,13 +990,18 @@ func TestCachedCloseWithCbdFrozenLosesNothingQueued(t *testing.T) {
 	before := ok.Client().CacheCounters()
 	okRequests, openRequests := ok.Client().Counters().Requests, open.Client().Counters().Requests
 	// ~110 bytes a line: several times the kernel's ~200 KiB, under
-	// MaxCachedOutBytes.
+	// MaxCachedOutBytes. An ignored call after every other success keeps
+	// the successes in lines (counted, of 2: folds are put in the output
+	// before the ignored call's line), as many as the tail needs.
 	const n, r = 6000, 300
 	d.Pause()
 	t.Cleanup(d.Resume)
 	for i := 0; i < n; i++ {
 		if err := ok.Execute(ctx, succeeding); err != nil {
 			t.Fatalf("call %d: %v", i, err)
+		}
+		if i%2 == 1 {
+			ignoredCall(t, ok)
 		}
 	}
 	for i := 0; i < r; i++ {
@@ -989,7 +1015,7 @@ func TestCachedCloseWithCbdFrozenLosesNothingQueued(t *testing.T) {
 		// connection was dropped mid-line, not by the close.
 		t.Skipf("inconclusive: the probe dropped the connection first: %+v", queued)
 	}
-	if queued.Permitted-before.Permitted != n || queued.Refused-before.Refused != r ||
+	if queued.Permitted-before.Permitted != n+n/2 || queued.Refused-before.Refused != r ||
 		queued.StoreReports != before.StoreReports {
 		t.Fatalf("not all from the cache, on the watch connection: %+v, before %+v", queued, before)
 	}
@@ -1009,6 +1035,7 @@ func TestCachedCloseWithCbdFrozenLosesNothingQueued(t *testing.T) {
 		a, errA := admin.Get(ctx, okName, nil)
 		b, errB := admin.Get(ctx, openName, nil)
 		return errA == nil && errB == nil && a.Snapshot.Totals.Successes == 1+n &&
+			a.Snapshot.Totals.Ignored == n/2 &&
 			b.Snapshot.Totals.Rejected == r
 	})
 	if ok.Client().Counters().Requests != okRequests || open.Client().Counters().Requests != openRequests {

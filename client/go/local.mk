@@ -24,6 +24,7 @@ EXTRA_DIST += \
 	client/go/cache_test.go \
 	client/go/classify_test.go \
 	client/go/fallback_test.go \
+	client/go/fold_test.go \
 	client/go/list_test.go \
 	client/go/main_test.go \
 	client/go/middleware_test.go \

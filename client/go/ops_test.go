@@ -266,15 +266,15 @@ func TestClientCountersAndReplyLimit(t *testing.T) {
 	d := sharedCbd(t)
 	ctx := context.Background()
 	name := circuitName(t)
-	c := NewClient(Options{Socket: d.Socket, IOTimeout: 2e9, ConnectTimeout: 2e9, MaxReplyBytes: 64})
+	c := NewClient(Options{Socket: d.Socket, IOTimeout: 2e9, ConnectTimeout: 2e9, MaxReplyBytes: 160})
 	defer c.Close()
 	if _, err := c.Hello(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	// A snapshot is far longer than 64 bytes.
+	// A snapshot is far longer than 160 bytes (hello's reply is not).
 	_, err := c.Get(ctx, name, nil)
 	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeUnavailable || !strings.Contains(e.Message, "64 bytes") {
+	if !errors.As(err, &e) || e.Code != CodeUnavailable || !strings.Contains(e.Message, "160 bytes") {
 		t.Fatalf("a reply past MaxReplyBytes: %v", err)
 	}
 	// Declaring another policy for a live circuit is a policy_conflict.

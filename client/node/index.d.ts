@@ -310,6 +310,9 @@ export interface CacheStats {
   syncs: number;
   /** Of them, those whose reply did not come within 1000 ms. */
   syncTimeouts: number;
+  /** Successes sent inside counted record_success lines ("count" > 1):
+   * folded on a cbd whose hello lists "success" in outcome_counts. */
+  folded: number;
   /** Connected and answered by cbd (entries may still await their watch reply). */
   live: boolean;
   /** Names watched now. */

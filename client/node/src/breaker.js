@@ -159,7 +159,12 @@ export class Breaker extends EventEmitter {
       for (const [outcome, op] of [[SUCCESS, 'record_success'], [FAILURE, 'record_failure'], [IGNORE, 'record']]) {
         const head = JSON.stringify({ op, name, outcome: outcome === IGNORE ? IGNORE : undefined, ctx, noreply: true }).slice(0, -1);
         this.noreplyHead[outcome] = { text: `${head},"duration_ms":`, bytes: Buffer.byteLength(head) + 15 };
+        // Counted successes (PROTOCOL.md §14 item 12): the head is a fold's
+        // key, then ,"count":N}\n.
+        if (outcome === SUCCESS) this.foldHead = head;
       }
+      // A success as slow as the ctx's slow_call_ms is not folded.
+      this.foldSlowMs = Number.isInteger(this.ctx.slow_call_ms) && this.ctx.slow_call_ms >= 0 ? this.ctx.slow_call_ms : null;
       // Refusals made from the cache, less N}\n.
       this.rejectedHead = `${JSON.stringify({ op: 'record', name, outcome: 'rejected', ctx, noreply: true }).slice(0, -1)},"count":`;
       // The same with a reply (an outcome that could trip), which carries
@@ -471,7 +476,10 @@ export class Breaker extends EventEmitter {
       }
     } else if (permit.cached && this.cacheEntry) {
       // Without waiting, on the watch connection; when it cannot take the
-      // line, through the client as uncached calls report.
+      // line, through the client as uncached calls report. A success not
+      // slow by the cached policy may be counted in a fold instead.
+      const slow = this.cacheEntry.foldSlowMs;
+      if (outcome === SUCCESS && slow !== null && (slow < 0 || durationMs < slow) && (this.foldSlowMs === null || durationMs < this.foldSlowMs) && this.cache.fold(this.foldHead, this)) return;
       const head = this.noreplyHead[outcome];
       const tail = `${durationMs}}\n`;
       if (this.cache.send(head.text + tail, head.bytes + tail.length, outcome === FAILURE, this, outcome, durationMs)) return;
@@ -519,6 +527,9 @@ export class Breaker extends EventEmitter {
       this.client.request('record', { name: this.name, outcome, count, ctx, noreply: true }).catch((e) => this.emit('storeError', e, 'record'));
       return;
     }
+    // (A fold's successes, each as an uncached call reports it: the
+    // client's cbd may not take a count.)
+    for (let i = 1; i < count; i++) this.recordThroughClient(new Permit(this.name, m.CLOSED), outcome, durationMs, null).catch((e) => this.emit('storeError', e, 'record'));
     this.recordThroughClient(new Permit(this.name, m.CLOSED), outcome, durationMs, null).catch((e) => this.emit('storeError', e, 'record'));
   }
 

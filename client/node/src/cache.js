@@ -41,6 +41,20 @@
 //     refresh it, and a policy event (a reload changed the circuit's
 //     policy) refreshes it without a state change. A v2 cbd sends the
 //     policy in every snapshot and no rev: the same code reads it as before.
+//   - Counted successes (PROTOCOL.md §14 item 12, as libcbclient): every
+//     connection starts with a hello; once its reply lists "success" in
+//     outcome_counts, a success that is not slow by the cached policy is not
+//     queued as a line but counted in an open fold of its breaker's exact
+//     line head (breakers of one name may carry different ctx). The folds
+//     are queued as one line each, with "count" (an older cbd would count
+//     such a line as one success: until the reply says so, and after every
+//     disconnect, successes go one line each), before any other line is
+//     queued, whenever the output is written, at FOLD_COUNT_MAX, when
+//     FOLDS_MAX folds are open (all of them then), once FOLD_FLUSH_COUNT
+//     successes were folded since the last write (as FLUSH_BYTES: a loop
+//     that never yields still writes), and at a disconnect or the close,
+//     where they are queued outcomes like any other (those a lost
+//     connection leaves unwritten go through the client, each success).
 
 import net from 'node:net';
 
@@ -78,6 +92,15 @@ const PROBE_ID_PREFIX = 'cache-probe-';
 // long their caller waits for it (a frozen cbd is the probe's business).
 const SYNC_ID_PREFIX = 'cache-sync-';
 export const SYNC_TIMEOUT_MS = PROBE_TIMEOUT_MS;
+
+// The most folds open at once (successes of as many line heads); one more
+// queues them all.
+export const FOLDS_MAX = 64;
+// The most successes one counted line carries (cbd's PROTO_SUCCESS_COUNT_MAX).
+export const FOLD_COUNT_MAX = 1_000_000;
+// Successes folded since the last write past which the output is written
+// at once (FLUSH_BYTES's part for folds).
+export const FOLD_FLUSH_COUNT = 1024;
 
 // What decide() answers.
 export const PERMIT = 'permit';
@@ -194,6 +217,9 @@ export class Entry {
     this.policyRev = null;
     // The circuit has a bulkhead or a retry budget: ask cbd.
     this.limited = false;
+    // The kept policy's slow_call_ms for folding successes (-1: none;
+    // null: no policy kept, nothing folded).
+    this.foldSlowMs = null;
   }
 
   /** Read a snapshot; returns it as the entry keeps it: a compact one
@@ -218,6 +244,7 @@ export class Entry {
     this.receivedAt = Date.now();
     this.hold = snap.hold ? { state: snap.hold.state, until: snap.hold.until ?? null } : null;
     const p = snap.policy;
+    this.foldSlowMs = p && typeof p === 'object' ? int(p.slow_call_ms, -1) : null;
     this.limited = 'in_flight' in snap || (!!p && typeof p === 'object' && (p.max_concurrent != null || p.retry_budget_percent != null));
     return snap;
   }
@@ -239,6 +266,13 @@ export class WatchCache {
     this.in = '';
     this.out = []; // {line, breaker, outcome, durationMs, count}: not written yet
     this.outBytes = 0;
+    // This connection's cbd takes counted successes (its hello reply
+    // listed "success" in outcome_counts); false from every connect.
+    this.countsOk = false;
+    // The open folds: line head -> {breaker, count}; successes folded
+    // since the last write.
+    this.folds = new Map();
+    this.foldedPending = 0;
     this.flushTimer = null;
     this.reconnectTimer = null;
     this.writing = 0; // writes not yet completed
@@ -267,6 +301,7 @@ export class WatchCache {
       probeTimeouts: 0, // probes unanswered for PROBE_TIMEOUT_MS: connection dropped
       syncs: 0, // outcomes that could trip, sent with a reply awaited
       syncTimeouts: 0, // of them, those whose reply did not come in time
+      folded: 0, // successes sent inside counted lines ("count" > 1)
     };
     this.syncN = 0;
     this.waiters = new Map(); // id -> resolve of a synced outcome's caller
@@ -285,6 +320,7 @@ export class WatchCache {
       if (this.sock !== sock) return;
       this.live = true;
       this.answered = false;
+      this.countsOk = false;
       this.stats.connects += 1;
       if (this.everConnected) this.stats.reconnects += 1;
       this.everConnected = true;
@@ -294,8 +330,10 @@ export class WatchCache {
       const names = [...this.entries.keys()];
       let watch = '';
       for (let i = 0; i < names.length; i += WATCH_BATCH) watch += watchLine(names.slice(i, i + WATCH_BATCH));
-      // The watch reply (a hello's without names) makes it answered.
-      if (!watch) watch = `${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}connect` })}\n`;
+      // The watch reply (a hello's without names) makes it answered. The
+      // hello's reply says whether this cbd takes counted successes: until
+      // it does, every success goes as a line of its own.
+      watch += `${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}connect` })}\n`;
       this.write(watch, []);
     });
     sock.on('data', (chunk) => {
@@ -319,10 +357,13 @@ export class WatchCache {
     if (this.live) this.stats.disconnects += 1;
     this.live = false;
     this.answered = false;
+    this.countsOk = false;
     this.in = '';
     for (const e of this.entries.values()) e.valid = false;
     this.clearFlushTimer();
     this.clearProbeTimer();
+    // The open folds are queued outcomes too: through the client with them.
+    this.putFolds();
     const unwritten = this.out;
     this.out = [];
     this.outBytes = 0;
@@ -378,7 +419,11 @@ export class WatchCache {
     if (msg === null || typeof msg !== 'object') {
       this.stats.badLines += 1;
     } else if (typeof msg.id === 'string' && msg.id.startsWith(PROBE_ID_PREFIX)) {
-      // A probe's reply: its arrival was the point (onData).
+      // A hello's reply (the connect's or a probe's): its arrival is a sign
+      // of life (onData), and it says whether this cbd takes counted
+      // successes (an older one has no outcome_counts, and counts such a
+      // line as one success).
+      this.countsOk = Array.isArray(msg.outcome_counts) && msg.outcome_counts.includes('success');
     } else if (typeof msg.id === 'string' && msg.id.startsWith(SYNC_ID_PREFIX)) {
       // The reply to an outcome that could trip: applied before the next
       // line, then its caller goes on.
@@ -491,7 +536,7 @@ export class WatchCache {
     }
     this.stats.probes += 1; // also the probe's number in its id
     this.probeSentAt = now;
-    this.write(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.stats.probes}` })}\n`, []);
+    this.writeAfterQueued(`${JSON.stringify({ op: 'hello', id: `${PROBE_ID_PREFIX}${this.stats.probes}` })}\n`);
     this.armProbe(PROBE_TIMEOUT_MS);
   }
 
@@ -507,9 +552,22 @@ export class WatchCache {
     });
   }
 
+  /** Write a request of the cache's own (a watch, an unwatch, a probe) now,
+   * after the queued outcomes and open folds (nothing overtakes a
+   * success: written with them). */
+  writeAfterQueued(text) {
+    if (this.out.length > 0 || this.folds.size > 0) this.flush();
+    this.write(text, []);
+  }
+
   flush() {
     this.clearFlushTimer();
-    if (!this.live || this.out.length === 0) return;
+    if (!this.live) return;
+    // The open folds go with this write (a success waits at most one
+    // flush, as its line would).
+    if (this.folds.size > 0) this.putFolds();
+    this.foldedPending = 0;
+    if (this.out.length === 0) return;
     const items = this.out;
     this.out = [];
     this.outBytes = 0;
@@ -540,12 +598,48 @@ export class WatchCache {
       this.stats.storeReports += 1;
       return false;
     }
+    if (this.folds.size > 0) this.putFolds(); // nothing overtakes a success
     this.out.push({ line, breaker, outcome, durationMs, count });
     this.outBytes += bytes;
     this.stats.noreplyLines += 1;
     if (urgent || this.outBytes >= FLUSH_BYTES) this.flush();
     else if (this.flushTimer === null) this.flushTimer = setTimeout(() => this.flush(), FLUSH_MS);
     return true;
+  }
+
+  /** Count one success of breaker (head: its noreply record_success line
+   * less the closing brace) in the open fold of that head instead of
+   * queuing its line, when this connection's cbd takes counted successes
+   * (the breaker checked that the success is not slow by the cached
+   * policy). The hot path: a lookup and an increment. False: send its
+   * line. */
+  fold(head, breaker) {
+    if (!this.live || !this.countsOk) return false;
+    let f = this.folds.get(head);
+    if (f === undefined) {
+      if (this.folds.size >= FOLDS_MAX) this.putFolds();
+      f = { breaker, count: 0 };
+      this.folds.set(head, f);
+    }
+    f.count += 1;
+    if (f.count >= FOLD_COUNT_MAX) this.putFolds();
+    if (++this.foldedPending >= FOLD_FLUSH_COUNT) this.flush();
+    else if (this.flushTimer === null) this.flushTimer = setTimeout(() => this.flush(), FLUSH_MS);
+    return true;
+  }
+
+  /** Queue every open fold as one line: its head, then ,"count":N} (N > 1;
+   * else the plain line), past OUT_MAX_BYTES too (at most FOLDS_MAX lines,
+   * fewer than those they replace). */
+  putFolds() {
+    for (const [head, { breaker, count }] of this.folds) {
+      const line = count > 1 ? `${head},"count":${count}}\n` : `${head}}\n`;
+      this.out.push({ line, breaker, outcome: 'success', durationMs: 0, count });
+      this.outBytes += Buffer.byteLength(line);
+      this.stats.noreplyLines += 1;
+      if (count > 1) this.stats.folded += count;
+    }
+    this.folds.clear();
   }
 
   /** Send an outcome that could trip (line: its request less the closing
@@ -574,6 +668,7 @@ export class WatchCache {
       });
       // After what is queued (past OUT_MAX_BYTES too: it is one line, and
       // it matters most).
+      if (this.folds.size > 0) this.putFolds();
       this.out.push({ line: `${line},"id":"${id}"}\n`, breaker, outcome, durationMs });
       this.flush();
     });
@@ -601,7 +696,7 @@ export class WatchCache {
       e = new Entry(name);
       this.entries.set(name, e);
       namesWatched += 1;
-      if (this.live) this.write(watchLine([name]), []);
+      if (this.live) this.writeAfterQueued(watchLine([name]));
     }
     e.breakers.add(ref);
     return e;
@@ -613,7 +708,7 @@ export class WatchCache {
     if (e.breakers.size > 0 || this.entries.get(e.name) !== e) return;
     this.entries.delete(e.name);
     namesWatched -= 1;
-    if (this.live) this.write(`${JSON.stringify({ op: 'unwatch', names: [e.name] })}\n`, []);
+    if (this.live) this.writeAfterQueued(`${JSON.stringify({ op: 'unwatch', names: [e.name] })}\n`);
   }
 
   /** {verdict: PERMIT | REFUSE | ASK, retryAfterMs} for a call on e now. */
@@ -669,6 +764,7 @@ export class WatchCache {
     this.reconnectTimer = null;
     this.clearProbeTimer();
     this.flush();
+    this.putFolds(); // (no live connection: through the client with the rest)
     const sock = this.sock;
     if (sock) {
       this.sock = null;

@@ -9,13 +9,18 @@
 // a probe answered while the process was busy; cached: false; close
 // writes what is queued, all of it when cbd is frozen at the time (past
 // the kernel's socket buffer); breakers dropped without close; the name
-// limit.
+// limit; successes folded into counted lines on a cbd that takes them (a
+// tight loop exact in few lines, their order before failures kept), none on
+// one whose hello lacks outcome_counts (a stand-in proxy).
 // Every wait is a bounded poll on a condition, never a timing assertion.
 
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as delay } from 'node:timers/promises';
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -71,6 +76,12 @@ const totalsOrNull = (name, client) => totals(name, client).catch(() => null);
 const boom = async () => {
   throw new Error('dependency down');
 };
+/** A call reported ignore (aborted): its noreply line puts the successes
+ * folded before it in the output, as lines. */
+const aborted = async () => {
+  throw new DOMException('stop', 'AbortError');
+};
+const ignoredCall = (b) => assert.rejects(b.call(aborted), (e) => e.name === 'AbortError');
 
 test('closed calls make no round trip; their outcomes reach cbd', async () => {
   const name = uniqueName('closed');
@@ -82,14 +93,13 @@ test('closed calls make no round trip; their outcomes reach cbd', async () => {
   assert.equal(sent.n, 2, 'no request on the client after the first call');
   assert.equal(after.cachedCalls - before.cachedCalls, n);
   assert.equal(after.uncachedCalls - before.uncachedCalls, 0);
-  assert.equal(after.noreplyLines - before.noreplyLines, n);
   assert.ok(after.writes - before.writes < n, 'successes are written together');
   // An ignored call (aborted) goes as a noreply record too: totals.ignored.
-  const abort = async () => {
-    throw new DOMException('stop', 'AbortError');
-  };
-  await assert.rejects(b.call(abort), (e) => e.name === 'AbortError');
-  assert.equal(b.cacheStats().noreplyLines - before.noreplyLines, n + 1);
+  await ignoredCall(b);
+  // Successes may be folded (PROTOCOL.md §14 item 12): a counted line is
+  // one line and N successes folded.
+  const lines = b.cacheStats();
+  assert.ok(lines.noreplyLines - before.noreplyLines + lines.folded - before.folded >= n + 1);
   await waitFor(async () => {
     const t = await totals(name);
     return t.successes === n + 1 && t.ignored === 1;
@@ -404,6 +414,8 @@ test('cbd frozen (SIGSTOP): the probe drops the cache, LOCAL applies; SIGCONT: c
   const errors = [];
   b.on('storeError', (err, op) => errors.push([err.code, op]));
   assert.equal(await b.call(async () => 'cached'), 'cached');
+  // (Its success written, folded or not: counted as a line.)
+  b.cache.flush();
   const before = b.cacheStats();
   own.pause();
   try {
@@ -492,7 +504,7 @@ test('past 1 MiB unwritten (cbd stopped), outcomes go through the client', async
   const own = await Daemon.start();
   t.after(() => own.cleanup());
   const name = uniqueName('full');
-  const { b, client } = await primed(name, { failure_threshold: 1000 }, own.socket);
+  const { b, client } = await primed(name, { failure_threshold: 1000, slow_call_ms: 60_000 }, own.socket);
   client.ioTimeoutMs = 100;
   const errors = [];
   b.on('storeError', (err, op) => errors.push([err.code, op]));
@@ -510,8 +522,11 @@ test('past 1 MiB unwritten (cbd stopped), outcomes go through the client', async
     // The socket takes what the kernel buffers, then 1 MiB waits in the
     // client; the loop turns every 1000 calls so Node can write. Bounded
     // by the probe too, should it judge after all: a failure, not a hang.
+    // Slow successes (slow_call_ms 60000): lines, never folded (a fold
+    // takes no room), and the one past the bound goes through the client
+    // with a reply awaited.
     for (let i = 0; i < 200_000 && b.cacheStats().outFull === before.outFull && b.cacheStats().probeTimeouts === before.probeTimeouts; i++) {
-      await b.call(async () => i);
+      await b.report(await b.acquire(), 'success', 60_000);
       if (i % 1000 === 999) await delay(0);
     }
     const full = b.cacheStats();
@@ -584,13 +599,18 @@ test('close writes the queued outcomes and stops the watch connection', async (t
   await waitFor(() => b.cacheLive, 'the watch reply', COUNTED_WAIT_MS);
   const n = 100;
   for (let i = 0; i < n; i++) await b.call(async () => i); // queued: the loop never yields
-  assert.ok(cacheStats(own.socket).noreplyLines >= n);
+  // Queued as lines, or counted in open folds (PROTOCOL.md §14 item 12).
+  let folded = 0;
+  for (const f of b.cache.folds.values()) folded += f.count;
+  assert.ok(cacheStats(own.socket).noreplyLines + folded >= n);
   await b.close();
   assert.equal(cacheStats(own.socket), null, 'the last breaker closed the cache');
   assert.equal(b.cached, false);
   const c = new Client(own.socket, OPTS);
   await waitFor(async () => (await totalsOrNull(name, c))?.successes === n + 1, 'every queued success at cbd', COUNTED_WAIT_MS);
-  assert.equal((await c.stats()).noreply, n, 'as noreply lines on the watch connection');
+  // As noreply lines on the watch connection (folded ones count once).
+  const { noreply } = await c.stats();
+  assert.ok(noreply >= 1 && noreply <= n, `${noreply} noreply lines for ${n} successes`);
   c.close();
 });
 
@@ -618,15 +638,20 @@ test('close with cbd frozen: every outcome and refusal queued before it reaches 
   const before = ok.b.cacheStats();
   // More than the kernel's socket buffer takes (~200 KiB) while cbd reads
   // nothing: the tail is still in this process when the cache closes.
-  // Nothing below yields to the event loop until both breakers closed.
+  // Nothing below yields to the event loop until both breakers closed. An
+  // ignored call after every other success keeps the successes in lines
+  // (counted, of 2: folds are queued before the ignored call's line).
   const n = 6000;
   const r = 300;
   own.pause();
   try {
-    for (let i = 0; i < n; i++) await ok.b.call(async () => i);
+    for (let i = 0; i < n; i++) {
+      await ok.b.call(async () => i);
+      if (i % 2) await ignoredCall(ok.b);
+    }
     for (let i = 0; i < r; i++) await assert.rejects(open.b.call(async () => {}), CircuitOpenError);
     const queued = ok.b.cacheStats();
-    assert.equal(queued.cachedCalls - before.cachedCalls, n);
+    assert.equal(queued.cachedCalls - before.cachedCalls, n + n / 2);
     assert.equal(queued.refusedCalls - before.refusedCalls, r);
     assert.equal(queued.storeReports, before.storeReports, 'all of it on the watch connection');
     assert.ok(ok.b.cache.sock.writableLength > 0, 'some of it not yet taken by the kernel');
@@ -639,8 +664,8 @@ test('close with cbd frozen: every outcome and refusal queued before it reaches 
   // Exact: none dropped, none counted twice (nothing went through a client).
   await waitFor(async () => {
     const [a, b] = await Promise.all([totalsOrNull(okName, c), totalsOrNull(openName, c)]);
-    return a?.successes === 1 + n && b?.rejected === r;
-  }, `${1 + n} successes and ${r} refusals at cbd`, COUNTED_WAIT_MS);
+    return a?.successes === 1 + n && a?.ignored === n / 2 && b?.rejected === r;
+  }, `${1 + n} successes, ${n / 2} ignored and ${r} refusals at cbd`, COUNTED_WAIT_MS);
   assert.equal(ok.sent.n, 2, 'no outcome went through the client');
   assert.equal(open.sent.n, 2, 'no refusal went through the client');
 });
@@ -810,5 +835,125 @@ test('a cached breaker waits out the break: the next call is the half-open trial
   assert.equal(b.cacheStats().uncachedCalls, asked + 1);
   assert.equal((await plain.get(name)).snapshot.state, 'closed');
   await b.close();
+  client.close();
+});
+
+/** Until the breaker's cache read its connection's hello reply: cbd takes
+ * counted successes (PROTOCOL.md §14 item 12). */
+const countsOk = (b) => waitFor(() => b.cache.countsOk, "the hello's reply", COUNTED_WAIT_MS);
+
+test('a tight loop of successes reaches cbd exact, in far fewer lines (counted)', async () => {
+  const name = uniqueName('folded');
+  const { b, client, sent } = await primed(name, { failure_threshold: 1000 });
+  await countsOk(b);
+  const before = b.cacheStats();
+  const readBefore = (await plain.stats()).ops.record_success.requests;
+  const n = 5000;
+  for (let i = 0; i < n; i++) await b.call(async () => i);
+  await waitFor(async () => (await totals(name)).successes === 1 + n, `${1 + n} successes at cbd`, COUNTED_WAIT_MS);
+  const after = b.cacheStats();
+  const lines = after.noreplyLines - before.noreplyLines;
+  assert.equal(after.cachedCalls - before.cachedCalls, n);
+  assert.equal(sent.n, 2, 'no request on the client after the first call');
+  assert.ok(after.folded - before.folded > 0 && lines < n / 10, `${lines} lines, ${after.folded - before.folded} folded`);
+  // (Other tests may share the cbd: far fewer, not exactly these.)
+  const read = (await plain.stats()).ops.record_success.requests - readBefore;
+  assert.ok(read < n / 2, `cbd read ${read} record_success lines for ${n} successes`);
+  await b.close();
+  client.close();
+});
+
+test('folded successes keep their place: (100 successes, 2 failures) x 20 never trips threshold 3', async () => {
+  const name = uniqueName('fold-order');
+  const { b, client } = await primed(name, { failure_threshold: 3, break_ms: 60000 });
+  await countsOk(b);
+  const folded = b.cacheStats().folded;
+  for (let round = 0; round < 20; round++) assert.equal(await tight(b, 102, (k) => k > 100), 102, `round ${round}`);
+  await waitFor(async () => (await totals(name)).failures === 40, 'the 40 failures at cbd', COUNTED_WAIT_MS);
+  const snap = (await plain.get(name)).snapshot;
+  assert.equal(snap.state, 'closed');
+  assert.equal(snap.totals.successes, 1 + 2000);
+  assert.ok(b.cacheStats().folded > folded, 'successes were folded');
+  assert.equal(await tight(b, 100, () => false), 100);
+  assert.equal(await tight(b, 10, () => true), 3, '3 failures in a row after successes trip');
+  assert.equal((await plain.get(name)).snapshot.state, 'open');
+  await b.close();
+  client.close();
+});
+
+test('a cbd whose hello lacks outcome_counts (older) gets no line with a count', async (t) => {
+  // A stand-in: a proxy to the real cbd that drops outcome_counts from its
+  // replies, keeping every line the clients sent.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cbd-old-'));
+  const sockPath = path.join(dir, 'old.sock');
+  const lines = [];
+  const conns = [];
+  const server = net.createServer((conn) => {
+    const up = net.createConnection({ path: d.socket });
+    conns.push(conn, up);
+    readline.createInterface({ input: conn }).on('line', (line) => {
+      lines.push(line);
+      up.write(`${line}\n`);
+    });
+    readline.createInterface({ input: up }).on('line', (line) => {
+      const msg = JSON.parse(line);
+      if (msg && typeof msg === 'object' && 'outcome_counts' in msg) {
+        delete msg.outcome_counts;
+        line = JSON.stringify(msg);
+      }
+      conn.write(`${line}\n`);
+    });
+    const end = () => {
+      conn.destroy();
+      up.destroy();
+    };
+    conn.on('close', end).on('error', end);
+    up.on('close', end).on('error', end);
+  });
+  await new Promise((resolve) => server.listen(sockPath, resolve));
+  t.after(() => {
+    for (const c of conns) c.destroy();
+    server.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const name = uniqueName('old-cbd');
+  const { b, client } = await primed(name, { failure_threshold: 1000 }, sockPath);
+  await waitFor(() => lines.some((l) => l.includes('"op":"hello"')), 'a hello on the connection', COUNTED_WAIT_MS);
+  const n = 2000;
+  for (let i = 0; i < n; i++) {
+    if (i % 500 === 499) await assert.rejects(b.call(boom), /dependency down/);
+    else await b.call(async () => i);
+  }
+  await waitFor(async () => {
+    const tt = await totals(name);
+    return tt.failures === n / 500 && tt.successes === 1 + n - n / 500;
+  }, 'every outcome at cbd', COUNTED_WAIT_MS);
+  assert.equal(b.cacheStats().folded, 0);
+  const counted = lines.filter((l) => l.includes('"count"'));
+  assert.deepEqual(counted.slice(0, 3), [], 'no line with a count');
+  await b.close();
+  client.close();
+});
+
+test('more breakers than open folds, interleaved in runs: every success reaches cbd once', async () => {
+  const { FOLDS_MAX } = await import('../src/cache.js');
+  const client = new Client(d.socket, OPTS);
+  const bs = [];
+  for (let i = 0; i < FOLDS_MAX + 6; i++) {
+    const b = new Breaker(uniqueName('folds'), { client, policy: { failure_threshold: 1000 } });
+    await b.call(async () => 'first');
+    bs.push(b);
+  }
+  await waitFor(() => bs.every((b) => b.cacheLive), 'the watch replies', COUNTED_WAIT_MS);
+  await countsOk(bs[0]);
+  const before = bs[0].cacheStats();
+  const rounds = 20;
+  for (let r = 0; r < rounds; r++) for (const b of bs) for (let k = 0; k < 3; k++) await b.call(async () => k);
+  assert.equal(bs[0].cacheStats().cachedCalls - before.cachedCalls, bs.length * rounds * 3, 'all from the cache');
+  for (const b of bs) {
+    await waitFor(async () => (await totals(b.name)).successes === 1 + 3 * rounds, `${b.name}'s successes at cbd`, COUNTED_WAIT_MS);
+  }
+  assert.ok(bs[0].cacheStats().folded > before.folded, 'successes were folded');
+  await Promise.all(bs.map((b) => b.close()));
   client.close();
 });

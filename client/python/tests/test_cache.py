@@ -19,7 +19,7 @@ import pytest
 from conftest import wait_until
 
 from cbdclient import (AsyncBreaker, AsyncClient, Breaker, CircuitOpenError, Client,
-                       FAILURE, SUCCESS)
+                       FAILURE, IGNORE, SUCCESS)
 from cbdclient import cache
 
 # Bound on every asyncio test's event loop (seconds).
@@ -76,6 +76,12 @@ def refused(b):
     return None
 
 
+def ignored_call(b):
+    """One call of b reported ignore (from the cache: its noreply line puts
+    the successes folded before it in the output, as lines)."""
+    b.report(b.acquire(), IGNORE)
+
+
 def watch_threads(path):
     return [t for t in threading.enumerate() if t.name == f"cbd-watch {path}"]
 
@@ -92,8 +98,12 @@ def test_closed_calls_make_no_round_trip(cbd, client, name):
     assert c.sent == sent  # not one request on the breaker's connection
     assert after.cached_calls - before.cached_calls == n
     assert after.uncached == before.uncached
-    assert after.noreply_lines - before.noreply_lines == n
     wait_until(lambda: totals(client, name)["successes"] == primed + n)
+    # Successes may be folded (PROTOCOL.md §14 item 12): a counted line is
+    # one line and N successes folded (counted once written).
+    after = b.cache_stats()
+    assert (after.noreply_lines - before.noreply_lines
+            + after.folded - before.folded) >= n
     c.close()
 
 
@@ -328,6 +338,17 @@ def test_an_idle_healthy_connection_is_kept(cbd, client, name):
     assert b.cache_stats().cached_calls == cached + 1
 
 
+def without_first_hello(lines):
+    """The lines of a connection less its first hello (the one every
+    connection sends to learn outcome_counts: before or after the watch)."""
+    seen = False
+    for line in lines:
+        if not seen and b'"op":"hello"' in line:
+            seen = True
+            continue
+        yield line
+
+
 def read_lines(conn):
     """The requests a stand-in for cbd reads, a line at a time (b"" at the
     end)."""
@@ -358,11 +379,8 @@ def accept_watch(server):
     says hello to turn live): the watch."""
     conn, _ = server.accept()
     conn.settimeout(10)
-    lines = read_lines(conn)
-    line = next(lines)
-    if b'"op":"hello"' in line:
-        line = next(lines)
-    return conn, lines, line
+    lines = without_first_hello(read_lines(conn))
+    return conn, lines, next(lines)
 
 
 def test_a_silent_server_is_probed_then_dropped(tmp_path):
@@ -386,7 +404,7 @@ def test_a_silent_server_is_probed_then_dropped(tmp_path):
         # A watch reply and a probe's reply on the new connection: the
         # probe's is recognised by its id and read as nothing else.
         again.settimeout(10)
-        second = read_lines(again)
+        second = without_first_hello(read_lines(again))
         assert b'"op":"watch"' in next(second)
         again.sendall(b'{"ok":true,"snapshots":[{"name":"x","state":"closed","hold":null}]}\n')
         wait_until(lambda: c.decide(entry, 0)[0] == cache.PERMIT)
@@ -444,10 +462,11 @@ def test_limits_fall_back_to_the_uncached_path(own_cbd, monkeypatch):
         second.call(lambda: None)
     assert second.cache_stats().names_full == 1 and second.cache_stats().names == 1
     assert c.get("second")["snapshot"]["totals"]["successes"] == 3  # uncached
-    # No room for an outcome: it goes the uncached way (counted).
+    # No room for an outcome: it goes the uncached way (counted). (An
+    # ignored one: a success may be folded, which takes no room.)
     monkeypatch.setattr(cache, "OUT_MAX", 0)
     sent, reports = c.sent, b.cache_stats().store_reports
-    b.call(lambda: None)
+    ignored_call(b)
     assert b.cache_stats().store_reports == reports + 1 and c.sent == sent + 1
     c.close()
 
@@ -811,7 +830,10 @@ def test_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
     admin = Client(own_cbd.socket, io_timeout=2.0, connect_timeout=2.0)
     ok = Breaker("ok", c, failure_threshold=1000000)
     shut = Breaker("shut", c, failure_threshold=1, break_ms=600000)
-    n, r = 6000, 300  # ~100 bytes a line: past the kernel's ~200 KiB
+    # ~100 bytes a line: past the kernel's ~200 KiB. An ignored call after
+    # every other success keeps the successes in lines (counted, of 2:
+    # folds are put in the output before the ignored call's line).
+    n, r = 6000, 300
     try:
         primed = prime(ok)
         prime(shut)
@@ -823,6 +845,8 @@ def test_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
         own_cbd.pause()
         for i in range(n):
             ok.call(lambda: None)
+            if i % 2:
+                ignored_call(ok)
         for i in range(r):
             assert refused(shut) is not None, f"refusal {i}: the call ran"
         queued = ok.cache_stats()
@@ -830,7 +854,7 @@ def test_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
             # The probe judged cbd frozen (this process stalled 1.5 s): the
             # connection was dropped, not by the close.
             pytest.skip(f"inconclusive: the probe dropped the connection first: {queued}")
-        assert (queued.cached_calls - before.cached_calls == n
+        assert (queued.cached_calls - before.cached_calls == n + n // 2
                 and queued.local_refusals - before.local_refusals == r
                 and queued.store_reports == before.store_reports
                 and queued.uncached == before.uncached), (queued, before)
@@ -846,12 +870,14 @@ def test_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
     finally:
         own_cbd.resume()
     def landed():
-        return totals(admin, "ok")["successes"], totals(admin, "shut")["rejected"]
+        ok_totals = totals(admin, "ok")
+        return (ok_totals["successes"], ok_totals["ignored"],
+                totals(admin, "shut")["rejected"])
     try:
-        wait_until(lambda: landed() == (primed + n, refusals), FROZEN_WAIT)
+        wait_until(lambda: landed() == (primed + n, n // 2, refusals), FROZEN_WAIT)
     except AssertionError:
-        raise AssertionError(f"at cbd (successes, rejected): {landed()}, "
-                             f"queued {(primed + n, refusals)}") from None
+        raise AssertionError(f"at cbd (successes, ignored, rejected): {landed()}, "
+                             f"queued {(primed + n, n // 2, refusals)}") from None
     assert c.sent == sent, "outcomes went through the client"
     admin.close()
 
@@ -882,12 +908,16 @@ def test_loop_owned_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
         sent = ac.sent
         own_cbd.pause()
         try:
-            for _ in range(n):
+            # An ignored call after every other success keeps the
+            # successes in lines (see the test above).
+            for i in range(n):
                 assert await ab.call(ok) == "ok"
+                if i % 2:
+                    await ab.report(await ab.acquire(), IGNORE)
             queued = ab.breaker.cache_stats()
             if queued.probe_timeouts != before.probe_timeouts:
                 pytest.skip(f"inconclusive: the probe dropped the connection first: {queued}")
-            assert (queued.cached_calls - before.cached_calls == n
+            assert (queued.cached_calls - before.cached_calls == n + n // 2
                     and queued.store_reports == before.store_reports), (queued, before)
             with watch._lock:
                 assert watch._out, "the kernel took everything: no tail to write"
@@ -904,3 +934,143 @@ def test_loop_owned_close_with_cbd_frozen_loses_nothing_queued(own_cbd):
         except AssertionError:
             raise AssertionError(f"at cbd: {totals(admin, 'ok')['successes']} successes, "
                                  f"queued {want}") from None
+
+
+def wait_counts_ok(b):
+    """Until the breaker's cache read its connection's hello reply: cbd
+    takes counted successes (PROTOCOL.md §14 item 12)."""
+    def ok():
+        with b._cache._lock:
+            return b._cache._counts_ok
+    wait_until(ok)
+
+
+def test_successes_are_folded(cbd, client, name):
+    """A tight loop of successes reaches cbd exact, in far fewer lines
+    than successes (counted record_success lines)."""
+    c = CountingClient(cbd.socket, io_timeout=2.0)
+    b = Breaker(name, c, failure_threshold=1000)
+    primed = prime(b)
+    wait_counts_ok(b)
+    before, ops_before = b.cache_stats(), client.stats()["ops"]["record_success"]["requests"]
+    sent = c.sent
+    n = 5000
+    for _ in range(n):
+        b.call(lambda: None)
+    wait_until(lambda: totals(client, name)["successes"] == primed + n)
+    after = b.cache_stats()
+    lines = after.noreply_lines - before.noreply_lines
+    folded = after.folded - before.folded
+    assert c.sent == sent and after.cached_calls - before.cached_calls == n
+    assert folded > 0 and lines < n // 10, (lines, folded)
+    # (Other tests may share the cbd: far fewer, not exactly these.)
+    read = client.stats()["ops"]["record_success"]["requests"] - ops_before
+    assert read < n // 2, read
+    c.close()
+
+
+def test_folds_keep_their_place(cbd, client, name):
+    """Folded successes go before the failures after them: failure_threshold
+    3 and (100 successes, 2 failures) x 20 never trips; 3 failures in a row
+    after successes do."""
+    b = Breaker(name, client, failure_threshold=3, break_ms=60000)
+    primed = prime(b)
+    wait_counts_ok(b)
+    folded = b.cache_stats().folded
+    for _ in range(20):
+        assert _tight(b.call, 102, lambda k: k > 100) == 102
+    wait_until(lambda: totals(client, name)["failures"] == 40)
+    snap = client.get(name)["snapshot"]
+    assert snap["state"] == "closed" and snap["totals"]["successes"] == primed + 2000
+    assert b.cache_stats().folded > folded
+    assert _tight(b.call, 100, lambda k: False) == 100
+    assert _tight(b.call, 10, lambda k: True) == 3
+    assert client.get(name)["snapshot"]["state"] == "open"
+
+
+def old_cbd_stand_in(path, real):
+    """A stand-in for an older cbd at path: a proxy to the real one at real
+    that drops outcome_counts from its replies; the list of every line the
+    clients sent."""
+    server = stand_in_server(path, 8)
+    server.settimeout(None)
+    sent = []
+
+    def pump(src, dst, client_side):
+        buf = b""
+        try:
+            while data := src.recv(65536):
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if client_side:
+                        sent.append(line)
+                    else:
+                        msg = json.loads(line)
+                        if isinstance(msg, dict) and msg.pop("outcome_counts", None):
+                            line = json.dumps(msg).encode()
+                    dst.sendall(line + b"\n")
+        except (OSError, ValueError):
+            pass
+        finally:
+            dst.close()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            up.connect(real)
+            threading.Thread(target=pump, args=(conn, up, True), daemon=True).start()
+            threading.Thread(target=pump, args=(up, conn, False), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    return server, sent
+
+
+def test_no_count_without_outcome_counts(cbd, client, name, tmp_path):
+    """A cbd whose hello reply lacks outcome_counts (older) counts a counted
+    success as one: no line to it carries a count."""
+    path = str(tmp_path / "old.sock")
+    server, sent = old_cbd_stand_in(path, cbd.socket)
+    c = Client(path, io_timeout=2.0)
+    try:
+        b = Breaker(name, c, failure_threshold=1000)
+        primed = prime(b)
+        wait_until(lambda: any(b'"op":"hello"' in line for line in list(sent)))
+        n = 2000
+        for i in range(n):
+            if i % 500 == 499:
+                with pytest.raises(ConnectionError):
+                    b.call(boom)
+            else:
+                b.call(lambda: None)
+        wait_until(lambda: totals(client, name)["failures"] == n // 500)
+        wait_until(lambda: totals(client, name)["successes"] == primed + n - n // 500)
+        assert b.cache_stats().folded == 0
+        counted = [line for line in list(sent) if b'"count"' in line]
+        assert not counted, counted[:3]
+    finally:
+        c.close()
+        server.close()
+
+
+def test_more_breakers_than_folds_stay_exact(cbd, client, name, monkeypatch):
+    """More breakers than open folds, interleaved in runs: the table fills
+    and is put whole, and every success reaches cbd exactly once."""
+    monkeypatch.setattr(cache, "FOLDS_MAX", 2)
+    c = Client(cbd.socket, io_timeout=2.0)
+    bs = [Breaker(f"{name}-{i}", c, failure_threshold=1000) for i in range(5)]
+    primed = [prime(b) for b in bs]
+    wait_counts_ok(bs[0])
+    folded = bs[0].cache_stats().folded
+    rounds = 50
+    for _ in range(rounds):
+        for b in bs:
+            for _ in range(3):
+                b.call(lambda: None)
+    for b, p in zip(bs, primed):
+        wait_until(lambda: totals(client, b.name)["successes"] == p + 3 * rounds)
+    assert bs[0].cache_stats().folded > folded
+    c.close()

@@ -220,6 +220,11 @@ class Breaker:
                 IGNORE: encode_request("record", dict(
                     name=name, outcome="ignore", ctx=ctx, noreply=True))[:-2],
             }
+            # Counted successes (PROTOCOL.md §14 item 12): the success
+            # line's head is a fold's key, then ,"count":N}\n; a success as
+            # slow as the ctx's slow_call_ms is not folded.
+            slow = (self.ctx or {}).get("slow_call_ms")
+            self._fold_slow_ms = slow if isinstance(slow, int) and slow >= 0 else None
             # Refusals made from the cache (protocol 3 §6), less
             # ,"count":N}\n.
             self._rejected_line = encode_request("record", dict(
@@ -722,6 +727,12 @@ class Breaker:
             return False
         if could_trip and may_sync:
             return _SYNC
+        if (outcome == SUCCESS and not could_trip and entry is not None
+                and (slow := entry.fold_slow_ms) is not None
+                and (slow < 0 or duration_ms < slow)
+                and (self._fold_slow_ms is None or duration_ms < self._fold_slow_ms)
+                and c.fold(self._lines[SUCCESS])):
+            return True  # counted in its fold, sent with the next write
         line = self._lines[outcome] + b',"duration_ms":%d}\n' % duration_ms
         return c.send(line, outcome == FAILURE)
 

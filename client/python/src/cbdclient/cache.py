@@ -53,6 +53,17 @@ name, and carrying their outcomes to cbd as noreply lines.
     refresh it, and a ``policy`` event (a reload changed the circuit's
     policy) refreshes it without a state change. A v2 cbd sends the policy
     in every snapshot and no rev: the same code reads it as before.
+  - Counted successes (PROTOCOL.md §14 item 12, as libcbclient): every
+    connection starts with a hello; once its reply lists "success" in
+    ``outcome_counts``, a success that is not slow by the cached policy is
+    not queued as a line but counted in an open fold of its breaker's
+    exact line head (breakers of one name may carry different ctx). The
+    folds go out as one line each, with ``"count"`` (an older cbd would
+    count such a line as one success: until the reply says so, and after
+    every disconnect, successes go one line each), before any other line
+    is queued, whenever the output is written, at FOLD_COUNT_MAX, when
+    FOLDS_MAX folds are open (all of them then), and at a disconnect or
+    the close, where they are queued lines like any other.
 """
 
 from __future__ import annotations
@@ -114,6 +125,12 @@ PROBE_ID_PREFIX = "cache-probe-"
 SYNC_ID_PREFIX = "cache-sync-"
 SYNC_TIMEOUT_S = PROBE_TIMEOUT_S
 
+# The most folds open at once (successes of as many line heads); one more
+# puts them all in the output.
+FOLDS_MAX = 64
+# The most successes one counted line carries (cbd's PROTO_SUCCESS_COUNT_MAX).
+FOLD_COUNT_MAX = 1_000_000
+
 # What the cache says about a call.
 PERMIT = "permit"  # closed: run it now, report with noreply
 REFUSE = "refuse"  # open (or held open), break not elapsed
@@ -148,6 +165,7 @@ class CacheStats:
     probe_timeouts: int = 0  # probes unanswered: connection dropped
     syncs: int = 0  # outcomes that could trip, sent with a reply awaited
     sync_timeouts: int = 0  # of them, those whose reply did not come in time
+    folded: int = 0  # successes sent inside counted lines ("count" > 1)
     live: bool = False  # a watch connection is up now
     names: int = 0
 
@@ -293,7 +311,7 @@ class Entry:
 
     __slots__ = ("name", "valid", "state", "opened_at", "break_ms", "retry_after_ms",
                  "received_at", "hold_state", "hold_until", "seq", "last", "own",
-                 "applied", "latest", "policy", "policy_rev", "limited")
+                 "applied", "latest", "policy", "policy_rev", "limited", "fold_slow_ms")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -317,6 +335,9 @@ class Entry:
         # The circuit has a bulkhead (a ticket is never granted from the
         # cache) or a retry budget (cbd counts first attempts): ask cbd.
         self.limited = False
+        # The kept policy's slow_call_ms for folding successes (-1: none;
+        # None: no policy kept, nothing folded).
+        self.fold_slow_ms: int | None = None
 
     def set(self, snap: dict, reset: bool = False) -> bool:
         """Read a snapshot; False when it cannot be read. A compact one
@@ -351,6 +372,8 @@ class Entry:
         self.limited = "in_flight" in snap or (isinstance(policy, dict) and (
             policy.get("max_concurrent") is not None
             or policy.get("retry_budget_percent") is not None))
+        self.fold_slow_ms = (_int(policy, "slow_call_ms", -1) if isinstance(policy, dict)
+                             else None)
         self.own.set_base(snap, reset)
         self.applied += 1
         self.latest = snap
@@ -396,6 +419,11 @@ class WatchCache:
         # (a finalizer may run while this thread holds a lock of ours).
         self._dropped: collections.deque = collections.deque()
         self._stats = CacheStats()
+        # This connection's cbd takes counted successes (its hello reply
+        # listed "success" in outcome_counts); False from every connect.
+        self._counts_ok = False
+        # The open folds: line head -> successes counted (in order).
+        self._folds: dict[bytes, int] = {}
 
     # -- for breakers ---------------------------------------------------
     def usable(self) -> bool:
@@ -471,7 +499,8 @@ class WatchCache:
         queued = wake = False
         with self._lock:
             if self._sock is not None and not self._broken and self.usable():
-                idle = not self._out
+                # (Open folds go before the line: not idle then.)
+                idle = not self._out and not self._folds
                 now = time.monotonic()
                 # Another success within the hot period: calls are flowing.
                 dense = not urgent and now - self._lazy_at < HOT_S
@@ -481,6 +510,8 @@ class WatchCache:
                 if len(self._out) + len(line) > OUT_MAX:
                     self._stats.out_full += 1
                 else:
+                    if self._folds:
+                        self._put_folds_locked()
                     self._out += line
                     queued = True
                     if not urgent:
@@ -505,6 +536,55 @@ class WatchCache:
             self._wake()
         return queued
 
+    def fold(self, prefix: bytes) -> bool:
+        """Count one success of the line head prefix (a breaker's noreply
+        record_success less its closing brace) in its open fold instead of
+        queuing its line, when this connection's cbd takes counted
+        successes and the owner's timer runs (a lone success of an idle
+        process is written by its caller, as a line). The caller checked
+        that the success is not slow by the cached policy. False: send its
+        line."""
+        wake = False
+        with self._lock:
+            if not self._counts_ok or self._sock is None or self._broken or not self.usable():
+                return False
+            now = time.monotonic()
+            dense = now - self._lazy_at < HOT_S
+            if self._cold and not dense:
+                return False
+            folds = self._folds
+            n = folds.get(prefix)
+            if n is None:
+                if len(folds) >= FOLDS_MAX:
+                    self._put_folds_locked()
+                n = 0
+            folds[prefix] = n + 1
+            if n + 1 >= FOLD_COUNT_MAX:
+                self._put_folds_locked()
+            self._lazy_at = now
+            # Wake the owner to run its timer now that successes flow.
+            if self._cold:
+                self._cold = False
+                wake = True
+        if wake:
+            self._wake()
+        return True
+
+    def _put_folds_locked(self) -> None:
+        """Queue every open fold as one line: its head, then ,"count":N}
+        (N > 1; else the plain line), past OUT_MAX too (at most FOLDS_MAX
+        lines, fewer than those they replace)."""
+        out, stats = self._out, self._stats
+        for prefix, n in self._folds.items():
+            out += prefix
+            if n > 1:
+                out += b',"count":%d}\n' % n
+                stats.folded += n
+            else:
+                out += b"}\n"
+            stats.noreply_lines += 1
+        self._folds.clear()
+
     def _queue_sync(self, line: bytes, waiter) -> bool:
         """Queue one outcome line (less its closing brace) with an id and
         write it at once, after what is queued; False when it cannot go
@@ -515,7 +595,9 @@ class WatchCache:
                 return False
             self._sync_n += 1
             sync_id = f"{SYNC_ID_PREFIX}{self._sync_n}"
-            idle = not self._out
+            idle = not self._out and not self._folds
+            if self._folds:
+                self._put_folds_locked()
             # Past OUT_MAX too: it is one line, and it matters most.
             self._out += line + b',"id":"%s"}\n' % sync_id.encode()
             self._waiters[sync_id] = waiter
@@ -593,7 +675,11 @@ class WatchCache:
             release(self)
 
     def _flush_locked(self) -> None:
-        """Send as much pending output as the socket takes now."""
+        """Send as much pending output as the socket takes now; the open
+        folds go with it (a success waits at most one flush, as its line
+        would)."""
+        if self._folds and self._sock is not None and not self._broken:
+            self._put_folds_locked()
         while self._sock is not None and not self._broken and self._out:
             try:
                 n = self._sock.send(self._out)
@@ -618,6 +704,8 @@ class WatchCache:
             if len(self._out) + len(line) > OUT_MAX:
                 self._stats.out_full += 1
                 return False
+            if self._folds:
+                self._put_folds_locked()
             self._out += line
         return True
 
@@ -638,15 +726,19 @@ class WatchCache:
         if self._stats.connects > 1:
             self._stats.reconnects += 1
         self._answered = False
+        self._counts_ok = False
         if not watch:
             self._flush_locked()
             return True
-        # The watch reply (a hello's without names) makes it live.
+        # The watch reply (a hello's without names) makes it live. The
+        # hello's reply says whether this cbd takes counted successes:
+        # until it does, every success goes as a line of its own.
         if not self._queue_watch_locked(list(self._entries)):
             self._broken = True
-        if not self._entries:
-            self._probe_n += 1
-            self._out += encode_request("hello", {"id": f"{PROBE_ID_PREFIX}{self._probe_n}"})
+        if self._folds:
+            self._put_folds_locked()
+        self._probe_n += 1
+        self._out += encode_request("hello", {"id": f"{PROBE_ID_PREFIX}{self._probe_n}"})
         self._flush_locked()
         return True
 
@@ -665,6 +757,11 @@ class WatchCache:
             nl = self._out.find(b"\n")
             del self._out[:nl + 1 if nl >= 0 else len(self._out)]
             self._out_partial = False
+        # The open folds are queued lines too: kept for the next connection
+        # (whose cbd folds nothing until its hello reply says so).
+        self._counts_ok = False
+        if self._folds:
+            self._put_folds_locked()
         for e in self._entries.values():
             e.valid = False
         self._wake_waiters_locked()
@@ -692,6 +789,8 @@ class WatchCache:
             self._probe_n += 1
             # Past OUT_MAX too: it is small, and what it tells matters most
             # when output is stuck.
+            if self._folds:
+                self._put_folds_locked()
             self._out += encode_request("hello", {"id": f"{PROBE_ID_PREFIX}{self._probe_n}"})
             self._probe_at = now
             self._stats.probes += 1
@@ -705,6 +804,8 @@ class WatchCache:
         connection get one connect of their own (a Unix socket's succeeds
         or fails at once). The connection is gone after, the entries
         invalid, waiters woken."""
+        if self._folds:
+            self._put_folds_locked()  # the open folds are queued lines too
         if self._sock is None and self._out:
             self._connect_locked(watch=False)
         self._flush_locked()
@@ -777,7 +878,7 @@ class WatchCache:
             start = 0
             while (nl := self._in.find(b"\n", start)) >= 0:
                 try:
-                    self._apply_line(bytes(self._in[start:nl]))
+                    self._apply_line(bytes(self._in[start:nl]), sock)
                 except (TypeError, ValueError, AttributeError):
                     # A line of unexpected shape must not stop the owner.
                     with self._lock:
@@ -812,7 +913,8 @@ class WatchCache:
                 e.seq += 1
             return e.latest
 
-    def _apply_line(self, line: bytes) -> None:
+    def _apply_line(self, line: bytes, sock: socket.socket | None = None) -> None:
+        """Apply one line read on sock (None: the current connection)."""
         if not line.strip():
             return
         try:
@@ -825,7 +927,16 @@ class WatchCache:
             return
         msg_id = msg.get("id")
         if isinstance(msg_id, str) and msg_id.startswith(PROBE_ID_PREFIX):
-            return  # a probe's reply: its arrival was all it had to say
+            # A hello's reply (the connect's or a probe's): its arrival is a
+            # sign of life, and it says whether this cbd takes counted
+            # successes (an older one has no outcome_counts, and counts
+            # such a line as one success).
+            counts = msg.get("outcome_counts")
+            takes = isinstance(counts, list) and "success" in counts
+            with self._lock:
+                if self._sock is not None and (sock is None or sock is self._sock):
+                    self._counts_ok = takes
+            return
         if isinstance(msg_id, str) and msg_id.startswith(SYNC_ID_PREFIX):
             # The reply to an outcome that could trip: applied before the
             # next line, then its caller goes on.
