@@ -1685,6 +1685,7 @@ cbci_cache_stats(cbci_cache *c, cbc_cache_stats *out)
 	pthread_mutex_lock(&c->lock);
 	*out = c->stats;
 	out->live = c->fd >= 0 && !c->broken && c->answered;
+	out->folding = c->counts_ok && c->fd >= 0 && !c->broken;
 	out->names = c->names;
 	pthread_mutex_unlock(&c->lock);
 }

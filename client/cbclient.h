@@ -817,6 +817,9 @@ typedef struct cbc_cache_stats {
 	 * N successes; a cbd whose hello lists "success" in outcome_counts).
 	 * noreply_lines counts each such line once. (libcbclient 7.) */
 	uint64_t folded;
+	/* The live connection's cbd takes counted successes (its hello's
+	 * reply came and listed "success"): successes fold from now on. */
+	bool folding;
 } cbc_cache_stats;
 
 /* The protected operation: returns 0 on success, anything else is a

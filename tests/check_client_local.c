@@ -2841,14 +2841,20 @@ counting_breaker(counting_fake *f, const char *name, cbc_conn **conn, cbc_store 
 	o.store_policy = CBC_POLICY_REJECT;
 	b = breaker_new_ok(&o);
 	for (int i = 0; i < COUNTING_WAIT_MS; i++) {
+		cbc_cache_stats cs;
+
 		if (cbc_breaker_acquire(b, &p, NULL) == CBC_OK) {
 			cbc_breaker_report(b, &p, CBC_OUTCOME_IGNORE, NULL);
-			if (p.cached)
+			/* Deciding, and knowing whether the stand-in takes
+			 * counts (the hello's reply follows the watch's: a
+			 * loop run in between would go as lines). */
+			if (p.cached && cbc_breaker_cache_stats(b, &cs, NULL) == CBC_OK &&
+			    cs.folding == f->counts)
 				return b;
 		}
 		usleep(1000);
 	}
-	ck_abort_msg("the cache of %s never decided", name);
+	ck_abort_msg("the cache of %s never decided (or never knew about counts)", name);
 	return b;
 }
 

@@ -2165,13 +2165,36 @@ cbd_takes_counts(const cbd_harness *h)
 	return takes;
 }
 
+/* Wait (at most CACHE_WAIT_MS) until b's cache knows whether the cbd at h
+ * takes counted successes: the hello's reply follows the watch's, and a
+ * loaded machine can run a whole test loop in between (in CI every
+ * success of cached_slow_success_goes_alone's first loop went as a
+ * line, and the second loop's fold was still open when read). */
+static void
+cached_wait_folding(cbc_breaker *b, const cbd_harness *h)
+{
+	bool want = cbd_takes_counts(h);
+	int64_t deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	cbc_cache_stats cs;
+
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(b, &cs, NULL), CBC_OK);
+		if (cs.folding == want)
+			return;
+		usleep(1000);
+	} while (harness_mono_ms() < deadline);
+	ck_assert_msg(cs.folding == want, "folding %d, cbd takes counts %d", cs.folding, want);
+}
+
 /* A cached breaker on h that never trips by failures (every outcome
- * counts), live; threshold: its failure_threshold. */
+ * counts), live and knowing whether cbd folds; threshold: its
+ * failure_threshold. */
 static void
 fold_open(rig *r, const cbd_harness *h, const char *name, int64_t threshold)
 {
 	ck_assert(cached_open(r, h->socket_path, name, threshold, 1));
 	ck_assert(cached_wait_live(r->b));
+	cached_wait_folding(r->b, h);
 }
 
 /* A tight loop of successes on a cached breaker reaches cbd exactly, in
@@ -2343,6 +2366,7 @@ START_TEST(cached_slow_success_goes_alone)
 	o.slow_call_rate = 100;
 	ck_assert(cached_rig(&r, conn_new_patient(h->socket_path), &o));
 	ck_assert(cached_wait_live(r.b));
+	cached_wait_folding(r.b, h);
 	for (int i = 0; i < FAST; i++)
 		ck_assert_int_eq(cbc_breaker_execute(r.b, client_call_ok, NULL, &res, NULL),
 		    CBC_OK);
@@ -2385,6 +2409,7 @@ START_TEST(cached_folds_survive_a_frozen_cbd)
 	o.failure_threshold = 1000000000;
 	o.store_policy = CBC_POLICY_LOCAL;
 	cached_open_stoppable(&r, h, &o);
+	cached_wait_folding(r.b, h);
 	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
 	for (int i = 0; i < CALLS; i++)
@@ -2413,6 +2438,7 @@ START_TEST(cached_folds_survive_a_frozen_cbd)
 	s = cbd_wait_totals(h, "fold-frozen", CALLS);
 	ck_assert_int_eq(s.totals.successes, CALLS);
 	ck_assert(cached_wait_live(r.b));
+	cached_wait_folding(r.b, h);
 	/* Frozen again, successes, then the release: the close tail. */
 	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs0, NULL), CBC_OK);
 	ck_assert_int_eq(kill(h->pid, SIGSTOP), 0);
