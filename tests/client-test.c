@@ -220,6 +220,7 @@ void
 client_serve_lines(int fd, client_line_fn answer, void *arg)
 {
 	char buf[CLIENT_SERVE_LINE_MAX], reply[CLIENT_SERVE_LINE_MAX];
+	bool writable = true;
 	size_t len = 0;
 
 	for (;;) {
@@ -235,8 +236,14 @@ client_serve_lines(int fd, client_line_fn answer, void *arg)
 			reply[0] = '\0';
 			if (!answer(buf, reply, sizeof reply, arg))
 				return;
-			if (reply[0] != '\0' && send(fd, reply, strlen(reply), MSG_NOSIGNAL) < 0)
-				return;
+			/* A peer that closed is not written to, but what it sent
+			 * before is still read and answered, as cbd does
+			 * (server_client_flush: input_finish): a client that
+			 * gave up on a connection counts its written lines as
+			 * delivered. */
+			if (reply[0] != '\0' && writable &&
+			    send(fd, reply, strlen(reply), MSG_NOSIGNAL) < 0)
+				writable = false;
 			len -= (size_t)(nl + 1 - buf);
 			memmove(buf, nl + 1, len + 1);
 		}

@@ -47,8 +47,9 @@ cbc_ctx client_ctx(const cb_policy *policy, int64_t now);
 
 /* A stand-in daemon's connection: the lines a peer sends on fd, each
  * answered by answer into reply (a line with its LF; left empty: no
- * answer), until the peer closes or answer returns false. The caller
- * closes fd. */
+ * answer), until the peer closes or answer returns false; once a reply
+ * cannot be sent, the rest is still read and answered, unsent (as cbd
+ * does). The caller closes fd. */
 #define CLIENT_SERVE_LINE_MAX 8192
 typedef bool (*client_line_fn)(const char *line, char *reply, size_t size, void *arg);
 void client_serve_lines(int fd, client_line_fn answer, void *arg);
