@@ -1516,6 +1516,9 @@ START_TEST(cached_half_open_max_holds_across_processes)
 	int ready[2], go[2], status;
 	permit_holder_args args;
 	held_child kids[2];
+	cbc_cache_stats cs;
+	uint64_t events;
+	int64_t deadline;
 	cbc_permit p;
 	cbc_error err;
 	char byte;
@@ -1530,7 +1533,21 @@ START_TEST(cached_half_open_max_holds_across_processes)
 		kids[i] = fork_held(cached_trial_holder, &args);
 	ck_assert(cached_open(&r, h->socket_path, "ctrial", 3, 2));
 	ck_assert(cached_wait_live(r.b));
+	ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+	events = cs.events;
 	ck_assert_int_eq(cbc_breaker_force_half_open(r.b, &err), CBC_OK);
+	/* Wait for this process's cache to apply the event of the force:
+	 * CI saw the third acquire granted (a cached closed decision, it
+	 * seems) once the children, forked ahead, came up faster than the
+	 * event. */
+	deadline = harness_mono_ms() + CACHE_WAIT_MS;
+	do {
+		ck_assert_int_eq(cbc_breaker_cache_stats(r.b, &cs, NULL), CBC_OK);
+		if (cs.events > events)
+			break;
+		usleep(1000);
+	} while (harness_mono_ms() < deadline);
+	ck_assert_uint_gt(cs.events, events);
 	for (int i = 0; i < 2; i++) {
 		go_child(&kids[i]);
 		ck_assert_int_eq(read(ready[0], &byte, 1), 1);
